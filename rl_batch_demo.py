@@ -1,0 +1,2346 @@
+#!/usr/bin/env python3
+"""rl-batch-demo: how fast does a Kubernetes cluster prepare N isolated RL-rollout sandboxes?
+
+Submits one Job of N pods, each an "episode" that prepares its own workspace, confirms a
+boundary test fails, applies a fix, re-runs the tests and reports a reward. Then it collects
+every reward, validates every episode, and reports honest timing figures: whole-batch
+latencies, per-pod start-up percentiles and per-phase breakdowns.
+
+It is one file with no dependencies beyond Python 3.9+ and kubectl: copy it anywhere.
+
+Usage:
+    python3 rl_batch_demo.py check   [--count N] [--runtime R] [--image I]
+    python3 rl_batch_demo.py run     --output DIR [--count N] [--parallelism P] [--rounds K]
+                                     [--image I] [--runtime R|none] [--cleanup POLICY]
+    python3 rl_batch_demo.py cleanup --output DIR
+    python3 rl_batch_demo.py compare DIR [DIR ...] [--format text|markdown|json]
+
+Every run works in its own namespace (agc-rl-<12 hex>) and writes receipt.json before it
+creates anything, so `cleanup` can later delete exactly what the run created, after checking
+UIDs and labels, and nothing else.
+
+Exit codes:
+    0    success
+    1    an episode failed or its results did not validate
+    2    usage error or bad input (flags, output directory, receipt)
+    3    cluster or kubectl error (missing kubectl, unreachable, forbidden, API error)
+    4    timeout (the Job, a kubectl call, or a deletion did not finish in time)
+    5    the run was valid but a --threshold was breached
+    6    refused: an ownership check failed, nothing was deleted
+    130  interrupted (Ctrl-C or SIGTERM)
+"""
+from __future__ import annotations
+
+import argparse
+import codecs
+import datetime
+import hashlib
+import json
+import math
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+__version__ = "0.1.0"
+
+# Constants ####################################################################
+
+DEFAULT_COUNT = 10
+MAX_COUNT = 20  # keeps first runs small, as the guide does; not a product limit
+MAX_COUNT_LARGE = 1000
+MAX_ROUNDS = 10
+DEFAULT_IMAGE = "python:3.12-alpine"
+DEFAULT_RUNTIME = "cube"
+NO_RUNTIME = "none"
+DEFAULT_JOB_DEADLINE_SECONDS = 240
+CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
+CLEANUP_WAIT_SECONDS = 120
+REQUEST_TIMEOUT = "30s"
+KUBECTL_PROCESS_TIMEOUT = 60.0
+INTERRUPT_SAVE_TIMEOUT = 5.0
+RETRY_DELAYS = (0.5, 1.0, 2.0)  # bounded backoff for reads that are safe to repeat
+POLL_INTERVAL = 1.0
+LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
+TERMINATION_MESSAGE_LIMIT = 4096
+
+NAMESPACE_PREFIX = "agc-rl-"
+RUN_LABEL = "agc-demo-run"
+APP_LABEL_VALUE = "rl-batch-demo"
+PSA_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+CONFIGMAP_NAME = "episode"
+CONTAINER_NAME = "episode"
+JOB_NAME = "rollout"
+UID_LABEL = "batch.kubernetes.io/controller-uid"
+LEGACY_UID_LABEL = "controller-uid"  # clusters older than Kubernetes 1.27
+
+EXIT_OK = 0
+EXIT_EPISODE = 1
+EXIT_USAGE = 2
+EXIT_CLUSTER = 3
+EXIT_TIMEOUT = 4
+EXIT_THRESHOLD = 5
+EXIT_REFUSED = 6
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    success
+  1    an episode failed or its results did not validate
+  2    usage error or bad input (flags, output directory, receipt)
+  3    cluster or kubectl error (missing kubectl, unreachable, forbidden, API error)
+  4    timeout (the Job, a kubectl call, or a deletion did not finish in time)
+  5    the run was valid but a --threshold was breached
+  6    refused: an ownership check failed, nothing was deleted
+  130  interrupted (Ctrl-C or SIGTERM)
+"""
+
+# The figures a --threshold may guard: top-level numbers of results.json.
+THRESHOLD_METRICS = (
+    "batch_to_all_ready_seconds",
+    "batch_to_all_rewards_seconds",
+    "client_job_complete_seconds",
+    "pod_to_ready_p50_seconds",
+    "pod_to_ready_p95_seconds",
+    "pod_to_ready_max_seconds",
+)
+
+# Per-episode phases, in the order an episode lives through them.
+PHASES = (
+    "pod_to_scheduled_seconds",
+    "pod_to_container_started_seconds",
+    "python_import_seconds",
+    "import_to_ready_seconds",
+    "pod_to_ready_seconds",
+    "pod_observed_to_ready_seconds",
+    "ready_to_reward_seconds",
+    "reward_to_finished_seconds",
+)
+
+
+class DemoError(Exception):
+    """An expected failure: one sentence for the user and the exit code that classifies it."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# The episode worker ###########################################################
+# This program runs inside every sandbox (mounted from the ConfigMap as /demo/episode.py).
+# It is kept here as text so that copying this one file is enough. It must run on any
+# Python 3.9+ image as UID 1000 with nothing but the standard library.
+
+WORKER_SOURCE = r'''"""One RL episode: prepare a workspace, confirm the bug, apply a fix, test, emit the reward.
+
+Events go to stdout as JSON lines (the container log) and, trimmed to the kubelet's 4 KiB
+limit, to the termination message, so one `kubectl get pods` returns every reward.
+"""
+import time
+
+STARTED_AT = time.time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+IMPORTS_DONE_AT = time.time()
+
+WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
+TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
+TERMINATION_LIMIT = 4096
+EPISODE_ID = os.environ["EPISODE_ID"]
+
+BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
+TEST_SOURCE = "\n".join([
+    "import unittest",
+    "",
+    "from shipping import shipping",
+    "",
+    "",
+    "class ShippingTest(unittest.TestCase):",
+    "    def test_below(self):",
+    "        self.assertEqual(shipping(98), 10)",
+    "",
+    "    def test_boundary(self):",
+    "        self.assertEqual(shipping(99), 0)",
+    "",
+    "    def test_above(self):",
+    "        self.assertEqual(shipping(100), 0)",
+    "",
+    "",
+    "if __name__ == '__main__':",
+    "    unittest.main()",
+    "",
+])
+
+EVENTS = []
+
+
+def emit(event, **fields):
+    record = dict(fields, event=event, at=time.time(), episode_id=EPISODE_ID)
+    EVENTS.append(record)
+    print(json.dumps(record, sort_keys=True), flush=True)
+    write_termination_message()
+
+
+def termination_text(events):
+    return "".join(json.dumps(record, sort_keys=True) + "\n" for record in events)
+
+
+def write_termination_message():
+    events = [dict(record) for record in EVENTS]
+    text = termination_text(events)
+    while len(text.encode()) > TERMINATION_LIMIT:
+        last = events[-1]
+        output = last.get("tests_output", "")
+        if not output:
+            return
+        excess = len(text.encode()) - TERMINATION_LIMIT
+        last["tests_output"] = output[excess + 64:]
+        last["tests_output_truncated"] = True
+        text = termination_text(events)
+    try:
+        TERMINATION_LOG.write_text(text)
+    except OSError:
+        pass  # no termination log outside Kubernetes, or a runtime without one
+
+
+def run_tests():
+    result = subprocess.run(
+        [sys.executable, "-B", "test_shipping.py"],
+        cwd=str(WORKSPACE), capture_output=True, text=True, timeout=20,
+    )
+    return result.returncode, result.stderr
+
+
+def agent_action(source):
+    """The deterministic stand-in for a coding agent's action; a real model plugs in here."""
+    return source.replace("total > 99", "total >= 99")
+
+
+def main():
+    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE)
+    WORKSPACE.joinpath("test_shipping.py").write_text(TEST_SOURCE)
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    baseline_exit, _ = run_tests()
+    source = WORKSPACE.joinpath("shipping.py").read_text()
+    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source))
+    tests_exit, tests_output = run_tests()
+    emit(
+        "reward",
+        reward=int(tests_exit == 0),
+        baseline_exit=baseline_exit,
+        tests_exit=tests_exit,
+        tests_output=tests_output,
+    )
+    if baseline_exit == 0:
+        print("baseline must fail the boundary test", file=sys.stderr)
+        return 1
+    if tests_exit != 0:
+        print("patched code failed its tests", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+# Small pure helpers ###########################################################
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_timestamp(text: str) -> float:
+    """Kubernetes RFC 3339 time (usually whole seconds, 'Z') to epoch seconds."""
+    match = _RFC3339.match(text.strip())
+    if not match:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    fraction = float(match.group(7)) if match.group(7) else 0.0
+    zone = match.group(8)
+    offset = 0
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    moment = datetime.datetime(year, month, day, hour, minute, second, tzinfo=datetime.timezone.utc)
+    return moment.timestamp() + fraction - offset
+
+
+def optional_timestamp(text: Optional[str]) -> Optional[float]:
+    return parse_timestamp(text) if text else None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks, exactly as the guide's script computes it."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    index = (len(ordered) - 1) * q
+    low, high = math.floor(index), math.ceil(index)
+    return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
+
+
+def summarise(values: Iterable[Optional[float]]) -> Optional[Dict[str, Any]]:
+    """p50/p95/max of the known values; None when no episode has the figure."""
+    known = [value for value in values if value is not None]
+    if not known:
+        return None
+    return {
+        "samples": len(known),
+        "p50": percentile(known, 0.5),
+        "p95": percentile(known, 0.95),
+        "max": max(known),
+    }
+
+
+def difference(later: Optional[float], earlier: Optional[float]) -> Optional[float]:
+    if later is None or earlier is None:
+        return None
+    return later - earlier
+
+
+_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
+_QUANTITY_SUFFIXES = {
+    "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "Pi": 2.0 ** 50,
+}
+
+
+def parse_quantity(text: str) -> float:
+    """A Kubernetes resource quantity ('250m', '768Mi', '64') as a plain number."""
+    match = _QUANTITY.match(str(text).strip())
+    if not match or match.group(2) not in _QUANTITY_SUFFIXES:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
+
+
+def format_gib(num_bytes: float) -> str:
+    return f"{num_bytes / 2.0 ** 30:.1f} GiB"
+
+
+def format_cpu(cores: float) -> str:
+    return f"{cores:.1f} CPU"
+
+
+def file_fingerprint() -> str:
+    """A short hash of this very file, so every copy of the tool is identifiable."""
+    try:
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "unknown"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename, so no reader ever sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def parse_json_documents(text: str) -> List[Dict[str, Any]]:
+    """Objects printed one after another (as `kubectl create -o json` does), Lists flattened."""
+    decoder = json.JSONDecoder()
+    documents: List[Dict[str, Any]] = []
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return documents
+        document, position = decoder.raw_decode(text, position)
+        if isinstance(document, dict) and document.get("kind") == "List":
+            documents.extend(document.get("items", []))
+        elif isinstance(document, dict):
+            documents.append(document)
+        else:
+            raise ValueError("expected JSON objects")
+
+
+# Manifests ####################################################################
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def job_name_for(round_number: int, rounds: int) -> str:
+    return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
+
+
+def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
+    """The run's own namespace; the restricted Pod Security level makes the cluster itself
+    guarantee that episodes stay unprivileged."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {
+                RUN_LABEL: run_id,
+                "app.kubernetes.io/managed-by": APP_LABEL_VALUE,
+                PSA_ENFORCE_LABEL: "restricted",
+            },
+        },
+    }
+
+
+def configmap_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
+        "data": {"episode.py": WORKER_SOURCE},
+    }
+
+
+def job_manifest(
+    *,
+    name: str,
+    namespace: str,
+    run_id: str,
+    count: int,
+    parallelism: int,
+    image: str,
+    runtime: Optional[str],
+    deadline_seconds: int,
+) -> Dict[str, Any]:
+    """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time."""
+    pod_spec: Dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "runAsNonRoot": True,
+        },
+        "containers": [
+            {
+                "name": CONTAINER_NAME,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["python", "-B", "/demo/episode.py"],
+                "env": [
+                    {
+                        "name": "EPISODE_ID",
+                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                    }
+                ],
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                    "limits": {"cpu": "500m", "memory": "128Mi"},
+                },
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "volumeMounts": [
+                    {"name": "script", "mountPath": "/demo", "readOnly": True},
+                    {"name": "workspace", "mountPath": "/workspace"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
+            {"name": "workspace", "emptyDir": {}},
+        ],
+    }
+    if runtime is not None:
+        pod_spec["runtimeClassName"] = runtime
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {RUN_LABEL: run_id, "app": APP_LABEL_VALUE},
+        },
+        "spec": {
+            "completions": count,
+            "parallelism": parallelism,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_seconds,
+            "template": {
+                "metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def pod_selector(job: Dict[str, Any]) -> str:
+    """The label selector of the Job's own pods: its UID label, never its name alone."""
+    match_labels = job.get("spec", {}).get("selector", {}).get("matchLabels", {})
+    uid = job["metadata"]["uid"]
+    for label in (UID_LABEL, LEGACY_UID_LABEL):
+        if match_labels.get(label) == uid:
+            return f"{label}={uid}"
+    return f"{UID_LABEL}={uid}"
+
+
+def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
+    labels = pod.get("metadata", {}).get("labels", {})
+    return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
+
+
+# Log and event parsing ########################################################
+
+
+def split_prefixed_logs(text: str) -> Dict[str, str]:
+    """Split `kubectl logs --prefix` output ('[pod/NAME/CONTAINER] line') into one log per pod."""
+    logs: Dict[str, List[str]] = {}
+    pattern = re.compile(r"^\[pod/([^/\]]+)/[^\]]+\] ?(.*)$")
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if match:
+            logs.setdefault(match.group(1), []).append(match.group(2))
+    return {pod: "".join(line + "\n" for line in lines) for pod, lines in logs.items()}
+
+
+class EventParseError(ValueError):
+    """A line that claims to be an event but is not a valid one."""
+
+
+def parse_events(text: str) -> List[Dict[str, Any]]:
+    """The worker's JSON events, in order. Lines that are not JSON objects (a warning from
+    Python or the runtime) are ignored; a line that starts like one but is broken is an error."""
+    events: List[Dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped.startswith("{"):
+            continue
+        try:
+            event = json.loads(stripped)
+        except json.JSONDecodeError as error:
+            raise EventParseError(f"line {number} is malformed JSON ({error.msg})") from None
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            raise EventParseError(f"line {number} is a JSON object without an 'event' name")
+        if not isinstance(event.get("at"), (int, float)):
+            raise EventParseError(f"line {number} ({event['event']}) has no numeric 'at' time")
+        events.append(event)
+    return events
+
+
+def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Events without the test output, which the termination message may have trimmed."""
+    ignored = ("tests_output", "tests_output_truncated")
+    return [{k: v for k, v in event.items() if k not in ignored} for event in events]
+
+
+# Validation and analysis ######################################################
+
+
+class EpisodeInvalid(DemoError):
+    """An episode broke one of the validation rules."""
+
+    def __init__(self, pod: str, rule: str, inspect: str) -> None:
+        super().__init__(f"episode {pod}: {rule}; inspect {inspect}", EXIT_EPISODE)
+        self.pod = pod
+
+
+def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        if status.get("name") == CONTAINER_NAME:
+            return dict(status)
+    return {}
+
+
+def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+    for condition in obj.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == condition_type and condition.get("status") == "True":
+            return optional_timestamp(condition.get("lastTransitionTime"))
+    return None
+
+
+def job_condition(job: Dict[str, Any]) -> Optional[str]:
+    """'Complete' or 'Failed' once the Job has finished, else None."""
+    for condition in job.get("status", {}).get("conditions", []) or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return str(condition["type"])
+    return None
+
+
+def job_failure_reason(job: Dict[str, Any]) -> str:
+    for condition in job.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            reason = condition.get("reason") or "unknown reason"
+            message = condition.get("message")
+            return f"{reason}: {message}" if message else str(reason)
+    return "no Failed condition"
+
+
+def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
+    """Name the pods that were deleted, evicted or replaced instead of a bare count mismatch."""
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp"):
+            raise EpisodeInvalid(
+                name,
+                f"the pod was deleted mid-run (deletionTimestamp {pod['metadata']['deletionTimestamp']})",
+                inspect,
+            )
+        if pod.get("status", {}).get("reason") == "Evicted":
+            message = pod["status"].get("message", "no message")
+            raise EpisodeInvalid(name, f"the pod was evicted ({message})", inspect)
+    if len(pods) != count:
+        names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
+        raise DemoError(
+            f"the Job has {len(pods)} pods but {count} episodes were requested "
+            f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
+            EXIT_EPISODE,
+        )
+
+
+def episode_events(
+    pod_name: str,
+    log_text: Optional[str],
+    log_error: Optional[str],
+    message_text: str,
+    crosscheck: bool,
+    inspect: str,
+) -> List[Dict[str, Any]]:
+    """The episode's events from the log and the termination message, which must agree."""
+    message_events: Optional[List[Dict[str, Any]]] = None
+    if message_text.strip():
+        try:
+            message_events = parse_events(message_text)
+        except EventParseError as error:
+            raise EpisodeInvalid(pod_name, f"its termination message has a bad event: {error}", inspect)
+    if log_text is None:
+        if crosscheck or message_events is None:
+            raise EpisodeInvalid(pod_name, f"its log could not be read ({log_error})", inspect)
+        return message_events
+    try:
+        log_events = parse_events(log_text)
+    except EventParseError as error:
+        raise EpisodeInvalid(pod_name, f"its log has a bad event: {error}", inspect)
+    if message_events is not None and comparable_events(message_events) != comparable_events(log_events):
+        raise EpisodeInvalid(
+            pod_name, "its log and its termination message report different events", inspect
+        )
+    return log_events
+
+
+def validate_episode(
+    pod: Dict[str, Any],
+    events: List[Dict[str, Any]],
+    job_created_at: float,
+    observed: Optional[Dict[str, float]],
+    inspect: str,
+) -> Dict[str, Any]:
+    """Check one episode against every rule and return its row of figures."""
+    name = pod["metadata"]["name"]
+    status = pod.get("status", {})
+    container = _container_status(pod)
+    terminated = container.get("state", {}).get("terminated") or {}
+    phase = status.get("phase")
+    if phase != "Succeeded":
+        detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
+        reason = status.get("reason") or terminated.get("reason")
+        raise EpisodeInvalid(
+            name, f"the pod ended in phase {phase} ({detail}{', ' + reason if reason else ''})", inspect
+        )
+    if container.get("restartCount", 0) != 0:
+        raise EpisodeInvalid(name, f"the container restarted {container['restartCount']} times", inspect)
+    if terminated.get("exitCode") != 0:
+        raise EpisodeInvalid(name, f"the container exit code is {terminated.get('exitCode')}, not 0", inspect)
+    ready = [event for event in events if event["event"] == "ready"]
+    reward = [event for event in events if event["event"] == "reward"]
+    if len(ready) != 1 or len(reward) != 1:
+        raise EpisodeInvalid(
+            name,
+            f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward",
+            inspect,
+        )
+    ready_event, reward_event = ready[0], reward[0]
+    if ready_event.get("episode_id") != name or reward_event.get("episode_id") != name:
+        raise EpisodeInvalid(
+            name,
+            f"its events carry episode_id {ready_event.get('episode_id')!r} / "
+            f"{reward_event.get('episode_id')!r}, not the pod name",
+            inspect,
+        )
+    if reward_event.get("reward") != 1 or reward_event.get("tests_exit") != 0:
+        raise EpisodeInvalid(
+            name,
+            f"reward {reward_event.get('reward')} with tests exit {reward_event.get('tests_exit')}; "
+            "the fixed code must pass its tests",
+            inspect,
+        )
+    if reward_event.get("baseline_exit") in (0, None):
+        raise EpisodeInvalid(name, "the unfixed baseline passed its tests; it must fail", inspect)
+    created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
+    ready_at = float(ready_event["at"])
+    reward_at = float(reward_event["at"])
+    if not job_created_at <= created_at <= ready_at <= reward_at:
+        raise EpisodeInvalid(
+            name,
+            "timestamps out of order (Job creation <= pod creation <= ready <= reward fails: "
+            f"{job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, {reward_at:.3f}); "
+            "check clock synchronisation between the API server and the nodes",
+            inspect,
+        )
+    scheduled_at = _condition_time(pod, "PodScheduled")
+    started_at = optional_timestamp(terminated.get("startedAt"))
+    finished_at = optional_timestamp(terminated.get("finishedAt"))
+    process_started_at = ready_event.get("process_started_at")
+    imports_done_at = ready_event.get("imports_done_at")
+    first_seen_at = observed.get("first_seen_at") if observed else None
+    return {
+        "pod": name,
+        "node": pod.get("spec", {}).get("nodeName"),
+        "image_id": container.get("imageID"),
+        "reward": reward_event["reward"],
+        "pod_to_ready_seconds": ready_at - created_at,
+        "batch_to_ready_seconds": ready_at - job_created_at,
+        "batch_to_reward_seconds": reward_at - job_created_at,
+        "pod_to_scheduled_seconds": difference(scheduled_at, created_at),
+        "pod_to_container_started_seconds": difference(started_at, created_at),
+        "python_import_seconds": difference(imports_done_at, process_started_at),
+        "import_to_ready_seconds": difference(ready_at, imports_done_at),
+        "ready_to_reward_seconds": reward_at - ready_at,
+        "reward_to_finished_seconds": difference(finished_at, reward_at),
+        "pod_observed_to_ready_seconds": difference(ready_at, first_seen_at),
+        "overhead": pod.get("spec", {}).get("overhead"),
+        "created_at": created_at,
+        "scheduled_at": scheduled_at,
+        "container_started_at": started_at,
+        "ready_at": ready_at,
+        "reward_at": reward_at,
+        "finished_at": finished_at,
+        "observed_first_seen_at": first_seen_at,
+        "observed_running_at": observed.get("Running") if observed else None,
+        "observed_succeeded_at": observed.get("Succeeded") if observed else None,
+    }
+
+
+def batch_figures(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The guide's whole-batch figures for one set of episodes."""
+    startup = [row["pod_to_ready_seconds"] for row in rows]
+    return {
+        "episodes": len(rows),
+        "successful_episodes": len(rows),
+        "reward_sum": sum(row["reward"] for row in rows),
+        "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
+        "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
+        "pod_to_ready_p50_seconds": percentile(startup, 0.5),
+        "pod_to_ready_p95_seconds": percentile(startup, 0.95),
+        "pod_to_ready_max_seconds": max(startup),
+    }
+
+
+def phase_table(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {phase: summarise(row.get(phase) for row in rows) for phase in PHASES}
+
+
+def node_spread(rows: List[Dict[str, Any]]) -> Dict[str, int]:
+    spread: Dict[str, int] = {}
+    for row in rows:
+        node = row.get("node") or "(unknown)"
+        spread[node] = spread.get(node, 0) + 1
+    return dict(sorted(spread.items()))
+
+
+def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
+    """Every breached latency budget, in a stable order."""
+    breaches = []
+    for metric, limit in sorted(thresholds.items()):
+        value = results.get(metric)
+        if value is not None and value > limit:
+            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+    return breaches
+
+
+# Reports ######################################################################
+
+
+def _seconds(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    if abs(value) < 1:
+        return f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s"
+
+
+PHASE_LABELS = {
+    "pod_to_scheduled_seconds": "pod created -> scheduled",
+    "pod_to_container_started_seconds": "pod created -> container started",
+    "python_import_seconds": "Python module import",
+    "import_to_ready_seconds": "import done -> application ready",
+    "pod_to_ready_seconds": "pod created -> application ready",
+    "pod_observed_to_ready_seconds": "pod first seen -> application ready",
+    "ready_to_reward_seconds": "ready -> reward (the task)",
+    "reward_to_finished_seconds": "reward -> container finished",
+}
+
+
+def render_summary(results: Dict[str, Any]) -> str:
+    """The terminal summary: headline figures, then one line per phase (p50, p95, max)."""
+    lines = [
+        f"namespace {results['namespace']}  context {results['context']}  "
+        f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
+        f"episodes {results['episodes']} x {results['rounds']} round(s), parallelism "
+        f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
+        f"{results['reward_sum']}",
+        "",
+        f"{'batch figure':<44}{'value':>12}",
+    ]
+    for label, key in (
+        ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
+        ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
+        ("client submit -> Job Complete observed", "client_job_complete_seconds"),
+    ):
+        lines.append(f"{label:<44}{_seconds(results.get(key)):>12}")
+    lines += ["", f"{'phase (per episode)':<44}{'p50':>12}{'p95':>12}{'max':>12}"]
+    for phase in PHASES:
+        stats = results["phases"].get(phase)
+        if stats is None:
+            lines.append(f"{PHASE_LABELS[phase]:<44}{'-':>12}{'-':>12}{'-':>12}")
+        else:
+            lines.append(
+                f"{PHASE_LABELS[phase]:<44}{_seconds(stats['p50']):>12}"
+                f"{_seconds(stats['p95']):>12}{_seconds(stats['max']):>12}"
+            )
+    nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
+    lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
+    return "\n".join(lines) + "\n"
+
+
+def headline(results: Dict[str, Any]) -> Dict[str, Any]:
+    """The guide's JSON summary: results without the per-episode rows."""
+    return {key: value for key, value in results.items() if key != "pods"}
+
+
+def markdown_summary(results: Dict[str, Any]) -> str:
+    """A table for CI step summaries (GITHUB_STEP_SUMMARY)."""
+    lines = [
+        f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
+        f"reward sum {results['reward_sum']}",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+    ]
+    for key in THRESHOLD_METRICS:
+        lines.append(f"| {key} | {_seconds(results.get(key))} |")
+    lines += [
+        f"| runtime | {results['runtime'] or '(none)'} |",
+        f"| parallelism | {results['parallelism']} |",
+        f"| namespace | {results['namespace']} |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_events_text(events: List[Dict[str, Any]]) -> str:
+    """Events as a table sorted by creation time, like `kubectl get events --sort-by`."""
+
+    def key(event: Dict[str, Any]) -> Tuple[str, str]:
+        return (event.get("metadata", {}).get("creationTimestamp") or "", event.get("metadata", {}).get("name", ""))
+
+    lines = ["CREATED               TYPE     REASON                 OBJECT                              MESSAGE"]
+    for event in sorted(events, key=key):
+        involved = event.get("involvedObject", {})
+        lines.append(
+            f"{event.get('metadata', {}).get('creationTimestamp', '-'):<22}"
+            f"{event.get('type', '-'):<9}{event.get('reason', '-'):<23}"
+            f"{(involved.get('kind', '?').lower() + '/' + involved.get('name', '?')):<36}"
+            f"{' '.join(str(event.get('message', '')).split())}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# Timeline picture #############################################################
+
+TIMELINE_BARS = (
+    ("waiting", "Job created -> pod created", "#c9ced6", "batch_start", "created_at"),
+    ("pod start", "pod created -> container started", "#f2a541", "created_at", "container_started_at"),
+    ("Python start", "container started -> ready", "#5b8def", "container_started_at", "ready_at"),
+    ("task", "ready -> reward", "#3fb27f", "ready_at", "reward_at"),
+    ("exit", "reward -> container finished", "#9b6bd6", "reward_at", "finished_at"),
+)
+
+
+def _xml(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def render_timeline_svg(results: Dict[str, Any]) -> str:
+    """One row per episode, grouped by node, bars for each phase on a shared seconds axis
+    from the first Job's creation. Plain SVG, so any browser shows it."""
+    rows = sorted(
+        results["pods"],
+        key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
+    )
+    origin = min(row["batch_start"] for row in rows)
+    end = max((row.get("finished_at") or row["reward_at"]) for row in rows) - origin
+    span = max(end, 1.0)
+    label_width, plot_width, row_height, top = 230, 760, 16, 70
+    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
+    height = top + row_height * len(rows) + 22 * len(nodes) + 70
+    scale = plot_width / span
+    title = (
+        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
+        f"runtime {results['runtime'] or '(none)'}: all ready {results['batch_to_all_ready_seconds']:.1f} s, "
+        f"all rewards {results['batch_to_all_rewards_seconds']:.1f} s, "
+        f"pod->ready p50 {results['pod_to_ready_p50_seconds']:.1f} s"
+    )
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + plot_width + 30}" '
+        f'height="{height}" font-family="sans-serif" font-size="11">',
+        f"<title>{_xml(title)}</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(title)}</text>',
+    ]
+    for index, (name, meaning, colour, _, _) in enumerate(TIMELINE_BARS):
+        legend_x = 10 + (index % 3) * 330
+        legend_y = 32 + (index // 3) * 16
+        parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
+        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    y = top
+    for node in nodes:
+        y += 18
+        parts.append(f'<text x="10" y="{y - 4}" font-weight="bold">node {_xml(node)}</text>')
+        for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
+            parts.append(f'<text x="10" y="{y + 12}">{_xml(row["pod"])}</text>')
+            for name, meaning, colour, start_key, end_key in TIMELINE_BARS:
+                start, stop = row.get(start_key), row.get(end_key)
+                if start is None or stop is None:
+                    continue
+                x = label_width + (start - origin) * scale
+                width = max((stop - start) * scale, 0.5)
+                parts.append(
+                    f'<rect class="bar" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + 2}" '
+                    f'width="{width:.1f}" height="{row_height - 4}" fill="{colour}">'
+                    f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
+                )
+            y += row_height
+        y += 4
+    axis_y = y + 10
+    parts.append(
+        f'<line x1="{label_width}" y1="{axis_y}" x2="{label_width + plot_width}" y2="{axis_y}" stroke="black"/>'
+    )
+    step = _axis_step(span)
+    tick = 0.0
+    while tick <= span + 1e-9:
+        x = label_width + tick * scale
+        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 5}" stroke="black"/>')
+        parts.append(f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle">{tick:g}</text>')
+        tick += step
+    parts.append(
+        f'<text x="{label_width + plot_width / 2:.0f}" y="{axis_y + 34}" text-anchor="middle">'
+        "seconds since the Job was created</text>"
+    )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def _axis_step(span: float) -> float:
+    for step in (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600):
+        if span / step <= 12:
+            return float(step)
+    return 1200.0
+
+
+# The kubectl seam #############################################################
+# Every subprocess this tool starts goes through `Kubectl`.
+
+_TRANSIENT_MARKERS = (
+    "connection refused",
+    "was refused",
+    "connection reset",
+    "i/o timeout",
+    "tls handshake timeout",
+    "(toomanyrequests)",
+    "too many requests",
+    "(internalerror)",
+    "(serviceunavailable)",
+    "the server is currently unable to handle the request",
+    "(timeout)",
+    "etcdserver: request timed out",
+    "client.timeout exceeded",
+    "http2: client connection lost",
+    "unexpected eof",
+    "bad gateway",
+    "gateway timeout",
+)
+# A request refused outright never reached storage: repeating a create after it is safe.
+_NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
+
+
+class KubectlFailure(DemoError):
+    """kubectl ran and exited non-zero."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
+        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+        self.stderr = stderr
+        self.stdout = stdout
+        self.first_line = lines[0] if lines else "(no message)"
+        self.command = shlex.join(["kubectl", *argv[1:]])
+        super().__init__(f"`{self.command}` failed (exit {returncode}): {self.first_line}", EXIT_CLUSTER)
+
+    @property
+    def transient(self) -> bool:
+        lowered = self.stderr.lower()
+        return any(marker in lowered for marker in _TRANSIENT_MARKERS)
+
+    @property
+    def not_applied(self) -> bool:
+        lowered = self.stderr.lower()
+        return any(marker in lowered for marker in _NOT_APPLIED_MARKERS)
+
+    @property
+    def already_exists(self) -> bool:
+        return "(AlreadyExists)" in self.stderr
+
+    @property
+    def not_found(self) -> bool:
+        return "(NotFound)" in self.stderr
+
+
+class WatchStream:
+    """A `kubectl get -w -o json --output-watch-events` process read as a stream.
+
+    A reader thread decodes the concatenated JSON events and puts (tag, client time, event)
+    on a shared queue; (tag, time, None) marks the end of the stream."""
+
+    def __init__(self, tag: str, process: "subprocess.Popen[bytes]", sink: "queue.Queue[Any]") -> None:
+        self.tag = tag
+        self.process = process
+        self.sink = sink
+        self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        decoder = json.JSONDecoder()
+        text_decoder = codecs.getincrementaldecoder("utf-8")()
+        buffer = ""
+        descriptor = self.process.stdout.fileno()
+        while True:
+            chunk = os.read(descriptor, 65536)
+            received_at = time.time()
+            if not chunk:
+                break
+            buffer += text_decoder.decode(chunk)
+            while True:
+                buffer = buffer.lstrip()
+                if not buffer:
+                    break
+                try:
+                    event, end = decoder.raw_decode(buffer)
+                except json.JSONDecodeError:
+                    break  # incomplete: wait for more bytes
+                buffer = buffer[end:]
+                if isinstance(event, dict):
+                    self.sink.put((self.tag, received_at, event))
+        self.sink.put((self.tag, time.time(), None))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.thread.join(timeout=5)
+
+
+class Kubectl:
+    """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
+
+    Reads that are safe to repeat are retried on transient failures with a short, bounded
+    backoff; nothing else is ever repeated here."""
+
+    def __init__(
+        self,
+        executable: str,
+        context: Optional[str] = None,
+        kubeconfig: Optional[str] = None,
+        process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
+    ) -> None:
+        self.executable = executable
+        self.context = context
+        self.kubeconfig = kubeconfig
+        self.process_timeout = process_timeout
+        self.calls: List[Dict[str, Any]] = []
+        self.warnings: List[str] = []
+
+    def argv(self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: str = REQUEST_TIMEOUT) -> List[str]:
+        argv = [self.executable]
+        if self.kubeconfig:
+            argv.append(f"--kubeconfig={self.kubeconfig}")
+        if self.context:
+            argv.append(f"--context={self.context}")
+        argv.append(f"--request-timeout={request_timeout}")
+        if namespace:
+            argv.append(f"--namespace={namespace}")
+        return argv + list(args)
+
+    def _spawn_failure(self, error: OSError) -> DemoError:
+        return DemoError(
+            f"cannot start kubectl ({self.executable!r}: {error.strerror or error}); install kubectl, "
+            "or pass --kubectl PATH or set KUBECTL",
+            EXIT_CLUSTER,
+        )
+
+    def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> "subprocess.CompletedProcess[str]":
+        started = time.monotonic()
+        record: Dict[str, Any] = {"argv": argv[1:]}
+        self.calls.append(record)
+        try:
+            completed = subprocess.run(
+                argv, input=stdin, check=False, capture_output=True, text=True, timeout=timeout
+            )
+        except OSError as error:
+            record["error"] = str(error)
+            raise self._spawn_failure(error) from None
+        except subprocess.TimeoutExpired:
+            record["error"] = "timeout"
+            raise DemoError(
+                f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {timeout:g} s; "
+                "check that the API server is reachable (kubectl cluster-info)",
+                EXIT_TIMEOUT,
+            ) from None
+        finally:
+            record["seconds"] = round(time.monotonic() - started, 3)
+        record["exit"] = completed.returncode
+        return completed
+
+    def run(
+        self,
+        args: Sequence[str],
+        *,
+        namespace: Optional[str] = None,
+        stdin: Optional[str] = None,
+        read_only: bool = False,
+        timeout: Optional[float] = None,
+        retries: Sequence[float] = RETRY_DELAYS,
+    ) -> str:
+        argv = self.argv(args, namespace)
+        delays = list(retries) if read_only else []
+        while True:
+            completed = self._once(argv, stdin, timeout or self.process_timeout)
+            if completed.returncode == 0:
+                return completed.stdout
+            failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
+            if not (delays and failure.transient):
+                raise failure
+            self.warnings.append(f"retrying after a transient failure: {failure.first_line}")
+            time.sleep(delays.pop(0))
+
+    def current_context(self) -> str:
+        argv = [self.executable]
+        if self.kubeconfig:
+            argv.append(f"--kubeconfig={self.kubeconfig}")
+        completed = self._once(argv + ["config", "current-context"], None, self.process_timeout)
+        if completed.returncode != 0:
+            failure = KubectlFailure(argv + ["config", "current-context"], completed.returncode, completed.stderr)
+            raise DemoError(
+                f"no kubectl context to use ({failure.first_line}); set one with "
+                "`kubectl config use-context` or pass --context",
+                EXIT_USAGE,
+            )
+        context = completed.stdout.strip()
+        if not context:
+            raise DemoError("kubectl printed an empty current context; pass --context", EXIT_USAGE)
+        return context
+
+    def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[Dict[str, Any]]:
+        """The live object, or None when it does not exist."""
+        raw = self.run(
+            ["get", kind, name, "--ignore-not-found", "-o", "json"], namespace=namespace, read_only=True, **kwargs
+        )
+        if not raw.strip():
+            return None
+        return self._decode(raw, f"get {kind} {name}")
+
+    def get_list(self, kinds: str, namespace: Optional[str] = None, selector: Optional[str] = None, **kwargs: Any) -> List[Dict[str, Any]]:
+        args = ["get", kinds, "-o", "json"]
+        if selector:
+            args[2:2] = ["-l", selector]
+        raw = self.run(args, namespace=namespace, read_only=True, **kwargs)
+        return parse_json_documents(raw) if raw.strip() else []
+
+    def create(self, manifest: Dict[str, Any], namespace: Optional[str] = None) -> List[Dict[str, Any]]:
+        raw = self.run(["create", "-f", "-", "-o", "json"], namespace=namespace, stdin=json.dumps(manifest))
+        try:
+            return parse_json_documents(raw)
+        except ValueError as error:
+            raise DemoError(f"kubectl create printed output that is not JSON ({error})", EXIT_CLUSTER) from None
+
+    def _decode(self, raw: str, what: str) -> Dict[str, Any]:
+        try:
+            decoded = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise DemoError(f"kubectl {what} printed output that is not JSON ({error.msg})", EXIT_CLUSTER) from None
+        if not isinstance(decoded, dict):
+            raise DemoError(f"kubectl {what} printed JSON that is not an object", EXIT_CLUSTER)
+        return decoded
+
+    def watch(
+        self, tag: str, args: Sequence[str], namespace: str, sink: "queue.Queue[Any]", seconds: float
+    ) -> WatchStream:
+        """Start a watch whose request lives as long as the client is prepared to wait."""
+        argv = self.argv(
+            ["get", *args, "-o", "json", "--output-watch-events", "--watch"],
+            namespace,
+            request_timeout=f"{int(math.ceil(seconds))}s",
+        )
+        self.calls.append({"argv": argv[1:], "watch": True})
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError as error:
+            raise self._spawn_failure(error) from None
+        return WatchStream(tag, process, sink)
+
+
+# Progress on stderr ###########################################################
+
+
+class Progress:
+    """One rewriting line on a terminal, one line per change otherwise; silent with --quiet."""
+
+    def __init__(self, enabled: bool, stream: Any = None) -> None:
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.last_state: Optional[str] = None
+        self.dirty = False
+
+    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
+        if not self.enabled:
+            return
+        state = (
+            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
+            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
+        )
+        if self.interactive:
+            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
+            self.stream.flush()
+            self.dirty = True
+        elif state != self.last_state:
+            self.stream.write(f"{label}: {state} ({elapsed:.1f} s)\n")
+            self.stream.flush()
+        self.last_state = state
+
+    def note(self, message: str) -> None:
+        if not self.enabled:
+            return
+        self.finish()
+        self.stream.write(message + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.dirty:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.dirty = False
+
+
+def pod_counts(observed: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
+    """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
+    if observed:
+        phases = [record.get("phase") for record in observed.values()]
+        return {
+            "created": len(observed),
+            "running": phases.count("Running"),
+            "succeeded": phases.count("Succeeded"),
+            "failed": phases.count("Failed"),
+        }
+    status = job.get("status", {})
+    active, succeeded, failed = (int(status.get(key, 0) or 0) for key in ("active", "succeeded", "failed"))
+    return {"created": active + succeeded + failed, "running": int(status.get("ready", 0) or 0),
+            "succeeded": succeeded, "failed": failed}
+
+
+# Receipts #####################################################################
+
+
+class Receipt:
+    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
+
+    Written before the first mutation and rewritten as soon as each UID is known."""
+
+    def __init__(self, path: Path, data: Dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    def save(self) -> None:
+        write_json(self.path, self.data)
+
+    @classmethod
+    def load(cls, output: Path) -> "Receipt":
+        path = output / "receipt.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DemoError(
+                f"no receipt at {path}: this is not the output directory of a run that reached the "
+                "cluster; check --output",
+                EXIT_USAGE,
+            ) from None
+        except (OSError, ValueError) as error:
+            raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
+        if not isinstance(data, dict) or not all(isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")):
+            raise DemoError(
+                f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE
+            )
+        return cls(path, data)
+
+    def add_job(self, name: str) -> None:
+        self.data.setdefault("jobs", []).append({"name": name, "uid": None})
+        self.save()
+
+    def set_job_uid(self, name: str, uid: str) -> None:
+        for job in self.data.get("jobs", []):
+            if job["name"] == name:
+                job["uid"] = uid
+        if len(self.data.get("jobs", [])) == 1:
+            self.data["job_uid"] = uid  # the guide's key, kept for older tooling
+        self.save()
+
+
+def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
+    """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH."""
+    recorded = receipt.data if receipt else {}
+    executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
+    kubeconfig = getattr(args, "kubeconfig", None) or recorded.get("kubeconfig")
+    context = getattr(args, "context", None) or recorded.get("context")
+    return Kubectl(executable, context=context, kubeconfig=kubeconfig)
+
+
+# Permissions and capacity #####################################################
+
+# (verb, resource, group, subresource, namespaced): what a run and its cleanup do.
+REQUIRED_PERMISSIONS = (
+    ("create", "namespaces", "", "", False),
+    ("get", "namespaces", "", "", False),
+    ("delete", "namespaces", "", "", False),
+    ("create", "configmaps", "", "", True),
+    ("create", "jobs", "batch", "", True),
+    ("get", "jobs", "batch", "", True),
+    ("watch", "jobs", "batch", "", True),
+    ("delete", "jobs", "batch", "", True),
+    ("list", "pods", "", "", True),
+    ("watch", "pods", "", "", True),
+    ("get", "pods", "", "log", True),
+    ("list", "events", "", "", True),
+)
+RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
+
+
+def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
+    verb, resource, group, subresource, _ = permission
+    name = f"{resource}.{group}" if group else resource
+    return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
+
+
+def access_review_list(namespace: str, with_runtimeclass: bool) -> Dict[str, Any]:
+    permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    items = []
+    for verb, resource, group, subresource, namespaced in permissions:
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if subresource:
+            attributes["subresource"] = subresource
+        if namespaced:
+            attributes["namespace"] = namespace
+        items.append(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            }
+        )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
+    denied = []
+    for review in reviews:
+        if review.get("status", {}).get("allowed") is True:
+            continue
+        attributes = review.get("spec", {}).get("resourceAttributes", {})
+        denied.append(
+            permission_name(
+                (
+                    attributes.get("verb", "?"),
+                    attributes.get("resource", "?"),
+                    attributes.get("group", ""),
+                    attributes.get("subresource", ""),
+                    False,
+                )
+            )
+        )
+    return sorted(denied)
+
+
+def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration["key"] == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Ready, schedulable nodes that the RuntimeClass's scheduling rules admit."""
+    scheduling = (runtimeclass or {}).get("scheduling") or {}
+    selector = scheduling.get("nodeSelector") or {}
+    tolerations = scheduling.get("tolerations") or []
+    eligible = []
+    for node in nodes:
+        if node.get("spec", {}).get("unschedulable"):
+            continue
+        conditions = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", []) or []}
+        if conditions.get("Ready", "True") != "True":
+            continue
+        labels = node.get("metadata", {}).get("labels", {}) or {}
+        if any(labels.get(key) != value for key, value in selector.items()):
+            continue
+        taints = [t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
+        if all(_tolerates(taint, tolerations) for taint in taints):
+            eligible.append(node)
+    return eligible
+
+
+def capacity_verdict(count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]) -> Tuple[bool, str]:
+    """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
+    overhead_memory = parse_quantity(overhead.get("memory", "0"))
+    pod_cpu = parse_quantity("100m") + overhead_cpu
+    pod_memory = parse_quantity("64Mi") + overhead_memory
+    need_cpu, need_memory = count * pod_cpu, count * pod_memory
+    eligible = eligible_nodes(nodes, runtimeclass)
+    have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
+    have_memory = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("memory", "0")) for n in eligible)
+    text = (
+        f"{count} pods need {format_cpu(need_cpu)} and {format_gib(need_memory)} including "
+        f"{format_gib(count * overhead_memory)} of RuntimeClass overhead; {len(eligible)} eligible "
+        f"node{'s' if len(eligible) != 1 else ''} have {format_cpu(have_cpu)} and {format_gib(have_memory)} "
+        "allocatable (before what already runs there)"
+    )
+    fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
+    return fits, text
+
+
+# Cleanup ######################################################################
+
+
+def _wait_until_absent(kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float) -> Optional[Dict[str, Any]]:
+    """None once the object is gone, else its last state when the wait ran out."""
+    deadline = time.monotonic() + seconds
+    while True:
+        live = kubectl.get(kind, name, namespace)
+        if live is None:
+            return None
+        if time.monotonic() >= deadline:
+            return live
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+
+
+def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
+    finalizers = namespace.get("spec", {}).get("finalizers") or []
+    meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
+    messages = [
+        f"{c.get('type')}: {c.get('message')}"
+        for c in namespace.get("status", {}).get("conditions", []) or []
+        if c.get("status") == "True" and c.get("message")
+    ]
+    parts = [f"finalizers {sorted(set(finalizers) | set(meta_finalizers)) or 'none'}"]
+    if messages:
+        parts.append("; ".join(messages))
+    return ", ".join(parts)
+
+
+def cleanup_run(kubectl: Kubectl, receipt: Receipt, output: Path, say: Callable[[str], None], wait_seconds: float = CLEANUP_WAIT_SECONDS) -> None:
+    """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
+    data = receipt.data
+    namespace_name = data["namespace"]
+    live = kubectl.get("namespace", namespace_name)
+    if live is None:
+        say(f"namespace {namespace_name} is already absent; nothing to delete")
+        return
+    recorded_uid = data.get("uid")
+    if not recorded_uid:
+        raise DemoError(
+            f"namespace {namespace_name} exists but the receipt has no namespace UID (the run stopped "
+            "before it recorded one), so ownership cannot be proven; inspect it with "
+            f"`kubectl get namespace {namespace_name} -o yaml` and delete it by hand if it is this run's",
+            EXIT_REFUSED,
+        )
+    live_uid = live["metadata"].get("uid")
+    live_label = (live["metadata"].get("labels") or {}).get(RUN_LABEL)
+    if live_uid != recorded_uid or live_label != data["run_id"]:
+        raise DemoError(
+            f"refusing to clean up namespace {namespace_name}: its UID {live_uid} / label "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {data['run_id']}); "
+            "nothing was deleted",
+            EXIT_REFUSED,
+        )
+    jobs = list(data.get("jobs") or [])
+    if not jobs:
+        jobs = [{"name": JOB_NAME, "uid": data.get("job_uid") or _uid_from_job_json(output)}]
+    for job in jobs:
+        live_job = kubectl.get("job", job["name"], namespace_name)
+        if live_job is None:
+            continue
+        job_uid = live_job["metadata"].get("uid")
+        job_label = (live_job["metadata"].get("labels") or {}).get(RUN_LABEL)
+        owned = job_uid == job["uid"] if job.get("uid") else job_label == data["run_id"]
+        if not owned:
+            raise DemoError(
+                f"refusing to clean up: Job {namespace_name}/{job['name']} has UID {job_uid}, not the "
+                f"one this run recorded ({job.get('uid')}); nothing was deleted",
+                EXIT_REFUSED,
+            )
+    for job in jobs:
+        if kubectl.get("job", job["name"], namespace_name) is None:
+            continue
+        kubectl.run(["delete", "job", job["name"], "--cascade=foreground", "--wait=false"], namespace=namespace_name)
+        remaining = _wait_until_absent(kubectl, "job", job["name"], namespace_name, wait_seconds)
+        if remaining is not None:
+            raise DemoError(
+                f"Job {namespace_name}/{job['name']} and its pods are still terminating after "
+                f"{wait_seconds:g} s; inspect `kubectl -n {namespace_name} get job,pods` and run cleanup again",
+                EXIT_TIMEOUT,
+            )
+        say(f"deleted Job {namespace_name}/{job['name']} and its pods")
+    kubectl.run(["delete", "namespace", namespace_name, "--wait=false"])
+    remaining = _wait_until_absent(kubectl, "namespace", namespace_name, None, wait_seconds)
+    if remaining is not None:
+        raise DemoError(
+            f"namespace {namespace_name} is still Terminating after {wait_seconds:g} s "
+            f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace_name} -o yaml` "
+            "and what remains in it; finalizers are never removed by this tool",
+            EXIT_TIMEOUT,
+        )
+    say(f"deleted namespace {namespace_name}")
+
+
+def _uid_from_job_json(output: Path) -> Optional[str]:
+    try:
+        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# The run ######################################################################
+
+
+class RunSettings:
+    """What a `run` was asked to do, checked once before any work starts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.output = Path(args.output)
+        self.count: int = args.count
+        self.parallelism: int = args.parallelism if args.parallelism is not None else args.count
+        self.rounds: int = args.rounds
+        self.image: str = args.image
+        self.runtime: Optional[str] = None if args.runtime == NO_RUNTIME else args.runtime
+        self.deadline_seconds: int = args.timeout
+        self.cleanup_policy: str = args.cleanup
+        self.thresholds: Dict[str, float] = dict(args.threshold or [])
+        self.quiet: bool = args.quiet
+        self.json_summary: bool = args.json
+
+
+class WaitOutcome:
+    def __init__(self, job: Dict[str, Any], condition: Optional[str], observed_wall: Optional[float],
+                 observed_monotonic: Optional[float], observed_pods: Dict[str, Dict[str, Any]]) -> None:
+        self.job = job
+        self.condition = condition
+        self.observed_wall = observed_wall
+        self.observed_monotonic = observed_monotonic
+        self.observed_pods = observed_pods
+
+
+class BatchRun:
+    """One `run`: namespace, ConfigMap, then one Job per round, each waited for, collected,
+    saved and validated. Keeps just enough state to save diagnostics when interrupted."""
+
+    def __init__(self, kubectl: Kubectl, receipt: Receipt, settings: RunSettings, progress: Progress) -> None:
+        self.kubectl = kubectl
+        self.receipt = receipt
+        self.settings = settings
+        self.progress = progress
+        self.run_id: str = receipt.data["run_id"]
+        self.namespace: str = receipt.data["namespace"]
+        self.namespace_created = False
+        self.current_job: Optional[Dict[str, Any]] = None
+        self.current_dir: Path = settings.output
+
+    # Preflight and creation -------------------------------------------------
+
+    def preflight(self) -> None:
+        """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
+        runtime = self.settings.runtime
+        if runtime is not None and self.kubectl.get("runtimeclass", runtime) is None:
+            raise DemoError(
+                f"RuntimeClass {runtime!r} does not exist in context {self.kubectl.context}; list them with "
+                "`kubectl get runtimeclass`, pass --runtime NAME, or --runtime none for the default runtime",
+                EXIT_CLUSTER,
+            )
+        reviews = self.kubectl.create(access_review_list(self.namespace, runtime is not None))
+        denied = denied_permissions(reviews)
+        if denied:
+            raise DemoError(
+                f"context {self.kubectl.context} lacks permissions this run needs: {', '.join(denied)}; "
+                "ask the cluster admin or use another context (nothing was created)",
+                EXIT_CLUSTER,
+            )
+
+    def create_owned(self, manifest: Dict[str, Any], resource: str) -> Dict[str, Any]:
+        """Create an object without ever blindly repeating the create.
+
+        A request that never reached the server is retried; an ambiguous failure (timeout,
+        reset, 500) or AlreadyExists is answered by looking the object up and adopting it only
+        if this run's label proves it is ours."""
+        name = manifest["metadata"]["name"]
+        namespace = manifest["metadata"].get("namespace")
+        kind = manifest["kind"]
+        delays = list(RETRY_DELAYS)
+        while True:
+            try:
+                return self.kubectl.create(manifest)[0]
+            except KubectlFailure as failure:
+                if failure.not_applied and delays:
+                    self.progress.note(f"retrying {kind} {name} after: {failure.first_line}")
+                    time.sleep(delays.pop(0))
+                    continue
+                if not (failure.already_exists or failure.transient):
+                    raise
+                live = self.kubectl.get(resource, name, namespace)
+                if live is None:
+                    raise DemoError(
+                        f"creating {kind} {name} failed ({failure.first_line}) and it does not exist; "
+                        "nothing was repeated; run cleanup, then try again",
+                        EXIT_CLUSTER,
+                    ) from None
+                owner = (live["metadata"].get("labels") or {}).get(RUN_LABEL)
+                if owner != self.run_id:
+                    raise DemoError(
+                        f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
+                        "it was left untouched",
+                        EXIT_REFUSED,
+                    ) from None
+                self.progress.note(f"adopted {kind} {name} after an ambiguous create ({failure.first_line})")
+                return live
+
+    def create_namespace(self) -> None:
+        try:
+            created = self.create_owned(namespace_manifest(self.namespace, self.run_id), "namespace")
+        finally:
+            self.namespace_created = True  # it may exist even when the create reported failure
+        self.receipt.data["uid"] = created["metadata"]["uid"]
+        self.receipt.save()
+        self.progress.note(f"Test namespace: {self.namespace}")
+        self.create_owned(configmap_manifest(self.namespace, self.run_id), "configmap")
+
+    # One round --------------------------------------------------------------
+
+    def run_round(self, round_number: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+        settings = self.settings
+        name = job_name_for(round_number, settings.rounds)
+        round_dir = settings.output if settings.rounds == 1 else settings.output / f"round-{round_number}"
+        self.current_dir = round_dir
+        manifest = job_manifest(
+            name=name, namespace=self.namespace, run_id=self.run_id, count=settings.count,
+            parallelism=settings.parallelism, image=settings.image, runtime=settings.runtime,
+            deadline_seconds=settings.deadline_seconds,
+        )
+        write_json(round_dir / "job-submitted.json", manifest)
+        self.receipt.add_job(name)
+        submitted_wall = time.time()
+        submitted = time.monotonic()
+        job = self.create_owned(manifest, "job")
+        self.current_job = job
+        self.receipt.set_job_uid(name, job["metadata"]["uid"])
+        deadline = submitted + settings.deadline_seconds + CLIENT_GRACE_SECONDS
+        outcome = self.wait_for_job(name, job, deadline, submitted)
+        pods, events = self.collect(job)
+        write_json(round_dir / "job.json", outcome.job)
+        write_json(round_dir / "pods.json", {"apiVersion": "v1", "kind": "List", "items": pods})
+        write_atomic(round_dir / "events.txt", render_events_text(events))
+        inspect = f"{round_dir}/pods.json, events.txt and the episode logs"
+        crosscheck = settings.count <= LOG_CROSSCHECK_LIMIT
+        logs, log_errors = self.read_logs(pods, pod_selector(job), crosscheck or outcome.condition != "Complete")
+        for pod_name, text in logs.items():
+            write_atomic(round_dir / f"{pod_name}.log", text or "")
+        if outcome.condition is None:
+            counts = pod_counts(outcome.observed_pods, outcome.job)
+            raise DemoError(
+                f"Job {self.namespace}/{name} did not finish within {settings.deadline_seconds + CLIENT_GRACE_SECONDS} s "
+                f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded); "
+                f"inspect {inspect}, then run cleanup",
+                EXIT_TIMEOUT,
+            )
+        if outcome.condition == "Failed" and "DeadlineExceeded" in job_failure_reason(outcome.job):
+            raise DemoError(
+                f"Job {self.namespace}/{name} hit its deadline of {settings.deadline_seconds} s "
+                f"(activeDeadlineSeconds); inspect {inspect} for pending or slow pods, then run cleanup",
+                EXIT_TIMEOUT,
+            )
+        rows = self.validate(job, pods, logs, log_errors, outcome, round_dir, inspect)
+        if outcome.condition != "Complete":
+            raise DemoError(
+                f"Job {self.namespace}/{name} failed ({job_failure_reason(outcome.job)}) although every "
+                f"episode validated; inspect {inspect}",
+                EXIT_EPISODE,
+            )
+        for row in rows:
+            row.update(round=round_number, job=name)
+        figures = batch_figures(rows)
+        assert outcome.observed_monotonic is not None
+        figures.update(
+            round=round_number,
+            job=name,
+            job_uid=job["metadata"]["uid"],
+            client_job_complete_seconds=outcome.observed_monotonic - submitted,
+            client_submitted_at=submitted_wall,
+            client_observed_complete_at=outcome.observed_wall,
+            job_created_at=parse_timestamp(job["metadata"]["creationTimestamp"]),
+            job_complete_at=_condition_time(outcome.job, "Complete"),
+            job_success_criteria_met_at=_condition_time(outcome.job, "SuccessCriteriaMet"),
+        )
+        return rows, figures
+
+    def wait_for_job(self, name: str, job: Dict[str, Any], deadline: float, submitted: float) -> WaitOutcome:
+        """Watch the Job (and its pods) until Complete or Failed; poll if the watch ends early."""
+        sink: "queue.Queue[Any]" = queue.Queue()
+        seconds = max(1.0, deadline - time.monotonic()) + 5
+        watches = [self.kubectl.watch("job", ["job", name], self.namespace, sink, seconds)]
+        watches.append(self.kubectl.watch("pods", ["pods", "-l", pod_selector(job)], self.namespace, sink, seconds))
+        observed: Dict[str, Dict[str, Any]] = {}
+        live = job
+        job_stream_open = True
+        next_poll = 0.0
+        label = f"{self.namespace}/{name}"
+        try:
+            while True:
+                condition = job_condition(live)
+                now = time.monotonic()
+                if condition is not None:
+                    return WaitOutcome(live, condition, time.time(), now, observed)
+                if now >= deadline:
+                    return WaitOutcome(live, None, None, None, observed)
+                timeout = min(0.5, deadline - now)
+                if not job_stream_open:
+                    timeout = min(timeout, max(0.0, next_poll - now))
+                try:
+                    tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
+                except queue.Empty:
+                    tag = None
+                if tag == "job":
+                    if event is None:
+                        job_stream_open = False
+                        self.progress.note(f"{label}: the Job watch ended early; polling every {POLL_INTERVAL:g} s")
+                    elif event.get("type") == "DELETED":
+                        raise DemoError(
+                            f"Job {label} was deleted while the run waited for it; inspect events.txt",
+                            EXIT_EPISODE,
+                        )
+                    elif event.get("type") in ("ADDED", "MODIFIED"):
+                        live = event["object"]
+                        if job_condition(live) is not None:
+                            return WaitOutcome(live, job_condition(live), wall, clock, observed)
+                elif tag == "pods" and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                    record_pod_observation(observed, event["object"], wall)
+                if not job_stream_open and time.monotonic() >= next_poll:
+                    polled = self.kubectl.get("job", name, self.namespace)
+                    if polled is None:
+                        raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
+                    live = polled
+                    next_poll = time.monotonic() + POLL_INTERVAL
+                self.progress.update(label, time.monotonic() - submitted, pod_counts(observed, live))
+        finally:
+            for watch in watches:
+                watch.close()
+            self.progress.finish()
+
+    def collect(self, job: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+        """The Job's pods (by its UID label) and the namespace's events, in one call."""
+        items = self.kubectl.get_list("pods,events", namespace=self.namespace)
+        uid = job["metadata"]["uid"]
+        pods = [item for item in items if item.get("kind") == "Pod" and pod_belongs_to(item, uid)]
+        events = [item for item in items if item.get("kind") == "Event"]
+        pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+        return pods, events
+
+    def read_logs(self, pods: List[Dict[str, Any]], selector: str, all_pods: bool) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
+        """Container logs with one kubectl call; per-pod reads only for pods that call missed.
+
+        Beyond the cross-check limit, only pods without a termination message are read."""
+        wanted = [pod["metadata"]["name"] for pod in pods if all_pods or not termination_message(pod).strip()]
+        logs: Dict[str, Optional[str]] = {}
+        errors: Dict[str, str] = {}
+        if not wanted:
+            return logs, errors
+        if len(wanted) > 1:
+            args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1",
+                    f"--max-log-requests={max(len(pods), 5)}"]
+            try:
+                text = self.kubectl.run(args, namespace=self.namespace, read_only=True)
+            except KubectlFailure as failure:
+                text = failure.stdout
+            logs.update({name: text for name, text in split_prefixed_logs(text).items() if name in wanted})
+        for name in wanted:
+            if name in logs:
+                continue
+            try:
+                logs[name] = self.kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True)
+            except KubectlFailure as failure:
+                logs[name] = None
+                errors[name] = failure.first_line
+        return logs, errors
+
+    def validate(self, job: Dict[str, Any], pods: List[Dict[str, Any]], logs: Dict[str, Optional[str]],
+                 log_errors: Dict[str, str], outcome: WaitOutcome, round_dir: Path, inspect: str) -> List[Dict[str, Any]]:
+        check_pod_set(pods, self.settings.count, inspect)
+        job_created_at = parse_timestamp(job["metadata"]["creationTimestamp"])
+        crosscheck = self.settings.count <= LOG_CROSSCHECK_LIMIT
+        rows = []
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            pod_inspect = f"{round_dir}/{name}.log and pods.json"
+            try:
+                events = episode_events(
+                    name, logs.get(name) if name in logs else None,
+                    log_errors.get(name, "not read"), termination_message(pod), crosscheck, pod_inspect,
+                )
+                row = validate_episode(pod, events, job_created_at, outcome.observed_pods.get(name), pod_inspect)
+            except EpisodeInvalid:
+                if name not in logs:
+                    self.save_one_log(name, round_dir)
+                raise
+            row["batch_start"] = job_created_at
+            rows.append(row)
+        return rows
+
+    def save_one_log(self, name: str, round_dir: Path) -> None:
+        try:
+            text = self.kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True)
+        except DemoError:
+            return
+        write_atomic(round_dir / f"{name}.log", text)
+
+    # After an interruption --------------------------------------------------
+
+    def save_after_interrupt(self) -> None:
+        """Save what can be read within a few seconds: the Job, pods, events and logs."""
+        job = self.current_job
+        if not self.namespace_created:
+            return
+        self.kubectl.process_timeout = INTERRUPT_SAVE_TIMEOUT
+        round_dir = self.current_dir
+        try:
+            items = self.kubectl.get_list("pods,events", namespace=self.namespace, retries=())
+            events = [item for item in items if item.get("kind") == "Event"]
+            write_atomic(round_dir / "events.txt", render_events_text(events))
+            if job is None:
+                return
+            live = self.kubectl.get("job", job["metadata"]["name"], self.namespace, retries=())
+            if live is not None:
+                write_json(round_dir / "job.json", live)
+            pods = [item for item in items if item.get("kind") == "Pod" and pod_belongs_to(item, job["metadata"]["uid"])]
+            write_json(round_dir / "pods.json", {"apiVersion": "v1", "kind": "List", "items": pods})
+            args = ["logs", "-l", pod_selector(job), "-c", CONTAINER_NAME, "--prefix", "--tail=-1",
+                    f"--max-log-requests={max(len(pods), 5)}"]
+            try:
+                text = self.kubectl.run(args, namespace=self.namespace, read_only=True, retries=())
+            except KubectlFailure as failure:
+                text = failure.stdout
+            for name, log in split_prefixed_logs(text).items():
+                write_atomic(round_dir / f"{name}.log", log)
+        except DemoError as error:
+            self.progress.note(f"could not save every diagnostic after the interruption: {error}")
+
+
+def termination_message(pod: Dict[str, Any]) -> str:
+    terminated = _container_status(pod).get("state", {}).get("terminated") or {}
+    return str(terminated.get("message") or "")
+
+
+def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Dict[str, Any], wall: float) -> None:
+    """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
+    name = pod["metadata"]["name"]
+    record = observed.setdefault(name, {"first_seen_at": wall})
+    phase = pod.get("status", {}).get("phase") or "Pending"
+    record["phase"] = phase
+    record.setdefault(phase, wall)
+
+
+def assemble_results(settings: RunSettings, context: str, namespace: str, run_id: str,
+                     rows: List[Dict[str, Any]], rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
+    results = batch_figures(rows)
+    results.update(
+        context=context,
+        namespace=namespace,
+        run_id=run_id,
+        image=settings.image,
+        runtime=settings.runtime,
+        parallelism=settings.parallelism,
+        rounds=settings.rounds,
+        episodes_per_round=settings.count,
+        cache_state="uncontrolled",
+        client_job_complete_seconds=max(r["client_job_complete_seconds"] for r in rounds),
+        client_submitted_at=rounds[0]["client_submitted_at"],
+        client_observed_complete_at=rounds[-1]["client_observed_complete_at"],
+        job_created_at=rounds[0]["job_created_at"],
+        job_complete_at=rounds[-1]["job_complete_at"],
+        job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
+        phases=phase_table(rows),
+        nodes=node_spread(rows),
+        image_ids=sorted({row["image_id"] for row in rows if row.get("image_id")}),
+        round_results=rounds,
+        tool_version=f"{__version__}+{file_fingerprint()}",
+        pods=rows,
+    )
+    return results
+
+
+# Commands #####################################################################
+
+
+def cleanup_command(output: Path) -> str:
+    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
+    return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
+
+
+def say_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def claim_output(output: Path) -> None:
+    """Create the output directory; it must be new, so no earlier result is ever overwritten."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.mkdir()
+    except FileExistsError:
+        raise DemoError(
+            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            EXIT_USAGE,
+        ) from None
+    except OSError as error:
+        raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
+
+
+def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
+    """Write the manifests a run would submit, numbered in the order they are created."""
+    claim_output(settings.output)
+    manifests = [("00-namespace.json", namespace_manifest(namespace, run_id)),
+                 ("01-configmap.json", configmap_manifest(namespace, run_id))]
+    for round_number in range(1, settings.rounds + 1):
+        name = job_name_for(round_number, settings.rounds)
+        manifests.append((f"{1 + round_number:02d}-job-{name}.json", job_manifest(
+            name=name, namespace=namespace, run_id=run_id, count=settings.count,
+            parallelism=settings.parallelism, image=settings.image, runtime=settings.runtime,
+            deadline_seconds=settings.deadline_seconds,
+        )))
+    for file_name, manifest in manifests:
+        write_json(settings.output / file_name, manifest)
+    print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = RunSettings(args)
+    output = settings.output
+    if output.exists() or output.is_symlink():
+        raise DemoError(
+            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            EXIT_USAGE,
+        )
+    run_id = new_run_id()
+    namespace = NAMESPACE_PREFIX + run_id
+    if args.dry_run:
+        return dry_run(settings, namespace, run_id)
+    kubectl = make_kubectl(args)
+    context = kubectl.context or kubectl.current_context()
+    kubectl.context = context
+    claim_output(output)
+    receipt = Receipt(output / "receipt.json", {
+        "context": context,
+        "namespace": namespace,
+        "run_id": run_id,
+        "kubeconfig": kubectl.kubeconfig,
+        "kubectl": kubectl.executable,
+        "created_at": time.time(),
+        "tool_version": f"{__version__}+{file_fingerprint()}",
+        "jobs": [],
+    })
+    receipt.save()
+    progress = Progress(enabled=not settings.quiet)
+    batch = BatchRun(kubectl, receipt, settings, progress)
+    error: Optional[DemoError] = None
+    try:
+        try:
+            batch.preflight()
+            batch.create_namespace()
+            rows: List[Dict[str, Any]] = []
+            rounds: List[Dict[str, Any]] = []
+            for round_number in range(1, settings.rounds + 1):
+                round_rows, figures = batch.run_round(round_number)
+                rows.extend(round_rows)
+                rounds.append(figures)
+        except KeyboardInterrupt:
+            progress.finish()
+            say_stderr("interrupted: saving diagnostics (a second Ctrl-C skips this)")
+            batch.save_after_interrupt()
+            raise DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED) from None
+        results = assemble_results(settings, context, namespace, run_id, rows, rounds)
+        write_json(output / "results.json", results)
+        write_atomic(output / "timeline.svg", render_timeline_svg(results))
+        if settings.json_summary:
+            print(json.dumps(headline(results), indent=2, sort_keys=True))
+        else:
+            print(render_summary(results), end="")
+        append_step_summary(results)
+        breaches = check_thresholds(results, settings.thresholds)
+        if breaches:
+            error = DemoError(
+                f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
+                EXIT_THRESHOLD,
+            )
+    except DemoError as failure:
+        error = failure
+    finally:
+        write_json(output / "kubectl-calls.json", kubectl.calls)
+    if error is not None:
+        write_json(output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()})
+    validated = error is None or error.exit_code == EXIT_THRESHOLD
+    if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
+        kubectl.process_timeout = KUBECTL_PROCESS_TIMEOUT
+        try:
+            cleanup_run(kubectl, receipt, output, say_stderr)
+        except DemoError as cleanup_error:
+            if error is None:
+                error = cleanup_error
+            else:
+                say_stderr(f"cleanup failed as well: {cleanup_error}")
+    elif batch.namespace_created:
+        say_stderr(f"namespace {namespace} is kept for inspection; delete it with: {cleanup_command(output)}")
+    if error is not None:
+        raise error
+    return EXIT_OK
+
+
+def append_step_summary(results: Dict[str, Any]) -> None:
+    """A Markdown table for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as stream:
+            stream.write(markdown_summary(results))
+    except OSError as error:
+        say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    output = Path(args.output)
+    receipt = Receipt.load(output)
+    kubectl = make_kubectl(args, receipt)
+    cleanup_run(kubectl, receipt, output, print)
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews."""
+    kubectl = make_kubectl(args)
+    context = kubectl.context or kubectl.current_context()
+    kubectl.context = context
+    runtime = None if args.runtime == NO_RUNTIME else args.runtime
+    problems: List[str] = []
+    print(f"context: {context}")
+    version = kubectl._decode(kubectl.run(["version", "-o", "json"], read_only=True), "version")
+    print(f"server version: {version.get('serverVersion', {}).get('gitVersion', 'unknown')}")
+    runtimeclass = None
+    if runtime is None:
+        print("runtime: none (the cluster's default runtime; no RuntimeClass)")
+    else:
+        runtimeclass = kubectl.get("runtimeclass", runtime)
+        if runtimeclass is None:
+            problems.append(f"RuntimeClass {runtime!r} does not exist")
+            print(f"RuntimeClass {runtime}: missing")
+        else:
+            scheduling = runtimeclass.get("scheduling") or {}
+            print(
+                f"RuntimeClass {runtime}: handler {runtimeclass.get('handler')}, overhead "
+                f"{json.dumps((runtimeclass.get('overhead') or {}).get('podFixed') or {}, sort_keys=True)}, "
+                f"nodeSelector {json.dumps(scheduling.get('nodeSelector') or {}, sort_keys=True)}, "
+                f"tolerations {len(scheduling.get('tolerations') or [])}"
+            )
+    print(f"image: {args.image} (pulled by the nodes; not checked from here)")
+    nodes = kubectl.get_list("nodes")
+    if runtime is None or runtimeclass is not None:
+        fits, text = capacity_verdict(args.count, runtimeclass, nodes)
+        print(f"capacity: {text}")
+        if not fits:
+            problems.append("not enough allocatable capacity on eligible nodes")
+    denied = denied_permissions(kubectl.create(access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None)))
+    print(f"permissions: {'all granted' if not denied else 'denied: ' + ', '.join(denied)}")
+    if denied:
+        problems.append("missing permissions: " + ", ".join(denied))
+    if problems:
+        print(f"verdict: NOT ready: {'; '.join(problems)}")
+        return EXIT_CLUSTER
+    print(f"verdict: ready to run {args.count} episodes")
+    return EXIT_OK
+
+
+COMPARE_FIGURES = (
+    ("episodes", "episodes", False),
+    ("parallelism", "parallelism", False),
+    ("rounds", "rounds", False),
+    ("batch_to_all_ready_seconds", "all ready (s)", True),
+    ("batch_to_all_rewards_seconds", "all rewards (s)", True),
+    ("client_job_complete_seconds", "client saw Complete (s)", True),
+    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)", True),
+    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)", True),
+)
+
+
+def load_results(directory: Path) -> Dict[str, Any]:
+    path = directory / "results.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DemoError(f"no results at {path}: that run did not finish successfully", EXIT_USAGE) from None
+    except (OSError, ValueError) as error:
+        raise DemoError(f"cannot read {path} ({error})", EXIT_USAGE) from None
+    if not isinstance(data, dict) or "episodes" not in data:
+        raise DemoError(f"{path} is not a results file of this tool", EXIT_USAGE)
+    return data
+
+
+def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """One row per figure: each run's value and its ratio to the first run's."""
+    figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
+    for phase in PHASES:
+        figures += [(f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"), (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)")]
+    rows = []
+    for key, label in figures:
+        values: List[Optional[float]] = []
+        for _, results in runs:
+            if ":" in key:
+                phase, stat = key.split(":")
+                stats = (results.get("phases") or {}).get(phase)
+                values.append(stats[stat] if stats else None)
+            else:
+                values.append(results.get(key, 1 if key == "rounds" else None))
+        base = values[0]
+        ratios = [None if (base in (None, 0) or value is None) else value / base for value in values]
+        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
+    return rows
+
+
+def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) -> str:
+    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
+        if value is None:
+            return "-"
+        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+        return text if first or ratio is None else f"{text} (x{ratio:.2f})"
+
+    header = ["figure"] + names
+    table = [[row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))] for row in rows]
+    if style == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in table]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(line[i]) for line in [header] + table) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header] + table) + "\n"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    runs = [(str(directory), load_results(Path(directory))) for directory in args.directories]
+    counts = {results["episodes"] for _, results in runs}
+    if len(counts) > 1 and not args.allow_different_counts:
+        raise DemoError(
+            f"these runs have different episode counts ({', '.join(str(c) for c in sorted(counts))}); compare "
+            "equal counts, as the guide advises, or pass --allow-different-counts",
+            EXIT_USAGE,
+        )
+    rows = comparison(runs)
+    names = [name for name, _ in runs]
+    if args.format == "json":
+        print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True))
+    else:
+        print(render_comparison(names, rows, args.format), end="")
+    return EXIT_OK
+
+
+# Command line #################################################################
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def threshold(text: str) -> Tuple[str, float]:
+    metric, separator, limit = text.partition("=")
+    if not separator:
+        raise argparse.ArgumentTypeError(f"{text!r} is not METRIC=SECONDS")
+    if metric not in THRESHOLD_METRICS:
+        raise argparse.ArgumentTypeError(f"unknown metric {metric!r}; choose from {', '.join(THRESHOLD_METRICS)}")
+    try:
+        seconds = float(limit)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{limit!r} in {text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the limit must be positive")
+    return metric, seconds
+
+
+def _cluster_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
+    group.add_argument("--kubeconfig", help="kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)")
+    group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="rl-batch-demo",
+        description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
+        "run a fix -> test -> reward episode in each, and collect every reward.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (file sha256 {file_fingerprint()})")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    run = commands.add_parser("run", help="run a batch of episodes and measure it", epilog=EXIT_CODES_HELP, formatter_class=formatter,
+                              description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
+                              "episodes; wait for it, save every diagnostic, validate every episode and write results.json.")
+    run.add_argument("--output", required=True, metavar="DIR", help="new directory for receipt, diagnostics and results (must not exist)")
+    run.add_argument("--count", type=positive_int, default=DEFAULT_COUNT, metavar="N",
+                     help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT})")
+    run.add_argument("--parallelism", type=positive_int, metavar="P",
+                     help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)")
+    run.add_argument("--rounds", type=positive_int, default=1, metavar="K",
+                     help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})")
+    run.add_argument("--image", default=DEFAULT_IMAGE, help=f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})")
+    run.add_argument("--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS",
+                     help=f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default runtime")
+    run.add_argument("--timeout", type=positive_int, default=DEFAULT_JOB_DEADLINE_SECONDS, metavar="SECONDS",
+                     help=f"the Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); the client waits {CLIENT_GRACE_SECONDS} s longer")
+    run.add_argument("--cleanup", choices=("never", "on-success", "always"), default="never",
+                     help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)")
+    run.add_argument("--threshold", type=threshold, action="append", metavar="METRIC=SECONDS",
+                     help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); metrics: {', '.join(THRESHOLD_METRICS)}")
+    run.add_argument("--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}")
+    run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
+    run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
+    _cluster_options(run)
+    run.set_defaults(handler=cmd_run, subparser=run)
+
+    cleanup = commands.add_parser("cleanup", help="delete what a run created, after checking ownership", epilog=EXIT_CODES_HELP, formatter_class=formatter,
+                                  description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
+                                  "delete the Jobs (foreground) and the namespace. Keeps DIR.")
+    cleanup.add_argument("--output", required=True, metavar="DIR", help="the run's output directory (holds receipt.json)")
+    _cluster_options(cleanup)
+    cleanup.set_defaults(handler=cmd_cleanup)
+
+    check = commands.add_parser("check", help="preflight: can this cluster run the batch? (creates nothing)", epilog=EXIT_CODES_HELP, formatter_class=formatter)
+    check.add_argument("--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="episodes to plan capacity for")
+    check.add_argument("--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'")
+    check.add_argument("--image", default=DEFAULT_IMAGE, help="image the run would use (reported only)")
+    _cluster_options(check)
+    check.set_defaults(handler=cmd_check)
+
+    compare = commands.add_parser("compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter)
+    compare.add_argument("directories", nargs="+", metavar="DIR", help="output directories of finished runs; the first is the baseline for ratios")
+    compare.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    compare.add_argument("--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway")
+    compare.set_defaults(handler=cmd_compare)
+    return parser
+
+
+def sanity_check(args: argparse.Namespace) -> None:
+    """Flag combinations, checked before any work starts."""
+    if args.command != "run":
+        return
+    parser: argparse.ArgumentParser = args.subparser
+    limit = MAX_COUNT_LARGE if args.allow_large else MAX_COUNT
+    parallelism = args.parallelism if args.parallelism is not None else args.count
+    if not 1 <= parallelism <= args.count <= limit:
+        hint = "" if args.allow_large else f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
+        parser.error(f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {args.count}{hint}")
+    if args.rounds > MAX_ROUNDS:
+        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sanity_check(args)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return int(args.handler(args))
+    except DemoError as error:
+        print(f"rl-batch-demo: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("rl-batch-demo: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
