@@ -1,0 +1,450 @@
+"""Unit tests of the pure parts of rl_batch_demo: no kubectl, no cluster."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import unittest.mock
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import Any
+
+import rl_batch_demo as demo
+
+JOB_CREATED = "2026-11-29T10:00:00Z"
+JOB_CREATED_AT = demo.parse_timestamp(JOB_CREATED)
+
+
+def make_events(name: str, ready_at: float, reward_at: float, **reward_fields: Any) -> list[dict[str, Any]]:
+    reward = {"event": "reward", "at": reward_at, "episode_id": name, "reward": 1, "baseline_exit": 1,
+              "tests_exit": 0, "tests_output": "OK\n"}
+    reward.update(reward_fields)
+    return [
+        {"event": "ready", "at": ready_at, "episode_id": name, "process_started_at": ready_at - 0.5,
+         "imports_done_at": ready_at - 0.01},
+        reward,
+    ]
+
+
+def make_pod(name: str = "rollout-abcde", created: str = "2026-11-29T10:00:01Z", phase: str = "Succeeded",
+             exit_code: int = 0, restarts: int = 0, message: str = "") -> dict[str, Any]:
+    terminated = {"exitCode": exit_code, "reason": "Completed", "startedAt": "2026-11-29T10:00:02Z",
+                  "finishedAt": "2026-11-29T10:00:04Z"}
+    if message:
+        terminated["message"] = message
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "creationTimestamp": created, "labels": {demo.UID_LABEL: "job-uid"}},
+        "spec": {"nodeName": "node-a", "overhead": {"cpu": "250m", "memory": "768Mi"}},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T10:00:01Z"}],
+            "containerStatuses": [{"name": "episode", "imageID": "docker.io/library/python@sha256:00",
+                                   "restartCount": restarts, "state": {"terminated": terminated}}],
+        },
+    }
+
+
+def log_of(events: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(event, sort_keys=True) + "\n" for event in events)
+
+
+class TimestampAndStatisticsTest(unittest.TestCase):
+    def test_parse_timestamp_forms(self) -> None:
+        self.assertEqual(demo.parse_timestamp("1970-01-01T00:00:10Z"), 10.0)
+        self.assertAlmostEqual(demo.parse_timestamp("1970-01-01T00:00:10.25Z"), 10.25)
+        self.assertEqual(demo.parse_timestamp("1970-01-01T01:00:10+01:00"), 10.0)
+        with self.assertRaises(ValueError):
+            demo.parse_timestamp("yesterday")
+
+    def test_percentile_interpolates_like_the_guide(self) -> None:
+        values = [4.0, 1.0, 3.0, 2.0]
+        self.assertEqual(demo.percentile(values, 0.5), 2.5)
+        self.assertAlmostEqual(demo.percentile(values, 0.95), 3.85)
+        self.assertEqual(demo.percentile([7.0], 0.95), 7.0)
+
+    def test_summarise_skips_missing_and_reports_none_when_empty(self) -> None:
+        self.assertEqual(demo.summarise([None, 1.0, 3.0]), {"samples": 2, "p50": 2.0, "p95": 2.9, "max": 3.0})
+        self.assertIsNone(demo.summarise([None, None]))
+
+    def test_parse_quantity(self) -> None:
+        self.assertEqual(demo.parse_quantity("250m"), 0.25)
+        self.assertEqual(demo.parse_quantity("768Mi"), 768 * 2**20)
+        self.assertEqual(demo.parse_quantity("2"), 2.0)
+        with self.assertRaises(ValueError):
+            demo.parse_quantity("lots")
+
+
+class ManifestTest(unittest.TestCase):
+    def job(self, runtime: str | None = "cube") -> dict[str, Any]:
+        return demo.job_manifest(name="rollout", namespace="agc-rl-0123456789ab", run_id="0123456789ab", count=10,
+                                 parallelism=3, image="python:3.12-alpine", runtime=runtime, deadline_seconds=240)
+
+    def test_job_is_the_guides(self) -> None:
+        job = self.job()
+        spec = job["spec"]
+        self.assertEqual((spec["completions"], spec["parallelism"], spec["backoffLimit"], spec["activeDeadlineSeconds"]),
+                         (10, 3, 0, 240))
+        pod = spec["template"]["spec"]
+        self.assertEqual(pod["runtimeClassName"], "cube")
+        self.assertEqual(pod["restartPolicy"], "Never")
+        self.assertIs(pod["automountServiceAccountToken"], False)
+        self.assertEqual(pod["securityContext"], {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True})
+        container = pod["containers"][0]
+        self.assertEqual(container["name"], "episode")
+        self.assertEqual(container["command"], ["python", "-B", "/demo/episode.py"])
+        self.assertEqual(container["env"], [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])
+        self.assertEqual(container["securityContext"], {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                                        "seccompProfile": {"type": "RuntimeDefault"}})
+        self.assertEqual(container["resources"], {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                                  "limits": {"cpu": "500m", "memory": "128Mi"}})
+        self.assertEqual(container["volumeMounts"], [{"name": "script", "mountPath": "/demo", "readOnly": True},
+                                                     {"name": "workspace", "mountPath": "/workspace"}])
+        self.assertEqual(pod["volumes"], [{"name": "script", "configMap": {"name": "episode"}},
+                                          {"name": "workspace", "emptyDir": {}}])
+        self.assertEqual(job["metadata"]["labels"][demo.RUN_LABEL], "0123456789ab")
+
+    def test_runtime_none_omits_the_runtime_class(self) -> None:
+        self.assertNotIn("runtimeClassName", self.job(runtime=None)["spec"]["template"]["spec"])
+
+    def test_namespace_is_labelled_and_restricted(self) -> None:
+        namespace = demo.namespace_manifest("agc-rl-0123456789ab", "0123456789ab")
+        self.assertEqual(namespace["metadata"]["labels"][demo.RUN_LABEL], "0123456789ab")
+        self.assertEqual(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted")
+
+    def test_configmap_carries_the_worker(self) -> None:
+        configmap = demo.configmap_manifest("ns", "id")
+        self.assertEqual(configmap["data"]["episode.py"], demo.WORKER_SOURCE)
+
+    def test_pod_selector_prefers_the_uid_label_and_falls_back_to_the_legacy_one(self) -> None:
+        job = {"metadata": {"uid": "u1"}, "spec": {"selector": {"matchLabels": {demo.UID_LABEL: "u1"}}}}
+        self.assertEqual(demo.pod_selector(job), f"{demo.UID_LABEL}=u1")
+        legacy = {"metadata": {"uid": "u1"}, "spec": {"selector": {"matchLabels": {"controller-uid": "u1"}}}}
+        self.assertEqual(demo.pod_selector(legacy), "controller-uid=u1")
+
+
+class LogParsingTest(unittest.TestCase):
+    def test_noise_lines_are_ignored(self) -> None:
+        text = "WARNING: something\n" + log_of(make_events("p", 10.0, 11.0))
+        self.assertEqual([event["event"] for event in demo.parse_events(text)], ["ready", "reward"])
+
+    def test_malformed_event_line_is_an_error(self) -> None:
+        with self.assertRaisesRegex(demo.EventParseError, "line 2 is malformed JSON"):
+            demo.parse_events(log_of(make_events("p", 10.0, 11.0)[:1]) + '{"event": "reward", "at": \n')
+
+    def test_event_without_time_is_an_error(self) -> None:
+        with self.assertRaisesRegex(demo.EventParseError, "no numeric 'at'"):
+            demo.parse_events('{"event": "ready"}\n')
+
+    def test_split_prefixed_logs(self) -> None:
+        text = "[pod/rollout-a/episode] one\n[pod/rollout-b/episode] two\n[pod/rollout-a/episode] three\n"
+        self.assertEqual(demo.split_prefixed_logs(text), {"rollout-a": "one\nthree\n", "rollout-b": "two\n"})
+
+    def test_parse_json_documents_reads_concatenated_objects_and_lists(self) -> None:
+        text = '{"kind": "A"}\n{"kind": "List", "items": [{"kind": "B"}, {"kind": "C"}]}'
+        self.assertEqual([d["kind"] for d in demo.parse_json_documents(text)], ["A", "B", "C"])
+
+
+class ValidationTest(unittest.TestCase):
+    """Each rule of the guide's step 7, refused on its own."""
+
+    def validate(self, pod: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+        return demo.validate_episode(pod, events, JOB_CREATED_AT, {"first_seen_at": JOB_CREATED_AT + 1.2}, "here")
+
+    def test_a_good_episode_gives_its_row(self) -> None:
+        row = self.validate(make_pod(), make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5))
+        self.assertEqual(row["pod"], "rollout-abcde")
+        self.assertAlmostEqual(row["pod_to_ready_seconds"], 2.0)
+        self.assertAlmostEqual(row["batch_to_ready_seconds"], 3.0)
+        self.assertAlmostEqual(row["batch_to_reward_seconds"], 3.5)
+        self.assertAlmostEqual(row["python_import_seconds"], 0.49)
+        self.assertAlmostEqual(row["import_to_ready_seconds"], 0.01)
+        self.assertAlmostEqual(row["pod_to_scheduled_seconds"], 0.0)
+        self.assertAlmostEqual(row["pod_to_container_started_seconds"], 1.0)
+        self.assertAlmostEqual(row["ready_to_reward_seconds"], 0.5)
+        self.assertAlmostEqual(row["reward_to_finished_seconds"], 0.5)
+        self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], 1.8)
+        self.assertEqual(row["image_id"], "docker.io/library/python@sha256:00")
+
+    def assert_refused(self, pod: dict[str, Any], events: list[dict[str, Any]], pattern: str) -> None:
+        with self.assertRaisesRegex(demo.EpisodeInvalid, pattern) as caught:
+            self.validate(pod, events)
+        self.assertEqual(caught.exception.exit_code, demo.EXIT_EPISODE)
+        self.assertIn("rollout-abcde", str(caught.exception))
+
+    def good_events(self, **reward_fields: Any) -> list[dict[str, Any]]:
+        return make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5, **reward_fields)
+
+    def test_pod_not_succeeded(self) -> None:
+        self.assert_refused(make_pod(phase="Failed", exit_code=1), self.good_events(), "phase Failed .exit code 1")
+
+    def test_restart(self) -> None:
+        self.assert_refused(make_pod(restarts=1), self.good_events(), "restarted 1 times")
+
+    def test_exit_code(self) -> None:
+        self.assert_refused(make_pod(exit_code=2), self.good_events(), "exit code is 2")
+
+    def test_missing_reward(self) -> None:
+        self.assert_refused(make_pod(), self.good_events()[:1], "found 1 ready and 0 reward")
+
+    def test_duplicate_ready(self) -> None:
+        events = self.good_events()
+        self.assert_refused(make_pod(), [events[0], *events], "found 2 ready and 1 reward")
+
+    def test_identity(self) -> None:
+        events = make_events("someone-else", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5)
+        self.assert_refused(make_pod(), events, "episode_id 'someone-else'")
+
+    def test_reward_zero(self) -> None:
+        self.assert_refused(make_pod(), self.good_events(reward=0, tests_exit=1), "reward 0 with tests exit 1")
+
+    def test_baseline_passed(self) -> None:
+        self.assert_refused(make_pod(), self.good_events(baseline_exit=0), "baseline passed")
+
+    def test_clock_skew(self) -> None:
+        events = make_events("rollout-abcde", JOB_CREATED_AT - 3600, JOB_CREATED_AT - 3599)
+        self.assert_refused(make_pod(), events, "clock synchronisation")
+
+    def test_pod_before_job_is_skew(self) -> None:
+        self.assert_refused(make_pod(created="2026-11-29T09:59:59Z"), self.good_events(), "out of order")
+
+    def test_pod_set_names_deleted_evicted_and_extra_pods(self) -> None:
+        deleted = make_pod()
+        deleted["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:05Z"
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-abcde: the pod was deleted mid-run"):
+            demo.check_pod_set([deleted], 1, "here")
+        evicted = make_pod(phase="Failed")
+        evicted["status"].update(reason="Evicted", message="low on memory")
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "evicted .low on memory"):
+            demo.check_pod_set([evicted], 1, "here")
+        with self.assertRaisesRegex(demo.DemoError, "2 pods but 1 episodes.*rollout-a, rollout-b"):
+            demo.check_pod_set([make_pod("rollout-a"), make_pod("rollout-b")], 1, "here")
+
+
+class EpisodeSourcesTest(unittest.TestCase):
+    """The log and the termination message: which is read, and that they agree."""
+
+    events = make_events("p", 10.0, 11.0)
+
+    def test_agreeing_sources(self) -> None:
+        result = demo.episode_events("p", log_of(self.events), None, log_of(self.events), True, "here")
+        self.assertEqual(result, self.events)
+
+    def test_trimmed_test_output_still_agrees(self) -> None:
+        trimmed = [dict(self.events[0]), dict(self.events[1], tests_output="K\n", tests_output_truncated=True)]
+        self.assertEqual(demo.episode_events("p", log_of(self.events), None, log_of(trimmed), True, "h"), self.events)
+
+    def test_disagreeing_sources(self) -> None:
+        other = [self.events[0], dict(self.events[1], reward=0)]
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "different events"):
+            demo.episode_events("p", log_of(self.events), None, log_of(other), True, "here")
+
+    def test_unreadable_log_says_why(self) -> None:
+        with self.assertRaisesRegex(demo.EpisodeInvalid, r"log could not be read \(Error from server"):
+            demo.episode_events("p", None, "Error from server (InternalError)", log_of(self.events), True, "here")
+
+    def test_large_batches_use_the_message_alone(self) -> None:
+        self.assertEqual(demo.episode_events("p", None, "not read", log_of(self.events), False, "h"), self.events)
+
+    def test_empty_message_falls_back_to_the_log(self) -> None:
+        self.assertEqual(demo.episode_events("p", log_of(self.events), None, "", True, "h"), self.events)
+
+
+class ReportTest(unittest.TestCase):
+    def results(self) -> dict[str, Any]:
+        rows = []
+        for index in range(4):
+            pod = make_pod(f"rollout-{index}", created=f"2026-11-29T10:00:0{index}Z")
+            pod["spec"]["nodeName"] = "node-a" if index % 2 else "node-b"
+            events = make_events(f"rollout-{index}", JOB_CREATED_AT + index + 2.0, JOB_CREATED_AT + index + 2.5)
+            row = demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here")
+            row.update(batch_start=JOB_CREATED_AT, round=1, job="rollout")
+            rows.append(row)
+        results = demo.batch_figures(rows)
+        results.update(namespace="agc-rl-x", context="ctx", runtime="cube", image="img", parallelism=1, rounds=1,
+                       client_job_complete_seconds=9.0, phases=demo.phase_table(rows), nodes=demo.node_spread(rows),
+                       image_ids=["sha"], pods=rows)
+        return results
+
+    def test_batch_figures(self) -> None:
+        results = self.results()
+        self.assertEqual(results["episodes"], 4)
+        self.assertEqual(results["reward_sum"], 4)
+        self.assertAlmostEqual(results["batch_to_all_ready_seconds"], 5.0)
+        self.assertAlmostEqual(results["batch_to_all_rewards_seconds"], 5.5)
+        self.assertEqual(results["nodes"], {"node-a": 2, "node-b": 2})
+
+    def test_summary_table_names_every_phase(self) -> None:
+        text = demo.render_summary(self.results())
+        for label in demo.PHASE_LABELS.values():
+            self.assertIn(label, text)
+        self.assertIn("nodes: node-a: 2, node-b: 2", text)
+
+    def test_timeline_svg_parses_and_has_a_bar_per_phase(self) -> None:
+        svg = demo.render_timeline_svg(self.results())
+        root = ElementTree.fromstring(svg)
+        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
+        self.assertEqual(len(bars), 4 * len(demo.TIMELINE_BARS))
+        self.assertEqual({bar.get("data-phase") for bar in bars}, {name for name, *_ in demo.TIMELINE_BARS})
+        texts = "".join(root.itertext())
+        self.assertIn("node node-a", texts)
+        self.assertIn("seconds since the Job was created", texts)
+
+    def test_thresholds(self) -> None:
+        results = self.results()
+        self.assertEqual(demo.check_thresholds(results, {"batch_to_all_ready_seconds": 10}), [])
+        self.assertEqual(demo.check_thresholds(results, {"batch_to_all_ready_seconds": 4, "pod_to_ready_max_seconds": 1}),
+                         ["batch_to_all_ready_seconds = 5.000 s > 4 s", "pod_to_ready_max_seconds = 2.000 s > 1 s"])
+
+    def test_events_text_is_sorted_by_creation(self) -> None:
+        events = [
+            {"metadata": {"name": "b", "creationTimestamp": "2026-11-29T10:00:02Z"}, "reason": "Late",
+             "involvedObject": {"kind": "Pod", "name": "p"}, "message": "x"},
+            {"metadata": {"name": "a", "creationTimestamp": "2026-11-29T10:00:01Z"}, "reason": "Early",
+             "involvedObject": {"kind": "Job", "name": "rollout"}, "message": "y"},
+        ]
+        lines = demo.render_events_text(events).splitlines()
+        self.assertIn("Early", lines[1])
+        self.assertIn("Late", lines[2])
+
+
+class CapacityTest(unittest.TestCase):
+    runtimeclass = {"handler": "cube", "overhead": {"podFixed": {"cpu": "0", "memory": "768Mi"}}}
+
+    def node(self, name: str, **spec: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {"sandbox": "yes"}}, "spec": spec,
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    def test_the_guides_example_in_words(self) -> None:
+        fits, text = demo.capacity_verdict(10, self.runtimeclass, [self.node("a"), self.node("b")])
+        self.assertTrue(fits)
+        self.assertIn("10 pods need 1.0 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", text)
+        self.assertIn("2 eligible nodes have 8.0 CPU and 16.0 GiB", text)
+
+    def test_too_little_memory(self) -> None:
+        fits, _ = demo.capacity_verdict(20, self.runtimeclass, [self.node("a")])
+        self.assertFalse(fits)
+
+    def test_unschedulable_tainted_and_unselected_nodes_are_not_eligible(self) -> None:
+        runtimeclass = dict(self.runtimeclass, scheduling={"nodeSelector": {"sandbox": "yes"}})
+        tainted = self.node("t", taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+        unselected = self.node("u")
+        unselected["metadata"]["labels"] = {}
+        nodes = [self.node("ok"), self.node("cordoned", unschedulable=True), tainted, unselected]
+        self.assertEqual([n["metadata"]["name"] for n in demo.eligible_nodes(nodes, runtimeclass)], ["ok"])
+        tolerant = dict(runtimeclass, scheduling={"nodeSelector": {"sandbox": "yes"},
+                                                  "tolerations": [{"key": "dedicated", "operator": "Exists"}]})
+        self.assertEqual([n["metadata"]["name"] for n in demo.eligible_nodes(nodes, tolerant)], ["ok", "t"])
+
+
+class CommandLineTest(unittest.TestCase):
+    def run_main(self, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = demo.main(list(argv))
+            except SystemExit as exit:
+                code = int(exit.code or 0)
+        return code, out.getvalue(), err.getvalue()
+
+    def test_bounds_are_usage_errors(self) -> None:
+        for argv, message in (
+            (["--count", "21"], "count <= 20"),
+            (["--count", "5", "--parallelism", "6"], "parallelism <= count"),
+            (["--count", "0"], "'0' must be at least 1"),
+            (["--count", "ten"], "'ten' is not a whole number"),
+            (["--rounds", "11"], "--rounds must be between 1 and 10"),
+            (["--threshold", "nonsense_seconds=1"], "unknown metric 'nonsense_seconds'"),
+        ):
+            with self.subTest(argv=argv):
+                code, _, err = self.run_main("run", "--output", "unused", *argv)
+                self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertIn(message, err)
+                self.assertNotIn("Traceback", err)
+                self.assertFalse(Path("unused").exists())
+
+    def test_allow_large_raises_the_limit(self) -> None:
+        with tempfile.TemporaryDirectory() as root:
+            code, out, _ = self.run_main("run", "--output", f"{root}/dry", "--count", "200", "--allow-large", "--dry-run")
+            self.assertEqual(code, 0, out)
+            job = json.loads(Path(root, "dry", "02-job-rollout.json").read_text())
+            self.assertEqual(job["spec"]["completions"], 200)
+
+    def test_cleanup_has_no_count_bound(self) -> None:
+        with tempfile.TemporaryDirectory() as root:
+            code, _, err = self.run_main("cleanup", "--output", root)
+        self.assertEqual(code, demo.EXIT_USAGE)
+        self.assertIn("no receipt at", err)
+
+    def test_unreadable_receipt_is_a_message(self) -> None:
+        with tempfile.TemporaryDirectory() as root:
+            Path(root, "receipt.json").write_text("{not json")
+            code, _, err = self.run_main("cleanup", "--output", root)
+        self.assertEqual(code, demo.EXIT_USAGE)
+        self.assertIn("cannot read the receipt", err)
+
+    def test_dry_run_writes_manifests_and_touches_nothing(self) -> None:
+        with tempfile.TemporaryDirectory() as root:
+            env = {"PATH": root}  # no kubectl anywhere: a call would fail
+            with unittest.mock.patch.dict(os.environ, env):
+                code, out, _ = self.run_main("run", "--output", f"{root}/dry", "--rounds", "2", "--runtime", "none", "--dry-run")
+            self.assertEqual(code, 0)
+            names = sorted(p.name for p in Path(root, "dry").iterdir())
+            self.assertEqual(names, ["00-namespace.json", "01-configmap.json", "02-job-rollout-1.json", "03-job-rollout-2.json"])
+            job = json.loads(Path(root, "dry", "02-job-rollout-1.json").read_text())
+            self.assertNotIn("runtimeClassName", job["spec"]["template"]["spec"])
+            self.assertIn("no cluster was contacted", out)
+
+    def test_existing_output_is_refused(self) -> None:
+        with tempfile.TemporaryDirectory() as root:
+            code, _, err = self.run_main("run", "--output", root, "--dry-run")
+        self.assertEqual(code, demo.EXIT_USAGE)
+        self.assertIn("already exists", err)
+
+    def test_version_names_the_file_hash(self) -> None:
+        code, out, _ = self.run_main("--version")
+        self.assertEqual(code, 0)
+        self.assertRegex(out, r"rl-batch-demo \d+\.\d+\.\d+ \(file sha256 [0-9a-f]{12}\)")
+
+
+class WorkerTest(unittest.TestCase):
+    """The embedded worker, run for real with this Python."""
+
+    def run_worker(self, workspace: Path, termination: Path) -> subprocess.CompletedProcess[str]:
+        script = workspace.parent / "episode.py"
+        script.write_text(demo.WORKER_SOURCE)
+        env = dict(os.environ, EPISODE_ID="rollout-xyz", RL_DEMO_WORKSPACE=str(workspace),
+                   RL_DEMO_TERMINATION_LOG=str(termination))
+        return subprocess.run([sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60)
+
+    def test_baseline_fails_fix_passes_events_in_order(self) -> None:
+        with tempfile.TemporaryDirectory() as root:
+            workspace = Path(root, "workspace")
+            workspace.mkdir()
+            termination = Path(root, "termination-log")
+            result = self.run_worker(workspace, termination)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            events = demo.parse_events(result.stdout)
+            self.assertEqual([event["event"] for event in events], ["ready", "reward"])
+            ready, reward = events
+            self.assertEqual(ready["episode_id"], "rollout-xyz")
+            self.assertLessEqual(ready["process_started_at"], ready["imports_done_at"])
+            self.assertLessEqual(ready["imports_done_at"], ready["at"])
+            self.assertLessEqual(ready["at"], reward["at"])
+            self.assertNotEqual(reward["baseline_exit"], 0)
+            self.assertEqual((reward["tests_exit"], reward["reward"]), (0, 1))
+            self.assertIn("Ran 3 tests", reward["tests_output"])
+            self.assertEqual(Path(workspace, "shipping.py").read_text(),
+                             "def shipping(total):\n    return 0 if total >= 99 else 10\n")
+            message = termination.read_text()
+            self.assertLessEqual(len(message.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+            self.assertEqual(demo.comparable_events(demo.parse_events(message)), demo.comparable_events(events))
+
+
+if __name__ == "__main__":
+    unittest.main()
