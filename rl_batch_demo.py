@@ -29,10 +29,12 @@ Exit codes:
     6    refused: an ownership check failed, nothing was deleted
     130  interrupted (Ctrl-C or SIGTERM)
 """
+
 from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import datetime
 import hashlib
 import json
@@ -49,7 +51,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __version__ = "0.1.0"
 
@@ -261,9 +263,7 @@ if __name__ == "__main__":
 
 # Small pure helpers ###########################################################
 
-_RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
-)
+_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$")
 
 
 def parse_timestamp(text: str) -> float:
@@ -317,8 +317,18 @@ def difference(later: Optional[float], earlier: Optional[float]) -> Optional[flo
 
 _QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
 _QUANTITY_SUFFIXES = {
-    "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-    "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "Pi": 2.0 ** 50,
+    "": 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
 }
 
 
@@ -331,7 +341,7 @@ def parse_quantity(text: str) -> float:
 
 
 def format_gib(num_bytes: float) -> str:
-    return f"{num_bytes / 2.0 ** 30:.1f} GiB"
+    return f"{num_bytes / 2.0**30:.1f} GiB"
 
 
 def format_cpu(cores: float) -> str:
@@ -355,10 +365,8 @@ def write_atomic(path: Path, text: str) -> None:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
-        except OSError:
-            pass
         raise
 
 
@@ -637,7 +645,7 @@ def episode_events(
         try:
             message_events = parse_events(message_text)
         except EventParseError as error:
-            raise EpisodeInvalid(pod_name, f"its termination message has a bad event: {error}", inspect)
+            raise EpisodeInvalid(pod_name, f"its termination message has a bad event: {error}", inspect) from None
     if log_text is None:
         if crosscheck or message_events is None:
             raise EpisodeInvalid(pod_name, f"its log could not be read ({log_error})", inspect)
@@ -645,11 +653,9 @@ def episode_events(
     try:
         log_events = parse_events(log_text)
     except EventParseError as error:
-        raise EpisodeInvalid(pod_name, f"its log has a bad event: {error}", inspect)
+        raise EpisodeInvalid(pod_name, f"its log has a bad event: {error}", inspect) from None
     if message_events is not None and comparable_events(message_events) != comparable_events(log_events):
-        raise EpisodeInvalid(
-            pod_name, "its log and its termination message report different events", inspect
-        )
+        raise EpisodeInvalid(pod_name, "its log and its termination message report different events", inspect)
     return log_events
 
 
@@ -934,7 +940,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         parts.append(f'<text x="10" y="{y - 4}" font-weight="bold">node {_xml(node)}</text>')
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
             parts.append(f'<text x="10" y="{y + 12}">{_xml(row["pod"])}</text>')
-            for name, meaning, colour, start_key, end_key in TIMELINE_BARS:
+            for name, _, colour, start_key, end_key in TIMELINE_BARS:
                 start, stop = row.get(start_key), row.get(end_key)
                 if start is None or stop is None:
                     continue
@@ -1035,7 +1041,7 @@ class WatchStream:
     A reader thread decodes the concatenated JSON events and puts (tag, client time, event)
     on a shared queue; (tag, time, None) marks the end of the stream."""
 
-    def __init__(self, tag: str, process: "subprocess.Popen[bytes]", sink: "queue.Queue[Any]") -> None:
+    def __init__(self, tag: str, process: subprocess.Popen[bytes], sink: queue.Queue[Any]) -> None:
         self.tag = tag
         self.process = process
         self.sink = sink
@@ -1098,7 +1104,9 @@ class Kubectl:
         self.calls: List[Dict[str, Any]] = []
         self.warnings: List[str] = []
 
-    def argv(self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: str = REQUEST_TIMEOUT) -> List[str]:
+    def argv(
+        self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: str = REQUEST_TIMEOUT
+    ) -> List[str]:
         argv = [self.executable]
         if self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
@@ -1116,14 +1124,12 @@ class Kubectl:
             EXIT_CLUSTER,
         )
 
-    def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> "subprocess.CompletedProcess[str]":
+    def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         record: Dict[str, Any] = {"argv": argv[1:]}
         self.calls.append(record)
         try:
-            completed = subprocess.run(
-                argv, input=stdin, check=False, capture_output=True, text=True, timeout=timeout
-            )
+            completed = subprocess.run(argv, input=stdin, check=False, capture_output=True, text=True, timeout=timeout)
         except OSError as error:
             record["error"] = str(error)
             raise self._spawn_failure(error) from None
@@ -1165,9 +1171,9 @@ class Kubectl:
         argv = [self.executable]
         if self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
-        completed = self._once(argv + ["config", "current-context"], None, self.process_timeout)
+        completed = self._once([*argv, "config", "current-context"], None, self.process_timeout)
         if completed.returncode != 0:
-            failure = KubectlFailure(argv + ["config", "current-context"], completed.returncode, completed.stderr)
+            failure = KubectlFailure([*argv, "config", "current-context"], completed.returncode, completed.stderr)
             raise DemoError(
                 f"no kubectl context to use ({failure.first_line}); set one with "
                 "`kubectl config use-context` or pass --context",
@@ -1187,7 +1193,9 @@ class Kubectl:
             return None
         return self._decode(raw, f"get {kind} {name}")
 
-    def get_list(self, kinds: str, namespace: Optional[str] = None, selector: Optional[str] = None, **kwargs: Any) -> List[Dict[str, Any]]:
+    def get_list(
+        self, kinds: str, namespace: Optional[str] = None, selector: Optional[str] = None, **kwargs: Any
+    ) -> List[Dict[str, Any]]:
         args = ["get", kinds, "-o", "json"]
         if selector:
             args[2:2] = ["-l", selector]
@@ -1211,17 +1219,19 @@ class Kubectl:
         return decoded
 
     def watch(
-        self, tag: str, args: Sequence[str], namespace: str, sink: "queue.Queue[Any]", seconds: float
+        self, tag: str, args: Sequence[str], namespace: str, sink: queue.Queue[Any], seconds: float
     ) -> WatchStream:
         """Start a watch whose request lives as long as the client is prepared to wait."""
         argv = self.argv(
             ["get", *args, "-o", "json", "--output-watch-events", "--watch"],
             namespace,
-            request_timeout=f"{int(math.ceil(seconds))}s",
+            request_timeout=f"{math.ceil(seconds)}s",
         )
         self.calls.append({"argv": argv[1:], "watch": True})
         try:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
         except OSError as error:
             raise self._spawn_failure(error) from None
         return WatchStream(tag, process, sink)
@@ -1282,8 +1292,12 @@ def pod_counts(observed: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict
         }
     status = job.get("status", {})
     active, succeeded, failed = (int(status.get(key, 0) or 0) for key in ("active", "succeeded", "failed"))
-    return {"created": active + succeeded + failed, "running": int(status.get("ready", 0) or 0),
-            "succeeded": succeeded, "failed": failed}
+    return {
+        "created": active + succeeded + failed,
+        "running": int(status.get("ready", 0) or 0),
+        "succeeded": succeeded,
+        "failed": failed,
+    }
 
 
 # Receipts #####################################################################
@@ -1302,7 +1316,7 @@ class Receipt:
         write_json(self.path, self.data)
 
     @classmethod
-    def load(cls, output: Path) -> "Receipt":
+    def load(cls, output: Path) -> Receipt:
         path = output / "receipt.json"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -1314,10 +1328,10 @@ class Receipt:
             ) from None
         except (OSError, ValueError) as error:
             raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-        if not isinstance(data, dict) or not all(isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")):
-            raise DemoError(
-                f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE
-            )
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
+        ):
+            raise DemoError(f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
         return cls(path, data)
 
     def add_job(self, name: str) -> None:
@@ -1434,13 +1448,17 @@ def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str,
         labels = node.get("metadata", {}).get("labels", {}) or {}
         if any(labels.get(key) != value for key, value in selector.items()):
             continue
-        taints = [t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
+        taints = [
+            t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute")
+        ]
         if all(_tolerates(taint, tolerations) for taint in taints):
             eligible.append(node)
     return eligible
 
 
-def capacity_verdict(count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]) -> Tuple[bool, str]:
+def capacity_verdict(
+    count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]
+) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
     overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
@@ -1464,7 +1482,9 @@ def capacity_verdict(count: int, runtimeclass: Optional[Dict[str, Any]], nodes: 
 # Cleanup ######################################################################
 
 
-def _wait_until_absent(kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float) -> Optional[Dict[str, Any]]:
+def _wait_until_absent(
+    kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
+) -> Optional[Dict[str, Any]]:
     """None once the object is gone, else its last state when the wait ran out."""
     deadline = time.monotonic() + seconds
     while True:
@@ -1490,7 +1510,13 @@ def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def cleanup_run(kubectl: Kubectl, receipt: Receipt, output: Path, say: Callable[[str], None], wait_seconds: float = CLEANUP_WAIT_SECONDS) -> None:
+def cleanup_run(
+    kubectl: Kubectl,
+    receipt: Receipt,
+    output: Path,
+    say: Callable[[str], None],
+    wait_seconds: float = CLEANUP_WAIT_SECONDS,
+) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
     data = receipt.data
     namespace_name = data["namespace"]
@@ -1583,8 +1609,14 @@ class RunSettings:
 
 
 class WaitOutcome:
-    def __init__(self, job: Dict[str, Any], condition: Optional[str], observed_wall: Optional[float],
-                 observed_monotonic: Optional[float], observed_pods: Dict[str, Dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        job: Dict[str, Any],
+        condition: Optional[str],
+        observed_wall: Optional[float],
+        observed_monotonic: Optional[float],
+        observed_pods: Dict[str, Dict[str, Any]],
+    ) -> None:
         self.job = job
         self.condition = condition
         self.observed_wall = observed_wall
@@ -1682,8 +1714,13 @@ class BatchRun:
         round_dir = settings.output if settings.rounds == 1 else settings.output / f"round-{round_number}"
         self.current_dir = round_dir
         manifest = job_manifest(
-            name=name, namespace=self.namespace, run_id=self.run_id, count=settings.count,
-            parallelism=settings.parallelism, image=settings.image, runtime=settings.runtime,
+            name=name,
+            namespace=self.namespace,
+            run_id=self.run_id,
+            count=settings.count,
+            parallelism=settings.parallelism,
+            image=settings.image,
+            runtime=settings.runtime,
             deadline_seconds=settings.deadline_seconds,
         )
         write_json(round_dir / "job-submitted.json", manifest)
@@ -1707,7 +1744,8 @@ class BatchRun:
         if outcome.condition is None:
             counts = pod_counts(outcome.observed_pods, outcome.job)
             raise DemoError(
-                f"Job {self.namespace}/{name} did not finish within {settings.deadline_seconds + CLIENT_GRACE_SECONDS} s "
+                f"Job {self.namespace}/{name} did not finish within "
+                f"{settings.deadline_seconds + CLIENT_GRACE_SECONDS} s "
                 f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded); "
                 f"inspect {inspect}, then run cleanup",
                 EXIT_TIMEOUT,
@@ -1744,7 +1782,7 @@ class BatchRun:
 
     def wait_for_job(self, name: str, job: Dict[str, Any], deadline: float, submitted: float) -> WaitOutcome:
         """Watch the Job (and its pods) until Complete or Failed; poll if the watch ends early."""
-        sink: "queue.Queue[Any]" = queue.Queue()
+        sink: queue.Queue[Any] = queue.Queue()
         seconds = max(1.0, deadline - time.monotonic()) + 5
         watches = [self.kubectl.watch("job", ["job", name], self.namespace, sink, seconds)]
         watches.append(self.kubectl.watch("pods", ["pods", "-l", pod_selector(job)], self.namespace, sink, seconds))
@@ -1804,7 +1842,9 @@ class BatchRun:
         pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
         return pods, events
 
-    def read_logs(self, pods: List[Dict[str, Any]], selector: str, all_pods: bool) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
+    def read_logs(
+        self, pods: List[Dict[str, Any]], selector: str, all_pods: bool
+    ) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
         """Container logs with one kubectl call; per-pod reads only for pods that call missed.
 
         Beyond the cross-check limit, only pods without a termination message are read."""
@@ -1814,8 +1854,16 @@ class BatchRun:
         if not wanted:
             return logs, errors
         if len(wanted) > 1:
-            args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1",
-                    f"--max-log-requests={max(len(pods), 5)}"]
+            args = [
+                "logs",
+                "-l",
+                selector,
+                "-c",
+                CONTAINER_NAME,
+                "--prefix",
+                "--tail=-1",
+                f"--max-log-requests={max(len(pods), 5)}",
+            ]
             try:
                 text = self.kubectl.run(args, namespace=self.namespace, read_only=True)
             except KubectlFailure as failure:
@@ -1825,14 +1873,24 @@ class BatchRun:
             if name in logs:
                 continue
             try:
-                logs[name] = self.kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True)
+                logs[name] = self.kubectl.run(
+                    ["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True
+                )
             except KubectlFailure as failure:
                 logs[name] = None
                 errors[name] = failure.first_line
         return logs, errors
 
-    def validate(self, job: Dict[str, Any], pods: List[Dict[str, Any]], logs: Dict[str, Optional[str]],
-                 log_errors: Dict[str, str], outcome: WaitOutcome, round_dir: Path, inspect: str) -> List[Dict[str, Any]]:
+    def validate(
+        self,
+        job: Dict[str, Any],
+        pods: List[Dict[str, Any]],
+        logs: Dict[str, Optional[str]],
+        log_errors: Dict[str, str],
+        outcome: WaitOutcome,
+        round_dir: Path,
+        inspect: str,
+    ) -> List[Dict[str, Any]]:
         check_pod_set(pods, self.settings.count, inspect)
         job_created_at = parse_timestamp(job["metadata"]["creationTimestamp"])
         crosscheck = self.settings.count <= LOG_CROSSCHECK_LIMIT
@@ -1842,8 +1900,12 @@ class BatchRun:
             pod_inspect = f"{round_dir}/{name}.log and pods.json"
             try:
                 events = episode_events(
-                    name, logs.get(name) if name in logs else None,
-                    log_errors.get(name, "not read"), termination_message(pod), crosscheck, pod_inspect,
+                    name,
+                    logs.get(name) if name in logs else None,
+                    log_errors.get(name, "not read"),
+                    termination_message(pod),
+                    crosscheck,
+                    pod_inspect,
                 )
                 row = validate_episode(pod, events, job_created_at, outcome.observed_pods.get(name), pod_inspect)
             except EpisodeInvalid:
@@ -1879,10 +1941,20 @@ class BatchRun:
             live = self.kubectl.get("job", job["metadata"]["name"], self.namespace, retries=())
             if live is not None:
                 write_json(round_dir / "job.json", live)
-            pods = [item for item in items if item.get("kind") == "Pod" and pod_belongs_to(item, job["metadata"]["uid"])]
+            pods = [
+                item for item in items if item.get("kind") == "Pod" and pod_belongs_to(item, job["metadata"]["uid"])
+            ]
             write_json(round_dir / "pods.json", {"apiVersion": "v1", "kind": "List", "items": pods})
-            args = ["logs", "-l", pod_selector(job), "-c", CONTAINER_NAME, "--prefix", "--tail=-1",
-                    f"--max-log-requests={max(len(pods), 5)}"]
+            args = [
+                "logs",
+                "-l",
+                pod_selector(job),
+                "-c",
+                CONTAINER_NAME,
+                "--prefix",
+                "--tail=-1",
+                f"--max-log-requests={max(len(pods), 5)}",
+            ]
             try:
                 text = self.kubectl.run(args, namespace=self.namespace, read_only=True, retries=())
             except KubectlFailure as failure:
@@ -1907,8 +1979,14 @@ def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Dict[str, A
     record.setdefault(phase, wall)
 
 
-def assemble_results(settings: RunSettings, context: str, namespace: str, run_id: str,
-                     rows: List[Dict[str, Any]], rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
+def assemble_results(
+    settings: RunSettings,
+    context: str,
+    namespace: str,
+    run_id: str,
+    rows: List[Dict[str, Any]],
+    rounds: List[Dict[str, Any]],
+) -> Dict[str, Any]:
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
     results = batch_figures(rows)
     results.update(
@@ -1966,15 +2044,27 @@ def claim_output(output: Path) -> None:
 def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
-    manifests = [("00-namespace.json", namespace_manifest(namespace, run_id)),
-                 ("01-configmap.json", configmap_manifest(namespace, run_id))]
+    manifests = [
+        ("00-namespace.json", namespace_manifest(namespace, run_id)),
+        ("01-configmap.json", configmap_manifest(namespace, run_id)),
+    ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
-        manifests.append((f"{1 + round_number:02d}-job-{name}.json", job_manifest(
-            name=name, namespace=namespace, run_id=run_id, count=settings.count,
-            parallelism=settings.parallelism, image=settings.image, runtime=settings.runtime,
-            deadline_seconds=settings.deadline_seconds,
-        )))
+        manifests.append(
+            (
+                f"{1 + round_number:02d}-job-{name}.json",
+                job_manifest(
+                    name=name,
+                    namespace=namespace,
+                    run_id=run_id,
+                    count=settings.count,
+                    parallelism=settings.parallelism,
+                    image=settings.image,
+                    runtime=settings.runtime,
+                    deadline_seconds=settings.deadline_seconds,
+                ),
+            )
+        )
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
     print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
@@ -1997,16 +2087,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     context = kubectl.context or kubectl.current_context()
     kubectl.context = context
     claim_output(output)
-    receipt = Receipt(output / "receipt.json", {
-        "context": context,
-        "namespace": namespace,
-        "run_id": run_id,
-        "kubeconfig": kubectl.kubeconfig,
-        "kubectl": kubectl.executable,
-        "created_at": time.time(),
-        "tool_version": f"{__version__}+{file_fingerprint()}",
-        "jobs": [],
-    })
+    receipt = Receipt(
+        output / "receipt.json",
+        {
+            "context": context,
+            "namespace": namespace,
+            "run_id": run_id,
+            "kubeconfig": kubectl.kubeconfig,
+            "kubectl": kubectl.executable,
+            "created_at": time.time(),
+            "tool_version": f"{__version__}+{file_fingerprint()}",
+            "jobs": [],
+        },
+    )
     receipt.save()
     progress = Progress(enabled=not settings.quiet)
     batch = BatchRun(kubectl, receipt, settings, progress)
@@ -2156,7 +2249,10 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
     """One row per figure: each run's value and its ratio to the first run's."""
     figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
     for phase in PHASES:
-        figures += [(f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"), (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)")]
+        figures += [
+            (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
+            (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
+        ]
     rows = []
     for key, label in figures:
         values: List[Optional[float]] = []
@@ -2180,14 +2276,17 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
-    header = ["figure"] + names
-    table = [[row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))] for row in rows]
+    header = ["figure", *names]
+    table = [
+        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
+        for row in rows
+    ]
     if style == "markdown":
         lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         lines += ["| " + " | ".join(cells) + " |" for cells in table]
         return "\n".join(lines) + "\n"
-    widths = [max(len(line[i]) for line in [header] + table) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header] + table) + "\n"
+    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *table]) + "\n"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -2252,54 +2351,131 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=formatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (file sha256 {file_fingerprint()})")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__} (file sha256 {file_fingerprint()})"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 
-    run = commands.add_parser("run", help="run a batch of episodes and measure it", epilog=EXIT_CODES_HELP, formatter_class=formatter,
-                              description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
-                              "episodes; wait for it, save every diagnostic, validate every episode and write results.json.")
-    run.add_argument("--output", required=True, metavar="DIR", help="new directory for receipt, diagnostics and results (must not exist)")
-    run.add_argument("--count", type=positive_int, default=DEFAULT_COUNT, metavar="N",
-                     help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT})")
-    run.add_argument("--parallelism", type=positive_int, metavar="P",
-                     help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)")
-    run.add_argument("--rounds", type=positive_int, default=1, metavar="K",
-                     help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})")
-    run.add_argument("--image", default=DEFAULT_IMAGE, help=f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})")
-    run.add_argument("--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS",
-                     help=f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default runtime")
-    run.add_argument("--timeout", type=positive_int, default=DEFAULT_JOB_DEADLINE_SECONDS, metavar="SECONDS",
-                     help=f"the Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); the client waits {CLIENT_GRACE_SECONDS} s longer")
-    run.add_argument("--cleanup", choices=("never", "on-success", "always"), default="never",
-                     help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)")
-    run.add_argument("--threshold", type=threshold, action="append", metavar="METRIC=SECONDS",
-                     help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); metrics: {', '.join(THRESHOLD_METRICS)}")
-    run.add_argument("--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}")
+    run = commands.add_parser(
+        "run",
+        help="run a batch of episodes and measure it",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=formatter,
+        description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
+        "episodes; wait for it, save every diagnostic, validate every episode and write results.json.",
+    )
+    run.add_argument(
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="new directory for receipt, diagnostics and results (must not exist)",
+    )
+    run.add_argument(
+        "--count",
+        type=positive_int,
+        default=DEFAULT_COUNT,
+        metavar="N",
+        help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT})",
+    )
+    run.add_argument(
+        "--parallelism",
+        type=positive_int,
+        metavar="P",
+        help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
+    )
+    run.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
+    )
+    run.add_argument(
+        "--image",
+        default=DEFAULT_IMAGE,
+        help=f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})",
+    )
+    run.add_argument(
+        "--runtime",
+        default=DEFAULT_RUNTIME,
+        metavar="RUNTIMECLASS",
+        help=f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default runtime",
+    )
+    run.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=DEFAULT_JOB_DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help=f"the Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
+        f"the client waits {CLIENT_GRACE_SECONDS} s longer",
+    )
+    run.add_argument(
+        "--cleanup",
+        choices=("never", "on-success", "always"),
+        default="never",
+        help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
+    )
+    run.add_argument(
+        "--threshold",
+        type=threshold,
+        action="append",
+        metavar="METRIC=SECONDS",
+        help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
+        f"metrics: {', '.join(THRESHOLD_METRICS)}",
+    )
+    run.add_argument(
+        "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}"
+    )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
     _cluster_options(run)
     run.set_defaults(handler=cmd_run, subparser=run)
 
-    cleanup = commands.add_parser("cleanup", help="delete what a run created, after checking ownership", epilog=EXIT_CODES_HELP, formatter_class=formatter,
-                                  description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
-                                  "delete the Jobs (foreground) and the namespace. Keeps DIR.")
-    cleanup.add_argument("--output", required=True, metavar="DIR", help="the run's output directory (holds receipt.json)")
+    cleanup = commands.add_parser(
+        "cleanup",
+        help="delete what a run created, after checking ownership",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=formatter,
+        description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
+        "delete the Jobs (foreground) and the namespace. Keeps DIR.",
+    )
+    cleanup.add_argument(
+        "--output", required=True, metavar="DIR", help="the run's output directory (holds receipt.json)"
+    )
     _cluster_options(cleanup)
     cleanup.set_defaults(handler=cmd_cleanup)
 
-    check = commands.add_parser("check", help="preflight: can this cluster run the batch? (creates nothing)", epilog=EXIT_CODES_HELP, formatter_class=formatter)
-    check.add_argument("--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="episodes to plan capacity for")
-    check.add_argument("--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'")
+    check = commands.add_parser(
+        "check",
+        help="preflight: can this cluster run the batch? (creates nothing)",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=formatter,
+    )
+    check.add_argument(
+        "--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="episodes to plan capacity for"
+    )
+    check.add_argument(
+        "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'"
+    )
     check.add_argument("--image", default=DEFAULT_IMAGE, help="image the run would use (reported only)")
     _cluster_options(check)
     check.set_defaults(handler=cmd_check)
 
-    compare = commands.add_parser("compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter)
-    compare.add_argument("directories", nargs="+", metavar="DIR", help="output directories of finished runs; the first is the baseline for ratios")
+    compare = commands.add_parser(
+        "compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter
+    )
+    compare.add_argument(
+        "directories",
+        nargs="+",
+        metavar="DIR",
+        help="output directories of finished runs; the first is the baseline for ratios",
+    )
     compare.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    compare.add_argument("--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway")
+    compare.add_argument(
+        "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
+    )
     compare.set_defaults(handler=cmd_compare)
     return parser
 
@@ -2313,7 +2489,9 @@ def sanity_check(args: argparse.Namespace) -> None:
     parallelism = args.parallelism if args.parallelism is not None else args.count
     if not 1 <= parallelism <= args.count <= limit:
         hint = "" if args.allow_large else f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
-        parser.error(f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {args.count}{hint}")
+        parser.error(
+            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {args.count}{hint}"
+        )
     if args.rounds > MAX_ROUNDS:
         parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
 

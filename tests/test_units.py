@@ -1,4 +1,5 @@
 """Unit tests of the pure parts of rl_batch_demo: no kubectl, no cluster."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,9 +11,9 @@ import sys
 import tempfile
 import unittest
 import unittest.mock
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 
@@ -21,20 +22,42 @@ JOB_CREATED_AT = demo.parse_timestamp(JOB_CREATED)
 
 
 def make_events(name: str, ready_at: float, reward_at: float, **reward_fields: Any) -> list[dict[str, Any]]:
-    reward = {"event": "reward", "at": reward_at, "episode_id": name, "reward": 1, "baseline_exit": 1,
-              "tests_exit": 0, "tests_output": "OK\n"}
+    reward = {
+        "event": "reward",
+        "at": reward_at,
+        "episode_id": name,
+        "reward": 1,
+        "baseline_exit": 1,
+        "tests_exit": 0,
+        "tests_output": "OK\n",
+    }
     reward.update(reward_fields)
     return [
-        {"event": "ready", "at": ready_at, "episode_id": name, "process_started_at": ready_at - 0.5,
-         "imports_done_at": ready_at - 0.01},
+        {
+            "event": "ready",
+            "at": ready_at,
+            "episode_id": name,
+            "process_started_at": ready_at - 0.5,
+            "imports_done_at": ready_at - 0.01,
+        },
         reward,
     ]
 
 
-def make_pod(name: str = "rollout-abcde", created: str = "2026-11-29T10:00:01Z", phase: str = "Succeeded",
-             exit_code: int = 0, restarts: int = 0, message: str = "") -> dict[str, Any]:
-    terminated = {"exitCode": exit_code, "reason": "Completed", "startedAt": "2026-11-29T10:00:02Z",
-                  "finishedAt": "2026-11-29T10:00:04Z"}
+def make_pod(
+    name: str = "rollout-abcde",
+    created: str = "2026-11-29T10:00:01Z",
+    phase: str = "Succeeded",
+    exit_code: int = 0,
+    restarts: int = 0,
+    message: str = "",
+) -> dict[str, Any]:
+    terminated = {
+        "exitCode": exit_code,
+        "reason": "Completed",
+        "startedAt": "2026-11-29T10:00:02Z",
+        "finishedAt": "2026-11-29T10:00:04Z",
+    }
     if message:
         terminated["message"] = message
     return {
@@ -44,8 +67,14 @@ def make_pod(name: str = "rollout-abcde", created: str = "2026-11-29T10:00:01Z",
         "status": {
             "phase": phase,
             "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T10:00:01Z"}],
-            "containerStatuses": [{"name": "episode", "imageID": "docker.io/library/python@sha256:00",
-                                   "restartCount": restarts, "state": {"terminated": terminated}}],
+            "containerStatuses": [
+                {
+                    "name": "episode",
+                    "imageID": "docker.io/library/python@sha256:00",
+                    "restartCount": restarts,
+                    "state": {"terminated": terminated},
+                }
+            ],
         },
     }
 
@@ -82,31 +111,60 @@ class TimestampAndStatisticsTest(unittest.TestCase):
 
 class ManifestTest(unittest.TestCase):
     def job(self, runtime: str | None = "cube") -> dict[str, Any]:
-        return demo.job_manifest(name="rollout", namespace="agc-rl-0123456789ab", run_id="0123456789ab", count=10,
-                                 parallelism=3, image="python:3.12-alpine", runtime=runtime, deadline_seconds=240)
+        return demo.job_manifest(
+            name="rollout",
+            namespace="agc-rl-0123456789ab",
+            run_id="0123456789ab",
+            count=10,
+            parallelism=3,
+            image="python:3.12-alpine",
+            runtime=runtime,
+            deadline_seconds=240,
+        )
 
     def test_job_is_the_guides(self) -> None:
         job = self.job()
         spec = job["spec"]
-        self.assertEqual((spec["completions"], spec["parallelism"], spec["backoffLimit"], spec["activeDeadlineSeconds"]),
-                         (10, 3, 0, 240))
+        self.assertEqual(
+            (spec["completions"], spec["parallelism"], spec["backoffLimit"], spec["activeDeadlineSeconds"]),
+            (10, 3, 0, 240),
+        )
         pod = spec["template"]["spec"]
         self.assertEqual(pod["runtimeClassName"], "cube")
         self.assertEqual(pod["restartPolicy"], "Never")
         self.assertIs(pod["automountServiceAccountToken"], False)
-        self.assertEqual(pod["securityContext"], {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True})
+        self.assertEqual(
+            pod["securityContext"], {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True}
+        )
         container = pod["containers"][0]
         self.assertEqual(container["name"], "episode")
         self.assertEqual(container["command"], ["python", "-B", "/demo/episode.py"])
-        self.assertEqual(container["env"], [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])
-        self.assertEqual(container["securityContext"], {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                                        "seccompProfile": {"type": "RuntimeDefault"}})
-        self.assertEqual(container["resources"], {"requests": {"cpu": "100m", "memory": "64Mi"},
-                                                  "limits": {"cpu": "500m", "memory": "128Mi"}})
-        self.assertEqual(container["volumeMounts"], [{"name": "script", "mountPath": "/demo", "readOnly": True},
-                                                     {"name": "workspace", "mountPath": "/workspace"}])
-        self.assertEqual(pod["volumes"], [{"name": "script", "configMap": {"name": "episode"}},
-                                          {"name": "workspace", "emptyDir": {}}])
+        self.assertEqual(
+            container["env"], [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+        )
+        self.assertEqual(
+            container["securityContext"],
+            {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+        )
+        self.assertEqual(
+            container["resources"],
+            {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        )
+        self.assertEqual(
+            container["volumeMounts"],
+            [
+                {"name": "script", "mountPath": "/demo", "readOnly": True},
+                {"name": "workspace", "mountPath": "/workspace"},
+            ],
+        )
+        self.assertEqual(
+            pod["volumes"],
+            [{"name": "script", "configMap": {"name": "episode"}}, {"name": "workspace", "emptyDir": {}}],
+        )
         self.assertEqual(job["metadata"]["labels"][demo.RUN_LABEL], "0123456789ab")
 
     def test_runtime_none_omits_the_runtime_class(self) -> None:
@@ -229,7 +287,7 @@ class ValidationTest(unittest.TestCase):
 class EpisodeSourcesTest(unittest.TestCase):
     """The log and the termination message: which is read, and that they agree."""
 
-    events = make_events("p", 10.0, 11.0)
+    events: ClassVar[list[dict[str, Any]]] = make_events("p", 10.0, 11.0)
 
     def test_agreeing_sources(self) -> None:
         result = demo.episode_events("p", log_of(self.events), None, log_of(self.events), True, "here")
@@ -266,9 +324,19 @@ class ReportTest(unittest.TestCase):
             row.update(batch_start=JOB_CREATED_AT, round=1, job="rollout")
             rows.append(row)
         results = demo.batch_figures(rows)
-        results.update(namespace="agc-rl-x", context="ctx", runtime="cube", image="img", parallelism=1, rounds=1,
-                       client_job_complete_seconds=9.0, phases=demo.phase_table(rows), nodes=demo.node_spread(rows),
-                       image_ids=["sha"], pods=rows)
+        results.update(
+            namespace="agc-rl-x",
+            context="ctx",
+            runtime="cube",
+            image="img",
+            parallelism=1,
+            rounds=1,
+            client_job_complete_seconds=9.0,
+            phases=demo.phase_table(rows),
+            nodes=demo.node_spread(rows),
+            image_ids=["sha"],
+            pods=rows,
+        )
         return results
 
     def test_batch_figures(self) -> None:
@@ -298,15 +366,25 @@ class ReportTest(unittest.TestCase):
     def test_thresholds(self) -> None:
         results = self.results()
         self.assertEqual(demo.check_thresholds(results, {"batch_to_all_ready_seconds": 10}), [])
-        self.assertEqual(demo.check_thresholds(results, {"batch_to_all_ready_seconds": 4, "pod_to_ready_max_seconds": 1}),
-                         ["batch_to_all_ready_seconds = 5.000 s > 4 s", "pod_to_ready_max_seconds = 2.000 s > 1 s"])
+        self.assertEqual(
+            demo.check_thresholds(results, {"batch_to_all_ready_seconds": 4, "pod_to_ready_max_seconds": 1}),
+            ["batch_to_all_ready_seconds = 5.000 s > 4 s", "pod_to_ready_max_seconds = 2.000 s > 1 s"],
+        )
 
     def test_events_text_is_sorted_by_creation(self) -> None:
         events = [
-            {"metadata": {"name": "b", "creationTimestamp": "2026-11-29T10:00:02Z"}, "reason": "Late",
-             "involvedObject": {"kind": "Pod", "name": "p"}, "message": "x"},
-            {"metadata": {"name": "a", "creationTimestamp": "2026-11-29T10:00:01Z"}, "reason": "Early",
-             "involvedObject": {"kind": "Job", "name": "rollout"}, "message": "y"},
+            {
+                "metadata": {"name": "b", "creationTimestamp": "2026-11-29T10:00:02Z"},
+                "reason": "Late",
+                "involvedObject": {"kind": "Pod", "name": "p"},
+                "message": "x",
+            },
+            {
+                "metadata": {"name": "a", "creationTimestamp": "2026-11-29T10:00:01Z"},
+                "reason": "Early",
+                "involvedObject": {"kind": "Job", "name": "rollout"},
+                "message": "y",
+            },
         ]
         lines = demo.render_events_text(events).splitlines()
         self.assertIn("Early", lines[1])
@@ -314,11 +392,20 @@ class ReportTest(unittest.TestCase):
 
 
 class CapacityTest(unittest.TestCase):
-    runtimeclass = {"handler": "cube", "overhead": {"podFixed": {"cpu": "0", "memory": "768Mi"}}}
+    runtimeclass: ClassVar[dict[str, Any]] = {
+        "handler": "cube",
+        "overhead": {"podFixed": {"cpu": "0", "memory": "768Mi"}},
+    }
 
     def node(self, name: str, **spec: Any) -> dict[str, Any]:
-        return {"metadata": {"name": name, "labels": {"sandbox": "yes"}}, "spec": spec,
-                "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+        return {
+            "metadata": {"name": name, "labels": {"sandbox": "yes"}},
+            "spec": spec,
+            "status": {
+                "allocatable": {"cpu": "4", "memory": "8Gi"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
 
     def test_the_guides_example_in_words(self) -> None:
         fits, text = demo.capacity_verdict(10, self.runtimeclass, [self.node("a"), self.node("b")])
@@ -337,8 +424,13 @@ class CapacityTest(unittest.TestCase):
         unselected["metadata"]["labels"] = {}
         nodes = [self.node("ok"), self.node("cordoned", unschedulable=True), tainted, unselected]
         self.assertEqual([n["metadata"]["name"] for n in demo.eligible_nodes(nodes, runtimeclass)], ["ok"])
-        tolerant = dict(runtimeclass, scheduling={"nodeSelector": {"sandbox": "yes"},
-                                                  "tolerations": [{"key": "dedicated", "operator": "Exists"}]})
+        tolerant = dict(
+            runtimeclass,
+            scheduling={
+                "nodeSelector": {"sandbox": "yes"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            },
+        )
         self.assertEqual([n["metadata"]["name"] for n in demo.eligible_nodes(nodes, tolerant)], ["ok", "t"])
 
 
@@ -370,7 +462,9 @@ class CommandLineTest(unittest.TestCase):
 
     def test_allow_large_raises_the_limit(self) -> None:
         with tempfile.TemporaryDirectory() as root:
-            code, out, _ = self.run_main("run", "--output", f"{root}/dry", "--count", "200", "--allow-large", "--dry-run")
+            code, out, _ = self.run_main(
+                "run", "--output", f"{root}/dry", "--count", "200", "--allow-large", "--dry-run"
+            )
             self.assertEqual(code, 0, out)
             job = json.loads(Path(root, "dry", "02-job-rollout.json").read_text())
             self.assertEqual(job["spec"]["completions"], 200)
@@ -392,10 +486,14 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as root:
             env = {"PATH": root}  # no kubectl anywhere: a call would fail
             with unittest.mock.patch.dict(os.environ, env):
-                code, out, _ = self.run_main("run", "--output", f"{root}/dry", "--rounds", "2", "--runtime", "none", "--dry-run")
+                code, out, _ = self.run_main(
+                    "run", "--output", f"{root}/dry", "--rounds", "2", "--runtime", "none", "--dry-run"
+                )
             self.assertEqual(code, 0)
             names = sorted(p.name for p in Path(root, "dry").iterdir())
-            self.assertEqual(names, ["00-namespace.json", "01-configmap.json", "02-job-rollout-1.json", "03-job-rollout-2.json"])
+            self.assertEqual(
+                names, ["00-namespace.json", "01-configmap.json", "02-job-rollout-1.json", "03-job-rollout-2.json"]
+            )
             job = json.loads(Path(root, "dry", "02-job-rollout-1.json").read_text())
             self.assertNotIn("runtimeClassName", job["spec"]["template"]["spec"])
             self.assertIn("no cluster was contacted", out)
@@ -418,8 +516,12 @@ class WorkerTest(unittest.TestCase):
     def run_worker(self, workspace: Path, termination: Path) -> subprocess.CompletedProcess[str]:
         script = workspace.parent / "episode.py"
         script.write_text(demo.WORKER_SOURCE)
-        env = dict(os.environ, EPISODE_ID="rollout-xyz", RL_DEMO_WORKSPACE=str(workspace),
-                   RL_DEMO_TERMINATION_LOG=str(termination))
+        env = dict(
+            os.environ,
+            EPISODE_ID="rollout-xyz",
+            RL_DEMO_WORKSPACE=str(workspace),
+            RL_DEMO_TERMINATION_LOG=str(termination),
+        )
         return subprocess.run([sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60)
 
     def test_baseline_fails_fix_passes_events_in_order(self) -> None:
@@ -439,8 +541,10 @@ class WorkerTest(unittest.TestCase):
             self.assertNotEqual(reward["baseline_exit"], 0)
             self.assertEqual((reward["tests_exit"], reward["reward"]), (0, 1))
             self.assertIn("Ran 3 tests", reward["tests_output"])
-            self.assertEqual(Path(workspace, "shipping.py").read_text(),
-                             "def shipping(total):\n    return 0 if total >= 99 else 10\n")
+            self.assertEqual(
+                Path(workspace, "shipping.py").read_text(),
+                "def shipping(total):\n    return 0 if total >= 99 else 10\n",
+            )
             message = termination.read_text()
             self.assertLessEqual(len(message.encode()), demo.TERMINATION_MESSAGE_LIMIT)
             self.assertEqual(demo.comparable_events(demo.parse_events(message)), demo.comparable_events(events))
