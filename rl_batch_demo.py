@@ -1351,9 +1351,11 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH."""
     recorded = receipt.data if receipt else {}
     executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
-    kubeconfig = getattr(args, "kubeconfig", None) or recorded.get("kubeconfig")
-    context = getattr(args, "context", None) or recorded.get("context")
-    return Kubectl(executable, context=context, kubeconfig=kubeconfig)
+    kubeconfig = args.kubeconfig or recorded.get("kubeconfig")
+    if args.kubeconfig:
+        kubeconfig = os.path.abspath(args.kubeconfig)  # cleanup may run from another directory
+    context = args.context or recorded.get("context")
+    return Kubectl(executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout)
 
 
 # Permissions and capacity #####################################################
@@ -2141,7 +2143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_json(output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()})
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
-        kubectl.process_timeout = KUBECTL_PROCESS_TIMEOUT
+        kubectl.process_timeout = args.kubectl_timeout
         try:
             cleanup_run(kubectl, receipt, output, say_stderr)
         except DemoError as cleanup_error:
@@ -2172,7 +2174,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     receipt = Receipt.load(output)
     kubectl = make_kubectl(args, receipt)
-    cleanup_run(kubectl, receipt, output, print)
+    cleanup_run(kubectl, receipt, output, print, wait_seconds=args.timeout)
     return EXIT_OK
 
 
@@ -2340,6 +2342,13 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
     group.add_argument("--kubeconfig", help="kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)")
     group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
+    group.add_argument(
+        "--kubectl-timeout",
+        type=positive_int,
+        default=int(KUBECTL_PROCESS_TIMEOUT),
+        metavar="SECONDS",
+        help=f"kill a kubectl call that has not answered after this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -2443,6 +2452,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cleanup.add_argument(
         "--output", required=True, metavar="DIR", help="the run's output directory (holds receipt.json)"
+    )
+    cleanup.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=CLEANUP_WAIT_SECONDS,
+        metavar="SECONDS",
+        help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
     )
     _cluster_options(cleanup)
     cleanup.set_defaults(handler=cmd_cleanup)
