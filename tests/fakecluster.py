@@ -1,0 +1,301 @@
+"""Test-side helper for the fake kubectl (``tests/fake_kubectl.py``).
+
+``FakeCluster`` builds a fake Kubernetes cluster in a temporary directory and
+a ``bin`` directory whose only entry is a ``kubectl`` wrapper that runs the
+fake.  A test runs the tool with ``cluster.env()`` (PATH is *only* that bin
+directory, so a real kubectl can never be reached) and then inspects what the
+tool did: the argv of every kubectl call, the stored API objects, the
+container logs, the controller's record of how many episodes ran at once.
+
+Typical use::
+
+    cluster = FakeCluster(pathlib.Path(tmp), faults={"episode": {"1": "exit1"}})
+    try:
+        proc = subprocess.run([sys.executable, "rl_batch_demo.py", ...], env=cluster.env(), ...)
+        cluster.wait_idle()
+        jobs = cluster.objects("Job", "rl-demo")
+        calls = cluster.calls()
+    finally:
+        cluster.close()
+
+The cluster
+-----------
+* contexts ``("fake-ctx",)``, current context ``"fake-ctx"``; ``kubeconfig``
+  (a path) makes the contexts reachable only through ``--kubeconfig PATH`` or
+  ``KUBECONFIG=PATH`` (a minimal kubeconfig file is written there if missing).
+* namespaces ``default``, ``kube-system``, ``kube-public``, ``kube-node-lease``.
+* RuntimeClass ``cube`` (handler ``cube``, overhead cpu 250m / memory 768Mi),
+  nodes ``node-a`` and ``node-b`` (64 CPUs, 256Gi, schedulable).
+* ``forbidden``: (verb, resource) pairs the fake user may not do, e.g.
+  ``("create", "jobs")`` or ``("get", "pods/log")``; they answer
+  SelfSubjectAccessReviews with ``allowed: false`` and make the matching
+  requests fail with ``Error from server (Forbidden)``.
+
+Faults (``faults=`` or ``set_faults``; passed to kubectl in env
+``FAKE_KUBECTL_FAULTS``; a background Job controller keeps the faults of the
+``create`` call that started it)
+------
+``episode``: ``{"INDEX": MODE or [MODES]}`` by pod creation order (0-based);
+    MODE is one of ``exit1``, ``duplicate_ready``, ``drop_reward``, ``noise``,
+    ``malformed``, ``skew``, ``restart``, ``evict``, ``replace``, ``pending``,
+    ``no_message``, ``message_mismatch``, ``wrong_id``.
+``logs_unavailable``: ``[INDEX, ...]`` pods whose logs cannot be read.
+``deadline_seconds``: overrides the Job's activeDeadlineSeconds (real seconds).
+``episode_seconds``: extra time each pod stays Running after its worker ends.
+``api_errors``: ``[{"match": "create Namespace", "times": 1, "error": "500",
+    "after_apply": false}]``; errors ``500 403 429 503 refused timeout``; match
+    is ``"VERB TARGET"`` (``create KIND``, ``get job``, ``get pods,events``,
+    ``logs``, ``delete job``, ``config current-context``, ``version``; resource
+    aliases are normalised, a bare verb matches every request of that verb);
+    without ``times`` the rule fires forever.
+``hang``: ``{"match": ..., "seconds": 30}`` (or a list): sleep before
+    answering; with a shorter ``--request-timeout`` the call fails after that
+    timeout with kubectl's client-timeout message.
+``watch_ends_early``, ``namespace_stuck``, ``legacy_labels``: booleans.
+``server_version``: e.g. ``"v1.26.0"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from types import ModuleType
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+FAKE_KUBECTL = pathlib.Path(__file__).resolve().with_name("fake_kubectl.py")
+
+DEFAULT_RUNTIMECLASSES: Dict[str, dict] = {
+    "cube": {"handler": "cube", "overhead": {"podFixed": {"cpu": "250m", "memory": "768Mi"}}},
+}
+DEFAULT_NODES: List[dict] = [
+    {"name": "node-a", "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+    {"name": "node-b", "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+]
+
+_FAKE_MODULE: Dict[str, ModuleType] = {}
+
+
+def fake_module() -> ModuleType:
+    """fake_kubectl.py loaded as a module (it owns the on-disk format)."""
+    if "module" not in _FAKE_MODULE:
+        spec = importlib.util.spec_from_file_location("_fake_kubectl_impl", str(FAKE_KUBECTL))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _FAKE_MODULE["module"] = module
+    return _FAKE_MODULE["module"]
+
+
+class FakeCluster:
+    """A fake cluster on disk plus a ``kubectl`` on a private PATH."""
+
+    def __init__(
+        self,
+        root: pathlib.Path,
+        *,
+        contexts: Sequence[str] = ("fake-ctx",),
+        current_context: Optional[str] = "fake-ctx",
+        kubeconfig: Optional[str] = None,
+        runtimeclasses: Optional[Dict[str, dict]] = None,
+        nodes: Optional[List[dict]] = None,
+        forbidden: Iterable[Tuple[str, str]] = (),
+        faults: Optional[dict] = None,
+    ) -> None:
+        root = pathlib.Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        self._base = pathlib.Path(tempfile.mkdtemp(prefix="fakecluster-", dir=str(root)))
+        self.state_dir = self._base / "state"
+        self.bin_dir = self._base / "bin"
+        self.state_dir.mkdir()
+        self.bin_dir.mkdir()
+        self.kubeconfig = kubeconfig
+        self.contexts = list(contexts)
+        self._faults: dict = dict(faults or {})
+        if kubeconfig is not None and not os.path.exists(kubeconfig):
+            self._write_kubeconfig(pathlib.Path(kubeconfig))
+        fake_module().init_state(
+            str(self.state_dir),
+            contexts=self.contexts,
+            current_context=current_context,
+            kubeconfig=os.path.abspath(kubeconfig) if kubeconfig is not None else None,
+            forbidden=[list(f) for f in forbidden],
+            runtimeclasses=DEFAULT_RUNTIMECLASSES if runtimeclasses is None else runtimeclasses,
+            nodes=DEFAULT_NODES if nodes is None else nodes,
+        )
+        wrapper = self.bin_dir / "kubectl"
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_KUBECTL}" "$@"\n')
+        wrapper.chmod(0o755)
+
+    def _write_kubeconfig(self, path: pathlib.Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "apiVersion: v1",
+            "kind: Config",
+            "clusters:",
+            "- name: fake",
+            "  cluster:",
+            "    server: https://127.0.0.1:6443",
+            "contexts:",
+        ]
+        for ctx in self.contexts:
+            lines += [f"- name: {ctx}", "  context:", "    cluster: fake", "    user: fake-user"]
+        lines += ["users:", "- name: fake-user", "  user:", "    token: fake"]
+        path.write_text("\n".join(lines) + "\n")
+
+    # -- environment -----------------------------------------------------------------
+
+    def env(self) -> Dict[str, str]:
+        """Environment for running the tool against this cluster."""
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env["PATH"] = str(self.bin_dir)
+        env["FAKE_KUBECTL_STATE"] = str(self.state_dir)
+        env["FAKE_KUBECTL_FAULTS"] = json.dumps(self._faults)
+        return env
+
+    def set_faults(self, faults: dict) -> None:
+        self._faults = dict(faults)
+
+    # -- what happened ------------------------------------------------------------------
+
+    def _call_lines(self) -> List[dict]:
+        path = self.state_dir / "calls.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def calls(self) -> List[List[str]]:
+        """argv (without "kubectl") of every kubectl invocation, in order."""
+        return [rec["argv"] for rec in self._call_lines() if rec.get("event") == "call"]
+
+    def call_records(self) -> List[Dict[str, Any]]:
+        """Every invocation: argv, start, end (None if killed), rc, stdin (None if not read)."""
+        done = {rec["id"]: rec for rec in self._call_lines() if rec.get("event") == "done"}
+        result = []
+        for rec in self._call_lines():
+            if rec.get("event") != "call":
+                continue
+            d = done.get(rec["id"], {})
+            result.append(
+                {
+                    "argv": rec["argv"],
+                    "start": rec["start"],
+                    "end": d.get("end"),
+                    "rc": d.get("rc"),
+                    "stdin": d.get("stdin"),
+                    "pid": rec.get("pid"),
+                }
+            )
+        return result
+
+    def objects(self, kind: str, namespace: Optional[str] = None) -> List[dict]:
+        """Stored objects of ``kind`` ("Namespace", "Job", "Pod", "ConfigMap", "Event", ...)."""
+        objs = fake_module().Store(str(self.state_dir)).snapshot()
+        found = [
+            o
+            for o in objs.values()
+            if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)
+        ]
+        return sorted(found, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        """The container log of ``pod`` (after fault transforms)."""
+        return (self.state_dir / "logs" / namespace / (pod + ".log")).read_text()
+
+    def max_concurrent_pods(self, namespace: str, job: str) -> int:
+        """The controller's record of the peak number of simultaneously running episodes."""
+        path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
+        if not path.exists():
+            return 0
+        return int(json.loads(path.read_text()).get("max_concurrent", 0))
+
+    def controller_logs(self) -> str:
+        """stdout/stderr of every background controller (for debugging failures)."""
+        parts = []
+        for p in sorted((self.state_dir / "controllers").glob("*.log")):
+            parts.append(f"--- {p.name}\n{p.read_text(errors='replace')}")
+        return "\n".join(parts)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _controllers(self) -> List[Tuple[pathlib.Path, Optional[int]]]:
+        result = []
+        cdir = self.state_dir / "controllers"
+        if not cdir.exists():
+            return result
+        for marker in cdir.glob("*.json"):
+            if marker.name.endswith(".stats.json"):
+                continue
+            pid_file = marker.with_suffix(".pid")
+            pid = None
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text().strip())
+            result.append((marker, pid))
+        return result
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            pass
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+    def _busy(self) -> List[str]:
+        busy = []
+        for marker, pid in self._controllers():
+            if not marker.exists():
+                continue
+            if pid is None:
+                try:
+                    young = time.time() - marker.stat().st_mtime < 10
+                except OSError:
+                    continue
+                if young:
+                    busy.append(marker.stem)
+            elif self._alive(pid):
+                busy.append(marker.stem)
+        return busy
+
+    def wait_idle(self, timeout: float = 30) -> None:
+        """Wait until every background Job controller has exited."""
+        deadline = time.monotonic() + timeout
+        while True:
+            busy = self._busy()
+            if not busy:
+                return
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"fake cluster controllers still running after {timeout}s: {busy}\n"
+                    + self.controller_logs()[-4000:]
+                )
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Kill leftover controllers (and their episodes) and remove the temp dirs."""
+        for marker, pid in self._controllers():
+            if pid is not None and marker.exists() and self._alive(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self._base, ignore_errors=True)
+
+    def __enter__(self) -> FakeCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

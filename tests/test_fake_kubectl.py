@@ -1,0 +1,540 @@
+"""Self-test of the kubectl fake (tests/fake_kubectl.py + tests/fakecluster.py).
+
+The fake is exercised the way the tool uses it: as an executable ``kubectl``
+found on PATH, through subprocess.  These tests pin the behaviour the rest of
+the suite relies on: strict argument handling, a full create -> watch ->
+complete cycle running a real (tiny) worker, and a few injected faults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+import unittest
+from typing import Any, ClassVar, Dict, List, Optional
+
+from tests.fakecluster import FakeCluster
+
+WORKER = r"""
+import json, os, time
+eid = os.environ["EPISODE_ID"]
+lines = [json.dumps({"event": "ready", "at": time.time(), "episode_id": eid}),
+         json.dumps({"event": "reward", "at": time.time(), "episode_id": eid, "reward": 1.5})]
+for i in range(int(os.environ.get("EXTRA_LINES", "0"))):
+    print("filler", i)
+print("\n".join(lines), flush=True)
+with open(os.environ["RL_DEMO_TERMINATION_LOG"], "w") as f:
+    f.write("\n".join(lines) + "\n")
+"""
+
+NS = "rl-demo"
+
+
+def job_manifest(
+    name: str = "rollout",
+    completions: int = 3,
+    parallelism: int = 2,
+    extra_env: Optional[List[dict]] = None,
+    security: bool = False,
+) -> Dict[str, Any]:
+    container: Dict[str, Any] = {
+        "name": "episode",
+        "image": "python:3.12-slim",
+        "command": ["python3", "-B", "/episode/episode.py"],
+        "env": [
+            {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            *(extra_env or []),
+        ],
+        "volumeMounts": [{"name": "episode", "mountPath": "/episode"}],
+    }
+    pod_spec: Dict[str, Any] = {
+        "restartPolicy": "Never",
+        "runtimeClassName": "cube",
+        "containers": [container],
+        "volumes": [{"name": "episode", "configMap": {"name": "episode"}}],
+    }
+    if security:
+        pod_spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "completions": completions,
+            "parallelism": parallelism,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 60,
+            "template": {"spec": pod_spec},
+        },
+    }
+
+
+def setup_manifest(ns_labels: Optional[dict] = None) -> Dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": ns_labels or {}}},
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "episode", "namespace": NS},
+                "data": {"episode.py": WORKER},
+            },
+        ],
+    }
+
+
+class FakeKubectlTestCase(unittest.TestCase):
+    cluster_kwargs: ClassVar[Dict[str, Any]] = {}
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.cluster = FakeCluster(pathlib.Path(self._tmp.name), **self.cluster_kwargs)
+        self.addCleanup(self._tmp.cleanup)
+        self.addCleanup(self.cluster.close)
+
+    def kubectl(
+        self, *args: str, input: Optional[str] = None, env: Optional[Dict[str, str]] = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["kubectl", *args], input=input, capture_output=True, text=True, env=env or self.cluster.env(), timeout=30
+        )
+
+    def ok(self, *args: str, input: Optional[str] = None) -> str:
+        p = self.kubectl(*args, input=input)
+        self.assertEqual(p.returncode, 0, f"kubectl {args} failed: {p.stderr}")
+        return p.stdout
+
+    def fails(self, *args: str, stderr: str, input: Optional[str] = None) -> None:
+        p = self.kubectl(*args, input=input)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertEqual(p.stderr.rstrip("\n"), stderr)
+
+    def create(self, obj: Dict[str, Any]) -> List[dict]:
+        text = self.ok("create", "-f", "-", "-o", "json", "-n", NS, input=json.dumps(obj))
+        decoder, pos, out = json.JSONDecoder(), 0, []
+        while pos < len(text.rstrip()):
+            value, pos = decoder.raw_decode(text, pos)
+            out.append(value)
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        return out
+
+    def job(self, name: str = "rollout") -> dict:
+        return json.loads(self.ok("get", "job", name, "-n", NS, "-o", "json"))
+
+
+class StrictnessTest(FakeKubectlTestCase):
+    def test_rejects_like_kubectl(self) -> None:
+        self.fails("get", "jobs", "--foo", stderr="error: unknown flag: --foo\nSee 'kubectl get --help' for usage.")
+        self.fails(
+            "get", "pods", "-x", stderr="error: unknown shorthand flag: 'x' in -x\nSee 'kubectl get --help' for usage."
+        )
+        self.fails("foo", stderr='error: unknown command "foo" for "kubectl"')
+        self.fails("get", "foo", stderr='error: the server doesn\'t have a resource type "foo"')
+        self.fails("--foo", "get", "pods", stderr="Error: flags cannot be placed before plugin name: --foo")
+        self.fails(
+            "get", "pods", "-n", stderr="error: flag needs an argument: 'n' in -n\nSee 'kubectl get --help' for usage."
+        )
+        self.fails(
+            "get",
+            "pods",
+            "--request-timeout=1x",
+            stderr="error: Invalid timeout value. Timeout must be a single integer in seconds, or an "
+            "integer followed by a corresponding time unit (e.g. 1s | 2m | 3h)",
+        )
+        self.fails(
+            "--context",
+            "nope",
+            "get",
+            "pods",
+            stderr="Error in configuration: context was not found for specified context: nope",
+        )
+        self.fails(
+            "get",
+            "pods,events",
+            "-w",
+            "-o",
+            "json",
+            "--output-watch-events",
+            stderr="error: you may only specify a single resource type",
+        )
+        self.fails(
+            "get", "job", "rollout", "-n", NS, stderr='Error from server (NotFound): jobs.batch "rollout" not found'
+        )
+        self.fails(
+            "get",
+            "runtimeclass",
+            "nope",
+            stderr='Error from server (NotFound): runtimeclasses.node.k8s.io "nope" not found',
+        )
+        self.fails(
+            "get",
+            "pods",
+            "-o",
+            "yaml",
+            stderr="error: unable to match a printer suitable for the "
+            'output format "yaml", allowed formats are: json,name',
+        )
+        self.fails(
+            "delete",
+            "job",
+            "x",
+            "--cascade=bogus",
+            stderr='error: invalid cascade value (bogus). Must be "background", "foreground", or "orphan"',
+        )
+        self.fails(
+            "logs",
+            "--tail=abc",
+            "x",
+            stderr='error: invalid argument "abc" for "--tail" flag: '
+            "strconv.ParseInt: parsing \"abc\": invalid syntax\nSee 'kubectl logs --help' for usage.",
+        )
+        # every call is recorded, rejected ones included
+        self.assertEqual(len(self.cluster.calls()), 14)
+        self.assertEqual(self.cluster.calls()[0], ["get", "jobs", "--foo"])
+
+    def test_accepted_forms(self) -> None:
+        self.assertEqual(self.ok("config", "current-context"), "fake-ctx\n")
+        self.assertEqual(self.ok("get", "job", "x", "--ignore-not-found", "-nkube-system"), "")
+        self.assertEqual(
+            self.ok("--context=fake-ctx", "get", "ns", "default", "-o", "name", "--request-timeout", "30s"),
+            "namespace/default\n",
+        )
+        lst = json.loads(self.ok("get", "nodes", "-ojson", "--chunk-size=0"))
+        self.assertEqual(lst["kind"], "List")
+        self.assertEqual([n["metadata"]["name"] for n in lst["items"]], ["node-a", "node-b"])
+        self.assertEqual(lst["metadata"], {"resourceVersion": ""})
+        version = json.loads(self.ok("version", "-o", "json", "--request-timeout=0"))
+        self.assertEqual(version["serverVersion"]["minor"], "32")
+        self.assertEqual(version["clientVersion"]["gitVersion"], "v1.32.4")
+
+    def test_no_real_kubectl_on_path(self) -> None:
+        env = self.cluster.env()
+        self.assertEqual(env["PATH"], str(self.cluster.bin_dir))
+        self.assertNotIn("KUBECONFIG", env)
+        self.assertEqual(sorted(os.listdir(self.cluster.bin_dir)), ["kubectl"])
+
+
+class KubeconfigTest(FakeKubectlTestCase):
+    def setUp(self) -> None:
+        self._kc_dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self._kc_dir.cleanup)
+        self.kc = os.path.join(self._kc_dir.name, "config")
+        self.cluster_kwargs = {"kubeconfig": self.kc, "contexts": ("a", "b"), "current_context": "a"}
+        super().setUp()
+
+    def test_required_kubeconfig(self) -> None:
+        self.assertEqual(self.ok("--kubeconfig", self.kc, "config", "current-context"), "a\n")
+        self.ok("get", "ns", "--context", "b", f"--kubeconfig={self.kc}")
+        env = dict(self.cluster.env(), KUBECONFIG=self.kc)
+        self.assertEqual(self.kubectl("get", "ns", "default", "-o", "name", env=env).stdout, "namespace/default\n")
+        self.fails(
+            "--context",
+            "b",
+            "get",
+            "ns",
+            stderr="Error in configuration: context was not found for specified context: b",
+        )
+        self.fails("config", "current-context", stderr="error: current-context is not set")
+        self.fails(
+            "--kubeconfig",
+            self.kc + ".missing",
+            "get",
+            "ns",
+            stderr=f"error: stat {self.kc}.missing: no such file or directory",
+        )
+
+
+class CycleTest(FakeKubectlTestCase):
+    cluster_kwargs: ClassVar[Dict[str, Any]] = {"forbidden": [("get", "pods/log")]}
+
+    def test_create_watch_complete(self) -> None:
+        created = self.create(setup_manifest())
+        self.assertEqual([o["kind"] for o in created], ["Namespace", "ConfigMap"])
+        self.assertRegex(created[0]["metadata"]["creationTimestamp"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        watch = subprocess.Popen(
+            [
+                "kubectl",
+                "get",
+                "job",
+                "rollout",
+                "-n",
+                NS,
+                "-w",
+                "-o",
+                "json",
+                "--output-watch-events",
+                "--request-timeout=20s",
+            ],
+            env=self.cluster.env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            job = self.create(job_manifest())[0]
+            uid = job["metadata"]["uid"]
+            self.assertEqual(job["spec"]["selector"], {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+            self.assertEqual(job["status"], {})
+            events = read_watch_until(
+                watch,
+                lambda ev: any(c["type"] == "Complete" for c in ev["object"].get("status", {}).get("conditions", [])),
+            )
+        finally:
+            watch.kill()
+            watch.wait()
+            assert watch.stdout is not None
+            watch.stdout.close()
+        self.assertEqual(events[0]["type"], "ADDED")
+        self.assertTrue(all(e["type"] == "MODIFIED" for e in events[1:]))
+        self.cluster.wait_idle(10)
+        final = self.job()
+        self.assertEqual(final["status"]["succeeded"], 3)
+        self.assertNotIn("failed", final["status"])
+        self.assertEqual([c["type"] for c in final["status"]["conditions"]], ["SuccessCriteriaMet", "Complete"])
+        self.assertLessEqual(self.cluster.max_concurrent_pods(NS, "rollout"), 2)
+        self.assertGreaterEqual(self.cluster.max_concurrent_pods(NS, "rollout"), 1)
+
+        listing = json.loads(self.ok("get", "pods,events", "-n", NS, "-o", "json"))
+        pods = [o for o in listing["items"] if o["kind"] == "Pod"]
+        self.assertEqual(len(pods), 3)
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            self.assertRegex(name, r"^rollout-[bcdfghjklmnpqrstvwxz2456789]{5}$")
+            self.assertEqual(pod["status"]["phase"], "Succeeded")
+            self.assertEqual(pod["spec"]["overhead"], {"cpu": "250m", "memory": "768Mi"})
+            self.assertIn(pod["spec"]["nodeName"], ("node-a", "node-b"))
+            self.assertNotIn("finalizers", pod["metadata"])
+            term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+            self.assertEqual((term["exitCode"], term["reason"]), (0, "Completed"))
+            ready = json.loads(term["message"].splitlines()[0])
+            self.assertEqual((ready["event"], ready["episode_id"]), ("ready", name))
+            self.assertEqual(self.cluster.pod_log(NS, name).splitlines()[0], term["message"].splitlines()[0])
+        reasons = sorted(o["reason"] for o in listing["items"] if o["kind"] == "Event")
+        self.assertEqual(reasons.count("SuccessfulCreate"), 3)
+        self.assertEqual(reasons.count("Started"), 3)
+        self.assertEqual(reasons.count("Completed"), 1)
+
+        # the cluster forbids pods/log: logs fail, and a SelfSubjectAccessReview says so
+        self.fails(
+            "logs",
+            pods[0]["metadata"]["name"],
+            "-c",
+            "episode",
+            "-n",
+            NS,
+            stderr=f'Error from server (Forbidden): pods "{pods[0]["metadata"]["name"]}" is forbidden: '
+            f'User "fake-user" cannot get resource "pods/log" in API group "" in the '
+            f'namespace "{NS}"',
+        )
+        review = self.create(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {
+                    "resourceAttributes": {"verb": "get", "resource": "pods", "subresource": "log", "namespace": NS}
+                },
+            }
+        )[0]
+        self.assertFalse(review["status"]["allowed"])
+
+        self.assertEqual(
+            self.ok("delete", "job", "rollout", "-n", NS, "--cascade=foreground"), 'job.batch "rollout" deleted\n'
+        )
+        self.assertEqual(self.cluster.objects("Pod", NS), [])
+        self.assertEqual(self.ok("delete", "namespace", NS, "--wait=false"), f'namespace "{NS}" deleted\n')
+        time.sleep(0.4)
+        self.assertEqual(self.cluster.objects("Namespace", NS), [])
+        self.fails("get", "namespace", NS, stderr=f'Error from server (NotFound): namespaces "{NS}" not found')
+
+    def test_logs_selector_tail_and_prefix(self) -> None:
+        self.cluster.close()
+        self.cluster = FakeCluster(pathlib.Path(self._tmp.name))
+        self.addCleanup(self.cluster.close)
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=2, parallelism=1, extra_env=[{"name": "EXTRA_LINES", "value": "12"}]))
+        self.cluster.wait_idle(10)
+        pods = [p["metadata"]["name"] for p in self.cluster.objects("Pod", NS)]
+        self.assertEqual(self.cluster.max_concurrent_pods(NS, "rollout"), 1)
+        default = self.ok("logs", "-l", "job-name=rollout", "-c", "episode", "--prefix", "-n", NS)
+        self.assertEqual(len(default.splitlines()), 20)  # 10 per pod without --tail
+        full = self.ok(
+            "logs",
+            "-l",
+            "batch.kubernetes.io/job-name=rollout",
+            "-c",
+            "episode",
+            "--prefix",
+            "--tail=-1",
+            "--max-log-requests=1",
+            "-n",
+            NS,
+        )
+        lines = full.splitlines()
+        self.assertEqual(len(lines), 28)
+        self.assertTrue(lines[0].startswith(f"[pod/{sorted(pods)[0]}/episode] filler 0"))
+        one = self.ok("logs", pods[0], "-c", "episode", "-n", NS)
+        self.assertEqual(one, self.cluster.pod_log(NS, pods[0]))
+
+
+class FaultTest(FakeKubectlTestCase):
+    def test_ambiguous_create_then_already_exists(self) -> None:
+        self.cluster.set_faults(
+            {"api_errors": [{"match": "create Namespace", "times": 1, "error": "500", "after_apply": True}]}
+        )
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        self.fails(
+            "create",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            input=json.dumps(ns),
+            stderr='Error from server (InternalError): error when creating "STDIN": Internal error '
+            "occurred: fake injected fault",
+        )
+        self.assertEqual(len(self.cluster.objects("Namespace", None)), 5)
+        self.fails(
+            "create",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            input=json.dumps(ns),
+            stderr=f'Error from server (AlreadyExists): error when creating "STDIN": namespaces "{NS}" already exists',
+        )
+        records = self.cluster.call_records()
+        self.assertEqual(json.loads(records[0]["stdin"]), ns)
+        self.assertEqual(records[0]["rc"], 1)
+
+    def test_failed_episode_and_unavailable_log(self) -> None:
+        self.cluster.set_faults({"episode": {"0": "exit1"}, "logs_unavailable": [0]})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=2, parallelism=1))
+        self.cluster.wait_idle(10)
+        job = self.job()
+        self.assertEqual(job["status"]["failed"], 1)
+        self.assertEqual(
+            [(c["type"], c["reason"]) for c in job["status"]["conditions"]],
+            [("FailureTarget", "BackoffLimitExceeded"), ("Failed", "BackoffLimitExceeded")],
+        )
+        pod = self.cluster.objects("Pod", NS)[0]
+        self.assertEqual(pod["status"]["phase"], "Failed")
+        self.assertEqual(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 1)
+        self.fails(
+            "logs",
+            pod["metadata"]["name"],
+            "-c",
+            "episode",
+            "-n",
+            NS,
+            stderr="Error from server (InternalError): Internal error occurred: failed to read log "
+            f"of pod {pod['metadata']['name']}",
+        )
+        self.assertIn('"event": "reward"', self.cluster.pod_log(NS, pod["metadata"]["name"]))
+
+    def test_pending_pod_hits_deadline(self) -> None:
+        self.cluster.set_faults({"episode": {"0": "pending"}, "deadline_seconds": 0.6})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
+        time.sleep(0.2)
+        pod = self.cluster.objects("Pod", NS)[0]
+        self.assertEqual(pod["status"]["phase"], "Pending")
+        self.fails(
+            "logs",
+            pod["metadata"]["name"],
+            "-c",
+            "episode",
+            "-n",
+            NS,
+            stderr=f'Error from server (BadRequest): container "episode" in pod '
+            f'"{pod["metadata"]["name"]}" is waiting to start: ContainerCreating',
+        )
+        self.cluster.wait_idle(10)
+        job = self.job()
+        self.assertEqual(job["status"]["conditions"][-1]["reason"], "DeadlineExceeded")
+        reasons = [e["reason"] for e in self.cluster.objects("Event", NS)]
+        self.assertIn("FailedScheduling", reasons)
+        self.assertIn("DeadlineExceeded", reasons)
+
+    def test_restricted_namespace_blocks_insecure_pods(self) -> None:
+        self.cluster.set_faults({"deadline_seconds": 0.5})
+        self.create(setup_manifest({"pod-security.kubernetes.io/enforce": "restricted"}))
+        p = self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(job_manifest()))
+        self.assertEqual(p.returncode, 0)
+        self.assertIn('Warning: would violate PodSecurity "restricted:latest"', p.stderr)
+        self.cluster.wait_idle(10)
+        self.assertEqual(self.cluster.objects("Pod", NS), [])
+        failed_create = [e for e in self.cluster.objects("Event", NS) if e["reason"] == "FailedCreate"]
+        self.assertIn('violates PodSecurity "restricted:latest"', failed_create[0]["message"])
+        # the same Job with a compliant securityContext runs
+        self.create(job_manifest(name="secure", completions=1, parallelism=1, security=True))
+        self.cluster.wait_idle(10)
+        self.assertEqual(self.job("secure")["status"]["succeeded"], 1)
+
+    def test_stuck_namespace_and_legacy_labels(self) -> None:
+        self.cluster.set_faults({"namespace_stuck": True, "legacy_labels": True, "episode_seconds": 5})
+        self.create(setup_manifest())
+        job = self.create(job_manifest(completions=1, parallelism=1))[0]
+        self.assertEqual(job["spec"]["selector"]["matchLabels"], {"controller-uid": job["metadata"]["uid"]})
+        deadline = time.time() + 5
+        while not self.cluster.objects("Pod", NS) and time.time() < deadline:
+            time.sleep(0.02)
+        self.ok("delete", "namespace", NS, "--wait=false")
+        self.cluster.wait_idle(5)
+        ns = json.loads(self.ok("get", "namespace", NS, "-o", "json"))
+        self.assertEqual(ns["status"]["phase"], "Terminating")
+        self.assertEqual(ns["spec"]["finalizers"], ["kubernetes"])
+        self.assertIn("NamespaceContentRemaining", [c["type"] for c in ns["status"]["conditions"]])
+
+    def test_hang_respects_request_timeout_and_watch_ends_early(self) -> None:
+        self.cluster.set_faults({"hang": {"match": "get runtimeclass", "seconds": 30}, "watch_ends_early": True})
+        start = time.monotonic()
+        self.fails(
+            "get",
+            "runtimeclass",
+            "cube",
+            "--request-timeout=0.3s",
+            stderr="Unable to connect to the server: net/http: request canceled (Client.Timeout "
+            "exceeded while awaiting headers)",
+        )
+        self.assertLess(time.monotonic() - start, 5)
+        out = self.ok("get", "ns", "default", "-w", "-o", "json", "--output-watch-events")
+        self.assertEqual(json.loads(out)["type"], "ADDED")
+
+
+def read_watch_until(proc: subprocess.Popen, done: Any, timeout: float = 15) -> List[dict]:
+    """Read indented JSON watch events from ``proc`` until ``done(event)``."""
+    assert proc.stdout is not None
+    events: List[dict] = []
+    buf = ""
+    decoder = json.JSONDecoder()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        buf += line
+        try:
+            event, _ = decoder.raw_decode(buf.strip())
+        except ValueError:
+            continue
+        buf = ""
+        events.append(event)
+        if done(event):
+            return events
+    raise AssertionError(f"watch ended without the expected event: {events}")
+
+
+if __name__ == "__main__":
+    unittest.main()
