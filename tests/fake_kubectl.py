@@ -1851,6 +1851,9 @@ def spawn_controller(state: str, namespace: str, job: str, uid: str) -> None:
         )
     with open(os.path.join(cdir, token + ".pid"), "w", encoding="utf-8") as f:
         f.write(str(proc.pid))
+    # Detached on purpose: this kubectl process exits without waiting for it.  Marking it as
+    # reaped keeps Python from warning "subprocess is still running" at exit.
+    proc.returncode = 0
 
 
 # --------------------------------------------------------------------------- command: delete
@@ -2682,7 +2685,7 @@ class JobController:
             f.write(script or "")
         term_path = os.path.join(sim.workdir, "termination-log")
         open(term_path, "w").close()
-        env = {"EPISODE_ID": sim.name}
+        env = {"EPISODE_ID": sim.name, "HOSTNAME": sim.name}
         for e in container.get("env") or []:
             if "value" in e:
                 env[e["name"]] = str(e["value"])
