@@ -348,6 +348,11 @@ def format_cpu(cores: float) -> str:
     return f"{cores:.1f} CPU"
 
 
+def say_stderr(message: str) -> None:
+    """Status and warnings go to stderr; stdout carries only the summary."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def file_fingerprint() -> str:
     """A short hash of this very file, so every copy of the tool is identifiable."""
     try:
@@ -609,19 +614,39 @@ def job_failure_reason(job: Dict[str, Any]) -> str:
     return "no Failed condition"
 
 
+def _phase_failure(pod: Dict[str, Any]) -> str:
+    status = pod.get("status", {})
+    terminated = _container_status(pod).get("state", {}).get("terminated") or {}
+    detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
+    reason = status.get("reason") or terminated.get("reason")
+    return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+
+
 def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
-    """Name the pods that were deleted, evicted or replaced instead of a bare count mismatch."""
+    """Name the root cause first: an evicted pod, a pod that failed on its own, then pods
+    deleted or replaced mid-run (a failed Job's controller deletes the others), then a bare
+    count mismatch."""
     for pod in pods:
-        name = pod["metadata"]["name"]
-        if pod["metadata"].get("deletionTimestamp"):
-            raise EpisodeInvalid(
-                name,
-                f"the pod was deleted mid-run (deletionTimestamp {pod['metadata']['deletionTimestamp']})",
-                inspect,
-            )
         if pod.get("status", {}).get("reason") == "Evicted":
             message = pod["status"].get("message", "no message")
-            raise EpisodeInvalid(name, f"the pod was evicted ({message})", inspect)
+            raise EpisodeInvalid(pod["metadata"]["name"], f"the pod was evicted ({message})", inspect)
+    for pod in pods:
+        if pod.get("status", {}).get("phase") == "Failed" and not pod["metadata"].get("deletionTimestamp"):
+            raise EpisodeInvalid(pod["metadata"]["name"], _phase_failure(pod), inspect)
+    for pod in pods:
+        deleted = pod["metadata"].get("deletionTimestamp")
+        if deleted:
+            disruption = [
+                f"{c.get('reason')}: {c.get('message')}"
+                for c in pod.get("status", {}).get("conditions", []) or []
+                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            ]
+            detail = f"; {disruption[0]}" if disruption else ""
+            raise EpisodeInvalid(
+                pod["metadata"]["name"],
+                f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})",
+                inspect,
+            )
     if len(pods) != count:
         names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
         raise DemoError(
@@ -671,13 +696,8 @@ def validate_episode(
     status = pod.get("status", {})
     container = _container_status(pod)
     terminated = container.get("state", {}).get("terminated") or {}
-    phase = status.get("phase")
-    if phase != "Succeeded":
-        detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
-        reason = status.get("reason") or terminated.get("reason")
-        raise EpisodeInvalid(
-            name, f"the pod ended in phase {phase} ({detail}{', ' + reason if reason else ''})", inspect
-        )
+    if status.get("phase") != "Succeeded":
+        raise EpisodeInvalid(name, _phase_failure(pod), inspect)
     if container.get("restartCount", 0) != 0:
         raise EpisodeInvalid(name, f"the container restarted {container['restartCount']} times", inspect)
     if terminated.get("exitCode") != 0:
@@ -1038,8 +1058,8 @@ class KubectlFailure(DemoError):
 class WatchStream:
     """A `kubectl get -w -o json --output-watch-events` process read as a stream.
 
-    A reader thread decodes the concatenated JSON events and puts (tag, client time, event)
-    on a shared queue; (tag, time, None) marks the end of the stream."""
+    A reader thread decodes the concatenated JSON events and puts (tag, wall time, monotonic
+    time, event) on a shared queue, stamped when the bytes arrived; event None marks the end."""
 
     def __init__(self, tag: str, process: subprocess.Popen[bytes], sink: queue.Queue[Any]) -> None:
         self.tag = tag
@@ -1056,7 +1076,7 @@ class WatchStream:
         descriptor = self.process.stdout.fileno()
         while True:
             chunk = os.read(descriptor, 65536)
-            received_at = time.time()
+            received_at, received_clock = time.time(), time.monotonic()
             if not chunk:
                 break
             buffer += text_decoder.decode(chunk)
@@ -1070,8 +1090,8 @@ class WatchStream:
                     break  # incomplete: wait for more bytes
                 buffer = buffer[end:]
                 if isinstance(event, dict):
-                    self.sink.put((self.tag, received_at, event))
-        self.sink.put((self.tag, time.time(), None))
+                    self.sink.put((self.tag, received_at, received_clock, event))
+        self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -1102,7 +1122,6 @@ class Kubectl:
         self.kubeconfig = kubeconfig
         self.process_timeout = process_timeout
         self.calls: List[Dict[str, Any]] = []
-        self.warnings: List[str] = []
 
     def argv(
         self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: str = REQUEST_TIMEOUT
@@ -1164,7 +1183,7 @@ class Kubectl:
             failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
             if not (delays and failure.transient):
                 raise failure
-            self.warnings.append(f"retrying after a transient failure: {failure.first_line}")
+            say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
             time.sleep(delays.pop(0))
 
     def current_context(self) -> str:
@@ -1265,13 +1284,6 @@ class Progress:
             self.stream.write(f"{label}: {state} ({elapsed:.1f} s)\n")
             self.stream.flush()
         self.last_state = state
-
-    def note(self, message: str) -> None:
-        if not self.enabled:
-            return
-        self.finish()
-        self.stream.write(message + "\n")
-        self.stream.flush()
 
     def finish(self) -> None:
         if self.dirty:
@@ -1676,7 +1688,7 @@ class BatchRun:
                 return self.kubectl.create(manifest)[0]
             except KubectlFailure as failure:
                 if failure.not_applied and delays:
-                    self.progress.note(f"retrying {kind} {name} after: {failure.first_line}")
+                    say_stderr(f"warning: retrying the create of {kind} {name} after: {failure.first_line}")
                     time.sleep(delays.pop(0))
                     continue
                 if not (failure.already_exists or failure.transient):
@@ -1695,7 +1707,7 @@ class BatchRun:
                         "it was left untouched",
                         EXIT_REFUSED,
                     ) from None
-                self.progress.note(f"adopted {kind} {name} after an ambiguous create ({failure.first_line})")
+                say_stderr(f"warning: adopted {kind} {name} after an ambiguous create ({failure.first_line})")
                 return live
 
     def create_namespace(self) -> None:
@@ -1705,7 +1717,7 @@ class BatchRun:
             self.namespace_created = True  # it may exist even when the create reported failure
         self.receipt.data["uid"] = created["metadata"]["uid"]
         self.receipt.save()
-        self.progress.note(f"Test namespace: {self.namespace}")
+        say_stderr(f"Test namespace: {self.namespace}")
         self.create_owned(configmap_manifest(self.namespace, self.run_id), "configmap")
 
     # One round --------------------------------------------------------------
@@ -1811,7 +1823,8 @@ class BatchRun:
                 if tag == "job":
                     if event is None:
                         job_stream_open = False
-                        self.progress.note(f"{label}: the Job watch ended early; polling every {POLL_INTERVAL:g} s")
+                        self.progress.finish()
+                        say_stderr(f"warning: the watch of Job {label} ended early; polling every {POLL_INTERVAL:g} s")
                     elif event.get("type") == "DELETED":
                         raise DemoError(
                             f"Job {label} was deleted while the run waited for it; inspect events.txt",
@@ -1964,7 +1977,7 @@ class BatchRun:
             for name, log in split_prefixed_logs(text).items():
                 write_atomic(round_dir / f"{name}.log", log)
         except DemoError as error:
-            self.progress.note(f"could not save every diagnostic after the interruption: {error}")
+            say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
 
 def termination_message(pod: Dict[str, Any]) -> str:
@@ -2023,10 +2036,6 @@ def assemble_results(
 def cleanup_command(output: Path) -> str:
     script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
     return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
-
-
-def say_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def claim_output(output: Path) -> None:

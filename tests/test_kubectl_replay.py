@@ -1,0 +1,104 @@
+"""Replays every kubectl argument list the tool produced against the real kubectl.
+
+The fake accepts only what real kubectl accepts, but the fake could be wrong too. Here the
+argument lists recorded in several scenarios go to the real kubectl (when one is installed)
+with a kubeconfig pointing at an unreachable server: each must get as far as trying to
+connect, never stop at a flag or verb kubectl does not know."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.test_run import ClusterTestCase
+
+REAL_KUBECTL = shutil.which("kubectl")
+UNREACHABLE = "https://127.0.0.1:1"
+REJECTED = re.compile(
+    r"unknown (flag|shorthand flag|command)|flag needs an argument|invalid argument|"
+    r"required flag|accepts at most|expected one of|unknown resource type|doesn't have a resource type|"
+    r"error: you must specify|cannot be used with|is not a valid"
+)
+REACHED_NETWORK = re.compile(r"connection refused|was refused|Unable to connect|dial tcp|connect: ")
+
+
+class ReplayTest(ClusterTestCase):
+    def setUp(self) -> None:
+        if REAL_KUBECTL is None:
+            self.skipTest("no real kubectl on PATH to replay against")
+        super().setUp()
+
+    def kubeconfig(self, contexts: set[str]) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "unreachable", "cluster": {"server": UNREACHABLE, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "nobody", "user": {"token": "not-a-secret"}}],
+            "contexts": [
+                {"name": name, "context": {"cluster": "unreachable", "user": "nobody"}} for name in sorted(contexts)
+            ],
+            "current-context": sorted(contexts)[0],
+        }
+        path = self.root / "unreachable.kubeconfig"
+        path.write_text(json.dumps(config))
+        return path
+
+    def record_scenarios(self) -> list[dict[str, Any]]:
+        self.run_ok("check", "--count", "2")
+        self.cluster.set_faults({"logs_unavailable": [0], "watch_ends_early": True})
+        self.tool("run", "--count", "2", "--output", "failed", "--quiet")
+        self.cluster.set_faults({})
+        self.run_ok("cleanup", "--output", "failed")
+        self.run_ok(
+            "run",
+            "--count",
+            "2",
+            "--rounds",
+            "2",
+            "--runtime",
+            "none",
+            "--output",
+            "ok",
+            "--quiet",
+            "--cleanup",
+            "always",
+            "--context",
+            "fake-ctx",
+        )
+        return self.cluster.call_records()
+
+    def test_every_argument_list_is_accepted_by_real_kubectl(self) -> None:
+        records = self.record_scenarios()
+        contexts = {"fake-ctx"}
+        unique: dict[tuple[str, ...], dict[str, Any]] = {}
+        for record in records:
+            unique.setdefault(tuple(record["argv"]), record)
+        self.assertGreaterEqual(len(unique), 12)
+        kubeconfig = self.kubeconfig(contexts)
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": str(self.root), "KUBECONFIG": str(kubeconfig)}
+        for argv, record in unique.items():
+            replay = [arg for arg in argv if not arg.startswith("--kubeconfig")]
+            with self.subTest(argv=" ".join(replay)):
+                result = subprocess.run(
+                    [REAL_KUBECTL, *replay],
+                    input=record.get("stdin") or "",
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                self.assertIsNone(REJECTED.search(result.stderr), result.stderr)
+                if result.returncode != 0:
+                    self.assertRegex(result.stderr, REACHED_NETWORK)
+
+
+if __name__ == "__main__":
+    import unittest
+
+    unittest.main()
