@@ -36,7 +36,6 @@ import argparse
 import codecs
 import contextlib
 import datetime
-import hashlib
 import json
 import math
 import os
@@ -46,12 +45,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+TYPE_CHECKING = False  # typing costs import time that `--help` should not pay
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 __version__ = "0.1.0"
 
@@ -356,6 +356,8 @@ def say_stderr(message: str) -> None:
 def file_fingerprint() -> str:
     """A short hash of this very file, so every copy of the tool is identifiable."""
     try:
+        import hashlib  # noqa: PLC0415 - only --version and results need it; keeps --help fast
+
         return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
     except OSError:
         return "unknown"
@@ -364,9 +366,9 @@ def file_fingerprint() -> str:
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and a rename, so no reader ever sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        with open(temporary, "x", encoding="utf-8") as stream:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -402,7 +404,8 @@ def parse_json_documents(text: str) -> List[Dict[str, Any]]:
 
 
 def new_run_id() -> str:
-    return uuid.uuid4().hex[:12]
+    """12 random hex digits: the run's identity in its namespace name and labels."""
+    return os.urandom(6).hex()
 
 
 def job_name_for(round_number: int, rounds: int) -> str:
@@ -2346,6 +2349,14 @@ def threshold(text: str) -> Tuple[str, float]:
     return metric, seconds
 
 
+class VersionAction(argparse.Action):
+    """--version with the hash of this file, computed only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"{parser.prog} {__version__} (file sha256 {file_fingerprint()})")
+        parser.exit()
+
+
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cluster")
     group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
@@ -2369,9 +2380,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=formatter,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {__version__} (file sha256 {file_fingerprint()})"
-    )
+    parser.add_argument("--version", action=VersionAction, nargs=0, help="show the version and this file's hash")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
 

@@ -2203,6 +2203,7 @@ class JobController:
         self.image_ids: Dict[str, str] = {}
         self.stats_path = os.path.join(state, "controllers", f"{namespace}__{job}.stats.json")
         self.pod_names: List[str] = []
+        self.completed_at: Optional[float] = None
 
     # -- helpers -------------------------------------------------------------
 
@@ -2222,6 +2223,7 @@ class JobController:
                 "uid": self.uid,
                 "max_concurrent": self.peak,
                 "pods": self.pod_names,
+                "completed_at": self.completed_at,
             },
         )
 
@@ -2939,6 +2941,8 @@ class JobController:
             j["status"].pop("active", None)
             tx.put(j)
             self.event(tx, j, "Completed", "Job completed")
+        self.completed_at = time.time()  # the moment Complete became visible, for bench/bench.py
+        self.write_stats()
 
     def finish_failed(self, reason: str, message: str) -> None:
         for sim in self.sims:

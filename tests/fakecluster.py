@@ -216,6 +216,11 @@ class FakeCluster:
             return 0
         return int(json.loads(path.read_text()).get("max_concurrent", 0))
 
+    def job_completed_at(self, namespace: str, job: str) -> float:
+        """Client-clock time at which the controller made the Job's Complete condition visible."""
+        path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
+        return float(json.loads(path.read_text())["completed_at"])
+
     def controller_logs(self) -> str:
         """stdout/stderr of every background controller (for debugging failures)."""
         parts = []
