@@ -802,6 +802,24 @@ def node_spread(rows: List[Dict[str, Any]]) -> Dict[str, int]:
     return dict(sorted(spread.items()))
 
 
+def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
+    """The newest Warning event about the Job or its pods, e.g. a FailedCreate from Pod Security
+    admission, so a stuck Job's error says why; empty when there is none."""
+    wanted = set(names)
+    warnings = [
+        event
+        for event in events
+        if event.get("type") == "Warning"
+        and (event.get("involvedObject") or {}).get("name") in wanted
+        and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
+    ]
+    if not warnings:
+        return ""
+    newest = max(warnings, key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "")
+    message = " ".join(str(newest.get("message", "")).split())
+    return f"; latest warning: {newest.get('reason')}: {message}"
+
+
 def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
     """Every breached latency budget, in a stable order."""
     breaches = []
@@ -1263,13 +1281,18 @@ class Kubectl:
 
 
 class Progress:
-    """One rewriting line on a terminal, one line per change otherwise; silent with --quiet."""
+    """One rewriting line on a terminal; in a log, a line per change, at most one a second
+    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
+
+    LOG_INTERVAL = 1.0
 
     def __init__(self, enabled: bool, stream: Any = None) -> None:
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.last_state: Optional[str] = None
+        self.printed_state: Optional[str] = None
+        self.pending: Optional[Tuple[str, str]] = None  # (state, line)
+        self.printed_at = -math.inf
         self.dirty = False
 
     def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
@@ -1283,16 +1306,28 @@ class Progress:
             self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
             self.stream.flush()
             self.dirty = True
-        elif state != self.last_state:
-            self.stream.write(f"{label}: {state} ({elapsed:.1f} s)\n")
+            return
+        if state == self.printed_state:
+            self.pending = None
+            return
+        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
+        if time.monotonic() - self.printed_at >= self.LOG_INTERVAL:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            self.printed_state, line = self.pending
+            self.stream.write(line)
             self.stream.flush()
-        self.last_state = state
+            self.printed_at = time.monotonic()
+            self.pending = None
 
     def finish(self) -> None:
         if self.dirty:
             self.stream.write("\n")
             self.stream.flush()
             self.dirty = False
+        self._flush_pending()
 
 
 def pod_counts(observed: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
@@ -1754,6 +1789,7 @@ class BatchRun:
         write_json(round_dir / "pods.json", {"apiVersion": "v1", "kind": "List", "items": pods})
         write_atomic(round_dir / "events.txt", render_events_text(events))
         inspect = f"{round_dir}/pods.json, events.txt and the episode logs"
+        warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         crosscheck = settings.count <= LOG_CROSSCHECK_LIMIT
         logs, log_errors = self.read_logs(pods, pod_selector(job), crosscheck or outcome.condition != "Complete")
         for pod_name, text in logs.items():
@@ -1763,14 +1799,14 @@ class BatchRun:
             raise DemoError(
                 f"Job {self.namespace}/{name} did not finish within "
                 f"{settings.deadline_seconds + CLIENT_GRACE_SECONDS} s "
-                f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded); "
-                f"inspect {inspect}, then run cleanup",
+                f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded"
+                f"{warning}); inspect {inspect}, then run cleanup",
                 EXIT_TIMEOUT,
             )
         if outcome.condition == "Failed" and "DeadlineExceeded" in job_failure_reason(outcome.job):
             raise DemoError(
                 f"Job {self.namespace}/{name} hit its deadline of {settings.deadline_seconds} s "
-                f"(activeDeadlineSeconds); inspect {inspect} for pending or slow pods, then run cleanup",
+                f"(activeDeadlineSeconds{warning}); inspect {inspect} for pending or slow pods, then run cleanup",
                 EXIT_TIMEOUT,
             )
         rows = self.validate(job, pods, logs, log_errors, outcome, round_dir, inspect)

@@ -62,6 +62,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import sys
@@ -304,3 +305,21 @@ class FakeCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python3 tests/fakecluster.py env DIR``: make a fake cluster under DIR and print the
+    shell lines that put its kubectl first on PATH (for trying the tool without a cluster)."""
+    if len(argv) != 2 or argv[0] != "env":
+        print("usage: python3 tests/fakecluster.py env DIR", file=sys.stderr)
+        return 2
+    cluster = FakeCluster(pathlib.Path(argv[1]).resolve())
+    print(f'export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"')
+    print(f"export FAKE_KUBECTL_STATE={shlex.quote(str(cluster.state_dir))}")
+    print("unset KUBECONFIG FAKE_KUBECTL_FAULTS")
+    print("# a simulated cluster: episodes run on this machine; its figures describe no real cluster", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

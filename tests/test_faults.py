@@ -100,7 +100,7 @@ class EpisodeFaultTest(FaultTestCase):
 
     def test_job_deadline_exceeded(self) -> None:
         result = self.run_with({"episode": {"0": "pending"}, "deadline_seconds": 1.0})
-        self.assert_run_failed(result, demo.EXIT_TIMEOUT, "hit its deadline")
+        self.assert_run_failed(result, demo.EXIT_TIMEOUT, "hit its deadline", "latest warning: FailedScheduling")
 
 
 class ApiFaultTest(FaultTestCase):

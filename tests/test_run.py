@@ -130,6 +130,12 @@ class RunEndToEndTest(ClusterTestCase):
         job_created = demo.parse_timestamp(job["metadata"]["creationTimestamp"])
         self.assertEqual(results["job_created_at"], job_created)
         self.assertLessEqual(results["client_submitted_at"], results["client_observed_complete_at"])
+        conditions = {c["type"]: demo.parse_timestamp(c["lastTransitionTime"]) for c in job["status"]["conditions"]}
+        self.assertEqual(results["job_complete_at"], conditions["Complete"])
+        self.assertEqual(results["job_success_criteria_met_at"], conditions["SuccessCriteriaMet"])
+        self.assertLessEqual(
+            results["client_observed_complete_at"] - self.cluster.job_completed_at(namespace, "rollout"), 5
+        )
 
         # Every row recomputed from the fake's own record: its pods and the worker's own log lines.
         expected_rows = {}
@@ -153,6 +159,10 @@ class RunEndToEndTest(ClusterTestCase):
                 "reward_to_finished_seconds": demo.parse_timestamp(status["state"]["terminated"]["finishedAt"])
                 - reward["at"],
                 "overhead": pod["spec"].get("overhead"),
+                "pod_to_scheduled_seconds": demo.parse_timestamp(
+                    next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")["lastTransitionTime"]
+                )
+                - created,
             }
         self.assertEqual(len(results["pods"]), count)
         for row in results["pods"]:
@@ -239,6 +249,16 @@ class RunEndToEndTest(ClusterTestCase):
         self.assertEqual({job["name"]: job["uid"] for job in receipt["jobs"]}, jobs)
         self.run_ok("cleanup", "--output", "out")
         self.assertEqual(self.namespaces(), [])
+
+    def test_allow_large_reads_rewards_from_termination_messages(self) -> None:
+        self.run_ok(
+            "run", "--count", "200", "--parallelism", "50", "--allow-large", "--output", "out", "--quiet", timeout=600
+        )
+        results = self.results()
+        self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (200, 200, 200))
+        calls = self.cluster.calls()
+        self.assertFalse([argv for argv in calls if "logs" in argv], "logs are not read when messages carry rewards")
+        self.assertLessEqual(len(calls), 10)
 
     def test_existing_output_touches_no_cluster(self) -> None:
         self.out().mkdir()

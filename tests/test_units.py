@@ -391,6 +391,52 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Late", lines[2])
 
 
+class FakeStream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+class ProgressTest(unittest.TestCase):
+    counts: ClassVar[list[dict[str, int]]] = [
+        {"created": 1},
+        {"created": 2},
+        {"created": 2, "running": 2},
+        {"created": 2, "succeeded": 2},
+    ]
+
+    def test_log_lines_are_rate_limited_and_the_final_state_is_printed(self) -> None:
+        stream = FakeStream(tty=False)
+        progress = demo.Progress(enabled=True, stream=stream)
+        for counts in self.counts:
+            progress.update("ns/rollout", 1.0, counts)
+        progress.finish()
+        lines = stream.getvalue().splitlines()
+        self.assertEqual(len(lines), 2, lines)  # the first change, then the last state at finish
+        self.assertIn("1 created, 0 running, 0 succeeded, 0 failed", lines[0])
+        self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", lines[1])
+
+    def test_terminal_line_is_rewritten(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream)
+        for counts in self.counts:
+            progress.update("ns/rollout", 2.0, counts)
+        progress.finish()
+        text = stream.getvalue()
+        self.assertEqual(text.count("\r\033[K"), 4)
+        self.assertTrue(text.endswith("2 succeeded, 0 failed (2.0 s)\n"))
+
+    def test_quiet_prints_nothing(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=False, stream=stream)
+        progress.update("ns/rollout", 1.0, {"created": 1})
+        progress.finish()
+        self.assertEqual(stream.getvalue(), "")
+
+
 class CapacityTest(unittest.TestCase):
     runtimeclass: ClassVar[dict[str, Any]] = {
         "handler": "cube",
