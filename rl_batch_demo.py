@@ -19,15 +19,8 @@ Every run works in its own namespace (agc-rl-<12 hex>) and writes receipt.json b
 creates anything, so `cleanup` can later delete exactly what the run created, after checking
 UIDs and labels, and nothing else.
 
-Exit codes:
-    0    success
-    1    an episode failed or its results did not validate
-    2    usage error or bad input (flags, output directory, receipt)
-    3    cluster or kubectl error (missing kubectl, unreachable, forbidden, API error)
-    4    timeout (the Job, a kubectl call, or a deletion did not finish in time)
-    5    the run was valid but a --threshold was breached
-    6    refused: an ownership check failed, nothing was deleted
-    130  interrupted (Ctrl-C or SIGTERM)
+Exit codes (see --help): 0 success, 1 episode failed or invalid, 2 usage or bad input,
+3 cluster or kubectl error, 4 timeout, 5 threshold breached, 6 refused, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -1786,7 +1779,7 @@ class BatchRun:
         outcome = self.wait_for_job(name, job, deadline, submitted)
         pods, events = self.collect(job)
         write_json(round_dir / "job.json", outcome.job)
-        write_json(round_dir / "pods.json", {"apiVersion": "v1", "kind": "List", "items": pods})
+        write_json(round_dir / "pods.json", pod_list(pods))
         write_atomic(round_dir / "events.txt", render_events_text(events))
         inspect = f"{round_dir}/pods.json, events.txt and the episode logs"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
@@ -1889,12 +1882,23 @@ class BatchRun:
 
     def collect(self, job: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
         """The Job's pods (by its UID label) and the namespace's events, in one call."""
-        items = self.kubectl.get_list("pods,events", namespace=self.namespace)
-        uid = job["metadata"]["uid"]
-        pods = [item for item in items if item.get("kind") == "Pod" and pod_belongs_to(item, uid)]
-        events = [item for item in items if item.get("kind") == "Event"]
-        pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
-        return pods, events
+        return split_pods_and_events(self.kubectl.get_list("pods,events", namespace=self.namespace), job)
+
+    def logs_by_selector(
+        self, selector: str, pod_count: int, retries: Sequence[float] = RETRY_DELAYS
+    ) -> Dict[str, str]:
+        """Every pod's log in one call. A single unreadable log makes kubectl stop with an
+        error; the pods it printed before that are still returned."""
+        args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
+        args.append(f"--max-log-requests={max(pod_count, 5)}")
+        try:
+            text = self.kubectl.run(args, namespace=self.namespace, read_only=True, retries=retries)
+        except KubectlFailure as failure:
+            text = failure.stdout
+        return split_prefixed_logs(text)
+
+    def log_of(self, name: str) -> str:
+        return self.kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True)
 
     def read_logs(
         self, pods: List[Dict[str, Any]], selector: str, all_pods: bool
@@ -1908,28 +1912,14 @@ class BatchRun:
         if not wanted:
             return logs, errors
         if len(wanted) > 1:
-            args = [
-                "logs",
-                "-l",
-                selector,
-                "-c",
-                CONTAINER_NAME,
-                "--prefix",
-                "--tail=-1",
-                f"--max-log-requests={max(len(pods), 5)}",
-            ]
-            try:
-                text = self.kubectl.run(args, namespace=self.namespace, read_only=True)
-            except KubectlFailure as failure:
-                text = failure.stdout
-            logs.update({name: text for name, text in split_prefixed_logs(text).items() if name in wanted})
+            logs.update(
+                (name, text) for name, text in self.logs_by_selector(selector, len(pods)).items() if name in wanted
+            )
         for name in wanted:
             if name in logs:
                 continue
             try:
-                logs[name] = self.kubectl.run(
-                    ["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True
-                )
+                logs[name] = self.log_of(name)
             except KubectlFailure as failure:
                 logs[name] = None
                 errors[name] = failure.first_line
@@ -1972,7 +1962,7 @@ class BatchRun:
 
     def save_one_log(self, name: str, round_dir: Path) -> None:
         try:
-            text = self.kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True)
+            text = self.log_of(name)
         except DemoError:
             return
         write_atomic(round_dir / f"{name}.log", text)
@@ -1988,35 +1978,34 @@ class BatchRun:
         round_dir = self.current_dir
         try:
             items = self.kubectl.get_list("pods,events", namespace=self.namespace, retries=())
-            events = [item for item in items if item.get("kind") == "Event"]
+            pods, events = split_pods_and_events(items, job)
             write_atomic(round_dir / "events.txt", render_events_text(events))
             if job is None:
                 return
             live = self.kubectl.get("job", job["metadata"]["name"], self.namespace, retries=())
             if live is not None:
                 write_json(round_dir / "job.json", live)
-            pods = [
-                item for item in items if item.get("kind") == "Pod" and pod_belongs_to(item, job["metadata"]["uid"])
-            ]
-            write_json(round_dir / "pods.json", {"apiVersion": "v1", "kind": "List", "items": pods})
-            args = [
-                "logs",
-                "-l",
-                pod_selector(job),
-                "-c",
-                CONTAINER_NAME,
-                "--prefix",
-                "--tail=-1",
-                f"--max-log-requests={max(len(pods), 5)}",
-            ]
-            try:
-                text = self.kubectl.run(args, namespace=self.namespace, read_only=True, retries=())
-            except KubectlFailure as failure:
-                text = failure.stdout
-            for name, log in split_prefixed_logs(text).items():
+            write_json(round_dir / "pods.json", pod_list(pods))
+            for name, log in self.logs_by_selector(pod_selector(job), len(pods), retries=()).items():
                 write_atomic(round_dir / f"{name}.log", log)
         except DemoError as error:
             say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
+
+
+def split_pods_and_events(
+    items: List[Dict[str, Any]], job: Optional[Dict[str, Any]]
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """From one `get pods,events` listing: the Job's pods (by its UID label, in creation order)
+    and every event of the namespace."""
+    uid = job["metadata"]["uid"] if job else None
+    pods = [item for item in items if item.get("kind") == "Pod" and uid and pod_belongs_to(item, uid)]
+    pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    events = [item for item in items if item.get("kind") == "Event"]
+    return pods, events
+
+
+def pod_list(pods: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": pods}
 
 
 def termination_message(pod: Dict[str, Any]) -> str:

@@ -36,6 +36,10 @@ sys.path.insert(0, str(ROOT))
 import rl_batch_demo  # noqa: E402
 from tests.fakecluster import FakeCluster  # noqa: E402
 
+# The fake runs every episode as local processes: 1,000 at once would only measure this machine's
+# process table. The client's work does not depend on parallelism.
+MAX_PARALLEL_EPISODES = 100
+
 
 def time_help(repeats: int = 15) -> Dict[str, float]:
     """Median wall time of `--help`, and of an interpreter that does nothing, for scale."""
@@ -58,20 +62,35 @@ def run_once(count: int, scratch: Path) -> Dict[str, Any]:
     cluster = FakeCluster(scratch / f"cluster-{count}")
     try:
         output = scratch / f"run-{count}"
-        argv = ["run", "--count", str(count), "--output", str(output), "--quiet", "--timeout", "3600"]
+        parallelism = min(count, MAX_PARALLEL_EPISODES)
+        argv = [
+            "run",
+            "--count",
+            str(count),
+            "--parallelism",
+            str(parallelism),
+            "--output",
+            str(output),
+            "--quiet",
+            "--timeout",
+            "3600",
+        ]
         if count > rl_batch_demo.MAX_COUNT:
             argv.append("--allow-large")
         cpu_before = time.process_time()
-        with mock.patch.dict(os.environ, cluster.env(), clear=True), contextlib.redirect_stdout(io.StringIO()):
-            exit_code = rl_batch_demo.main(argv)
+        messages = io.StringIO()
+        with mock.patch.dict(os.environ, cluster.env(), clear=True), contextlib.redirect_stdout(messages):
+            with contextlib.redirect_stderr(messages):
+                exit_code = rl_batch_demo.main(argv)
         cpu_seconds = time.process_time() - cpu_before
         if exit_code != 0:
-            raise SystemExit(f"run of {count} episodes failed with exit code {exit_code}; see {output}")
+            raise SystemExit(f"run of {count} episodes failed with exit code {exit_code}:\n{messages.getvalue()}")
         results = json.loads((output / "results.json").read_text())
         written_at = (output / "results.json").stat().st_mtime
         completed_at = cluster.job_completed_at(results["namespace"], "rollout")
         return {
             "episodes": count,
+            "parallelism": parallelism,
             "kubectl_processes": len(cluster.calls()),
             "client_cpu_seconds": cpu_seconds,
             "watch_latency_seconds": results["client_observed_complete_at"] - completed_at,

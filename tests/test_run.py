@@ -491,7 +491,9 @@ class CompareTest(ClusterTestCase):
 class InterruptTest(ClusterTestCase):
     """SIGINT at three points, each followed by a cleanup that works."""
 
-    def interrupt_when(self, ready: Any, *argv: str) -> subprocess.CompletedProcess[str]:
+    def interrupt_when(
+        self, ready: Any, *argv: str, signal_number: int = signal.SIGINT
+    ) -> subprocess.CompletedProcess[str]:
         process = subprocess.Popen(
             [sys.executable, SCRIPT, "run", "--output", "out", "--count", "2", *argv],
             cwd=str(self.root),
@@ -505,8 +507,8 @@ class InterruptTest(ClusterTestCase):
             self.assertIsNone(process.poll(), "the run ended before it could be interrupted")
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=60)
+        process.send_signal(signal_number)
+        stdout, stderr = process.communicate(timeout=120)
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
     def calls_matching(self, *words: str) -> bool:
@@ -540,20 +542,10 @@ class InterruptTest(ClusterTestCase):
 
     def test_sigterm_is_an_interruption_too(self) -> None:
         self.cluster.set_faults({"episode_seconds": 20})
-        process = subprocess.Popen(
-            [sys.executable, SCRIPT, "run", "--output", "out", "--count", "1", "--cleanup", "always"],
-            cwd=str(self.root),
-            env=self.cluster.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        result = self.interrupt_when(
+            lambda: self.calls_matching("pods", "--watch"), "--cleanup", "always", signal_number=signal.SIGTERM
         )
-        deadline = time.monotonic() + 60
-        while not self.calls_matching("pods", "--watch") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
-        self.assertEqual(process.returncode, demo.EXIT_INTERRUPTED, stderr)
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
         self.assertEqual(self.namespaces(), [])
 
 
