@@ -79,9 +79,12 @@ def run_once(count: int, scratch: Path) -> Dict[str, Any]:
             argv.append("--allow-large")
         cpu_before = time.process_time()
         messages = io.StringIO()
-        with mock.patch.dict(os.environ, cluster.env(), clear=True), contextlib.redirect_stdout(messages):
-            with contextlib.redirect_stderr(messages):
-                exit_code = rl_batch_demo.main(argv)
+        with (
+            mock.patch.dict(os.environ, cluster.env(), clear=True),
+            contextlib.redirect_stdout(messages),
+            contextlib.redirect_stderr(messages),
+        ):
+            exit_code = rl_batch_demo.main(argv)
         cpu_seconds = time.process_time() - cpu_before
         if exit_code != 0:
             raise SystemExit(f"run of {count} episodes failed with exit code {exit_code}:\n{messages.getvalue()}")
