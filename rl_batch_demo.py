@@ -64,6 +64,7 @@ REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
 INTERRUPT_SAVE_TIMEOUT = 5.0
 RETRY_DELAYS = (0.5, 1.0, 2.0)  # bounded backoff for reads that are safe to repeat
+RETRY_BUDGET_SECONDS = 20.0  # no retry starts later than this after the first attempt
 POLL_INTERVAL = 1.0
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -385,12 +386,10 @@ def parse_json_documents(text: str) -> List[Dict[str, Any]]:
         if position >= len(text):
             return documents
         document, position = decoder.raw_decode(text, position)
-        if isinstance(document, dict) and document.get("kind") == "List":
-            documents.extend(document.get("items", []))
-        elif isinstance(document, dict):
-            documents.append(document)
-        else:
+        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else [document]
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise ValueError("expected JSON objects")
+        documents.extend(items)
 
 
 # Manifests ####################################################################
@@ -509,10 +508,20 @@ def job_manifest(
     }
 
 
+def required_uid(obj: Dict[str, Any], what: str) -> str:
+    """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
+    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+    if not isinstance(uid, str) or not uid:
+        raise DemoError(
+            f"kubectl returned {what} without metadata.uid; inspect the API server's response", EXIT_CLUSTER
+        )
+    return uid
+
+
 def pod_selector(job: Dict[str, Any]) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
-    match_labels = job.get("spec", {}).get("selector", {}).get("matchLabels", {})
-    uid = job["metadata"]["uid"]
+    match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    uid = required_uid(job, "a Job")
     for label in (UID_LABEL, LEGACY_UID_LABEL):
         if match_labels.get(label) == uid:
             return f"{label}={uid}"
@@ -543,8 +552,11 @@ class EventParseError(ValueError):
 
 
 def parse_events(text: str) -> List[Dict[str, Any]]:
-    """The worker's JSON events, in order. Lines that are not JSON objects (a warning from
-    Python or the runtime) are ignored; a line that starts like one but is broken is an error."""
+    """The worker's JSON events, in order.
+
+    Lines that are not JSON event objects (a warning from Python or the runtime, a structured
+    log line without an "event" key) are ignored; a line that mentions "event" but is broken,
+    or an event without a finite numeric time, is an error."""
     events: List[Dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
@@ -553,13 +565,25 @@ def parse_events(text: str) -> List[Dict[str, Any]]:
         try:
             event = json.loads(stripped)
         except json.JSONDecodeError as error:
-            raise EventParseError(f"line {number} is malformed JSON ({error.msg})") from None
-        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-            raise EventParseError(f"line {number} is a JSON object without an 'event' name")
-        if not isinstance(event.get("at"), (int, float)):
-            raise EventParseError(f"line {number} ({event['event']}) has no numeric 'at' time")
+            if '"event"' in stripped:
+                raise EventParseError(f"line {number} is a malformed JSON event ({error.msg})") from None
+            continue
+        if not isinstance(event, dict) or "event" not in event:
+            continue
+        if not isinstance(event["event"], str):
+            raise EventParseError(f"line {number} has an 'event' that is not a name")
+        at = event.get("at")
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+            raise EventParseError(f"line {number} ({event['event']}) has no finite numeric 'at' time")
         events.append(event)
     return events
+
+
+def optional_number(value: Any) -> Optional[float]:
+    """A finite number from an event's optional field, else None (never invented)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -737,8 +761,15 @@ def validate_episode(
     scheduled_at = _condition_time(pod, "PodScheduled")
     started_at = optional_timestamp(terminated.get("startedAt"))
     finished_at = optional_timestamp(terminated.get("finishedAt"))
-    process_started_at = ready_event.get("process_started_at")
-    imports_done_at = ready_event.get("imports_done_at")
+    if finished_at is not None and reward_at > finished_at + 1.0:  # finishedAt is truncated to the second
+        raise EpisodeInvalid(
+            name,
+            f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}); the node's "
+            "clock runs ahead: check clock synchronisation between the API server and the nodes",
+            inspect,
+        )
+    process_started_at = optional_number(ready_event.get("process_started_at"))
+    imports_done_at = optional_number(ready_event.get("imports_done_at"))
     first_seen_at = observed.get("first_seen_at") if observed else None
     return {
         "pod": name,
@@ -1007,10 +1038,11 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
 
 
 def _axis_step(span: float) -> float:
+    """A round tick interval giving at most 12 ticks, whatever the span."""
     for step in (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600):
         if span / step <= 12:
             return float(step)
-    return 1200.0
+    return float(math.ceil(span / 12 / 600) * 600)
 
 
 # The kubectl seam #############################################################
@@ -1029,6 +1061,9 @@ _TRANSIENT_MARKERS = (
     "the server is currently unable to handle the request",
     "(timeout)",
     "etcdserver: request timed out",
+    "(servertimeout)",
+    "context deadline exceeded",
+    "unable to connect to the server",
     "client.timeout exceeded",
     "http2: client connection lost",
     "unexpected eof",
@@ -1067,6 +1102,10 @@ class KubectlFailure(DemoError):
     @property
     def not_found(self) -> bool:
         return "(NotFound)" in self.stderr
+
+
+class KubectlTimeout(DemoError):
+    """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
 
 
 class WatchStream:
@@ -1137,11 +1176,18 @@ class Kubectl:
         self.process_timeout = process_timeout
         self.calls: List[Dict[str, Any]] = []
 
+    @property
+    def environment(self) -> Optional[Dict[str, str]]:
+        """A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment."""
+        if self.kubeconfig and os.pathsep in self.kubeconfig:
+            return dict(os.environ, KUBECONFIG=self.kubeconfig)
+        return None
+
     def argv(
         self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: str = REQUEST_TIMEOUT
     ) -> List[str]:
         argv = [self.executable]
-        if self.kubeconfig:
+        if self.kubeconfig and os.pathsep not in self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
         if self.context:
             argv.append(f"--context={self.context}")
@@ -1162,13 +1208,15 @@ class Kubectl:
         record: Dict[str, Any] = {"argv": argv[1:]}
         self.calls.append(record)
         try:
-            completed = subprocess.run(argv, input=stdin, check=False, capture_output=True, text=True, timeout=timeout)
+            completed = subprocess.run(
+                argv, input=stdin, check=False, capture_output=True, text=True, timeout=timeout, env=self.environment
+            )
         except OSError as error:
             record["error"] = str(error)
             raise self._spawn_failure(error) from None
         except subprocess.TimeoutExpired:
             record["error"] = "timeout"
-            raise DemoError(
+            raise KubectlTimeout(
                 f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {timeout:g} s; "
                 "check that the API server is reachable (kubectl cluster-info)",
                 EXIT_TIMEOUT,
@@ -1190,19 +1238,20 @@ class Kubectl:
     ) -> str:
         argv = self.argv(args, namespace)
         delays = list(retries) if read_only else []
+        first_attempt = time.monotonic()
         while True:
             completed = self._once(argv, stdin, timeout or self.process_timeout)
             if completed.returncode == 0:
                 return completed.stdout
             failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
-            if not (delays and failure.transient):
+            if not (delays and failure.transient) or time.monotonic() - first_attempt > RETRY_BUDGET_SECONDS:
                 raise failure
             say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
             time.sleep(delays.pop(0))
 
     def current_context(self) -> str:
         argv = [self.executable]
-        if self.kubeconfig:
+        if self.kubeconfig and os.pathsep not in self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
         completed = self._once([*argv, "config", "current-context"], None, self.process_timeout)
         if completed.returncode != 0:
@@ -1233,14 +1282,23 @@ class Kubectl:
         if selector:
             args[2:2] = ["-l", selector]
         raw = self.run(args, namespace=namespace, read_only=True, **kwargs)
-        return parse_json_documents(raw) if raw.strip() else []
-
-    def create(self, manifest: Dict[str, Any], namespace: Optional[str] = None) -> List[Dict[str, Any]]:
-        raw = self.run(["create", "-f", "-", "-o", "json"], namespace=namespace, stdin=json.dumps(manifest))
         try:
             return parse_json_documents(raw)
         except ValueError as error:
+            raise DemoError(
+                f"kubectl get {kinds} printed output that is not JSON objects ({error})", EXIT_CLUSTER
+            ) from None
+
+    def create(self, manifest: Dict[str, Any], read_only: bool = False) -> List[Dict[str, Any]]:
+        """Create objects; read_only=True only for access reviews, which the server never stores."""
+        raw = self.run(["create", "-f", "-", "-o", "json"], stdin=json.dumps(manifest), read_only=read_only)
+        try:
+            created = parse_json_documents(raw)
+        except ValueError as error:
             raise DemoError(f"kubectl create printed output that is not JSON ({error})", EXIT_CLUSTER) from None
+        if not created:
+            raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
+        return created
 
     def _decode(self, raw: str, what: str) -> Dict[str, Any]:
         try:
@@ -1375,6 +1433,12 @@ class Receipt:
             isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
         ):
             raise DemoError(f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
+        jobs = data.get("jobs", [])
+        if not isinstance(jobs, list) or not all(
+            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
+            for job in jobs
+        ):
+            raise DemoError(f"the receipt {path} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
         return cls(path, data)
 
     def add_job(self, name: str) -> None:
@@ -1569,16 +1633,26 @@ def cleanup_run(
     if live is None:
         say(f"namespace {namespace_name} is already absent; nothing to delete")
         return
+    live_uid = required_uid(live, f"namespace {namespace_name}")
+    labels = live["metadata"].get("labels") or {}
+    live_label = labels.get(RUN_LABEL)
     recorded_uid = data.get("uid")
     if not recorded_uid:
-        raise DemoError(
-            f"namespace {namespace_name} exists but the receipt has no namespace UID (the run stopped "
-            "before it recorded one), so ownership cannot be proven; inspect it with "
-            f"`kubectl get namespace {namespace_name} -o yaml` and delete it by hand if it is this run's",
-            EXIT_REFUSED,
+        # The run stopped while creating the namespace. Its random run id in the label, set by
+        # this tool, proves the namespace is the run's; anything else is refused.
+        if live_label != data["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+            raise DemoError(
+                f"namespace {namespace_name} exists but the receipt has no namespace UID and the namespace "
+                f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
+                f"`kubectl get namespace {namespace_name} -o yaml`",
+                EXIT_REFUSED,
+            )
+        say(
+            f"the receipt has no namespace UID; namespace {namespace_name} carries this run's labels, "
+            "so it is this run's"
         )
-    live_uid = live["metadata"].get("uid")
-    live_label = (live["metadata"].get("labels") or {}).get(RUN_LABEL)
+        data["uid"] = recorded_uid = live_uid
+        receipt.save()
     if live_uid != recorded_uid or live_label != data["run_id"]:
         raise DemoError(
             f"refusing to clean up namespace {namespace_name}: its UID {live_uid} / label "
@@ -1695,7 +1769,7 @@ class BatchRun:
                 "`kubectl get runtimeclass`, pass --runtime NAME, or --runtime none for the default runtime",
                 EXIT_CLUSTER,
             )
-        reviews = self.kubectl.create(access_review_list(self.namespace, runtime is not None))
+        reviews = self.kubectl.create(access_review_list(self.namespace, runtime is not None), read_only=True)
         denied = denied_permissions(reviews)
         if denied:
             raise DemoError(
@@ -1711,12 +1785,15 @@ class BatchRun:
         reset, 500) or AlreadyExists is answered by looking the object up and adopting it only
         if this run's label proves it is ours."""
         name = manifest["metadata"]["name"]
-        namespace = manifest["metadata"].get("namespace")
         kind = manifest["kind"]
         delays = list(RETRY_DELAYS)
         while True:
             try:
-                return self.kubectl.create(manifest)[0]
+                created = self.kubectl.create(manifest)[0]
+                required_uid(created, f"the created {kind} {name}")
+                return created
+            except KubectlTimeout as timeout:
+                return self.adopt(manifest, resource, str(timeout))
             except KubectlFailure as failure:
                 if failure.not_applied and delays:
                     say_stderr(f"warning: retrying the create of {kind} {name} after: {failure.first_line}")
@@ -1724,28 +1801,39 @@ class BatchRun:
                     continue
                 if not (failure.already_exists or failure.transient):
                     raise
-                live = self.kubectl.get(resource, name, namespace)
-                if live is None:
-                    raise DemoError(
-                        f"creating {kind} {name} failed ({failure.first_line}) and it does not exist; "
-                        "nothing was repeated; run cleanup, then try again",
-                        EXIT_CLUSTER,
-                    ) from None
-                owner = (live["metadata"].get("labels") or {}).get(RUN_LABEL)
-                if owner != self.run_id:
-                    raise DemoError(
-                        f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
-                        "it was left untouched",
-                        EXIT_REFUSED,
-                    ) from None
-                say_stderr(f"warning: adopted {kind} {name} after an ambiguous create ({failure.first_line})")
-                return live
+                return self.adopt(manifest, resource, failure.first_line)
+
+    def adopt(self, manifest: Dict[str, Any], resource: str, failure: str) -> Dict[str, Any]:
+        """After an ambiguous create: the object if it exists and carries this run's label."""
+        name = manifest["metadata"]["name"]
+        kind = manifest["kind"]
+        live = self.kubectl.get(resource, name, manifest["metadata"].get("namespace"))
+        if live is None:
+            raise DemoError(
+                f"creating {kind} {name} failed ({failure}) and it does not exist; "
+                "nothing was repeated; run cleanup, then try again",
+                EXIT_CLUSTER,
+            )
+        owner = ((live.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if owner != self.run_id:
+            raise DemoError(
+                f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
+                "it was left untouched",
+                EXIT_REFUSED,
+            )
+        required_uid(live, f"the {kind} {name}")
+        say_stderr(f"warning: adopted {kind} {name} after an ambiguous create ({failure})")
+        return live
 
     def create_namespace(self) -> None:
+        self.namespace_created = True  # from here on it may exist, even if the create reports failure
         try:
             created = self.create_owned(namespace_manifest(self.namespace, self.run_id), "namespace")
-        finally:
-            self.namespace_created = True  # it may exist even when the create reported failure
+        except DemoError as error:
+            self.namespace_created = isinstance(error, KubectlTimeout) or (
+                isinstance(error, KubectlFailure) and error.transient
+            )
+            raise
         self.receipt.data["uid"] = created["metadata"]["uid"]
         self.receipt.save()
         say_stderr(f"Test namespace: {self.namespace}")
@@ -1758,6 +1846,7 @@ class BatchRun:
         name = job_name_for(round_number, settings.rounds)
         round_dir = settings.output if settings.rounds == 1 else settings.output / f"round-{round_number}"
         self.current_dir = round_dir
+        self.current_job = None
         manifest = job_manifest(
             name=name,
             namespace=self.namespace,
@@ -2248,7 +2337,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"capacity: {text}")
         if not fits:
             problems.append("not enough allocatable capacity on eligible nodes")
-    denied = denied_permissions(kubectl.create(access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None)))
+    reviews = kubectl.create(access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None), read_only=True)
+    denied = denied_permissions(reviews)
     print(f"permissions: {'all granted' if not denied else 'denied: ' + ', '.join(denied)}")
     if denied:
         problems.append("missing permissions: " + ", ".join(denied))
