@@ -66,6 +66,8 @@ INTERRUPT_SAVE_TIMEOUT = 5.0
 RETRY_DELAYS = (0.5, 1.0, 2.0)  # bounded backoff for reads that are safe to repeat
 RETRY_BUDGET_SECONDS = 20.0  # no retry starts later than this after the first attempt
 POLL_INTERVAL = 1.0
+WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
+BLOCKED_CHECK_SECONDS = 20.0  # with no pod by then, look for a FailedCreate event
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
 TERMINATION_MESSAGE_LIMIT = 4096
 
@@ -1140,7 +1142,11 @@ class WatchStream:
                 try:
                     event, end = decoder.raw_decode(buffer)
                 except json.JSONDecodeError:
-                    break  # incomplete: wait for more bytes
+                    if buffer.startswith("{") and len(buffer) < WATCH_BUFFER_LIMIT:
+                        break  # incomplete: wait for more bytes
+                    self.process.kill()  # garbled: end the stream, so the waiter falls back to polling
+                    self.sink.put((self.tag, time.time(), time.monotonic(), None))
+                    return
                 buffer = buffer[end:]
                 if isinstance(event, dict):
                     self.sink.put((self.tag, received_at, received_clock, event))
@@ -1458,9 +1464,19 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH."""
     recorded = receipt.data if receipt else {}
     executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
-    kubeconfig = args.kubeconfig or recorded.get("kubeconfig")
+    if os.sep in executable:
+        executable = os.path.abspath(executable)  # cleanup may run from another directory
     if args.kubeconfig:
-        kubeconfig = os.path.abspath(args.kubeconfig)  # cleanup may run from another directory
+        kubeconfig = os.path.abspath(args.kubeconfig)
+    elif recorded:
+        kubeconfig = recorded.get("kubeconfig")
+    else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
+        kubeconfig = (
+            os.pathsep.join(
+                os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path
+            )
+            or None
+        )
     context = args.context or recorded.get("context")
     return Kubectl(executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout)
 
@@ -1735,12 +1751,14 @@ class WaitOutcome:
         observed_wall: Optional[float],
         observed_monotonic: Optional[float],
         observed_pods: Dict[str, Dict[str, Any]],
+        blocked: str = "",
     ) -> None:
         self.job = job
         self.condition = condition
         self.observed_wall = observed_wall
         self.observed_monotonic = observed_monotonic
         self.observed_pods = observed_pods
+        self.blocked = blocked  # why the Job cannot create pods, e.g. a Pod Security rejection
 
 
 class BatchRun:
@@ -1757,6 +1775,18 @@ class BatchRun:
         self.namespace_created = False
         self.current_job: Optional[Dict[str, Any]] = None
         self.current_dir: Path = settings.output
+
+    def execute(self) -> Dict[str, Any]:
+        """Preflight, namespace and ConfigMap, then every round; the assembled results."""
+        self.preflight()
+        self.create_namespace()
+        rows: List[Dict[str, Any]] = []
+        rounds: List[Dict[str, Any]] = []
+        for round_number in range(1, self.settings.rounds + 1):
+            round_rows, figures = self.run_round(round_number)
+            rows.extend(round_rows)
+            rounds.append(figures)
+        return assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
 
     # Preflight and creation -------------------------------------------------
 
@@ -1876,6 +1906,12 @@ class BatchRun:
         logs, log_errors = self.read_logs(pods, pod_selector(job), crosscheck or outcome.condition != "Complete")
         for pod_name, text in logs.items():
             write_atomic(round_dir / f"{pod_name}.log", text or "")
+        if outcome.blocked:
+            raise DemoError(
+                f"Job {self.namespace}/{name} cannot create its pods ({outcome.blocked}); the namespace enforces "
+                f"Pod Security 'restricted'; inspect {inspect}, then run cleanup",
+                EXIT_CLUSTER,
+            )
         if outcome.condition is None:
             counts = pod_counts(outcome.observed_pods, outcome.job)
             raise DemoError(
@@ -1925,6 +1961,7 @@ class BatchRun:
         live = job
         job_stream_open = True
         next_poll = 0.0
+        next_blocked_check = submitted + BLOCKED_CHECK_SECONDS
         label = f"{self.namespace}/{name}"
         try:
             while True:
@@ -1951,23 +1988,43 @@ class BatchRun:
                             f"Job {label} was deleted while the run waited for it; inspect events.txt",
                             EXIT_EPISODE,
                         )
-                    elif event.get("type") in ("ADDED", "MODIFIED"):
+                    elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
                         live = event["object"]
                         if job_condition(live) is not None:
                             return WaitOutcome(live, job_condition(live), wall, clock, observed)
                 elif tag == "pods" and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
-                    record_pod_observation(observed, event["object"], wall)
+                    record_pod_observation(observed, event.get("object"), wall)
                 if not job_stream_open and time.monotonic() >= next_poll:
                     polled = self.kubectl.get("job", name, self.namespace)
                     if polled is None:
                         raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
                     live = polled
                     next_poll = time.monotonic() + POLL_INTERVAL
+                if not observed and not pod_counts({}, live)["created"] and time.monotonic() >= next_blocked_check:
+                    blocked = self.creation_blocked(name)
+                    if blocked:
+                        return WaitOutcome(live, None, None, None, observed, blocked=blocked)
+                    next_blocked_check = time.monotonic() + BLOCKED_CHECK_SECONDS
                 self.progress.update(label, time.monotonic() - submitted, pod_counts(observed, live))
         finally:
             for watch in watches:
                 watch.close()
             self.progress.finish()
+
+    def creation_blocked(self, name: str) -> str:
+        """Why the Job has made no pod yet, if the cluster refused them (FailedCreate: a Pod
+        Security rejection, a quota, a missing RuntimeClass); empty if nothing says so."""
+        events = [
+            e for e in self.kubectl.get_list("events", namespace=self.namespace) if e.get("kind", "Event") == "Event"
+        ]
+        refusals = [
+            event
+            for event in events
+            if event.get("reason") == "FailedCreate" and (event.get("involvedObject") or {}).get("name") == name
+        ]
+        if not refusals:
+            return ""
+        return " ".join(str(refusals[-1].get("message", "")).split())
 
     def collect(self, job: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
         """The Job's pods (by its UID label) and the namespace's events, in one call."""
@@ -1984,6 +2041,8 @@ class BatchRun:
             text = self.kubectl.run(args, namespace=self.namespace, read_only=True, retries=retries)
         except KubectlFailure as failure:
             text = failure.stdout
+        except KubectlTimeout:
+            text = ""  # the per-pod reads that follow say which logs cannot be read
         return split_prefixed_logs(text)
 
     def log_of(self, name: str) -> str:
@@ -2012,6 +2071,9 @@ class BatchRun:
             except KubectlFailure as failure:
                 logs[name] = None
                 errors[name] = failure.first_line
+            except KubectlTimeout as timeout:
+                logs[name] = None
+                errors[name] = str(timeout)
         return logs, errors
 
     def validate(
@@ -2102,9 +2164,11 @@ def termination_message(pod: Dict[str, Any]) -> str:
     return str(terminated.get("message") or "")
 
 
-def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Dict[str, Any], wall: float) -> None:
+def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = pod["metadata"]["name"]
+    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    if not name:
+        return
     record = observed.setdefault(name, {"first_seen_at": wall})
     phase = pod.get("status", {}).get("phase") or "Pending"
     record["phase"] = phase
@@ -2233,65 +2297,71 @@ def cmd_run(args: argparse.Namespace) -> int:
     batch = BatchRun(kubectl, receipt, settings, progress)
     error: Optional[DemoError] = None
     try:
-        try:
-            batch.preflight()
-            batch.create_namespace()
-            rows: List[Dict[str, Any]] = []
-            rounds: List[Dict[str, Any]] = []
-            for round_number in range(1, settings.rounds + 1):
-                round_rows, figures = batch.run_round(round_number)
-                rows.extend(round_rows)
-                rounds.append(figures)
-        except KeyboardInterrupt:
-            progress.finish()
-            say_stderr("interrupted: saving diagnostics (a second Ctrl-C skips this)")
-            batch.save_after_interrupt()
-            raise DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED) from None
-        results = assemble_results(settings, context, namespace, run_id, rows, rounds)
-        write_json(output / "results.json", results)
-        write_atomic(output / "timeline.svg", render_timeline_svg(results))
-        if settings.json_summary:
-            print(json.dumps(headline(results), indent=2, sort_keys=True))
-        else:
-            print(render_summary(results), end="")
-        append_step_summary(results)
-        breaches = check_thresholds(results, settings.thresholds)
-        if breaches:
-            error = DemoError(
-                f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
-                EXIT_THRESHOLD,
-            )
+        results = batch.execute()
+        error = publish(results, settings)
     except DemoError as failure:
         error = failure
+    except KeyboardInterrupt:
+        progress.finish()
+        say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+        try:
+            batch.save_after_interrupt()
+        except KeyboardInterrupt:
+            say_stderr("skipped saving diagnostics")
+        error = DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED)
     finally:
         write_json(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
         write_json(output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()})
+        append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{error}\n")
+    cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
         kubectl.process_timeout = args.kubectl_timeout
         try:
             cleanup_run(kubectl, receipt, output, say_stderr)
+            cleaned = True
         except DemoError as cleanup_error:
             if error is None:
                 error = cleanup_error
             else:
                 say_stderr(f"cleanup failed as well: {cleanup_error}")
-    elif batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept for inspection; delete it with: {cleanup_command(output)}")
+        except KeyboardInterrupt:
+            error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
+    if not cleaned and batch.namespace_created:
+        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(output)}")
     if error is not None:
         raise error
     return EXIT_OK
 
 
-def append_step_summary(results: Dict[str, Any]) -> None:
-    """A Markdown table for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
+def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoError]:
+    """Write results.json and timeline.svg, print the summary, and judge the thresholds."""
+    output = settings.output
+    write_json(output / "results.json", results)
+    write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    if settings.json_summary:
+        print(json.dumps(headline(results), indent=2, sort_keys=True))
+    else:
+        print(render_summary(results), end="")
+    append_step_summary(markdown_summary(results))
+    breaches = check_thresholds(results, settings.thresholds)
+    if breaches:
+        return DemoError(
+            f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
+            EXIT_THRESHOLD,
+        )
+    return None
+
+
+def append_step_summary(markdown: str) -> None:
+    """A Markdown section for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
     try:
         with open(path, "a", encoding="utf-8") as stream:
-            stream.write(markdown_summary(results))
+            stream.write(markdown)
     except OSError as error:
         say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
 
@@ -2305,24 +2375,41 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews."""
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+
+    A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
+    always lists everything that fails."""
     kubectl = make_kubectl(args)
     context = kubectl.context or kubectl.current_context()
     kubectl.context = context
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
     problems: List[str] = []
+
+    def attempt(what: str, read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except KubectlFailure as failure:
+            problems.append(f"cannot {what} ({failure.first_line})")
+            print(f"{what}: failed: {failure.first_line}")
+            return None
+
     print(f"context: {context}")
-    version = kubectl._decode(kubectl.run(["version", "-o", "json"], read_only=True), "version")
-    print(f"server version: {version.get('serverVersion', {}).get('gitVersion', 'unknown')}")
+    version = attempt(
+        "read the server version",
+        lambda: kubectl._decode(kubectl.run(["version", "-o", "json"], read_only=True), "version"),
+    )
+    if version is not None:
+        print(f"server version: {(version.get('serverVersion') or {}).get('gitVersion', 'unknown')}")
     runtimeclass = None
     if runtime is None:
         print("runtime: none (the cluster's default runtime; no RuntimeClass)")
     else:
-        runtimeclass = kubectl.get("runtimeclass", runtime)
-        if runtimeclass is None:
+        runtimeclass = attempt(f"read RuntimeClass {runtime}", lambda: kubectl.get("runtimeclass", runtime) or {})
+        if runtimeclass == {}:
             problems.append(f"RuntimeClass {runtime!r} does not exist")
             print(f"RuntimeClass {runtime}: missing")
-        else:
+            runtimeclass = None
+        elif runtimeclass is not None:
             scheduling = runtimeclass.get("scheduling") or {}
             print(
                 f"RuntimeClass {runtime}: handler {runtimeclass.get('handler')}, overhead "
@@ -2331,17 +2418,24 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"tolerations {len(scheduling.get('tolerations') or [])}"
             )
     print(f"image: {args.image} (pulled by the nodes; not checked from here)")
-    nodes = kubectl.get_list("nodes")
-    if runtime is None or runtimeclass is not None:
-        fits, text = capacity_verdict(args.count, runtimeclass, nodes)
+    nodes = attempt("list nodes", lambda: kubectl.get_list("nodes"))
+    if nodes is not None and (runtime is None or runtimeclass is not None):
+        try:
+            fits, text = capacity_verdict(args.count, runtimeclass, nodes)
+        except ValueError as error:
+            fits, text = False, f"cannot be computed ({error})"
         print(f"capacity: {text}")
         if not fits:
             problems.append("not enough allocatable capacity on eligible nodes")
-    reviews = kubectl.create(access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None), read_only=True)
-    denied = denied_permissions(reviews)
-    print(f"permissions: {'all granted' if not denied else 'denied: ' + ', '.join(denied)}")
-    if denied:
-        problems.append("missing permissions: " + ", ".join(denied))
+    namespace = NAMESPACE_PREFIX + "preflight"
+    reviews = attempt(
+        "review permissions", lambda: kubectl.create(access_review_list(namespace, runtime is not None), read_only=True)
+    )
+    if reviews is not None:
+        denied = denied_permissions(reviews)
+        print(f"permissions: {'all granted' if not denied else 'denied: ' + ', '.join(denied)}")
+        if denied:
+            problems.append("missing permissions: " + ", ".join(denied))
     if problems:
         print(f"verdict: NOT ready: {'; '.join(problems)}")
         return EXIT_CLUSTER
@@ -2420,7 +2514,7 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     runs = [(str(directory), load_results(Path(directory))) for directory in args.directories]
-    counts = {results["episodes"] for _, results in runs}
+    counts = {results.get("episodes_per_round", results["episodes"]) for _, results in runs}
     if len(counts) > 1 and not args.allow_different_counts:
         raise DemoError(
             f"these runs have different episode counts ({', '.join(str(c) for c in sorted(counts))}); compare "

@@ -377,11 +377,25 @@ class CleanupTest(ClusterTestCase):
         self.edit_receipt(jobs=[{"name": "rollout", "uid": "00000000-0000-0000-0000-000000000000"}])
         self.assert_refused("Job")
 
-    def test_receipt_without_namespace_uid(self) -> None:
+    def test_receipt_without_namespace_uid_is_proven_by_the_run_label(self) -> None:
+        namespace = self.receipt()["namespace"]
+        [live] = [n for n in self.cluster.objects("Namespace") if n["metadata"]["name"] == namespace]
         self.edit_receipt(uid=None)
+        result = self.run_ok("cleanup", "--output", "out")
+        self.assertIn("carries this run's labels", result.stdout)
+        self.assertEqual(self.namespaces(), [])
+        self.assertEqual(self.receipt()["uid"], live["metadata"]["uid"])
+
+    def test_receipt_without_namespace_uid_and_another_label_is_refused(self) -> None:
+        self.edit_receipt(uid=None, run_id="ffffffffffff")
         result = self.tool("cleanup", "--output", "out")
         self.assert_fails(result, demo.EXIT_REFUSED, "no namespace UID", "ownership cannot be proven")
         self.assertEqual(len(self.namespaces()), 1)
+        self.assertFalse([argv for argv in self.cluster.calls() if "delete" in argv])
+
+    def test_malformed_jobs_in_the_receipt(self) -> None:
+        self.edit_receipt(jobs=[{"uid": "x"}])
+        self.assert_fails(self.tool("cleanup", "--output", "out"), demo.EXIT_USAGE, "malformed 'jobs' list")
 
     def test_older_receipt_uses_job_json(self) -> None:
         self.edit_receipt(jobs=None, job_uid=None)

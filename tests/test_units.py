@@ -51,12 +51,13 @@ def make_pod(
     exit_code: int = 0,
     restarts: int = 0,
     message: str = "",
+    finished: str = "2026-11-29T10:00:04Z",
 ) -> dict[str, Any]:
     terminated = {
         "exitCode": exit_code,
         "reason": "Completed",
         "startedAt": "2026-11-29T10:00:02Z",
-        "finishedAt": "2026-11-29T10:00:04Z",
+        "finishedAt": finished,
     }
     if message:
         terminated["message"] = message
@@ -192,12 +193,17 @@ class LogParsingTest(unittest.TestCase):
         self.assertEqual([event["event"] for event in demo.parse_events(text)], ["ready", "reward"])
 
     def test_malformed_event_line_is_an_error(self) -> None:
-        with self.assertRaisesRegex(demo.EventParseError, "line 2 is malformed JSON"):
+        with self.assertRaisesRegex(demo.EventParseError, "line 2 is a malformed JSON event"):
             demo.parse_events(log_of(make_events("p", 10.0, 11.0)[:1]) + '{"event": "reward", "at": \n')
 
-    def test_event_without_time_is_an_error(self) -> None:
-        with self.assertRaisesRegex(demo.EventParseError, "no numeric 'at'"):
-            demo.parse_events('{"event": "ready"}\n')
+    def test_json_lines_that_are_not_events_are_ignored(self) -> None:
+        text = '{"level": "warning", "msg": "x"}\n{broken noise\n' + log_of(make_events("p", 10.0, 11.0))
+        self.assertEqual([event["event"] for event in demo.parse_events(text)], ["ready", "reward"])
+
+    def test_event_without_a_finite_time_is_an_error(self) -> None:
+        for line in ('{"event": "ready"}', '{"event": "ready", "at": "soon"}', '{"event": "ready", "at": Infinity}'):
+            with self.subTest(line=line), self.assertRaisesRegex(demo.EventParseError, "no finite numeric 'at'"):
+                demo.parse_events(line + "\n")
 
     def test_split_prefixed_logs(self) -> None:
         text = "[pod/rollout-a/episode] one\n[pod/rollout-b/episode] two\n[pod/rollout-a/episode] three\n"
@@ -268,6 +274,16 @@ class ValidationTest(unittest.TestCase):
         events = make_events("rollout-abcde", JOB_CREATED_AT - 3600, JOB_CREATED_AT - 3599)
         self.assert_refused(make_pod(), events, "clock synchronisation")
 
+    def test_node_clock_ahead_is_skew(self) -> None:
+        events = make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3600)
+        self.assert_refused(make_pod(), events, "node's clock runs ahead")
+
+    def test_non_numeric_optional_fields_are_not_invented(self) -> None:
+        events = self.good_events()
+        events[0]["process_started_at"] = "early"
+        row = self.validate(make_pod(), events)
+        self.assertIsNone(row["python_import_seconds"])
+
     def test_pod_before_job_is_skew(self) -> None:
         self.assert_refused(make_pod(created="2026-11-29T09:59:59Z"), self.good_events(), "out of order")
 
@@ -317,7 +333,9 @@ class ReportTest(unittest.TestCase):
     def results(self) -> dict[str, Any]:
         rows = []
         for index in range(4):
-            pod = make_pod(f"rollout-{index}", created=f"2026-11-29T10:00:0{index}Z")
+            pod = make_pod(
+                f"rollout-{index}", created=f"2026-11-29T10:00:0{index}Z", finished=f"2026-11-29T10:00:0{index + 3}Z"
+            )
             pod["spec"]["nodeName"] = "node-a" if index % 2 else "node-b"
             events = make_events(f"rollout-{index}", JOB_CREATED_AT + index + 2.0, JOB_CREATED_AT + index + 2.5)
             row = demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here")
@@ -362,6 +380,11 @@ class ReportTest(unittest.TestCase):
         texts = "".join(root.itertext())
         self.assertIn("node node-a", texts)
         self.assertIn("seconds since the Job was created", texts)
+
+    def test_timeline_ticks_stay_few_for_huge_spans(self) -> None:
+        for span in (0.3, 7.0, 95.0, 4000.0, 1e9):
+            with self.subTest(span=span):
+                self.assertLessEqual(span / demo._axis_step(span), 12)
 
     def test_thresholds(self) -> None:
         results = self.results()
@@ -435,6 +458,38 @@ class ProgressTest(unittest.TestCase):
         progress.update("ns/rollout", 1.0, {"created": 1})
         progress.finish()
         self.assertEqual(stream.getvalue(), "")
+
+
+class KubectlOutputTest(unittest.TestCase):
+    """What kubectl prints is checked before it is trusted."""
+
+    def test_objects_without_a_uid_are_an_error(self) -> None:
+        with self.assertRaisesRegex(demo.DemoError, "without metadata.uid") as caught:
+            demo.required_uid({"metadata": {"name": "x"}}, "a Job")
+        self.assertEqual(caught.exception.exit_code, demo.EXIT_CLUSTER)
+
+    def test_non_object_list_items_are_rejected(self) -> None:
+        with self.assertRaises(ValueError):
+            demo.parse_json_documents('{"kind": "List", "items": [1, 2]}')
+
+    def test_failed_create_event_explains_a_blocked_job(self) -> None:
+        class Events(demo.Kubectl):
+            def get_list(self, kinds: str, namespace: str | None = None, selector: str | None = None, **_: Any) -> Any:
+                return [
+                    {
+                        "kind": "Event",
+                        "reason": "FailedCreate",
+                        "involvedObject": {"name": "rollout"},
+                        "message": 'pods "rollout-x" is forbidden: violates PodSecurity "restricted:latest"',
+                    },
+                    {"kind": "Event", "reason": "FailedCreate", "involvedObject": {"name": "other"}, "message": "no"},
+                ]
+
+        receipt = demo.Receipt(Path("unused"), {"run_id": "r", "namespace": "ns", "context": "c"})
+        settings = unittest.mock.Mock(output=Path("unused"))
+        batch = demo.BatchRun(Events("kubectl"), receipt, settings, demo.Progress(enabled=False))
+        self.assertIn("violates PodSecurity", batch.creation_blocked("rollout"))
+        self.assertEqual(batch.creation_blocked("nothing-here"), "")
 
 
 class CapacityTest(unittest.TestCase):
