@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Client-side figures of rl_batch_demo.py, measured against the test fake (a simulation).
 
-Prints, for N = 10, 100 and 1000 episodes (change with --sizes):
+Prints, for N = 10 and 100 episodes run end to end against the fake (change with --sizes):
   * kubectl processes started by one `run`;
   * the client's own CPU seconds (this process only: the fake kubectl and the episodes are
     separate processes and are not counted);
   * watch latency: from the moment the fake wrote the Job's Complete condition to the moment the
     client saw it;
   * collect-and-analyse time: from the client seeing Complete to results.json on disk;
-and the time `python3 rl_batch_demo.py --help` takes, beside a bare interpreter's start.
+then the client's analysis alone (no kubectl) for 10, 100 and 1000 episodes (--analyse), since the
+fake itself slows down quadratically past a few hundred pods; and the time
+`python3 rl_batch_demo.py --help` takes, beside a bare interpreter's start.
 
 Standard library only:  python3 bench/bench.py [--sizes 10,100,1000]
 Nothing here is a cluster measurement; the fake runs every episode on this machine.
@@ -27,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,9 +106,107 @@ def run_once(count: int, scratch: Path) -> Dict[str, Any]:
         cluster.close()
 
 
+def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
+    """What `kubectl get pods,events -o json` prints for a finished Job of `count` episodes:
+    one real episode (the embedded worker, run here) cloned with shifted times."""
+    workspace = scratch / f"workspace-{count}"
+    workspace.mkdir()
+    message_file = scratch / f"message-{count}"
+    env = dict(
+        os.environ, EPISODE_ID="template", RL_DEMO_WORKSPACE=str(workspace), RL_DEMO_TERMINATION_LOG=str(message_file)
+    )
+    script = scratch / "episode.py"
+    script.write_text(rl_batch_demo.WORKER_SOURCE)
+    subprocess.run([sys.executable, "-B", str(script)], env=env, check=True, capture_output=True)
+    ready, reward = rl_batch_demo.parse_events(message_file.read_text())
+    created = float(int(ready["at"])) - 2
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
+    finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(reward["at"] + 1))
+    job = {"kind": "Job", "metadata": {"name": "rollout", "uid": "job-uid", "creationTimestamp": stamp}}
+    items: List[Dict[str, Any]] = []
+    for index in range(count):
+        name = f"rollout-{index:05d}"
+        events = [dict(ready, episode_id=name), dict(reward, episode_id=name)]
+        message = "".join(json.dumps(event, sort_keys=True) + "\n" for event in events)
+        items.append(
+            {
+                "kind": "Pod",
+                "metadata": {"name": name, "creationTimestamp": stamp, "labels": {rl_batch_demo.UID_LABEL: "job-uid"}},
+                "spec": {"nodeName": f"node-{index % 4}", "overhead": {"cpu": "250m", "memory": "768Mi"}},
+                "status": {
+                    "phase": "Succeeded",
+                    "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp}],
+                    "containerStatuses": [
+                        {
+                            "name": "episode",
+                            "imageID": "docker.io/library/python@sha256:0",
+                            "restartCount": 0,
+                            "state": {
+                                "terminated": {
+                                    "exitCode": 0,
+                                    "startedAt": stamp,
+                                    "finishedAt": finished,
+                                    "message": message,
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+        items.append(
+            {
+                "kind": "Event",
+                "metadata": {"name": f"{name}.1", "creationTimestamp": stamp},
+                "type": "Normal",
+                "reason": "Started",
+                "involvedObject": {"kind": "Pod", "name": name},
+                "message": "Started container episode",
+            }
+        )
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), job
+
+
+def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
+    """The client's work between seeing Complete and having results.json, without kubectl:
+    parse the listing, save diagnostics, validate every episode, write results and timeline."""
+    listing, job = synthetic_listing(count, scratch)
+    output = scratch / f"analyse-{count}"
+    output.mkdir()
+    args = rl_batch_demo.build_parser().parse_args(
+        ["run", "--output", str(output), "--count", str(count), "--allow-large", "--quiet"]
+    )
+    settings = rl_batch_demo.RunSettings(args)
+    receipt = rl_batch_demo.Receipt(output / "receipt.json", {"run_id": "r", "namespace": "ns", "context": "c"})
+    batch = rl_batch_demo.BatchRun(rl_batch_demo.Kubectl("kubectl"), receipt, settings, rl_batch_demo.Progress(False))
+    outcome = rl_batch_demo.WaitOutcome(job, "Complete", time.time(), time.monotonic(), {})
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
+    pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
+    rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
+    rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
+    logs: Dict[str, Optional[str]] = {}
+    if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
+        logs = {pod["metadata"]["name"]: rl_batch_demo.termination_message(pod) for pod in pods}
+    rows = batch.validate(job, pods, logs, {}, outcome, output, "here")
+    figures = rl_batch_demo.batch_figures(rows)
+    figures.update(
+        client_job_complete_seconds=1.0,
+        client_submitted_at=0.0,
+        client_observed_complete_at=1.0,
+        job_created_at=0.0,
+        job_complete_at=None,
+        job_success_criteria_met_at=None,
+    )
+    results = rl_batch_demo.assemble_results(settings, "c", "ns", "r", rows, [figures])
+    with contextlib.redirect_stdout(io.StringIO()):
+        rl_batch_demo.publish(results, settings)
+    return {"cpu": time.process_time() - cpu_before, "wall": time.perf_counter() - wall_before}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10,100,1000", help="comma-separated episode counts")
+    parser.add_argument("--sizes", default="10,100", help="episode counts run end to end against the fake")
+    parser.add_argument("--analyse", default="10,100,1000", help="episode counts for the analysis-only figure")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     help_figures = time_help()
@@ -140,6 +240,11 @@ def main() -> int:
                     )
                 )
             )
+        print()
+        print("analysis only (parse the pod listing, save diagnostics, validate, write results and timeline):")
+        for size in (int(size) for size in args.analyse.split(",")):
+            timing = analyse_only(size, Path(scratch))
+            print(f"{size:>19}  episodes: {timing['cpu']:.3f} s client CPU, {timing['wall']:.3f} s wall")
     return 0
 
 
