@@ -976,8 +976,8 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
     )
     origin = min(row["batch_start"] for row in rows)
-    end = max((row.get("finished_at") or row["reward_at"]) for row in rows) - origin
-    span = max(end, 1.0)
+    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS]
+    span = max(max(end for end in ends if end is not None) - origin, 1.0)
     label_width, plot_width, row_height, top = 230, 760, 16, 70
     nodes = sorted({row.get("node") or "(unknown)" for row in rows})
     height = top + row_height * len(rows) + 22 * len(nodes) + 70
@@ -1009,8 +1009,8 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
             parts.append(f'<text x="10" y="{y + 12}">{_xml(row["pod"])}</text>')
             for name, _, colour, start_key, end_key in TIMELINE_BARS:
                 start, stop = row.get(start_key), row.get(end_key)
-                if start is None or stop is None:
-                    continue
+                if start is None or stop is None or stop < start:
+                    continue  # unknown, or inverted by whole-second truncation
                 x = label_width + (start - origin) * scale
                 width = max((stop - start) * scale, 0.5)
                 parts.append(
