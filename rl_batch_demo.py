@@ -1742,6 +1742,18 @@ class RunSettings:
         self.quiet: bool = args.quiet
         self.json_summary: bool = args.json
 
+    def job_manifest(self, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
+        return job_manifest(
+            name=name,
+            namespace=namespace,
+            run_id=run_id,
+            count=self.count,
+            parallelism=self.parallelism,
+            image=self.image,
+            runtime=self.runtime,
+            deadline_seconds=self.deadline_seconds,
+        )
+
 
 class WaitOutcome:
     def __init__(
@@ -1877,16 +1889,7 @@ class BatchRun:
         round_dir = settings.output if settings.rounds == 1 else settings.output / f"round-{round_number}"
         self.current_dir = round_dir
         self.current_job = None
-        manifest = job_manifest(
-            name=name,
-            namespace=self.namespace,
-            run_id=self.run_id,
-            count=settings.count,
-            parallelism=settings.parallelism,
-            image=settings.image,
-            runtime=settings.runtime,
-            deadline_seconds=settings.deadline_seconds,
-        )
+        manifest = settings.job_manifest(name, self.namespace, self.run_id)
         write_json(round_dir / "job-submitted.json", manifest)
         self.receipt.add_job(name)
         submitted_wall = time.time()
@@ -2242,21 +2245,7 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
-        manifests.append(
-            (
-                f"{1 + round_number:02d}-job-{name}.json",
-                job_manifest(
-                    name=name,
-                    namespace=namespace,
-                    run_id=run_id,
-                    count=settings.count,
-                    parallelism=settings.parallelism,
-                    image=settings.image,
-                    runtime=settings.runtime,
-                    deadline_seconds=settings.deadline_seconds,
-                ),
-            )
-        )
+        manifests.append((f"{1 + round_number:02d}-job-{name}.json", settings.job_manifest(name, namespace, run_id)))
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
     print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")

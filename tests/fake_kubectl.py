@@ -210,6 +210,18 @@ def not_supported(what: str) -> KubectlError:
 # --------------------------------------------------------------------------- small helpers
 
 
+def job_condition(kind: str, reason: str, message: str, t: str) -> dict:
+    """A Job status condition as the job controller writes it."""
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": t,
+        "lastTransitionTime": t,
+    }
+
+
 def now_ts(t: Optional[float] = None) -> str:
     """RFC 3339 UTC timestamp with second resolution, truncated like the API server."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
@@ -2910,14 +2922,9 @@ class JobController:
                 return
             t = now_ts(tx.now)
             j["status"]["conditions"] = [
-                {
-                    "type": "SuccessCriteriaMet",
-                    "status": "True",
-                    "reason": "CompletionsReached",
-                    "message": "Reached expected number of succeeded pods",
-                    "lastProbeTime": t,
-                    "lastTransitionTime": t,
-                }
+                job_condition(
+                    "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods", t
+                )
             ]
             tx.put(self.clean_status(j))
         time.sleep(POLL_SECONDS)
@@ -2927,14 +2934,7 @@ class JobController:
                 return
             t = now_ts(tx.now)
             j["status"]["conditions"].append(
-                {
-                    "type": "Complete",
-                    "status": "True",
-                    "reason": "CompletionsReached",
-                    "message": "Reached expected number of succeeded pods",
-                    "lastProbeTime": t,
-                    "lastTransitionTime": t,
-                }
+                job_condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods", t)
             )
             j["status"]["completionTime"] = t
             j["status"]["ready"] = 0
@@ -2967,16 +2967,7 @@ class JobController:
             st["failed"] = sum(1 for s in self.sims if s.outcome == "Failed")
             st["active"] = 0
             st["ready"] = 0
-            st["conditions"] = [
-                {
-                    "type": "FailureTarget",
-                    "status": "True",
-                    "reason": reason,
-                    "message": message,
-                    "lastProbeTime": t,
-                    "lastTransitionTime": t,
-                }
-            ]
+            st["conditions"] = [job_condition("FailureTarget", reason, message, t)]
             tx.put(self.clean_status(j))
             self.event(tx, j, reason, message, "Warning")
         time.sleep(POLL_SECONDS)
@@ -2985,16 +2976,7 @@ class JobController:
             if j is None:
                 return
             t = now_ts(tx.now)
-            j["status"]["conditions"].append(
-                {
-                    "type": "Failed",
-                    "status": "True",
-                    "reason": reason,
-                    "message": message,
-                    "lastProbeTime": t,
-                    "lastTransitionTime": t,
-                }
-            )
+            j["status"]["conditions"].append(job_condition("Failed", reason, message, t))
             tx.put(j)
 
 
