@@ -52,11 +52,12 @@ def make_pod(
     restarts: int = 0,
     message: str = "",
     finished: str = "2026-11-29T10:00:04Z",
+    started: str = "2026-11-29T10:00:02Z",
 ) -> dict[str, Any]:
     terminated = {
         "exitCode": exit_code,
         "reason": "Completed",
-        "startedAt": "2026-11-29T10:00:02Z",
+        "startedAt": started,
         "finishedAt": finished,
     }
     if message:
@@ -334,7 +335,10 @@ class ReportTest(unittest.TestCase):
         rows = []
         for index in range(4):
             pod = make_pod(
-                f"rollout-{index}", created=f"2026-11-29T10:00:0{index}Z", finished=f"2026-11-29T10:00:0{index + 3}Z"
+                f"rollout-{index}",
+                created=f"2026-11-29T10:00:0{index}Z",
+                started=f"2026-11-29T10:00:0{index + 1}Z",
+                finished=f"2026-11-29T10:00:0{index + 3}Z",
             )
             pod["spec"]["nodeName"] = "node-a" if index % 2 else "node-b"
             events = make_events(f"rollout-{index}", JOB_CREATED_AT + index + 2.0, JOB_CREATED_AT + index + 2.5)
@@ -380,6 +384,13 @@ class ReportTest(unittest.TestCase):
         texts = "".join(root.itertext())
         self.assertIn("node node-a", texts)
         self.assertIn("seconds since the Job was created", texts)
+
+    def test_timeline_leaves_out_bars_inverted_by_truncation(self) -> None:
+        results = self.results()
+        results["pods"][0]["finished_at"] = results["pods"][0]["reward_at"] - 0.4
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
+        self.assertEqual(len(bars), 4 * len(demo.TIMELINE_BARS) - 1)
 
     def test_timeline_ticks_stay_few_for_huge_spans(self) -> None:
         for span in (0.3, 7.0, 95.0, 4000.0, 1e9):
