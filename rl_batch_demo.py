@@ -1120,6 +1120,7 @@ class WatchStream:
         self.tag = tag
         self.process = process
         self.sink = sink
+        self.stderr = ""  # kubectl's message, once the stream has ended
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
 
@@ -1150,6 +1151,8 @@ class WatchStream:
                 buffer = buffer[end:]
                 if isinstance(event, dict):
                     self.sink.put((self.tag, received_at, received_clock, event))
+        if self.process.stderr is not None:
+            self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
     def close(self) -> None:
@@ -1161,6 +1164,9 @@ class WatchStream:
                 self.process.kill()
                 self.process.wait()
         self.thread.join(timeout=5)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None and not self.thread.is_alive():
+                stream.close()
 
 
 class Kubectl:
@@ -1327,7 +1333,7 @@ class Kubectl:
         self.calls.append({"argv": argv[1:], "watch": True})
         try:
             process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
             )
         except OSError as error:
             raise self._spawn_failure(error) from None
@@ -1985,7 +1991,11 @@ class BatchRun:
                     if event is None:
                         job_stream_open = False
                         self.progress.finish()
-                        say_stderr(f"warning: the watch of Job {label} ended early; polling every {POLL_INTERVAL:g} s")
+                        reason = watches[0].stderr.splitlines()[0] if watches[0].stderr else "no message"
+                        say_stderr(
+                            f"warning: the watch of Job {label} ended early ({reason}); "
+                            f"polling every {POLL_INTERVAL:g} s"
+                        )
                     elif event.get("type") == "DELETED":
                         raise DemoError(
                             f"Job {label} was deleted while the run waited for it; inspect events.txt",
