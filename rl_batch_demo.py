@@ -278,6 +278,15 @@ def parse_timestamp(text: str) -> float:
     return moment.timestamp() + fraction - offset
 
 
+def creation_time(obj: Dict[str, Any], what: str) -> float:
+    """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
+    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return parse_timestamp(str(text))
+    except ValueError:
+        raise DemoError(f"{what} has no readable creationTimestamp ({text!r})", EXIT_CLUSTER) from None
+
+
 def optional_timestamp(text: Optional[str]) -> Optional[float]:
     return parse_timestamp(text) if text else None
 
@@ -1916,9 +1925,10 @@ class BatchRun:
         for pod_name, text in logs.items():
             write_atomic(round_dir / f"{pod_name}.log", text or "")
         if outcome.blocked:
+            hint = " (the namespace enforces Pod Security 'restricted')" if "PodSecurity" in outcome.blocked else ""
             raise DemoError(
-                f"Job {self.namespace}/{name} cannot create its pods ({outcome.blocked}); the namespace enforces "
-                f"Pod Security 'restricted'; inspect {inspect}, then run cleanup",
+                f"Job {self.namespace}/{name} cannot create its pods: {outcome.blocked}{hint}; "
+                f"inspect {inspect}, then run cleanup",
                 EXIT_CLUSTER,
             )
         if outcome.condition is None:
@@ -1954,7 +1964,7 @@ class BatchRun:
             client_job_complete_seconds=outcome.observed_monotonic - submitted,
             client_submitted_at=submitted_wall,
             client_observed_complete_at=outcome.observed_wall,
-            job_created_at=parse_timestamp(job["metadata"]["creationTimestamp"]),
+            job_created_at=creation_time(job, "the Job"),
             job_complete_at=_condition_time(outcome.job, "Complete"),
             job_success_criteria_met_at=_condition_time(outcome.job, "SuccessCriteriaMet"),
         )
@@ -2100,7 +2110,7 @@ class BatchRun:
         inspect: str,
     ) -> List[Dict[str, Any]]:
         check_pod_set(pods, self.settings.count, inspect)
-        job_created_at = parse_timestamp(job["metadata"]["creationTimestamp"])
+        job_created_at = creation_time(job, "the Job")
         crosscheck = self.settings.count <= LOG_CROSSCHECK_LIMIT
         rows = []
         for pod in pods:
@@ -2116,6 +2126,11 @@ class BatchRun:
                     pod_inspect,
                 )
                 row = validate_episode(pod, events, job_created_at, outcome.observed_pods.get(name), pod_inspect)
+            except (KeyError, TypeError, ValueError) as error:
+                self.save_one_log(name, round_dir)
+                raise EpisodeInvalid(
+                    name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect
+                ) from None
             except EpisodeInvalid:
                 if name not in logs:
                     self.save_one_log(name, round_dir)
@@ -2162,7 +2177,15 @@ def split_pods_and_events(
     """From one `get pods,events` listing: the Job's pods (by its UID label, in creation order)
     and every event of the namespace."""
     uid = job["metadata"]["uid"] if job else None
-    pods = [item for item in items if item.get("kind") == "Pod" and uid and pod_belongs_to(item, uid)]
+    pods = [
+        item
+        for item in items
+        if item.get("kind") == "Pod"
+        and isinstance(item.get("metadata"), dict)
+        and isinstance(item["metadata"].get("name"), str)
+        and uid
+        and pod_belongs_to(item, uid)
+    ]
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     events = [item for item in items if item.get("kind") == "Event"]
     return pods, events
