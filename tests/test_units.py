@@ -503,6 +503,24 @@ class KubectlOutputTest(unittest.TestCase):
         self.assertEqual(batch.creation_blocked("nothing-here"), "")
 
 
+class OddPodShapeTest(unittest.TestCase):
+    def test_an_unreadable_pod_time_names_the_pod(self) -> None:
+        class NoLogs(demo.Kubectl):
+            def run(self, args: Any, **_: Any) -> str:
+                raise demo.DemoError("no kubectl in this test", demo.EXIT_CLUSTER)
+
+        pod = make_pod(message=log_of(make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5)))
+        pod["metadata"]["creationTimestamp"] = "yesterday"
+        job = {"metadata": {"name": "rollout", "uid": "job-uid", "creationTimestamp": JOB_CREATED}}
+        receipt = demo.Receipt(Path("unused"), {"run_id": "r", "namespace": "ns", "context": "c"})
+        settings = unittest.mock.Mock(count=1, output=Path("unused"))
+        batch = demo.BatchRun(NoLogs("kubectl"), receipt, settings, demo.Progress(enabled=False))
+        outcome = demo.WaitOutcome(job, "Complete", 0.0, 0.0, {})
+        log = {"rollout-abcde": demo.termination_message(pod)}
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-abcde: its pod status or events have an unexpected"):
+            batch.validate(job, [pod], log, {}, outcome, Path("unused"), "here")
+
+
 class CapacityTest(unittest.TestCase):
     runtimeclass: ClassVar[dict[str, Any]] = {
         "handler": "cube",
