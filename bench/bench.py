@@ -61,6 +61,8 @@ def time_help(repeats: int = 15) -> Dict[str, float]:
 
 
 def run_once(count: int, scratch: Path) -> Dict[str, Any]:
+    # The fake's Job controller gives up after 10 minutes by default; 1,000 episodes take longer.
+    os.environ.setdefault("FAKE_KUBECTL_CONTROLLER_MAX_SECONDS", "7200")
     cluster = FakeCluster(scratch / f"cluster-{count}")
     try:
         output = scratch / f"run-{count}"
