@@ -35,6 +35,7 @@ import os
 import queue
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -893,7 +894,8 @@ def render_summary(results: Dict[str, Any]) -> str:
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
-        f"episodes {results['episodes']} x {results['rounds']} round(s), parallelism "
+        f"episodes {results.get('episodes_per_round', results['episodes'])} x {results['rounds']} round(s), "
+        "parallelism "
         f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
         f"{results['reward_sum']}",
         "",
@@ -1125,10 +1127,14 @@ class WatchStream:
     A reader thread decodes the concatenated JSON events and puts (tag, wall time, monotonic
     time, event) on a shared queue, stamped when the bytes arrived; event None marks the end."""
 
-    def __init__(self, tag: str, process: subprocess.Popen[bytes], sink: queue.Queue[Any]) -> None:
+    def __init__(
+        self, tag: str, process: subprocess.Popen[bytes], sink: queue.Queue[Any], record: Dict[str, Any]
+    ) -> None:
         self.tag = tag
         self.process = process
         self.sink = sink
+        self.record = record  # its entry in kubectl-calls.json, completed by close()
+        self.started = time.monotonic()
         self.stderr = ""  # kubectl's message, once the stream has ended
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
@@ -1173,6 +1179,8 @@ class WatchStream:
                 self.process.kill()
                 self.process.wait()
         self.thread.join(timeout=5)
+        self.record["seconds"] = round(time.monotonic() - self.started, 3)
+        self.record["exit"] = self.process.returncode  # negative: ended by this tool's signal
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None and not self.thread.is_alive():
                 stream.close()
@@ -1339,14 +1347,16 @@ class Kubectl:
             namespace,
             request_timeout=f"{math.ceil(seconds)}s",
         )
-        self.calls.append({"argv": argv[1:], "watch": True})
+        record: Dict[str, Any] = {"argv": argv[1:], "watch": True}
+        self.calls.append(record)
         try:
             process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
             )
         except OSError as error:
+            record["error"] = str(error)
             raise self._spawn_failure(error) from None
-        return WatchStream(tag, process, sink)
+        return WatchStream(tag, process, sink, record)
 
 
 # Progress on stderr ###########################################################
@@ -1481,6 +1491,8 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
     executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
+    elif not recorded:
+        executable = shutil.which(executable) or executable  # pin the binary the run used
     if args.kubeconfig:
         kubeconfig = os.path.abspath(args.kubeconfig)
     elif recorded:
@@ -2362,10 +2374,16 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     output = settings.output
     write_json(output / "results.json", results)
     write_atomic(output / "timeline.svg", render_timeline_svg(results))
-    if settings.json_summary:
-        print(json.dumps(headline(results), indent=2, sort_keys=True))
-    else:
-        print(render_summary(results), end="")
+    summary = (
+        json.dumps(headline(results), indent=2, sort_keys=True) + "\n"
+        if settings.json_summary
+        else render_summary(results)
+    )
+    try:
+        sys.stdout.write(summary)
+        sys.stdout.flush()
+    except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     append_step_summary(markdown_summary(results))
     breaches = check_thresholds(results, settings.thresholds)
     if breaches:
@@ -2509,7 +2527,10 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
             else:
                 values.append(results.get(key, 1 if key == "rounds" else None))
         base = values[0]
-        ratios = [None if (base in (None, 0) or value is None) else value / base for value in values]
+        # A ratio only means something between two positive durations.
+        ratios = [
+            None if (base is None or base <= 0 or value is None or value < 0) else value / base for value in values
+        ]
         rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
     return rows
 
@@ -2753,7 +2774,11 @@ def sanity_check(args: argparse.Namespace) -> None:
     limit = MAX_COUNT_LARGE if args.allow_large else MAX_COUNT
     parallelism = args.parallelism if args.parallelism is not None else args.count
     if not 1 <= parallelism <= args.count <= limit:
-        hint = "" if args.allow_large else f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
+        hint = (
+            f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
+            if args.count > limit and not args.allow_large
+            else ""
+        )
         parser.error(
             f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {args.count}{hint}"
         )
@@ -2774,6 +2799,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return int(args.handler(args))
+    except BrokenPipeError:
+        # The reader of stdout went away (`| head`); the work itself is done.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except DemoError as error:
         print(f"rl-batch-demo: error: {error}", file=sys.stderr)
         return error.exit_code

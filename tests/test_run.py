@@ -204,6 +204,11 @@ class RunEndToEndTest(ClusterTestCase):
         )
         # The target: a 10-episode run starts at most 10 kubectl processes.
         self.assertLessEqual(len(self.cluster.calls()), 10, self.cluster.calls())
+        recorded = json.loads((self.out() / "kubectl-calls.json").read_text())
+        self.assertEqual([call["argv"] for call in recorded], self.cluster.calls())
+        for call in recorded:
+            self.assertIn("exit", call)
+            self.assertIn("seconds", call)
         for argv in self.cluster.calls()[1:]:
             self.assertIn("--context=fake-ctx", argv)
             self.assertIn("--request-timeout=30s" if "--watch" not in argv else "--watch", argv)
@@ -236,7 +241,8 @@ class RunEndToEndTest(ClusterTestCase):
         self.assertFalse([argv for argv in self.cluster.calls() if "runtimeclass" in argv])
 
     def test_rounds_and_their_cleanup(self) -> None:
-        self.run_ok("run", "--count", "2", "--rounds", "2", "--output", "out")
+        result = self.run_ok("run", "--count", "2", "--rounds", "2", "--output", "out")
+        self.assertIn("episodes 2 x 2 round(s), parallelism 2: 4 succeeded", result.stdout)
         results = self.results()
         self.assertEqual((results["episodes"], results["rounds"]), (4, 2))
         self.assertEqual([r["job"] for r in results["round_results"]], ["rollout-1", "rollout-2"])

@@ -521,6 +521,18 @@ class OddPodShapeTest(unittest.TestCase):
             batch.validate(job, [pod], log, {}, outcome, Path("unused"), "here")
 
 
+class CompareTest(unittest.TestCase):
+    def test_ratios_only_between_positive_durations(self) -> None:
+        first = {"episodes": 10, "batch_to_all_rewards_seconds": 2.0, "phases": {}}
+        second = {"episodes": 10, "batch_to_all_rewards_seconds": 5.0, "phases": {}}
+        first["phases"]["reward_to_finished_seconds"] = {"p50": -0.1, "p95": 0.2, "max": 0.2, "samples": 1}
+        second["phases"]["reward_to_finished_seconds"] = {"p50": -0.5, "p95": -0.1, "max": 0.0, "samples": 1}
+        rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
+        self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
+        self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
+        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+
+
 class CapacityTest(unittest.TestCase):
     runtimeclass: ClassVar[dict[str, Any]] = {
         "handler": "cube",
