@@ -1278,22 +1278,30 @@ class Kubectl:
             say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
             time.sleep(delays.pop(0))
 
-    def current_context(self) -> str:
+    def cluster_identity(self) -> Tuple[str, Optional[str]]:
+        """The context to use (--context, else the current one, read once) and its API server URL,
+        from the kubeconfig alone: `config view --minify` needs no cluster."""
         argv = [self.executable]
         if self.kubeconfig and os.pathsep not in self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
-        completed = self._once([*argv, "config", "current-context"], None, self.process_timeout)
+        if self.context:
+            argv.append(f"--context={self.context}")
+        argv += ["config", "view", "--minify", "-o", "json"]
+        completed = self._once(argv, None, self.process_timeout)
         if completed.returncode != 0:
-            failure = KubectlFailure([*argv, "config", "current-context"], completed.returncode, completed.stderr)
+            failure = KubectlFailure(argv, completed.returncode, completed.stderr)
             raise DemoError(
                 f"no kubectl context to use ({failure.first_line}); set one with "
-                "`kubectl config use-context` or pass --context",
+                "`kubectl config use-context`, pass --context, or check --kubeconfig",
                 EXIT_USAGE,
             )
-        context = completed.stdout.strip()
-        if not context:
-            raise DemoError("kubectl printed an empty current context; pass --context", EXIT_USAGE)
-        return context
+        config = self._decode(completed.stdout, "config view")
+        context = self.context or config.get("current-context")
+        if not isinstance(context, str) or not context:
+            raise DemoError("the kubeconfig names no current context; pass --context", EXIT_USAGE)
+        clusters = config.get("clusters") or [{}]
+        server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
+        return context, server if isinstance(server, str) else None
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[Dict[str, Any]]:
         """The live object, or None when it does not exist."""
@@ -1672,6 +1680,16 @@ def cleanup_run(
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
     data = receipt.data
     namespace_name = data["namespace"]
+    recorded_server = data.get("server")
+    if recorded_server:
+        _, server = kubectl.cluster_identity()
+        if server != recorded_server:
+            raise DemoError(
+                f"refusing to clean up: the run used the API server {recorded_server}, but context "
+                f"{kubectl.context} now points at {server}; use the kubeconfig the run used (--kubeconfig); "
+                "nothing was deleted",
+                EXIT_REFUSED,
+            )
     live = kubectl.get("namespace", namespace_name)
     if live is None:
         say(f"namespace {namespace_name} is already absent; nothing to delete")
@@ -2310,13 +2328,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(settings, namespace, run_id)
     kubectl = make_kubectl(args)
-    context = kubectl.context or kubectl.current_context()
+    context, server = kubectl.cluster_identity()
     kubectl.context = context
     claim_output(output)
     receipt = Receipt(
         output / "receipt.json",
         {
             "context": context,
+            "server": server,
             "namespace": namespace,
             "run_id": run_id,
             "kubeconfig": kubectl.kubeconfig,
@@ -2420,7 +2439,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
     kubectl = make_kubectl(args)
-    context = kubectl.context or kubectl.current_context()
+    context, server = kubectl.cluster_identity()
     kubectl.context = context
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
     problems: List[str] = []
@@ -2433,7 +2452,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{what}: failed: {failure.first_line}")
             return None
 
-    print(f"context: {context}")
+    print(f"context: {context} (API server {server or 'unknown'})")
     version = attempt(
         "read the server version",
         lambda: kubectl._decode(kubectl.run(["version", "-o", "json"], read_only=True), "version"),

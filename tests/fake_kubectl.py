@@ -752,6 +752,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
     ],
     "version": [Flag("output", "o")],
     "config current-context": [],
+    "config view": [Flag("minify", kind="bool"), Flag("output", "o")],
 }
 _BOOL_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _BOOL_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
@@ -1188,6 +1189,32 @@ def cmd_config(inv: Invocation, positional: List[str]) -> int:
     if not inv.current_context:
         raise KubectlError("error: current-context is not set")
     out(inv.current_context + "\n")
+    return 0
+
+
+def cmd_config_view(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    """``config view --minify -o json``: the kubeconfig reduced to one context (the --context
+    flag's, else the current one), with its cluster's server and the user's secret redacted."""
+    if positional:
+        raise KubectlError(f"error: unexpected arguments: [{' '.join(positional)}]")
+    if not flags.get("minify") or flags.get("output") != "json":
+        raise not_supported("config view without --minify -o json")
+    inv.api_call(("config", "view"))
+    ctx = inv.flags.get("context") or inv.current_context
+    if not ctx:
+        raise KubectlError("error: current-context must exist in order to minify")
+    if ctx not in inv.contexts:
+        raise KubectlError(f"error: cannot locate context {ctx}")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": "fake-cluster", "cluster": {"server": f"https://{inv.server}"}}],
+        "users": [{"name": "fake-user", "user": {"token": "REDACTED"}}],
+        "contexts": [{"name": ctx, "context": {"cluster": "fake-cluster", "user": "fake-user"}}],
+        "current-context": ctx,
+    }
+    out(json.dumps(config, indent=4) + "\n")
     return 0
 
 
@@ -3148,6 +3175,9 @@ def dispatch(argv: List[str], state: str, faults: dict) -> int:
         sub, sub_rest = split_command(rest)
         if sub is None:
             raise KubectlError('error: fake_kubectl supports only "kubectl config current-context"')
+        if sub == "view":
+            flags, positional = parse_flags(sub_rest, GLOBAL_FLAGS + COMMAND_FLAGS["config view"], "config view")
+            return cmd_config_view(Invocation(state, "config view", flags, faults), flags, positional)
         if sub != "current-context":
             known = {
                 "delete-cluster",
@@ -3163,7 +3193,6 @@ def dispatch(argv: List[str], state: str, faults: dict) -> int:
                 "set-credentials",
                 "unset",
                 "use-context",
-                "view",
             }
             if sub in known:
                 raise not_supported(f"kubectl config {sub}")

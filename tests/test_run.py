@@ -91,6 +91,8 @@ class RunEndToEndTest(ClusterTestCase):
         namespace = receipt["namespace"]
         self.assertRegex(namespace, r"^agc-rl-[0-9a-f]{12}$")
         self.assertEqual(receipt["context"], "fake-ctx")
+        fake_server = json.loads((self.cluster.state_dir / "cluster.json").read_text()).get("server", "127.0.0.1:6443")
+        self.assertEqual(receipt["server"], f"https://{fake_server}")
         [live_namespace] = [n for n in self.cluster.objects("Namespace") if n["metadata"]["name"] == namespace]
         self.assertEqual(receipt["uid"], live_namespace["metadata"]["uid"])
         self.assertEqual(live_namespace["metadata"]["labels"][demo.RUN_LABEL], receipt["run_id"])
@@ -205,7 +207,7 @@ class RunEndToEndTest(ClusterTestCase):
         # The target: a 10-episode run starts at most 10 kubectl processes.
         self.assertLessEqual(len(self.cluster.calls()), 10, self.cluster.calls())
         recorded = json.loads((self.out() / "kubectl-calls.json").read_text())
-        self.assertEqual([call["argv"] for call in recorded], self.cluster.calls())
+        self.assertEqual(sorted(call["argv"] for call in recorded), sorted(self.cluster.calls()))  # watches race
         for call in recorded:
             self.assertIn("exit", call)
             self.assertIn("seconds", call)
@@ -407,6 +409,15 @@ class CleanupTest(ClusterTestCase):
         self.edit_receipt(jobs=None, job_uid=None)
         self.run_ok("cleanup", "--output", "out")
         self.assertEqual(self.namespaces(), [])
+
+    def test_another_cluster_behind_the_same_context_is_refused(self) -> None:
+        self.edit_receipt(server="https://10.0.0.1:6443")
+        result = self.tool("cleanup", "--output", "out")
+        self.assert_fails(
+            result, demo.EXIT_REFUSED, "the run used the API server https://10.0.0.1:6443", "nothing was deleted"
+        )
+        self.assertEqual(len(self.namespaces()), 1)
+        self.assertFalse([argv for argv in self.cluster.calls() if "delete" in argv])
 
     def test_receipt_pointing_at_a_foreign_namespace(self) -> None:
         foreign = self.make_cluster_namespace("team-prod")
