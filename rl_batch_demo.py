@@ -1112,10 +1112,6 @@ class KubectlFailure(DemoError):
     def already_exists(self) -> bool:
         return "(AlreadyExists)" in self.stderr
 
-    @property
-    def not_found(self) -> bool:
-        return "(NotFound)" in self.stderr
-
 
 class KubectlTimeout(DemoError):
     """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
@@ -1312,13 +1308,8 @@ class Kubectl:
             return None
         return self._decode(raw, f"get {kind} {name}")
 
-    def get_list(
-        self, kinds: str, namespace: Optional[str] = None, selector: Optional[str] = None, **kwargs: Any
-    ) -> List[Dict[str, Any]]:
-        args = ["get", kinds, "-o", "json"]
-        if selector:
-            args[2:2] = ["-l", selector]
-        raw = self.run(args, namespace=namespace, read_only=True, **kwargs)
+    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[Dict[str, Any]]:
+        raw = self.run(["get", kinds, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
         try:
             return parse_json_documents(raw)
         except ValueError as error:

@@ -485,7 +485,7 @@ class KubectlOutputTest(unittest.TestCase):
 
     def test_failed_create_event_explains_a_blocked_job(self) -> None:
         class Events(demo.Kubectl):
-            def get_list(self, kinds: str, namespace: str | None = None, selector: str | None = None, **_: Any) -> Any:
+            def get_list(self, kinds: str, namespace: str | None = None, **_: Any) -> Any:
                 return [
                     {
                         "kind": "Event",
