@@ -49,47 +49,85 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+
 # Constants ####################################################################
 
 DEFAULT_COUNT = 10
+
 MAX_COUNT = 20  # keeps first runs small, as the guide does; not a product limit
+
 MAX_COUNT_LARGE = 1000
+
 MAX_ROUNDS = 10
+
 DEFAULT_IMAGE = "python:3.12-alpine"
+
 DEFAULT_RUNTIME = "cube"
+
 NO_RUNTIME = "none"
+
 DEFAULT_JOB_DEADLINE_SECONDS = 240
+
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
+
 CLEANUP_WAIT_SECONDS = 120
+
 REQUEST_TIMEOUT = "30s"
+
 KUBECTL_PROCESS_TIMEOUT = 60.0
+
 INTERRUPT_SAVE_TIMEOUT = 5.0
+
 RETRY_DELAYS = (0.5, 1.0, 2.0)  # bounded backoff for reads that are safe to repeat
+
 RETRY_BUDGET_SECONDS = 20.0  # no retry starts later than this after the first attempt
+
 POLL_INTERVAL = 1.0
+
 WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
+
 BLOCKED_CHECK_SECONDS = 20.0  # with no pod by then, look for a FailedCreate event
+
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
+
 TERMINATION_MESSAGE_LIMIT = 4096
 
+
 NAMESPACE_PREFIX = "agc-rl-"
+
 RUN_LABEL = "agc-demo-run"
+
 APP_LABEL_VALUE = "rl-batch-demo"
+
 PSA_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+
 CONFIGMAP_NAME = "episode"
+
 CONTAINER_NAME = "episode"
+
 JOB_NAME = "rollout"
+
 UID_LABEL = "batch.kubernetes.io/controller-uid"
+
 LEGACY_UID_LABEL = "controller-uid"  # clusters older than Kubernetes 1.27
 
+
 EXIT_OK = 0
+
 EXIT_EPISODE = 1
+
 EXIT_USAGE = 2
+
 EXIT_CLUSTER = 3
+
 EXIT_TIMEOUT = 4
+
 EXIT_THRESHOLD = 5
+
 EXIT_REFUSED = 6
+
 EXIT_INTERRUPTED = 130
+
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -125,6 +163,102 @@ PHASES = (
     "reward_to_finished_seconds",
 )
 
+PHASE_LABELS = {
+    "pod_to_scheduled_seconds": "pod created -> scheduled",
+    "pod_to_container_started_seconds": "pod created -> container started",
+    "python_import_seconds": "Python module import",
+    "import_to_ready_seconds": "import done -> application ready",
+    "pod_to_ready_seconds": "pod created -> application ready",
+    "pod_observed_to_ready_seconds": "pod first seen -> application ready",
+    "ready_to_reward_seconds": "ready -> reward (the task)",
+    "reward_to_finished_seconds": "reward -> container finished",
+}
+
+COMPARE_FIGURES = (
+    ("episodes", "episodes", False),
+    ("parallelism", "parallelism", False),
+    ("rounds", "rounds", False),
+    ("batch_to_all_ready_seconds", "all ready (s)", True),
+    ("batch_to_all_rewards_seconds", "all rewards (s)", True),
+    ("client_job_complete_seconds", "client saw Complete (s)", True),
+    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)", True),
+    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)", True),
+)
+
+TIMELINE_BARS = (
+    ("waiting", "Job created -> pod created", "#c9ced6", "batch_start", "created_at"),
+    ("pod start", "pod created -> container started", "#f2a541", "created_at", "container_started_at"),
+    ("Python start", "container started -> ready", "#5b8def", "container_started_at", "ready_at"),
+    ("task", "ready -> reward", "#3fb27f", "ready_at", "reward_at"),
+    ("exit", "reward -> container finished", "#9b6bd6", "reward_at", "finished_at"),
+)
+
+# (verb, resource, group, subresource, namespaced): what a run and its cleanup do.
+REQUIRED_PERMISSIONS = (
+    ("create", "namespaces", "", "", False),
+    ("get", "namespaces", "", "", False),
+    ("delete", "namespaces", "", "", False),
+    ("create", "configmaps", "", "", True),
+    ("create", "jobs", "batch", "", True),
+    ("get", "jobs", "batch", "", True),
+    ("watch", "jobs", "batch", "", True),
+    ("delete", "jobs", "batch", "", True),
+    ("list", "pods", "", "", True),
+    ("watch", "pods", "", "", True),
+    ("get", "pods", "", "log", True),
+    ("list", "events", "", "", True),
+)
+
+RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
+
+_TRANSIENT_MARKERS = (
+    "connection refused",
+    "was refused",
+    "connection reset",
+    "i/o timeout",
+    "tls handshake timeout",
+    "(toomanyrequests)",
+    "too many requests",
+    "(internalerror)",
+    "(serviceunavailable)",
+    "the server is currently unable to handle the request",
+    "(timeout)",
+    "etcdserver: request timed out",
+    "(servertimeout)",
+    "context deadline exceeded",
+    "unable to connect to the server",
+    "client.timeout exceeded",
+    "http2: client connection lost",
+    "unexpected eof",
+    "bad gateway",
+    "gateway timeout",
+)
+
+# A request refused outright never reached storage: repeating a create after it is safe.
+_NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
+
+_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$")
+
+_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
+
+_QUANTITY_SUFFIXES = {
+    "": 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+}
+
+
+# Errors #######################################################################
+
 
 class DemoError(Exception):
     """An expected failure: one sentence for the user and the exit code that classifies it."""
@@ -134,133 +268,99 @@ class DemoError(Exception):
         self.exit_code = exit_code
 
 
-# The episode worker ###########################################################
-# This program runs inside every sandbox (mounted from the ConfigMap as /demo/episode.py).
-# It is kept here as text so that copying this one file is enough. It must run on any
-# Python 3.9+ image as UID 1000 with nothing but the standard library.
+class EpisodeInvalid(DemoError):
+    """An episode broke one of the validation rules."""
 
-WORKER_SOURCE = r'''"""One RL episode: prepare a workspace, confirm the bug, apply a fix, test, emit the reward.
-
-Events go to stdout as JSON lines (the container log) and, trimmed to the kubelet's 4 KiB
-limit, to the termination message, so one `kubectl get pods` returns every reward.
-"""
-import time
-
-STARTED_AT = time.time()
-
-import json  # noqa: E402
-import os  # noqa: E402
-import pathlib  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-IMPORTS_DONE_AT = time.time()
-
-WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
-TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
-TERMINATION_LIMIT = 4096
-EPISODE_ID = os.environ["EPISODE_ID"]
-
-BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
-TEST_SOURCE = "\n".join([
-    "import unittest",
-    "",
-    "from shipping import shipping",
-    "",
-    "",
-    "class ShippingTest(unittest.TestCase):",
-    "    def test_below(self):",
-    "        self.assertEqual(shipping(98), 10)",
-    "",
-    "    def test_boundary(self):",
-    "        self.assertEqual(shipping(99), 0)",
-    "",
-    "    def test_above(self):",
-    "        self.assertEqual(shipping(100), 0)",
-    "",
-    "",
-    "if __name__ == '__main__':",
-    "    unittest.main()",
-    "",
-])
-
-EVENTS = []
+    def __init__(self, pod: str, rule: str, inspect: str) -> None:
+        super().__init__(f"episode {pod}: {rule}; inspect {inspect}", EXIT_EPISODE)
+        self.pod = pod
 
 
-def emit(event, **fields):
-    record = dict(fields, event=event, at=time.time(), episode_id=EPISODE_ID)
-    EVENTS.append(record)
-    print(json.dumps(record, sort_keys=True), flush=True)
-    write_termination_message()
+class EventParseError(ValueError):
+    """A line that claims to be an event but is not a valid one."""
 
 
-def termination_text(events):
-    return "".join(json.dumps(record, sort_keys=True) + "\n" for record in events)
+class KubectlFailure(DemoError):
+    """kubectl ran and exited non-zero."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
+        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+        self.stderr = stderr
+        self.stdout = stdout
+        self.first_line = lines[0] if lines else "(no message)"
+        self.command = shlex.join(["kubectl", *argv[1:]])
+        super().__init__(f"`{self.command}` failed (exit {returncode}): {self.first_line}", EXIT_CLUSTER)
+
+    @property
+    def transient(self) -> bool:
+        lowered = self.stderr.lower()
+        return any(marker in lowered for marker in _TRANSIENT_MARKERS)
+
+    @property
+    def not_applied(self) -> bool:
+        lowered = self.stderr.lower()
+        return any(marker in lowered for marker in _NOT_APPLIED_MARKERS)
+
+    @property
+    def already_exists(self) -> bool:
+        return "(AlreadyExists)" in self.stderr
 
 
-def write_termination_message():
-    events = [dict(record) for record in EVENTS]
-    text = termination_text(events)
-    while len(text.encode()) > TERMINATION_LIMIT:
-        last = events[-1]
-        output = last.get("tests_output", "")
-        if not output:
-            return
-        excess = len(text.encode()) - TERMINATION_LIMIT
-        last["tests_output"] = output[excess + 64:]
-        last["tests_output_truncated"] = True
-        text = termination_text(events)
-    try:
-        TERMINATION_LOG.write_text(text)
-    except OSError:
-        pass  # no termination log outside Kubernetes, or a runtime without one
+class KubectlTimeout(DemoError):
+    """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
 
 
-def run_tests():
-    result = subprocess.run(
-        [sys.executable, "-B", "test_shipping.py"],
-        cwd=str(WORKSPACE), capture_output=True, text=True, timeout=20,
-    )
-    return result.returncode, result.stderr
+# Typed records ################################################################
 
 
-def agent_action(source):
-    """The deterministic stand-in for a coding agent's action; a real model plugs in here."""
-    return source.replace("total > 99", "total >= 99")
+class RunSettings:
+    """What a `run` was asked to do, checked once before any work starts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.output = Path(args.output)
+        self.count: int = args.count
+        self.parallelism: int = args.parallelism if args.parallelism is not None else args.count
+        self.rounds: int = args.rounds
+        self.image: str = args.image
+        self.runtime: Optional[str] = None if args.runtime == NO_RUNTIME else args.runtime
+        self.deadline_seconds: int = args.timeout
+        self.cleanup_policy: str = args.cleanup
+        self.thresholds: Dict[str, float] = dict(args.threshold or [])
+        self.quiet: bool = args.quiet
+        self.json_summary: bool = args.json
+
+    def job_manifest(self, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
+        return job_manifest(
+            name=name,
+            namespace=namespace,
+            run_id=run_id,
+            count=self.count,
+            parallelism=self.parallelism,
+            image=self.image,
+            runtime=self.runtime,
+            deadline_seconds=self.deadline_seconds,
+        )
 
 
-def main():
-    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE)
-    WORKSPACE.joinpath("test_shipping.py").write_text(TEST_SOURCE)
-    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
-    baseline_exit, _ = run_tests()
-    source = WORKSPACE.joinpath("shipping.py").read_text()
-    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source))
-    tests_exit, tests_output = run_tests()
-    emit(
-        "reward",
-        reward=int(tests_exit == 0),
-        baseline_exit=baseline_exit,
-        tests_exit=tests_exit,
-        tests_output=tests_output,
-    )
-    if baseline_exit == 0:
-        print("baseline must fail the boundary test", file=sys.stderr)
-        return 1
-    if tests_exit != 0:
-        print("patched code failed its tests", file=sys.stderr)
-        return 1
-    return 0
+class WaitOutcome:
+    def __init__(
+        self,
+        job: Dict[str, Any],
+        condition: Optional[str],
+        observed_wall: Optional[float],
+        observed_monotonic: Optional[float],
+        observed_pods: Dict[str, Dict[str, Any]],
+        blocked: str = "",
+    ) -> None:
+        self.job = job
+        self.condition = condition
+        self.observed_wall = observed_wall
+        self.observed_monotonic = observed_monotonic
+        self.observed_pods = observed_pods
+        self.blocked = blocked  # why the Job cannot create pods, e.g. a Pod Security rejection
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-
-
-# Small pure helpers ###########################################################
-
-_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$")
+# Pure core: time, numbers, JSON ###############################################
 
 
 def parse_timestamp(text: str) -> float:
@@ -277,15 +377,6 @@ def parse_timestamp(text: str) -> float:
         offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
     moment = datetime.datetime(year, month, day, hour, minute, second, tzinfo=datetime.timezone.utc)
     return moment.timestamp() + fraction - offset
-
-
-def creation_time(obj: Dict[str, Any], what: str) -> float:
-    """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
-    try:
-        return parse_timestamp(str(text))
-    except ValueError:
-        raise DemoError(f"{what} has no readable creationTimestamp ({text!r})", EXIT_CLUSTER) from None
 
 
 def optional_timestamp(text: Optional[str]) -> Optional[float]:
@@ -321,23 +412,6 @@ def difference(later: Optional[float], earlier: Optional[float]) -> Optional[flo
     return later - earlier
 
 
-_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
-_QUANTITY_SUFFIXES = {
-    "": 1.0,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-}
-
-
 def parse_quantity(text: str) -> float:
     """A Kubernetes resource quantity ('250m', '768Mi', '64') as a plain number."""
     match = _QUANTITY.match(str(text).strip())
@@ -352,39 +426,6 @@ def format_gib(num_bytes: float) -> str:
 
 def format_cpu(cores: float) -> str:
     return f"{cores:.1f} CPU"
-
-
-def say_stderr(message: str) -> None:
-    """Status and warnings go to stderr; stdout carries only the summary."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def file_fingerprint() -> str:
-    """A short hash of this very file, so every copy of the tool is identifiable."""
-    try:
-        import hashlib  # noqa: PLC0415 - only --version and results need it; keeps --help fast
-
-        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    except OSError:
-        return "unknown"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename, so no reader ever sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with open(temporary, "x", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def parse_json_documents(text: str) -> List[Dict[str, Any]]:
@@ -404,7 +445,17 @@ def parse_json_documents(text: str) -> List[Dict[str, Any]]:
         documents.extend(items)
 
 
-# Manifests ####################################################################
+def file_fingerprint() -> str:
+    """A short hash of this very file, so every copy of the tool is identifiable."""
+    try:
+        import hashlib  # noqa: PLC0415 - only --version and results need it; keeps --help fast
+
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "unknown"
+
+
+# Pure core: manifests #########################################################
 
 
 def new_run_id() -> str:
@@ -545,7 +596,136 @@ def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
     return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
 
 
-# Log and event parsing ########################################################
+# Pure core: what the cluster reports ##########################################
+
+
+def creation_time(obj: Dict[str, Any], what: str) -> float:
+    """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
+    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return parse_timestamp(str(text))
+    except ValueError:
+        raise DemoError(f"{what} has no readable creationTimestamp ({text!r})", EXIT_CLUSTER) from None
+
+
+def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        if status.get("name") == CONTAINER_NAME:
+            return dict(status)
+    return {}
+
+
+def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+    for condition in obj.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == condition_type and condition.get("status") == "True":
+            return optional_timestamp(condition.get("lastTransitionTime"))
+    return None
+
+
+def job_condition(job: Dict[str, Any]) -> Optional[str]:
+    """'Complete' or 'Failed' once the Job has finished, else None."""
+    for condition in job.get("status", {}).get("conditions", []) or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return str(condition["type"])
+    return None
+
+
+def job_failure_reason(job: Dict[str, Any]) -> str:
+    for condition in job.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            reason = condition.get("reason") or "unknown reason"
+            message = condition.get("message")
+            return f"{reason}: {message}" if message else str(reason)
+    return "no Failed condition"
+
+
+def _phase_failure(pod: Dict[str, Any]) -> str:
+    status = pod.get("status", {})
+    terminated = _container_status(pod).get("state", {}).get("terminated") or {}
+    detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
+    reason = status.get("reason") or terminated.get("reason")
+    return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+
+
+def termination_message(pod: Dict[str, Any]) -> str:
+    terminated = _container_status(pod).get("state", {}).get("terminated") or {}
+    return str(terminated.get("message") or "")
+
+
+def split_pods_and_events(
+    items: List[Dict[str, Any]], job: Optional[Dict[str, Any]]
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """From one `get pods,events` listing: the Job's pods (by its UID label, in creation order)
+    and every event of the namespace."""
+    uid = job["metadata"]["uid"] if job else None
+    pods = [
+        item
+        for item in items
+        if item.get("kind") == "Pod"
+        and isinstance(item.get("metadata"), dict)
+        and isinstance(item["metadata"].get("name"), str)
+        and uid
+        and pod_belongs_to(item, uid)
+    ]
+    pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    events = [item for item in items if item.get("kind") == "Event"]
+    return pods, events
+
+
+def pod_list(pods: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": pods}
+
+
+def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
+    """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
+    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    if not name:
+        return
+    record = observed.setdefault(name, {"first_seen_at": wall})
+    phase = pod.get("status", {}).get("phase") or "Pending"
+    record["phase"] = phase
+    record.setdefault(phase, wall)
+
+
+def pod_counts(observed: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
+    """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
+    if observed:
+        phases = [record.get("phase") for record in observed.values()]
+        return {
+            "created": len(observed),
+            "running": phases.count("Running"),
+            "succeeded": phases.count("Succeeded"),
+            "failed": phases.count("Failed"),
+        }
+    status = job.get("status", {})
+    active, succeeded, failed = (int(status.get(key, 0) or 0) for key in ("active", "succeeded", "failed"))
+    return {
+        "created": active + succeeded + failed,
+        "running": int(status.get("ready", 0) or 0),
+        "succeeded": succeeded,
+        "failed": failed,
+    }
+
+
+def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
+    """The newest Warning event about the Job or its pods, e.g. a FailedCreate from Pod Security
+    admission, so a stuck Job's error says why; empty when there is none."""
+    wanted = set(names)
+    warnings = [
+        event
+        for event in events
+        if event.get("type") == "Warning"
+        and (event.get("involvedObject") or {}).get("name") in wanted
+        and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
+    ]
+    if not warnings:
+        return ""
+    newest = max(warnings, key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "")
+    message = " ".join(str(newest.get("message", "")).split())
+    return f"; latest warning: {newest.get('reason')}: {message}"
+
+
+# Pure core: logs and events ###################################################
 
 
 def split_prefixed_logs(text: str) -> Dict[str, str]:
@@ -557,10 +737,6 @@ def split_prefixed_logs(text: str) -> Dict[str, str]:
         if match:
             logs.setdefault(match.group(1), []).append(match.group(2))
     return {pod: "".join(line + "\n" for line in lines) for pod, lines in logs.items()}
-
-
-class EventParseError(ValueError):
-    """A line that claims to be an event but is not a valid one."""
 
 
 def parse_events(text: str) -> List[Dict[str, Any]]:
@@ -604,54 +780,7 @@ def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [{k: v for k, v in event.items() if k not in ignored} for event in events]
 
 
-# Validation and analysis ######################################################
-
-
-class EpisodeInvalid(DemoError):
-    """An episode broke one of the validation rules."""
-
-    def __init__(self, pod: str, rule: str, inspect: str) -> None:
-        super().__init__(f"episode {pod}: {rule}; inspect {inspect}", EXIT_EPISODE)
-        self.pod = pod
-
-
-def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
-    for status in pod.get("status", {}).get("containerStatuses", []) or []:
-        if status.get("name") == CONTAINER_NAME:
-            return dict(status)
-    return {}
-
-
-def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
-    for condition in obj.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == condition_type and condition.get("status") == "True":
-            return optional_timestamp(condition.get("lastTransitionTime"))
-    return None
-
-
-def job_condition(job: Dict[str, Any]) -> Optional[str]:
-    """'Complete' or 'Failed' once the Job has finished, else None."""
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
-            return str(condition["type"])
-    return None
-
-
-def job_failure_reason(job: Dict[str, Any]) -> str:
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            reason = condition.get("reason") or "unknown reason"
-            message = condition.get("message")
-            return f"{reason}: {message}" if message else str(reason)
-    return "no Failed condition"
-
-
-def _phase_failure(pod: Dict[str, Any]) -> str:
-    status = pod.get("status", {})
-    terminated = _container_status(pod).get("state", {}).get("terminated") or {}
-    detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
-    reason = status.get("reason") or terminated.get("reason")
-    return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+# Pure core: validation and figures ############################################
 
 
 def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
@@ -838,22 +967,40 @@ def node_spread(rows: List[Dict[str, Any]]) -> Dict[str, int]:
     return dict(sorted(spread.items()))
 
 
-def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
-    """The newest Warning event about the Job or its pods, e.g. a FailedCreate from Pod Security
-    admission, so a stuck Job's error says why; empty when there is none."""
-    wanted = set(names)
-    warnings = [
-        event
-        for event in events
-        if event.get("type") == "Warning"
-        and (event.get("involvedObject") or {}).get("name") in wanted
-        and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
-    ]
-    if not warnings:
-        return ""
-    newest = max(warnings, key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "")
-    message = " ".join(str(newest.get("message", "")).split())
-    return f"; latest warning: {newest.get('reason')}: {message}"
+def assemble_results(
+    settings: RunSettings,
+    context: str,
+    namespace: str,
+    run_id: str,
+    rows: List[Dict[str, Any]],
+    rounds: List[Dict[str, Any]],
+) -> Dict[str, Any]:
+    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
+    results = batch_figures(rows)
+    results.update(
+        context=context,
+        namespace=namespace,
+        run_id=run_id,
+        image=settings.image,
+        runtime=settings.runtime,
+        parallelism=settings.parallelism,
+        rounds=settings.rounds,
+        episodes_per_round=settings.count,
+        cache_state="uncontrolled",
+        client_job_complete_seconds=max(r["client_job_complete_seconds"] for r in rounds),
+        client_submitted_at=rounds[0]["client_submitted_at"],
+        client_observed_complete_at=rounds[-1]["client_observed_complete_at"],
+        job_created_at=rounds[0]["job_created_at"],
+        job_complete_at=rounds[-1]["job_complete_at"],
+        job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
+        phases=phase_table(rows),
+        nodes=node_spread(rows),
+        image_ids=sorted({row["image_id"] for row in rows if row.get("image_id")}),
+        round_results=rounds,
+        tool_version=f"{__version__}+{file_fingerprint()}",
+        pods=rows,
+    )
+    return results
 
 
 def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
@@ -866,7 +1013,113 @@ def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> L
     return breaches
 
 
-# Reports ######################################################################
+# Pure core: permissions and capacity ##########################################
+
+
+def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
+    verb, resource, group, subresource, _ = permission
+    name = f"{resource}.{group}" if group else resource
+    return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
+
+
+def access_review_list(namespace: str, with_runtimeclass: bool) -> Dict[str, Any]:
+    permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    items = []
+    for verb, resource, group, subresource, namespaced in permissions:
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if subresource:
+            attributes["subresource"] = subresource
+        if namespaced:
+            attributes["namespace"] = namespace
+        items.append(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            }
+        )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
+    denied = []
+    for review in reviews:
+        if review.get("status", {}).get("allowed") is True:
+            continue
+        attributes = review.get("spec", {}).get("resourceAttributes", {})
+        denied.append(
+            permission_name(
+                (
+                    attributes.get("verb", "?"),
+                    attributes.get("resource", "?"),
+                    attributes.get("group", ""),
+                    attributes.get("subresource", ""),
+                    False,
+                )
+            )
+        )
+    return sorted(denied)
+
+
+def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration["key"] == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Ready, schedulable nodes that the RuntimeClass's scheduling rules admit."""
+    scheduling = (runtimeclass or {}).get("scheduling") or {}
+    selector = scheduling.get("nodeSelector") or {}
+    tolerations = scheduling.get("tolerations") or []
+    eligible = []
+    for node in nodes:
+        if node.get("spec", {}).get("unschedulable"):
+            continue
+        conditions = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", []) or []}
+        if conditions.get("Ready", "True") != "True":
+            continue
+        labels = node.get("metadata", {}).get("labels", {}) or {}
+        if any(labels.get(key) != value for key, value in selector.items()):
+            continue
+        taints = [
+            t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute")
+        ]
+        if all(_tolerates(taint, tolerations) for taint in taints):
+            eligible.append(node)
+    return eligible
+
+
+def capacity_verdict(
+    count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]
+) -> Tuple[bool, str]:
+    """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
+    overhead_memory = parse_quantity(overhead.get("memory", "0"))
+    pod_cpu = parse_quantity("100m") + overhead_cpu
+    pod_memory = parse_quantity("64Mi") + overhead_memory
+    need_cpu, need_memory = count * pod_cpu, count * pod_memory
+    eligible = eligible_nodes(nodes, runtimeclass)
+    have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
+    have_memory = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("memory", "0")) for n in eligible)
+    text = (
+        f"{count} pods need {format_cpu(need_cpu)} and {format_gib(need_memory)} including "
+        f"{format_gib(count * overhead_memory)} of RuntimeClass overhead; {len(eligible)} eligible "
+        f"node{'s' if len(eligible) != 1 else ''} have {format_cpu(have_cpu)} and {format_gib(have_memory)} "
+        "allocatable (before what already runs there)"
+    )
+    fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
+    return fits, text
+
+
+# Pure core: reports ###########################################################
 
 
 def _seconds(value: Optional[float]) -> str:
@@ -875,18 +1128,6 @@ def _seconds(value: Optional[float]) -> str:
     if abs(value) < 1:
         return f"{value * 1000:.1f} ms"
     return f"{value:.2f} s"
-
-
-PHASE_LABELS = {
-    "pod_to_scheduled_seconds": "pod created -> scheduled",
-    "pod_to_container_started_seconds": "pod created -> container started",
-    "python_import_seconds": "Python module import",
-    "import_to_ready_seconds": "import done -> application ready",
-    "pod_to_ready_seconds": "pod created -> application ready",
-    "pod_observed_to_ready_seconds": "pod first seen -> application ready",
-    "ready_to_reward_seconds": "ready -> reward (the task)",
-    "reward_to_finished_seconds": "reward -> container finished",
-}
 
 
 def render_summary(results: Dict[str, Any]) -> str:
@@ -964,15 +1205,54 @@ def render_events_text(events: List[Dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Timeline picture #############################################################
+def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """One row per figure: each run's value and its ratio to the first run's."""
+    figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
+    for phase in PHASES:
+        figures += [
+            (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
+            (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
+        ]
+    rows = []
+    for key, label in figures:
+        values: List[Optional[float]] = []
+        for _, results in runs:
+            if ":" in key:
+                phase, stat = key.split(":")
+                stats = (results.get("phases") or {}).get(phase)
+                values.append(stats[stat] if stats else None)
+            else:
+                values.append(results.get(key, 1 if key == "rounds" else None))
+        base = values[0]
+        # A ratio only means something between two positive durations.
+        ratios = [
+            None if (base is None or base <= 0 or value is None or value < 0) else value / base for value in values
+        ]
+        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
+    return rows
 
-TIMELINE_BARS = (
-    ("waiting", "Job created -> pod created", "#c9ced6", "batch_start", "created_at"),
-    ("pod start", "pod created -> container started", "#f2a541", "created_at", "container_started_at"),
-    ("Python start", "container started -> ready", "#5b8def", "container_started_at", "ready_at"),
-    ("task", "ready -> reward", "#3fb27f", "ready_at", "reward_at"),
-    ("exit", "reward -> container finished", "#9b6bd6", "reward_at", "finished_at"),
-)
+
+def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) -> str:
+    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
+        if value is None:
+            return "-"
+        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+        return text if first or ratio is None else f"{text} (x{ratio:.2f})"
+
+    header = ["figure", *names]
+    table = [
+        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
+        for row in rows
+    ]
+    if style == "markdown":
+        lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in table]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *table]) + "\n"
+
+
+# Pure core: timeline picture ##################################################
 
 
 def _xml(text: str) -> str:
@@ -1059,62 +1339,8 @@ def _axis_step(span: float) -> float:
 
 
 # The kubectl seam #############################################################
+
 # Every subprocess this tool starts goes through `Kubectl`.
-
-_TRANSIENT_MARKERS = (
-    "connection refused",
-    "was refused",
-    "connection reset",
-    "i/o timeout",
-    "tls handshake timeout",
-    "(toomanyrequests)",
-    "too many requests",
-    "(internalerror)",
-    "(serviceunavailable)",
-    "the server is currently unable to handle the request",
-    "(timeout)",
-    "etcdserver: request timed out",
-    "(servertimeout)",
-    "context deadline exceeded",
-    "unable to connect to the server",
-    "client.timeout exceeded",
-    "http2: client connection lost",
-    "unexpected eof",
-    "bad gateway",
-    "gateway timeout",
-)
-# A request refused outright never reached storage: repeating a create after it is safe.
-_NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
-
-
-class KubectlFailure(DemoError):
-    """kubectl ran and exited non-zero."""
-
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
-        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-        self.stderr = stderr
-        self.stdout = stdout
-        self.first_line = lines[0] if lines else "(no message)"
-        self.command = shlex.join(["kubectl", *argv[1:]])
-        super().__init__(f"`{self.command}` failed (exit {returncode}): {self.first_line}", EXIT_CLUSTER)
-
-    @property
-    def transient(self) -> bool:
-        lowered = self.stderr.lower()
-        return any(marker in lowered for marker in _TRANSIENT_MARKERS)
-
-    @property
-    def not_applied(self) -> bool:
-        lowered = self.stderr.lower()
-        return any(marker in lowered for marker in _NOT_APPLIED_MARKERS)
-
-    @property
-    def already_exists(self) -> bool:
-        return "(AlreadyExists)" in self.stderr
-
-
-class KubectlTimeout(DemoError):
-    """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
 
 
 class WatchStream:
@@ -1358,6 +1584,156 @@ class Kubectl:
         return WatchStream(tag, process, sink, record)
 
 
+def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
+    """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH."""
+    recorded = receipt.data if receipt else {}
+    executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
+    if os.sep in executable:
+        executable = os.path.abspath(executable)  # cleanup may run from another directory
+    elif not recorded:
+        executable = shutil.which(executable) or executable  # pin the binary the run used
+    if args.kubeconfig:
+        kubeconfig = os.path.abspath(args.kubeconfig)
+    elif recorded:
+        kubeconfig = recorded.get("kubeconfig")
+    else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
+        kubeconfig = (
+            os.pathsep.join(
+                os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path
+            )
+            or None
+        )
+    context = args.context or recorded.get("context")
+    return Kubectl(executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout)
+
+
+# Persistence: receipt and output files ########################################
+
+
+def say_stderr(message: str) -> None:
+    """Status and warnings go to stderr; stdout carries only the summary."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename, so no reader ever sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        with open(temporary, "x", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+class Receipt:
+    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
+
+    Written before the first mutation and rewritten as soon as each UID is known."""
+
+    def __init__(self, path: Path, data: Dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    def save(self) -> None:
+        write_json(self.path, self.data)
+
+    @classmethod
+    def load(cls, output: Path) -> Receipt:
+        path = output / "receipt.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DemoError(
+                f"no receipt at {path}: this is not the output directory of a run that reached the "
+                "cluster; check --output",
+                EXIT_USAGE,
+            ) from None
+        except (OSError, ValueError) as error:
+            raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
+        ):
+            raise DemoError(f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
+        jobs = data.get("jobs", [])
+        if not isinstance(jobs, list) or not all(
+            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
+            for job in jobs
+        ):
+            raise DemoError(f"the receipt {path} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
+        return cls(path, data)
+
+    def add_job(self, name: str) -> None:
+        self.data.setdefault("jobs", []).append({"name": name, "uid": None})
+        self.save()
+
+    def set_job_uid(self, name: str, uid: str) -> None:
+        for job in self.data.get("jobs", []):
+            if job["name"] == name:
+                job["uid"] = uid
+        if len(self.data.get("jobs", [])) == 1:
+            self.data["job_uid"] = uid  # the guide's key, kept for older tooling
+        self.save()
+
+
+def claim_output(output: Path) -> None:
+    """Create the output directory; it must be new, so no earlier result is ever overwritten."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.mkdir()
+    except FileExistsError:
+        raise DemoError(
+            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            EXIT_USAGE,
+        ) from None
+    except OSError as error:
+        raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
+
+
+def load_results(directory: Path) -> Dict[str, Any]:
+    path = directory / "results.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DemoError(f"no results at {path}: that run did not finish successfully", EXIT_USAGE) from None
+    except (OSError, ValueError) as error:
+        raise DemoError(f"cannot read {path} ({error})", EXIT_USAGE) from None
+    if not isinstance(data, dict) or "episodes" not in data:
+        raise DemoError(f"{path} is not a results file of this tool", EXIT_USAGE)
+    return data
+
+
+def append_step_summary(markdown: str) -> None:
+    """A Markdown section for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as stream:
+            stream.write(markdown)
+    except OSError as error:
+        say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
+
+
+def cleanup_command(output: Path) -> str:
+    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
+    return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
+
+
+def _uid_from_job_json(output: Path) -> Optional[str]:
+    try:
+        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 # Progress on stderr ###########################################################
 
 
@@ -1411,407 +1787,7 @@ class Progress:
         self._flush_pending()
 
 
-def pod_counts(observed: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
-    """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
-    if observed:
-        phases = [record.get("phase") for record in observed.values()]
-        return {
-            "created": len(observed),
-            "running": phases.count("Running"),
-            "succeeded": phases.count("Succeeded"),
-            "failed": phases.count("Failed"),
-        }
-    status = job.get("status", {})
-    active, succeeded, failed = (int(status.get(key, 0) or 0) for key in ("active", "succeeded", "failed"))
-    return {
-        "created": active + succeeded + failed,
-        "running": int(status.get("ready", 0) or 0),
-        "succeeded": succeeded,
-        "failed": failed,
-    }
-
-
-# Receipts #####################################################################
-
-
-class Receipt:
-    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
-
-    Written before the first mutation and rewritten as soon as each UID is known."""
-
-    def __init__(self, path: Path, data: Dict[str, Any]) -> None:
-        self.path = path
-        self.data = data
-
-    def save(self) -> None:
-        write_json(self.path, self.data)
-
-    @classmethod
-    def load(cls, output: Path) -> Receipt:
-        path = output / "receipt.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DemoError(
-                f"no receipt at {path}: this is not the output directory of a run that reached the "
-                "cluster; check --output",
-                EXIT_USAGE,
-            ) from None
-        except (OSError, ValueError) as error:
-            raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
-        ):
-            raise DemoError(f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
-        jobs = data.get("jobs", [])
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
-            for job in jobs
-        ):
-            raise DemoError(f"the receipt {path} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
-        return cls(path, data)
-
-    def add_job(self, name: str) -> None:
-        self.data.setdefault("jobs", []).append({"name": name, "uid": None})
-        self.save()
-
-    def set_job_uid(self, name: str, uid: str) -> None:
-        for job in self.data.get("jobs", []):
-            if job["name"] == name:
-                job["uid"] = uid
-        if len(self.data.get("jobs", [])) == 1:
-            self.data["job_uid"] = uid  # the guide's key, kept for older tooling
-        self.save()
-
-
-def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
-    """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH."""
-    recorded = receipt.data if receipt else {}
-    executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
-    if os.sep in executable:
-        executable = os.path.abspath(executable)  # cleanup may run from another directory
-    elif not recorded:
-        executable = shutil.which(executable) or executable  # pin the binary the run used
-    if args.kubeconfig:
-        kubeconfig = os.path.abspath(args.kubeconfig)
-    elif recorded:
-        kubeconfig = recorded.get("kubeconfig")
-    else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
-        kubeconfig = (
-            os.pathsep.join(
-                os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path
-            )
-            or None
-        )
-    context = args.context or recorded.get("context")
-    return Kubectl(executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout)
-
-
-# Permissions and capacity #####################################################
-
-# (verb, resource, group, subresource, namespaced): what a run and its cleanup do.
-REQUIRED_PERMISSIONS = (
-    ("create", "namespaces", "", "", False),
-    ("get", "namespaces", "", "", False),
-    ("delete", "namespaces", "", "", False),
-    ("create", "configmaps", "", "", True),
-    ("create", "jobs", "batch", "", True),
-    ("get", "jobs", "batch", "", True),
-    ("watch", "jobs", "batch", "", True),
-    ("delete", "jobs", "batch", "", True),
-    ("list", "pods", "", "", True),
-    ("watch", "pods", "", "", True),
-    ("get", "pods", "", "log", True),
-    ("list", "events", "", "", True),
-)
-RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
-
-
-def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
-    verb, resource, group, subresource, _ = permission
-    name = f"{resource}.{group}" if group else resource
-    return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
-
-
-def access_review_list(namespace: str, with_runtimeclass: bool) -> Dict[str, Any]:
-    permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
-    items = []
-    for verb, resource, group, subresource, namespaced in permissions:
-        attributes = {"verb": verb, "resource": resource, "group": group}
-        if subresource:
-            attributes["subresource"] = subresource
-        if namespaced:
-            attributes["namespace"] = namespace
-        items.append(
-            {
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": attributes},
-            }
-        )
-    return {"apiVersion": "v1", "kind": "List", "items": items}
-
-
-def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
-    denied = []
-    for review in reviews:
-        if review.get("status", {}).get("allowed") is True:
-            continue
-        attributes = review.get("spec", {}).get("resourceAttributes", {})
-        denied.append(
-            permission_name(
-                (
-                    attributes.get("verb", "?"),
-                    attributes.get("resource", "?"),
-                    attributes.get("group", ""),
-                    attributes.get("subresource", ""),
-                    False,
-                )
-            )
-        )
-    return sorted(denied)
-
-
-def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration["key"] == taint.get("key"):
-                return True
-        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Ready, schedulable nodes that the RuntimeClass's scheduling rules admit."""
-    scheduling = (runtimeclass or {}).get("scheduling") or {}
-    selector = scheduling.get("nodeSelector") or {}
-    tolerations = scheduling.get("tolerations") or []
-    eligible = []
-    for node in nodes:
-        if node.get("spec", {}).get("unschedulable"):
-            continue
-        conditions = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", []) or []}
-        if conditions.get("Ready", "True") != "True":
-            continue
-        labels = node.get("metadata", {}).get("labels", {}) or {}
-        if any(labels.get(key) != value for key, value in selector.items()):
-            continue
-        taints = [
-            t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute")
-        ]
-        if all(_tolerates(taint, tolerations) for taint in taints):
-            eligible.append(node)
-    return eligible
-
-
-def capacity_verdict(
-    count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]
-) -> Tuple[bool, str]:
-    """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
-    overhead_memory = parse_quantity(overhead.get("memory", "0"))
-    pod_cpu = parse_quantity("100m") + overhead_cpu
-    pod_memory = parse_quantity("64Mi") + overhead_memory
-    need_cpu, need_memory = count * pod_cpu, count * pod_memory
-    eligible = eligible_nodes(nodes, runtimeclass)
-    have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
-    have_memory = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("memory", "0")) for n in eligible)
-    text = (
-        f"{count} pods need {format_cpu(need_cpu)} and {format_gib(need_memory)} including "
-        f"{format_gib(count * overhead_memory)} of RuntimeClass overhead; {len(eligible)} eligible "
-        f"node{'s' if len(eligible) != 1 else ''} have {format_cpu(have_cpu)} and {format_gib(have_memory)} "
-        "allocatable (before what already runs there)"
-    )
-    fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
-    return fits, text
-
-
-# Cleanup ######################################################################
-
-
-def _wait_until_absent(
-    kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
-) -> Optional[Dict[str, Any]]:
-    """None once the object is gone, else its last state when the wait ran out.
-
-    Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long
-    one costs no more than one kubectl call every 2 s."""
-    deadline = time.monotonic() + seconds
-    interval = 0.25
-    while True:
-        live = kubectl.get(kind, name, namespace)
-        if live is None:
-            return None
-        if time.monotonic() >= deadline:
-            return live
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 2, 2.0)
-
-
-def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
-    finalizers = namespace.get("spec", {}).get("finalizers") or []
-    meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
-    messages = [
-        f"{c.get('type')}: {c.get('message')}"
-        for c in namespace.get("status", {}).get("conditions", []) or []
-        if c.get("status") == "True" and c.get("message")
-    ]
-    parts = [f"finalizers {sorted(set(finalizers) | set(meta_finalizers)) or 'none'}"]
-    if messages:
-        parts.append("; ".join(messages))
-    return ", ".join(parts)
-
-
-def cleanup_run(
-    kubectl: Kubectl,
-    receipt: Receipt,
-    output: Path,
-    say: Callable[[str], None],
-    wait_seconds: float = CLEANUP_WAIT_SECONDS,
-) -> None:
-    """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
-    data = receipt.data
-    namespace_name = data["namespace"]
-    recorded_server = data.get("server")
-    if recorded_server:
-        _, server = kubectl.cluster_identity()
-        if server != recorded_server:
-            raise DemoError(
-                f"refusing to clean up: the run used the API server {recorded_server}, but context "
-                f"{kubectl.context} now points at {server}; use the kubeconfig the run used (--kubeconfig); "
-                "nothing was deleted",
-                EXIT_REFUSED,
-            )
-    live = kubectl.get("namespace", namespace_name)
-    if live is None:
-        say(f"namespace {namespace_name} is already absent; nothing to delete")
-        return
-    live_uid = required_uid(live, f"namespace {namespace_name}")
-    labels = live["metadata"].get("labels") or {}
-    live_label = labels.get(RUN_LABEL)
-    recorded_uid = data.get("uid")
-    if not recorded_uid:
-        # The run stopped while creating the namespace. Its random run id in the label, set by
-        # this tool, proves the namespace is the run's; anything else is refused.
-        if live_label != data["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
-            raise DemoError(
-                f"namespace {namespace_name} exists but the receipt has no namespace UID and the namespace "
-                f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
-                f"`kubectl get namespace {namespace_name} -o yaml`",
-                EXIT_REFUSED,
-            )
-        say(
-            f"the receipt has no namespace UID; namespace {namespace_name} carries this run's labels, "
-            "so it is this run's"
-        )
-        data["uid"] = recorded_uid = live_uid
-        receipt.save()
-    if live_uid != recorded_uid or live_label != data["run_id"]:
-        raise DemoError(
-            f"refusing to clean up namespace {namespace_name}: its UID {live_uid} / label "
-            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {data['run_id']}); "
-            "nothing was deleted",
-            EXIT_REFUSED,
-        )
-    jobs = list(data.get("jobs") or [])
-    if not jobs:
-        jobs = [{"name": JOB_NAME, "uid": data.get("job_uid") or _uid_from_job_json(output)}]
-    for job in jobs:
-        live_job = kubectl.get("job", job["name"], namespace_name)
-        if live_job is None:
-            continue
-        job_uid = live_job["metadata"].get("uid")
-        job_label = (live_job["metadata"].get("labels") or {}).get(RUN_LABEL)
-        owned = job_uid == job["uid"] if job.get("uid") else job_label == data["run_id"]
-        if not owned:
-            raise DemoError(
-                f"refusing to clean up: Job {namespace_name}/{job['name']} has UID {job_uid}, not the "
-                f"one this run recorded ({job.get('uid')}); nothing was deleted",
-                EXIT_REFUSED,
-            )
-    for job in jobs:
-        if kubectl.get("job", job["name"], namespace_name) is None:
-            continue
-        kubectl.run(["delete", "job", job["name"], "--cascade=foreground", "--wait=false"], namespace=namespace_name)
-        remaining = _wait_until_absent(kubectl, "job", job["name"], namespace_name, wait_seconds)
-        if remaining is not None:
-            raise DemoError(
-                f"Job {namespace_name}/{job['name']} and its pods are still terminating after "
-                f"{wait_seconds:g} s; inspect `kubectl -n {namespace_name} get job,pods` and run cleanup again",
-                EXIT_TIMEOUT,
-            )
-        say(f"deleted Job {namespace_name}/{job['name']} and its pods")
-    kubectl.run(["delete", "namespace", namespace_name, "--wait=false"])
-    remaining = _wait_until_absent(kubectl, "namespace", namespace_name, None, wait_seconds)
-    if remaining is not None:
-        raise DemoError(
-            f"namespace {namespace_name} is still Terminating after {wait_seconds:g} s "
-            f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace_name} -o yaml` "
-            "and what remains in it; finalizers are never removed by this tool",
-            EXIT_TIMEOUT,
-        )
-    say(f"deleted namespace {namespace_name}")
-
-
-def _uid_from_job_json(output: Path) -> Optional[str]:
-    try:
-        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-# The run ######################################################################
-
-
-class RunSettings:
-    """What a `run` was asked to do, checked once before any work starts."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.output = Path(args.output)
-        self.count: int = args.count
-        self.parallelism: int = args.parallelism if args.parallelism is not None else args.count
-        self.rounds: int = args.rounds
-        self.image: str = args.image
-        self.runtime: Optional[str] = None if args.runtime == NO_RUNTIME else args.runtime
-        self.deadline_seconds: int = args.timeout
-        self.cleanup_policy: str = args.cleanup
-        self.thresholds: Dict[str, float] = dict(args.threshold or [])
-        self.quiet: bool = args.quiet
-        self.json_summary: bool = args.json
-
-    def job_manifest(self, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
-        return job_manifest(
-            name=name,
-            namespace=namespace,
-            run_id=run_id,
-            count=self.count,
-            parallelism=self.parallelism,
-            image=self.image,
-            runtime=self.runtime,
-            deadline_seconds=self.deadline_seconds,
-        )
-
-
-class WaitOutcome:
-    def __init__(
-        self,
-        job: Dict[str, Any],
-        condition: Optional[str],
-        observed_wall: Optional[float],
-        observed_monotonic: Optional[float],
-        observed_pods: Dict[str, Dict[str, Any]],
-        blocked: str = "",
-    ) -> None:
-        self.job = job
-        self.condition = condition
-        self.observed_wall = observed_wall
-        self.observed_monotonic = observed_monotonic
-        self.observed_pods = observed_pods
-        self.blocked = blocked  # why the Job cannot create pods, e.g. a Pod Security rejection
+# Flow: one run ################################################################
 
 
 class BatchRun:
@@ -2197,102 +2173,134 @@ class BatchRun:
             say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
 
-def split_pods_and_events(
-    items: List[Dict[str, Any]], job: Optional[Dict[str, Any]]
-) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """From one `get pods,events` listing: the Job's pods (by its UID label, in creation order)
-    and every event of the namespace."""
-    uid = job["metadata"]["uid"] if job else None
-    pods = [
-        item
-        for item in items
-        if item.get("kind") == "Pod"
-        and isinstance(item.get("metadata"), dict)
-        and isinstance(item["metadata"].get("name"), str)
-        and uid
-        and pod_belongs_to(item, uid)
+# Flow: cleanup ################################################################
+
+
+def _wait_until_absent(
+    kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
+) -> Optional[Dict[str, Any]]:
+    """None once the object is gone, else its last state when the wait ran out.
+
+    Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long
+    one costs no more than one kubectl call every 2 s."""
+    deadline = time.monotonic() + seconds
+    interval = 0.25
+    while True:
+        live = kubectl.get(kind, name, namespace)
+        if live is None:
+            return None
+        if time.monotonic() >= deadline:
+            return live
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 2, 2.0)
+
+
+def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
+    finalizers = namespace.get("spec", {}).get("finalizers") or []
+    meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
+    messages = [
+        f"{c.get('type')}: {c.get('message')}"
+        for c in namespace.get("status", {}).get("conditions", []) or []
+        if c.get("status") == "True" and c.get("message")
     ]
-    pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
-    events = [item for item in items if item.get("kind") == "Event"]
-    return pods, events
+    parts = [f"finalizers {sorted(set(finalizers) | set(meta_finalizers)) or 'none'}"]
+    if messages:
+        parts.append("; ".join(messages))
+    return ", ".join(parts)
 
 
-def pod_list(pods: List[Dict[str, Any]]) -> Dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "List", "items": pods}
-
-
-def termination_message(pod: Dict[str, Any]) -> str:
-    terminated = _container_status(pod).get("state", {}).get("terminated") or {}
-    return str(terminated.get("message") or "")
-
-
-def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
-    """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
-    if not name:
+def cleanup_run(
+    kubectl: Kubectl,
+    receipt: Receipt,
+    output: Path,
+    say: Callable[[str], None],
+    wait_seconds: float = CLEANUP_WAIT_SECONDS,
+) -> None:
+    """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
+    data = receipt.data
+    namespace_name = data["namespace"]
+    recorded_server = data.get("server")
+    if recorded_server:
+        _, server = kubectl.cluster_identity()
+        if server != recorded_server:
+            raise DemoError(
+                f"refusing to clean up: the run used the API server {recorded_server}, but context "
+                f"{kubectl.context} now points at {server}; use the kubeconfig the run used (--kubeconfig); "
+                "nothing was deleted",
+                EXIT_REFUSED,
+            )
+    live = kubectl.get("namespace", namespace_name)
+    if live is None:
+        say(f"namespace {namespace_name} is already absent; nothing to delete")
         return
-    record = observed.setdefault(name, {"first_seen_at": wall})
-    phase = pod.get("status", {}).get("phase") or "Pending"
-    record["phase"] = phase
-    record.setdefault(phase, wall)
-
-
-def assemble_results(
-    settings: RunSettings,
-    context: str,
-    namespace: str,
-    run_id: str,
-    rows: List[Dict[str, Any]],
-    rounds: List[Dict[str, Any]],
-) -> Dict[str, Any]:
-    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
-    results = batch_figures(rows)
-    results.update(
-        context=context,
-        namespace=namespace,
-        run_id=run_id,
-        image=settings.image,
-        runtime=settings.runtime,
-        parallelism=settings.parallelism,
-        rounds=settings.rounds,
-        episodes_per_round=settings.count,
-        cache_state="uncontrolled",
-        client_job_complete_seconds=max(r["client_job_complete_seconds"] for r in rounds),
-        client_submitted_at=rounds[0]["client_submitted_at"],
-        client_observed_complete_at=rounds[-1]["client_observed_complete_at"],
-        job_created_at=rounds[0]["job_created_at"],
-        job_complete_at=rounds[-1]["job_complete_at"],
-        job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
-        phases=phase_table(rows),
-        nodes=node_spread(rows),
-        image_ids=sorted({row["image_id"] for row in rows if row.get("image_id")}),
-        round_results=rounds,
-        tool_version=f"{__version__}+{file_fingerprint()}",
-        pods=rows,
-    )
-    return results
+    live_uid = required_uid(live, f"namespace {namespace_name}")
+    labels = live["metadata"].get("labels") or {}
+    live_label = labels.get(RUN_LABEL)
+    recorded_uid = data.get("uid")
+    if not recorded_uid:
+        # The run stopped while creating the namespace. Its random run id in the label, set by
+        # this tool, proves the namespace is the run's; anything else is refused.
+        if live_label != data["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+            raise DemoError(
+                f"namespace {namespace_name} exists but the receipt has no namespace UID and the namespace "
+                f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
+                f"`kubectl get namespace {namespace_name} -o yaml`",
+                EXIT_REFUSED,
+            )
+        say(
+            f"the receipt has no namespace UID; namespace {namespace_name} carries this run's labels, "
+            "so it is this run's"
+        )
+        data["uid"] = recorded_uid = live_uid
+        receipt.save()
+    if live_uid != recorded_uid or live_label != data["run_id"]:
+        raise DemoError(
+            f"refusing to clean up namespace {namespace_name}: its UID {live_uid} / label "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {data['run_id']}); "
+            "nothing was deleted",
+            EXIT_REFUSED,
+        )
+    jobs = list(data.get("jobs") or [])
+    if not jobs:
+        jobs = [{"name": JOB_NAME, "uid": data.get("job_uid") or _uid_from_job_json(output)}]
+    for job in jobs:
+        live_job = kubectl.get("job", job["name"], namespace_name)
+        if live_job is None:
+            continue
+        job_uid = live_job["metadata"].get("uid")
+        job_label = (live_job["metadata"].get("labels") or {}).get(RUN_LABEL)
+        owned = job_uid == job["uid"] if job.get("uid") else job_label == data["run_id"]
+        if not owned:
+            raise DemoError(
+                f"refusing to clean up: Job {namespace_name}/{job['name']} has UID {job_uid}, not the "
+                f"one this run recorded ({job.get('uid')}); nothing was deleted",
+                EXIT_REFUSED,
+            )
+    for job in jobs:
+        if kubectl.get("job", job["name"], namespace_name) is None:
+            continue
+        kubectl.run(["delete", "job", job["name"], "--cascade=foreground", "--wait=false"], namespace=namespace_name)
+        remaining = _wait_until_absent(kubectl, "job", job["name"], namespace_name, wait_seconds)
+        if remaining is not None:
+            raise DemoError(
+                f"Job {namespace_name}/{job['name']} and its pods are still terminating after "
+                f"{wait_seconds:g} s; inspect `kubectl -n {namespace_name} get job,pods` and run cleanup again",
+                EXIT_TIMEOUT,
+            )
+        say(f"deleted Job {namespace_name}/{job['name']} and its pods")
+    kubectl.run(["delete", "namespace", namespace_name, "--wait=false"])
+    remaining = _wait_until_absent(kubectl, "namespace", namespace_name, None, wait_seconds)
+    if remaining is not None:
+        raise DemoError(
+            f"namespace {namespace_name} is still Terminating after {wait_seconds:g} s "
+            f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace_name} -o yaml` "
+            "and what remains in it; finalizers are never removed by this tool",
+            EXIT_TIMEOUT,
+        )
+    say(f"deleted namespace {namespace_name}")
 
 
 # Commands #####################################################################
-
-
-def cleanup_command(output: Path) -> str:
-    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
-    return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
-
-
-def claim_output(output: Path) -> None:
-    """Create the output directory; it must be new, so no earlier result is ever overwritten."""
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.mkdir()
-    except FileExistsError:
-        raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
-            EXIT_USAGE,
-        ) from None
-    except OSError as error:
-        raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
 
 
 def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
@@ -2409,18 +2417,6 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     return None
 
 
-def append_step_summary(markdown: str) -> None:
-    """A Markdown section for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as stream:
-            stream.write(markdown)
-    except OSError as error:
-        say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
-
-
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     receipt = Receipt.load(output)
@@ -2496,78 +2492,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_CLUSTER
     print(f"verdict: ready to run {args.count} episodes")
     return EXIT_OK
-
-
-COMPARE_FIGURES = (
-    ("episodes", "episodes", False),
-    ("parallelism", "parallelism", False),
-    ("rounds", "rounds", False),
-    ("batch_to_all_ready_seconds", "all ready (s)", True),
-    ("batch_to_all_rewards_seconds", "all rewards (s)", True),
-    ("client_job_complete_seconds", "client saw Complete (s)", True),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)", True),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)", True),
-)
-
-
-def load_results(directory: Path) -> Dict[str, Any]:
-    path = directory / "results.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DemoError(f"no results at {path}: that run did not finish successfully", EXIT_USAGE) from None
-    except (OSError, ValueError) as error:
-        raise DemoError(f"cannot read {path} ({error})", EXIT_USAGE) from None
-    if not isinstance(data, dict) or "episodes" not in data:
-        raise DemoError(f"{path} is not a results file of this tool", EXIT_USAGE)
-    return data
-
-
-def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """One row per figure: each run's value and its ratio to the first run's."""
-    figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
-    for phase in PHASES:
-        figures += [
-            (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
-            (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
-        ]
-    rows = []
-    for key, label in figures:
-        values: List[Optional[float]] = []
-        for _, results in runs:
-            if ":" in key:
-                phase, stat = key.split(":")
-                stats = (results.get("phases") or {}).get(phase)
-                values.append(stats[stat] if stats else None)
-            else:
-                values.append(results.get(key, 1 if key == "rounds" else None))
-        base = values[0]
-        # A ratio only means something between two positive durations.
-        ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else value / base for value in values
-        ]
-        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
-    return rows
-
-
-def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) -> str:
-    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
-        if value is None:
-            return "-"
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
-        return text if first or ratio is None else f"{text} (x{ratio:.2f})"
-
-    header = ["figure", *names]
-    table = [
-        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
-        for row in rows
-    ]
-    if style == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in table]
-        return "\n".join(lines) + "\n"
-    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *table]) + "\n"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -2827,6 +2751,133 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+# The episode worker (payload) #################################################
+
+# This program runs inside every sandbox (mounted from the ConfigMap as /demo/episode.py).
+# It is kept here as text so that copying this one file is enough. It must run on any
+# Python 3.9+ image as UID 1000 with nothing but the standard library. Only the functions
+# above read it, so it can live at the end, away from the logic.
+
+
+WORKER_SOURCE = r'''"""One RL episode: prepare a workspace, confirm the bug, apply a fix, test, emit the reward.
+
+Events go to stdout as JSON lines (the container log) and, trimmed to the kubelet's 4 KiB
+limit, to the termination message, so one `kubectl get pods` returns every reward.
+"""
+import time
+
+STARTED_AT = time.time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+IMPORTS_DONE_AT = time.time()
+
+WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
+TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
+TERMINATION_LIMIT = 4096
+EPISODE_ID = os.environ["EPISODE_ID"]
+
+BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
+TEST_SOURCE = "\n".join([
+    "import unittest",
+    "",
+    "from shipping import shipping",
+    "",
+    "",
+    "class ShippingTest(unittest.TestCase):",
+    "    def test_below(self):",
+    "        self.assertEqual(shipping(98), 10)",
+    "",
+    "    def test_boundary(self):",
+    "        self.assertEqual(shipping(99), 0)",
+    "",
+    "    def test_above(self):",
+    "        self.assertEqual(shipping(100), 0)",
+    "",
+    "",
+    "if __name__ == '__main__':",
+    "    unittest.main()",
+    "",
+])
+
+EVENTS = []
+
+
+def emit(event, **fields):
+    record = dict(fields, event=event, at=time.time(), episode_id=EPISODE_ID)
+    EVENTS.append(record)
+    print(json.dumps(record, sort_keys=True), flush=True)
+    write_termination_message()
+
+
+def termination_text(events):
+    return "".join(json.dumps(record, sort_keys=True) + "\n" for record in events)
+
+
+def write_termination_message():
+    events = [dict(record) for record in EVENTS]
+    text = termination_text(events)
+    while len(text.encode()) > TERMINATION_LIMIT:
+        last = events[-1]
+        output = last.get("tests_output", "")
+        if not output:
+            return
+        excess = len(text.encode()) - TERMINATION_LIMIT
+        last["tests_output"] = output[excess + 64:]
+        last["tests_output_truncated"] = True
+        text = termination_text(events)
+    try:
+        TERMINATION_LOG.write_text(text)
+    except OSError:
+        pass  # no termination log outside Kubernetes, or a runtime without one
+
+
+def run_tests():
+    result = subprocess.run(
+        [sys.executable, "-B", "test_shipping.py"],
+        cwd=str(WORKSPACE), capture_output=True, text=True, timeout=20,
+    )
+    return result.returncode, result.stderr
+
+
+def agent_action(source):
+    """The deterministic stand-in for a coding agent's action; a real model plugs in here."""
+    return source.replace("total > 99", "total >= 99")
+
+
+def main():
+    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE)
+    WORKSPACE.joinpath("test_shipping.py").write_text(TEST_SOURCE)
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    baseline_exit, _ = run_tests()
+    source = WORKSPACE.joinpath("shipping.py").read_text()
+    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source))
+    tests_exit, tests_output = run_tests()
+    emit(
+        "reward",
+        reward=int(tests_exit == 0),
+        baseline_exit=baseline_exit,
+        tests_exit=tests_exit,
+        tests_output=tests_output,
+    )
+    if baseline_exit == 0:
+        print("baseline must fail the boundary test", file=sys.stderr)
+        return 1
+    if tests_exit != 0:
+        print("patched code failed its tests", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
 
 
 if __name__ == "__main__":
