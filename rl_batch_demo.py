@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -53,81 +54,44 @@ __version__ = "0.1.0"
 # Constants ####################################################################
 
 DEFAULT_COUNT = 10
-
 MAX_COUNT = 20  # keeps first runs small, as the guide does; not a product limit
-
 MAX_COUNT_LARGE = 1000
-
 MAX_ROUNDS = 10
-
 DEFAULT_IMAGE = "python:3.12-alpine"
-
 DEFAULT_RUNTIME = "cube"
-
 NO_RUNTIME = "none"
-
 DEFAULT_JOB_DEADLINE_SECONDS = 240
-
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
-
 CLEANUP_WAIT_SECONDS = 120
-
 REQUEST_TIMEOUT = "30s"
-
 KUBECTL_PROCESS_TIMEOUT = 60.0
-
-INTERRUPT_SAVE_TIMEOUT = 5.0
-
-RETRY_DELAYS = (0.5, 1.0, 2.0)  # bounded backoff for reads that are safe to repeat
-
-RETRY_BUDGET_SECONDS = 20.0  # no retry starts later than this after the first attempt
-
-POLL_INTERVAL = 1.0
-
 WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
-
-BLOCKED_CHECK_SECONDS = 20.0  # with no pod by then, look for a FailedCreate event
-
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
-
 TERMINATION_MESSAGE_LIMIT = 4096
+CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
+# The episode container's resources: the Job manifest and `check`'s capacity sum read these.
+POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
+POD_LIMITS = {"cpu": "500m", "memory": "128Mi"}
 
 NAMESPACE_PREFIX = "agc-rl-"
-
 RUN_LABEL = "agc-demo-run"
-
 APP_LABEL_VALUE = "rl-batch-demo"
-
 PSA_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
-
 CONFIGMAP_NAME = "episode"
-
 CONTAINER_NAME = "episode"
-
 JOB_NAME = "rollout"
-
 UID_LABEL = "batch.kubernetes.io/controller-uid"
-
 LEGACY_UID_LABEL = "controller-uid"  # clusters older than Kubernetes 1.27
 
-
 EXIT_OK = 0
-
 EXIT_EPISODE = 1
-
 EXIT_USAGE = 2
-
 EXIT_CLUSTER = 3
-
 EXIT_TIMEOUT = 4
-
 EXIT_THRESHOLD = 5
-
 EXIT_REFUSED = 6
-
 EXIT_INTERRUPTED = 130
-
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -313,21 +277,65 @@ class KubectlTimeout(DemoError):
 # Typed records ################################################################
 
 
-class RunSettings:
-    """What a `run` was asked to do, checked once before any work starts."""
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Every wait of the tool in one place, so that tests shrink them all and never sleep."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.output = Path(args.output)
-        self.count: int = args.count
-        self.parallelism: int = args.parallelism if args.parallelism is not None else args.count
-        self.rounds: int = args.rounds
-        self.image: str = args.image
-        self.runtime: Optional[str] = None if args.runtime == NO_RUNTIME else args.runtime
-        self.deadline_seconds: int = args.timeout
-        self.cleanup_policy: str = args.cleanup
-        self.thresholds: Dict[str, float] = dict(args.threshold or [])
-        self.quiet: bool = args.quiet
-        self.json_summary: bool = args.json
+    retry_delays: Tuple[float, ...] = (0.5, 1.0, 2.0)  # backoff for reads that are safe to repeat
+    retry_budget_seconds: float = 20.0  # no retry starts later than this after the first attempt
+    watch_tick_seconds: float = 0.5  # longest wait for a watch event before the loop looks around
+    poll_interval: float = 1.0  # polling the Job once its watch has ended early
+    blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
+    cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
+    cleanup_max_poll: float = 2.0  # ... up to this
+    interrupt_save_timeout: float = 5.0  # each kubectl call that saves diagnostics after Ctrl-C
+    progress_log_interval: float = 1.0  # at most one progress line a second in a log
+
+
+TIMING = Timing()  # flows read it when they start; tests replace it
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """What a `run` was asked to do, read from the command line once, before any work starts."""
+
+    output: Path
+    count: int
+    parallelism: int
+    rounds: int
+    image: str
+    runtime: Optional[str]  # None: the cluster's default runtime, no RuntimeClass
+    deadline_seconds: int  # the Job's activeDeadlineSeconds
+    cleanup_policy: str
+    thresholds: Dict[str, float]
+    quiet: bool
+    json_summary: bool
+    kubectl_timeout: float
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunSettings:
+        return cls(
+            output=Path(args.output),
+            count=args.count,
+            parallelism=args.parallelism if args.parallelism is not None else args.count,
+            rounds=args.rounds,
+            image=args.image,
+            runtime=None if args.runtime == NO_RUNTIME else args.runtime,
+            deadline_seconds=args.timeout,
+            cleanup_policy=args.cleanup,
+            thresholds=dict(args.threshold or []),
+            quiet=args.quiet,
+            json_summary=args.json,
+            kubectl_timeout=float(args.kubectl_timeout),
+        )
+
+    @property
+    def client_wait_seconds(self) -> int:
+        """How long the client waits for one Job: its deadline plus a grace period."""
+        return self.deadline_seconds + CLIENT_GRACE_SECONDS
+
+    def round_dir(self, round_number: int) -> Path:
+        return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
 
     def job_manifest(self, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
         return job_manifest(
@@ -342,22 +350,167 @@ class RunSettings:
         )
 
 
-class WaitOutcome:
-    def __init__(
-        self,
-        job: Dict[str, Any],
-        condition: Optional[str],
-        observed_wall: Optional[float],
-        observed_monotonic: Optional[float],
-        observed_pods: Dict[str, Dict[str, Any]],
-        blocked: str = "",
-    ) -> None:
-        self.job = job
-        self.condition = condition
-        self.observed_wall = observed_wall
-        self.observed_monotonic = observed_monotonic
-        self.observed_pods = observed_pods
-        self.blocked = blocked  # why the Job cannot create pods, e.g. a Pod Security rejection
+@dataclasses.dataclass
+class JobReceipt:
+    name: str
+    uid: Optional[str] = None  # None until the create answered
+
+
+@dataclasses.dataclass
+class Receipt:
+    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
+
+    Written before the first mutation and rewritten as soon as each UID is known. Receipts of
+    the guide's script (context, namespace, uid, run_id, job_uid) load too."""
+
+    context: str
+    namespace: str
+    run_id: str
+    server: Optional[str] = None
+    kubeconfig: Optional[str] = None
+    kubectl: Optional[str] = None
+    created_at: Optional[float] = None
+    tool_version: Optional[str] = None
+    namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
+    jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
+    guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
+
+    def to_json(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {
+            "context": self.context,
+            "server": self.server,
+            "namespace": self.namespace,
+            "run_id": self.run_id,
+            "kubeconfig": self.kubeconfig,
+            "kubectl": self.kubectl,
+            "created_at": self.created_at,
+            "tool_version": self.tool_version,
+            "jobs": [{"name": job.name, "uid": job.uid} for job in self.jobs],
+        }
+        if self.namespace_uid is not None:
+            data["uid"] = self.namespace_uid
+        if len(self.jobs) == 1 and self.jobs[0].uid:
+            data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
+        elif self.guide_job_uid:
+            data["job_uid"] = self.guide_job_uid
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Receipt:
+        """A receipt read back; a malformed one is bad input, named with the file to inspect."""
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
+        ):
+            raise DemoError(f"the receipt {where} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
+        jobs = data.get("jobs") or []
+        if not isinstance(jobs, list) or not all(
+            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
+            for job in jobs
+        ):
+            raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
+
+        def text(key: str) -> Optional[str]:
+            value = data.get(key)
+            return value if isinstance(value, str) and value else None
+
+        created_at = data.get("created_at")
+        return cls(
+            context=data["context"],
+            namespace=data["namespace"],
+            run_id=data["run_id"],
+            server=text("server"),
+            kubeconfig=text("kubeconfig"),
+            kubectl=text("kubectl"),
+            created_at=float(created_at) if isinstance(created_at, (int, float)) else None,
+            tool_version=text("tool_version"),
+            namespace_uid=text("uid"),
+            jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
+            guide_job_uid=None if jobs else text("job_uid"),
+        )
+
+
+@dataclasses.dataclass
+class RoundObservation:
+    """What the client saw while it waited for one Job (client clock)."""
+
+    job: Dict[str, Any]  # the Job as last seen
+    condition: Optional[str]  # "Complete" or "Failed"; None when the wait ended without one
+    condition_seen_wall: Optional[float] = None  # when the condition reached the client
+    condition_seen_monotonic: Optional[float] = None
+    pod_sightings: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # see record_pod_sighting
+    blocked: str = ""  # why the Job cannot create pods, e.g. a Pod Security rejection
+
+
+@dataclasses.dataclass
+class RoundCollected:
+    """Everything read about one finished round: the input of `analyse_round`."""
+
+    round_number: int
+    job_name: str
+    job: Dict[str, Any]  # as created (its UID and creation time)
+    observation: RoundObservation
+    pods: List[Dict[str, Any]]  # the Job's own pods, by its UID label
+    logs: Dict[str, Optional[str]]  # pod -> log text; None: unreadable (see log_errors)
+    log_errors: Dict[str, str]
+    count: int  # episodes requested
+    round_dir: Path
+    submitted_wall: float  # client clock just before the create
+    submitted_monotonic: float
+
+
+@dataclasses.dataclass
+class EpisodeRow:
+    """One validated episode's figures: a row of results.json's "pods" (README: every key)."""
+
+    pod: str
+    node: Optional[str]
+    image_id: Optional[str]
+    reward: Any
+    pod_to_ready_seconds: float
+    batch_to_ready_seconds: float
+    batch_to_reward_seconds: float
+    pod_to_scheduled_seconds: Optional[float]
+    pod_to_container_started_seconds: Optional[float]
+    python_import_seconds: Optional[float]
+    import_to_ready_seconds: Optional[float]
+    ready_to_reward_seconds: float
+    reward_to_finished_seconds: Optional[float]
+    pod_observed_to_ready_seconds: Optional[float]
+    overhead: Optional[Dict[str, Any]]
+    created_at: float
+    scheduled_at: Optional[float]
+    container_started_at: Optional[float]
+    ready_at: float
+    reward_at: float
+    finished_at: Optional[float]
+    observed_first_seen_at: Optional[float]
+    observed_running_at: Optional[float]
+    observed_succeeded_at: Optional[float]
+    batch_start: float  # the Job's creation: the origin of the batch_to_* figures
+    round: int = 1
+    job: str = JOB_NAME
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """One preflight read: its value (None: the object does not exist), or why it failed."""
+
+    value: Any = None
+    failure: str = ""  # kubectl's first line when the read failed
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One preflight finding: `check` prints every one, `run` stops at the first that is not ok."""
+
+    name: str
+    ok: bool
+    detail: str
+    problem: str = ""  # what `check`'s verdict lists when not ok
+    stop: str = ""  # the sentence `run` stops with when not ok
 
 
 # Pure core: time, numbers, JSON ###############################################
@@ -531,10 +684,7 @@ def job_manifest(
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "resources": {
-                    "requests": {"cpu": "100m", "memory": "64Mi"},
-                    "limits": {"cpu": "500m", "memory": "128Mi"},
-                },
+                "resources": {"requests": dict(POD_REQUESTS), "limits": dict(POD_LIMITS)},
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [
@@ -676,23 +826,23 @@ def pod_list(pods: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": pods}
 
 
-def record_pod_observation(observed: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
+def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
     name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
     if not name:
         return
-    record = observed.setdefault(name, {"first_seen_at": wall})
+    record = sightings.setdefault(name, {"first_seen_at": wall})
     phase = pod.get("status", {}).get("phase") or "Pending"
     record["phase"] = phase
     record.setdefault(phase, wall)
 
 
-def pod_counts(observed: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
+def pod_counts(sightings: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
     """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
-    if observed:
-        phases = [record.get("phase") for record in observed.values()]
+    if sightings:
+        phases = [record.get("phase") for record in sightings.values()]
         return {
-            "created": len(observed),
+            "created": len(sightings),
             "running": phases.count("Running"),
             "succeeded": phases.count("Succeeded"),
             "failed": phases.count("Failed"),
@@ -849,9 +999,9 @@ def validate_episode(
     pod: Dict[str, Any],
     events: List[Dict[str, Any]],
     job_created_at: float,
-    observed: Optional[Dict[str, float]],
+    sighting: Optional[Dict[str, float]],
     inspect: str,
-) -> Dict[str, Any]:
+) -> EpisodeRow:
     """Check one episode against every rule and return its row of figures."""
     name = pod["metadata"]["name"]
     status = pod.get("status", {})
@@ -911,60 +1061,162 @@ def validate_episode(
         )
     process_started_at = optional_number(ready_event.get("process_started_at"))
     imports_done_at = optional_number(ready_event.get("imports_done_at"))
-    first_seen_at = observed.get("first_seen_at") if observed else None
-    return {
-        "pod": name,
-        "node": pod.get("spec", {}).get("nodeName"),
-        "image_id": container.get("imageID"),
-        "reward": reward_event["reward"],
-        "pod_to_ready_seconds": ready_at - created_at,
-        "batch_to_ready_seconds": ready_at - job_created_at,
-        "batch_to_reward_seconds": reward_at - job_created_at,
-        "pod_to_scheduled_seconds": difference(scheduled_at, created_at),
-        "pod_to_container_started_seconds": difference(started_at, created_at),
-        "python_import_seconds": difference(imports_done_at, process_started_at),
-        "import_to_ready_seconds": difference(ready_at, imports_done_at),
-        "ready_to_reward_seconds": reward_at - ready_at,
-        "reward_to_finished_seconds": difference(finished_at, reward_at),
-        "pod_observed_to_ready_seconds": difference(ready_at, first_seen_at),
-        "overhead": pod.get("spec", {}).get("overhead"),
-        "created_at": created_at,
-        "scheduled_at": scheduled_at,
-        "container_started_at": started_at,
-        "ready_at": ready_at,
-        "reward_at": reward_at,
-        "finished_at": finished_at,
-        "observed_first_seen_at": first_seen_at,
-        "observed_running_at": observed.get("Running") if observed else None,
-        "observed_succeeded_at": observed.get("Succeeded") if observed else None,
-    }
+    first_seen_at = sighting.get("first_seen_at") if sighting else None
+    return EpisodeRow(
+        pod=name,
+        node=pod.get("spec", {}).get("nodeName"),
+        image_id=container.get("imageID"),
+        reward=reward_event["reward"],
+        pod_to_ready_seconds=ready_at - created_at,
+        batch_to_ready_seconds=ready_at - job_created_at,
+        batch_to_reward_seconds=reward_at - job_created_at,
+        pod_to_scheduled_seconds=difference(scheduled_at, created_at),
+        pod_to_container_started_seconds=difference(started_at, created_at),
+        python_import_seconds=difference(imports_done_at, process_started_at),
+        import_to_ready_seconds=difference(ready_at, imports_done_at),
+        ready_to_reward_seconds=reward_at - ready_at,
+        reward_to_finished_seconds=difference(finished_at, reward_at),
+        pod_observed_to_ready_seconds=difference(ready_at, first_seen_at),
+        overhead=pod.get("spec", {}).get("overhead"),
+        created_at=created_at,
+        scheduled_at=scheduled_at,
+        container_started_at=started_at,
+        ready_at=ready_at,
+        reward_at=reward_at,
+        finished_at=finished_at,
+        observed_first_seen_at=first_seen_at,
+        observed_running_at=sighting.get("Running") if sighting else None,
+        observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
+        batch_start=job_created_at,
+    )
 
 
-def batch_figures(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+def batch_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
     """The guide's whole-batch figures for one set of episodes."""
-    startup = [row["pod_to_ready_seconds"] for row in rows]
+    startup = [row.pod_to_ready_seconds for row in rows]
     return {
         "episodes": len(rows),
         "successful_episodes": len(rows),
-        "reward_sum": sum(row["reward"] for row in rows),
-        "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
-        "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
+        "reward_sum": sum(row.reward for row in rows),
+        "batch_to_all_ready_seconds": max(row.batch_to_ready_seconds for row in rows),
+        "batch_to_all_rewards_seconds": max(row.batch_to_reward_seconds for row in rows),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
     }
 
 
-def phase_table(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    return {phase: summarise(row.get(phase) for row in rows) for phase in PHASES}
+def phase_table(rows: List[EpisodeRow]) -> Dict[str, Any]:
+    return {phase: summarise(getattr(row, phase) for row in rows) for phase in PHASES}
 
 
-def node_spread(rows: List[Dict[str, Any]]) -> Dict[str, int]:
+def node_spread(rows: List[EpisodeRow]) -> Dict[str, int]:
     spread: Dict[str, int] = {}
     for row in rows:
-        node = row.get("node") or "(unknown)"
+        node = row.node or "(unknown)"
         spread[node] = spread.get(node, 0) + 1
     return dict(sorted(spread.items()))
+
+
+ROUND_COMPLETE = "complete"  # the Job is Complete: validate, then report
+ROUND_FAILED = "failed"  # the Job is Failed: validate (to name the episode), then fail
+ROUND_DEADLINE = "deadline"  # the Job hit its activeDeadlineSeconds
+ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
+ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
+
+
+def classify_round(observation: RoundObservation) -> str:
+    """How a round ended, from what the client observed."""
+    if observation.blocked:
+        return ROUND_BLOCKED
+    if observation.condition is None:
+        return ROUND_TIMEOUT
+    if observation.condition == "Failed":
+        return ROUND_DEADLINE if "DeadlineExceeded" in job_failure_reason(observation.job) else ROUND_FAILED
+    return ROUND_COMPLETE
+
+
+def round_stopper(
+    outcome: str, observation: RoundObservation, where: str, settings: RunSettings, warning: str, inspect: str
+) -> Optional[DemoError]:
+    """The error that ends a round before any episode is validated, if its outcome is one."""
+    if outcome == ROUND_BLOCKED:
+        hint = " (the namespace enforces Pod Security 'restricted')" if "PodSecurity" in observation.blocked else ""
+        return DemoError(
+            f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
+            EXIT_CLUSTER,
+        )
+    if outcome == ROUND_TIMEOUT:
+        counts = pod_counts(observation.pod_sightings, observation.job)
+        return DemoError(
+            f"Job {where} did not finish within {settings.client_wait_seconds} s "
+            f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded"
+            f"{warning}); inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
+        )
+    if outcome == ROUND_DEADLINE:
+        return DemoError(
+            f"Job {where} hit its deadline of {settings.deadline_seconds} s "
+            f"(activeDeadlineSeconds{warning}); inspect {inspect} for pending or slow pods, then run cleanup",
+            EXIT_TIMEOUT,
+        )
+    return None
+
+
+def round_inspect_hint(round_dir: Path) -> str:
+    return f"{round_dir}/pods.json, events.txt and the episode logs"
+
+
+def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+    """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
+
+    Every pod is validated on complete data: its status, its events from the log and the
+    termination message (which must agree for small runs), its clocks."""
+    inspect = round_inspect_hint(collected.round_dir)
+    check_pod_set(collected.pods, collected.count, inspect)
+    job_created_at = creation_time(collected.job, "the Job")
+    crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
+    observation = collected.observation
+    rows = []
+    for pod in collected.pods:
+        name = pod["metadata"]["name"]
+        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        try:
+            events = episode_events(
+                name,
+                collected.logs.get(name) if name in collected.logs else None,
+                collected.log_errors.get(name, "not read"),
+                termination_message(pod),
+                crosscheck,
+                pod_inspect,
+            )
+            row = validate_episode(pod, events, job_created_at, observation.pod_sightings.get(name), pod_inspect)
+        except (KeyError, TypeError, ValueError) as error:
+            raise EpisodeInvalid(
+                name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect
+            ) from None
+        row.round, row.job = collected.round_number, collected.job_name
+        rows.append(row)
+    if observation.condition != "Complete":
+        raise DemoError(
+            f"Job {where} failed ({job_failure_reason(observation.job)}) although every episode validated; "
+            f"inspect {inspect}",
+            EXIT_EPISODE,
+        )
+    assert observation.condition_seen_monotonic is not None
+    figures = batch_figures(rows)
+    figures.update(
+        round=collected.round_number,
+        job=collected.job_name,
+        job_uid=collected.job["metadata"]["uid"],
+        client_job_complete_seconds=observation.condition_seen_monotonic - collected.submitted_monotonic,
+        client_submitted_at=collected.submitted_wall,
+        client_observed_complete_at=observation.condition_seen_wall,
+        job_created_at=job_created_at,
+        job_complete_at=_condition_time(observation.job, "Complete"),
+        job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
+    )
+    return rows, figures
 
 
 def assemble_results(
@@ -972,7 +1224,7 @@ def assemble_results(
     context: str,
     namespace: str,
     run_id: str,
-    rows: List[Dict[str, Any]],
+    rows: List[EpisodeRow],
     rounds: List[Dict[str, Any]],
 ) -> Dict[str, Any]:
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
@@ -995,10 +1247,10 @@ def assemble_results(
         job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
         phases=phase_table(rows),
         nodes=node_spread(rows),
-        image_ids=sorted({row["image_id"] for row in rows if row.get("image_id")}),
+        image_ids=sorted({row.image_id for row in rows if row.image_id}),
         round_results=rounds,
         tool_version=f"{__version__}+{file_fingerprint()}",
-        pods=rows,
+        pods=[row.to_json() for row in rows],
     )
     return results
 
@@ -1103,8 +1355,8 @@ def capacity_verdict(
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
     overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
     overhead_memory = parse_quantity(overhead.get("memory", "0"))
-    pod_cpu = parse_quantity("100m") + overhead_cpu
-    pod_memory = parse_quantity("64Mi") + overhead_memory
+    pod_cpu = parse_quantity(POD_REQUESTS["cpu"]) + overhead_cpu
+    pod_memory = parse_quantity(POD_REQUESTS["memory"]) + overhead_memory
     need_cpu, need_memory = count * pod_cpu, count * pod_memory
     eligible = eligible_nodes(nodes, runtimeclass)
     have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
@@ -1117,6 +1369,169 @@ def capacity_verdict(
     )
     fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
     return fits, text
+
+
+def preflight_findings(
+    *,
+    context: str,
+    server: Optional[str],
+    runtime: Optional[str],
+    runtimeclass: Optional[Read] = None,
+    reviews: Optional[Read] = None,
+    version: Optional[Read] = None,
+    nodes: Optional[Read] = None,
+    image: Optional[str] = None,
+    count: int = DEFAULT_COUNT,
+) -> List[Finding]:
+    """Everything the reads say about running the batch, in `check`'s order. A read that a
+    command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
+    access reviews."""
+
+    def failed(what: str, read: Read) -> Finding:
+        return Finding(what, False, f"failed: {read.failure}", problem=f"cannot {what} ({read.failure})")
+
+    findings = [Finding("context", True, f"{context} (API server {server or 'unknown'})")]
+    if version is not None:
+        if version.failure:
+            findings.append(failed("read the server version", version))
+        else:
+            git_version = ((version.value or {}).get("serverVersion") or {}).get("gitVersion", "unknown")
+            findings.append(Finding("server version", True, str(git_version)))
+    runtimeclass_known = runtime is None
+    if runtime is None:
+        findings.append(Finding("runtime", True, "none (the cluster's default runtime; no RuntimeClass)"))
+    elif runtimeclass is not None:
+        if runtimeclass.failure:
+            findings.append(failed(f"read RuntimeClass {runtime}", runtimeclass))
+        elif runtimeclass.value is None:
+            findings.append(
+                Finding(
+                    f"RuntimeClass {runtime}",
+                    False,
+                    "missing",
+                    problem=f"RuntimeClass {runtime!r} does not exist",
+                    stop=f"RuntimeClass {runtime!r} does not exist in context {context}; list them with "
+                    "`kubectl get runtimeclass`, pass --runtime NAME, or --runtime none for the default runtime",
+                )
+            )
+        else:
+            runtimeclass_known = True
+            scheduling = runtimeclass.value.get("scheduling") or {}
+            findings.append(
+                Finding(
+                    f"RuntimeClass {runtime}",
+                    True,
+                    f"handler {runtimeclass.value.get('handler')}, overhead "
+                    f"{json.dumps((runtimeclass.value.get('overhead') or {}).get('podFixed') or {}, sort_keys=True)}, "
+                    f"nodeSelector {json.dumps(scheduling.get('nodeSelector') or {}, sort_keys=True)}, "
+                    f"tolerations {len(scheduling.get('tolerations') or [])}",
+                )
+            )
+    if image is not None:
+        findings.append(Finding("image", True, f"{image} (pulled by the nodes; not checked from here)"))
+    if nodes is not None:
+        if nodes.failure:
+            findings.append(failed("list nodes", nodes))
+        elif runtimeclass_known:
+            try:
+                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value)
+            except ValueError as error:
+                fits, text = False, f"cannot be computed ({error})"
+            findings.append(
+                Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
+            )
+    if reviews is not None:
+        if reviews.failure:
+            findings.append(failed("review permissions", reviews))
+        else:
+            denied = denied_permissions(reviews.value)
+            findings.append(
+                Finding(
+                    "permissions",
+                    not denied,
+                    "all granted" if not denied else "denied: " + ", ".join(denied),
+                    problem="missing permissions: " + ", ".join(denied),
+                    stop=f"context {context} lacks permissions this run needs: {', '.join(denied)}; "
+                    "ask the cluster admin or use another context (nothing was created)",
+                )
+            )
+    return findings
+
+
+# Pure core: ownership proof ##################################################
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanupPlan:
+    """What cleanup may delete, or why it must refuse; decided from the receipt and live reads only."""
+
+    refusal: Optional[str] = None  # set: delete nothing, exit EXIT_REFUSED with this sentence
+    namespace_absent: bool = False
+    adopted_namespace_uid: Optional[str] = None  # the receipt lacked it; the run's labels prove it
+    jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
+
+
+def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
+    """The Jobs a receipt names; a guide-era receipt names the one Job by its job_uid or job.json."""
+    if receipt.jobs:
+        return list(receipt.jobs)
+    return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+
+
+def plan_cleanup(
+    receipt: Receipt,
+    jobs: List[JobReceipt],
+    current_context: Optional[str],
+    current_server: Optional[str],
+    live_namespace: Optional[Dict[str, Any]],
+    live_jobs: Dict[str, Optional[Dict[str, Any]]],
+) -> CleanupPlan:
+    """Prove that the namespace and every live Job are this run's: the same API server, the
+    namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
+    namespace = receipt.namespace
+    if receipt.server and current_server != receipt.server:
+        return CleanupPlan(
+            refusal=f"refusing to clean up: the run used the API server {receipt.server}, but context "
+            f"{current_context} now points at {current_server}; use the kubeconfig the run used (--kubeconfig); "
+            "nothing was deleted"
+        )
+    if live_namespace is None:
+        return CleanupPlan(namespace_absent=True)
+    live_uid = (live_namespace.get("metadata") or {}).get("uid")
+    labels = (live_namespace.get("metadata") or {}).get("labels") or {}
+    live_label = labels.get(RUN_LABEL)
+    recorded_uid = receipt.namespace_uid
+    adopted = None
+    if not recorded_uid:
+        # The run stopped while creating the namespace. Its random run id in the label, set by
+        # this tool, proves the namespace is the run's; anything else is refused.
+        if live_label != receipt.run_id or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+            return CleanupPlan(
+                refusal=f"namespace {namespace} exists but the receipt has no namespace UID and the namespace "
+                f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
+                f"`kubectl get namespace {namespace} -o yaml`"
+            )
+        adopted = recorded_uid = live_uid
+    if live_uid != recorded_uid or live_label != receipt.run_id:
+        return CleanupPlan(
+            refusal=f"refusing to clean up namespace {namespace}: its UID {live_uid} / label "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt.run_id}); "
+            "nothing was deleted"
+        )
+    doomed = []
+    for job in jobs:
+        live_job = live_jobs.get(job.name)
+        if live_job is None:
+            continue
+        job_uid = (live_job.get("metadata") or {}).get("uid")
+        job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if not (job_uid == job.uid if job.uid else job_label == receipt.run_id):
+            return CleanupPlan(
+                refusal=f"refusing to clean up: Job {namespace}/{job.name} has UID {job_uid}, not the "
+                f"one this run recorded ({job.uid}); nothing was deleted"
+            )
+        doomed.append(job.name)
+    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
 
 
 # Pure core: reports ###########################################################
@@ -1411,38 +1826,51 @@ class WatchStream:
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
 
-    Reads that are safe to repeat are retried on transient failures with a short, bounded
-    backoff; nothing else is ever repeated here."""
+    Built complete: the context is resolved before (see `resolve_context`), and nothing is
+    changed afterwards; a call that needs a shorter timeout says so itself. Reads that are safe
+    to repeat are retried on transient failures with a short, bounded backoff; nothing else is
+    ever repeated here."""
 
     def __init__(
         self,
         executable: str,
-        context: Optional[str] = None,
-        kubeconfig: Optional[str] = None,
+        *,
+        context: Optional[str],
+        kubeconfig: Optional[str],
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
+        timing: Timing = TIMING,
+        calls: Optional[List[Dict[str, Any]]] = None,
     ) -> None:
         self.executable = executable
         self.context = context
         self.kubeconfig = kubeconfig
         self.process_timeout = process_timeout
-        self.calls: List[Dict[str, Any]] = []
+        self.timing = timing
+        self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
+        # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
+        self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
-    @property
-    def environment(self) -> Optional[Dict[str, str]]:
-        """A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment."""
-        if self.kubeconfig and os.pathsep in self.kubeconfig:
-            return dict(os.environ, KUBECONFIG=self.kubeconfig)
-        return None
+    def with_context(self, context: str) -> Kubectl:
+        """The same kubectl bound to one context, sharing the call record."""
+        return Kubectl(
+            self.executable,
+            context=context,
+            kubeconfig=self.kubeconfig,
+            process_timeout=self.process_timeout,
+            timing=self.timing,
+            calls=self.calls,
+        )
 
     def argv(
-        self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: str = REQUEST_TIMEOUT
+        self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: Optional[str] = REQUEST_TIMEOUT
     ) -> List[str]:
         argv = [self.executable]
         if self.kubeconfig and os.pathsep not in self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
         if self.context:
             argv.append(f"--context={self.context}")
-        argv.append(f"--request-timeout={request_timeout}")
+        if request_timeout:
+            argv.append(f"--request-timeout={request_timeout}")
         if namespace:
             argv.append(f"--namespace={namespace}")
         return argv + list(args)
@@ -1475,6 +1903,8 @@ class Kubectl:
         finally:
             record["seconds"] = round(time.monotonic() - started, 3)
         record["exit"] = completed.returncode
+        if completed.returncode != 0:
+            record["stderr"] = completed.stderr[-CALL_STDERR_LIMIT:]
         return completed
 
     def run(
@@ -1485,30 +1915,30 @@ class Kubectl:
         stdin: Optional[str] = None,
         read_only: bool = False,
         timeout: Optional[float] = None,
-        retries: Sequence[float] = RETRY_DELAYS,
+        retries: Optional[Sequence[float]] = None,
     ) -> str:
         argv = self.argv(args, namespace)
-        delays = list(retries) if read_only else []
+        delays = list(self.timing.retry_delays if retries is None else retries) if read_only else []
         first_attempt = time.monotonic()
         while True:
             completed = self._once(argv, stdin, timeout or self.process_timeout)
             if completed.returncode == 0:
                 return completed.stdout
             failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
-            if not (delays and failure.transient) or time.monotonic() - first_attempt > RETRY_BUDGET_SECONDS:
+            elapsed = time.monotonic() - first_attempt
+            if not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
                 raise failure
             say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
             time.sleep(delays.pop(0))
 
+    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> Dict[str, Any]:
+        """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
+        return self.decode_json(self.run(args, read_only=True, **kwargs), what)
+
     def cluster_identity(self) -> Tuple[str, Optional[str]]:
         """The context to use (--context, else the current one, read once) and its API server URL,
         from the kubeconfig alone: `config view --minify` needs no cluster."""
-        argv = [self.executable]
-        if self.kubeconfig and os.pathsep not in self.kubeconfig:
-            argv.append(f"--kubeconfig={self.kubeconfig}")
-        if self.context:
-            argv.append(f"--context={self.context}")
-        argv += ["config", "view", "--minify", "-o", "json"]
+        argv = self.argv(["config", "view", "--minify", "-o", "json"], request_timeout=None)
         completed = self._once(argv, None, self.process_timeout)
         if completed.returncode != 0:
             failure = KubectlFailure(argv, completed.returncode, completed.stderr)
@@ -1517,7 +1947,7 @@ class Kubectl:
                 "`kubectl config use-context`, pass --context, or check --kubeconfig",
                 EXIT_USAGE,
             )
-        config = self._decode(completed.stdout, "config view")
+        config = self.decode_json(completed.stdout, "config view")
         context = self.context or config.get("current-context")
         if not isinstance(context, str) or not context:
             raise DemoError("the kubeconfig names no current context; pass --context", EXIT_USAGE)
@@ -1532,7 +1962,7 @@ class Kubectl:
         )
         if not raw.strip():
             return None
-        return self._decode(raw, f"get {kind} {name}")
+        return self.decode_json(raw, f"get {kind} {name}")
 
     def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[Dict[str, Any]]:
         raw = self.run(["get", kinds, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
@@ -1554,11 +1984,14 @@ class Kubectl:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
 
-    def _decode(self, raw: str, what: str) -> Dict[str, Any]:
+    @staticmethod
+    def decode_json(raw: str, what: str) -> Dict[str, Any]:
+        """kubectl's output as one JSON object, or an error naming the call that printed it."""
         try:
             decoded = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise DemoError(f"kubectl {what} printed output that is not JSON ({error.msg})", EXIT_CLUSTER) from None
+        except (json.JSONDecodeError, RecursionError) as error:
+            detail = error.msg if isinstance(error, json.JSONDecodeError) else "nested too deeply"
+            raise DemoError(f"kubectl {what} printed output that is not JSON ({detail})", EXIT_CLUSTER) from None
         if not isinstance(decoded, dict):
             raise DemoError(f"kubectl {what} printed JSON that is not an object", EXIT_CLUSTER)
         return decoded
@@ -1585,17 +2018,18 @@ class Kubectl:
 
 
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
-    """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH."""
-    recorded = receipt.data if receipt else {}
-    executable = args.kubectl or os.environ.get("KUBECTL") or recorded.get("kubectl") or "kubectl"
+    """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
+    from --context, else the receipt's, else the kubeconfig's current one (read once)."""
+    recorded_kubectl = receipt.kubectl if receipt else None
+    executable = args.kubectl or os.environ.get("KUBECTL") or recorded_kubectl or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
-    elif not recorded:
+    elif receipt is None:
         executable = shutil.which(executable) or executable  # pin the binary the run used
     if args.kubeconfig:
-        kubeconfig = os.path.abspath(args.kubeconfig)
-    elif recorded:
-        kubeconfig = recorded.get("kubeconfig")
+        kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
+    elif receipt is not None:
+        kubeconfig = receipt.kubeconfig
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         kubeconfig = (
             os.pathsep.join(
@@ -1603,8 +2037,10 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
             )
             or None
         )
-    context = args.context or recorded.get("context")
-    return Kubectl(executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout)
+    context = args.context or (receipt.context if receipt else None)
+    return Kubectl(
+        executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout, timing=TIMING
+    )
 
 
 # Persistence: receipt and output files ########################################
@@ -1633,54 +2069,22 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-class Receipt:
-    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
+def write_receipt(output: Path, receipt: Receipt) -> None:
+    write_json(output / "receipt.json", receipt.to_json())
 
-    Written before the first mutation and rewritten as soon as each UID is known."""
 
-    def __init__(self, path: Path, data: Dict[str, Any]) -> None:
-        self.path = path
-        self.data = data
-
-    def save(self) -> None:
-        write_json(self.path, self.data)
-
-    @classmethod
-    def load(cls, output: Path) -> Receipt:
-        path = output / "receipt.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DemoError(
-                f"no receipt at {path}: this is not the output directory of a run that reached the "
-                "cluster; check --output",
-                EXIT_USAGE,
-            ) from None
-        except (OSError, ValueError) as error:
-            raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
-        ):
-            raise DemoError(f"the receipt {path} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
-        jobs = data.get("jobs", [])
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
-            for job in jobs
-        ):
-            raise DemoError(f"the receipt {path} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
-        return cls(path, data)
-
-    def add_job(self, name: str) -> None:
-        self.data.setdefault("jobs", []).append({"name": name, "uid": None})
-        self.save()
-
-    def set_job_uid(self, name: str, uid: str) -> None:
-        for job in self.data.get("jobs", []):
-            if job["name"] == name:
-                job["uid"] = uid
-        if len(self.data.get("jobs", [])) == 1:
-            self.data["job_uid"] = uid  # the guide's key, kept for older tooling
-        self.save()
+def read_receipt(output: Path) -> Receipt:
+    path = output / "receipt.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DemoError(
+            f"no receipt at {path}: this is not the output directory of a run that reached the cluster; check --output",
+            EXIT_USAGE,
+        ) from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
+    return Receipt.from_json(data, str(path))
 
 
 def claim_output(output: Path) -> None:
@@ -1741,10 +2145,9 @@ class Progress:
     """One rewriting line on a terminal; in a log, a line per change, at most one a second
     (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
 
-    LOG_INTERVAL = 1.0
-
-    def __init__(self, enabled: bool, stream: Any = None) -> None:
+    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
         self.enabled = enabled
+        self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
         self.printed_state: Optional[str] = None
@@ -1768,7 +2171,7 @@ class Progress:
             self.pending = None
             return
         self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
-        if time.monotonic() - self.printed_at >= self.LOG_INTERVAL:
+        if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
     def _flush_pending(self) -> None:
@@ -1790,62 +2193,21 @@ class Progress:
 # Flow: one run ################################################################
 
 
-class BatchRun:
-    """One `run`: namespace, ConfigMap, then one Job per round, each waited for, collected,
-    saved and validated. Keeps just enough state to save diagnostics when interrupted."""
+class OwnedCreator:
+    """Creates the run's objects without ever blindly repeating a create.
 
-    def __init__(self, kubectl: Kubectl, receipt: Receipt, settings: RunSettings, progress: Progress) -> None:
+    A request that never reached the server is retried; an ambiguous failure (timeout, reset,
+    500) or AlreadyExists is answered by looking the object up and adopting it only if this
+    run's label proves it is ours."""
+
+    def __init__(self, kubectl: Kubectl, run_id: str) -> None:
         self.kubectl = kubectl
-        self.receipt = receipt
-        self.settings = settings
-        self.progress = progress
-        self.run_id: str = receipt.data["run_id"]
-        self.namespace: str = receipt.data["namespace"]
-        self.namespace_created = False
-        self.current_job: Optional[Dict[str, Any]] = None
-        self.current_dir: Path = settings.output
+        self.run_id = run_id
 
-    def execute(self) -> Dict[str, Any]:
-        """Preflight, namespace and ConfigMap, then every round; the assembled results."""
-        self.preflight()
-        self.create_namespace()
-        rows: List[Dict[str, Any]] = []
-        rounds: List[Dict[str, Any]] = []
-        for round_number in range(1, self.settings.rounds + 1):
-            round_rows, figures = self.run_round(round_number)
-            rows.extend(round_rows)
-            rounds.append(figures)
-        return assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
-
-    # Preflight and creation -------------------------------------------------
-
-    def preflight(self) -> None:
-        """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
-        runtime = self.settings.runtime
-        if runtime is not None and self.kubectl.get("runtimeclass", runtime) is None:
-            raise DemoError(
-                f"RuntimeClass {runtime!r} does not exist in context {self.kubectl.context}; list them with "
-                "`kubectl get runtimeclass`, pass --runtime NAME, or --runtime none for the default runtime",
-                EXIT_CLUSTER,
-            )
-        reviews = self.kubectl.create(access_review_list(self.namespace, runtime is not None), read_only=True)
-        denied = denied_permissions(reviews)
-        if denied:
-            raise DemoError(
-                f"context {self.kubectl.context} lacks permissions this run needs: {', '.join(denied)}; "
-                "ask the cluster admin or use another context (nothing was created)",
-                EXIT_CLUSTER,
-            )
-
-    def create_owned(self, manifest: Dict[str, Any], resource: str) -> Dict[str, Any]:
-        """Create an object without ever blindly repeating the create.
-
-        A request that never reached the server is retried; an ambiguous failure (timeout,
-        reset, 500) or AlreadyExists is answered by looking the object up and adopting it only
-        if this run's label proves it is ours."""
+    def create(self, manifest: Dict[str, Any], resource: str) -> Dict[str, Any]:
         name = manifest["metadata"]["name"]
         kind = manifest["kind"]
-        delays = list(RETRY_DELAYS)
+        delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
                 created = self.kubectl.create(manifest)[0]
@@ -1884,293 +2246,286 @@ class BatchRun:
         say_stderr(f"warning: adopted {kind} {name} after an ambiguous create ({failure})")
         return live
 
+
+def wait_for_job(
+    kubectl: Kubectl, namespace: str, job: Dict[str, Any], deadline: float, submitted: float, progress: Progress
+) -> RoundObservation:
+    """Watch the Job (and its pods) until Complete or Failed; poll if the Job's watch ends early.
+
+    The watches' events carry the client clock of their arrival, so the Complete condition is
+    seen within milliseconds of the API server sending it."""
+    timing = kubectl.timing
+    name = job["metadata"]["name"]
+    sink: queue.Queue[Any] = queue.Queue()
+    seconds = max(1.0, deadline - time.monotonic()) + 5
+    watches = [kubectl.watch("job", ["job", name], namespace, sink, seconds)]
+    watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
+    sightings: Dict[str, Dict[str, Any]] = {}
+    live = job
+    job_stream_open = True
+    next_poll = 0.0
+    next_blocked_check = submitted + timing.blocked_check_seconds
+    label = f"{namespace}/{name}"
+    try:
+        while True:
+            condition = job_condition(live)
+            now = time.monotonic()
+            if condition is not None:
+                return RoundObservation(live, condition, time.time(), now, sightings)
+            if now >= deadline:
+                return RoundObservation(live, None, pod_sightings=sightings)
+            timeout = min(timing.watch_tick_seconds, deadline - now)
+            if not job_stream_open:
+                timeout = min(timeout, max(0.0, next_poll - now))
+            try:
+                tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
+            except queue.Empty:
+                tag = None
+            if tag == "job":
+                if event is None:
+                    job_stream_open = False
+                    progress.finish()
+                    reason = watches[0].stderr.splitlines()[0] if watches[0].stderr else "no message"
+                    say_stderr(
+                        f"warning: the watch of Job {label} ended early ({reason}); "
+                        f"polling every {timing.poll_interval:g} s"
+                    )
+                elif event.get("type") == "DELETED":
+                    raise DemoError(
+                        f"Job {label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
+                    )
+                elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
+                    live = event["object"]
+                    if job_condition(live) is not None:
+                        return RoundObservation(live, job_condition(live), wall, clock, sightings)
+            elif tag == "pods" and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                record_pod_sighting(sightings, event.get("object"), wall)
+            if not job_stream_open and time.monotonic() >= next_poll:
+                polled = kubectl.get("job", name, namespace)
+                if polled is None:
+                    raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
+                live = polled
+                next_poll = time.monotonic() + timing.poll_interval
+            if not sightings and not pod_counts({}, live)["created"] and time.monotonic() >= next_blocked_check:
+                blocked = creation_blocked(kubectl, namespace, name)
+                if blocked:
+                    return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked)
+                next_blocked_check = time.monotonic() + timing.blocked_check_seconds
+            progress.update(label, time.monotonic() - submitted, pod_counts(sightings, live))
+    finally:
+        for watch in watches:
+            watch.close()
+        progress.finish()
+
+
+def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
+    """Why the Job has made no pod yet, if the cluster refused them (FailedCreate: a Pod
+    Security rejection, a quota, a missing RuntimeClass); empty if nothing says so."""
+    events = [e for e in kubectl.get_list("events", namespace=namespace) if e.get("kind", "Event") == "Event"]
+    refusals = [
+        event
+        for event in events
+        if event.get("reason") == "FailedCreate" and (event.get("involvedObject") or {}).get("name") == name
+    ]
+    if not refusals:
+        return ""
+    return " ".join(str(refusals[-1].get("message", "")).split())
+
+
+def logs_by_selector(
+    kubectl: Kubectl,
+    namespace: str,
+    selector: str,
+    pod_count: int,
+    retries: Optional[Sequence[float]] = None,
+    timeout: Optional[float] = None,
+) -> Dict[str, str]:
+    """Every pod's log in one call. A single unreadable log makes kubectl stop with an
+    error; the pods it printed before that are still returned."""
+    args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
+    args.append(f"--max-log-requests={max(pod_count, 5)}")
+    try:
+        text = kubectl.run(args, namespace=namespace, read_only=True, retries=retries, timeout=timeout)
+    except KubectlFailure as failure:
+        text = failure.stdout
+    except KubectlTimeout:
+        text = ""  # the per-pod reads that follow say which logs cannot be read
+    return split_prefixed_logs(text)
+
+
+def log_of(kubectl: Kubectl, namespace: str, name: str) -> str:
+    return kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=namespace, read_only=True)
+
+
+def read_logs(
+    kubectl: Kubectl, namespace: str, pods: List[Dict[str, Any]], selector: str, all_pods: bool
+) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
+    """Container logs with one kubectl call; per-pod reads only for pods that call missed.
+
+    Beyond the cross-check limit, only pods without a termination message are read."""
+    wanted = [pod["metadata"]["name"] for pod in pods if all_pods or not termination_message(pod).strip()]
+    logs: Dict[str, Optional[str]] = {}
+    errors: Dict[str, str] = {}
+    if not wanted:
+        return logs, errors
+    if len(wanted) > 1:
+        by_pod = logs_by_selector(kubectl, namespace, selector, len(pods))
+        logs.update((name, text) for name, text in by_pod.items() if name in wanted)
+    for name in wanted:
+        if name in logs:
+            continue
+        try:
+            logs[name] = log_of(kubectl, namespace, name)
+        except KubectlFailure as failure:
+            logs[name] = None
+            errors[name] = failure.first_line
+        except KubectlTimeout as timeout:
+            logs[name] = None
+            errors[name] = str(timeout)
+    return logs, errors
+
+
+def save_diagnostics_after_interrupt(
+    kubectl: Kubectl, namespace: str, job: Optional[Dict[str, Any]], round_dir: Path
+) -> None:
+    """Save what can be read within a few seconds: the Job, pods, events and logs."""
+    quick: Dict[str, Any] = {"retries": (), "timeout": kubectl.timing.interrupt_save_timeout}
+    try:
+        items = kubectl.get_list("pods,events", namespace=namespace, **quick)
+        pods, events = split_pods_and_events(items, job)
+        write_atomic(round_dir / "events.txt", render_events_text(events))
+        if job is None:
+            return
+        live = kubectl.get("job", job["metadata"]["name"], namespace, **quick)
+        if live is not None:
+            write_json(round_dir / "job.json", live)
+        write_json(round_dir / "pods.json", pod_list(pods))
+        for name, log in logs_by_selector(kubectl, namespace, pod_selector(job), len(pods), **quick).items():
+            write_atomic(round_dir / f"{name}.log", log)
+    except DemoError as error:
+        say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
+
+
+class BatchRun:
+    """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
+    collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
+
+    def __init__(self, kubectl: Kubectl, receipt: Receipt, settings: RunSettings, progress: Progress) -> None:
+        self.kubectl = kubectl
+        self.receipt = receipt
+        self.settings = settings
+        self.progress = progress
+        self.creator = OwnedCreator(kubectl, receipt.run_id)
+        self.namespace = receipt.namespace
+        self.namespace_created = False  # from the first create on, it may exist
+        self.current_job: Optional[Dict[str, Any]] = None
+        self.current_dir: Path = settings.output
+
+    def execute(self) -> Dict[str, Any]:
+        """Preflight, namespace and ConfigMap, then every round; the assembled results."""
+        self.preflight()
+        self.create_namespace()
+        rows: List[EpisodeRow] = []
+        rounds: List[Dict[str, Any]] = []
+        for round_number in range(1, self.settings.rounds + 1):
+            round_rows, figures = self.run_round(round_number)
+            rows.extend(round_rows)
+            rounds.append(figures)
+        return assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
+
+    @property
+    def run_id(self) -> str:
+        return self.receipt.run_id
+
+    def preflight(self) -> None:
+        """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
+        runtime = self.settings.runtime
+        runtimeclass = Read(self.kubectl.get("runtimeclass", runtime)) if runtime is not None else None
+        reviews = Read(self.kubectl.create(access_review_list(self.namespace, runtime is not None), read_only=True))
+        findings = preflight_findings(
+            context=self.kubectl.context or "",
+            server=self.receipt.server,
+            runtime=runtime,
+            runtimeclass=runtimeclass,
+            reviews=reviews,
+        )
+        for finding in findings:
+            if not finding.ok:
+                raise DemoError(finding.stop, EXIT_CLUSTER)
+
     def create_namespace(self) -> None:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         try:
-            created = self.create_owned(namespace_manifest(self.namespace, self.run_id), "namespace")
+            created = self.creator.create(namespace_manifest(self.namespace, self.run_id), "namespace")
         except DemoError as error:
             self.namespace_created = isinstance(error, KubectlTimeout) or (
                 isinstance(error, KubectlFailure) and error.transient
             )
             raise
-        self.receipt.data["uid"] = created["metadata"]["uid"]
-        self.receipt.save()
+        self.receipt.namespace_uid = created["metadata"]["uid"]
+        write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
-        self.create_owned(configmap_manifest(self.namespace, self.run_id), "configmap")
+        self.creator.create(configmap_manifest(self.namespace, self.run_id), "configmap")
 
-    # One round --------------------------------------------------------------
-
-    def run_round(self, round_number: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    def run_round(self, round_number: int) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        """Create one Job, wait for it, save every diagnostic, then analyse it."""
         settings = self.settings
         name = job_name_for(round_number, settings.rounds)
-        round_dir = settings.output if settings.rounds == 1 else settings.output / f"round-{round_number}"
+        round_dir = settings.round_dir(round_number)
         self.current_dir = round_dir
         self.current_job = None
         manifest = settings.job_manifest(name, self.namespace, self.run_id)
         write_json(round_dir / "job-submitted.json", manifest)
-        self.receipt.add_job(name)
+        self.receipt.jobs.append(JobReceipt(name))
+        write_receipt(settings.output, self.receipt)
         submitted_wall = time.time()
         submitted = time.monotonic()
-        job = self.create_owned(manifest, "job")
+        job = self.creator.create(manifest, "job")
         self.current_job = job
-        self.receipt.set_job_uid(name, job["metadata"]["uid"])
-        deadline = submitted + settings.deadline_seconds + CLIENT_GRACE_SECONDS
-        outcome = self.wait_for_job(name, job, deadline, submitted)
-        pods, events = self.collect(job)
-        write_json(round_dir / "job.json", outcome.job)
+        self.receipt.jobs[-1].uid = job["metadata"]["uid"]
+        write_receipt(settings.output, self.receipt)
+        deadline = submitted + settings.client_wait_seconds
+        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, self.progress)
+        pods, events = split_pods_and_events(self.kubectl.get_list("pods,events", namespace=self.namespace), job)
+        write_json(round_dir / "job.json", observation.job)
         write_json(round_dir / "pods.json", pod_list(pods))
         write_atomic(round_dir / "events.txt", render_events_text(events))
-        inspect = f"{round_dir}/pods.json, events.txt and the episode logs"
-        warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
+        outcome = classify_round(observation)
         crosscheck = settings.count <= LOG_CROSSCHECK_LIMIT
-        logs, log_errors = self.read_logs(pods, pod_selector(job), crosscheck or outcome.condition != "Complete")
+        logs, log_errors = read_logs(
+            self.kubectl, self.namespace, pods, pod_selector(job), crosscheck or outcome != ROUND_COMPLETE
+        )
         for pod_name, text in logs.items():
             write_atomic(round_dir / f"{pod_name}.log", text or "")
-        if outcome.blocked:
-            hint = " (the namespace enforces Pod Security 'restricted')" if "PodSecurity" in outcome.blocked else ""
-            raise DemoError(
-                f"Job {self.namespace}/{name} cannot create its pods: {outcome.blocked}{hint}; "
-                f"inspect {inspect}, then run cleanup",
-                EXIT_CLUSTER,
-            )
-        if outcome.condition is None:
-            counts = pod_counts(outcome.observed_pods, outcome.job)
-            raise DemoError(
-                f"Job {self.namespace}/{name} did not finish within "
-                f"{settings.deadline_seconds + CLIENT_GRACE_SECONDS} s "
-                f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded"
-                f"{warning}); inspect {inspect}, then run cleanup",
-                EXIT_TIMEOUT,
-            )
-        if outcome.condition == "Failed" and "DeadlineExceeded" in job_failure_reason(outcome.job):
-            raise DemoError(
-                f"Job {self.namespace}/{name} hit its deadline of {settings.deadline_seconds} s "
-                f"(activeDeadlineSeconds{warning}); inspect {inspect} for pending or slow pods, then run cleanup",
-                EXIT_TIMEOUT,
-            )
-        rows = self.validate(job, pods, logs, log_errors, outcome, round_dir, inspect)
-        if outcome.condition != "Complete":
-            raise DemoError(
-                f"Job {self.namespace}/{name} failed ({job_failure_reason(outcome.job)}) although every "
-                f"episode validated; inspect {inspect}",
-                EXIT_EPISODE,
-            )
-        for row in rows:
-            row.update(round=round_number, job=name)
-        figures = batch_figures(rows)
-        assert outcome.observed_monotonic is not None
-        figures.update(
-            round=round_number,
-            job=name,
-            job_uid=job["metadata"]["uid"],
-            client_job_complete_seconds=outcome.observed_monotonic - submitted,
-            client_submitted_at=submitted_wall,
-            client_observed_complete_at=outcome.observed_wall,
-            job_created_at=creation_time(job, "the Job"),
-            job_complete_at=_condition_time(outcome.job, "Complete"),
-            job_success_criteria_met_at=_condition_time(outcome.job, "SuccessCriteriaMet"),
+        where = f"{self.namespace}/{name}"
+        warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
+        stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
+        if stopper is not None:
+            raise stopper
+        collected = RoundCollected(
+            round_number=round_number,
+            job_name=name,
+            job=job,
+            observation=observation,
+            pods=pods,
+            logs=logs,
+            log_errors=log_errors,
+            count=settings.count,
+            round_dir=round_dir,
+            submitted_wall=submitted_wall,
+            submitted_monotonic=submitted,
         )
-        return rows, figures
-
-    def wait_for_job(self, name: str, job: Dict[str, Any], deadline: float, submitted: float) -> WaitOutcome:
-        """Watch the Job (and its pods) until Complete or Failed; poll if the watch ends early."""
-        sink: queue.Queue[Any] = queue.Queue()
-        seconds = max(1.0, deadline - time.monotonic()) + 5
-        watches = [self.kubectl.watch("job", ["job", name], self.namespace, sink, seconds)]
-        watches.append(self.kubectl.watch("pods", ["pods", "-l", pod_selector(job)], self.namespace, sink, seconds))
-        observed: Dict[str, Dict[str, Any]] = {}
-        live = job
-        job_stream_open = True
-        next_poll = 0.0
-        next_blocked_check = submitted + BLOCKED_CHECK_SECONDS
-        label = f"{self.namespace}/{name}"
         try:
-            while True:
-                condition = job_condition(live)
-                now = time.monotonic()
-                if condition is not None:
-                    return WaitOutcome(live, condition, time.time(), now, observed)
-                if now >= deadline:
-                    return WaitOutcome(live, None, None, None, observed)
-                timeout = min(0.5, deadline - now)
-                if not job_stream_open:
-                    timeout = min(timeout, max(0.0, next_poll - now))
-                try:
-                    tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
-                except queue.Empty:
-                    tag = None
-                if tag == "job":
-                    if event is None:
-                        job_stream_open = False
-                        self.progress.finish()
-                        reason = watches[0].stderr.splitlines()[0] if watches[0].stderr else "no message"
-                        say_stderr(
-                            f"warning: the watch of Job {label} ended early ({reason}); "
-                            f"polling every {POLL_INTERVAL:g} s"
-                        )
-                    elif event.get("type") == "DELETED":
-                        raise DemoError(
-                            f"Job {label} was deleted while the run waited for it; inspect events.txt",
-                            EXIT_EPISODE,
-                        )
-                    elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
-                        live = event["object"]
-                        if job_condition(live) is not None:
-                            return WaitOutcome(live, job_condition(live), wall, clock, observed)
-                elif tag == "pods" and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
-                    record_pod_observation(observed, event.get("object"), wall)
-                if not job_stream_open and time.monotonic() >= next_poll:
-                    polled = self.kubectl.get("job", name, self.namespace)
-                    if polled is None:
-                        raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
-                    live = polled
-                    next_poll = time.monotonic() + POLL_INTERVAL
-                if not observed and not pod_counts({}, live)["created"] and time.monotonic() >= next_blocked_check:
-                    blocked = self.creation_blocked(name)
-                    if blocked:
-                        return WaitOutcome(live, None, None, None, observed, blocked=blocked)
-                    next_blocked_check = time.monotonic() + BLOCKED_CHECK_SECONDS
-                self.progress.update(label, time.monotonic() - submitted, pod_counts(observed, live))
-        finally:
-            for watch in watches:
-                watch.close()
-            self.progress.finish()
-
-    def creation_blocked(self, name: str) -> str:
-        """Why the Job has made no pod yet, if the cluster refused them (FailedCreate: a Pod
-        Security rejection, a quota, a missing RuntimeClass); empty if nothing says so."""
-        events = [
-            e for e in self.kubectl.get_list("events", namespace=self.namespace) if e.get("kind", "Event") == "Event"
-        ]
-        refusals = [
-            event
-            for event in events
-            if event.get("reason") == "FailedCreate" and (event.get("involvedObject") or {}).get("name") == name
-        ]
-        if not refusals:
-            return ""
-        return " ".join(str(refusals[-1].get("message", "")).split())
-
-    def collect(self, job: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-        """The Job's pods (by its UID label) and the namespace's events, in one call."""
-        return split_pods_and_events(self.kubectl.get_list("pods,events", namespace=self.namespace), job)
-
-    def logs_by_selector(
-        self, selector: str, pod_count: int, retries: Sequence[float] = RETRY_DELAYS
-    ) -> Dict[str, str]:
-        """Every pod's log in one call. A single unreadable log makes kubectl stop with an
-        error; the pods it printed before that are still returned."""
-        args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
-        args.append(f"--max-log-requests={max(pod_count, 5)}")
-        try:
-            text = self.kubectl.run(args, namespace=self.namespace, read_only=True, retries=retries)
-        except KubectlFailure as failure:
-            text = failure.stdout
-        except KubectlTimeout:
-            text = ""  # the per-pod reads that follow say which logs cannot be read
-        return split_prefixed_logs(text)
-
-    def log_of(self, name: str) -> str:
-        return self.kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=self.namespace, read_only=True)
-
-    def read_logs(
-        self, pods: List[Dict[str, Any]], selector: str, all_pods: bool
-    ) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
-        """Container logs with one kubectl call; per-pod reads only for pods that call missed.
-
-        Beyond the cross-check limit, only pods without a termination message are read."""
-        wanted = [pod["metadata"]["name"] for pod in pods if all_pods or not termination_message(pod).strip()]
-        logs: Dict[str, Optional[str]] = {}
-        errors: Dict[str, str] = {}
-        if not wanted:
-            return logs, errors
-        if len(wanted) > 1:
-            logs.update(
-                (name, text) for name, text in self.logs_by_selector(selector, len(pods)).items() if name in wanted
-            )
-        for name in wanted:
-            if name in logs:
-                continue
-            try:
-                logs[name] = self.log_of(name)
-            except KubectlFailure as failure:
-                logs[name] = None
-                errors[name] = failure.first_line
-            except KubectlTimeout as timeout:
-                logs[name] = None
-                errors[name] = str(timeout)
-        return logs, errors
-
-    def validate(
-        self,
-        job: Dict[str, Any],
-        pods: List[Dict[str, Any]],
-        logs: Dict[str, Optional[str]],
-        log_errors: Dict[str, str],
-        outcome: WaitOutcome,
-        round_dir: Path,
-        inspect: str,
-    ) -> List[Dict[str, Any]]:
-        check_pod_set(pods, self.settings.count, inspect)
-        job_created_at = creation_time(job, "the Job")
-        crosscheck = self.settings.count <= LOG_CROSSCHECK_LIMIT
-        rows = []
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            pod_inspect = f"{round_dir}/{name}.log and pods.json"
-            try:
-                events = episode_events(
-                    name,
-                    logs.get(name) if name in logs else None,
-                    log_errors.get(name, "not read"),
-                    termination_message(pod),
-                    crosscheck,
-                    pod_inspect,
-                )
-                row = validate_episode(pod, events, job_created_at, outcome.observed_pods.get(name), pod_inspect)
-            except (KeyError, TypeError, ValueError) as error:
-                self.save_one_log(name, round_dir)
-                raise EpisodeInvalid(
-                    name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect
-                ) from None
-            except EpisodeInvalid:
-                if name not in logs:
-                    self.save_one_log(name, round_dir)
-                raise
-            row["batch_start"] = job_created_at
-            rows.append(row)
-        return rows
-
-    def save_one_log(self, name: str, round_dir: Path) -> None:
-        try:
-            text = self.log_of(name)
-        except DemoError:
-            return
-        write_atomic(round_dir / f"{name}.log", text)
-
-    # After an interruption --------------------------------------------------
+            return analyse_round(collected, where)
+        except EpisodeInvalid as invalid:
+            if invalid.pod not in logs:  # keep the failed episode's own log beside its error
+                with contextlib.suppress(DemoError):
+                    write_atomic(round_dir / f"{invalid.pod}.log", log_of(self.kubectl, self.namespace, invalid.pod))
+            raise
 
     def save_after_interrupt(self) -> None:
-        """Save what can be read within a few seconds: the Job, pods, events and logs."""
-        job = self.current_job
-        if not self.namespace_created:
-            return
-        self.kubectl.process_timeout = INTERRUPT_SAVE_TIMEOUT
-        round_dir = self.current_dir
-        try:
-            items = self.kubectl.get_list("pods,events", namespace=self.namespace, retries=())
-            pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", render_events_text(events))
-            if job is None:
-                return
-            live = self.kubectl.get("job", job["metadata"]["name"], self.namespace, retries=())
-            if live is not None:
-                write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pod_list(pods))
-            for name, log in self.logs_by_selector(pod_selector(job), len(pods), retries=()).items():
-                write_atomic(round_dir / f"{name}.log", log)
-        except DemoError as error:
-            say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
+        if self.namespace_created:
+            save_diagnostics_after_interrupt(self.kubectl, self.namespace, self.current_job, self.current_dir)
 
 
 # Flow: cleanup ################################################################
@@ -2184,7 +2539,7 @@ def _wait_until_absent(
     Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long
     one costs no more than one kubectl call every 2 s."""
     deadline = time.monotonic() + seconds
-    interval = 0.25
+    interval = kubectl.timing.cleanup_first_poll
     while True:
         live = kubectl.get(kind, name, namespace)
         if live is None:
@@ -2192,7 +2547,7 @@ def _wait_until_absent(
         if time.monotonic() >= deadline:
             return live
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 2, 2.0)
+        interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
 
 
 def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
@@ -2217,87 +2572,43 @@ def cleanup_run(
     wait_seconds: float = CLEANUP_WAIT_SECONDS,
 ) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
-    data = receipt.data
-    namespace_name = data["namespace"]
-    recorded_server = data.get("server")
-    if recorded_server:
-        _, server = kubectl.cluster_identity()
-        if server != recorded_server:
-            raise DemoError(
-                f"refusing to clean up: the run used the API server {recorded_server}, but context "
-                f"{kubectl.context} now points at {server}; use the kubeconfig the run used (--kubeconfig); "
-                "nothing was deleted",
-                EXIT_REFUSED,
-            )
-    live = kubectl.get("namespace", namespace_name)
-    if live is None:
-        say(f"namespace {namespace_name} is already absent; nothing to delete")
+    namespace = receipt.namespace
+    current_server = kubectl.cluster_identity()[1] if receipt.server else None
+    live_namespace = kubectl.get("namespace", namespace)
+    if live_namespace is not None:
+        required_uid(live_namespace, f"namespace {namespace}")
+    jobs = receipt_jobs(receipt, _uid_from_job_json(output))
+    live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
+    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
+    if plan.refusal:
+        raise DemoError(plan.refusal, EXIT_REFUSED)
+    if plan.namespace_absent:
+        say(f"namespace {namespace} is already absent; nothing to delete")
         return
-    live_uid = required_uid(live, f"namespace {namespace_name}")
-    labels = live["metadata"].get("labels") or {}
-    live_label = labels.get(RUN_LABEL)
-    recorded_uid = data.get("uid")
-    if not recorded_uid:
-        # The run stopped while creating the namespace. Its random run id in the label, set by
-        # this tool, proves the namespace is the run's; anything else is refused.
-        if live_label != data["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
-            raise DemoError(
-                f"namespace {namespace_name} exists but the receipt has no namespace UID and the namespace "
-                f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
-                f"`kubectl get namespace {namespace_name} -o yaml`",
-                EXIT_REFUSED,
-            )
-        say(
-            f"the receipt has no namespace UID; namespace {namespace_name} carries this run's labels, "
-            "so it is this run's"
-        )
-        data["uid"] = recorded_uid = live_uid
-        receipt.save()
-    if live_uid != recorded_uid or live_label != data["run_id"]:
-        raise DemoError(
-            f"refusing to clean up namespace {namespace_name}: its UID {live_uid} / label "
-            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {data['run_id']}); "
-            "nothing was deleted",
-            EXIT_REFUSED,
-        )
-    jobs = list(data.get("jobs") or [])
-    if not jobs:
-        jobs = [{"name": JOB_NAME, "uid": data.get("job_uid") or _uid_from_job_json(output)}]
-    for job in jobs:
-        live_job = kubectl.get("job", job["name"], namespace_name)
-        if live_job is None:
-            continue
-        job_uid = live_job["metadata"].get("uid")
-        job_label = (live_job["metadata"].get("labels") or {}).get(RUN_LABEL)
-        owned = job_uid == job["uid"] if job.get("uid") else job_label == data["run_id"]
-        if not owned:
-            raise DemoError(
-                f"refusing to clean up: Job {namespace_name}/{job['name']} has UID {job_uid}, not the "
-                f"one this run recorded ({job.get('uid')}); nothing was deleted",
-                EXIT_REFUSED,
-            )
-    for job in jobs:
-        if kubectl.get("job", job["name"], namespace_name) is None:
-            continue
-        kubectl.run(["delete", "job", job["name"], "--cascade=foreground", "--wait=false"], namespace=namespace_name)
-        remaining = _wait_until_absent(kubectl, "job", job["name"], namespace_name, wait_seconds)
+    if plan.adopted_namespace_uid:
+        say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
+        receipt.namespace_uid = plan.adopted_namespace_uid
+        write_receipt(output, receipt)
+    for name in plan.jobs:
+        kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        remaining = _wait_until_absent(kubectl, "job", name, namespace, wait_seconds)
         if remaining is not None:
             raise DemoError(
-                f"Job {namespace_name}/{job['name']} and its pods are still terminating after "
-                f"{wait_seconds:g} s; inspect `kubectl -n {namespace_name} get job,pods` and run cleanup again",
+                f"Job {namespace}/{name} and its pods are still terminating after "
+                f"{wait_seconds:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
-        say(f"deleted Job {namespace_name}/{job['name']} and its pods")
-    kubectl.run(["delete", "namespace", namespace_name, "--wait=false"])
-    remaining = _wait_until_absent(kubectl, "namespace", namespace_name, None, wait_seconds)
+        say(f"deleted Job {namespace}/{name} and its pods")
+    kubectl.run(["delete", "namespace", namespace, "--wait=false"])
+    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, wait_seconds)
     if remaining is not None:
         raise DemoError(
-            f"namespace {namespace_name} is still Terminating after {wait_seconds:g} s "
-            f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace_name} -o yaml` "
+            f"namespace {namespace} is still Terminating after {wait_seconds:g} s "
+            f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace} -o yaml` "
             "and what remains in it; finalizers are never removed by this tool",
             EXIT_TIMEOUT,
         )
-    say(f"deleted namespace {namespace_name}")
+    say(f"deleted namespace {namespace}")
 
 
 # Commands #####################################################################
@@ -2320,7 +2631,7 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    settings = RunSettings(args)
+    settings = RunSettings.from_args(args)
     output = settings.output
     if output.exists() or output.is_symlink():
         raise DemoError(
@@ -2331,28 +2642,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     namespace = NAMESPACE_PREFIX + run_id
     if args.dry_run:
         return dry_run(settings, namespace, run_id)
-    kubectl = make_kubectl(args)
-    context, server = kubectl.cluster_identity()
-    kubectl.context = context
+    unbound = make_kubectl(args)
+    context, server = unbound.cluster_identity()
+    kubectl = unbound.with_context(context)
     claim_output(output)
     receipt = Receipt(
-        output / "receipt.json",
-        {
-            "context": context,
-            "server": server,
-            "namespace": namespace,
-            "run_id": run_id,
-            "kubeconfig": kubectl.kubeconfig,
-            "kubectl": kubectl.executable,
-            "created_at": time.time(),
-            "tool_version": f"{__version__}+{file_fingerprint()}",
-            "jobs": [],
-        },
+        context=context,
+        server=server,
+        namespace=namespace,
+        run_id=run_id,
+        kubeconfig=kubectl.kubeconfig,
+        kubectl=kubectl.executable,
+        created_at=time.time(),
+        tool_version=f"{__version__}+{file_fingerprint()}",
     )
-    receipt.save()
+    write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet)
     batch = BatchRun(kubectl, receipt, settings, progress)
     error: Optional[DemoError] = None
+    bug: Optional[BaseException] = None
     try:
         results = batch.execute()
         error = publish(results, settings)
@@ -2366,6 +2674,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             say_stderr("skipped saving diagnostics")
         error = DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED)
+    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
+        bug = unexpected
+        error = DemoError(f"unexpected error (a bug in rl-batch-demo): {unexpected!r}", EXIT_CLUSTER)
     finally:
         write_json(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
@@ -2374,7 +2685,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
-        kubectl.process_timeout = args.kubectl_timeout
         try:
             cleanup_run(kubectl, receipt, output, say_stderr)
             cleaned = True
@@ -2387,6 +2697,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
         say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(output)}")
+    if bug is not None:
+        raise bug
     if error is not None:
         raise error
     return EXIT_OK
@@ -2419,7 +2731,7 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
-    receipt = Receipt.load(output)
+    receipt = read_receipt(output)
     kubectl = make_kubectl(args, receipt)
     cleanup_run(kubectl, receipt, output, print, wait_seconds=args.timeout)
     return EXIT_OK
@@ -2430,63 +2742,33 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
-    kubectl = make_kubectl(args)
-    context, server = kubectl.cluster_identity()
-    kubectl.context = context
+    unbound = make_kubectl(args)
+    context, server = unbound.cluster_identity()
+    kubectl = unbound.with_context(context)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
-    problems: List[str] = []
 
-    def attempt(what: str, read: Callable[[], Any]) -> Any:
+    def attempt(read: Callable[[], Any]) -> Read:
         try:
-            return read()
+            return Read(read())
         except KubectlFailure as failure:
-            problems.append(f"cannot {what} ({failure.first_line})")
-            print(f"{what}: failed: {failure.first_line}")
-            return None
+            return Read(failure=failure.first_line)
 
-    print(f"context: {context} (API server {server or 'unknown'})")
-    version = attempt(
-        "read the server version",
-        lambda: kubectl._decode(kubectl.run(["version", "-o", "json"], read_only=True), "version"),
+    findings = preflight_findings(
+        context=context,
+        server=server,
+        runtime=runtime,
+        version=attempt(lambda: kubectl.read_json(["version", "-o", "json"], "version")),
+        runtimeclass=attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+        image=args.image,
+        nodes=attempt(lambda: kubectl.get_list("nodes")),
+        reviews=attempt(
+            lambda: kubectl.create(access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None), True)
+        ),
+        count=args.count,
     )
-    if version is not None:
-        print(f"server version: {(version.get('serverVersion') or {}).get('gitVersion', 'unknown')}")
-    runtimeclass = None
-    if runtime is None:
-        print("runtime: none (the cluster's default runtime; no RuntimeClass)")
-    else:
-        runtimeclass = attempt(f"read RuntimeClass {runtime}", lambda: kubectl.get("runtimeclass", runtime) or {})
-        if runtimeclass == {}:
-            problems.append(f"RuntimeClass {runtime!r} does not exist")
-            print(f"RuntimeClass {runtime}: missing")
-            runtimeclass = None
-        elif runtimeclass is not None:
-            scheduling = runtimeclass.get("scheduling") or {}
-            print(
-                f"RuntimeClass {runtime}: handler {runtimeclass.get('handler')}, overhead "
-                f"{json.dumps((runtimeclass.get('overhead') or {}).get('podFixed') or {}, sort_keys=True)}, "
-                f"nodeSelector {json.dumps(scheduling.get('nodeSelector') or {}, sort_keys=True)}, "
-                f"tolerations {len(scheduling.get('tolerations') or [])}"
-            )
-    print(f"image: {args.image} (pulled by the nodes; not checked from here)")
-    nodes = attempt("list nodes", lambda: kubectl.get_list("nodes"))
-    if nodes is not None and (runtime is None or runtimeclass is not None):
-        try:
-            fits, text = capacity_verdict(args.count, runtimeclass, nodes)
-        except ValueError as error:
-            fits, text = False, f"cannot be computed ({error})"
-        print(f"capacity: {text}")
-        if not fits:
-            problems.append("not enough allocatable capacity on eligible nodes")
-    namespace = NAMESPACE_PREFIX + "preflight"
-    reviews = attempt(
-        "review permissions", lambda: kubectl.create(access_review_list(namespace, runtime is not None), read_only=True)
-    )
-    if reviews is not None:
-        denied = denied_permissions(reviews)
-        print(f"permissions: {'all granted' if not denied else 'denied: ' + ', '.join(denied)}")
-        if denied:
-            problems.append("missing permissions: " + ", ".join(denied))
+    for finding in findings:
+        print(f"{finding.name}: {finding.detail}")
+    problems = [finding.problem for finding in findings if not finding.ok]
     if problems:
         print(f"verdict: NOT ready: {'; '.join(problems)}")
         return EXIT_CLUSTER

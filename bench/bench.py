@@ -171,17 +171,16 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
 
 def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     """The client's work between seeing Complete and having results.json, without kubectl:
-    parse the listing, save diagnostics, validate every episode, write results and timeline."""
+    parse the listing, save diagnostics, validate every episode (the same `analyse_round` as
+    `run`), write results and timeline."""
     listing, job = synthetic_listing(count, scratch)
     output = scratch / f"analyse-{count}"
     output.mkdir()
     args = rl_batch_demo.build_parser().parse_args(
         ["run", "--output", str(output), "--count", str(count), "--allow-large", "--quiet"]
     )
-    settings = rl_batch_demo.RunSettings(args)
-    receipt = rl_batch_demo.Receipt(output / "receipt.json", {"run_id": "r", "namespace": "ns", "context": "c"})
-    batch = rl_batch_demo.BatchRun(rl_batch_demo.Kubectl("kubectl"), receipt, settings, rl_batch_demo.Progress(False))
-    outcome = rl_batch_demo.WaitOutcome(job, "Complete", time.time(), time.monotonic(), {})
+    settings = rl_batch_demo.RunSettings.from_args(args)
+    observation = rl_batch_demo.RoundObservation(job, "Complete", time.time(), time.monotonic())
     cpu_before, wall_before = time.process_time(), time.perf_counter()
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
@@ -189,16 +188,20 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     logs: Dict[str, Optional[str]] = {}
     if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
         logs = {pod["metadata"]["name"]: rl_batch_demo.termination_message(pod) for pod in pods}
-    rows = batch.validate(job, pods, logs, {}, outcome, output, "here")
-    figures = rl_batch_demo.batch_figures(rows)
-    figures.update(
-        client_job_complete_seconds=1.0,
-        client_submitted_at=0.0,
-        client_observed_complete_at=1.0,
-        job_created_at=0.0,
-        job_complete_at=None,
-        job_success_criteria_met_at=None,
+    collected = rl_batch_demo.RoundCollected(
+        round_number=1,
+        job_name=job["metadata"]["name"],
+        job=job,
+        observation=observation,
+        pods=pods,
+        logs=logs,
+        log_errors={},
+        count=count,
+        round_dir=output,
+        submitted_wall=time.time() - 1.0,
+        submitted_monotonic=time.monotonic() - 1.0,
     )
+    rows, figures = rl_batch_demo.analyse_round(collected, "ns/rollout")
     results = rl_batch_demo.assemble_results(settings, "c", "ns", "r", rows, [figures])
     with contextlib.redirect_stdout(io.StringIO()):
         rl_batch_demo.publish(results, settings)

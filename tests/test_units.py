@@ -215,6 +215,28 @@ class LogParsingTest(unittest.TestCase):
         self.assertEqual([d["kind"] for d in demo.parse_json_documents(text)], ["A", "B", "C"])
 
 
+def collected_round(
+    pods: list[dict[str, Any]],
+    logs: dict[str, str | None] | None = None,
+    condition: str | None = "Complete",
+    count: int | None = None,
+) -> demo.RoundCollected:
+    job = {"metadata": {"name": "rollout", "uid": "job-uid", "creationTimestamp": JOB_CREATED}, "status": {}}
+    return demo.RoundCollected(
+        round_number=1,
+        job_name="rollout",
+        job=job,
+        observation=demo.RoundObservation(job, condition, JOB_CREATED_AT + 9.0, 109.0),
+        pods=pods,
+        logs=dict(logs or {}),
+        log_errors={},
+        count=len(pods) if count is None else count,
+        round_dir=Path("out"),
+        submitted_wall=JOB_CREATED_AT - 0.5,
+        submitted_monotonic=100.0,
+    )
+
+
 class ValidationTest(unittest.TestCase):
     """Each rule of the guide's step 7, refused on its own."""
 
@@ -223,18 +245,18 @@ class ValidationTest(unittest.TestCase):
 
     def test_a_good_episode_gives_its_row(self) -> None:
         row = self.validate(make_pod(), make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5))
-        self.assertEqual(row["pod"], "rollout-abcde")
-        self.assertAlmostEqual(row["pod_to_ready_seconds"], 2.0)
-        self.assertAlmostEqual(row["batch_to_ready_seconds"], 3.0)
-        self.assertAlmostEqual(row["batch_to_reward_seconds"], 3.5)
-        self.assertAlmostEqual(row["python_import_seconds"], 0.49)
-        self.assertAlmostEqual(row["import_to_ready_seconds"], 0.01)
-        self.assertAlmostEqual(row["pod_to_scheduled_seconds"], 0.0)
-        self.assertAlmostEqual(row["pod_to_container_started_seconds"], 1.0)
-        self.assertAlmostEqual(row["ready_to_reward_seconds"], 0.5)
-        self.assertAlmostEqual(row["reward_to_finished_seconds"], 0.5)
-        self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], 1.8)
-        self.assertEqual(row["image_id"], "docker.io/library/python@sha256:00")
+        self.assertEqual(row.pod, "rollout-abcde")
+        self.assertAlmostEqual(row.pod_to_ready_seconds, 2.0)
+        self.assertAlmostEqual(row.batch_to_ready_seconds, 3.0)
+        self.assertAlmostEqual(row.batch_to_reward_seconds, 3.5)
+        self.assertAlmostEqual(row.python_import_seconds, 0.49)
+        self.assertAlmostEqual(row.import_to_ready_seconds, 0.01)
+        self.assertAlmostEqual(row.pod_to_scheduled_seconds, 0.0)
+        self.assertAlmostEqual(row.pod_to_container_started_seconds, 1.0)
+        self.assertAlmostEqual(row.ready_to_reward_seconds, 0.5)
+        self.assertAlmostEqual(row.reward_to_finished_seconds, 0.5)
+        self.assertAlmostEqual(row.pod_observed_to_ready_seconds, 1.8)
+        self.assertEqual(row.image_id, "docker.io/library/python@sha256:00")
 
     def assert_refused(self, pod: dict[str, Any], events: list[dict[str, Any]], pattern: str) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, pattern) as caught:
@@ -283,7 +305,7 @@ class ValidationTest(unittest.TestCase):
         events = self.good_events()
         events[0]["process_started_at"] = "early"
         row = self.validate(make_pod(), events)
-        self.assertIsNone(row["python_import_seconds"])
+        self.assertIsNone(row.python_import_seconds)
 
     def test_pod_before_job_is_skew(self) -> None:
         self.assert_refused(make_pod(created="2026-11-29T09:59:59Z"), self.good_events(), "out of order")
@@ -342,9 +364,7 @@ class ReportTest(unittest.TestCase):
             )
             pod["spec"]["nodeName"] = "node-a" if index % 2 else "node-b"
             events = make_events(f"rollout-{index}", JOB_CREATED_AT + index + 2.0, JOB_CREATED_AT + index + 2.5)
-            row = demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here")
-            row.update(batch_start=JOB_CREATED_AT, round=1, job="rollout")
-            rows.append(row)
+            rows.append(demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here"))
         results = demo.batch_figures(rows)
         results.update(
             namespace="agc-rl-x",
@@ -357,7 +377,7 @@ class ReportTest(unittest.TestCase):
             phases=demo.phase_table(rows),
             nodes=demo.node_spread(rows),
             image_ids=["sha"],
-            pods=rows,
+            pods=[row.to_json() for row in rows],
         )
         return results
 
@@ -496,29 +516,18 @@ class KubectlOutputTest(unittest.TestCase):
                     {"kind": "Event", "reason": "FailedCreate", "involvedObject": {"name": "other"}, "message": "no"},
                 ]
 
-        receipt = demo.Receipt(Path("unused"), {"run_id": "r", "namespace": "ns", "context": "c"})
-        settings = unittest.mock.Mock(output=Path("unused"))
-        batch = demo.BatchRun(Events("kubectl"), receipt, settings, demo.Progress(enabled=False))
-        self.assertIn("violates PodSecurity", batch.creation_blocked("rollout"))
-        self.assertEqual(batch.creation_blocked("nothing-here"), "")
+        kubectl = Events("kubectl", context="c", kubeconfig=None)
+        self.assertIn("violates PodSecurity", demo.creation_blocked(kubectl, "ns", "rollout"))
+        self.assertEqual(demo.creation_blocked(kubectl, "ns", "nothing-here"), "")
 
 
 class OddPodShapeTest(unittest.TestCase):
     def test_an_unreadable_pod_time_names_the_pod(self) -> None:
-        class NoLogs(demo.Kubectl):
-            def run(self, args: Any, **_: Any) -> str:
-                raise demo.DemoError("no kubectl in this test", demo.EXIT_CLUSTER)
-
         pod = make_pod(message=log_of(make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5)))
         pod["metadata"]["creationTimestamp"] = "yesterday"
-        job = {"metadata": {"name": "rollout", "uid": "job-uid", "creationTimestamp": JOB_CREATED}}
-        receipt = demo.Receipt(Path("unused"), {"run_id": "r", "namespace": "ns", "context": "c"})
-        settings = unittest.mock.Mock(count=1, output=Path("unused"))
-        batch = demo.BatchRun(NoLogs("kubectl"), receipt, settings, demo.Progress(enabled=False))
-        outcome = demo.WaitOutcome(job, "Complete", 0.0, 0.0, {})
-        log = {"rollout-abcde": demo.termination_message(pod)}
+        collected = collected_round([pod], logs={"rollout-abcde": demo.termination_message(pod)})
         with self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-abcde: its pod status or events have an unexpected"):
-            batch.validate(job, [pod], log, {}, outcome, Path("unused"), "here")
+            demo.analyse_round(collected, "ns/rollout")
 
 
 class CompareTest(unittest.TestCase):
