@@ -2783,6 +2783,7 @@ import pathlib  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 
 IMPORTS_DONE_AT = time.time()
 
@@ -3036,25 +3037,40 @@ def kill_group(process):
             pass
 
 
-def read_report(fd):
-    """What the runner (and only processes holding the pipe) wrote, never blocking on a holder."""
-    os.set_blocking(fd, False)
-    chunks, size = [], 0
-    while size <= REPORT_LIMIT:
+class ReportReader:
+    """Drains the report pipe while the tests run, so a large report never blocks the runner;
+    keeps the first REPORT_LIMIT + 1 bytes."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.chunks = []
+        self.size = 0
+        self.thread = threading.Thread(target=self.drain, daemon=True)
+        self.thread.start()
+
+    def drain(self):
         try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break  # a leftover process still holds the write end; take what is there
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    return
+                if self.size <= REPORT_LIMIT:
+                    self.chunks.append(chunk)
+                    self.size += len(chunk)
+        except OSError:
+            return
+
+    def report(self):
+        # After the runner exits its data is already in the pipe; a process it left holding the
+        # write end must not stall the worker, so wait briefly and take what arrived.
+        self.thread.join(timeout=2)
+        return b"".join(list(self.chunks))
 
 
 def run_tests(timeout):
     nonce = os.urandom(16).hex()
     read_end, write_end = os.pipe()
+    reader = None
     try:
         try:
             process = subprocess.Popen(
@@ -3066,6 +3082,7 @@ def run_tests(timeout):
             raise EpisodeFailed("could not start the tests: {}".format(error)) from None
         finally:
             os.close(write_end)
+        reader = ReportReader(read_end)
         try:
             stdout, stderr = process.communicate((nonce + "\n").encode(), timeout=timeout)
         except subprocess.TimeoutExpired as expired:
@@ -3075,9 +3092,10 @@ def run_tests(timeout):
         except BaseException:
             kill_group(process)
             raise
-        return TestRun(process.returncode, stdout, stderr, read_report(read_end), nonce)
+        return TestRun(process.returncode, stdout, stderr, reader.report(), nonce)
     finally:
-        os.close(read_end)
+        if reader is None or not reader.thread.is_alive():
+            os.close(read_end)  # else the reader thread still owns it; the worker is about to exit
 
 
 def file_sha256(path):
@@ -3091,9 +3109,9 @@ def reported_tests(run):
     """(the report's entries as [name, outcome] pairs, or None, and the reason it is unusable)."""
     if not run.report:
         return None, "tests exited {} but the runner reported nothing".format(run.exit_code)
+    if len(run.report) > REPORT_LIMIT:
+        return None, "test report too large (over {} KiB)".format(REPORT_LIMIT // 1024)
     try:
-        if len(run.report) > REPORT_LIMIT:
-            raise ValueError("too large")
         report = json.loads(run.report.decode("utf-8"))
         if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
             raise ValueError("not a report")
