@@ -2839,9 +2839,10 @@ TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
 # What this protects against: os._exit(0) or sys.exit(0) before or while the tests run (no
 # report, or one that says so), printing fake unittest output (stdout and stderr are never
 # parsed), skipping or adding tests (the report names every test that ran), files left in the
-# workspace or elsewhere beforehand (the pipe has no path and exists only for this run), and
+# workspace or elsewhere beforehand (the pipe has no path and exists only for this run; another
+# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), and
 # modules in the workspace that shadow the runner's own imports (-I keeps the workspace off
-# sys.path until the runner has imported everything it needs).
+# sys.path until the runner has read the nonce and imported everything it needs).
 #
 # What it does not protect against: code the tests import runs inside this very process, so it
 # can always forge the outcome: patch unittest or the result class, find the descriptor in

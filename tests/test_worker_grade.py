@@ -4,6 +4,7 @@ ends in one reward event with a reason."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,8 @@ ALL_PASSED = {
     "test_shipping.ShippingTest.test_boundary": "passed",
     "test_shipping.ShippingTest.test_above": "passed",
 }
+
+FORGED_TESTS = [[name, "passed"] for name in ALL_PASSED]
 
 
 def worker_source(agent_action: Optional[str]) -> str:
@@ -134,6 +137,22 @@ class WorkerGradeTest(unittest.TestCase):
         )
         self.assertEqual(episode.reward["tests_exit"], 0)
         self.assert_reward_zero(episode, "wrong nonce")
+
+    def test_workspace_module_cannot_shadow_the_runner_imports(self) -> None:
+        # A json.py in the workspace would run before the runner reads its nonce, if the workspace
+        # were on sys.path at start-up: it could read the nonce itself and forge a valid report.
+        shadow = textwrap.dedent(
+            f"""
+            import os, sys
+            nonce = sys.stdin.readline().strip()
+            report = '{{"nonce": "%s", "tests": %s, "error": null}}' % (nonce, {json.dumps(FORGED_TESTS)!r})
+            os.write(int(sys.argv[1]), report.encode())
+            os._exit(0)
+            """
+        )
+        episode = self.run_worker(f"WORKSPACE.joinpath('json.py').write_text({shadow!r})\nreturn source")
+        self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
+        self.assert_reward_zero(episode, "ShippingTest.test_boundary failed")
 
     def test_hanging_test_times_out(self) -> None:
         episode = self.run_worker('return source + "import time; time.sleep(1000)\\n"', RL_DEMO_TEST_TIMEOUT="0.5")
