@@ -3047,16 +3047,25 @@ WORKER_SOURCE = r'''"""One RL episode: prepare a workspace, confirm the bug, app
 
 Events go to stdout as JSON lines (the container log) and, trimmed to the kubelet's 4 KiB
 limit, to the termination message, so one `kubectl get pods` returns every reward.
+
+The reward comes from a structured report, not from the test process's exit code: the tests
+run in a child process under RUNNER_SOURCE, which writes which tests ran and how each ended to a
+pipe only that child holds. Reward 1 needs that report, exactly the three ShippingTest tests,
+all passed, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
+The worker always emits one `reward` event, then exits non-zero unless the reward is 1.
 """
 import time
 
 STARTED_AT = time.time()
 
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import pathlib  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 
 IMPORTS_DONE_AT = time.time()
 
@@ -3064,6 +3073,17 @@ WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
 TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
 TERMINATION_LIMIT = 4096
 EPISODE_ID = os.environ["EPISODE_ID"]
+DEFAULT_TEST_TIMEOUT = 20.0  # seconds per test run; RL_DEMO_TEST_TIMEOUT overrides it
+REPORT_LIMIT = 65536  # bytes of runner report read; more is treated as undecodable
+EXPECTED_TESTS = (
+    "test_shipping.ShippingTest.test_below",
+    "test_shipping.ShippingTest.test_boundary",
+    "test_shipping.ShippingTest.test_above",
+)
+OUTCOMES = ("passed", "failed", "error", "skipped", "expected_failure", "unexpected_success", "unfinished")
+MAX_REPORTED_TESTS = 10  # the `tests` field is bounded so the reward event always fits 4 KiB
+MAX_NAME = 100
+MAX_REASON = 300
 
 BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
 TEST_SOURCE = "\n".join([
@@ -3087,8 +3107,143 @@ TEST_SOURCE = "\n".join([
     "    unittest.main()",
     "",
 ])
+TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
+
+# The test runner, started as `python -B -I -c RUNNER_SOURCE FD` in the workspace.
+#
+# Channel: the report goes to the write end of an os.pipe() the worker creates just before the
+# run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
+# runner makes the descriptor non-inheritable, so processes the tests start do not get it. A
+# one-time nonce arrives on stdin, is read before any test code is imported, and must come back
+# in the report. The worker accepts exactly one JSON document, so a fake report written next to
+# the real one makes the whole report undecodable.
+#
+# What this protects against: os._exit(0) or sys.exit(0) before or while the tests run (no
+# report, or one that says so), printing fake unittest output (stdout and stderr are never
+# parsed), skipping or adding tests (the report names every test that ran), files left in the
+# workspace or elsewhere beforehand (the pipe has no path and exists only for this run; another
+# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), and
+# modules in the workspace that shadow the runner's own imports (-I keeps the workspace off
+# sys.path until the runner has read the nonce and imported everything it needs).
+#
+# What it does not protect against: code the tests import runs inside this very process, so it
+# can always forge the outcome: patch unittest or the result class, find the descriptor in
+# /proc/self/fd and the nonce in this module's frames, write a report that decodes and then
+# os._exit(0). The report is evidence that this runner finished, not proof of a correct fix.
+RUNNER_SOURCE = r"""
+import importlib
+import json
+import os
+import sys
+import traceback
+import unittest
+
+
+class RecordingResult(unittest.TextTestResult):
+    # Records one [test id, outcome] entry per test run, a failure never overwritten by a pass.
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.entries = []
+        self.current = None
+        self.outcome = None
+
+    def startTest(self, test):
+        super().startTest(test)
+        self.current, self.outcome = test, "unfinished"
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        if test is self.current:
+            self.entries.append([test.id(), self.outcome])
+        self.current, self.outcome = None, None
+
+    def note(self, test, outcome):
+        if test is self.current:
+            if self.outcome in ("unfinished", "passed"):
+                self.outcome = outcome
+        else:  # an error outside a test, such as in setUpClass
+            self.entries.append([test.id(), outcome])
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.note(test, "passed")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.note(test, "failed")
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.note(test, "error")
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.note(test, "skipped")
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self.note(test, "expected_failure")
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.note(test, "unexpected_success")
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.note(test, "failed" if issubclass(err[0], test.failureException) else "error")
+
+
+def main():
+    nonce = sys.stdin.readline().strip()
+    channel = int(sys.argv[1])
+    os.set_inheritable(channel, False)
+    sys.path.insert(0, os.getcwd())
+    report = {"nonce": nonce, "tests": [], "error": None}
+    result = None
+    try:
+        module = importlib.import_module("test_shipping")
+        suite = unittest.defaultTestLoader.loadTestsFromModule(module)
+        result = unittest.TextTestRunner(stream=sys.stderr, resultclass=RecordingResult).run(suite)
+    except BaseException as error:  # SystemExit at import too: the report says so
+        traceback.print_exc()
+        report["error"] = (type(error).__name__ + ": " + str(error))[:200]
+    if result is not None:
+        report["tests"] = result.entries
+    with os.fdopen(channel, "wb") as stream:
+        stream.write(json.dumps(report).encode())
+    return 0 if result is not None and report["error"] is None and result.wasSuccessful() else 1
+
+
+sys.exit(main())
+"""
 
 EVENTS = []
+
+
+class EpisodeFailed(Exception):
+    """Reward 0 for a known reason (a timeout, a runner that could not start)."""
+
+    def __init__(self, reason, output=""):
+        super().__init__(reason)
+        self.reason = reason
+        self.output = output
+
+
+class Terminated(BaseException):
+    """SIGTERM (the Job's deadline, a deleted pod): still emit the reward event."""
+
+
+class TestRun:
+    """One run of test_shipping.py under the runner: exit code, output and the runner's report."""
+
+    def __init__(self, exit_code, stdout, stderr, report, nonce):
+        self.exit_code = exit_code
+        self.stdout = stdout
+        self.stderr = stderr
+        self.report = report  # bytes read from the pipe, b"" when the runner wrote nothing
+        self.nonce = nonce
 
 
 def emit(event, **fields):
@@ -3120,12 +3275,187 @@ def write_termination_message():
         pass  # no termination log outside Kubernetes, or a runtime without one
 
 
-def run_tests():
-    result = subprocess.run(
-        [sys.executable, "-B", "test_shipping.py"],
-        cwd=str(WORKSPACE), capture_output=True, text=True, timeout=20,
-    )
-    return result.returncode, result.stderr
+def printable(text, limit):
+    """Untrusted text made short and ASCII, so the reward event's size stays bounded."""
+    text = "".join(c if " " <= c <= "~" else "?" for c in str(text))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def decode(data):
+    """(text, whether it was valid UTF-8); undecodable bytes become U+FFFD instead of an error."""
+    try:
+        return data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), False
+
+
+def test_timeout():
+    text = os.environ.get("RL_DEMO_TEST_TIMEOUT", "")
+    if not text:
+        return DEFAULT_TEST_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise EpisodeFailed("RL_DEMO_TEST_TIMEOUT must be a positive number of seconds, not " + printable(text, 40))
+    return value
+
+
+def kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # the runner leads its own session
+    except OSError:
+        pass
+    try:
+        process.kill()
+        process.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for stream in (process.stdin, process.stdout, process.stderr):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+
+class ReportReader:
+    """Drains the report pipe while the tests run, so a large report never blocks the runner;
+    keeps the first REPORT_LIMIT + 1 bytes."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.chunks = []
+        self.size = 0
+        self.thread = threading.Thread(target=self.drain, daemon=True)
+        self.thread.start()
+
+    def drain(self):
+        try:
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    return
+                if self.size <= REPORT_LIMIT:
+                    self.chunks.append(chunk)
+                    self.size += len(chunk)
+        except OSError:
+            return
+
+    def report(self):
+        # After the runner exits its data is already in the pipe; a process it left holding the
+        # write end must not stall the worker, so wait briefly and take what arrived.
+        self.thread.join(timeout=2)
+        return b"".join(list(self.chunks))
+
+
+def run_tests(timeout):
+    nonce = os.urandom(16).hex()
+    read_end, write_end = os.pipe()
+    reader = None
+    try:
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end)],
+                cwd=str(WORKSPACE), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(write_end,), start_new_session=True,
+            )
+        except OSError as error:
+            raise EpisodeFailed("could not start the tests: {}".format(error)) from None
+        finally:
+            os.close(write_end)
+        reader = ReportReader(read_end)
+        try:
+            stdout, stderr = process.communicate((nonce + "\n").encode(), timeout=timeout)
+        except subprocess.TimeoutExpired as expired:
+            kill_group(process)
+            output, _ = decode(expired.stderr or b"")
+            raise EpisodeFailed("timeout after {:g} s".format(timeout), output) from None
+        except BaseException:
+            kill_group(process)
+            raise
+        return TestRun(process.returncode, stdout, stderr, reader.report(), nonce)
+    finally:
+        if reader is None or not reader.thread.is_alive():
+            os.close(read_end)  # else the reader thread still owns it; the worker is about to exit
+
+
+def file_sha256(path):
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def reported_tests(run):
+    """(the report's entries as [name, outcome] pairs, or None, and the reason it is unusable)."""
+    if not run.report:
+        return None, "tests exited {} but the runner reported nothing".format(run.exit_code)
+    if len(run.report) > REPORT_LIMIT:
+        return None, "test report too large (over {} KiB)".format(REPORT_LIMIT // 1024)
+    try:
+        report = json.loads(run.report.decode("utf-8"))
+        if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
+            raise ValueError("not a report")
+        entries = report["tests"]
+        pairs = []
+        for entry in entries:
+            if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+                raise ValueError("not a test entry")
+            pairs.append((entry[0], entry[1] if entry[1] in OUTCOMES else "invalid"))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None, "test report undecodable"
+    if report.get("nonce") != run.nonce:
+        return None, "test report not written by the runner (wrong nonce)"
+    if report.get("error") is not None:
+        return pairs, "runner error: " + printable(report["error"], 200)
+    return pairs, None
+
+
+def tests_field(pairs):
+    """name -> outcome for the reward event (a failure wins over a pass for a repeated name), bounded."""
+    tests = {}
+    for name, outcome in pairs:
+        name = printable(name, MAX_NAME)
+        if name not in tests and len(tests) >= MAX_REPORTED_TESTS:
+            continue
+        if tests.get(name, "passed") == "passed":
+            tests[name] = outcome
+    return tests
+
+
+def short(name):
+    return name.split(".", 1)[-1] if name.startswith("test_shipping.") else name
+
+
+def grade(run, file_unchanged):
+    """(reward, reason, tests): reward 1 only for the runner's report of exactly the three named
+    tests, all passed, exit code 0, an unchanged test file and output that decodes."""
+    pairs, problem = reported_tests(run)
+    tests = tests_field(pairs or [])
+    if not file_unchanged:
+        return 0, "test file changed", tests
+    if problem is not None:
+        return 0, problem, tests
+    names = [name for name, _ in pairs]
+    missing = [short(name) for name in EXPECTED_TESTS if name not in names]
+    unexpected = sorted({short(name) for name in names if name not in EXPECTED_TESTS})
+    repeated = sorted({short(name) for name in names if name in EXPECTED_TESTS and names.count(name) > 1})
+    if missing or unexpected or repeated:
+        parts = []
+        for label, items in (("missing", missing), ("unexpected", unexpected), ("ran more than once", repeated)):
+            if items:
+                parts.append(label + " " + ", ".join(items))
+        return 0, printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON), tests
+    bad = ["{} {}".format(short(name), outcome) for name, outcome in pairs if outcome != "passed"]
+    if bad:
+        return 0, printable(", ".join(bad), MAX_REASON), tests
+    if run.exit_code != 0:
+        return 0, "tests exited {} although the runner reported every test passed".format(run.exit_code), tests
+    if not (decode(run.stdout)[1] and decode(run.stderr)[1]):
+        return 0, "test output undecodable (not UTF-8)", tests
+    return 1, None, tests
 
 
 def agent_action(source):
@@ -3133,26 +3463,64 @@ def agent_action(source):
     return source.replace("total > 99", "total >= 99")
 
 
-def main():
-    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE)
-    WORKSPACE.joinpath("test_shipping.py").write_text(TEST_SOURCE)
+def on_sigterm(signum, frame):
+    raise Terminated("terminated by signal {}".format(signum))
+
+
+def episode(fields):
+    """Fill in the reward event's fields; raise EpisodeFailed (or anything) for reward 0."""
+    timeout = test_timeout()
+    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE, encoding="utf-8")
+    WORKSPACE.joinpath("test_shipping.py").write_bytes(TEST_SOURCE.encode())
     emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
-    baseline_exit, _ = run_tests()
-    source = WORKSPACE.joinpath("shipping.py").read_text()
-    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source))
-    tests_exit, tests_output = run_tests()
-    emit(
-        "reward",
-        reward=int(tests_exit == 0),
-        baseline_exit=baseline_exit,
-        tests_exit=tests_exit,
-        tests_output=tests_output,
-    )
-    if baseline_exit == 0:
+    try:
+        baseline = run_tests(timeout)
+    except EpisodeFailed as failure:
+        raise EpisodeFailed("baseline: " + failure.reason) from None
+    fields["baseline_exit"] = baseline.exit_code
+    source = WORKSPACE.joinpath("shipping.py").read_text(encoding="utf-8")
+    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source), encoding="utf-8")
+    test_file = WORKSPACE.joinpath("test_shipping.py")
+    unchanged_before = file_sha256(test_file) == TEST_SHA256
+    try:
+        run = run_tests(timeout)
+    except EpisodeFailed as failure:
+        if unchanged_before:
+            raise
+        fields["tests_output"] = failure.output
+        raise EpisodeFailed("test file changed") from None
+    unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
+    fields["tests_exit"] = run.exit_code
+    fields["tests_output"], _ = decode(run.stderr)
+    fields["reward"], reason, fields["tests"] = grade(run, unchanged)
+    if reason is not None:
+        fields["reason"] = reason
+
+
+def main():
+    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}}
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        episode(fields)
+    except EpisodeFailed as failure:
+        fields["reward"], fields["reason"] = 0, printable(failure.reason, MAX_REASON)
+        fields["tests_output"] = fields["tests_output"] or failure.output
+    except Terminated as error:
+        fields["reward"], fields["reason"] = 0, str(error)
+    except BaseException as error:  # whatever happens, the episode ends with a reward event
+        fields["reward"] = 0
+        fields["reason"] = printable("worker error: {}: {}".format(type(error).__name__, error), MAX_REASON)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if fields["reward"] != 1:
+        fields["reward"] = 0
+        fields.setdefault("reason", "no reward")
+    emit("reward", **fields)
+    if fields["baseline_exit"] == 0:
         print("baseline must fail the boundary test", file=sys.stderr)
         return 1
-    if tests_exit != 0:
-        print("patched code failed its tests", file=sys.stderr)
+    if fields["reward"] != 1:
+        print("patched code failed its tests: " + fields["reason"], file=sys.stderr)
         return 1
     return 0
 
