@@ -67,6 +67,9 @@ REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
 WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
+EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded, never parsed
+EVENTS_PER_EPISODE_LIMIT = 32  # more events than this from one pod invalidate the episode
+LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
 TERMINATION_MESSAGE_LIMIT = 4096
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
@@ -450,12 +453,25 @@ class RoundCollected:
     job: Dict[str, Any]  # as created (its UID and creation time)
     observation: RoundObservation
     pods: List[Dict[str, Any]]  # the Job's own pods, by its UID label
-    logs: Dict[str, Optional[str]]  # pod -> log text; None: unreadable (see log_errors)
+    logs: Dict[str, Optional[PodLog]]  # None: unreadable (see log_errors)
     log_errors: Dict[str, str]
     count: int  # episodes requested
     round_dir: Path
     submitted_wall: float  # client clock just before the create
     submitted_monotonic: float
+
+
+@dataclasses.dataclass
+class PodLog:
+    """What one pod printed, as far as the tool keeps it in memory: its events, not its text
+    (the text goes to <pod>.log on disk, up to LOG_FILE_LIMIT)."""
+
+    events: List[Dict[str, Any]]
+    error: str = ""  # the first bad event line, if any
+    lines: int = 0
+    long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
+    saved_bytes: int = 0
+    dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT: counted, not saved
 
 
 @dataclasses.dataclass
@@ -878,56 +894,138 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 # Pure core: logs and events ###################################################
 
 
-def split_prefixed_logs(text: str) -> Dict[str, str]:
-    """Split `kubectl logs --prefix` output ('[pod/NAME/CONTAINER] line') into one log per pod."""
-    logs: Dict[str, List[str]] = {}
-    pattern = re.compile(r"^\[pod/([^/\]]+)/[^\]]+\] ?(.*)$")
-    for line in text.splitlines():
-        match = pattern.match(line)
-        if match:
-            logs.setdefault(match.group(1), []).append(match.group(2))
-    return {pod: "".join(line + "\n" for line in lines) for pod, lines in logs.items()}
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
+    """One line of a pod's output: its event, None for noise, or EventParseError.
+
+    Lines that are not JSON event objects (a warning from Python or the runtime, a structured
+    log line without an "event" key) are noise; a line that mentions "event" but is broken
+    (including NaN, Infinity, nesting too deep, an integer too long), or an event without a
+    finite numeric time, is an error."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        event = json.loads(stripped, parse_constant=_reject_constant)
+    except RecursionError:
+        if '"event"' not in stripped:
+            return None
+        raise EventParseError("is a malformed JSON event (nested too deeply)") from None
+    except ValueError as error:  # JSONDecodeError, NaN or Infinity, an integer of too many digits
+        if '"event"' not in stripped:
+            return None
+        detail = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+        raise EventParseError(f"is a malformed JSON event ({detail[:120]})") from None
+    if not isinstance(event, dict) or "event" not in event:
+        return None
+    if not isinstance(event["event"], str):
+        raise EventParseError("has an 'event' that is not a name")
+    if finite_number(event.get("at")) is None:
+        raise EventParseError(f"({event['event']!r}) has no finite numeric 'at' time")
+    return event
+
+
+class EventScanner:
+    """Finds the worker's events in one episode's output, line by line, keeping only them, so
+    memory stays bounded whatever the pod prints."""
+
+    def __init__(self) -> None:
+        self.events: List[Dict[str, Any]] = []
+        self.error = ""  # the first bad event line; later lines are only counted
+        self.lines = 0
+        self.long_lines = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
+
+    def line(self, raw: bytes) -> None:
+        self.lines += 1
+        if self.error:
+            return
+        if len(raw) > EVENT_LINE_LIMIT:
+            self.long_lines += 1
+            return
+        try:
+            event = parse_event_line(raw.decode("utf-8", "replace"))
+        except EventParseError as error:
+            self.error = f"line {self.lines} {error}"
+            return
+        if event is None:
+            return
+        if len(self.events) >= EVENTS_PER_EPISODE_LIMIT:
+            self.error = f"has more than {EVENTS_PER_EPISODE_LIMIT} events"
+            return
+        self.events.append(event)
+
+    def long_line(self) -> None:
+        self.lines += 1
+        self.long_lines += 1
 
 
 def parse_events(text: str) -> List[Dict[str, Any]]:
-    """The worker's JSON events, in order.
+    """The events in a whole text (a termination message); split on newlines only, as kubectl
+    splits a log, so a carriage return or U+2028 inside a line cannot start another event."""
+    scanner = EventScanner()
+    for raw in text.encode("utf-8", "surrogatepass").split(b"\n"):
+        scanner.line(raw)
+    if scanner.error:
+        raise EventParseError(scanner.error)
+    return scanner.events
 
-    Lines that are not JSON event objects (a warning from Python or the runtime, a structured
-    log line without an "event" key) are ignored; a line that mentions "event" but is broken,
-    or an event without a finite numeric time, is an error."""
-    events: List[Dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped.startswith("{"):
-            continue
-        try:
-            event = json.loads(stripped)
-        except json.JSONDecodeError as error:
-            if '"event"' in stripped:
-                raise EventParseError(f"line {number} is a malformed JSON event ({error.msg})") from None
-            continue
-        if not isinstance(event, dict) or "event" not in event:
-            continue
-        if not isinstance(event["event"], str):
-            raise EventParseError(f"line {number} has an 'event' that is not a name")
-        at = event.get("at")
-        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
-            raise EventParseError(f"line {number} ({event['event']}) has no finite numeric 'at' time")
-        events.append(event)
-    return events
+
+def finite_number(value: Any) -> Optional[float]:
+    """A finite JSON number as a float, else None: never a boolean, never an overflow."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def is_int(value: Any, expected: Optional[int] = None) -> bool:
+    """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
+    return type(value) is int and (expected is None or value == expected)
 
 
 def optional_number(value: Any) -> Optional[float]:
     """A finite number from an event's optional field, else None (never invented)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return finite_number(value)
 
 
 def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Events without the test output, which the termination message may have trimmed."""
     ignored = ("tests_output", "tests_output_truncated")
     return [{k: v for k, v in event.items() if k not in ignored} for event in events]
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A pod's value for a message: repr-escaped (no control character survives), and short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_event_difference(log_events: List[Dict[str, Any]], message_events: List[Dict[str, Any]]) -> str:
+    """What differs between the log's events and the termination message's, in words."""
+    log_side, message_side = comparable_events(log_events), comparable_events(message_events)
+    names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
+    for name in names:
+        in_log = sum(1 for e in log_side if e.get("event") == name)
+        in_message = sum(1 for e in message_side if e.get("event") == name)
+        if in_log != in_message:
+            return f"the log has {in_log} {short_repr(name)} events, the termination message {in_message}"
+    for log_event, message_event in zip(log_side, message_side):
+        if log_event.get("event") != message_event.get("event"):
+            return "the two report the same events in a different order"
+        for key in sorted(set(log_event) | set(message_event)):
+            if log_event.get(key, "(absent)") != message_event.get(key, "(absent)"):
+                return (
+                    f"their {short_repr(log_event.get('event'))} events differ in {short_repr(key)}: the log has "
+                    f"{short_repr(log_event.get(key, '(absent)'))}, the termination message "
+                    f"{short_repr(message_event.get(key, '(absent)'))}"
+                )
+    return "they differ"
 
 
 # Pure core: validation and figures ############################################
@@ -969,7 +1067,7 @@ def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
 
 def episode_events(
     pod_name: str,
-    log_text: Optional[str],
+    log: Optional[PodLog],
     log_error: Optional[str],
     message_text: str,
     crosscheck: bool,
@@ -982,17 +1080,20 @@ def episode_events(
             message_events = parse_events(message_text)
         except EventParseError as error:
             raise EpisodeInvalid(pod_name, f"its termination message has a bad event: {error}", inspect) from None
-    if log_text is None:
+    if log is None:
         if crosscheck or message_events is None:
             raise EpisodeInvalid(pod_name, f"its log could not be read ({log_error})", inspect)
         return message_events
-    try:
-        log_events = parse_events(log_text)
-    except EventParseError as error:
-        raise EpisodeInvalid(pod_name, f"its log has a bad event: {error}", inspect) from None
-    if message_events is not None and comparable_events(message_events) != comparable_events(log_events):
-        raise EpisodeInvalid(pod_name, "its log and its termination message report different events", inspect)
-    return log_events
+    if log.error:
+        raise EpisodeInvalid(pod_name, f"its log has a bad event: {log.error}", inspect)
+    if message_events is not None and comparable_events(message_events) != comparable_events(log.events):
+        raise EpisodeInvalid(
+            pod_name,
+            "its log and its termination message report different events "
+            f"({describe_event_difference(log.events, message_events)})",
+            inspect,
+        )
+    return log.events
 
 
 def validate_episode(
@@ -1010,9 +1111,11 @@ def validate_episode(
     if status.get("phase") != "Succeeded":
         raise EpisodeInvalid(name, _phase_failure(pod), inspect)
     if container.get("restartCount", 0) != 0:
-        raise EpisodeInvalid(name, f"the container restarted {container['restartCount']} times", inspect)
-    if terminated.get("exitCode") != 0:
-        raise EpisodeInvalid(name, f"the container exit code is {terminated.get('exitCode')}, not 0", inspect)
+        raise EpisodeInvalid(name, f"the container restarted {short_repr(container['restartCount'])} times", inspect)
+    if not is_int(terminated.get("exitCode"), 0):
+        raise EpisodeInvalid(
+            name, f"the container exit code is {short_repr(terminated.get('exitCode'))}, not 0", inspect
+        )
     ready = [event for event in events if event["event"] == "ready"]
     reward = [event for event in events if event["event"] == "reward"]
     if len(ready) != 1 or len(reward) != 1:
@@ -1025,19 +1128,25 @@ def validate_episode(
     if ready_event.get("episode_id") != name or reward_event.get("episode_id") != name:
         raise EpisodeInvalid(
             name,
-            f"its events carry episode_id {ready_event.get('episode_id')!r} / "
-            f"{reward_event.get('episode_id')!r}, not the pod name",
+            f"its events carry episode_id {short_repr(ready_event.get('episode_id'))} / "
+            f"{short_repr(reward_event.get('episode_id'))}, not the pod name",
             inspect,
         )
-    if reward_event.get("reward") != 1 or reward_event.get("tests_exit") != 0:
+    if not (is_int(reward_event.get("reward"), 1) and is_int(reward_event.get("tests_exit"), 0)):
         raise EpisodeInvalid(
             name,
-            f"reward {reward_event.get('reward')} with tests exit {reward_event.get('tests_exit')}; "
-            "the fixed code must pass its tests",
+            f"reward {short_repr(reward_event.get('reward'))} with tests exit "
+            f"{short_repr(reward_event.get('tests_exit'))}; the fixed code must pass its tests "
+            "(reward the integer 1, tests exit the integer 0)",
             inspect,
         )
-    if reward_event.get("baseline_exit") in (0, None):
-        raise EpisodeInvalid(name, "the unfixed baseline passed its tests; it must fail", inspect)
+    baseline_exit = reward_event.get("baseline_exit")
+    if not is_int(baseline_exit) or baseline_exit == 0:
+        raise EpisodeInvalid(
+            name,
+            f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)",
+            inspect,
+        )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
     reward_at = float(reward_event["at"])
@@ -1059,8 +1168,26 @@ def validate_episode(
             "clock runs ahead: check clock synchronisation between the API server and the nodes",
             inspect,
         )
+    if started_at is not None and ready_at < started_at - 1.0:  # startedAt is truncated to the second
+        raise EpisodeInvalid(
+            name,
+            f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}); the "
+            "node's clock runs behind: check clock synchronisation between the API server and the nodes",
+            inspect,
+        )
     process_started_at = optional_number(ready_event.get("process_started_at"))
     imports_done_at = optional_number(ready_event.get("imports_done_at"))
+    for label, stamp in (("process_started_at", process_started_at), ("imports_done_at", imports_done_at)):
+        if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
+            raise EpisodeInvalid(
+                name,
+                f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
+                f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
+                "server and the nodes",
+                inspect,
+            )
+    if process_started_at is not None and imports_done_at is not None and imports_done_at < process_started_at:
+        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
     first_seen_at = sighting.get("first_seen_at") if sighting else None
     return EpisodeRow(
         pod=name,
@@ -1537,6 +1664,29 @@ def plan_cleanup(
 # Pure core: reports ###########################################################
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """Text for a terminal or a CI log with every control character (and bidirectional override)
+    escaped, so nothing a pod printed can move the cursor, recolour the screen or forge a line."""
+
+    def escape(match: re.Match[str]) -> str:
+        return match.group().encode("unicode_escape").decode("ascii")
+
+    if not keep_newlines:
+        text = text.replace("\n", "\\n")
+    return _UNPRINTABLE.sub(escape, text.replace("\t", " "))
+
+
+def markdown_literal(text: str) -> str:
+    """Text shown verbatim in Markdown (a GitHub step summary): a fenced block whose fence is
+    longer than any run of backticks inside, so no heading, link or image can be added."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{printable(text)}\n{fence}\n"
+
+
 def _seconds(value: Optional[float]) -> str:
     if value is None:
         return "-"
@@ -1670,7 +1820,12 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
 # Pure core: timeline picture ##################################################
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _xml(text: str) -> str:
+    """Text for XML 1.0: markup escaped, characters XML forbids replaced, so the file stays well-formed."""
+    text = _NOT_XML.sub("\ufffd", text)
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
@@ -1823,6 +1978,16 @@ class WatchStream:
                 stream.close()
 
 
+def _drain(stream: Any, into: bytearray) -> None:
+    """Read a pipe to its end, keeping at most CALL_STDERR_LIMIT bytes of it."""
+    while True:
+        chunk = stream.read(65536)
+        if not chunk:
+            return
+        into.extend(chunk)
+        del into[: max(0, len(into) - CALL_STDERR_LIMIT)]
+
+
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
 
@@ -1888,7 +2053,14 @@ class Kubectl:
         self.calls.append(record)
         try:
             completed = subprocess.run(
-                argv, input=stdin, check=False, capture_output=True, text=True, timeout=timeout, env=self.environment
+                argv,
+                input=stdin,
+                check=False,
+                capture_output=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=timeout,
+                env=self.environment,
             )
         except OSError as error:
             record["error"] = str(error)
@@ -1927,6 +2099,76 @@ class Kubectl:
             failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
             elapsed = time.monotonic() - first_attempt
             if not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
+                raise failure
+            say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
+            time.sleep(delays.pop(0))
+
+    def stream(
+        self,
+        args: Sequence[str],
+        consume: Callable[[bytes], None],
+        *,
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
+        """A read whose output may be large (logs): handed to consume as bytes, chunk by chunk as
+        it arrives, never held whole. Repeated after a transient failure only while nothing has
+        been consumed; kubectl's stderr is kept up to CALL_STDERR_LIMIT."""
+        argv = self.argv(args, namespace)
+        delays = list(self.timing.retry_delays)
+        first_attempt = time.monotonic()
+        limit = timeout or self.process_timeout
+        while True:
+            started = time.monotonic()
+            record: Dict[str, Any] = {"argv": argv[1:]}
+            self.calls.append(record)
+            try:
+                process = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
+                )
+            except OSError as error:
+                record["error"] = str(error)
+                raise self._spawn_failure(error) from None
+            assert process.stdout is not None and process.stderr is not None
+            stderr = bytearray()
+            stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
+            stderr_reader.start()
+            timer = threading.Timer(limit, process.kill)
+            timer.start()
+            consumed = 0
+            try:
+                descriptor = process.stdout.fileno()
+                while True:
+                    chunk = os.read(descriptor, 65536)
+                    if not chunk:
+                        break
+                    consumed += len(chunk)
+                    consume(chunk)
+                returncode = process.wait()
+            finally:
+                timer.cancel()
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+                stderr_reader.join(timeout=5)
+                process.stdout.close()
+                process.stderr.close()
+                record["seconds"] = round(time.monotonic() - started, 3)
+            record["exit"] = returncode
+            if time.monotonic() - started >= limit and returncode < 0:
+                record["error"] = "timeout"
+                raise KubectlTimeout(
+                    f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {limit:g} s; "
+                    "check that the API server is reachable (kubectl cluster-info)",
+                    EXIT_TIMEOUT,
+                )
+            if returncode == 0:
+                return
+            text = stderr.decode("utf-8", "replace")
+            record["stderr"] = text[-CALL_STDERR_LIMIT:]
+            failure = KubectlFailure(argv, returncode, text)
+            elapsed = time.monotonic() - first_attempt
+            if consumed or not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
                 raise failure
             say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
             time.sleep(delays.pop(0))
@@ -2048,7 +2290,7 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 
 def say_stderr(message: str) -> None:
     """Status and warnings go to stderr; stdout carries only the summary."""
-    print(message, file=sys.stderr, flush=True)
+    print(printable(message), file=sys.stderr, flush=True)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -2066,7 +2308,141 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+_PREFIX = re.compile(rb"^\[pod/([^/\]]+)/[^\]]+\] ?")
+
+
+class _PodLogFile:
+    """One pod's log on its way to ROUND_DIR/<pod>.log: a temporary file renamed when complete."""
+
+    FLUSH_BYTES = 16 * 1024
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        self.buffer = bytearray()
+        self.scanner = EventScanner()
+        self.saved = 0
+        self.dropped = 0
+
+    def write(self, data: bytes) -> None:
+        room = LOG_FILE_LIMIT - self.saved - len(self.buffer)
+        if room < len(data):
+            self.dropped += len(data) - max(room, 0)
+            data = data[: max(room, 0)]
+        self.buffer += data
+        if len(self.buffer) >= self.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer or not self.temporary.exists():
+            with open(self.temporary, "ab") as stream:
+                stream.write(self.buffer)
+            self.saved += len(self.buffer)
+            self.buffer.clear()
+
+    def finish(self) -> PodLog:
+        if self.dropped:
+            self.buffer += (
+                f"[rl-batch-demo: log truncated at {LOG_FILE_LIMIT} bytes; {self.dropped} more bytes were "
+                "read and scanned for events but not saved]\n"
+            ).encode()
+        self.flush()
+        os.replace(self.temporary, self.path)
+        scanner = self.scanner
+        return PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines, self.saved, self.dropped)
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.temporary)
+
+
+class EpisodeLogReader:
+    """Reads `kubectl logs` output as it streams (bytes, split on b"\\n" only, as kubectl
+    prefixes only there): per pod, the events (kept, bounded) and the text (saved to <pod>.log up
+    to LOG_FILE_LIMIT, then a marker line). Only pods named in the Job's listing get a file, so
+    nothing a pod prints can choose a file name."""
+
+    def __init__(self, round_dir: Path, pod_names: Iterable[str], single_pod: Optional[str] = None) -> None:
+        self.round_dir = round_dir
+        self.allowed = set(pod_names)
+        self.single_pod = single_pod  # `kubectl logs POD`: no prefixes, every line is this pod's
+        self.files: Dict[str, _PodLogFile] = {}
+        self.partial = bytearray()
+        self.long_line_pod: Optional[str] = None  # inside an over-long line of this pod ("" if unknown)
+
+    def _file(self, name: Optional[str]) -> Optional[_PodLogFile]:
+        if name is None or name not in self.allowed:
+            return None
+        if name not in self.files:
+            self.round_dir.mkdir(parents=True, exist_ok=True)
+            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log")
+        return self.files[name]
+
+    def _split(self, line: bytes) -> Tuple[Optional[str], bytes]:
+        if self.single_pod is not None:
+            return self.single_pod, line
+        match = _PREFIX.match(line)
+        if not match:
+            return None, line  # not a pod's line (kubectl's own warning): dropped
+        return match.group(1).decode("utf-8", "replace"), line[match.end() :]
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while start <= len(chunk):
+            newline = chunk.find(b"\n", start)
+            end = newline if newline >= 0 else len(chunk)
+            self._piece(chunk[start:end], newline >= 0)
+            if newline < 0:
+                return
+            start = newline + 1
+
+    def _piece(self, piece: bytes, ends_line: bool) -> None:
+        if self.long_line_pod is not None:
+            target = self._file(self.long_line_pod)
+            if target is not None:
+                target.write(piece + (b"\n" if ends_line else b""))
+                if ends_line:
+                    target.scanner.long_line()
+            if ends_line:
+                self.long_line_pod = None
+            return
+        self.partial += piece
+        if not ends_line and len(self.partial) <= EVENT_LINE_LIMIT + 512:
+            return
+        name, body = self._split(bytes(self.partial))
+        self.partial.clear()
+        target = self._file(name)
+        if not ends_line:  # over-long: stream the rest of this line to the file, never keep it
+            self.long_line_pod = name if name is not None else ""
+            if target is not None:
+                target.write(body)
+            return
+        if target is not None:
+            target.write(body + b"\n")
+            target.scanner.line(body)
+
+    def finish(self) -> Dict[str, PodLog]:
+        """Every pod that printed something: its PodLog, its file complete on disk."""
+        if self.partial:
+            name, body = self._split(bytes(self.partial))
+            self.partial.clear()
+            target = self._file(name)
+            if target is not None:
+                target.write(body)
+                target.scanner.line(body)
+        elif self.long_line_pod is not None:
+            target = self._file(self.long_line_pod)
+            if target is not None:
+                target.scanner.long_line()
+        self.long_line_pod = None
+        return {name: log_file.finish() for name, log_file in sorted(self.files.items())}
+
+    def discard(self) -> None:
+        for log_file in self.files.values():
+            log_file.discard()
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
@@ -2336,52 +2712,62 @@ def logs_by_selector(
     kubectl: Kubectl,
     namespace: str,
     selector: str,
-    pod_count: int,
-    retries: Optional[Sequence[float]] = None,
+    pod_names: Sequence[str],
+    round_dir: Path,
     timeout: Optional[float] = None,
-) -> Dict[str, str]:
-    """Every pod's log in one call. A single unreadable log makes kubectl stop with an
-    error; the pods it printed before that are still returned."""
+) -> Dict[str, PodLog]:
+    """Every pod's log in one streamed call, saved as <pod>.log for the named pods. A single
+    unreadable log makes kubectl stop with an error; the pods it printed before that are kept."""
     args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
-    args.append(f"--max-log-requests={max(pod_count, 5)}")
+    args.append(f"--max-log-requests={max(len(pod_names), 5)}")
+    reader = EpisodeLogReader(round_dir, pod_names)
     try:
-        text = kubectl.run(args, namespace=namespace, read_only=True, retries=retries, timeout=timeout)
-    except KubectlFailure as failure:
-        text = failure.stdout
-    except KubectlTimeout:
-        text = ""  # the per-pod reads that follow say which logs cannot be read
-    return split_prefixed_logs(text)
+        kubectl.stream(args, reader.feed, namespace=namespace, timeout=timeout)
+    except (KubectlFailure, KubectlTimeout):
+        pass  # the per-pod reads that follow say which logs cannot be read
+    except BaseException:
+        reader.discard()
+        raise
+    return reader.finish()
 
 
-def log_of(kubectl: Kubectl, namespace: str, name: str) -> str:
-    return kubectl.run(["logs", name, "-c", CONTAINER_NAME], namespace=namespace, read_only=True)
+def log_of(kubectl: Kubectl, namespace: str, name: str, round_dir: Path) -> PodLog:
+    """One pod's log, streamed into <pod>.log."""
+    reader = EpisodeLogReader(round_dir, [name], single_pod=name)
+    try:
+        kubectl.stream(["logs", name, "-c", CONTAINER_NAME], reader.feed, namespace=namespace)
+    except BaseException:
+        reader.discard()
+        raise
+    return reader.finish().get(name) or PodLog([])
 
 
 def read_logs(
-    kubectl: Kubectl, namespace: str, pods: List[Dict[str, Any]], selector: str, all_pods: bool
-) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
+    kubectl: Kubectl, namespace: str, pods: List[Dict[str, Any]], selector: str, all_pods: bool, round_dir: Path
+) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
     """Container logs with one kubectl call; per-pod reads only for pods that call missed.
 
     Beyond the cross-check limit, only pods without a termination message are read."""
     wanted = [pod["metadata"]["name"] for pod in pods if all_pods or not termination_message(pod).strip()]
-    logs: Dict[str, Optional[str]] = {}
+    logs: Dict[str, Optional[PodLog]] = {}
     errors: Dict[str, str] = {}
     if not wanted:
         return logs, errors
     if len(wanted) > 1:
-        by_pod = logs_by_selector(kubectl, namespace, selector, len(pods))
-        logs.update((name, text) for name, text in by_pod.items() if name in wanted)
+        logs.update(logs_by_selector(kubectl, namespace, selector, wanted, round_dir))
     for name in wanted:
         if name in logs:
             continue
         try:
-            logs[name] = log_of(kubectl, namespace, name)
+            logs[name] = log_of(kubectl, namespace, name, round_dir)
         except KubectlFailure as failure:
             logs[name] = None
             errors[name] = failure.first_line
+            write_atomic(round_dir / f"{name}.log", "")
         except KubectlTimeout as timeout:
             logs[name] = None
             errors[name] = str(timeout)
+            write_atomic(round_dir / f"{name}.log", "")
     return logs, errors
 
 
@@ -2389,19 +2775,19 @@ def save_diagnostics_after_interrupt(
     kubectl: Kubectl, namespace: str, job: Optional[Dict[str, Any]], round_dir: Path
 ) -> None:
     """Save what can be read within a few seconds: the Job, pods, events and logs."""
-    quick: Dict[str, Any] = {"retries": (), "timeout": kubectl.timing.interrupt_save_timeout}
+    quick = kubectl.timing.interrupt_save_timeout
     try:
-        items = kubectl.get_list("pods,events", namespace=namespace, **quick)
+        items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
         pods, events = split_pods_and_events(items, job)
         write_atomic(round_dir / "events.txt", render_events_text(events))
         if job is None:
             return
-        live = kubectl.get("job", job["metadata"]["name"], namespace, **quick)
+        live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
         if live is not None:
             write_json(round_dir / "job.json", live)
         write_json(round_dir / "pods.json", pod_list(pods))
-        for name, log in logs_by_selector(kubectl, namespace, pod_selector(job), len(pods), **quick).items():
-            write_atomic(round_dir / f"{name}.log", log)
+        names = [pod["metadata"]["name"] for pod in pods]
+        logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, timeout=quick)
     except DemoError as error:
         say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
@@ -2492,11 +2878,8 @@ class BatchRun:
         write_atomic(round_dir / "events.txt", render_events_text(events))
         outcome = classify_round(observation)
         crosscheck = settings.count <= LOG_CROSSCHECK_LIMIT
-        logs, log_errors = read_logs(
-            self.kubectl, self.namespace, pods, pod_selector(job), crosscheck or outcome != ROUND_COMPLETE
-        )
-        for pod_name, text in logs.items():
-            write_atomic(round_dir / f"{pod_name}.log", text or "")
+        all_logs = crosscheck or outcome != ROUND_COMPLETE
+        logs, log_errors = read_logs(self.kubectl, self.namespace, pods, pod_selector(job), all_logs, round_dir)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -2520,7 +2903,7 @@ class BatchRun:
         except EpisodeInvalid as invalid:
             if invalid.pod not in logs:  # keep the failed episode's own log beside its error
                 with contextlib.suppress(DemoError):
-                    write_atomic(round_dir / f"{invalid.pod}.log", log_of(self.kubectl, self.namespace, invalid.pod))
+                    log_of(self.kubectl, self.namespace, invalid.pod, round_dir)
             raise
 
     def save_after_interrupt(self) -> None:
@@ -2681,7 +3064,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_json(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
         write_json(output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()})
-        append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{error}\n")
+        append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
@@ -2710,12 +3093,12 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     write_json(output / "results.json", results)
     write_atomic(output / "timeline.svg", render_timeline_svg(results))
     summary = (
-        json.dumps(headline(results), indent=2, sort_keys=True) + "\n"
+        json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
         else render_summary(results)
     )
     try:
-        sys.stdout.write(summary)
+        sys.stdout.write(printable(summary, keep_newlines=True))
         sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -2767,10 +3150,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         count=args.count,
     )
     for finding in findings:
-        print(f"{finding.name}: {finding.detail}")
+        print(printable(f"{finding.name}: {finding.detail}"))
     problems = [finding.problem for finding in findings if not finding.ok]
     if problems:
-        print(f"verdict: NOT ready: {'; '.join(problems)}")
+        print(printable(f"verdict: NOT ready: {'; '.join(problems)}"))
         return EXIT_CLUSTER
     print(f"verdict: ready to run {args.count} episodes")
     return EXIT_OK
@@ -2788,9 +3171,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
-        print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True))
+        print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(render_comparison(names, rows, args.format), end="")
+        print(printable(render_comparison(names, rows, args.format), keep_newlines=True), end="")
     return EXIT_OK
 
 
@@ -3025,7 +3408,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except DemoError as error:
-        print(f"rl-batch-demo: error: {error}", file=sys.stderr)
+        print(f"rl-batch-demo: error: {printable(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("rl-batch-demo: interrupted", file=sys.stderr)

@@ -202,13 +202,29 @@ class LogParsingTest(unittest.TestCase):
         self.assertEqual([event["event"] for event in demo.parse_events(text)], ["ready", "reward"])
 
     def test_event_without_a_finite_time_is_an_error(self) -> None:
-        for line in ('{"event": "ready"}', '{"event": "ready", "at": "soon"}', '{"event": "ready", "at": Infinity}'):
-            with self.subTest(line=line), self.assertRaisesRegex(demo.EventParseError, "no finite numeric 'at'"):
+        for line, problem in (
+            ('{"event": "ready"}', "no finite numeric 'at'"),
+            ('{"event": "ready", "at": "soon"}', "no finite numeric 'at'"),
+            ('{"event": "ready", "at": true}', "no finite numeric 'at'"),
+            ('{"event": "ready", "at": 1e999}', "no finite numeric 'at'"),
+            ('{"event": "ready", "at": 1' + "0" * 400 + "}", "no finite numeric 'at'"),
+            ('{"event": "ready", "at": Infinity}', "Infinity is not a JSON number"),
+            ('{"event": "ready", "at": NaN}', "NaN is not a JSON number"),
+        ):
+            with self.subTest(line=line[:40]), self.assertRaisesRegex(demo.EventParseError, problem):
                 demo.parse_events(line + "\n")
 
-    def test_split_prefixed_logs(self) -> None:
-        text = "[pod/rollout-a/episode] one\n[pod/rollout-b/episode] two\n[pod/rollout-a/episode] three\n"
-        self.assertEqual(demo.split_prefixed_logs(text), {"rollout-a": "one\nthree\n", "rollout-b": "two\n"})
+    def test_prefixed_logs_are_split_per_pod_into_files(self) -> None:
+        text = b"[pod/rollout-a/episode] one\n[pod/rollout-b/episode] two\n[pod/rollout-a/episode] three\n"
+        with tempfile.TemporaryDirectory() as scratch:
+            reader = demo.EpisodeLogReader(Path(scratch), ["rollout-a", "rollout-b"])
+            for index in range(0, len(text), 7):  # chunk boundaries fall anywhere
+                reader.feed(text[index : index + 7])
+            logs = reader.finish()
+            self.assertEqual(sorted(logs), ["rollout-a", "rollout-b"])
+            self.assertEqual((Path(scratch) / "rollout-a.log").read_bytes(), b"one\nthree\n")
+            self.assertEqual((Path(scratch) / "rollout-b.log").read_bytes(), b"two\n")
+            self.assertEqual(logs["rollout-a"].lines, 2)
 
     def test_parse_json_documents_reads_concatenated_objects_and_lists(self) -> None:
         text = '{"kind": "A"}\n{"kind": "List", "items": [{"kind": "B"}, {"kind": "C"}]}'
@@ -235,6 +251,13 @@ def collected_round(
         submitted_wall=JOB_CREATED_AT - 0.5,
         submitted_monotonic=100.0,
     )
+
+
+def pod_log(text: str) -> demo.PodLog:
+    scanner = demo.EventScanner()
+    for raw in text.encode().split(b"\n"):
+        scanner.line(raw)
+    return demo.PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines)
 
 
 class ValidationTest(unittest.TestCase):
@@ -291,7 +314,7 @@ class ValidationTest(unittest.TestCase):
         self.assert_refused(make_pod(), self.good_events(reward=0, tests_exit=1), "reward 0 with tests exit 1")
 
     def test_baseline_passed(self) -> None:
-        self.assert_refused(make_pod(), self.good_events(baseline_exit=0), "baseline passed")
+        self.assert_refused(make_pod(), self.good_events(baseline_exit=0), "baseline.s tests exit is 0; it must fail")
 
     def test_clock_skew(self) -> None:
         events = make_events("rollout-abcde", JOB_CREATED_AT - 3600, JOB_CREATED_AT - 3599)
@@ -329,17 +352,19 @@ class EpisodeSourcesTest(unittest.TestCase):
     events: ClassVar[list[dict[str, Any]]] = make_events("p", 10.0, 11.0)
 
     def test_agreeing_sources(self) -> None:
-        result = demo.episode_events("p", log_of(self.events), None, log_of(self.events), True, "here")
+        result = demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(self.events), True, "here")
         self.assertEqual(result, self.events)
 
     def test_trimmed_test_output_still_agrees(self) -> None:
         trimmed = [dict(self.events[0]), dict(self.events[1], tests_output="K\n", tests_output_truncated=True)]
-        self.assertEqual(demo.episode_events("p", log_of(self.events), None, log_of(trimmed), True, "h"), self.events)
+        self.assertEqual(
+            demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(trimmed), True, "h"), self.events
+        )
 
     def test_disagreeing_sources(self) -> None:
         other = [self.events[0], dict(self.events[1], reward=0)]
         with self.assertRaisesRegex(demo.EpisodeInvalid, "different events"):
-            demo.episode_events("p", log_of(self.events), None, log_of(other), True, "here")
+            demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(other), True, "here")
 
     def test_unreadable_log_says_why(self) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, r"log could not be read \(Error from server"):
@@ -349,7 +374,7 @@ class EpisodeSourcesTest(unittest.TestCase):
         self.assertEqual(demo.episode_events("p", None, "not read", log_of(self.events), False, "h"), self.events)
 
     def test_empty_message_falls_back_to_the_log(self) -> None:
-        self.assertEqual(demo.episode_events("p", log_of(self.events), None, "", True, "h"), self.events)
+        self.assertEqual(demo.episode_events("p", pod_log(log_of(self.events)), None, "", True, "h"), self.events)
 
 
 class ReportTest(unittest.TestCase):
@@ -525,7 +550,7 @@ class OddPodShapeTest(unittest.TestCase):
     def test_an_unreadable_pod_time_names_the_pod(self) -> None:
         pod = make_pod(message=log_of(make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5)))
         pod["metadata"]["creationTimestamp"] = "yesterday"
-        collected = collected_round([pod], logs={"rollout-abcde": demo.termination_message(pod)})
+        collected = collected_round([pod], logs={"rollout-abcde": pod_log(demo.termination_message(pod))})
         with self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-abcde: its pod status or events have an unexpected"):
             demo.analyse_round(collected, "ns/rollout")
 

@@ -1,0 +1,226 @@
+"""What a hostile episode prints is input, not instructions: each rule of the untrusted-output
+contract, case by case (README: "What a pod can and cannot do to the client")."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import unittest
+from pathlib import Path
+from typing import Any
+from unittest import mock
+from xml.etree import ElementTree
+
+import rl_batch_demo as demo
+from tests.test_units import JOB_CREATED_AT, log_of, make_events, make_pod, pod_log
+
+GOOD_READY = '{"event": "ready", "at": 1.0, "episode_id": "p"}'
+
+
+def read_through(chunks: list[bytes], names: list[str], scratch: Path) -> dict[str, demo.PodLog]:
+    reader = demo.EpisodeLogReader(scratch, names)
+    for chunk in chunks:
+        reader.feed(chunk)
+    return reader.finish()
+
+
+class EventLineTest(unittest.TestCase):
+    """A line that claims to be an event but cannot be one is a named error; noise is ignored."""
+
+    def test_hostile_lines_are_errors_not_crashes(self) -> None:
+        for name, line, problem in (
+            ("deep nesting", '{"event": "ready", "at": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested"),
+            ("NaN", '{"event": "ready", "at": NaN}', "NaN is not a JSON number"),
+            ("Infinity", '{"event": "ready", "at": -Infinity}', "Infinity is not a JSON number"),
+            ("huge integer time", '{"event": "ready", "at": ' + "9" * 500 + "}", "no finite numeric 'at'"),
+            ("boolean time", '{"event": "ready", "at": true}', "no finite numeric 'at'"),
+            ("event not a name", '{"event": ["ready"], "at": 1}', "not a name"),
+            ("truncated", '{"event": "ready", "at": ', "malformed JSON event"),
+        ):
+            with self.subTest(name), self.assertRaisesRegex(demo.EventParseError, problem):
+                demo.parse_event_line(line)
+
+    def test_noise_is_ignored(self) -> None:
+        for line in ("", "plain text", "[" * 100_000, '{"level": "info"}', "{not json", "\x00\x1b[2J"):
+            with self.subTest(line=line[:20]):
+                self.assertIsNone(demo.parse_event_line(line))
+
+    def test_invalid_utf8_and_control_bytes_do_not_crash_the_scanner(self) -> None:
+        scanner = demo.EventScanner()
+        for raw in (b"\xff\xfe\xfa garbage", b"\x00\x00", GOOD_READY.encode() + b"\r", b"\xed\xa0\x80"):
+            scanner.line(raw)
+        self.assertEqual(scanner.error, "")
+        self.assertEqual([event["event"] for event in scanner.events], ["ready"])
+
+    def test_a_lone_surrogate_survives_as_data(self) -> None:
+        [event] = demo.parse_events('{"event": "ready", "at": 1.0, "episode_id": "\\ud800"}\n')
+        self.assertEqual(event["episode_id"], "\ud800")
+        json.dumps(event, allow_nan=False)  # ensure_ascii keeps it writable
+
+    def test_only_newline_splits_lines(self) -> None:
+        """str.splitlines would split on each of these and let one line forge a second event."""
+        for separator in ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"):
+            with self.subTest(separator=repr(separator)):
+                text = f"noise{separator}{GOOD_READY}\n"
+                self.assertEqual(demo.parse_events(text), [])
+
+    def test_too_many_events_invalidate_the_episode(self) -> None:
+        lines = "".join(f'{{"event": "tick", "at": {index}}}\n' for index in range(demo.EVENTS_PER_EPISODE_LIMIT + 1))
+        with self.assertRaisesRegex(demo.EventParseError, f"more than {demo.EVENTS_PER_EPISODE_LIMIT} events"):
+            demo.parse_events(lines)
+
+    def test_a_line_longer_than_the_limit_is_noise(self) -> None:
+        scanner = demo.EventScanner()
+        scanner.line(b'{"event": "reward", "at": 1, "pad": "' + b"x" * demo.EVENT_LINE_LIMIT + b'"}')
+        self.assertEqual((scanner.events, scanner.error, scanner.long_lines), ([], "", 1))
+
+
+class LogStreamTest(unittest.TestCase):
+    """`kubectl logs --prefix` output read as bytes: split on newline only, names from the listing."""
+
+    def setUp(self) -> None:
+        scratch = tempfile.TemporaryDirectory()
+        self.addCleanup(scratch.cleanup)
+        self.dir = Path(scratch.name)
+
+    def test_a_pod_cannot_inject_a_line_into_another_pods_log(self) -> None:
+        forged = b'[pod/rollout-a/episode] noise\r[pod/rollout-b/episode] {"event": "reward", "at": 2}\n'
+        for separator in (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\xc2\x85", b"\xe2\x80\xa8"):
+            with self.subTest(separator=separator):
+                logs = read_through([forged.replace(b"\r", separator)], ["rollout-a", "rollout-b"], self.dir)
+                self.assertEqual(sorted(logs), ["rollout-a"])
+                self.assertEqual(logs["rollout-a"].events, [])
+
+    def test_file_names_come_only_from_the_listing(self) -> None:
+        output = b"[pod/../episode] x\n[pod/other/episode] y\n[pod/rollout-a/episode] z\nno prefix at all\n"
+        logs = read_through([output], ["rollout-a"], self.dir)
+        self.assertEqual(sorted(logs), ["rollout-a"])
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ["rollout-a.log"])
+
+    def test_an_endless_line_is_streamed_to_disk_not_kept(self) -> None:
+        chunks = (
+            [b"[pod/rollout-a/episode] "] + [b"y" * 65536] * 8 + [b"\n[pod/rollout-a/episode] " + GOOD_READY.encode()]
+        )
+        logs = read_through(chunks, ["rollout-a"], self.dir)
+        self.assertEqual(logs["rollout-a"].long_lines, 1)
+        self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
+        self.assertEqual((self.dir / "rollout-a.log").stat().st_size, 8 * 65536 + 1 + len(GOOD_READY))
+
+    def test_the_saved_log_is_capped_with_a_marker_and_events_past_the_cap_still_count(self) -> None:
+        with mock.patch.object(demo, "LOG_FILE_LIMIT", 1000):
+            noise = b"[pod/rollout-a/episode] " + b"n" * 99 + b"\n"
+            logs = read_through(
+                [noise * 50, b"[pod/rollout-a/episode] " + GOOD_READY.encode() + b"\n"], ["rollout-a"], self.dir
+            )
+        text = (self.dir / "rollout-a.log").read_bytes()
+        self.assertTrue(text.startswith(b"n" * 99 + b"\n"))
+        self.assertIn(b"[rl-batch-demo: log truncated at 1000 bytes;", text)
+        self.assertEqual(logs["rollout-a"].dropped_bytes, 50 * 100 + len(GOOD_READY) + 1 - 1000)
+        self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
+
+    def test_single_pod_logs_have_no_prefix(self) -> None:
+        reader = demo.EpisodeLogReader(self.dir, ["p"], single_pod="p")
+        reader.feed(b"[pod/q/episode] " + GOOD_READY.encode() + b"\n")
+        logs = reader.finish()
+        self.assertEqual(list(logs), ["p"])
+        self.assertEqual(logs["p"].events, [])  # the forged prefix makes it noise, not q's event
+
+
+class ForgedFigureTest(unittest.TestCase):
+    """Exact types and times within the pod's life: a figure cannot be forged with a near value."""
+
+    def validate(self, pod: dict[str, Any], events: list[dict[str, Any]]) -> demo.EpisodeRow:
+        return demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here")
+
+    def events(self, **reward_fields: Any) -> list[dict[str, Any]]:
+        return make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5, **reward_fields)
+
+    def test_reward_must_be_the_integer_one(self) -> None:
+        for reward in (True, 1.0, "1", [1], None):
+            with self.subTest(reward=reward), self.assertRaisesRegex(demo.EpisodeInvalid, "the integer 1"):
+                self.validate(make_pod(), self.events(reward=reward))
+
+    def test_exit_codes_must_be_integers(self) -> None:
+        for fields in ({"tests_exit": False}, {"tests_exit": 0.0}, {"baseline_exit": True}, {"baseline_exit": "1"}):
+            with self.subTest(fields=fields), self.assertRaises(demo.EpisodeInvalid):
+                self.validate(make_pod(), self.events(**fields))
+
+    def test_ready_before_the_container_started_is_a_clock_error(self) -> None:
+        pod = make_pod(created="2026-11-29T10:00:01Z", started="2026-11-29T10:00:05Z", finished="2026-11-29T10:00:09Z")
+        events = make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 8.0)
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "earlier than its container's start"):
+            self.validate(pod, events)
+
+    def test_self_reported_start_outside_the_pods_life_is_a_clock_error(self) -> None:
+        for stamp in (JOB_CREATED_AT - 3600, JOB_CREATED_AT + 3.5):
+            events = self.events()
+            events[0]["process_started_at"] = stamp
+            with self.subTest(stamp=stamp), self.assertRaisesRegex(demo.EpisodeInvalid, "outside the pod's life"):
+                self.validate(make_pod(), events)
+
+    def test_a_good_episode_still_passes(self) -> None:
+        self.assertEqual(self.validate(make_pod(), self.events()).reward, 1)
+
+
+class MismatchTest(unittest.TestCase):
+    def test_the_message_says_what_differs(self) -> None:
+        events = make_events("p", 10.0, 11.0)
+        for message_events, expected in (
+            ([events[0], events[0], events[1]], "the log has 1 'ready' events, the termination message 2"),
+            ([events[0], dict(events[1], reward=0)], "their 'reward' events differ in 'reward': the log has 1"),
+        ):
+            with self.subTest(expected=expected), self.assertRaises(demo.EpisodeInvalid) as caught:
+                demo.episode_events("p", pod_log(log_of(events)), None, log_of(message_events), True, "here")
+            self.assertIn(expected, str(caught.exception))
+
+
+class OutputEscapingTest(unittest.TestCase):
+    """Nothing from a pod reaches a terminal, a CI page or the SVG unescaped."""
+
+    def test_control_characters_are_escaped(self) -> None:
+        for hostile in ("\x1b[2J", "\r", "\x07", "\x9b31m", "\u202e", "\u2028", "\x00"):
+            with self.subTest(hostile=repr(hostile)):
+                shown = demo.printable(f"a{hostile}b")
+                self.assertTrue(shown.isprintable(), repr(shown))
+                self.assertTrue(shown.startswith("a") and shown.endswith("b"))
+        self.assertEqual(demo.printable("one\ntwo"), "one\\ntwo")
+        self.assertEqual(demo.printable("one\ntwo", keep_newlines=True), "one\ntwo")
+
+    def test_markdown_cannot_add_headings_links_or_images(self) -> None:
+        hostile = "x\n# heading\n![img](http://example.invalid/a.png)\n```\n[link](http://example.invalid)"
+        block = demo.markdown_literal(hostile)
+        fence = block.split("text\n", 1)[0]
+        self.assertGreater(len(fence), 3)  # longer than the run of backticks inside
+        self.assertTrue(block.rstrip("\n").endswith(fence))
+        self.assertNotIn("\n# heading", block)
+
+    def test_error_messages_from_pod_values_are_one_printable_line(self) -> None:
+        events = make_events("rollout-abcde\x1b[31m\nforged line", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5)
+        with self.assertRaises(demo.EpisodeInvalid) as caught:
+            demo.validate_episode(make_pod(), events, JOB_CREATED_AT, None, "here")
+        shown = demo.printable(str(caught.exception))
+        self.assertTrue(shown.isprintable())
+        self.assertNotIn("\n", shown)
+
+    def test_the_svg_stays_well_formed(self) -> None:
+        row = demo.validate_episode(
+            make_pod(),
+            make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5),
+            JOB_CREATED_AT,
+            None,
+            "h",
+        )
+        row.node = 'node"<x>&\x01'
+        results = demo.batch_figures([row])
+        results.update(parallelism=1, runtime="cube", pods=[row.to_json()])
+        ElementTree.fromstring(demo.render_timeline_svg(results))
+
+
+class JsonOutputTest(unittest.TestCase):
+    def test_no_nan_can_be_written(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch, self.assertRaises(ValueError):
+            demo.write_json(Path(scratch) / "x.json", {"figure": float("nan")})
+
+
+if __name__ == "__main__":
+    unittest.main()
