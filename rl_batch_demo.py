@@ -223,6 +223,23 @@ _QUANTITY_SUFFIXES = {
     "Pi": 2.0**50,
 }
 
+# CI reports (--junit, --metrics-file) and the kubectl plugin.
+JUNIT_SUITE_NAME = "rl-batch-demo"
+
+JUNIT_MESSAGE_LIMIT = 1000  # characters of a message attribute; the element's text holds all of it
+
+# XML 1.0 allows tab, newline, carriage return and these ranges; anything else is shown escaped.
+_XML_FORBIDDEN = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+METRICS_PREFIX = "rl_batch_demo_"
+
+# kubectl runs `kubectl rl-batch-demo` as the executable kubectl-rl_batch_demo on PATH.
+PLUGIN_COMMAND = "kubectl rl-batch-demo"
+
+PLUGIN_FILE_NAMES = ("kubectl-rl_batch_demo", "kubectl-rl_batch_demo.py")
+
+INSTALLED_COMMAND = "rl-batch-demo"
+
 
 # Errors #######################################################################
 
@@ -1817,6 +1834,306 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *table]) + "\n"
 
 
+# CI reports: JUnit XML and the Prometheus text format ------------------------
+#
+# A run's outcome as test suites: plain dicts first (junit_suites), serialised once at the edge
+# (render_junit_xml). Pod content is untrusted: every string is cleaned of what XML 1.0 forbids
+# and escaped by ElementTree; every metrics label value is escaped per the exposition format.
+
+
+def xml_safe(text: Any) -> str:
+    """Text that XML 1.0 can carry: forbidden control characters become visible escapes."""
+
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _XML_FORBIDDEN.sub(escape, str(text))
+
+
+def _finite_seconds(value: Any) -> float:
+    """A duration for a `time` attribute: finite and not negative, else 0."""
+    number = optional_number(value)
+    return number if number is not None and number >= 0 else 0.0
+
+
+def _pod_seconds(pod: Dict[str, Any]) -> float:
+    """Pod created -> container finished, from the API server's whole-second stamps (0 if unknown)."""
+    try:
+        created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+        terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
+        finished = optional_timestamp(terminated.get("finishedAt"))
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
+    return _finite_seconds(difference(finished, created))
+
+
+def _pod_name(pod: Dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
+
+
+def _pod_phase(pod: Dict[str, Any]) -> str:
+    status = pod.get("status")
+    return str((status.get("phase") if isinstance(status, dict) else None) or "unknown")
+
+
+def _job_seconds(job: Optional[Dict[str, Any]]) -> float:
+    """Job created -> its Complete or Failed condition, API server clock, whole seconds (0 if unknown)."""
+    if not job:
+        return 0.0
+    try:
+        created = optional_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        ended = _condition_time(job, "Complete") or _condition_time(job, "Failed")
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
+    return _finite_seconds(difference(ended, created))
+
+
+def _case(
+    classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
+) -> Dict[str, Any]:
+    return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
+
+
+def junit_suites(
+    results: Optional[Dict[str, Any]],
+    rounds: List[Dict[str, Any]],
+    thresholds: Dict[str, float],
+    error: Optional[Tuple[int, str, Optional[str]]],
+) -> List[Dict[str, Any]]:
+    """A run as JUnit suites: one per round, one test case per episode, named after its pod.
+
+    `results` is results.json when the run got that far; otherwise `rounds` holds what each
+    started round left on disk ({"round", "job", "pods" or None, "job_object" or None}).
+    `error` is (exit code, message, the pod an EpisodeInvalid names) when the run failed.
+    Rounds before the one in progress validated (the run moved on); in the round in progress the
+    invalid episode is a failure and the rest are skipped (not judged); any other failure is one
+    error case named "run". One case per --threshold follows the episodes of the last suite."""
+    suites: List[Dict[str, Any]] = []
+    if results is not None:
+        round_results = results.get("round_results") or [
+            {"round": 1, "job": JOB_NAME, "client_job_complete_seconds": results.get("client_job_complete_seconds")}
+        ]
+        for figures in round_results:
+            number, job = figures.get("round", 1), figures.get("job", JOB_NAME)
+            cases = [
+                _case(
+                    f"{JUNIT_SUITE_NAME}.{job}",
+                    str(row["pod"]),
+                    _finite_seconds(difference(row.get("finished_at"), row.get("created_at"))),
+                )
+                for row in results.get("pods") or []
+                if row.get("round", 1) == number
+            ]
+            suites.append(
+                {
+                    "round": number,
+                    "job": job,
+                    "time": _finite_seconds(figures.get("client_job_complete_seconds")),
+                    "cases": cases,
+                }
+            )
+    else:
+        for index, started in enumerate(rounds):
+            in_progress = error is not None and index == len(rounds) - 1
+            classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
+            cases = []
+            for pod in started.get("pods") or []:
+                name = _pod_name(pod)
+                if not in_progress:
+                    cases.append(_case(classname, name, _pod_seconds(pod)))
+                elif error is not None and name == error[2]:
+                    cases.append(_case(classname, name, _pod_seconds(pod), "failure", error[1], error[1]))
+                elif error is not None and error[2] is not None:
+                    reason = f"not judged: validation stops at the first invalid episode ({error[2]})"
+                    cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
+                else:
+                    code = error[0] if error is not None else 0
+                    how = "was interrupted" if code == EXIT_INTERRUPTED else f"stopped (exit {code})"
+                    reason = f"not validated: the run {how} with this pod in phase {_pod_phase(pod)}"
+                    cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
+            suites.append(
+                {
+                    "round": started["round"],
+                    "job": started["job"],
+                    "time": _job_seconds(started.get("job_object")),
+                    "cases": cases,
+                }
+            )
+    if not suites:
+        suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
+    last = suites[-1]["cases"]
+    episode_failed = error is not None and error[2] is not None and results is None
+    if (
+        episode_failed
+        and error is not None
+        and not any(case["outcome"] == "failure" for suite in suites for case in suite["cases"])
+    ):  # the invalid pod is not in pods.json (it was never listed)
+        job = suites[-1]["job"] or JOB_NAME
+        last.append(_case(f"{JUNIT_SUITE_NAME}.{job}", str(error[2]), 0.0, "failure", error[1], error[1]))
+    if error is not None and error[0] != EXIT_THRESHOLD and not episode_failed:
+        last.append(_case(JUNIT_SUITE_NAME, "run", 0.0, "error", error[1], error[1]))
+    for metric, limit in sorted(thresholds.items()):
+        name = f"threshold {metric} <= {limit:g} s"
+        classname = f"{JUNIT_SUITE_NAME}.thresholds"
+        value = results.get(metric) if results is not None else None
+        if results is None:
+            last.append(_case(classname, name, 0.0, "skipped", "not judged: the run did not validate"))
+        elif optional_number(value) is None:
+            last.append(_case(classname, name, 0.0, "skipped", f"{metric} is not in results.json"))
+        else:
+            breaches = check_thresholds(results, {metric: limit})
+            figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
+            if breaches:
+                last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breaches[0]}", figure))
+            else:
+                last.append(_case(classname, name, 0.0, text=figure))
+    return suites
+
+
+def render_junit_xml(suites: List[Dict[str, Any]], properties: Dict[str, str]) -> str:
+    """JUnit XML as GitLab's test reports and GitHub's JUnit actions read it: <testsuites>, one
+    <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
+    from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
+
+    def count(cases: List[Dict[str, Any]], outcome: str) -> str:
+        return str(sum(1 for case in cases if case["outcome"] == outcome))
+
+    def short(message: str) -> str:
+        text = xml_safe(message)
+        return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
+
+    every_case = [case for suite in suites for case in suite["cases"]]
+    root = ElementTree.Element(
+        "testsuites",
+        name=JUNIT_SUITE_NAME,
+        tests=str(len(every_case)),
+        failures=count(every_case, "failure"),
+        errors=count(every_case, "error"),
+        skipped=count(every_case, "skipped"),
+        time=f"{sum(suite['time'] for suite in suites):.3f}",
+    )
+    seen: Dict[Tuple[str, str], int] = {}
+    for suite in suites:
+        cases = suite["cases"]
+        element = ElementTree.SubElement(
+            root,
+            "testsuite",
+            name=JUNIT_SUITE_NAME,
+            tests=str(len(cases)),
+            failures=count(cases, "failure"),
+            errors=count(cases, "error"),
+            skipped=count(cases, "skipped"),
+            time=f"{suite['time']:.3f}",
+        )
+        suite_properties = dict(properties)
+        if suite["round"] is not None:
+            suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
+        holder = ElementTree.SubElement(element, "properties")
+        for key, value in sorted(suite_properties.items()):
+            ElementTree.SubElement(holder, "property", name=xml_safe(key), value=xml_safe(value))
+        for case in cases:
+            classname, name = xml_safe(case["classname"]), xml_safe(case["name"])
+            seen[(classname, name)] = seen.get((classname, name), 0) + 1
+            if seen[(classname, name)] > 1:  # test names must be unique
+                name = f"{name} #{seen[(classname, name)]}"
+            testcase = ElementTree.SubElement(
+                element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
+            )
+            if case["outcome"] == "failure":
+                ElementTree.SubElement(testcase, "failure", message=short(case["message"])).text = xml_safe(
+                    case["text"]
+                )
+            elif case["outcome"] == "error":
+                ElementTree.SubElement(testcase, "error", message=short(case["message"])).text = xml_safe(case["text"])
+            elif case["outcome"] == "skipped":
+                ElementTree.SubElement(testcase, "skipped", message=short(case["message"]))
+            elif case["text"]:
+                ElementTree.SubElement(testcase, "system-out").text = xml_safe(case["text"])
+    ElementTree.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
+
+
+def _metric_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _metric_label_value(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _metric_number(value: Any) -> Optional[str]:
+    """A sample value as the exposition format writes it; None for what it must not carry (NaN, Inf)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value)) if math.isfinite(value) else None
+
+
+def render_metrics(
+    results: Optional[Dict[str, Any]], labels: Dict[str, str], exit_code: int, finished_at: float
+) -> str:
+    """The run's figures as rl_batch_demo_* gauges in the Prometheus text exposition format
+    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
+    samples together. Figures exist only for a validated run; exit code and time always."""
+    families: List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]] = [
+        (
+            "exit_code",
+            "Exit code of the last run (0 success, 1 episode invalid, 4 timeout, 5 budget breached; see --help).",
+            [({}, exit_code)],
+        ),
+        (
+            "validated",
+            "1 when every episode of the last run validated and results.json was written, else 0.",
+            [({}, int(results is not None))],
+        ),
+        (
+            "last_run_timestamp_seconds",
+            "When the last run ended: client wall clock, epoch seconds.",
+            [({}, finished_at)],
+        ),
+    ]
+    if results is not None:
+        families += [
+            ("episodes", "Episodes run (episodes per round x rounds).", [({}, results.get("episodes"))]),
+            ("successful_episodes", "Episodes that validated.", [({}, results.get("successful_episodes"))]),
+            ("reward_sum", "Sum of the episodes' rewards.", [({}, results.get("reward_sum"))]),
+        ]
+        for metric in THRESHOLD_METRICS:
+            families.append(
+                (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
+            )
+        phases = results.get("phases") or {}
+        for stat in ("p50", "p95", "max"):
+            samples = [({"phase": phase[: -len("_seconds")]}, (phases.get(phase) or {}).get(stat)) for phase in PHASES]
+            families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
+        families.append(
+            (
+                "phase_samples",
+                "Episodes with a value for each phase.",
+                [({"phase": p[: -len("_seconds")]}, (phases.get(p) or {}).get("samples")) for p in PHASES],
+            )
+        )
+    lines = []
+    for suffix, help_text, samples in families:
+        written = [
+            (extra, text)
+            for extra, text in ((extra, _metric_number(value)) for extra, value in samples)
+            if text is not None
+        ]
+        if not written:
+            continue
+        name = METRICS_PREFIX + suffix
+        lines.append(f"# HELP {name} {_metric_help(help_text)}")
+        lines.append(f"# TYPE {name} gauge")
+        for extra, text in written:
+            merged = {**labels, **extra}
+            label_text = ",".join(f'{key}="{_metric_label_value(merged[key])}"' for key in sorted(merged))
+            lines.append(f"{name}{{{label_text}}} {text}")
+    return "\n".join(lines) + "\n"
+
+
 # Pure core: timeline picture ##################################################
 
 
@@ -2503,6 +2820,8 @@ def append_step_summary(markdown: str) -> None:
 
 
 def cleanup_command(output: Path) -> str:
+    if invoked_as() is not None:  # a kubectl plugin or the installed command
+        return f"{invoked_as()} cleanup --output {shlex.quote(str(output))}"
     script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
     return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
 
@@ -3112,6 +3431,97 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     return None
 
 
+def cmd_run_reported(args: argparse.Namespace) -> int:
+    """`run`, then its --junit and --metrics-file reports, written whatever the outcome:
+    CI needs them most when the run failed. Reports never change the run's exit code,
+    except that a report that cannot be written fails an otherwise successful run."""
+    if args.dry_run or not (args.junit or args.metrics_file):
+        return cmd_run(args)
+    output = Path(args.output)
+    fresh = not (output.exists() or output.is_symlink())  # only then is what DIR holds this run's
+    code = EXIT_OK
+    stopped: Optional[BaseException] = None
+    error: Optional[DemoError] = None
+    try:
+        code = cmd_run(args)
+    except DemoError as failure:
+        stopped = error = failure
+    except KeyboardInterrupt as interrupt:
+        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
+    problems = write_ci_reports(args, output if fresh else None, error)
+    if stopped is not None:
+        raise stopped
+    if problems:
+        raise DemoError(f"the run succeeded but {'; '.join(problems)}", EXIT_USAGE)
+    return code
+
+
+def _read_json_file(path: Path) -> Any:
+    """A JSON file this run wrote, or None when it is absent or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
+    """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
+    receipt = _read_json_file(output / "receipt.json")
+    jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
+    started = []
+    for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
+        round_dir = output if rounds == 1 else output / f"round-{number}"
+        name = job.get("name") if isinstance(job, dict) else None
+        listing = _read_json_file(round_dir / "pods.json")
+        items = listing.get("items") if isinstance(listing, dict) else None
+        job_object = _read_json_file(round_dir / "job.json")
+        started.append(
+            {
+                "round": number,
+                "job": str(name or job_name_for(number, rounds)),
+                "pods": [pod for pod in items if isinstance(pod, dict)] if isinstance(items, list) else None,
+                "job_object": job_object if isinstance(job_object, dict) else None,
+            }
+        )
+    return started
+
+
+def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
+    """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
+    not this run's, so nothing in it is read). Returns what could not be written."""
+    results = _read_json_file(output / "results.json") if output is not None else None
+    results = results if isinstance(results, dict) and "episodes" in results else None
+    problems = []
+    if args.junit:
+        started = rounds_on_disk(output, args.rounds) if output is not None and results is None else []
+        failure = None
+        if error is not None:
+            failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
+        receipt = _read_json_file(output / "receipt.json") if output is not None else None
+        properties = {"exit_code": str(error.exit_code if error is not None else EXIT_OK)}
+        if isinstance(receipt, dict):
+            properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
+        suites = junit_suites(results, started, dict(args.threshold or []), failure)
+        try:
+            write_atomic(Path(args.junit), render_junit_xml(suites, properties))
+        except OSError as oops:
+            problems.append(f"the JUnit report {args.junit} could not be written ({oops.strerror or oops})")
+    if args.metrics_file:
+        labels = {
+            "runtime": args.runtime,
+            "image": args.image,
+            "parallelism": str(args.parallelism if args.parallelism is not None else args.count),
+        }
+        exit_code = error.exit_code if error is not None else EXIT_OK
+        try:
+            write_atomic(Path(args.metrics_file), render_metrics(results, labels, exit_code, time.time()))
+        except OSError as oops:
+            problems.append(f"the metrics file {args.metrics_file} could not be written ({oops.strerror or oops})")
+    for problem in problems:
+        say_stderr(f"warning: {problem}")
+    return problems
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     receipt = read_receipt(output)
@@ -3227,10 +3637,25 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _ci_report_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("CI reports (written on failure too; see the README's CI section)")
+    group.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
+    )
+    group.add_argument(
+        "--metrics-file",
+        metavar="FILE",
+        help="write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
+        "(node_exporter's textfile collector, a Pushgateway)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="rl-batch-demo",
+        prog=program_name(),
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
         epilog=EXIT_CODES_HELP,
@@ -3314,7 +3739,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
     _cluster_options(run)
-    run.set_defaults(handler=cmd_run, subparser=run)
+    _ci_report_options(run)
+    run.set_defaults(handler=cmd_run_reported, subparser=run)
 
     cleanup = commands.add_parser(
         "cleanup",
@@ -3388,6 +3814,32 @@ def sanity_check(args: argparse.Namespace) -> None:
         )
     if args.rounds > MAX_ROUNDS:
         parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
+
+
+class _Invocation:
+    """How this process was started; plugin_main sets `plugin` before main runs."""
+
+    plugin = False
+
+
+def invoked_as() -> Optional[str]:
+    """The command the user typed to start this tool, when it is not `python3 FILE`:
+    `kubectl rl-batch-demo` as a kubectl plugin, `rl-batch-demo` as the installed command."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if _Invocation.plugin or name in PLUGIN_FILE_NAMES:
+        return PLUGIN_COMMAND
+    return INSTALLED_COMMAND if name == INSTALLED_COMMAND else None
+
+
+def program_name() -> str:
+    """argparse's prog: what the usage lines call this tool."""
+    return PLUGIN_COMMAND if invoked_as() == PLUGIN_COMMAND else INSTALLED_COMMAND
+
+
+def plugin_main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the installed kubectl-rl_batch_demo: `kubectl rl-batch-demo ...`."""
+    _Invocation.plugin = True
+    return main(argv)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
