@@ -41,7 +41,7 @@ def passing_results(rounds: int = 1, per_round: int = 3) -> dict[str, Any]:
             pod = make_pod(name, finished=f"2026-11-29T10:00:0{index + 4}Z")
             events = make_events(name, JOB_CREATED_AT + 2.0 + index, JOB_CREATED_AT + 2.5 + index)
             row = demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here")
-            row.update(batch_start=JOB_CREATED_AT, round=number, job=job)
+            row.round, row.job = number, job
             rows.append(row)
         round_results.append({"round": number, "job": job, "client_job_complete_seconds": 7.25 + number})
     results = demo.batch_figures(rows)
@@ -57,7 +57,7 @@ def passing_results(rounds: int = 1, per_round: int = 3) -> dict[str, Any]:
         nodes=demo.node_spread(rows),
         image_ids=["sha"],
         round_results=round_results,
-        pods=rows,
+        pods=[row.to_json() for row in rows],
     )
     return results
 
