@@ -170,21 +170,30 @@ class StrictnessTest(FakeKubectlTestCase):
             stderr="error: you may only specify a single resource type",
         )
         self.fails(
-            "get", "job", "rollout", "-n", NS, stderr='Error from server (NotFound): jobs.batch "rollout" not found'
+            "get",
+            "job",
+            "rollout",
+            "-n",
+            NS,
+            "-o",
+            "json",
+            stderr='Error from server (NotFound): jobs.batch "rollout" not found',
         )
         self.fails(
             "get",
             "runtimeclass",
             "nope",
+            "-ojson",
             stderr='Error from server (NotFound): runtimeclasses.node.k8s.io "nope" not found',
         )
         self.fails(
             "get",
             "pods",
             "-o",
-            "yaml",
-            stderr="error: unable to match a printer suitable for the "
-            'output format "yaml", allowed formats are: json,name',
+            "bogus",
+            stderr='error: unable to match a printer suitable for the output format "bogus", allowed formats are: '
+            "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
+            "jsonpath-file,name,template,templatefile,wide,yaml",
         )
         self.fails(
             "delete",
@@ -200,18 +209,48 @@ class StrictnessTest(FakeKubectlTestCase):
             stderr='error: invalid argument "abc" for "--tail" flag: '
             "strconv.ParseInt: parsing \"abc\": invalid syntax\nSee 'kubectl logs --help' for usage.",
         )
+        self.fails(
+            "config", "bogus", stderr="error: unknown command \"bogus\"\nSee 'kubectl config -h' for help and examples"
+        )
         # every call is recorded, rejected ones included
-        self.assertEqual(len(self.cluster.calls()), 14)
+        self.assertEqual(len(self.cluster.calls()), 15)
         self.assertEqual(self.cluster.calls()[0], ["get", "jobs", "--foo"])
 
+    def test_refuses_what_the_tool_never_sends(self) -> None:
+        """Real kubectl accepts these; the fake says it does not implement them (exit 1)."""
+        for args, what in (
+            (["get", "pods"], "get without -o json"),
+            (["get", "pods", "-o", "yaml"], "get -o yaml (only -o json)"),
+            (["get", "pods", "-o", "name"], "get -o name (only -o json)"),
+            (["get", "pods", "--chunk-size=0", "-o", "json"], "kubectl get --chunk-size"),
+            (["get", "pods", "-A", "-o", "json"], "kubectl get -A"),
+            (["get", "pod/x", "-o", "json"], "get TYPE/NAME (use get TYPE NAME)"),
+            (["get", "pods", "-w", "-o", "json"], "get -w without --output-watch-events"),
+            (["config", "current-context"], "kubectl config current-context"),
+            (["config", "view"], "config view without --minify -o json"),
+            (["version"], "version without -o json"),
+            (["create", "-f", "-"], "create without -o json"),
+            (
+                ["delete", "job", "x", "--cascade=background"],
+                "delete job --cascade=background (only --cascade=foreground)",
+            ),
+            (["delete", "job", "x", "--ignore-not-found"], "kubectl delete --ignore-not-found"),
+            (["delete", "pods", "x"], "delete pods"),
+            (["logs", "x", "-c", "episode", "--ignore-errors"], "kubectl logs --ignore-errors"),
+            (["logs", "x"], "logs without -c CONTAINER"),
+            (["logs", "x", "episode"], "logs POD CONTAINER (use -c CONTAINER)"),
+        ):
+            with self.subTest(args=args):
+                self.fails(*args, stderr=f"error: fake_kubectl does not support {what}", input="")
+
     def test_accepted_forms(self) -> None:
-        self.assertEqual(self.ok("config", "current-context"), "fake-ctx\n")
-        self.assertEqual(self.ok("get", "job", "x", "--ignore-not-found", "-nkube-system"), "")
-        self.assertEqual(
-            self.ok("--context=fake-ctx", "get", "ns", "default", "-o", "name", "--request-timeout", "30s"),
-            "namespace/default\n",
-        )
-        lst = json.loads(self.ok("get", "nodes", "-ojson", "--chunk-size=0"))
+        view = json.loads(self.ok("config", "view", "--minify", "-o", "json"))
+        self.assertEqual(view["current-context"], "fake-ctx")
+        self.assertEqual(view["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443")
+        self.assertEqual(self.ok("get", "job", "x", "--ignore-not-found", "-o", "json", "-nkube-system"), "")
+        ns = json.loads(self.ok("--context=fake-ctx", "get", "ns", "default", "-o", "json", "--request-timeout", "30s"))
+        self.assertEqual((ns["kind"], ns["metadata"]["name"]), ("Namespace", "default"))
+        lst = json.loads(self.ok("get", "nodes", "-ojson"))
         self.assertEqual(lst["kind"], "List")
         self.assertEqual([n["metadata"]["name"] for n in lst["items"]], ["node-a", "node-b"])
         self.assertEqual(lst["metadata"], {"resourceVersion": ""})
@@ -235,10 +274,12 @@ class KubeconfigTest(FakeKubectlTestCase):
         super().setUp()
 
     def test_required_kubeconfig(self) -> None:
-        self.assertEqual(self.ok("--kubeconfig", self.kc, "config", "current-context"), "a\n")
-        self.ok("get", "ns", "--context", "b", f"--kubeconfig={self.kc}")
+        view = json.loads(self.ok("--kubeconfig", self.kc, "config", "view", "--minify", "-o", "json"))
+        self.assertEqual(view["current-context"], "a")
+        self.ok("get", "ns", "--context", "b", f"--kubeconfig={self.kc}", "-o", "json")
         env = dict(self.cluster.env(), KUBECONFIG=self.kc)
-        self.assertEqual(self.kubectl("get", "ns", "default", "-o", "name", env=env).stdout, "namespace/default\n")
+        ns = json.loads(self.kubectl("get", "ns", "default", "-o", "json", env=env).stdout)
+        self.assertEqual(ns["metadata"]["name"], "default")
         self.fails(
             "--context",
             "b",
@@ -246,7 +287,9 @@ class KubeconfigTest(FakeKubectlTestCase):
             "ns",
             stderr="Error in configuration: context was not found for specified context: b",
         )
-        self.fails("config", "current-context", stderr="error: current-context is not set")
+        self.fails(
+            "config", "view", "--minify", "-o", "json", stderr="error: current-context must exist in order to minify"
+        )
         self.fails(
             "--kubeconfig",
             self.kc + ".missing",
@@ -354,8 +397,10 @@ class CycleTest(FakeKubectlTestCase):
         self.assertEqual(self.cluster.objects("Pod", NS), [])
         self.assertEqual(self.ok("delete", "namespace", NS, "--wait=false"), f'namespace "{NS}" deleted\n')
         time.sleep(0.4)
-        self.assertEqual(self.cluster.objects("Namespace", NS), [])
-        self.fails("get", "namespace", NS, stderr=f'Error from server (NotFound): namespaces "{NS}" not found')
+        self.assertNotIn(NS, [ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")])
+        self.fails(
+            "get", "namespace", NS, "-o", "json", stderr=f'Error from server (NotFound): namespaces "{NS}" not found'
+        )
 
     def test_logs_selector_tail_and_prefix(self) -> None:
         self.cluster.close()
