@@ -133,9 +133,16 @@ class FakeCluster:
             nodes=DEFAULT_NODES if nodes is None else nodes,
         )
         wrapper = self.bin_dir / "kubectl"
-        # -S: the fake needs only the standard library, and skipping site-packages (and any .pth
-        # files there) is most of an interpreter's start-up time.
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_KUBECTL}" "$@"\n')
+        # Start-up time matters: every kubectl call of a test starts the fake.  -S skips
+        # site-packages (the fake needs only the standard library), and the fake's modules are
+        # compiled once per cluster into its own bytecode cache, even where the environment
+        # sets PYTHONDONTWRITEBYTECODE (which would otherwise recompile them on every call).
+        pycache = self._base / "pycache"
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f"PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX={shlex.quote(str(pycache))} "
+            f'exec "{sys.executable}" -S "{FAKE_KUBECTL}" "$@"\n'
+        )
         wrapper.chmod(0o755)
 
     def _write_kubeconfig(self, path: pathlib.Path) -> None:

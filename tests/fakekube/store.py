@@ -35,7 +35,6 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 from .common import (
     CLUSTER_SCOPED,
     RESOURCES,
-    KubectlError,
     read_json,
     write_json_atomic,
     write_text_atomic,
