@@ -17,7 +17,7 @@ import time
 import unittest
 from typing import Any, ClassVar, Dict, List, Optional
 
-from tests.fakecluster import FakeCluster
+from tests.fakecluster import FakeCluster, fake_module
 
 WORKER = r"""
 import json, os, time
@@ -556,6 +556,74 @@ class FaultTest(FakeKubectlTestCase):
         self.assertLess(time.monotonic() - start, 5)
         out = self.ok("get", "ns", "default", "-w", "-o", "json", "--output-watch-events")
         self.assertEqual(json.loads(out)["type"], "ADDED")
+
+
+class StoreTest(unittest.TestCase):
+    """The per-object store (tests/fakekube/store.py) that every kubectl call and controller shares."""
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.cluster = FakeCluster(pathlib.Path(self._tmp.name))
+        self.addCleanup(self.cluster.close)
+        self.store = fake_module().Store(str(self.cluster.state_dir))
+
+    def config_map(self, name: str, namespace: str = "default") -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
+
+    def test_resource_versions_files_and_change_log(self) -> None:
+        follower = self.store.follow({"ConfigMap"}, "default")
+        self.addCleanup(follower.close)
+        with self.store.tx() as tx:
+            tx.put(self.config_map("a"))
+            tx.put(self.config_map("b"))
+        with self.store.tx() as tx:
+            obj = tx.get("ConfigMap", "default", "a")
+            assert obj is not None
+            obj["data"] = {"k": "v"}
+            tx.put(obj)
+        a = self.store.get("ConfigMap", "default", "a")
+        b = self.store.get("ConfigMap", "default", "b")
+        assert a is not None and b is not None
+        self.assertGreater(int(a["metadata"]["resourceVersion"]), int(b["metadata"]["resourceVersion"]))
+        path = self.cluster.state_dir / "objects" / "ConfigMap" / "default" / "a.json"
+        self.assertEqual(json.loads(path.read_text())["data"], {"k": "v"})
+        self.assertEqual(follower.poll(), ["ConfigMap/default/a", "ConfigMap/default/b", "ConfigMap/default/a"])
+        self.assertEqual(follower.objects["ConfigMap/default/a"], a)
+        with self.assertRaises(RuntimeError), self.store.tx() as tx:  # a failed transaction writes nothing
+            tx.put(self.config_map("c"))
+            raise RuntimeError
+        self.assertIsNone(self.store.get("ConfigMap", "default", "c"))
+        self.assertEqual(follower.poll(), [])
+        self.assertEqual([o["metadata"]["name"] for o in self.store.list("ConfigMap", "default")], ["a", "b"])
+
+    def test_pending_deletions_vanish_at_their_time(self) -> None:
+        with self.store.tx() as tx:
+            tx.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}})
+            tx.put(self.config_map("inside", "doomed"))
+        follower = self.store.follow({"ConfigMap", "Namespace"})
+        self.addCleanup(follower.close)
+        with self.store.tx() as tx:
+            ns = tx.get("Namespace", None, "doomed")
+            assert ns is not None
+            tx.vanish_later(ns, 0.3)
+        self.assertEqual(follower.poll(), ["Namespace//doomed"])
+        ns = self.store.get("Namespace", None, "doomed")
+        assert ns is not None
+        self.assertIn("deletionTimestamp", ns["metadata"])
+        self.assertIsNotNone(self.store.get("ConfigMap", "doomed", "inside"))
+        time.sleep(0.35)
+        # gone for every reader at its time, before any writer has removed the files
+        self.assertIsNone(self.store.get("Namespace", None, "doomed"))
+        self.assertIsNone(self.store.get("ConfigMap", "doomed", "inside"))
+        self.assertEqual(self.store.list("ConfigMap", "doomed"), [])
+        self.assertTrue(follower.is_gone("ConfigMap/doomed/inside", time.time()))
+        self.assertEqual(self.cluster.objects("ConfigMap", "doomed"), [])
+        with self.store.tx():  # the next transaction carries the deletions out
+            pass
+        self.assertFalse((self.cluster.state_dir / "objects" / "ConfigMap" / "doomed" / "inside.json").exists())
+        self.assertEqual(sorted(follower.poll()), ["ConfigMap/doomed/inside", "Namespace//doomed"])
+        self.assertEqual([k for k in follower.objects if "doomed" in k], [])
 
 
 def read_watch_until(proc: subprocess.Popen, done: Any, timeout: float = 15) -> List[dict]:
