@@ -623,7 +623,7 @@ def spawn_controller(state: str, namespace: str, job: str, uid: str) -> None:
     env[STATE_ENV] = state
     with open(os.path.join(cdir, token + ".log"), "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-B", "-S", ENTRY_SCRIPT],
+            [sys.executable, "-S", ENTRY_SCRIPT],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
