@@ -115,6 +115,7 @@ class JobController:
         self.stats_path = os.path.join(state, "controllers", f"{namespace}__{job}.stats.json")
         self.pod_names: List[str] = []
         self.completed_at: Optional[float] = None
+        self.synced: Optional[Tuple[int, int, int, int]] = None  # the counts sync_status last wrote
 
     # -- helpers -------------------------------------------------------------
 
@@ -300,6 +301,9 @@ class JobController:
         ready = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
         succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
         failed = sum(1 for s in self.sims if s.outcome == "Failed")
+        if (active, ready, succeeded, failed) == self.synced:
+            return  # only this controller writes the Job's status: nothing to do, no transaction
+        self.synced = (active, ready, succeeded, failed)
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
             if j is None:
