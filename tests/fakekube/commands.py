@@ -122,19 +122,15 @@ class Invocation:
             return [], None
         return list(self.cluster.get("contexts") or []), self.cluster.get("current_context")
 
-    def check_context(self, needs_server: bool = True) -> str:
+    def check_context(self) -> None:
+        """The context to talk to must exist: --context's, else the current one."""
         ctx = self.flags.get("context") or ""
-        if ctx:
-            if ctx not in self.contexts:
-                raise KubectlError(f"Error in configuration: context was not found for specified context: {ctx}")
-            return ctx
-        if self.current_context and self.current_context in self.contexts:
-            return self.current_context
-        if needs_server:
+        if ctx and ctx not in self.contexts:
+            raise KubectlError(f"Error in configuration: context was not found for specified context: {ctx}")
+        if not ctx and not (self.current_context and self.current_context in self.contexts):
             raise KubectlError(
                 "The connection to the server localhost:8080 was refused - did you specify the right host or port?"
             )
-        return ""
 
     # -- faults ------------------------------------------------------------
 

@@ -206,9 +206,6 @@ class Tx:
     def in_namespace(self, namespace: str) -> List[dict]:
         return [o for rt in RESOURCES if rt.namespaced for o in self.list(rt.kind, namespace)]
 
-    def is_vanishing(self, obj: dict) -> bool:
-        return key_of(obj) in self.vanish
-
     # -- writes --------------------------------------------------------------------------------
 
     def bump(self) -> str:
