@@ -2387,6 +2387,7 @@ class Kubectl:
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
         timing: Timing = TIMING,
         calls: Optional[List[Dict[str, Any]]] = None,
+        origin: Optional[float] = None,
     ) -> None:
         self.executable = executable
         self.context = context
@@ -2394,6 +2395,7 @@ class Kubectl:
         self.process_timeout = process_timeout
         self.timing = timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
+        self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
@@ -2406,6 +2408,7 @@ class Kubectl:
             process_timeout=self.process_timeout,
             timing=self.timing,
             calls=self.calls,
+            origin=self.origin,
         )
 
     def argv(
@@ -2431,7 +2434,7 @@ class Kubectl:
 
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
-        record: Dict[str, Any] = {"argv": argv[1:]}
+        record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
         self.calls.append(record)
         try:
             completed = subprocess.run(
@@ -2502,7 +2505,7 @@ class Kubectl:
         limit = timeout or self.process_timeout
         while True:
             started = time.monotonic()
-            record: Dict[str, Any] = {"argv": argv[1:]}
+            record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
             self.calls.append(record)
             try:
                 process = subprocess.Popen(
@@ -2634,7 +2637,7 @@ class Kubectl:
             namespace,
             request_timeout=f"{math.ceil(seconds)}s",
         )
-        record: Dict[str, Any] = {"argv": argv[1:], "watch": True}
+        record: Dict[str, Any] = {"argv": argv[1:], "watch": True, "started": round(time.monotonic() - self.origin, 3)}
         self.calls.append(record)
         try:
             process = subprocess.Popen(
@@ -3111,11 +3114,11 @@ def wait_for_job(
                         )
             elif tag == "pods" and event is not None:
                 pod = event.get("object")
-                name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+                pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     record_pod_sighting(sightings, pod, wall)
-                    if isinstance(name, str) and name:
-                        last_pods[name] = pod
+                    if isinstance(pod_name, str) and pod_name:
+                        last_pods[pod_name] = pod
                 elif event.get("type") == "DELETED":
                     deleted = True
             if not job_stream_open and time.monotonic() >= next_poll:

@@ -432,6 +432,12 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
                 raise KubectlError(f'error: the path "{f}" does not exist')
             raise not_supported("create -f FILE (only -f - is implemented)")
     check_output_json(flags.get("output", ""), "create")
+    validate = flags.get("validate", "strict")
+    if validate not in ("strict", "true", "warn", "ignore", "false"):
+        # kubectl v1.32's wording (cmdutil.GetValidationDirective)
+        raise KubectlError(
+            f'error: invalid - validate option "{validate}"; must be one of: strict (or true), warn, ignore (or false)'
+        )
     stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
     inv.check_context()
     if not stdin.strip():
