@@ -1621,10 +1621,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
         index: Optional[int] = None if collected.indexed else position
         try:
-            if tolerated:
-                pod_failure(pod, pod_inspect)
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
+            if tolerated:
+                pod_failure(pod, pod_inspect)
             events = episode_events(
                 name,
                 collected.logs.get(name) if name in collected.logs else None,
@@ -4253,7 +4253,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--worker",
         metavar="FILE.py",
-        help="your episode worker instead of the built-in one (the show-worker command prints a template); it must emit one "
+        help="your episode worker instead of the built-in one (show-worker prints a template); it must emit one "
         "ready and one reward event with a finite numeric reward",
     )
     run.add_argument(
