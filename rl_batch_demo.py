@@ -12,8 +12,10 @@ Usage:
     python3 rl_batch_demo.py check   [--count N] [--runtime R] [--image I]
     python3 rl_batch_demo.py run     --output DIR [--count N] [--parallelism P] [--rounds K]
                                      [--image I] [--runtime R|none] [--cleanup POLICY]
+                                     [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
     python3 rl_batch_demo.py cleanup --output DIR
     python3 rl_batch_demo.py compare DIR [DIR ...] [--format text|markdown|json]
+    python3 rl_batch_demo.py show-worker [--template]
 
 Every run works in its own namespace (agc-rl-<12 hex>) and writes receipt.json before it
 creates anything, so `cleanup` can later delete exactly what the run created, after checking

@@ -678,5 +678,34 @@ class OldClusterTest(unittest.TestCase):
         self.assertEqual(calls, [])
 
 
+class ReadmeExampleTest(unittest.TestCase):
+    """The README's complete example runs as shown: its worker on its tasks gives its rewards.jsonl."""
+
+    def blocks(self) -> List[str]:
+        text = (Path(demo.__file__).resolve().parent / "README.md").read_text(encoding="utf-8")
+        section = text.split("## Plugging in a real model", 1)[1].split("\n## ", 1)[0]
+        return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
+
+    def test_the_example(self) -> None:
+        tasks_block, worker_block, command_block, rewards_block = self.blocks()[:4]
+        tasks = demo.parse_tasks(tasks_block.encode(), "README")
+        self.assertIn("--worker my_worker.py --tasks tasks.jsonl", command_block)
+        expected = [json.loads(line) for line in rewards_block.splitlines()]
+        job_created = time.time() - 2
+        with tempfile.TemporaryDirectory() as root:
+            source = worker_block.replace("/dev/termination-log", str(Path(root, "termination-log")))
+            source = source.replace("/demo/tasks.jsonl", str(Path(root, "tasks.jsonl")))
+            Path(root, "tasks.jsonl").write_text(demo.tasks_text(tasks))
+            runs = [run_worker(source, None, i, expected[i]["pod"]) for i in range(len(tasks))]
+        pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
+        collected = collected_for(pods, logs, job_for(job_created), count=len(tasks), tasks=tasks)
+        rows, figures = demo.analyse_round(collected, "ns/rollout")
+        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, []).splitlines()]
+        self.assertEqual(lines, expected)
+        self.assertEqual((figures["reward_sum"], figures["reward_min"], figures["reward_max"]), (2.0, 0.0, 1.0))
+        self.assertAlmostEqual(figures["reward_mean"], 2 / 3)
+
+
 if __name__ == "__main__":
     unittest.main()
