@@ -2328,6 +2328,17 @@ def junit_suites(
                 for row in results.get("pods") or []
                 if row.get("round", 1) == number
             ]
+            cases += [  # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+                _case(
+                    f"{JUNIT_SUITE_NAME}.{job}",
+                    str(entry.get("pod")),
+                    0.0,
+                    "skipped",
+                    f"left out of the figures (--max-failed-episodes): {entry.get('cause')}",
+                )
+                for entry in results.get("failed_episodes") or []
+                if entry.get("round", 1) == number
+            ]
             suites.append(
                 {
                     "round": number,

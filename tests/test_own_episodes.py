@@ -446,6 +446,10 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         self.assertEqual([line["reward"] for line in lines], [0.0, None, 1.0, None])
         self.assertEqual([line["failure"] is None for line in lines], [True, False, True, False])
         self.assertIn("2 failed episode(s) left out of the reward figures", demo.render_summary(results))
+        suites = demo.junit_suites(results, [], {}, None)
+        skipped = [case for case in suites[0]["cases"] if case["outcome"] == "skipped"]
+        self.assertEqual(sorted(case["name"] for case in skipped), ["rollout-1-x", "rollout-3-x"])
+        self.assertIn("--max-failed-episodes", skipped[0]["message"])
 
     def test_a_complete_job_with_invalid_events_is_also_accepted_within_k(self) -> None:
         self.pods[1]["status"]["phase"] = "Succeeded"
