@@ -4266,7 +4266,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--worker",
         metavar="FILE.py",
-        help="your episode worker instead of the built-in one (show-worker prints a template); it must emit one "
+        help="your episode worker instead of the built-in one (show-worker prints one to start from); it must emit one "
         "ready and one reward event with a finite numeric reward",
     )
     run.add_argument(
@@ -4951,13 +4951,16 @@ The event protocol (what rl-batch-demo checks):
 Runs as UID 1000 with the standard library of the image's Python; /demo is read-only, the
 episode's own emptyDir is /workspace and goes with the pod: upload what you keep before exiting.
 """
-import json
-import os
-import pathlib
-import sys
 import time
 
-STARTED_AT = time.time()
+STARTED_AT = time.time()  # before the other imports, so that the figures show their cost
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+
+IMPORTS_DONE_AT = time.time()
 EPISODE_ID = os.environ["EPISODE_ID"]
 INDEX = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))  # set by Kubernetes in an Indexed Job
 TASKS = pathlib.Path(os.environ.get("RL_DEMO_TASKS", "/demo/tasks.jsonl"))  # from --tasks
@@ -5002,7 +5005,7 @@ def grade(task, answer):
 def main():
     task = read_task()
     WORKSPACE.joinpath("task.json").write_text(json.dumps(task))  # prepare the environment
-    emit("ready", process_started_at=STARTED_AT)
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
     try:
         reward, info = grade(task, act(task))
     except Exception as error:  # the episode ran but the work failed: a reward of 0, with the reason
