@@ -9,6 +9,7 @@ wrote (its log, its termination message, its exit code)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Callable, List, Optional, Tuple
@@ -220,7 +221,7 @@ def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> T
                 res.append(ln)
         return res
 
-    def rewrite_field(lines: List[str], event: str, field: str, value: Any) -> List[str]:
+    def rewrite_field(event: str, field: str, value: Any, lines: List[str]) -> List[str]:
         res = []
         for ln in lines:
             v = _json_line(ln)
@@ -238,9 +239,8 @@ def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> T
             if len(line) < 1024:  # what a termination message could carry; the API server's JSON is UTF-8
                 message = line.decode("utf-8", errors="replace") + message
         elif mode in HOSTILE_FIELDS:
-            event, field, value = HOSTILE_FIELDS[mode]
-            log = per_text(log, lambda lines: rewrite_field(lines, event, field, value))
-            message = per_text(message, lambda lines: rewrite_field(lines, event, field, value))
+            rewrite = functools.partial(rewrite_field, *HOSTILE_FIELDS[mode])
+            log, message = per_text(log, rewrite), per_text(message, rewrite)
         elif mode == "exit1":
             rc = 1
         elif mode == "duplicate_ready":
