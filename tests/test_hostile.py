@@ -1,0 +1,146 @@
+"""The hostile-episode matrix, end to end through the fake kubectl (the real wire path).
+
+The fake's worker prints each hostile input, in its log and, where the API server could carry it,
+in its termination message (tests/fakekube/faults.py: HOSTILE_LINES, HOSTILE_FIELDS). Every row
+ends in its documented outcome (README: "Faults and what the tool does"), with no traceback, no
+control byte on stdout or stderr, strict JSON in every file, and `--cleanup always` leaving no
+namespace behind."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from typing import Any
+
+import rl_batch_demo as demo
+from tests.fakecluster import FakeCluster
+
+SCRIPT = str(Path(demo.__file__).resolve())
+CLEANUP = ("--cleanup", "always")
+
+# Inputs the client must ignore as noise: one run, one episode each, and the run succeeds.
+NOISE = (
+    "hostile_invalid_utf8",
+    "hostile_nul",
+    "hostile_control",
+    "hostile_cr_injection",
+    "hostile_u2028_injection",
+    "hostile_forged_prefix",
+    "hostile_long_line",
+    "hostile_huge_log",
+)
+# Inputs that invalidate the episode: (mode, what the one error line says).
+INVALID = (
+    ("hostile_nesting", "malformed JSON event (nested too deeply)"),
+    ("hostile_huge_number", "no finite numeric 'at'"),
+    ("hostile_nan", "NaN is not a JSON number"),
+    ("hostile_reward_true", "reward True with tests exit 0"),
+    ("hostile_reward_float", "reward 1.0 with tests exit 0"),
+    ("hostile_reward_string", "reward '1' with tests exit 0"),
+    ("hostile_ansi_id", "episode_id '\\x1b[2J\\x1b[31mforged\\nline'"),
+    ("hostile_surrogate_id", "episode_id '\\ud800'"),
+    ("hostile_markdown_id", "not the pod name"),
+)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} in a JSON output")
+
+
+class HostileEpisodeTest(unittest.TestCase):
+    def setUp(self) -> None:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-demo-hostile-")
+        self.addCleanup(scratch.cleanup)
+        self.root = Path(scratch.name)
+
+    def run_hostile(self, name: str, modes: list[str]) -> tuple[subprocess.CompletedProcess[bytes], Path, list[str]]:
+        """One run of len(modes) episodes, episode i printing modes[i], cleaned up always."""
+        cluster = FakeCluster(self.root / f"cluster-{name}", faults={"episode": dict(enumerate(modes))})
+        try:
+            before = {ns["metadata"]["name"] for ns in cluster.objects("Namespace")}
+            output = self.root / f"out-{name}"
+            summary = self.root / f"summary-{name}.md"
+            env = dict(cluster.env(), GITHUB_STEP_SUMMARY=str(summary))
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    SCRIPT,
+                    "run",
+                    "--count",
+                    str(len(modes)),
+                    "--output",
+                    str(output),
+                    "--quiet",
+                    *CLEANUP,
+                ],
+                env=env,
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+            left = sorted({ns["metadata"]["name"] for ns in cluster.objects("Namespace")} - before)
+            if summary.exists():
+                (output / "step-summary.md").write_bytes(summary.read_bytes())
+            return result, output, left
+        finally:
+            cluster.close()
+
+    def assert_contained(self, result: subprocess.CompletedProcess[bytes], output: Path, left: list[str]) -> None:
+        for stream in (result.stdout, result.stderr):
+            text = stream.decode("utf-8")  # strict: the tool writes only valid UTF-8
+            self.assertNotIn("Traceback", text)
+            self.assertTrue(all(char.isprintable() or char == "\n" for char in text), repr(text))
+        self.assertEqual(left, [], "--cleanup always left a namespace")
+        for path in output.rglob("*.json"):
+            json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        for path in output.glob("*.log"):
+            self.assertLessEqual(path.stat().st_size, demo.LOG_FILE_LIMIT + 200, path.name)
+        names = {pod["metadata"]["name"] for pod in json.loads((output / "pods.json").read_text())["items"]}
+        for path in output.iterdir():
+            if path.suffix == ".log":
+                self.assertIn(path.stem, names, "a log file named by something other than the pod listing")
+        summary = output / "step-summary.md"
+        if summary.exists():
+            lines = summary.read_text(encoding="utf-8").splitlines()
+            headings = [line for line in lines if line.startswith("#")]
+            self.assertTrue(all(line.startswith("### rl-batch-demo") for line in headings), headings)
+
+    def test_noise_is_ignored_and_the_run_succeeds(self) -> None:
+        result, output, left = self.run_hostile("noise", list(NOISE))
+        self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
+        self.assert_contained(result, output, left)
+        results = json.loads((output / "results.json").read_text())
+        self.assertEqual(results["reward_sum"], len(NOISE))
+        self.assertEqual(results["episodes"], len(NOISE))
+        saved = [path.read_bytes() for path in output.glob("*.log")]
+        self.assertTrue(any(b"[rl-batch-demo: log truncated at" in log for log in saved), "the 20 MB log was capped")
+        self.assertTrue(any(b"\xff\xfe\xfd not UTF-8" in log for log in saved), "the log was saved as bytes")
+
+    def test_each_invalid_input_fails_its_episode_by_name(self) -> None:
+        def one(row: tuple[str, str]) -> tuple[str, str, Any]:
+            mode, expected = row
+            return mode, expected, self.run_hostile(mode, [mode])
+
+        workers = min(4, os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(one, INVALID))
+        for mode, expected, (result, output, left) in outcomes:
+            with self.subTest(mode):
+                stderr = result.stderr.decode("utf-8")
+                self.assertEqual(result.returncode, demo.EXIT_EPISODE, stderr)
+                self.assert_contained(result, output, left)
+                [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+                self.assertIn("episode rollout-", error)
+                self.assertIn(expected, error)
+                self.assertFalse((output / "results.json").exists())
+                self.assertEqual(json.loads((output / "error.json").read_text())["exit_code"], demo.EXIT_EPISODE)
+
+
+if __name__ == "__main__":
+    unittest.main()
