@@ -318,7 +318,7 @@ class RunPlan:
     def job_watch(self, batch: Optional[Batch] = None, final: Optional[Dict[str, Any]] = None, **options: Any) -> Call:
         """The Job's watch: ADDED as created, then (once the pod watch has sent everything) its final state."""
         batch = batch or self.batch
-        final = batch.job_complete() if final is None else final
+        final = batch.final_job() if final is None else final
         chunks = [
             watch_event("ADDED", batch.job_running()),
             watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done", delay=0.05),
@@ -397,6 +397,7 @@ class KubectlStub:
         self.directory.mkdir(parents=True)
         self.bin_dir.mkdir()
         self.plan: List[Call] = []
+        self.groups = 0
         self._write_plan()
         wrapper = self.bin_dir / "kubectl"
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{STUB}" "$@"\n')
@@ -410,7 +411,23 @@ class KubectlStub:
         return {"PATH": str(self.bin_dir), "KUBECTL_STUB_DIR": str(self.directory)}
 
     def expect(self, *calls: Call) -> None:
-        self.plan.extend(calls)
+        """Append calls to the plan. Signal names are local to one expect(): two runs planned
+        one after the other each wait for their own watches."""
+        self.groups += 1
+        group = f"{self.groups}:"
+
+        def local(name: Optional[str]) -> Optional[str]:
+            return group + name if name else name
+
+        for call in calls:
+            self.plan.append(
+                dataclasses.replace(
+                    call,
+                    name=local(call.name) or "",
+                    wait_for=local(call.wait_for) or "",
+                    chunks=tuple(dataclasses.replace(chunk, wait_for=local(chunk.wait_for)) for chunk in call.chunks),
+                )
+            )
         self._write_plan()
 
     def _write_plan(self) -> None:

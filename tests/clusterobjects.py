@@ -182,6 +182,7 @@ class Batch:
         self.deadline_seconds = deadline_seconds
         self.legacy_labels = legacy_labels
         self.episodes = [self._episode(index) for index in range(count)]
+        self.final: Optional[Dict[str, Any]] = None  # the Job's last state, when not derived from the episodes
 
     # -- the objects ----------------------------------------------------------------
 
@@ -257,6 +258,14 @@ class Batch:
                 ],
             }
         )
+
+    def final_job(self) -> Dict[str, Any]:
+        """The Job once it ended: Failed (backoffLimit 0) as soon as one episode failed, else Complete."""
+        if self.final is not None:
+            return self.final
+        if any(episode.phase == "Failed" and episode.deleted_at is None for episode in self.episodes):
+            return self.job_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        return self.job_complete()
 
     def job_failed(self, reason: str, message: str) -> Dict[str, Any]:
         at = stamp(max(episode.finished for episode in self.episodes) + 1)

@@ -71,6 +71,7 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
                     json.dump(consumed, stream)
                 os.replace(consumed_path + ".tmp", consumed_path)
             problem = stdin_problem(entry, stdin)
+            problem = problem and f"{problem} (kubectl {' '.join(argv)})"
         record(
             directory, {"argv": argv, "stdin": stdin, "entry": index, "problem": problem or None, "pid": os.getpid()}
         )
