@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import marshal
 import math
 import os
 import sys
@@ -431,14 +432,20 @@ class KubectlStub:
         self._write_plan()
 
     def _write_plan(self) -> None:
-        (self.directory / "plan.json").write_text(json.dumps([call.to_json() for call in self.plan]))
+        entries = [call.to_json() for call in self.plan]
+        (self.directory / "plan").write_bytes(marshal.dumps(entries))  # what the stub reads
+        (self.directory / "plan.json").write_text(json.dumps(entries, indent=1))  # for people debugging
 
     def records(self) -> List[Dict[str, Any]]:
         """Every call the stub received, in order: argv, stdin, the plan entry it matched, a problem."""
-        path = self.directory / "calls.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = []
+        with contextlib.suppress(FileNotFoundError), open(self.directory / "calls", "rb") as stream:
+            while True:
+                try:
+                    records.append(marshal.load(stream))
+                except EOFError:
+                    break
+        return records
 
     def calls(self) -> List[List[str]]:
         return [record["argv"] for record in self.records()]
@@ -451,11 +458,8 @@ class KubectlStub:
         ]
 
     def leftover(self) -> List[Call]:
-        consumed = (
-            set(json.loads((self.directory / "consumed.json").read_text()))
-            if (self.directory / "consumed.json").exists()
-            else set()
-        )
+        path = self.directory / "consumed"
+        consumed = set(marshal.loads(path.read_bytes())) if path.exists() else set()
         return [call for index, call in enumerate(self.plan) if index not in consumed]
 
 

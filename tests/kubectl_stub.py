@@ -6,7 +6,7 @@ wrapper that execs this file first and alone on PATH. Each invocation:
 
 1. takes the lock (fcntl.flock on DIR/lock), finds the first planned entry not yet consumed
    whose "argv" equals its own argv (everything after `kubectl`), marks it consumed in
-   DIR/consumed.json and appends its call (argv, stdin, entry index, problem) to DIR/calls.jsonl;
+   DIR/consumed and appends its call (argv, stdin, entry index, problem) to DIR/calls;
 2. for a call that no entry matches, or whose stdin differs from the entry's, prints
    "kubectl stub: ..." on stderr and exits 1; the test's teardown fails on such a record;
 3. otherwise answers as planned: waits for "wait_for" signals and "sleep" seconds, writes
@@ -18,13 +18,15 @@ answer is written (DIR/signals/...), so one process can wait for another: the Jo
 Complete event waits until the pod watch has sent its events, as a real API server's order
 would have it. An entry with "repeat" answers any number of calls after the first.
 
-Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast.
+Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast: its
+state (DIR/plan, DIR/consumed, DIR/calls) is in `marshal` format, which needs no import, and
+json is imported only to compare a create's stdin. DIR/plan.json is the same plan for people.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
+import marshal
 import os
 import sys
 import time
@@ -34,26 +36,26 @@ SIGNAL_WAIT_LIMIT = 20.0  # a signal that never comes is a test bug: give up and
 HOLD_LIMIT = 120.0  # a held watch the tool forgot to kill ends by itself
 
 
-def read_json(path: str, default: object) -> object:
+def load(path: str, default: object) -> object:
     try:
-        with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
+        with open(path, "rb") as stream:
+            return marshal.load(stream)
     except FileNotFoundError:
         return default
 
 
 def record(directory: str, entry: object) -> None:
-    with open(os.path.join(directory, "calls.jsonl"), "a", encoding="utf-8") as stream:
-        stream.write(json.dumps(entry, sort_keys=True) + "\n")
+    with open(os.path.join(directory, "calls"), "ab") as stream:
+        marshal.dump(entry, stream)
 
 
 def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | None, dict, str]:
     """The planned entry for this call (index, entry) or the problem with it, recorded under the lock."""
     with open(os.path.join(directory, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        plan = read_json(os.path.join(directory, "plan.json"), [])
-        consumed_path = os.path.join(directory, "consumed.json")
-        consumed = read_json(consumed_path, [])
+        plan = load(os.path.join(directory, "plan"), [])
+        consumed_path = os.path.join(directory, "consumed")
+        consumed = load(consumed_path, [])
         assert isinstance(plan, list) and isinstance(consumed, list)
         index = next(
             (i for i, entry in enumerate(plan) if entry["argv"] == argv and (i not in consumed or entry.get("repeat"))),
@@ -67,8 +69,8 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
             entry = plan[index]
             if index not in consumed:
                 consumed.append(index)
-                with open(consumed_path + ".tmp", "w", encoding="utf-8") as stream:
-                    json.dump(consumed, stream)
+                with open(consumed_path + ".tmp", "wb") as stream:
+                    marshal.dump(consumed, stream)
                 os.replace(consumed_path + ".tmp", consumed_path)
             problem = stdin_problem(entry, stdin)
             problem = problem and f"{problem} (kubectl {' '.join(argv)})"
@@ -80,6 +82,8 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
 
 def stdin_problem(entry: dict, stdin: str | None) -> str:
     if "stdin_json" in entry:
+        import json  # noqa: PLC0415 - only creates send JSON; the other calls start faster without it
+
         try:
             sent = json.loads(stdin or "")
         except ValueError:
