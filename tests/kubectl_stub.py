@@ -82,7 +82,7 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
 
 def stdin_problem(entry: dict, stdin: str | None) -> str:
     if "stdin_json" in entry:
-        import json  # noqa: PLC0415 - only creates send JSON; the other calls start faster without it
+        import json
 
         try:
             sent = json.loads(stdin or "")
