@@ -451,11 +451,7 @@ class KubectlStub:
         return [record["argv"] for record in self.records()]
 
     def problems(self) -> List[str]:
-        return [
-            f"{record['problem']} (kubectl {' '.join(record['argv'])})"
-            for record in self.records()
-            if record["problem"]
-        ]
+        return [record["problem"] for record in self.records() if record["problem"]]
 
     def leftover(self) -> List[Call]:
         path = self.directory / "consumed"
@@ -515,6 +511,19 @@ class CallPlanTestCase(unittest.TestCase):
 
     def expect(self, *calls: Call) -> None:
         self.stub.expect(*calls)
+
+    def fresh_stub(self) -> None:
+        """A new stub, plan and output directory within the same test (for subTests)."""
+        self.subtests = getattr(self, "subtests", 0) + 1
+        self.root = self.root / f"sub-{self.subtests}"
+        self.stub = KubectlStub(self.root / "stub")
+        os.environ.update(self.stub.env())  # restored by setUp's patch
+
+    def set_timing(self, **changes: Any) -> None:
+        """This test's waits: the fast ones with some changed (e.g. blocked_check_seconds)."""
+        patcher = unittest.mock.patch.object(demo, "TIMING", dataclasses.replace(self.timing, **changes))
+        patcher.start()
+        self.addCleanup(patcher.stop)
 
     def tool(self, *argv: str) -> Result:
         """rl_batch_demo.main(argv) in this process, its stdout and stderr captured."""

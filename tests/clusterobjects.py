@@ -213,6 +213,12 @@ class Batch:
         episode.log = episode.message = log_of(make_events(name, ready_at, reward_at, tests_output=TESTS_OUTPUT))
         return episode
 
+    def add_episode(self) -> Episode:
+        """One pod more than the Job asked for (a replacement, or a stray)."""
+        episode = self._episode(len(self.episodes))
+        self.episodes.append(episode)
+        return episode
+
     def manifest(self, namespace: str = NAMESPACE, image: str = demo.DEFAULT_IMAGE) -> Dict[str, Any]:
         """The Job exactly as the tool submits it (its own builder, with this batch's settings)."""
         return demo.job_manifest(
