@@ -28,6 +28,7 @@ import json
 import marshal
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -48,6 +49,7 @@ from tests.clusterobjects import (
 )
 
 STUB = Path(__file__).resolve().with_name("kubectl_stub.py")
+SETTLE_SECONDS = 0.02  # after one watch has sent everything, before another answers: lets the tool read it
 CONTEXT = "stub-ctx"
 SERVER = "https://api.stub.invalid:6443"
 
@@ -322,7 +324,8 @@ class RunPlan:
         final = batch.final_job() if final is None else final
         chunks = [
             watch_event("ADDED", batch.job_running()),
-            watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done", delay=0.05),
+            # The pod watch's last event reaches the tool before this one, as an API server orders them.
+            watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done", delay=SETTLE_SECONDS),
         ]
         return self.cluster.watch(
             ["job", batch.job_name], chunks, self.watch_seconds, f"job-{batch.job_name}", **options
@@ -518,6 +521,21 @@ class CallPlanTestCase(unittest.TestCase):
         self.root = self.root / f"sub-{self.subtests}"
         self.stub = KubectlStub(self.root / "stub")
         os.environ.update(self.stub.env())  # restored by setUp's patch
+
+    def shorten_process_timeouts(self, seconds: float = 0.3) -> None:
+        """kubectl calls are killed after `seconds` whatever --kubectl-timeout says: a planned
+        hang (Call.sleep) is then cut short as the tool would cut it, without the test waiting
+        for the real timeout. Messages still name the tool's own timeout."""
+        original = subprocess.run
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("timeout"):
+                kwargs["timeout"] = min(kwargs["timeout"], seconds)
+            return original(*args, **kwargs)
+
+        patcher = unittest.mock.patch.object(demo.subprocess, "run", run)
+        patcher.start()
+        self.addCleanup(patcher.stop)
 
     def set_timing(self, **changes: Any) -> None:
         """This test's waits: the fast ones with some changed (e.g. blocked_check_seconds)."""

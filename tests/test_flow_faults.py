@@ -311,6 +311,7 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         calls = plan.run()
         calls[3:4] = [dataclasses.replace(calls[3], sleep=10), plan.get_namespace()]
+        self.shorten_process_timeouts()
         result = self.run_plan(plan, calls, "--kubectl-timeout", "1")
         self.assertEqual(result.code, 0, result)
         self.assertIn("adopted Namespace", result.stderr)
@@ -411,6 +412,7 @@ class ApiFaultTest(FaultTestCase):
     def test_kubectl_hanging_past_its_timeout(self) -> None:
         plan = RunPlan(Batch(count=2))
         hanging = dataclasses.replace(plan.get_runtimeclass(), sleep=10)
+        self.shorten_process_timeouts()
         result = self.run_plan(plan, [plan.cluster.config_view(), hanging], "--kubectl-timeout", "1")
         self.assert_fails(result, demo.EXIT_TIMEOUT, "did not answer within 1 s", "get runtimeclass cube")
         self.assertNotIn("uid", self.receipt())  # no namespace was created
