@@ -477,7 +477,9 @@ class ApiFaultTest(FaultTestCase):
             ),
             plan.pod_watch(chunks=[]),
             dataclasses.replace(plan.cluster.get_list("events", [unrelated]), wait_for="pods-rollout.started"),
-            plan.cluster.get_list("events", [unrelated, failed_create]),
+            dataclasses.replace(
+                plan.cluster.get_list("events", [unrelated, failed_create]), wait_for="job-rollout.started"
+            ),
             plan.cluster.get_list("pods,events", [unrelated, failed_create]),
         ]
         result = self.run_plan(plan, calls)

@@ -220,8 +220,7 @@ class RunTest(RunPlanTestCase):
         result = self.run_batch(plan, "--parallelism", "1", "--json")
         results = self.check_results_against_the_plan(plan)
         self.assertEqual(json.loads(result.stdout)["parallelism"], 1)
-        self.assertEqual(self.stub.records()[5]["entry"], 5)
-        submitted = json.loads(self.stub.records()[5]["stdin"])
+        [submitted] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Job"' in r["stdin"]]
         self.assertEqual((submitted["spec"]["completions"], submitted["spec"]["parallelism"]), (4, 1))
         rows = sorted(results["pods"], key=lambda row: row["ready_at"])
         for earlier, later in zip(rows, rows[1:]):
