@@ -2,7 +2,7 @@
 
 The whole fault matrix runs in-process against call plans (tests/test_flow_faults.py); these
 check that the same behaviour holds against a cluster that really runs the episodes: a failed
-episode with `--cleanup always`, and a 500 on the Job's create after the server stored it."""
+episode, and a 500 on the Job's create after the server stored it."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ class FaultTestCase(ClusterTestCase):
 
 
 class WireFaultTest(FaultTestCase):
-    def test_failed_episode_with_cleanup_always_keeps_diagnostics(self) -> None:
-        result = self.run_with({"episode": {"1": "exit1"}}, "--cleanup", "always")
+    def test_failed_episode_keeps_diagnostics(self) -> None:
+        result = self.run_with({"episode": {"1": "exit1"}})
         self.assert_fails(result, demo.EXIT_EPISODE, "phase Failed", "exit code 1")
-        self.assertEqual(self.namespaces(), [])
+        self.assertEqual(len(self.namespaces()), 1)
+        self.assertFalse([argv for argv in self.cluster.calls() if "delete" in argv])
         for name in ("job.json", "pods.json", "events.txt", "error.json", "kubectl-calls.json"):
             self.assertTrue((self.out() / name).exists(), name)
         self.assertFalse((self.out() / "results.json").exists())
