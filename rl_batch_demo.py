@@ -3549,12 +3549,35 @@ def wait_for_job(
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
+
+    def pod_event(event: Dict[str, Any], wall: float) -> None:
+        nonlocal deleted
+        pod = event.get("object")
+        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        if event.get("type") in ("ADDED", "MODIFIED"):
+            record_pod_sighting(sightings, pod, wall)
+            if isinstance(pod_name, str) and pod_name:
+                last_pods[pod_name] = pod  # type: ignore[assignment]
+        elif event.get("type") == "DELETED":
+            deleted = True
+
+    def finished(condition: str, wall: float, clock: float) -> RoundObservation:
+        """The Job ended: take in the pod events already received, then report."""
+        while True:
+            try:
+                tag, received_at, _, event = sink.get_nowait()
+            except queue.Empty:
+                break
+            if tag == "pods" and event is not None:
+                pod_event(event, received_at)
+        return RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
+
     try:
         while True:
             condition = job_condition(live)
             now = time.monotonic()
             if condition is not None:
-                return RoundObservation(live, condition, time.time(), now, sightings, "", last_pods, deleted)
+                return finished(condition, time.time(), now)
             if now >= deadline:
                 return RoundObservation(live, None, pod_sightings=sightings, last_pods=last_pods, pod_deleted=deleted)
             timeout = min(timing.watch_tick_seconds, deadline - now)
@@ -3579,19 +3602,11 @@ def wait_for_job(
                     )
                 elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
                     live = event["object"]
-                    if job_condition(live) is not None:
-                        return RoundObservation(
-                            live, job_condition(live), wall, clock, sightings, "", last_pods, deleted
-                        )
+                    condition = job_condition(live)
+                    if condition is not None:
+                        return finished(condition, wall, clock)
             elif tag == "pods" and event is not None:
-                pod = event.get("object")
-                pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
-                if event.get("type") in ("ADDED", "MODIFIED"):
-                    record_pod_sighting(sightings, pod, wall)
-                    if isinstance(pod_name, str) and pod_name:
-                        last_pods[pod_name] = pod
-                elif event.get("type") == "DELETED":
-                    deleted = True
+                pod_event(event, wall)
             if not job_stream_open and time.monotonic() >= next_poll:
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
@@ -3631,11 +3646,13 @@ def logs_by_selector(
     pod_names: Sequence[str],
     round_dir: Path,
     timeout: Optional[float] = None,
+    selected: Optional[int] = None,
 ) -> Dict[str, PodLog]:
-    """Every pod's log in one streamed call, saved as <pod>.log for the named pods. A single
-    unreadable log makes kubectl stop with an error; the pods it printed before that are kept."""
+    """Every pod's log in one streamed call, saved as <pod>.log for the named pods (the
+    selector matches `selected` pods, all of them by default). A single unreadable log makes
+    kubectl stop with an error; the pods it printed before that are kept."""
     args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
-    args.append(f"--max-log-requests={max(len(pod_names), 5)}")
+    args.append(f"--max-log-requests={max(len(pod_names) if selected is None else selected, 5)}")
     reader = EpisodeLogReader(round_dir, pod_names)
     try:
         kubectl.stream(args, reader.feed, namespace=namespace, timeout=timeout)
@@ -3670,7 +3687,7 @@ def read_logs(
     if not wanted:
         return logs, errors
     if len(wanted) > 1:
-        logs.update(logs_by_selector(kubectl, namespace, selector, wanted, round_dir))
+        logs.update(logs_by_selector(kubectl, namespace, selector, wanted, round_dir, selected=len(pods)))
     for name in wanted:
         if name in logs:
             continue

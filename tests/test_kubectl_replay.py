@@ -3,18 +3,27 @@
 The fake accepts only what real kubectl accepts, but the fake could be wrong too. Here the
 argument lists recorded in several scenarios go to the real kubectl (when one is installed)
 with a kubeconfig pointing at an unreachable server: each must get as far as trying to
-connect, never stop at a flag or verb kubectl does not know."""
+connect, never stop at a flag or verb kubectl does not know.
+
+The scenarios run the tool in-process (its argument lists are the same as from a subprocess)
+with the tests' instant waits, so retries and polls cost no real time; the fake still answers
+every call as a separate kubectl process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
+import unittest.mock
 from pathlib import Path
 from typing import Any
 
+import rl_batch_demo as demo
+from tests.callplan import FAST
 from tests.test_run import ClusterTestCase
 
 REAL_KUBECTL = shutil.which("kubectl")
@@ -48,28 +57,27 @@ class ReplayTest(ClusterTestCase):
         path.write_text(json.dumps(config))
         return path
 
+    def in_process(self, *argv: str) -> int:
+        """rl_batch_demo.main(argv) in this process against the fake, output discarded."""
+        with (
+            unittest.mock.patch.dict(os.environ, self.cluster.env(), clear=True),
+            unittest.mock.patch.object(demo, "TIMING", FAST),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()) as err,
+        ):
+            code = demo.main(list(argv))
+        self.assertNotIn("Traceback", err.getvalue())
+        return code
+
     def record_scenarios(self) -> list[dict[str, Any]]:
-        self.run_ok("check", "--count", "2")
+        self.assertEqual(self.in_process("check", "--count", "2"), 0)
         self.cluster.set_faults({"logs_unavailable": [0], "watch_ends_early": True})
-        self.tool("run", "--count", "2", "--output", "failed", "--quiet")
+        failed = str(self.root / "failed")
+        self.assertEqual(self.in_process("run", "--count", "2", "--output", failed, "--quiet"), demo.EXIT_EPISODE)
         self.cluster.set_faults({})
-        self.run_ok("cleanup", "--output", "failed")
-        self.run_ok(
-            "run",
-            "--count",
-            "2",
-            "--rounds",
-            "2",
-            "--runtime",
-            "none",
-            "--output",
-            "ok",
-            "--quiet",
-            "--cleanup",
-            "always",
-            "--context",
-            "fake-ctx",
-        )
+        ok = str(self.root / "ok")  # and its cleanup: the deletes and the waits for them
+        argv = ["--rounds", "2", "--runtime", "none", "--quiet", "--cleanup", "always", "--context", "fake-ctx"]
+        self.assertEqual(self.in_process("run", "--count", "1", "--output", ok, *argv), 0)
         return self.cluster.call_records()
 
     def test_every_argument_list_is_accepted_by_real_kubectl(self) -> None:

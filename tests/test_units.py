@@ -16,73 +16,7 @@ from typing import Any, ClassVar
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
-
-JOB_CREATED = "2026-11-29T10:00:00Z"
-JOB_CREATED_AT = demo.parse_timestamp(JOB_CREATED)
-
-
-def make_events(name: str, ready_at: float, reward_at: float, **reward_fields: Any) -> list[dict[str, Any]]:
-    reward = {
-        "event": "reward",
-        "at": reward_at,
-        "episode_id": name,
-        "reward": 1,
-        "baseline_exit": 1,
-        "tests_exit": 0,
-        "tests_output": "OK\n",
-    }
-    reward.update(reward_fields)
-    return [
-        {
-            "event": "ready",
-            "at": ready_at,
-            "episode_id": name,
-            "process_started_at": ready_at - 0.5,
-            "imports_done_at": ready_at - 0.01,
-        },
-        reward,
-    ]
-
-
-def make_pod(
-    name: str = "rollout-abcde",
-    created: str = "2026-11-29T10:00:01Z",
-    phase: str = "Succeeded",
-    exit_code: int = 0,
-    restarts: int = 0,
-    message: str = "",
-    finished: str = "2026-11-29T10:00:04Z",
-    started: str = "2026-11-29T10:00:02Z",
-) -> dict[str, Any]:
-    terminated = {
-        "exitCode": exit_code,
-        "reason": "Completed",
-        "startedAt": started,
-        "finishedAt": finished,
-    }
-    if message:
-        terminated["message"] = message
-    return {
-        "kind": "Pod",
-        "metadata": {"name": name, "creationTimestamp": created, "labels": {demo.UID_LABEL: "job-uid"}},
-        "spec": {"nodeName": "node-a", "overhead": {"cpu": "250m", "memory": "768Mi"}},
-        "status": {
-            "phase": phase,
-            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T10:00:01Z"}],
-            "containerStatuses": [
-                {
-                    "name": "episode",
-                    "imageID": "docker.io/library/python@sha256:00",
-                    "restartCount": restarts,
-                    "state": {"terminated": terminated},
-                }
-            ],
-        },
-    }
-
-
-def log_of(events: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(event, sort_keys=True) + "\n" for event in events)
+from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):

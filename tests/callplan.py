@@ -1,0 +1,617 @@
+"""Call-plan tests: the tool runs in-process against a kubectl stub that answers only planned calls.
+
+The model is ruby-build's test/stubs/stub. Each test gets
+
+* a temporary `bin/` holding only `kubectl`, a two-line wrapper that execs tests/kubectl_stub.py
+  with `python -S -E` (fast to start), and an environment sealed to it: PATH is that directory
+  alone, nothing else is inherited, so no real kubectl can ever be reached;
+* a plan: the kubectl calls the test expects, in order, each with the exact argv after `kubectl`,
+  its stdin (checked), and the stdout, stderr and exit code to answer; a watch answers a stream
+  of chunks. `Call` is one entry; `RunPlan` builds the calls of a whole `run` from a
+  `tests.clusterobjects.Batch`, so every answer comes from one consistent description;
+* `rl_batch_demo.main([...])` run in-process with stdout and stderr captured, its run id fixed
+  (`RUN_ID`) and every wait of `rl_batch_demo.TIMING` shrunk, so nothing sleeps;
+* a teardown that fails on any call the plan did not expect and on any planned call never made.
+
+    plan = RunPlan(Batch(count=2))
+    self.expect(*plan.run())
+    result = self.tool("run", "--count", "2", "--output", str(self.out()))
+    self.assertEqual(result.code, 0, result)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import marshal
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import unittest.mock
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+import rl_batch_demo as demo
+from tests.clusterobjects import (
+    NAMESPACE,
+    RUN_ID,
+    Batch,
+    access_reviews,
+    configmap_object,
+    kubernetes_list,
+    namespace_object,
+    runtimeclass_object,
+)
+
+STUB = Path(__file__).resolve().with_name("kubectl_stub.py")
+SETTLE_SECONDS = 0.02  # after one watch has sent everything, before another answers: lets the tool read it
+CONTEXT = "stub-ctx"
+SERVER = "https://api.stub.invalid:6443"
+
+# What kubectl prints for each kind of failure (the API server's Status, as kubectl words it).
+ERR_INTERNAL_CREATE = (
+    'Error from server (InternalError): error when creating "STDIN": Internal error occurred: '
+    "etcdserver: request timed out"
+)
+ERR_INTERNAL = "Error from server (InternalError): Internal error occurred: etcdserver: request timed out"
+ERR_TOO_MANY = (
+    "Error from server (TooManyRequests): the server has received too many requests and has asked us to try again later"
+)
+ERR_UNAVAILABLE = "Error from server (ServiceUnavailable): the server is currently unable to handle the request"
+ERR_REFUSED = "The connection to the server api.stub.invalid:6443 was refused - did you specify the right host or port?"
+ERR_CLIENT_TIMEOUT = (
+    "Unable to connect to the server: net/http: request canceled (Client.Timeout exceeded while awaiting headers)"
+)
+
+
+def err_forbidden(verb: str, resource: str, group: str = "", namespace: str = NAMESPACE, creating: bool = False) -> str:
+    """kubectl's words for an RBAC refusal (403)."""
+    creating_text = 'error when creating "STDIN": ' if creating else ""
+    qualified = f"{resource}.{group}" if group else resource
+    where = f' in the namespace "{namespace}"' if namespace else ""
+    return (
+        f'Error from server (Forbidden): {creating_text}{qualified} is forbidden: User "dev" cannot {verb} '
+        f'resource "{resource}" in API group "{group}"{where}'
+    )
+
+
+def err_already_exists(resource: str, name: str) -> str:
+    return f'Error from server (AlreadyExists): error when creating "STDIN": {resource} "{name}" already exists'
+
+
+def err_log_unreadable(pod: str) -> str:
+    return f"Error from server (InternalError): Internal error occurred: failed to read log of pod {pod}"
+
+
+def as_json(obj: Any) -> str:
+    """kubectl's -o json: indented, one object per document."""
+    return json.dumps(obj, indent=4) + "\n"
+
+
+# One planned call #############################################################
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """Part of a watch's stream, written after `wait_for` (a signal) and `delay` seconds."""
+
+    data: str
+    wait_for: Optional[str] = None
+    delay: float = 0.0
+
+
+def watch_event(kind: str, obj: Dict[str, Any], **options: Any) -> Chunk:
+    """One `--output-watch-events` event: {"type": ADDED|MODIFIED|DELETED, "object": ...}."""
+    return Chunk(as_json({"type": kind, "object": obj}), **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A planned kubectl call: its argv after `kubectl` and the answer the stub gives."""
+
+    argv: List[str]
+    stdout: str = ""
+    stderr: str = ""
+    exit: int = 0
+    stdin_json: Any = None  # the JSON the call must send on stdin (creates)
+    chunks: Sequence[Chunk] = ()  # a watch's stream
+    hold: bool = False  # a watch that stays open until the tool kills it
+    sleep: float = 0.0  # answer this late (a hanging kubectl)
+    name: str = ""  # signals NAME.started and NAME.done for other calls to wait for
+    wait_for: str = ""  # answer only once this signal exists
+    repeat: bool = False  # answer every further call with the same argv too
+
+    def failing(self, stderr: str, exit: int = 1, stdout: str = "") -> Call:
+        """The same call answered with an error (kubectl prints the server's message, exit 1)."""
+        return dataclasses.replace(self, stdout=stdout, stderr=stderr + "\n", exit=exit, chunks=(), hold=False)
+
+    def to_json(self) -> Dict[str, Any]:
+        entry: Dict[str, Any] = {"argv": list(self.argv), "stdout": self.stdout, "stderr": self.stderr}
+        entry["exit"] = self.exit
+        if self.stdin_json is not None:
+            entry["stdin_json"] = self.stdin_json
+        if self.chunks:
+            entry["chunks"] = [dataclasses.asdict(chunk) for chunk in self.chunks]
+        for key in ("hold", "sleep", "name", "wait_for", "repeat"):
+            if getattr(self, key):
+                entry[key] = getattr(self, key)
+        return entry
+
+
+def kubectl_args(
+    *args: str,
+    namespace: Optional[str] = None,
+    context: Optional[str] = CONTEXT,
+    request_timeout: Optional[str] = "30s",
+    kubeconfig: Optional[str] = None,
+) -> List[str]:
+    """The argv the tool builds: --kubeconfig, --context, --request-timeout, --namespace, then the verb."""
+    argv = []
+    if kubeconfig:
+        argv.append(f"--kubeconfig={kubeconfig}")
+    if context:
+        argv.append(f"--context={context}")
+    if request_timeout:
+        argv.append(f"--request-timeout={request_timeout}")
+    if namespace:
+        argv.append(f"--namespace={namespace}")
+    return argv + list(args)
+
+
+def kubeconfig_view(context: str = CONTEXT, server: str = SERVER) -> Dict[str, Any]:
+    """`kubectl config view --minify -o json`: the current context and its cluster only."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": "stub-cluster", "cluster": {"server": server}}],
+        "users": [{"name": "dev", "user": {"token": "REDACTED"}}],
+        "contexts": [{"name": context, "context": {"cluster": "stub-cluster", "user": "dev"}}],
+        "current-context": context,
+    }
+
+
+class Cluster:
+    """Calls against one context (and kubeconfig): the argv the tool builds, the answers given."""
+
+    def __init__(self, context: str = CONTEXT, server: str = SERVER, kubeconfig: Optional[str] = None) -> None:
+        self.context = context
+        self.server = server
+        self.kubeconfig = kubeconfig
+
+    def args(self, *args: str, **options: Any) -> List[str]:
+        return kubectl_args(*args, context=self.context, kubeconfig=self.kubeconfig, **options)
+
+    def config_view(self, bound: bool = False) -> Call:
+        """Read once at the start (unbound: the current context) and by cleanup (bound to the receipt's)."""
+        argv = kubectl_args(
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "json",
+            context=self.context if bound else None,
+            request_timeout=None,
+            kubeconfig=self.kubeconfig,
+        )
+        return Call(argv, stdout=as_json(kubeconfig_view(self.context, self.server)))
+
+    def get(self, kind: str, name: str, answer: Optional[Dict[str, Any]], namespace: Optional[str] = None) -> Call:
+        """`get KIND NAME --ignore-not-found -o json`: the object, or nothing when absent."""
+        argv = self.args("get", kind, name, "--ignore-not-found", "-o", "json", namespace=namespace)
+        return Call(argv, stdout=as_json(answer) if answer is not None else "")
+
+    def get_list(self, kinds: str, items: List[Dict[str, Any]], namespace: Optional[str] = NAMESPACE) -> Call:
+        return Call(self.args("get", kinds, "-o", "json", namespace=namespace), stdout=as_json(kubernetes_list(items)))
+
+    def create(self, manifest: Dict[str, Any], answer: Any, validate: str = "strict") -> Call:
+        """`create -f - -o json --validate=...` with the manifest on stdin; answers the created
+        object, or for a List each created object as its own document, as kubectl prints them."""
+        argv = self.args("create", "-f", "-", "-o", "json", f"--validate={validate}")
+        stdout = "".join(as_json(item) for item in answer) if isinstance(answer, list) else as_json(answer)
+        return Call(argv, stdout=stdout, stdin_json=manifest)
+
+    def watch(self, args: Sequence[str], chunks: Sequence[Chunk], seconds: int, name: str, hold: bool = True) -> Call:
+        argv = self.args(
+            "get",
+            *args,
+            "-o",
+            "json",
+            "--output-watch-events",
+            "--watch",
+            namespace=NAMESPACE,
+            request_timeout=f"{seconds}s",
+        )
+        return Call(argv, chunks=tuple(chunks), hold=hold, name=name)
+
+    def logs_by_selector(self, selector: str, pod_count: int, text: str) -> Call:
+        argv = self.args(
+            "logs",
+            "-l",
+            selector,
+            "-c",
+            demo.CONTAINER_NAME,
+            "--prefix",
+            "--tail=-1",
+            f"--max-log-requests={max(pod_count, 5)}",
+            namespace=NAMESPACE,
+        )
+        return Call(argv, stdout=text)
+
+    def logs_of(self, pod: str, text: str) -> Call:
+        return Call(self.args("logs", pod, "-c", demo.CONTAINER_NAME, namespace=NAMESPACE), stdout=text)
+
+    def delete(self, kind: str, name: str, *flags: str, namespace: Optional[str] = None) -> Call:
+        return Call(self.args("delete", kind, name, *flags, namespace=namespace))
+
+    def access_reviews(self, namespace: str, with_runtimeclass: bool, denied: tuple = ()) -> Call:
+        return self.create(  # never stored: no validation, as the tool asks
+            demo.access_review_list(namespace, with_runtimeclass),
+            kubernetes_list(access_reviews(namespace, with_runtimeclass, denied)),
+            validate="false",
+        )
+
+
+# The calls of a whole run #####################################################
+
+
+class RunPlan:
+    """Every kubectl call of `run` (and `cleanup`), built from the batches of its rounds.
+
+    `run()` is the happy path; its parts are separate methods, so a fault test replaces one
+    call and keeps the rest, and reads as the sequence the tool goes through."""
+
+    def __init__(
+        self,
+        *batches: Batch,
+        cluster: Optional[Cluster] = None,
+        runtime: Optional[str] = "cube",
+        deadline_seconds: int = demo.DEFAULT_JOB_DEADLINE_SECONDS,
+    ) -> None:
+        self.batches = list(batches) or [Batch()]
+        self.cluster = cluster or Cluster()
+        self.runtime = runtime
+        self.deadline_seconds = deadline_seconds
+
+    @property
+    def batch(self) -> Batch:
+        return self.batches[0]
+
+    # -- preflight and creates --------------------------------------------------------
+
+    def preflight(self, denied: tuple = ()) -> List[Call]:
+        calls = [self.cluster.config_view()]
+        if self.runtime is not None:
+            calls.append(self.get_runtimeclass())
+        calls.append(self.cluster.access_reviews(NAMESPACE, self.runtime is not None, denied))
+        return calls
+
+    def get_runtimeclass(self, exists: bool = True) -> Call:
+        assert self.runtime is not None
+        return self.cluster.get("runtimeclass", self.runtime, runtimeclass_object(self.runtime) if exists else None)
+
+    def create_namespace_and_configmap(self) -> Call:
+        """One `create` of a List: the namespace, then the ConfigMap with the worker."""
+        manifests = [demo.namespace_manifest(NAMESPACE, RUN_ID), demo.configmap_manifest(NAMESPACE, RUN_ID)]
+        listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
+        return self.cluster.create(listing, [namespace_object(), configmap_object()])
+
+    def create_namespace(self) -> Call:
+        """The namespace alone: after a combined create that never reached the server."""
+        return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
+
+    def create_configmap(self) -> Call:
+        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID), configmap_object())
+
+    def create_job(self, batch: Optional[Batch] = None) -> Call:
+        batch = batch or self.batch
+        return self.cluster.create(batch.manifest(), batch.job())
+
+    def get_namespace(self, present: bool = True) -> Call:
+        return self.cluster.get("namespace", NAMESPACE, namespace_object() if present else None)
+
+    def get_configmap(self, present: bool = True) -> Call:
+        return self.cluster.get("configmap", demo.CONFIGMAP_NAME, configmap_object() if present else None, NAMESPACE)
+
+    def get_job(self, answer: Optional[Dict[str, Any]], batch: Optional[Batch] = None) -> Call:
+        batch = batch or self.batch
+        return self.cluster.get("job", batch.job_name, answer, NAMESPACE)
+
+    # -- waiting ------------------------------------------------------------------------
+
+    @property
+    def watch_seconds(self) -> int:
+        """The watches' --request-timeout: the client's wait (deadline + 30 s) plus 5 s, rounded up."""
+        return math.ceil(self.deadline_seconds + demo.CLIENT_GRACE_SECONDS + 5)
+
+    def job_watch(self, batch: Optional[Batch] = None, final: Optional[Dict[str, Any]] = None, **options: Any) -> Call:
+        """The Job's watch: ADDED as created, then (once the pod watch has sent everything) its final state."""
+        batch = batch or self.batch
+        final = batch.final_job() if final is None else final
+        chunks = [
+            watch_event("ADDED", batch.job_running()),
+            # The pod watch's last event reaches the tool before this one, as an API server orders them.
+            watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done", delay=SETTLE_SECONDS),
+        ]
+        return self.cluster.watch(
+            ["job", batch.job_name], chunks, self.watch_seconds, f"job-{batch.job_name}", **options
+        )
+
+    def pod_watch(
+        self, batch: Optional[Batch] = None, chunks: Optional[Sequence[Chunk]] = None, **options: Any
+    ) -> Call:
+        """The pods' watch: each pod ADDED Pending, MODIFIED Running, MODIFIED in its final state."""
+        batch = batch or self.batch
+        if chunks is None:
+            chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+            chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in batch.episodes]
+            chunks += [watch_event("MODIFIED", batch.pod(episode)) for episode in batch.episodes]
+        chunks = list(chunks)
+        if chunks:  # the Job's watch has started first, as the tool starts it first
+            chunks[0] = dataclasses.replace(chunks[0], wait_for=f"job-{batch.job_name}.started")
+        return self.cluster.watch(
+            ["pods", "-l", batch.selector], chunks, self.watch_seconds, f"pods-{batch.job_name}", **options
+        )
+
+    # -- collecting ---------------------------------------------------------------------
+
+    def pods_and_events(self, batch: Optional[Batch] = None) -> Call:
+        """The listing of pods and events: when the pod watch does not prove the pods final."""
+        batch = batch or self.batch
+        return self.cluster.get_list("pods,events", [*batch.pods(), *batch.events()])
+
+    def events(self, batch: Optional[Batch] = None) -> Call:
+        """The events alone: the pod watch already holds every pod's final state."""
+        batch = batch or self.batch
+        return self.cluster.get_list("events", batch.events())
+
+    @staticmethod
+    def watch_is_final(batch: Batch) -> bool:
+        """Whether the pods as last watched are provably their final state (README: the call
+        plan): the Job Complete, every pod terminal and none deleted."""
+        status = batch.final_job().get("status") or {}
+        complete = any(c.get("type") == "Complete" for c in status.get("conditions") or [])
+        counted = (status.get("succeeded") or 0) + (status.get("failed") or 0) == len(batch.episodes)
+        deleted = any(episode.deleted_at is not None for episode in batch.episodes)
+        terminal = all(episode.phase in ("Succeeded", "Failed") for episode in batch.episodes)
+        return complete and counted and terminal and not deleted
+
+    def logs(self, batch: Optional[Batch] = None) -> Call:
+        batch = batch or self.batch
+        return self.cluster.logs_by_selector(batch.selector, batch.count, batch.prefixed_logs())
+
+    def round(self, batch: Batch) -> List[Call]:
+        """Create one Job, watch it and its pods, then read the events and the logs at once (or,
+        when the watch does not prove the pods final, list pods and events, then the logs)."""
+        calls = [self.create_job(batch), self.job_watch(batch), self.pod_watch(batch)]
+        calls.append(self.events(batch) if self.watch_is_final(batch) else self.pods_and_events(batch))
+        if batch.count <= demo.LOG_CROSSCHECK_LIMIT:
+            calls.append(self.logs(batch))
+        return calls
+
+    def run(self) -> List[Call]:
+        """The whole happy path: preflight, namespace with ConfigMap, then each round."""
+        calls = [*self.preflight(), self.create_namespace_and_configmap()]
+        for batch in self.batches:
+            calls += self.round(batch)
+        return calls
+
+    # -- cleanup ------------------------------------------------------------------------
+
+    def cleanup(self, jobs_present: bool = True, bound: bool = True) -> List[Call]:
+        """Ownership reads, then each Job deleted (foreground) and gone, then the namespace."""
+        calls = [self.cluster.config_view(bound=bound), self.get_namespace()]
+        calls += [self.get_job(batch.job() if jobs_present else None, batch) for batch in self.batches]
+        if jobs_present:
+            for batch in self.batches:
+                calls.append(
+                    self.cluster.delete(
+                        "job", batch.job_name, "--cascade=foreground", "--wait=false", namespace=NAMESPACE
+                    )
+                )
+                calls.append(self.get_job(None, batch))
+        calls += [self.cluster.delete("namespace", NAMESPACE, "--wait=false"), self.get_namespace(present=False)]
+        return calls
+
+
+# The stub on disk #############################################################
+
+
+class KubectlStub:
+    """A bin directory with the stub as `kubectl`, its plan, and the record of its calls."""
+
+    def __init__(self, root: Path) -> None:
+        self.directory = root / "state"
+        self.bin_dir = root / "bin"
+        self.directory.mkdir(parents=True)
+        self.bin_dir.mkdir()
+        self.plan: List[Call] = []
+        self.groups = 0
+        self._write_plan()
+        wrapper = self.bin_dir / "kubectl"
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{STUB}" "$@"\n')
+        wrapper.chmod(0o755)
+
+    @property
+    def kubectl(self) -> str:
+        return str(self.bin_dir / "kubectl")
+
+    def env(self) -> Dict[str, str]:
+        return {"PATH": str(self.bin_dir), "KUBECTL_STUB_DIR": str(self.directory)}
+
+    def expect(self, *calls: Call) -> None:
+        """Append calls to the plan. Signal names are local to one expect(): two runs planned
+        one after the other each wait for their own watches."""
+        self.groups += 1
+        group = f"{self.groups}:"
+
+        def local(name: Optional[str]) -> Optional[str]:
+            return group + name if name else name
+
+        for call in calls:
+            self.plan.append(
+                dataclasses.replace(
+                    call,
+                    name=local(call.name) or "",
+                    wait_for=local(call.wait_for) or "",
+                    chunks=tuple(dataclasses.replace(chunk, wait_for=local(chunk.wait_for)) for chunk in call.chunks),
+                )
+            )
+        self._write_plan()
+
+    def _write_plan(self) -> None:
+        entries = [call.to_json() for call in self.plan]
+        (self.directory / "plan").write_bytes(marshal.dumps(entries))  # what the stub reads
+        (self.directory / "plan.json").write_text(json.dumps(entries, indent=1))  # for people debugging
+
+    def records(self) -> List[Dict[str, Any]]:
+        """Every call the stub received, in order: argv, stdin, the plan entry it matched, a problem."""
+        records = []
+        with contextlib.suppress(FileNotFoundError), open(self.directory / "calls", "rb") as stream:
+            while True:
+                try:
+                    records.append(marshal.load(stream))
+                except EOFError:
+                    break
+        return records
+
+    def calls(self) -> List[List[str]]:
+        return [record["argv"] for record in self.records()]
+
+    def problems(self) -> List[str]:
+        return [record["problem"] for record in self.records() if record["problem"]]
+
+    def leftover(self) -> List[Call]:
+        path = self.directory / "consumed"
+        consumed = set(marshal.loads(path.read_bytes())) if path.exists() else set()
+        return [call for index, call in enumerate(self.plan) if index not in consumed]
+
+
+# The test case ################################################################
+
+
+class Result(NamedTuple):
+    code: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"exit {self.code}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+FAST = demo.Timing(
+    retry_delays=(0.0, 0.0, 0.0),
+    retry_budget_seconds=20.0,
+    watch_tick_seconds=0.01,
+    poll_interval=0.01,
+    blocked_check_seconds=30.0,  # never within a test, unless a test asks for it
+    cleanup_first_poll=0.0,
+    cleanup_max_poll=0.0,
+    interrupt_save_timeout=5.0,
+    progress_log_interval=0.0,
+)
+
+
+class CallPlanTestCase(unittest.TestCase):
+    """A sealed environment, a kubectl stub with an empty plan, a fixed run id, instant waits."""
+
+    timing = FAST
+
+    def setUp(self) -> None:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-plan-test-")
+        self.addCleanup(scratch.cleanup)
+        self.root = Path(scratch.name)
+        self.stub = KubectlStub(self.root / "stub")
+        environment = unittest.mock.patch.dict(os.environ, self.stub.env(), clear=True)
+        environment.start()
+        self.addCleanup(environment.stop)
+        for target, value in (("new_run_id", lambda: RUN_ID), ("TIMING", self.timing)):
+            patcher = unittest.mock.patch.object(demo, target, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        self.addCleanup(self.verify_plan)  # runs first: cleanups run last in, first out
+
+    def verify_plan(self) -> None:
+        problems = self.stub.problems()
+        self.assertEqual(problems, [], "kubectl calls the plan did not expect")
+        leftover = [" ".join(call.argv) for call in self.stub.leftover()]
+        self.assertEqual(leftover, [], "planned kubectl calls that were never made")
+
+    def expect(self, *calls: Call) -> None:
+        self.stub.expect(*calls)
+
+    def fresh_stub(self) -> None:
+        """A new stub, plan and output directory within the same test (for subTests)."""
+        self.subtests = getattr(self, "subtests", 0) + 1
+        self.root = self.root / f"sub-{self.subtests}"
+        self.stub = KubectlStub(self.root / "stub")
+        os.environ.update(self.stub.env())  # restored by setUp's patch
+
+    def shorten_process_timeouts(self, seconds: float = 0.3) -> None:
+        """kubectl calls are killed after `seconds` whatever --kubectl-timeout says: a planned
+        hang (Call.sleep) is then cut short as the tool would cut it, without the test waiting
+        for the real timeout. Messages still name the tool's own timeout."""
+        original = subprocess.run
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("timeout"):
+                kwargs["timeout"] = min(kwargs["timeout"], seconds)
+            return original(*args, **kwargs)
+
+        patcher = unittest.mock.patch.object(demo.subprocess, "run", run)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def set_timing(self, **changes: Any) -> None:
+        """This test's waits: the fast ones with some changed (e.g. blocked_check_seconds)."""
+        patcher = unittest.mock.patch.object(demo, "TIMING", dataclasses.replace(self.timing, **changes))
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def tool(self, *argv: str) -> Result:
+        """rl_batch_demo.main(argv) in this process, its stdout and stderr captured."""
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = demo.main(list(argv))
+            except SystemExit as exit:  # argparse
+                code = int(exit.code or 0)
+        return Result(code, out.getvalue(), err.getvalue())
+
+    def run_ok(self, *argv: str) -> Result:
+        result = self.tool(*argv)
+        self.assertEqual(result.code, 0, result)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertNotIn("rl-batch-demo: error:", result.stderr)
+        return result
+
+    def assert_fails(self, result: Result, exit_code: int, *fragments: str) -> str:
+        """Exit code and exactly one `rl-batch-demo: error:` line holding every fragment; the line."""
+        self.assertEqual(result.code, exit_code, result)
+        self.assertNotIn("Traceback", result.stderr)
+        error_lines = [line for line in result.stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertEqual(len(error_lines), 1, result.stderr)
+        for fragment in fragments:
+            self.assertIn(fragment, error_lines[0])
+        return error_lines[0]
+
+    def out(self, name: str = "out") -> Path:
+        return self.root / name
+
+    def read_json(self, name: str, directory: str = "out") -> Any:
+        return json.loads((self.out(directory) / name).read_text())
+
+    def receipt(self, directory: str = "out") -> Dict[str, Any]:
+        return self.read_json("receipt.json", directory)
+
+    def results(self, directory: str = "out") -> Dict[str, Any]:
+        return self.read_json("results.json", directory)
+
+    def recorded_calls(self, directory: str = "out") -> List[Dict[str, Any]]:
+        """The tool's own record of its calls (kubectl-calls.json)."""
+        return self.read_json("kubectl-calls.json", directory)

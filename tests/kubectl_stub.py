@@ -1,0 +1,156 @@
+"""A call-plan kubectl: answers exactly the calls a test planned, and nothing else.
+
+Modelled on ruby-build's test/stubs/stub. The test (tests/callplan.py) writes a plan, a JSON
+list of expected calls, into the directory named by $KUBECTL_STUB_DIR and puts a `kubectl`
+wrapper that execs this file first and alone on PATH. Each invocation:
+
+1. takes the lock (fcntl.flock on DIR/lock), finds the first planned entry not yet consumed
+   whose "argv" equals its own argv (everything after `kubectl`), marks it consumed in
+   DIR/consumed and appends its call (argv, stdin, entry index, problem) to DIR/calls;
+2. for a call that no entry matches, or whose stdin differs from the entry's, prints
+   "kubectl stub: ..." on stderr and exits 1; the test's teardown fails on such a record;
+3. otherwise answers as planned: waits for "wait_for" signals and "sleep" seconds, writes
+   "stdout" and "stderr" and exits with "exit"; a watch ("chunks") writes each chunk after its
+   own "wait_for" and "delay", then exits, or with "hold" stays open until killed.
+
+An entry with a "name" raises the signal NAME.started when it is matched and NAME.done once its
+answer is written (DIR/signals/...), so one process can wait for another: the Job watch's
+Complete event waits until the pod watch has sent its events, as a real API server's order
+would have it. An entry with "repeat" answers any number of calls after the first.
+
+Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast: its
+state (DIR/plan, DIR/consumed, DIR/calls) is in `marshal` format, which needs no import, and
+json is imported only to compare a create's stdin. DIR/plan.json is the same plan for people.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import marshal
+import os
+import sys
+import time
+
+STUB_DIR_ENV = "KUBECTL_STUB_DIR"
+SIGNAL_WAIT_LIMIT = 20.0  # a signal that never comes is a test bug: give up and say so
+HOLD_LIMIT = 120.0  # a held watch the tool forgot to kill ends by itself
+
+
+def load(path: str, default: object) -> object:
+    try:
+        with open(path, "rb") as stream:
+            return marshal.load(stream)
+    except FileNotFoundError:
+        return default
+
+
+def record(directory: str, entry: object) -> None:
+    with open(os.path.join(directory, "calls"), "ab") as stream:
+        marshal.dump(entry, stream)
+
+
+def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | None, dict, str]:
+    """The planned entry for this call (index, entry) or the problem with it, recorded under the lock."""
+    with open(os.path.join(directory, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        plan = load(os.path.join(directory, "plan"), [])
+        consumed_path = os.path.join(directory, "consumed")
+        consumed = load(consumed_path, [])
+        assert isinstance(plan, list) and isinstance(consumed, list)
+        index = next(
+            (i for i, entry in enumerate(plan) if entry["argv"] == argv and (i not in consumed or entry.get("repeat"))),
+            None,
+        )
+        problem = ""
+        entry: dict = {}
+        if index is None:
+            problem = "unexpected call: kubectl " + " ".join(argv)
+        else:
+            entry = plan[index]
+            if index not in consumed:
+                consumed.append(index)
+                with open(consumed_path + ".tmp", "wb") as stream:
+                    marshal.dump(consumed, stream)
+                os.replace(consumed_path + ".tmp", consumed_path)
+            problem = stdin_problem(entry, stdin)
+            problem = problem and f"{problem} (kubectl {' '.join(argv)})"
+        record(
+            directory, {"argv": argv, "stdin": stdin, "entry": index, "problem": problem or None, "pid": os.getpid()}
+        )
+    return index, entry, problem
+
+
+def stdin_problem(entry: dict, stdin: str | None) -> str:
+    if "stdin_json" in entry:
+        import json
+
+        try:
+            sent = json.loads(stdin or "")
+        except ValueError:
+            return "stdin is not JSON: " + (stdin or "")[:200]
+        if sent != entry["stdin_json"]:
+            return "stdin differs from the plan: " + json.dumps(sent, sort_keys=True)[:400]
+    if "stdin" in entry and stdin != entry["stdin"]:
+        return "stdin differs from the plan: " + (stdin or "")[:400]
+    return ""
+
+
+def raise_signal(directory: str, name: str) -> None:
+    signals = os.path.join(directory, "signals")
+    os.makedirs(signals, exist_ok=True)
+    with open(os.path.join(signals, name), "w"):
+        pass
+
+
+def wait_for(directory: str, name: str | None) -> None:
+    if not name:
+        return
+    path = os.path.join(directory, "signals", name)
+    deadline = time.monotonic() + SIGNAL_WAIT_LIMIT
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.stderr.write(f"kubectl stub: signal {name} never came\n")
+            raise SystemExit(1)
+        time.sleep(0.002)
+
+
+def answer(directory: str, entry: dict) -> int:
+    name = entry.get("name")
+    if name:
+        raise_signal(directory, name + ".started")
+    wait_for(directory, entry.get("wait_for"))
+    if entry.get("sleep"):
+        time.sleep(entry["sleep"])
+    out = sys.stdout
+    for chunk in entry.get("chunks") or []:
+        wait_for(directory, chunk.get("wait_for"))
+        if chunk.get("delay"):
+            time.sleep(chunk["delay"])
+        out.write(chunk.get("data", ""))
+        out.flush()
+    out.write(entry.get("stdout", ""))
+    out.flush()
+    sys.stderr.write(entry.get("stderr", ""))
+    sys.stderr.flush()
+    if name:
+        raise_signal(directory, name + ".done")
+    if entry.get("hold"):
+        time.sleep(HOLD_LIMIT)  # until the tool ends the watch with a signal
+    return int(entry.get("exit", 0))
+
+
+def main(argv: list[str]) -> int:
+    directory = os.environ.get(STUB_DIR_ENV)
+    if not directory:
+        sys.stderr.write(f"kubectl stub: {STUB_DIR_ENV} is not set\n")
+        return 1
+    stdin = sys.stdin.read() if "-f" in argv and argv[argv.index("-f") + 1 : argv.index("-f") + 2] == ["-"] else None
+    _, entry, problem = claim(directory, argv, stdin)
+    if problem:
+        sys.stderr.write(f"kubectl stub: {problem}\n")
+        return 1
+    return answer(directory, entry)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,808 @@
+"""The tool's flows in-process against call plans: run, rounds, cleanup, check, compare, interrupts.
+
+Each test plans every kubectl call it expects (tests/callplan.py), with answers built from one
+description of the cluster (tests/clusterobjects.py); the stub fails the test on any other call
+and on any planned call never made. Figures are recomputed from the plan's own inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import unittest
+import unittest.mock
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import rl_batch_demo as demo
+from tests.callplan import (
+    CONTEXT,
+    SERVER,
+    Call,
+    CallPlanTestCase,
+    Cluster,
+    RunPlan,
+    as_json,
+    err_forbidden,
+)
+from tests.clusterobjects import (
+    IMAGE_ID,
+    JOB_CREATED_AT,
+    NAMESPACE,
+    NAMESPACE_UID,
+    RUN_ID,
+    Batch,
+    namespace_object,
+    node_object,
+    runtimeclass_object,
+)
+
+SECOND_JOB_UID = "22222222-2222-4222-8222-000000000002"
+ERR_FORBIDDEN_DELETE = err_forbidden("delete", "jobs", "batch")
+
+
+def fail_episode(batch: Batch, index: int) -> None:
+    """The worker exited 1: the pod Failed, and with backoffLimit 0 so did the Job."""
+    episode = batch.episodes[index]
+    episode.phase, episode.exit_code = "Failed", 1
+
+
+class RunPlanTestCase(CallPlanTestCase):
+    def run_batch(self, plan: RunPlan, *argv: str, directory: str = "out") -> Any:
+        self.expect(*plan.run())
+        batch = plan.batch
+        return self.run_ok("run", "--count", str(batch.count), "--output", str(self.out(directory)), *argv)
+
+    def run_batch_failing(self, plan: RunPlan, *argv: str, directory: str = "out") -> Any:
+        self.expect(*plan.run())
+        return self.tool("run", "--count", str(plan.batch.count), "--output", str(self.out(directory)), *argv)
+
+    def check_results_against_the_plan(self, plan: RunPlan, directory: str = "out") -> Dict[str, Any]:
+        """Every file a finished run writes, and every figure, recomputed from the plan's batch."""
+        batch = plan.batch
+        out = self.out(directory)
+        receipt = self.receipt(directory)
+        self.assertEqual(
+            receipt,
+            {
+                "context": CONTEXT,
+                "server": SERVER,
+                "namespace": NAMESPACE,
+                "run_id": RUN_ID,
+                "kubeconfig": None,
+                "kubectl": self.stub.kubectl,
+                "created_at": receipt["created_at"],
+                "tool_version": receipt["tool_version"],
+                "uid": NAMESPACE_UID,
+                "jobs": [{"name": "rollout", "uid": batch.uid}],
+                "job_uid": batch.uid,
+            },
+        )
+        self.assertEqual(self.read_json("job-submitted.json", directory), batch.manifest())
+        self.assertEqual(self.read_json("job.json", directory), batch.job_complete())
+        self.assertEqual(self.read_json("pods.json", directory), demo.pod_list(batch.pods()))
+        events_text = (out / "events.txt").read_text()
+        self.assertEqual(events_text.count("SuccessfulCreate"), batch.count)
+        for episode in batch.episodes:
+            self.assertEqual((out / f"{episode.name}.log").read_text(), episode.log)
+
+        results = self.results(directory)
+        count = batch.count
+        self.assertEqual((results["episodes"], results["successful_episodes"], results["reward_sum"]), (count,) * 3)
+        self.assertEqual(
+            (results["context"], results["namespace"], results["image"], results["run_id"]),
+            (CONTEXT, NAMESPACE, demo.DEFAULT_IMAGE, RUN_ID),
+        )
+        self.assertEqual(
+            (results["runtime"], results["parallelism"], results["cache_state"]),
+            (plan.runtime, batch.parallelism, "uncontrolled"),
+        )
+        self.assertGreater(results["client_job_complete_seconds"], 0)
+        self.assertEqual(results["job_created_at"], batch.created)
+        self.assertLessEqual(results["client_submitted_at"], results["client_observed_complete_at"])
+        complete = batch.job_complete()["status"]
+        self.assertEqual(results["job_complete_at"], demo.parse_timestamp(complete["completionTime"]))
+        self.assertEqual(results["job_success_criteria_met_at"], demo.parse_timestamp(complete["completionTime"]))
+
+        expected_rows = {}
+        for episode in batch.episodes:
+            ready, reward = episode.events
+            expected_rows[episode.name] = {
+                "pod": episode.name,
+                "node": episode.node,
+                "image_id": IMAGE_ID,
+                "reward": 1,
+                "round": 1,
+                "job": batch.job_name,
+                "batch_start": batch.created,
+                "created_at": episode.created,
+                "ready_at": ready["at"],
+                "reward_at": reward["at"],
+                "finished_at": episode.finished,
+                "container_started_at": episode.started,
+                "scheduled_at": episode.created,
+                "pod_to_ready_seconds": ready["at"] - episode.created,
+                "batch_to_ready_seconds": ready["at"] - batch.created,
+                "batch_to_reward_seconds": reward["at"] - batch.created,
+                "python_import_seconds": ready["imports_done_at"] - ready["process_started_at"],
+                "import_to_ready_seconds": ready["at"] - ready["imports_done_at"],
+                "ready_to_reward_seconds": reward["at"] - ready["at"],
+                "pod_to_container_started_seconds": episode.started - episode.created,
+                "reward_to_finished_seconds": episode.finished - reward["at"],
+                "pod_to_scheduled_seconds": 0.0,
+                "overhead": {"cpu": "250m", "memory": "768Mi"} if plan.runtime else None,
+            }
+        self.assertEqual(len(results["pods"]), count)
+        for row in results["pods"]:
+            expected = expected_rows[row["pod"]]
+            for key, value in expected.items():
+                if isinstance(value, float):
+                    self.assertAlmostEqual(row[key], value, places=6, msg=key)
+                else:
+                    self.assertEqual(row[key], value, key)
+            # Client-clock sightings from the pod watch: first seen, then Running, then Succeeded.
+            self.assertIsNotNone(row["observed_first_seen_at"])
+            self.assertLessEqual(row["observed_first_seen_at"], row["observed_running_at"])
+            self.assertLessEqual(row["observed_running_at"], row["observed_succeeded_at"])
+            self.assertAlmostEqual(
+                row["pod_observed_to_ready_seconds"], row["ready_at"] - row["observed_first_seen_at"]
+            )
+        startup = [row["pod_to_ready_seconds"] for row in expected_rows.values()]
+        self.assertAlmostEqual(results["pod_to_ready_p50_seconds"], demo.percentile(startup, 0.5))
+        self.assertAlmostEqual(results["pod_to_ready_p95_seconds"], demo.percentile(startup, 0.95))
+        self.assertAlmostEqual(results["pod_to_ready_max_seconds"], max(startup))
+        self.assertAlmostEqual(
+            results["batch_to_all_ready_seconds"], max(r["batch_to_ready_seconds"] for r in expected_rows.values())
+        )
+        self.assertAlmostEqual(
+            results["batch_to_all_rewards_seconds"], max(r["batch_to_reward_seconds"] for r in expected_rows.values())
+        )
+        nodes: Dict[str, int] = {}
+        for episode in batch.episodes:
+            nodes[episode.node] = nodes.get(episode.node, 0) + 1
+        self.assertEqual(results["nodes"], nodes)
+        self.assertEqual(results["image_ids"], [IMAGE_ID])
+        self.assertEqual(set(results["phases"]), set(demo.PHASES))
+        self.assertEqual(results["phases"]["pod_to_ready_seconds"]["p50"], results["pod_to_ready_p50_seconds"])
+        self.assertEqual(results["phases"]["pod_to_ready_seconds"]["samples"], count)
+        self.assertTrue((out / "timeline.svg").read_text().startswith("<?xml"))
+        return results
+
+
+class TranscriptTest(RunPlanTestCase):
+    """README "The call plan": a 10-episode run starts exactly these 9 kubectl processes, in
+    these steps; the calls of one step run at once, each step after the one before."""
+
+    def test_ten_episode_run_makes_these_nine_calls_in_six_steps(self) -> None:
+        plan = RunPlan(Batch(count=10))
+        self.run_batch(plan)
+        uid = plan.batch.uid
+        base = [f"--context={CONTEXT}", "--request-timeout=30s"]
+        in_namespace = [*base, f"--namespace={NAMESPACE}"]
+        watching = [f"--context={CONTEXT}", "--request-timeout=275s", f"--namespace={NAMESPACE}"]
+        selector = f"batch.kubernetes.io/controller-uid={uid}"
+        steps = [
+            [["config", "view", "--minify", "-o", "json"]],
+            [
+                [*base, "get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
+                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
+            ],
+            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the namespace and the ConfigMap
+            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the Job
+            [
+                [*watching, "get", "job", "rollout", "-o", "json", "--output-watch-events", "--watch"],
+                [*watching, "get", "pods", "-l", selector, "-o", "json", "--output-watch-events", "--watch"],
+            ],
+            [
+                [*in_namespace, "get", "events", "-o", "json"],
+                [
+                    *in_namespace,
+                    "logs",
+                    "-l",
+                    selector,
+                    "-c",
+                    "episode",
+                    "--prefix",
+                    "--tail=-1",
+                    "--max-log-requests=10",
+                ],
+            ],
+        ]
+        recorded = self.recorded_calls()
+        self.assertEqual(len(recorded), 9)
+        self.assertLessEqual(len(recorded), 10)  # the project's budget for a 10-episode run
+        position = 0
+        previous_end = -1.0
+        for step in steps:
+            calls = recorded[position : position + len(step)]
+            position += len(step)
+            self.assertCountEqual([call["argv"] for call in calls], step)
+            starts = [call["started"] for call in calls]
+            self.assertGreaterEqual(
+                min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
+            )
+            if len(calls) == 2 and not calls[0].get("watch"):
+                first, second = sorted(calls, key=lambda call: call["started"])
+                self.assertLess(second["started"], first["started"] + first["seconds"], "not at once")
+            previous_end = max(call["started"] + call["seconds"] for call in calls)
+        kinds = [json.loads(record["stdin"])["kind"] for record in self.stub.records() if record["stdin"]]
+        self.assertCountEqual(kinds[:1] + kinds[1:2], ["List", "List"])  # access reviews, namespace + ConfigMap
+        self.assertEqual(kinds[2], "Job")
+        [together] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Namespace"' in r["stdin"]]
+        self.assertEqual([item["kind"] for item in together["items"]], ["Namespace", "ConfigMap"])
+        for call in recorded:
+            self.assertIn("seconds", call)
+            self.assertEqual(call.get("watch", False), "--watch" in call["argv"])
+            self.assertEqual(call["exit"], -15 if call.get("watch") else 0)  # watches end with SIGTERM
+
+
+class RunTest(RunPlanTestCase):
+    def test_parallel_ten(self) -> None:
+        plan = RunPlan(Batch(count=10))
+        result = self.run_batch(plan)
+        self.check_results_against_the_plan(plan)
+        self.assertIn("Job created -> all episodes ready", result.stdout)
+        self.assertIn(f"Test namespace: {NAMESPACE}", result.stderr)
+        self.assertIn(f"namespace {NAMESPACE} is kept; delete it with: python3 ", result.stderr)
+        self.assertIn(f"cleanup --output {self.out()}", result.stderr)
+
+    def test_sequential(self) -> None:
+        plan = RunPlan(Batch(count=4, parallelism=1))
+        result = self.run_batch(plan, "--parallelism", "1", "--json")
+        results = self.check_results_against_the_plan(plan)
+        self.assertEqual(json.loads(result.stdout)["parallelism"], 1)
+        [submitted] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Job"' in r["stdin"]]
+        self.assertEqual((submitted["spec"]["completions"], submitted["spec"]["parallelism"]), (4, 1))
+        rows = sorted(results["pods"], key=lambda row: row["ready_at"])
+        for earlier, later in zip(rows, rows[1:]):
+            self.assertLessEqual(earlier["reward_at"], later["ready_at"])
+
+    def test_json_summary_is_the_guides(self) -> None:
+        result = self.run_batch(RunPlan(Batch(count=2)), "--json", "--quiet")
+        summary = json.loads(result.stdout)
+        self.assertNotIn("pods", summary)
+        self.assertEqual(summary["reward_sum"], 2)
+        self.assertEqual(summary, {key: value for key, value in self.results().items() if key != "pods"})
+        self.assertEqual(result.stderr.count("created,"), 0)
+
+    def test_progress_lines_when_not_quiet(self) -> None:
+        result = self.run_batch(RunPlan(Batch(count=2)))
+        self.assertIn(f"{NAMESPACE}/rollout: 2 created, 0 running, 2 succeeded, 0 failed", result.stderr)
+
+    def test_runtime_none(self) -> None:
+        plan = RunPlan(Batch(count=2, runtime=None), runtime=None)
+        self.run_batch(plan, "--runtime", "none")
+        self.check_results_against_the_plan(plan)
+        self.assertIsNone(self.results()["runtime"])
+        [job] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Job"' in r["stdin"]]
+        self.assertNotIn("runtimeClassName", job["spec"]["template"]["spec"])
+        self.assertFalse([argv for argv in self.stub.calls() if "runtimeclass" in argv])
+        [reviews] = [
+            json.loads(r["stdin"])
+            for r in self.stub.records()
+            if r["stdin"] and "SelfSubjectAccessReview" in r["stdin"]
+        ]
+        self.assertNotIn(
+            "runtimeclasses", [item["spec"]["resourceAttributes"]["resource"] for item in reviews["items"]]
+        )
+
+    def test_rounds_and_their_cleanup(self) -> None:
+        first = Batch(count=2, job_name="rollout-1")
+        second = Batch(count=2, job_name="rollout-2", job_uid=SECOND_JOB_UID, created=JOB_CREATED_AT + 100)
+        plan = RunPlan(first, second)
+        self.expect(*plan.run())
+        result = self.run_ok("run", "--count", "2", "--rounds", "2", "--output", str(self.out()))
+        self.assertIn("episodes 2 x 2 round(s), parallelism 2: 4 succeeded", result.stdout)
+        results = self.results()
+        self.assertEqual((results["episodes"], results["rounds"], results["episodes_per_round"]), (4, 2, 2))
+        self.assertEqual([r["job"] for r in results["round_results"]], ["rollout-1", "rollout-2"])
+        self.assertEqual([r["job_uid"] for r in results["round_results"]], [first.uid, second.uid])
+        self.assertEqual(results["job_created_at"], first.created)
+        self.assertEqual({row["round"] for row in results["pods"] if row["job"] == "rollout-2"}, {2})
+        for round_number, batch in ((1, first), (2, second)):
+            round_dir = self.out() / f"round-{round_number}"
+            self.assertEqual(json.loads((round_dir / "pods.json").read_text()), demo.pod_list(batch.pods()))
+            self.assertEqual(json.loads((round_dir / "job-submitted.json").read_text()), batch.manifest())
+            self.assertTrue((round_dir / f"{batch.episodes[0].name}.log").exists())
+        self.assertEqual(
+            self.receipt()["jobs"], [{"name": "rollout-1", "uid": first.uid}, {"name": "rollout-2", "uid": second.uid}]
+        )
+        self.assertNotIn("job_uid", self.receipt())
+        self.expect(*plan.cleanup())
+        cleanup = self.run_ok("cleanup", "--output", str(self.out()))
+        self.assertIn(f"deleted Job {NAMESPACE}/rollout-1 and its pods", cleanup.stdout)
+        self.assertIn(f"deleted Job {NAMESPACE}/rollout-2 and its pods", cleanup.stdout)
+        self.assertIn(f"deleted namespace {NAMESPACE}", cleanup.stdout)
+
+    def test_allow_large_reads_rewards_from_termination_messages(self) -> None:
+        plan = RunPlan(Batch(count=30, parallelism=15))
+        self.expect(*plan.run())
+        self.run_ok(
+            "run", "--count", "30", "--parallelism", "15", "--allow-large", "--output", str(self.out()), "--quiet"
+        )
+        results = self.results()
+        self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (30, 30, 30))
+        calls = self.stub.calls()
+        self.assertFalse([argv for argv in calls if "logs" in argv], "logs are not read when messages carry rewards")
+        self.assertEqual(len(calls), 8)
+
+    def test_large_run_reads_only_the_logs_of_pods_without_a_message(self) -> None:
+        batch = Batch(count=25)
+        for index in (3, 7):
+            batch.episodes[index].message = ""
+        plan = RunPlan(batch)
+        calls = plan.run()
+        calls.append(
+            plan.cluster.logs_by_selector(
+                batch.selector, 25, batch.prefixed_logs([batch.episodes[3], batch.episodes[7]])
+            )
+        )
+        self.expect(*calls)
+        self.run_ok("run", "--count", "25", "--allow-large", "--output", str(self.out()), "--quiet")
+        self.assertEqual(self.results()["reward_sum"], 25)
+
+    def test_existing_output_touches_no_cluster(self) -> None:
+        self.out().mkdir()
+        self.assert_fails(self.tool("run", "--output", str(self.out())), demo.EXIT_USAGE, "already exists")
+        self.assertEqual(self.stub.calls(), [])
+
+    def test_missing_runtime_class_creates_nothing(self) -> None:
+        plan = RunPlan(runtime="gvisor")
+        self.expect(*plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:])
+        result = self.tool("run", "--runtime", "gvisor", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'gvisor' does not exist", "--runtime none")
+        self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and argv != plan.preflight()[2].argv])
+        self.assertNotIn("uid", self.receipt())
+        self.assertFalse((self.out() / "results.json").exists())
+        self.assertNotIn("is kept", result.stderr)
+        self.expect(plan.cluster.config_view(bound=True), plan.get_namespace(present=False))
+        cleanup = self.run_ok("cleanup", "--output", str(self.out()))
+        self.assertIn("already absent", cleanup.stdout)
+
+    def test_kubectl_not_on_path(self) -> None:
+        empty = self.root / "empty-bin"
+        empty.mkdir()
+        with unittest.mock.patch.dict(os.environ, {"PATH": str(empty)}):
+            result = self.tool("run", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_CLUSTER, "cannot start kubectl", "--kubectl PATH or set KUBECTL")
+        self.assertFalse(self.out().exists())
+
+    def test_threshold_breach_keeps_results(self) -> None:
+        result = self.run_batch_failing(
+            RunPlan(Batch(count=2)),
+            "--threshold",
+            "batch_to_all_ready_seconds=0.001",
+            "--threshold",
+            "pod_to_ready_max_seconds=100",
+        )
+        line = self.assert_fails(result, demo.EXIT_THRESHOLD, "batch_to_all_ready_seconds", "> 0.001 s")
+        self.assertNotIn("pod_to_ready_max_seconds", line)
+        self.assertEqual(self.results()["reward_sum"], 2)
+        self.assertEqual(self.read_json("error.json")["exit_code"], demo.EXIT_THRESHOLD)
+
+    def test_github_step_summary(self) -> None:
+        summary = self.root / "summary.md"
+        with unittest.mock.patch.dict(os.environ, {"GITHUB_STEP_SUMMARY": str(summary)}):
+            self.run_batch(RunPlan(Batch(count=2)))
+        self.assertIn("| batch_to_all_rewards_seconds |", summary.read_text())
+        self.assertIn("### rl-batch-demo: 2/2 episodes, reward sum 2", summary.read_text())
+
+
+class ContextAndBinaryTest(RunPlanTestCase):
+    def test_context_kubeconfig_and_kubectl_pass_through(self) -> None:
+        kubeconfig = str(self.root / "cluster.kubeconfig")
+        Path(kubeconfig).write_text("# the stub never reads it\n")
+        plan = RunPlan(Batch(count=2), cluster=Cluster(context="two", kubeconfig=kubeconfig))
+        calls = plan.run()
+        calls[0] = plan.cluster.config_view(bound=True)  # --context two: the view of that context
+        self.expect(*calls)
+        empty = self.root / "empty-bin"
+        empty.mkdir()
+        argv = ["--context", "two", "--kubeconfig", kubeconfig, "--kubectl", self.stub.kubectl]
+        with unittest.mock.patch.dict(os.environ, {"PATH": str(empty)}):  # kubectl only through --kubectl
+            self.run_ok("run", "--count", "2", *argv, "--output", str(self.out()))
+            for call in self.stub.calls():
+                self.assertIn(f"--kubeconfig={kubeconfig}", call)
+                self.assertIn("--context=two", call)
+            receipt = self.receipt()
+            self.assertEqual(
+                (receipt["context"], receipt["kubeconfig"], receipt["kubectl"]), ("two", kubeconfig, self.stub.kubectl)
+            )
+            self.expect(*plan.cleanup())
+            self.run_ok("cleanup", "--output", str(self.out()))  # everything from the receipt
+
+    def test_kubeconfig_from_the_environment_is_recorded(self) -> None:
+        kubeconfig = str(self.root / "env.kubeconfig")  # one file: pinned with --kubeconfig on every call
+        plan = RunPlan(Batch(count=2), cluster=Cluster(kubeconfig=kubeconfig))
+        self.expect(*plan.run())
+        with unittest.mock.patch.dict(os.environ, {"KUBECONFIG": kubeconfig}):
+            self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        self.assertEqual(self.receipt()["kubeconfig"], kubeconfig)
+
+    def test_a_kubeconfig_list_travels_in_the_environment(self) -> None:
+        kubeconfigs = os.pathsep.join(str(self.root / name) for name in ("a.kubeconfig", "b.kubeconfig"))
+        plan = RunPlan(Batch(count=2))  # a list cannot be a flag: no --kubeconfig on any call
+        self.expect(*plan.run())
+        with unittest.mock.patch.dict(os.environ, {"KUBECONFIG": kubeconfigs}):
+            self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        self.assertEqual(self.receipt()["kubeconfig"], kubeconfigs)
+
+    def test_kubectl_from_environment(self) -> None:
+        kubeconfig = str(self.root / "k")
+        cluster = Cluster(kubeconfig=kubeconfig)
+        self.expect(*CheckTest.check_calls(cluster))
+        empty = self.root / "empty-bin"
+        empty.mkdir()
+        with unittest.mock.patch.dict(os.environ, {"PATH": str(empty), "KUBECTL": self.stub.kubectl}):
+            result = self.run_ok("check", "--kubeconfig", kubeconfig)
+        self.assertIn("verdict: ready", result.stdout)
+
+
+class CleanupTest(CallPlanTestCase):
+    """Cleanup from a receipt as `run` writes it (RunTest pins that receipt), edited per test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.plan = RunPlan(Batch(count=2))
+        self.out().mkdir()
+        demo.write_receipt(
+            self.out(),
+            demo.Receipt(
+                context=CONTEXT,
+                server=SERVER,
+                namespace=NAMESPACE,
+                run_id=RUN_ID,
+                kubectl=self.stub.kubectl,
+                created_at=JOB_CREATED_AT - 5,
+                tool_version="0.1.0+test",
+                namespace_uid=NAMESPACE_UID,
+                jobs=[demo.JobReceipt("rollout", self.plan.batch.uid)],
+            ),
+        )
+
+    def edit_receipt(self, **changes: Any) -> None:
+        receipt = self.receipt()
+        for key, value in changes.items():
+            if value is None:
+                receipt.pop(key, None)
+            else:
+                receipt[key] = value
+        (self.out() / "receipt.json").write_text(json.dumps(receipt))
+
+    def cleanup(self, *argv: str) -> Any:
+        return self.tool("cleanup", "--output", str(self.out()), *argv)
+
+    def ownership_reads(self, namespace: Optional[Dict[str, Any]] = None, job: Any = "live") -> List[Call]:
+        cluster = self.plan.cluster
+        name = (namespace or namespace_object())["metadata"]["name"]
+        calls = [cluster.config_view(bound=True), cluster.get("namespace", name, namespace or namespace_object())]
+        return [*calls, cluster.get("job", "rollout", self.plan.batch.job() if job == "live" else job, name)]
+
+    def assert_refused(self, *fragments: str) -> None:
+        result = self.cleanup()
+        self.assert_fails(result, demo.EXIT_REFUSED, *fragments, "nothing was deleted")
+        self.assertFalse([argv for argv in self.stub.calls() if "delete" in argv])
+
+    def test_happy_path_then_already_absent(self) -> None:
+        (self.out() / "results.json").write_text("{}")
+        self.expect(*self.plan.cleanup())
+        result = self.run_ok("cleanup", "--output", str(self.out()))
+        self.assertEqual(
+            result.stdout,
+            f"deleted Job {NAMESPACE}/rollout and its pods\ndeleted namespace {NAMESPACE}\n",
+        )
+        delete_job = [argv for argv in self.stub.calls() if "delete" in argv and "job" in argv]
+        self.assertEqual(len(delete_job), 1)
+        self.assertIn("--cascade=foreground", delete_job[0])
+        self.expect(self.plan.cluster.config_view(bound=True), self.plan.get_namespace(present=False))
+        again = self.run_ok("cleanup", "--output", str(self.out()))
+        self.assertIn("already absent", again.stdout)
+        self.assertTrue((self.out() / "results.json").exists())
+
+    def test_namespace_uid_mismatch(self) -> None:
+        self.edit_receipt(uid="00000000-0000-0000-0000-000000000000")
+        self.expect(*self.ownership_reads())
+        self.assert_refused("do not match the receipt")
+
+    def test_label_mismatch(self) -> None:
+        self.edit_receipt(run_id="ffffffffffff")
+        self.expect(*self.ownership_reads())
+        self.assert_refused("do not match the receipt", f"{demo.RUN_LABEL}={RUN_ID}")
+
+    def test_job_uid_mismatch(self) -> None:
+        self.edit_receipt(jobs=[{"name": "rollout", "uid": "00000000-0000-0000-0000-000000000000"}])
+        self.expect(*self.ownership_reads())
+        self.assert_refused(f"Job {NAMESPACE}/rollout has UID {self.plan.batch.uid}")
+
+    def test_receipt_without_namespace_uid_is_proven_by_the_run_label(self) -> None:
+        self.edit_receipt(uid=None)
+        self.expect(*self.plan.cleanup())
+        result = self.run_ok("cleanup", "--output", str(self.out()))
+        self.assertIn("carries this run's labels", result.stdout)
+        self.assertEqual(self.receipt()["uid"], NAMESPACE_UID)
+
+    def test_receipt_without_namespace_uid_and_another_label_is_refused(self) -> None:
+        self.edit_receipt(uid=None, run_id="ffffffffffff")
+        self.expect(*self.ownership_reads())
+        result = self.cleanup()
+        self.assert_fails(result, demo.EXIT_REFUSED, "no namespace UID", "ownership cannot be proven")
+        self.assertFalse([argv for argv in self.stub.calls() if "delete" in argv])
+
+    def test_malformed_jobs_in_the_receipt(self) -> None:
+        self.edit_receipt(jobs=[{"uid": "x"}])
+        self.assert_fails(self.cleanup(), demo.EXIT_USAGE, "malformed 'jobs' list")
+
+    def test_older_receipt_uses_job_json(self) -> None:
+        self.edit_receipt(jobs=None, job_uid=None)
+        (self.out() / "job.json").write_text(as_json(self.plan.batch.job_complete()))
+        self.expect(*self.plan.cleanup())
+        self.run_ok("cleanup", "--output", str(self.out()))
+
+    def test_guide_receipt_with_job_uid(self) -> None:
+        self.edit_receipt(jobs=None, job_uid="00000000-0000-0000-0000-000000000000")  # job.json absent: job_uid rules
+        self.expect(*self.ownership_reads())
+        self.assert_refused("has UID")
+
+    def test_another_cluster_behind_the_same_context_is_refused(self) -> None:
+        self.edit_receipt(server="https://10.0.0.1:6443")
+        self.expect(*self.ownership_reads())
+        self.assert_refused("the run used the API server https://10.0.0.1:6443", f"now points at {SERVER}")
+
+    def test_receipt_pointing_at_a_foreign_namespace(self) -> None:
+        foreign = namespace_object("team-prod", uid="99999999-9999-4999-8999-999999999999")
+        del foreign["metadata"]["labels"][demo.RUN_LABEL]
+        self.edit_receipt(namespace="team-prod")
+        self.expect(*self.ownership_reads(foreign, job=None))
+        self.assert_refused("team-prod")
+
+    def test_namespace_stuck_terminating(self) -> None:
+        stuck = namespace_object()
+        stuck["metadata"]["deletionTimestamp"] = "2026-11-29T10:05:00Z"
+        stuck["status"] = {
+            "phase": "Terminating",
+            "conditions": [
+                {
+                    "type": "NamespaceFinalizersRemaining",
+                    "status": "True",
+                    "message": "Some content in the namespace has finalizers remaining: "
+                    "example.com/hold in 1 resource instances",
+                }
+            ],
+        }
+        calls = self.plan.cleanup()[:-1]
+        calls.append(dataclasses.replace(self.plan.get_namespace(), stdout=as_json(stuck), repeat=True))
+        self.expect(*calls)
+        result = self.cleanup("--timeout", "1")
+        self.assert_fails(
+            result,
+            demo.EXIT_TIMEOUT,
+            "still Terminating after 1 s",
+            "finalizers ['kubernetes']",
+            "example.com/hold",
+            "never removed",
+        )
+
+
+class CleanupPolicyTest(RunPlanTestCase):
+    def test_on_success_deletes_after_a_good_run(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run(), *plan.cleanup())
+        result = self.run_ok("run", "--count", "2", "--output", str(self.out()), "--cleanup", "on-success")
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)
+        self.assertNotIn("is kept", result.stderr)
+        self.assertTrue((self.out() / "results.json").exists())
+
+    def test_on_success_deletes_after_a_breached_threshold(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run(), *plan.cleanup())
+        argv = ["--cleanup", "on-success", "--threshold", "batch_to_all_ready_seconds=0.001"]
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), *argv)
+        self.assert_fails(result, demo.EXIT_THRESHOLD, "latency budget breached")
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)
+
+    def test_on_success_keeps_a_failed_run(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        fail_episode(plan.batch, 0)
+        self.expect(*plan.run())
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), "--cleanup", "on-success")
+        self.assert_fails(result, demo.EXIT_EPISODE, "phase Failed")
+        self.assertIn(f"namespace {NAMESPACE} is kept", result.stderr)
+
+    def test_always_deletes_after_a_failed_run_and_keeps_diagnostics(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        fail_episode(plan.batch, 1)
+        self.expect(*plan.run(), *plan.cleanup())
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), "--cleanup", "always")
+        self.assert_fails(result, demo.EXIT_EPISODE, "phase Failed")
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)
+        for name in ("job.json", "pods.json", "events.txt", "error.json", "kubectl-calls.json"):
+            self.assertTrue((self.out() / name).exists(), name)
+        self.assertFalse((self.out() / "results.json").exists())
+
+    def test_a_failed_cleanup_after_a_good_run_is_the_error(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        cleanup = plan.cleanup()
+        self.expect(*plan.run(), *cleanup[:3], cleanup[3].failing(ERR_FORBIDDEN_DELETE))
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), "--cleanup", "always")
+        self.assert_fails(result, demo.EXIT_CLUSTER, "delete job rollout", "Forbidden")
+        self.assertIn("is kept", result.stderr)
+        self.assertTrue((self.out() / "results.json").exists())
+
+
+class CheckTest(CallPlanTestCase):
+    @staticmethod
+    def check_calls(
+        cluster: Cluster, runtime: Optional[str] = "cube", nodes: Optional[List[Any]] = None, denied: tuple = ()
+    ) -> List[Call]:
+        """`check`: config view, server version, the RuntimeClass, the nodes, every access review."""
+        version = {"clientVersion": {"gitVersion": "v1.31.2"}, "serverVersion": {"gitVersion": "v1.31.1"}}
+        calls = [cluster.config_view(), Call(cluster.args("version", "-o", "json"), stdout=as_json(version))]
+        if runtime is not None:
+            calls.append(cluster.get("runtimeclass", runtime, runtimeclass_object() if runtime == "cube" else None))
+        nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
+        calls.append(cluster.get_list("nodes", nodes, namespace=None))
+        calls.append(cluster.access_reviews(demo.NAMESPACE_PREFIX + "preflight", runtime is not None, denied))
+        return calls
+
+    def test_ready_cluster(self) -> None:
+        self.expect(*self.check_calls(Cluster()))
+        result = self.run_ok("check", "--count", "10")
+        self.assertIn(f"context: {CONTEXT} (API server {SERVER})", result.stdout)
+        self.assertIn("server version: v1.31.1", result.stdout)
+        self.assertIn('RuntimeClass cube: handler cube, overhead {"cpu": "250m", "memory": "768Mi"}', result.stdout)
+        self.assertIn("10 pods need 3.5 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", result.stdout)
+        self.assertIn("2 eligible nodes have 128.0 CPU and 512.0 GiB", result.stdout)
+        self.assertIn("permissions: all granted", result.stdout)
+        self.assertIn("verdict: ready to run 10 episodes", result.stdout)
+
+    def test_missing_runtime_class(self) -> None:
+        self.expect(*self.check_calls(Cluster(), runtime="kata"))
+        result = self.tool("check", "--runtime", "kata")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        self.assertIn("verdict: NOT ready: RuntimeClass 'kata' does not exist", result.stdout)
+
+    def test_too_little_capacity(self) -> None:
+        self.expect(*self.check_calls(Cluster(), nodes=[node_object("tiny", cpu="1", memory="2Gi")]))
+        result = self.tool("check", "--count", "10")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        self.assertIn("not enough allocatable capacity", result.stdout)
+
+    def test_forbidden_read_is_a_problem_of_the_verdict(self) -> None:
+        calls = self.check_calls(Cluster())
+        calls[3] = calls[3].failing(err_forbidden("list", "nodes", namespace=""))
+        self.expect(*calls)
+        result = self.tool("check")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        self.assertIn("verdict: NOT ready: cannot list nodes (Error from server (Forbidden):", result.stdout)
+
+    def test_forbidden_permission(self) -> None:
+        denied = (("create", "jobs"), ("get", "pods/log"))
+        self.expect(*self.check_calls(Cluster(), denied=denied))
+        result = self.tool("check")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER)
+        self.assertIn("denied: create jobs.batch, get pods/log", result.stdout)
+        self.expect(*RunPlan().preflight(denied=denied))
+        run = self.tool("run", "--output", str(self.out()))
+        self.assert_fails(run, demo.EXIT_CLUSTER, "lacks permissions", "create jobs.batch", "nothing was created")
+        self.assertFalse([argv for argv in self.stub.records() if argv["stdin"] and '"Namespace"' in argv["stdin"]])
+
+
+class CompareTest(RunPlanTestCase):
+    def test_parallel_versus_sequential(self) -> None:
+        self.run_batch(RunPlan(Batch(count=3)), "--quiet", directory="parallel")
+        self.run_batch(RunPlan(Batch(count=3, parallelism=1)), "--parallelism", "1", "--quiet", directory="sequential")
+        parallel, sequential = str(self.out("parallel")), str(self.out("sequential"))
+        text = self.run_ok("compare", parallel, sequential).stdout
+        self.assertIn("all rewards (s)", text)
+        self.assertRegex(text, r"all rewards \(s\)\s+\d+\.\d+\s+\d+\.\d+ \(x\d+\.\d\d\)")
+        markdown = self.run_ok("compare", parallel, sequential, "--format", "markdown").stdout
+        self.assertTrue(markdown.startswith(f"| figure | {parallel} | {sequential} |"))
+        data = json.loads(self.run_ok("compare", parallel, sequential, "--format", "json").stdout)
+        self.assertEqual(data["runs"], [parallel, sequential])
+        rewards = next(row for row in data["figures"] if row["figure"] == "batch_to_all_rewards_seconds")
+        first, second = (self.results(d)["batch_to_all_rewards_seconds"] for d in ("parallel", "sequential"))
+        self.assertAlmostEqual(rewards["ratios"][1], second / first)
+        self.assertGreater(second / first, 2)  # three slots of 2 s against one
+        self.run_batch(RunPlan(Batch(count=2)), "--quiet", directory="two")
+        refused = self.tool("compare", parallel, str(self.out("two")))
+        self.assert_fails(refused, demo.EXIT_USAGE, "different episode counts")
+        self.run_ok("compare", parallel, str(self.out("two")), "--allow-different-counts")
+
+    def test_a_run_without_results(self) -> None:
+        self.out().mkdir()
+        self.assert_fails(self.tool("compare", str(self.out())), demo.EXIT_USAGE, "did not finish successfully")
+
+
+class InterruptTest(RunPlanTestCase):
+    """Ctrl-C at three points, raised in-process at the call where a user's SIGINT would land;
+    each followed by a cleanup that works. tests/test_run.py sends real signals to a real process."""
+
+    def interrupt_at(self, when: Any) -> None:
+        """Raise KeyboardInterrupt instead of starting the first kubectl call `when(argv, stdin)` picks."""
+        original = demo.Kubectl._once
+
+        def once(kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float) -> Any:
+            if when(argv[1:], stdin):
+                raise KeyboardInterrupt
+            return original(kubectl, argv, stdin, timeout)
+
+        patcher = unittest.mock.patch.object(demo.Kubectl, "_once", once)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def test_before_the_namespace_exists(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.interrupt_at(lambda argv, stdin: "runtimeclass" in argv)
+        self.expect(plan.cluster.config_view(), plan.preflight()[2])  # the access reviews run beside it
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; diagnostics are in")
+        self.assertNotIn("cleanup --output", result.stderr)  # nothing exists to clean up
+        self.assertEqual(self.read_json("error.json")["exit_code"], demo.EXIT_INTERRUPTED)
+        self.expect(plan.cluster.config_view(bound=True), plan.get_namespace(present=False))
+        self.assertIn("already absent", self.run_ok("cleanup", "--output", str(self.out())).stdout)
+
+    def test_after_the_namespace_before_the_job(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.interrupt_at(lambda argv, stdin: bool(stdin) and json.loads(stdin)["kind"] == "Job")
+        saving = plan.cluster.get_list("pods,events", [])  # no Job yet: events only, then nothing more
+        self.expect(*plan.run()[:4], saving)
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
+        self.assertIn("interrupted: saving diagnostics", result.stderr)
+        self.assertIn(f"cleanup --output {self.out()}", result.stderr)
+        self.assertTrue((self.out() / "events.txt").exists())
+        self.assertEqual(self.receipt()["jobs"], [{"name": "rollout", "uid": None}])
+        self.expect(*plan.cleanup(jobs_present=False))
+        self.run_ok("cleanup", "--output", str(self.out()))
+
+    def mid_run(self, *argv: str, cleanup: bool = False) -> Any:
+        """Interrupted while watching, as soon as the first pod is seen."""
+        plan = RunPlan(Batch(count=2))
+        patcher = unittest.mock.patch.object(demo, "record_pod_sighting", side_effect=KeyboardInterrupt)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        batch = plan.batch
+        job_watch = plan.job_watch(final=batch.job_running())  # never finishes: the run is interrupted first
+        job_watch = dataclasses.replace(job_watch, chunks=job_watch.chunks[:1])
+        pod_watch = plan.pod_watch(chunks=[plan_chunk for plan_chunk in plan.pod_watch().chunks[:1]])
+        running = [batch.pod(episode, "running") for episode in batch.episodes]
+        saving = [
+            plan.cluster.get_list("pods,events", running),
+            plan.get_job(batch.job_running()),
+            plan.cluster.logs_by_selector(batch.selector, 2, batch.prefixed_logs()),
+        ]
+        self.expect(*plan.run()[:5], job_watch, pod_watch, *saving, *(plan.cleanup() if cleanup else []))
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), *argv)
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
+        for name in ("receipt.json", "job.json", "pods.json", "events.txt", "kubectl-calls.json", "error.json"):
+            self.assertTrue((self.out() / name).exists(), name)
+        self.assertEqual(self.read_json("pods.json"), demo.pod_list(running))
+        self.assertEqual(self.read_json("job.json"), batch.job_running())
+        for episode in batch.episodes:
+            self.assertEqual((self.out() / f"{episode.name}.log").read_text(), episode.log)
+        self.assertFalse((self.out() / "results.json").exists())
+        return plan, result
+
+    def test_mid_run(self) -> None:
+        plan, result = self.mid_run()
+        self.assertIn("cleanup --output", result.stderr)
+        self.expect(*plan.cleanup())
+        self.run_ok("cleanup", "--output", str(self.out()))
+
+    def test_mid_run_with_cleanup_always(self) -> None:
+        _, result = self.mid_run("--cleanup", "always", cleanup=True)
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)
+        self.assertNotIn("is kept", result.stderr)
+
+    def test_interrupt_during_cleanup(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        self.interrupt_at(lambda argv, stdin: "delete" in argv)
+        self.expect(*plan.cleanup()[:3])
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), "--cleanup", "always")
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted during cleanup")
+        self.assertIn("is kept", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
