@@ -121,7 +121,11 @@ THRESHOLD_METRICS = (
 # Per-episode phases, in the order an episode lives through them.
 PHASES = (
     "pod_to_scheduled_seconds",
+    "pod_to_kernel_boot_seconds",
+    "kernel_boot_to_process_start_seconds",
     "pod_to_container_started_seconds",
+    "pod_to_process_start_seconds",
+    "interpreter_start_seconds",
     "python_import_seconds",
     "import_to_ready_seconds",
     "pod_to_ready_seconds",
@@ -132,7 +136,11 @@ PHASES = (
 
 PHASE_LABELS = {
     "pod_to_scheduled_seconds": "pod created -> scheduled",
+    "pod_to_kernel_boot_seconds": "pod created -> sandbox kernel booted",
+    "kernel_boot_to_process_start_seconds": "sandbox kernel boot -> process start",
     "pod_to_container_started_seconds": "pod created -> container started",
+    "pod_to_process_start_seconds": "pod created -> process started",
+    "interpreter_start_seconds": "process start -> first statement",
     "python_import_seconds": "Python module import",
     "import_to_ready_seconds": "import done -> application ready",
     "pod_to_ready_seconds": "pod created -> application ready",
@@ -159,6 +167,36 @@ TIMELINE_BARS = (
     ("task", "ready -> reward", "#3fb27f", "ready_at", "reward_at"),
     ("exit", "reward -> container finished", "#9b6bd6", "reward_at", "finished_at"),
 )
+
+# Thinner strips under an episode's bars, drawn where the sandbox reported its own clocks:
+# (name, meaning, colour, start keys (the first known one), end key).
+TIMELINE_DETAIL_BARS = (
+    ("sandbox boot", "pod created -> sandbox kernel booted", "#d1495b", ("created_at",), "kernel_booted_at"),
+    (
+        "process start",
+        "kernel booted (else pod created) -> process started",
+        "#edae49",
+        ("kernel_booted_at", "created_at"),
+        "process_started_at",
+    ),
+)
+
+# The kubelet's runtime histograms (`run --kubelet-metrics`), named as the guide names them:
+# (family, label, label value or None for the RuntimeClass's handler).
+KUBELET_OPERATIONS = (
+    ("RunPodSandbox", "kubelet_run_podsandbox_duration_seconds", "runtime_handler", None),
+    ("CreateContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "create_container"),
+    ("StartContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "start_container"),
+    ("PullImage", "kubelet_runtime_operations_duration_seconds", "operation_type", "pull_image"),
+)
+KUBELET_METRICS_PERMISSIONS = (
+    ("get", "nodes", "", "proxy", False),  # the kubelet's /metrics through the API server (also allows exec!)
+    ("list", "nodes", "", "", False),  # which nodes may run an episode, read before the Job exists
+)
+METRICS_LINE_LIMIT = 64 * 1024  # a longer line of a kubelet's /metrics is ignored
+METRICS_SAMPLES_LIMIT = 20000  # samples kept per node from the wanted families; more is garbage
+KUBELET_READ_THREADS = 16  # nodes read at once
+CLOCK_TICK_SLACK = 0.02  # /proc's process start is in clock ticks (1/CLK_TCK, usually 10 ms): two ticks' slack
 
 # (verb, resource, group, subresource, namespaced): what a run and its cleanup do.
 REQUIRED_PERMISSIONS = (
@@ -331,6 +369,7 @@ class RunSettings:
     quiet: bool
     json_summary: bool
     kubectl_timeout: float
+    kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
@@ -347,6 +386,7 @@ class RunSettings:
             quiet=args.quiet,
             json_summary=args.json,
             kubectl_timeout=float(args.kubectl_timeout),
+            kubelet_metrics=bool(getattr(args, "kubelet_metrics", False)),
         )
 
     @property
@@ -476,6 +516,7 @@ class RoundCollected:
     round_dir: Path
     submitted_wall: float  # client clock just before the create
     submitted_monotonic: float
+    events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's, same listing
 
 
 @dataclasses.dataclass
@@ -522,6 +563,16 @@ class EpisodeRow:
     batch_start: float  # the Job's creation: the origin of the batch_to_* figures
     round: int = 1
     job: str = JOB_NAME
+    scheduled_source: Optional[str] = None  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
+    process_started_at: Optional[float] = None  # /proc/self/stat starttime on the kernel's boot clock
+    first_statement_at: Optional[float] = None  # the worker's first statement (node wall clock)
+    kernel_booted_at: Optional[float] = None  # only for a sandbox kernel (kernel == "sandbox")
+    kernel: Optional[str] = None  # "sandbox", "shared", or None when the sandbox did not say
+    pod_to_process_start_seconds: Optional[float] = None
+    pod_to_kernel_boot_seconds: Optional[float] = None
+    kernel_boot_to_process_start_seconds: Optional[float] = None
+    interpreter_start_seconds: Optional[float] = None
+    image_pull: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"state": "unknown", "seconds": None})
 
     def to_json(self) -> Dict[str, Any]:
         return dict(self.__dict__)
@@ -1045,6 +1096,512 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
     return "they differ"
 
 
+# Pure core: sandbox clocks, image pulls, kubelet histograms ###################
+
+
+_GO_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_go_duration(text: str) -> float:
+    """A Go time.Duration as printed by %v ("1.5s", "734ms", "2m3.5s", "1h2m", "500µs", "12ns",
+    "0s") in seconds, exactly as Go's ParseDuration reads it; ValueError for anything else."""
+    body = text[1:] if text[:1] in "+-" else text
+    if body == "0":
+        return 0.0
+    if not body:
+        raise ValueError(f"not a Go duration: {text!r}")
+    total, position = 0.0, 0
+    while position < len(body):
+        match = _GO_DURATION_PART.match(body, position)
+        if not match or match.group(1) in ("", "."):
+            raise ValueError(f"not a Go duration: {text!r}")
+        total += float(match.group(1)) * _GO_DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if not math.isfinite(total):
+        raise ValueError(f"not a Go duration: {text!r}")
+    return -total if text[:1] == "-" else total
+
+
+_GO_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_PULLED_CACHED = re.compile(r"^Container image " + _GO_QUOTED + r" already present on machine")
+_PULLED_IMAGE = re.compile(
+    r"^Successfully pulled image " + _GO_QUOTED + r" in (\S+)(?: \((\S+) including waiting\))?"
+    r"(?:\. Image size: [0-9]+ bytes\.)?$"
+)
+
+
+def involves_pod(event: Dict[str, Any], pod: Dict[str, Any]) -> bool:
+    """Whether a core/v1 Event is about this very pod (its name, and its UID when the event has one)."""
+    involved = event.get("involvedObject") if isinstance(event, dict) else None
+    if not isinstance(involved, dict) or involved.get("kind", "Pod") != "Pod":
+        return False
+    metadata = pod.get("metadata") or {}
+    if involved.get("name") != metadata.get("name"):
+        return False
+    uid = involved.get("uid")
+    return not uid or not metadata.get("uid") or uid == metadata.get("uid")
+
+
+def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+    """The namespace's events grouped by the name of the pod they are about."""
+    grouped: Dict[str, List[Dict[str, Any]]] = {}
+    for event in events:
+        involved = event.get("involvedObject") if isinstance(event, dict) else None
+        if isinstance(involved, dict) and involved.get("kind", "Pod") == "Pod" and isinstance(involved.get("name"), str):
+            grouped.setdefault(involved["name"], []).append(event)
+    return grouped
+
+
+def scheduled_event_time(
+    events: List[Dict[str, Any]], pod: Dict[str, Any], created_at: float, finished_at: Optional[float]
+) -> Optional[float]:
+    """The scheduler's `Scheduled` event time for this pod (events.k8s.io `eventTime`,
+    microseconds), if it exists and falls inside the pod's life; else None."""
+    times = []
+    for event in events:
+        if event.get("reason") != "Scheduled" or not involves_pod(event, pod):
+            continue
+        text = event.get("eventTime")
+        if not isinstance(text, str):
+            continue
+        try:
+            moment = parse_timestamp(text)
+        except ValueError:
+            continue
+        if created_at - 1.0 <= moment and (finished_at is None or moment <= finished_at + 1.0):
+            times.append(moment)
+    return min(times) if times else None
+
+
+def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str, Any]:
+    """The episode container's image state from the kubelet's `Pulled` events: cached, pulled
+    (with the pull's seconds, as the kubelet measured them), or unknown; never assumed."""
+    for event in events:
+        if event.get("reason") != "Pulled" or not involves_pod(event, pod):
+            continue
+        field_path = (event.get("involvedObject") or {}).get("fieldPath")
+        if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
+            continue  # another container's image
+        message = str(event.get("message") or "")
+        if _PULLED_CACHED.match(message):
+            return {"state": "cached", "seconds": None}
+        match = _PULLED_IMAGE.match(message)
+        if match:
+            try:
+                seconds = parse_go_duration(match.group(1))
+                waiting = parse_go_duration(match.group(2)) if match.group(2) else None
+            except ValueError:
+                continue
+            if seconds < 0 or (waiting is not None and waiting < 0):
+                continue
+            return {"state": "pulled", "seconds": seconds, "seconds_including_waiting": waiting}
+    return {"state": "unknown", "seconds": None}
+
+
+def image_cache_counts(rows: List[EpisodeRow]) -> Dict[str, int]:
+    counts = {"cached": 0, "pulled": 0, "unknown": 0}
+    for row in rows:
+        state = row.image_pull.get("state")
+        counts[state if state in counts else "unknown"] += 1
+    return counts
+
+
+def cache_state_of(counts: Dict[str, int]) -> str:
+    """The guide's `cache_state`, measured: "cached" or "pulled" when every episode says so,
+    "mixed" when both occurred, else "unknown" (an episode without a Pulled event proves nothing)."""
+    if counts.get("cached") and counts.get("pulled"):
+        return "mixed"
+    known = [state for state in ("cached", "pulled") if counts.get(state)]
+    if len(known) == 1 and not counts.get("unknown"):
+        return known[0]
+    return "unknown"
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxClocks:
+    """What a ready event says about the sandbox's own start, bounded to the pod's life."""
+
+    process_started_at: Optional[float] = None
+    first_statement_at: Optional[float] = None
+    imports_done_at: Optional[float] = None
+    kernel_booted_at: Optional[float] = None  # a sandbox kernel's only
+    kernel: Optional[str] = None
+
+
+def sandbox_clocks(
+    name: str, ready_event: Dict[str, Any], created_at: float, ready_at: float, inspect: str
+) -> SandboxClocks:
+    """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
+
+    Every stamp before `ready` must lie in [pod creation - 1 s, ready] (ready itself is bound to
+    the container's finish + 1 s by the caller), and in the order the process lives them. A ready
+    event without `first_statement_at` comes from an older worker, whose `process_started_at`
+    was its first statement: read that way, its /proc figures are null."""
+    process_started_at = optional_number(ready_event.get("process_started_at"))
+    booted_at = optional_number(ready_event.get("kernel_booted_at"))
+    labels = {"first_statement_at": "first_statement_at", "process_started_at": "process_started_at"}
+    if "first_statement_at" in ready_event:
+        first_statement_at = optional_number(ready_event.get("first_statement_at"))
+    else:
+        first_statement_at, process_started_at, booted_at = process_started_at, None, None
+        labels["first_statement_at"] = "process_started_at"
+    imports_done_at = optional_number(ready_event.get("imports_done_at"))
+    for label, stamp in (
+        ("process_started_at", process_started_at),
+        (labels["first_statement_at"], first_statement_at),
+        ("imports_done_at", imports_done_at),
+    ):
+        if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
+            raise EpisodeInvalid(
+                name,
+                f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
+                f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
+                "server and the nodes",
+                inspect,
+            )
+    if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
+        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
+    if (
+        process_started_at is not None
+        and first_statement_at is not None
+        and process_started_at > first_statement_at + CLOCK_TICK_SLACK
+    ):
+        raise EpisodeInvalid(
+            name,
+            f"its ready event's process_started_at ({process_started_at:.3f}) is later than its first statement "
+            f"({first_statement_at:.3f}); the sandbox's clocks disagree",
+            inspect,
+        )
+    kernel = None
+    if booted_at is not None:
+        reference = process_started_at if process_started_at is not None else first_statement_at
+        inside = reference is not None and created_at - 1.0 <= booted_at <= reference
+        kernel = "sandbox" if inside else "shared"
+    return SandboxClocks(
+        process_started_at=process_started_at,
+        first_statement_at=first_statement_at,
+        imports_done_at=imports_done_at,
+        kernel_booted_at=booted_at if kernel == "sandbox" else None,
+        kernel=kernel,
+    )
+
+
+# Kubelet histograms (`run --kubelet-metrics`) ---------------------------------
+#
+# The kubelet's /metrics is read through the API server before the first Job and after the
+# last; each histogram is subtracted bucket by bucket (as ClusterLoader2 does) and its quantiles
+# interpolated within a bucket (as Prometheus' histogram_quantile does). The text is untrusted:
+# only the wanted families are kept, long lines are ignored, and the samples kept are bounded.
+
+_METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$")
+_METRIC_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_LABEL_UNESCAPE = re.compile(r"\\(.)")
+
+
+def _unescape_label(text: str) -> str:
+    return _LABEL_UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+
+
+def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
+    """One sample of the Prometheus text format: name, labels, value; None for a comment, a
+    blank line or anything malformed."""
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#"):
+        return None
+    match = _METRIC_LINE.match(stripped)
+    if not match:
+        return None
+    labels: Dict[str, str] = {}
+    label_text = (match.group(2) or "").strip()
+    position = 0
+    while position < len(label_text):
+        label = _METRIC_LABEL.match(label_text, position)
+        if not label or label.end() == position:
+            return None
+        labels[label.group(1)] = _unescape_label(label.group(2))
+        position = label.end()
+    try:
+        value = float(match.group(3))
+    except ValueError:
+        return None
+    return match.group(1), labels, value
+
+
+class MetricsScanner:
+    """Reads a /metrics text as it streams in, keeping only samples of the wanted families."""
+
+    def __init__(self, families: Iterable[str]) -> None:
+        self.families = tuple(sorted(set(families)))
+        self.samples: List[Tuple[str, Dict[str, str], float]] = []
+        self.buffer = b""
+        self.skipping = False  # inside a line longer than METRICS_LINE_LIMIT
+        self.long_lines = 0
+        self.error = ""
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for raw in lines:
+            if self.skipping:
+                self.skipping = False
+                continue
+            self._line(raw)
+        if len(self.buffer) > METRICS_LINE_LIMIT:
+            self.buffer, self.skipping = b"", True
+            self.long_lines += 1
+
+    def _line(self, raw: bytes) -> None:
+        if len(raw) > METRICS_LINE_LIMIT:
+            self.long_lines += 1
+            return
+        if not raw.startswith(tuple(family.encode() for family in self.families)) or self.error:
+            return
+        sample = parse_metric_line(raw.decode("utf-8", "replace"))
+        if sample is None:
+            return
+        if len(self.samples) >= METRICS_SAMPLES_LIMIT:
+            self.error = f"more than {METRICS_SAMPLES_LIMIT} samples of the kubelet's runtime histograms"
+            return
+        self.samples.append(sample)
+
+    def finish(self) -> List[Tuple[str, Dict[str, str], float]]:
+        if self.buffer and not self.skipping:
+            self._line(self.buffer)
+        self.buffer = b""
+        return self.samples
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts by upper bound (the last one +Inf), with the sum and count."""
+
+    buckets: Tuple[Tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+def histogram_from_samples(
+    samples: List[Tuple[str, Dict[str, str], float]], family: str, label: str, value: str
+) -> Optional[Histogram]:
+    """The family's series whose `label` equals `value`, added up (None when there is none);
+    ValueError when the series are not a well-formed histogram."""
+    buckets: Dict[float, float] = {}
+    total = count = 0.0
+    seen = False
+    for name, labels, number in samples:
+        if labels.get(label) != value:
+            continue
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"{name} has the value {number!r}")
+        if name == family + "_bucket":
+            bound = float(labels.get("le", "nan"))
+            if math.isnan(bound):
+                raise ValueError(f"{name} has a bucket without a numeric le")
+            buckets[bound] = buckets.get(bound, 0.0) + number
+            seen = True
+        elif name == family + "_sum":
+            total += number
+            seen = True
+        elif name == family + "_count":
+            count += number
+            seen = True
+    if not seen:
+        return None
+    ordered = tuple(sorted(buckets.items()))
+    if not ordered or ordered[-1][0] != math.inf:
+        raise ValueError(f"{family} has no +Inf bucket")
+    if any(later[1] < earlier[1] for earlier, later in zip(ordered, ordered[1:])) or ordered[-1][1] != count:
+        raise ValueError(f"{family}'s buckets are not cumulative")
+    return Histogram(ordered, total, count)
+
+
+def subtract_histograms(after: Histogram, before: Optional[Histogram]) -> Histogram:
+    """What happened between two readings of one histogram, bucket by bucket; ValueError when a
+    counter went down (the kubelet restarted) or the bucket bounds changed."""
+    if before is None:
+        return after
+    if [bound for bound, _ in after.buckets] != [bound for bound, _ in before.buckets]:
+        raise ValueError("its bucket bounds changed between the two readings")
+    buckets = tuple((bound, count - earlier) for (bound, count), (_, earlier) in zip(after.buckets, before.buckets))
+    if any(count < 0 for _, count in buckets) or after.count < before.count or after.sum < before.sum:
+        raise ValueError("a counter went down between the two readings (the kubelet restarted?)")
+    return Histogram(buckets, after.sum - before.sum, after.count - before.count)
+
+
+def add_histograms(histograms: List[Histogram]) -> Histogram:
+    """Histograms of identical bucket bounds added; ValueError when the bounds differ."""
+    first = histograms[0]
+    for other in histograms[1:]:
+        if [bound for bound, _ in other.buckets] != [bound for bound, _ in first.buckets]:
+            raise ValueError("the nodes' bucket bounds differ")
+    buckets = tuple(
+        (bound, sum(h.buckets[index][1] for h in histograms)) for index, (bound, _) in enumerate(first.buckets)
+    )
+    return Histogram(buckets, sum(h.sum for h in histograms), sum(h.count for h in histograms))
+
+
+def histogram_quantile(q: float, histogram: Histogram) -> Optional[Tuple[float, Tuple[float, float]]]:
+    """Prometheus' histogram_quantile: the rank's bucket and a linear interpolation inside it.
+    The lowest bucket starts at 0; a rank in the +Inf bucket gives the highest finite bound (and
+    the bucket (that bound, +Inf)). None when there are no observations."""
+    buckets = histogram.buckets
+    if len(buckets) < 2 or histogram.count <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    index = next(i for i, (_, count) in enumerate(buckets) if count >= rank)
+    if index == len(buckets) - 1:
+        return buckets[-2][0], (buckets[-2][0], math.inf)
+    upper, count = buckets[index]
+    if index == 0 and upper <= 0:
+        return upper, (upper, upper)
+    lower = 0.0
+    if index > 0:
+        lower = buckets[index - 1][0]
+        count -= buckets[index - 1][1]
+        rank -= buckets[index - 1][1]
+    return lower + (upper - lower) * (rank / count if count else 0.0), (lower, upper)
+
+
+def _bucket_json(bucket: Tuple[float, float]) -> List[Optional[float]]:
+    return [bucket[0], bucket[1] if math.isfinite(bucket[1]) else None]  # +Inf: null (JSON has no infinity)
+
+
+def operation_figures(histogram: Histogram) -> Dict[str, Any]:
+    """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
+    figures: Dict[str, Any] = {"count": int(round(histogram.count))}
+    figures["mean_seconds"] = histogram.sum / histogram.count if histogram.count > 0 else None
+    for name, q in (("p50", 0.5), ("p95", 0.95)):
+        quantile = histogram_quantile(q, histogram)
+        figures[f"{name}_seconds"] = quantile[0] if quantile else None
+        figures[f"{name}_bucket"] = _bucket_json(quantile[1]) if quantile else None
+    return figures
+
+
+@dataclasses.dataclass
+class KubeletReading:
+    """One node's runtime histograms at one moment (None: the operation never happened there),
+    or why they could not be read."""
+
+    histograms: Dict[str, Optional[Histogram]]
+    error: str = ""
+
+
+def kubelet_reading(samples: List[Tuple[str, Dict[str, str], float]], handler: str, error: str = "") -> KubeletReading:
+    """The guide's four operations out of one node's samples."""
+    if error:
+        return KubeletReading({}, error)
+    histograms: Dict[str, Optional[Histogram]] = {}
+    try:
+        for operation, family, label, value in KUBELET_OPERATIONS:
+            histograms[operation] = histogram_from_samples(samples, family, label, handler if value is None else value)
+    except ValueError as failure:
+        return KubeletReading({}, f"its metrics are malformed ({failure})")
+    return KubeletReading(histograms)
+
+
+def runtime_operations(
+    before: Dict[str, KubeletReading],
+    after: Dict[str, KubeletReading],
+    handler: str,
+    expected: Dict[str, Dict[str, Optional[int]]],
+) -> Dict[str, Any]:
+    """results.json's `runtime_operations`: per node and pooled, what the kubelet's histograms
+    gained between the two readings. `expected` is this run's operations per node and operation
+    (None: not known, e.g. pulls of pods whose Pulled event is missing); the rest are foreign:
+    these counters are node-wide."""
+    nodes: Dict[str, Any] = {}
+    deltas: Dict[str, List[Histogram]] = {operation: [] for operation, *_ in KUBELET_OPERATIONS}
+    for node in sorted(expected):
+        entry: Dict[str, Any] = {operation: None for operation, *_ in KUBELET_OPERATIONS}
+        entry.update(foreign_operations=0, note="")
+        nodes[node] = entry
+        first, last = before.get(node), after.get(node)
+        problem = ""
+        if first is None:
+            problem = "not read before the run (it was not an eligible node then)"
+        elif first.error or last is None or last.error:
+            problem = f"could not be read: {(first.error or (last.error if last else '')) or 'not read after the run'}"
+        if problem:
+            entry["note"] = problem
+            continue
+        assert first is not None and last is not None
+        node_deltas: Dict[str, Histogram] = {}
+        try:
+            for operation, *_ in KUBELET_OPERATIONS:
+                later = last.histograms.get(operation)
+                earlier = first.histograms.get(operation)
+                if later is None:
+                    if earlier is not None:
+                        raise ValueError("a histogram disappeared between the two readings (the kubelet restarted?)")
+                    continue
+                node_deltas[operation] = subtract_histograms(later, earlier)
+        except ValueError as failure:
+            entry["note"] = f"figures void: {failure}"
+            continue
+        notes = []
+        for operation, *_ in KUBELET_OPERATIONS:
+            delta = node_deltas.get(operation)
+            if delta is None:
+                entry[operation] = {"count": 0, "mean_seconds": None, "p50_seconds": None, "p95_seconds": None}
+                entry[operation].update(p50_bucket=None, p95_bucket=None)
+            else:
+                entry[operation] = operation_figures(delta)
+                deltas[operation].append(delta)
+            count = entry[operation]["count"]
+            mine = expected[node].get(operation)
+            if mine is None:
+                notes.append(f"{operation}: {count} operations, how many were this run's is unknown")
+            elif count > mine:
+                entry["foreign_operations"] += count - mine
+                notes.append(f"{operation}: {count - mine} of {count} operations were not this run's")
+            elif count < mine:
+                notes.append(f"{operation}: {count} operations for {mine} of this run's episodes")
+        entry["note"] = "; ".join(notes)
+    pooled: Dict[str, Any] = {}
+    for operation, histograms in deltas.items():
+        if not histograms:
+            pooled[operation] = None
+            continue
+        try:
+            pooled[operation] = operation_figures(add_histograms(histograms))
+        except ValueError:
+            pooled[operation] = None  # each node's own figures stand; a pooled one would mix bucket bounds
+    return {"handler": handler, "pooled": pooled, "nodes": nodes}
+
+
+def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[int]]]:
+    """This run's own runtime operations per node: one sandbox, one create and one start per
+    episode; one pull per episode whose image was pulled (unknown when any episode's is unknown)."""
+    expected: Dict[str, Dict[str, Optional[int]]] = {}
+    for row in rows:
+        if not row.node:
+            continue
+        entry = expected.setdefault(
+            row.node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
+        )
+        for operation in ("RunPodSandbox", "CreateContainer", "StartContainer"):
+            entry[operation] = (entry[operation] or 0) + 1
+        state = row.image_pull.get("state")
+        if state == "unknown" or entry["PullImage"] is None:
+            entry["PullImage"] = None
+        elif state == "pulled":
+            entry["PullImage"] += 1
+    return expected
+
+
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
 # Pure core: validation and figures ############################################
 
 
@@ -1119,8 +1676,10 @@ def validate_episode(
     job_created_at: float,
     sighting: Optional[Dict[str, float]],
     inspect: str,
+    pod_events: Optional[List[Dict[str, Any]]] = None,
 ) -> EpisodeRow:
-    """Check one episode against every rule and return its row of figures."""
+    """Check one episode against every rule and return its row of figures. `pod_events` are the
+    cluster's events about this pod (Scheduled, Pulled), from the listing already read."""
     name = pod["metadata"]["name"]
     status = pod.get("status", {})
     container = _container_status(pod)
@@ -1192,19 +1751,12 @@ def validate_episode(
             "node's clock runs behind: check clock synchronisation between the API server and the nodes",
             inspect,
         )
-    process_started_at = optional_number(ready_event.get("process_started_at"))
-    imports_done_at = optional_number(ready_event.get("imports_done_at"))
-    for label, stamp in (("process_started_at", process_started_at), ("imports_done_at", imports_done_at)):
-        if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
-            raise EpisodeInvalid(
-                name,
-                f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
-                f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
-                "server and the nodes",
-                inspect,
-            )
-    if process_started_at is not None and imports_done_at is not None and imports_done_at < process_started_at:
-        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
+    clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
+    imports_done_at = clocks.imports_done_at
+    event_scheduled_at = scheduled_event_time(pod_events or [], pod, created_at, finished_at)
+    scheduled_source = "event" if event_scheduled_at is not None else ("condition" if scheduled_at else None)
+    scheduled_at = event_scheduled_at if event_scheduled_at is not None else scheduled_at
+    sandbox = clocks.kernel_booted_at
     first_seen_at = sighting.get("first_seen_at") if sighting else None
     return EpisodeRow(
         pod=name,
@@ -1216,7 +1768,7 @@ def validate_episode(
         batch_to_reward_seconds=reward_at - job_created_at,
         pod_to_scheduled_seconds=difference(scheduled_at, created_at),
         pod_to_container_started_seconds=difference(started_at, created_at),
-        python_import_seconds=difference(imports_done_at, process_started_at),
+        python_import_seconds=difference(imports_done_at, clocks.first_statement_at),
         import_to_ready_seconds=difference(ready_at, imports_done_at),
         ready_to_reward_seconds=reward_at - ready_at,
         reward_to_finished_seconds=difference(finished_at, reward_at),
@@ -1232,6 +1784,16 @@ def validate_episode(
         observed_running_at=sighting.get("Running") if sighting else None,
         observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
         batch_start=job_created_at,
+        scheduled_source=scheduled_source,
+        process_started_at=clocks.process_started_at,
+        first_statement_at=clocks.first_statement_at,
+        kernel_booted_at=sandbox,
+        kernel=clocks.kernel,
+        pod_to_process_start_seconds=difference(clocks.process_started_at, created_at),
+        pod_to_kernel_boot_seconds=difference(sandbox, created_at),
+        kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
+        interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
+        image_pull=image_pull_of(pod_events or [], pod),
     )
 
 
@@ -1321,6 +1883,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
+    cluster_events = events_by_pod(collected.events)
     rows = []
     for pod in collected.pods:
         name = pod["metadata"]["name"]
@@ -1334,7 +1897,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 crosscheck,
                 pod_inspect,
             )
-            row = validate_episode(pod, events, job_created_at, observation.pod_sightings.get(name), pod_inspect)
+            row = validate_episode(
+                pod,
+                events,
+                job_created_at,
+                observation.pod_sightings.get(name),
+                pod_inspect,
+                pod_events=cluster_events.get(name, []),
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise EpisodeInvalid(
                 name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect
@@ -1382,7 +1952,8 @@ def assemble_results(
         parallelism=settings.parallelism,
         rounds=settings.rounds,
         episodes_per_round=settings.count,
-        cache_state="uncontrolled",
+        cache_state=cache_state_of(image_cache_counts(rows)),
+        image_cache=image_cache_counts(rows),
         client_job_complete_seconds=max(r["client_job_complete_seconds"] for r in rounds),
         client_submitted_at=rounds[0]["client_submitted_at"],
         client_observed_complete_at=rounds[-1]["client_observed_complete_at"],
@@ -3216,6 +3787,7 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
+            events=events,
         )
         try:
             return analyse_round(collected, where)
