@@ -1157,7 +1157,11 @@ def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]
     grouped: Dict[str, List[Dict[str, Any]]] = {}
     for event in events:
         involved = event.get("involvedObject") if isinstance(event, dict) else None
-        if isinstance(involved, dict) and involved.get("kind", "Pod") == "Pod" and isinstance(involved.get("name"), str):
+        if (
+            isinstance(involved, dict)
+            and involved.get("kind", "Pod") == "Pod"
+            and isinstance(involved.get("name"), str)
+        ):
             grouped.setdefault(involved["name"], []).append(event)
     return grouped
 
@@ -1478,7 +1482,7 @@ def _bucket_json(bucket: Tuple[float, float]) -> List[Optional[float]]:
 
 def operation_figures(histogram: Histogram) -> Dict[str, Any]:
     """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
-    figures: Dict[str, Any] = {"count": int(round(histogram.count))}
+    figures: Dict[str, Any] = {"count": round(histogram.count)}
     figures["mean_seconds"] = histogram.sum / histogram.count if histogram.count > 0 else None
     for name, q in (("p50", 0.5), ("p95", 0.95)):
         quantile = histogram_quantile(q, histogram)
@@ -1989,8 +1993,9 @@ def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
 
-def access_review_list(namespace: str, with_runtimeclass: bool) -> Dict[str, Any]:
+def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> Dict[str, Any]:
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -2097,6 +2102,7 @@ def preflight_findings(
     nodes: Optional[Read] = None,
     image: Optional[str] = None,
     count: int = DEFAULT_COUNT,
+    kubelet_metrics: bool = False,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -2159,7 +2165,8 @@ def preflight_findings(
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
         else:
-            denied = denied_permissions(reviews.value)
+            kubelet_reviews = [review for review in reviews.value if _is_kubelet_metrics_review(review)]
+            denied = denied_permissions([review for review in reviews.value if review not in kubelet_reviews])
             findings.append(
                 Finding(
                     "permissions",
@@ -2170,7 +2177,33 @@ def preflight_findings(
                     "ask the cluster admin or use another context (nothing was created)",
                 )
             )
+            if kubelet_metrics:
+                findings.append(kubelet_metrics_finding(context, kubelet_reviews))
     return findings
+
+
+def _is_kubelet_metrics_review(review: Dict[str, Any]) -> bool:
+    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    return any(
+        (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
+        for verb, resource, _, sub, _ in KUBELET_METRICS_PERMISSIONS
+    )
+
+
+def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Finding:
+    """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
+    permission: it also allows exec into any pod on the node) and list nodes."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(p) for p in KUBELET_METRICS_PERMISSIONS]
+    return Finding(
+        "kubelet metrics",
+        not denied,
+        "granted: get nodes/proxy (powerful: it also allows exec into pods on the node), list nodes"
+        if not denied
+        else "denied: " + ", ".join(denied),
+        problem="--kubelet-metrics lacks: " + ", ".join(denied),
+        stop=f"--kubelet-metrics needs {', '.join(denied)} in context {context} (the kubelets' /metrics through "
+        "the API server); run without --kubelet-metrics, or ask the cluster admin (nothing was created)",
+    )
 
 
 # Pure core: ownership proof ##################################################
@@ -3682,6 +3715,41 @@ def save_diagnostics_after_interrupt(
         say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
 
+def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:
+    """Each node's runtime histograms through the API server's node proxy, nodes read in
+    parallel (at most KUBELET_READ_THREADS kubectl processes at once). Best effort: a node that
+    cannot be read gets its reason, and the run goes on."""
+    readings: Dict[str, KubeletReading] = {}
+    pending: queue.Queue[str] = queue.Queue()
+    for node in nodes:
+        if _NODE_NAME.match(node):
+            pending.put(node)
+        else:
+            readings[node] = KubeletReading({}, "not a valid node name")
+    families = {family for _, family, _, _ in KUBELET_OPERATIONS}
+
+    def work() -> None:
+        while True:
+            try:
+                node = pending.get_nowait()
+            except queue.Empty:
+                return
+            scanner = MetricsScanner(families)
+            try:
+                kubectl.stream(["get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics"], scanner.feed)
+                readings[node] = kubelet_reading(scanner.finish(), handler, scanner.error)
+            except DemoError as error:
+                readings[node] = KubeletReading({}, str(error).splitlines()[0] if str(error) else "failed")
+
+    threads = [threading.Thread(target=work, name="kubelet-metrics", daemon=True) for _ in range(KUBELET_READ_THREADS)]
+    threads = threads[: max(1, min(len(threads), pending.qsize()))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return dict(sorted(readings.items()))
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -3696,18 +3764,36 @@ class BatchRun:
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[Dict[str, Any]] = None
         self.current_dir: Path = settings.output
+        self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
 
     def execute(self) -> Dict[str, Any]:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
+        kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
         rounds: List[Dict[str, Any]] = []
         for round_number in range(1, self.settings.rounds + 1):
             round_rows, figures = self.run_round(round_number)
             rows.extend(round_rows)
             rounds.append(figures)
-        return assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
+        results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
+        if kubelets_before is not None:
+            expected = expected_operations(rows)
+            after = read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler)
+            results["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+        return results
+
+    @property
+    def runtime_handler(self) -> str:
+        """The `runtime_handler` label of the kubelet's RunPodSandbox histogram ("" without a RuntimeClass)."""
+        return str((self.runtimeclass or {}).get("handler") or "")
+
+    def read_kubelets_before(self) -> Dict[str, KubeletReading]:
+        """Every node that may run an episode (`check`'s eligible nodes), read before the Job exists."""
+        nodes = eligible_nodes(self.kubectl.get_list("nodes"), self.runtimeclass)
+        names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
+        return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     @property
     def run_id(self) -> str:
@@ -3717,13 +3803,20 @@ class BatchRun:
         """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
         runtime = self.settings.runtime
         runtimeclass = Read(self.kubectl.get("runtimeclass", runtime)) if runtime is not None else None
-        reviews = Read(self.kubectl.create(access_review_list(self.namespace, runtime is not None), read_only=True))
+        self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
+        kubelet_metrics = self.settings.kubelet_metrics
+        reviews = Read(
+            self.kubectl.create(
+                access_review_list(self.namespace, runtime is not None, kubelet_metrics), read_only=True
+            )
+        )
         findings = preflight_findings(
             context=self.kubectl.context or "",
             server=self.receipt.server,
             runtime=runtime,
             runtimeclass=runtimeclass,
             reviews=reviews,
+            kubelet_metrics=kubelet_metrics,
         )
         for finding in findings:
             if not finding.ok:
@@ -4127,9 +4220,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         image=args.image,
         nodes=attempt(lambda: kubectl.get_list("nodes")),
         reviews=attempt(
-            lambda: kubectl.create(access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None), True)
+            lambda: kubectl.create(
+                access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, args.kubelet_metrics), True
+            )
         ),
         count=args.count,
+        kubelet_metrics=args.kubelet_metrics,
     )
     for finding in findings:
         print(printable(f"{finding.name}: {finding.detail}"))
@@ -4310,6 +4406,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
+    run.add_argument(
+        "--kubelet-metrics",
+        action="store_true",
+        help="also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
+        "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
+    )
     _cluster_options(run)
     _ci_report_options(run)
     run.set_defaults(handler=cmd_run_reported, subparser=run)
@@ -4348,6 +4450,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'"
     )
     check.add_argument("--image", default=DEFAULT_IMAGE, help="image the run would use (reported only)")
+    check.add_argument(
+        "--kubelet-metrics",
+        action="store_true",
+        help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
+    )
     _cluster_options(check)
     check.set_defaults(handler=cmd_check)
 
@@ -4463,11 +4570,35 @@ The worker always emits one `reward` event, then exits non-zero unless the rewar
 """
 import time
 
-STARTED_AT = time.time()
+STARTED_AT = time.time()  # the first statement: "first_statement_at" in the ready event
+
+import os  # noqa: E402  (already loaded by the interpreter's start: costs nothing)
+
+
+def proc_clocks():
+    """(process start, kernel boot), epoch seconds by the node's clock, from /proc alone: the
+    process's starttime (clock ticks since boot, /proc/self/stat field 22) on the kernel's boot
+    clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is unreadable."""
+    try:
+        with open("/proc/uptime") as uptime_file:
+            uptime = float(uptime_file.read().split()[0])
+        booted = time.time() - uptime
+    except (OSError, ValueError, IndexError):
+        return None, None
+    try:
+        with open("/proc/self/stat") as stat_file:
+            stat = stat_file.read()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm) ": state is field 3
+        started = booted + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, ZeroDivisionError):
+        started = None
+    return started, booted
+
+
+PROCESS_STARTED_AT, KERNEL_BOOTED_AT = proc_clocks()
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import pathlib  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -4879,7 +5010,13 @@ def episode(fields):
     timeout = test_timeout()
     WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE, encoding="utf-8")
     WORKSPACE.joinpath("test_shipping.py").write_bytes(TEST_SOURCE.encode())
-    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    emit(
+        "ready",
+        process_started_at=PROCESS_STARTED_AT,
+        kernel_booted_at=KERNEL_BOOTED_AT,
+        first_statement_at=STARTED_AT,
+        imports_done_at=IMPORTS_DONE_AT,
+    )
     try:
         baseline = run_tests(timeout)
     except EpisodeFailed as failure:
