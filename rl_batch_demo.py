@@ -2344,9 +2344,71 @@ def render_summary(results: Dict[str, Any]) -> str:
                 f"{PHASE_LABELS[phase]:<44}{_seconds(stats['p50']):>12}"
                 f"{_seconds(stats['p95']):>12}{_seconds(stats['max']):>12}"
             )
+    lines += startup_source_lines(results)
+    lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     return "\n".join(lines) + "\n"
+
+
+def startup_source_lines(results: Dict[str, Any]) -> List[str]:
+    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
+    rows = results.get("pods") or []
+    lines = [""]
+    cache = results.get("image_cache")
+    if cache:
+        pulls = [
+            row["image_pull"]["seconds"] for row in rows if (row.get("image_pull") or {}).get("seconds") is not None
+        ]
+        pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
+        lines.append(
+            f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
+            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}"
+        )
+    sources = [row.get("scheduled_source") for row in rows]
+    kernels = [row.get("kernel") for row in rows]
+    lines.append(
+        f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds); kernel: "
+        f"{kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
+        f"{kernels.count(None)} unknown"
+    )
+    return lines
+
+
+def _bucket_text(bucket: Any) -> str:
+    if not bucket:
+        return "-"
+    lower, upper = bucket
+    return f"({_seconds(lower)}, {_seconds(upper) if upper is not None else '+Inf'}]"
+
+
+def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
+    """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
+    quantile with the bucket it lies in; an interpolated value is never more precise than that."""
+    if not operations:
+        return []
+    lines = [
+        "",
+        f"{'runtime operation (kubelet, handler ' + (operations.get('handler') or '(default)') + ')':<44}"
+        f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
+    ]
+    pooled = operations.get("pooled") or {}
+    for operation, *_ in KUBELET_OPERATIONS:
+        figures = pooled.get(operation)
+        if not figures:
+            lines.append(f"{operation:<44}{'-':>7}")
+            continue
+        lines.append(
+            f"{operation:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
+            f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
+            f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
+        )
+    for node, entry in sorted((operations.get("nodes") or {}).items()):
+        if entry.get("note"):
+            lines.append(f"  node {node}: {entry['note']}")
+    lines.append("  (node-wide counters, read before and after the run; quantiles interpolated within buckets)")
+    return lines
 
 
 def headline(results: Dict[str, Any]) -> Dict[str, Any]:
@@ -2399,11 +2461,16 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
             (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
             (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
         ]
+    for operation, *_ in KUBELET_OPERATIONS:
+        figures += [(f"runtime_operations:{operation}", f"{operation} mean (s, kubelet)")]
     rows = []
     for key, label in figures:
         values: List[Optional[float]] = []
         for _, results in runs:
-            if ":" in key:
+            if key.startswith("runtime_operations:"):
+                pooled = (results.get("runtime_operations") or {}).get("pooled") or {}
+                values.append((pooled.get(key.split(":")[1]) or {}).get("mean_seconds"))
+            elif ":" in key:
                 phase, stat = key.split(":")
                 stats = (results.get("phases") or {}).get(phase)
                 values.append(stats[stat] if stats else None)
@@ -2758,7 +2825,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
     )
     origin = min(row["batch_start"] for row in rows)
-    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS]
+    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS + TIMELINE_DETAIL_BARS]
     span = max(max(end for end in ends if end is not None) - origin, 1.0)
     label_width, plot_width, row_height, top = 230, 760, 16, 70
     nodes = sorted({row.get("node") or "(unknown)" for row in rows})
@@ -2783,6 +2850,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         legend_y = 32 + (index // 3) * 16
         parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
         parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    parts += _timeline_detail_legend(rows, len(TIMELINE_BARS))
     y = top
     for node in nodes:
         y += 18
@@ -2800,6 +2868,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
                     f'width="{width:.1f}" height="{row_height - 4}" fill="{colour}">'
                     f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
                 )
+            parts += _timeline_detail_bars(row, y, origin, scale, label_width, row_height)
             y += row_height
         y += 4
     axis_y = y + 10
@@ -2819,6 +2888,48 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
     )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def _detail_span(row: Dict[str, Any], start_keys: Tuple[str, ...], end_key: str) -> Optional[Tuple[float, float]]:
+    start = next((row.get(key) for key in start_keys if row.get(key) is not None), None)
+    stop = row.get(end_key)
+    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)) or stop < start:
+        return None
+    return float(start), float(stop)
+
+
+def _timeline_detail_legend(rows: List[Dict[str, Any]], first_index: int) -> List[str]:
+    """Legend entries of the sandbox-clock strips, only when some episode has them."""
+    parts = []
+    for offset, (name, meaning, colour, start_keys, end_key) in enumerate(TIMELINE_DETAIL_BARS):
+        if not any(_detail_span(row, start_keys, end_key) for row in rows):
+            continue
+        index = first_index + offset
+        legend_x, legend_y = 10 + (index % 3) * 330, 32 + (index // 3) * 16
+        parts.append(f'<rect x="{legend_x}" y="{legend_y + 8}" width="12" height="4" fill="{colour}"/>')
+        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    return parts
+
+
+def _timeline_detail_bars(
+    row: Dict[str, Any], y: float, origin: float, scale: float, label_width: float, row_height: float
+) -> List[str]:
+    """Thin strips along the bottom of an episode's row: where the sandbox's kernel booted and its
+    process started, by the sandbox's own clocks (only where it reported them)."""
+    parts = []
+    for name, _, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
+        span = _detail_span(row, start_keys, end_key)
+        if span is None:
+            continue
+        start, stop = span
+        x = label_width + (start - origin) * scale
+        width = max((stop - start) * scale, 0.5)
+        parts.append(
+            f'<rect class="detail" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + row_height - 4}" '
+            f'width="{width:.1f}" height="3" fill="{colour}">'
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
+        )
+    return parts
 
 
 def _axis_step(span: float) -> float:
