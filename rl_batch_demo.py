@@ -1346,6 +1346,7 @@ class MetricsScanner:
 
     def __init__(self, families: Iterable[str]) -> None:
         self.families = tuple(sorted(set(families)))
+        self.prefixes = tuple(family.encode() for family in self.families)
         self.samples: List[Tuple[str, Dict[str, str], float]] = []
         self.buffer = b""
         self.skipping = False  # inside a line longer than METRICS_LINE_LIMIT
@@ -1368,7 +1369,7 @@ class MetricsScanner:
         if len(raw) > METRICS_LINE_LIMIT:
             self.long_lines += 1
             return
-        if not raw.startswith(tuple(family.encode() for family in self.families)) or self.error:
+        if not raw.startswith(self.prefixes) or self.error:
             return
         sample = parse_metric_line(raw.decode("utf-8", "replace"))
         if sample is None:
@@ -1483,11 +1484,12 @@ def _bucket_json(bucket: Tuple[float, float]) -> List[Optional[float]]:
 def operation_figures(histogram: Histogram) -> Dict[str, Any]:
     """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
     figures: Dict[str, Any] = {"count": round(histogram.count)}
-    figures["mean_seconds"] = histogram.sum / histogram.count if histogram.count > 0 else None
+    figures["mean_seconds"] = finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None
     for name, q in (("p50", 0.5), ("p95", 0.95)):
         quantile = histogram_quantile(q, histogram)
-        figures[f"{name}_seconds"] = quantile[0] if quantile else None
-        figures[f"{name}_bucket"] = _bucket_json(quantile[1]) if quantile else None
+        finite = quantile is not None and math.isfinite(quantile[0]) and math.isfinite(quantile[1][0])
+        figures[f"{name}_seconds"] = quantile[0] if quantile and finite else None  # never NaN or Infinity in JSON
+        figures[f"{name}_bucket"] = _bucket_json(quantile[1]) if quantile and finite else None
     return figures
 
 
@@ -3891,7 +3893,9 @@ class BatchRun:
         results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
         if kubelets_before is not None:
             expected = expected_operations(rows)
-            after = read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler)
+            after = (
+                read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
+            )
             results["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
         return results
 
@@ -3902,7 +3906,11 @@ class BatchRun:
 
     def read_kubelets_before(self) -> Dict[str, KubeletReading]:
         """Every node that may run an episode (`check`'s eligible nodes), read before the Job exists."""
-        nodes = eligible_nodes(self.kubectl.get_list("nodes"), self.runtimeclass)
+        try:
+            nodes = eligible_nodes(self.kubectl.get_list("nodes"), self.runtimeclass)
+        except DemoError as error:  # best effort: the run goes on, and every node's figures say why
+            say_stderr(f"warning: --kubelet-metrics cannot list the nodes ({error}); no runtime operations")
+            return {}
         names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
@@ -4315,6 +4323,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
+    kubelet_metrics = bool(getattr(args, "kubelet_metrics", False))
 
     def attempt(read: Callable[[], Any]) -> Read:
         try:
@@ -4332,11 +4341,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         nodes=attempt(lambda: kubectl.get_list("nodes")),
         reviews=attempt(
             lambda: kubectl.create(
-                access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, args.kubelet_metrics), True
+                access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics), True
             )
         ),
         count=args.count,
-        kubelet_metrics=args.kubelet_metrics,
+        kubelet_metrics=kubelet_metrics,
     )
     for finding in findings:
         print(printable(f"{finding.name}: {finding.detail}"))

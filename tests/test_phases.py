@@ -510,6 +510,12 @@ class HistogramMathTest(Case):
         with self.assertRaisesRegex(ValueError, "bucket bounds changed"):
             demo.subtract_histograms(histogram((0.25, 10), (INF, 15)), before)
 
+    def test_figures_are_never_infinite(self) -> None:
+        figures = demo.operation_figures(histogram((-1e308, 0), (1e308, 4), (INF, 4), total=1e308))
+        self.assertEqual((figures["p50_seconds"], figures["p50_bucket"]), (None, None))
+        self.assertEqual(figures["count"], 4)
+        json.dumps(figures, allow_nan=False)
+
     def test_figures_mean_is_exact_and_buckets_are_json(self) -> None:
         figures = demo.operation_figures(histogram((0.5, 7), (1.0, 9), (INF, 10), total=7.5))
         self.assertEqual(figures["count"], 10)
