@@ -499,6 +499,8 @@ class RoundObservation:
     condition_seen_monotonic: Optional[float] = None
     pod_sightings: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # see record_pod_sighting
     blocked: str = ""  # why the Job cannot create pods, e.g. a Pod Security rejection
+    last_pods: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # each pod as last watched
+    pod_deleted: bool = False  # the pod watch reported a deletion
 
 
 @dataclasses.dataclass
@@ -919,6 +921,42 @@ def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: fl
     phase = pod.get("status", {}).get("phase") or "Pending"
     record["phase"] = phase
     record.setdefault(phase, wall)
+
+
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+
+
+def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Optional[List[Dict[str, Any]]]:
+    """The Job's pods in their final state as the pod watch delivered them, when that provably
+    is their final state; else None, and the caller lists them.
+
+    The proof: the Job is Complete and has counted every pod (succeeded + failed equals the pods
+    seen, nothing left in uncountedTerminatedPods); every pod was last seen terminal (Succeeded
+    or Failed: a terminal pod's status never changes again), not being deleted, and, where the
+    cluster tracks Job pods with a finalizer, with that finalizer removed (the controller's last
+    write to it); no pod was deleted during the watch."""
+    job = observation.job
+    status = job.get("status") or {}
+    if observation.condition != "Complete" or observation.pod_deleted or not observation.last_pods:
+        return None
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    if any(bool(uncounted.get(key)) for key in ("succeeded", "failed")):
+        return None
+    counts: List[Any] = [status.get("succeeded"), status.get("failed")]
+    counted = sum(value for value in counts if is_int(value))
+    pods = list(observation.last_pods.values())
+    if counted != len(pods):
+        return None
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if not pod_belongs_to(pod, job_uid) or metadata.get("deletionTimestamp"):
+            return None
+        if JOB_TRACKING_FINALIZER in (metadata.get("finalizers") or []):
+            return None
+        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            return None
+    pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    return pods
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
@@ -3012,6 +3050,33 @@ class WatchStream:
                 stream.close()
 
 
+def concurrently(tasks: Sequence[Callable[[], Any]]) -> List[Any]:
+    """Run independent kubectl calls at once (each is its own process); their results in order.
+
+    The first task that raised, in task order, raises here once all have ended, so a failure
+    reads the same as it would have one call after another."""
+    if len(tasks) == 1:
+        return [tasks[0]()]
+    results: List[Any] = [None] * len(tasks)
+    errors: List[Optional[BaseException]] = [None] * len(tasks)
+
+    def work(index: int) -> None:
+        try:
+            results[index] = tasks[index]()
+        except BaseException as error:  # handed to the caller's thread below
+            errors[index] = error
+
+    threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(len(tasks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
+
+
 def _drain(stream: Any, into: bytearray) -> None:
     """Read a pipe to its end, keeping at most CALL_STDERR_LIMIT bytes of it."""
     while True:
@@ -3249,9 +3314,14 @@ class Kubectl:
                 f"kubectl get {kinds} printed output that is not JSON objects ({error})", EXIT_CLUSTER
             ) from None
 
-    def create(self, manifest: Dict[str, Any], read_only: bool = False) -> List[Dict[str, Any]]:
-        """Create objects; read_only=True only for access reviews, which the server never stores."""
-        raw = self.run(["create", "-f", "-", "-o", "json"], stdin=json.dumps(manifest), read_only=read_only)
+    def create(self, manifest: Dict[str, Any], review: bool = False) -> List[Dict[str, Any]]:
+        """Create objects (one, or a List of several, answered as one document each).
+
+        The run's own objects are validated server-side, strictly (`--validate=strict`: an
+        unknown field is an error). Access reviews (review=True) are never stored, so they skip
+        validation and, with it, kubectl's OpenAPI download; being read-only, they are retried."""
+        args = ["create", "-f", "-", "-o", "json", "--validate=false" if review else "--validate=strict"]
+        raw = self.run(args, stdin=json.dumps(manifest), read_only=review)
         try:
             created = parse_json_documents(raw)
         except ValueError as error:
@@ -3615,6 +3685,48 @@ class OwnedCreator:
     def __init__(self, kubectl: Kubectl, run_id: str) -> None:
         self.kubectl = kubectl
         self.run_id = run_id
+        self.settled: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (kind, name) -> created or adopted
+
+    def create_together(self, manifests: List[Dict[str, Any]], resources: List[str]) -> List[Dict[str, Any]]:
+        """Create several objects with one `kubectl create` of a List. kubectl creates them in
+        order and goes on past a failure, so after one each object missing from its answer is
+        settled on its own by the rules of `create`: created alone when the request never reached
+        the server, else looked up and adopted only if this run's label proves it ours."""
+        failure: Optional[DemoError] = None
+        answered: List[Dict[str, Any]] = []
+        try:
+            answered = self.kubectl.create({"apiVersion": "v1", "kind": "List", "items": manifests})
+        except KubectlFailure as error:
+            failure = error
+            with contextlib.suppress(ValueError, RecursionError):
+                answered = parse_json_documents(error.stdout)
+        except KubectlTimeout as error:
+            failure = error
+        objects = []
+        for manifest, resource in zip(manifests, resources):
+            kind, name = manifest["kind"], manifest["metadata"]["name"]
+            match = next(
+                (
+                    item
+                    for item in answered
+                    if item.get("kind") == kind and (item.get("metadata") or {}).get("name") == name
+                ),
+                None,
+            )
+            if match is not None:
+                required_uid(match, f"the created {kind} {name}")
+            elif failure is None:
+                raise DemoError(f"kubectl create printed no {kind} {name}; inspect kubectl-calls.json", EXIT_CLUSTER)
+            elif isinstance(failure, KubectlFailure) and failure.not_applied:
+                match = self.create(manifest, resource)
+            elif isinstance(failure, KubectlFailure) and not (failure.already_exists or failure.transient):
+                raise failure
+            else:
+                reason = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+                match = self.adopt(manifest, resource, reason)
+            self.settled[(kind, name)] = match
+            objects.append(match)
+        return objects
 
     def create(self, manifest: Dict[str, Any], resource: str) -> Dict[str, Any]:
         name = manifest["metadata"]["name"]
@@ -3673,6 +3785,8 @@ def wait_for_job(
     watches = [kubectl.watch("job", ["job", name], namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
     sightings: Dict[str, Dict[str, Any]] = {}
+    last_pods: Dict[str, Dict[str, Any]] = {}
+    deleted = False
     live = job
     job_stream_open = True
     next_poll = 0.0
@@ -3683,9 +3797,9 @@ def wait_for_job(
             condition = job_condition(live)
             now = time.monotonic()
             if condition is not None:
-                return RoundObservation(live, condition, time.time(), now, sightings)
+                return RoundObservation(live, condition, time.time(), now, sightings, "", last_pods, deleted)
             if now >= deadline:
-                return RoundObservation(live, None, pod_sightings=sightings)
+                return RoundObservation(live, None, pod_sightings=sightings, last_pods=last_pods, pod_deleted=deleted)
             timeout = min(timing.watch_tick_seconds, deadline - now)
             if not job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
@@ -3709,9 +3823,18 @@ def wait_for_job(
                 elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
                     live = event["object"]
                     if job_condition(live) is not None:
-                        return RoundObservation(live, job_condition(live), wall, clock, sightings)
-            elif tag == "pods" and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
-                record_pod_sighting(sightings, event.get("object"), wall)
+                        return RoundObservation(
+                            live, job_condition(live), wall, clock, sightings, "", last_pods, deleted
+                        )
+            elif tag == "pods" and event is not None:
+                pod = event.get("object")
+                name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    record_pod_sighting(sightings, pod, wall)
+                    if isinstance(name, str) and name:
+                        last_pods[name] = pod
+                elif event.get("type") == "DELETED":
+                    deleted = True
             if not job_stream_open and time.monotonic() >= next_poll:
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
@@ -3721,7 +3844,7 @@ def wait_for_job(
             if not sightings and not pod_counts({}, live)["created"] and time.monotonic() >= next_blocked_check:
                 blocked = creation_blocked(kubectl, namespace, name)
                 if blocked:
-                    return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked)
+                    return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked, pod_deleted=deleted)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             progress.update(label, time.monotonic() - submitted, pod_counts(sightings, live))
     finally:
@@ -3921,14 +4044,18 @@ class BatchRun:
     def preflight(self) -> None:
         """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
         runtime = self.settings.runtime
-        runtimeclass = Read(self.kubectl.get("runtimeclass", runtime)) if runtime is not None else None
-        self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         kubelet_metrics = self.settings.kubelet_metrics
-        reviews = Read(
-            self.kubectl.create(
-                access_review_list(self.namespace, runtime is not None, kubelet_metrics), read_only=True
+        reads: List[Callable[[], Any]] = [
+            lambda: self.kubectl.create(
+                access_review_list(self.namespace, runtime is not None, kubelet_metrics), review=True
             )
-        )
+        ]
+        if runtime is not None:
+            reads.insert(0, lambda: self.kubectl.get("runtimeclass", runtime))
+        answers = concurrently(reads)
+        runtimeclass = Read(answers[0]) if runtime is not None else None
+        self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
+        reviews = Read(answers[-1])
         findings = preflight_findings(
             context=self.kubectl.context or "",
             server=self.receipt.server,
@@ -3942,18 +4069,26 @@ class BatchRun:
                 raise DemoError(finding.stop, EXIT_CLUSTER)
 
     def create_namespace(self) -> None:
+        """The namespace and the ConfigMap with the worker, in one create."""
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
+        manifests = [namespace_manifest(self.namespace, self.run_id), configmap_manifest(self.namespace, self.run_id)]
         try:
-            created = self.creator.create(namespace_manifest(self.namespace, self.run_id), "namespace")
+            namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
         except DemoError as error:
-            self.namespace_created = isinstance(error, KubectlTimeout) or (
-                isinstance(error, KubectlFailure) and error.transient
-            )
+            settled = self.creator.settled.get(("Namespace", self.namespace))
+            if settled is None:
+                self.namespace_created = isinstance(error, KubectlTimeout) or (
+                    isinstance(error, KubectlFailure) and error.transient
+                )
+            else:
+                self.record_namespace(settled)
             raise
-        self.receipt.namespace_uid = created["metadata"]["uid"]
+        self.record_namespace(namespace)
+
+    def record_namespace(self, namespace: Dict[str, Any]) -> None:
+        self.receipt.namespace_uid = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
-        self.creator.create(configmap_manifest(self.namespace, self.run_id), "configmap")
 
     def run_round(self, round_number: int) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
         """Create one Job, wait for it, save every diagnostic, then analyse it."""
@@ -3974,14 +4109,24 @@ class BatchRun:
         write_receipt(settings.output, self.receipt)
         deadline = submitted + settings.client_wait_seconds
         observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, self.progress)
-        pods, events = split_pods_and_events(self.kubectl.get_list("pods,events", namespace=self.namespace), job)
         write_json(round_dir / "job.json", observation.job)
+        outcome = classify_round(observation)
+        all_logs = settings.count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
+        selector = pod_selector(job)
+        watched = final_pods_from_watch(observation, job["metadata"]["uid"])
+        if watched is not None:  # the events listing and the logs at once
+            listing, (logs, log_errors) = concurrently(
+                [
+                    lambda: self.kubectl.get_list("events", namespace=self.namespace),
+                    lambda: read_logs(self.kubectl, self.namespace, watched, selector, all_logs, round_dir),
+                ]
+            )
+            pods, events = watched, split_pods_and_events(listing, job)[1]
+        else:  # one listing of both, then the logs of the pods it names
+            pods, events = split_pods_and_events(self.kubectl.get_list("pods,events", namespace=self.namespace), job)
+            logs, log_errors = read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir)
         write_json(round_dir / "pods.json", pod_list(pods))
         write_atomic(round_dir / "events.txt", render_events_text(events))
-        outcome = classify_round(observation)
-        crosscheck = settings.count <= LOG_CROSSCHECK_LIMIT
-        all_logs = crosscheck or outcome != ROUND_COMPLETE
-        logs, log_errors = read_logs(self.kubectl, self.namespace, pods, pod_selector(job), all_logs, round_dir)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -4331,19 +4476,24 @@ def cmd_check(args: argparse.Namespace) -> int:
         except KubectlFailure as failure:
             return Read(failure=failure.first_line)
 
+    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
+    version, runtimeclass, nodes, granted = concurrently(
+        [
+            lambda: attempt(lambda: kubectl.read_json(["version", "-o", "json"], "version")),
+            lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+            lambda: attempt(lambda: kubectl.get_list("nodes")),
+            lambda: attempt(lambda: kubectl.create(reviews, review=True)),
+        ]
+    )
     findings = preflight_findings(
         context=context,
         server=server,
         runtime=runtime,
-        version=attempt(lambda: kubectl.read_json(["version", "-o", "json"], "version")),
-        runtimeclass=attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+        version=version,
+        runtimeclass=runtimeclass,
         image=args.image,
-        nodes=attempt(lambda: kubectl.get_list("nodes")),
-        reviews=attempt(
-            lambda: kubectl.create(
-                access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics), True
-            )
-        ),
+        nodes=nodes,
+        reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
     )

@@ -8,8 +8,9 @@ Prints, for N = 10 and 100 episodes run end to end against the fake (change with
   * watch latency: from the moment the fake wrote the Job's Complete condition to the moment the
     client saw it;
   * collect-and-analyse time: from the client seeing Complete to results.json on disk;
-then the client's analysis alone (no kubectl) for 10, 100 and 1000 episodes (--analyse), since the
-fake itself slows down quadratically past a few hundred pods; and the time
+then the client's analysis alone (no kubectl) for 10, 100 and 1000 episodes (--analyse), which
+isolates the client's share of a large run (end to end, 1,000 episodes against the fake take about
+two minutes, most of it running the episodes on this machine); and the time
 `python3 rl_batch_demo.py --help` takes, beside a bare interpreter's start.
 
 Standard library only:  python3 bench/bench.py [--sizes 10,100,1000]

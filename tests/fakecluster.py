@@ -1,4 +1,4 @@
-"""Test-side helper for the fake kubectl (``tests/fake_kubectl.py``).
+"""Test-side helper for the fake kubectl (``tests/fake_kubectl.py``, package ``tests/fakekube``).
 
 ``FakeCluster`` builds a fake Kubernetes cluster in a temporary directory and
 a ``bin`` directory whose only entry is a ``kubectl`` wrapper that runs the
@@ -45,7 +45,7 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ``api_errors``: ``[{"match": "create Namespace", "times": 1, "error": "500",
     "after_apply": false}]``; errors ``500 403 429 503 refused timeout``; match
     is ``"VERB TARGET"`` (``create KIND``, ``get job``, ``get pods,events``,
-    ``logs``, ``delete job``, ``config current-context``, ``version``; resource
+    ``logs``, ``delete job``, ``config view``, ``version``; resource
     aliases are normalised, a bare verb matches every request of that verb);
     without ``times`` the rule fires forever.
 ``hang``: ``{"match": ..., "seconds": 30}`` (or a list): sleep before
@@ -85,7 +85,8 @@ _FAKE_MODULE: Dict[str, ModuleType] = {}
 
 
 def fake_module() -> ModuleType:
-    """fake_kubectl.py loaded as a module (it owns the on-disk format)."""
+    """fake_kubectl.py loaded as a module: it exposes ``init_state`` and ``Store`` of
+    tests/fakekube/store.py, which owns the on-disk format."""
     if "module" not in _FAKE_MODULE:
         spec = importlib.util.spec_from_file_location("_fake_kubectl_impl", str(FAKE_KUBECTL))
         assert spec is not None and spec.loader is not None
@@ -132,7 +133,11 @@ class FakeCluster:
             nodes=DEFAULT_NODES if nodes is None else nodes,
         )
         wrapper = self.bin_dir / "kubectl"
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_KUBECTL}" "$@"\n')
+        # Start-up time matters: every kubectl call of a test starts the fake.  -S skips
+        # site-packages (the fake needs only the standard library), and the fake may cache its
+        # modules' bytecode (tests/fakekube/__pycache__, ignored by git) even where the
+        # environment sets PYTHONDONTWRITEBYTECODE, which would recompile them on every call.
+        wrapper.write_text(f'#!/bin/sh\nPYTHONDONTWRITEBYTECODE= exec "{sys.executable}" -S "{FAKE_KUBECTL}" "$@"\n')
         wrapper.chmod(0o755)
 
     def _write_kubeconfig(self, path: pathlib.Path) -> None:
@@ -198,11 +203,10 @@ class FakeCluster:
 
     def objects(self, kind: str, namespace: Optional[str] = None) -> List[dict]:
         """Stored objects of ``kind`` ("Namespace", "Job", "Pod", "ConfigMap", "Event", ...)."""
-        objs = fake_module().Store(str(self.state_dir)).snapshot()
         found = [
             o
-            for o in objs.values()
-            if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)
+            for o in fake_module().Store(str(self.state_dir)).list(kind, namespace)
+            if namespace is None or o["metadata"].get("namespace") == namespace
         ]
         return sorted(found, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 

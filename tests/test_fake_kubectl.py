@@ -17,7 +17,7 @@ import time
 import unittest
 from typing import Any, ClassVar, Dict, List, Optional
 
-from tests.fakecluster import FakeCluster
+from tests.fakecluster import FakeCluster, fake_module
 
 WORKER = r"""
 import json, os, time
@@ -170,21 +170,30 @@ class StrictnessTest(FakeKubectlTestCase):
             stderr="error: you may only specify a single resource type",
         )
         self.fails(
-            "get", "job", "rollout", "-n", NS, stderr='Error from server (NotFound): jobs.batch "rollout" not found'
+            "get",
+            "job",
+            "rollout",
+            "-n",
+            NS,
+            "-o",
+            "json",
+            stderr='Error from server (NotFound): jobs.batch "rollout" not found',
         )
         self.fails(
             "get",
             "runtimeclass",
             "nope",
+            "-ojson",
             stderr='Error from server (NotFound): runtimeclasses.node.k8s.io "nope" not found',
         )
         self.fails(
             "get",
             "pods",
             "-o",
-            "yaml",
-            stderr="error: unable to match a printer suitable for the "
-            'output format "yaml", allowed formats are: json,name',
+            "bogus",
+            stderr='error: unable to match a printer suitable for the output format "bogus", allowed formats are: '
+            "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
+            "jsonpath-file,name,template,templatefile,wide,yaml",
         )
         self.fails(
             "delete",
@@ -200,18 +209,48 @@ class StrictnessTest(FakeKubectlTestCase):
             stderr='error: invalid argument "abc" for "--tail" flag: '
             "strconv.ParseInt: parsing \"abc\": invalid syntax\nSee 'kubectl logs --help' for usage.",
         )
+        self.fails(
+            "config", "bogus", stderr="error: unknown command \"bogus\"\nSee 'kubectl config -h' for help and examples"
+        )
         # every call is recorded, rejected ones included
-        self.assertEqual(len(self.cluster.calls()), 14)
+        self.assertEqual(len(self.cluster.calls()), 15)
         self.assertEqual(self.cluster.calls()[0], ["get", "jobs", "--foo"])
 
+    def test_refuses_what_the_tool_never_sends(self) -> None:
+        """Real kubectl accepts these; the fake says it does not implement them (exit 1)."""
+        for args, what in (
+            (["get", "pods"], "get without -o json"),
+            (["get", "pods", "-o", "yaml"], "get -o yaml (only -o json)"),
+            (["get", "pods", "-o", "name"], "get -o name (only -o json)"),
+            (["get", "pods", "--chunk-size=0", "-o", "json"], "kubectl get --chunk-size"),
+            (["get", "pods", "-A", "-o", "json"], "kubectl get -A"),
+            (["get", "pod/x", "-o", "json"], "get TYPE/NAME (use get TYPE NAME)"),
+            (["get", "pods", "-w", "-o", "json"], "get -w without --output-watch-events"),
+            (["config", "current-context"], "kubectl config current-context"),
+            (["config", "view"], "config view without --minify -o json"),
+            (["version"], "version without -o json"),
+            (["create", "-f", "-"], "create without -o json"),
+            (
+                ["delete", "job", "x", "--cascade=background"],
+                "delete job --cascade=background (only --cascade=foreground)",
+            ),
+            (["delete", "job", "x", "--ignore-not-found"], "kubectl delete --ignore-not-found"),
+            (["delete", "pods", "x"], "delete pods"),
+            (["logs", "x", "-c", "episode", "--ignore-errors"], "kubectl logs --ignore-errors"),
+            (["logs", "x"], "logs without -c CONTAINER"),
+            (["logs", "x", "episode"], "logs POD CONTAINER (use -c CONTAINER)"),
+        ):
+            with self.subTest(args=args):
+                self.fails(*args, stderr=f"error: fake_kubectl does not support {what}", input="")
+
     def test_accepted_forms(self) -> None:
-        self.assertEqual(self.ok("config", "current-context"), "fake-ctx\n")
-        self.assertEqual(self.ok("get", "job", "x", "--ignore-not-found", "-nkube-system"), "")
-        self.assertEqual(
-            self.ok("--context=fake-ctx", "get", "ns", "default", "-o", "name", "--request-timeout", "30s"),
-            "namespace/default\n",
-        )
-        lst = json.loads(self.ok("get", "nodes", "-ojson", "--chunk-size=0"))
+        view = json.loads(self.ok("config", "view", "--minify", "-o", "json"))
+        self.assertEqual(view["current-context"], "fake-ctx")
+        self.assertEqual(view["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443")
+        self.assertEqual(self.ok("get", "job", "x", "--ignore-not-found", "-o", "json", "-nkube-system"), "")
+        ns = json.loads(self.ok("--context=fake-ctx", "get", "ns", "default", "-o", "json", "--request-timeout", "30s"))
+        self.assertEqual((ns["kind"], ns["metadata"]["name"]), ("Namespace", "default"))
+        lst = json.loads(self.ok("get", "nodes", "-ojson"))
         self.assertEqual(lst["kind"], "List")
         self.assertEqual([n["metadata"]["name"] for n in lst["items"]], ["node-a", "node-b"])
         self.assertEqual(lst["metadata"], {"resourceVersion": ""})
@@ -235,10 +274,12 @@ class KubeconfigTest(FakeKubectlTestCase):
         super().setUp()
 
     def test_required_kubeconfig(self) -> None:
-        self.assertEqual(self.ok("--kubeconfig", self.kc, "config", "current-context"), "a\n")
-        self.ok("get", "ns", "--context", "b", f"--kubeconfig={self.kc}")
+        view = json.loads(self.ok("--kubeconfig", self.kc, "config", "view", "--minify", "-o", "json"))
+        self.assertEqual(view["current-context"], "a")
+        self.ok("get", "ns", "--context", "b", f"--kubeconfig={self.kc}", "-o", "json")
         env = dict(self.cluster.env(), KUBECONFIG=self.kc)
-        self.assertEqual(self.kubectl("get", "ns", "default", "-o", "name", env=env).stdout, "namespace/default\n")
+        ns = json.loads(self.kubectl("get", "ns", "default", "-o", "json", env=env).stdout)
+        self.assertEqual(ns["metadata"]["name"], "default")
         self.fails(
             "--context",
             "b",
@@ -246,7 +287,9 @@ class KubeconfigTest(FakeKubectlTestCase):
             "ns",
             stderr="Error in configuration: context was not found for specified context: b",
         )
-        self.fails("config", "current-context", stderr="error: current-context is not set")
+        self.fails(
+            "config", "view", "--minify", "-o", "json", stderr="error: current-context must exist in order to minify"
+        )
         self.fails(
             "--kubeconfig",
             self.kc + ".missing",
@@ -354,8 +397,10 @@ class CycleTest(FakeKubectlTestCase):
         self.assertEqual(self.cluster.objects("Pod", NS), [])
         self.assertEqual(self.ok("delete", "namespace", NS, "--wait=false"), f'namespace "{NS}" deleted\n')
         time.sleep(0.4)
-        self.assertEqual(self.cluster.objects("Namespace", NS), [])
-        self.fails("get", "namespace", NS, stderr=f'Error from server (NotFound): namespaces "{NS}" not found')
+        self.assertNotIn(NS, [ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")])
+        self.fails(
+            "get", "namespace", NS, "-o", "json", stderr=f'Error from server (NotFound): namespaces "{NS}" not found'
+        )
 
     def test_logs_selector_tail_and_prefix(self) -> None:
         self.cluster.close()
@@ -511,6 +556,74 @@ class FaultTest(FakeKubectlTestCase):
         self.assertLess(time.monotonic() - start, 5)
         out = self.ok("get", "ns", "default", "-w", "-o", "json", "--output-watch-events")
         self.assertEqual(json.loads(out)["type"], "ADDED")
+
+
+class StoreTest(unittest.TestCase):
+    """The per-object store (tests/fakekube/store.py) that every kubectl call and controller shares."""
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.cluster = FakeCluster(pathlib.Path(self._tmp.name))
+        self.addCleanup(self.cluster.close)
+        self.store = fake_module().Store(str(self.cluster.state_dir))
+
+    def config_map(self, name: str, namespace: str = "default") -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
+
+    def test_resource_versions_files_and_change_log(self) -> None:
+        follower = self.store.follow({"ConfigMap"}, "default")
+        self.addCleanup(follower.close)
+        with self.store.tx() as tx:
+            tx.put(self.config_map("a"))
+            tx.put(self.config_map("b"))
+        with self.store.tx() as tx:
+            obj = tx.get("ConfigMap", "default", "a")
+            assert obj is not None
+            obj["data"] = {"k": "v"}
+            tx.put(obj)
+        a = self.store.get("ConfigMap", "default", "a")
+        b = self.store.get("ConfigMap", "default", "b")
+        assert a is not None and b is not None
+        self.assertGreater(int(a["metadata"]["resourceVersion"]), int(b["metadata"]["resourceVersion"]))
+        path = self.cluster.state_dir / "objects" / "ConfigMap" / "default" / "a.json"
+        self.assertEqual(json.loads(path.read_text())["data"], {"k": "v"})
+        self.assertEqual(follower.poll(), ["ConfigMap/default/a", "ConfigMap/default/b", "ConfigMap/default/a"])
+        self.assertEqual(follower.objects["ConfigMap/default/a"], a)
+        with self.assertRaises(RuntimeError), self.store.tx() as tx:  # a failed transaction writes nothing
+            tx.put(self.config_map("c"))
+            raise RuntimeError
+        self.assertIsNone(self.store.get("ConfigMap", "default", "c"))
+        self.assertEqual(follower.poll(), [])
+        self.assertEqual([o["metadata"]["name"] for o in self.store.list("ConfigMap", "default")], ["a", "b"])
+
+    def test_pending_deletions_vanish_at_their_time(self) -> None:
+        with self.store.tx() as tx:
+            tx.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}})
+            tx.put(self.config_map("inside", "doomed"))
+        follower = self.store.follow({"ConfigMap", "Namespace"})
+        self.addCleanup(follower.close)
+        with self.store.tx() as tx:
+            ns = tx.get("Namespace", None, "doomed")
+            assert ns is not None
+            tx.vanish_later(ns, 0.3)
+        self.assertEqual(follower.poll(), ["Namespace//doomed"])
+        ns = self.store.get("Namespace", None, "doomed")
+        assert ns is not None
+        self.assertIn("deletionTimestamp", ns["metadata"])
+        self.assertIsNotNone(self.store.get("ConfigMap", "doomed", "inside"))
+        time.sleep(0.35)
+        # gone for every reader at its time, before any writer has removed the files
+        self.assertIsNone(self.store.get("Namespace", None, "doomed"))
+        self.assertIsNone(self.store.get("ConfigMap", "doomed", "inside"))
+        self.assertEqual(self.store.list("ConfigMap", "doomed"), [])
+        self.assertTrue(follower.is_gone("ConfigMap/doomed/inside", time.time()))
+        self.assertEqual(self.cluster.objects("ConfigMap", "doomed"), [])
+        with self.store.tx():  # the next transaction carries the deletions out
+            pass
+        self.assertFalse((self.cluster.state_dir / "objects" / "ConfigMap" / "doomed" / "inside.json").exists())
+        self.assertEqual(sorted(follower.poll()), ["ConfigMap/doomed/inside", "Namespace//doomed"])
+        self.assertEqual([k for k in follower.objects if "doomed" in k], [])
 
 
 def read_watch_until(proc: subprocess.Popen, done: Any, timeout: float = 15) -> List[dict]:

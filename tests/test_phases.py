@@ -707,8 +707,8 @@ class PermissionTest(Case):
             def get(self, kind: str, name: str) -> dict[str, Any]:
                 return {"kind": "RuntimeClass", "handler": "cube"}
 
-            def create(self, manifest: dict[str, Any], read_only: bool = False) -> list[dict[str, Any]]:
-                test.assertTrue(read_only)  # access reviews only
+            def create(self, manifest: dict[str, Any], review: bool = False) -> list[dict[str, Any]]:
+                test.assertTrue(review)  # access reviews only
                 self.created.append(manifest)
                 return test.reviews(False)
 

@@ -1,0 +1,308 @@
+"""What the fake API server does to objects besides storing them: defaulting and validation
+on create (Namespace, ConfigMap, Job, as v1.32 does them), the ``restricted`` Pod Security
+checks, RBAC answers, and the objects a fresh cluster starts with (namespaces, nodes,
+RuntimeClasses)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Dict, List, Optional
+
+from .common import DEFAULT_SERVER_VERSION, FAKE_USER, KubectlError, ResType, deep_copy, now_ts
+
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+MAX_CONFIGMAP_BYTES = 1048576
+
+
+# --------------------------------------------------------------------------- a fresh cluster
+
+
+def new_namespace(name: str, labels: Optional[dict] = None) -> dict:
+    lab = dict(labels or {})
+    lab["kubernetes.io/metadata.name"] = name
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": lab},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def make_runtimeclass(name: str, spec: dict) -> dict:
+    rc = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name},
+        "handler": spec.get("handler", name),
+    }
+    for field in ("overhead", "scheduling"):
+        if field in spec:
+            rc[field] = deep_copy(spec[field])
+    return rc
+
+
+def make_node(spec: dict) -> dict:
+    """A Node object from a full object or the shorthand
+    ``{"name", "allocatable", "unschedulable", "labels", "ready", "taints"}``."""
+    if "metadata" in spec:
+        node = deep_copy(spec)
+        node.setdefault("apiVersion", "v1")
+        node.setdefault("kind", "Node")
+        return node
+    name = spec["name"]
+    alloc = dict(spec.get("allocatable") or {"cpu": "64", "memory": "256Gi", "pods": "110"})
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+    labels.update(spec.get("labels") or {})
+    ready = spec.get("ready", True)
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"unschedulable": True} if spec.get("unschedulable") else {},
+        "status": {
+            "allocatable": alloc,
+            "capacity": dict(alloc),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "kubelet is posting ready status" if ready else "not ready",
+                    "lastHeartbeatTime": now_ts(),
+                    "lastTransitionTime": now_ts(),
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": DEFAULT_SERVER_VERSION,
+                "containerRuntimeVersion": "containerd://1.7.24",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+    if spec.get("taints"):
+        node["spec"]["taints"] = deep_copy(spec["taints"])
+    return node
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def is_forbidden(cluster: dict, verb: str, resource: str) -> bool:
+    """Whether cluster.json's ``forbidden`` list denies ``verb`` on ``resource`` ("pods/log")."""
+    res = resource.split("/")
+    base = res[0].split(".")[0]
+    full = base + ("/" + res[1] if len(res) > 1 else "")
+    for fverb, fres in cluster.get("forbidden") or []:
+        fparts = fres.split("/")
+        fbase = fparts[0].split(".")[0]
+        ffull = fbase + ("/" + fparts[1] if len(fparts) > 1 else "")
+        if fverb in (verb, "*") and ffull in (full, "*"):
+            return True
+    return False
+
+
+def forbidden_text(verb: str, resource: str, rt: Optional[ResType], name: str, namespace: str) -> str:
+    base = rt.qualified if rt else resource
+    what = f'{base} "{name}"' if name else base
+    group = rt.group if rt else ""
+    namespaced = rt.namespaced if rt else True
+    scope = f'in the namespace "{namespace}"' if namespaced and namespace else "at the cluster scope"
+    return f'{what} is forbidden: User "{FAKE_USER}" cannot {verb} resource "{resource}" in API group "{group}" {scope}'
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def invalid(kind: str, name: str, problems: List[str]) -> KubectlError:
+    if len(problems) == 1:
+        return KubectlError(f'The {kind} "{name}" is invalid: {problems[0]}')
+    return KubectlError(f'The {kind} "{name}" is invalid: \n' + "\n".join(f"* {p}" for p in problems))
+
+
+def validate_metadata(obj: dict, label_name: bool) -> List[str]:
+    md = obj["metadata"]
+    name = md.get("name", "")
+    problems = []
+    if not name:
+        problems.append("metadata.name: Required value: name or generateName is required")
+    elif label_name and (len(name) > 63 or not DNS1123_LABEL.fullmatch(name)):
+        problems.append(
+            f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 label must '
+            "consist of lower case alphanumeric characters or '-', and must start and end "
+            "with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+            "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        )
+    elif len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
+        problems.append(
+            f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
+            "consist of lower case alphanumeric characters, '-' or '.', and must start and "
+            "end with an alphanumeric character (e.g. 'example.com', regex used for "
+            "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        )
+    for v in (md.get("labels") or {}).values():
+        if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.fullmatch(v):
+            problems.append(
+                f'metadata.labels: Invalid value: "{v}": a valid label must be an empty string '
+                "or consist of alphanumeric characters, '-', '_' or '.', and must start "
+                "and end with an alphanumeric character"
+            )
+    return problems
+
+
+def validate_configmap(obj: dict) -> List[str]:
+    problems = validate_metadata(obj, label_name=False)
+    size = sum(len(k) + len(str(v)) for k, v in (obj.get("data") or {}).items())
+    if size > MAX_CONFIGMAP_BYTES:
+        problems.append(f"[]: Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes")
+    return problems
+
+
+def pod_security_violations(spec: dict) -> List[str]:
+    """The checks of the ``restricted`` Pod Security Standard that matter here."""
+    psc = spec.get("securityContext") or {}
+    found: List[str] = []
+    containers = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    bad_ape, bad_caps, bad_nonroot, bad_seccomp, privileged, root_uid = [], [], [], [], [], []
+    for c in containers:
+        sc = c.get("securityContext") or {}
+        n = c.get("name", "")
+        if sc.get("privileged"):
+            privileged.append(n)
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad_ape.append(n)
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []) or any(a != "NET_BIND_SERVICE" for a in caps.get("add") or []):
+            bad_caps.append(n)
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+            bad_nonroot.append(n)
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            root_uid.append(n)
+        sp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if sp not in ("RuntimeDefault", "Localhost"):
+            bad_seccomp.append(n)
+
+    def names(ns: List[str]) -> str:
+        return ", ".join(f'"{x}"' for x in ns)
+
+    if privileged:
+        found.append(f"privileged (container {names(privileged)} must not set securityContext.privileged=true)")
+    if bad_ape:
+        found.append(
+            f"allowPrivilegeEscalation != false (container {names(bad_ape)} must set "
+            "securityContext.allowPrivilegeEscalation=false)"
+        )
+    if bad_caps:
+        found.append(
+            f"unrestricted capabilities (container {names(bad_caps)} must set "
+            'securityContext.capabilities.drop=["ALL"])'
+        )
+    for v in spec.get("volumes") or []:
+        if "hostPath" in v:
+            found.append(f'restricted volume types (volume "{v.get("name")}" uses restricted volume type "hostPath")')
+    if bad_nonroot:
+        found.append(
+            f"runAsNonRoot != true (pod or container {names(bad_nonroot)} must set securityContext.runAsNonRoot=true)"
+        )
+    if root_uid:
+        found.append(f"runAsUser=0 (container {names(root_uid)} must not set runAsUser=0)")
+    if bad_seccomp:
+        found.append(
+            f"seccompProfile (pod or container {names(bad_seccomp)} must set "
+            'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+        )
+    return found
+
+
+def namespace_enforces_restricted(ns_obj: Optional[dict]) -> bool:
+    labels = (ns_obj or {}).get("metadata", {}).get("labels") or {}
+    return labels.get("pod-security.kubernetes.io/enforce") == "restricted"
+
+
+# --------------------------------------------------------------------------- Jobs
+
+
+def job_labels(uid: str, name: str, legacy: bool) -> Dict[str, str]:
+    """The labels the Job controller puts on a Job's pods (``legacy``: before v1.27)."""
+    if legacy:
+        return {"controller-uid": uid, "job-name": name}
+    return {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    }
+
+
+def default_container(c: dict) -> None:
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    image = c.get("image", "")
+    tag = image.rsplit("/", 1)[-1]
+    latest = "@" not in image and (":" not in tag or tag.endswith(":latest"))
+    c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    c.setdefault("resources", {})
+
+
+def default_pod_spec(spec: dict) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    for c in spec.get("initContainers") or []:
+        default_container(c)
+    for c in spec.get("containers") or []:
+        default_container(c)
+
+
+def prepare_job(obj: dict, uid: str, legacy: bool) -> List[str]:
+    """API-server defaulting and validation of a batch/v1 Job; returns problems."""
+    name = obj["metadata"].get("name", "")
+    problems = validate_metadata(obj, label_name=True)
+    spec = obj.setdefault("spec", {})
+    template = spec.setdefault("template", {})
+    pspec = template.setdefault("spec", {})
+    if pspec.get("restartPolicy") not in ("Never", "OnFailure"):
+        problems.append('spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"')
+    containers = pspec.get("containers") or []
+    if not containers:
+        problems.append("spec.template.spec.containers: Required value")
+    for i, c in enumerate(containers):
+        if not c.get("name"):
+            problems.append(f"spec.template.spec.containers[{i}].name: Required value")
+        if not c.get("image"):
+            problems.append(f"spec.template.spec.containers[{i}].image: Required value")
+    for field in ("completions", "parallelism", "backoffLimit", "activeDeadlineSeconds"):
+        v = spec.get(field)
+        if v is not None and (not isinstance(v, int) or v < (1 if field == "activeDeadlineSeconds" else 0)):
+            problems.append(
+                f"spec.{field}: Invalid value: {json.dumps(v)}: must be greater than or "
+                "equal to " + ("1" if field == "activeDeadlineSeconds" else "0")
+            )
+    if problems:
+        return problems
+    labels = job_labels(uid, name, legacy)
+    sel_key = "controller-uid" if legacy else "batch.kubernetes.io/controller-uid"
+    spec["selector"] = {"matchLabels": {sel_key: uid}}
+    tmeta = template.setdefault("metadata", {})
+    tlabels = dict(tmeta.get("labels") or {})
+    tlabels.update(labels)
+    tmeta["labels"] = tlabels
+    tmeta.setdefault("creationTimestamp", None)
+    if not obj["metadata"].get("labels"):
+        obj["metadata"]["labels"] = dict(labels)
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("completions", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    default_pod_spec(pspec)
+    obj["metadata"]["generation"] = 1
+    obj["status"] = {}
+    return []

@@ -1,0 +1,903 @@
+"""The kubectl commands the tool runs, answered from the store the way kubectl v1.32 answers
+them (messages, exit codes, JSON layout).
+
+Each command handles exactly the forms rl_batch_demo.py sends and refuses every other form
+real kubectl would accept with ``error: fake_kubectl does not support ...``:
+
+* ``config view --minify -o json``
+* ``version -o json``
+* ``get TYPE[,TYPE...] [NAME...] -o json [-l SEL] [--ignore-not-found]``
+* ``get TYPE [NAME] -w -o json --output-watch-events [-l SEL]``
+* ``create -f - -o json`` (Namespace, ConfigMap, Job, SelfSubjectAccessReview; one object or a List)
+* ``delete job NAME --cascade=foreground [--wait=false]``, ``delete namespace NAME [--wait=false]``
+* ``logs -l SEL -c C [--prefix] [--tail N] [--max-log-requests N]`` and ``logs POD -c C``
+
+Every API request goes through ``Invocation.api_call``: injected hang, then injected API
+error, then RBAC, then the request itself (an ``after_apply`` error fires after it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .apiserver import forbidden_text, is_forbidden
+from .common import (
+    BY_KIND,
+    CLIENT_GIT_VERSION,
+    CONTROLLER_ENV,
+    CREATABLE,
+    DEFAULT_SERVER,
+    DEFAULT_SERVER_VERSION,
+    ENTRY_SCRIPT,
+    FAKE_USER,
+    KUSTOMIZE_VERSION,
+    POLL_SECONDS,
+    STATE_ENV,
+    KubectlError,
+    ResType,
+    Selector,
+    deep_copy,
+    err,
+    go_json,
+    log_path,
+    lookup_type,
+    matches,
+    new_uid,
+    not_found,
+    not_supported,
+    now_ts,
+    out,
+    parse_duration,
+    parse_selector,
+    print_json,
+    read_json,
+    resolve_type,
+    sorted_obj,
+    write_json_atomic,
+)
+from .faults import API_ERRORS, FaultCounters, hang_rules, op_matches
+from .store import Store, Tx
+
+DELETE_WAIT_CAP_SECONDS = 300.0
+# The formats real kubectl's printers know; the fake prints only json.
+OUTPUT_FORMATS = (
+    "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
+    "jsonpath-file,name,template,templatefile,wide,yaml"
+)
+
+
+def check_output_json(fmt: str, what: str) -> None:
+    if fmt == "json":
+        return
+    if fmt == "":
+        raise not_supported(f"{what} without -o json")
+    if fmt.split("=", 1)[0] in OUTPUT_FORMATS.split(","):
+        raise not_supported(f"{what} -o {fmt} (only -o json)")
+    raise KubectlError(
+        f'error: unable to match a printer suitable for the output format "{fmt}", '
+        f"allowed formats are: {OUTPUT_FORMATS}"
+    )
+
+
+# --------------------------------------------------------------------------- invocation context
+
+
+class Invocation:
+    """Everything one kubectl process needs: flags, cluster config, store, faults."""
+
+    def __init__(self, state: str, cmdpath: str, flags: Dict[str, Any], faults: dict) -> None:
+        self.state = state
+        self.cmdpath = cmdpath
+        self.flags = flags
+        self.faults = faults
+        self.store = Store(state)
+        self.cluster = read_json(os.path.join(state, "cluster.json"), None)
+        if self.cluster is None:
+            raise KubectlError(f"error: fake_kubectl: state dir {state!r} is not initialised")
+        self.server = self.cluster.get("server", DEFAULT_SERVER)
+        self.namespace_flag: Optional[str] = flags.get("namespace")
+        self.namespace = self.namespace_flag or "default"
+        timeout = flags.get("request-timeout")
+        self.request_timeout = parse_duration(timeout) if timeout is not None else None
+        self.contexts, self.current_context = self._load_kubeconfig()
+
+    def _load_kubeconfig(self) -> Tuple[List[str], Optional[str]]:
+        """The contexts are reachable only through the kubeconfig cluster.json requires (if any)."""
+        required = self.cluster.get("kubeconfig")
+        flag = self.flags.get("kubeconfig")
+        if flag is not None and flag != "":
+            if not os.path.exists(flag):
+                raise KubectlError(f"error: stat {flag}: no such file or directory")
+            known = required is None or os.path.realpath(flag) == os.path.realpath(required)
+        elif os.environ.get("KUBECONFIG"):
+            paths = [p for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+            known = required is None or any(os.path.realpath(p) == os.path.realpath(required) for p in paths)
+        else:
+            known = required is None
+        if not known:
+            return [], None
+        return list(self.cluster.get("contexts") or []), self.cluster.get("current_context")
+
+    def check_context(self) -> None:
+        """The context to talk to must exist: --context's, else the current one."""
+        ctx = self.flags.get("context") or ""
+        if ctx and ctx not in self.contexts:
+            raise KubectlError(f"Error in configuration: context was not found for specified context: {ctx}")
+        if not ctx and not (self.current_context and self.current_context in self.contexts):
+            raise KubectlError(
+                "The connection to the server localhost:8080 was refused - did you specify the right host or port?"
+            )
+
+    # -- faults ------------------------------------------------------------
+
+    def api_call(
+        self,
+        op: Tuple[str, str],
+        *,
+        verb: str = "",
+        rt: Optional[ResType] = None,
+        name: str = "",
+        namespace: str = "",
+        create_ctx: str = "",
+        apply: Optional[Callable[[], None]] = None,
+        rbac: bool = True,
+    ) -> None:
+        """Apply hang/api_errors faults for one API request, then RBAC.
+
+        ``apply`` performs the request; it runs before an ``after_apply`` error."""
+        self._maybe_hang(op)
+        after: Optional[KubectlError] = None
+        for idx, rule in enumerate(self.faults.get("api_errors") or []):
+            if not op_matches(str(rule["match"]), op):
+                continue
+            rule_id = f"api_errors[{idx}]:{json.dumps(rule, sort_keys=True)}"
+            if not FaultCounters(self.state).take(rule_id, rule.get("times")):
+                continue
+            error = self._fault_error(str(rule["error"]), verb or op[0], rt, name, namespace, create_ctx)
+            if rule.get("after_apply"):
+                after = error
+                break
+            raise error
+        if rbac and rt is not None and verb:
+            self.check_rbac(verb, rt.resource, rt, name, namespace, create_ctx)
+        if apply is not None:
+            apply()
+        if after is not None:
+            raise after
+
+    def _maybe_hang(self, op: Tuple[str, str]) -> None:
+        for idx, rule in enumerate(hang_rules(self.faults)):
+            if not op_matches(str(rule.get("match", "")), op):
+                continue
+            rule_id = f"hang[{idx}]:{json.dumps(rule, sort_keys=True)}"
+            if not FaultCounters(self.state).take(rule_id, rule.get("times")):
+                continue
+            seconds = float(rule.get("seconds", 30))
+            if self.request_timeout is not None and self.request_timeout < seconds:
+                time.sleep(self.request_timeout)
+                raise KubectlError(API_ERRORS["timeout"])
+            time.sleep(seconds)
+
+    def _fault_error(
+        self, code: str, verb: str, rt: Optional[ResType], name: str, namespace: str, create_ctx: str
+    ) -> KubectlError:
+        forbidden = ""
+        if code == "403":
+            forbidden = forbidden_text(verb, rt.resource if rt else "unknown", rt, name, namespace)
+        return KubectlError(API_ERRORS[code].format(ctx=create_ctx, forbidden=forbidden, server=self.server))
+
+    def check_rbac(
+        self, verb: str, resource: str, rt: Optional[ResType], name: str, namespace: str, create_ctx: str = ""
+    ) -> None:
+        if is_forbidden(self.cluster, verb, resource):
+            raise KubectlError(
+                "Error from server (Forbidden): " + create_ctx + forbidden_text(verb, resource, rt, name, namespace)
+            )
+
+
+# --------------------------------------------------------------------------- config view, version
+
+
+def cmd_config_view(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    """``config view --minify -o json``: the kubeconfig reduced to one context (the --context
+    flag's, else the current one), with its cluster's server and the user's secret redacted.
+    Like kubectl, this reads the kubeconfig only."""
+    if positional:
+        raise KubectlError(f"error: unexpected arguments: [{' '.join(positional)}]")
+    if not flags.get("minify") or flags.get("output") != "json":
+        raise not_supported("config view without --minify -o json")
+    inv.api_call(("config", "view"))
+    ctx = inv.flags.get("context") or inv.current_context
+    if not ctx:
+        raise KubectlError("error: current-context must exist in order to minify")
+    if ctx not in inv.contexts:
+        raise KubectlError(f"error: cannot locate context {ctx}")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": "fake-cluster", "cluster": {"server": f"https://{inv.server}"}}],
+        "users": [{"name": FAKE_USER, "user": {"token": "REDACTED"}}],
+        "contexts": [{"name": ctx, "context": {"cluster": "fake-cluster", "user": FAKE_USER}}],
+        "current-context": ctx,
+    }
+    out(json.dumps(config, indent=4) + "\n")
+    return 0
+
+
+def cmd_version(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    if positional:
+        raise KubectlError(f"error: extra arguments: [{' '.join(positional)}]")
+    fmt = flags.get("output", "")
+    if fmt not in ("yaml", "json"):
+        if fmt == "":
+            raise not_supported("version without -o json")
+        raise KubectlError("error: --output must be 'yaml' or 'json'")
+    if fmt == "yaml":
+        raise not_supported("version -o yaml")
+    result: Dict[str, Any] = {
+        "clientVersion": {
+            "major": "1",
+            "minor": "32",
+            "gitVersion": CLIENT_GIT_VERSION,
+            "gitCommit": "59526cd4867447956156ae3a602fcbac5f2fd9e1",
+            "gitTreeState": "clean",
+            "buildDate": "2025-04-22T16:03:51Z",
+            "goVersion": "go1.23.6",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        },
+        "kustomizeVersion": KUSTOMIZE_VERSION,
+    }
+    try:
+        inv.check_context()
+        inv.api_call(("version", "version"))
+    except KubectlError:
+        out(json.dumps(result, indent=2) + "\n")  # kubectl prints the client's half, then fails
+        raise
+    sv = str(inv.faults.get("server_version") or DEFAULT_SERVER_VERSION)
+    m = re.match(r"v?(\d+)\.(\d+)", sv)
+    result["serverVersion"] = {
+        "major": m.group(1) if m else "1",
+        "minor": m.group(2) if m else "32",
+        "gitVersion": sv,
+        "gitCommit": "70d3cc986aa8221cd1dfb1121852688902d3bf53",
+        "gitTreeState": "clean",
+        "buildDate": "2024-12-11T17:59:15Z",
+        "goVersion": "go1.23.3",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+    out(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+# --------------------------------------------------------------------------- get
+
+
+def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    if not positional:
+        raise KubectlError(
+            'You must specify the type of resource to get. Use "kubectl api-resources" for a complete '
+            'list of supported resources.\n\nerror: Required resource not specified.\nUse "kubectl '
+            'explain <resource>" for a detailed description of that resource (e.g. kubectl explain '
+            "pods).\nSee 'kubectl get -h' for help and examples"
+        )
+    fmt = flags.get("output", "")
+    sel_text = flags.get("selector")
+    watch = bool(flags.get("watch"))
+    ignore_nf = bool(flags.get("ignore-not-found"))
+    if "/" in positional[0]:
+        raise not_supported("get TYPE/NAME (use get TYPE NAME)")
+    type_words = positional[0].split(",")
+    names = positional[1:]
+    requests = [(t, n) for t in type_words for n in names] if names else [(t, None) for t in type_words]
+    has_names = bool(names)
+    if has_names and sel_text is not None:
+        raise KubectlError("error: name cannot be provided when a selector is specified")
+    if watch:
+        if len({t.lower() for t in type_words}) > 1:
+            raise KubectlError("error: you may only specify a single resource type")
+        if len(requests) > 1:
+            raise KubectlError(
+                "error: watch is only supported on individual resources and resource "
+                f"collections, but {len(requests)} resources were found"
+            )
+    inv.check_context()
+    op_target = ",".join(sorted(set(type_words), key=type_words.index))
+    # faults first (the request would fail before discovery answers), then discovery, then RBAC.
+    first_rt = lookup_type(requests[0][0])
+    first_name = requests[0][1] or ""
+    inv.api_call(
+        ("get", op_target),
+        verb="get" if first_name else ("watch" if watch else "list"),
+        rt=first_rt,
+        name=first_name,
+        namespace=inv.namespace,
+        rbac=False,
+    )
+    rts = [(resolve_type(t), n) for t, n in requests]
+    check_output_json(fmt, "get -w" if watch else "get")
+    selector = parse_selector(sel_text) if sel_text is not None else None
+    for rt, n in rts:
+        verb = "get" if n is not None else ("watch" if watch else "list")
+        inv.check_rbac(verb, rt.resource, rt, n or "", inv.namespace)
+        if watch and n is None:
+            inv.check_rbac("list", rt.resource, rt, "", inv.namespace)
+    if watch:
+        if not flags.get("output-watch-events"):
+            raise not_supported("get -w without --output-watch-events")
+        rt, n = rts[0]
+        return watch_objects(inv, rt, n, selector)
+
+    found: List[dict] = []
+    errors: List[str] = []
+    for rt, n in rts:
+        ns = inv.namespace if rt.namespaced else None
+        if n is not None:
+            obj = inv.store.get(rt.kind, ns, n)
+            matched = [obj] if obj is not None else []
+        else:
+            matched = [o for o in inv.store.list(rt.kind, ns) if matches(o, rt.kind, ns, None, selector)]
+        if n is not None and not matched and not ignore_nf:
+            errors.append(not_found(rt, n))
+        found.extend(matched)
+    single = len(rts) == 1 and rts[0][1] is not None
+    if not found and ignore_nf:
+        pass  # kubectl prints nothing at all
+    elif single and len(found) == 1:
+        print_json(found[0])
+    elif found or not single:
+        print_json({"apiVersion": "v1", "kind": "List", "items": found, "metadata": {"resourceVersion": ""}})
+    if errors:
+        raise KubectlError("\n".join(errors))
+    return 0
+
+
+def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: Optional[Selector]) -> int:
+    """``get -w -o json --output-watch-events``: ADDED for what exists, then every change as
+    it is committed (the store's change log), until --request-timeout."""
+    start = time.monotonic()
+    ns = inv.namespace if rt.namespaced else None
+    follower = inv.store.follow({rt.kind}, ns)
+
+    def emit(kind: str, obj: dict) -> None:
+        out(go_json({"type": kind, "object": sorted_obj(obj)}) + "\n")
+
+    def current(key: str, now: float) -> Optional[dict]:
+        obj = follower.objects.get(key)
+        if obj is None or follower.is_gone(key, now) or not matches(obj, rt.kind, ns, name, selector):
+            return None
+        return obj
+
+    now = time.time()
+    seen = {key: obj for key, obj in follower.visible(now).items() if current(key, now) is not None}
+    for key in sorted(seen, key=lambda k: seen[k]["metadata"]["name"]):
+        emit("ADDED", seen[key])
+    if inv.faults.get("watch_ends_early"):
+        return 0
+    due_done: set = set()
+    while True:
+        time.sleep(POLL_SECONDS)
+        if inv.request_timeout is not None and time.monotonic() - start >= inv.request_timeout:
+            return 0
+        if not os.path.isdir(inv.state):
+            return 0
+        candidates = set(follower.poll())
+        now = time.time()
+        for vkey, t in list(follower.vanish.items()):
+            if t <= now and vkey not in due_done:
+                due_done.add(vkey)
+                kind, _, vname = vkey.split("/", 2)
+                if kind == "Namespace":
+                    candidates.update(k for k in seen if k.split("/", 2)[1] == vname)
+                candidates.add(vkey)
+        changes = []
+        for key in candidates:
+            obj, old = current(key, now), seen.get(key)
+            if obj is not None and old is None:
+                changes.append(("ADDED", obj))
+            elif obj is not None and old is not None:
+                if old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                    changes.append(("MODIFIED", obj))
+            elif old is not None:
+                changes.append(("DELETED", old))
+            if obj is None:
+                seen.pop(key, None)
+            else:
+                seen[key] = obj
+        changes.sort(key=lambda c: (c[0] == "DELETED", int(c[1]["metadata"].get("resourceVersion") or 0)))
+        for kind, obj in changes:
+            emit(kind, obj)
+
+
+# --------------------------------------------------------------------------- create
+
+
+def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    files = flags.get("filename") or []
+    if positional:
+        raise KubectlError(f"Unexpected args: [{' '.join(positional)}]\nSee 'kubectl create -h' for help and examples")
+    if not files:
+        raise KubectlError("error: must specify one of -f and -k")
+    if files.count("-") > 1:
+        raise KubectlError("error: standard input cannot be used for multiple arguments")
+    for f in files:
+        if f != "-":
+            if not os.path.exists(f):
+                raise KubectlError(f'error: the path "{f}" does not exist')
+            raise not_supported("create -f FILE (only -f - is implemented)")
+    check_output_json(flags.get("output", ""), "create")
+    stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
+    inv.check_context()
+    if not stdin.strip():
+        raise KubectlError("error: no objects passed to create")
+    try:
+        doc = json.loads(stdin)
+    except ValueError as e:
+        raise KubectlError(f"error: error parsing STDIN: error converting YAML to JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise KubectlError(
+            "error: error parsing STDIN: json: cannot unmarshal into Go value of type map[string]interface {}"
+        )
+    items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
+    if not items:
+        raise KubectlError("error: no objects passed to create")
+    errors: List[str] = []
+    for item in items:
+        try:
+            print_json(create_one(inv, item))
+        except KubectlError as e:
+            errors.append(e.message)
+    if errors:
+        raise KubectlError("\n".join(errors))
+    return 0
+
+
+# Kinds a v1.32 cluster serves that the fake cannot create (anything else is "no matches").
+REAL_KINDS = {
+    "Pod": "v1",
+    "RuntimeClass": "node.k8s.io/v1",
+    "Node": "v1",
+    "Event": "v1",
+    "Secret": "v1",
+    "Service": "v1",
+    "ServiceAccount": "v1",
+    "Deployment": "apps/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "ResourceQuota": "v1",
+    "LimitRange": "v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "PersistentVolumeClaim": "v1",
+}
+
+
+def create_one(inv: Invocation, obj: dict) -> dict:
+    if not isinstance(obj, dict):
+        raise KubectlError('error: unable to decode "STDIN": object is not a JSON object')
+    kind = obj.get("kind")
+    api_version = obj.get("apiVersion")
+    if not kind:
+        raise KubectlError(f"error: unable to decode \"STDIN\": Object 'Kind' is missing in '{json.dumps(obj)}'")
+    if not api_version:
+        raise KubectlError(f"error: unable to decode \"STDIN\": Object 'apiVersion' is missing in '{json.dumps(obj)}'")
+    obj = deep_copy(obj)
+    md = obj.setdefault("metadata", {})
+    name = md.get("name", "")
+    if CREATABLE.get(kind) != api_version:
+        if REAL_KINDS.get(kind) == api_version:
+            raise not_supported(f"creating kind {kind!r}")
+        raise KubectlError(
+            f'error: resource mapping not found for name: "{name}" namespace: "{md.get("namespace", "")}" '
+            f'from "STDIN": no matches for kind "{kind}" in version "{api_version}"\n'
+            "ensure CRDs are installed first"
+        )
+    if kind == "SelfSubjectAccessReview":
+        return create_ssar(inv, obj)
+    rt = BY_KIND[kind]
+    ctx = 'error when creating "STDIN": '
+    if rt.namespaced:
+        obj_ns = md.get("namespace")
+        if obj_ns and inv.namespace_flag and obj_ns != inv.namespace_flag:
+            raise KubectlError(
+                f'error: the namespace from the provided object "{obj_ns}" does not match '
+                f'the namespace "{inv.namespace_flag}". You must pass '
+                f"'--namespace={obj_ns}' to perform this operation."
+            )
+        md["namespace"] = obj_ns or inv.namespace
+    else:
+        md.pop("namespace", None)
+    result: Dict[str, dict] = {}
+
+    def apply() -> None:
+        result["obj"] = store_new_object(inv, rt, obj, ctx)
+
+    inv.api_call(("create", kind), verb="create", rt=rt, namespace=md.get("namespace", ""), create_ctx=ctx, apply=apply)
+    return result["obj"]
+
+
+def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
+    from .apiserver import (
+        invalid,
+        namespace_enforces_restricted,
+        pod_security_violations,
+        prepare_job,
+        validate_configmap,
+        validate_metadata,
+    )
+
+    md = obj["metadata"]
+    name = md.get("name", "")
+    if md.get("resourceVersion"):
+        raise KubectlError(
+            f"Error from server (BadRequest): {ctx}resourceVersion should not be set on objects to be created"
+        )
+    uid = new_uid()
+    if rt.kind == "Job":
+        problems = prepare_job(obj, uid, bool(inv.faults.get("legacy_labels")))
+    elif rt.kind == "Namespace":
+        problems = validate_metadata(obj, label_name=True)
+    else:
+        problems = validate_configmap(obj)
+    if problems:
+        raise invalid(rt.kind, name, problems)
+    warnings: List[str] = []
+    with inv.store.tx() as tx:
+        if rt.namespaced:
+            ns_obj = tx.get("Namespace", None, md["namespace"])
+            if ns_obj is None:
+                raise KubectlError(f'Error from server (NotFound): {ctx}namespaces "{md["namespace"]}" not found')
+            if ns_obj["metadata"].get("deletionTimestamp"):
+                raise KubectlError(
+                    f'Error from server (Forbidden): {ctx}{rt.qualified} "{name}" is forbidden: unable to '
+                    f"create new content in namespace {md['namespace']} because it is being terminated"
+                )
+            if rt.kind == "Job" and namespace_enforces_restricted(ns_obj):
+                v = pod_security_violations(obj["spec"]["template"]["spec"])
+                if v:
+                    warnings.append(f'Warning: would violate PodSecurity "restricted:latest": {", ".join(v)}')
+        if tx.get(rt.kind, md.get("namespace"), name) is not None:
+            raise KubectlError(f'Error from server (AlreadyExists): {ctx}{rt.qualified} "{name}" already exists')
+        md["uid"] = uid
+        md["creationTimestamp"] = now_ts(tx.now)
+        if rt.kind == "Namespace":
+            md["labels"] = {**(md.get("labels") or {}), "kubernetes.io/metadata.name": name}
+            obj["spec"] = {"finalizers": ["kubernetes"]}
+            obj["status"] = {"phase": "Active"}
+        tx.put(obj)
+        created = deep_copy(obj)
+    for w in warnings:
+        err(w)
+    if rt.kind == "Job":
+        spawn_controller(inv.state, md["namespace"], name, uid)
+    return created
+
+
+def create_ssar(inv: Invocation, obj: dict) -> dict:
+    attrs = (obj.get("spec") or {}).get("resourceAttributes") or {}
+    verb = attrs.get("verb", "")
+    resource = attrs.get("resource", "")
+    if attrs.get("subresource"):
+        resource = f"{resource}/{attrs['subresource']}"
+    result: Dict[str, dict] = {}
+
+    def apply() -> None:
+        allowed = not is_forbidden(inv.cluster, verb, resource)
+        reason = (
+            f'RBAC: allowed by ClusterRoleBinding "fake-admin" of ClusterRole "cluster-admin" to User "{FAKE_USER}"'
+            if allowed
+            else "fake cluster: denied by the test's forbidden list"
+        )
+        result["obj"] = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "metadata": {"creationTimestamp": None},
+            "spec": deep_copy(obj.get("spec") or {}),
+            "status": {"allowed": allowed, "reason": reason},
+        }
+
+    inv.api_call(("create", "SelfSubjectAccessReview"), create_ctx='error when creating "STDIN": ', apply=apply)
+    return result["obj"]
+
+
+def spawn_controller(state: str, namespace: str, job: str, uid: str) -> None:
+    """Start the detached Job controller/kubelet simulation (controller.py) for one Job."""
+    import subprocess
+
+    cdir = os.path.join(state, "controllers")
+    os.makedirs(cdir, exist_ok=True)
+    token = f"{namespace}__{job}__{uid[:8]}"
+    write_json_atomic(
+        os.path.join(cdir, token + ".json"), {"namespace": namespace, "job": job, "uid": uid, "started": time.time()}
+    )
+    env = dict(os.environ)
+    env[CONTROLLER_ENV] = json.dumps({"namespace": namespace, "job": job, "uid": uid, "token": token})
+    env[STATE_ENV] = state
+    with open(os.path.join(cdir, token + ".log"), "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-S", ENTRY_SCRIPT],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=state,
+            start_new_session=True,
+            close_fds=True,
+        )
+    with open(os.path.join(cdir, token + ".pid"), "w", encoding="utf-8") as f:
+        f.write(str(proc.pid))
+    # Detached on purpose: this kubectl process exits without waiting for it.  Marking it as
+    # reaped keeps Python from warning "subprocess is still running" at exit.
+    proc.returncode = 0
+
+
+# --------------------------------------------------------------------------- delete
+
+
+def cmd_delete(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    if not positional:
+        raise KubectlError(
+            "error: You must provide one or more resources by argument or filename.\n"
+            "Example resource specifications include:\n   '-f rsrc.yaml'\n"
+            "   '--filename=rsrc.json'\n   '<resource> <name>'\n   '<resource>'"
+        )
+    cascade = flags.get("cascade", "background")
+    if cascade in ("true", "false"):
+        err(
+            f"warning: --cascade={cascade} is deprecated (boolean value) and can be replaced with "
+            f"--cascade={'background' if cascade == 'true' else 'orphan'}."
+        )
+        cascade = "background" if cascade == "true" else "orphan"
+    if cascade not in ("background", "foreground", "orphan"):
+        raise KubectlError(f'error: invalid cascade value ({cascade}). Must be "background", "foreground", or "orphan"')
+    wait = flags.get("wait", True)
+    if "/" in positional[0]:
+        raise not_supported("delete TYPE/NAME (use delete TYPE NAME)")
+    if len(positional) < 2:
+        raise not_supported("delete without a resource name (delete TYPE NAME)")
+    inv.check_context()
+    t = positional[0]
+    errors: List[str] = []
+    deleted: List[Tuple[ResType, str]] = []
+    for n in positional[1:]:
+        rt = lookup_type(t)
+        result: Dict[str, bool] = {}
+        try:
+            if rt is None:
+                inv.api_call(("delete", t))
+                rt = resolve_type(t)
+            if rt.kind not in ("Job", "Namespace"):
+                raise not_supported(f"delete {rt.resource}")
+            if rt.kind == "Job" and cascade != "foreground":
+                raise not_supported(f"delete job --cascade={cascade} (only --cascade=foreground)")
+
+            def apply(rt: ResType = rt, n: str = n, result: Dict[str, bool] = result) -> None:
+                result["deleted"] = delete_object(inv, rt, n)
+
+            inv.api_call(
+                ("delete", t),
+                verb="delete",
+                rt=rt,
+                name=n,
+                namespace=inv.namespace if rt.namespaced else "",
+                apply=apply,
+            )
+        except KubectlError as e:
+            errors.append(e.message)
+            continue
+        if result.get("deleted"):
+            out(f'{rt.name_prefix} "{n}" deleted\n')
+            deleted.append((rt, n))
+        else:
+            errors.append(not_found(rt, n))
+    if wait:
+        for rt, n in deleted:
+            wait_gone(inv, rt, n)
+    if errors:
+        raise KubectlError("\n".join(errors))
+    return 0
+
+
+def delete_object(inv: Invocation, rt: ResType, name: str) -> bool:
+    """Perform a delete; returns False if the object does not exist."""
+    ns = inv.namespace if rt.namespaced else None
+    with inv.store.tx() as tx:
+        obj = tx.get(rt.kind, ns, name)
+        if obj is None:
+            return False
+        if rt.kind == "Namespace":
+            if name in ("default", "kube-system", "kube-public"):
+                raise KubectlError(
+                    f'Error from server (Forbidden): namespaces "{name}" is forbidden: '
+                    "this namespace may not be deleted"
+                )
+            if obj["metadata"].get("deletionTimestamp"):
+                raise KubectlError(
+                    f'Error from server (Conflict): Operation cannot be fulfilled on namespaces "{name}": '
+                    "The system is ensuring all content is removed from this namespace.  Upon completion, "
+                    "this namespace will automatically be purged by the system."
+                )
+            delete_namespace(tx, obj, bool(inv.faults.get("namespace_stuck")))
+        else:
+            delete_job_foreground(tx, obj)
+    return True
+
+
+def delete_namespace(tx: Tx, obj: dict, stuck: bool) -> None:
+    from .common import JOB_TRACKING_FINALIZER
+
+    name = obj["metadata"]["name"]
+    obj["metadata"]["deletionTimestamp"] = now_ts(tx.now)
+    obj["status"] = {"phase": "Terminating"}
+    if not stuck:
+        tx.vanish_later(obj)
+        return
+    # Stuck: pods keep their job-tracking finalizer and stay Terminating, so the namespace
+    # never goes away -- the classic "namespace stuck in Terminating".
+    remaining = 0
+    for o in tx.in_namespace(name):
+        if o["kind"] == "Pod":
+            o["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+            o["metadata"]["deletionGracePeriodSeconds"] = 0
+            fins = o["metadata"].setdefault("finalizers", [])
+            if JOB_TRACKING_FINALIZER not in fins:
+                fins.append(JOB_TRACKING_FINALIZER)
+            tx.put(o)
+            remaining += 1
+        else:
+            tx.remove(o)
+    t = now_ts(tx.now)
+    obj["status"]["conditions"] = [
+        {
+            "type": "NamespaceDeletionDiscoveryFailure",
+            "status": "False",
+            "reason": "ResourcesDiscovered",
+            "message": "All resources successfully discovered",
+            "lastTransitionTime": t,
+        },
+        {
+            "type": "NamespaceContentRemaining",
+            "status": "True",
+            "reason": "SomeResourcesRemain",
+            "message": f"Some resources are remaining: pods. has {remaining} resource instances",
+            "lastTransitionTime": t,
+        },
+        {
+            "type": "NamespaceFinalizersRemaining",
+            "status": "True",
+            "reason": "SomeFinalizersRemain",
+            "message": f"Some content in the namespace has finalizers remaining: {JOB_TRACKING_FINALIZER} "
+            f"in {remaining} resource instances",
+            "lastTransitionTime": t,
+        },
+    ]
+    obj["spec"] = {"finalizers": ["kubernetes"]}
+    tx.put(obj)
+
+
+def delete_job_foreground(tx: Tx, job: dict) -> None:
+    """Foreground cascading deletion: the pods go at once, the Job (with the
+    foregroundDeletion finalizer) a moment later."""
+    uid = job["metadata"]["uid"]
+    for p in tx.list("Pod", job["metadata"]["namespace"]):
+        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or []):
+            tx.remove(p)
+    job["metadata"]["finalizers"] = ["foregroundDeletion"]
+    tx.vanish_later(job)
+
+
+def wait_gone(inv: Invocation, rt: ResType, name: str) -> None:
+    ns = inv.namespace if rt.namespaced else None
+    deadline = time.monotonic() + DELETE_WAIT_CAP_SECONDS
+    while time.monotonic() < deadline:
+        if inv.store.get(rt.kind, ns, name) is None:
+            return
+        time.sleep(POLL_SECONDS)
+    raise KubectlError(f"error: timed out waiting for the condition on {rt.resource}/{name}")
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    sel_text = flags.get("selector")
+    container = flags.get("container")
+    if sel_text is not None and positional:
+        raise KubectlError(
+            "error: only a selector (-l) or a POD name is allowed\nSee 'kubectl logs -h' for help and examples"
+        )
+    if sel_text is None and not 1 <= len(positional) <= 2:
+        raise KubectlError(
+            "error: expected 'logs [-f] [-p] (POD | TYPE/NAME) [-c CONTAINER]'.\n"
+            "POD or TYPE/NAME is a required argument for the logs command\n"
+            "See 'kubectl logs -h' for help and examples"
+        )
+    if len(positional) == 2:
+        if container:
+            raise KubectlError(
+                "error: only one of -c or an inline [CONTAINER] arg is allowed\n"
+                "See 'kubectl logs -h' for help and examples"
+            )
+        raise not_supported("logs POD CONTAINER (use -c CONTAINER)")
+    if container is None:
+        raise not_supported("logs without -c CONTAINER")
+    tail = flags.get("tail", -1)
+    if sel_text is not None and "tail" not in flags:
+        tail = 10  # kubectl's default for -l
+    inv.check_context()
+    prt = BY_KIND["Pod"]
+    if sel_text is not None:
+        inv.api_call(("logs", "logs"), verb="get", rt=prt, namespace=inv.namespace, rbac=False)
+        selector = parse_selector(sel_text)
+        pods = [p for p in inv.store.list("Pod", inv.namespace) if matches(p, "Pod", inv.namespace, None, selector)]
+        if not pods:
+            err(f"No resources found in {inv.namespace} namespace.")
+            return 0
+    else:
+        target = positional[0]
+        if "/" in target:
+            raise not_supported("logs TYPE/NAME (use logs POD)")
+        inv.api_call(("logs", "logs"), verb="get", rt=prt, name=target, namespace=inv.namespace, rbac=False)
+        pod = inv.store.get("Pod", inv.namespace, target)
+        if pod is None:
+            raise KubectlError(not_found(prt, target))
+        pods = [pod]
+    unavailable = {int(i) for i in inv.faults.get("logs_unavailable") or []}
+    index_of = pod_indices(inv.state) if unavailable else {}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        inv.check_rbac("get", "pods/log", prt, name, inv.namespace)
+        text = read_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable)
+        lines = text.splitlines(keepends=True)
+        if tail is not None and tail >= 0:
+            lines = lines[-tail:] if tail else []
+        if flags.get("prefix"):
+            lines = [f"[pod/{name}/{container}] {ln}" for ln in lines]
+        out("".join(lines))
+    return 0
+
+
+def pod_indices(state: str) -> Dict[Tuple[str, str], int]:
+    """(namespace, pod) -> creation index within its job, from the controllers' records."""
+    result: Dict[Tuple[str, str], int] = {}
+    cdir = os.path.join(state, "controllers")
+    try:
+        names = os.listdir(cdir)
+    except OSError:
+        return result
+    for fn in names:
+        if fn.endswith(".stats.json"):
+            rec = read_json(os.path.join(cdir, fn), {}) or {}
+            for i, pod in enumerate(rec.get("pods") or []):
+                result[(rec.get("namespace", ""), pod)] = i
+    return result
+
+
+def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int], unavailable: set) -> str:
+    name = pod["metadata"]["name"]
+    names = [c["name"] for c in pod["spec"].get("containers") or []]
+    if container not in names:
+        raise KubectlError(f"Error from server (BadRequest): container {container} is not valid for pod {name}")
+    if index is not None and index in unavailable:
+        raise KubectlError(
+            f"Error from server (InternalError): Internal error occurred: failed to read log of pod {name}"
+        )
+    path = log_path(inv.state, inv.namespace, name)
+    started = any(
+        "running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {})
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+    if not started and not os.path.exists(path):
+        raise KubectlError(
+            f'Error from server (BadRequest): container "{container}" in pod "{name}" is '
+            "waiting to start: ContainerCreating"
+        )
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""

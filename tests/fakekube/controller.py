@@ -1,0 +1,976 @@
+"""The simulated Job controller, scheduler and kubelet.
+
+``create`` of a Job starts one detached process per Job (tests/fake_kubectl.py with env
+``FAKE_KUBECTL_CONTROLLER``) that runs ``JobController``.  It follows the store's change log
+(no re-reading of the store), and plays:
+
+* the Job controller: creates pods one by one (never more than ``parallelism`` at once, a
+  ``SuccessfulCreate`` event each), refuses pods that violate the namespace's ``restricted``
+  Pod Security level or name a missing RuntimeClass (``FailedCreate``), counts succeeded and
+  failed pods into the Job's status, and ends the Job with ``SuccessCriteriaMet`` + ``Complete``,
+  or ``FailureTarget`` + ``Failed`` (``BackoffLimitExceeded``, ``DeadlineExceeded``);
+* the scheduler: binds each pod to a ready, schedulable node with room for its requests plus
+  the RuntimeClass overhead, round robin (``Scheduled``), or leaves it Pending
+  (``FailedScheduling``);
+* the kubelet: mounts the ConfigMap holding ``episode.py``, runs it for real as a local
+  process with the container's env (fieldRefs resolved) and a workspace, writes its output to
+  ``logs/NS/POD.log``, and publishes the exit code and termination message (``Pulled``,
+  ``Created``, ``Started``; ``Killing`` for a replaced pod).
+
+Episode fault modes (faults.py) alter what the worker produced or what happens to its pod.
+The process exits when the Job is finished or gone, when its namespace is being deleted,
+when the state directory disappears, or after ``FAKE_KUBECTL_CONTROLLER_MAX_SECONDS``
+(default 600).  It records ``controllers/NS__JOB.stats.json``: the peak number of episodes
+running at once, the pods in creation order, and when Complete became visible."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .apiserver import default_pod_spec, job_labels, namespace_enforces_restricted, pod_security_violations
+from .common import (
+    CONTROLLER_MAX_ENV,
+    JOB_TRACKING_FINALIZER,
+    POLL_SECONDS,
+    STATE_ENV,
+    KubectlError,
+    deep_copy,
+    log_path,
+    new_uid,
+    now_ts,
+    parse_quantity,
+    write_json_atomic,
+)
+from .faults import MAX_TERMINATION_MESSAGE, apply_episode_faults, episode_modes, load_faults
+from .store import Store, Tx
+
+POD_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+FOLLOWED_KINDS = {"Job", "Namespace", "Pod", "Node", "RuntimeClass", "ConfigMap"}
+
+
+def random_suffix(n: int = 5) -> str:
+    return "".join(random.choice(POD_NAME_CHARS) for _ in range(n))
+
+
+def job_condition(kind: str, reason: str, message: str, t: str) -> dict:
+    """A Job status condition as the job controller writes it."""
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": t,
+        "lastTransitionTime": t,
+    }
+
+
+class PodSim:
+    """One pod of a Job as the job controller + scheduler + kubelet see it."""
+
+    def __init__(self, index: int, name: str, modes: List[str]) -> None:
+        self.index = index
+        self.name = name
+        self.modes = modes
+        self.stage = "created"  # created|unschedulable|scheduled|running|finishing|done
+        self.outcome = ""  # Succeeded|Failed|Replaced
+        self.proc: Optional[subprocess.Popen] = None
+        self.node: Optional[str] = None
+        self.started = 0.0
+        self.finished_worker = 0.0
+        self.next_try = 0.0
+        self.workdir = ""
+        self.mount_reported = False
+
+
+class JobController:
+    def __init__(self, state: str, namespace: str, job: str, uid: str, token: str, faults: dict) -> None:
+        self.state = state
+        self.ns = namespace
+        self.job_name = job
+        self.uid = uid
+        self.token = token
+        self.faults = faults
+        self.store = Store(state)
+        self.view = self.store.follow(FOLLOWED_KINDS)
+        self.sims: List[PodSim] = []
+        self.requests: Dict[str, Dict[str, float]] = {}  # pod uid -> its cpu/memory requests
+        self.created = 0
+        self.peak = 0
+        self.started = time.time()
+        self.max_seconds = float(os.environ.get(CONTROLLER_MAX_ENV, "600"))
+        self.next_create_try = 0.0
+        self.failed_create_reported = False
+        self.rr = 0
+        self.image_ids: Dict[str, str] = {}
+        self.stats_path = os.path.join(state, "controllers", f"{namespace}__{job}.stats.json")
+        self.pod_names: List[str] = []
+        self.completed_at: Optional[float] = None
+        self.synced: Optional[Tuple[int, int, int, int]] = None  # the counts sync_status last wrote
+
+    # -- helpers -------------------------------------------------------------
+
+    def job(self) -> Optional[dict]:
+        j = self.view.get("Job", self.ns, self.job_name)
+        if j is None or j["metadata"].get("uid") != self.uid:
+            return None
+        return j
+
+    def write_stats(self) -> None:
+        write_json_atomic(
+            self.stats_path,
+            {
+                "namespace": self.ns,
+                "job": self.job_name,
+                "uid": self.uid,
+                "max_concurrent": self.peak,
+                "pods": self.pod_names,
+                "completed_at": self.completed_at,
+            },
+        )
+
+    def event(
+        self,
+        tx: Tx,
+        involved: dict,
+        reason: str,
+        message: str,
+        etype: str = "Normal",
+        component: str = "job-controller",
+        field_path: Optional[str] = None,
+    ) -> None:
+        md = involved["metadata"]
+        t = now_ts(tx.now)
+        inv_ref = {
+            "kind": involved["kind"],
+            "name": md["name"],
+            "namespace": md.get("namespace", self.ns),
+            "uid": md.get("uid", ""),
+            "apiVersion": involved.get("apiVersion", "v1"),
+            "resourceVersion": md.get("resourceVersion", ""),
+        }
+        if field_path:
+            inv_ref["fieldPath"] = field_path
+        ev = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{md['name']}.{os.urandom(8).hex()}",
+                "namespace": self.ns,
+                "creationTimestamp": t,
+                "uid": new_uid(),
+            },
+            "involvedObject": inv_ref,
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "firstTimestamp": t,
+            "lastTimestamp": t,
+            "count": 1,
+            "source": {"component": component}
+            if component != "kubelet"
+            else {"component": "kubelet", "host": self.sim_node_for(md["name"]) or ""},
+            "reportingComponent": component,
+            "reportingInstance": "",
+        }
+        tx.put(ev)
+
+    def sim_node_for(self, pod: str) -> Optional[str]:
+        for s in self.sims:
+            if s.name == pod:
+                return s.node
+        return None
+
+    def image_id(self, image: str) -> str:
+        if image not in self.image_ids:
+            repo = image.split("@", maxsplit=1)[0]
+            last = repo.rsplit("/", 1)[-1]
+            if ":" in last:
+                repo = repo[: len(repo) - len(last)] + last.split(":")[0]
+            first = repo.split("/")[0]
+            if "/" not in repo:
+                repo = "docker.io/library/" + repo
+            elif "." not in first and ":" not in first and first != "localhost":
+                repo = "docker.io/" + repo
+            self.image_ids[image] = f"{repo}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+        return self.image_ids[image]
+
+    def update_pod(self, sim: PodSim, fn: Callable[[Tx, dict], None]) -> bool:
+        """Apply ``fn`` to the stored pod; False if the pod is gone."""
+        with self.store.tx() as tx:
+            pod = tx.get("Pod", self.ns, sim.name)
+            if pod is None:
+                return False
+            fn(tx, pod)
+            tx.put(pod)
+            return True
+
+    # -- main loop -------------------------------------------------------------
+
+    def run(self) -> None:
+        job = self.job()
+        if job is None:
+            return
+        spec = job["spec"]
+        self.completions = int(spec.get("completions", 1))
+        self.parallelism = int(spec.get("parallelism", 1))
+        self.backoff_limit = int(spec.get("backoffLimit", 6))
+        deadline = self.faults.get("deadline_seconds", spec.get("activeDeadlineSeconds"))
+        self.deadline = float(deadline) if deadline is not None else None
+        self.template = job["spec"]["template"]
+        self.write_stats()
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return
+            j["status"] = {
+                "startTime": now_ts(self.started),
+                "active": 0,
+                "ready": 0,
+                "terminating": 0,
+                "uncountedTerminatedPods": {},
+            }
+            tx.put(self.clean_status(j))
+        try:
+            while True:
+                if not os.path.isdir(self.state) or time.time() - self.started > self.max_seconds:
+                    return
+                if not self.tick():
+                    return
+                time.sleep(POLL_SECONDS)
+        finally:
+            for sim in self.sims:
+                self.kill(sim)
+            self.view.close()
+
+    def tick(self) -> bool:
+        self.view.poll()
+        job = self.job()
+        now = time.time()
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return False
+        ns_obj = self.view.get("Namespace", None, self.ns)
+        if ns_obj is None or ns_obj["metadata"].get("deletionTimestamp"):
+            return False
+        if self.deadline is not None and now - self.started >= self.deadline:
+            self.finish_failed("DeadlineExceeded", "Job was active longer than specified deadline")
+            return False
+        for sim in self.sims:
+            if sim.stage != "done":
+                self.advance(sim, now)
+        running = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
+        if running > self.peak:
+            self.peak = running
+            self.write_stats()
+        succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
+        failed = sum(1 for s in self.sims if s.outcome == "Failed")
+        if failed > self.backoff_limit:
+            self.finish_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            return False
+        if succeeded >= self.completions:
+            self.finish_complete()
+            return False
+        active = [s for s in self.sims if s.stage != "done"]
+        want = min(self.parallelism, self.completions - succeeded) - len(active)
+        if want > 0 and now >= self.next_create_try:
+            for _ in range(want):
+                if not self.create_pod():
+                    self.next_create_try = now + 1.0
+                    break
+        self.sync_status()
+        return True
+
+    def clean_status(self, job: dict) -> dict:
+        st = job["status"]
+        for k in ("active", "succeeded", "failed"):
+            if not st.get(k):
+                st.pop(k, None)
+        return job
+
+    def sync_status(self) -> None:
+        active = sum(1 for s in self.sims if s.stage != "done")
+        ready = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
+        succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
+        failed = sum(1 for s in self.sims if s.outcome == "Failed")
+        if (active, ready, succeeded, failed) == self.synced:
+            return  # only this controller writes the Job's status: nothing to do, no transaction
+        self.synced = (active, ready, succeeded, failed)
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return
+            st = j.setdefault("status", {})
+            new = dict(st)
+            new.update(
+                {
+                    "active": active,
+                    "ready": ready,
+                    "succeeded": succeeded,
+                    "failed": failed,
+                    "terminating": 0,
+                    "uncountedTerminatedPods": {},
+                }
+            )
+            for k in ("active", "succeeded", "failed"):
+                if not new.get(k):
+                    new.pop(k, None)
+            if new != st:
+                j["status"] = new
+                tx.put(j)
+
+    # -- pod creation ------------------------------------------------------------
+
+    def create_pod(self) -> bool:
+        name = f"{self.job_name}-{random_suffix()}"
+        tpl = deep_copy(self.template)
+        pspec = tpl.get("spec") or {}
+        with self.store.tx() as tx:
+            job = tx.get("Job", self.ns, self.job_name)
+            ns_obj = tx.get("Namespace", None, self.ns)
+            if (
+                job is None
+                or job["metadata"].get("deletionTimestamp")
+                or ns_obj is None
+                or ns_obj["metadata"].get("deletionTimestamp")
+            ):
+                return False
+            problem = None
+            if namespace_enforces_restricted(ns_obj):
+                v = pod_security_violations(pspec)
+                if v:
+                    problem = (
+                        f'Error creating: pods "{name}" is forbidden: violates PodSecurity '
+                        f'"restricted:latest": {", ".join(v)}'
+                    )
+            rc_name = pspec.get("runtimeClassName")
+            rc = tx.get("RuntimeClass", None, rc_name) if rc_name else None
+            if problem is None and rc_name and rc is None:
+                problem = (
+                    f'Error creating: pods "{name}" is forbidden: pod rejected: RuntimeClass "{rc_name}" not found'
+                )
+            if problem is not None:
+                if not self.failed_create_reported:
+                    self.event(tx, job, "FailedCreate", problem, "Warning")
+                    self.failed_create_reported = True
+                return False
+            labels = dict((tpl.get("metadata") or {}).get("labels") or {})
+            labels.update(job_labels(self.uid, self.job_name, bool(self.faults.get("legacy_labels"))))
+            meta = {
+                "name": name,
+                "namespace": self.ns,
+                "uid": new_uid(),
+                "creationTimestamp": now_ts(tx.now),
+                "labels": labels,
+                "generateName": f"{self.job_name}-",
+                "finalizers": [JOB_TRACKING_FINALIZER],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": self.job_name,
+                        "uid": self.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            }
+            annotations = (tpl.get("metadata") or {}).get("annotations")
+            if annotations:
+                meta["annotations"] = dict(annotations)
+            spec = deep_copy(pspec)
+            default_pod_spec(spec)
+            spec.setdefault("serviceAccountName", "default")
+            spec.setdefault("serviceAccount", spec["serviceAccountName"])
+            spec.setdefault("enableServiceLinks", True)
+            spec.setdefault("priority", 0)
+            spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+            spec.setdefault(
+                "tolerations",
+                [
+                    {
+                        "key": "node.kubernetes.io/not-ready",
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 300,
+                    },
+                    {
+                        "key": "node.kubernetes.io/unreachable",
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 300,
+                    },
+                ],
+            )
+            if rc is not None and (rc.get("overhead") or {}).get("podFixed"):
+                spec["overhead"] = deep_copy(rc["overhead"]["podFixed"])
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": meta,
+                "spec": spec,
+                "status": {"phase": "Pending", "qosClass": qos_class(spec)},
+            }
+            tx.put(pod)
+            self.event(tx, job, "SuccessfulCreate", f"Created pod: {name}")
+        sim = PodSim(self.created, name, episode_modes(self.faults, self.created))
+        self.created += 1
+        self.sims.append(sim)
+        self.pod_names.append(name)
+        self.write_stats()
+        return True
+
+    # -- pod lifecycle ---------------------------------------------------------------
+
+    def advance(self, sim: PodSim, now: float) -> None:
+        if sim.stage in ("created", "unschedulable"):
+            if now >= sim.next_try:
+                self.schedule(sim, now)
+        elif sim.stage == "scheduled":
+            if now >= sim.next_try:
+                self.start(sim, now)
+        elif sim.stage == "running" and sim.proc is not None and sim.proc.poll() is not None:
+            sim.finished_worker = now
+            sim.stage = "finishing"
+        if sim.stage == "finishing":
+            extra = float(self.faults.get("episode_seconds") or 0)
+            if now - sim.finished_worker >= extra:
+                self.finish(sim)
+
+    def schedule(self, sim: PodSim, now: float) -> None:
+        self.view.poll()  # the binds of this tick so far count against the nodes' room
+        pod = self.view.get("Pod", self.ns, sim.name)
+        if pod is None:
+            sim.stage, sim.outcome = "done", "Failed"
+            return
+        reason = None
+        node_name = None
+        if "pending" in sim.modes:
+            nodes = self.nodes()
+            reason = (
+                f"0/{len(nodes)} nodes are available: {len(nodes)} Insufficient cpu. preemption: "
+                f"0/{len(nodes)} nodes are available: {len(nodes)} No preemption victims found "
+                "for incoming pod."
+            )
+        else:
+            node_name, reason = self.pick_node(pod)
+        if node_name is None:
+            sim.next_try = now + 1.0
+            first = sim.stage == "created"
+            sim.stage = "unschedulable"
+            if first:
+
+                def mark(tx: Tx, p: dict) -> None:
+                    p["status"]["conditions"] = [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": reason,
+                            "lastProbeTime": None,
+                            "lastTransitionTime": now_ts(tx.now),
+                        }
+                    ]
+                    self.event(tx, p, "FailedScheduling", reason or "", "Warning", "default-scheduler")
+
+                self.update_pod(sim, mark)
+            return
+        sim.node = node_name
+
+        def bind(tx: Tx, p: dict) -> None:
+            p["spec"]["nodeName"] = node_name
+            p["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now_ts(tx.now)}
+            ]
+            self.event(
+                tx,
+                p,
+                "Scheduled",
+                f"Successfully assigned {self.ns}/{sim.name} to {node_name}",
+                "Normal",
+                "default-scheduler",
+            )
+
+        if self.update_pod(sim, bind):
+            sim.stage = "scheduled"
+            sim.next_try = 0.0
+        else:
+            sim.stage, sim.outcome = "done", "Failed"
+
+    def nodes(self) -> List[dict]:
+        now = time.time()
+        found = [o for k, o in self.view.objects.items() if o["kind"] == "Node" and not self.view.is_gone(k, now)]
+        return sorted(found, key=lambda o: o["metadata"]["name"])
+
+    def pod_requests(self, pod: dict) -> Dict[str, float]:
+        uid = pod["metadata"].get("uid", "")
+        if uid not in self.requests:
+            self.requests[uid] = pod_requests(pod["spec"])
+        return self.requests[uid]
+
+    def node_usage(self) -> Dict[str, Dict[str, float]]:
+        """cpu/memory requested on each node by its Pending and Running pods (every namespace)."""
+        used: Dict[str, Dict[str, float]] = {}
+        now = time.time()
+        for k, o in self.view.objects.items():
+            if o["kind"] != "Pod" or self.view.is_gone(k, now):
+                continue
+            node = o["spec"].get("nodeName")
+            if node and (o.get("status") or {}).get("phase") in ("Pending", "Running"):
+                r = self.pod_requests(o)
+                u = used.setdefault(node, {"cpu": 0.0, "memory": 0.0})
+                u["cpu"] += r["cpu"]
+                u["memory"] += r["memory"]
+        return used
+
+    def pick_node(self, pod: dict) -> Tuple[Optional[str], Optional[str]]:
+        nodes = self.nodes()
+        if not nodes:
+            return None, "no nodes available to schedule pods"
+        need = self.pod_requests(pod)
+        usage = self.node_usage()
+        reasons: Dict[str, int] = {}
+        fits = []
+        for node in nodes:
+            if (node.get("spec") or {}).get("unschedulable"):
+                reasons["node(s) were unschedulable"] = reasons.get("node(s) were unschedulable", 0) + 1
+                continue
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or []
+            )
+            if not ready:
+                reasons["node(s) had untolerated taint {node.kubernetes.io/not-ready: }"] = (
+                    reasons.get("node(s) had untolerated taint {node.kubernetes.io/not-ready: }", 0) + 1
+                )
+                continue
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            used = usage.get(node["metadata"]["name"], {"cpu": 0.0, "memory": 0.0})
+            short = [
+                res
+                for res in ("cpu", "memory")
+                if res in alloc and used[res] + need[res] > parse_quantity(alloc[res]) + 1e-9
+            ]
+            if short:
+                for res in short:
+                    reasons[f"Insufficient {res}"] = reasons.get(f"Insufficient {res}", 0) + 1
+                continue
+            fits.append(node["metadata"]["name"])
+        if not fits:
+            detail = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+            return None, (
+                f"0/{len(nodes)} nodes are available: {detail}. preemption: 0/{len(nodes)} "
+                "nodes are available: No preemption victims found for incoming pod."
+            )
+        choice = fits[self.rr % len(fits)]
+        self.rr += 1
+        return choice, None
+
+    def start(self, sim: PodSim, now: float) -> None:
+        pod = self.view.get("Pod", self.ns, sim.name)
+        if pod is None:
+            sim.stage, sim.outcome = "done", "Failed"
+            return
+        spec = pod["spec"]
+        container = spec["containers"][0]
+        script = None
+        problem = None
+        for vol in spec.get("volumes") or []:
+            cm_ref = vol.get("configMap")
+            if not cm_ref:
+                continue
+            cm = self.view.get("ConfigMap", self.ns, cm_ref.get("name", ""))
+            if cm is None:
+                problem = (
+                    f'MountVolume.SetUp failed for volume "{vol.get("name")}" : '
+                    f'configmap "{cm_ref.get("name")}" not found'
+                )
+                break
+            data = cm.get("data") or {}
+            if "episode.py" in data:
+                script = data["episode.py"]
+            elif len(data) == 1:
+                script = next(iter(data.values()))
+        if problem is None and script is None:
+            problem = (
+                "fake_kubectl: the pod template mounts no ConfigMap with an episode.py key, so "
+                "there is no episode to run"
+            )
+        if problem is not None:
+            sim.next_try = now + 1.0
+            if not sim.mount_reported:
+                sim.mount_reported = True
+                self.update_pod(
+                    sim, lambda tx, p: self.event(tx, p, "FailedMount", problem or "", "Warning", "kubelet")
+                )
+            return
+        sim.workdir = os.path.join(self.state, "work", self.ns, sim.name)
+        workspace = os.path.join(sim.workdir, "workspace")
+        os.makedirs(workspace, exist_ok=True)
+        script_path = os.path.join(sim.workdir, "episode.py")
+        with open(script_path, "w", encoding="utf-8") as f:
+            f.write(script or "")
+        term_path = os.path.join(sim.workdir, "termination-log")
+        open(term_path, "w").close()
+        env = {"EPISODE_ID": sim.name, "HOSTNAME": sim.name}
+        for e in container.get("env") or []:
+            if "value" in e:
+                env[e["name"]] = str(e["value"])
+            elif (e.get("valueFrom") or {}).get("fieldRef"):
+                val = resolve_field_ref(pod, e["valueFrom"]["fieldRef"].get("fieldPath", ""), sim.node)
+                if val is not None:
+                    env[e["name"]] = val
+        env.update(
+            {
+                "RL_DEMO_WORKSPACE": workspace,
+                "RL_DEMO_TERMINATION_LOG": term_path,
+                "PATH": os.environ.get("PATH", os.defpath),
+            }
+        )
+        if "wrong_id" in sim.modes:
+            env["EPISODE_ID"] = "someone-else"
+        lp = log_path(self.state, self.ns, sim.name)
+        os.makedirs(os.path.dirname(lp), exist_ok=True)
+        image = container.get("image", "")
+
+        def running(tx: Tx, p: dict) -> None:
+            t = now_ts(tx.now)
+            for reason, msg in (
+                ("Pulled", f'Container image "{image}" already present on machine'),
+                ("Created", f"Created container: {container['name']}"),
+                ("Started", f"Started container {container['name']}"),
+            ):
+                self.event(
+                    tx, p, reason, msg, "Normal", "kubelet", field_path=f"spec.containers{{{container['name']}}}"
+                )
+            ip = f"10.244.{random.randint(0, 3)}.{random.randint(2, 254)}"
+            host_ip = f"172.18.0.{2 + int(hashlib.md5((sim.node or '').encode()).hexdigest(), 16) % 200}"
+            p["status"].update(
+                {
+                    "phase": "Running",
+                    "startTime": t,
+                    "hostIP": host_ip,
+                    "hostIPs": [{"ip": host_ip}],
+                    "podIP": ip,
+                    "podIPs": [{"ip": ip}],
+                    "conditions": [
+                        {
+                            "type": "PodReadyToStartContainers",
+                            "status": "True",
+                            "lastProbeTime": None,
+                            "lastTransitionTime": t,
+                        },
+                        {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": t},
+                        {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": t},
+                        {"type": "ContainersReady", "status": "True", "lastProbeTime": None, "lastTransitionTime": t},
+                        *[c for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"],
+                    ],
+                    "containerStatuses": [
+                        {
+                            "name": container["name"],
+                            "image": image,
+                            "imageID": self.image_id(image),
+                            "containerID": "containerd://" + hashlib.sha256(sim.name.encode()).hexdigest(),
+                            "restartCount": 0,
+                            "ready": True,
+                            "started": True,
+                            "state": {"running": {"startedAt": t}},
+                            "lastState": {},
+                        }
+                    ],
+                }
+            )
+
+        sim.started = now
+        with open(lp, "wb") as log:
+            sim.proc = subprocess.Popen(
+                [sys.executable, "-B", script_path],
+                cwd=workspace,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+            )
+        if not self.update_pod(sim, running):
+            self.kill(sim)
+            sim.stage, sim.outcome = "done", "Failed"
+            return
+        sim.stage = "running"
+
+    def kill(self, sim: PodSim) -> None:
+        if sim.proc is not None and sim.proc.poll() is None:
+            try:
+                sim.proc.kill()
+                sim.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+    def finish(self, sim: PodSim) -> None:
+        """The worker has exited: publish log, termination message and final pod status."""
+        rc = sim.proc.returncode if sim.proc is not None else 1
+        lp = log_path(self.state, self.ns, sim.name)
+        with open(lp, encoding="utf-8", errors="replace") as f:
+            log = f.read()
+        term_path = os.path.join(sim.workdir, "termination-log")
+        with open(term_path, "rb") as f:
+            message = f.read(MAX_TERMINATION_MESSAGE).decode("utf-8", errors="replace")
+        log, message, rc = apply_episode_faults(sim.modes, log, message, rc)
+        pod = self.view.get("Pod", self.ns, sim.name)
+        container = pod["spec"]["containers"][0] if pod else {}
+        if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = "\n".join(log.splitlines()[-80:])[-2048:]
+        tmp = lp + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(log)
+        os.replace(tmp, lp)
+        evicted = "evict" in sim.modes
+        replaced = "replace" in sim.modes
+        phase = "Succeeded" if rc == 0 and not evicted else "Failed"
+        if replaced:
+            phase = "Failed"
+            rc = 137
+        sim.outcome = "Replaced" if replaced else phase
+        image = container.get("image", "")
+        started = now_ts(sim.started)
+
+        def final(tx: Tx, p: dict) -> None:
+            t = now_ts(tx.now)
+            st = p["status"]
+            st["phase"] = phase
+            reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+            conds = []
+            for old in st.get("conditions") or []:
+                c = dict(old)
+                if c["type"] in ("Ready", "ContainersReady", "PodReadyToStartContainers"):
+                    c.update({"status": "False", "lastTransitionTime": t})
+                    if c["type"] != "PodReadyToStartContainers":
+                        c["reason"] = reason
+                conds.append(c)
+            if evicted:
+                st["reason"] = "Evicted"
+                st["message"] = "The node was low on resource: memory."
+                conds.insert(
+                    0,
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "TerminationByKubelet",
+                        "message": "The node was low on resource: memory.",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": t,
+                    },
+                )
+                st.pop("containerStatuses", None)
+            else:
+                term: Dict[str, Any] = {
+                    "exitCode": rc,
+                    "reason": "Completed" if rc == 0 else "Error",
+                    "startedAt": started,
+                    "finishedAt": t,
+                    "containerID": "containerd://" + hashlib.sha256(sim.name.encode()).hexdigest(),
+                }
+                if message:
+                    term["message"] = message
+                cstat: Dict[str, Any] = {
+                    "name": container.get("name", "episode"),
+                    "image": image,
+                    "imageID": self.image_id(image),
+                    "containerID": term["containerID"],
+                    "restartCount": 0,
+                    "ready": False,
+                    "started": False,
+                    "state": {"terminated": term},
+                    "lastState": {},
+                }
+                if "restart" in sim.modes:
+                    cstat["restartCount"] = 1
+                    cstat["lastState"] = {
+                        "terminated": {
+                            "exitCode": 1,
+                            "reason": "Error",
+                            "startedAt": started,
+                            "finishedAt": started,
+                            "containerID": term["containerID"],
+                        }
+                    }
+                st["containerStatuses"] = [cstat]
+            if replaced:
+                p["metadata"]["deletionTimestamp"] = t
+                p["metadata"]["deletionGracePeriodSeconds"] = 30
+                conds.insert(
+                    0,
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "DeletionByTaintManager",
+                        "message": "Taint manager: deleting due to NoExecute taint",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": t,
+                    },
+                )
+                self.event(
+                    tx,
+                    p,
+                    "Killing",
+                    f"Stopping container {container.get('name', 'episode')}",
+                    "Normal",
+                    "kubelet",
+                    field_path=f"spec.containers{{{container.get('name', 'episode')}}}",
+                )
+            st["conditions"] = conds
+
+        self.update_pod(sim, final)
+        self.update_pod(sim, lambda tx, p: p["metadata"].pop("finalizers", None))
+        sim.stage = "done"
+
+    # -- job end ---------------------------------------------------------------------
+
+    def finish_complete(self) -> None:
+        self.sync_status()
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return
+            t = now_ts(tx.now)
+            j["status"]["conditions"] = [
+                job_condition(
+                    "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods", t
+                )
+            ]
+            tx.put(self.clean_status(j))
+        time.sleep(POLL_SECONDS)
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return
+            t = now_ts(tx.now)
+            j["status"]["conditions"].append(
+                job_condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods", t)
+            )
+            j["status"]["completionTime"] = t
+            j["status"]["ready"] = 0
+            j["status"].pop("active", None)
+            tx.put(j)
+            self.event(tx, j, "Completed", "Job completed")
+        self.completed_at = time.time()  # the moment Complete became visible, for bench/bench.py
+        self.write_stats()
+
+    def finish_failed(self, reason: str, message: str) -> None:
+        for sim in self.sims:
+            self.kill(sim)
+        extra_failed = 0
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return
+            t = now_ts(tx.now)
+            for sim in self.sims:
+                if sim.stage == "done":
+                    continue
+                sim.stage, sim.outcome = "done", "Failed"
+                extra_failed += 1
+                p = tx.get("Pod", self.ns, sim.name)
+                if p is not None:
+                    p["metadata"].pop("finalizers", None)
+                    p["status"]["phase"] = "Failed"
+                    tx.vanish_later(p)
+            st = j["status"]
+            st["failed"] = sum(1 for s in self.sims if s.outcome == "Failed")
+            st["active"] = 0
+            st["ready"] = 0
+            st["conditions"] = [job_condition("FailureTarget", reason, message, t)]
+            tx.put(self.clean_status(j))
+            self.event(tx, j, reason, message, "Warning")
+        time.sleep(POLL_SECONDS)
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return
+            t = now_ts(tx.now)
+            j["status"]["conditions"].append(job_condition("Failed", reason, message, t))
+            tx.put(j)
+
+
+def qos_class(spec: dict) -> str:
+    reqs, lims, any_set = [], [], False
+    for c in spec.get("containers") or []:
+        r = c.get("resources") or {}
+        reqs.append(r.get("requests") or {})
+        lims.append(r.get("limits") or {})
+        any_set = any_set or bool(r.get("requests") or r.get("limits"))
+    if not any_set:
+        return "BestEffort"
+    guaranteed = all(
+        set(lim) >= {"cpu", "memory"} and all(req.get(k, lim[k]) == lim[k] for k in ("cpu", "memory"))
+        for req, lim in zip(reqs, lims)
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_requests(spec: dict) -> Dict[str, float]:
+    total = {"cpu": 0.0, "memory": 0.0}
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        req = dict(res.get("limits") or {})
+        req.update(res.get("requests") or {})
+        for k in total:
+            if k in req:
+                total[k] += parse_quantity(req[k])
+    for k, v in (spec.get("overhead") or {}).items():
+        if k in total:
+            total[k] += parse_quantity(v)
+    return total
+
+
+def resolve_field_ref(pod: dict, path: str, node: Optional[str]) -> Optional[str]:
+    md = pod["metadata"]
+    simple = {
+        "metadata.name": md["name"],
+        "metadata.namespace": md.get("namespace"),
+        "metadata.uid": md.get("uid"),
+        "spec.nodeName": node,
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName"),
+        "status.hostIP": "172.18.0.2",
+        "status.podIP": "10.244.0.2",
+    }
+    if path in simple:
+        return simple[path]
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        return (md.get(m.group(1)) or {}).get(m.group(2))
+    return None
+
+
+def run_controller(spec_json: str) -> int:
+    spec = json.loads(spec_json)
+    state = os.environ.get(STATE_ENV, "")
+    token = spec["token"]
+    marker = os.path.join(state, "controllers", token + ".json")
+    try:
+        faults = load_faults()
+    except KubectlError as e:
+        print(e.message, file=sys.stderr)
+        faults = {}
+    ctl = JobController(state, spec["namespace"], spec["job"], spec["uid"], token, faults)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        ctl.run()
+    finally:
+        with contextlib.suppress(OSError):
+            ctl.write_stats()
+        with contextlib.suppress(OSError):
+            os.remove(marker)
+    return 0

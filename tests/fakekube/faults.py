@@ -1,0 +1,218 @@
+"""Injected faults (env ``FAKE_KUBECTL_FAULTS``, a JSON object; the names and their meanings
+are documented in tests/fakecluster.py).
+
+Every name is validated on every call: an unknown fault, an unknown episode mode or a
+malformed ``api_errors`` rule is an error, so a typo in a test cannot silently disable a
+fault.  ``api_errors`` and ``hang`` rules with ``times`` count their firings in
+``fault_counters.json`` in the state directory; episode modes transform what a real worker
+wrote (its log, its termination message, its exit code)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, List, Optional, Tuple
+
+from .common import FAULTS_ENV, KubectlError, lookup_type, read_json, write_json_atomic
+
+FAULT_KEYS = {
+    "episode",
+    "logs_unavailable",
+    "deadline_seconds",
+    "episode_seconds",
+    "api_errors",
+    "hang",
+    "watch_ends_early",
+    "namespace_stuck",
+    "legacy_labels",
+    "server_version",
+}
+EPISODE_MODES = {
+    "exit1",
+    "duplicate_ready",
+    "drop_reward",
+    "noise",
+    "malformed",
+    "skew",
+    "restart",
+    "evict",
+    "replace",
+    "pending",
+    "no_message",
+    "message_mismatch",
+    "wrong_id",
+}
+API_ERRORS = {
+    "500": "Error from server (InternalError): {ctx}Internal error occurred: fake injected fault",
+    "403": "Error from server (Forbidden): {ctx}{forbidden}",
+    "429": "Error from server (TooManyRequests): {ctx}the server has received too many requests "
+    "and has asked us to try again later",
+    "503": "Error from server (ServiceUnavailable): {ctx}the server is currently unable to handle the request",
+    "refused": "The connection to the server {server} was refused - did you specify the right host or port?",
+    "timeout": "Unable to connect to the server: net/http: request canceled "
+    "(Client.Timeout exceeded while awaiting headers)",
+}
+MAX_TERMINATION_MESSAGE = 4096
+
+
+def load_faults() -> dict:
+    raw = os.environ.get(FAULTS_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        faults = json.loads(raw)
+    except ValueError as e:
+        raise KubectlError(f"error: fake_kubectl: {FAULTS_ENV} is not valid JSON: {e}") from None
+    if not isinstance(faults, dict):
+        raise KubectlError(f"error: fake_kubectl: {FAULTS_ENV} must be a JSON object")
+    unknown = set(faults) - FAULT_KEYS
+    if unknown:
+        raise KubectlError(f"error: fake_kubectl: unknown fault(s) {sorted(unknown)}; known: {sorted(FAULT_KEYS)}")
+    for idx, mode in (faults.get("episode") or {}).items():
+        modes = mode if isinstance(mode, list) else [mode]
+        bad = [m for m in modes if m not in EPISODE_MODES]
+        if bad or not str(idx).isdigit():
+            raise KubectlError(
+                f"error: fake_kubectl: bad episode fault {idx!r}: {mode!r}; known modes: {sorted(EPISODE_MODES)}"
+            )
+    for rule in faults.get("api_errors") or []:
+        if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
+            raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
+    return faults
+
+
+def episode_modes(faults: dict, index: int) -> List[str]:
+    mode = (faults.get("episode") or {}).get(str(index))
+    if mode is None:
+        return []
+    return list(mode) if isinstance(mode, list) else [mode]
+
+
+def hang_rules(faults: dict) -> List[dict]:
+    hang = faults.get("hang")
+    return hang if isinstance(hang, list) else ([hang] if hang else [])
+
+
+def _canon_target(word: str) -> str:
+    """Normalise the resource part of a fault ``match`` ("job" -> "jobs", "Namespace" -> "namespace")."""
+    parts = []
+    for piece in word.split(","):
+        rt = lookup_type(piece)
+        parts.append(rt.resource if rt is not None else piece.lower())
+    return ",".join(parts)
+
+
+def op_matches(match: str, op: Tuple[str, str]) -> bool:
+    """Whether a rule's ``match`` ("VERB" or "VERB TARGET") applies to the request ``op``."""
+    words = match.split(None, 1)
+    if not words or words[0] != op[0]:
+        return False
+    if len(words) == 1:
+        return True
+    return _canon_target(words[1].strip()) == _canon_target(op[1])
+
+
+class FaultCounters:
+    """Counts how often each api_errors/hang rule fired (persisted in the state dir)."""
+
+    def __init__(self, state: str) -> None:
+        self.path = os.path.join(state, "fault_counters.json")
+        self.lock = os.path.join(state, "fault_counters.lock")
+
+    def take(self, rule_id: str, times: Optional[int]) -> bool:
+        import fcntl
+
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            counts = read_json(self.path, {})
+            used = counts.get(rule_id, 0)
+            if times is not None and used >= int(times):
+                return False
+            counts[rule_id] = used + 1
+            write_json_atomic(self.path, counts)
+            return True
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- episode modes
+
+
+def _json_line(line: str) -> Optional[dict]:
+    try:
+        v = json.loads(line)
+    except ValueError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> Tuple[str, str, int]:
+    """Transform the real worker's outputs according to the episode fault modes.
+
+    ``restart``, ``evict``, ``replace``, ``pending`` and ``wrong_id`` act on the pod instead
+    (see controller.py)."""
+
+    def join(lines: List[str], original: str) -> str:
+        if not lines:
+            return ""
+        return "\n".join(lines) + ("\n" if original.endswith("\n") or original == "" else "")
+
+    def per_text(text: str, fn: Callable[[List[str]], List[str]]) -> str:
+        return join(fn(text.splitlines()), text)
+
+    def dup_ready(lines: List[str]) -> List[str]:
+        for i, ln in enumerate(lines):
+            v = _json_line(ln)
+            if v is not None and v.get("event") == "ready":
+                return [*lines[: i + 1], ln, *lines[i + 1 :]]
+        return lines
+
+    def drop_reward(lines: List[str]) -> List[str]:
+        return [ln for ln in lines if (_json_line(ln) or {}).get("event") != "reward"]
+
+    def skew(lines: List[str]) -> List[str]:
+        res = []
+        for ln in lines:
+            v = _json_line(ln)
+            if v is not None and isinstance(v.get("at"), (int, float)) and not isinstance(v.get("at"), bool):
+                v["at"] = v["at"] - 3600
+                res.append(json.dumps(v))
+            else:
+                res.append(ln)
+        return res
+
+    def zero_reward(lines: List[str]) -> List[str]:
+        res = []
+        for ln in lines:
+            v = _json_line(ln)
+            if v is not None and v.get("event") == "reward":
+                v["reward"] = 0
+                res.append(json.dumps(v))
+            else:
+                res.append(ln)
+        return res
+
+    for mode in modes:
+        if mode == "exit1":
+            rc = 1
+        elif mode == "duplicate_ready":
+            log, message = per_text(log, dup_ready), per_text(message, dup_ready)
+        elif mode == "drop_reward":
+            log, message = per_text(log, drop_reward), per_text(message, drop_reward)
+        elif mode == "noise":
+            log = "WARNING: fake runtime noise\n" + log
+        elif mode == "malformed":
+            bad = '{"event": "reward", "at": '
+            log = log + ("" if log.endswith("\n") or not log else "\n") + bad + "\n"
+            message = message + ("" if message.endswith("\n") or not message else "\n") + bad + "\n"
+        elif mode == "skew":
+            log, message = per_text(log, skew), per_text(message, skew)
+        elif mode == "no_message":
+            message = ""
+        elif mode == "message_mismatch":
+            message = per_text(message, zero_reward)
+    raw = message.encode("utf-8")
+    if len(raw) > MAX_TERMINATION_MESSAGE:
+        message = raw[:MAX_TERMINATION_MESSAGE].decode("utf-8", errors="ignore")
+    return log, message, rc
