@@ -4845,18 +4845,19 @@ STARTED_AT = time.time()  # the first statement: "first_statement_at" in the rea
 import os  # noqa: E402  (already loaded by the interpreter's start: costs nothing)
 
 
-def proc_clocks():
+def proc_clocks(proc):
     """(process start, kernel boot), epoch seconds by the node's clock, from /proc alone: the
     process's starttime (clock ticks since boot, /proc/self/stat field 22) on the kernel's boot
-    clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is unreadable."""
+    clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is unreadable.
+    RL_DEMO_PROC names another /proc, for tests and simulations only."""
     try:
-        with open("/proc/uptime") as uptime_file:
+        with open(proc + "/uptime") as uptime_file:
             uptime = float(uptime_file.read().split()[0])
         booted = time.time() - uptime
     except (OSError, ValueError, IndexError):
         return None, None
     try:
-        with open("/proc/self/stat") as stat_file:
+        with open(proc + "/self/stat") as stat_file:
             stat = stat_file.read()
         ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm) ": state is field 3
         started = booted + ticks / os.sysconf("SC_CLK_TCK")
@@ -4865,7 +4866,7 @@ def proc_clocks():
     return started, booted
 
 
-PROCESS_STARTED_AT, KERNEL_BOOTED_AT = proc_clocks()
+PROCESS_STARTED_AT, KERNEL_BOOTED_AT = proc_clocks(os.environ.get("RL_DEMO_PROC", "/proc"))
 
 import hashlib  # noqa: E402
 import json  # noqa: E402

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -338,24 +339,55 @@ class SandboxClockTest(Case):
         json.dumps(row.to_json(), allow_nan=False)
 
 
+def run_worker(**env_overrides: str) -> dict[str, Any]:
+    """The embedded worker run locally; its ready event."""
+    with tempfile.TemporaryDirectory() as root:
+        workspace = Path(root, "workspace")
+        workspace.mkdir()
+        script = Path(root, "episode.py")
+        script.write_text(demo.WORKER_SOURCE)
+        env = dict(
+            os.environ,
+            EPISODE_ID="rollout-xyz",
+            RL_DEMO_WORKSPACE=str(workspace),
+            RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
+            **{key: value.replace("{root}", root) for key, value in env_overrides.items()},
+        )
+        proc = Path(root, "proc")
+        (proc / "self").mkdir(parents=True)
+        (proc / "uptime").write_text("100.00 170.25\n")
+        # field 22 (starttime) = 9950 ticks; a command name with spaces and a parenthesis
+        fields = ["S", "1"] + ["0"] * 17 + ["9950"] + ["0"] * 30
+        (proc / "self" / "stat").write_text("4242 (odd ) name) " + " ".join(fields) + "\n")
+        before = time.time()
+        result = subprocess.run(
+            [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
+        after = time.time()
+        if result.returncode != 0:
+            raise AssertionError(result.stderr)
+        ready = demo.parse_events(result.stdout)[0]
+        ready["test_window"] = (before, after)
+        return ready
+
+
 class WorkerClockTest(Case):
+    def test_the_worker_reads_the_proc_it_is_given(self) -> None:
+        ready = run_worker(RL_DEMO_PROC="{root}/proc")
+        before, after = ready["test_window"]
+        ticks = os.sysconf("SC_CLK_TCK")
+        self.assertLessEqual(before - 100.0, ready["kernel_booted_at"])
+        self.assertLessEqual(ready["kernel_booted_at"], after - 100.0)
+        self.assertAlmostEqual(ready["process_started_at"] - ready["kernel_booted_at"], 9950 / ticks, places=6)
+
+    def test_unreadable_proc_gives_null(self) -> None:
+        ready = run_worker(RL_DEMO_PROC="{root}/absent")
+        self.assertIsNone(ready["process_started_at"])
+        self.assertIsNone(ready["kernel_booted_at"])
+        self.assertIsNotNone(ready["first_statement_at"])
+
     def test_the_worker_reports_its_proc_clocks(self) -> None:
-        with tempfile.TemporaryDirectory() as root:
-            workspace = Path(root, "workspace")
-            workspace.mkdir()
-            script = Path(root, "episode.py")
-            script.write_text(demo.WORKER_SOURCE)
-            env = dict(
-                os.environ,
-                EPISODE_ID="rollout-xyz",
-                RL_DEMO_WORKSPACE=str(workspace),
-                RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
-            )
-            result = subprocess.run(
-                [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
-            )
-            self.assertEqual(result.returncode, 0, result.stderr)
-            ready = demo.parse_events(result.stdout)[0]
+        ready = run_worker()
         self.assertLessEqual(ready["first_statement_at"], ready["imports_done_at"])
         self.assertLessEqual(ready["imports_done_at"], ready["at"])
         if not Path("/proc/self/stat").exists():
@@ -367,7 +399,7 @@ class WorkerClockTest(Case):
 
     def test_the_ready_event_still_fits_the_termination_message(self) -> None:
         self.assertIn("first_statement_at=STARTED_AT", demo.WORKER_SOURCE)
-        self.assertLess(demo.WORKER_SOURCE.index("proc_clocks()"), demo.WORKER_SOURCE.index("import hashlib"))
+        self.assertLess(demo.WORKER_SOURCE.index("= proc_clocks("), demo.WORKER_SOURCE.index("import hashlib"))
 
 
 SAMPLE_METRICS = """\
