@@ -189,9 +189,14 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
-    logs: Dict[str, Optional[str]] = {}
+    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
     if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
-        logs = {pod["metadata"]["name"]: rl_batch_demo.termination_message(pod) for pod in pods}
+        logs = {
+            pod["metadata"]["name"]: rl_batch_demo.PodLog(
+                rl_batch_demo.parse_events(rl_batch_demo.termination_message(pod))
+            )
+            for pod in pods
+        }
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
