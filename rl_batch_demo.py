@@ -12,8 +12,10 @@ Usage:
     python3 rl_batch_demo.py check   [--count N] [--runtime R] [--image I]
     python3 rl_batch_demo.py run     --output DIR [--count N] [--parallelism P] [--rounds K]
                                      [--image I] [--runtime R|none] [--cleanup POLICY]
+                                     [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
     python3 rl_batch_demo.py cleanup --output DIR
     python3 rl_batch_demo.py compare DIR [DIR ...] [--format text|markdown|json]
+    python3 rl_batch_demo.py show-worker [--template]
 
 Every run works in its own namespace (agc-rl-<12 hex>) and writes receipt.json before it
 creates anything, so `cleanup` can later delete exactly what the run created, after checking
@@ -72,6 +74,14 @@ EVENTS_PER_EPISODE_LIMIT = 32  # more events than this from one pod invalidate t
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
 TERMINATION_MESSAGE_LIMIT = 4096
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
+
+# Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
+CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
+TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
+INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
+REWARDS_FILE = "rewards.jsonl"
+BUILTIN_WORKER = "built-in"
 
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
@@ -296,6 +306,8 @@ class EpisodeInvalid(DemoError):
     def __init__(self, pod: str, rule: str, inspect: str) -> None:
         super().__init__(f"episode {pod}: {rule}; inspect {inspect}", EXIT_EPISODE)
         self.pod = pod
+        self.rule = rule
+        self.inspect = inspect
 
 
 class EventParseError(ValueError):
@@ -369,14 +381,19 @@ class RunSettings:
     quiet: bool
     json_summary: bool
     kubectl_timeout: float
+    worker_source: Optional[str] = None  # --worker's text; None: the built-in WORKER_SOURCE
+    worker_name: str = BUILTIN_WORKER  # the --worker file's name (never its path)
+    tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
+    max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
+        inputs = load_run_inputs(args)
         return cls(
             output=Path(args.output),
-            count=args.count,
-            parallelism=args.parallelism if args.parallelism is not None else args.count,
+            count=inputs.count,
+            parallelism=args.parallelism if args.parallelism is not None else inputs.count,
             rounds=args.rounds,
             image=args.image,
             runtime=None if args.runtime == NO_RUNTIME else args.runtime,
@@ -386,8 +403,25 @@ class RunSettings:
             quiet=args.quiet,
             json_summary=args.json,
             kubectl_timeout=float(args.kubectl_timeout),
+            worker_source=inputs.worker_source,
+            worker_name=inputs.worker_name,
+            tasks=inputs.tasks,
+            max_failed_episodes=inputs.max_failed_episodes,
             kubelet_metrics=bool(getattr(args, "kubelet_metrics", False)),
         )
+
+    @property
+    def builtin_worker(self) -> bool:
+        """The built-in task's own rules (reward 1, baseline fails, tests pass) apply only to it."""
+        return self.worker_source is None
+
+    @property
+    def indexed(self) -> bool:
+        """An Indexed Job: each episode has a task index, or failed episodes may be tolerated."""
+        return self.tasks is not None or self.max_failed_episodes > 0
+
+    def configmap_manifest(self, namespace: str, run_id: str) -> Dict[str, Any]:
+        return configmap_manifest(namespace, run_id, self.worker_source, self.tasks)
 
     @property
     def client_wait_seconds(self) -> int:
@@ -407,7 +441,20 @@ class RunSettings:
             image=self.image,
             runtime=self.runtime,
             deadline_seconds=self.deadline_seconds,
+            indexed=self.indexed,
+            max_failed_episodes=self.max_failed_episodes,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What `run` reads from files and resolves before any work: --worker, --tasks, the count."""
+
+    count: int
+    worker_source: Optional[str] = None
+    worker_name: str = BUILTIN_WORKER
+    tasks: Optional[Tuple[Dict[str, Any], ...]] = None
+    max_failed_episodes: int = 0
 
 
 @dataclasses.dataclass
@@ -518,6 +565,10 @@ class RoundCollected:
     round_dir: Path
     submitted_wall: float  # client clock just before the create
     submitted_monotonic: float
+    indexed: bool = False  # an Indexed Job: each pod's index is its completion-index annotation
+    task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
+    builtin_worker: bool = True  # the built-in task's rules apply
+    max_failed_episodes: int = 0
     events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's, same listing
 
 
@@ -565,6 +616,9 @@ class EpisodeRow:
     batch_start: float  # the Job's creation: the origin of the batch_to_* figures
     round: int = 1
     job: str = JOB_NAME
+    index: int = 0  # the completion index (Indexed Jobs), else the pod's place in creation order
+    task_id: Any = None  # the task's "id", else the index
+    info: Optional[Dict[str, Any]] = None  # the reward event's other fields: rewards.jsonl only
     scheduled_source: Optional[str] = None  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
     process_started_at: Optional[float] = None  # /proc/self/stat starttime on the kernel's boot clock
     first_statement_at: Optional[float] = None  # the worker's first statement (node wall clock)
@@ -577,7 +631,9 @@ class EpisodeRow:
     image_pull: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"state": "unknown", "seconds": None})
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        data.pop("info", None)  # untrusted and possibly large: kept in rewards.jsonl, not in every report
+        return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -723,13 +779,97 @@ def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
     }
 
 
-def configmap_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
-    return {
+def configmap_manifest(
+    namespace: str,
+    run_id: str,
+    worker_source: Optional[str] = None,
+    tasks: Optional[Sequence[Dict[str, Any]]] = None,
+) -> Dict[str, Any]:
+    """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
+    manifest: Dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
-        "data": {"episode.py": WORKER_SOURCE},
+        "data": {"episode.py": WORKER_SOURCE if worker_source is None else worker_source},
     }
+    if tasks is not None:
+        manifest["data"][TASKS_KEY] = tasks_text(tasks)
+    return manifest
+
+
+def tasks_text(tasks: Sequence[Dict[str, Any]]) -> str:
+    """/demo/tasks.jsonl: line i (from 0) is index i's task, re-serialised as one ASCII line."""
+    return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
+
+
+def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
+    """A --tasks file: one JSON object per line, nothing else; the error names the line."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad_line = data[: error.start].count(b"\n") + 1
+        raise DemoError(f"--tasks {where} line {bad_line} is not UTF-8", EXIT_USAGE) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if not lines:
+        raise DemoError(f"--tasks {where} is empty; it needs one JSON object per line, one per episode", EXIT_USAGE)
+    tasks = []
+    for number, line in enumerate(lines, 1):
+        try:
+            task = json.loads(line, parse_constant=_reject_constant)
+        except RecursionError:
+            raise DemoError(f"--tasks {where} line {number} is nested too deeply", EXIT_USAGE) from None
+        except ValueError as error:
+            detail = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+            raise DemoError(
+                f"--tasks {where} line {number} is not JSON ({detail[:120]}); the file needs one JSON object per line",
+                EXIT_USAGE,
+            ) from None
+        if not isinstance(task, dict):
+            raise DemoError(
+                f"--tasks {where} line {number} is a JSON {type(task).__name__}, not an object; "
+                "the file needs one JSON object per line",
+                EXIT_USAGE,
+            )
+        tasks.append(task)
+    return tasks
+
+
+def task_id_of(task: Optional[Dict[str, Any]], index: int) -> Any:
+    """A task's "id" when it has one, else its index."""
+    return task["id"] if task is not None and "id" in task else index
+
+
+def check_worker_source(data: bytes, where: str) -> str:
+    """A --worker file's text, once it decodes as UTF-8 and compiles as Python."""
+    try:
+        source = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DemoError(f"--worker {where} line {line} is not UTF-8", EXIT_USAGE) from None
+    try:
+        compile(source, where, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        raise DemoError(
+            f"--worker {where} line {error.lineno} does not compile as Python: {error.msg}", EXIT_USAGE
+        ) from None
+    except ValueError as error:  # a NUL byte
+        raise DemoError(f"--worker {where} does not compile as Python: {error}", EXIT_USAGE) from None
+    return source
+
+
+def configmap_size_problem(manifest: Dict[str, Any]) -> str:
+    """Why the ConfigMap would be refused for its size, or empty: its JSON must stay under the
+    API server's 1 MiB object limit (metadata the server adds comes on top, so stay well below)."""
+    size = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
+    if size < CONFIGMAP_OBJECT_LIMIT:
+        return ""
+    return (
+        f"the ConfigMap with the worker and the tasks would be {size:,} bytes as JSON, over the API server's "
+        f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) object size limit for a ConfigMap; shorten the tasks "
+        "(put large inputs in an image or object storage and reference them)"
+    )
 
 
 def job_manifest(
@@ -742,8 +882,15 @@ def job_manifest(
     image: str,
     runtime: Optional[str],
     deadline_seconds: int,
+    indexed: bool = False,
+    max_failed_episodes: int = 0,
 ) -> Dict[str, Any]:
-    """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time."""
+    """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
+
+    Indexed (with --tasks or --max-failed-episodes), each pod's completion index picks its task.
+    With --max-failed-episodes K, a failed index is never retried (backoffLimitPerIndex 0) and
+    the others go on until more than K failed (maxFailedIndexes, at most N); backoffLimit is
+    then left out, since it counts every failure of the Job."""
     pod_spec: Dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -786,7 +933,12 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
-    return {
+    spec_extra: Dict[str, Any] = {}
+    if indexed or max_failed_episodes > 0:
+        spec_extra["completionMode"] = "Indexed"
+    if max_failed_episodes > 0:
+        spec_extra.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    manifest: Dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -805,6 +957,12 @@ def job_manifest(
             },
         },
     }
+    if spec_extra:
+        spec = manifest["spec"]
+        if max_failed_episodes > 0:
+            del spec["backoffLimit"]
+        spec.update(spec_extra)
+    return manifest
 
 
 def required_uid(obj: Dict[str, Any], what: str) -> str:
@@ -873,6 +1031,49 @@ def job_failure_reason(job: Dict[str, Any]) -> str:
             message = condition.get("message")
             return f"{reason}: {message}" if message else str(reason)
     return "no Failed condition"
+
+
+def job_failed_reason(job: Dict[str, Any]) -> Optional[str]:
+    """The reason of the Job's Failed condition alone (e.g. FailedIndexes), None without one."""
+    for condition in job.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            reason = condition.get("reason")
+            return reason if isinstance(reason, str) else ""
+    return None
+
+
+_INDEX = re.compile(r"^(0|[1-9][0-9]{0,8})$")
+_INDEX_RANGE = re.compile(r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$")
+
+
+def parse_index_set(text: Any) -> List[int]:
+    """An Indexed Job's status.failedIndexes or completedIndexes ("1,3-5"), sorted; ValueError if malformed."""
+    if text is None or text == "":
+        return []
+    if not isinstance(text, str):
+        raise ValueError(f"an index list is a string, not {short_repr(text)}")
+    indexes: List[int] = []
+    for part in text.split(","):
+        single, span = _INDEX.match(part), _INDEX_RANGE.match(part)
+        if single:
+            indexes.append(int(part))
+        elif span and int(span.group(1)) <= int(span.group(2)) <= int(span.group(1)) + MAX_COUNT_LARGE:
+            indexes.extend(range(int(span.group(1)), int(span.group(2)) + 1))
+        else:
+            raise ValueError(f"{short_repr(part)} is not an index or a range of indexes")
+    return sorted(set(indexes))
+
+
+def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
+    """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
+    if not isinstance(text, str) or not _INDEX.match(text) or not int(text) < count:
+        raise EpisodeInvalid(
+            str(pod["metadata"]["name"]),
+            f"its {INDEX_ANNOTATION} annotation is {short_repr(text)}, not an index in 0..{count - 1}",
+            inspect,
+        )
+    return int(text)
 
 
 def _phase_failure(pod: Dict[str, Any]) -> str:
@@ -1720,9 +1921,13 @@ def validate_episode(
     job_created_at: float,
     sighting: Optional[Dict[str, float]],
     inspect: str,
+    builtin_worker: bool = True,
     pod_events: Optional[List[Dict[str, Any]]] = None,
 ) -> EpisodeRow:
-    """Check one episode against every rule and return its row of figures. `pod_events` are the
+    """Check one episode against every rule and return its row of figures.
+
+    A custom worker (--worker) is held to every rule but the built-in task's own: its reward
+    is any finite number, and no baseline or test exit is required. `pod_events` are the
     cluster's events about this pod (Scheduled, Pulled), from the listing already read."""
     name = pod["metadata"]["name"]
     status = pod.get("status", {})
@@ -1752,7 +1957,11 @@ def validate_episode(
             f"{short_repr(reward_event.get('episode_id'))}, not the pod name",
             inspect,
         )
-    if not (is_int(reward_event.get("reward"), 1) and is_int(reward_event.get("tests_exit"), 0)):
+    if not builtin_worker and finite_number(reward_event.get("reward")) is None:
+        raise EpisodeInvalid(
+            name, f"its reward {short_repr(reward_event.get('reward'))} is not a finite number", inspect
+        )
+    if builtin_worker and not (is_int(reward_event.get("reward"), 1) and is_int(reward_event.get("tests_exit"), 0)):
         raise EpisodeInvalid(
             name,
             f"reward {short_repr(reward_event.get('reward'))} with tests exit "
@@ -1761,7 +1970,7 @@ def validate_episode(
             inspect,
         )
     baseline_exit = reward_event.get("baseline_exit")
-    if not is_int(baseline_exit) or baseline_exit == 0:
+    if builtin_worker and (not is_int(baseline_exit) or baseline_exit == 0):
         raise EpisodeInvalid(
             name,
             f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)",
@@ -1828,6 +2037,7 @@ def validate_episode(
         observed_running_at=sighting.get("Running") if sighting else None,
         observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
         batch_start=job_created_at,
+        info=reward_info(reward_event),
         scheduled_source=scheduled_source,
         process_started_at=clocks.process_started_at,
         first_statement_at=clocks.first_statement_at,
@@ -1841,11 +2051,89 @@ def validate_episode(
     )
 
 
-def batch_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
-    """The guide's whole-batch figures for one set of episodes."""
-    startup = [row.pod_to_ready_seconds for row in rows]
+def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
+    """The reward event's other fields (the episode's `info`), or a note when they are too large."""
+    info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward")}
+    size = len(json.dumps(info, sort_keys=True, allow_nan=False))
+    if size > INFO_LIMIT:
+        return {"info_dropped": f"{size} bytes of JSON, over the {INFO_LIMIT}-byte limit of rewards.jsonl"}
+    return info
+
+
+def pod_failure(pod: Dict[str, Any], inspect: str) -> None:
+    """check_pod_set's rules for one pod (evicted, failed, deleted mid-run), for --max-failed-episodes."""
+    status, metadata = pod.get("status", {}), pod["metadata"]
+    if status.get("reason") == "Evicted":
+        raise EpisodeInvalid(metadata["name"], f"the pod was evicted ({status.get('message', 'no message')})", inspect)
+    if metadata.get("deletionTimestamp"):
+        raise EpisodeInvalid(
+            metadata["name"],
+            f"the pod was deleted mid-run (deletionTimestamp {metadata['deletionTimestamp']})",
+            inspect,
+        )
+    if status.get("phase") == "Failed":
+        raise EpisodeInvalid(metadata["name"], _phase_failure(pod), inspect)
+
+
+def failed_episode(
+    invalid: EpisodeInvalid, index: Optional[int], task_id: Any, round_number: int, job: str
+) -> Dict[str, Any]:
+    """One entry of results.json's failed_episodes."""
     return {
-        "episodes": len(rows),
+        "pod": invalid.pod,
+        "index": index,
+        "task_id": task_id,
+        "round": round_number,
+        "job": job,
+        "cause": invalid.rule,
+    }
+
+
+def reward_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
+    """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
+    rewards = [float(row.reward) for row in rows]
+    if not rewards:
+        return {"reward_mean": None, "reward_min": None, "reward_max": None}
+    low, high = min(row.reward for row in rows), max(row.reward for row in rows)
+    return {"reward_mean": math.fsum(rewards) / len(rewards), "reward_min": low, "reward_max": high}
+
+
+def rewards_jsonl(rows: List[EpisodeRow], failed: List[Dict[str, Any]]) -> str:
+    """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
+    and its cause, so a trainer can mask it."""
+    lines = [
+        {
+            "round": row.round,
+            "index": row.index,
+            "task_id": row.task_id,
+            "pod": row.pod,
+            "reward": row.reward,
+            "info": row.info if row.info is not None else {},
+            "failure": None,
+        }
+        for row in rows
+    ]
+    lines += [
+        {
+            "round": entry["round"],
+            "index": entry["index"],
+            "task_id": entry["task_id"],
+            "pod": entry["pod"],
+            "reward": None,
+            "info": None,
+            "failure": entry["cause"],
+        }
+        for entry in failed
+    ]
+    lines.sort(key=lambda line: (line["round"], line["index"] if line["index"] is not None else -1, line["pod"]))
+    return "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
+
+
+def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> Dict[str, Any]:
+    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes)."""
+    startup = [row.pod_to_ready_seconds for row in rows]
+    figures: Dict[str, Any] = {
+        "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
         "reward_sum": sum(row.reward for row in rows),
         "batch_to_all_ready_seconds": max(row.batch_to_ready_seconds for row in rows),
@@ -1854,6 +2142,8 @@ def batch_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
     }
+    figures.update(reward_figures(rows))
+    return figures
 
 
 def phase_table(rows: List[EpisodeRow]) -> Dict[str, Any]:
@@ -1873,6 +2163,7 @@ ROUND_FAILED = "failed"  # the Job is Failed: validate (to name the episode), th
 ROUND_DEADLINE = "deadline"  # the Job hit its activeDeadlineSeconds
 ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
 ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
+ROUND_FAILED_INDEXES = "failed-indexes"  # Failed (FailedIndexes): every index ran, at most maxFailedIndexes failed
 
 
 def classify_round(observation: RoundObservation) -> str:
@@ -1881,6 +2172,8 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_BLOCKED
     if observation.condition is None:
         return ROUND_TIMEOUT
+    if observation.condition == "Failed" and job_failed_reason(observation.job) == "FailedIndexes":
+        return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
         return ROUND_DEADLINE if "DeadlineExceeded" in job_failure_reason(observation.job) else ROUND_FAILED
     return ROUND_COMPLETE
@@ -1923,16 +2216,24 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     Every pod is validated on complete data: its status, its events from the log and the
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
-    check_pod_set(collected.pods, collected.count, inspect)
+    tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    if not tolerated:
+        check_pod_set(collected.pods, collected.count, inspect)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
     cluster_events = events_by_pod(collected.events)
     rows = []
-    for pod in collected.pods:
+    failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
+    for position, pod in enumerate(collected.pods):
         name = pod["metadata"]["name"]
         pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        index: Optional[int] = None if collected.indexed else position
         try:
+            if collected.indexed:
+                index = pod_index(pod, collected.count, pod_inspect)
+            if tolerated:
+                pod_failure(pod, pod_inspect)
             events = episode_events(
                 name,
                 collected.logs.get(name) if name in collected.logs else None,
@@ -1947,22 +2248,39 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 job_created_at,
                 observation.pod_sightings.get(name),
                 pod_inspect,
+                collected.builtin_worker,
                 pod_events=cluster_events.get(name, []),
             )
         except (KeyError, TypeError, ValueError) as error:
-            raise EpisodeInvalid(
-                name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect
-            ) from None
+            shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
+            if not tolerated:
+                raise shape from None
+            failed.append((shape, index))
+            continue
+        except EpisodeInvalid as invalid:
+            if not tolerated:
+                raise
+            failed.append((invalid, index))
+            continue
         row.round, row.job = collected.round_number, collected.job_name
+        row.index = position if index is None else index
+        row.task_id = task_id_for(collected, row.index)
         rows.append(row)
-    if observation.condition != "Complete":
+    set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
+    if observation.condition != "Complete" and not set_aside:
         raise DemoError(
             f"Job {where} failed ({job_failure_reason(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
             EXIT_EPISODE,
         )
     assert observation.condition_seen_monotonic is not None
-    figures = batch_figures(rows)
+    figures = batch_figures(rows, len(failed))
+    figures.update(
+        failed_episodes=[
+            failed_episode(invalid, index, task_id_for(collected, index), collected.round_number, collected.job_name)
+            for invalid, index in failed
+        ]
+    )
     figures.update(
         round=collected.round_number,
         job=collected.job_name,
@@ -1977,6 +2295,70 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     return rows, figures
 
 
+def task_id_for(collected: RoundCollected, index: Optional[int]) -> Any:
+    if index is None:
+        return None
+    if collected.task_ids is not None and 0 <= index < len(collected.task_ids):
+        return collected.task_ids[index]
+    return index
+
+
+def check_failed_episodes(
+    collected: RoundCollected,
+    rows: List[EpisodeRow],
+    failed: List[Tuple[EpisodeInvalid, Optional[int]]],
+    where: str,
+    inspect: str,
+) -> bool:
+    """With --max-failed-episodes K: fail the round as before when more than K episodes failed,
+    when pods are missing or share an index, or when the Job's own list of failed indexes names
+    an episode that validated. True when the Job's FailedIndexes verdict is accounted for."""
+    tolerated = collected.max_failed_episodes
+    if len(failed) > tolerated:
+        first = failed[0][0]
+        raise EpisodeInvalid(
+            first.pod,
+            f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
+            first.inspect,
+        )
+    if tolerated and len(collected.pods) != collected.count:
+        names = ", ".join(sorted(pod["metadata"]["name"] for pod in collected.pods)) or "none"
+        raise DemoError(
+            f"the Job has {len(collected.pods)} pods but {collected.count} episodes were requested "
+            f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
+            EXIT_EPISODE,
+        )
+    indexes = [row.index for row in rows] + [index for _, index in failed if index is not None]
+    repeated = sorted({index for index in indexes if indexes.count(index) > 1})
+    if collected.indexed and repeated:
+        raise DemoError(
+            f"Job {where} has more than one pod for completion index {repeated[0]}; inspect {inspect}", EXIT_EPISODE
+        )
+    if not rows and failed:
+        raise DemoError(
+            f"every episode of Job {where} failed ({len(failed)}, within --max-failed-episodes {tolerated}), so "
+            f"there is no reward to report; the first: {failed[0][0]}",
+            EXIT_EPISODE,
+        )
+    observation = collected.observation
+    if not (failed and observation.condition == "Failed" and job_failed_reason(observation.job) == "FailedIndexes"):
+        return False
+    status = observation.job.get("status") or {}
+    try:
+        job_failed = parse_index_set(status.get("failedIndexes"))
+    except ValueError as error:
+        raise DemoError(f"Job {where} reports unreadable status.failedIndexes: {error}", EXIT_CLUSTER) from None
+    ours = {index for _, index in failed}
+    validated = sorted(index for index in job_failed if index not in ours)
+    if validated:
+        raise DemoError(
+            f"Job {where} lists index {validated[0]} in status.failedIndexes, but that episode validated; "
+            f"inspect {inspect}",
+            EXIT_EPISODE,
+        )
+    return True
+
+
 def assemble_results(
     settings: RunSettings,
     context: str,
@@ -1986,7 +2368,14 @@ def assemble_results(
     rounds: List[Dict[str, Any]],
 ) -> Dict[str, Any]:
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
-    results = batch_figures(rows)
+    failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
+    results = batch_figures(rows, len(failed))
+    results.update(
+        failed_episodes=failed,
+        max_failed_episodes=settings.max_failed_episodes,
+        worker=settings.worker_name,
+        tasks=len(settings.tasks) if settings.tasks is not None else None,
+    )
     results.update(
         context=context,
         namespace=namespace,
@@ -2368,6 +2757,19 @@ def render_summary(results: Dict[str, Any]) -> str:
         "",
         f"{'batch figure':<44}{'value':>12}",
     ]
+    left_out = results.get("failed_episodes") or []
+    if left_out:
+        lines.insert(
+            2,
+            f"{len(left_out)} failed episode(s) left out of the reward figures "
+            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json",
+        )
+    if results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:
+        lines.insert(
+            2,
+            f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
+            f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)",
+        )
     for label, key in (
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
@@ -2635,6 +3037,17 @@ def junit_suites(
                 )
                 for row in results.get("pods") or []
                 if row.get("round", 1) == number
+            ]
+            cases += [  # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+                _case(
+                    f"{JUNIT_SUITE_NAME}.{job}",
+                    str(entry.get("pod")),
+                    0.0,
+                    "skipped",
+                    f"left out of the figures (--max-failed-episodes): {entry.get('cause')}",
+                )
+                for entry in results.get("failed_episodes") or []
+                if entry.get("round", 1) == number
             ]
             suites.append(
                 {
@@ -3104,6 +3517,7 @@ class Kubectl:
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
         timing: Timing = TIMING,
         calls: Optional[List[Dict[str, Any]]] = None,
+        origin: Optional[float] = None,
     ) -> None:
         self.executable = executable
         self.context = context
@@ -3111,6 +3525,7 @@ class Kubectl:
         self.process_timeout = process_timeout
         self.timing = timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
+        self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
@@ -3123,6 +3538,7 @@ class Kubectl:
             process_timeout=self.process_timeout,
             timing=self.timing,
             calls=self.calls,
+            origin=self.origin,
         )
 
     def argv(
@@ -3148,7 +3564,7 @@ class Kubectl:
 
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
-        record: Dict[str, Any] = {"argv": argv[1:]}
+        record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
         self.calls.append(record)
         try:
             completed = subprocess.run(
@@ -3219,7 +3635,7 @@ class Kubectl:
         limit = timeout or self.process_timeout
         while True:
             started = time.monotonic()
-            record: Dict[str, Any] = {"argv": argv[1:]}
+            record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
             self.calls.append(record)
             try:
                 process = subprocess.Popen(
@@ -3351,7 +3767,7 @@ class Kubectl:
             namespace,
             request_timeout=f"{math.ceil(seconds)}s",
         )
-        record: Dict[str, Any] = {"argv": argv[1:], "watch": True}
+        record: Dict[str, Any] = {"argv": argv[1:], "watch": True, "started": round(time.monotonic() - self.origin, 3)}
         self.calls.append(record)
         try:
             process = subprocess.Popen(
@@ -3547,6 +3963,63 @@ class EpisodeLogReader:
     def discard(self) -> None:
         for log_file in self.files.values():
             log_file.discard()
+
+
+INPUT_FILE_LIMIT = 64 * 2**20  # a --worker or --tasks file larger than this is not read at all
+
+
+def read_input_file(path: Path, flag: str) -> bytes:
+    """The bytes of a --worker or --tasks file; a missing or huge one is bad input."""
+    try:
+        size = path.stat().st_size
+        if size > INPUT_FILE_LIMIT:
+            raise DemoError(
+                f"{flag} {path} is {size:,} bytes; the ConfigMap that carries it cannot exceed the API server's "
+                f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) object size limit",
+                EXIT_USAGE,
+            )
+        return path.read_bytes()
+    except OSError as error:
+        raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
+
+
+def load_run_inputs(args: argparse.Namespace) -> RunInputs:
+    """--worker, --tasks and the episode count, read and checked once (sanity_check calls it
+    first); also refuses a ConfigMap over the API server's object size limit. Sets args.count."""
+    cached = getattr(args, "run_inputs", None)
+    if isinstance(cached, RunInputs):
+        return cached
+    worker_source: Optional[str] = None
+    worker_name = BUILTIN_WORKER
+    if getattr(args, "worker", None):
+        path = Path(args.worker)
+        worker_source = check_worker_source(read_input_file(path, "--worker"), str(path))
+        worker_name = path.name
+    tasks: Optional[Tuple[Dict[str, Any], ...]] = None
+    count: Optional[int] = args.count
+    if getattr(args, "tasks", None):
+        path = Path(args.tasks)
+        tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
+        if count is not None and count != len(tasks):
+            raise DemoError(
+                f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
+                "leave --count out or make them agree",
+                EXIT_USAGE,
+            )
+        count = len(tasks)
+    inputs = RunInputs(
+        count=DEFAULT_COUNT if count is None else count,
+        worker_source=worker_source,
+        worker_name=worker_name,
+        tasks=tasks,
+        max_failed_episodes=int(getattr(args, "max_failed_episodes", 0) or 0),
+    )
+    problem = configmap_size_problem(configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks))
+    if problem:
+        raise DemoError(problem, EXIT_USAGE)
+    args.count = inputs.count
+    args.run_inputs = inputs
+    return inputs
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
@@ -3828,11 +4301,11 @@ def wait_for_job(
                         )
             elif tag == "pods" and event is not None:
                 pod = event.get("object")
-                name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+                pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     record_pod_sighting(sightings, pod, wall)
-                    if isinstance(name, str) and name:
-                        last_pods[name] = pod
+                    if isinstance(pod_name, str) and pod_name:
+                        last_pods[pod_name] = pod
                 elif event.get("type") == "DELETED":
                     deleted = True
             if not job_stream_open and time.monotonic() >= next_poll:
@@ -4013,6 +4486,8 @@ class BatchRun:
             round_rows, figures = self.run_round(round_number)
             rows.extend(round_rows)
             rounds.append(figures)
+        failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
+        write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
         results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
         if kubelets_before is not None:
             expected = expected_operations(rows)
@@ -4071,7 +4546,10 @@ class BatchRun:
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create."""
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
-        manifests = [namespace_manifest(self.namespace, self.run_id), configmap_manifest(self.namespace, self.run_id)]
+        manifests = [
+            namespace_manifest(self.namespace, self.run_id),
+            self.settings.configmap_manifest(self.namespace, self.run_id),
+        ]
         try:
             namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
         except DemoError as error:
@@ -4107,6 +4585,7 @@ class BatchRun:
         self.current_job = job
         self.receipt.jobs[-1].uid = job["metadata"]["uid"]
         write_receipt(settings.output, self.receipt)
+        self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
         observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, self.progress)
         write_json(round_dir / "job.json", observation.job)
@@ -4144,6 +4623,10 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
+            indexed=settings.indexed,
+            task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
+            builtin_worker=settings.builtin_worker,
+            max_failed_episodes=settings.max_failed_episodes,
             events=events,
         )
         try:
@@ -4153,6 +4636,40 @@ class BatchRun:
                 with contextlib.suppress(DemoError):
                     log_of(self.kubectl, self.namespace, invalid.pod, round_dir)
             raise
+
+    def refuse_dropped_fields(self, manifest: Dict[str, Any], job: Dict[str, Any]) -> None:
+        """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
+        backoff limits): without them, failed episodes would be retried (backoffLimit's default is
+        6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
+        dropped = [
+            key
+            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes")
+            if key in manifest["spec"] and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+        ]
+        if not dropped:
+            return
+        name = manifest["metadata"]["name"]
+        try:
+            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
+            deleted = "it was deleted at once, before any episode could be retried"
+        except DemoError as error:
+            deleted = f"deleting it failed ({error}); run cleanup now"
+        needs = (
+            "per-index backoff limits (Kubernetes 1.33, or 1.29 to 1.32 with the JobBackoffLimitPerIndex "
+            "feature gate), which --max-failed-episodes needs"
+            if "completionMode" not in dropped
+            else "Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs"
+        )
+        instead = (
+            "; run without --max-failed-episodes (any failed episode then fails the run)"
+            if "completionMode" not in dropped
+            else ""
+        )
+        raise DemoError(
+            f"the cluster does not support {needs}: the created Job {self.namespace}/{name} lacks "
+            f"spec.{', spec.'.join(dropped)}; {deleted}{instead}",
+            EXIT_CLUSTER,
+        )
 
     def save_after_interrupt(self) -> None:
         if self.namespace_created:
@@ -4250,7 +4767,7 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id)),
+        ("01-configmap.json", settings.configmap_manifest(namespace, run_id)),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
@@ -4451,6 +4968,12 @@ def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Op
     return problems
 
 
+def cmd_show_worker(args: argparse.Namespace) -> int:
+    sys.stdout.write(WORKER_TEMPLATE if args.template else WORKER_SOURCE)
+    sys.stdout.flush()
+    return EXIT_OK
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     receipt = read_receipt(output)
@@ -4538,6 +5061,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def threshold(text: str) -> Tuple[str, float]:
     metric, separator, limit = text.partition("=")
     if not separator:
@@ -4620,9 +5153,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--count",
         type=positive_int,
-        default=DEFAULT_COUNT,
         metavar="N",
-        help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT})",
+        help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
+        "with --tasks, the number of tasks)",
     )
     run.add_argument(
         "--parallelism",
@@ -4672,6 +5205,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}"
+    )
+    run.add_argument(
+        "--worker",
+        metavar="FILE.py",
+        help="your episode worker instead of the built-in one (show-worker prints one to start from); it must emit one "
+        "ready and one reward event with a finite numeric reward",
+    )
+    run.add_argument(
+        "--tasks",
+        metavar="FILE.jsonl",
+        help="one JSON object per line, one episode each (the count is the number of lines); the Job becomes "
+        f"Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+    )
+    run.add_argument(
+        "--max-failed-episodes",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help="tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed in "
+        "results.json's failed_episodes and left out of the figures; never retried (default 0: any failure "
+        "fails the run; K > 0 needs Kubernetes 1.33+ per-index backoff limits)",
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
@@ -4742,6 +5296,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
     )
     compare.set_defaults(handler=cmd_compare)
+
+    show_worker = commands.add_parser(
+        "show-worker",
+        help="print the built-in episode worker (or, with --template, a minimal worker to start from)",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=formatter,
+        description="Print the worker that runs in every sandbox, as a starting point for `run --worker FILE.py`.",
+    )
+    show_worker.add_argument(
+        "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
+    )
+    show_worker.set_defaults(handler=cmd_show_worker)
     return parser
 
 
@@ -4750,6 +5316,10 @@ def sanity_check(args: argparse.Namespace) -> None:
     if args.command != "run":
         return
     parser: argparse.ArgumentParser = args.subparser
+    try:
+        load_run_inputs(args)  # --worker and --tasks are read and checked here, before any work
+    except DemoError as error:
+        parser.error(str(error))
     limit = MAX_COUNT_LARGE if args.allow_large else MAX_COUNT
     parallelism = args.parallelism if args.parallelism is not None else args.count
     if not 1 <= parallelism <= args.count <= limit:
@@ -5337,6 +5907,95 @@ def main():
     if fields["reward"] != 1:
         print("patched code failed its tests: " + fields["reason"], file=sys.stderr)
         return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+# A minimal custom worker (`show-worker --template`): the starting point for `run --worker`.
+# The README's "Plugging in a real model" explains the protocol it follows.
+WORKER_TEMPLATE = r'''"""One episode of your own: read this episode's task, act, emit `ready` and `reward`.
+
+    rl-batch-demo run --worker my_worker.py --tasks tasks.jsonl --output DIR
+
+The event protocol (what rl-batch-demo checks):
+* one `ready` event once the environment is prepared, then one `reward` event;
+* each carries `event`, `at` (time.time() on the node) and `episode_id` (the pod's name,
+  from the EPISODE_ID environment variable);
+* `reward` is a finite number, int or float, never a boolean; every other field of the reward
+  event is kept as the episode's `info` in DIR/rewards.jsonl (keep it small: it is capped);
+* events are JSON lines on stdout and, all of them, in the termination message
+  (/dev/termination-log, at most 4096 bytes; when they do not fit, leave it empty and the log
+  alone counts), so that one `kubectl get pods` can return every reward;
+* exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
+  missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
+
+Runs as UID 1000 with the standard library of the image's Python; /demo is read-only, the
+episode's own emptyDir is /workspace and goes with the pod: upload what you keep before exiting.
+"""
+import time
+
+STARTED_AT = time.time()  # before the other imports, so that the figures show their cost
+
+import json  # noqa: E402
+import os  # noqa: E402
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+
+IMPORTS_DONE_AT = time.time()
+EPISODE_ID = os.environ["EPISODE_ID"]
+INDEX = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))  # set by Kubernetes in an Indexed Job
+TASKS = pathlib.Path(os.environ.get("RL_DEMO_TASKS", "/demo/tasks.jsonl"))  # from --tasks
+WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
+TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
+TERMINATION_LIMIT = 4096
+EVENTS = []
+
+
+def read_task():
+    """Line INDEX (from 0) of /demo/tasks.jsonl: this episode's task; {} without --tasks."""
+    if not TASKS.exists():
+        return {}
+    return json.loads(TASKS.read_text(encoding="utf-8").splitlines()[INDEX])
+
+
+def emit(event, **fields):
+    """One event: a JSON line on stdout, and every event so far in the termination message."""
+    record = dict(fields, event=event, at=time.time(), episode_id=EPISODE_ID)
+    EVENTS.append(record)
+    print(json.dumps(record, sort_keys=True), flush=True)
+    text = "".join(json.dumps(each, sort_keys=True) + "\n" for each in EVENTS)
+    if len(text.encode()) > TERMINATION_LIMIT:
+        text = ""  # Kubernetes would cut it mid-line; an empty message defers to the log
+    try:
+        TERMINATION_LOG.write_text(text)
+    except OSError:
+        pass  # no termination log outside Kubernetes
+
+
+def act(task):
+    """The stand-in for your model and its tool calls: here, add the task's two numbers."""
+    return task.get("a", 0) + task.get("b", 0)
+
+
+def grade(task, answer):
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl."""
+    correct = answer == task.get("expected")
+    return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
+
+
+def main():
+    task = read_task()
+    WORKSPACE.joinpath("task.json").write_text(json.dumps(task))  # prepare the environment
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    try:
+        reward, info = grade(task, act(task))
+    except Exception as error:  # the episode ran but the work failed: a reward of 0, with the reason
+        reward, info = 0.0, {"reason": "{}: {}".format(type(error).__name__, error)[:300]}
+    emit("reward", reward=reward, **info)
     return 0
 
 

@@ -54,7 +54,7 @@ def table_mentions(text: str) -> list[tuple[str, list[str]]]:
     for line in commands_table.splitlines():
         if line.startswith("| `"):
             cell = line.split("|")[1]
-            command = re.findall(r"`([a-z]+)", cell)[0]
+            command = re.findall(r"`([a-z][a-z-]*)", cell)[0]
             mentions.append((command, FLAG.findall(cell)))
     for line in run_table.splitlines():
         if line.startswith("| `"):
@@ -65,8 +65,8 @@ def table_mentions(text: str) -> list[tuple[str, list[str]]]:
 class ReadmeMatchesHelpTest(unittest.TestCase):
     def setUp(self) -> None:
         self.top = help_text()
-        self.commands = re.findall(r"^    ([a-z]+)\s", self.top, re.MULTILINE)
-        self.assertEqual(sorted(self.commands), ["check", "cleanup", "compare", "run"])
+        self.commands = re.findall(r"^    ([a-z][a-z-]*)\s", self.top, re.MULTILINE)
+        self.assertEqual(sorted(self.commands), ["check", "cleanup", "compare", "run", "show-worker"])
 
     def assert_in_help(self, where: str, command: str, flags: list[str]) -> None:
         self.assertIn(command, self.commands, f"{where}: command {command!r} is not in --help")

@@ -555,7 +555,7 @@ class InterruptTest(ClusterTestCase):
 
     def test_after_the_namespace_before_the_job(self) -> None:
         self.cluster.set_faults({"hang": {"match": "create Job", "seconds": 30}})
-        result = self.interrupt_when(lambda: len([a for a in self.cluster.calls() if "create" in a]) >= 4)
+        result = self.interrupt_when(lambda: len([a for a in self.cluster.calls() if "create" in a]) >= 3)
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
         self.assertIn("cleanup --output", result.stderr)
         self.cluster.set_faults({})

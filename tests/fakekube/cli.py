@@ -49,7 +49,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         Flag("watch", "w", kind="bool"),
         Flag("output-watch-events", kind="bool"),
     ],
-    "create": [Flag("filename", "f", multi=True), Flag("output", "o")],
+    "create": [Flag("filename", "f", multi=True), Flag("output", "o"), Flag("validate", noopt="strict")],
     "delete": [Flag("cascade", noopt="background"), Flag("wait", kind="bool")],
     "logs": [
         Flag("container", "c"),
@@ -64,7 +64,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
 # Real kubectl flags of these commands that the tool never passes (long names; "-X" for shorthands).
 UNSUPPORTED_FLAGS: Dict[str, set] = {
     "get": {"chunk-size", "all-namespaces", "-A", "sort-by", "show-labels", "field-selector", "watch-only"},
-    "create": {"dry-run", "save-config", "validate", "edit", "raw", "selector", "-l"},
+    "create": {"dry-run", "save-config", "edit", "raw", "selector", "-l"},
     "delete": {"ignore-not-found", "grace-period", "now", "force", "all", "selector", "-l", "filename", "-f"},
     "logs": {"ignore-errors", "follow", "-f", "previous", "-p", "since", "timestamps", "all-containers"},
     "version": {"client"},

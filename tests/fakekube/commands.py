@@ -432,6 +432,12 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
                 raise KubectlError(f'error: the path "{f}" does not exist')
             raise not_supported("create -f FILE (only -f - is implemented)")
     check_output_json(flags.get("output", ""), "create")
+    validate = flags.get("validate", "strict")
+    if validate not in ("strict", "true", "warn", "ignore", "false"):
+        # kubectl v1.32's wording (cmdutil.GetValidationDirective)
+        raise KubectlError(
+            f'error: invalid - validate option "{validate}"; must be one of: strict (or true), warn, ignore (or false)'
+        )
     stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
     inv.check_context()
     if not stdin.strip():
@@ -851,13 +857,21 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
     for pod in pods:
         name = pod["metadata"]["name"]
         inv.check_rbac("get", "pods/log", prt, name, inv.namespace)
-        text = read_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable)
-        lines = text.splitlines(keepends=True)
+        data = read_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable)
+        # Like kubectl: bytes as the container wrote them, lines split at b"\n" only (a CR or a
+        # U+2028 inside a line is just data), the prefix written once per such line.
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+            lines = [line + b"\n" for line in lines]
+        else:
+            lines = [line + b"\n" for line in lines[:-1]] + lines[-1:]
         if tail is not None and tail >= 0:
             lines = lines[-tail:] if tail else []
         if flags.get("prefix"):
-            lines = [f"[pod/{name}/{container}] {ln}" for ln in lines]
-        out("".join(lines))
+            lines = [f"[pod/{name}/{container}] ".encode() + line for line in lines]
+        sys.stdout.buffer.write(b"".join(lines))
+        sys.stdout.flush()
     return 0
 
 
@@ -877,7 +891,7 @@ def pod_indices(state: str) -> Dict[Tuple[str, str], int]:
     return result
 
 
-def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int], unavailable: set) -> str:
+def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int], unavailable: set) -> bytes:
     name = pod["metadata"]["name"]
     names = [c["name"] for c in pod["spec"].get("containers") or []]
     if container not in names:
@@ -897,7 +911,7 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
             "waiting to start: ContainerCreating"
         )
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
-        return ""
+        return b""

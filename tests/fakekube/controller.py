@@ -718,8 +718,8 @@ class JobController:
         """The worker has exited: publish log, termination message and final pod status."""
         rc = sim.proc.returncode if sim.proc is not None else 1
         lp = log_path(self.state, self.ns, sim.name)
-        with open(lp, encoding="utf-8", errors="replace") as f:
-            log = f.read()
+        with open(lp, "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
+            log = f.read().decode("utf-8", errors="surrogateescape")
         term_path = os.path.join(sim.workdir, "termination-log")
         with open(term_path, "rb") as f:
             message = f.read(MAX_TERMINATION_MESSAGE).decode("utf-8", errors="replace")
@@ -729,8 +729,8 @@ class JobController:
         if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = "\n".join(log.splitlines()[-80:])[-2048:]
         tmp = lp + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(log)
+        with open(tmp, "wb") as f:
+            f.write(log.encode("utf-8", errors="surrogateescape"))
         os.replace(tmp, lp)
         evicted = "evict" in sim.modes
         replaced = "replace" in sim.modes

@@ -9,9 +9,10 @@ wrote (its log, its termination message, its exit code)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from .common import FAULTS_ENV, KubectlError, lookup_type, read_json, write_json_atomic
 
@@ -42,6 +43,30 @@ EPISODE_MODES = {
     "message_mismatch",
     "wrong_id",
 }
+# Hostile episodes: what an attacker's code inside the sandbox could print, in the log and (where
+# the API server could carry it) in the termination message. See HOSTILE_LINES / HOSTILE_FIELDS.
+HOSTILE_LINES = {  # a line added before the worker's own output; bytes, as the container wrote them
+    "hostile_invalid_utf8": b"\xff\xfe\xfd not UTF-8 \xc3\x28\n",
+    "hostile_nul": b"\x00\x00 NUL bytes \x00\n",
+    "hostile_control": b"\x1b[2J\x1b]0;pwned\x07\x9b31m terminal escapes\n",
+    "hostile_cr_injection": b'progress 50%\r{"event": "reward", "at": 1.0, "episode_id": "x", "reward": 1}\n',
+    "hostile_u2028_injection": b'note\xe2\x80\xa8{"event": "ready", "at": 1.0, "episode_id": "x"}\n',
+    "hostile_forged_prefix": b'[pod/someone-else/episode] {"event": "reward", "at": 1.0, "reward": 1}\n',
+    "hostile_long_line": b'{"event": "reward", "pad": "' + b"x" * (100 * 1024) + b'"}\n',
+    "hostile_nesting": b'{"event": "ready", "at": 1.0, "x": ' + b"[" * 1500 + b"]" * 1500 + b"}\n",
+    "hostile_huge_log": (b"noise " * 170 + b"\n") * 20000,  # about 20 MB
+}
+HOSTILE_FIELDS = {  # (event, field, value) written into the worker's own event, log and message alike
+    "hostile_huge_number": ("ready", "at", int("9" * 400)),
+    "hostile_nan": ("reward", "reward", float("nan")),
+    "hostile_reward_true": ("reward", "reward", True),
+    "hostile_reward_float": ("reward", "reward", 1.0),
+    "hostile_reward_string": ("reward", "reward", "1"),
+    "hostile_ansi_id": ("ready", "episode_id", "\x1b[2J\x1b[31mforged\nline"),
+    "hostile_surrogate_id": ("ready", "episode_id", "\ud800"),
+    "hostile_markdown_id": ("ready", "episode_id", "# heading\n![image](http://example.invalid/x.png)"),
+}
+EPISODE_MODES |= set(HOSTILE_LINES) | set(HOSTILE_FIELDS)
 API_ERRORS = {
     "500": "Error from server (InternalError): {ctx}Internal error occurred: fake injected fault",
     "403": "Error from server (Forbidden): {ctx}{forbidden}",
@@ -159,7 +184,10 @@ def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> T
         return "\n".join(lines) + ("\n" if original.endswith("\n") or original == "" else "")
 
     def per_text(text: str, fn: Callable[[List[str]], List[str]]) -> str:
-        return join(fn(text.splitlines()), text)
+        lines = text.split("\n")  # newline only, as a container log is split
+        if lines and lines[-1] == "":
+            lines.pop()
+        return join(fn(lines), text)
 
     def dup_ready(lines: List[str]) -> List[str]:
         for i, ln in enumerate(lines):
@@ -193,8 +221,27 @@ def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> T
                 res.append(ln)
         return res
 
+    def rewrite_field(event: str, field: str, value: Any, lines: List[str]) -> List[str]:
+        res = []
+        for ln in lines:
+            v = _json_line(ln)
+            if v is not None and v.get("event") == event:
+                v[field] = value
+                res.append(json.dumps(v, sort_keys=True))
+            else:
+                res.append(ln)
+        return res
+
     for mode in modes:
-        if mode == "exit1":
+        if mode in HOSTILE_LINES:
+            line = HOSTILE_LINES[mode]
+            log = line.decode("utf-8", errors="surrogateescape") + log
+            if len(line) < 1024:  # what a termination message could carry; the API server's JSON is UTF-8
+                message = line.decode("utf-8", errors="replace") + message
+        elif mode in HOSTILE_FIELDS:
+            rewrite = functools.partial(rewrite_field, *HOSTILE_FIELDS[mode])
+            log, message = per_text(log, rewrite), per_text(message, rewrite)
+        elif mode == "exit1":
             rc = 1
         elif mode == "duplicate_ready":
             log, message = per_text(log, dup_ready), per_text(message, dup_ready)

@@ -1,0 +1,715 @@
+"""Your own episodes (issue 12): --worker, --tasks, rewards.jsonl, --max-failed-episodes.
+
+Pure functions with hand-built inputs, plus workers run for real as local subprocesses (as
+test_worker_grade does) whose output then goes through the same analysis a run uses."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import types
+import unittest
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import rl_batch_demo as demo
+
+# A worker of the kind the issue asks for: it reads its own task by JOB_COMPLETION_INDEX and
+# returns a reward that depends on the task (here: the task's `x` squared, over 10).
+TASK_WORKER = textwrap.dedent(
+    """
+    import json, os, pathlib, sys, time
+
+    STARTED_AT = time.time()
+    EPISODE_ID = os.environ["EPISODE_ID"]
+    INDEX = int(os.environ["JOB_COMPLETION_INDEX"])
+    TASKS = pathlib.Path(os.environ.get("RL_DEMO_TASKS", "/demo/tasks.jsonl"))
+    TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
+    EVENTS = []
+
+
+    def emit(event, **fields):
+        record = dict(fields, event=event, at=time.time(), episode_id=EPISODE_ID)
+        EVENTS.append(record)
+        print(json.dumps(record, sort_keys=True), flush=True)
+        TERMINATION_LOG.write_text("".join(json.dumps(e, sort_keys=True) + "\\n" for e in EVENTS))
+
+
+    task = json.loads(TASKS.read_text().splitlines()[INDEX])
+    emit("ready", process_started_at=STARTED_AT)
+    print("some noise a model prints")
+    emit("reward", reward=task["x"] ** 2 / 10, seen_id=task.get("id"), seen_index=INDEX)
+    sys.exit(0)
+    """
+)
+
+TASKS = [{"id": "alpha", "x": 1}, {"x": 2}, {"id": 7, "x": 3}, {"id": "delta", "x": 4}]
+
+
+def iso(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Ran:
+    """One worker run on this machine: its stdout events and its termination message."""
+
+    def __init__(self, name: str, index: int, started: float, stdout: str, termination: str, code: int) -> None:
+        self.name, self.index, self.started = name, index, started
+        self.stdout, self.termination, self.code = stdout, termination, code
+        self.finished = time.time()
+        self.events = demo.parse_events(stdout)
+
+
+def run_worker(source: str, tasks: Optional[List[Dict[str, Any]]], index: int, name: str) -> Ran:
+    with tempfile.TemporaryDirectory() as root:
+        workspace = Path(root, "workspace")
+        workspace.mkdir()
+        script = Path(root, "episode.py")
+        script.write_text(source)
+        termination = Path(root, "termination-log")
+        env = dict(
+            os.environ,
+            EPISODE_ID=name,
+            RL_DEMO_WORKSPACE=str(workspace),
+            RL_DEMO_TERMINATION_LOG=str(termination),
+            RL_DEMO_TASKS=str(Path(root, "tasks.jsonl")),
+            JOB_COMPLETION_INDEX=str(index),
+        )
+        if tasks is not None:
+            Path(root, "tasks.jsonl").write_text(demo.tasks_text(tasks))
+        started = time.time()
+        result = subprocess.run(
+            [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
+        message = termination.read_text() if termination.exists() else ""
+        return Ran(name, index, started, result.stdout, message, result.returncode)
+
+
+def pod_for(
+    ran: Optional[Ran],
+    name: str,
+    index: Optional[int],
+    created: float,
+    phase: str = "Succeeded",
+    exit_code: int = 0,
+    message: Optional[str] = None,
+) -> Dict[str, Any]:
+    started = ran.started if ran else created
+    finished = (ran.finished if ran else created) + 1
+    annotations = {demo.INDEX_ANNOTATION: str(index)} if index is not None else {}
+    terminated = {
+        "exitCode": exit_code,
+        "startedAt": iso(started),
+        "finishedAt": iso(finished),
+        "message": (ran.termination if ran else "") if message is None else message,
+    }
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "creationTimestamp": iso(created),
+            "annotations": annotations,
+            "labels": {demo.UID_LABEL: "job-uid"},
+        },
+        "spec": {"nodeName": "node-a"},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(created)}],
+            "containerStatuses": [
+                {"name": "episode", "restartCount": 0, "imageID": "image@sha256:0", "state": {"terminated": terminated}}
+            ],
+        },
+    }
+
+
+def job_for(created: float, condition: str = "Complete", reason: str = "", **status: Any) -> Dict[str, Any]:
+    return {
+        "metadata": {"name": "rollout", "uid": "job-uid", "creationTimestamp": iso(created)},
+        "spec": {},
+        "status": dict(
+            conditions=[
+                {"type": condition, "status": "True", "reason": reason, "lastTransitionTime": iso(time.time())}
+            ],
+            **status,
+        ),
+    }
+
+
+def collected_for(
+    pods: List[Dict[str, Any]],
+    logs: Dict[str, Optional[demo.PodLog]],
+    job: Dict[str, Any],
+    *,
+    count: int,
+    max_failed: int = 0,
+    builtin: bool = False,
+    tasks: Optional[List[Dict[str, Any]]] = None,
+    indexed: bool = True,
+) -> demo.RoundCollected:
+    condition = demo.job_condition(job)
+    observation = demo.RoundObservation(job, condition, time.time(), time.monotonic(), {})
+    return demo.RoundCollected(
+        round_number=1,
+        job_name="rollout",
+        job=job,
+        observation=observation,
+        pods=pods,
+        logs=logs,
+        log_errors={},
+        count=count,
+        round_dir=Path("DIR"),
+        submitted_wall=time.time(),
+        submitted_monotonic=time.monotonic() - 1,
+        indexed=indexed,
+        task_ids=[demo.task_id_of(task, i) for i, task in enumerate(tasks)] if tasks is not None else None,
+        builtin_worker=builtin,
+        max_failed_episodes=max_failed,
+    )
+
+
+def settings_for(count: int, **extra: Any) -> demo.RunSettings:
+    return demo.RunSettings(
+        output=Path("DIR"),
+        count=count,
+        parallelism=count,
+        rounds=1,
+        image=demo.DEFAULT_IMAGE,
+        runtime=None,
+        deadline_seconds=240,
+        cleanup_policy="never",
+        thresholds={},
+        quiet=True,
+        json_summary=False,
+        kubectl_timeout=60.0,
+        **extra,
+    )
+
+
+class TaskWorkerEndToEndTest(unittest.TestCase):
+    """The task worker, run once per index, then analysed exactly as a round would be."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.job_created = time.time() - 2
+        cls.runs = [run_worker(TASK_WORKER, TASKS, i, f"rollout-{i}-abcde") for i in range(len(TASKS))]
+
+    def pods_and_logs(self) -> Tuple[List[Dict[str, Any]], Dict[str, Optional[demo.PodLog]]]:
+        pods = [pod_for(ran, ran.name, ran.index, self.job_created + 1) for ran in self.runs]
+        pods.reverse()  # creation order need not be index order
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in self.runs}
+        return pods, logs
+
+    def test_each_index_reads_its_own_task_and_rewards_by_it(self) -> None:
+        for ran in self.runs:
+            self.assertEqual(ran.code, 0)
+        pods, logs = self.pods_and_logs()
+        rows, figures = demo.analyse_round(
+            collected_for(pods, logs, job_for(self.job_created), count=4, tasks=TASKS), "ns/rollout"
+        )
+        by_index = {row.index: row for row in rows}
+        self.assertEqual(sorted(by_index), [0, 1, 2, 3])
+        for index, task in enumerate(TASKS):
+            row = by_index[index]
+            self.assertEqual(row.reward, task["x"] ** 2 / 10)
+            self.assertEqual(row.task_id, task.get("id", index))
+            self.assertEqual(row.pod, f"rollout-{index}-abcde")
+            self.assertEqual(row.info, {"seen_id": task.get("id"), "seen_index": index})
+        self.assertEqual(figures["reward_sum"], sum(t["x"] ** 2 / 10 for t in TASKS))
+        self.assertEqual(figures["reward_min"], 0.1)
+        self.assertEqual(figures["reward_max"], 1.6)
+        self.assertAlmostEqual(figures["reward_mean"], 3.0 / 4)
+        self.assertEqual(figures["failed_episodes"], [])
+
+    def test_rewards_jsonl_matches_results_json(self) -> None:
+        pods, logs = self.pods_and_logs()
+        rows, figures = demo.analyse_round(
+            collected_for(pods, logs, job_for(self.job_created), count=4, tasks=TASKS), "ns/rollout"
+        )
+        settings = settings_for(4, worker_source=TASK_WORKER, worker_name="task_worker.py", tasks=tuple(TASKS))
+        results = demo.assemble_results(settings, "ctx", "ns", "run", rows, [figures])
+        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, figures["failed_episodes"]).splitlines()]
+        self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
+        by_pod = {row["pod"]: row for row in results["pods"]}
+        for line in lines:
+            row = by_pod[line["pod"]]
+            self.assertEqual(
+                (line["index"], line["task_id"], line["reward"]), (row["index"], row["task_id"], row["reward"])
+            )
+            self.assertIsNone(line["failure"])
+            self.assertEqual(line["info"]["seen_index"], line["index"])
+            self.assertNotIn("info", row)  # info lives in rewards.jsonl only
+        self.assertEqual(sum(line["reward"] for line in lines), results["reward_sum"])
+        self.assertEqual(results["worker"], "task_worker.py")
+        self.assertEqual(results["tasks"], 4)
+        self.assertEqual((results["episodes"], results["successful_episodes"]), (4, 4))
+        self.assertIn("worker task_worker.py: reward mean 0.75", demo.render_summary(results))
+        json.dumps(results, allow_nan=False)
+
+    def test_the_built_in_rules_would_refuse_the_same_episodes(self) -> None:
+        pods, logs = self.pods_and_logs()
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-3-abcde: reward 1.6 with tests exit None"):
+            demo.analyse_round(
+                collected_for(pods, logs, job_for(self.job_created), count=4, tasks=TASKS, builtin=True), "ns/rollout"
+            )
+
+
+class TemplateWorkerTest(unittest.TestCase):
+    def test_show_worker_prints_the_built_in_worker_exactly(self) -> None:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(demo.main(["show-worker"]), 0)
+        self.assertEqual(out.getvalue(), demo.WORKER_SOURCE)
+
+    def test_show_worker_template_prints_the_template(self) -> None:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(demo.main(["show-worker", "--template"]), 0)
+        self.assertEqual(out.getvalue(), demo.WORKER_TEMPLATE)
+        compile(out.getvalue(), "template.py", "exec")
+
+    def test_the_template_runs_and_its_events_are_accepted(self) -> None:
+        tasks = [{"id": "t0", "a": 2, "b": 3, "expected": 5}, {"id": "t1", "a": 2, "b": 2, "expected": 5}]
+        job_created = time.time() - 2
+        runs = [run_worker(demo.WORKER_TEMPLATE, tasks, i, f"rollout-{i}-xyz") for i in range(2)]
+        for ran in runs:
+            self.assertEqual(ran.code, 0)
+            self.assertEqual([e["event"] for e in ran.events], ["ready", "reward"])
+            self.assertEqual(demo.parse_events(ran.termination), ran.events)
+            self.assertLessEqual(len(ran.termination.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+        pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
+        rows, figures = demo.analyse_round(
+            collected_for(pods, logs, job_for(job_created), count=2, tasks=tasks), "ns/r"
+        )
+        self.assertEqual(
+            [(row.task_id, row.reward) for row in sorted(rows, key=lambda r: r.index)], [("t0", 1.0), ("t1", 0.0)]
+        )
+        self.assertEqual(rows[0].info, {"answer": 5, "correct": True})
+        self.assertEqual(figures["reward_sum"], 1.0)
+
+    def test_the_template_without_tasks_reads_an_empty_task(self) -> None:
+        ran = run_worker(demo.WORKER_TEMPLATE, None, 0, "rollout-abc")
+        self.assertEqual(ran.code, 0)
+        self.assertEqual(ran.events[-1]["reward"], 0.0)
+
+    def test_the_template_leaves_the_termination_message_empty_when_events_do_not_fit(self) -> None:
+        source = demo.WORKER_TEMPLATE.replace(
+            'return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}',
+            'return 0.5, {"blob": "x" * 5000}',
+        )
+        self.assertNotEqual(source, demo.WORKER_TEMPLATE)
+        ran = run_worker(source, [{}], 0, "rollout-0-big")
+        self.assertEqual(ran.termination, "")
+        self.assertEqual(ran.events[-1]["reward"], 0.5)
+
+
+class CustomRulesTest(unittest.TestCase):
+    """validate_episode for a custom worker: the built-in task's rules skipped, every other enforced."""
+
+    def setUp(self) -> None:
+        self.job_created = time.time() - 10
+        self.created = self.job_created + 1
+        self.ready = self.created + 2
+        self.reward_at = self.created + 3
+
+    def events(self, **reward: Any) -> List[Dict[str, Any]]:
+        return [
+            {"event": "ready", "at": self.ready, "episode_id": "p"},
+            dict({"event": "reward", "at": self.reward_at, "episode_id": "p", "reward": 0.25}, **reward),
+        ]
+
+    def pod(self, **changes: Any) -> Dict[str, Any]:
+        pod = pod_for(None, "p", None, self.created, message="")
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        terminated["finishedAt"] = iso(self.reward_at + 2)
+        for key, value in changes.items():
+            if key == "restarts":
+                pod["status"]["containerStatuses"][0]["restartCount"] = value
+            elif key == "exit_code":
+                terminated["exitCode"] = value
+            else:
+                pod["status"][key] = value
+        return pod
+
+    def validate(self, pod: Dict[str, Any], events: List[Dict[str, Any]], builtin: bool = False) -> demo.EpisodeRow:
+        return demo.validate_episode(pod, events, self.job_created, None, "here", builtin)
+
+    def test_any_finite_reward_without_tests_or_baseline(self) -> None:
+        for reward in (0.25, 0, -3, 10**6, 1e-9):
+            row = self.validate(self.pod(), self.events(reward=reward))
+            self.assertEqual(row.reward, reward)
+        self.assertEqual(self.validate(self.pod(), self.events(note="hi")).info, {"note": "hi"})
+
+    def test_the_built_in_rules_still_hold_for_the_built_in_worker(self) -> None:
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "the fixed code must pass its tests"):
+            self.validate(self.pod(), self.events(), builtin=True)
+
+    def test_a_reward_that_is_not_a_finite_number_is_invalid(self) -> None:
+        for reward in (True, False, "1", None, [1], {"r": 1}, 10**400):
+            with self.subTest(reward=reward), self.assertRaisesRegex(demo.EpisodeInvalid, "is not a finite number"):
+                self.validate(self.pod(), self.events(reward=reward))
+
+    def test_every_other_rule_is_enforced(self) -> None:
+        cases = [
+            (self.pod(phase="Failed"), self.events(), "phase Failed"),
+            (self.pod(restarts=1), self.events(), "restarted"),
+            (self.pod(exit_code=1), self.events(), "exit code is 1"),
+            (self.pod(), self.events()[1:], "found 0 ready and 1 reward"),
+            (self.pod(), self.events() + self.events()[1:], "found 1 ready and 2 reward"),
+            (self.pod(), self.events(episode_id="other"), "not the pod name"),
+            (self.pod(), self.events(at=self.ready - 1), "timestamps out of order"),
+            (self.pod(), self.events(at=self.reward_at + 60), "later than the container's finish"),
+        ]
+        for pod, events, rule in cases:
+            with self.subTest(rule=rule), self.assertRaisesRegex(demo.EpisodeInvalid, rule):
+                self.validate(pod, events)
+
+    def test_a_large_info_is_dropped_with_a_note(self) -> None:
+        row = self.validate(self.pod(), self.events(blob="x" * (demo.INFO_LIMIT + 1)))
+        self.assertEqual(list(row.info or {}), ["info_dropped"])
+
+    def test_a_custom_workers_bad_event_line_is_an_error(self) -> None:
+        for line in ('{"event": "reward", "at": 1, "reward": NaN}', '{"event": "reward", "at": 1, "reward": Infinity}'):
+            with self.assertRaises(demo.EventParseError):
+                demo.parse_events(line)
+
+
+class MaxFailedEpisodesTest(unittest.TestCase):
+    """Four episodes, two of them failed (a Failed pod, a pod without a reward event): K below,
+    at and above two."""
+
+    def setUp(self) -> None:
+        self.job_created = time.time() - 20
+        created = self.job_created + 1
+        self.pods = []
+        self.logs: Dict[str, Optional[demo.PodLog]] = {}
+        for index in range(4):
+            name = f"rollout-{index}-x"
+            ready = {"event": "ready", "at": created + 2, "episode_id": name}
+            reward = {"event": "reward", "at": created + 3, "episode_id": name, "reward": index / 2}
+            events = [ready, reward]
+            phase, exit_code = "Succeeded", 0
+            if index == 1:
+                phase, exit_code = "Failed", 1
+            if index == 3:
+                events = [ready]
+            pod = pod_for(None, name, index, created, phase=phase, exit_code=exit_code, message="")
+            pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = iso(created + 5)
+            self.pods.append(pod)
+            self.logs[name] = demo.PodLog(events)
+
+    def analyse(self, k: int, job: Optional[Dict[str, Any]] = None) -> Tuple[List[demo.EpisodeRow], Dict[str, Any]]:
+        job = job or job_for(self.job_created, "Failed", "FailedIndexes", failedIndexes="1", completedIndexes="0,2-3")
+        return demo.analyse_round(collected_for(self.pods, self.logs, job, count=4, max_failed=k), "ns/rollout")
+
+    def test_k_zero_fails_at_the_root_cause_as_before(self) -> None:
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "episode rollout-1-x: the pod ended in phase Failed"):
+            self.analyse(0, job_for(self.job_created, "Failed", "BackoffLimitExceeded"))
+
+    def test_below_the_number_of_failed_episodes_fails(self) -> None:
+        with self.assertRaisesRegex(
+            demo.EpisodeInvalid,
+            r"rollout-1-x: .*phase Failed .*\(2 episodes failed, more than --max-failed-episodes 1\)",
+        ):
+            self.analyse(1, job_for(self.job_created, "Failed", "MaxFailedIndexesExceeded"))
+
+    def test_at_and_above_the_number_the_rest_is_reported(self) -> None:
+        for k in (2, 3, 10):
+            with self.subTest(k=k):
+                rows, figures = self.analyse(k)
+                self.assertEqual(sorted(row.index for row in rows), [0, 2])
+                self.assertEqual((figures["episodes"], figures["successful_episodes"]), (4, 2))
+                self.assertEqual(figures["reward_sum"], 0 + 1.0)
+                causes = {entry["index"]: entry["cause"] for entry in figures["failed_episodes"]}
+                self.assertEqual(sorted(causes), [1, 3])
+                self.assertIn("phase Failed", causes[1])
+                self.assertIn("found 1 ready and 0 reward", causes[3])
+                self.assertEqual(figures["job_complete_at"], None)  # the Job ended Failed (FailedIndexes)
+
+    def test_results_rewards_and_summary_with_failed_episodes(self) -> None:
+        rows, figures = self.analyse(2)
+        settings = settings_for(4, max_failed_episodes=2)
+        results = demo.assemble_results(settings, "ctx", "ns", "run", rows, [figures])
+        self.assertEqual(len(results["failed_episodes"]), 2)
+        self.assertEqual(results["max_failed_episodes"], 2)
+        self.assertEqual(results["worker"], demo.BUILTIN_WORKER)
+        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, results["failed_episodes"]).splitlines()]
+        self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
+        self.assertEqual([line["reward"] for line in lines], [0.0, None, 1.0, None])
+        self.assertEqual([line["failure"] is None for line in lines], [True, False, True, False])
+        self.assertIn("2 failed episode(s) left out of the reward figures", demo.render_summary(results))
+        suites = demo.junit_suites(results, [], {}, None)
+        skipped = [case for case in suites[0]["cases"] if case["outcome"] == "skipped"]
+        self.assertEqual(sorted(case["name"] for case in skipped), ["rollout-1-x", "rollout-3-x"])
+        self.assertIn("--max-failed-episodes", skipped[0]["message"])
+
+    def test_a_complete_job_with_invalid_events_is_also_accepted_within_k(self) -> None:
+        self.pods[1]["status"]["phase"] = "Succeeded"
+        self.pods[1]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 0
+        rows, figures = self.analyse(1, job_for(self.job_created))
+        self.assertEqual(sorted(row.index for row in rows), [0, 1, 2])
+        self.assertEqual([entry["index"] for entry in figures["failed_episodes"]], [3])
+
+    def test_the_jobs_failed_indexes_must_be_failed_episodes(self) -> None:
+        job = job_for(self.job_created, "Failed", "FailedIndexes", failedIndexes="0-1")
+        with self.assertRaisesRegex(
+            demo.DemoError, "lists index 0 in status.failedIndexes, but that episode validated"
+        ):
+            self.analyse(2, job)
+
+    def test_another_failure_reason_still_fails(self) -> None:
+        with self.assertRaisesRegex(demo.DemoError, "failed \\(BackoffLimitExceeded"):
+            self.analyse(2, job_for(self.job_created, "Failed", "BackoffLimitExceeded"))
+
+    def test_every_episode_failed(self) -> None:
+        for pod in self.pods:
+            pod["status"]["phase"] = "Failed"
+        with self.assertRaisesRegex(demo.DemoError, "every episode of Job ns/rollout failed"):
+            self.analyse(4)
+
+    def test_a_missing_or_repeated_index(self) -> None:
+        self.pods[2]["metadata"]["annotations"][demo.INDEX_ANNOTATION] = "0"
+        with self.assertRaisesRegex(demo.DemoError, "more than one pod for completion index 0"):
+            self.analyse(2)
+        for bad in ("4", "-1", "01", "x", None):
+            self.pods[2]["metadata"]["annotations"][demo.INDEX_ANNOTATION] = bad
+            _, figures = self.analyse(3)
+            causes = {entry["pod"]: entry["cause"] for entry in figures["failed_episodes"]}
+            self.assertIn("annotation is", causes["rollout-2-x"])
+
+    def test_classify_round(self) -> None:
+        def outcome(reason: str) -> str:
+            job = job_for(self.job_created, "Failed", reason)
+            return demo.classify_round(demo.RoundObservation(job, "Failed"))
+
+        self.assertEqual(outcome("FailedIndexes"), demo.ROUND_FAILED_INDEXES)
+        self.assertEqual(outcome("MaxFailedIndexesExceeded"), demo.ROUND_FAILED)
+        self.assertEqual(outcome("BackoffLimitExceeded"), demo.ROUND_FAILED)
+        self.assertEqual(outcome("DeadlineExceeded"), demo.ROUND_DEADLINE)
+
+
+class ManifestTest(unittest.TestCase):
+    def job(self, **extra: Any) -> Dict[str, Any]:
+        return demo.job_manifest(
+            name="rollout",
+            namespace="ns",
+            run_id="r",
+            count=4,
+            parallelism=2,
+            image="i",
+            runtime=None,
+            deadline_seconds=240,
+            **extra,
+        )
+
+    def test_the_built_in_run_is_unchanged(self) -> None:
+        spec = self.job()["spec"]
+        self.assertEqual(
+            sorted(spec), ["activeDeadlineSeconds", "backoffLimit", "completions", "parallelism", "template"]
+        )
+        self.assertEqual(spec["backoffLimit"], 0)
+        self.assertEqual(demo.configmap_manifest("ns", "r")["data"], {"episode.py": demo.WORKER_SOURCE})
+        self.assertEqual(settings_for(4).configmap_manifest("ns", "r"), demo.configmap_manifest("ns", "r"))
+        self.assertFalse(settings_for(4).indexed)
+
+    def test_tasks_make_an_indexed_job_with_no_retries(self) -> None:
+        spec = self.job(indexed=True)["spec"]
+        self.assertEqual((spec["completionMode"], spec["backoffLimit"]), ("Indexed", 0))
+        self.assertNotIn("backoffLimitPerIndex", spec)
+
+    def test_max_failed_episodes_uses_per_index_limits(self) -> None:
+        spec = self.job(max_failed_episodes=2)["spec"]
+        self.assertEqual(spec["completionMode"], "Indexed")
+        self.assertEqual((spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]), (0, 2))
+        self.assertNotIn("backoffLimit", spec)
+        self.assertEqual(self.job(max_failed_episodes=9)["spec"]["maxFailedIndexes"], 4)  # at most completions
+
+    def test_the_configmap_carries_worker_and_tasks(self) -> None:
+        data = demo.configmap_manifest("ns", "r", "print(1)\n", [{"b": 1, "a": "\u00e9"}, {}])["data"]
+        self.assertEqual(data["episode.py"], "print(1)\n")
+        self.assertEqual(data[demo.TASKS_KEY], '{"a":"\\u00e9","b":1}\n{}\n')
+        self.assertEqual(
+            [json.loads(line) for line in data[demo.TASKS_KEY].splitlines()], [{"b": 1, "a": "\u00e9"}, {}]
+        )
+
+    def test_parse_index_set(self) -> None:
+        self.assertEqual(demo.parse_index_set("1,3-5,9"), [1, 3, 4, 5, 9])
+        self.assertEqual(demo.parse_index_set(""), [])
+        self.assertEqual(demo.parse_index_set(None), [])
+        for bad in ("1,,2", "5-3", "a", "1-", 7, "01"):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                demo.parse_index_set(bad)
+
+    def test_parse_tasks(self) -> None:
+        self.assertEqual(demo.parse_tasks(b'{"id": 1}\n{"x": [1, 2]}\n', "t"), [{"id": 1}, {"x": [1, 2]}])
+        self.assertEqual(demo.parse_tasks(b'{"id": 1}', "t"), [{"id": 1}])
+        cases = [
+            (b"", "is empty"),
+            (b'{"a": 1}\n\n{"b": 2}\n', "line 2 is not JSON"),
+            (b'{"a": 1}\n[1]\n', "line 2 is a JSON list, not an object"),
+            (b'{"a": 1}\n{"a": NaN}\n', "line 2 is not JSON \\(NaN is not a JSON number\\)"),
+            (b'{"a": 1}\n{"a": 1} {"b": 2}\n', "line 2 is not JSON"),
+            (b'{"a": 1}\n{"a": "\xff"}\n', "line 2 is not UTF-8"),
+            (b'{"a": ' * 100000 + b"1" + b"}" * 100000, "line 1 is (nested too deeply|not JSON)"),
+        ]
+        for data, message in cases:
+            with self.subTest(message=message), self.assertRaisesRegex(demo.DemoError, message) as caught:
+                demo.parse_tasks(data, "t")
+            self.assertEqual(caught.exception.exit_code, demo.EXIT_USAGE)
+
+    def test_task_id(self) -> None:
+        self.assertEqual(demo.task_id_of({"id": "a"}, 3), "a")
+        self.assertEqual(demo.task_id_of({"x": 1}, 3), 3)
+        self.assertEqual(demo.task_id_of(None, 3), 3)
+
+
+class RefusedBeforeAnythingTest(unittest.TestCase):
+    """Bad --tasks or --worker files stop the run before any kubectl process starts."""
+
+    def setUp(self) -> None:
+        self.root = Path(tempfile.mkdtemp())
+        self.calls = self.root / "kubectl-called"
+        kubectl = self.root / "kubectl"
+        kubectl.write_text(f"#!/bin/sh\necho \"$@\" >> '{self.calls}'\nexit 1\n")
+        kubectl.chmod(0o755)
+        self.kubectl = str(kubectl)
+        self.output = self.root / "out"
+
+    def tearDown(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.root)
+
+    def refused(self, *args: str) -> str:
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(SystemExit) as caught:
+            demo.main(["run", "--output", str(self.output), "--kubectl", self.kubectl, "--quiet", *args])
+        self.assertEqual(caught.exception.code, demo.EXIT_USAGE)
+        self.assertFalse(self.calls.exists(), "kubectl was run")
+        self.assertFalse(self.output.exists(), "the output directory was created")
+        return stderr.getvalue()
+
+    def write(self, name: str, data: bytes) -> str:
+        path = self.root / name
+        path.write_bytes(data)
+        return str(path)
+
+    def test_a_malformed_tasks_file(self) -> None:
+        tasks = self.write("tasks.jsonl", b'{"id": 1}\n{"id": 2,}\n')
+        self.assertIn("tasks.jsonl line 2 is not JSON", self.refused("--tasks", tasks))
+
+    def test_an_oversized_tasks_file(self) -> None:
+        line = json.dumps({"prompt": "x" * 300_000}).encode() + b"\n"
+        tasks = self.write("tasks.jsonl", line * 4)
+        message = self.refused("--tasks", tasks)
+        self.assertIn("1 MiB (1,048,576 bytes) object size limit", message)
+        self.assertRegex(message, r"would be 1,2\d\d,\d{3} bytes as JSON")
+
+    def test_a_count_that_does_not_match(self) -> None:
+        tasks = self.write("tasks.jsonl", b"{}\n{}\n")
+        self.assertIn("--count 3 does not match the 2 tasks", self.refused("--tasks", tasks, "--count", "3"))
+
+    def test_too_many_tasks_without_allow_large(self) -> None:
+        tasks = self.write("tasks.jsonl", b"{}\n" * 21)
+        self.assertIn("count 21", self.refused("--tasks", tasks))
+
+    def test_a_worker_that_does_not_compile(self) -> None:
+        worker = self.write("my_worker.py", b"import json\n\ndef main(:\n    pass\n")
+        message = self.refused("--worker", worker)
+        self.assertIn("my_worker.py line 3 does not compile as Python", message)
+
+    def test_a_worker_that_is_not_utf8(self) -> None:
+        worker = self.write("my_worker.py", b"x = 1\ny = '\xff'\n")
+        self.assertIn("my_worker.py line 2 is not UTF-8", self.refused("--worker", worker))
+
+    def test_a_missing_file(self) -> None:
+        self.assertIn("cannot read --worker", self.refused("--worker", str(self.root / "absent.py")))
+
+    def test_dry_run_writes_the_custom_configmap_and_indexed_job(self) -> None:
+        tasks = self.write("tasks.jsonl", b'{"id": "a"}\n{"id": "b"}\n')
+        worker = self.write("w.py", demo.WORKER_TEMPLATE.encode())
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = demo.main(
+                ["run", "--output", str(self.output), "--dry-run", "--tasks", tasks, "--worker", worker,
+                 "--max-failed-episodes", "1"]
+            )  # fmt: skip
+        self.assertEqual(code, 0)
+        self.assertFalse(self.calls.exists())
+        configmap = json.loads((self.output / "01-configmap.json").read_text())
+        self.assertEqual(configmap["data"]["episode.py"], demo.WORKER_TEMPLATE)
+        self.assertEqual(configmap["data"][demo.TASKS_KEY], '{"id":"a"}\n{"id":"b"}\n')
+        job = json.loads((self.output / "02-job-rollout.json").read_text())
+        self.assertEqual(job["spec"]["completions"], 2)
+        self.assertEqual(job["spec"]["completionMode"], "Indexed")
+        self.assertEqual((job["spec"]["backoffLimitPerIndex"], job["spec"]["maxFailedIndexes"]), (0, 1))
+
+
+class OldClusterTest(unittest.TestCase):
+    """An API server that drops the per-index fields: the Job is deleted at once, exit 3."""
+
+    def fake_run(self) -> Any:
+        calls: List[List[str]] = []
+        kubectl = types.SimpleNamespace(run=lambda args, namespace=None: calls.append(list(args)) or "")
+        return types.SimpleNamespace(kubectl=kubectl, namespace="ns"), calls
+
+    def test_dropped_per_index_fields(self) -> None:
+        manifest = settings_for(4, max_failed_episodes=1).job_manifest("rollout", "ns", "r")
+        created = json.loads(json.dumps(manifest))
+        del created["spec"]["backoffLimitPerIndex"], created["spec"]["maxFailedIndexes"]
+        created["spec"]["backoffLimit"] = 6  # what an old API server defaults
+        batch, calls = self.fake_run()
+        with self.assertRaisesRegex(demo.DemoError, "does not support per-index backoff limits") as caught:
+            demo.BatchRun.refuse_dropped_fields(batch, manifest, created)
+        self.assertEqual(caught.exception.exit_code, demo.EXIT_CLUSTER)
+        self.assertIn("it was deleted at once", str(caught.exception))
+        self.assertEqual(calls, [["delete", "job", "rollout", "--cascade=foreground", "--wait=false"]])
+
+    def test_fields_kept(self) -> None:
+        manifest = settings_for(4, max_failed_episodes=1).job_manifest("rollout", "ns", "r")
+        batch, calls = self.fake_run()
+        demo.BatchRun.refuse_dropped_fields(batch, manifest, json.loads(json.dumps(manifest)))
+        plain = settings_for(4).job_manifest("rollout", "ns", "r")
+        demo.BatchRun.refuse_dropped_fields(batch, plain, {"spec": {}})  # nothing was asked for
+        self.assertEqual(calls, [])
+
+
+class ReadmeExampleTest(unittest.TestCase):
+    """The README's complete example runs as shown: its worker on its tasks gives its rewards.jsonl."""
+
+    def blocks(self) -> List[str]:
+        text = (Path(demo.__file__).resolve().parent / "README.md").read_text(encoding="utf-8")
+        section = text.split("## Plugging in a real model", 1)[1].split("\n## ", 1)[0]
+        return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
+
+    def test_the_example(self) -> None:
+        tasks_block, worker_block, command_block, rewards_block = self.blocks()[:4]
+        tasks = demo.parse_tasks(tasks_block.encode(), "README")
+        self.assertIn("--worker my_worker.py --tasks tasks.jsonl", command_block)
+        expected = [json.loads(line) for line in rewards_block.splitlines()]
+        job_created = time.time() - 2
+        with tempfile.TemporaryDirectory() as root:
+            source = worker_block.replace("/dev/termination-log", str(Path(root, "termination-log")))
+            source = source.replace("/demo/tasks.jsonl", str(Path(root, "tasks.jsonl")))
+            Path(root, "tasks.jsonl").write_text(demo.tasks_text(tasks))
+            runs = [run_worker(source, None, i, expected[i]["pod"]) for i in range(len(tasks))]
+        pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
+        collected = collected_for(pods, logs, job_for(job_created), count=len(tasks), tasks=tasks)
+        rows, figures = demo.analyse_round(collected, "ns/rollout")
+        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, []).splitlines()]
+        self.assertEqual(lines, expected)
+        self.assertEqual((figures["reward_sum"], figures["reward_min"], figures["reward_max"]), (2.0, 0.0, 1.0))
+        self.assertAlmostEqual(figures["reward_mean"], 2 / 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
