@@ -131,7 +131,11 @@ THRESHOLD_METRICS = (
 # Per-episode phases, in the order an episode lives through them.
 PHASES = (
     "pod_to_scheduled_seconds",
+    "pod_to_kernel_boot_seconds",
+    "kernel_boot_to_process_start_seconds",
     "pod_to_container_started_seconds",
+    "pod_to_process_start_seconds",
+    "interpreter_start_seconds",
     "python_import_seconds",
     "import_to_ready_seconds",
     "pod_to_ready_seconds",
@@ -142,7 +146,11 @@ PHASES = (
 
 PHASE_LABELS = {
     "pod_to_scheduled_seconds": "pod created -> scheduled",
+    "pod_to_kernel_boot_seconds": "pod created -> sandbox kernel booted",
+    "kernel_boot_to_process_start_seconds": "sandbox kernel boot -> process start",
     "pod_to_container_started_seconds": "pod created -> container started",
+    "pod_to_process_start_seconds": "pod created -> process started",
+    "interpreter_start_seconds": "process start -> first statement",
     "python_import_seconds": "Python module import",
     "import_to_ready_seconds": "import done -> application ready",
     "pod_to_ready_seconds": "pod created -> application ready",
@@ -169,6 +177,36 @@ TIMELINE_BARS = (
     ("task", "ready -> reward", "#3fb27f", "ready_at", "reward_at"),
     ("exit", "reward -> container finished", "#9b6bd6", "reward_at", "finished_at"),
 )
+
+# Thinner strips under an episode's bars, drawn where the sandbox reported its own clocks:
+# (name, meaning, colour, start keys (the first known one), end key).
+TIMELINE_DETAIL_BARS = (
+    ("sandbox boot", "pod created -> sandbox kernel booted", "#d1495b", ("created_at",), "kernel_booted_at"),
+    (
+        "process start",
+        "kernel booted (else pod created) -> process started",
+        "#edae49",
+        ("kernel_booted_at", "created_at"),
+        "process_started_at",
+    ),
+)
+
+# The kubelet's runtime histograms (`run --kubelet-metrics`), named as the guide names them:
+# (family, label, label value or None for the RuntimeClass's handler).
+KUBELET_OPERATIONS = (
+    ("RunPodSandbox", "kubelet_run_podsandbox_duration_seconds", "runtime_handler", None),
+    ("CreateContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "create_container"),
+    ("StartContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "start_container"),
+    ("PullImage", "kubelet_runtime_operations_duration_seconds", "operation_type", "pull_image"),
+)
+KUBELET_METRICS_PERMISSIONS = (
+    ("get", "nodes", "", "proxy", False),  # the kubelet's /metrics through the API server (also allows exec!)
+    ("list", "nodes", "", "", False),  # which nodes may run an episode, read before the Job exists
+)
+METRICS_LINE_LIMIT = 64 * 1024  # a longer line of a kubelet's /metrics is ignored
+METRICS_SAMPLES_LIMIT = 20000  # samples kept per node from the wanted families; more is garbage
+KUBELET_READ_THREADS = 16  # nodes read at once
+CLOCK_TICK_SLACK = 0.02  # /proc's process start is in clock ticks (1/CLK_TCK, usually 10 ms): two ticks' slack
 
 # (verb, resource, group, subresource, namespaced): what a run and its cleanup do.
 REQUIRED_PERMISSIONS = (
@@ -347,6 +385,7 @@ class RunSettings:
     worker_name: str = BUILTIN_WORKER  # the --worker file's name (never its path)
     tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
+    kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
@@ -368,6 +407,7 @@ class RunSettings:
             worker_name=inputs.worker_name,
             tasks=inputs.tasks,
             max_failed_episodes=inputs.max_failed_episodes,
+            kubelet_metrics=bool(getattr(args, "kubelet_metrics", False)),
         )
 
     @property
@@ -529,6 +569,7 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
+    events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's, same listing
 
 
 @dataclasses.dataclass
@@ -578,6 +619,16 @@ class EpisodeRow:
     index: int = 0  # the completion index (Indexed Jobs), else the pod's place in creation order
     task_id: Any = None  # the task's "id", else the index
     info: Optional[Dict[str, Any]] = None  # the reward event's other fields: rewards.jsonl only
+    scheduled_source: Optional[str] = None  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
+    process_started_at: Optional[float] = None  # /proc/self/stat starttime on the kernel's boot clock
+    first_statement_at: Optional[float] = None  # the worker's first statement (node wall clock)
+    kernel_booted_at: Optional[float] = None  # only for a sandbox kernel (kernel == "sandbox")
+    kernel: Optional[str] = None  # "sandbox", "shared", or None when the sandbox did not say
+    pod_to_process_start_seconds: Optional[float] = None
+    pod_to_kernel_boot_seconds: Optional[float] = None
+    kernel_boot_to_process_start_seconds: Optional[float] = None
+    interpreter_start_seconds: Optional[float] = None
+    image_pull: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"state": "unknown", "seconds": None})
 
     def to_json(self) -> Dict[str, Any]:
         data = dict(self.__dict__)
@@ -1284,6 +1335,518 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
     return "they differ"
 
 
+# Pure core: sandbox clocks, image pulls, kubelet histograms ###################
+
+
+_GO_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_go_duration(text: str) -> float:
+    """A Go time.Duration as printed by %v ("1.5s", "734ms", "2m3.5s", "1h2m", "500µs", "12ns",
+    "0s") in seconds, exactly as Go's ParseDuration reads it; ValueError for anything else."""
+    body = text[1:] if text[:1] in "+-" else text
+    if body == "0":
+        return 0.0
+    if not body:
+        raise ValueError(f"not a Go duration: {text!r}")
+    total, position = 0.0, 0
+    while position < len(body):
+        match = _GO_DURATION_PART.match(body, position)
+        if not match or match.group(1) in ("", "."):
+            raise ValueError(f"not a Go duration: {text!r}")
+        total += float(match.group(1)) * _GO_DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if not math.isfinite(total):
+        raise ValueError(f"not a Go duration: {text!r}")
+    return -total if text[:1] == "-" else total
+
+
+_GO_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_PULLED_CACHED = re.compile(r"^Container image " + _GO_QUOTED + r" already present on machine")
+_PULLED_IMAGE = re.compile(
+    r"^Successfully pulled image " + _GO_QUOTED + r" in (\S+)(?: \((\S+) including waiting\))?"
+    r"(?:\. Image size: [0-9]+ bytes\.)?$"
+)
+
+
+def involves_pod(event: Dict[str, Any], pod: Dict[str, Any]) -> bool:
+    """Whether a core/v1 Event is about this very pod (its name, and its UID when the event has one)."""
+    involved = event.get("involvedObject") if isinstance(event, dict) else None
+    if not isinstance(involved, dict) or involved.get("kind", "Pod") != "Pod":
+        return False
+    metadata = pod.get("metadata") or {}
+    if involved.get("name") != metadata.get("name"):
+        return False
+    uid = involved.get("uid")
+    return not uid or not metadata.get("uid") or uid == metadata.get("uid")
+
+
+def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+    """The namespace's events grouped by the name of the pod they are about."""
+    grouped: Dict[str, List[Dict[str, Any]]] = {}
+    for event in events:
+        involved = event.get("involvedObject") if isinstance(event, dict) else None
+        if (
+            isinstance(involved, dict)
+            and involved.get("kind", "Pod") == "Pod"
+            and isinstance(involved.get("name"), str)
+        ):
+            grouped.setdefault(involved["name"], []).append(event)
+    return grouped
+
+
+def scheduled_event_time(
+    events: List[Dict[str, Any]], pod: Dict[str, Any], created_at: float, finished_at: Optional[float]
+) -> Optional[float]:
+    """The scheduler's `Scheduled` event time for this pod (events.k8s.io `eventTime`,
+    microseconds), if it exists and falls inside the pod's life; else None."""
+    times = []
+    for event in events:
+        if event.get("reason") != "Scheduled" or not involves_pod(event, pod):
+            continue
+        text = event.get("eventTime")
+        if not isinstance(text, str):
+            continue
+        try:
+            moment = parse_timestamp(text)
+        except ValueError:
+            continue
+        if created_at - 1.0 <= moment and (finished_at is None or moment <= finished_at + 1.0):
+            times.append(moment)
+    return min(times) if times else None
+
+
+def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str, Any]:
+    """The episode container's image state from the kubelet's `Pulled` events: cached, pulled
+    (with the pull's seconds, as the kubelet measured them), or unknown; never assumed."""
+    for event in events:
+        if event.get("reason") != "Pulled" or not involves_pod(event, pod):
+            continue
+        field_path = (event.get("involvedObject") or {}).get("fieldPath")
+        if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
+            continue  # another container's image
+        message = str(event.get("message") or "")
+        if _PULLED_CACHED.match(message):
+            return {"state": "cached", "seconds": None}
+        match = _PULLED_IMAGE.match(message)
+        if match:
+            try:
+                seconds = parse_go_duration(match.group(1))
+                waiting = parse_go_duration(match.group(2)) if match.group(2) else None
+            except ValueError:
+                continue
+            if seconds < 0 or (waiting is not None and waiting < 0):
+                continue
+            return {"state": "pulled", "seconds": seconds, "seconds_including_waiting": waiting}
+    return {"state": "unknown", "seconds": None}
+
+
+def image_cache_counts(rows: List[EpisodeRow]) -> Dict[str, int]:
+    counts = {"cached": 0, "pulled": 0, "unknown": 0}
+    for row in rows:
+        state = row.image_pull.get("state")
+        counts[state if state in counts else "unknown"] += 1
+    return counts
+
+
+def cache_state_of(counts: Dict[str, int]) -> str:
+    """The guide's `cache_state`, measured: "cached" or "pulled" when every episode says so,
+    "mixed" when both occurred, else "unknown" (an episode without a Pulled event proves nothing)."""
+    if counts.get("cached") and counts.get("pulled"):
+        return "mixed"
+    known = [state for state in ("cached", "pulled") if counts.get(state)]
+    if len(known) == 1 and not counts.get("unknown"):
+        return known[0]
+    return "unknown"
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxClocks:
+    """What a ready event says about the sandbox's own start, bounded to the pod's life."""
+
+    process_started_at: Optional[float] = None
+    first_statement_at: Optional[float] = None
+    imports_done_at: Optional[float] = None
+    kernel_booted_at: Optional[float] = None  # a sandbox kernel's only
+    kernel: Optional[str] = None
+
+
+def sandbox_clocks(
+    name: str, ready_event: Dict[str, Any], created_at: float, ready_at: float, inspect: str
+) -> SandboxClocks:
+    """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
+
+    Every stamp before `ready` must lie in [pod creation - 1 s, ready] (ready itself is bound to
+    the container's finish + 1 s by the caller), and in the order the process lives them. A ready
+    event without `first_statement_at` comes from an older worker, whose `process_started_at`
+    was its first statement: read that way, its /proc figures are null."""
+    process_started_at = optional_number(ready_event.get("process_started_at"))
+    booted_at = optional_number(ready_event.get("kernel_booted_at"))
+    labels = {"first_statement_at": "first_statement_at", "process_started_at": "process_started_at"}
+    if "first_statement_at" in ready_event:
+        first_statement_at = optional_number(ready_event.get("first_statement_at"))
+    else:
+        first_statement_at, process_started_at, booted_at = process_started_at, None, None
+        labels["first_statement_at"] = "process_started_at"
+    imports_done_at = optional_number(ready_event.get("imports_done_at"))
+    for label, stamp in (
+        ("process_started_at", process_started_at),
+        (labels["first_statement_at"], first_statement_at),
+        ("imports_done_at", imports_done_at),
+    ):
+        if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
+            raise EpisodeInvalid(
+                name,
+                f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
+                f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
+                "server and the nodes",
+                inspect,
+            )
+    if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
+        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
+    if (
+        process_started_at is not None
+        and first_statement_at is not None
+        and process_started_at > first_statement_at + CLOCK_TICK_SLACK
+    ):
+        raise EpisodeInvalid(
+            name,
+            f"its ready event's process_started_at ({process_started_at:.3f}) is later than its first statement "
+            f"({first_statement_at:.3f}); the sandbox's clocks disagree",
+            inspect,
+        )
+    kernel = None
+    if booted_at is not None:
+        reference = process_started_at if process_started_at is not None else first_statement_at
+        inside = reference is not None and created_at - 1.0 <= booted_at <= reference
+        kernel = "sandbox" if inside else "shared"
+    return SandboxClocks(
+        process_started_at=process_started_at,
+        first_statement_at=first_statement_at,
+        imports_done_at=imports_done_at,
+        kernel_booted_at=booted_at if kernel == "sandbox" else None,
+        kernel=kernel,
+    )
+
+
+# Kubelet histograms (`run --kubelet-metrics`) ---------------------------------
+#
+# The kubelet's /metrics is read through the API server before the first Job and after the
+# last; each histogram is subtracted bucket by bucket (as ClusterLoader2 does) and its quantiles
+# interpolated within a bucket (as Prometheus' histogram_quantile does). The text is untrusted:
+# only the wanted families are kept, long lines are ignored, and the samples kept are bounded.
+
+_METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$")
+_METRIC_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_LABEL_UNESCAPE = re.compile(r"\\(.)")
+
+
+def _unescape_label(text: str) -> str:
+    return _LABEL_UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+
+
+def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
+    """One sample of the Prometheus text format: name, labels, value; None for a comment, a
+    blank line or anything malformed."""
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#"):
+        return None
+    match = _METRIC_LINE.match(stripped)
+    if not match:
+        return None
+    labels: Dict[str, str] = {}
+    label_text = (match.group(2) or "").strip()
+    position = 0
+    while position < len(label_text):
+        label = _METRIC_LABEL.match(label_text, position)
+        if not label or label.end() == position:
+            return None
+        labels[label.group(1)] = _unescape_label(label.group(2))
+        position = label.end()
+    try:
+        value = float(match.group(3))
+    except ValueError:
+        return None
+    return match.group(1), labels, value
+
+
+class MetricsScanner:
+    """Reads a /metrics text as it streams in, keeping only samples of the wanted families."""
+
+    def __init__(self, families: Iterable[str]) -> None:
+        self.families = tuple(sorted(set(families)))
+        self.prefixes = tuple(family.encode() for family in self.families)
+        self.samples: List[Tuple[str, Dict[str, str], float]] = []
+        self.buffer = b""
+        self.skipping = False  # inside a line longer than METRICS_LINE_LIMIT
+        self.long_lines = 0
+        self.error = ""
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for raw in lines:
+            if self.skipping:
+                self.skipping = False
+                continue
+            self._line(raw)
+        if len(self.buffer) > METRICS_LINE_LIMIT:
+            self.buffer, self.skipping = b"", True
+            self.long_lines += 1
+
+    def _line(self, raw: bytes) -> None:
+        if len(raw) > METRICS_LINE_LIMIT:
+            self.long_lines += 1
+            return
+        if not raw.startswith(self.prefixes) or self.error:
+            return
+        sample = parse_metric_line(raw.decode("utf-8", "replace"))
+        if sample is None:
+            return
+        if len(self.samples) >= METRICS_SAMPLES_LIMIT:
+            self.error = f"more than {METRICS_SAMPLES_LIMIT} samples of the kubelet's runtime histograms"
+            return
+        self.samples.append(sample)
+
+    def finish(self) -> List[Tuple[str, Dict[str, str], float]]:
+        if self.buffer and not self.skipping:
+            self._line(self.buffer)
+        self.buffer = b""
+        return self.samples
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts by upper bound (the last one +Inf), with the sum and count."""
+
+    buckets: Tuple[Tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+def histogram_from_samples(
+    samples: List[Tuple[str, Dict[str, str], float]], family: str, label: str, value: str
+) -> Optional[Histogram]:
+    """The family's series whose `label` equals `value`, added up (None when there is none);
+    ValueError when the series are not a well-formed histogram."""
+    buckets: Dict[float, float] = {}
+    total = count = 0.0
+    seen = False
+    for name, labels, number in samples:
+        if labels.get(label) != value:
+            continue
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"{name} has the value {number!r}")
+        if name == family + "_bucket":
+            bound = float(labels.get("le", "nan"))
+            if math.isnan(bound):
+                raise ValueError(f"{name} has a bucket without a numeric le")
+            buckets[bound] = buckets.get(bound, 0.0) + number
+            seen = True
+        elif name == family + "_sum":
+            total += number
+            seen = True
+        elif name == family + "_count":
+            count += number
+            seen = True
+    if not seen:
+        return None
+    ordered = tuple(sorted(buckets.items()))
+    if not ordered or ordered[-1][0] != math.inf:
+        raise ValueError(f"{family} has no +Inf bucket")
+    if any(later[1] < earlier[1] for earlier, later in zip(ordered, ordered[1:])) or ordered[-1][1] != count:
+        raise ValueError(f"{family}'s buckets are not cumulative")
+    return Histogram(ordered, total, count)
+
+
+def subtract_histograms(after: Histogram, before: Optional[Histogram]) -> Histogram:
+    """What happened between two readings of one histogram, bucket by bucket; ValueError when a
+    counter went down (the kubelet restarted) or the bucket bounds changed."""
+    if before is None:
+        return after
+    if [bound for bound, _ in after.buckets] != [bound for bound, _ in before.buckets]:
+        raise ValueError("its bucket bounds changed between the two readings")
+    buckets = tuple((bound, count - earlier) for (bound, count), (_, earlier) in zip(after.buckets, before.buckets))
+    if any(count < 0 for _, count in buckets) or after.count < before.count or after.sum < before.sum:
+        raise ValueError("a counter went down between the two readings (the kubelet restarted?)")
+    return Histogram(buckets, after.sum - before.sum, after.count - before.count)
+
+
+def add_histograms(histograms: List[Histogram]) -> Histogram:
+    """Histograms of identical bucket bounds added; ValueError when the bounds differ."""
+    first = histograms[0]
+    for other in histograms[1:]:
+        if [bound for bound, _ in other.buckets] != [bound for bound, _ in first.buckets]:
+            raise ValueError("the nodes' bucket bounds differ")
+    buckets = tuple(
+        (bound, sum(h.buckets[index][1] for h in histograms)) for index, (bound, _) in enumerate(first.buckets)
+    )
+    return Histogram(buckets, sum(h.sum for h in histograms), sum(h.count for h in histograms))
+
+
+def histogram_quantile(q: float, histogram: Histogram) -> Optional[Tuple[float, Tuple[float, float]]]:
+    """Prometheus' histogram_quantile: the rank's bucket and a linear interpolation inside it.
+    The lowest bucket starts at 0; a rank in the +Inf bucket gives the highest finite bound (and
+    the bucket (that bound, +Inf)). None when there are no observations."""
+    buckets = histogram.buckets
+    if len(buckets) < 2 or histogram.count <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    index = next(i for i, (_, count) in enumerate(buckets) if count >= rank)
+    if index == len(buckets) - 1:
+        return buckets[-2][0], (buckets[-2][0], math.inf)
+    upper, count = buckets[index]
+    if index == 0 and upper <= 0:
+        return upper, (upper, upper)
+    lower = 0.0
+    if index > 0:
+        lower = buckets[index - 1][0]
+        count -= buckets[index - 1][1]
+        rank -= buckets[index - 1][1]
+    return lower + (upper - lower) * (rank / count if count else 0.0), (lower, upper)
+
+
+def _bucket_json(bucket: Tuple[float, float]) -> List[Optional[float]]:
+    return [bucket[0], bucket[1] if math.isfinite(bucket[1]) else None]  # +Inf: null (JSON has no infinity)
+
+
+def operation_figures(histogram: Histogram) -> Dict[str, Any]:
+    """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
+    figures: Dict[str, Any] = {"count": round(histogram.count)}
+    figures["mean_seconds"] = finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None
+    for name, q in (("p50", 0.5), ("p95", 0.95)):
+        quantile = histogram_quantile(q, histogram)
+        finite = quantile is not None and math.isfinite(quantile[0]) and math.isfinite(quantile[1][0])
+        figures[f"{name}_seconds"] = quantile[0] if quantile and finite else None  # never NaN or Infinity in JSON
+        figures[f"{name}_bucket"] = _bucket_json(quantile[1]) if quantile and finite else None
+    return figures
+
+
+@dataclasses.dataclass
+class KubeletReading:
+    """One node's runtime histograms at one moment (None: the operation never happened there),
+    or why they could not be read."""
+
+    histograms: Dict[str, Optional[Histogram]]
+    error: str = ""
+
+
+def kubelet_reading(samples: List[Tuple[str, Dict[str, str], float]], handler: str, error: str = "") -> KubeletReading:
+    """The guide's four operations out of one node's samples."""
+    if error:
+        return KubeletReading({}, error)
+    histograms: Dict[str, Optional[Histogram]] = {}
+    try:
+        for operation, family, label, value in KUBELET_OPERATIONS:
+            histograms[operation] = histogram_from_samples(samples, family, label, handler if value is None else value)
+    except ValueError as failure:
+        return KubeletReading({}, f"its metrics are malformed ({failure})")
+    return KubeletReading(histograms)
+
+
+def runtime_operations(
+    before: Dict[str, KubeletReading],
+    after: Dict[str, KubeletReading],
+    handler: str,
+    expected: Dict[str, Dict[str, Optional[int]]],
+) -> Dict[str, Any]:
+    """results.json's `runtime_operations`: per node and pooled, what the kubelet's histograms
+    gained between the two readings. `expected` is this run's operations per node and operation
+    (None: not known, e.g. pulls of pods whose Pulled event is missing); the rest are foreign:
+    these counters are node-wide."""
+    nodes: Dict[str, Any] = {}
+    deltas: Dict[str, List[Histogram]] = {operation: [] for operation, *_ in KUBELET_OPERATIONS}
+    for node in sorted(expected):
+        entry: Dict[str, Any] = {operation: None for operation, *_ in KUBELET_OPERATIONS}
+        entry.update(foreign_operations=0, note="")
+        nodes[node] = entry
+        first, last = before.get(node), after.get(node)
+        problem = ""
+        if first is None:
+            problem = "not read before the run (it was not an eligible node then)"
+        elif first.error or last is None or last.error:
+            problem = f"could not be read: {(first.error or (last.error if last else '')) or 'not read after the run'}"
+        if problem:
+            entry["note"] = problem
+            continue
+        assert first is not None and last is not None
+        node_deltas: Dict[str, Histogram] = {}
+        try:
+            for operation, *_ in KUBELET_OPERATIONS:
+                later = last.histograms.get(operation)
+                earlier = first.histograms.get(operation)
+                if later is None:
+                    if earlier is not None:
+                        raise ValueError("a histogram disappeared between the two readings (the kubelet restarted?)")
+                    continue
+                node_deltas[operation] = subtract_histograms(later, earlier)
+        except ValueError as failure:
+            entry["note"] = f"figures void: {failure}"
+            continue
+        notes = []
+        for operation, *_ in KUBELET_OPERATIONS:
+            delta = node_deltas.get(operation)
+            if delta is None:
+                entry[operation] = {"count": 0, "mean_seconds": None, "p50_seconds": None, "p95_seconds": None}
+                entry[operation].update(p50_bucket=None, p95_bucket=None)
+            else:
+                entry[operation] = operation_figures(delta)
+                deltas[operation].append(delta)
+            count = entry[operation]["count"]
+            mine = expected[node].get(operation)
+            if mine is None:
+                notes.append(f"{operation}: {count} operations, how many were this run's is unknown")
+            elif count > mine:
+                entry["foreign_operations"] += count - mine
+                notes.append(f"{operation}: {count - mine} of {count} operations were not this run's")
+            elif count < mine:
+                notes.append(f"{operation}: {count} operations for {mine} of this run's episodes")
+        entry["note"] = "; ".join(notes)
+    pooled: Dict[str, Any] = {}
+    for operation, histograms in deltas.items():
+        if not histograms:
+            pooled[operation] = None
+            continue
+        try:
+            pooled[operation] = operation_figures(add_histograms(histograms))
+        except ValueError:
+            pooled[operation] = None  # each node's own figures stand; a pooled one would mix bucket bounds
+    return {"handler": handler, "pooled": pooled, "nodes": nodes}
+
+
+def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[int]]]:
+    """This run's own runtime operations per node: one sandbox, one create and one start per
+    episode; one pull per episode whose image was pulled (unknown when any episode's is unknown)."""
+    expected: Dict[str, Dict[str, Optional[int]]] = {}
+    for row in rows:
+        if not row.node:
+            continue
+        entry = expected.setdefault(
+            row.node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
+        )
+        for operation in ("RunPodSandbox", "CreateContainer", "StartContainer"):
+            entry[operation] = (entry[operation] or 0) + 1
+        state = row.image_pull.get("state")
+        if state == "unknown" or entry["PullImage"] is None:
+            entry["PullImage"] = None
+        elif state == "pulled":
+            entry["PullImage"] += 1
+    return expected
+
+
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
 # Pure core: validation and figures ############################################
 
 
@@ -1359,11 +1922,13 @@ def validate_episode(
     sighting: Optional[Dict[str, float]],
     inspect: str,
     builtin_worker: bool = True,
+    pod_events: Optional[List[Dict[str, Any]]] = None,
 ) -> EpisodeRow:
     """Check one episode against every rule and return its row of figures.
 
     A custom worker (--worker) is held to every rule but the built-in task's own: its reward
-    is any finite number, and no baseline or test exit is required."""
+    is any finite number, and no baseline or test exit is required. `pod_events` are the
+    cluster's events about this pod (Scheduled, Pulled), from the listing already read."""
     name = pod["metadata"]["name"]
     status = pod.get("status", {})
     container = _container_status(pod)
@@ -1439,19 +2004,12 @@ def validate_episode(
             "node's clock runs behind: check clock synchronisation between the API server and the nodes",
             inspect,
         )
-    process_started_at = optional_number(ready_event.get("process_started_at"))
-    imports_done_at = optional_number(ready_event.get("imports_done_at"))
-    for label, stamp in (("process_started_at", process_started_at), ("imports_done_at", imports_done_at)):
-        if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
-            raise EpisodeInvalid(
-                name,
-                f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
-                f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
-                "server and the nodes",
-                inspect,
-            )
-    if process_started_at is not None and imports_done_at is not None and imports_done_at < process_started_at:
-        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
+    clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
+    imports_done_at = clocks.imports_done_at
+    event_scheduled_at = scheduled_event_time(pod_events or [], pod, created_at, finished_at)
+    scheduled_source = "event" if event_scheduled_at is not None else ("condition" if scheduled_at else None)
+    scheduled_at = event_scheduled_at if event_scheduled_at is not None else scheduled_at
+    sandbox = clocks.kernel_booted_at
     first_seen_at = sighting.get("first_seen_at") if sighting else None
     return EpisodeRow(
         pod=name,
@@ -1463,7 +2021,7 @@ def validate_episode(
         batch_to_reward_seconds=reward_at - job_created_at,
         pod_to_scheduled_seconds=difference(scheduled_at, created_at),
         pod_to_container_started_seconds=difference(started_at, created_at),
-        python_import_seconds=difference(imports_done_at, process_started_at),
+        python_import_seconds=difference(imports_done_at, clocks.first_statement_at),
         import_to_ready_seconds=difference(ready_at, imports_done_at),
         ready_to_reward_seconds=reward_at - ready_at,
         reward_to_finished_seconds=difference(finished_at, reward_at),
@@ -1480,6 +2038,16 @@ def validate_episode(
         observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
         batch_start=job_created_at,
         info=reward_info(reward_event),
+        scheduled_source=scheduled_source,
+        process_started_at=clocks.process_started_at,
+        first_statement_at=clocks.first_statement_at,
+        kernel_booted_at=sandbox,
+        kernel=clocks.kernel,
+        pod_to_process_start_seconds=difference(clocks.process_started_at, created_at),
+        pod_to_kernel_boot_seconds=difference(sandbox, created_at),
+        kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
+        interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
+        image_pull=image_pull_of(pod_events or [], pod),
     )
 
 
@@ -1654,6 +2222,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
+    cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(collected.pods):
@@ -1674,7 +2243,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 pod_inspect,
             )
             row = validate_episode(
-                pod, events, job_created_at, observation.pod_sightings.get(name), pod_inspect, collected.builtin_worker
+                pod,
+                events,
+                job_created_at,
+                observation.pod_sightings.get(name),
+                pod_inspect,
+                collected.builtin_worker,
+                pod_events=cluster_events.get(name, []),
             )
         except (KeyError, TypeError, ValueError) as error:
             shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
@@ -1810,7 +2385,8 @@ def assemble_results(
         parallelism=settings.parallelism,
         rounds=settings.rounds,
         episodes_per_round=settings.count,
-        cache_state="uncontrolled",
+        cache_state=cache_state_of(image_cache_counts(rows)),
+        image_cache=image_cache_counts(rows),
         client_job_complete_seconds=max(r["client_job_complete_seconds"] for r in rounds),
         client_submitted_at=rounds[0]["client_submitted_at"],
         client_observed_complete_at=rounds[-1]["client_observed_complete_at"],
@@ -1846,8 +2422,9 @@ def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
 
-def access_review_list(namespace: str, with_runtimeclass: bool) -> Dict[str, Any]:
+def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> Dict[str, Any]:
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -1954,6 +2531,7 @@ def preflight_findings(
     nodes: Optional[Read] = None,
     image: Optional[str] = None,
     count: int = DEFAULT_COUNT,
+    kubelet_metrics: bool = False,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -2016,7 +2594,8 @@ def preflight_findings(
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
         else:
-            denied = denied_permissions(reviews.value)
+            kubelet_reviews = [review for review in reviews.value if _is_kubelet_metrics_review(review)]
+            denied = denied_permissions([review for review in reviews.value if review not in kubelet_reviews])
             findings.append(
                 Finding(
                     "permissions",
@@ -2027,7 +2606,33 @@ def preflight_findings(
                     "ask the cluster admin or use another context (nothing was created)",
                 )
             )
+            if kubelet_metrics:
+                findings.append(kubelet_metrics_finding(context, kubelet_reviews))
     return findings
+
+
+def _is_kubelet_metrics_review(review: Dict[str, Any]) -> bool:
+    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    return any(
+        (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
+        for verb, resource, _, sub, _ in KUBELET_METRICS_PERMISSIONS
+    )
+
+
+def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Finding:
+    """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
+    permission: it also allows exec into any pod on the node) and list nodes."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(p) for p in KUBELET_METRICS_PERMISSIONS]
+    return Finding(
+        "kubelet metrics",
+        not denied,
+        "granted: get nodes/proxy (powerful: it also allows exec into pods on the node), list nodes"
+        if not denied
+        else "denied: " + ", ".join(denied),
+        problem="--kubelet-metrics lacks: " + ", ".join(denied),
+        stop=f"--kubelet-metrics needs {', '.join(denied)} in context {context} (the kubelets' /metrics through "
+        "the API server); run without --kubelet-metrics, or ask the cluster admin (nothing was created)",
+    )
 
 
 # Pure core: ownership proof ##################################################
@@ -2181,9 +2786,71 @@ def render_summary(results: Dict[str, Any]) -> str:
                 f"{PHASE_LABELS[phase]:<44}{_seconds(stats['p50']):>12}"
                 f"{_seconds(stats['p95']):>12}{_seconds(stats['max']):>12}"
             )
+    lines += startup_source_lines(results)
+    lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     return "\n".join(lines) + "\n"
+
+
+def startup_source_lines(results: Dict[str, Any]) -> List[str]:
+    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
+    rows = results.get("pods") or []
+    lines = [""]
+    cache = results.get("image_cache")
+    if cache:
+        pulls = [
+            row["image_pull"]["seconds"] for row in rows if (row.get("image_pull") or {}).get("seconds") is not None
+        ]
+        pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
+        lines.append(
+            f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
+            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}"
+        )
+    sources = [row.get("scheduled_source") for row in rows]
+    kernels = [row.get("kernel") for row in rows]
+    lines.append(
+        f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds); kernel: "
+        f"{kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
+        f"{kernels.count(None)} unknown"
+    )
+    return lines
+
+
+def _bucket_text(bucket: Any) -> str:
+    if not bucket:
+        return "-"
+    lower, upper = bucket
+    return f"({_seconds(lower)}, {_seconds(upper) if upper is not None else '+Inf'}]"
+
+
+def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
+    """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
+    quantile with the bucket it lies in; an interpolated value is never more precise than that."""
+    if not operations:
+        return []
+    lines = [
+        "",
+        f"{'runtime operation (kubelet, handler ' + (operations.get('handler') or '(default)') + ')':<44}"
+        f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
+    ]
+    pooled = operations.get("pooled") or {}
+    for operation, *_ in KUBELET_OPERATIONS:
+        figures = pooled.get(operation)
+        if not figures:
+            lines.append(f"{operation:<44}{'-':>7}")
+            continue
+        lines.append(
+            f"{operation:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
+            f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
+            f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
+        )
+    for node, entry in sorted((operations.get("nodes") or {}).items()):
+        if entry.get("note"):
+            lines.append(f"  node {node}: {entry['note']}")
+    lines.append("  (node-wide counters, read before and after the run; quantiles interpolated within buckets)")
+    return lines
 
 
 def headline(results: Dict[str, Any]) -> Dict[str, Any]:
@@ -2236,11 +2903,16 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
             (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
             (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
         ]
+    for operation, *_ in KUBELET_OPERATIONS:
+        figures += [(f"runtime_operations:{operation}", f"{operation} mean (s, kubelet)")]
     rows = []
     for key, label in figures:
         values: List[Optional[float]] = []
         for _, results in runs:
-            if ":" in key:
+            if key.startswith("runtime_operations:"):
+                pooled = (results.get("runtime_operations") or {}).get("pooled") or {}
+                values.append((pooled.get(key.split(":")[1]) or {}).get("mean_seconds"))
+            elif ":" in key:
                 phase, stat = key.split(":")
                 stats = (results.get("phases") or {}).get(phase)
                 values.append(stats[stat] if stats else None)
@@ -2606,7 +3278,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
     )
     origin = min(row["batch_start"] for row in rows)
-    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS]
+    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS + TIMELINE_DETAIL_BARS]
     span = max(max(end for end in ends if end is not None) - origin, 1.0)
     label_width, plot_width, row_height, top = 230, 760, 16, 70
     nodes = sorted({row.get("node") or "(unknown)" for row in rows})
@@ -2631,6 +3303,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         legend_y = 32 + (index // 3) * 16
         parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
         parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    parts += _timeline_detail_legend(rows, len(TIMELINE_BARS))
     y = top
     for node in nodes:
         y += 18
@@ -2648,6 +3321,7 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
                     f'width="{width:.1f}" height="{row_height - 4}" fill="{colour}">'
                     f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
                 )
+            parts += _timeline_detail_bars(row, y, origin, scale, label_width, row_height)
             y += row_height
         y += 4
     axis_y = y + 10
@@ -2667,6 +3341,48 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
     )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def _detail_span(row: Dict[str, Any], start_keys: Tuple[str, ...], end_key: str) -> Optional[Tuple[float, float]]:
+    start = next((row.get(key) for key in start_keys if row.get(key) is not None), None)
+    stop = row.get(end_key)
+    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)) or stop < start:
+        return None
+    return float(start), float(stop)
+
+
+def _timeline_detail_legend(rows: List[Dict[str, Any]], first_index: int) -> List[str]:
+    """Legend entries of the sandbox-clock strips, only when some episode has them."""
+    parts = []
+    for offset, (name, meaning, colour, start_keys, end_key) in enumerate(TIMELINE_DETAIL_BARS):
+        if not any(_detail_span(row, start_keys, end_key) for row in rows):
+            continue
+        index = first_index + offset
+        legend_x, legend_y = 10 + (index % 3) * 330, 32 + (index // 3) * 16
+        parts.append(f'<rect x="{legend_x}" y="{legend_y + 8}" width="12" height="4" fill="{colour}"/>')
+        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    return parts
+
+
+def _timeline_detail_bars(
+    row: Dict[str, Any], y: float, origin: float, scale: float, label_width: float, row_height: float
+) -> List[str]:
+    """Thin strips along the bottom of an episode's row: where the sandbox's kernel booted and its
+    process started, by the sandbox's own clocks (only where it reported them)."""
+    parts = []
+    for name, _, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
+        span = _detail_span(row, start_keys, end_key)
+        if span is None:
+            continue
+        start, stop = span
+        x = label_width + (start - origin) * scale
+        width = max((stop - start) * scale, 0.5)
+        parts.append(
+            f'<rect class="detail" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + row_height - 4}" '
+            f'width="{width:.1f}" height="3" fill="{colour}">'
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
+        )
+    return parts
 
 
 def _axis_step(span: float) -> float:
@@ -3725,6 +4441,41 @@ def save_diagnostics_after_interrupt(
         say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
 
+def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:
+    """Each node's runtime histograms through the API server's node proxy, nodes read in
+    parallel (at most KUBELET_READ_THREADS kubectl processes at once). Best effort: a node that
+    cannot be read gets its reason, and the run goes on."""
+    readings: Dict[str, KubeletReading] = {}
+    pending: queue.Queue[str] = queue.Queue()
+    for node in nodes:
+        if _NODE_NAME.match(node):
+            pending.put(node)
+        else:
+            readings[node] = KubeletReading({}, "not a valid node name")
+    families = {family for _, family, _, _ in KUBELET_OPERATIONS}
+
+    def work() -> None:
+        while True:
+            try:
+                node = pending.get_nowait()
+            except queue.Empty:
+                return
+            scanner = MetricsScanner(families)
+            try:
+                kubectl.stream(["get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics"], scanner.feed)
+                readings[node] = kubelet_reading(scanner.finish(), handler, scanner.error)
+            except DemoError as error:
+                readings[node] = KubeletReading({}, str(error).splitlines()[0] if str(error) else "failed")
+
+    threads = [threading.Thread(target=work, name="kubelet-metrics", daemon=True) for _ in range(KUBELET_READ_THREADS)]
+    threads = threads[: max(1, min(len(threads), pending.qsize()))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return dict(sorted(readings.items()))
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -3739,11 +4490,13 @@ class BatchRun:
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[Dict[str, Any]] = None
         self.current_dir: Path = settings.output
+        self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
 
     def execute(self) -> Dict[str, Any]:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
+        kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
         rounds: List[Dict[str, Any]] = []
         for round_number in range(1, self.settings.rounds + 1):
@@ -3752,7 +4505,29 @@ class BatchRun:
             rounds.append(figures)
         failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
-        return assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
+        results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
+        if kubelets_before is not None:
+            expected = expected_operations(rows)
+            after = (
+                read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
+            )
+            results["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+        return results
+
+    @property
+    def runtime_handler(self) -> str:
+        """The `runtime_handler` label of the kubelet's RunPodSandbox histogram ("" without a RuntimeClass)."""
+        return str((self.runtimeclass or {}).get("handler") or "")
+
+    def read_kubelets_before(self) -> Dict[str, KubeletReading]:
+        """Every node that may run an episode (`check`'s eligible nodes), read before the Job exists."""
+        try:
+            nodes = eligible_nodes(self.kubectl.get_list("nodes"), self.runtimeclass)
+        except DemoError as error:  # best effort: the run goes on, and every node's figures say why
+            say_stderr(f"warning: --kubelet-metrics cannot list the nodes ({error}); no runtime operations")
+            return {}
+        names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
+        return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     @property
     def run_id(self) -> str:
@@ -3761,13 +4536,17 @@ class BatchRun:
     def preflight(self) -> None:
         """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
         runtime = self.settings.runtime
+        kubelet_metrics = self.settings.kubelet_metrics
         reads: List[Callable[[], Any]] = [
-            lambda: self.kubectl.create(access_review_list(self.namespace, runtime is not None), review=True)
+            lambda: self.kubectl.create(
+                access_review_list(self.namespace, runtime is not None, kubelet_metrics), review=True
+            )
         ]
         if runtime is not None:
             reads.insert(0, lambda: self.kubectl.get("runtimeclass", runtime))
         answers = concurrently(reads)
         runtimeclass = Read(answers[0]) if runtime is not None else None
+        self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         reviews = Read(answers[-1])
         findings = preflight_findings(
             context=self.kubectl.context or "",
@@ -3775,6 +4554,7 @@ class BatchRun:
             runtime=runtime,
             runtimeclass=runtimeclass,
             reviews=reviews,
+            kubelet_metrics=kubelet_metrics,
         )
         for finding in findings:
             if not finding.ok:
@@ -3864,6 +4644,7 @@ class BatchRun:
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
+            events=events,
         )
         try:
             return analyse_round(collected, where)
@@ -4227,6 +5008,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
+    kubelet_metrics = bool(getattr(args, "kubelet_metrics", False))
 
     def attempt(read: Callable[[], Any]) -> Read:
         try:
@@ -4234,7 +5016,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         except KubectlFailure as failure:
             return Read(failure=failure.first_line)
 
-    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None)
+    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
     version, runtimeclass, nodes, granted = concurrently(
         [
             lambda: attempt(lambda: kubectl.read_json(["version", "-o", "json"], "version")),
@@ -4253,6 +5035,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         nodes=nodes,
         reviews=granted,
         count=args.count,
+        kubelet_metrics=kubelet_metrics,
     )
     for finding in findings:
         print(printable(f"{finding.name}: {finding.detail}"))
@@ -4464,6 +5247,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
+    run.add_argument(
+        "--kubelet-metrics",
+        action="store_true",
+        help="also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
+        "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
+    )
     _cluster_options(run)
     _ci_report_options(run)
     run.set_defaults(handler=cmd_run_reported, subparser=run)
@@ -4502,6 +5291,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'"
     )
     check.add_argument("--image", default=DEFAULT_IMAGE, help="image the run would use (reported only)")
+    check.add_argument(
+        "--kubelet-metrics",
+        action="store_true",
+        help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
+    )
     _cluster_options(check)
     check.set_defaults(handler=cmd_check)
 
@@ -4633,11 +5427,36 @@ The worker always emits one `reward` event, then exits non-zero unless the rewar
 """
 import time
 
-STARTED_AT = time.time()
+STARTED_AT = time.time()  # the first statement: "first_statement_at" in the ready event
+
+import os  # noqa: E402  (already loaded by the interpreter's start: costs nothing)
+
+
+def proc_clocks(proc):
+    """(process start, kernel boot), epoch seconds by the node's clock, from /proc alone: the
+    process's starttime (clock ticks since boot, /proc/self/stat field 22) on the kernel's boot
+    clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is unreadable.
+    RL_DEMO_PROC names another /proc, for tests and simulations only."""
+    try:
+        with open(proc + "/uptime") as uptime_file:
+            uptime = float(uptime_file.read().split()[0])
+        booted = time.time() - uptime
+    except (OSError, ValueError, IndexError):
+        return None, None
+    try:
+        with open(proc + "/self/stat") as stat_file:
+            stat = stat_file.read()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm) ": state is field 3
+        started = booted + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, ZeroDivisionError):
+        started = None
+    return started, booted
+
+
+PROCESS_STARTED_AT, KERNEL_BOOTED_AT = proc_clocks(os.environ.get("RL_DEMO_PROC", "/proc"))
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import pathlib  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -5049,7 +5868,13 @@ def episode(fields):
     timeout = test_timeout()
     WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE, encoding="utf-8")
     WORKSPACE.joinpath("test_shipping.py").write_bytes(TEST_SOURCE.encode())
-    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    emit(
+        "ready",
+        process_started_at=PROCESS_STARTED_AT,
+        kernel_booted_at=KERNEL_BOOTED_AT,
+        first_statement_at=STARTED_AT,
+        imports_done_at=IMPORTS_DONE_AT,
+    )
     try:
         baseline = run_tests(timeout)
     except EpisodeFailed as failure:

@@ -2,7 +2,7 @@
 """Client-side figures of rl_batch_demo.py, measured against the test fake (a simulation).
 
 Prints, for N = 10 and 100 episodes run end to end against the fake (change with --sizes):
-  * kubectl processes started by one `run`;
+  * kubectl processes started by one `run` (and, for 10 episodes, with and without --kubelet-metrics);
   * the client's own CPU seconds (this process only: the fake kubectl and the episodes are
     separate processes and are not counted);
   * watch latency: from the moment the fake wrote the Job's Complete condition to the moment the
@@ -61,12 +61,13 @@ def time_help(repeats: int = 15) -> Dict[str, float]:
     }
 
 
-def run_once(count: int, scratch: Path) -> Dict[str, Any]:
+def run_once(count: int, scratch: Path, kubelet_metrics: bool = False, tag: str = "") -> Dict[str, Any]:
     # The fake's Job controller gives up after 10 minutes by default; 1,000 episodes take longer.
     os.environ.setdefault("FAKE_KUBECTL_CONTROLLER_MAX_SECONDS", "7200")
-    cluster = FakeCluster(scratch / f"cluster-{count}")
+    tag = f"{count}{tag}"
+    cluster = FakeCluster(scratch / f"cluster-{tag}")
     try:
-        output = scratch / f"run-{count}"
+        output = scratch / f"run-{tag}"
         parallelism = min(count, MAX_PARALLEL_EPISODES)
         argv = [
             "run",
@@ -82,6 +83,8 @@ def run_once(count: int, scratch: Path) -> Dict[str, Any]:
         ]
         if count > rl_batch_demo.MAX_COUNT:
             argv.append("--allow-large")
+        if kubelet_metrics:
+            argv.append("--kubelet-metrics")
         cpu_before = time.process_time()
         messages = io.StringIO()
         with (
@@ -186,9 +189,14 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
-    logs: Dict[str, Optional[str]] = {}
+    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
     if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
-        logs = {pod["metadata"]["name"]: rl_batch_demo.termination_message(pod) for pod in pods}
+        logs = {
+            pod["metadata"]["name"]: rl_batch_demo.PodLog(
+                rl_batch_demo.parse_events(rl_batch_demo.termination_message(pod))
+            )
+            for pod in pods
+        }
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
@@ -246,6 +254,14 @@ def main() -> int:
                     )
                 )
             )
+        print()
+        plain = run_once(10, Path(scratch), tag="-plain")
+        flagged = run_once(10, Path(scratch), kubelet_metrics=True, tag="-kubelet")
+        print(
+            f"kubectl processes of a 10-episode run: {plain['kubectl_processes']} without --kubelet-metrics, "
+            f"{flagged['kubectl_processes']} with it (one `get nodes`, then one `get --raw` per eligible node "
+            "before and per episode node after)"
+        )
         print()
         print("analysis only (parse the pod listing, save diagnostics, validate, write results and timeline):")
         for size in (int(size) for size in args.analyse.split(",")):

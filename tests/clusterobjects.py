@@ -384,7 +384,8 @@ class Batch:
         return [self.pod(episode) for episode in self.episodes]
 
     def events(self) -> List[Dict[str, Any]]:
-        """The namespace's events of this Job: one SuccessfulCreate and Scheduled per pod."""
+        """The namespace's events of this Job: one SuccessfulCreate, Scheduled and Pulled (the
+        image already present) per pod."""
         events = []
         for index, episode in enumerate(self.episodes):
             events.append(
@@ -407,6 +408,16 @@ class Batch:
                     index=2 * index + 1,
                 )
             )
+            pulled = event_object(
+                "Pod",
+                episode.name,
+                "Pulled",
+                f'Container image "{demo.DEFAULT_IMAGE}" already present on machine',
+                episode.started,
+                index=1000 + index,
+            )
+            pulled["involvedObject"].update(uid=episode.uid, fieldPath=f"spec.containers{{{demo.CONTAINER_NAME}}}")
+            events.append(pulled)
         return events
 
     def prefixed_logs(self, episodes: Optional[List[Episode]] = None) -> str:

@@ -95,7 +95,7 @@ class RunPlanTestCase(CallPlanTestCase):
         )
         self.assertEqual(
             (results["runtime"], results["parallelism"], results["cache_state"]),
-            (plan.runtime, batch.parallelism, "uncontrolled"),
+            (plan.runtime, batch.parallelism, "cached"),  # every pod's Pulled event: already present
         )
         self.assertGreater(results["client_job_complete_seconds"], 0)
         self.assertEqual(results["job_created_at"], batch.created)

@@ -129,7 +129,7 @@ class RunEndToEndTest(ClusterTestCase):
             (results["context"], results["namespace"], results["image"]), ("fake-ctx", namespace, demo.DEFAULT_IMAGE)
         )
         self.assertEqual(
-            (results["runtime"], results["parallelism"], results["cache_state"]), ("cube", parallelism, "uncontrolled")
+            (results["runtime"], results["parallelism"], results["cache_state"]), ("cube", parallelism, "cached")
         )
         self.assertGreater(results["client_job_complete_seconds"], 0)
         job_created = demo.parse_timestamp(job["metadata"]["creationTimestamp"])
@@ -156,7 +156,7 @@ class RunEndToEndTest(ClusterTestCase):
                 "pod_to_ready_seconds": ready["at"] - created,
                 "batch_to_ready_seconds": ready["at"] - job_created,
                 "batch_to_reward_seconds": reward["at"] - job_created,
-                "python_import_seconds": ready["imports_done_at"] - ready["process_started_at"],
+                "python_import_seconds": ready["imports_done_at"] - ready["first_statement_at"],
                 "import_to_ready_seconds": ready["at"] - ready["imports_done_at"],
                 "ready_to_reward_seconds": reward["at"] - ready["at"],
                 "pod_to_container_started_seconds": demo.parse_timestamp(status["state"]["terminated"]["startedAt"])

@@ -1,0 +1,845 @@
+"""Start-up phases of a sandbox (issue 10): the sandbox's own /proc clocks, the scheduler's
+Scheduled event, the kubelet's Pulled events, and the kubelet's runtime histograms
+(`--kubelet-metrics`). Pure functions with hand-built inputs and hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+from xml.etree import ElementTree
+
+import rl_batch_demo as demo
+
+
+class Case(unittest.TestCase):
+    """Epoch seconds near 1.8e9 hold about 7 decimal digits of a second: compare to 1e-5."""
+
+    def assertAlmostEqual(self, first: Any, second: Any, places: Any = 5, msg: Any = None, delta: Any = None) -> None:
+        super().assertAlmostEqual(first, second, places=None if delta else places, msg=msg, delta=delta)
+
+
+JOB_CREATED_AT = demo.parse_timestamp("2026-11-29T10:00:00Z")
+CREATED_AT = JOB_CREATED_AT + 1.0  # make_pod's creationTimestamp
+
+
+def make_pod(name: str = "rollout-abcde", uid: str = "pod-uid") -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "creationTimestamp": "2026-11-29T10:00:01Z",
+            "labels": {demo.UID_LABEL: "job-uid"},
+        },
+        "spec": {"nodeName": "node-a"},
+        "status": {
+            "phase": "Succeeded",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T10:00:01Z"}],
+            "containerStatuses": [
+                {
+                    "name": "episode",
+                    "imageID": "img@sha256:00",
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "startedAt": "2026-11-29T10:00:02Z",
+                            "finishedAt": "2026-11-29T10:00:04Z",
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def ready_event(name: str = "rollout-abcde", **fields: Any) -> dict[str, Any]:
+    """A new worker's ready event for a sandbox kernel: boot 0.3 s after the pod's creation,
+    process start 0.9 s, first statement 0.95 s, imports 1.2 s, ready 1.3 s."""
+    event = {
+        "event": "ready",
+        "at": CREATED_AT + 1.3,
+        "episode_id": name,
+        "kernel_booted_at": CREATED_AT + 0.3,
+        "process_started_at": CREATED_AT + 0.9,
+        "first_statement_at": CREATED_AT + 0.95,
+        "imports_done_at": CREATED_AT + 1.2,
+    }
+    event.update(fields)
+    return event
+
+
+def reward_event(name: str = "rollout-abcde") -> dict[str, Any]:
+    return {
+        "event": "reward",
+        "at": CREATED_AT + 2.0,
+        "episode_id": name,
+        "reward": 1,
+        "baseline_exit": 1,
+        "tests_exit": 0,
+        "tests_output": "OK\n",
+    }
+
+
+def k8s_event(reason: str, message: str = "", pod: str = "rollout-abcde", **fields: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "kind": "Event",
+        "reason": reason,
+        "message": message,
+        "involvedObject": {"kind": "Pod", "name": pod, "uid": "pod-uid", "fieldPath": "spec.containers{episode}"},
+        "metadata": {"name": f"{pod}.1", "creationTimestamp": "2026-11-29T10:00:01Z"},
+    }
+    event.update(fields)
+    return event
+
+
+def validate(
+    ready: dict[str, Any], pod_events: list[dict[str, Any]] | None = None, pod: dict[str, Any] | None = None
+) -> demo.EpisodeRow:
+    return demo.validate_episode(
+        pod or make_pod(), [ready, reward_event()], JOB_CREATED_AT, None, "here", pod_events=pod_events
+    )
+
+
+class GoDurationTest(Case):
+    def test_values(self) -> None:
+        for text, seconds in (
+            ("1.5s", 1.5),
+            ("734ms", 0.734),
+            ("2m3.5s", 123.5),
+            ("1h2m", 3720.0),
+            ("500\u00b5s", 0.0005),
+            ("500\u03bcs", 0.0005),
+            ("500us", 0.0005),
+            ("12ns", 12e-9),
+            ("0", 0.0),
+            ("0s", 0.0),
+            (".5s", 0.5),
+            ("1.s", 1.0),
+            ("1h0m0.001s", 3600.001),
+            ("-1.5s", -1.5),
+        ):
+            with self.subTest(text=text):
+                self.assertAlmostEqual(demo.parse_go_duration(text), seconds, places=12)
+
+    def test_garbage_is_rejected(self) -> None:
+        for text in ("", "1", "s", ".s", "1.5", "abc", "1x", "1s ", " 1s", "--1s", "1e3s", "1,5s", "1s2", "+", "NaNs"):
+            with self.subTest(text=text), self.assertRaises(ValueError):
+                demo.parse_go_duration(text)
+
+
+class ImagePullTest(Case):
+    def pull(self, *events: dict[str, Any]) -> dict[str, Any]:
+        return demo.image_pull_of(list(events), make_pod())
+
+    def test_cached(self) -> None:
+        event = k8s_event("Pulled", 'Container image "python:3.12-alpine" already present on machine')
+        self.assertEqual(self.pull(event), {"state": "cached", "seconds": None})
+        newer = k8s_event(
+            "Pulled", 'Container image "python:3.12-alpine" already present on machine and can be accessed by the pod'
+        )
+        self.assertEqual(self.pull(newer)["state"], "cached")
+
+    def test_pulled_with_its_seconds(self) -> None:
+        message = (
+            'Successfully pulled image "python:3.12-alpine" in 1.234s (2m3.5s including waiting). '
+            "Image size: 18734321 bytes."
+        )
+        self.assertEqual(
+            self.pull(k8s_event("Pulled", message)),
+            {"state": "pulled", "seconds": 1.234, "seconds_including_waiting": 123.5},
+        )
+        short = 'Successfully pulled image "reg/x:\\"q\\"" in 734ms (734ms including waiting)'
+        self.assertEqual(self.pull(k8s_event("Pulled", short))["seconds"], 0.734)
+        older = 'Successfully pulled image "python:3.12-alpine" in 2.5s'
+        self.assertEqual(self.pull(k8s_event("Pulled", older))["seconds"], 2.5)
+
+    def test_unknown_is_never_assumed_cached(self) -> None:
+        garbage = 'Successfully pulled image "x" in soon (later including waiting)'
+        for events in (
+            [],
+            [k8s_event("Pulling", 'Pulling image "x"')],
+            [k8s_event("Pulled", garbage)],
+            [k8s_event("Pulled", 'Successfully pulled image "x" in -1s (1s including waiting)')],
+            [k8s_event("Pulled", 'Container image "x" already present on machine', pod="rollout-other")],
+            [
+                dict(
+                    k8s_event("Pulled", 'Container image "x" already present on machine'),
+                    involvedObject={"kind": "Pod", "name": "rollout-abcde", "uid": "another-pod-uid"},
+                )
+            ],
+            [
+                dict(
+                    k8s_event("Pulled", 'Container image "x" already present on machine'),
+                    involvedObject={"kind": "Pod", "name": "rollout-abcde", "fieldPath": "spec.initContainers{setup}"},
+                )
+            ],
+            [k8s_event("Pulled", 'Container image "x" already present on machine\x1b[2J, says the pod')],
+        ):
+            with self.subTest(events=events):
+                state = self.pull(*events)
+                if events and "already present" in str(events[0].get("message")) and "\x1b" in events[0]["message"]:
+                    self.assertEqual(state["state"], "cached")  # the prefix is the kubelet's; the rest is ignored
+                else:
+                    self.assertEqual(state, {"state": "unknown", "seconds": None})
+
+    def test_cache_state_from_counts(self) -> None:
+        for counts, state in (
+            ({"cached": 3, "pulled": 0, "unknown": 0}, "cached"),
+            ({"cached": 0, "pulled": 2, "unknown": 0}, "pulled"),
+            ({"cached": 1, "pulled": 1, "unknown": 0}, "mixed"),
+            ({"cached": 1, "pulled": 1, "unknown": 5}, "mixed"),
+            ({"cached": 3, "pulled": 0, "unknown": 1}, "unknown"),
+            ({"cached": 0, "pulled": 0, "unknown": 4}, "unknown"),
+            ({"cached": 0, "pulled": 0, "unknown": 0}, "unknown"),
+        ):
+            with self.subTest(counts=counts):
+                self.assertEqual(demo.cache_state_of(counts), state)
+
+    def test_rows_carry_the_state_and_results_count_it(self) -> None:
+        cached = validate(ready_event(), [k8s_event("Pulled", 'Container image "x" already present on machine')])
+        unknown = validate(ready_event())
+        self.assertEqual(cached.image_pull["state"], "cached")
+        self.assertEqual(demo.image_cache_counts([cached, unknown]), {"cached": 1, "pulled": 0, "unknown": 1})
+
+
+class ScheduledTest(Case):
+    def test_the_scheduler_event_gives_microseconds(self) -> None:
+        event = k8s_event("Scheduled", "Successfully assigned ns/rollout-abcde to node-a")
+        event["eventTime"] = "2026-11-29T10:00:01.123456Z"
+        row = validate(ready_event(), [event])
+        self.assertEqual(row.scheduled_source, "event")
+        self.assertAlmostEqual(row.pod_to_scheduled_seconds, 0.123456, places=6)
+        self.assertAlmostEqual(row.scheduled_at, CREATED_AT + 0.123456, places=6)
+
+    def test_else_the_condition(self) -> None:
+        for events in (
+            [],
+            [k8s_event("Scheduled", "no eventTime")],
+            [dict(k8s_event("Scheduled"), eventTime="soon")],
+            [dict(k8s_event("Scheduled"), eventTime="2026-11-29T09:00:00.5Z")],  # outside the pod's life
+            [dict(k8s_event("Scheduled", pod="rollout-other"), eventTime="2026-11-29T10:00:01.5Z")],
+        ):
+            with self.subTest(events=events):
+                row = validate(ready_event(), events)
+                self.assertEqual(row.scheduled_source, "condition")
+                self.assertEqual(row.pod_to_scheduled_seconds, 0.0)
+
+    def test_no_source_at_all(self) -> None:
+        pod = make_pod()
+        pod["status"]["conditions"] = []
+        row = validate(ready_event(), [], pod)
+        self.assertIsNone(row.scheduled_source)
+        self.assertIsNone(row.pod_to_scheduled_seconds)
+
+
+class SandboxClockTest(Case):
+    def test_a_sandbox_kernel(self) -> None:
+        row = validate(ready_event())
+        self.assertEqual(row.kernel, "sandbox")
+        for field, value in (
+            ("pod_to_kernel_boot_seconds", 0.3),
+            ("kernel_boot_to_process_start_seconds", 0.6),
+            ("pod_to_process_start_seconds", 0.9),
+            ("interpreter_start_seconds", 0.05),
+            ("python_import_seconds", 0.25),
+            ("import_to_ready_seconds", 0.1),
+            ("pod_to_ready_seconds", 1.3),
+        ):
+            with self.subTest(field=field):
+                self.assertAlmostEqual(getattr(row, field), value, places=6)
+        self.assertAlmostEqual(row.kernel_booted_at, CREATED_AT + 0.3)
+        self.assertAlmostEqual(row.first_statement_at, CREATED_AT + 0.95)
+
+    def test_a_shared_kernel_has_no_boot_figures(self) -> None:
+        for booted in (CREATED_AT - 86400.0, CREATED_AT - 1.5, CREATED_AT + 0.95, 1e300):
+            with self.subTest(booted=booted):
+                row = validate(ready_event(kernel_booted_at=booted))
+                self.assertEqual(row.kernel, "shared")
+                self.assertIsNone(row.kernel_booted_at)
+                self.assertIsNone(row.pod_to_kernel_boot_seconds)
+                self.assertIsNone(row.kernel_boot_to_process_start_seconds)
+                self.assertAlmostEqual(row.pod_to_process_start_seconds, 0.9)
+
+    def test_a_kernel_booted_within_a_second_before_the_whole_second_creation_is_the_sandbox(self) -> None:
+        row = validate(ready_event(kernel_booted_at=CREATED_AT - 0.4))
+        self.assertEqual(row.kernel, "sandbox")
+        self.assertAlmostEqual(row.pod_to_kernel_boot_seconds, -0.4)
+
+    def test_unreadable_proc_gives_null_never_an_invented_value(self) -> None:
+        row = validate(ready_event(kernel_booted_at=None, process_started_at=None))
+        self.assertIsNone(row.kernel)
+        for field in ("process_started_at", "pod_to_process_start_seconds", "interpreter_start_seconds"):
+            self.assertIsNone(getattr(row, field), field)
+        self.assertAlmostEqual(row.python_import_seconds, 0.25)
+
+    def test_an_older_worker_keeps_its_python_import_figure(self) -> None:
+        legacy = ready_event(process_started_at=CREATED_AT + 0.95)
+        for key in ("first_statement_at", "kernel_booted_at"):
+            del legacy[key]
+        row = validate(legacy)
+        self.assertAlmostEqual(row.python_import_seconds, 0.25)  # imports done - its process_started_at
+        self.assertAlmostEqual(row.first_statement_at, CREATED_AT + 0.95)
+        self.assertIsNone(row.process_started_at)
+        self.assertIsNone(row.interpreter_start_seconds)
+        self.assertIsNone(row.kernel)
+
+    def test_custom_worker_without_any_clock(self) -> None:
+        row = validate({"event": "ready", "at": CREATED_AT + 1.3, "episode_id": "rollout-abcde"})
+        for field in ("python_import_seconds", "interpreter_start_seconds", "pod_to_process_start_seconds", "kernel"):
+            self.assertIsNone(getattr(row, field), field)
+
+    def test_hostile_or_impossible_times_fail_naming_the_pod(self) -> None:
+        for fields, rule in (
+            ({"process_started_at": CREATED_AT - 3600}, "process_started_at .* outside the pod's life"),
+            ({"process_started_at": CREATED_AT + 5}, "outside the pod's life"),
+            ({"process_started_at": 1e300}, "outside the pod's life"),
+            ({"first_statement_at": CREATED_AT - 1.5}, "first_statement_at .* outside the pod's life"),
+            ({"first_statement_at": CREATED_AT + 2.5}, "first_statement_at .* outside the pod's life"),
+            ({"imports_done_at": CREATED_AT + 9}, "imports_done_at .* outside the pod's life"),
+            ({"imports_done_at": CREATED_AT + 0.92}, "imports finished before the process started"),
+            ({"process_started_at": CREATED_AT + 1.0}, "later than its first statement"),
+        ):
+            with self.subTest(fields=fields), self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-abcde: .*" + rule):
+                validate(ready_event(**fields))
+
+    def test_a_clock_tick_of_slack_between_proc_and_the_first_statement(self) -> None:
+        row = validate(ready_event(process_started_at=CREATED_AT + 0.96))
+        self.assertAlmostEqual(row.interpreter_start_seconds, -0.01)
+
+    def test_non_numbers_are_not_invented(self) -> None:
+        for value in ("early", True, [1], {"at": 1}, 10**400):
+            with self.subTest(value=value):
+                row = validate(ready_event(process_started_at=value, kernel_booted_at=value))
+                self.assertIsNone(row.process_started_at)
+                self.assertIsNone(row.kernel_boot_to_process_start_seconds)
+
+    def test_phases_and_rows_hold_every_new_figure(self) -> None:
+        row = validate(ready_event())
+        table = demo.phase_table([row])
+        for phase in (
+            "pod_to_process_start_seconds",
+            "pod_to_kernel_boot_seconds",
+            "kernel_boot_to_process_start_seconds",
+            "interpreter_start_seconds",
+        ):
+            self.assertIn(phase, demo.PHASES)
+            self.assertIn(phase, demo.PHASE_LABELS)
+            self.assertEqual(table[phase]["samples"], 1)
+            self.assertIn(phase, row.to_json())
+        json.dumps(row.to_json(), allow_nan=False)
+
+
+def run_worker(**env_overrides: str) -> dict[str, Any]:
+    """The embedded worker run locally; its ready event."""
+    with tempfile.TemporaryDirectory() as root:
+        workspace = Path(root, "workspace")
+        workspace.mkdir()
+        script = Path(root, "episode.py")
+        script.write_text(demo.WORKER_SOURCE)
+        env = dict(
+            os.environ,
+            EPISODE_ID="rollout-xyz",
+            RL_DEMO_WORKSPACE=str(workspace),
+            RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
+            **{key: value.replace("{root}", root) for key, value in env_overrides.items()},
+        )
+        proc = Path(root, "proc")
+        (proc / "self").mkdir(parents=True)
+        (proc / "uptime").write_text("100.00 170.25\n")
+        # field 22 (starttime) = 9950 ticks; a command name with spaces and a parenthesis
+        fields = ["S", "1"] + ["0"] * 17 + ["9950"] + ["0"] * 30
+        (proc / "self" / "stat").write_text("4242 (odd ) name) " + " ".join(fields) + "\n")
+        before = time.time()
+        result = subprocess.run(
+            [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
+        after = time.time()
+        if result.returncode != 0:
+            raise AssertionError(result.stderr)
+        ready = demo.parse_events(result.stdout)[0]
+        ready["test_window"] = (before, after)
+        return ready
+
+
+class WorkerClockTest(Case):
+    def test_the_worker_reads_the_proc_it_is_given(self) -> None:
+        ready = run_worker(RL_DEMO_PROC="{root}/proc")
+        before, after = ready["test_window"]
+        ticks = os.sysconf("SC_CLK_TCK")
+        self.assertLessEqual(before - 100.0, ready["kernel_booted_at"])
+        self.assertLessEqual(ready["kernel_booted_at"], after - 100.0)
+        self.assertAlmostEqual(ready["process_started_at"] - ready["kernel_booted_at"], 9950 / ticks, places=6)
+
+    def test_unreadable_proc_gives_null(self) -> None:
+        ready = run_worker(RL_DEMO_PROC="{root}/absent")
+        self.assertIsNone(ready["process_started_at"])
+        self.assertIsNone(ready["kernel_booted_at"])
+        self.assertIsNotNone(ready["first_statement_at"])
+
+    def test_the_worker_reports_its_proc_clocks(self) -> None:
+        ready = run_worker()
+        self.assertLessEqual(ready["first_statement_at"], ready["imports_done_at"])
+        self.assertLessEqual(ready["imports_done_at"], ready["at"])
+        if not Path("/proc/self/stat").exists():
+            self.assertIsNone(ready["process_started_at"])
+            return
+        self.assertLessEqual(ready["process_started_at"], ready["first_statement_at"] + demo.CLOCK_TICK_SLACK)
+        self.assertGreater(ready["process_started_at"], ready["first_statement_at"] - 10)
+        self.assertLess(ready["kernel_booted_at"], ready["process_started_at"])
+
+    def test_the_ready_event_still_fits_the_termination_message(self) -> None:
+        self.assertIn("first_statement_at=STARTED_AT", demo.WORKER_SOURCE)
+        self.assertLess(demo.WORKER_SOURCE.index("= proc_clocks("), demo.WORKER_SOURCE.index("import hashlib"))
+
+
+SAMPLE_METRICS = """\
+# HELP kubelet_run_podsandbox_duration_seconds [ALPHA] Duration in seconds of the run_podsandbox operations.
+# TYPE kubelet_run_podsandbox_duration_seconds histogram
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="0.1"} 0
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="0.5"} {s05}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="1"} {s1}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="+Inf"} {sinf}
+kubelet_run_podsandbox_duration_seconds_sum{runtime_handler="cube"} {ssum}
+kubelet_run_podsandbox_duration_seconds_count{runtime_handler="cube"} {sinf}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="0.1"} 7
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="0.5"} 7
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="1"} 7
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="+Inf"} 7
+kubelet_run_podsandbox_duration_seconds_sum{runtime_handler=""} 0.3
+kubelet_run_podsandbox_duration_seconds_count{runtime_handler=""} 7
+# TYPE kubelet_runtime_operations_duration_seconds histogram
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="create_container",le="0.01"} {c001}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="create_container",le="0.025"} {c0025}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="create_container",le="+Inf"} {c0025}
+kubelet_runtime_operations_duration_seconds_sum{operation_type="create_container"} {csum}
+kubelet_runtime_operations_duration_seconds_count{operation_type="create_container"} {c0025}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="start_container",le="0.25"} {st}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="start_container",le="+Inf"} {st}
+kubelet_runtime_operations_duration_seconds_sum{operation_type="start_container"} {stsum}
+kubelet_runtime_operations_duration_seconds_count{operation_type="start_container"} {st}
+kubelet_runtime_operations_total{operation_type="create_container"} 99
+kubelet_pod_start_duration_seconds_bucket{le="+Inf"} 12
+"""
+
+
+def metrics_text(**values: float) -> str:
+    defaults = {"s05": 0, "s1": 0, "sinf": 0, "ssum": 0, "c001": 0, "c0025": 0, "csum": 0, "st": 0, "stsum": 0}
+    defaults.update(values)
+    text = SAMPLE_METRICS
+    for key, value in defaults.items():
+        text = text.replace("{" + key + "}", repr(value))
+    return text
+
+
+def reading(text: str, handler: str = "cube") -> demo.KubeletReading:
+    scanner = demo.MetricsScanner(family for _, family, _, _ in demo.KUBELET_OPERATIONS)
+    scanner.feed(text.encode())
+    return demo.kubelet_reading(scanner.finish(), handler, scanner.error)
+
+
+class PrometheusTextTest(Case):
+    def test_sample_lines(self) -> None:
+        self.assertEqual(
+            demo.parse_metric_line('x_bucket{a="q\\"uote\\\\d\\n",le="+Inf"} 3 1700000000000'),
+            ("x_bucket", {"a": 'q"uote\\d\n', "le": "+Inf"}, 3.0),
+        )
+        self.assertEqual(demo.parse_metric_line("up 1"), ("up", {}, 1.0))
+        self.assertEqual(demo.parse_metric_line('x{a="1",} 2.5e-3'), ("x", {"a": "1"}, 0.0025))
+        for line in ("# HELP x y", "# TYPE x histogram", "", "x{a=1} 2", 'x{a="1" 2', "x{} many", 'x{a="1"}'):
+            with self.subTest(line=line):
+                self.assertIsNone(demo.parse_metric_line(line))
+
+    def test_the_scanner_keeps_only_wanted_families_across_chunks(self) -> None:
+        text = metrics_text(s05=2, s1=3, sinf=4, ssum=2.5).encode()
+        scanner = demo.MetricsScanner(["kubelet_run_podsandbox_duration_seconds"])
+        for start in range(0, len(text), 7):
+            scanner.feed(text[start : start + 7])
+        samples = scanner.finish()
+        self.assertEqual(len(samples), 12)
+        self.assertTrue(all(name.startswith("kubelet_run_podsandbox_duration_seconds") for name, _, _ in samples))
+
+    def test_long_lines_and_garbage_are_ignored(self) -> None:
+        scanner = demo.MetricsScanner(["fam"])
+        scanner.feed(b'fam_count{a="' + b"x" * (demo.METRICS_LINE_LIMIT + 10))
+        scanner.feed(b'"} 5\nfam_count{a="b"} 2\n\xff\xfefam garbage\nfam_sum{a="b"} 1')
+        self.assertEqual(scanner.finish(), [("fam_count", {"a": "b"}, 2.0), ("fam_sum", {"a": "b"}, 1.0)])
+        self.assertEqual(scanner.long_lines, 1)
+
+    def test_too_many_samples_is_an_error(self) -> None:
+        scanner = demo.MetricsScanner(["fam"])
+        scanner.feed(b"fam_count 1\n" * (demo.METRICS_SAMPLES_LIMIT + 1))
+        scanner.finish()
+        self.assertIn("more than", scanner.error)
+        self.assertIn("more than", demo.kubelet_reading([], "cube", scanner.error).error)
+
+    def test_histograms_by_label(self) -> None:
+        histograms = reading(metrics_text(s05=2, s1=3, sinf=4, ssum=2.5, c001=1, c0025=3, csum=0.04)).histograms
+        self.assertEqual(
+            histograms["RunPodSandbox"],
+            demo.Histogram(((0.1, 0.0), (0.5, 2.0), (1.0, 3.0), (math.inf, 4.0)), 2.5, 4.0),
+        )
+        self.assertEqual(
+            histograms["CreateContainer"], demo.Histogram(((0.01, 1.0), (0.025, 3.0), (math.inf, 3.0)), 0.04, 3.0)
+        )
+        self.assertIsNone(histograms["PullImage"])  # never happened on this node
+        default = reading(metrics_text(), handler="").histograms["RunPodSandbox"]
+        assert default is not None
+        self.assertEqual(default.count, 7.0)
+
+    def test_malformed_histograms_are_named(self) -> None:
+        for text in (
+            'kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="1"} 2\n',  # no +Inf
+            'kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="1"} 3\n'
+            'kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="+Inf"} 2\n'
+            'kubelet_run_podsandbox_duration_seconds_count{runtime_handler="cube"} 2\n',  # not cumulative
+            'kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="+Inf"} NaN\n',
+            'kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="x"} 1\n',
+        ):
+            with self.subTest(text=text):
+                self.assertIn("malformed", reading(text).error)
+
+
+def histogram(*buckets: tuple[float, float], total: float = 0.0) -> demo.Histogram:
+    return demo.Histogram(tuple(buckets), total, buckets[-1][1])
+
+
+INF = math.inf
+
+
+class HistogramMathTest(Case):
+    def test_quantile_interpolates_inside_the_bucket_like_prometheus(self) -> None:
+        h = histogram((0.1, 2), (0.5, 6), (1.0, 9), (INF, 10))
+        # q=0.5: rank 5 in (0.1, 0.5] holding 4, 3 of them below: 0.1 + 0.4 * 3/4
+        self.assertEqual(demo.histogram_quantile(0.5, h), (0.1 + 0.4 * 0.75, (0.1, 0.5)))
+        # q=0.1: rank 1 in the lowest bucket, which starts at 0: 0.1 * 1/2
+        self.assertEqual(demo.histogram_quantile(0.1, h), (0.05, (0.0, 0.1)))
+        # q=0.8: rank 8 in (0.5, 1] holding 3, 2 of them below: 0.5 + 0.5 * 2/3
+        value, bucket = demo.histogram_quantile(0.8, h) or (0.0, (0.0, 0.0))
+        self.assertAlmostEqual(value, 0.5 + 0.5 * 2 / 3)
+        self.assertEqual(bucket, (0.5, 1.0))
+        # q=0.95: rank 9.5 in +Inf: the highest finite bound
+        self.assertEqual(demo.histogram_quantile(0.95, h), (1.0, (1.0, INF)))
+        self.assertIsNone(demo.histogram_quantile(0.5, histogram((0.1, 0), (INF, 0))))
+        self.assertIsNone(demo.histogram_quantile(0.5, histogram((INF, 3))))
+
+    def test_subtraction_bucket_by_bucket(self) -> None:
+        before = histogram((0.5, 3), (1.0, 4), (INF, 5), total=3.0)
+        after = histogram((0.5, 10), (1.0, 13), (INF, 15), total=10.5)
+        self.assertEqual(demo.subtract_histograms(after, before), histogram((0.5, 7), (1.0, 9), (INF, 10), total=7.5))
+        self.assertEqual(demo.subtract_histograms(after, None), after)
+        with self.assertRaisesRegex(ValueError, "went down"):
+            demo.subtract_histograms(before, after)
+        with self.assertRaisesRegex(ValueError, "bucket bounds changed"):
+            demo.subtract_histograms(histogram((0.25, 10), (INF, 15)), before)
+
+    def test_figures_are_never_infinite(self) -> None:
+        figures = demo.operation_figures(histogram((-1e308, 0), (1e308, 4), (INF, 4), total=1e308))
+        self.assertEqual((figures["p50_seconds"], figures["p50_bucket"]), (None, None))
+        self.assertEqual(figures["count"], 4)
+        json.dumps(figures, allow_nan=False)
+
+    def test_figures_mean_is_exact_and_buckets_are_json(self) -> None:
+        figures = demo.operation_figures(histogram((0.5, 7), (1.0, 9), (INF, 10), total=7.5))
+        self.assertEqual(figures["count"], 10)
+        self.assertEqual(figures["mean_seconds"], 0.75)
+        self.assertAlmostEqual(figures["p50_seconds"], 5 / 7 * 0.5)
+        self.assertEqual(figures["p50_bucket"], [0.0, 0.5])
+        self.assertEqual((figures["p95_seconds"], figures["p95_bucket"]), (1.0, [1.0, None]))
+        json.dumps(figures, allow_nan=False)
+
+
+def expected(pods: int, pulls: int | None = 0) -> dict[str, int | None]:
+    return {"RunPodSandbox": pods, "CreateContainer": pods, "StartContainer": pods, "PullImage": pulls}
+
+
+class RuntimeOperationsTest(Case):
+    def test_before_and_after_per_node_and_pooled(self) -> None:
+        before = {
+            "node-a": reading(metrics_text(s05=1, s1=1, sinf=1, ssum=0.4, c001=5, c0025=5, csum=0.02)),
+            "node-b": reading(metrics_text()),
+            "node-idle": reading(metrics_text()),
+        }
+        after = {
+            # node-a: 3 sandboxes (0.5..1 s), 2 of them this run's; 2 creates
+            "node-a": reading(
+                metrics_text(s05=1, s1=4, sinf=4, ssum=2.65, c001=6, c0025=7, csum=0.05, st=2, stsum=0.35)
+            ),
+            # node-b: 2 sandboxes, one of them slower than 1 s
+            "node-b": reading(metrics_text(s05=0, s1=1, sinf=2, ssum=2.0, c001=2, c0025=2, csum=0.01, st=2, stsum=0.3)),
+        }
+        operations = demo.runtime_operations(before, after, "cube", {"node-a": expected(2), "node-b": expected(2)})
+        self.assertEqual(operations["handler"], "cube")
+        self.assertEqual(set(operations["nodes"]), {"node-a", "node-b"})
+        node_a = operations["nodes"]["node-a"]
+        self.assertEqual(node_a["RunPodSandbox"]["count"], 3)
+        self.assertAlmostEqual(node_a["RunPodSandbox"]["mean_seconds"], 2.25 / 3)
+        self.assertEqual(node_a["RunPodSandbox"]["p50_bucket"], [0.5, 1.0])
+        self.assertAlmostEqual(node_a["RunPodSandbox"]["p50_seconds"], 0.75)  # rank 1.5 of 3 in (0.5, 1]
+        self.assertEqual(node_a["CreateContainer"]["count"], 2)
+        self.assertEqual(node_a["PullImage"]["count"], 0)
+        self.assertEqual(node_a["foreign_operations"], 1)
+        self.assertIn("RunPodSandbox: 1 of 3 operations were not this run's", node_a["note"])
+        node_b = operations["nodes"]["node-b"]
+        self.assertEqual(node_b["foreign_operations"], 0)
+        self.assertEqual(node_b["RunPodSandbox"]["p95_bucket"], [1.0, None])
+        pooled = operations["pooled"]
+        self.assertEqual(pooled["RunPodSandbox"]["count"], 5)
+        self.assertAlmostEqual(pooled["RunPodSandbox"]["mean_seconds"], (2.25 + 2.0) / 5)
+        # pooled buckets: (0.5, 1] holds 4 of 5: p50 rank 2.5 -> 0.5 + 0.5 * 2.5/4
+        self.assertAlmostEqual(pooled["RunPodSandbox"]["p50_seconds"], 0.5 + 0.5 * 2.5 / 4)
+        self.assertEqual(pooled["StartContainer"]["count"], 4)
+        self.assertAlmostEqual(pooled["StartContainer"]["mean_seconds"], 0.65 / 4)
+        self.assertIsNone(pooled["PullImage"])
+        json.dumps(operations, allow_nan=False)
+
+    def test_a_restarted_kubelet_voids_its_node(self) -> None:
+        before = {"node-a": reading(metrics_text(s05=5, s1=5, sinf=5, ssum=2.0))}
+        after = {"node-a": reading(metrics_text(s05=1, s1=2, sinf=2, ssum=1.0))}
+        node = demo.runtime_operations(before, after, "cube", {"node-a": expected(2)})["nodes"]["node-a"]
+        self.assertIn("went down", node["note"])
+        self.assertIsNone(node["RunPodSandbox"])
+        vanished = {"node-a": reading("")}
+        node = demo.runtime_operations(before, vanished, "cube", {"node-a": expected(2)})["nodes"]["node-a"]
+        self.assertIn("disappeared", node["note"])
+
+    def test_unread_nodes_say_why(self) -> None:
+        before = {"node-a": demo.KubeletReading({}, "forbidden")}
+        after = {"node-a": reading(metrics_text()), "node-c": reading(metrics_text())}
+        operations = demo.runtime_operations(
+            before, after, "cube", {"node-a": expected(1), "node-c": expected(1), "node-d": expected(1)}
+        )
+        self.assertIn("forbidden", operations["nodes"]["node-a"]["note"])
+        self.assertIn("not read before", operations["nodes"]["node-c"]["note"])
+        self.assertIn("not read before", operations["nodes"]["node-d"]["note"])
+        self.assertEqual(operations["pooled"]["RunPodSandbox"], None)
+
+    def test_unknown_pulls_are_said(self) -> None:
+        before = {"node-a": reading(metrics_text())}
+        after = {"node-a": reading(metrics_text(s05=1, s1=1, sinf=1, ssum=0.3))}
+        node = demo.runtime_operations(before, after, "cube", {"node-a": expected(1, None)})["nodes"]["node-a"]
+        self.assertIn("PullImage: 0 operations, how many were this run's is unknown", node["note"])
+
+    def test_expected_operations_from_rows(self) -> None:
+        cached = validate(ready_event(), [k8s_event("Pulled", 'Container image "x" already present on machine')])
+        pulled = validate(
+            ready_event(), [k8s_event("Pulled", 'Successfully pulled image "x" in 1s (1s including waiting)')]
+        )
+        unknown = validate(ready_event())
+        unknown.node = "node-b"
+        self.assertEqual(
+            demo.expected_operations([cached, pulled, unknown]),
+            {"node-a": expected(2, 1), "node-b": expected(1, None)},
+        )
+
+
+class StreamingKubectl:
+    """Stands in for the Kubectl seam's stream(): answers each node's /metrics in small chunks,
+    from several threads at once, and records the calls."""
+
+    def __init__(self, answers: dict[str, str | Exception]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+        self.threads: set[str] = set()
+        self.lock = threading.Lock()
+
+    def stream(self, args: list[str], consume: Callable[[bytes], None], **_: Any) -> None:
+        self.calls.append(list(args))
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+        node = args[2].split("/")[4]
+        answer = self.answers[node]
+        if isinstance(answer, Exception):
+            raise answer
+        data = answer.encode()
+        for start in range(0, len(data), 100):
+            consume(data[start : start + 100])
+
+
+class ReadKubeletMetricsTest(Case):
+    def test_every_node_is_read_through_the_proxy(self) -> None:
+        answers: dict[str, str | Exception] = {
+            f"node-{i}": metrics_text(s05=i, s1=i, sinf=i, ssum=i * 0.3) for i in range(5)
+        }
+        answers["node-9"] = demo.DemoError("error: forbidden", demo.EXIT_CLUSTER)
+        kubectl = StreamingKubectl(answers)
+        readings = demo.read_kubelet_metrics(kubectl, [*answers, "bad/../name"], "cube")  # type: ignore[arg-type]
+        self.assertEqual(
+            sorted(kubectl.calls), sorted(["get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics"] for node in answers)
+        )
+        for index in range(5):
+            sandbox = readings[f"node-{index}"].histograms["RunPodSandbox"]
+            assert sandbox is not None
+            self.assertEqual(sandbox.count, index)
+        self.assertEqual(readings["node-9"].error, "error: forbidden")
+        self.assertEqual(readings["bad/../name"].error, "not a valid node name")
+
+
+class PermissionTest(Case):
+    def reviews(self, allowed_proxy: bool) -> list[dict[str, Any]]:
+        reviews = demo.access_review_list("agc-rl-x", True, kubelet_metrics=True)["items"]
+        for review in reviews:
+            attributes = review["spec"]["resourceAttributes"]
+            proxy = attributes.get("subresource") == "proxy"
+            review["status"] = {"allowed": allowed_proxy or not proxy}
+        return reviews
+
+    def test_the_flag_adds_the_node_reviews_only_when_asked(self) -> None:
+        plain = demo.access_review_list("agc-rl-x", True)["items"]
+        flagged = demo.access_review_list("agc-rl-x", True, kubelet_metrics=True)["items"]
+        self.assertEqual(len(flagged), len(plain) + 2)
+        attributes = [review["spec"]["resourceAttributes"] for review in flagged[len(plain) :]]
+        self.assertEqual(
+            attributes,
+            [
+                {"verb": "get", "resource": "nodes", "group": "", "subresource": "proxy"},
+                {"verb": "list", "resource": "nodes", "group": ""},
+            ],
+        )
+
+    def findings(self, allowed_proxy: bool) -> list[demo.Finding]:
+        return demo.preflight_findings(
+            context="ctx",
+            server=None,
+            runtime=None,
+            reviews=demo.Read(self.reviews(allowed_proxy)),
+            kubelet_metrics=True,
+        )
+
+    def test_denied_node_proxy_is_its_own_finding_and_stops_a_run(self) -> None:
+        findings = {finding.name: finding for finding in self.findings(False)}
+        self.assertTrue(findings["permissions"].ok)
+        self.assertFalse(findings["kubelet metrics"].ok)
+        self.assertIn("get nodes/proxy", findings["kubelet metrics"].stop)
+        self.assertIn("nothing was created", findings["kubelet metrics"].stop)
+        granted = {finding.name: finding for finding in self.findings(True)}
+        self.assertTrue(granted["kubelet metrics"].ok)
+        self.assertIn("also allows exec", granted["kubelet metrics"].detail)
+        without = demo.preflight_findings(
+            context="ctx", server=None, runtime=None, reviews=demo.Read(self.reviews(False))
+        )
+        self.assertNotIn("kubelet metrics", {finding.name for finding in without})
+
+    def test_run_refuses_before_creating_anything(self) -> None:
+        test = self
+
+        class Kubectl:
+            context = "ctx"
+            created: ClassVar[list[dict[str, Any]]] = []
+
+            def get(self, kind: str, name: str) -> dict[str, Any]:
+                return {"kind": "RuntimeClass", "handler": "cube"}
+
+            def create(self, manifest: dict[str, Any], review: bool = False) -> list[dict[str, Any]]:
+                test.assertTrue(review)  # access reviews only
+                self.created.append(manifest)
+                return test.reviews(False)
+
+        with tempfile.TemporaryDirectory() as root:
+            settings = demo.RunSettings(
+                output=Path(root, "out"),
+                count=1,
+                parallelism=1,
+                rounds=1,
+                image="img",
+                runtime="cube",
+                deadline_seconds=60,
+                cleanup_policy="never",
+                thresholds={},
+                quiet=True,
+                json_summary=False,
+                kubectl_timeout=10.0,
+                kubelet_metrics=True,
+            )
+            receipt = demo.Receipt(context="ctx", namespace="agc-rl-x", run_id="x")
+            batch = demo.BatchRun(Kubectl(), receipt, settings, demo.Progress(enabled=False))  # type: ignore[arg-type]
+            with self.assertRaises(demo.DemoError) as raised:
+                batch.execute()
+        self.assertEqual(raised.exception.exit_code, demo.EXIT_CLUSTER)
+        self.assertIn("--kubelet-metrics needs get nodes/proxy", str(raised.exception))
+        self.assertEqual(len(Kubectl.created), 1)
+        self.assertEqual(batch.runtime_handler, "cube")
+
+    def test_flags_parse(self) -> None:
+        parser = demo.build_parser()
+        self.assertTrue(parser.parse_args(["run", "--output", "x", "--kubelet-metrics"]).kubelet_metrics)
+        self.assertFalse(parser.parse_args(["run", "--output", "x"]).kubelet_metrics)
+        self.assertTrue(parser.parse_args(["check", "--kubelet-metrics"]).kubelet_metrics)
+
+
+def results_with(rows: list[demo.EpisodeRow], operations: dict[str, Any] | None = None) -> dict[str, Any]:
+    results = demo.batch_figures(rows)
+    counts = demo.image_cache_counts(rows)
+    results.update(
+        namespace="agc-rl-x",
+        context="ctx",
+        runtime="cube",
+        image="img",
+        parallelism=1,
+        rounds=1,
+        client_job_complete_seconds=9.0,
+        phases=demo.phase_table(rows),
+        nodes=demo.node_spread(rows),
+        image_ids=["sha"],
+        image_cache=counts,
+        cache_state=demo.cache_state_of(counts),
+        pods=[row.to_json() for row in rows],
+    )
+    if operations is not None:
+        results["runtime_operations"] = operations
+    return results
+
+
+class ReportTest(Case):
+    def operations(self) -> dict[str, Any]:
+        before = {"node-a": reading(metrics_text())}
+        after = {"node-a": reading(metrics_text(s05=1, s1=2, sinf=2, ssum=1.2, c001=2, c0025=2, csum=0.01, st=2))}
+        return demo.runtime_operations(before, after, "cube", {"node-a": expected(1)})
+
+    def test_summary_shows_sources_and_operations_with_buckets(self) -> None:
+        hostile = k8s_event("Pulled", 'Container image "x\x1b[31m" already present on machine')
+        results = results_with([validate(ready_event(), [hostile])], self.operations())
+        text = demo.render_summary(results)
+        self.assertIn("pod created -> process started", text)
+        self.assertIn("1 cached, 0 pulled, 0 unknown: cache_state cached", text)
+        self.assertIn("1 booted in the sandbox", text)
+        self.assertIn("RunPodSandbox", text)
+        self.assertIn("(500.0 ms, 1.00 s]", text)
+        self.assertIn("RunPodSandbox: 1 of 2 operations were not this run's", text)
+        json.dumps(results, allow_nan=False)
+
+    def test_summary_without_the_new_keys(self) -> None:
+        results = results_with([validate(ready_event())])
+        del results["image_cache"]
+        self.assertNotIn("runtime operation", demo.render_summary(results))
+
+    def test_compare_has_the_new_phases_and_operations(self) -> None:
+        first = results_with([validate(ready_event())], self.operations())
+        second = results_with([validate(ready_event())])
+        rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
+        self.assertAlmostEqual(rows["pod_to_process_start_seconds:p50"]["values"][0], 0.9)
+        self.assertAlmostEqual(rows["runtime_operations:RunPodSandbox"]["values"][0], 0.6)
+        self.assertIsNone(rows["runtime_operations:RunPodSandbox"]["values"][1])
+
+    def test_timeline_draws_the_sandbox_strips_where_known(self) -> None:
+        rows = [validate(ready_event()), validate(ready_event(kernel_booted_at=None, process_started_at=None))]
+        rows[1].pod = "rollout-other"
+        root = ElementTree.fromstring(demo.render_timeline_svg(results_with(rows)))
+        strips = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "detail"]
+        self.assertEqual([strip.get("data-phase") for strip in strips], ["sandbox boot", "process start"])
+        self.assertIn("sandbox boot: pod created -> sandbox kernel booted", "".join(root.itertext()))
+        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
+        self.assertEqual({bar.get("data-phase") for bar in bars}, {name for name, *_ in demo.TIMELINE_BARS})
+
+
+if __name__ == "__main__":
+    unittest.main()
