@@ -198,9 +198,13 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
-    logs: Dict[str, Optional[str]] = {}
+    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
     if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
-        logs = {pod["metadata"]["name"]: rl_batch_demo.termination_message(pod) for pod in pods}
+        for pod in pods:
+            text = rl_batch_demo.termination_message(pod) or ""
+            logs[pod["metadata"]["name"]] = rl_batch_demo.PodLog(
+                rl_batch_demo.parse_events(text), lines=text.count("\n"), saved_bytes=len(text)
+            )
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
@@ -255,7 +259,12 @@ root, executable, round_dir = sys.argv[1:4]
 sys.path.insert(0, root)
 import rl_batch_demo
 kubectl = rl_batch_demo.Kubectl(executable, context=None, kubeconfig=None, process_timeout=600)
-baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the peak so far (KiB)
+try:  # the resident set right now, below that peak
+    with open("/proc/self/status") as status:
+        baseline = min(baseline, next(int(l.split()[1]) for l in status if l.startswith("VmRSS:")))
+except (OSError, StopIteration, ValueError):
+    pass
 started = time.perf_counter()
 logs = rl_batch_demo.logs_by_selector(kubectl, "bench", "job-name=rollout", ["rollout-a"], Path(round_dir))
 seconds = time.perf_counter() - started
@@ -294,7 +303,10 @@ def log_memory(mode: str, scratch: Path) -> Dict[str, Any]:
 
 
 def print_memory(scratch: Path) -> None:
-    print(f"client memory reading a {LOG_BYTES / 1e9:.0f} GB log (rl_batch_demo.logs_by_selector, one child process):")
+    print(
+        f"client memory reading a {LOG_BYTES / 1e9:.0f} GB log (rl_batch_demo.logs_by_selector in a child process; "
+        "peak RSS over its RSS just before the read):"
+    )
     for mode, label in (("lines", "lines of 4 KiB"), ("one-line", "one line, no newline")):
         m = log_memory(mode, scratch)
         rise = (m["peak_kib"] - m["baseline_kib"]) / 1024
@@ -324,8 +336,17 @@ def steps(intervals: List[Tuple[float, float, str]]) -> List[List[Tuple[float, f
 
 
 def short(argv: List[str]) -> str:
-    words = [a for a in argv if not a.startswith(("--context", "--request-timeout", "--namespace", "--max-log"))]
-    text = " ".join(w if len(w) <= 40 else w[:37] + "..." for w in words)
+    """A call's argv without the flags every call carries (context, timeouts, namespace)."""
+    words: List[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--context", "--request-timeout", "-n", "--namespace", "--kubeconfig"):
+            skip = True
+        elif not word.startswith(("--context=", "--request-timeout=", "--namespace=", "--kubeconfig=", "--max-log")):
+            words.append(word if len(word) <= 40 else word[:37] + "...")
+    text = " ".join(words)
     return text if len(text) <= 90 else text[:87] + "..."
 
 
