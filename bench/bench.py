@@ -11,9 +11,18 @@ Prints, for N = 10 and 100 episodes run end to end against the fake (change with
 then the client's analysis alone (no kubectl) for 10, 100 and 1000 episodes (--analyse), which
 isolates the client's share of a large run (end to end, 1,000 episodes against the fake take about
 two minutes, most of it running the episodes on this machine); and the time
-`python3 rl_batch_demo.py --help` takes, beside a bare interpreter's start.
+`python3 rl_batch_demo.py --help` takes, beside a bare interpreter's start; the kubectl process
+count of a 10-episode run against its budget; and the client's peak memory reading a 1 GB log
+(--no-memory skips it).
 
-Standard library only:  python3 bench/bench.py [--sizes 10,100,1000]
+With --guide PATH (the guide's own script, a restored copy kept outside this repository), it also
+runs, alternately, R repetitions (--repeats, default 5) of `rl_batch_demo.py run --count 10` and of
+the guide's `PATH run --count 10`, each a subprocess on a fresh fake cluster, and prints both tools'
+wall times (start -> exit, start -> results.json), their ratio, kubectl process counts, which calls
+ran concurrently, how many ran in sequence before the Job create, and Job Complete seen ->
+results.json.
+
+Standard library only:  python3 bench/bench.py [--sizes 10,100,1000] [--guide PATH [--repeats R]]
 Nothing here is a cluster measurement; the fake runs every episode on this machine.
 """
 
@@ -42,6 +51,9 @@ from tests.fakecluster import FakeCluster  # noqa: E402
 # The fake runs every episode as local processes: 1,000 at once would only measure this machine's
 # process table. The client's work does not depend on parallelism.
 MAX_PARALLEL_EPISODES = 100
+PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (README, "What a run does")
+GUIDE_COUNT = 10
+LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
 
 
 def time_help(repeats: int = 15) -> Dict[str, float]:
@@ -191,12 +203,11 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
     logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
     if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
-        logs = {
-            pod["metadata"]["name"]: rl_batch_demo.PodLog(
-                rl_batch_demo.parse_events(rl_batch_demo.termination_message(pod))
+        for pod in pods:
+            text = rl_batch_demo.termination_message(pod) or ""
+            logs[pod["metadata"]["name"]] = rl_batch_demo.PodLog(
+                rl_batch_demo.parse_events(text), lines=text.count("\n"), saved_bytes=len(text)
             )
-            for pod in pods
-        }
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
@@ -217,12 +228,275 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     return {"cpu": time.process_time() - cpu_before, "wall": time.perf_counter() - wall_before}
 
 
+# --------------------------------------------------------------------------- 1 GB of log
+
+LOG_GENERATOR = r"""
+import json, sys, time
+out = sys.stdout.buffer
+prefix = b"[pod/rollout-a/episode] "
+total, mode = int(sys.argv[-2]), sys.argv[-1]  # (kubectl's arguments come first; ignored)
+if mode == "lines":
+    block = (prefix + b"x" * 4096 + b"\n") * 256
+    for _ in range(total // len(block) + 1):
+        out.write(block)
+else:  # one line, no newline in it
+    out.write(prefix)
+    chunk = b"y" * (1 << 20)
+    for _ in range(total // len(chunk) + 1):
+        out.write(chunk)
+    out.write(b"\n")
+now = time.time()
+for event in (
+    {"event": "ready", "at": now, "episode_id": "rollout-a"},
+    {"event": "reward", "at": now + 1, "episode_id": "rollout-a", "reward": 1, "baseline_exit": 1,
+     "tests_exit": 0, "tests_output": "OK"},
+):
+    out.write(prefix + json.dumps(event).encode() + b"\n")
+out.flush()
+"""
+
+MEMORY_CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+root, executable, round_dir = sys.argv[1:4]
+sys.path.insert(0, root)
+import rl_batch_demo
+kubectl = rl_batch_demo.Kubectl(executable, context=None, kubeconfig=None, process_timeout=600)
+baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the peak so far (KiB)
+try:  # the resident set right now, below that peak
+    with open("/proc/self/status") as status:
+        baseline = min(baseline, next(int(l.split()[1]) for l in status if l.startswith("VmRSS:")))
+except (OSError, StopIteration, ValueError):
+    pass
+started = time.perf_counter()
+logs = rl_batch_demo.logs_by_selector(kubectl, "bench", "job-name=rollout", ["rollout-a"], Path(round_dir))
+seconds = time.perf_counter() - started
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+log = logs["rollout-a"]
+print(json.dumps({"baseline_kib": baseline, "peak_kib": peak, "seconds": seconds,
+                  "events": [e.get("event") for e in log.events], "error": log.error, "lines": log.lines,
+                  "long_lines": log.long_lines, "saved_bytes": log.saved_bytes, "dropped_bytes": log.dropped_bytes,
+                  "file_bytes": (Path(round_dir) / "rollout-a.log").stat().st_size}))
+"""
+
+
+def log_memory(mode: str, scratch: Path) -> Dict[str, Any]:
+    """The client's peak RSS above its baseline while logs_by_selector reads 1 GB of log from a
+    stand-in kubectl (a child process: ru_maxrss is per process, and this one holds the fake's data)."""
+    work = scratch / f"memory-{mode}"
+    work.mkdir()
+    generator = work / "kubectl"
+    generator.write_text(
+        f"#!{sys.executable}\n"
+        + LOG_GENERATOR.replace("sys.argv[-2]", str(LOG_BYTES)).replace("sys.argv[-1]", repr(mode))
+    )
+    generator.chmod(0o755)
+    round_dir = work / "round"
+    round_dir.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", MEMORY_CHILD, str(ROOT), str(generator), str(round_dir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"the memory child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def print_memory(scratch: Path) -> None:
+    print(
+        f"client memory reading a {LOG_BYTES / 1e9:.0f} GB log (rl_batch_demo.logs_by_selector in a child process; "
+        "peak RSS over its RSS just before the read):"
+    )
+    for mode, label in (("lines", "lines of 4 KiB"), ("one-line", "one line, no newline")):
+        m = log_memory(mode, scratch)
+        rise = (m["peak_kib"] - m["baseline_kib"]) / 1024
+        print(
+            f"  1 GB log ({label}): +{rise:.1f} MB peak RSS, {m['seconds']:.1f} s "
+            f"(baseline {m['baseline_kib'] / 1024:.1f} MB; events found {m['events']}; "
+            f"{m['long_lines']} over-long lines skipped; <pod>.log {m['file_bytes'] / 2**20:.1f} MiB, "
+            f"{m['dropped_bytes'] / 1e6:.0f} MB counted, not saved)"
+        )
+
+
+# --------------------------------------------------------------------------- side by side with the guide
+
+
+def steps(intervals: List[Tuple[float, float, str]]) -> List[List[Tuple[float, float, str]]]:
+    """Calls grouped into sequential steps: calls whose [start, end] overlap share a step."""
+    groups: List[List[Tuple[float, float, str]]] = []
+    end = float("-inf")
+    for item in sorted(intervals):
+        if groups and item[0] < end:
+            groups[-1].append(item)
+            end = max(end, item[1])
+        else:
+            groups.append([item])
+            end = item[1]
+    return groups
+
+
+def short(argv: List[str]) -> str:
+    """A call's argv without the flags every call carries (context, timeouts, namespace)."""
+    words: List[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--context", "--request-timeout", "-n", "--namespace", "--kubeconfig"):
+            skip = True
+        elif not word.startswith(("--context=", "--request-timeout=", "--namespace=", "--kubeconfig=", "--max-log")):
+            words.append(word if len(word) <= 40 else word[:37] + "...")
+    text = " ".join(words)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def timed(argv: List[str], env: Dict[str, str], cwd: Path, output: Path) -> Dict[str, Any]:
+    started = time.time()
+    proc = subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, timeout=900, check=False)
+    ended = time.time()
+    figures: Dict[str, Any] = {"exit": proc.returncode, "wall": ended - started, "stderr": proc.stderr}
+    results = output / "results.json"
+    if results.exists():
+        figures["to_results"] = results.stat().st_mtime - started
+        figures["results_mtime"] = results.stat().st_mtime
+        figures["results"] = json.loads(results.read_text())
+    return figures
+
+
+def tool_run(scratch: Path, index: int) -> Dict[str, Any]:
+    cluster = FakeCluster(scratch / f"tool-cluster-{index}")
+    try:
+        output = scratch / f"tool-{index}"
+        argv = [sys.executable, str(ROOT / "rl_batch_demo.py"), "run", "--count", str(GUIDE_COUNT)]
+        figures = timed([*argv, "--output", str(output), "--quiet"], cluster.env(), scratch, output)
+        figures["processes"] = len(cluster.calls())
+        if figures["exit"] != 0 or "results" not in figures:
+            return figures
+        results = figures["results"]
+        calls = json.loads((output / "kubectl-calls.json").read_text())
+        figures["calls"] = calls
+        job_create = max(c["started"] for c in calls if "create" in c["argv"])
+        figures["before_job"] = [c for c in calls if c["started"] < job_create]
+        figures["seen_to_results"] = figures["results_mtime"] - results["client_observed_complete_at"]
+        completed_at = cluster.job_completed_at(results["namespace"], "rollout")
+        figures["watch_latency"] = results["client_observed_complete_at"] - completed_at
+        return figures
+    finally:
+        cluster.close()
+
+
+def guide_run(guide: Path, scratch: Path, index: int) -> Dict[str, Any]:
+    cluster = FakeCluster(scratch / f"guide-cluster-{index}")
+    try:
+        output = scratch / f"guide-{index}"
+        argv = [sys.executable, str(guide), "run", "--count", str(GUIDE_COUNT), "--output", str(output)]
+        figures = timed(argv, cluster.env(), scratch, output)
+        records = cluster.call_records()
+        figures["processes"] = len(records)
+        if figures["exit"] != 0 or "results" not in figures:
+            return figures
+        origin = records[0]["start"]
+        figures["calls"] = [
+            {"argv": r["argv"], "started": r["start"] - origin, "seconds": (r["end"] or r["start"]) - r["start"]}
+            for r in records
+        ]
+        job_create = max(r["start"] for r in records if '"kind": "Job"' in (r["stdin"] or ""))
+        figures["before_job"] = [c for c, r in zip(figures["calls"], records) if r["start"] < job_create]
+        completed_at = cluster.job_completed_at(figures["results"]["namespace"], "rollout")
+        polls = [r for r in records if r["argv"][-4:-2] == ["job", "rollout"] and r["start"] >= completed_at]
+        if polls:  # the first poll that started after Complete saw it when it returned
+            figures["watch_latency"] = polls[0]["end"] - completed_at
+            figures["seen_to_results"] = figures["results_mtime"] - polls[0]["end"]
+        return figures
+    finally:
+        cluster.close()
+
+
+def describe_calls(title: str, calls: List[Dict[str, Any]]) -> None:
+    print(f"  {title}: each kubectl process (start s, seconds, step; calls sharing a step ran concurrently)")
+    plain = [(c["started"], c["started"] + c["seconds"], short(c["argv"])) for c in calls if not c.get("watch")]
+    for number, group in enumerate(steps(plain), 1):
+        for started, ended, text in group:
+            mark = " (concurrent)" if len(group) > 1 else ""
+            print(f"    {started:7.3f} {ended - started:7.3f}  step {number:>2}{mark:<13} {text}")
+    for c in calls:
+        if c.get("watch"):
+            print(f"    {c['started']:7.3f} {c['seconds']:7.3f}  watch, alongside  {short(c['argv'])}")
+
+
+def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
+    print(
+        f"side by side, {GUIDE_COUNT} episodes: {repeats} repetitions of each, alternating, "
+        "each a subprocess on a fresh fake cluster"
+    )
+    tool: List[Dict[str, Any]] = []
+    theirs: List[Dict[str, Any]] = []
+    for index in range(repeats):
+        tool.append(tool_run(scratch, index))
+        theirs.append(guide_run(guide, scratch, index))
+    for name, runs in (("rl_batch_demo", tool), ("the guide's script", theirs)):
+        failed = [r for r in runs if r["exit"] != 0 or "results" not in r]
+        if failed:
+            tail = failed[0]["stderr"].strip().splitlines()[-3:]
+            print(f"  {name}: {len(failed)} of {len(runs)} runs failed (exit {failed[0]['exit']}): " + " | ".join(tail))
+    good_tool = [r for r in tool if "results" in r and r["exit"] == 0]
+    good_guide = [r for r in theirs if "results" in r and r["exit"] == 0]
+
+    def figure(runs: List[Dict[str, Any]], key: str, how: Any) -> Optional[float]:
+        values = [r[key] for r in runs if key in r]
+        return how(values) if values else None
+
+    def cell(value: Optional[float], unit: str = "s") -> str:
+        if value is None:
+            return "n/a"
+        return f"{value:.0f}" if unit == "" else f"{value:.3f}"
+
+    rows = [
+        ("start -> exit, median s", "wall", statistics.median, "s"),
+        ("start -> exit, min s", "wall", min, "s"),
+        ("start -> results.json, median s", "to_results", statistics.median, "s"),
+        ("start -> results.json, min s", "to_results", min, "s"),
+        ("Job Complete -> seen by client, median s", "watch_latency", statistics.median, "s"),
+        ("Complete seen -> results.json, median s", "seen_to_results", statistics.median, "s"),
+        ("kubectl processes, median", "processes", statistics.median, ""),
+    ]
+    print(f"  {'':<42}{'rl_batch_demo':>15}{'guide script':>15}{'ratio':>9}")
+    for label, key, how, unit in rows:
+        a, b = figure(good_tool, key, how), figure(good_guide, key, how)
+        ratio = f"{a / b:.2f}" if a is not None and b else "n/a"
+        print(f"  {label:<42}{cell(a, unit):>15}{cell(b, unit):>15}{ratio:>9}")
+    for name, runs in (("rl_batch_demo", good_tool), ("guide script", good_guide)):
+        if runs:
+            before = runs[-1]["before_job"]
+            plain = [(c["started"], c["started"] + c["seconds"], "") for c in before if not c.get("watch")]
+            print(
+                f"  {name}: {len(before)} kubectl processes before the Job create, "
+                f"in {len(steps(plain))} sequential steps"
+            )
+    if good_tool:
+        describe_calls("rl_batch_demo, last run (its kubectl-calls.json)", good_tool[-1]["calls"])
+    if good_guide:
+        calls = good_guide[-1]["calls"]
+        polls = sum(1 for c in calls if c["argv"][-4:-2] == ["job", "rollout"])
+        print(f"  guide script, last run: {len(calls)} kubectl processes, {polls} of them Job polls (every 1 s)")
+        describe_calls(
+            "guide script, last run (the fake's call records)",
+            [c for c in calls if c["argv"][-4:-2] != ["job", "rollout"]],
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,100", help="episode counts run end to end against the fake")
     parser.add_argument("--analyse", default="10,100,1000", help="episode counts for the analysis-only figure")
+    parser.add_argument("--guide", metavar="PATH", help="the guide's own script: run it side by side with the tool")
+    parser.add_argument("--repeats", type=int, default=5, help="repetitions of each tool with --guide (default 5)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the 1 GB log memory figure")
     args = parser.parse_args()
-    sizes = [int(size) for size in args.sizes.split(",")]
+    sizes = [int(size) for size in args.sizes.split(",") if size]
     help_figures = time_help()
     print(
         f"--help: {help_figures['help_seconds'] * 1000:.0f} ms (bare interpreter: "
@@ -239,8 +513,10 @@ def main() -> int:
     )
     print("  ".join(f"{column:>19}" for column in header))
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as scratch:
+        processes: Dict[int, int] = {}
         for size in sizes:
             figures = run_once(size, Path(scratch))
+            processes[size] = figures["kubectl_processes"]
             print(
                 "  ".join(
                     f"{value:>19}" if isinstance(value, int) else f"{value:>19.3f}"
@@ -264,9 +540,27 @@ def main() -> int:
         )
         print()
         print("analysis only (parse the pod listing, save diagnostics, validate, write results and timeline):")
-        for size in (int(size) for size in args.analyse.split(",")):
+        for size in (int(size) for size in args.analyse.split(",") if size):
             timing = analyse_only(size, Path(scratch))
             print(f"{size:>19}  episodes: {timing['cpu']:.3f} s client CPU, {timing['wall']:.3f} s wall")
+        if GUIDE_COUNT not in processes:
+            processes[GUIDE_COUNT] = run_once(GUIDE_COUNT, Path(scratch))["kubectl_processes"]
+        verdict = "within" if processes[GUIDE_COUNT] <= PROCESS_BUDGET else "OVER"
+        print()
+        print(
+            f"kubectl processes of a {GUIDE_COUNT}-episode run: {processes[GUIDE_COUNT]} "
+            f"({verdict} the budget of {PROCESS_BUDGET})"
+        )
+        if not args.no_memory:
+            print()
+            print_memory(Path(scratch))
+        if args.guide:
+            print()
+            guide = Path(args.guide).resolve()
+            if not guide.is_file():
+                print(f"side by side: the guide's script {args.guide} is not a file; skipped")
+            else:
+                side_by_side(guide, args.repeats, Path(scratch))
     return 0
 
 

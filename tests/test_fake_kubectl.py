@@ -226,7 +226,20 @@ class StrictnessTest(FakeKubectlTestCase):
             (["get", "pods", "-A", "-o", "json"], "kubectl get -A"),
             (["get", "pod/x", "-o", "json"], "get TYPE/NAME (use get TYPE NAME)"),
             (["get", "pods", "-w", "-o", "json"], "get -w without --output-watch-events"),
-            (["config", "current-context"], "kubectl config current-context"),
+            (["config", "get-contexts"], "kubectl config get-contexts"),
+            (["get", "runtimeclass"], "get without -o json"),  # table output: only `get runtimeclass NAME`
+            (["get", "runtimeclass", "cube", "--ignore-not-found"], "get without -o json"),
+            (["get", "events"], "get without -o json"),  # events in a table: only with the guide's --sort-by
+            (["get", "pods", "-l", "a=b"], "get without -o json"),
+            (
+                ["get", "events", "--sort-by=.metadata.name"],
+                "get --sort-by (only get events --sort-by=.metadata.creationTimestamp)",
+            ),
+            (
+                ["get", "events", "--sort-by=.metadata.creationTimestamp", "-o", "json"],
+                "get --sort-by (only get events --sort-by=.metadata.creationTimestamp)",
+            ),
+            (["get", "job", "x", "-o", "name"], "get -o name (only -o json)"),
             (["config", "view"], "config view without --minify -o json"),
             (["version"], "version without -o json"),
             (["create", "-f", "-"], "create without -o json"),
@@ -430,6 +443,127 @@ class CycleTest(FakeKubectlTestCase):
         self.assertTrue(lines[0].startswith(f"[pod/{sorted(pods)[0]}/episode] filler 0"))
         one = self.ok("logs", pods[0], "-c", "episode", "-n", NS)
         self.assertEqual(one, self.cluster.pod_log(NS, pods[0]))
+
+
+# A worker written the way the guide's is: container paths named literally, `python` from PATH.
+GUIDE_STYLE_WORKER = r"""
+import json, os, pathlib, subprocess, time
+p = pathlib.Path('/workspace')
+os.chdir(p)
+p.joinpath('probe.py').write_text('print(6 * 7)\n')
+out = subprocess.run(['python', '-B', 'probe.py'], text=True, capture_output=True, timeout=20).stdout.strip()
+for event in ('ready', 'reward'):
+    print(json.dumps(dict(event=event, at=time.time(), episode_id=os.environ['EPISODE_ID'], out=out,
+                          read_back=p.joinpath('probe.py').read_text(), mounted=open('/demo/episode.py').read()[:1])),
+          flush=True)
+"""
+
+
+class GuideFormsTest(FakeKubectlTestCase):
+    """Forms the guide's own script uses; bench/bench.py runs it side by side."""
+
+    def test_current_context_and_runtimeclass_table(self) -> None:
+        self.assertEqual(self.ok("config", "current-context"), "fake-ctx\n")
+        self.fails("config", "current-context", "x", stderr="error: unexpected arguments: [x]")
+        # the store's objects were created an hour before the cluster started
+        self.assertEqual(
+            self.ok("--context", "fake-ctx", "--request-timeout=30s", "get", "runtimeclass", "cube"),
+            "NAME   HANDLER   AGE\ncube   cube      60m\n",
+        )
+        self.fails(
+            "get",
+            "runtimeclass",
+            "gone",
+            stderr='Error from server (NotFound): runtimeclasses.node.k8s.io "gone" not found',
+        )
+        self.fails(
+            "get",
+            "events",
+            "--sort-by=.metadata.creationTimestamp",
+            "-l",
+            "a=b",
+            stderr="error: fake_kubectl does not support get --sort-by "
+            "(only get events --sort-by=.metadata.creationTimestamp)",
+        )
+        p = self.kubectl("get", "events", "--sort-by=.metadata.creationTimestamp", "-n", "kube-public")
+        self.assertEqual((p.returncode, p.stdout, p.stderr), (0, "", "No resources found in kube-public namespace.\n"))
+
+    def test_unset_current_context(self) -> None:
+        self.cluster.close()
+        self.cluster = FakeCluster(pathlib.Path(self._tmp.name), current_context=None)
+        self.addCleanup(self.cluster.close)
+        self.fails("config", "current-context", stderr="error: current-context is not set")
+
+    def test_guide_style_worker_and_events_table(self) -> None:
+        manifest = setup_manifest()
+        manifest["items"][1]["data"] = {"episode.py": GUIDE_STYLE_WORKER}
+        self.create(manifest)
+        job = job_manifest(completions=2, parallelism=2)
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        container["command"] = ["python", "-B", "/demo/episode.py"]
+        container["volumeMounts"] = [
+            {"name": "script", "mountPath": "/demo", "readOnly": True},
+            {"name": "workspace", "mountPath": "/workspace"},
+        ]
+        job["spec"]["template"]["spec"]["volumes"] = [
+            {"name": "script", "configMap": {"name": "episode"}},
+            {"name": "workspace", "emptyDir": {}},
+        ]
+        self.create(job)
+        self.cluster.wait_idle(20)
+        self.assertEqual(self.job()["status"].get("succeeded"), 2, self.cluster.controller_logs())
+        pods = [p["metadata"]["name"] for p in self.cluster.objects("Pod", NS)]
+        for pod in pods:
+            log = self.ok("logs", pod, "-c", "episode", "-n", NS)
+            events = [json.loads(line) for line in log.splitlines()]
+            self.assertEqual([e["event"] for e in events], ["ready", "reward"])
+            self.assertEqual(
+                (events[0]["out"], events[0]["read_back"], events[0]["mounted"]), ("42", "print(6 * 7)\n", "\n")
+            )
+            self.assertEqual(events[0]["episode_id"], pod)
+        table = self.ok("-n", NS, "get", "events", "--sort-by=.metadata.creationTimestamp").splitlines()
+        self.assertRegex(table[0], r"^LAST SEEN   TYPE     REASON +OBJECT +MESSAGE$")
+        stored = self.cluster.objects("Event", NS)
+        self.assertEqual(len(table), 1 + len(stored))
+        columns = [table[0].index(word) for word in ("TYPE", "REASON", "OBJECT", "MESSAGE")]
+        rows = [
+            [
+                line[: columns[0]].strip(),
+                *(line[a:b].strip() for a, b in zip(columns, columns[1:])),
+                line[columns[-1] :],
+            ]
+            for line in table[1:]
+        ]
+        for row in rows:
+            self.assertRegex(row[0], r"^\d+s$")
+        self.assertIn(["Normal", "Completed", "job/rollout", "Job completed"], [row[1:] for row in rows])
+        self.assertEqual(sum(row[2] == "Started" for row in rows), 2)
+        self.assertIn(f"pod/{pods[0]}", [row[3] for row in rows])
+
+    def test_human_duration(self) -> None:
+        from tests.fakekube.commands import human_duration
+
+        for seconds, text in (
+            (-5, "<invalid>"),
+            (-0.5, "0s"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (150, "2m30s"),
+            (600, "10m"),
+            (3600, "60m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 120, "3h2m"),
+            (8 * 3600, "8h"),
+            (48 * 3600, "2d"),
+            (50 * 3600, "2d2h"),
+            (8 * 86400, "8d"),
+            (2 * 365 * 86400, "2y"),
+            (2 * 365 * 86400 + 86400, "2y1d"),
+            (9 * 365 * 86400, "9y"),
+        ):
+            with self.subTest(seconds=seconds):
+                self.assertEqual(human_duration(seconds), text)
 
 
 class FaultTest(FakeKubectlTestCase):

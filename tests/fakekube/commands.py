@@ -12,6 +12,10 @@ real kubectl would accept with ``error: fake_kubectl does not support ...``:
 * ``delete job NAME --cascade=foreground [--wait=false]``, ``delete namespace NAME [--wait=false]``
 * ``logs -l SEL -c C [--prefix] [--tail N] [--max-log-requests N]`` and ``logs POD -c C``
 
+and, in the section at the end, the forms the guide's own script uses (bench/bench.py runs it
+side by side): ``config current-context``, ``get runtimeclass NAME`` and
+``get events --sort-by=.metadata.creationTimestamp`` in kubectl's default table output.
+
 Every API request goes through ``Invocation.api_call``: injected hang, then injected API
 error, then RBAC, then the request itself (an ``after_apply`` error fires after it)."""
 
@@ -321,6 +325,10 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         rbac=False,
     )
     rts = [(resolve_type(t), n) for t, n in requests]
+    if not watch and (fmt == "" or flags.get("sort-by") is not None):
+        table = guide_get_table(inv, rts, flags, sel_text)
+        if table is not None:
+            return table
     check_output_json(fmt, "get -w" if watch else "get")
     selector = parse_selector(sel_text) if sel_text is not None else None
     for rt, n in rts:
@@ -915,3 +923,115 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
             return f.read()
     except FileNotFoundError:
         return b""
+
+
+# --------------------------------------------------------------------------- the guide's script
+# Forms the guide's own script uses; bench/bench.py runs it side by side.  Only these: every other
+# table output or --sort-by stays refused.  (Its `get job NAME -o json`, `get pods -l job-name=...
+# -o json`, `logs POD -c episode` and `create -f - -o json` are forms implemented above.)
+
+EVENTS_SORT_FIELD = ".metadata.creationTimestamp"
+
+
+def cmd_config_current_context(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    """``config current-context``: the kubeconfig's current-context (the kubeconfig alone)."""
+    if positional:
+        raise KubectlError(f"error: unexpected arguments: [{' '.join(positional)}]")
+    inv.api_call(("config", "current-context"))
+    if not inv.current_context:
+        raise KubectlError("error: current-context is not set")
+    out(inv.current_context + "\n")
+    return 0
+
+
+def human_duration(seconds: float) -> str:
+    """apimachinery's duration.HumanDuration, which kubectl's AGE and LAST SEEN columns use."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def since(stamp: Optional[str], now: float) -> str:
+    """translateTimestampSince: "<unknown>" for a missing time."""
+    if not stamp:
+        return "<unknown>"
+    import calendar
+
+    return human_duration(now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def render_table(header: List[str], rows: List[List[str]]) -> str:
+    """kubectl's tab writer (minwidth 6, padding 3, spaces); the last column is not padded."""
+    lines = [header, *rows]
+    widths = [max(6, max(len(line[i]) for line in lines) + 3) for i in range(len(header) - 1)]
+    return "".join("".join(cell.ljust(width) for cell, width in zip(line, widths)) + line[-1] + "\n" for line in lines)
+
+
+def guide_get_table(
+    inv: Invocation, rts: List[Tuple[ResType, Optional[str]]], flags: Dict[str, Any], sel_text: Optional[str]
+) -> Optional[int]:
+    """``get runtimeclass NAME`` (NAME HANDLER AGE) and ``get events --sort-by=.metadata.creationTimestamp``
+    (LAST SEEN TYPE REASON OBJECT MESSAGE), as kubectl v1.32 prints them by default.  None for any
+    other form (the caller refuses it)."""
+    sort_by = flags.get("sort-by")
+    plain = flags.get("output", "") == "" and sel_text is None and not flags.get("ignore-not-found")
+    now = time.time()
+    if plain and sort_by is None and len(rts) == 1 and rts[0][0].kind == "RuntimeClass" and rts[0][1]:
+        rt, name = rts[0]
+        inv.check_rbac("get", rt.resource, rt, name, "")
+        obj = inv.store.get("RuntimeClass", None, name)
+        if obj is None:
+            raise KubectlError(not_found(rt, name))
+        created = obj["metadata"].get("creationTimestamp")
+        out(render_table(["NAME", "HANDLER", "AGE"], [[name, str(obj.get("handler", "")), since(created, now)]]))
+        return 0
+    if plain and sort_by == EVENTS_SORT_FIELD and len(rts) == 1 and rts[0][0].kind == "Event" and not rts[0][1]:
+        rt = rts[0][0]
+        inv.check_rbac("list", rt.resource, rt, "", inv.namespace)
+        events = inv.store.list("Event", inv.namespace)
+        if not events:
+            err(f"No resources found in {inv.namespace} namespace.")
+            return 0
+        events.sort(key=lambda e: e["metadata"].get("creationTimestamp") or "")  # stable, like kubectl's sort
+        rows = []
+        for ev in events:
+            first = since(ev.get("firstTimestamp") or ev.get("eventTime"), now)
+            last = since(ev["lastTimestamp"], now) if ev.get("lastTimestamp") else first
+            count = int(ev.get("count") or 0)
+            if ev.get("series"):
+                last = since(ev["series"].get("lastObservedTime"), now)
+            elif count > 1:
+                last = f"{last} (x{count} over {first})"
+            involved = ev.get("involvedObject") or {}
+            kind = str(involved.get("kind", "")).lower()
+            target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+            rows.append(
+                [last, str(ev.get("type", "")), str(ev.get("reason", "")), target, str(ev.get("message", "")).strip()]
+            )
+        out(render_table(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows))
+        return 0
+    if sort_by is not None:
+        raise not_supported(f"get --sort-by (only get events --sort-by={EVENTS_SORT_FIELD})")
+    return None

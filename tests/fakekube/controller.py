@@ -635,6 +635,7 @@ class JobController:
                 "PATH": os.environ.get("PATH", os.defpath),
             }
         )
+        mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
         if "wrong_id" in sim.modes:
             env["EPISODE_ID"] = "someone-else"
         lp = log_path(self.state, self.ns, sim.name)
@@ -974,3 +975,87 @@ def run_controller(spec_json: str) -> int:
         with contextlib.suppress(OSError):
             os.remove(marker)
     return 0
+
+
+# --------------------------------------------------------------------------- the guide's worker
+# Forms the guide's own script uses; bench/bench.py runs it side by side.  The guide's worker
+# (its ConfigMap ``episode.py``) names its container paths literally (``/workspace``) and runs
+# ``python`` from PATH, as the image provides.  The fake has no container filesystem, so the
+# kubelet puts a ``python`` on the episode's PATH and translates the container's mount paths to
+# the pod's local directories for the calls a worker opens files and changes directory with
+# (``open``, ``io.open``, ``os.open``, ``os.chdir``), through a ``sitecustomize`` on PYTHONPATH.
+# The tool's own worker takes its paths from RL_DEMO_WORKSPACE and never meets it.
+
+MOUNT_PRELUDE = """# fake kubelet: the container's volume mounts (the fake has no container filesystem)
+import builtins
+import io
+import os
+
+_MOUNTS = %r
+
+
+def _local(path):
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        return path
+    if not isinstance(text, str):
+        return path
+    for mount, local in _MOUNTS:
+        if text == mount or text.startswith(mount + "/"):
+            return local + text[len(mount):]
+    return path
+
+
+def _wrap(call):
+    def mounted(path, *args, **kwargs):
+        return call(_local(path), *args, **kwargs)
+
+    return mounted
+
+
+builtins.open = io.open = _wrap(io.open)
+os.open = _wrap(os.open)
+os.chdir = _wrap(os.chdir)
+"""
+
+
+def mount_container_paths(
+    workdir: str, workspace: str, container: dict, spec: dict, view: Any, namespace: str, env: Dict[str, str]
+) -> None:
+    """The container's volumeMounts as local directories (an emptyDir is the pod's workspace, a
+    ConfigMap a directory of its keys), a ``python`` on PATH, and the prelude that maps them."""
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    mounts: List[Tuple[str, str]] = []
+    for mount in container.get("volumeMounts") or []:
+        vol = volumes.get(mount.get("name")) or {}
+        path = str(mount.get("mountPath", "")).rstrip("/")
+        if not path.startswith("/"):
+            continue
+        if "emptyDir" in vol:
+            local = (
+                workspace
+                if not any(m[1] == workspace for m in mounts)
+                else os.path.join(workdir, "emptydir-" + str(mount["name"]))
+            )
+        elif "configMap" in vol:
+            cm = view.get("ConfigMap", namespace, (vol.get("configMap") or {}).get("name", "")) or {}
+            local = os.path.join(workdir, "configmap-" + str(mount["name"]))
+            os.makedirs(local, exist_ok=True)
+            for key, value in (cm.get("data") or {}).items():
+                with open(os.path.join(local, key), "w", encoding="utf-8") as f:
+                    f.write(value)
+        else:
+            continue
+        os.makedirs(local, exist_ok=True)
+        mounts.append((path, local))
+    site = os.path.join(workdir, "site")
+    os.makedirs(site, exist_ok=True)
+    with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as f:
+        f.write(MOUNT_PRELUDE % (sorted(mounts, key=lambda m: -len(m[0])),))
+    bin_dir = os.path.join(workdir, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.symlink(sys.executable, os.path.join(bin_dir, "python"))
+    env["PYTHONPATH"] = site
+    env["PATH"] = bin_dir + os.pathsep + env["PATH"]
