@@ -61,7 +61,8 @@ class HostileEpisodeTest(unittest.TestCase):
 
     def run_hostile(self, name: str, modes: list[str]) -> tuple[subprocess.CompletedProcess[bytes], Path, list[str]]:
         """One run of len(modes) episodes, episode i printing modes[i], cleaned up always."""
-        cluster = FakeCluster(self.root / f"cluster-{name}", faults={"episode": dict(enumerate(modes))})
+        faults = {"episode": dict(enumerate(modes)), "stand_in_worker": True}  # fast: no tests run in the pod
+        cluster = FakeCluster(self.root / f"cluster-{name}", faults=faults)
         try:
             before = {ns["metadata"]["name"] for ns in cluster.objects("Namespace")}
             output = self.root / f"out-{name}"

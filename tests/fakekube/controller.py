@@ -51,7 +51,7 @@ from .common import (
     parse_quantity,
     write_json_atomic,
 )
-from .faults import MAX_TERMINATION_MESSAGE, apply_episode_faults, episode_modes, load_faults
+from .faults import MAX_TERMINATION_MESSAGE, STAND_IN_WORKER, apply_episode_faults, episode_modes, load_faults
 from .store import Store, Tx
 
 POD_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -616,6 +616,8 @@ class JobController:
         workspace = os.path.join(sim.workdir, "workspace")
         os.makedirs(workspace, exist_ok=True)
         script_path = os.path.join(sim.workdir, "episode.py")
+        if self.faults.get("stand_in_worker"):
+            script = STAND_IN_WORKER
         with open(script_path, "w", encoding="utf-8") as f:
             f.write(script or "")
         term_path = os.path.join(sim.workdir, "termination-log")

@@ -27,7 +27,25 @@ FAULT_KEYS = {
     "namespace_stuck",
     "legacy_labels",
     "server_version",
+    "stand_in_worker",
 }
+# With fault "stand_in_worker", each pod runs this instead of the ConfigMap's worker: the built-in
+# worker's two events, with real times and the same fields, but no test runs. For tests of what
+# the client does with a pod's output (the hostile matrix), not of the worker's grading.
+STAND_IN_WORKER = """\
+import json, os, sys, time
+first = time.time()
+episode, log = os.environ["EPISODE_ID"], os.environ["RL_DEMO_TERMINATION_LOG"]
+events = []
+def emit(event, **fields):
+    events.append(dict(fields, event=event, at=time.time(), episode_id=episode))
+    print(json.dumps(events[-1], sort_keys=True), flush=True)
+    with open(log, "w") as stream:
+        stream.write("".join(json.dumps(e, sort_keys=True) + "\\n" for e in events))
+emit("ready", first_statement_at=first, imports_done_at=first, process_started_at=None, kernel_booted_at=None)
+time.sleep(0.05)
+emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={})
+"""
 EPISODE_MODES = {
     "exit1",
     "duplicate_ready",

@@ -41,7 +41,7 @@ from .common import (
 )
 
 CLUSTER_DIR = "_cluster"
-VANISH_SECONDS = 0.3
+VANISH_SECONDS = 0.05  # a deleted object lingers this long (Terminating), then is gone
 ALL_KINDS = [rt.kind for rt in RESOURCES]
 
 
