@@ -252,9 +252,29 @@ _TRANSIENT_MARKERS = (
 # A request refused outright never reached storage: repeating a create after it is safe.
 _NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
 
-_RFC3339 = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$")
 
-_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
+class _LazyPattern:
+    """A regular expression compiled on first use, so `--help` does not pay for compiling them all."""
+
+    def __init__(self, source: Any, flags: int = 0) -> None:
+        self.source, self.flags = source, flags
+
+    def __getattr__(self, name: str) -> Any:
+        compiled = re.compile(self.source, self.flags)
+        for method in ("match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"):
+            setattr(self, method, getattr(compiled, method))  # later calls skip __getattr__
+        return getattr(compiled, name)
+
+
+def lazy_pattern(source: Any, flags: int = 0) -> Any:
+    return _LazyPattern(source, flags)
+
+
+_RFC3339: re.Pattern[str] = lazy_pattern(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
+)
+
+_QUANTITY: re.Pattern[str] = lazy_pattern(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
 
 _QUANTITY_SUFFIXES = {
     "": 1.0,
@@ -277,7 +297,7 @@ JUNIT_SUITE_NAME = "rl-batch-demo"
 JUNIT_MESSAGE_LIMIT = 1000  # characters of a message attribute; the element's text holds all of it
 
 # XML 1.0 allows tab, newline, carriage return and these ranges; anything else is shown escaped.
-_XML_FORBIDDEN = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_FORBIDDEN: re.Pattern[str] = lazy_pattern("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 METRICS_PREFIX = "rl_batch_demo_"
 
@@ -1042,8 +1062,8 @@ def job_failed_reason(job: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-_INDEX = re.compile(r"^(0|[1-9][0-9]{0,8})$")
-_INDEX_RANGE = re.compile(r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$")
+_INDEX: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})$")
+_INDEX_RANGE: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$")
 
 
 def parse_index_set(text: Any) -> List[int]:
@@ -1338,7 +1358,7 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
 # Pure core: sandbox clocks, image pulls, kubelet histograms ###################
 
 
-_GO_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_DURATION_PART: re.Pattern[str] = lazy_pattern(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
 _GO_DURATION_UNITS = {
     "ns": 1e-9,
     "us": 1e-6,
@@ -1372,8 +1392,8 @@ def parse_go_duration(text: str) -> float:
 
 
 _GO_QUOTED = r'"(?:[^"\\]|\\.)*"'
-_PULLED_CACHED = re.compile(r"^Container image " + _GO_QUOTED + r" already present on machine")
-_PULLED_IMAGE = re.compile(
+_PULLED_CACHED: re.Pattern[str] = lazy_pattern(r"^Container image " + _GO_QUOTED + r" already present on machine")
+_PULLED_IMAGE: re.Pattern[str] = lazy_pattern(
     r"^Successfully pulled image " + _GO_QUOTED + r" in (\S+)(?: \((\S+) including waiting\))?"
     r"(?:\. Image size: [0-9]+ bytes\.)?$"
 )
@@ -1546,9 +1566,9 @@ def sandbox_clocks(
 # interpolated within a bucket (as Prometheus' histogram_quantile does). The text is untrusted:
 # only the wanted families are kept, long lines are ignored, and the samples kept are bounded.
 
-_METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$")
-_METRIC_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-_LABEL_UNESCAPE = re.compile(r"\\(.)")
+_METRIC_LINE: re.Pattern[str] = lazy_pattern(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$")
+_METRIC_LABEL: re.Pattern[str] = lazy_pattern(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_LABEL_UNESCAPE: re.Pattern[str] = lazy_pattern(r"\\(.)")
 
 
 def _unescape_label(text: str) -> str:
@@ -1844,7 +1864,7 @@ def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[
     return expected
 
 
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NODE_NAME: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 # Pure core: validation and figures ############################################
@@ -2714,7 +2734,9 @@ def plan_cleanup(
 # Pure core: reports ###########################################################
 
 
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE: re.Pattern[str] = lazy_pattern(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def printable(text: str, keep_newlines: bool = False) -> str:
@@ -3261,7 +3283,7 @@ def render_metrics(
 # Pure core: timeline picture ##################################################
 
 
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_NOT_XML: re.Pattern[str] = lazy_pattern("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _xml(text: str) -> str:
@@ -3831,7 +3853,7 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-_PREFIX = re.compile(rb"^\[pod/([^/\]]+)/[^\]]+\] ?")
+_PREFIX: re.Pattern[bytes] = lazy_pattern(rb"^\[pod/([^/\]]+)/[^\]]+\] ?")
 
 
 class _PodLogFile:
