@@ -3283,12 +3283,9 @@ def render_metrics(
 # Pure core: timeline picture ##################################################
 
 
-_NOT_XML: re.Pattern[str] = lazy_pattern("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
 def _xml(text: str) -> str:
-    """Text for XML 1.0: markup escaped, characters XML forbids replaced, so the file stays well-formed."""
-    text = _NOT_XML.sub("\ufffd", text)
+    """Text for the SVG: characters XML 1.0 forbids made visible escapes (`xml_safe`), markup escaped."""
+    text = xml_safe(text)
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
