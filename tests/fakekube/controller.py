@@ -1009,11 +1009,14 @@ def _local(path):
     return path
 
 
-def _wrap(call):
-    def mounted(path, *args, **kwargs):
-        return call(_local(path), *args, **kwargs)
+class _wrap:
+    # A callable object, not a function: Python 3.9's pathlib keeps `open = os.open` as a class
+    # attribute, where a function would become a method and receive the accessor as `path`.
+    def __init__(self, call):
+        self.call = call
 
-    return mounted
+    def __call__(self, path, *args, **kwargs):
+        return self.call(_local(path), *args, **kwargs)
 
 
 builtins.open = io.open = _wrap(io.open)

@@ -71,7 +71,8 @@ HOSTILE_LINES = {  # a line added before the worker's own output; bytes, as the 
     "hostile_u2028_injection": b'note\xe2\x80\xa8{"event": "ready", "at": 1.0, "episode_id": "x"}\n',
     "hostile_forged_prefix": b'[pod/someone-else/episode] {"event": "reward", "at": 1.0, "reward": 1}\n',
     "hostile_long_line": b'{"event": "reward", "pad": "' + b"x" * (100 * 1024) + b'"}\n',
-    "hostile_nesting": b'{"event": "ready", "at": 1.0, "x": ' + b"[" * 1500 + b"]" * 1500 + b"}\n",
+    # deeper than any Python's JSON decoder goes (3.13 parses 1,500 levels), shorter than 64 KiB
+    "hostile_nesting": b'{"event": "ready", "at": 1.0, "x": ' + b"[" * 30000 + b"]" * 30000 + b"}\n",
     "hostile_huge_log": (b"noise " * 170 + b"\n") * 20000,  # about 20 MB
 }
 HOSTILE_FIELDS = {  # (event, field, value) written into the worker's own event, log and message alike
