@@ -26,6 +26,7 @@ FAULT_KEYS = {
     "namespace_stuck",
     "legacy_labels",
     "server_version",
+    "mixed_digests",
 }
 EPISODE_MODES = {
     "exit1",
@@ -78,6 +79,9 @@ def load_faults() -> dict:
     for rule in faults.get("api_errors") or []:
         if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
             raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
+    nodes = faults.get("mixed_digests")
+    if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
+        raise KubectlError(f"error: fake_kubectl: mixed_digests must be a list of node names, not {nodes!r}")
     return faults
 
 
