@@ -1785,6 +1785,12 @@ def render_summary(results: Dict[str, Any]) -> str:
             )
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
+    if results.get("image_pinned"):
+        lines.append(f"image pinned: {results['image_pinned']}")
+    for node, warm in sorted(((results.get("warmup") or {}).get("per_node") or {}).items()):
+        lines.append(
+            f"warm-up {node}: ready {_seconds(warm.get('pod_to_ready_seconds'))}, image {warm.get('image_pull')}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -2275,6 +2281,7 @@ WARMUP_JOB_PREFIX = "warmup"
 PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
@@ -3456,7 +3463,13 @@ class OwnedCreator:
 
 
 def wait_for_job(
-    kubectl: Kubectl, namespace: str, job: Dict[str, Any], deadline: float, submitted: float, progress: Progress
+    kubectl: Kubectl,
+    namespace: str,
+    job: Dict[str, Any],
+    deadline: float,
+    submitted: float,
+    progress: Progress,
+    stop: Optional[threading.Event] = None,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until Complete or Failed; poll if the Job's watch ends early.
 
@@ -3478,6 +3491,8 @@ def wait_for_job(
     label = f"{namespace}/{name}"
     try:
         while True:
+            if stop is not None and stop.is_set():  # the run was interrupted while this thread waited
+                raise KeyboardInterrupt
             condition = job_condition(live)
             now = time.monotonic()
             if condition is not None:
@@ -3651,6 +3666,7 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.job_events: Dict[str, List[Dict[str, Any]]] = {}  # each Job's namespace events, when saved
+        self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
     def execute(self) -> Dict[str, Any]:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
@@ -3748,7 +3764,9 @@ class BatchRun:
             entry.uid = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         deadline = submitted + settings.client_wait_seconds
-        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, progress or self.progress)
+        observation = wait_for_job(
+            self.kubectl, self.namespace, job, deadline, submitted, progress or self.progress, self.stop
+        )
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
@@ -3806,6 +3824,20 @@ def _quiet_progress() -> Progress:
     return Progress(enabled=False)
 
 
+def _all_at_once(tasks: Sequence[Callable[[], Any]], stop: threading.Event) -> List[Any]:
+    """`concurrently`, for tasks that wait on Jobs: on Ctrl-C, `stop` makes them end their
+    waits (closing their watches) within a tick, before the interrupt goes on."""
+    try:
+        return concurrently(tasks)
+    except KeyboardInterrupt:
+        stop.set()
+        deadline = time.monotonic() + TIMING.interrupt_save_timeout
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and thread.daemon:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        raise
+
+
 def warm_up(batch: BatchRun) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
     """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
     node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
@@ -3843,7 +3875,7 @@ def warm_up(batch: BatchRun) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
         tasks.append(task)
     if not settings.quiet:
         say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
-    answers = concurrently(tasks)
+    answers = _all_at_once(tasks, batch.stop)
     image_ids: Dict[str, Optional[str]] = {}
     per_node: Dict[str, Any] = {}
     for (name, node_name), (rows, figures) in zip(plan, answers):
@@ -4331,6 +4363,8 @@ def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
     receipt = _read_json_file(output / "receipt.json")
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
+    if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
+        jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
     started = []
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
@@ -4530,7 +4564,8 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
 
 
 def pinned_image_arg(text: str) -> str:
-    if not _DIGEST.search(text) or text.startswith("@"):
+    """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
+    if text and (not _DIGEST.search(text) or text.startswith("@")):
         raise argparse.ArgumentTypeError(f"{text!r} is not an image by digest (REPO@sha256:64 hex digits)")
     return text
 
