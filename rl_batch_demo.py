@@ -2570,10 +2570,12 @@ def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
     for phase in stand_ins:
         pair = _phase_pair(results, phase)
         if pair is not None:
-            name = phase
+            name, text = phase, _guide_pair(pair, 2, lang)
             if phase == "kernel_boot_to_process_start_seconds":
                 name = f"{phase}, {words['combined']}"
-            return words["stand_in"].format(_guide_pair(pair, 2, lang), name)
+            if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
+                text = f"{pair[0]:.1f} / {pair[1]:.1f} {words['s']}"
+            return words["stand_in"].format(text, name)
     return words["not"].format(words["run"].format("--kubelet-metrics"))
 
 
