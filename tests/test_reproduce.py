@@ -406,3 +406,88 @@ class ReproduceTest(FakeClusterCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FakeSchedulingTest(unittest.TestCase):
+    """The fake's scheduler honours nodeSelector (with the RuntimeClass's merged in), and its
+    nodes report per-node image digests under the mixed_digests fault."""
+
+    def make(self, **options: Any) -> FakeCluster:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-demo-sched-")
+        self.addCleanup(scratch.cleanup)
+        cluster = FakeCluster(Path(scratch.name), **options)
+        self.addCleanup(cluster.close)
+        self.cluster = cluster
+        return cluster
+
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", *args], input=input, capture_output=True, text=True, env=self.cluster.env(), timeout=30
+        )
+
+    def submit(self, node_selector: dict[str, str], image: str = "python:3.12-alpine") -> str:
+        namespace = "agc-rl-000000000001"
+        job = demo.job_manifest(
+            name="rollout",
+            namespace=namespace,
+            run_id="000000000001",
+            count=2,
+            parallelism=2,
+            image=image,
+            runtime="cube",
+            deadline_seconds=60,
+        )
+        job["spec"]["template"]["spec"]["nodeSelector"] = node_selector
+        items = [demo.namespace_manifest(namespace, "000000000001"), demo.configmap_manifest(namespace, "000000000001")]
+        for item in (*items, job):
+            created = self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(item))
+            self.assertEqual(created.returncode, 0, created.stderr)
+        return namespace
+
+    def wait_for(self, predicate: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not predicate():
+            self.assertLess(time.monotonic(), deadline, "the fake did not get there")
+            time.sleep(0.05)
+
+    def test_pods_land_on_the_selected_node(self) -> None:
+        self.make()
+        namespace = self.submit({"kubernetes.io/hostname": "node-b"})
+
+        def scheduled() -> bool:
+            pods = self.cluster.objects("Pod", namespace)
+            return len(pods) == 2 and all(pod["spec"].get("nodeName") for pod in pods)
+
+        self.wait_for(scheduled)
+        self.assertEqual({pod["spec"]["nodeName"] for pod in self.cluster.objects("Pod", namespace)}, {"node-b"})
+
+    def test_a_selector_no_node_matches_leaves_the_pods_pending(self) -> None:
+        self.make()
+        namespace = self.submit({"kubernetes.io/hostname": "node-z"})
+
+        def reported() -> bool:
+            return any(e.get("reason") == "FailedScheduling" for e in self.cluster.objects("Event", namespace))
+
+        self.wait_for(reported)
+        [event, *_] = [e for e in self.cluster.objects("Event", namespace) if e.get("reason") == "FailedScheduling"]
+        self.assertIn("didn't match Pod's node affinity/selector", event["message"])
+        self.assertFalse(any(pod["spec"].get("nodeName") for pod in self.cluster.objects("Pod", namespace)))
+
+    def test_the_runtimeclass_selector_is_merged_and_a_conflict_rejects_the_pod(self) -> None:
+        scheduling = {"nodeSelector": {"kubernetes.io/hostname": "node-a"}}
+        self.make(runtimeclasses={"cube": {"handler": "cube", "scheduling": scheduling}})
+        namespace = self.submit({"kubernetes.io/hostname": "node-b"})
+
+        def refused() -> bool:
+            return any(e.get("reason") == "FailedCreate" for e in self.cluster.objects("Event", namespace))
+
+        self.wait_for(refused)
+        [event] = [e for e in self.cluster.objects("Event", namespace) if e.get("reason") == "FailedCreate"]
+        self.assertIn("conflict", event["message"])
+        self.assertEqual(self.cluster.objects("Pod", namespace), [])
+
+    def test_mixed_digests_fault_is_strict(self) -> None:
+        self.make(faults={"mixed_digests": "node-b"})
+        result = self.kubectl("get", "nodes")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("mixed_digests", result.stderr)
