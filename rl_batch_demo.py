@@ -2301,7 +2301,7 @@ GUIDE_REFERENCE: Dict[str, Any] = {
     ],
     "columns": [
         {
-            "name": {"en": "guide: 10 in parallel", "zh": "10 路并行"},
+            "name": {"en": "10 in parallel", "zh": "10 路并行"},
             "rounds": 1,
             "tasks": 10,
             "completed": "10",
@@ -2318,7 +2318,7 @@ GUIDE_REFERENCE: Dict[str, Any] = {
             "client_complete": (["12.7"], "s"),
         },
         {
-            "name": {"en": "guide: one at a time", "zh": "单并发"},
+            "name": {"en": "one at a time", "zh": "单并发"},
             "rounds": 1,
             "tasks": 10,
             "completed": "10",
@@ -2335,7 +2335,7 @@ GUIDE_REFERENCE: Dict[str, Any] = {
             "client_complete": (["101.6"], "s"),
         },
         {
-            "name": {"en": "guide: 10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"},
+            "name": {"en": "10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"},
             "rounds": 3,
             "tasks": 10,
             "completed": "30",
@@ -2369,6 +2369,7 @@ GUIDE_ROWS = (
     ("client_complete", "client saw Job complete", "客户端观察到 Job 完成"),
 )
 GUIDE_HEADER = {"en": "figure", "zh": "检查项"}
+GUIDE_COLUMN_PREFIX = {"en": "guide: ", "zh": "指南:"}  # a reference column's header: never mistaken for a run
 
 # Runtime rows: the kubelet's histogram (run --kubelet-metrics), else the closest in-sandbox
 # figure (results.json `phases`), named, else "not measured".
@@ -2626,7 +2627,7 @@ def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference:
     header = [GUIDE_HEADER[lang]] + [name for name, _ in columns]
     cells = [guide_cells(results, lang) for _, results in columns]
     if reference:
-        header += [column["name"][lang] for column in GUIDE_REFERENCE["columns"]]
+        header += [GUIDE_COLUMN_PREFIX[lang] + column["name"][lang] for column in GUIDE_REFERENCE["columns"]]
     rows = []
     for key, english, chinese in GUIDE_ROWS:
         row = [chinese if lang == "zh" else english] + [column[key] for column in cells]

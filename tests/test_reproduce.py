@@ -90,7 +90,11 @@ class GuideReferenceTest(unittest.TestCase):
 
     def test_reference_values_equal_the_guide(self) -> None:
         table = demo.guide_table([], "zh", reference=True)
-        rendered = [" ".join(table["header"])] + [" ".join(row["cells"]) for row in table["rows"]]
+        self.assertEqual(
+            table["header"][1:], ["指南:" + line for line in ("10 路并行", "单并发", "逐节点预热后 10 路并行")]
+        )
+        names = [column["name"]["zh"] for column in demo.GUIDE_REFERENCE["columns"]]
+        rendered = [" ".join([table["header"][0], *names])] + [" ".join(row["cells"]) for row in table["rows"]]
         self.assertEqual(rendered, self.guide_lines())
 
     def test_reference_date_and_conditions(self) -> None:
@@ -348,7 +352,7 @@ class ReproduceTest(FakeClusterCase):
             return namespace in " ".join(record["argv"]) or namespace in (record["stdin"] or "")
 
         for earlier, later in zip(namespaces, namespaces[1:]):
-            last_end = max(r["end"] for r in records if mentions(r, earlier))
+            last_end = max(r["end"] or r["start"] for r in records if mentions(r, earlier))  # end: None if killed
             first_start = min(r["start"] for r in records if mentions(r, later))
             self.assertLess(last_end, first_start)
         pinned = {json.loads((out / g / "results.json").read_text())["image_pinned"] for g in demo.REPRODUCE_GROUPS}
