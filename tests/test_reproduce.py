@@ -327,6 +327,19 @@ class WarmupTest(FakeClusterCase):
         self.assert_exit(self.tool("cleanup", "--output", "out"), 0)
         self.assertEqual(self.run_namespaces(), [])
 
+    def test_a_failed_warmup_stops_the_run_before_the_measured_job(self) -> None:
+        self.make_cluster(faults={"episode": {"0": "exit1"}})
+        result = self.tool("run", "--output", "out", "--count", "2", "--warmup", "--timeout", "60")
+        self.assert_exit(result, demo.EXIT_EPISODE)
+        self.assertIn("warmup-", result.stderr)
+        self.cluster.wait_idle()
+        [namespace] = self.run_namespaces()
+        self.assertNotIn("rollout", [job["metadata"]["name"] for job in self.cluster.objects("Job", namespace)])
+        self.assertTrue((self.root / "out" / "warmup" / "warmup-1" / "events.txt").is_file())
+        self.assertFalse((self.root / "out" / "results.json").exists())
+        self.assert_exit(self.tool("cleanup", "--output", "out"), 0)
+        self.assertEqual(self.run_namespaces(), [])
+
 
 class ReproduceTest(FakeClusterCase):
     def test_three_groups_each_cleaned_before_the_next_and_the_report(self) -> None:
@@ -374,6 +387,20 @@ class ReproduceTest(FakeClusterCase):
         cleanup = self.tool("cleanup", "--output", "exp")
         self.assert_exit(cleanup, 0)
         self.assertEqual(cleanup.stdout.count("already absent"), 3)
+
+    def test_a_failed_group_stops_the_experiment_and_keeps_its_namespace(self) -> None:
+        self.make_cluster(faults={"episode": {"0": "exit1"}})  # the first group's probe fails
+        result = self.tool("reproduce", "--output", "exp", "--count", "2", "--timeout", "60", "--quiet")
+        self.assert_exit(result, demo.EXIT_EPISODE)
+        self.assertIn("reproduce stopped at group parallel", result.stderr)
+        report = json.loads((self.root / "exp" / "report.json").read_text())
+        self.assertEqual([(g["name"], g["exit_code"]) for g in report["groups"]], [("parallel", demo.EXIT_EPISODE)])
+        self.assertFalse(report["complete"])
+        self.assertFalse((self.root / "exp" / "sequential").exists())
+        self.assertEqual(self.run_namespaces(), [report["groups"][0]["namespace"]])
+        self.cluster.wait_idle()
+        self.assert_exit(self.tool("cleanup", "--output", "exp"), 0)
+        self.assertEqual(self.run_namespaces(), [])
 
     def test_interrupted_in_the_middle_then_cleanup_leaves_nothing(self) -> None:
         self.make_cluster(faults={"episode_seconds": 2})
