@@ -352,6 +352,7 @@ class RunSettings:
             kubectl_timeout=float(args.kubectl_timeout),
             warmup=bool(getattr(args, "warmup", False)),
             pin_image=getattr(args, "pin_image", None),
+            run_image=getattr(args, "pin_image", None) or None,  # a digest given: the measured Jobs run it
         )
 
     @property
@@ -4815,6 +4816,11 @@ def sanity_check(args: argparse.Namespace) -> None:
         )
     if args.rounds > MAX_ROUNDS:
         parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
+    if getattr(args, "dry_run", False) and (args.warmup or args.pin_image == ""):
+        parser.error(
+            "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
+            "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
+        )
 
 
 class _Invocation:

@@ -7,6 +7,8 @@ ordering, the mixed-digest refusal, `reproduce` end to end and interrupted."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import re
 import signal
@@ -200,6 +202,16 @@ class PinningTest(unittest.TestCase):
         for bad in ("python:3.12", f"@{DIGEST_A}", "python@sha256:abc"):
             with self.assertRaises(argparse.ArgumentTypeError):
                 demo.pinned_image_arg(bad)
+
+    def test_a_given_digest_is_run_and_dry_run_cannot_resolve_one(self) -> None:
+        args = demo.build_parser().parse_args(["run", "--output", "o", f"--pin-image=python@{DIGEST_A}"])
+        settings = demo.RunSettings.from_args(args)
+        self.assertEqual(settings.job_manifest("rollout", "ns", "rid")["spec"]["template"]["spec"]["containers"][0]["image"],
+                         f"python@{DIGEST_A}")  # fmt: skip
+        for flag in ("--warmup", "--pin-image"):
+            args = demo.build_parser().parse_args(["run", "--output", "o", "--dry-run", flag])
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                demo.sanity_check(args)
 
     def test_warmup_manifest_pins_the_node_through_the_scheduler(self) -> None:
         settings = demo.RunSettings.from_args(
