@@ -206,8 +206,8 @@ class PinningTest(unittest.TestCase):
     def test_a_given_digest_is_run_and_dry_run_cannot_resolve_one(self) -> None:
         args = demo.build_parser().parse_args(["run", "--output", "o", f"--pin-image=python@{DIGEST_A}"])
         settings = demo.RunSettings.from_args(args)
-        self.assertEqual(settings.job_manifest("rollout", "ns", "rid")["spec"]["template"]["spec"]["containers"][0]["image"],
-                         f"python@{DIGEST_A}")  # fmt: skip
+        pod_spec = settings.job_manifest("rollout", "ns", "rid")["spec"]["template"]["spec"]
+        self.assertEqual(pod_spec["containers"][0]["image"], f"python@{DIGEST_A}")
         for flag in ("--warmup", "--pin-image"):
             args = demo.build_parser().parse_args(["run", "--output", "o", "--dry-run", flag])
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
