@@ -4200,6 +4200,8 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
     """`cleanup --output DIR` of a reproduce directory: every group with a receipt, in order;
     the exit code is the worst of them."""
     worst = EXIT_OK
+    if not groups:
+        print(f"no group of the experiment in {args.output} reached the cluster; nothing to delete")
     for group_dir in groups:
         try:
             receipt = read_receipt(group_dir)
@@ -4426,8 +4428,8 @@ def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Op
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     groups = reproduce_group_dirs(output)
-    if groups and not (output / "receipt.json").exists():  # the output of `reproduce`
-        return cleanup_reproduce(args, groups)
+    if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
+        return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
     kubectl = make_kubectl(args, receipt)
     cleanup_run(kubectl, receipt, output, print, wait_seconds=args.timeout)

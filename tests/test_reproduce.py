@@ -232,6 +232,27 @@ class PinningTest(unittest.TestCase):
         self.assertRegex(value, r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 
 
+class ReproduceCleanupTest(unittest.TestCase):
+    """`cleanup --output DIR` of a reproduce directory, where no cluster is needed."""
+
+    def test_nothing_reached_the_cluster(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            (Path(scratch) / "report.json").write_text("{}")
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                self.assertEqual(demo.main(["cleanup", "--output", scratch]), 0)
+            self.assertIn("nothing to delete", out.getvalue())
+
+    def test_the_exit_code_is_the_worst_groups(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            for group in ("parallel", "sequential"):
+                (Path(scratch) / group).mkdir()
+                (Path(scratch) / group / "receipt.json").write_text('{"context": 1}')
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                self.assertEqual(demo.main(["cleanup", "--output", scratch]), demo.EXIT_USAGE)
+            self.assertIn("parallel:", err.getvalue())
+            self.assertIn("sequential:", err.getvalue())
+
+
 class FakeClusterCase(unittest.TestCase):
     def setUp(self) -> None:
         scratch = tempfile.TemporaryDirectory(prefix="rl-demo-repro-")
