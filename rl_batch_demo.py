@@ -406,6 +406,9 @@ class RunSettings:
     tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
+    pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
+    run_image: Optional[str] = None  # the image the measured Jobs run (the pinned digest), when not `image`
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
@@ -428,6 +431,9 @@ class RunSettings:
             tasks=inputs.tasks,
             max_failed_episodes=inputs.max_failed_episodes,
             kubelet_metrics=bool(getattr(args, "kubelet_metrics", False)),
+            warmup=bool(getattr(args, "warmup", False)),
+            pin_image=getattr(args, "pin_image", None),
+            run_image=getattr(args, "pin_image", None) or None,  # a digest given: the measured Jobs run it
         )
 
     @property
@@ -458,7 +464,7 @@ class RunSettings:
             run_id=run_id,
             count=self.count,
             parallelism=self.parallelism,
-            image=self.image,
+            image=self.run_image or self.image,
             runtime=self.runtime,
             deadline_seconds=self.deadline_seconds,
             indexed=self.indexed,
@@ -2812,6 +2818,12 @@ def render_summary(results: Dict[str, Any]) -> str:
     lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
+    if results.get("image_pinned"):
+        lines.append(f"image pinned: {results['image_pinned']}")
+    for node, warm in sorted(((results.get("warmup") or {}).get("per_node") or {}).items()):
+        lines.append(
+            f"warm-up {node}: ready {_seconds(warm.get('pod_to_ready_seconds'))}, image {warm.get('image_pull')}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -3410,6 +3422,403 @@ def _axis_step(span: float) -> float:
         if span / step <= 12:
             return float(step)
     return float(math.ceil(span / 12 / 600) * 600)
+
+
+# Pure core: warm-up, pinned image and the guide's table ######################
+
+WARMUP_DIR = "warmup"
+WARMUP_JOB_PREFIX = "warmup"
+PROBE_JOB_NAME = "probe"
+WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
+REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
+
+# The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
+# each cell exactly as the guide prints it. Numbers are strings so that no digit is lost.
+GUIDE_REFERENCE: Dict[str, Any] = {
+    "date": "2026-09-21",
+    "conditions": [
+        "the same task script and timing definitions",
+        "a fixed Python image digest",
+        "the same Cube runtime and container resources",
+        "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
+        "scheduling limited to two 64 vCPU nodes",
+        "every one of the 50 measured episodes hit the image cache",
+        "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
+    ],
+    "columns": [
+        {
+            "name": {"en": "10 in parallel", "zh": "10 路并行"},
+            "rounds": 1,
+            "tasks": 10,
+            "completed": "10",
+            "episodes": "10",
+            "reward": "1",
+            "run_pod_sandbox": (["752", "765"], "ms"),
+            "create_container": (["15", "23"], "ms"),
+            "start_container": (["176", "211"], "ms"),
+            "python_import": (["1.32", "1.33"], "s"),
+            "import_to_ready": (["2.3", "28.8"], "ms"),
+            "batch_ready": (["3.7"], "s"),
+            "pod_to_ready": (["3.7", "3.7"], "s"),
+            "all_rewards": (["8.4"], "s"),
+            "client_complete": (["12.7"], "s"),
+        },
+        {
+            "name": {"en": "one at a time", "zh": "单并发"},
+            "rounds": 1,
+            "tasks": 10,
+            "completed": "10",
+            "episodes": "10",
+            "reward": "1",
+            "run_pod_sandbox": (["676", "709"], "ms"),
+            "create_container": (["14", "15"], "ms"),
+            "start_container": (["175", "209"], "ms"),
+            "python_import": (["1.32", "1.35"], "s"),
+            "import_to_ready": (["2.3", "2.7"], "ms"),
+            "batch_ready": (["93.1"], "s"),
+            "pod_to_ready": (["3.3", "3.4"], "s"),
+            "all_rewards": (["97.6"], "s"),
+            "client_complete": (["101.6"], "s"),
+        },
+        {
+            "name": {"en": "10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"},
+            "rounds": 3,
+            "tasks": 10,
+            "completed": "30",
+            "episodes": "30",
+            "reward": "1",
+            "run_pod_sandbox": (["761", "835"], "ms"),
+            "create_container": (["14", "21"], "ms"),
+            "start_container": (["180", "265"], "ms"),
+            "python_import": (["1.33", "1.37"], "s"),
+            "import_to_ready": (["2.3", "2.7"], "ms"),
+            "batch_ready": (["3.2", "3.5", "3.6"], "s"),
+            "pod_to_ready": (["3.4", "3.5"], "s"),
+            "all_rewards": (["7.9", "8.2", "8.2"], "s"),
+            "client_complete": (["12.9", "13.0", "12.2"], "s"),
+        },
+    ],
+}
+
+# The guide's rows in its order: (key, English label, the guide's own Chinese label).
+GUIDE_ROWS = (
+    ("scale", "test scale (rounds x tasks)", "测试规模"),
+    ("completed", "completed / rewards", "完成任务 / 返回奖励"),
+    ("run_pod_sandbox", "RunPodSandbox: P50 / P95", "沙箱创建 RunPodSandbox:P50 / P95"),
+    ("create_container", "CreateContainer: P50 / P95", "容器创建 CreateContainer:P50 / P95"),
+    ("start_container", "StartContainer: P50 / P95", "容器启动 StartContainer:P50 / P95"),
+    ("python_import", "Python module import: P50 / P95", "Python 模块导入:P50 / P95"),
+    ("import_to_ready", "import done -> application ready: P50 / P95", "导入完成至应用 ready:P50 / P95"),
+    ("batch_ready", "whole batch ready (incl. Python start)", "整批应用环境准备完成(含 Python 初始化)"),
+    ("pod_to_ready", "per pod created -> application ready: P50 / P95", "单 Pod 创建至应用 ready:P50 / P95"),
+    ("all_rewards", "all rewards produced", "整批奖励全部产生"),
+    ("client_complete", "client saw Job complete", "客户端观察到 Job 完成"),
+)
+GUIDE_HEADER = {"en": "figure", "zh": "检查项"}
+GUIDE_COLUMN_PREFIX = {"en": "guide: ", "zh": "指南:"}  # a reference column's header: never mistaken for a run
+
+# Runtime rows: the kubelet's histogram (run --kubelet-metrics), else the closest in-sandbox
+# figure (results.json `phases`), named, else "not measured".
+_RUNTIME_ROWS = {
+    "run_pod_sandbox": ("RunPodSandbox", ("pod_to_kernel_boot_seconds",)),
+    "create_container": (
+        "CreateContainer",
+        ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds"),
+    ),
+    "start_container": (
+        "StartContainer",
+        ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds"),
+    ),
+}
+_ZH_COUNT = "一二三四五六七八九十"
+_TIMES = "\u00d7"  # the multiplication sign of the guide's "1 轮 TIMES 10 个任务"
+_WORDS = {
+    "en": {
+        "ms": "ms",
+        "s": "s",
+        "about": "about {}",
+        "rounds": "{n} rounds: {}",
+        "not": "not measured ({})",
+        "stand_in": "{} (stand-in: {})",
+        "buckets": "{} (kubelet buckets {})",
+        "run": "run {}",
+        "combined": "CreateContainer + StartContainer together",
+    },
+    "zh": {
+        "ms": "毫秒",
+        "s": "秒",
+        "about": "约 {}",
+        "rounds": "{n}轮:{}",
+        "not": "未测量({})",
+        "stand_in": "{}(近似:{})",
+        "buckets": "{}(kubelet 分桶 {})",
+        "run": "运行 {}",
+        "combined": "CreateContainer 与 StartContainer 合计",
+    },
+}
+
+
+def warmup_label_value(node: str) -> str:
+    """The node's name as a label value; a name longer than a label allows becomes its hash
+    (the Job's annotation keeps the whole name)."""
+    if len(node) <= 63 and _LABEL_VALUE.match(node):
+        return node
+    import hashlib  # noqa: PLC0415 - keeps --help fast
+
+    return "sha256-" + hashlib.sha256(node.encode()).hexdigest()[:40]
+
+
+def warmup_job_manifest(
+    settings: RunSettings, name: str, namespace: str, run_id: str, node: str, hostname: str
+) -> Dict[str, Any]:
+    """The measured Job's manifest for one episode, pinned to one node through the scheduler:
+    a nodeSelector on its hostname label, so the RuntimeClass's admission and scheduling still apply."""
+    manifest = job_manifest(
+        name=name,
+        namespace=namespace,
+        run_id=run_id,
+        count=1,
+        parallelism=1,
+        image=settings.run_image or settings.image,
+        runtime=settings.runtime,
+        deadline_seconds=settings.deadline_seconds,
+    )
+    value = warmup_label_value(node)
+    for metadata in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
+        metadata["labels"][WARMUP_NODE_KEY] = value
+        metadata["annotations"] = {WARMUP_NODE_KEY: node}
+    manifest["spec"]["template"]["spec"]["nodeSelector"] = {HOSTNAME_LABEL: hostname}
+    return manifest
+
+
+def image_repository(image: str) -> str:
+    """The image without its tag or digest: `python:3.12-alpine` -> `python`."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    last = last.split(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def image_digest(image_id: Optional[str]) -> Optional[str]:
+    """The `sha256:...` repository digest of an imageID (`repo@sha256:...`), if it has one."""
+    match = _DIGEST.search(image_id or "")
+    return match.group(1) if match else None
+
+
+def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) -> str:
+    """`repo@sha256:...` of the image the nodes ran (node -> imageID); refuses when they
+    report different digests for the same tag, or no digest at all."""
+    digests: Dict[str, List[str]] = {}
+    for node, image_id in sorted(image_ids.items()):
+        digest = image_digest(image_id)
+        if digest is None:
+            raise DemoError(
+                f"cannot pin image {image}: node {node} reports imageID {image_id!r}, without a repository "
+                f"digest; inspect {where}, or pass --pin-image=REPO@sha256:DIGEST",
+                EXIT_CLUSTER,
+            )
+        digests.setdefault(digest, []).append(node)
+    if len(digests) > 1:
+        named = "; ".join(f"{digest} on {', '.join(nodes)}" for digest, nodes in sorted(digests.items()))
+        raise DemoError(
+            f"the nodes ran different images for {image}: {named}; the measured rounds would not run one image, "
+            f"so none was started; inspect {where}, make the nodes agree, or pass --pin-image=REPO@sha256:DIGEST",
+            EXIT_CLUSTER,
+        )
+    if not digests:
+        raise DemoError(f"cannot pin image {image}: no episode reported an imageID; inspect {where}", EXIT_CLUSTER)
+    return f"{image_repository(image)}@{next(iter(digests))}"
+
+
+def image_pull_state(events: List[Dict[str, Any]], pod: str) -> str:
+    """How the kubelet got the pod's image, from its Pulled event: `present` (cache hit),
+    `pulled`, or `unknown` (no such event seen)."""
+    for event in events:
+        if (event.get("involvedObject") or {}).get("name") != pod or event.get("reason") != "Pulled":
+            continue
+        message = str(event.get("message", ""))
+        return "present" if "already present" in message else "pulled"
+    return "unknown"
+
+
+def _guide_number(value: float, unit: str, decimals: int) -> str:
+    return f"{value * 1000 if unit == 'ms' else value:.{decimals}f}"
+
+
+def _guide_pair(values: Sequence[float], seconds_decimals: int, lang: str) -> str:
+    """P50 / P95 in one unit, as the guide prints them: ms below a second, else seconds."""
+    words = _WORDS[lang]
+    if max(values) < 1:
+        decimals = 1 if min(values) < 0.01 else 0
+        return " / ".join(_guide_number(v, "ms", decimals) for v in values) + " " + words["ms"]
+    return " / ".join(_guide_number(v, "s", seconds_decimals) for v in values) + " " + words["s"]
+
+
+def _guide_batch(values: List[float], lang: str) -> str:
+    words = _WORDS[lang]
+    text = " / ".join(f"{v:.1f}" for v in values) + " " + words["s"]
+    if len(values) == 1:
+        return words["about"].format(text)
+    n = _ZH_COUNT[len(values) - 1] if lang == "zh" and len(values) <= 10 else str(len(values))
+    return words["rounds"].format(text, n=n)
+
+
+def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
+    words = _WORDS[lang]
+    if key == "scale":
+        if lang == "zh":
+            return f"{column['rounds']} 轮 {_TIMES} {column['tasks']} 个任务"
+        return f"{column['rounds']} round{'s' if column['rounds'] != 1 else ''} x {column['tasks']} tasks"
+    if key == "completed":
+        if lang == "zh":
+            return f"{column['completed']} / {column['episodes']},奖励均为 {column['reward']}"
+        return f"{column['completed']} / {column['episodes']}, all rewards {column['reward']}"
+    values, unit = column[key]
+    text = " / ".join(values) + " " + words[unit]
+    if key in ("batch_ready", "all_rewards", "client_complete"):
+        if len(values) == 1:
+            return words["about"].format(text)
+        n = _ZH_COUNT[len(values) - 1] if lang == "zh" else str(len(values))
+        return words["rounds"].format(text, n=n)
+    return text
+
+
+def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
+    stats = (results.get("phases") or {}).get(phase)
+    if not isinstance(stats, dict):
+        return None
+    values = [finite_number(stats.get("p50")), finite_number(stats.get("p95"))]
+    return None if any(v is None for v in values) else [v for v in values if v is not None]
+
+
+def _round_values(results: Dict[str, Any], key: str) -> List[float]:
+    rounds = results.get("round_results") or []
+    values = [finite_number(r.get(key)) for r in rounds if isinstance(r, dict)] if len(rounds) > 1 else []
+    if values and all(v is not None for v in values):
+        return [v for v in values if v is not None]
+    top = finite_number(results.get(key))
+    return [top] if top is not None else []
+
+
+def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
+    words = _WORDS[lang]
+    operation, stand_ins = _RUNTIME_ROWS[key]
+    pooled = ((results.get("runtime_operations") or {}).get("pooled") or {}).get(operation)
+    if isinstance(pooled, dict):
+        values = [finite_number(pooled.get("p50_seconds")), finite_number(pooled.get("p95_seconds"))]
+        if all(v is not None for v in values):
+            text = _guide_pair([v for v in values if v is not None], 2, lang)
+            buckets = []
+            for name in ("p50_bucket", "p95_bucket"):
+                bucket = pooled.get(name)
+                if isinstance(bucket, list) and len(bucket) == 2:
+                    buckets.append(f"{bucket[0]}-{bucket[1]} s")
+            return words["buckets"].format(text, " / ".join(buckets)) if buckets else text
+    for phase in stand_ins:
+        pair = _phase_pair(results, phase)
+        if pair is not None:
+            name, text = phase, _guide_pair(pair, 2, lang)
+            if phase == "kernel_boot_to_process_start_seconds":
+                name = f"{phase}, {words['combined']}"
+            if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
+                text = f"{pair[0]:.1f} / {pair[1]:.1f} {words['s']}"
+            return words["stand_in"].format(text, name)
+    return words["not"].format(words["run"].format("--kubelet-metrics"))
+
+
+def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
+    """One run's column of the guide's table, from the tool's own figures."""
+    words = _WORDS[lang]
+    rounds = results.get("rounds") or 1
+    tasks = results.get("episodes_per_round", results.get("episodes"))
+    successful, episodes = results.get("successful_episodes"), results.get("episodes")
+    rewards_all_one = results.get("reward_sum") == successful
+    cells = {}
+    if lang == "zh":
+        cells["scale"] = f"{rounds} 轮 {_TIMES} {tasks} 个任务"
+        reward = "奖励均为 1" if rewards_all_one else f"奖励合计 {results.get('reward_sum')}"
+        cells["completed"] = f"{successful} / {episodes},{reward}"
+    else:
+        cells["scale"] = f"{rounds} round{'s' if rounds != 1 else ''} x {tasks} tasks"
+        reward = "all rewards 1" if rewards_all_one else f"reward sum {results.get('reward_sum')}"
+        cells["completed"] = f"{successful} / {episodes}, {reward}"
+    for key in _RUNTIME_ROWS:
+        cells[key] = _runtime_cell(results, key, lang)
+    for key, phase, decimals in (
+        ("python_import", "python_import_seconds", 2),
+        ("import_to_ready", "import_to_ready_seconds", 2),
+    ):
+        pair = _phase_pair(results, phase)
+        cells[key] = _guide_pair(pair, decimals, lang) if pair else words["not"].format(phase)
+    pod = [
+        finite_number(results.get("pod_to_ready_p50_seconds")),
+        finite_number(results.get("pod_to_ready_p95_seconds")),
+    ]
+    cells["pod_to_ready"] = (
+        _guide_pair([v for v in pod if v is not None], 1, lang) if all(v is not None for v in pod) else "-"
+    )
+    for key, figure in (
+        ("batch_ready", "batch_to_all_ready_seconds"),
+        ("all_rewards", "batch_to_all_rewards_seconds"),
+        ("client_complete", "client_job_complete_seconds"),
+    ):
+        values = _round_values(results, figure)
+        cells[key] = _guide_batch(values, lang) if values else "-"
+    return cells
+
+
+def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference: bool) -> Dict[str, Any]:
+    """The guide's table: its rows in its order, one column per run, then (with `reference`)
+    the guide's own published columns. Column names are the caller's; cells are the tool's."""
+    header = [GUIDE_HEADER[lang]] + [name for name, _ in columns]
+    cells = [guide_cells(results, lang) for _, results in columns]
+    if reference:
+        header += [GUIDE_COLUMN_PREFIX[lang] + column["name"][lang] for column in GUIDE_REFERENCE["columns"]]
+    rows = []
+    for key, english, chinese in GUIDE_ROWS:
+        row = [chinese if lang == "zh" else english] + [column[key] for column in cells]
+        if reference:
+            row += [_guide_reference_cell(column, key, lang) for column in GUIDE_REFERENCE["columns"]]
+        rows.append({"row": key, "cells": row})
+    table: Dict[str, Any] = {"lang": lang, "header": header, "rows": rows}
+    if reference:
+        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"])}
+    return table
+
+
+def _display_width(text: str) -> int:
+    """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    import unicodedata  # noqa: PLC0415 - only the guide's table needs it; keeps --help fast
+
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def render_guide_table(table: Dict[str, Any], style: str) -> str:
+    """The guide's table as aligned text or Markdown; every cell made printable (a column name
+    may be a directory name), Markdown cells with their pipes escaped."""
+    lines_in = [table["header"]] + [row["cells"] for row in table["rows"]]
+    lines_in = [[printable(str(cell)) for cell in line] for line in lines_in]
+    if style == "markdown":
+        escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in lines_in]
+        out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
+        out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
+    else:
+        widths = [max(_display_width(line[i]) for line in lines_in) for i in range(len(lines_in[0]))]
+        out = [
+            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
+            for line in lines_in
+        ]
+    reference = table.get("reference")
+    if reference:
+        note = f"guide columns: published figures of {reference['date']}; conditions: " + "; ".join(
+            reference["conditions"]
+        )
+        out += ["", printable(note)]
+    return "\n".join(out) + "\n"
 
 
 # The kubectl seam #############################################################
@@ -4264,7 +4673,13 @@ class OwnedCreator:
 
 
 def wait_for_job(
-    kubectl: Kubectl, namespace: str, job: Dict[str, Any], deadline: float, submitted: float, progress: Progress
+    kubectl: Kubectl,
+    namespace: str,
+    job: Dict[str, Any],
+    deadline: float,
+    submitted: float,
+    progress: Progress,
+    stop: Optional[threading.Event] = None,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until Complete or Failed; poll if the Job's watch ends early.
 
@@ -4309,6 +4724,8 @@ def wait_for_job(
 
     try:
         while True:
+            if stop is not None and stop.is_set():  # the run was interrupted while this thread waited
+                raise KeyboardInterrupt
             condition = job_condition(live)
             now = time.monotonic()
             if condition is not None:
@@ -4510,11 +4927,15 @@ class BatchRun:
         self.current_job: Optional[Dict[str, Any]] = None
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
+        self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
+        self.job_events: Dict[str, List[Dict[str, Any]]] = {}  # each Job's namespace events, when saved
+        self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
     def execute(self) -> Dict[str, Any]:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
+        prepared = prepare_measured_image(self)
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
         rounds: List[Dict[str, Any]] = []
@@ -4525,6 +4946,7 @@ class BatchRun:
         failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
         results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
+        results.update(prepared)
         if kubelets_before is not None:
             expected = expected_operations(rows)
             after = (
@@ -4604,29 +5026,46 @@ class BatchRun:
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
-    def run_round(self, round_number: int) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
-        """Create one Job, wait for it, save every diagnostic, then analyse it."""
+    def run_round(
+        self,
+        round_number: int,
+        job_name: Optional[str] = None,
+        job_dir: Optional[Path] = None,
+        manifest: Optional[Dict[str, Any]] = None,
+        count: Optional[int] = None,
+        progress: Optional[Progress] = None,
+    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        """Create one Job, wait for it, save every diagnostic, then analyse it. A warm-up or
+        probe Job passes its own name, directory, manifest and episode count."""
         settings = self.settings
-        name = job_name_for(round_number, settings.rounds)
-        round_dir = settings.round_dir(round_number)
-        self.current_dir = round_dir
-        self.current_job = None
-        manifest = settings.job_manifest(name, self.namespace, self.run_id)
+        name = job_name or job_name_for(round_number, settings.rounds)
+        round_dir = job_dir or settings.round_dir(round_number)
+        count = count or settings.count
+        if job_dir is None:  # a measured round: what an interruption saves
+            self.current_dir = round_dir
+            self.current_job = None
+        manifest = manifest or settings.job_manifest(name, self.namespace, self.run_id)
         write_json(round_dir / "job-submitted.json", manifest)
-        self.receipt.jobs.append(JobReceipt(name))
-        write_receipt(settings.output, self.receipt)
+        entry = JobReceipt(name)
+        with self.receipt_lock:
+            self.receipt.jobs.append(entry)
+            write_receipt(settings.output, self.receipt)
         submitted_wall = time.time()
         submitted = time.monotonic()
         job = self.creator.create(manifest, "job")
-        self.current_job = job
-        self.receipt.jobs[-1].uid = job["metadata"]["uid"]
-        write_receipt(settings.output, self.receipt)
+        if job_dir is None:
+            self.current_job = job
+        with self.receipt_lock:
+            entry.uid = job["metadata"]["uid"]
+            write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
-        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, self.progress)
+        observation = wait_for_job(
+            self.kubectl, self.namespace, job, deadline, submitted, progress or self.progress, self.stop
+        )
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
-        all_logs = settings.count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
+        all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         if watched is not None:  # the events listing and the logs at once
@@ -4642,6 +5081,7 @@ class BatchRun:
             logs, log_errors = read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir)
         write_json(round_dir / "pods.json", pod_list(pods))
         write_atomic(round_dir / "events.txt", render_events_text(events))
+        self.job_events[name] = events
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -4655,7 +5095,7 @@ class BatchRun:
             pods=pods,
             logs=logs,
             log_errors=log_errors,
-            count=settings.count,
+            count=count,
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
@@ -4710,6 +5150,139 @@ class BatchRun:
     def save_after_interrupt(self) -> None:
         if self.namespace_created:
             save_diagnostics_after_interrupt(self.kubectl, self.namespace, self.current_job, self.current_dir)
+
+
+# Flow: warm-up and the pinned image ###########################################
+
+
+def _quiet_progress() -> Progress:
+    return Progress(enabled=False)
+
+
+def _all_at_once(tasks: Sequence[Callable[[], Any]], stop: threading.Event) -> List[Any]:
+    """`concurrently`, for tasks that wait on Jobs: on Ctrl-C, `stop` makes them end their
+    waits (closing their watches) within a tick, before the interrupt goes on."""
+    try:
+        return concurrently(tasks)
+    except KeyboardInterrupt:
+        stop.set()
+        deadline = time.monotonic() + TIMING.interrupt_save_timeout
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and thread.daemon:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        raise
+
+
+def warm_up(batch: BatchRun) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
+    """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
+    node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
+    `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/."""
+    settings = batch.settings
+    kubectl = batch.kubectl
+    runtime = settings.runtime
+    nodes, runtimeclass = concurrently(
+        [
+            lambda: kubectl.get_list("nodes"),
+            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+        ]
+    )
+    eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
+    if not eligible:
+        raise DemoError(
+            f"no node is eligible for the warm-up (Ready, schedulable, matching RuntimeClass {runtime}'s node "
+            "selector and tolerations); run `check` to see why",
+            EXIT_CLUSTER,
+        )
+    warm_dir = settings.output / WARMUP_DIR
+    batch.current_dir, batch.current_job = warm_dir, None  # an interruption saves the events there
+    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
+    plan = []
+    for number, node in enumerate(eligible, 1):
+        node_name = str(node["metadata"]["name"])
+        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        name = f"{WARMUP_JOB_PREFIX}-{number}"
+        manifest = warmup_job_manifest(settings, name, batch.namespace, batch.run_id, node_name, hostname)
+        plan.append((name, node_name))
+
+        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+            return batch.run_round(0, name, warm_dir / name, manifest, 1, _quiet_progress())
+
+        tasks.append(task)
+    if not settings.quiet:
+        say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
+    answers = _all_at_once(tasks, batch.stop)
+    image_ids: Dict[str, Optional[str]] = {}
+    per_node: Dict[str, Any] = {}
+    for (name, node_name), (rows, figures) in zip(plan, answers):
+        row = rows[0]
+        if row.node != node_name:
+            raise DemoError(
+                f"warm-up Job {batch.namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
+                f"inspect {warm_dir / name}/pods.json",
+                EXIT_CLUSTER,
+            )
+        image_ids[node_name] = row.image_id
+        per_node[node_name] = {
+            "job": name,
+            "job_uid": figures["job_uid"],
+            "pod": row.pod,
+            "pod_to_ready_seconds": row.pod_to_ready_seconds,
+            "image_id": row.image_id,
+            "image_pull": image_pull_state(batch.job_events.get(name, []), row.pod),
+        }
+    block = {
+        "nodes": [node for _, node in plan],
+        "per_node": per_node,
+        "image": settings.run_image or settings.image,
+        "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
+    }
+    write_json(warm_dir / "warmup.json", block)
+    return image_ids, block
+
+
+def probe_image(batch: BatchRun) -> Dict[str, Optional[str]]:
+    """Without a warm-up, one one-episode Job (DIR/probe/) tells which digest the cluster runs."""
+    settings = batch.settings
+    probe_dir = settings.output / PROBE_JOB_NAME
+    manifest = job_manifest(
+        name=PROBE_JOB_NAME,
+        namespace=batch.namespace,
+        run_id=batch.run_id,
+        count=1,
+        parallelism=1,
+        image=settings.image,
+        runtime=settings.runtime,
+        deadline_seconds=settings.deadline_seconds,
+    )
+    batch.current_dir, batch.current_job = probe_dir, None
+    rows, _ = batch.run_round(0, PROBE_JOB_NAME, probe_dir, manifest, 1, _quiet_progress())
+    return {str(rows[0].node or "(unknown)"): rows[0].image_id}
+
+
+def prepare_measured_image(batch: BatchRun) -> Dict[str, Any]:
+    """--warmup and --pin-image, before the first measured Job: the warm-up episodes, the
+    digest the measured Jobs will run; results.json's `warmup` and `image_pinned`."""
+    settings = batch.settings
+    given = settings.pin_image or None  # a digest passed in (reproduce's later groups)
+    if given:
+        batch.settings = settings = dataclasses.replace(settings, run_image=given)
+    prepared: Dict[str, Any] = {"image_pinned": given, "warmup": None}
+    image_ids: Dict[str, Optional[str]] = {}
+    where = ""
+    if settings.warmup:
+        image_ids, prepared["warmup"] = warm_up(batch)
+        where = f"{settings.output / WARMUP_DIR}/*/pods.json"
+    if settings.pin_image == "":
+        if not settings.warmup:
+            image_ids = probe_image(batch)
+            where = f"{settings.output / PROBE_JOB_NAME}/pods.json"
+        pinned = pinned_image(settings.image, image_ids, where)
+        prepared["image_pinned"] = pinned
+        prepared["image_pinned_from"] = image_ids
+        batch.settings = dataclasses.replace(settings, run_image=pinned)
+        if not settings.quiet:
+            say_stderr(f"image pinned: {pinned}")
+    return prepared
 
 
 # Flow: cleanup ################################################################
@@ -4793,6 +5366,183 @@ def cleanup_run(
             EXIT_TIMEOUT,
         )
     say(f"deleted namespace {namespace}")
+
+
+# Flow: the guide's experiment (reproduce) #####################################
+
+
+def reproduce_group_dirs(output: Path) -> List[Path]:
+    """The group directories of a `reproduce` output that hold a receipt, in the guide's order."""
+    return [output / name for name in REPRODUCE_GROUPS if (output / name / "receipt.json").is_file()]
+
+
+def reproduce_column_name(group: str, count: int, lang: str) -> str:
+    names = {
+        "en": {
+            "parallel": f"{count} in parallel",
+            "sequential": "one at a time",
+            "warm": f"{count} in parallel after per-node warm-up",
+        },
+        "zh": {"parallel": f"{count} 路并行", "sequential": "单并发", "warm": f"逐节点预热后 {count} 路并行"},
+    }
+    return names[lang][group]
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> List[str]:
+    """The option strings `run` accepts (so reproduce passes on only what run knows)."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(commands.choices["run"]._option_string_actions)
+
+
+def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
+    """The `run` command line of one group of the experiment."""
+    argv = [
+        "run",
+        "--output", str(Path(args.output) / group),
+        "--count", str(args.count),
+        "--image", args.image,
+        "--runtime", args.runtime,
+        "--timeout", str(args.timeout),
+        "--kubectl-timeout", str(args.kubectl_timeout),
+        "--context", context,
+        "--cleanup", "always" if args.cleanup == "always" else "on-success",
+    ]  # fmt: skip
+    for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
+        if value:
+            argv += [flag, value]
+    known = _run_flags(build_parser())
+    for flag in ("--quiet", "--allow-large", "--kubelet-metrics"):
+        if getattr(args, flag[2:].replace("-", "_"), False) and flag in known:
+            argv.append(flag)
+    if group == "parallel":
+        argv.append("--pin-image")
+    elif group == "sequential":
+        argv += ["--parallelism", "1", f"--pin-image={pinned}"]
+    else:
+        argv += ["--warmup", "--rounds", str(args.rounds), f"--pin-image={pinned}"]
+    return argv
+
+
+def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, reference: bool) -> Optional[str]:
+    """report.json always; with every group's results, report.md and the table (returned)."""
+    finished = [
+        (reproduce_column_name(g["name"], report["count"], lang), _read_json_file(output / g["name"] / "results.json"))
+        for g in report["groups"]
+        if g["exit_code"] == EXIT_OK
+    ]
+    columns = [(name, results) for name, results in finished if isinstance(results, dict)]
+    table = guide_table(columns, lang, reference) if columns else None
+    report["table"] = table
+    write_json(output / "report.json", report)
+    if table is None:
+        return None
+    text = render_guide_table(table, "text")
+    lines = [
+        "# rl-batch-demo reproduce: the guide's section 六, one command",
+        "",
+        f"Image `{markdown_code(report['image'])}`, run by digest `{markdown_code(report['image_pinned'] or '-')}` "
+        f"in every group; context `{markdown_code(report['context'])}`; {report['count']} tasks per round.",
+        "",
+        "| group | directory | exit | namespace |",
+        "| --- | --- | --- | --- |",
+    ]
+    for group in report["groups"]:
+        lines.append(
+            f"| {group['name']} | {markdown_code(group['directory'])} | {group['exit_code']} | "
+            f"{markdown_code(group.get('namespace') or '-')} |"
+        )
+    lines += ["", render_guide_table(table, "markdown")]
+    if not report["complete"]:
+        lines.append("The experiment stopped early: only the groups that finished are in the table.\n")
+    write_atomic(output / "report.md", "\n".join(lines))
+    return text
+
+
+def markdown_code(text: Any) -> str:
+    """Text for a Markdown table cell: printable, without pipes or backticks."""
+    return printable(str(text)).replace("|", "\\|").replace("`", "'")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
+    each node and K rounds in parallel; one image digest throughout; each group cleaned up once
+    its diagnostics are saved; the guide's table at the end."""
+    output = Path(args.output)
+    if output.exists() or output.is_symlink():
+        raise DemoError(
+            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            EXIT_USAGE,
+        )
+    context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
+    claim_output(output)
+    report: Dict[str, Any] = {
+        "context": context,
+        "image": args.image,
+        "image_pinned": None,
+        "count": args.count,
+        "rounds": args.rounds,
+        "groups": [],
+        "complete": False,
+        "tool_version": f"{__version__}+{file_fingerprint()}",
+    }
+    failure: Optional[DemoError] = None
+    try:
+        for number, group in enumerate(REPRODUCE_GROUPS, 1):
+            argv = reproduce_group_argv(args, context, group, report["image_pinned"])
+            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
+            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
+            report["groups"].append(entry)
+            write_json(output / "report.json", report)
+            run_args = build_parser().parse_args(argv)
+            sanity_check(run_args)
+            try:
+                entry["exit_code"] = cmd_run(run_args)
+            except DemoError as error:
+                entry["exit_code"], entry["error"] = error.exit_code, str(error)
+                failure = error
+            receipt = _read_json_file(output / group / "receipt.json")
+            entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
+            if failure is not None:
+                break
+            if report["image_pinned"] is None:
+                results = _read_json_file(output / group / "results.json") or {}
+                report["image_pinned"] = results.get("image_pinned")
+                if not report["image_pinned"]:
+                    failure = DemoError(
+                        f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
+                    )
+                    break
+        report["complete"] = failure is None
+    finally:
+        text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    if text is not None:
+        sys.stdout.write("\n" + printable(text, keep_newlines=True))
+        sys.stdout.flush()
+    if failure is not None:
+        kept = "" if args.cleanup == "always" else f"; clean up with: {cleanup_command(output)}"
+        raise DemoError(
+            f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
+        )
+    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
+    return EXIT_OK
+
+
+def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
+    """`cleanup --output DIR` of a reproduce directory: every group with a receipt, in order;
+    the exit code is the worst of them."""
+    worst = EXIT_OK
+    if not groups:
+        print(f"no group of the experiment in {args.output} reached the cluster; nothing to delete")
+    for group_dir in groups:
+        try:
+            receipt = read_receipt(group_dir)
+            cleanup_run(make_kubectl(args, receipt), receipt, group_dir, print, wait_seconds=args.timeout)
+        except DemoError as error:
+            print(f"rl-batch-demo: error: {group_dir.name}: {printable(str(error))}", file=sys.stderr)
+            worst = max(worst, error.exit_code)
+    if worst != EXIT_OK:
+        raise DemoError(f"cleanup of {args.output} did not finish for every group (see above)", worst)
+    return EXIT_OK
 
 
 # Commands #####################################################################
@@ -4950,6 +5700,8 @@ def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
     receipt = _read_json_file(output / "receipt.json")
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
+    if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
+        jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
     started = []
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
@@ -5012,6 +5764,9 @@ def cmd_show_worker(args: argparse.Namespace) -> int:
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
+    groups = reproduce_group_dirs(output)
+    if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
+        return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
     kubectl = make_kubectl(args, receipt)
     cleanup_run(kubectl, receipt, output, print, wait_seconds=args.timeout)
@@ -5075,6 +5830,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "equal counts, as the guide advises, or pass --allow-different-counts",
             EXIT_USAGE,
         )
+    if args.format == "guide":
+        table = guide_table(runs, args.lang, args.reference == "guide")
+        print(render_guide_table(table, "text"), end="")
+        return EXIT_OK
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
@@ -5157,6 +5916,72 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
         help="write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
         "(node_exporter's textfile collector, a Pushgateway)",
     )
+
+
+def pinned_image_arg(text: str) -> str:
+    """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
+    if text and (not _DIGEST.search(text) or text.startswith("@")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image by digest (REPO@sha256:64 hex digits)")
+    return text
+
+
+def _guide_table_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="row labels of the guide's table: en, or zh (the guide's own)",
+    )
+    parser.add_argument(
+        "--reference",
+        choices=("guide",),
+        help=f"add the guide's published columns ({GUIDE_REFERENCE['date']}) beside the runs' in the guide's table",
+    )
+
+
+def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
+    reproduce = commands.add_parser(
+        "reproduce",
+        help="the guide's whole experiment, then its table",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run, in the guide's order, DIR/parallel (N at once), DIR/sequential (one at a time) and "
+        "DIR/warm (--warmup --rounds K), all with the image digest the first group resolves, each in its own "
+        "namespace, cleaned up once its diagnostics are saved; write DIR/report.md and DIR/report.json.",
+    )
+    reproduce.add_argument("--output", required=True, metavar="DIR", help="new directory for the three groups")
+    reproduce.add_argument(
+        "--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="tasks per group and round (default 10)"
+    )
+    reproduce.add_argument(
+        "--rounds", type=positive_int, default=3, metavar="K", help="rounds of the warm group (default 3)"
+    )
+    reproduce.add_argument("--image", default=DEFAULT_IMAGE, help=f"episode image (default {DEFAULT_IMAGE})")
+    reproduce.add_argument(
+        "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass, or 'none' (default cube)"
+    )
+    reproduce.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=DEFAULT_JOB_DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help="each Job's activeDeadlineSeconds",
+    )
+    reproduce.add_argument(
+        "--cleanup",
+        choices=("on-success", "always"),
+        default="on-success",
+        help="on-success (default): keep a failed group's namespace for inspection; always: delete it too",
+    )
+    reproduce.add_argument(
+        "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} tasks instead of {MAX_COUNT}"
+    )
+    reproduce.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    if "--kubelet-metrics" in run._option_string_actions:
+        reproduce.add_argument("--kubelet-metrics", action="store_true", help="passed to every group's run")
+    _guide_table_options(reproduce)
+    _cluster_options(reproduce)
+    reproduce.set_defaults(handler=cmd_reproduce, subparser=reproduce)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -5272,6 +6097,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
         "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
     )
+    run.add_argument(
+        "--warmup",
+        action="store_true",
+        help="before the measured rounds, one warm-up episode on each eligible node, all at once (DIR/warmup/)",
+    )
+    run.add_argument(
+        "--pin-image",
+        nargs="?",
+        const="",
+        type=pinned_image_arg,
+        metavar="REPO@sha256:DIGEST",
+        help="run the measured Jobs by digest: the imageID the nodes ran in the warm-up (or a one-episode "
+        "probe Job), or the digest given",
+    )
     _cluster_options(run)
     _ci_report_options(run)
     run.set_defaults(handler=cmd_run_reported, subparser=run)
@@ -5327,7 +6166,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="output directories of finished runs; the first is the baseline for ratios",
     )
-    compare.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    compare.add_argument(
+        "--format",
+        choices=("text", "markdown", "json", "guide"),
+        default="text",
+        help="guide: the guide's section 六 table, its rows in its order, one column per run",
+    )
+    _guide_table_options(compare)
     compare.add_argument(
         "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
     )
@@ -5344,12 +6189,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
     )
     show_worker.set_defaults(handler=cmd_show_worker)
+    _reproduce_parser(commands, run)
     return parser
 
 
 def sanity_check(args: argparse.Namespace) -> None:
     """Flag combinations, checked before any work starts."""
-    if args.command != "run":
+    if args.command not in ("run", "reproduce"):
         return
     parser: argparse.ArgumentParser = args.subparser
     try:
@@ -5357,7 +6203,7 @@ def sanity_check(args: argparse.Namespace) -> None:
     except DemoError as error:
         parser.error(str(error))
     limit = MAX_COUNT_LARGE if args.allow_large else MAX_COUNT
-    parallelism = args.parallelism if args.parallelism is not None else args.count
+    parallelism = getattr(args, "parallelism", None) or args.count
     if not 1 <= parallelism <= args.count <= limit:
         hint = (
             f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
@@ -5369,6 +6215,11 @@ def sanity_check(args: argparse.Namespace) -> None:
         )
     if args.rounds > MAX_ROUNDS:
         parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
+    if getattr(args, "dry_run", False) and (args.warmup or args.pin_image == ""):
+        parser.error(
+            "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
+            "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
+        )
 
 
 class _Invocation:

@@ -73,11 +73,15 @@ def time_help(repeats: int = 15) -> Dict[str, float]:
     }
 
 
-def run_once(count: int, scratch: Path, kubelet_metrics: bool = False, tag: str = "") -> Dict[str, Any]:
+def run_once(
+    count: int, scratch: Path, kubelet_metrics: bool = False, tag: str = "", stand_in: bool = False
+) -> Dict[str, Any]:
+    """One run against a fresh fake. stand_in: each pod runs the fake's stand-in worker (the two
+    events, no tests), so 1,000 episodes take about two minutes and measure the client alone."""
     # The fake's Job controller gives up after 10 minutes by default; 1,000 episodes take longer.
     os.environ.setdefault("FAKE_KUBECTL_CONTROLLER_MAX_SECONDS", "7200")
     tag = f"{count}{tag}"
-    cluster = FakeCluster(scratch / f"cluster-{tag}")
+    cluster = FakeCluster(scratch / f"cluster-{tag}", faults={"stand_in_worker": True} if stand_in else None)
     try:
         output = scratch / f"run-{tag}"
         parallelism = min(count, MAX_PARALLEL_EPISODES)
@@ -492,6 +496,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,100", help="episode counts run end to end against the fake")
     parser.add_argument("--analyse", default="10,100,1000", help="episode counts for the analysis-only figure")
+    parser.add_argument(
+        "--stand-in-sizes",
+        default="1000",
+        help="episode counts run end to end with the fake's stand-in worker (no tests in the pods)",
+    )
     parser.add_argument("--guide", metavar="PATH", help="the guide's own script: run it side by side with the tool")
     parser.add_argument("--repeats", type=int, default=5, help="repetitions of each tool with --guide (default 5)")
     parser.add_argument("--no-memory", action="store_true", help="skip the 1 GB log memory figure")
@@ -514,8 +523,9 @@ def main() -> int:
     print("  ".join(f"{column:>19}" for column in header))
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as scratch:
         processes: Dict[int, int] = {}
-        for size in sizes:
-            figures = run_once(size, Path(scratch))
+        stand_in_sizes = [int(size) for size in args.stand_in_sizes.split(",") if size]
+        for size, stand_in in [(size, False) for size in sizes] + [(size, True) for size in stand_in_sizes]:
+            figures = run_once(size, Path(scratch), tag="-stand-in" if stand_in else "", stand_in=stand_in)
             processes[size] = figures["kubectl_processes"]
             print(
                 "  ".join(
@@ -529,6 +539,7 @@ def main() -> int:
                         figures["client_job_complete_seconds"],
                     )
                 )
+                + ("  (stand-in worker)" if stand_in else "")
             )
         print()
         plain = run_once(10, Path(scratch), tag="-plain")

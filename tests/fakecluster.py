@@ -53,6 +53,13 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
     timeout with kubectl's client-timeout message.
 ``watch_ends_early``, ``namespace_stuck``, ``legacy_labels``: booleans.
 ``server_version``: e.g. ``"v1.26.0"``.
+``mixed_digests``: ``["node-b", ...]`` nodes whose copy of a tag is another build: their
+    pods report another ``imageID`` digest for it (an image given by digest always reports
+    that digest).
+
+The scheduler honours the pod's ``nodeSelector`` (the RuntimeClass's ``scheduling`` is merged
+into it at pod creation, as the RuntimeClass admission controller does) against the nodes'
+labels, which include ``kubernetes.io/hostname``.
 """
 
 from __future__ import annotations

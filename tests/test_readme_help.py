@@ -66,7 +66,7 @@ class ReadmeMatchesHelpTest(unittest.TestCase):
     def setUp(self) -> None:
         self.top = help_text()
         self.commands = re.findall(r"^    ([a-z][a-z-]*)\s", self.top, re.MULTILINE)
-        self.assertEqual(sorted(self.commands), ["check", "cleanup", "compare", "run", "show-worker"])
+        self.assertEqual(sorted(self.commands), ["check", "cleanup", "compare", "reproduce", "run", "show-worker"])
 
     def assert_in_help(self, where: str, command: str, flags: list[str]) -> None:
         self.assertIn(command, self.commands, f"{where}: command {command!r} is not in --help")

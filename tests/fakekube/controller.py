@@ -190,7 +190,17 @@ class JobController:
                 return s.node
         return None
 
-    def image_id(self, image: str) -> str:
+    def image_id(self, image: str, node: Optional[str] = None) -> str:
+        """The imageID a node's runtime reports: the repository with the digest it resolved.
+        An image given by digest resolves to that digest; a tag resolves to one digest per
+        cluster, except on the nodes of the ``mixed_digests`` fault, whose copy of the tag
+        is another build (another digest)."""
+        if "@sha256:" in image:
+            repo, digest = image.split("@", 1)
+            return f"{self.image_id(repo).split('@', 1)[0]}@{digest}"
+        if node is not None and node in (self.faults.get("mixed_digests") or []):
+            repo, digest = self.image_id(image).split("@sha256:", 1)
+            return f"{repo}@sha256:{hashlib.sha256((digest + node).encode()).hexdigest()}"
         if image not in self.image_ids:
             repo = image.split("@", maxsplit=1)[0]
             last = repo.rsplit("/", 1)[-1]
@@ -412,6 +422,28 @@ class JobController:
             )
             if rc is not None and (rc.get("overhead") or {}).get("podFixed"):
                 spec["overhead"] = deep_copy(rc["overhead"]["podFixed"])
+            # The RuntimeClass admission controller merges the class's scheduling rules into the
+            # pod: its nodeSelector (a conflicting key rejects the pod) and its tolerations.
+            scheduling = (rc or {}).get("scheduling") or {}
+            rc_selector = scheduling.get("nodeSelector") or {}
+            own_selector = spec.get("nodeSelector") or {}
+            conflicts = sorted(k for k, v in rc_selector.items() if k in own_selector and own_selector[k] != v)
+            if conflicts:
+                if not self.failed_create_reported:
+                    self.event(
+                        tx,
+                        job,
+                        "FailedCreate",
+                        f'Error creating: pods "{name}" is forbidden: pod rejected: conflict: '
+                        f"nodeSelector {conflicts[0]} of the pod and of RuntimeClass {rc_name} differ",
+                        "Warning",
+                    )
+                    self.failed_create_reported = True
+                return False
+            if rc_selector:
+                spec["nodeSelector"] = {**own_selector, **rc_selector}
+            if scheduling.get("tolerations"):
+                spec["tolerations"] = list(spec["tolerations"]) + deep_copy(scheduling["tolerations"])
             pod = {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -539,7 +571,14 @@ class JobController:
         usage = self.node_usage()
         reasons: Dict[str, int] = {}
         fits = []
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         for node in nodes:
+            node_labels = node["metadata"].get("labels") or {}
+            if any(node_labels.get(key) != value for key, value in selector.items()):
+                reasons["node(s) didn't match Pod's node affinity/selector"] = (
+                    reasons.get("node(s) didn't match Pod's node affinity/selector", 0) + 1
+                )
+                continue
             if (node.get("spec") or {}).get("unschedulable"):
                 reasons["node(s) were unschedulable"] = reasons.get("node(s) were unschedulable", 0) + 1
                 continue
@@ -680,7 +719,7 @@ class JobController:
                         {
                             "name": container["name"],
                             "image": image,
-                            "imageID": self.image_id(image),
+                            "imageID": self.image_id(image, sim.node),
                             "containerID": "containerd://" + hashlib.sha256(sim.name.encode()).hexdigest(),
                             "restartCount": 0,
                             "ready": True,
@@ -786,7 +825,7 @@ class JobController:
                 cstat: Dict[str, Any] = {
                     "name": container.get("name", "episode"),
                     "image": image,
-                    "imageID": self.image_id(image),
+                    "imageID": self.image_id(image, sim.node),
                     "containerID": term["containerID"],
                     "restartCount": 0,
                     "ready": False,

@@ -28,6 +28,7 @@ FAULT_KEYS = {
     "legacy_labels",
     "server_version",
     "stand_in_worker",
+    "mixed_digests",
 }
 # With fault "stand_in_worker", each pod runs this instead of the ConfigMap's worker: the built-in
 # worker's two events, with real times and the same fields, but no test runs. For tests of what
@@ -122,6 +123,9 @@ def load_faults() -> dict:
     for rule in faults.get("api_errors") or []:
         if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
             raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
+    nodes = faults.get("mixed_digests")
+    if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
+        raise KubectlError(f"error: fake_kubectl: mixed_digests must be a list of node names, not {nodes!r}")
     return faults
 
 

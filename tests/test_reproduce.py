@@ -1,0 +1,557 @@
+"""Issue 11: the guide's whole experiment in one command.
+
+Pure parts in-process (the guide's table, its reference columns, digest pinning, the warm-up
+manifest); a few runs of the real script against the strict fake: the warm-up's pinning and
+ordering, the mixed-digest refusal, `reproduce` end to end and interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from typing import Any
+
+import rl_batch_demo as demo
+from tests.fakecluster import FakeCluster
+
+SCRIPT = str(Path(demo.__file__).resolve())
+GUIDE = Path(__file__).resolve().parents[1] / ".." / "shared" / "seed" / "000_89e6d74ee1c6c1ae.txt"
+
+# The guide's section 六 table, line by line as the guide prints it (its columns are separated
+# by single spaces). The test also reads the guide itself when it is beside the repository.
+GUIDE_TABLE = """\
+检查项 10 路并行 单并发 逐节点预热后 10 路并行
+测试规模 1 轮 × 10 个任务 1 轮 × 10 个任务 3 轮 × 10 个任务
+完成任务 / 返回奖励 10 / 10,奖励均为 1 10 / 10,奖励均为 1 30 / 30,奖励均为 1
+沙箱创建 RunPodSandbox:P50 / P95 752 / 765 毫秒 676 / 709 毫秒 761 / 835 毫秒
+容器创建 CreateContainer:P50 / P95 15 / 23 毫秒 14 / 15 毫秒 14 / 21 毫秒
+容器启动 StartContainer:P50 / P95 176 / 211 毫秒 175 / 209 毫秒 180 / 265 毫秒
+Python 模块导入:P50 / P95 1.32 / 1.33 秒 1.32 / 1.35 秒 1.33 / 1.37 秒
+导入完成至应用 ready:P50 / P95 2.3 / 28.8 毫秒 2.3 / 2.7 毫秒 2.3 / 2.7 毫秒
+整批应用环境准备完成(含 Python 初始化) 约 3.7 秒 约 93.1 秒 三轮:3.2 / 3.5 / 3.6 秒
+单 Pod 创建至应用 ready:P50 / P95 3.7 / 3.7 秒 3.3 / 3.4 秒 3.4 / 3.5 秒
+整批奖励全部产生 约 8.4 秒 约 97.6 秒 三轮:7.9 / 8.2 / 8.2 秒
+客户端观察到 Job 完成 约 12.7 秒 约 101.6 秒 三轮:12.9 / 13.0 / 12.2 秒
+"""  # noqa: RUF001 - the guide's own multiplication sign
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+
+
+def synthetic_results(rounds: int = 1, **extra: Any) -> dict[str, Any]:
+    """A results.json as the tool writes it, with round figures that are easy to read back."""
+    phases = {
+        "python_import_seconds": {"p50": 1.321, "p95": 1.334, "max": 1.4, "samples": 10},
+        "import_to_ready_seconds": {"p50": 0.0023, "p95": 0.0288, "max": 0.03, "samples": 10},
+        "pod_to_container_started_seconds": {"p50": 1.0, "p95": 2.0, "max": 2.0, "samples": 10},
+    }
+    results: dict[str, Any] = {
+        "episodes": 10 * rounds,
+        "successful_episodes": 10 * rounds,
+        "reward_sum": 10 * rounds,
+        "episodes_per_round": 10,
+        "rounds": rounds,
+        "batch_to_all_ready_seconds": 3.6,
+        "batch_to_all_rewards_seconds": 8.2,
+        "client_job_complete_seconds": 13.0,
+        "pod_to_ready_p50_seconds": 3.4,
+        "pod_to_ready_p95_seconds": 3.5,
+        "phases": phases,
+        "round_results": [
+            {
+                "batch_to_all_ready_seconds": 3.2 + 0.2 * i,
+                "batch_to_all_rewards_seconds": 7.9 + 0.1 * i,
+                "client_job_complete_seconds": 12.9 - 0.1 * i,
+            }
+            for i in range(rounds)
+        ],
+    }
+    results.update(extra)
+    return results
+
+
+class GuideReferenceTest(unittest.TestCase):
+    """The guide's published columns, kept in the tool, equal the guide's text."""
+
+    def guide_lines(self) -> list[str]:
+        lines = GUIDE_TABLE.splitlines()
+        if GUIDE.is_file():
+            text = GUIDE.read_text(encoding="utf-8")
+            for line in lines:
+                self.assertIn(line, text.splitlines(), "the test's copy of the guide's table drifted")
+        return lines
+
+    def test_reference_values_equal_the_guide(self) -> None:
+        table = demo.guide_table([], "zh", reference=True)
+        self.assertEqual(
+            table["header"][1:], ["指南:" + line for line in ("10 路并行", "单并发", "逐节点预热后 10 路并行")]
+        )
+        names = [column["name"]["zh"] for column in demo.GUIDE_REFERENCE["columns"]]
+        rendered = [" ".join([table["header"][0], *names])] + [" ".join(row["cells"]) for row in table["rows"]]
+        self.assertEqual(rendered, self.guide_lines())
+
+    def test_reference_date_and_conditions(self) -> None:
+        self.assertEqual(demo.GUIDE_REFERENCE["date"], "2026-09-21")
+        conditions = " ".join(demo.GUIDE_REFERENCE["conditions"])
+        for condition in ("digest", "Cube", "500m", "128Mi", "two 64 vCPU nodes", "image cache"):
+            self.assertIn(condition, conditions)
+        text = demo.render_guide_table(demo.guide_table([], "en", reference=True), "text")
+        self.assertIn("2026-09-21", text)
+
+
+class GuideTableTest(unittest.TestCase):
+    def test_rows_in_the_guides_order(self) -> None:
+        table = demo.guide_table([("run", synthetic_results())], "en", reference=False)
+        self.assertEqual(
+            [row["row"] for row in table["rows"]],
+            [
+                "scale",
+                "completed",
+                "run_pod_sandbox",
+                "create_container",
+                "start_container",
+                "python_import",
+                "import_to_ready",
+                "batch_ready",
+                "pod_to_ready",
+                "all_rewards",
+                "client_complete",
+            ],
+        )
+        self.assertEqual(table["header"], ["figure", "run"])
+        zh = demo.guide_table([("run", synthetic_results())], "zh", reference=False)
+        self.assertEqual([row["cells"][0] for row in zh["rows"]], [label for _, _, label in demo.GUIDE_ROWS])
+        self.assertEqual(zh["header"][0], "检查项")
+
+    def test_cells_from_the_tools_figures(self) -> None:
+        cells = demo.guide_cells(synthetic_results(rounds=3))
+        self.assertEqual(cells["scale"], "3 rounds x 10 tasks")
+        self.assertEqual(cells["completed"], "30 / 30, all rewards 1")
+        self.assertEqual(cells["python_import"], "1.32 / 1.33 s")
+        self.assertEqual(cells["import_to_ready"], "2.3 / 28.8 ms")
+        self.assertEqual(cells["batch_ready"], "3 rounds: 3.2 / 3.4 / 3.6 s")
+        self.assertEqual(cells["all_rewards"], "3 rounds: 7.9 / 8.0 / 8.1 s")
+        self.assertEqual(cells["pod_to_ready"], "3.4 / 3.5 s")
+        self.assertEqual(cells["run_pod_sandbox"], "not measured (run --kubelet-metrics)")
+        self.assertIn("stand-in: pod_to_container_started_seconds", cells["create_container"])
+        one = demo.guide_cells(synthetic_results())
+        self.assertEqual(one["batch_ready"], "about 3.6 s")
+        self.assertEqual(demo.guide_cells(synthetic_results(), "zh")["batch_ready"], "约 3.6 秒")
+        self.assertEqual(demo.guide_cells(synthetic_results(rounds=3), "zh")["batch_ready"], "三轮:3.2 / 3.4 / 3.6 秒")
+        self.assertEqual(demo.guide_cells(synthetic_results(), "zh")["scale"], "1 轮 × 10 个任务")  # noqa: RUF001 - the guide's sign
+
+    def test_runtime_rows_prefer_kubelet_metrics_then_sandbox_figures(self) -> None:
+        operations = {
+            "pooled": {
+                "RunPodSandbox": {
+                    "count": 10,
+                    "p50_seconds": 0.752,
+                    "p95_seconds": 0.765,
+                    "p50_bucket": [0.5, 1],
+                    "p95_bucket": [0.5, 1],
+                }
+            }
+        }
+        phases = dict(synthetic_results()["phases"])
+        phases["kernel_boot_to_process_start_seconds"] = {"p50": 0.2, "p95": 0.25, "max": 0.3, "samples": 10}
+        cells = demo.guide_cells(synthetic_results(runtime_operations=operations, phases=phases))
+        self.assertEqual(cells["run_pod_sandbox"], "752 / 765 ms (kubelet buckets 0.5-1 s / 0.5-1 s)")
+        self.assertIn("stand-in: kernel_boot_to_process_start_seconds", cells["start_container"])
+        self.assertIn("CreateContainer + StartContainer together", cells["create_container"])
+
+    def test_column_names_are_escaped(self) -> None:
+        table = demo.guide_table([("a|b\x1b[31m", synthetic_results())], "en", reference=False)
+        markdown = demo.render_guide_table(table, "markdown")
+        self.assertIn("a\\|b\\\\x1b[31m", markdown)  # Markdown shows a\|b\x1b[31m: a pipe, no cell break
+        self.assertNotIn("\x1b", demo.render_guide_table(table, "text"))
+
+
+class PinningTest(unittest.TestCase):
+    def test_one_digest_is_pinned(self) -> None:
+        ids = {"node-a": f"docker.io/library/python@{DIGEST_A}", "node-b": f"docker.io/library/python@{DIGEST_A}"}
+        self.assertEqual(demo.pinned_image("python:3.12-alpine", ids, "x"), f"python@{DIGEST_A}")
+        self.assertEqual(
+            demo.pinned_image("localhost:5000/py:3", {"n": f"localhost:5000/py@{DIGEST_A}"}, "x"),
+            f"localhost:5000/py@{DIGEST_A}",
+        )
+
+    def test_mixed_digests_are_refused_with_both_named(self) -> None:
+        ids = {"node-a": f"python@{DIGEST_A}", "node-b": f"python@{DIGEST_B}"}
+        with self.assertRaises(demo.DemoError) as caught:
+            demo.pinned_image("python:3.12-alpine", ids, "x")
+        self.assertIn(DIGEST_A, str(caught.exception))
+        self.assertIn(DIGEST_B, str(caught.exception))
+        self.assertIn("node-b", str(caught.exception))
+
+    def test_an_image_id_without_a_digest_is_refused(self) -> None:
+        with self.assertRaises(demo.DemoError):
+            demo.pinned_image("python:3", {"node-a": "sha256:" + "c" * 63}, "x")
+
+    def test_the_flag_takes_only_a_digest(self) -> None:
+        self.assertEqual(demo.pinned_image_arg(""), "")
+        self.assertEqual(demo.pinned_image_arg(f"python@{DIGEST_A}"), f"python@{DIGEST_A}")
+        for bad in ("python:3.12", f"@{DIGEST_A}", "python@sha256:abc"):
+            with self.assertRaises(argparse.ArgumentTypeError):
+                demo.pinned_image_arg(bad)
+
+    def test_a_given_digest_is_run_and_dry_run_cannot_resolve_one(self) -> None:
+        args = demo.build_parser().parse_args(["run", "--output", "o", f"--pin-image=python@{DIGEST_A}"])
+        settings = demo.RunSettings.from_args(args)
+        pod_spec = settings.job_manifest("rollout", "ns", "rid")["spec"]["template"]["spec"]
+        self.assertEqual(pod_spec["containers"][0]["image"], f"python@{DIGEST_A}")
+        for flag in ("--warmup", "--pin-image"):
+            args = demo.build_parser().parse_args(["run", "--output", "o", "--dry-run", flag])
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                demo.sanity_check(args)
+
+    def test_warmup_manifest_pins_the_node_through_the_scheduler(self) -> None:
+        settings = demo.RunSettings.from_args(
+            demo.build_parser().parse_args(["run", "--output", "o", "--warmup", "--pin-image"])
+        )
+        self.assertTrue(settings.warmup)
+        self.assertEqual(settings.pin_image, "")
+        manifest = demo.warmup_job_manifest(settings, "warmup-1", "ns", "rid", "node-a", "node-a-host")
+        spec = manifest["spec"]
+        self.assertEqual((spec["completions"], spec["parallelism"]), (1, 1))
+        self.assertEqual(spec["template"]["spec"]["nodeSelector"], {"kubernetes.io/hostname": "node-a-host"})
+        self.assertEqual(spec["template"]["spec"]["runtimeClassName"], "cube")
+        self.assertEqual(manifest["metadata"]["labels"][demo.WARMUP_NODE_KEY], "node-a")
+        self.assertEqual(manifest["metadata"]["annotations"][demo.WARMUP_NODE_KEY], "node-a")
+        long_name = "n" * 70 + ".example.org"
+        value = demo.warmup_label_value(long_name)
+        self.assertLessEqual(len(value), 63)
+        self.assertRegex(value, r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+
+
+class ReproduceCleanupTest(unittest.TestCase):
+    """`cleanup --output DIR` of a reproduce directory, where no cluster is needed."""
+
+    def test_nothing_reached_the_cluster(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            (Path(scratch) / "report.json").write_text("{}")
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                self.assertEqual(demo.main(["cleanup", "--output", scratch]), 0)
+            self.assertIn("nothing to delete", out.getvalue())
+
+    def test_the_exit_code_is_the_worst_groups(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            for group in ("parallel", "sequential"):
+                (Path(scratch) / group).mkdir()
+                (Path(scratch) / group / "receipt.json").write_text('{"context": 1}')
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                self.assertEqual(demo.main(["cleanup", "--output", scratch]), demo.EXIT_USAGE)
+            self.assertIn("parallel:", err.getvalue())
+            self.assertIn("sequential:", err.getvalue())
+
+
+class FakeClusterCase(unittest.TestCase):
+    def setUp(self) -> None:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-demo-repro-")
+        self.addCleanup(scratch.cleanup)
+        self.root = Path(scratch.name)
+
+    def make_cluster(self, **options: Any) -> FakeCluster:
+        cluster = FakeCluster(self.root / "cluster", **options)
+        self.addCleanup(cluster.close)
+        self.cluster = cluster
+        return cluster
+
+    def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, SCRIPT, *argv],
+            cwd=str(self.root),
+            env=self.cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+
+    def assert_exit(self, result: subprocess.CompletedProcess[str], code: int) -> None:
+        self.assertEqual(result.returncode, code, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+        self.assertNotIn("Traceback", result.stderr)
+
+    def run_namespaces(self) -> list[str]:
+        return [
+            ns["metadata"]["name"]
+            for ns in self.cluster.objects("Namespace")
+            if ns["metadata"]["name"].startswith(demo.NAMESPACE_PREFIX)
+        ]
+
+    def create_started(self, job: str) -> float:
+        """When the client started the kubectl create of the Job named `job` (fake's record)."""
+        for record in self.cluster.call_records():
+            stdin = (record["stdin"] or "").replace('":"', '": "')
+            if "create" in record["argv"] and f'"name": "{job}"' in stdin:
+                return float(record["start"])
+        raise AssertionError(f"no create of Job {job}")
+
+
+class WarmupTest(FakeClusterCase):
+    def test_one_pod_per_eligible_node_each_on_its_node_all_done_before_the_measured_job(self) -> None:
+        self.make_cluster(
+            runtimeclasses={
+                "cube": {
+                    "handler": "cube",
+                    "overhead": {"podFixed": {"cpu": "250m", "memory": "768Mi"}},
+                    "scheduling": {"nodeSelector": {"pool": "sandbox"}},
+                }
+            },
+            nodes=[
+                {"name": "node-a"},
+                {"name": "node-b", "labels": {"pool": "sandbox"}},
+                {"name": "node-c", "labels": {"pool": "sandbox"}},
+            ],
+        )
+        result = self.tool("run", "--output", "out", "--count", "3", "--warmup", "--pin-image", "--timeout", "60")
+        self.assert_exit(result, 0)
+        self.cluster.wait_idle()
+        [namespace] = self.run_namespaces()
+        pods = self.cluster.objects("Pod", namespace)
+        warm = [pod for pod in pods if pod["metadata"]["labels"].get("job-name", "").startswith("warmup-")]
+        measured = [pod for pod in pods if pod["metadata"]["labels"].get("job-name") == "rollout"]
+        self.assertEqual(sorted(pod["spec"]["nodeName"] for pod in warm), ["node-b", "node-c"])
+        for pod in warm:
+            self.assertEqual(pod["spec"]["nodeName"], pod["metadata"]["labels"][demo.WARMUP_NODE_KEY])
+            self.assertEqual(pod["spec"]["nodeSelector"]["kubernetes.io/hostname"], pod["spec"]["nodeName"])
+            self.assertEqual(pod["spec"]["nodeSelector"]["pool"], "sandbox")  # the RuntimeClass still applies
+        self.assertEqual(len(measured), 3)
+        self.assertTrue({pod["spec"]["nodeName"] for pod in measured} <= {"node-b", "node-c"})
+        measured_created = self.create_started("rollout")
+        for job in ("warmup-1", "warmup-2"):
+            self.assertLess(self.cluster.job_completed_at(namespace, job), measured_created)
+        results = json.loads((self.root / "out" / "results.json").read_text())
+        self.assertEqual(results["image"], "python:3.12-alpine")
+        self.assertRegex(results["image_pinned"], r"^python@sha256:[0-9a-f]{64}$")
+        self.assertEqual({pod["spec"]["containers"][0]["image"] for pod in measured}, {results["image_pinned"]})
+        self.assertEqual(results["warmup"]["nodes"], ["node-b", "node-c"])
+        self.assertEqual(results["warmup"]["per_node"]["node-b"]["image_pull"], "present")
+        self.assertEqual(results["episodes"], 3)  # warm-up episodes never count
+        self.assertEqual({row["job"] for row in results["pods"]}, {"rollout"})
+        self.assertTrue((self.root / "out" / "warmup" / "warmup-1" / "pods.json").is_file())
+        receipt = json.loads((self.root / "out" / "receipt.json").read_text())
+        self.assertEqual(sorted(job["name"] for job in receipt["jobs"]), ["rollout", "warmup-1", "warmup-2"])
+        self.assertTrue(all(job["uid"] for job in receipt["jobs"]))
+        self.assert_exit(self.tool("cleanup", "--output", "out"), 0)
+        self.assertEqual(self.run_namespaces(), [])
+
+    def test_nodes_reporting_different_digests_stop_before_the_measured_rounds(self) -> None:
+        self.make_cluster(faults={"mixed_digests": ["node-b"]})
+        result = self.tool("run", "--output", "out", "--count", "2", "--warmup", "--pin-image", "--timeout", "60")
+        self.assert_exit(result, demo.EXIT_CLUSTER)
+        [error] = [line for line in result.stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("different images", error)
+        self.assertEqual(len(set(re.findall(r"sha256:[0-9a-f]{64}", error))), 2)
+        self.cluster.wait_idle()
+        [namespace] = self.run_namespaces()
+        self.assertEqual(sorted(job["metadata"]["name"] for job in self.cluster.objects("Job", namespace)),
+                         ["warmup-1", "warmup-2"])  # fmt: skip
+        self.assertTrue((self.root / "out" / "warmup" / "warmup-2" / "pods.json").is_file())
+        self.assertFalse((self.root / "out" / "results.json").exists())
+        self.assert_exit(self.tool("cleanup", "--output", "out"), 0)
+        self.assertEqual(self.run_namespaces(), [])
+
+    def test_a_failed_warmup_stops_the_run_before_the_measured_job(self) -> None:
+        self.make_cluster(faults={"episode": {"0": "exit1"}})
+        result = self.tool("run", "--output", "out", "--count", "2", "--warmup", "--timeout", "60")
+        self.assert_exit(result, demo.EXIT_EPISODE)
+        self.assertIn("warmup-", result.stderr)
+        self.cluster.wait_idle()
+        [namespace] = self.run_namespaces()
+        self.assertNotIn("rollout", [job["metadata"]["name"] for job in self.cluster.objects("Job", namespace)])
+        self.assertTrue((self.root / "out" / "warmup" / "warmup-1" / "events.txt").is_file())
+        self.assertFalse((self.root / "out" / "results.json").exists())
+        self.assert_exit(self.tool("cleanup", "--output", "out"), 0)
+        self.assertEqual(self.run_namespaces(), [])
+
+
+class ReproduceTest(FakeClusterCase):
+    def test_three_groups_each_cleaned_before_the_next_and_the_report(self) -> None:
+        self.make_cluster()
+        result = self.tool(
+            "reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--timeout", "60", "--quiet",
+            "--reference", "guide",
+        )  # fmt: skip
+        self.assert_exit(result, 0)
+        out = self.root / "exp"
+        report = json.loads((out / "report.json").read_text())
+        self.assertTrue(report["complete"])
+        self.assertEqual([g["name"] for g in report["groups"]], ["parallel", "sequential", "warm"])
+        self.assertTrue((out / "report.md").is_file())
+        self.assertIn("RunPodSandbox", (out / "report.md").read_text())
+        namespaces = [g["namespace"] for g in report["groups"]]
+        self.assertEqual(len(set(namespaces)), 3)
+        self.assertEqual(self.run_namespaces(), [])
+        # each group's namespace was gone (its last call) before the next group's first call
+        records = self.cluster.call_records()
+
+        def mentions(record: dict[str, Any], namespace: str) -> bool:
+            return namespace in " ".join(record["argv"]) or namespace in (record["stdin"] or "")
+
+        for earlier, later in zip(namespaces, namespaces[1:]):
+            last_end = max(r["end"] or r["start"] for r in records if mentions(r, earlier))  # end: None if killed
+            first_start = min(r["start"] for r in records if mentions(r, later))
+            self.assertLess(last_end, first_start)
+        pinned = {json.loads((out / g / "results.json").read_text())["image_pinned"] for g in demo.REPRODUCE_GROUPS}
+        self.assertEqual(len(pinned), 1)
+        self.assertEqual(pinned, {report["image_pinned"]})
+        warm = json.loads((out / "warm" / "results.json").read_text())
+        self.assertEqual((warm["rounds"], warm["episodes"], warm["parallelism"]), (2, 4, 2))
+        self.assertEqual(json.loads((out / "sequential" / "results.json").read_text())["parallelism"], 1)
+        self.assertIn("whole batch ready", result.stdout)
+        self.assertIn("guide: one at a time", result.stdout)
+        # compare --format guide on the groups, in the guide's own words
+        compare = self.tool(
+            "compare", "exp/parallel", "exp/sequential", "exp/warm", "--format", "guide", "--lang", "zh"
+        )
+        self.assert_exit(compare, 0)
+        self.assertIn("整批奖励全部产生", compare.stdout)
+        self.assertIn("2 轮 × 2 个任务", compare.stdout)  # noqa: RUF001 - the guide's sign
+        # cleanup of the experiment's directory: every group, nothing left to delete
+        cleanup = self.tool("cleanup", "--output", "exp")
+        self.assert_exit(cleanup, 0)
+        self.assertEqual(cleanup.stdout.count("already absent"), 3)
+
+    def test_a_failed_group_stops_the_experiment_and_keeps_its_namespace(self) -> None:
+        self.make_cluster(faults={"episode": {"0": "exit1"}})  # the first group's probe fails
+        result = self.tool("reproduce", "--output", "exp", "--count", "2", "--timeout", "60", "--quiet")
+        self.assert_exit(result, demo.EXIT_EPISODE)
+        self.assertIn("reproduce stopped at group parallel", result.stderr)
+        report = json.loads((self.root / "exp" / "report.json").read_text())
+        self.assertEqual([(g["name"], g["exit_code"]) for g in report["groups"]], [("parallel", demo.EXIT_EPISODE)])
+        self.assertFalse(report["complete"])
+        self.assertFalse((self.root / "exp" / "sequential").exists())
+        self.assertEqual(self.run_namespaces(), [report["groups"][0]["namespace"]])
+        self.cluster.wait_idle()
+        self.assert_exit(self.tool("cleanup", "--output", "exp"), 0)
+        self.assertEqual(self.run_namespaces(), [])
+
+    def test_interrupted_in_the_middle_then_cleanup_leaves_nothing(self) -> None:
+        self.make_cluster(faults={"episode_seconds": 2})
+        process = subprocess.Popen(
+            [sys.executable, SCRIPT, "reproduce", "--output", "exp", "--count", "2", "--rounds", "2",
+             "--timeout", "60", "--quiet"],
+            cwd=str(self.root),
+            env=self.cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        receipt = self.root / "exp" / "sequential" / "receipt.json"
+        deadline = time.monotonic() + 120
+        while not (receipt.is_file() and json.loads(receipt.read_text()).get("jobs")):
+            self.assertIsNone(process.poll(), "reproduce ended before it could be interrupted")
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        self.assertEqual(process.returncode, demo.EXIT_INTERRUPTED, stderr)
+        self.assertNotIn("Traceback", stderr)
+        self.assertIn("cleanup --output", stderr)
+        self.assertFalse((self.root / "exp" / "warm").exists())
+        report = json.loads((self.root / "exp" / "report.json").read_text())
+        self.assertFalse(report["complete"])
+        self.assertEqual(len(self.run_namespaces()), 1)  # the parallel group was cleaned up already
+        self.cluster.wait_idle(timeout=60)
+        cleanup = self.tool("cleanup", "--output", "exp")
+        self.assert_exit(cleanup, 0)
+        self.assertEqual(self.run_namespaces(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class FakeSchedulingTest(unittest.TestCase):
+    """The fake's scheduler honours nodeSelector (with the RuntimeClass's merged in), and its
+    nodes report per-node image digests under the mixed_digests fault."""
+
+    def make(self, **options: Any) -> FakeCluster:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-demo-sched-")
+        self.addCleanup(scratch.cleanup)
+        cluster = FakeCluster(Path(scratch.name), **options)
+        self.addCleanup(cluster.close)
+        self.cluster = cluster
+        return cluster
+
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", *args], input=input, capture_output=True, text=True, env=self.cluster.env(), timeout=30
+        )
+
+    def submit(self, node_selector: dict[str, str], image: str = "python:3.12-alpine") -> str:
+        namespace = "agc-rl-000000000001"
+        job = demo.job_manifest(
+            name="rollout",
+            namespace=namespace,
+            run_id="000000000001",
+            count=2,
+            parallelism=2,
+            image=image,
+            runtime="cube",
+            deadline_seconds=60,
+        )
+        job["spec"]["template"]["spec"]["nodeSelector"] = node_selector
+        items = [demo.namespace_manifest(namespace, "000000000001"), demo.configmap_manifest(namespace, "000000000001")]
+        for item in (*items, job):
+            created = self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(item))
+            self.assertEqual(created.returncode, 0, created.stderr)
+        return namespace
+
+    def wait_for(self, predicate: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not predicate():
+            self.assertLess(time.monotonic(), deadline, "the fake did not get there")
+            time.sleep(0.05)
+
+    def test_pods_land_on_the_selected_node(self) -> None:
+        self.make()
+        namespace = self.submit({"kubernetes.io/hostname": "node-b"})
+
+        def scheduled() -> bool:
+            pods = self.cluster.objects("Pod", namespace)
+            return len(pods) == 2 and all(pod["spec"].get("nodeName") for pod in pods)
+
+        self.wait_for(scheduled)
+        self.assertEqual({pod["spec"]["nodeName"] for pod in self.cluster.objects("Pod", namespace)}, {"node-b"})
+
+    def test_a_selector_no_node_matches_leaves_the_pods_pending(self) -> None:
+        self.make()
+        namespace = self.submit({"kubernetes.io/hostname": "node-z"})
+
+        def reported() -> bool:
+            return any(e.get("reason") == "FailedScheduling" for e in self.cluster.objects("Event", namespace))
+
+        self.wait_for(reported)
+        [event, *_] = [e for e in self.cluster.objects("Event", namespace) if e.get("reason") == "FailedScheduling"]
+        self.assertIn("didn't match Pod's node affinity/selector", event["message"])
+        self.assertFalse(any(pod["spec"].get("nodeName") for pod in self.cluster.objects("Pod", namespace)))
+
+    def test_the_runtimeclass_selector_is_merged_and_a_conflict_rejects_the_pod(self) -> None:
+        scheduling = {"nodeSelector": {"kubernetes.io/hostname": "node-a"}}
+        self.make(runtimeclasses={"cube": {"handler": "cube", "scheduling": scheduling}})
+        namespace = self.submit({"kubernetes.io/hostname": "node-b"})
+
+        def refused() -> bool:
+            return any(e.get("reason") == "FailedCreate" for e in self.cluster.objects("Event", namespace))
+
+        self.wait_for(refused)
+        [event] = [e for e in self.cluster.objects("Event", namespace) if e.get("reason") == "FailedCreate"]
+        self.assertIn("conflict", event["message"])
+        self.assertEqual(self.cluster.objects("Pod", namespace), [])
+
+    def test_mixed_digests_fault_is_strict(self) -> None:
+        self.make(faults={"mixed_digests": "node-b"})
+        result = self.kubectl("get", "nodes")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("mixed_digests", result.stderr)
