@@ -48,7 +48,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # typing costs import time that `--help` should not pay
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 __version__ = "0.1.0"
 
@@ -65,11 +65,13 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
+MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
 WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
 EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded, never parsed
+REWARD_LIMIT = 1e15  # a custom worker's |reward| above this is refused: sums of 1,000 stay finite
 EVENTS_PER_EPISODE_LIMIT = 32  # more events than this from one pod invalidate the episode
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -1257,7 +1259,7 @@ def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
     if not isinstance(event["event"], str):
         raise EventParseError("has an 'event' that is not a name")
     if finite_number(event.get("at")) is None:
-        raise EventParseError(f"({event['event']!r}) has no finite numeric 'at' time")
+        raise EventParseError(f"({short_repr(event['event'])}) has no finite numeric 'at' time")
     return event
 
 
@@ -1983,9 +1985,12 @@ def validate_episode(
             f"{short_repr(reward_event.get('episode_id'))}, not the pod name",
             inspect,
         )
-    if not builtin_worker and finite_number(reward_event.get("reward")) is None:
+    custom_reward = finite_number(reward_event.get("reward"))
+    if not builtin_worker and (custom_reward is None or abs(custom_reward) > REWARD_LIMIT):
         raise EpisodeInvalid(
-            name, f"its reward {short_repr(reward_event.get('reward'))} is not a finite number", inspect
+            name,
+            f"its reward {short_repr(reward_event.get('reward'))} is not a finite number within +-{REWARD_LIMIT:g}",
+            inspect,
         )
     if builtin_worker and not (is_int(reward_event.get("reward"), 1) and is_int(reward_event.get("tests_exit"), 0)):
         raise EpisodeInvalid(
@@ -2121,7 +2126,7 @@ def reward_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
     if not rewards:
         return {"reward_mean": None, "reward_min": None, "reward_max": None}
     low, high = min(row.reward for row in rows), max(row.reward for row in rows)
-    return {"reward_mean": math.fsum(rewards) / len(rewards), "reward_min": low, "reward_max": high}
+    return {"reward_mean": math.fsum(rewards) / len(rewards), "reward_min": low, "reward_max": high}  # |r| <= 1e15
 
 
 def rewards_jsonl(rows: List[EpisodeRow], failed: List[Dict[str, Any]]) -> str:
@@ -2679,6 +2684,22 @@ def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobRecei
     if receipt.jobs:
         return list(receipt.jobs)
     return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+
+
+_RUN_NAMESPACE: re.Pattern[str] = lazy_pattern(r"^agc-rl-[0-9a-f]{12}$")
+_DNS_LABEL: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def receipt_names_problem(receipt: Receipt) -> str:
+    """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
+    if not _RUN_NAMESPACE.match(receipt.namespace):
+        return (
+            f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
+        )
+    for job in receipt.jobs:
+        if not _DNS_LABEL.match(job.name):
+            return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
+    return ""
 
 
 def plan_cleanup(
@@ -3946,6 +3967,7 @@ class Kubectl:
         timing: Timing = TIMING,
         calls: Optional[List[Dict[str, Any]]] = None,
         origin: Optional[float] = None,
+        children: Optional[Set[subprocess.Popen[Any]]] = None,
     ) -> None:
         self.executable = executable
         self.context = context
@@ -3954,6 +3976,7 @@ class Kubectl:
         self.timing = timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
         self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
+        self.children: Set[subprocess.Popen[Any]] = set() if children is None else children  # running now
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
@@ -3967,6 +3990,7 @@ class Kubectl:
             timing=self.timing,
             calls=self.calls,
             origin=self.origin,
+            children=self.children,
         )
 
     def argv(
@@ -3990,21 +4014,48 @@ class Kubectl:
             EXIT_CLUSTER,
         )
 
+    def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        """subprocess.run, with the process known to `stop_children` while it runs."""
+        with subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            encoding="utf-8",
+            errors="replace",
+            env=self.environment,
+        ) as process:
+            self.children.add(process)
+            try:
+                stdout, stderr = process.communicate(stdin, timeout=timeout)
+            except BaseException:  # a timeout, or Ctrl-C in this thread: the call ends with it
+                process.kill()
+                process.wait()
+                raise
+            finally:
+                self.children.discard(process)
+        return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    def stop_children(self) -> None:
+        """End every kubectl still running (calls made at once in other threads, streams), so an
+        interruption leaves none behind: SIGTERM first, SIGKILL after a second."""
+        running = [process for process in list(self.children) if process.poll() is None]
+        for process in running:
+            with contextlib.suppress(OSError):
+                process.terminate()
+        for process in running:
+            try:
+                process.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    process.kill()
+
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
         self.calls.append(record)
         try:
-            completed = subprocess.run(
-                argv,
-                input=stdin,
-                check=False,
-                capture_output=True,
-                encoding="utf-8",
-                errors="replace",
-                timeout=timeout,
-                env=self.environment,
-            )
+            completed = self._run_process(argv, stdin, timeout)
         except OSError as error:
             record["error"] = str(error)
             raise self._spawn_failure(error) from None
@@ -4073,6 +4124,7 @@ class Kubectl:
                 record["error"] = str(error)
                 raise self._spawn_failure(error) from None
             assert process.stdout is not None and process.stderr is not None
+            self.children.add(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
@@ -4096,6 +4148,7 @@ class Kubectl:
                 stderr_reader.join(timeout=5)
                 process.stdout.close()
                 process.stderr.close()
+                self.children.discard(process)
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["exit"] = returncode
             if time.monotonic() - started >= limit and returncode < 0:
@@ -4204,6 +4257,7 @@ class Kubectl:
         except OSError as error:
             record["error"] = str(error)
             raise self._spawn_failure(error) from None
+        self.children.add(process)  # WatchStream.close ends it; stop_children too, after Ctrl-C
         return WatchStream(tag, process, sink, record)
 
 
@@ -4260,6 +4314,7 @@ def write_json(path: Path, data: Any) -> None:
 
 
 _PREFIX: re.Pattern[bytes] = lazy_pattern(rb"^\[pod/([^/\]]+)/[^\]]+\] ?")
+_EMBEDDED_PREFIX: re.Pattern[bytes] = lazy_pattern(rb"\[pod/([^/\]]+)/[^\]]+\] ")
 
 
 class _PodLogFile:
@@ -4318,6 +4373,8 @@ class EpisodeLogReader:
         self.allowed = set(pod_names)
         self.single_pod = single_pod  # `kubectl logs POD`: no prefixes, every line is this pod's
         self.files: Dict[str, _PodLogFile] = {}
+        self.order: List[str] = []  # pods in the order their first line arrived
+        self.doubtful: Set[str] = set()  # pods whose lines another pod's text may have swallowed
         self.partial = bytearray()
         self.long_line_pod: Optional[str] = None  # inside an over-long line of this pod ("" if unknown)
 
@@ -4327,7 +4384,21 @@ class EpisodeLogReader:
         if name not in self.files:
             self.round_dir.mkdir(parents=True, exist_ok=True)
             self.files[name] = _PodLogFile(self.round_dir / f"{name}.log")
+            self.order.append(name)
         return self.files[name]
+
+    def _check_glued(self, name: Optional[str], body: bytes) -> None:
+        """kubectl writes a pod's last line without a newline as it came, so the next pod's first
+        prefixed line is glued onto it; and a pod can print such text itself. Either way both
+        pods' logs are in doubt here, and are read again one by one."""
+        if self.single_pod is not None or b"[pod/" not in body:
+            return
+        for match in _EMBEDDED_PREFIX.finditer(body):
+            glued = match.group(1).decode("utf-8", "replace")
+            if glued in self.allowed:
+                self.doubtful.add(glued)
+                if name is not None:
+                    self.doubtful.add(name)
 
     def _split(self, line: bytes) -> Tuple[Optional[str], bytes]:
         if self.single_pod is not None:
@@ -4363,6 +4434,7 @@ class EpisodeLogReader:
         name, body = self._split(bytes(self.partial))
         self.partial.clear()
         target = self._file(name)
+        self._check_glued(name, body)
         if not ends_line:  # over-long: stream the rest of this line to the file, never keep it
             self.long_line_pod = name if name is not None else ""
             if target is not None:
@@ -4378,6 +4450,7 @@ class EpisodeLogReader:
             name, body = self._split(bytes(self.partial))
             self.partial.clear()
             target = self._file(name)
+            self._check_glued(name, body)
             if target is not None:
                 target.write(body)
                 target.scanner.line(body)
@@ -4806,14 +4879,19 @@ def logs_by_selector(
     args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
     args.append(f"--max-log-requests={max(len(pod_names) if selected is None else selected, 5)}")
     reader = EpisodeLogReader(round_dir, pod_names)
+    complete = True
     try:
         kubectl.stream(args, reader.feed, namespace=namespace, timeout=timeout)
     except (KubectlFailure, KubectlTimeout):
-        pass  # the per-pod reads that follow say which logs cannot be read
+        complete = False  # the per-pod reads that follow say which logs cannot be read
     except BaseException:
         reader.discard()
         raise
-    return reader.finish()
+    logs = reader.finish()
+    doubtful = set(reader.doubtful)
+    if not complete and reader.order:
+        doubtful.add(reader.order[-1])  # the pod being printed when kubectl stopped may be cut short
+    return {name: log for name, log in logs.items() if name not in doubtful}
 
 
 def log_of(kubectl: Kubectl, namespace: str, name: str, round_dir: Path) -> PodLog:
@@ -5330,6 +5408,11 @@ def cleanup_run(
 ) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
     namespace = receipt.namespace
+    names_problem = receipt_names_problem(receipt)
+    if names_problem:
+        raise DemoError(
+            f"refusing to clean up: {names_problem}; nothing was deleted; inspect receipt.json", EXIT_REFUSED
+        )
     current_server = kubectl.cluster_identity()[1] if receipt.server else None
     live_namespace = kubectl.get("namespace", namespace)
     if live_namespace is not None:
@@ -5601,6 +5684,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except DemoError as failure:
         error = failure
     except KeyboardInterrupt:
+        kubectl.stop_children()  # calls still running in other threads, or streams
         progress.finish()
         say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
         try:
@@ -5680,6 +5764,8 @@ def cmd_run_reported(args: argparse.Namespace) -> int:
         stopped = error = failure
     except KeyboardInterrupt as interrupt:
         stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
+    except Exception as bug:  # a bug: the reports still say the run failed, then it shows
+        stopped, error = bug, DemoError(f"unexpected error (a bug in rl-batch-demo): {bug!r}", EXIT_CLUSTER)
     problems = write_ci_reports(args, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -5856,6 +5942,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seconds_int(limit: int) -> Callable[[str], int]:
+    """A whole number of seconds from 1 to `limit` (a longer wait than that is a typo)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit} seconds")
+        return value
+
+    return parse
+
+
 def non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -5896,7 +5994,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
     group.add_argument(
         "--kubectl-timeout",
-        type=positive_int,
+        type=seconds_int(MAX_WAIT_SECONDS),
         default=int(KUBECTL_PROCESS_TIMEOUT),
         metavar="SECONDS",
         help=f"kill a kubectl call that has not answered after this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
@@ -5962,7 +6060,7 @@ def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
     )
     reproduce.add_argument(
         "--timeout",
-        type=positive_int,
+        type=seconds_int(MAX_WAIT_SECONDS),
         default=DEFAULT_JOB_DEADLINE_SECONDS,
         metavar="SECONDS",
         help="each Job's activeDeadlineSeconds",
@@ -6044,7 +6142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=positive_int,
+        type=seconds_int(MAX_WAIT_SECONDS),
         default=DEFAULT_JOB_DEADLINE_SECONDS,
         metavar="SECONDS",
         help=f"the Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
@@ -6086,7 +6184,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed in "
         "results.json's failed_episodes and left out of the figures; never retried (default 0: any failure "
-        "fails the run; K > 0 needs Kubernetes 1.33+ per-index backoff limits)",
+        "fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+        "JobBackoffLimitPerIndex feature gate, on by default there)",
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
@@ -6128,7 +6227,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cleanup.add_argument(
         "--timeout",
-        type=positive_int,
+        type=seconds_int(MAX_WAIT_SECONDS),
         default=CLEANUP_WAIT_SECONDS,
         metavar="SECONDS",
         help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",

@@ -183,6 +183,8 @@ class EpisodeFaultTest(FaultTestCase):
             err_log_unreadable(unreadable), stdout=batch.prefixed_logs(batch.episodes[:1])
         )
         calls += [by_selector]
+        # The pod kubectl was printing when it stopped may be cut short: read again alone.
+        calls += [plan.cluster.logs_of(batch.episodes[0].name, batch.episodes[0].log)]
         calls += [plan.cluster.logs_of(unreadable, "").failing(err_log_unreadable(unreadable))] * 4
         result = self.run_plan(plan, calls)
         self.assert_run_failed(

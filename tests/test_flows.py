@@ -552,8 +552,15 @@ class CleanupTest(CallPlanTestCase):
         foreign = namespace_object("team-prod", uid="99999999-9999-4999-8999-999999999999")
         del foreign["metadata"]["labels"][demo.RUN_LABEL]
         self.edit_receipt(namespace="team-prod")
-        self.expect(*self.ownership_reads(foreign, job=None))
+        # Not a name this tool gives: refused before any kubectl call (so no ownership reads).
+        self.assertEqual(foreign["metadata"]["name"], "team-prod")
         self.assert_refused("team-prod")
+        self.assertEqual(self.stub.calls(), [])
+
+    def test_receipt_with_a_job_name_this_tool_never_gives(self) -> None:
+        self.edit_receipt(jobs=[{"name": "-l", "uid": None}])
+        self.assert_refused("not a name this tool gives")
+        self.assertEqual(self.stub.calls(), [])
 
     def test_namespace_stuck_terminating(self) -> None:
         stuck = namespace_object()

@@ -118,6 +118,25 @@ class LogStreamTest(unittest.TestCase):
         self.assertEqual(logs["rollout-a"].dropped_bytes, 50 * 100 + len(GOOD_READY) + 1 - 1000)
         self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
 
+    def test_a_line_glued_onto_another_pods_last_line_puts_both_in_doubt(self) -> None:
+        """kubectl writes a pod's last line without its newline as it came: the next pod's first
+        prefixed line lands inside it. Both pods are then read again alone (read_logs)."""
+        output = b"[pod/rollout-a/episode] bye[pod/rollout-b/episode] " + GOOD_READY.encode() + b"\n"
+        reader = demo.EpisodeLogReader(self.dir, ["rollout-a", "rollout-b", "rollout-c"])
+        reader.feed(output + b"[pod/rollout-c/episode] " + GOOD_READY.encode() + b"\n")
+        reader.finish()
+        self.assertEqual(reader.doubtful, {"rollout-a", "rollout-b"})
+
+    def test_a_selector_read_drops_doubtful_and_cut_off_pods(self) -> None:
+        class Printing(demo.Kubectl):
+            def stream(self, args: Any, consume: Any, **_: Any) -> None:
+                consume(b"[pod/rollout-a/episode] " + GOOD_READY.encode() + b'\n[pod/rollout-b/episode] {"ev')
+                raise demo.KubectlTimeout("did not answer", demo.EXIT_TIMEOUT)
+
+        kubectl = Printing("kubectl", context="c", kubeconfig=None)
+        logs = demo.logs_by_selector(kubectl, "ns", "x=y", ["rollout-a", "rollout-b"], self.dir)
+        self.assertEqual(sorted(logs), ["rollout-a"])  # rollout-b was being printed when kubectl stopped
+
     def test_single_pod_logs_have_no_prefix(self) -> None:
         reader = demo.EpisodeLogReader(self.dir, ["p"], single_pod="p")
         reader.feed(b"[pod/q/episode] " + GOOD_READY.encode() + b"\n")
