@@ -1016,6 +1016,7 @@ class JobController:
             st = j["status"]
             st.update(self.index_status())
             st["failed"] = sum(1 for s in self.sims if s.outcome == "Failed")
+            st["succeeded"] = sum(1 for s in self.sims if s.outcome == "Succeeded")
             st["active"] = 0
             st["ready"] = 0
             st["conditions"] = [job_condition("FailureTarget", reason, message, t)]
