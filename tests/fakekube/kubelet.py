@@ -149,6 +149,6 @@ def _histogram(name: str, label: str, values: List[float], buckets: Tuple[float,
         count = sum(1 for v in values if v <= bound + 1e-12)
         lines.append(f'{name}_bucket{{{label},le="{_le(bound)}"}} {count}')
     lines.append(f'{name}_bucket{{{label},le="+Inf"}} {len(values)}')
-    lines.append(f"{name}_sum{{{label}}} {sum(values)!r}")
+    lines.append(f"{name}_sum{{{label}}} {round(sum(values), 9)!r}")
     lines.append(f"{name}_count{{{label}}} {len(values)}")
     return lines
