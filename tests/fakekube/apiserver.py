@@ -335,8 +335,7 @@ def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:
     if per_index is not None:
         if not indexed:
             problems.append(
-                f"spec.backoffLimitPerIndex: Invalid value: {json.dumps(per_index)}: "
-                "requires indexed completion mode"
+                f"spec.backoffLimitPerIndex: Invalid value: {json.dumps(per_index)}: requires indexed completion mode"
             )
         if pspec.get("restartPolicy") != "Never":
             problems.append(
@@ -345,8 +344,10 @@ def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:
             )
     if max_failed is not None:
         if per_index is None:
-            problems.append("spec.maxFailedIndexes: Invalid value: " + json.dumps(max_failed) + ": "
-                            "requires specifying backoffLimitPerIndex")
+            problems.append(
+                "spec.maxFailedIndexes: Invalid value: " + json.dumps(max_failed) + ": "
+                "requires specifying backoffLimitPerIndex"
+            )
         completions = spec.get("completions")
         if isinstance(completions, int) and isinstance(max_failed, int) and max_failed > completions:
             problems.append(

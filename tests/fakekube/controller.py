@@ -1066,7 +1066,8 @@ def sandbox_proc(sim: PodSim) -> str:
 
 def micro_ts(t: float) -> str:
     """RFC 3339 with microseconds, as an events.k8s.io eventTime (MicroTime)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % int(round(t % 1 * 1e6) % 1000000)
+    seconds, micros = divmod(round(t * 1e6), 1000000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
 def compress_indexes(indexes: Any) -> str:
@@ -1093,7 +1094,9 @@ def index_pod(meta: dict, spec: dict, index: int) -> None:
             env.append(
                 {
                     "name": "JOB_COMPLETION_INDEX",
-                    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}},
+                    "valueFrom": {
+                        "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}
+                    },
                 }
             )
 

@@ -118,7 +118,9 @@ def metrics_text(state: str, node: str, handlers: List[str], faults: dict) -> st
     ]
     for (op, handler), values in sorted(series.items()):
         if op == "sandbox":
-            out += _histogram("kubelet_run_podsandbox_duration_seconds", f'runtime_handler="{handler}"', values, SANDBOX_BUCKETS)
+            out += _histogram(
+                "kubelet_run_podsandbox_duration_seconds", f'runtime_handler="{handler}"', values, SANDBOX_BUCKETS
+            )
     out += [
         "# HELP kubelet_runtime_operations_duration_seconds [ALPHA] Duration in seconds of runtime operations. "
         "Broken down by operation type.",
