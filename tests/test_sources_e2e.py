@@ -86,6 +86,67 @@ class SourcesTestCase(unittest.TestCase):
         return [call["argv"] for call in json.loads((self.out / "kubectl-calls.json").read_text())]
 
 
+class FakeSourcesTest(SourcesTestCase):
+    """The new sources of the fake stay as strict as kubectl (direct kubectl calls, no run)."""
+
+    def kubectl(self, cluster: FakeCluster, *argv: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["kubectl", "--context=fake-ctx", *argv],
+            input=stdin,
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    def test_get_raw_follows_kubectls_rules(self) -> None:
+        cluster = self.cluster()
+        metrics = "/api/v1/nodes/node-a/proxy/metrics"
+        for argv, message in (
+            (["get", "--raw", metrics, "-o", "json"], "error: --raw and --output are mutually exclusive"),
+            (["get", "--raw", metrics, "pods"], "error: arguments may not be passed when --raw is specified"),
+            (["get", "--raw", metrics, "-l", "a=b"], "error: --raw may not be specified with other flags"),
+            (["get", "--raw", "x"], 'error: --raw must be a valid URL path: parse "x": invalid URI for request'),
+            (["get", "--raw", "/api/v1/nodes/node-x/proxy/metrics"], 'Error from server (NotFound): nodes "node-x"'),
+            (["get", "--raw", "/healthz"], "error: fake_kubectl does not support get --raw /healthz"),
+        ):
+            result = self.kubectl(cluster, *argv)
+            self.assertEqual(result.returncode, 1, argv)
+            self.assertTrue(result.stderr.startswith(message), (argv, result.stderr))
+        result = self.kubectl(cluster, "get", "--raw", metrics)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn('kubelet_run_podsandbox_duration_seconds_count{runtime_handler="cube"} 25\n', result.stdout)
+        self.assertIn(
+            'kubelet_runtime_operations_duration_seconds_bucket{operation_type="pull_image",le="+Inf"}', result.stdout
+        )
+
+    def test_per_index_fields_are_validated(self) -> None:
+        cluster = self.cluster()
+        job = json.loads(self.kubectl(cluster, "create", "-f", "-", "-o", "json", stdin=json.dumps(_job())).stdout)
+        self.assertEqual((job["spec"]["completionMode"], job["spec"]["backoffLimit"]), ("Indexed", 2147483647))
+        bad = _job(completionMode="NonIndexed", maxFailedIndexes=3, name="bad")
+        result = self.kubectl(cluster, "create", "-f", "-", "-o", "json", stdin=json.dumps(bad))
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("spec.backoffLimitPerIndex: Invalid value: 0: requires indexed completion mode", result.stderr)
+        self.assertIn(
+            "spec.maxFailedIndexes: Invalid value: 3: must be less than or equal to completions", result.stderr
+        )
+
+
+def _job(name: str = "indexed", **spec: Any) -> Dict[str, Any]:
+    container = {"name": "episode", "image": "python:3.12"}
+    pod = {"restartPolicy": "Never", "containers": [container]}
+    fields = {"completions": 2, "completionMode": "Indexed", "backoffLimitPerIndex": 0, "maxFailedIndexes": 1}
+    fields.update(spec)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {**fields, "template": {"spec": pod}},
+    }
+
+
 class IndexedJobTest(SourcesTestCase):
     def test_each_index_runs_its_task_and_is_reported_by_index(self) -> None:
         cluster = self.cluster()
