@@ -578,7 +578,7 @@ class JobController:
             # the scheduler writes events.k8s.io Events: eventTime (microseconds), no timestamps;
             # fault scheduled_event_time "legacy": an old core/v1 one (no eventTime)
             legacy = self.faults.get("scheduled_event_time") == "legacy"
-            event_time = None if legacy else round(tx.now, 6)
+            event_time = None if legacy else round(tx.now * 1e6) / 1e6  # exactly what micro_ts prints
             sim.record["scheduled_event_time"] = event_time
             self.event(
                 tx,
