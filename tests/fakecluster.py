@@ -60,6 +60,35 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 The scheduler honours the pod's ``nodeSelector`` (the RuntimeClass's ``scheduling`` is merged
 into it at pod creation, as the RuntimeClass admission controller does) against the nodes'
 labels, which include ``kubernetes.io/hostname``.
+
+Indexed Jobs (``completionMode: Indexed``): one pod per index, lowest pending index first,
+named ``JOB-INDEX-xxxxx``, with the index annotation and label and env JOB_COMPLETION_INDEX;
+with ``backoffLimitPerIndex`` a failed index is failed for good (``status.failedIndexes``),
+``maxFailedIndexes`` exceeded ends the Job (``MaxFailedIndexesExceeded``), and an ended Job
+with failed indexes is ``Failed`` (``FailedIndexes``).  ``episode`` faults stay by creation
+order, which is index order while parallelism lets every pending index start (a retried or
+replaced index gets the next creation index).  The worker finds the ConfigMap's
+``tasks.jsonl`` through env RL_DEMO_TASKS.
+``old_job_api``: the API server drops ``backoffLimitPerIndex`` and ``maxFailedIndexes`` (a
+    server without the JobBackoffLimitPerIndex feature), so backoffLimit defaults to 6.
+
+Sandbox start-up (``pod_records`` shows what the fake decided for each pod):
+``scheduled_event_time``: ``"event_time"`` (default: the scheduler's events.k8s.io Event, with
+    a microsecond ``eventTime`` and null first/lastTimestamp) or ``"legacy"`` (no eventTime).
+``image_pull``: the kubelet's Pulled events: ``"cached"`` (default, "already present on
+    machine"), ``"pulled"`` (every pod pulls: 1.234 s + 0.1 s x (creation index % 5), 0.25 s
+    more including waiting), ``"mixed"`` (odd creation indexes pulled), ``"missing"`` (odd
+    creation indexes have no Pulled event).
+``sandbox_kernel``: true: each pod gets a /proc of its own kernel (env RL_DEMO_PROC) booted
+    0.3 s after its creationTimestamp (the container starts only after that); the worker's
+    start ticks put its process start a recorded ``kernel_boot_to_process_start_seconds``
+    after the boot.  Without it the worker sees the host's kernel ("shared").
+Kubelet ``/metrics`` (``get --raw /api/v1/nodes/NODE/proxy/metrics``; tests/fakekube/kubelet.py):
+    per pod one RunPodSandbox (0.7..0.8 s), CreateContainer (0.015 s), StartContainer (0.18 s)
+    and, if pulled, PullImage, on top of a non-zero baseline; ``kubelet_observations``.
+``kubelet_foreign_pods``: N operations of other pods per family on each reading after a
+    node's first.  ``kubelet_restart``: true: the kubelet restarts after a node's first
+    reading (later readings have lower counters).
 """
 
 from __future__ import annotations
@@ -232,6 +261,21 @@ class FakeCluster:
         """Client-clock time at which the controller made the Job's Complete condition visible."""
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return float(json.loads(path.read_text())["completed_at"])
+
+    def pod_records(self, namespace: str, job: str) -> Dict[str, dict]:
+        """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),
+        ``pull`` ("cached", None for no Pulled event, or the pull's seconds), ``kernel``
+        (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds)."""
+        path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
+        return dict(json.loads(path.read_text()).get("records") or {})
+
+    def kubelet_observations(self, node: str) -> List[dict]:
+        """The runtime operations the fake kubelet of ``node`` timed for this test's pods
+        (``op``: sandbox, create_container, start_container, pull_image; ``seconds``)."""
+        path = self.state_dir / "kubelet" / f"{node}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def controller_logs(self) -> str:
         """stdout/stderr of every background controller (for debugging failures)."""

@@ -144,6 +144,7 @@ class RunEndToEndTest(ClusterTestCase):
 
         # Every row recomputed from the fake's own record: its pods and the worker's own log lines.
         expected_rows = {}
+        records = self.cluster.pod_records(namespace, "rollout")
         for name, pod in pods.items():
             ready, reward = (json.loads(line) for line in self.cluster.pod_log(namespace, name).splitlines())
             created = demo.parse_timestamp(pod["metadata"]["creationTimestamp"])
@@ -164,10 +165,8 @@ class RunEndToEndTest(ClusterTestCase):
                 "reward_to_finished_seconds": demo.parse_timestamp(status["state"]["terminated"]["finishedAt"])
                 - reward["at"],
                 "overhead": pod["spec"].get("overhead"),
-                "pod_to_scheduled_seconds": demo.parse_timestamp(
-                    next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")["lastTransitionTime"]
-                )
-                - created,
+                # the scheduler's Scheduled event (eventTime, microseconds), as the fake wrote it
+                "pod_to_scheduled_seconds": records[name]["scheduled_event_time"] - created,
             }
         self.assertEqual(len(results["pods"]), count)
         for row in results["pods"]:

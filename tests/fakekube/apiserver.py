@@ -260,13 +260,20 @@ def default_pod_spec(spec: dict) -> None:
         default_container(c)
 
 
-def prepare_job(obj: dict, uid: str, legacy: bool) -> List[str]:
-    """API-server defaulting and validation of a batch/v1 Job; returns problems."""
+def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) -> List[str]:
+    """API-server defaulting and validation of a batch/v1 Job; returns problems.
+
+    ``old_job_api``: a server before v1.29 (no backoffLimitPerIndex): it drops the per-index
+    fields it does not know, silently, as an API server drops unknown fields."""
     name = obj["metadata"].get("name", "")
     problems = validate_metadata(obj, label_name=True)
     spec = obj.setdefault("spec", {})
     template = spec.setdefault("template", {})
     pspec = template.setdefault("spec", {})
+    if old_job_api:
+        spec.pop("backoffLimitPerIndex", None)
+        spec.pop("maxFailedIndexes", None)
+    problems += indexed_job_problems(spec, pspec)
     if pspec.get("restartPolicy") not in ("Never", "OnFailure"):
         problems.append('spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"')
     containers = pspec.get("containers") or []
@@ -298,7 +305,8 @@ def prepare_job(obj: dict, uid: str, legacy: bool) -> List[str]:
         obj["metadata"]["labels"] = dict(labels)
     spec.setdefault("parallelism", 1)
     spec.setdefault("completions", 1)
-    spec.setdefault("backoffLimit", 6)
+    # with backoffLimitPerIndex the Job-wide limit defaults to MaxInt32 (v1.29+)
+    spec.setdefault("backoffLimit", 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
@@ -306,3 +314,43 @@ def prepare_job(obj: dict, uid: str, legacy: bool) -> List[str]:
     obj["metadata"]["generation"] = 1
     obj["status"] = {}
     return []
+
+
+def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:
+    """Validation of completionMode, backoffLimitPerIndex and maxFailedIndexes (v1.32 wording)."""
+    problems = []
+    mode = spec.get("completionMode")
+    if mode is not None and mode not in ("NonIndexed", "Indexed"):
+        problems.append(
+            f'spec.completionMode: Unsupported value: {json.dumps(mode)}: supported values: "NonIndexed", "Indexed"'
+        )
+    indexed = mode == "Indexed"
+    if indexed and spec.get("completions") is None:
+        problems.append("spec.completions: Required value: when completion mode is Indexed")
+    per_index = spec.get("backoffLimitPerIndex")
+    max_failed = spec.get("maxFailedIndexes")
+    for field, v in (("backoffLimitPerIndex", per_index), ("maxFailedIndexes", max_failed)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            problems.append(f"spec.{field}: Invalid value: {json.dumps(v)}: must be greater than or equal to 0")
+    if per_index is not None:
+        if not indexed:
+            problems.append(
+                f"spec.backoffLimitPerIndex: Invalid value: {json.dumps(per_index)}: requires indexed completion mode"
+            )
+        if pspec.get("restartPolicy") != "Never":
+            problems.append(
+                f"spec.backoffLimitPerIndex: Invalid value: {json.dumps(per_index)}: "
+                'requires specifying restartPolicy "Never"'
+            )
+    if max_failed is not None:
+        if per_index is None:
+            problems.append(
+                "spec.maxFailedIndexes: Invalid value: " + json.dumps(max_failed) + ": "
+                "requires specifying backoffLimitPerIndex"
+            )
+        completions = spec.get("completions")
+        if isinstance(completions, int) and isinstance(max_failed, int) and max_failed > completions:
+            problems.append(
+                f"spec.maxFailedIndexes: Invalid value: {max_failed}: must be less than or equal to completions"
+            )
+    return problems

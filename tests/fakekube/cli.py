@@ -51,6 +51,8 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         # forms the guide's own script uses (bench/bench.py runs it side by side): only
         # ``get events --sort-by=.metadata.creationTimestamp`` (commands.guide_get_table)
         Flag("sort-by"),
+        # only ``get --raw /api/v1/nodes/NODE/proxy/metrics`` (commands.get_raw)
+        Flag("raw"),
     ],
     "create": [Flag("filename", "f", multi=True), Flag("output", "o"), Flag("validate", noopt="strict")],
     "delete": [Flag("cascade", noopt="background"), Flag("wait", kind="bool")],

@@ -11,6 +11,7 @@ real kubectl would accept with ``error: fake_kubectl does not support ...``:
 * ``create -f - -o json`` (Namespace, ConfigMap, Job, SelfSubjectAccessReview; one object or a List)
 * ``delete job NAME --cascade=foreground [--wait=false]``, ``delete namespace NAME [--wait=false]``
 * ``logs -l SEL -c C [--prefix] [--tail N] [--max-log-requests N]`` and ``logs POD -c C``
+* ``get --raw /api/v1/nodes/NODE/proxy/metrics`` (a kubelet's /metrics, kubelet.py)
 
 and, in the section at the end, the forms the guide's own script uses (bench/bench.py runs it
 side by side): ``config current-context``, ``get runtimeclass NAME`` and
@@ -284,6 +285,8 @@ def cmd_version(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -
 
 
 def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    if flags.get("raw"):
+        return get_raw(inv, flags, positional)
     if not positional:
         raise KubectlError(
             'You must specify the type of resource to get. Use "kubectl api-resources" for a complete '
@@ -363,6 +366,43 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         print_json({"apiVersion": "v1", "kind": "List", "items": found, "metadata": {"resourceVersion": ""}})
     if errors:
         raise KubectlError("\n".join(errors))
+    return 0
+
+
+RAW_NODE_METRICS = re.compile(r"/api/v1/nodes/([^/]+)/proxy/metrics")
+
+
+def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
+    """``get --raw /api/v1/nodes/NODE/proxy/metrics``: the node's kubelet /metrics (kubelet.py)
+    through the API server's node proxy, which needs ``get nodes/proxy``.  kubectl's --raw
+    rules: no arguments, no -l/-w, no -o; other raw paths are not implemented."""
+    from .kubelet import metrics_text
+
+    raw = flags["raw"]
+    if positional:
+        raise KubectlError("error: arguments may not be passed when --raw is specified")
+    if flags.get("watch") or flags.get("selector") is not None:
+        raise KubectlError(
+            "error: --raw may not be specified with other flags that filter the server request or alter the output"
+        )
+    if flags.get("output"):
+        raise KubectlError("error: --raw and --output are mutually exclusive")
+    if not raw.startswith("/"):
+        raise KubectlError(f'error: --raw must be a valid URL path: parse "{raw}": invalid URI for request')
+    if flags.get("output-watch-events"):
+        raise KubectlError("error: --output-watch-events option can only be used with --watch or --watch-only")
+    m = RAW_NODE_METRICS.fullmatch(raw)
+    if m is None:
+        raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics)")
+    node = m.group(1)
+    inv.check_context()
+    nrt = BY_KIND["Node"]
+    inv.api_call(("get", "nodes/proxy"), verb="get", rt=nrt, name=node, rbac=False)
+    inv.check_rbac("get", "nodes/proxy", nrt, node, "")
+    if inv.store.get("Node", None, node) is None:
+        raise KubectlError(not_found(nrt, node))
+    handlers = sorted({str(rc.get("handler", "")) for rc in inv.store.list("RuntimeClass", None)})
+    out(metrics_text(inv.state, node, handlers, inv.faults))
     return 0
 
 
@@ -552,7 +592,9 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         )
     uid = new_uid()
     if rt.kind == "Job":
-        problems = prepare_job(obj, uid, bool(inv.faults.get("legacy_labels")))
+        problems = prepare_job(
+            obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=bool(inv.faults.get("old_job_api"))
+        )
     elif rt.kind == "Namespace":
         problems = validate_metadata(obj, label_name=True)
     else:
@@ -979,7 +1021,9 @@ def since(stamp: Optional[str], now: float) -> str:
         return "<unknown>"
     import calendar
 
-    return human_duration(now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+    whole, _, fraction = stamp.rstrip("Z").partition(".")  # an eventTime has microseconds
+    moment = calendar.timegm(time.strptime(whole + "Z", "%Y-%m-%dT%H:%M:%SZ")) + float("0." + (fraction or "0"))
+    return human_duration(now - moment)
 
 
 def render_table(header: List[str], rows: List[List[str]]) -> str:

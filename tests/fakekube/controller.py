@@ -52,9 +52,11 @@ from .common import (
     write_json_atomic,
 )
 from .faults import MAX_TERMINATION_MESSAGE, STAND_IN_WORKER, apply_episode_faults, episode_modes, load_faults
+from .kubelet import record_runtime_operations
 from .store import Store, Tx
 
 POD_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FOLLOWED_KINDS = {"Job", "Namespace", "Pod", "Node", "RuntimeClass", "ConfigMap"}
 
 
@@ -90,6 +92,9 @@ class PodSim:
         self.next_try = 0.0
         self.workdir = ""
         self.mount_reported = False
+        self.completion_index: Optional[int] = None  # an Indexed Job's pod
+        self.created_at = 0.0
+        self.record: Dict[str, Any] = {}  # what the simulation decided for this pod (stats.json "records")
 
 
 class JobController:
@@ -135,6 +140,7 @@ class JobController:
                 "max_concurrent": self.peak,
                 "pods": self.pod_names,
                 "completed_at": self.completed_at,
+                "records": {s.name: s.record for s in self.sims},
             },
         )
 
@@ -147,6 +153,7 @@ class JobController:
         etype: str = "Normal",
         component: str = "job-controller",
         field_path: Optional[str] = None,
+        event_time: Optional[float] = None,
     ) -> None:
         md = involved["metadata"]
         t = now_ts(tx.now)
@@ -182,6 +189,11 @@ class JobController:
             "reportingComponent": component,
             "reportingInstance": "",
         }
+        if event_time is not None:  # written through events.k8s.io (the scheduler): eventTime, no timestamps
+            ev.update(eventTime=micro_ts(event_time), firstTimestamp=None, lastTimestamp=None, action="Binding")
+            ev["reportingInstance"] = f"{component}-{self.sim_node_for(md['name']) or ''}"
+            ev["source"] = {}
+            ev.pop("count")
         tx.put(ev)
 
     def sim_node_for(self, pod: str) -> Optional[str]:
@@ -234,6 +246,9 @@ class JobController:
         self.completions = int(spec.get("completions", 1))
         self.parallelism = int(spec.get("parallelism", 1))
         self.backoff_limit = int(spec.get("backoffLimit", 6))
+        self.indexed = spec.get("completionMode") == "Indexed"
+        self.per_index = spec.get("backoffLimitPerIndex")
+        self.max_failed_indexes = spec.get("maxFailedIndexes")
         deadline = self.faults.get("deadline_seconds", spec.get("activeDeadlineSeconds"))
         self.deadline = float(deadline) if deadline is not None else None
         self.template = job["spec"]["template"]
@@ -248,6 +263,7 @@ class JobController:
                 "ready": 0,
                 "terminating": 0,
                 "uncountedTerminatedPods": {},
+                **self.index_status(),
             }
             tx.put(self.clean_status(j))
         try:
@@ -281,6 +297,8 @@ class JobController:
         if running > self.peak:
             self.peak = running
             self.write_stats()
+        if self.indexed:
+            return self.tick_indexed(now)
         succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
         failed = sum(1 for s in self.sims if s.outcome == "Failed")
         if failed > self.backoff_limit:
@@ -311,9 +329,10 @@ class JobController:
         ready = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
         succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
         failed = sum(1 for s in self.sims if s.outcome == "Failed")
-        if (active, ready, succeeded, failed) == self.synced:
+        indexes = self.index_status()
+        if (active, ready, succeeded, failed, indexes) == self.synced:
             return  # only this controller writes the Job's status: nothing to do, no transaction
-        self.synced = (active, ready, succeeded, failed)
+        self.synced = (active, ready, succeeded, failed, indexes)
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
             if j is None:
@@ -328,6 +347,7 @@ class JobController:
                     "failed": failed,
                     "terminating": 0,
                     "uncountedTerminatedPods": {},
+                    **indexes,
                 }
             )
             for k in ("active", "succeeded", "failed"):
@@ -337,10 +357,71 @@ class JobController:
                 j["status"] = new
                 tx.put(j)
 
+    # -- Indexed Jobs ----------------------------------------------------------------
+    # One pod per completion index, lowest pending index first.  Without backoffLimitPerIndex
+    # a failure counts against backoffLimit and its index is retried; with it, an index that
+    # failed more than backoffLimitPerIndex times is failed for good (status.failedIndexes),
+    # and more than maxFailedIndexes of them fail the Job (MaxFailedIndexesExceeded); once
+    # every index is done the Job is Complete, or Failed (FailedIndexes) if one index failed.
+
+    def index_outcomes(self) -> Tuple[set, set]:
+        succeeded, failures = set(), {}  # type: ignore[var-annotated]
+        for sim in self.sims:
+            if sim.completion_index is None:
+                continue
+            if sim.outcome == "Succeeded":
+                succeeded.add(sim.completion_index)
+            elif sim.outcome == "Failed":
+                failures[sim.completion_index] = failures.get(sim.completion_index, 0) + 1
+        failed = set()
+        if self.per_index is not None:
+            failed = {i for i, n in failures.items() if n > int(self.per_index) and i not in succeeded}
+        return succeeded, failed
+
+    def index_status(self) -> Dict[str, str]:
+        """status.completedIndexes (when any) and status.failedIndexes (with backoffLimitPerIndex)."""
+        if not getattr(self, "indexed", False):
+            return {}
+        succeeded, failed = self.index_outcomes()
+        fields = {}
+        if succeeded:
+            fields["completedIndexes"] = compress_indexes(succeeded)
+        if self.per_index is not None:
+            fields["failedIndexes"] = compress_indexes(failed)
+        return fields
+
+    def tick_indexed(self, now: float) -> bool:
+        succeeded, failed = self.index_outcomes()
+        if sum(1 for s in self.sims if s.outcome == "Failed") > self.backoff_limit:
+            self.finish_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            return False
+        if self.max_failed_indexes is not None and len(failed) > int(self.max_failed_indexes):
+            self.finish_failed(
+                "MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes"
+            )
+            return False
+        if len(succeeded) + len(failed) >= self.completions and not any(s.stage != "done" for s in self.sims):
+            if failed:
+                self.finish_failed("FailedIndexes", "Job has failed indexes")
+            else:
+                self.finish_complete()
+            return False
+        active = {s.completion_index for s in self.sims if s.stage != "done"}
+        pending = [i for i in range(self.completions) if i not in succeeded | failed | active]
+        want = min(self.parallelism - len(active), len(pending))
+        if want > 0 and now >= self.next_create_try:
+            for index in pending[:want]:
+                if not self.create_pod(index):
+                    self.next_create_try = now + 1.0
+                    break
+        self.sync_status()
+        return True
+
     # -- pod creation ------------------------------------------------------------
 
-    def create_pod(self) -> bool:
-        name = f"{self.job_name}-{random_suffix()}"
+    def create_pod(self, completion_index: Optional[int] = None) -> bool:
+        prefix = f"{self.job_name}-" if completion_index is None else f"{self.job_name}-{completion_index}-"
+        name = prefix + random_suffix()
         tpl = deep_copy(self.template)
         pspec = tpl.get("spec") or {}
         with self.store.tx() as tx:
@@ -380,7 +461,7 @@ class JobController:
                 "uid": new_uid(),
                 "creationTimestamp": now_ts(tx.now),
                 "labels": labels,
-                "generateName": f"{self.job_name}-",
+                "generateName": prefix,
                 "finalizers": [JOB_TRACKING_FINALIZER],
                 "ownerReferences": [
                     {
@@ -397,6 +478,8 @@ class JobController:
             if annotations:
                 meta["annotations"] = dict(annotations)
             spec = deep_copy(pspec)
+            if completion_index is not None:
+                index_pod(meta, spec, completion_index)
             default_pod_spec(spec)
             spec.setdefault("serviceAccountName", "default")
             spec.setdefault("serviceAccount", spec["serviceAccountName"])
@@ -454,6 +537,8 @@ class JobController:
             tx.put(pod)
             self.event(tx, job, "SuccessfulCreate", f"Created pod: {name}")
         sim = PodSim(self.created, name, episode_modes(self.faults, self.created))
+        sim.completion_index = completion_index
+        sim.created_at = tx.now
         self.created += 1
         self.sims.append(sim)
         self.pod_names.append(name)
@@ -522,6 +607,11 @@ class JobController:
             p["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now_ts(tx.now)}
             ]
+            # the scheduler writes events.k8s.io Events: eventTime (microseconds), no timestamps;
+            # fault scheduled_event_time "legacy": an old core/v1 one (no eventTime)
+            legacy = self.faults.get("scheduled_event_time") == "legacy"
+            event_time = None if legacy else round(tx.now * 1e6) / 1e6  # exactly what micro_ts prints
+            sim.record["scheduled_event_time"] = event_time
             self.event(
                 tx,
                 p,
@@ -529,6 +619,7 @@ class JobController:
                 f"Successfully assigned {self.ns}/{sim.name} to {node_name}",
                 "Normal",
                 "default-scheduler",
+                event_time=event_time,
             )
 
         if self.update_pod(sim, bind):
@@ -614,6 +705,8 @@ class JobController:
         return choice, None
 
     def start(self, sim: PodSim, now: float) -> None:
+        if self.faults.get("sandbox_kernel") and now < int(sim.created_at) + SANDBOX_BOOT_AFTER + 0.1:
+            return  # the sandbox's own kernel is still booting
         pod = self.view.get("Pod", self.ns, sim.name)
         if pod is None:
             sim.stage, sim.outcome = "done", "Failed"
@@ -677,19 +770,27 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
+        env["RL_DEMO_TASKS"] = os.path.join(self.script_mount_dir(sim.workdir, container, spec), "tasks.jsonl")
+        if self.faults.get("sandbox_kernel"):
+            env["RL_DEMO_PROC"] = sandbox_proc(sim)
         if "wrong_id" in sim.modes:
             env["EPISODE_ID"] = "someone-else"
         lp = log_path(self.state, self.ns, sim.name)
         os.makedirs(os.path.dirname(lp), exist_ok=True)
         image = container.get("image", "")
 
+        pulled = self.pulled_message(sim, image)
+        record_runtime_operations(self.state, sim, spec.get("runtimeClassName"), self.view)
+
         def running(tx: Tx, p: dict) -> None:
             t = now_ts(tx.now)
             for reason, msg in (
-                ("Pulled", f'Container image "{image}" already present on machine'),
+                ("Pulled", pulled),
                 ("Created", f"Created container: {container['name']}"),
                 ("Started", f"Started container {container['name']}"),
             ):
+                if msg is None:
+                    continue  # fault image_pull "missing": this pod has no Pulled event
                 self.event(
                     tx, p, reason, msg, "Normal", "kubelet", field_path=f"spec.containers{{{container['name']}}}"
                 )
@@ -747,6 +848,34 @@ class JobController:
             sim.stage, sim.outcome = "done", "Failed"
             return
         sim.stage = "running"
+
+    def script_mount_dir(self, workdir: str, container: dict, spec: dict) -> str:
+        """The local directory of the ConfigMap mounted with episode.py (the worker's /demo)."""
+        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+        for mount in container.get("volumeMounts") or []:
+            if "configMap" in (volumes.get(mount.get("name")) or {}):
+                return os.path.join(workdir, "configmap-" + str(mount["name"]))
+        return os.path.join(workdir, "configmap")
+
+    def pulled_message(self, sim: PodSim, image: str) -> Optional[str]:
+        """The kubelet's Pulled message (fault image_pull): "cached" (default) for every pod,
+        "pulled" for every pod, "mixed" (odd creation indexes pulled), "missing" (odd creation
+        indexes have no Pulled event).  A pull's durations are recorded in the pod's record."""
+        mode = self.faults.get("image_pull") or "cached"
+        odd = sim.index % 2 == 1
+        if mode == "missing" and odd:
+            sim.record["pull"] = None
+            return None
+        if mode == "pulled" or (mode == "mixed" and odd):
+            seconds = round(1.234 + 0.1 * (sim.index % 5), 3)
+            waiting = round(seconds + 0.25, 3)
+            sim.record["pull"] = {"seconds": seconds, "seconds_including_waiting": waiting}
+            return (
+                f'Successfully pulled image "{image}" in {go_seconds(seconds)} '
+                f"({go_seconds(waiting)} including waiting). Image size: 52428800 bytes."
+            )
+        sim.record["pull"] = "cached"
+        return f'Container image "{image}" already present on machine'
 
     def kill(self, sim: PodSim) -> None:
         if sim.proc is not None and sim.proc.poll() is None:
@@ -926,7 +1055,9 @@ class JobController:
                     p["status"]["phase"] = "Failed"
                     tx.vanish_later(p)
             st = j["status"]
+            st.update(self.index_status())
             st["failed"] = sum(1 for s in self.sims if s.outcome == "Failed")
+            st["succeeded"] = sum(1 for s in self.sims if s.outcome == "Succeeded")
             st["active"] = 0
             st["ready"] = 0
             st["conditions"] = [job_condition("FailureTarget", reason, message, t)]
@@ -940,6 +1071,75 @@ class JobController:
             t = now_ts(tx.now)
             j["status"]["conditions"].append(job_condition("Failed", reason, message, t))
             tx.put(j)
+
+
+SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
+
+
+def go_seconds(seconds: float) -> str:
+    """A Go time.Duration of whole milliseconds as String() prints it ("1.5s")."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+def sandbox_proc(sim: PodSim) -> str:
+    """Fault sandbox_kernel: a /proc of the pod's own kernel (RL_DEMO_PROC), booted
+    SANDBOX_BOOT_AFTER after the pod's creationTimestamp, the worker started ``ticks`` clock
+    ticks after boot; ``uptime`` holds the uptime at this moment (the worker starts just after)."""
+    proc = os.path.join(sim.workdir, "proc")
+    os.makedirs(os.path.join(proc, "self"), exist_ok=True)
+    booted = int(sim.created_at) + SANDBOX_BOOT_AFTER
+    uptime = time.time() - booted
+    hz = os.sysconf("SC_CLK_TCK")
+    ticks = max(1, int((uptime - 0.05) * hz))
+    with open(os.path.join(proc, "uptime"), "w", encoding="ascii") as f:
+        f.write(f"{uptime:.2f} 0.00\n")
+    fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30  # field 22 (index 19 after the comm) is starttime
+    with open(os.path.join(proc, "self", "stat"), "w", encoding="ascii") as f:
+        f.write("1 (python3) " + " ".join(fields) + "\n")
+    sim.record["kernel"] = {
+        "booted_at": booted,
+        "uptime": float(f"{uptime:.2f}"),
+        "start_ticks": ticks,
+        "kernel_boot_to_process_start_seconds": ticks / hz,
+    }
+    return proc
+
+
+def micro_ts(t: float) -> str:
+    """RFC 3339 with microseconds, as an events.k8s.io eventTime (MicroTime)."""
+    seconds, micros = divmod(round(t * 1e6), 1000000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
+
+
+def compress_indexes(indexes: Any) -> str:
+    """A set of completion indexes as the Job controller writes it: "1,3-5"."""
+    runs: List[List[int]] = []
+    for i in sorted(indexes):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def index_pod(meta: dict, spec: dict, index: int) -> None:
+    """What the Job controller adds to the pod of completion index ``index`` of an Indexed Job:
+    the index annotation and label, the pod's hostname, and env JOB_COMPLETION_INDEX (from
+    the annotation) in every container."""
+    meta.setdefault("annotations", {})[INDEX_KEY] = str(index)
+    meta["labels"][INDEX_KEY] = str(index)
+    spec.setdefault("hostname", meta["generateName"].rstrip("-"))
+    for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+        env = c.setdefault("env", [])
+        if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+            env.append(
+                {
+                    "name": "JOB_COMPLETION_INDEX",
+                    "valueFrom": {
+                        "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}
+                    },
+                }
+            )
 
 
 def qos_class(spec: dict) -> str:

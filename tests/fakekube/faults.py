@@ -29,7 +29,17 @@ FAULT_KEYS = {
     "server_version",
     "stand_in_worker",
     "mixed_digests",
+    # Indexed Jobs (issue 12)
+    "old_job_api",
+    # sandbox start-up phases (issue 10)
+    "scheduled_event_time",
+    "image_pull",
+    "sandbox_kernel",
+    "kubelet_foreign_pods",
+    "kubelet_restart",
 }
+SCHEDULED_EVENT_TIMES = {"event_time", "legacy"}  # Scheduled events with eventTime (default) or without it
+IMAGE_PULLS = {"cached", "pulled", "mixed", "missing"}  # Pulled events: see controller.pulled_event
 # With fault "stand_in_worker", each pod runs this instead of the ConfigMap's worker: the built-in
 # worker's two events, with real times and the same fields, but no test runs. For tests of what
 # the client does with a pod's output (the hostile matrix), not of the worker's grading.
@@ -120,6 +130,13 @@ def load_faults() -> dict:
             raise KubectlError(
                 f"error: fake_kubectl: bad episode fault {idx!r}: {mode!r}; known modes: {sorted(EPISODE_MODES)}"
             )
+    if faults.get("scheduled_event_time", "event_time") not in SCHEDULED_EVENT_TIMES:
+        raise KubectlError(f"error: fake_kubectl: bad scheduled_event_time; known: {sorted(SCHEDULED_EVENT_TIMES)}")
+    if faults.get("image_pull", "cached") not in IMAGE_PULLS:
+        raise KubectlError(f"error: fake_kubectl: bad image_pull; known: {sorted(IMAGE_PULLS)}")
+    foreign = faults.get("kubelet_foreign_pods", 0)
+    if not isinstance(foreign, int) or isinstance(foreign, bool) or foreign < 0:
+        raise KubectlError("error: fake_kubectl: kubelet_foreign_pods must be an int >= 0")
     for rule in faults.get("api_errors") or []:
         if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
             raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
