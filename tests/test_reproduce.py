@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -17,10 +18,12 @@ import sys
 import tempfile
 import time
 import unittest
+import unittest.mock
 from pathlib import Path
 from typing import Any
 
 import rl_batch_demo as demo
+from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
 
 SCRIPT = str(Path(demo.__file__).resolve())
@@ -260,21 +263,34 @@ class FakeClusterCase(unittest.TestCase):
         self.root = Path(scratch.name)
 
     def make_cluster(self, **options: Any) -> FakeCluster:
-        cluster = FakeCluster(self.root / "cluster", **options)
+        """A fake cluster whose pods run its stand-in worker: the experiment's orchestration is
+        under test here, not the episode's grading (tests/test_worker_grade.py)."""
+        faults = dict(options.pop("faults", None) or {})
+        faults.setdefault("stand_in_worker", True)
+        cluster = FakeCluster(self.root / "cluster", faults=faults, **options)
         self.addCleanup(cluster.close)
         self.cluster = cluster
         return cluster
 
     def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, SCRIPT, *argv],
-            cwd=str(self.root),
-            env=self.cluster.env(),
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+        """The tool in this process (its waits shrunk, so polls do not sleep), in the scratch
+        directory, with only the fake on PATH; the real-signal test runs it as a subprocess."""
+        out, err = io.StringIO(), io.StringIO()
+        previous = os.getcwd()
+        os.chdir(self.root)
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(unittest.mock.patch.dict(os.environ, self.cluster.env(), clear=True))
+                stack.enter_context(unittest.mock.patch.object(demo, "TIMING", FAST))
+                stack.enter_context(contextlib.redirect_stdout(out))
+                stack.enter_context(contextlib.redirect_stderr(err))
+                try:
+                    code = demo.main(list(argv))
+                except SystemExit as exit:  # argparse
+                    code = int(exit.code or 0)
+        finally:
+            os.chdir(previous)
+        return subprocess.CompletedProcess([SCRIPT, *argv], code, out.getvalue(), err.getvalue())
 
     def assert_exit(self, result: subprocess.CompletedProcess[str], code: int) -> None:
         self.assertEqual(result.returncode, code, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
@@ -436,7 +452,7 @@ class ReproduceTest(FakeClusterCase):
         self.assertEqual(self.run_namespaces(), [])
 
     def test_interrupted_in_the_middle_then_cleanup_leaves_nothing(self) -> None:
-        self.make_cluster(faults={"episode_seconds": 2})
+        self.make_cluster(faults={"episode_seconds": 1})
         process = subprocess.Popen(
             [sys.executable, SCRIPT, "reproduce", "--output", "exp", "--count", "2", "--rounds", "2",
              "--timeout", "60", "--quiet"],
