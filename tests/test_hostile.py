@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -59,7 +58,9 @@ class HostileEpisodeTest(unittest.TestCase):
         self.addCleanup(scratch.cleanup)
         self.root = Path(scratch.name)
 
-    def run_hostile(self, name: str, modes: list[str]) -> tuple[subprocess.CompletedProcess[bytes], Path, list[str]]:
+    def run_hostile(
+        self, name: str, modes: list[str], *options: str
+    ) -> tuple[subprocess.CompletedProcess[bytes], Path, list[str]]:
         """One run of len(modes) episodes, episode i printing modes[i], cleaned up always."""
         faults = {"episode": dict(enumerate(modes)), "stand_in_worker": True}  # fast: no tests run in the pod
         cluster = FakeCluster(self.root / f"cluster-{name}", faults=faults)
@@ -70,15 +71,8 @@ class HostileEpisodeTest(unittest.TestCase):
             env = dict(cluster.env(), GITHUB_STEP_SUMMARY=str(summary))
             result = subprocess.run(
                 [
-                    sys.executable,
-                    SCRIPT,
-                    "run",
-                    "--count",
-                    str(len(modes)),
-                    "--output",
-                    str(output),
-                    "--quiet",
-                    *CLEANUP,
+                    *(sys.executable, SCRIPT, "run", "--count", str(len(modes)), "--output", str(output)),
+                    *("--quiet", *CLEANUP, *options),
                 ],
                 env=env,
                 capture_output=True,
@@ -124,23 +118,40 @@ class HostileEpisodeTest(unittest.TestCase):
         self.assertTrue(any(b"\xff\xfe\xfd not UTF-8" in log for log in saved), "the log was saved as bytes")
 
     def test_each_invalid_input_fails_its_episode_by_name(self) -> None:
-        def one(row: tuple[str, str]) -> tuple[str, str, Any]:
+        """Two inputs end a run on their own (exit 1, the one error line naming the pod and the
+        problem); all of them, in one run that sets each failed episode aside
+        (--max-failed-episodes), are each named with their cause beside one good episode."""
+
+        def alone(row: tuple[str, str]) -> tuple[str, str, Any]:
             mode, expected = row
             return mode, expected, self.run_hostile(mode, [mode])
 
-        workers = min(4, os.cpu_count() or 1)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(one, INVALID))
-        for mode, expected, (result, output, left) in outcomes:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            together = pool.submit(
+                self.run_hostile, "together", [mode for mode, _ in INVALID] + ["noise"], "--max-failed-episodes",
+                str(len(INVALID)),
+            )  # fmt: skip
+            outcomes = list(pool.map(alone, [INVALID[0], INVALID[6]]))
+            result, output, left = together.result()
+        for mode, expected, (alone_result, alone_output, alone_left) in outcomes:
             with self.subTest(mode):
-                stderr = result.stderr.decode("utf-8")
-                self.assertEqual(result.returncode, demo.EXIT_EPISODE, stderr)
-                self.assert_contained(result, output, left)
+                stderr = alone_result.stderr.decode("utf-8")
+                self.assertEqual(alone_result.returncode, demo.EXIT_EPISODE, stderr)
+                self.assert_contained(alone_result, alone_output, alone_left)
                 [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
                 self.assertIn("episode rollout-", error)
                 self.assertIn(expected, error)
-                self.assertFalse((output / "results.json").exists())
-                self.assertEqual(json.loads((output / "error.json").read_text())["exit_code"], demo.EXIT_EPISODE)
+                self.assertFalse((alone_output / "results.json").exists())
+                self.assertEqual(json.loads((alone_output / "error.json").read_text())["exit_code"], demo.EXIT_EPISODE)
+        self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
+        self.assert_contained(result, output, left)
+        results = json.loads((output / "results.json").read_text())
+        self.assertEqual((results["successful_episodes"], results["reward_sum"]), (1, 1))
+        causes = {entry["index"]: entry["cause"] for entry in results["failed_episodes"]}
+        self.assertEqual(sorted(causes), list(range(len(INVALID))))
+        for index, (mode, expected) in enumerate(INVALID):
+            with self.subTest(mode, together=True):
+                self.assertIn(expected, causes[index])
 
 
 if __name__ == "__main__":
