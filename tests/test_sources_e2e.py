@@ -193,7 +193,9 @@ class IndexedJobTest(SourcesTestCase):
         result = self.run_tool(cluster, 1, "--count", "3", "--max-failed-episodes", "1")
         self.assertIn("more than --max-failed-episodes 1", result.stderr)
         job = self.job()
-        self.assertEqual(job["status"]["failedIndexes"], "0,2")
+        # 0 and 2 failed; 1 may have been still running when the Job gave up (then the fake counts
+        # it failed too, as its pod is stopped), so the set is 0,2 or 0-2.
+        self.assertIn(job["status"]["failedIndexes"], ("0,2", "0-2"))
         self.assertEqual(
             [c["reason"] for c in job["status"]["conditions"]], ["MaxFailedIndexesExceeded", "MaxFailedIndexesExceeded"]
         )
