@@ -5506,6 +5506,30 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
+def reproduce_junit(output: Path, report: Dict[str, Any], failure: Optional[DemoError]) -> str:
+    """The experiment as one JUnit file: every group's suites (one per round, as `run --junit`
+    writes them), each test case's classname naming its group, so names stay unique."""
+    suites: List[Dict[str, Any]] = []
+    for entry in report["groups"]:
+        group_dir = output / entry["directory"]
+        results = _read_json_file(group_dir / "results.json")
+        results = results if isinstance(results, dict) and "episodes" in results else None
+        rounds = report["rounds"] if entry["name"] == "warm" else 1
+        started = rounds_on_disk(group_dir, rounds) if results is None else []
+        error = None
+        if entry.get("exit_code") not in (EXIT_OK, None) or (entry.get("exit_code") is None and failure):
+            error = (int(entry.get("exit_code") or EXIT_INTERRUPTED), str(entry.get("error") or failure), None)
+        for suite in junit_suites(results, started, {}, error):
+            for case in suite["cases"]:
+                case["classname"] = f"{JUNIT_SUITE_NAME}.{entry['name']}.{case['classname'].split('.', 1)[-1]}"
+            suites.append(suite)
+    if not suites and failure is not None:
+        suites = junit_suites(None, [], {}, (failure.exit_code, str(failure), None))
+    return render_junit_xml(
+        suites, {"context": str(report.get("context")), "image_pinned": str(report.get("image_pinned"))}
+    )
+
+
 def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, reference: bool) -> Optional[str]:
     """report.json always; with every group's results, report.md and the table (returned)."""
     finished = [
@@ -5596,8 +5620,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                     )
                     break
         report["complete"] = failure is None
+    except KeyboardInterrupt:
+        if args.junit:
+            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
+        raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    if args.junit:
+        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
     if text is not None:
         sys.stdout.write("\n" + printable(text, keep_newlines=True))
         sys.stdout.flush()
@@ -6078,6 +6108,12 @@ def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
     if "--kubelet-metrics" in run._option_string_actions:
         reproduce.add_argument("--kubelet-metrics", action="store_true", help="passed to every group's run")
     _guide_table_options(reproduce)
+    reproduce.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="write a JUnit XML report of every group: one suite per round, one test case per episode "
+        "(written on failure too)",
+    )
     _cluster_options(reproduce)
     reproduce.set_defaults(handler=cmd_reproduce, subparser=reproduce)
 

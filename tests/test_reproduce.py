@@ -19,6 +19,7 @@ import unittest
 import unittest.mock
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.callplan import FAST
@@ -393,10 +394,19 @@ class ReproduceTest(FakeClusterCase):
         self.make_cluster()
         result = self.tool(
             "reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--timeout", "60", "--quiet",
-            "--reference", "guide",
+            "--reference", "guide", "--junit", "experiment.xml",
         )  # fmt: skip
         self.assert_exit(result, 0)
         out = self.root / "exp"
+        junit = ElementTree.parse(self.root / "experiment.xml").getroot()
+        suites = junit.findall("testsuite")
+        self.assertEqual(len(suites), 4)  # parallel, sequential, and the warm group's two rounds
+        cases = junit.findall("testsuite/testcase")
+        self.assertEqual(len(cases), 8)
+        self.assertEqual(junit.get("failures"), "0")
+        groups = sorted({case.get("classname", "").split(".")[1] for case in cases})
+        self.assertEqual(groups, ["parallel", "sequential", "warm"])
+        self.assertEqual(len({(case.get("classname"), case.get("name")) for case in cases}), 8)  # unique
         report = json.loads((out / "report.json").read_text())
         self.assertTrue(report["complete"])
         self.assertEqual([g["name"] for g in report["groups"]], ["parallel", "sequential", "warm"])
@@ -463,8 +473,13 @@ class ReproduceTest(FakeClusterCase):
             return original(kubectl, argv, stdin, timeout)
 
         with unittest.mock.patch.object(demo.Kubectl, "_once", once):
-            result = self.tool("reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--quiet")
+            result = self.tool(
+                "reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--quiet", "--junit", "exp.xml"
+            )
         self.assertEqual(result.returncode, demo.EXIT_INTERRUPTED, result.stderr)
+        junit = ElementTree.parse(self.root / "exp.xml").getroot()  # written on the way out too
+        self.assertEqual(junit.get("failures"), "0")
+        self.assertGreaterEqual(int(junit.get("errors") or 0), 1)  # the sequential group: interrupted
         self.assertNotIn("Traceback", result.stderr)
         self.assertIn("cleanup --output", result.stderr)
         self.assertFalse((self.root / "exp" / "warm").exists())
