@@ -7,6 +7,7 @@ and adoption rules are tested against what kubectl really prints."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import unittest
 from typing import Any, Callable, Dict, List
@@ -519,3 +520,32 @@ class ApiFaultTest(FaultTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WatchedStateTest(FaultTestCase):
+    """README "The call plan": the pods' final state comes from the watch only when provably final."""
+
+    def test_a_pod_updated_after_its_terminal_event_is_listed_instead(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        batch = plan.batch
+        last = batch.pod(batch.episodes[1])
+        seen = copy.deepcopy(last)  # terminal, but the Job controller's finalizer removal is still to come
+        seen["metadata"]["finalizers"] = [demo.JOB_TRACKING_FINALIZER]
+        seen["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "stale"
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(batch.episodes[0])), watch_event("MODIFIED", seen)]
+        calls = plan.run()
+        calls[6] = plan.pod_watch(chunks=chunks)
+        calls[7] = plan.pods_and_events()  # the fallback: one listing of pods and events
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        listed = self.read_json("pods.json")["items"]
+        self.assertEqual(listed, demo.pod_list(batch.pods())["items"])  # the listing's state, not the watch's
+        self.assertNotIn(["get", "events", "-o", "json"], [argv[-4:] for argv in self.stub.calls()])
+
+    def test_pods_final_in_the_watch_are_not_listed(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        result = self.run_plan(plan, plan.run())
+        self.assertEqual(result.code, 0, result)
+        self.assertFalse([argv for argv in self.stub.calls() if "pods,events" in argv])
+        self.assertEqual(self.read_json("pods.json"), demo.pod_list(plan.batch.pods()))
