@@ -9,13 +9,19 @@ latencies, per-pod start-up percentiles and per-phase breakdowns.
 It is one file with no dependencies beyond Python 3.9+ and kubectl: copy it anywhere.
 
 Usage:
-    python3 rl_batch_demo.py check   [--count N] [--runtime R] [--image I]
-    python3 rl_batch_demo.py run     --output DIR [--count N] [--parallelism P] [--rounds K]
-                                     [--image I] [--runtime R|none] [--cleanup POLICY]
-                                     [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
-    python3 rl_batch_demo.py cleanup --output DIR
-    python3 rl_batch_demo.py compare DIR [DIR ...] [--format text|markdown|json]
+    python3 rl_batch_demo.py check     [--count N] [--runtime R] [--image I] [--kubelet-metrics]
+    python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P] [--rounds K]
+                                       [--image I] [--runtime R|none] [--cleanup POLICY]
+                                       [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
+                                       [--warmup] [--pin-image[=DIGEST]] [--kubelet-metrics]
+                                       [--junit FILE] [--metrics-file FILE]
+    python3 rl_batch_demo.py reproduce --output DIR [--count N] [--rounds K] [--junit FILE]
+    python3 rl_batch_demo.py cleanup   --output DIR
+    python3 rl_batch_demo.py compare   DIR [DIR ...] [--format text|markdown|json|guide] [--lang en|zh]
     python3 rl_batch_demo.py show-worker [--template]
+
+Saved as `kubectl-rl_batch_demo` on PATH, it is also the kubectl plugin `kubectl rl-batch-demo`.
+Everything a pod prints is untrusted input: read as bytes, bounded, escaped before it is shown.
 
 Every run works in its own namespace (agc-rl-<12 hex>) and writes receipt.json before it
 creates anything, so `cleanup` can later delete exactly what the run created, after checking
@@ -3907,6 +3913,8 @@ class WatchStream:
         self.thread.join(timeout=5)
         self.record["seconds"] = round(time.monotonic() - self.started, 3)
         self.record["exit"] = self.process.returncode  # negative: ended by this tool's signal
+        if self.stderr:
+            self.record["stderr"] = self.stderr[-CALL_STDERR_LIMIT:]
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None and not self.thread.is_alive():
                 stream.close()
@@ -4816,7 +4824,8 @@ def wait_for_job(
                 if event is None:
                     job_stream_open = False
                     progress.finish()
-                    reason = watches[0].stderr.splitlines()[0] if watches[0].stderr else "no message"
+                    lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
+                    reason = lines[-1] if lines else "no message"  # kubectl's error, or a crash's last line
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
