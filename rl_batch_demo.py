@@ -56,7 +56,7 @@ TYPE_CHECKING = False  # typing costs import time that `--help` should not pay
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 # Constants ####################################################################
