@@ -1303,15 +1303,22 @@ class EventScanner:
         self.long_lines += 1
 
 
-def parse_events(text: str) -> List[Dict[str, Any]]:
-    """The events in a whole text (a termination message); split on newlines only, as kubectl
-    splits a log, so a carriage return or U+2028 inside a line cannot start another event."""
+def scan_text(text: str) -> PodLog:
+    """A whole text's events (a termination message), read as a log is: split on newlines only,
+    as kubectl splits a log, so a carriage return or U+2028 inside a line cannot start another
+    event."""
     scanner = EventScanner()
     for raw in text.encode("utf-8", "surrogatepass").split(b"\n"):
         scanner.line(raw)
-    if scanner.error:
-        raise EventParseError(scanner.error)
-    return scanner.events
+    return PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines)
+
+
+def parse_events(text: str) -> List[Dict[str, Any]]:
+    """The events in a whole text, or EventParseError for its first bad event line."""
+    log = scan_text(text)
+    if log.error:
+        raise EventParseError(log.error)
+    return log.events
 
 
 def finite_number(value: Any) -> Optional[float]:
@@ -4531,6 +4538,15 @@ def load_run_inputs(args: argparse.Namespace) -> RunInputs:
     return inputs
 
 
+def save_if_possible(path: Path, data: Any) -> None:
+    """A diagnostic written on the way out: when the disk itself is the failure, say so and go on
+    to the cleanup rather than stop there."""
+    try:
+        write_json(path, data)
+    except OSError as error:
+        say_stderr(f"warning: could not write {path} ({error.strerror or error})")
+
+
 def write_receipt(output: Path, receipt: Receipt) -> None:
     write_json(output / "receipt.json", receipt.to_json())
 
@@ -5731,13 +5747,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             say_stderr("skipped saving diagnostics")
         error = DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED)
+    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
+        error = DemoError(
+            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
+            f"check the free space and permissions of {output}",
+            EXIT_USAGE,
+        )
     except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
         bug = unexpected
         error = DemoError(f"unexpected error (a bug in rl-batch-demo): {unexpected!r}", EXIT_CLUSTER)
     finally:
-        write_json(output / "kubectl-calls.json", kubectl.calls)
+        save_if_possible(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
-        write_json(output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()})
+        save_if_possible(
+            output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
+        )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD

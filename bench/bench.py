@@ -209,9 +209,7 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
         for pod in pods:
             text = rl_batch_demo.termination_message(pod) or ""
-            logs[pod["metadata"]["name"]] = rl_batch_demo.PodLog(
-                rl_batch_demo.parse_events(text), lines=text.count("\n"), saved_bytes=len(text)
-            )
+            logs[pod["metadata"]["name"]] = rl_batch_demo.scan_text(text)
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import unittest
+import unittest.mock
 from typing import Any, Callable, Dict, List
 
 import rl_batch_demo as demo
@@ -549,3 +550,22 @@ class WatchedStateTest(FaultTestCase):
         self.assertEqual(result.code, 0, result)
         self.assertFalse([argv for argv in self.stub.calls() if "pods,events" in argv])
         self.assertEqual(self.read_json("pods.json"), demo.pod_list(plan.batch.pods()))
+
+
+class FullDiskTest(FaultTestCase):
+    def test_a_full_disk_is_one_sentence_and_the_cleanup_still_runs(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        original = demo.write_atomic
+
+        def write_atomic(path: Any, text: str) -> None:
+            if path.name == "results.json":
+                raise OSError(28, "No space left on device", str(path))
+            original(path, text)
+
+        with unittest.mock.patch.object(demo, "write_atomic", write_atomic):
+            result = self.run_plan(plan, [*plan.run(), *plan.cleanup()], "--cleanup", "always")
+        line = self.assert_fails(result, demo.EXIT_USAGE, "cannot write the run's output (No space left on device")
+        self.assertIn("results.json", line)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(self.read_json("error.json")["exit_code"], demo.EXIT_USAGE)
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)

@@ -188,10 +188,7 @@ def collected_round(
 
 
 def pod_log(text: str) -> demo.PodLog:
-    scanner = demo.EventScanner()
-    for raw in text.encode().split(b"\n"):
-        scanner.line(raw)
-    return demo.PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines)
+    return demo.scan_text(text)
 
 
 class ValidationTest(unittest.TestCase):
