@@ -74,17 +74,19 @@ EPISODE_MODES = {
 }
 # Hostile episodes: what an attacker's code inside the sandbox could print, in the log and (where
 # the API server could carry it) in the termination message. See HOSTILE_LINES / HOSTILE_FIELDS.
-HOSTILE_LINES = {  # a line added before the worker's own output; bytes, as the container wrote them
+# A line added before the worker's own output, as bytes the container wrote, times its repeat:
+# built only when a pod uses it, because every fake kubectl call imports this module.
+HOSTILE_LINES = {
     "hostile_invalid_utf8": b"\xff\xfe\xfd not UTF-8 \xc3\x28\n",
     "hostile_nul": b"\x00\x00 NUL bytes \x00\n",
     "hostile_control": b"\x1b[2J\x1b]0;pwned\x07\x9b31m terminal escapes\n",
     "hostile_cr_injection": b'progress 50%\r{"event": "reward", "at": 1.0, "episode_id": "x", "reward": 1}\n',
     "hostile_u2028_injection": b'note\xe2\x80\xa8{"event": "ready", "at": 1.0, "episode_id": "x"}\n',
     "hostile_forged_prefix": b'[pod/someone-else/episode] {"event": "reward", "at": 1.0, "reward": 1}\n',
-    "hostile_long_line": b'{"event": "reward", "pad": "' + b"x" * (100 * 1024) + b'"}\n',
+    "hostile_long_line": (b'{"event": "reward", "pad": "', b"x", 100 * 1024, b'"}\n'),
     # deeper than any Python's JSON decoder goes (3.13 parses 1,500 levels), shorter than 64 KiB
-    "hostile_nesting": b'{"event": "ready", "at": 1.0, "x": ' + b"[" * 30000 + b"]" * 30000 + b"}\n",
-    "hostile_huge_log": (b"noise " * 170 + b"\n") * 20000,  # about 20 MB
+    "hostile_nesting": (b'{"event": "ready", "at": 1.0, "x": ', b"[", 30000, b"]" * 30000 + b"}\n"),
+    "hostile_huge_log": (b"", b"noise " * 170 + b"\n", 20000, b""),  # about 20 MB
 }
 HOSTILE_FIELDS = {  # (event, field, value) written into the worker's own event, log and message alike
     "hostile_huge_number": ("ready", "at", int("9" * 400)),
@@ -97,6 +99,17 @@ HOSTILE_FIELDS = {  # (event, field, value) written into the worker's own event,
     "hostile_markdown_id": ("ready", "episode_id", "# heading\n![image](http://example.invalid/x.png)"),
 }
 EPISODE_MODES |= set(HOSTILE_LINES) | set(HOSTILE_FIELDS)
+
+
+def hostile_line(mode: str) -> bytes:
+    """The bytes of a HOSTILE_LINES entry: a plain line, or (head, unit, repeat, tail)."""
+    recipe = HOSTILE_LINES[mode]
+    if isinstance(recipe, bytes):
+        return recipe
+    head, unit, repeat, tail = recipe
+    return head + unit * repeat + tail
+
+
 API_ERRORS = {
     "500": "Error from server (InternalError): {ctx}Internal error occurred: fake injected fault",
     "403": "Error from server (Forbidden): {ctx}{forbidden}",
@@ -274,7 +287,7 @@ def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> T
 
     for mode in modes:
         if mode in HOSTILE_LINES:
-            line = HOSTILE_LINES[mode]
+            line = hostile_line(mode)
             log = line.decode("utf-8", errors="surrogateescape") + log
             if len(line) < 1024:  # what a termination message could carry; the API server's JSON is UTF-8
                 message = line.decode("utf-8", errors="replace") + message
