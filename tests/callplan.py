@@ -28,7 +28,6 @@ import json
 import marshal
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -556,14 +555,12 @@ class CallPlanTestCase(unittest.TestCase):
         """kubectl calls are killed after `seconds` whatever --kubectl-timeout says: a planned
         hang (Call.sleep) is then cut short as the tool would cut it, without the test waiting
         for the real timeout. Messages still name the tool's own timeout."""
-        original = subprocess.run
+        original = demo.Kubectl._run_process
 
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("timeout"):
-                kwargs["timeout"] = min(kwargs["timeout"], seconds)
-            return original(*args, **kwargs)
+        def run_process(kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float) -> Any:
+            return original(kubectl, argv, stdin, min(timeout, seconds))
 
-        patcher = unittest.mock.patch.object(demo.subprocess, "run", run)
+        patcher = unittest.mock.patch.object(demo.Kubectl, "_run_process", run_process)
         patcher.start()
         self.addCleanup(patcher.stop)
 

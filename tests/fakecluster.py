@@ -103,6 +103,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from types import ModuleType
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -117,19 +118,29 @@ DEFAULT_NODES: List[dict] = [
     {"name": "node-b", "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
 ]
 
+# os.environ as it was when the tests were loaded: tests running in threads beside tests that
+# patch os.environ build their subprocesses' environments from this (tests/concurrently.py).
+ENVIRONMENT: Dict[str, str] = dict(os.environ)
+
 _FAKE_MODULE: Dict[str, ModuleType] = {}
+_FAKE_MODULE_LOCK = threading.Lock()
 
 
 def fake_module() -> ModuleType:
     """fake_kubectl.py loaded as a module: it exposes ``init_state`` and ``Store`` of
     tests/fakekube/store.py, which owns the on-disk format."""
-    if "module" not in _FAKE_MODULE:
-        spec = importlib.util.spec_from_file_location("_fake_kubectl_impl", str(FAKE_KUBECTL))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _FAKE_MODULE["module"] = module
+    with _FAKE_MODULE_LOCK:  # tests run in threads (tests/concurrently.py): load it once
+        if "module" not in _FAKE_MODULE:
+            _FAKE_MODULE["module"] = _load_fake_module()
     return _FAKE_MODULE["module"]
+
+
+def _load_fake_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_fake_kubectl_impl", str(FAKE_KUBECTL))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class FakeCluster:
@@ -196,7 +207,7 @@ class FakeCluster:
 
     def env(self) -> Dict[str, str]:
         """Environment for running the tool against this cluster."""
-        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env = {k: v for k, v in ENVIRONMENT.items() if k != "KUBECONFIG"}  # not os.environ: tests/concurrently.py
         env["PATH"] = str(self.bin_dir)
         env["FAKE_KUBECTL_STATE"] = str(self.state_dir)
         env["FAKE_KUBECTL_FAULTS"] = json.dumps(self._faults)

@@ -95,6 +95,7 @@ def setup_manifest(ns_labels: Optional[dict] = None) -> Dict[str, Any]:
 
 
 class FakeKubectlTestCase(unittest.TestCase):
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
     cluster_kwargs: ClassVar[Dict[str, Any]] = {}
 
     def setUp(self) -> None:
@@ -694,6 +695,8 @@ class FaultTest(FakeKubectlTestCase):
 
 class StoreTest(unittest.TestCase):
     """The per-object store (tests/fakekube/store.py) that every kubectl call and controller shares."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 
     def setUp(self) -> None:
         self._tmp = tempfile.TemporaryDirectory()

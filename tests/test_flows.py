@@ -579,6 +579,7 @@ class CleanupTest(CallPlanTestCase):
         calls = self.plan.cleanup()[:-1]
         calls.append(dataclasses.replace(self.plan.get_namespace(), stdout=as_json(stuck), repeat=True))
         self.expect(*calls)
+        self.set_timing(cleanup_first_poll=0.25, cleanup_max_poll=2.0)  # the tool's own schedule
         result = self.cleanup("--timeout", "1")
         self.assert_fails(
             result,
@@ -588,6 +589,11 @@ class CleanupTest(CallPlanTestCase):
             "example.com/hold",
             "never removed",
         )
+        calls_made = self.stub.calls()
+        deleted = next(i for i, argv in enumerate(calls_made) if argv[-3:-1] == ["namespace", NAMESPACE])
+        polls = calls_made[deleted + 1 :]
+        # 0, 0.25, 0.75 and the deadline (1 s); three when a slow machine's call passes 0.25 s
+        self.assertIn(len(polls), (3, 4), f"not polled at 0.25 s doubling: {polls}")
 
 
 class CleanupPolicyTest(RunPlanTestCase):

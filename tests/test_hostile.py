@@ -53,6 +53,8 @@ def _reject_constant(name: str) -> Any:
 
 
 class HostileEpisodeTest(unittest.TestCase):
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
     def setUp(self) -> None:
         scratch = tempfile.TemporaryDirectory(prefix="rl-demo-hostile-")
         self.addCleanup(scratch.cleanup)

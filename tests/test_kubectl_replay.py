@@ -6,11 +6,13 @@ with a kubeconfig pointing at an unreachable server: each must get as far as try
 connect, never stop at a flag or verb kubectl does not know.
 
 The scenarios run the tool in-process (its argument lists are the same as from a subprocess)
-with the tests' instant waits, so retries and polls cost no real time; the fake still answers
-every call as a separate kubectl process."""
+with the tests' instant waits, so retries and polls cost no real time, and with the fake's
+stand-in worker, since the argument lists do not depend on the grading; the fake still answers
+every call as a separate kubectl process. The replays run a few at a time."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import io
 import json
@@ -37,6 +39,8 @@ REACHED_NETWORK = re.compile(r"connection refused|was refused|Unable to connect|
 
 
 class ReplayTest(ClusterTestCase):
+    runs_concurrently = False  # runs the tool in this process, with os.environ patched
+
     def setUp(self) -> None:
         if REAL_KUBECTL is None:
             self.skipTest("no real kubectl on PATH to replay against")
@@ -71,10 +75,10 @@ class ReplayTest(ClusterTestCase):
 
     def record_scenarios(self) -> list[dict[str, Any]]:
         self.assertEqual(self.in_process("check", "--count", "2"), 0)
-        self.cluster.set_faults({"logs_unavailable": [0], "watch_ends_early": True})
+        self.cluster.set_faults({"logs_unavailable": [0], "watch_ends_early": True, "stand_in_worker": True})
         failed = str(self.root / "failed")
         self.assertEqual(self.in_process("run", "--count", "2", "--output", failed, "--quiet"), demo.EXIT_EPISODE)
-        self.cluster.set_faults({})
+        self.cluster.set_faults({"stand_in_worker": True})
         ok = str(self.root / "ok")  # and its cleanup: the deletes and the waits for them
         argv = ["--rounds", "2", "--runtime", "none", "--quiet", "--cleanup", "always", "--context", "fake-ctx"]
         self.assertEqual(self.in_process("run", "--count", "1", "--output", ok, *argv), 0)
@@ -89,18 +93,27 @@ class ReplayTest(ClusterTestCase):
         self.assertGreaterEqual(len(unique), 12)
         kubeconfig = self.kubeconfig(contexts)
         env = {"PATH": os.environ.get("PATH", ""), "HOME": str(self.root), "KUBECONFIG": str(kubeconfig)}
-        for argv, record in unique.items():
-            replay = [arg for arg in argv if not arg.startswith("--kubeconfig")]
-            with self.subTest(argv=" ".join(replay)):
-                result = subprocess.run(
-                    [REAL_KUBECTL, *replay],
-                    input=record.get("stdin") or "",
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
+
+        replays = {  # what the tool ran, without the fake's kubeconfig: its stdin
+            tuple(arg for arg in argv if not arg.startswith("--kubeconfig")): record.get("stdin") or ""
+            for argv, record in unique.items()
+        }
+
+        def replay(argv: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [REAL_KUBECTL or "kubectl", *argv],
+                input=replays[argv],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            results = dict(zip(replays, pool.map(replay, replays)))
+        for argv, result in results.items():
+            with self.subTest(argv=" ".join(argv)):
                 self.assertIsNone(REJECTED.search(result.stderr), result.stderr)
                 if result.returncode != 0:
                     self.assertRegex(result.stderr, REACHED_NETWORK)

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -256,6 +257,10 @@ class ReproduceCleanupTest(unittest.TestCase):
 
 
 class FakeClusterCase(unittest.TestCase):
+    """The real script as a subprocess against a fake cluster, in a scratch directory."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
     def setUp(self) -> None:
         scratch = tempfile.TemporaryDirectory(prefix="rl-demo-repro-")
         self.addCleanup(scratch.cleanup)
@@ -272,24 +277,16 @@ class FakeClusterCase(unittest.TestCase):
         return cluster
 
     def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        """The tool in this process (its waits shrunk, so polls do not sleep), in the scratch
-        directory, with only the fake on PATH; the real-signal test runs it as a subprocess."""
-        out, err = io.StringIO(), io.StringIO()
-        previous = os.getcwd()
-        os.chdir(self.root)
-        try:
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(unittest.mock.patch.dict(os.environ, self.cluster.env(), clear=True))
-                stack.enter_context(unittest.mock.patch.object(demo, "TIMING", FAST))
-                stack.enter_context(contextlib.redirect_stdout(out))
-                stack.enter_context(contextlib.redirect_stderr(err))
-                try:
-                    code = demo.main(list(argv))
-                except SystemExit as exit:  # argparse
-                    code = int(exit.code or 0)
-        finally:
-            os.chdir(previous)
-        return subprocess.CompletedProcess([SCRIPT, *argv], code, out.getvalue(), err.getvalue())
+        """The tool as a user runs it, in the scratch directory, with only the fake on PATH."""
+        return subprocess.run(
+            [sys.executable, SCRIPT, *argv],
+            cwd=str(self.root),
+            env=self.cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     def assert_exit(self, result: subprocess.CompletedProcess[str], code: int) -> None:
         self.assertEqual(result.returncode, code, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
@@ -459,47 +456,12 @@ class ReproduceTest(FakeClusterCase):
         self.assert_exit(self.tool("cleanup", "--output", "exp"), 0)
         self.assertEqual(self.run_namespaces(), [])
 
-    def test_interrupted_in_the_middle_then_cleanup_leaves_nothing(self) -> None:
-        """Ctrl-C as the sequential group creates its Job (raised in-process at that call; the
-        real signals are tests/test_run.py's): receipts make `cleanup --output DIR` complete."""
-        self.make_cluster()
-        original = demo.Kubectl._once
-
-        def once(kubectl: demo.Kubectl, argv: list[str], stdin: str | None, timeout: float) -> Any:
-            manifest = json.loads(stdin) if stdin else {}
-            spec = (manifest.get("spec") or {}) if manifest.get("kind") == "Job" else {}
-            if (spec.get("parallelism"), spec.get("completions")) == (1, 2):  # the sequential group's, not a probe
-                raise KeyboardInterrupt
-            return original(kubectl, argv, stdin, timeout)
-
-        with unittest.mock.patch.object(demo.Kubectl, "_once", once):
-            result = self.tool(
-                "reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--quiet", "--junit", "exp.xml"
-            )
-        self.assertEqual(result.returncode, demo.EXIT_INTERRUPTED, result.stderr)
-        junit = ElementTree.parse(self.root / "exp.xml").getroot()  # written on the way out too
-        self.assertEqual(junit.get("failures"), "0")
-        self.assertGreaterEqual(int(junit.get("errors") or 0), 1)  # the sequential group: interrupted
-        self.assertNotIn("Traceback", result.stderr)
-        self.assertIn("cleanup --output", result.stderr)
-        self.assertFalse((self.root / "exp" / "warm").exists())
-        report = json.loads((self.root / "exp" / "report.json").read_text())
-        self.assertFalse(report["complete"])
-        self.assertEqual(len(self.run_namespaces()), 1)  # the parallel group was cleaned up already
-        self.assertTrue((self.root / "exp" / "parallel" / "results.json").exists())
-        self.cluster.wait_idle(timeout=60)
-        cleanup = self.tool("cleanup", "--output", "exp")
-        self.assert_exit(cleanup, 0)
-        self.assertEqual(self.run_namespaces(), [])
-
-
-if __name__ == "__main__":
-    unittest.main()
-
 
 class FakeSchedulingTest(unittest.TestCase):
     """The fake's scheduler honours nodeSelector (with the RuntimeClass's merged in), and its
     nodes report per-node image digests under the mixed_digests fault."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 
     def make(self, **options: Any) -> FakeCluster:
         scratch = tempfile.TemporaryDirectory(prefix="rl-demo-sched-")
@@ -580,3 +542,65 @@ class FakeSchedulingTest(unittest.TestCase):
         result = self.kubectl("get", "nodes")
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("mixed_digests", result.stderr)
+
+
+class InterruptedReproduceTest(FakeClusterCase):
+    """A Ctrl-C raised in-process at one kubectl call, so this one runs the tool in this process
+    (its waits shrunk, so polls do not sleep) and in the main thread."""
+
+    runs_concurrently = False
+
+    def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        out, err = io.StringIO(), io.StringIO()
+        previous = os.getcwd()
+        os.chdir(self.root)
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(unittest.mock.patch.dict(os.environ, self.cluster.env(), clear=True))
+                stack.enter_context(unittest.mock.patch.object(demo, "TIMING", FAST))
+                stack.enter_context(contextlib.redirect_stdout(out))
+                stack.enter_context(contextlib.redirect_stderr(err))
+                try:
+                    code = demo.main(list(argv))
+                except SystemExit as exit:  # argparse
+                    code = int(exit.code or 0)
+        finally:
+            os.chdir(previous)
+        return subprocess.CompletedProcess([SCRIPT, *argv], code, out.getvalue(), err.getvalue())
+
+    def test_interrupted_in_the_middle_then_cleanup_leaves_nothing(self) -> None:
+        """Ctrl-C as the sequential group creates its Job (raised in-process at that call; the
+        real signals are tests/test_run.py's): receipts make `cleanup --output DIR` complete."""
+        self.make_cluster()
+        original = demo.Kubectl._once
+
+        def once(kubectl: demo.Kubectl, argv: list[str], stdin: str | None, timeout: float) -> Any:
+            manifest = json.loads(stdin) if stdin else {}
+            spec = (manifest.get("spec") or {}) if manifest.get("kind") == "Job" else {}
+            if (spec.get("parallelism"), spec.get("completions")) == (1, 2):  # the sequential group's, not a probe
+                raise KeyboardInterrupt
+            return original(kubectl, argv, stdin, timeout)
+
+        with unittest.mock.patch.object(demo.Kubectl, "_once", once):
+            result = self.tool(
+                "reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--quiet", "--junit", "exp.xml"
+            )
+        self.assertEqual(result.returncode, demo.EXIT_INTERRUPTED, result.stderr)
+        junit = ElementTree.parse(self.root / "exp.xml").getroot()  # written on the way out too
+        self.assertEqual(junit.get("failures"), "0")
+        self.assertGreaterEqual(int(junit.get("errors") or 0), 1)  # the sequential group: interrupted
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn("cleanup --output", result.stderr)
+        self.assertFalse((self.root / "exp" / "warm").exists())
+        report = json.loads((self.root / "exp" / "report.json").read_text())
+        self.assertFalse(report["complete"])
+        self.assertEqual(len(self.run_namespaces()), 1)  # the parallel group was cleaned up already
+        self.assertTrue((self.root / "exp" / "parallel" / "results.json").exists())
+        self.cluster.wait_idle(timeout=60)
+        cleanup = self.tool("cleanup", "--output", "exp")
+        self.assert_exit(cleanup, 0)
+        self.assertEqual(self.run_namespaces(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -28,6 +28,7 @@ SCRIPT = str(Path(demo.__file__).resolve())
 class ClusterTestCase(unittest.TestCase):
     """A fresh fake cluster and a scratch directory per test."""
 
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
     cluster_options: dict[str, Any] = {}  # noqa: RUF012 - overridden per class, never mutated
 
     def setUp(self) -> None:
@@ -218,7 +219,10 @@ class RunEndToEndTest(ClusterTestCase):
             self.assertIn("--request-timeout=30s" if "--watch" not in argv else "--watch", argv)
 
     def test_sequential_rounds_and_their_cleanup(self) -> None:
-        """Two rounds of two at parallelism 1: each Job really serialised, both recorded, both cleaned up."""
+        """Two rounds of two at parallelism 1: each Job really serialised, both recorded, both
+        cleaned up. The pods run the fake's stand-in worker: the order is under test, not the
+        grading (test_parallel_ten runs the real worker)."""
+        self.cluster.set_faults({"stand_in_worker": True})
         result = self.run_ok("run", "--count", "2", "--parallelism", "1", "--rounds", "2", "--output", "out")
         self.assertIn("episodes 2 x 2 round(s), parallelism 1: 4 succeeded", result.stdout)
         results = self.results()
@@ -238,6 +242,10 @@ class RunEndToEndTest(ClusterTestCase):
         self.assertEqual(self.namespaces(), [])
 
     def test_allow_large_reads_rewards_from_termination_messages(self) -> None:
+        """Past the cross-check limit no log is read. The stand-in worker writes its termination
+        message as the real one does; test_parallel_ten checks the real worker's message
+        against its log."""
+        self.cluster.set_faults({"stand_in_worker": True})
         self.run_ok("run", "--count", "21", "--allow-large", "--output", "out", "--quiet")  # just past 20
         results = self.results()
         self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (21, 21, 21))

@@ -27,6 +27,8 @@ TASKS = [{"a": 1, "b": 2, "expected": 3}, {"a": 2, "b": 2, "expected": 5}, {"a":
 
 
 class SourcesTestCase(unittest.TestCase):
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
     def setUp(self) -> None:
         scratch = tempfile.TemporaryDirectory(prefix="rl-demo-sources-")
         self.addCleanup(scratch.cleanup)

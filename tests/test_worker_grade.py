@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
+from tests.fakecluster import ENVIRONMENT
 
 MAIN_GUARD = 'if __name__ == "__main__":\n'
 FIXED = "def shipping(total):\n    return 0 if total >= 99 else 10\n"
@@ -54,6 +55,8 @@ class Episode:
 
 
 class WorkerGradeTest(unittest.TestCase):
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
     def run_worker(self, agent_action: Optional[str] = None, **env: str) -> Episode:
         with tempfile.TemporaryDirectory() as root:
             workspace = Path(root, "workspace")
@@ -62,7 +65,7 @@ class WorkerGradeTest(unittest.TestCase):
             script.write_text(worker_source(agent_action))
             termination = Path(root, "termination-log")
             full_env = dict(
-                os.environ,
+                ENVIRONMENT,
                 EPISODE_ID="rollout-grade",
                 RL_DEMO_WORKSPACE=str(workspace),
                 RL_DEMO_TERMINATION_LOG=str(termination),
@@ -278,7 +281,7 @@ class WorkerGradeTest(unittest.TestCase):
             script = Path(root, "episode.py")
             script.write_text(worker_source("import time\ntime.sleep(30)\nreturn source"))
             env = dict(
-                os.environ,
+                ENVIRONMENT,
                 EPISODE_ID="rollout-grade",
                 RL_DEMO_WORKSPACE=str(workspace),
                 RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
