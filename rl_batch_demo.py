@@ -384,6 +384,7 @@ class Timing:
     watch_tick_seconds: float = 0.5  # longest wait for a watch event before the loop looks around
     poll_interval: float = 1.0  # polling the Job once its watch has ended early
     blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
+    final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
     cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
     cleanup_max_poll: float = 2.0  # ... up to this
     interrupt_save_timeout: float = 5.0  # each kubectl call that saves diagnostics after Ctrl-C
@@ -4796,6 +4797,7 @@ def wait_for_job(
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
+    job_uid = job["metadata"]["uid"]
 
     def pod_event(event: Dict[str, Any], wall: float) -> None:
         nonlocal deleted
@@ -4809,15 +4811,31 @@ def wait_for_job(
             deleted = True
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
-        """The Job ended: take in the pod events already received, then report."""
+        """The Job ended: take in the pod events already received, then report. After Complete,
+        while the pods as watched do not yet prove their final state, wait a moment for more:
+        the two watches are separate streams, and the pods' last events may arrive just after
+        the Job's, which spares the listing of every pod (see final_pods_from_watch)."""
+        grace_ends = time.monotonic() + timing.final_pods_grace_seconds
+        pod_stream_open = True
         while True:
+            observation = RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
+            remaining = grace_ends - time.monotonic()
+            waiting = (
+                pod_stream_open
+                and remaining > 0
+                and condition == "Complete"
+                and not deleted
+                and final_pods_from_watch(observation, job_uid) is None
+            )
             try:
-                tag, received_at, _, event = sink.get_nowait()
+                tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                break
-            if tag == "pods" and event is not None:
-                pod_event(event, received_at)
-        return RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
+                return observation
+            if tag == "pods":
+                if event is None:
+                    pod_stream_open = False
+                else:
+                    pod_event(event, received_at)
 
     try:
         while True:

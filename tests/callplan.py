@@ -48,7 +48,6 @@ from tests.clusterobjects import (
 )
 
 STUB = Path(__file__).resolve().with_name("kubectl_stub.py")
-SETTLE_SECONDS = 0.02  # after one watch has sent everything, before another answers: lets the tool read it
 CONTEXT = "stub-ctx"
 SERVER = "https://api.stub.invalid:6443"
 
@@ -334,8 +333,9 @@ class RunPlan:
         final = batch.final_job() if final is None else final
         chunks = [
             watch_event("ADDED", batch.job_running()),
-            # The pod watch's last event reaches the tool before this one, as an API server orders them.
-            watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done", delay=SETTLE_SECONDS),
+            # Sent once the pod watch has sent everything, as an API server orders them; the tool
+            # may still read it first (separate streams), and then waits for the pods' last events.
+            watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done"),
         ]
         return self.cluster.watch(
             ["job", batch.job_name], chunks, self.watch_seconds, f"job-{batch.job_name}", **options
@@ -509,6 +509,7 @@ FAST = demo.Timing(
     watch_tick_seconds=0.01,
     poll_interval=0.01,
     blocked_check_seconds=30.0,  # never within a test, unless a test asks for it
+    final_pods_grace_seconds=0.5,  # ends once the watched pods prove final: waited out only when they never do
     cleanup_first_poll=0.0,
     cleanup_max_poll=0.0,
     interrupt_save_timeout=5.0,

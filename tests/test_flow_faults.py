@@ -92,6 +92,7 @@ class EpisodeFaultTest(FaultTestCase):
         )
 
     def test_pod_deleted_and_replaced_mid_run(self) -> None:
+        self.set_timing(final_pods_grace_seconds=0.05)  # the watched pods never prove final here
         batch = Batch(count=2)
         replaced = batch.episodes[0]
         replaced.phase, replaced.exit_code, replaced.deleted_at = "Failed", 137, replaced.finished
@@ -105,6 +106,7 @@ class EpisodeFaultTest(FaultTestCase):
         )
 
     def test_extra_pod(self) -> None:
+        self.set_timing(final_pods_grace_seconds=0.05)  # the watched pods never prove final here
         batch = Batch(count=2)
         batch.add_episode()  # three pods succeeded for two episodes
         plan = RunPlan(batch)
@@ -527,6 +529,7 @@ class WatchedStateTest(FaultTestCase):
     """README "The call plan": the pods' final state comes from the watch only when provably final."""
 
     def test_a_pod_updated_after_its_terminal_event_is_listed_instead(self) -> None:
+        self.set_timing(final_pods_grace_seconds=0.05)  # the watched pods never prove final here
         plan = RunPlan(Batch(count=2))
         batch = plan.batch
         last = batch.pod(batch.episodes[1])
@@ -543,6 +546,24 @@ class WatchedStateTest(FaultTestCase):
         listed = self.read_json("pods.json")["items"]
         self.assertEqual(listed, demo.pod_list(batch.pods())["items"])  # the listing's state, not the watch's
         self.assertNotIn(["get", "events", "-o", "json"], [argv[-4:] for argv in self.stub.calls()])
+
+    def test_a_pods_last_event_just_after_the_jobs_complete_is_waited_for(self) -> None:
+        """The two watches are separate streams: the Job's Complete may come first. The tool
+        waits a moment (Timing.final_pods_grace_seconds) for the pods to prove final."""
+        plan = RunPlan(Batch(count=2))
+        batch = plan.batch
+        calls = plan.run()
+        job_watch, pod_watch = calls[5], calls[6]
+        complete = dataclasses.replace(job_watch.chunks[-1], wait_for=None)  # not after the pods' last event
+        calls[5] = dataclasses.replace(job_watch, chunks=(*job_watch.chunks[:-1], complete))
+        last = dataclasses.replace(pod_watch.chunks[-1], wait_for="job-rollout.done", delay=0.05)
+        calls[6] = dataclasses.replace(pod_watch, chunks=(*pod_watch.chunks[:-1], last))
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        self.assertFalse([argv for argv in self.stub.calls() if "pods,events" in argv])
+        self.assertEqual(self.read_json("pods.json"), demo.pod_list(batch.pods()))
+        pod_records = [call for call in self.recorded_calls() if "pods" in call["argv"] and "--watch" in call["argv"]]
+        self.assertEqual(len(pod_records), 1)
 
     def test_pods_final_in_the_watch_are_not_listed(self) -> None:
         plan = RunPlan(Batch(count=2))
