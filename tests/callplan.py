@@ -33,7 +33,7 @@ import tempfile
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import rl_batch_demo as demo
 from tests.clusterobjects import (
@@ -552,14 +552,15 @@ class CallPlanTestCase(unittest.TestCase):
         self.stub = KubectlStub(self.root / "stub")
         os.environ.update(self.stub.env())  # restored by setUp's patch
 
-    def shorten_process_timeouts(self, seconds: float = 0.3) -> None:
-        """kubectl calls are killed after `seconds` whatever --kubectl-timeout says: a planned
-        hang (Call.sleep) is then cut short as the tool would cut it, without the test waiting
-        for the real timeout. Messages still name the tool's own timeout."""
+    def shorten_process_timeouts(self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.5) -> None:
+        """The kubectl calls that `hangs(argv, stdin)` picks (a planned hang, Call.sleep) are
+        killed after `seconds` whatever --kubectl-timeout says, as the tool would kill them, but
+        without the test waiting for the real timeout; every other call keeps its own timeout,
+        however slow a loaded machine makes it. Messages still name the tool's own timeout."""
         original = demo.Kubectl._run_process
 
         def run_process(kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float) -> Any:
-            return original(kubectl, argv, stdin, min(timeout, seconds))
+            return original(kubectl, argv, stdin, min(timeout, seconds) if hangs(argv[1:], stdin) else timeout)
 
         patcher = unittest.mock.patch.object(demo.Kubectl, "_run_process", run_process)
         patcher.start()

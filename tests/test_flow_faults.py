@@ -320,7 +320,7 @@ class ApiFaultTest(FaultTestCase):
         calls = plan.run()
         # The combined create hangs and is killed: both objects are looked up, and adopted by their label.
         calls[3:4] = [dataclasses.replace(calls[3], sleep=10), plan.get_namespace(), plan.get_configmap()]
-        self.shorten_process_timeouts()
+        self.shorten_process_timeouts(lambda argv, stdin: '"Namespace"' in (stdin or ""))
         result = self.run_plan(plan, calls, "--kubectl-timeout", "1")
         self.assertEqual(result.code, 0, result)
         self.assertIn("adopted Namespace", result.stderr)
@@ -436,7 +436,7 @@ class ApiFaultTest(FaultTestCase):
     def test_kubectl_hanging_past_its_timeout(self) -> None:
         plan = RunPlan(Batch(count=2))
         hanging = dataclasses.replace(plan.get_runtimeclass(), sleep=10)
-        self.shorten_process_timeouts()
+        self.shorten_process_timeouts(lambda argv, stdin: "runtimeclass" in argv)
         result = self.run_plan(
             plan, [plan.cluster.config_view(), hanging, plan.preflight()[2]], "--kubectl-timeout", "1"
         )
