@@ -21,6 +21,7 @@ The model is ruby-build's test/stubs/stub. Each test gets
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import io
@@ -28,8 +29,10 @@ import json
 import marshal
 import math
 import os
+import shutil
 import sys
 import tempfile
+import threading
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -46,6 +49,7 @@ from tests.clusterobjects import (
     namespace_object,
     runtimeclass_object,
 )
+from tests.fakecluster import write_executable
 
 STUB = Path(__file__).resolve().with_name("kubectl_stub.py")
 CONTEXT = "stub-ctx"
@@ -421,6 +425,22 @@ class RunPlan:
 # The stub on disk #############################################################
 
 
+_WRAPPER: List[Path] = []
+_WRAPPER_LOCK = threading.Lock()
+
+
+def stub_wrapper() -> Path:
+    """The one `kubectl` wrapper that execs the stub, written once per test process (the stub
+    finds its plan through $KUBECTL_STUB_DIR); each stub's bin/kubectl is a link to it."""
+    with _WRAPPER_LOCK:
+        if not _WRAPPER:
+            folder = Path(tempfile.mkdtemp(prefix="rl-plan-stub-"))
+            atexit.register(shutil.rmtree, folder, True)
+            write_executable(folder / "kubectl", f'#!/bin/sh\nexec "{sys.executable}" -S -E "{STUB}" "$@"\n')
+            _WRAPPER.append(folder / "kubectl")
+        return _WRAPPER[0]
+
+
 class KubectlStub:
     """A bin directory with the stub as `kubectl`, its plan, and the record of its calls."""
 
@@ -432,9 +452,7 @@ class KubectlStub:
         self.plan: List[Call] = []
         self.groups = 0
         self._write_plan()
-        wrapper = self.bin_dir / "kubectl"
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{STUB}" "$@"\n')
-        wrapper.chmod(0o755)
+        (self.bin_dir / "kubectl").symlink_to(stub_wrapper())
 
     @property
     def kubectl(self) -> str:

@@ -101,6 +101,7 @@ import pathlib
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -121,6 +122,21 @@ DEFAULT_NODES: List[dict] = [
 # os.environ as it was when the tests were loaded: tests running in threads beside tests that
 # patch os.environ build their subprocesses' environments from this (tests/concurrently.py).
 ENVIRONMENT: Dict[str, str] = dict(os.environ)
+
+
+def write_executable(path: pathlib.Path, text: str) -> None:
+    """Write an executable script through a short-lived `sh`, never through a file descriptor of
+    this process: a subprocess forked by another thread (tests/concurrently.py) at that moment
+    would inherit the descriptor until its own exec, and an exec of the new script meanwhile
+    fails with "Text file busy" (ETXTBSY)."""
+    subprocess.run(
+        ["/bin/sh", "-c", 'umask 022 && cat > "$1" && chmod 755 "$1"', "sh", str(path)],
+        input=text.encode("utf-8"),
+        env={"PATH": ENVIRONMENT.get("PATH") or os.defpath},  # os.environ may be a test's, without cat
+        check=True,
+        timeout=30,
+    )
+
 
 _FAKE_MODULE: Dict[str, ModuleType] = {}
 _FAKE_MODULE_LOCK = threading.Lock()
@@ -184,8 +200,9 @@ class FakeCluster:
         # site-packages (the fake needs only the standard library), and the fake may cache its
         # modules' bytecode (tests/fakekube/__pycache__, ignored by git) even where the
         # environment sets PYTHONDONTWRITEBYTECODE, which would recompile them on every call.
-        wrapper.write_text(f'#!/bin/sh\nPYTHONDONTWRITEBYTECODE= exec "{sys.executable}" -S "{FAKE_KUBECTL}" "$@"\n')
-        wrapper.chmod(0o755)
+        write_executable(
+            wrapper, f'#!/bin/sh\nPYTHONDONTWRITEBYTECODE= exec "{sys.executable}" -S "{FAKE_KUBECTL}" "$@"\n'
+        )
 
     def _write_kubeconfig(self, path: pathlib.Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
+from tests.fakecluster import write_executable
 
 # A worker of the kind the issue asks for: it reads its own task by JOB_COMPLETION_INDEX and
 # returns a reward that depends on the task (here: the task's `x` squared, over 10).
@@ -578,8 +579,7 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
         self.root = Path(tempfile.mkdtemp())
         self.calls = self.root / "kubectl-called"
         kubectl = self.root / "kubectl"
-        kubectl.write_text(f"#!/bin/sh\necho \"$@\" >> '{self.calls}'\nexit 1\n")
-        kubectl.chmod(0o755)
+        write_executable(kubectl, f"#!/bin/sh\necho \"$@\" >> '{self.calls}'\nexit 1\n")
         self.kubectl = str(kubectl)
         self.output = self.root / "out"
 

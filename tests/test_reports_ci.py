@@ -22,6 +22,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests.fakecluster import write_executable
 from tests.test_run import SCRIPT, ClusterTestCase
 from tests.test_units import JOB_CREATED_AT, make_events, make_pod
 
@@ -327,8 +328,7 @@ class PluginTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="rl-demo-plugin-") as folder:
             plugin = Path(folder) / "kubectl-rl_batch_demo"  # the single file, copied under the plugin's name
             source = Path(SCRIPT).read_text(encoding="utf-8").split("\n", 1)[1]
-            plugin.write_text(f"#!{sys.executable}\n{source}", encoding="utf-8")
-            plugin.chmod(0o755)
+            write_executable(plugin, f"#!{sys.executable}\n{source}")
             env = dict(os.environ, PATH=os.pathsep.join([folder, os.environ.get("PATH", "")]))
             listed = subprocess.run(
                 [kubectl, "plugin", "list", "--name-only"], env=env, capture_output=True, text=True, timeout=60
