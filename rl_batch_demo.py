@@ -4830,6 +4830,7 @@ def wait_for_job(
             try:
                 tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
+                progress.update(label, clock - submitted, pod_counts(sightings, live))  # the final state
                 return observation
             if tag == "pods":
                 if event is None:

@@ -269,6 +269,20 @@ class RunTest(RunPlanTestCase):
         result = self.run_batch(RunPlan(Batch(count=2)))
         self.assertIn(f"{NAMESPACE}/rollout: 2 created, 0 running, 2 succeeded, 0 failed", result.stderr)
 
+    def test_progress_ends_with_the_final_state_when_the_pods_last_events_come_after_complete(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        calls = plan.run()
+        job_watch, pod_watch = calls[5], calls[6]
+        complete = dataclasses.replace(job_watch.chunks[-1], wait_for=None)  # before the pods' final events
+        calls[5] = dataclasses.replace(job_watch, chunks=(*job_watch.chunks[:-2], complete))  # no ADDED: no update
+        finals = [dataclasses.replace(chunk, wait_for="job-rollout.done") for chunk in pod_watch.chunks[-2:]]
+        finals[0] = dataclasses.replace(finals[0], delay=0.05)
+        calls[6] = dataclasses.replace(pod_watch, chunks=(*pod_watch.chunks[:-2], *finals))
+        self.expect(*calls)
+        result = self.run_ok("run", "--count", "2", "--output", str(self.out()))
+        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout: ")][-1]
+        self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", last)
+
     def test_runtime_none(self) -> None:
         plan = RunPlan(Batch(count=2, runtime=None), runtime=None)
         self.run_batch(plan, "--runtime", "none")
