@@ -4817,26 +4817,28 @@ def wait_for_job(
         the Job's, which spares the listing of every pod (see final_pods_from_watch)."""
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
         pod_stream_open = True
+
+        def observed() -> RoundObservation:
+            return RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
+
+        def settled() -> bool:  # nothing more to wait for: the proof holds, or never will
+            return condition != "Complete" or deleted or final_pods_from_watch(observed(), job_uid) is not None
+
+        done_waiting = settled()
         while True:
-            observation = RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
             remaining = grace_ends - time.monotonic()
-            waiting = (
-                pod_stream_open
-                and remaining > 0
-                and condition == "Complete"
-                and not deleted
-                and final_pods_from_watch(observation, job_uid) is None
-            )
+            waiting = pod_stream_open and not done_waiting and remaining > 0
             try:
                 tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
                 progress.update(label, clock - submitted, pod_counts(sightings, live))  # the final state
-                return observation
+                return observed()
             if tag == "pods":
                 if event is None:
                     pod_stream_open = False
                 else:
                     pod_event(event, received_at)
+                    done_waiting = done_waiting or settled()
 
     try:
         while True:
