@@ -4794,6 +4794,7 @@ def wait_for_job(
     deleted = False
     live = job
     job_stream_open = True
+    pod_stream_open = True
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
@@ -4815,8 +4816,8 @@ def wait_for_job(
         while the pods as watched do not yet prove their final state, wait a moment for more:
         the two watches are separate streams, and the pods' last events may arrive just after
         the Job's, which spares the listing of every pod (see final_pods_from_watch)."""
+        nonlocal pod_stream_open
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
-        pod_stream_open = True
 
         def observed() -> RoundObservation:
             return RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
@@ -4838,7 +4839,7 @@ def wait_for_job(
                     pod_stream_open = False
                 else:
                     pod_event(event, received_at)
-                    done_waiting = done_waiting or settled()
+                    done_waiting = done_waiting or time.monotonic() >= grace_ends or settled()
 
     try:
         while True:
@@ -4876,8 +4877,11 @@ def wait_for_job(
                     condition = job_condition(live)
                     if condition is not None:
                         return finished(condition, wall, clock)
-            elif tag == "pods" and event is not None:
-                pod_event(event, wall)
+            elif tag == "pods":
+                if event is None:
+                    pod_stream_open = False  # the Job's watch, or polling, still says when it ends
+                else:
+                    pod_event(event, wall)
             if not job_stream_open and time.monotonic() >= next_poll:
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:

@@ -7,11 +7,13 @@ core busy. Discovery (tests/__init__.py) takes every test of a class that says
 (default 3; 1 runs them one after another before the rest) in background threads, while the
 other tests run one by one in the main thread as usual.
 
-Such a class must be immune to what the main thread's tests change for the whole process: it
+Such a class must be immune to what the main thread's tests change for the whole process
+(os.environ, the working directory, sys.stdout, module attributes patched with unittest.mock): it
 builds every subprocess's environment from tests.fakecluster.ENVIRONMENT (os.environ as it was
 when the tests were loaded), never from os.environ, and passes it as env=; it uses absolute paths only (the working
 directory changes), writes nothing to sys.stdout or sys.stderr (they are redirected), patches
-nothing, and reads and writes only its own scratch directory. A class that needs more stays in
+nothing, reads an rl_batch_demo attribute a main-thread test patches only as it was at import
+(e.g. LOG_FILE_LIMIT), and reads and writes only its own scratch directory. A class that needs more stays in
 the main thread (runs_concurrently = False).
 
 Each test reports into a recorder; once the main thread's tests are done, the recorders are
@@ -25,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import queue
 import sys
 import threading
 import unittest
@@ -49,17 +52,21 @@ def flatten(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
             yield test
 
 
-def _has_class_fixtures(test: unittest.TestCase) -> bool:
+def _has_fixtures(test: unittest.TestCase) -> bool:
+    """Class or module fixtures: a thread runs one test, not a class or a module."""
     cls = type(test)
+    module = sys.modules.get(cls.__module__)
     return (
         cls.setUpClass.__func__ is not unittest.TestCase.setUpClass.__func__  # type: ignore[attr-defined]
         or cls.tearDownClass.__func__ is not unittest.TestCase.tearDownClass.__func__  # type: ignore[attr-defined]
+        or hasattr(module, "setUpModule")
+        or hasattr(module, "tearDownModule")
     )
 
 
 def runs_concurrently(test: unittest.TestCase) -> bool:
-    """Marked by its class, and without class fixtures (a thread runs one test, not a class)."""
-    return bool(getattr(test, "runs_concurrently", False)) and not _has_class_fixtures(test)
+    """Marked by its class, and without class or module fixtures."""
+    return bool(getattr(test, "runs_concurrently", False)) and not _has_fixtures(test)
 
 
 class Recorder(unittest.TestResult):
@@ -107,10 +114,41 @@ def lower_this_threads_priority() -> None:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
 
 
-def run_one(test: unittest.TestCase) -> Recorder:
-    recorder = Recorder()
-    test(recorder)
-    return recorder
+class Background:
+    """Daemon threads that run tests from a queue, each into its own Recorder (a Future). Ctrl-C
+    in the main thread abandons them (a daemon thread does not hold up the exit); `stop()` lets
+    the running tests finish and starts no more."""
+
+    def __init__(self, tests: List[unittest.TestCase], count: int) -> None:
+        self.futures: List[concurrent.futures.Future[Recorder]] = [concurrent.futures.Future() for _ in tests]
+        self.pending: queue.Queue[Tuple[unittest.TestCase, concurrent.futures.Future[Recorder]]] = queue.Queue()
+        for test, future in zip(tests, self.futures):
+            self.pending.put((test, future))
+        self.stopping = threading.Event()
+        for number in range(count):
+            threading.Thread(target=self._work, name=f"beside-{number}", daemon=True).start()
+
+    def _work(self) -> None:
+        lower_this_threads_priority()
+        while not self.stopping.is_set():
+            try:
+                test, future = self.pending.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            recorder = Recorder()
+            try:
+                test(recorder)
+            except BaseException as error:  # a bug of this runner, not a test failure: say it
+                future.set_exception(error)
+            else:
+                future.set_result(recorder)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for future in self.futures:
+            future.cancel()  # only those not started
 
 
 class BesideSuite(unittest.TestSuite):
@@ -129,17 +167,21 @@ class BesideSuite(unittest.TestSuite):
                     break
                 test.debug() if debug else test(result)
             return result
-        with concurrent.futures.ThreadPoolExecutor(threads(), initializer=lower_this_threads_priority) as pool:
-            futures = [pool.submit(run_one, test) for test in self.concurrent_tests]
-            try:
-                self.serial(result)
-                for future in futures:
-                    if result.shouldStop:  # failfast, or Ctrl-C with -c
-                        break
-                    future.result().replay(result)
-            finally:
-                for future in futures:
-                    future.cancel()
+        background = Background(self.concurrent_tests, threads())
+        try:
+            self.serial(result)
+            for future in background.futures:
+                if result.shouldStop:  # failfast, or Ctrl-C with -c: no more tests start
+                    background.stop()
+                if future.cancelled():
+                    continue
+                future.result().replay(result)
+        except KeyboardInterrupt:
+            running = sum(1 for future in background.futures if future.running())
+            sys.stderr.write(f"\ninterrupted: abandoning {running} test(s) running in the background\n")
+            raise
+        finally:
+            background.stop()
         return result
 
 

@@ -3,16 +3,23 @@ the serial ones, and every outcome reaches the runner's result in a stable order
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 import threading
+import types
 import unittest
 import unittest.mock
-from typing import List, Type
+from pathlib import Path
+from typing import List, Tuple, Type
 
 from tests import concurrently
 
 
-def sample_classes(barrier: threading.Barrier, threads_seen: List[int]) -> List[Type[unittest.TestCase]]:
+def sample_classes(
+    barrier: threading.Barrier, beside_barrier: threading.Barrier, threads_seen: List[int]
+) -> List[Type[unittest.TestCase]]:
     """Built per test, so discovery never collects them as tests of their own."""
 
     class Beside(unittest.TestCase):
@@ -40,6 +47,9 @@ def sample_classes(barrier: threading.Barrier, threads_seen: List[int]) -> List[
                 with self.subTest(number=number):
                     self.assertEqual(number, 1)
 
+        def test_g_meets_the_serial_test(self) -> None:
+            beside_barrier.wait()  # only passes while Serial.test_serial runs
+
     class WithClassFixture(unittest.TestCase):
         runs_concurrently = True  # but a class fixture keeps it serial
         set_up = 0
@@ -55,26 +65,43 @@ def sample_classes(barrier: threading.Barrier, threads_seen: List[int]) -> List[
     class Serial(unittest.TestCase):
         def test_serial(self) -> None:
             threads_seen.append(-threading.get_ident())
+            beside_barrier.wait()
 
     return [Beside, WithClassFixture, Serial]
+
+
+def short(test: unittest.TestCase) -> str:
+    return test.id().rsplit(".", 1)[-1]
 
 
 class Recorded(unittest.TestResult):
     def __init__(self) -> None:
         super().__init__()
         self.started: List[str] = []
+        self.stopped: List[str] = []
+        self.succeeded: List[str] = []
 
     def startTest(self, test: unittest.TestCase) -> None:
         super().startTest(test)
-        self.started.append(test.id().rsplit(".", 1)[-1])
+        self.started.append(short(test))
+
+    def stopTest(self, test: unittest.TestCase) -> None:
+        super().stopTest(test)
+        self.stopped.append(short(test))
+
+    def addSuccess(self, test: unittest.TestCase) -> None:
+        super().addSuccess(test)
+        self.succeeded.append(short(test))
 
 
 class BesideSuiteTest(unittest.TestCase):
-    def run_sample(self, threads: str, barrier_parties: int = 2) -> tuple[Recorded, List[int]]:
+    def run_sample(self, threads: str, barrier_parties: int = 2) -> Tuple[Recorded, List[int]]:
         barrier = threading.Barrier(barrier_parties, timeout=10)
+        beside_barrier = threading.Barrier(barrier_parties, timeout=10)
         threads_seen: List[int] = []
         loader = unittest.TestLoader()
-        suite = unittest.TestSuite(loader.loadTestsFromTestCase(cls) for cls in sample_classes(barrier, threads_seen))
+        classes = sample_classes(barrier, beside_barrier, threads_seen)
+        suite = unittest.TestSuite(loader.loadTestsFromTestCase(cls) for cls in classes)
         result = Recorded()
         with unittest.mock.patch.dict(os.environ, {concurrently.THREADS_ENV: threads}):
             concurrently.beside(suite).run(result)
@@ -90,9 +117,14 @@ class BesideSuiteTest(unittest.TestCase):
             "test_d_errors",
             "test_e_skips",
             "test_f_subtests",
+            "test_g_meets_the_serial_test",
         ]
         self.assertEqual(result.started, serial + beside)
-        self.assertEqual(result.testsRun, 8)
+        self.assertEqual(result.stopped, serial + beside)
+        self.assertEqual(
+            result.succeeded, [*serial, "test_a_meets_b", "test_b_meets_a", "test_g_meets_the_serial_test"]
+        )
+        self.assertEqual(result.testsRun, 9)
         self.assertEqual(
             [test.id().rsplit(".", 1)[-1] for test, _ in result.failures],
             ["test_c_fails", "test_f_subtests (number=2)"],
@@ -108,16 +140,68 @@ class BesideSuiteTest(unittest.TestCase):
 
     def test_one_thread_runs_everything_in_order_in_this_thread(self) -> None:
         result, threads_seen = self.run_sample("1", barrier_parties=1)
-        self.assertEqual(result.testsRun, 8)
+        self.assertEqual(result.testsRun, 9)
         self.assertEqual(result.started[:2], ["test_a_meets_b", "test_b_meets_a"])
+        self.assertEqual(len(result.succeeded), 5)
         self.assertEqual({abs(ident) for ident in threads_seen}, {threading.get_ident()})
         self.assertEqual(len(result.failures), 2)
 
+    def test_ctrl_c_abandons_the_background_tests(self) -> None:
+        release = threading.Event()
+        finished: List[bool] = []
+
+        class Waits(unittest.TestCase):
+            runs_concurrently = True
+
+            def test_waits(self) -> None:
+                finished.append(release.wait(timeout=10))
+
+        class Interrupted(unittest.TestCase):
+            def test_ctrl_c(self) -> None:
+                raise KeyboardInterrupt
+
+        loader = unittest.TestLoader()
+        suite = unittest.TestSuite(loader.loadTestsFromTestCase(cls) for cls in (Waits, Interrupted))
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(KeyboardInterrupt):
+            concurrently.beside(suite).run(unittest.TestResult())
+        self.assertEqual(finished, [], "the runner waited for the background test")
+        self.assertIn("abandoning 1 test(s) running in the background", stderr.getvalue())
+        release.set()
+
+    def test_module_fixtures_keep_a_marked_class_serial(self) -> None:
+        module = types.ModuleType("sample_with_module_fixture")
+        module.setUpModule = lambda: None  # type: ignore[attr-defined]
+
+        class Marked(unittest.TestCase):
+            runs_concurrently = True
+
+            def test_it(self) -> None:
+                pass
+
+        Marked.__module__ = module.__name__
+        with unittest.mock.patch.dict(sys.modules, {module.__name__: module}):
+            self.assertFalse(concurrently.runs_concurrently(Marked("test_it")))
+        self.assertTrue(concurrently.runs_concurrently(Marked("test_it")))
+
+    def test_discovery_puts_the_marked_classes_beside_the_rest(self) -> None:
+        root = Path(__file__).resolve().parents[1]
+        found = unittest.TestLoader().discover(str(root / "tests"), top_level_dir=str(root))
+        [suite] = [part for part in found if isinstance(part, concurrently.BesideSuite)]  # tests/__init__.py's
+        beside = {test.id() for test in suite.concurrent_tests}
+        serial = {test.id() for test in concurrently.flatten(suite.serial)}
+        self.assertIn("tests.test_run.RunEndToEndTest.test_parallel_ten", beside)
+        transcript = "tests.test_flows.TranscriptTest.test_ten_episode_run_makes_these_nine_calls_in_six_steps"
+        self.assertIn(transcript, serial)
+        replay = "tests.test_kubectl_replay.ReplayTest.test_every_argument_list_is_accepted_by_real_kubectl"
+        self.assertIn(replay, serial)  # patches os.environ: never beside
+        self.assertFalse(beside & serial)
+
     def test_a_bad_thread_count_is_refused(self) -> None:
-        with (
-            unittest.mock.patch.dict(os.environ, {concurrently.THREADS_ENV: "many"}),
-            self.assertRaises(SystemExit) as raised,
-        ):
+        patcher = unittest.mock.patch.dict(os.environ, {concurrently.THREADS_ENV: "many"})
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        with self.assertRaises(SystemExit) as raised:
             concurrently.threads()
         self.assertIn(concurrently.THREADS_ENV, str(raised.exception))
 

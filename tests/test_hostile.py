@@ -21,6 +21,7 @@ import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster
 
 SCRIPT = str(Path(demo.__file__).resolve())
+LOG_FILE_LIMIT = demo.LOG_FILE_LIMIT  # read once: a test in the main thread patches it (tests/concurrently.py)
 CLEANUP = ("--cleanup", "always")
 
 # Inputs the client must ignore as noise: one run, one episode each, and the run succeeds.
@@ -97,7 +98,7 @@ class HostileEpisodeTest(unittest.TestCase):
         for path in output.rglob("*.json"):
             json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
         for path in output.glob("*.log"):
-            self.assertLessEqual(path.stat().st_size, demo.LOG_FILE_LIMIT + 200, path.name)
+            self.assertLessEqual(path.stat().st_size, LOG_FILE_LIMIT + 200, path.name)
         names = {pod["metadata"]["name"] for pod in json.loads((output / "pods.json").read_text())["items"]}
         for path in output.iterdir():
             if path.suffix == ".log":
