@@ -18,6 +18,8 @@ import copy
 import dataclasses
 import datetime
 import json
+import unittest
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
@@ -485,3 +487,58 @@ def access_reviews(namespace: str, with_runtimeclass: bool, denied: tuple = ()) 
 
 def kubernetes_list(items: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+
+def check_rows_and_batch_figures(
+    case: unittest.TestCase, results: Dict[str, Any], expected_rows: Dict[str, Dict[str, Any]], out: Path
+) -> None:
+    """results.json against rows a test recomputed from what the cluster saw (a call plan's batch
+    or the fake's record): every expected field of every row, then the batch figures (startup
+    percentiles, whole-batch times, nodes, image IDs, phases) and the timeline's presence."""
+    case.assertEqual(len(results["pods"]), len(expected_rows))
+    for row in results["pods"]:
+        for key, value in expected_rows[row["pod"]].items():
+            if isinstance(value, float):
+                case.assertAlmostEqual(row[key], value, places=6, msg=key)
+            else:
+                case.assertEqual(row[key], value, key)
+    rows = list(expected_rows.values())
+    startup = [row["pod_to_ready_seconds"] for row in rows]
+    case.assertAlmostEqual(results["pod_to_ready_p50_seconds"], demo.percentile(startup, 0.5))
+    case.assertAlmostEqual(results["pod_to_ready_p95_seconds"], demo.percentile(startup, 0.95))
+    case.assertAlmostEqual(results["pod_to_ready_max_seconds"], max(startup))
+    case.assertAlmostEqual(results["batch_to_all_ready_seconds"], max(row["batch_to_ready_seconds"] for row in rows))
+    case.assertAlmostEqual(results["batch_to_all_rewards_seconds"], max(row["batch_to_reward_seconds"] for row in rows))
+    nodes: Dict[str, int] = {}
+    for row in rows:
+        nodes[row["node"]] = nodes.get(row["node"], 0) + 1
+    case.assertEqual(results["nodes"], nodes)
+    case.assertEqual(results["image_ids"], sorted({row["image_id"] for row in rows}))
+    case.assertEqual(set(results["phases"]), set(demo.PHASES))
+    case.assertEqual(results["phases"]["pod_to_ready_seconds"]["p50"], results["pod_to_ready_p50_seconds"])
+    case.assertEqual(results["phases"]["pod_to_ready_seconds"]["samples"], len(rows))
+    case.assertTrue((out / "timeline.svg").read_text().startswith("<?xml"))
+
+
+def results_of(rows: List[demo.EpisodeRow], **fields: Any) -> Dict[str, Any]:
+    """A results.json as `run` writes it for these rows (the same figure functions as
+    assemble_results), with the run's own fields set to plain values; `fields` overrides them."""
+    counts = demo.image_cache_counts(rows)
+    results = demo.batch_figures(rows)
+    results.update(
+        namespace="agc-rl-x",
+        context="ctx",
+        runtime="cube",
+        image="img",
+        parallelism=1,
+        rounds=1,
+        client_job_complete_seconds=9.0,
+        phases=demo.phase_table(rows),
+        nodes=demo.node_spread(rows),
+        image_ids=["sha"],
+        image_cache=counts,
+        cache_state=demo.cache_state_of(counts),
+        pods=[row.to_json() for row in rows],
+    )
+    results.update(fields)
+    return results

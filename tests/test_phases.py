@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests.clusterobjects import results_of
 
 
 class Case(unittest.TestCase):
@@ -777,23 +778,7 @@ class PermissionTest(Case):
 
 
 def results_with(rows: list[demo.EpisodeRow], operations: dict[str, Any] | None = None) -> dict[str, Any]:
-    results = demo.batch_figures(rows)
-    counts = demo.image_cache_counts(rows)
-    results.update(
-        namespace="agc-rl-x",
-        context="ctx",
-        runtime="cube",
-        image="img",
-        parallelism=1,
-        rounds=1,
-        client_job_complete_seconds=9.0,
-        phases=demo.phase_table(rows),
-        nodes=demo.node_spread(rows),
-        image_ids=["sha"],
-        image_cache=counts,
-        cache_state=demo.cache_state_of(counts),
-        pods=[row.to_json() for row in rows],
-    )
+    results = results_of(rows)
     if operations is not None:
         results["runtime_operations"] = operations
     return results

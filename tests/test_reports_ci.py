@@ -22,9 +22,9 @@ from typing import Any
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests.clusterobjects import JOB_CREATED_AT, make_events, make_pod, results_of
 from tests.fakecluster import write_executable
 from tests.test_run import SCRIPT, ClusterTestCase
-from tests.test_units import JOB_CREATED_AT, make_events, make_pod
 
 ROOT = Path(demo.__file__).resolve().parent
 
@@ -45,22 +45,14 @@ def passing_results(rounds: int = 1, per_round: int = 3) -> dict[str, Any]:
             row.round, row.job = number, job
             rows.append(row)
         round_results.append({"round": number, "job": job, "client_job_complete_seconds": 7.25 + number})
-    results = demo.batch_figures(rows)
-    results.update(
-        namespace="agc-rl-x",
-        context="ctx",
-        runtime="cube",
+    return results_of(
+        rows,
         image="python:3.12-alpine",
         parallelism=per_round,
         rounds=rounds,
         client_job_complete_seconds=9.25,
-        phases=demo.phase_table(rows),
-        nodes=demo.node_spread(rows),
-        image_ids=["sha"],
         round_results=round_results,
-        pods=[row.to_json() for row in rows],
     )
-    return results
 
 
 def parse_junit(text: str) -> ElementTree.Element:

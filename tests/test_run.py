@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import rl_batch_demo as demo
+from tests.clusterobjects import check_rows_and_batch_figures
 from tests.fakecluster import FakeCluster
 
 SCRIPT = str(Path(demo.__file__).resolve())
@@ -169,33 +170,10 @@ class RunEndToEndTest(ClusterTestCase):
                 # the scheduler's Scheduled event (eventTime, microseconds), as the fake wrote it
                 "pod_to_scheduled_seconds": records[name]["scheduled_event_time"] - created,
             }
+        check_rows_and_batch_figures(self, results, expected_rows, out)
         self.assertEqual(len(results["pods"]), count)
         for row in results["pods"]:
-            expected = expected_rows[row["pod"]]
-            for key, value in expected.items():
-                if isinstance(value, float):
-                    self.assertAlmostEqual(row[key], value, places=6, msg=key)
-                else:
-                    self.assertEqual(row[key], value, key)
             self.assertIsNotNone(row["pod_observed_to_ready_seconds"])
-        startup = [row["pod_to_ready_seconds"] for row in expected_rows.values()]
-        self.assertAlmostEqual(results["pod_to_ready_p50_seconds"], demo.percentile(startup, 0.5))
-        self.assertAlmostEqual(results["pod_to_ready_p95_seconds"], demo.percentile(startup, 0.95))
-        self.assertAlmostEqual(results["pod_to_ready_max_seconds"], max(startup))
-        self.assertAlmostEqual(
-            results["batch_to_all_ready_seconds"], max(r["batch_to_ready_seconds"] for r in expected_rows.values())
-        )
-        self.assertAlmostEqual(
-            results["batch_to_all_rewards_seconds"], max(r["batch_to_reward_seconds"] for r in expected_rows.values())
-        )
-        nodes: dict[str, int] = {}
-        for row in expected_rows.values():
-            nodes[row["node"]] = nodes.get(row["node"], 0) + 1
-        self.assertEqual(results["nodes"], nodes)
-        self.assertEqual(results["image_ids"], sorted({r["image_id"] for r in expected_rows.values()}))
-        self.assertEqual(set(results["phases"]), set(demo.PHASES))
-        self.assertEqual(results["phases"]["pod_to_ready_seconds"]["p50"], results["pod_to_ready_p50_seconds"])
-        self.assertTrue((out / "timeline.svg").read_text().startswith("<?xml"))
         return results
 
     def test_parallel_ten(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
-from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod
+from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):
@@ -321,21 +321,7 @@ class ReportTest(unittest.TestCase):
             pod["spec"]["nodeName"] = "node-a" if index % 2 else "node-b"
             events = make_events(f"rollout-{index}", JOB_CREATED_AT + index + 2.0, JOB_CREATED_AT + index + 2.5)
             rows.append(demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here"))
-        results = demo.batch_figures(rows)
-        results.update(
-            namespace="agc-rl-x",
-            context="ctx",
-            runtime="cube",
-            image="img",
-            parallelism=1,
-            rounds=1,
-            client_job_complete_seconds=9.0,
-            phases=demo.phase_table(rows),
-            nodes=demo.node_spread(rows),
-            image_ids=["sha"],
-            pods=[row.to_json() for row in rows],
-        )
-        return results
+        return results_of(rows)
 
     def test_batch_figures(self) -> None:
         results = self.results()
