@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -25,8 +24,8 @@ from xml.etree import ElementTree
 import rl_batch_demo as demo
 from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
+from tests.test_run import SCRIPT, run_script
 
-SCRIPT = str(Path(demo.__file__).resolve())
 GUIDE = Path(__file__).resolve().parents[1] / ".." / "shared" / "seed" / "000_89e6d74ee1c6c1ae.txt"
 
 # The guide's section 六 table, line by line as the guide prints it (its columns are separated
@@ -278,15 +277,7 @@ class FakeClusterCase(unittest.TestCase):
 
     def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """The tool as a user runs it, in the scratch directory, with only the fake on PATH."""
-        return subprocess.run(
-            [sys.executable, SCRIPT, *argv],
-            cwd=str(self.root),
-            env=self.cluster.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_script(argv, self.cluster.env(), self.root)
 
     def assert_exit(self, result: subprocess.CompletedProcess[str], code: int) -> None:
         self.assertEqual(result.returncode, code, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")

@@ -17,13 +17,29 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import rl_batch_demo as demo
 from tests.clusterobjects import check_rows_and_batch_figures
 from tests.fakecluster import FakeCluster
 
 SCRIPT = str(Path(demo.__file__).resolve())
+
+
+def run_script(
+    argv: Sequence[str], env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The tool as a user runs it: `python3 rl_batch_demo.py ARGV` in `cwd` with exactly `env`
+    (a fake cluster's, with only the fake kubectl on PATH), its output captured as text."""
+    return subprocess.run(
+        [sys.executable, SCRIPT, *argv],
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class ClusterTestCase(unittest.TestCase):
@@ -47,17 +63,7 @@ class ClusterTestCase(unittest.TestCase):
     def tool(
         self, *argv: str, env: dict[str, str] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        environment = self.cluster.env()
-        environment.update(env or {})
-        return subprocess.run(
-            [sys.executable, SCRIPT, *argv],
-            cwd=str(self.root),
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return run_script(argv, {**self.cluster.env(), **(env or {})}, self.root, timeout)
 
     def run_ok(self, *argv: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         result = self.tool(*argv, **kwargs)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any, Dict, List
 
 import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster
+from tests.test_run import run_script
 
-SCRIPT = str(Path(demo.__file__).resolve())
 NODES = ("node-a", "node-b")
 TASKS = [{"a": 1, "b": 2, "expected": 3}, {"a": 2, "b": 2, "expected": 5}, {"a": 5, "b": 5, "expected": 10}]
 
@@ -40,15 +39,7 @@ class SourcesTestCase(unittest.TestCase):
         return cluster
 
     def tool(self, cluster: FakeCluster, *argv: str) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [sys.executable, SCRIPT, *argv],
-            cwd=str(self.root),
-            env=cluster.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_script(argv, cluster.env(), self.root)
         cluster.wait_idle()
         self.assertNotIn("Traceback", result.stderr)
         return result
