@@ -234,7 +234,9 @@ class FakeCluster:
 
     def env(self) -> Dict[str, str]:
         """Environment for running the tool against this cluster."""
-        env = {k: v for k, v in ENVIRONMENT.items() if k != "KUBECONFIG"}  # not os.environ: tests/concurrently.py
+        # not os.environ: tests/concurrently.py; without KUBECONFIG and KUBECTL (which the tool
+        # prefers to PATH), so that a real cluster and a real kubectl can never be reached
+        env = {k: v for k, v in ENVIRONMENT.items() if k not in ("KUBECONFIG", "KUBECTL")}
         env["PATH"] = str(self.bin_dir)
         env["FAKE_KUBECTL_STATE"] = str(self.state_dir)
         env["FAKE_KUBECTL_FAULTS"] = json.dumps(self._faults)
@@ -502,7 +504,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cluster = FakeCluster(pathlib.Path(args.dir).resolve())
     print(f'export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"')
     print(f"export FAKE_KUBECTL_STATE={shlex.quote(str(cluster.state_dir))}")
-    print("unset KUBECONFIG FAKE_KUBECTL_FAULTS")
+    print("unset KUBECONFIG KUBECTL FAKE_KUBECTL_FAULTS")
     print(f"# {SIMULATION}", file=sys.stderr)
     return 0
 
