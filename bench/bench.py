@@ -51,7 +51,7 @@ from tests.fakecluster import FakeCluster  # noqa: E402
 # The fake runs every episode as local processes: 1,000 at once would only measure this machine's
 # process table. The client's work does not depend on parallelism.
 MAX_PARALLEL_EPISODES = 100
-PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (README, "What a run does")
+PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (docs/call-plan.md)
 GUIDE_COUNT = 10
 LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
 

@@ -375,8 +375,8 @@ class RunPlan:
 
     @staticmethod
     def watch_is_final(batch: Batch) -> bool:
-        """Whether the pods as last watched are provably their final state (README: the call
-        plan): the Job Complete, every pod terminal and none deleted."""
+        """Whether the pods as last watched are provably their final state (docs/call-plan.md): the
+        Job Complete, every pod terminal and none deleted."""
         status = batch.final_job().get("status") or {}
         complete = any(c.get("type") == "Complete" for c in status.get("conditions") or [])
         counted = (status.get("succeeded") or 0) + (status.get("failed") or 0) == len(batch.episodes)

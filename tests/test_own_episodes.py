@@ -682,12 +682,13 @@ class OldClusterTest(unittest.TestCase):
         self.assertEqual(calls, [])
 
 
-class ReadmeExampleTest(unittest.TestCase):
-    """The README's complete example runs as shown: its worker on its tasks gives its rewards.jsonl."""
+class DocumentedExampleTest(unittest.TestCase):
+    """docs/own-episodes.md's complete example runs as shown: its worker on its tasks gives its
+    rewards.jsonl."""
 
     def blocks(self) -> List[str]:
-        text = (Path(demo.__file__).resolve().parent / "README.md").read_text(encoding="utf-8")
-        section = text.split("## Plugging in a real model", 1)[1].split("\n## ", 1)[0]
+        text = (Path(demo.__file__).resolve().parent / "docs" / "own-episodes.md").read_text(encoding="utf-8")
+        section = text.split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
         return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
 
     def test_the_example(self) -> None:
