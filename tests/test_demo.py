@@ -78,6 +78,7 @@ class DemoTest(unittest.TestCase):
             self.assertIn("simulated cluster", first.stderr)
             self.assertNotIn("real kubectl was called", report)
             receipt = json.loads((output / "receipt.json").read_text(encoding="utf-8"))
+            first_reward = json.loads((output / "rewards.jsonl").read_text(encoding="utf-8").splitlines()[0])
             self.assertTrue(receipt["kubectl"].startswith(str(temporary)), receipt["kubectl"])
             self.assertEqual(list(temporary.iterdir()), [], "the fake cluster was not removed")
             self.assertEqual(sorted(p.name for p in work.iterdir()), ["rl-fake-demo"])
@@ -90,6 +91,7 @@ class DemoTest(unittest.TestCase):
             self.assertEqual({p.name: p.stat().st_mtime_ns for p in output.iterdir()}, before)
             self.assertEqual(list(temporary.iterdir()), [])
         self.check_documented_fields(results)
+        self.check_documented_files(receipt, first_reward)
 
     def check_documented_fields(self, results: Dict[str, Any]) -> None:
         """The fields README.zh-CN.md and docs/figures.md describe are results.json's, and every
@@ -107,6 +109,14 @@ class DemoTest(unittest.TestCase):
         described = set(re.findall(r"`([a-z][a-z0-9_]*)", figures))
         pods_row = set(results["pods"][0])
         self.assertEqual((set(results) | pods_row) - described, set(), "keys docs/figures.md does not describe")
+
+    def check_documented_files(self, receipt: Dict[str, Any], reward: Dict[str, Any]) -> None:
+        """docs/outputs.md names exactly the keys of receipt.json and of a rewards.jsonl line."""
+        outputs = (ROOT / "docs" / "outputs.md").read_text(encoding="utf-8")
+        for file_name, written in (("receipt.json", receipt), ("rewards.jsonl", reward)):
+            row = next(line for line in outputs.splitlines() if line.startswith(f"| `{file_name}` |"))
+            named = set(re.findall(r"`([a-z][a-z0-9_]*)`", row.split("|", 2)[2])) - {"cleanup", "results"}
+            self.assertEqual(named, set(written), f"docs/outputs.md's {file_name} row")
 
 
 if __name__ == "__main__":
