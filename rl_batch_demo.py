@@ -742,6 +742,32 @@ def difference(later: Optional[float], earlier: Optional[float]) -> Optional[flo
     return later - earlier
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def finite_number(value: Any) -> Optional[float]:
+    """A finite JSON number as a float, else None: never a boolean, never an overflow."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def is_int(value: Any, expected: Optional[int] = None) -> bool:
+    """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
+    return type(value) is int and (expected is None or value == expected)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A pod's value for a message: repr-escaped (no control character survives), and short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_quantity(text: str) -> float:
     """A Kubernetes resource quantity ('250m', '768Mi', '64') as a plain number."""
     match = _QUANTITY.match(str(text).strip())
@@ -1236,10 +1262,6 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 # Pure core: logs and events ###################################################
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
     """One line of a pod's output: its event, None for noise, or EventParseError.
 
@@ -1322,37 +1344,10 @@ def parse_events(text: str) -> List[Dict[str, Any]]:
     return log.events
 
 
-def finite_number(value: Any) -> Optional[float]:
-    """A finite JSON number as a float, else None: never a boolean, never an overflow."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def is_int(value: Any, expected: Optional[int] = None) -> bool:
-    """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
-    return type(value) is int and (expected is None or value == expected)
-
-
-def optional_number(value: Any) -> Optional[float]:
-    """A finite number from an event's optional field, else None (never invented)."""
-    return finite_number(value)
-
-
 def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Events without the test output, which the termination message may have trimmed."""
     ignored = ("tests_output", "tests_output_truncated")
     return [{k: v for k, v in event.items() if k not in ignored} for event in events]
-
-
-def short_repr(value: Any, limit: int = 60) -> str:
-    """A pod's value for a message: repr-escaped (no control character survives), and short."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def describe_event_difference(log_events: List[Dict[str, Any]], message_events: List[Dict[str, Any]]) -> str:
@@ -1532,15 +1527,15 @@ def sandbox_clocks(
     the container's finish + 1 s by the caller), and in the order the process lives them. A ready
     event without `first_statement_at` comes from an older worker, whose `process_started_at`
     was its first statement: read that way, its /proc figures are null."""
-    process_started_at = optional_number(ready_event.get("process_started_at"))
-    booted_at = optional_number(ready_event.get("kernel_booted_at"))
+    process_started_at = finite_number(ready_event.get("process_started_at"))
+    booted_at = finite_number(ready_event.get("kernel_booted_at"))
     labels = {"first_statement_at": "first_statement_at", "process_started_at": "process_started_at"}
     if "first_statement_at" in ready_event:
-        first_statement_at = optional_number(ready_event.get("first_statement_at"))
+        first_statement_at = finite_number(ready_event.get("first_statement_at"))
     else:
         first_statement_at, process_started_at, booted_at = process_started_at, None, None
         labels["first_statement_at"] = "process_started_at"
-    imports_done_at = optional_number(ready_event.get("imports_done_at"))
+    imports_done_at = finite_number(ready_event.get("imports_done_at"))
     for label, stamp in (
         ("process_started_at", process_started_at),
         (labels["first_statement_at"], first_statement_at),
@@ -3035,7 +3030,7 @@ def xml_safe(text: Any) -> str:
 
 def _finite_seconds(value: Any) -> float:
     """A duration for a `time` attribute: finite and not negative, else 0."""
-    number = optional_number(value)
+    number = finite_number(value)
     return number if number is not None and number >= 0 else 0.0
 
 
@@ -3172,7 +3167,7 @@ def junit_suites(
         value = results.get(metric) if results is not None else None
         if results is None:
             last.append(_case(classname, name, 0.0, "skipped", "not judged: the run did not validate"))
-        elif optional_number(value) is None:
+        elif finite_number(value) is None:
             last.append(_case(classname, name, 0.0, "skipped", f"{metric} is not in results.json"))
         else:
             breaches = check_thresholds(results, {metric: limit})
@@ -3856,6 +3851,63 @@ def render_guide_table(table: Dict[str, Any], style: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# Status on stderr #############################################################
+
+
+def say_stderr(message: str) -> None:
+    """Status and warnings go to stderr; stdout carries only the summary."""
+    print(printable(message), file=sys.stderr, flush=True)
+
+
+class Progress:
+    """One rewriting line on a terminal; in a log, a line per change, at most one a second
+    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
+
+    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
+        self.enabled = enabled
+        self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
+        self.stream = stream if stream is not None else sys.stderr
+        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.printed_state: Optional[str] = None
+        self.pending: Optional[Tuple[str, str]] = None  # (state, line)
+        self.printed_at = -math.inf
+        self.dirty = False
+
+    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
+        if not self.enabled:
+            return
+        state = (
+            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
+            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
+        )
+        if self.interactive:
+            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
+            self.stream.flush()
+            self.dirty = True
+            return
+        if state == self.printed_state:
+            self.pending = None
+            return
+        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
+        if time.monotonic() - self.printed_at >= self.log_interval:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            self.printed_state, line = self.pending
+            self.stream.write(line)
+            self.stream.flush()
+            self.printed_at = time.monotonic()
+            self.pending = None
+
+    def finish(self) -> None:
+        if self.dirty:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.dirty = False
+        self._flush_pending()
+
+
 # The kubectl seam #############################################################
 
 # Every subprocess this tool starts goes through `Kubectl`.
@@ -4306,11 +4358,6 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 # Persistence: receipt and output files ########################################
 
 
-def say_stderr(message: str) -> None:
-    """Status and warnings go to stderr; stdout carries only the summary."""
-    print(printable(message), file=sys.stderr, flush=True)
-
-
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and a rename, so no reader ever sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -4593,6 +4640,38 @@ def load_results(directory: Path) -> Dict[str, Any]:
     return data
 
 
+def _read_json_file(path: Path) -> Any:
+    """A JSON file this run wrote, or None when it is absent or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
+    """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
+    receipt = _read_json_file(output / "receipt.json")
+    jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
+    if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
+        jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
+    started = []
+    for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
+        round_dir = output if rounds == 1 else output / f"round-{number}"
+        name = job.get("name") if isinstance(job, dict) else None
+        listing = _read_json_file(round_dir / "pods.json")
+        items = listing.get("items") if isinstance(listing, dict) else None
+        job_object = _read_json_file(round_dir / "job.json")
+        started.append(
+            {
+                "round": number,
+                "job": str(name or job_name_for(number, rounds)),
+                "pods": [pod for pod in items if isinstance(pod, dict)] if isinstance(items, list) else None,
+                "job_object": job_object if isinstance(job_object, dict) else None,
+            }
+        )
+    return started
+
+
 def append_step_summary(markdown: str) -> None:
     """A Markdown section for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -4617,58 +4696,6 @@ def _uid_from_job_json(output: Path) -> Optional[str]:
         return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-# Progress on stderr ###########################################################
-
-
-class Progress:
-    """One rewriting line on a terminal; in a log, a line per change, at most one a second
-    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
-
-    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
-        self.enabled = enabled
-        self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
-        self.stream = stream if stream is not None else sys.stderr
-        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.printed_state: Optional[str] = None
-        self.pending: Optional[Tuple[str, str]] = None  # (state, line)
-        self.printed_at = -math.inf
-        self.dirty = False
-
-    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
-        if not self.enabled:
-            return
-        state = (
-            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
-            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
-        )
-        if self.interactive:
-            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
-            self.stream.flush()
-            self.dirty = True
-            return
-        if state == self.printed_state:
-            self.pending = None
-            return
-        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
-        if time.monotonic() - self.printed_at >= self.log_interval:
-            self._flush_pending()
-
-    def _flush_pending(self) -> None:
-        if self.pending is not None:
-            self.printed_state, line = self.pending
-            self.stream.write(line)
-            self.stream.flush()
-            self.printed_at = time.monotonic()
-            self.pending = None
-
-    def finish(self) -> None:
-        if self.dirty:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.dirty = False
-        self._flush_pending()
 
 
 # Flow: one run ################################################################
@@ -5860,38 +5887,6 @@ def cmd_run_reported(args: argparse.Namespace) -> int:
     if problems:
         raise DemoError(f"the run succeeded but {'; '.join(problems)}", EXIT_USAGE)
     return code
-
-
-def _read_json_file(path: Path) -> Any:
-    """A JSON file this run wrote, or None when it is absent or unreadable."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
-    """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
-    jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
-    if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
-        jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
-    started = []
-    for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
-        round_dir = output if rounds == 1 else output / f"round-{number}"
-        name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
-        items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
-        started.append(
-            {
-                "round": number,
-                "job": str(name or job_name_for(number, rounds)),
-                "pods": [pod for pod in items if isinstance(pod, dict)] if isinstance(items, list) else None,
-                "job_object": job_object if isinstance(job_object, dict) else None,
-            }
-        )
-    return started
 
 
 def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
