@@ -51,10 +51,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-TYPE_CHECKING = False  # typing costs import time that `--help` should not pay
-if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 __version__ = "0.2.0"
 
@@ -410,53 +407,36 @@ class RunSettings:
     quiet: bool
     json_summary: bool
     kubectl_timeout: float
-    worker_source: Optional[str] = None  # --worker's text; None: the built-in WORKER_SOURCE
-    worker_name: str = BUILTIN_WORKER  # the --worker file's name (never its path)
+    worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
-    run_image: Optional[str] = None  # the image the measured Jobs run (the pinned digest), when not `image`
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunSettings:
-        inputs = load_run_inputs(args)
-        return cls(
-            output=Path(args.output),
-            count=inputs.count,
-            parallelism=args.parallelism if args.parallelism is not None else inputs.count,
-            rounds=args.rounds,
-            image=args.image,
-            runtime=None if args.runtime == NO_RUNTIME else args.runtime,
-            deadline_seconds=args.timeout,
-            cleanup_policy=args.cleanup,
-            thresholds=dict(args.threshold or []),
-            quiet=args.quiet,
-            json_summary=args.json,
-            kubectl_timeout=float(args.kubectl_timeout),
-            worker_source=inputs.worker_source,
-            worker_name=inputs.worker_name,
-            tasks=inputs.tasks,
-            max_failed_episodes=inputs.max_failed_episodes,
-            kubelet_metrics=bool(getattr(args, "kubelet_metrics", False)),
-            warmup=bool(getattr(args, "warmup", False)),
-            pin_image=getattr(args, "pin_image", None),
-            run_image=getattr(args, "pin_image", None) or None,  # a digest given: the measured Jobs run it
-        )
+    dry_run: bool = False  # write the manifests, contact no cluster
+    junit: Optional[str] = None  # --junit FILE
+    metrics_file: Optional[str] = None  # --metrics-file FILE
 
     @property
     def builtin_worker(self) -> bool:
         """The built-in task's own rules (reward 1, baseline fails, tests pass) apply only to it."""
-        return self.worker_source is None
+        return self.worker_file is None
+
+    @property
+    def worker_name(self) -> str:
+        """results.json's `worker`: the --worker file's name, else "built-in"."""
+        return self.worker_file or BUILTIN_WORKER
 
     @property
     def indexed(self) -> bool:
         """An Indexed Job: each episode has a task index, or failed episodes may be tolerated."""
         return self.tasks is not None or self.max_failed_episodes > 0
 
-    def configmap_manifest(self, namespace: str, run_id: str) -> Dict[str, Any]:
-        return configmap_manifest(namespace, run_id, self.worker_source, self.tasks)
+    @property
+    def given_image(self) -> str:
+        """The image before any digest is resolved: --pin-image's digest when given, else --image."""
+        return self.pin_image or self.image
 
     @property
     def client_wait_seconds(self) -> int:
@@ -465,31 +445,6 @@ class RunSettings:
 
     def round_dir(self, round_number: int) -> Path:
         return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
-
-    def job_manifest(self, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
-        return job_manifest(
-            name=name,
-            namespace=namespace,
-            run_id=run_id,
-            count=self.count,
-            parallelism=self.parallelism,
-            image=self.run_image or self.image,
-            runtime=self.runtime,
-            deadline_seconds=self.deadline_seconds,
-            indexed=self.indexed,
-            max_failed_episodes=self.max_failed_episodes,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class RunInputs:
-    """What `run` reads from files and resolves before any work: --worker, --tasks, the count."""
-
-    count: int
-    worker_source: Optional[str] = None
-    worker_name: str = BUILTIN_WORKER
-    tasks: Optional[Tuple[Dict[str, Any], ...]] = None
-    max_failed_episodes: int = 0
 
 
 @dataclasses.dataclass
@@ -690,6 +645,11 @@ class Finding:
     stop: str = ""  # the sentence `run` stops with when not ok
 
 
+# A one-episode Job before the measured rounds (a warm-up or the probe), run by the batch: its name,
+# directory and manifest, and where an interruption saves the namespace's events; its rows and figures.
+OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRow], Dict[str, Any]]]
+
+
 # Pure core: time, numbers, JSON ###############################################
 
 
@@ -841,17 +801,14 @@ def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
 
 
 def configmap_manifest(
-    namespace: str,
-    run_id: str,
-    worker_source: Optional[str] = None,
-    tasks: Optional[Sequence[Dict[str, Any]]] = None,
+    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[Dict[str, Any]]] = None
 ) -> Dict[str, Any]:
     """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
     manifest: Dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
-        "data": {"episode.py": WORKER_SOURCE if worker_source is None else worker_source},
+        "data": {"episode.py": worker_source},
     }
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
@@ -1024,6 +981,22 @@ def job_manifest(
             del spec["backoffLimit"]
         spec.update(spec_extra)
     return manifest
+
+
+def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> Dict[str, Any]:
+    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
+    return job_manifest(
+        name=name,
+        namespace=namespace,
+        run_id=run_id,
+        count=settings.count,
+        parallelism=settings.parallelism,
+        image=image,
+        runtime=settings.runtime,
+        deadline_seconds=settings.deadline_seconds,
+        indexed=settings.indexed,
+        max_failed_episodes=settings.max_failed_episodes,
+    )
 
 
 def required_uid(obj: Dict[str, Any], what: str) -> str:
@@ -3613,7 +3586,7 @@ def warmup_job_manifest(
         run_id=run_id,
         count=1,
         parallelism=1,
-        image=settings.run_image or settings.image,
+        image=settings.given_image,
         runtime=settings.runtime,
         deadline_seconds=settings.deadline_seconds,
     )
@@ -3980,11 +3953,15 @@ class WatchStream:
                 stream.close()
 
 
-def concurrently(tasks: Sequence[Callable[[], Any]]) -> List[Any]:
+def concurrently(
+    tasks: Sequence[Callable[[], Any]], stop: Optional[threading.Event] = None, grace: float = 0.0
+) -> List[Any]:
     """Run independent kubectl calls at once (each is its own process); their results in order.
 
     The first task that raised, in task order, raises here once all have ended, so a failure
-    reads the same as it would have one call after another."""
+    reads the same as it would have one call after another. Tasks that wait on Jobs pass the
+    `stop` they watch: on Ctrl-C it is set, and their threads get `grace` seconds to end their
+    waits (closing their watches) before the interrupt goes on."""
     if len(tasks) == 1:
         return [tasks[0]()]
     results: List[Any] = [None] * len(tasks)
@@ -3999,8 +3976,16 @@ def concurrently(tasks: Sequence[Callable[[], Any]]) -> List[Any]:
     threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(len(tasks))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        if stop is not None:
+            stop.set()
+            deadline = time.monotonic() + grace
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        raise
     for error in errors:
         if error is not None:
             raise error
@@ -4547,45 +4532,6 @@ def read_input_file(path: Path, flag: str) -> bytes:
         raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
 
 
-def load_run_inputs(args: argparse.Namespace) -> RunInputs:
-    """--worker, --tasks and the episode count, read and checked once (sanity_check calls it
-    first); also refuses a ConfigMap over the API server's object size limit. Sets args.count."""
-    cached = getattr(args, "run_inputs", None)
-    if isinstance(cached, RunInputs):
-        return cached
-    worker_source: Optional[str] = None
-    worker_name = BUILTIN_WORKER
-    if getattr(args, "worker", None):
-        path = Path(args.worker)
-        worker_source = check_worker_source(read_input_file(path, "--worker"), str(path))
-        worker_name = path.name
-    tasks: Optional[Tuple[Dict[str, Any], ...]] = None
-    count: Optional[int] = args.count
-    if getattr(args, "tasks", None):
-        path = Path(args.tasks)
-        tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
-        if count is not None and count != len(tasks):
-            raise DemoError(
-                f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
-                "leave --count out or make them agree",
-                EXIT_USAGE,
-            )
-        count = len(tasks)
-    inputs = RunInputs(
-        count=DEFAULT_COUNT if count is None else count,
-        worker_source=worker_source,
-        worker_name=worker_name,
-        tasks=tasks,
-        max_failed_episodes=int(getattr(args, "max_failed_episodes", 0) or 0),
-    )
-    problem = configmap_size_problem(configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks))
-    if problem:
-        raise DemoError(problem, EXIT_USAGE)
-    args.count = inputs.count
-    args.run_inputs = inputs
-    return inputs
-
-
 def save_if_possible(path: Path, data: Any) -> None:
     """A diagnostic written on the way out: when the disk itself is the failure, say so and go on
     to the cleanup rather than stop there."""
@@ -4684,11 +4630,9 @@ def append_step_summary(markdown: str) -> None:
         say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
 
 
-def cleanup_command(output: Path) -> str:
-    if invoked_as() is not None:  # a kubectl plugin or the installed command
-        return f"{invoked_as()} cleanup --output {shlex.quote(str(output))}"
-    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
-    return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
+def cleanup_command(tool: str, output: Path) -> str:
+    """The command that cleans up `output`, started the way the user started this tool (`tool`)."""
+    return f"{tool} cleanup --output {shlex.quote(str(output))}"
 
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
@@ -4698,7 +4642,7 @@ def _uid_from_job_json(output: Path) -> Optional[str]:
         return None
 
 
-# Flow: one run ################################################################
+# Flow: one Job ################################################################
 
 
 class OwnedCreator:
@@ -5067,6 +5011,125 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
     return dict(sorted(readings.items()))
 
 
+# Flow: warm-up and the pinned image ###########################################
+
+
+def warm_up(
+    kubectl: Kubectl,
+    settings: RunSettings,
+    namespace: str,
+    run_id: str,
+    run_job: OneEpisodeJob,
+    stop: threading.Event,
+) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
+    """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
+    node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
+    `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/. On Ctrl-C,
+    `stop` makes the waits end (closing their watches) before the interrupt goes on."""
+    runtime = settings.runtime
+    nodes, runtimeclass = concurrently(
+        [
+            lambda: kubectl.get_list("nodes"),
+            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+        ]
+    )
+    eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
+    if not eligible:
+        raise DemoError(
+            f"no node is eligible for the warm-up (Ready, schedulable, matching RuntimeClass {runtime}'s node "
+            "selector and tolerations); run `check` to see why",
+            EXIT_CLUSTER,
+        )
+    warm_dir = settings.output / WARMUP_DIR
+    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
+    plan = []
+    for number, node in enumerate(eligible, 1):
+        node_name = str(node["metadata"]["name"])
+        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        name = f"{WARMUP_JOB_PREFIX}-{number}"
+        manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
+        plan.append((name, node_name))
+
+        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+            return run_job(name, warm_dir / name, manifest, warm_dir)  # an interruption saves the events there
+
+        tasks.append(task)
+    if not settings.quiet:
+        say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
+    answers = concurrently(tasks, stop, kubectl.timing.interrupt_save_timeout)
+    image_ids: Dict[str, Optional[str]] = {}
+    per_node: Dict[str, Any] = {}
+    for (name, node_name), (rows, figures) in zip(plan, answers):
+        row = rows[0]
+        if row.node != node_name:
+            raise DemoError(
+                f"warm-up Job {namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
+                f"inspect {warm_dir / name}/pods.json",
+                EXIT_CLUSTER,
+            )
+        image_ids[node_name] = row.image_id
+        per_node[node_name] = {
+            "job": name,
+            "job_uid": figures["job_uid"],
+            "pod": row.pod,
+            "pod_to_ready_seconds": row.pod_to_ready_seconds,
+            "image_id": row.image_id,
+            "image_pull": row.image_pull["state"],
+        }
+    block = {
+        "nodes": [node for _, node in plan],
+        "per_node": per_node,
+        "image": settings.given_image,
+        "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
+    }
+    write_json(warm_dir / "warmup.json", block)
+    return image_ids, block
+
+
+def prepare_measured_image(
+    kubectl: Kubectl,
+    settings: RunSettings,
+    namespace: str,
+    run_id: str,
+    run_job: OneEpisodeJob,
+    stop: threading.Event,
+) -> Tuple[str, Dict[str, Any]]:
+    """--warmup and --pin-image, before the first measured Job: the warm-up episodes, then the
+    image the measured Jobs run (the digest given, or resolved from what the warm-up's or a
+    one-episode probe Job's nodes ran, else --image) and results.json's `warmup` and `image_pinned`."""
+    prepared: Dict[str, Any] = {"image_pinned": settings.pin_image or None, "warmup": None}
+    image_ids: Dict[str, Optional[str]] = {}
+    where = ""
+    if settings.warmup:
+        image_ids, prepared["warmup"] = warm_up(kubectl, settings, namespace, run_id, run_job, stop)
+        where = f"{settings.output / WARMUP_DIR}/*/pods.json"
+    if settings.pin_image != "":
+        return settings.given_image, prepared
+    if not settings.warmup:  # without a warm-up, one one-episode Job tells which digest the cluster runs
+        probe_dir = settings.output / PROBE_JOB_NAME
+        manifest = job_manifest(
+            name=PROBE_JOB_NAME,
+            namespace=namespace,
+            run_id=run_id,
+            count=1,
+            parallelism=1,
+            image=settings.image,
+            runtime=settings.runtime,
+            deadline_seconds=settings.deadline_seconds,
+        )
+        rows, _ = run_job(PROBE_JOB_NAME, probe_dir, manifest, probe_dir)
+        image_ids = {str(rows[0].node or "(unknown)"): rows[0].image_id}
+        where = f"{probe_dir}/pods.json"
+    pinned = pinned_image(settings.image, image_ids, where)
+    prepared.update(image_pinned=pinned, image_pinned_from=image_ids)
+    if not settings.quiet:
+        say_stderr(f"image pinned: {pinned}")
+    return pinned, prepared
+
+
+# Flow: one run ################################################################
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -5083,19 +5146,20 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
-        self.job_events: Dict[str, List[Dict[str, Any]]] = {}  # each Job's namespace events, when saved
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
     def execute(self) -> Dict[str, Any]:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
-        prepared = prepare_measured_image(self)
+        image, prepared = prepare_measured_image(
+            self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
+        )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
         rounds: List[Dict[str, Any]] = []
         for round_number in range(1, self.settings.rounds + 1):
-            round_rows, figures = self.run_round(round_number)
+            round_rows, figures = self.run_round(round_number, image)
             rows.extend(round_rows)
             rounds.append(figures)
         failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
@@ -5161,7 +5225,7 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            self.settings.configmap_manifest(self.namespace, self.run_id),
+            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
         try:
             namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
@@ -5181,25 +5245,26 @@ class BatchRun:
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
-    def run_round(
-        self,
-        round_number: int,
-        job_name: Optional[str] = None,
-        job_dir: Optional[Path] = None,
-        manifest: Optional[Dict[str, Any]] = None,
-        count: Optional[int] = None,
-        progress: Optional[Progress] = None,
+    def run_round(self, round_number: int, image: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        """One measured round: its Job runs `image`; an interruption saves its diagnostics."""
+        name = job_name_for(round_number, self.settings.rounds)
+        round_dir = self.settings.round_dir(round_number)
+        self.current_dir, self.current_job = round_dir, None
+        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
+        return self.run_job(round_number, name, round_dir, manifest, self.settings.count, self.progress)
+
+    def run_one_episode_job(
+        self, name: str, job_dir: Path, manifest: Dict[str, Any], interrupt_dir: Path
     ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
-        """Create one Job, wait for it, save every diagnostic, then analyse it. A warm-up or
-        probe Job passes its own name, directory, manifest and episode count."""
+        """A warm-up or probe Job (see OneEpisodeJob), without a progress line."""
+        self.current_dir, self.current_job = interrupt_dir, None
+        return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
+
+    def run_job(
+        self, round_number: int, name: str, round_dir: Path, manifest: Dict[str, Any], count: int, progress: Progress
+    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        """Create one Job, wait for it, save every diagnostic, then analyse it."""
         settings = self.settings
-        name = job_name or job_name_for(round_number, settings.rounds)
-        round_dir = job_dir or settings.round_dir(round_number)
-        count = count or settings.count
-        if job_dir is None:  # a measured round: what an interruption saves
-            self.current_dir = round_dir
-            self.current_job = None
-        manifest = manifest or settings.job_manifest(name, self.namespace, self.run_id)
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
         with self.receipt_lock:
@@ -5208,16 +5273,14 @@ class BatchRun:
         submitted_wall = time.time()
         submitted = time.monotonic()
         job = self.creator.create(manifest, "job")
-        if job_dir is None:
+        if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
             entry.uid = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
-        observation = wait_for_job(
-            self.kubectl, self.namespace, job, deadline, submitted, progress or self.progress, self.stop
-        )
+        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, progress, self.stop)
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
@@ -5236,7 +5299,6 @@ class BatchRun:
             logs, log_errors = read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir)
         write_json(round_dir / "pods.json", pod_list(pods))
         write_atomic(round_dir / "events.txt", render_events_text(events))
-        self.job_events[name] = events
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -5305,139 +5367,6 @@ class BatchRun:
     def save_after_interrupt(self) -> None:
         if self.namespace_created:
             save_diagnostics_after_interrupt(self.kubectl, self.namespace, self.current_job, self.current_dir)
-
-
-# Flow: warm-up and the pinned image ###########################################
-
-
-def _quiet_progress() -> Progress:
-    return Progress(enabled=False)
-
-
-def _all_at_once(tasks: Sequence[Callable[[], Any]], stop: threading.Event) -> List[Any]:
-    """`concurrently`, for tasks that wait on Jobs: on Ctrl-C, `stop` makes them end their
-    waits (closing their watches) within a tick, before the interrupt goes on."""
-    try:
-        return concurrently(tasks)
-    except KeyboardInterrupt:
-        stop.set()
-        deadline = time.monotonic() + TIMING.interrupt_save_timeout
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and thread.daemon:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        raise
-
-
-def warm_up(batch: BatchRun) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
-    """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
-    node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
-    `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/."""
-    settings = batch.settings
-    kubectl = batch.kubectl
-    runtime = settings.runtime
-    nodes, runtimeclass = concurrently(
-        [
-            lambda: kubectl.get_list("nodes"),
-            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
-        ]
-    )
-    eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
-    if not eligible:
-        raise DemoError(
-            f"no node is eligible for the warm-up (Ready, schedulable, matching RuntimeClass {runtime}'s node "
-            "selector and tolerations); run `check` to see why",
-            EXIT_CLUSTER,
-        )
-    warm_dir = settings.output / WARMUP_DIR
-    batch.current_dir, batch.current_job = warm_dir, None  # an interruption saves the events there
-    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
-    plan = []
-    for number, node in enumerate(eligible, 1):
-        node_name = str(node["metadata"]["name"])
-        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
-        name = f"{WARMUP_JOB_PREFIX}-{number}"
-        manifest = warmup_job_manifest(settings, name, batch.namespace, batch.run_id, node_name, hostname)
-        plan.append((name, node_name))
-
-        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
-            return batch.run_round(0, name, warm_dir / name, manifest, 1, _quiet_progress())
-
-        tasks.append(task)
-    if not settings.quiet:
-        say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
-    answers = _all_at_once(tasks, batch.stop)
-    image_ids: Dict[str, Optional[str]] = {}
-    per_node: Dict[str, Any] = {}
-    for (name, node_name), (rows, figures) in zip(plan, answers):
-        row = rows[0]
-        if row.node != node_name:
-            raise DemoError(
-                f"warm-up Job {batch.namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
-                f"inspect {warm_dir / name}/pods.json",
-                EXIT_CLUSTER,
-            )
-        image_ids[node_name] = row.image_id
-        per_node[node_name] = {
-            "job": name,
-            "job_uid": figures["job_uid"],
-            "pod": row.pod,
-            "pod_to_ready_seconds": row.pod_to_ready_seconds,
-            "image_id": row.image_id,
-            "image_pull": image_pull_state(batch.job_events.get(name, []), row.pod),
-        }
-    block = {
-        "nodes": [node for _, node in plan],
-        "per_node": per_node,
-        "image": settings.run_image or settings.image,
-        "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
-    }
-    write_json(warm_dir / "warmup.json", block)
-    return image_ids, block
-
-
-def probe_image(batch: BatchRun) -> Dict[str, Optional[str]]:
-    """Without a warm-up, one one-episode Job (DIR/probe/) tells which digest the cluster runs."""
-    settings = batch.settings
-    probe_dir = settings.output / PROBE_JOB_NAME
-    manifest = job_manifest(
-        name=PROBE_JOB_NAME,
-        namespace=batch.namespace,
-        run_id=batch.run_id,
-        count=1,
-        parallelism=1,
-        image=settings.image,
-        runtime=settings.runtime,
-        deadline_seconds=settings.deadline_seconds,
-    )
-    batch.current_dir, batch.current_job = probe_dir, None
-    rows, _ = batch.run_round(0, PROBE_JOB_NAME, probe_dir, manifest, 1, _quiet_progress())
-    return {str(rows[0].node or "(unknown)"): rows[0].image_id}
-
-
-def prepare_measured_image(batch: BatchRun) -> Dict[str, Any]:
-    """--warmup and --pin-image, before the first measured Job: the warm-up episodes, the
-    digest the measured Jobs will run; results.json's `warmup` and `image_pinned`."""
-    settings = batch.settings
-    given = settings.pin_image or None  # a digest passed in (reproduce's later groups)
-    if given:
-        batch.settings = settings = dataclasses.replace(settings, run_image=given)
-    prepared: Dict[str, Any] = {"image_pinned": given, "warmup": None}
-    image_ids: Dict[str, Optional[str]] = {}
-    where = ""
-    if settings.warmup:
-        image_ids, prepared["warmup"] = warm_up(batch)
-        where = f"{settings.output / WARMUP_DIR}/*/pods.json"
-    if settings.pin_image == "":
-        if not settings.warmup:
-            image_ids = probe_image(batch)
-            where = f"{settings.output / PROBE_JOB_NAME}/pods.json"
-        pinned = pinned_image(settings.image, image_ids, where)
-        prepared["image_pinned"] = pinned
-        prepared["image_pinned_from"] = image_ids
-        batch.settings = dataclasses.replace(settings, run_image=pinned)
-        if not settings.quiet:
-            say_stderr(f"image pinned: {pinned}")
-    return prepared
 
 
 # Flow: cleanup ################################################################
@@ -5548,14 +5477,19 @@ def reproduce_column_name(group: str, count: int, lang: str) -> str:
     return names[lang][group]
 
 
-def _run_flags(parser: argparse.ArgumentParser) -> List[str]:
-    """The option strings `run` accepts (so reproduce passes on only what run knows)."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return list(commands.choices["run"]._option_string_actions)
+def reproduce_group_settings(base: RunSettings, group: str, pinned: Optional[str]) -> RunSettings:
+    """One group's `run` of the experiment, in DIR/<group>: the first resolves the image digest,
+    the others run that digest, one at a time, or after a warm-up in K rounds."""
+    output = base.output / group
+    if group == "parallel":
+        return dataclasses.replace(base, output=output, rounds=1, pin_image="")
+    if group == "sequential":
+        return dataclasses.replace(base, output=output, rounds=1, parallelism=1, pin_image=pinned)
+    return dataclasses.replace(base, output=output, warmup=True, pin_image=pinned)
 
 
 def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
-    """The `run` command line of one group of the experiment."""
+    """The `run` command line equivalent to one group's settings, as report.json records it."""
     argv = [
         "run",
         "--output", str(Path(args.output) / group),
@@ -5570,10 +5504,9 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
             argv += [flag, value]
-    known = _run_flags(build_parser())
-    for flag in ("--quiet", "--allow-large", "--kubelet-metrics"):
-        if getattr(args, flag[2:].replace("-", "_"), False) and flag in known:
-            argv.append(flag)
+    argv += [
+        flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
+    ]
     if group == "parallel":
         argv.append("--pin-image")
     elif group == "sequential":
@@ -5647,76 +5580,6 @@ def markdown_code(text: Any) -> str:
     return printable(str(text)).replace("|", "\\|").replace("`", "'")
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
-    each node and K rounds in parallel; one image digest throughout; each group cleaned up once
-    its diagnostics are saved; the guide's table at the end."""
-    output = Path(args.output)
-    if output.exists() or output.is_symlink():
-        raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
-            EXIT_USAGE,
-        )
-    context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
-    claim_output(output)
-    report: Dict[str, Any] = {
-        "context": context,
-        "image": args.image,
-        "image_pinned": None,
-        "count": args.count,
-        "rounds": args.rounds,
-        "groups": [],
-        "complete": False,
-        "tool_version": f"{__version__}+{file_fingerprint()}",
-    }
-    failure: Optional[DemoError] = None
-    try:
-        for number, group in enumerate(REPRODUCE_GROUPS, 1):
-            argv = reproduce_group_argv(args, context, group, report["image_pinned"])
-            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
-            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
-            report["groups"].append(entry)
-            write_json(output / "report.json", report)
-            run_args = build_parser().parse_args(argv)
-            sanity_check(run_args)
-            try:
-                entry["exit_code"] = cmd_run(run_args)
-            except DemoError as error:
-                entry["exit_code"], entry["error"] = error.exit_code, str(error)
-                failure = error
-            receipt = _read_json_file(output / group / "receipt.json")
-            entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
-            if failure is not None:
-                break
-            if report["image_pinned"] is None:
-                results = _read_json_file(output / group / "results.json") or {}
-                report["image_pinned"] = results.get("image_pinned")
-                if not report["image_pinned"]:
-                    failure = DemoError(
-                        f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
-                    )
-                    break
-        report["complete"] = failure is None
-    except KeyboardInterrupt:
-        if args.junit:
-            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
-        raise
-    finally:
-        text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    if args.junit:
-        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
-    if text is not None:
-        sys.stdout.write("\n" + printable(text, keep_newlines=True))
-        sys.stdout.flush()
-    if failure is not None:
-        kept = "" if args.cleanup == "always" else f"; clean up with: {cleanup_command(output)}"
-        raise DemoError(
-            f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
-        )
-    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
-    return EXIT_OK
-
-
 def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
     """`cleanup --output DIR` of a reproduce directory: every group with a receipt, in order;
     the exit code is the worst of them."""
@@ -5743,19 +5606,21 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", settings.configmap_manifest(namespace, run_id)),
+        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
-        manifests.append((f"{1 + round_number:02d}-job-{name}.json", settings.job_manifest(name, namespace, run_id)))
+        manifest = round_job_manifest(settings, name, namespace, run_id, settings.given_image)
+        manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
     print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    settings = RunSettings.from_args(args)
+def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+    """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
+    the command that cleans up what is kept (`tool`: how the user started this tool)."""
     output = settings.output
     if output.exists() or output.is_symlink():
         raise DemoError(
@@ -5764,9 +5629,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
-    if args.dry_run:
+    if settings.dry_run:
         return dry_run(settings, namespace, run_id)
-    unbound = make_kubectl(args)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context)
     claim_output(output)
@@ -5781,7 +5645,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tool_version=f"{__version__}+{file_fingerprint()}",
     )
     write_receipt(output, receipt)
-    progress = Progress(enabled=not settings.quiet)
+    progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
     batch = BatchRun(kubectl, receipt, settings, progress)
     error: Optional[DemoError] = None
     bug: Optional[BaseException] = None
@@ -5829,7 +5693,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(output)}")
+        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
     if bug is not None:
         raise bug
     if error is not None:
@@ -5862,26 +5726,96 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     return None
 
 
-def cmd_run_reported(args: argparse.Namespace) -> int:
+def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
+    """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
+    each node and K rounds in parallel; one image digest throughout; each group cleaned up once
+    its diagnostics are saved; the guide's table at the end. `base` holds what every group's run
+    shares (see reproduce_group_settings)."""
+    output = base.output
+    if output.exists() or output.is_symlink():
+        raise DemoError(
+            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            EXIT_USAGE,
+        )
+    context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
+    claim_output(output)
+    report: Dict[str, Any] = {
+        "context": context,
+        "image": args.image,
+        "image_pinned": None,
+        "count": args.count,
+        "rounds": args.rounds,
+        "groups": [],
+        "complete": False,
+        "tool_version": f"{__version__}+{file_fingerprint()}",
+    }
+    failure: Optional[DemoError] = None
+    try:
+        for number, group in enumerate(REPRODUCE_GROUPS, 1):
+            argv = reproduce_group_argv(args, context, group, report["image_pinned"])
+            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
+            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
+            report["groups"].append(entry)
+            write_json(output / "report.json", report)
+            settings = reproduce_group_settings(base, group, report["image_pinned"])
+            try:
+                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool)
+            except DemoError as error:
+                entry["exit_code"], entry["error"] = error.exit_code, str(error)
+                failure = error
+            receipt = _read_json_file(output / group / "receipt.json")
+            entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
+            if failure is not None:
+                break
+            if report["image_pinned"] is None:
+                results = _read_json_file(output / group / "results.json") or {}
+                report["image_pinned"] = results.get("image_pinned")
+                if not report["image_pinned"]:
+                    failure = DemoError(
+                        f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
+                    )
+                    break
+        report["complete"] = failure is None
+    except KeyboardInterrupt:
+        if args.junit:
+            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
+        raise
+    finally:
+        text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    if args.junit:
+        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
+    if text is not None:
+        sys.stdout.write("\n" + printable(text, keep_newlines=True))
+        sys.stdout.flush()
+    if failure is not None:
+        kept = "" if base.cleanup_policy == "always" else f"; clean up with: {cleanup_command(tool, output)}"
+        raise DemoError(
+            f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
+        )
+    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
+    return EXIT_OK
+
+
+def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     """`run`, then its --junit and --metrics-file reports, written whatever the outcome:
     CI needs them most when the run failed. Reports never change the run's exit code,
     except that a report that cannot be written fails an otherwise successful run."""
-    if args.dry_run or not (args.junit or args.metrics_file):
-        return cmd_run(args)
-    output = Path(args.output)
+    if settings.dry_run or not (settings.junit or settings.metrics_file):
+        return cmd_run(settings, unbound, tool)
+    output = settings.output
     fresh = not (output.exists() or output.is_symlink())  # only then is what DIR holds this run's
     code = EXIT_OK
     stopped: Optional[BaseException] = None
     error: Optional[DemoError] = None
     try:
-        code = cmd_run(args)
+        code = cmd_run(settings, unbound, tool)
     except DemoError as failure:
         stopped = error = failure
     except KeyboardInterrupt as interrupt:
         stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     except Exception as bug:  # a bug: the reports still say the run failed, then it shows
         stopped, error = bug, DemoError(f"unexpected error (a bug in rl-batch-demo): {bug!r}", EXIT_CLUSTER)
-    problems = write_ci_reports(args, output if fresh else None, error)
+    problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
     if problems:
@@ -5889,14 +5823,14 @@ def cmd_run_reported(args: argparse.Namespace) -> int:
     return code
 
 
-def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
+def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
     """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
     not this run's, so nothing in it is read). Returns what could not be written."""
     results = _read_json_file(output / "results.json") if output is not None else None
     results = results if isinstance(results, dict) and "episodes" in results else None
     problems = []
-    if args.junit:
-        started = rounds_on_disk(output, args.rounds) if output is not None and results is None else []
+    if settings.junit:
+        started = rounds_on_disk(output, settings.rounds) if output is not None and results is None else []
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
@@ -5904,29 +5838,29 @@ def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Op
         properties = {"exit_code": str(error.exit_code if error is not None else EXIT_OK)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
-        suites = junit_suites(results, started, dict(args.threshold or []), failure)
+        suites = junit_suites(results, started, settings.thresholds, failure)
         try:
-            write_atomic(Path(args.junit), render_junit_xml(suites, properties))
+            write_atomic(Path(settings.junit), render_junit_xml(suites, properties))
         except OSError as oops:
-            problems.append(f"the JUnit report {args.junit} could not be written ({oops.strerror or oops})")
-    if args.metrics_file:
+            problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
+    if settings.metrics_file:
         labels = {
-            "runtime": args.runtime,
-            "image": args.image,
-            "parallelism": str(args.parallelism if args.parallelism is not None else args.count),
+            "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
+            "image": settings.image,
+            "parallelism": str(settings.parallelism),
         }
         exit_code = error.exit_code if error is not None else EXIT_OK
         try:
-            write_atomic(Path(args.metrics_file), render_metrics(results, labels, exit_code, time.time()))
+            write_atomic(Path(settings.metrics_file), render_metrics(results, labels, exit_code, time.time()))
         except OSError as oops:
-            problems.append(f"the metrics file {args.metrics_file} could not be written ({oops.strerror or oops})")
+            problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
     for problem in problems:
         say_stderr(f"warning: {problem}")
     return problems
 
 
-def cmd_show_worker(args: argparse.Namespace) -> int:
-    sys.stdout.write(WORKER_TEMPLATE if args.template else WORKER_SOURCE)
+def cmd_show_worker(source: str) -> int:
+    sys.stdout.write(source)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -6168,13 +6102,15 @@ def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
         "(written on failure too)",
     )
     _cluster_options(reproduce)
-    reproduce.set_defaults(handler=cmd_reproduce, subparser=reproduce)
+    reproduce.set_defaults(subparser=reproduce)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
     formatter = argparse.RawDescriptionHelpFormatter
+    plugin = (tool or invoked_as()) == PLUGIN_COMMAND
     parser = argparse.ArgumentParser(
-        prog=program_name(),
+        prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
         epilog=EXIT_CODES_HELP,
@@ -6301,7 +6237,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _cluster_options(run)
     _ci_report_options(run)
-    run.set_defaults(handler=cmd_run_reported, subparser=run)
+    run.set_defaults(subparser=run)
 
     cleanup = commands.add_parser(
         "cleanup",
@@ -6322,7 +6258,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
     )
     _cluster_options(cleanup)
-    cleanup.set_defaults(handler=cmd_cleanup)
 
     check = commands.add_parser(
         "check",
@@ -6343,7 +6278,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
     )
     _cluster_options(check)
-    check.set_defaults(handler=cmd_check)
 
     compare = commands.add_parser(
         "compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter
@@ -6364,7 +6298,6 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
     )
-    compare.set_defaults(handler=cmd_compare)
 
     show_worker = commands.add_parser(
         "show-worker",
@@ -6376,79 +6309,150 @@ def build_parser() -> argparse.ArgumentParser:
     show_worker.add_argument(
         "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
     )
-    show_worker.set_defaults(handler=cmd_show_worker)
     _reproduce_parser(commands, run)
     return parser
 
 
-def sanity_check(args: argparse.Namespace) -> None:
-    """Flag combinations, checked before any work starts."""
-    if args.command not in ("run", "reproduce"):
-        return
+def check_counts(parser: argparse.ArgumentParser, count: int, parallelism: int, rounds: int, allow_large: bool) -> None:
+    """The limits on a batch's size, checked before any work starts."""
+    limit = MAX_COUNT_LARGE if allow_large else MAX_COUNT
+    if not 1 <= parallelism <= count <= limit:
+        hint = f" (--allow-large raises the limit to {MAX_COUNT_LARGE})" if count > limit and not allow_large else ""
+        parser.error(
+            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {count}{hint}"
+        )
+    if rounds > MAX_ROUNDS:
+        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {rounds}")
+
+
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """What `run` was asked to do: its flags, and the files they name (--worker, --tasks) read and
+    checked once, before any work starts; a bad file or flag combination is a usage error."""
     parser: argparse.ArgumentParser = args.subparser
+    worker_source, worker_file, tasks, count = WORKER_SOURCE, None, None, args.count
     try:
-        load_run_inputs(args)  # --worker and --tasks are read and checked here, before any work
+        if args.worker:
+            path = Path(args.worker)
+            worker_source, worker_file = check_worker_source(read_input_file(path, "--worker"), str(path)), path.name
+        if args.tasks:
+            path = Path(args.tasks)
+            tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
+            if count is not None and count != len(tasks):
+                raise DemoError(
+                    f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
+                    "leave --count out or make them agree",
+                    EXIT_USAGE,
+                )
+            count = len(tasks)
+        # the API server refuses a ConfigMap over its object size limit: refused here, before any work
+        problem = configmap_size_problem(
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+        )
+        if problem:
+            raise DemoError(problem, EXIT_USAGE)
     except DemoError as error:
         parser.error(str(error))
-    limit = MAX_COUNT_LARGE if args.allow_large else MAX_COUNT
-    parallelism = getattr(args, "parallelism", None) or args.count
-    if not 1 <= parallelism <= args.count <= limit:
-        hint = (
-            f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
-            if args.count > limit and not args.allow_large
-            else ""
-        )
-        parser.error(
-            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {args.count}{hint}"
-        )
-    if args.rounds > MAX_ROUNDS:
-        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
-    if getattr(args, "dry_run", False) and (args.warmup or args.pin_image == ""):
+    count = DEFAULT_COUNT if count is None else count
+    parallelism = args.parallelism or count
+    check_counts(parser, count, parallelism, args.rounds, args.allow_large)
+    if args.dry_run and (args.warmup or args.pin_image == ""):
         parser.error(
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    return RunSettings(
+        output=Path(args.output),
+        count=count,
+        parallelism=parallelism,
+        rounds=args.rounds,
+        image=args.image,
+        runtime=None if args.runtime == NO_RUNTIME else args.runtime,
+        deadline_seconds=args.timeout,
+        cleanup_policy=args.cleanup,
+        thresholds=dict(args.threshold or []),
+        quiet=args.quiet,
+        json_summary=args.json,
+        kubectl_timeout=float(args.kubectl_timeout),
+        worker_source=worker_source,
+        worker_file=worker_file,
+        tasks=tasks,
+        max_failed_episodes=args.max_failed_episodes,
+        kubelet_metrics=args.kubelet_metrics,
+        warmup=args.warmup,
+        pin_image=args.pin_image,
+        dry_run=args.dry_run,
+        junit=args.junit,
+        metrics_file=args.metrics_file,
+    )
 
 
-class _Invocation:
-    """How this process was started; plugin_main sets `plugin` before main runs."""
+def reproduce_settings(args: argparse.Namespace) -> RunSettings:
+    """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
+    check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large)
+    return RunSettings(
+        output=Path(args.output),
+        count=args.count,
+        parallelism=args.count,
+        rounds=args.rounds,
+        image=args.image,
+        runtime=None if args.runtime == NO_RUNTIME else args.runtime,
+        deadline_seconds=args.timeout,
+        cleanup_policy="always" if args.cleanup == "always" else "on-success",
+        thresholds={},
+        quiet=args.quiet,
+        json_summary=False,
+        kubectl_timeout=float(args.kubectl_timeout),
+        worker_source=WORKER_SOURCE,
+        kubelet_metrics=args.kubelet_metrics,
+    )
 
-    plugin = False
 
-
-def invoked_as() -> Optional[str]:
-    """The command the user typed to start this tool, when it is not `python3 FILE`:
-    `kubectl rl-batch-demo` as a kubectl plugin, `rl-batch-demo` as the installed command."""
+def invoked_as(plugin: bool = False) -> str:
+    """The command the user typed to start this tool: `kubectl rl-batch-demo` as a kubectl plugin,
+    `rl-batch-demo` as the installed command, else `python3 FILE`."""
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    if _Invocation.plugin or name in PLUGIN_FILE_NAMES:
+    if plugin or name in PLUGIN_FILE_NAMES:
         return PLUGIN_COMMAND
-    return INSTALLED_COMMAND if name == INSTALLED_COMMAND else None
+    if name == INSTALLED_COMMAND:
+        return INSTALLED_COMMAND
+    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
+    return f"python3 {shlex.quote(script)}"
 
 
-def program_name() -> str:
-    """argparse's prog: what the usage lines call this tool."""
-    return PLUGIN_COMMAND if invoked_as() == PLUGIN_COMMAND else INSTALLED_COMMAND
+def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
+    """The chosen command with what it needs (the typed settings of `run` and `reproduce`, the
+    worker's text, how the user started this tool), read and checked: a usage error stops here."""
+    if args.command == "run":
+        settings = run_settings(args)
+        return lambda: cmd_run_reported(settings, make_kubectl(args), tool)
+    if args.command == "reproduce":
+        base = reproduce_settings(args)
+        return lambda: cmd_reproduce(args, base, tool)
+    if args.command == "show-worker":
+        source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
+        return lambda: cmd_show_worker(source)
+    command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
+    return lambda: command(args)
 
 
 def plugin_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the installed kubectl-rl_batch_demo: `kubectl rl-batch-demo ...`."""
-    _Invocation.plugin = True
-    return main(argv)
+    return main(argv, plugin=True)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    sanity_check(args)
+def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
+    tool = invoked_as(plugin)
+    args = build_parser(tool).parse_args(argv)
+    command = prepared_command(args, tool)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return int(args.handler(args))
+        return int(command())
     except BrokenPipeError:
         # The reader of stdout went away (`| head`); the work itself is done.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -112,7 +112,7 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted")
 
     def test_configmap_carries_the_worker(self) -> None:
-        configmap = demo.configmap_manifest("ns", "id")
+        configmap = demo.configmap_manifest("ns", "id", demo.WORKER_SOURCE)
         self.assertEqual(configmap["data"]["episode.py"], demo.WORKER_SOURCE)
 
     def test_pod_selector_prefers_the_uid_label_and_falls_back_to_the_legacy_one(self) -> None:
