@@ -771,6 +771,11 @@ def file_fingerprint() -> str:
         return "unknown"
 
 
+def tool_version() -> str:
+    """The version results, receipts and reports record: the release and this file's hash."""
+    return f"{__version__}+{file_fingerprint()}"
+
+
 # Pure core: manifests #########################################################
 
 
@@ -1043,37 +1048,39 @@ def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
     return {}
 
 
-def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, Any]:
+    """The first of the object's conditions that is True and of one of these types, or {}."""
     for condition in obj.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == condition_type and condition.get("status") == "True":
-            return optional_timestamp(condition.get("lastTransitionTime"))
-    return None
+        if condition.get("type") in types and condition.get("status") == "True":
+            return dict(condition)
+    return {}
+
+
+def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+    return optional_timestamp(_true_condition(obj, (condition_type,)).get("lastTransitionTime"))
 
 
 def job_condition(job: Dict[str, Any]) -> Optional[str]:
     """'Complete' or 'Failed' once the Job has finished, else None."""
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
-            return str(condition["type"])
-    return None
+    condition = _true_condition(job, ("Complete", "Failed"))
+    return str(condition["type"]) if condition else None
 
 
-def job_failure_reason(job: Dict[str, Any]) -> str:
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            reason = condition.get("reason") or "unknown reason"
-            message = condition.get("message")
-            return f"{reason}: {message}" if message else str(reason)
-    return "no Failed condition"
+def failed_condition_text(job: Dict[str, Any]) -> str:
+    """The Job's Failed condition for a sentence: its reason and message."""
+    condition = _true_condition(job, ("Failed",))
+    if not condition:
+        return "no Failed condition"
+    reason = condition.get("reason") or "unknown reason"
+    return f"{reason}: {condition['message']}" if condition.get("message") else str(reason)
 
 
-def job_failed_reason(job: Dict[str, Any]) -> Optional[str]:
-    """The reason of the Job's Failed condition alone (e.g. FailedIndexes), None without one."""
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            reason = condition.get("reason")
-            return reason if isinstance(reason, str) else ""
-    return None
+def failed_condition_reason(job: Dict[str, Any]) -> Optional[str]:
+    """The Job's Failed condition's reason alone, to decide on (e.g. FailedIndexes); None without one."""
+    condition = _true_condition(job, ("Failed",))
+    if not condition:
+        return None
+    return condition["reason"] if isinstance(condition.get("reason"), str) else ""
 
 
 _INDEX: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})$")
@@ -1116,6 +1123,39 @@ def _phase_failure(pod: Dict[str, Any]) -> str:
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
     reason = status.get("reason") or terminated.get("reason")
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+
+
+def pod_failure(pod: Dict[str, Any]) -> Tuple[int, str]:
+    """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
+    (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
+    deletes the others); (3, "") for a pod that broke none of them."""
+    status, metadata = pod.get("status", {}), pod["metadata"]
+    deleted = metadata.get("deletionTimestamp")
+    if status.get("reason") == "Evicted":
+        return 0, f"the pod was evicted ({status.get('message', 'no message')})"
+    if status.get("phase") == "Failed" and not deleted:
+        return 1, _phase_failure(pod)
+    if deleted:
+        disruption = [
+            f"{c.get('reason')}: {c.get('message')}"
+            for c in status.get("conditions", []) or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ]
+        detail = f"; {disruption[0]}" if disruption else ""
+        return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
+    return 3, ""
+
+
+def pod_count_problem(pods: List[Dict[str, Any]], count: int, inspect: str) -> Optional[DemoError]:
+    """The error when the Job's pods are not one per requested episode, else None."""
+    if len(pods) == count:
+        return None
+    names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
+    return DemoError(
+        f"the Job has {len(pods)} pods but {count} episodes were requested "
+        f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
+        EXIT_EPISODE,
+    )
 
 
 def termination_message(pod: Dict[str, Any]) -> str:
@@ -1861,37 +1901,14 @@ _NODE_NAME: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9]
 
 
 def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
-    """Name the root cause first: an evicted pod, a pod that failed on its own, then pods
-    deleted or replaced mid-run (a failed Job's controller deletes the others), then a bare
-    count mismatch."""
-    for pod in pods:
-        if pod.get("status", {}).get("reason") == "Evicted":
-            message = pod["status"].get("message", "no message")
-            raise EpisodeInvalid(pod["metadata"]["name"], f"the pod was evicted ({message})", inspect)
-    for pod in pods:
-        if pod.get("status", {}).get("phase") == "Failed" and not pod["metadata"].get("deletionTimestamp"):
-            raise EpisodeInvalid(pod["metadata"]["name"], _phase_failure(pod), inspect)
-    for pod in pods:
-        deleted = pod["metadata"].get("deletionTimestamp")
-        if deleted:
-            disruption = [
-                f"{c.get('reason')}: {c.get('message')}"
-                for c in pod.get("status", {}).get("conditions", []) or []
-                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-            ]
-            detail = f"; {disruption[0]}" if disruption else ""
-            raise EpisodeInvalid(
-                pod["metadata"]["name"],
-                f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})",
-                inspect,
-            )
-    if len(pods) != count:
-        names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
-        raise DemoError(
-            f"the Job has {len(pods)} pods but {count} episodes were requested "
-            f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
-            EXIT_EPISODE,
-        )
+    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
+    broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
+    (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
+    if rule:
+        raise EpisodeInvalid(name, rule, inspect)
+    problem = pod_count_problem(pods, count, inspect)
+    if problem is not None:
+        raise problem
 
 
 def episode_events(
@@ -2073,35 +2090,6 @@ def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
     return info
 
 
-def pod_failure(pod: Dict[str, Any], inspect: str) -> None:
-    """check_pod_set's rules for one pod (evicted, failed, deleted mid-run), for --max-failed-episodes."""
-    status, metadata = pod.get("status", {}), pod["metadata"]
-    if status.get("reason") == "Evicted":
-        raise EpisodeInvalid(metadata["name"], f"the pod was evicted ({status.get('message', 'no message')})", inspect)
-    if metadata.get("deletionTimestamp"):
-        raise EpisodeInvalid(
-            metadata["name"],
-            f"the pod was deleted mid-run (deletionTimestamp {metadata['deletionTimestamp']})",
-            inspect,
-        )
-    if status.get("phase") == "Failed":
-        raise EpisodeInvalid(metadata["name"], _phase_failure(pod), inspect)
-
-
-def failed_episode(
-    invalid: EpisodeInvalid, index: Optional[int], task_id: Any, round_number: int, job: str
-) -> Dict[str, Any]:
-    """One entry of results.json's failed_episodes."""
-    return {
-        "pod": invalid.pod,
-        "index": index,
-        "task_id": task_id,
-        "round": round_number,
-        "job": job,
-        "cause": invalid.rule,
-    }
-
-
 def reward_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
     """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
     rewards = [float(row.reward) for row in rows]
@@ -2185,10 +2173,10 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_BLOCKED
     if observation.condition is None:
         return ROUND_TIMEOUT
-    if observation.condition == "Failed" and job_failed_reason(observation.job) == "FailedIndexes":
+    if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
         return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
-        return ROUND_DEADLINE if "DeadlineExceeded" in job_failure_reason(observation.job) else ROUND_FAILED
+        return ROUND_DEADLINE if "DeadlineExceeded" in failed_condition_text(observation.job) else ROUND_FAILED
     return ROUND_COMPLETE
 
 
@@ -2245,11 +2233,12 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            if tolerated:
-                pod_failure(pod, pod_inspect)
+            rule = pod_failure(pod)[1] if tolerated else ""
+            if rule:
+                raise EpisodeInvalid(name, rule, pod_inspect)
             events = episode_events(
                 name,
-                collected.logs.get(name) if name in collected.logs else None,
+                collected.logs.get(name),
                 collected.log_errors.get(name, "not read"),
                 termination_message(pod),
                 crosscheck,
@@ -2282,7 +2271,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
     if observation.condition != "Complete" and not set_aside:
         raise DemoError(
-            f"Job {where} failed ({job_failure_reason(observation.job)}) although every episode validated; "
+            f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
             EXIT_EPISODE,
         )
@@ -2290,7 +2279,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     figures = batch_figures(rows, len(failed))
     figures.update(
         failed_episodes=[
-            failed_episode(invalid, index, task_id_for(collected, index), collected.round_number, collected.job_name)
+            {
+                "pod": invalid.pod,
+                "index": index,
+                "task_id": task_id_for(collected, index),
+                "round": collected.round_number,
+                "job": collected.job_name,
+                "cause": invalid.rule,
+            }
             for invalid, index in failed
         ]
     )
@@ -2334,13 +2330,9 @@ def check_failed_episodes(
             f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
             first.inspect,
         )
-    if tolerated and len(collected.pods) != collected.count:
-        names = ", ".join(sorted(pod["metadata"]["name"] for pod in collected.pods)) or "none"
-        raise DemoError(
-            f"the Job has {len(collected.pods)} pods but {collected.count} episodes were requested "
-            f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
-            EXIT_EPISODE,
-        )
+    problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
+    if problem is not None:
+        raise problem
     indexes = [row.index for row in rows] + [index for _, index in failed if index is not None]
     repeated = sorted({index for index in indexes if indexes.count(index) > 1})
     if collected.indexed and repeated:
@@ -2354,7 +2346,9 @@ def check_failed_episodes(
             EXIT_EPISODE,
         )
     observation = collected.observation
-    if not (failed and observation.condition == "Failed" and job_failed_reason(observation.job) == "FailedIndexes"):
+    if not (
+        failed and observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes"
+    ):
         return False
     status = observation.job.get("status") or {}
     try:
@@ -2410,7 +2404,7 @@ def assemble_results(
         nodes=node_spread(rows),
         image_ids=sorted({row.image_id for row in rows if row.image_id}),
         round_results=rounds,
-        tool_version=f"{__version__}+{file_fingerprint()}",
+        tool_version=tool_version(),
         pods=[row.to_json() for row in rows],
     )
     return results
@@ -3637,17 +3631,6 @@ def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) ->
     return f"{image_repository(image)}@{next(iter(digests))}"
 
 
-def image_pull_state(events: List[Dict[str, Any]], pod: str) -> str:
-    """How the kubelet got the pod's image, from its Pulled event: `present` (cache hit),
-    `pulled`, or `unknown` (no such event seen)."""
-    for event in events:
-        if (event.get("involvedObject") or {}).get("name") != pod or event.get("reason") != "Pulled":
-            continue
-        message = str(event.get("message", ""))
-        return "present" if "already present" in message else "pulled"
-    return "unknown"
-
-
 def _guide_number(value: float, unit: str, decimals: int) -> str:
     return f"{value * 1000 if unit == 'ms' else value:.{decimals}f}"
 
@@ -4017,7 +4000,7 @@ class Kubectl:
         context: Optional[str],
         kubeconfig: Optional[str],
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
-        timing: Timing = TIMING,
+        timing: Optional[Timing] = None,  # None: TIMING as it is when the Kubectl is built
         calls: Optional[List[Dict[str, Any]]] = None,
         origin: Optional[float] = None,
         children: Optional[Set[subprocess.Popen[Any]]] = None,
@@ -4026,7 +4009,7 @@ class Kubectl:
         self.context = context
         self.kubeconfig = kubeconfig
         self.process_timeout = process_timeout
-        self.timing = timing
+        self.timing = TIMING if timing is None else timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
         self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
         self.children: Set[subprocess.Popen[Any]] = set() if children is None else children  # running now
@@ -4060,12 +4043,47 @@ class Kubectl:
             argv.append(f"--namespace={namespace}")
         return argv + list(args)
 
-    def _spawn_failure(self, error: OSError) -> DemoError:
+    def _record(self, argv: List[str], started: float, **extra: Any) -> Dict[str, Any]:
+        """The call's entry in kubectl-calls.json, completed as the call goes on."""
+        record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3), **extra}
+        self.calls.append(record)
+        return record
+
+    def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
+        record["error"] = str(error)
         return DemoError(
             f"cannot start kubectl ({self.executable!r}: {error.strerror or error}); install kubectl, "
             "or pass --kubectl PATH or set KUBECTL",
             EXIT_CLUSTER,
         )
+
+    @staticmethod
+    def _timed_out(record: Dict[str, Any], argv: List[str], seconds: float) -> KubectlTimeout:
+        record["error"] = "timeout"
+        return KubectlTimeout(
+            f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {seconds:g} s; "
+            "check that the API server is reachable (kubectl cluster-info)",
+            EXIT_TIMEOUT,
+        )
+
+    def _start(self, argv: List[str], record: Dict[str, Any]) -> subprocess.Popen[bytes]:
+        """A kubectl whose output is read as it arrives (as bytes), known to `stop_children`."""
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
+            )
+        except OSError as error:
+            raise self._not_started(record, error) from None
+        self.children.add(process)
+        return process
+
+    def _retry_or_raise(self, failure: KubectlFailure, delays: List[float], first_attempt: float) -> None:
+        """After a failed read: wait and return when it is transient and the retry budget allows
+        another attempt; else raise it."""
+        if not (delays and failure.transient) or time.monotonic() - first_attempt > self.timing.retry_budget_seconds:
+            raise failure
+        say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
+        time.sleep(delays.pop(0))
 
     def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         """subprocess.run, with the process known to `stop_children` while it runs."""
@@ -4105,20 +4123,13 @@ class Kubectl:
 
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
-        record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
-        self.calls.append(record)
+        record = self._record(argv, started)
         try:
             completed = self._run_process(argv, stdin, timeout)
         except OSError as error:
-            record["error"] = str(error)
-            raise self._spawn_failure(error) from None
+            raise self._not_started(record, error) from None
         except subprocess.TimeoutExpired:
-            record["error"] = "timeout"
-            raise KubectlTimeout(
-                f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {timeout:g} s; "
-                "check that the API server is reachable (kubectl cluster-info)",
-                EXIT_TIMEOUT,
-            ) from None
+            raise self._timed_out(record, argv, timeout) from None
         finally:
             record["seconds"] = round(time.monotonic() - started, 3)
         record["exit"] = completed.returncode
@@ -4144,11 +4155,7 @@ class Kubectl:
             if completed.returncode == 0:
                 return completed.stdout
             failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
-            elapsed = time.monotonic() - first_attempt
-            if not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
-                raise failure
-            say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
-            time.sleep(delays.pop(0))
+            self._retry_or_raise(failure, delays, first_attempt)
 
     def stream(
         self,
@@ -4167,17 +4174,9 @@ class Kubectl:
         limit = timeout or self.process_timeout
         while True:
             started = time.monotonic()
-            record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
-            self.calls.append(record)
-            try:
-                process = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
-                )
-            except OSError as error:
-                record["error"] = str(error)
-                raise self._spawn_failure(error) from None
+            record = self._record(argv, started)
+            process = self._start(argv, record)
             assert process.stdout is not None and process.stderr is not None
-            self.children.add(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
@@ -4205,22 +4204,15 @@ class Kubectl:
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["exit"] = returncode
             if time.monotonic() - started >= limit and returncode < 0:
-                record["error"] = "timeout"
-                raise KubectlTimeout(
-                    f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {limit:g} s; "
-                    "check that the API server is reachable (kubectl cluster-info)",
-                    EXIT_TIMEOUT,
-                )
+                raise self._timed_out(record, argv, limit)
             if returncode == 0:
                 return
             text = stderr.decode("utf-8", "replace")
             record["stderr"] = text[-CALL_STDERR_LIMIT:]
             failure = KubectlFailure(argv, returncode, text)
-            elapsed = time.monotonic() - first_attempt
-            if consumed or not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
+            if consumed:  # what was consumed cannot be taken back: never repeated
                 raise failure
-            say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
-            time.sleep(delays.pop(0))
+            self._retry_or_raise(failure, delays, first_attempt)
 
     def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> Dict[str, Any]:
         """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
@@ -4301,16 +4293,8 @@ class Kubectl:
             namespace,
             request_timeout=f"{math.ceil(seconds)}s",
         )
-        record: Dict[str, Any] = {"argv": argv[1:], "watch": True, "started": round(time.monotonic() - self.origin, 3)}
-        self.calls.append(record)
-        try:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
-            )
-        except OSError as error:
-            record["error"] = str(error)
-            raise self._spawn_failure(error) from None
-        self.children.add(process)  # WatchStream.close ends it; stop_children too, after Ctrl-C
+        record = self._record(argv, time.monotonic(), watch=True)
+        process = self._start(argv, record)  # WatchStream.close ends it; stop_children too, after Ctrl-C
         return WatchStream(tag, process, sink, record)
 
 
@@ -4559,17 +4543,24 @@ def read_receipt(output: Path) -> Receipt:
     return Receipt.from_json(data, str(path))
 
 
-def claim_output(output: Path) -> None:
-    """Create the output directory; it must be new, so no earlier result is ever overwritten."""
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.mkdir()
-    except FileExistsError:
+def refuse_existing_output(output: Path) -> None:
+    """An output directory that exists (a symlink too) is refused, before any work: no earlier
+    result is ever overwritten."""
+    if output.exists() or output.is_symlink():
         raise DemoError(
             f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
             EXIT_USAGE,
-        ) from None
+        )
+
+
+def claim_output(output: Path) -> None:
+    """Create the output directory, which must be new."""
+    refuse_existing_output(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.mkdir()
     except OSError as error:
+        refuse_existing_output(output)  # created in the meantime
         raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
 
 
@@ -5622,11 +5613,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
     the command that cleans up what is kept (`tool`: how the user started this tool)."""
     output = settings.output
-    if output.exists() or output.is_symlink():
-        raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
-            EXIT_USAGE,
-        )
+    refuse_existing_output(output)
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
@@ -5642,7 +5629,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
         kubeconfig=kubectl.kubeconfig,
         kubectl=kubectl.executable,
         created_at=time.time(),
-        tool_version=f"{__version__}+{file_fingerprint()}",
+        tool_version=tool_version(),
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
@@ -5732,11 +5719,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
     its diagnostics are saved; the guide's table at the end. `base` holds what every group's run
     shares (see reproduce_group_settings)."""
     output = base.output
-    if output.exists() or output.is_symlink():
-        raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
-            EXIT_USAGE,
-        )
+    refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
     claim_output(output)
     report: Dict[str, Any] = {
@@ -5747,7 +5730,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "rounds": args.rounds,
         "groups": [],
         "complete": False,
-        "tool_version": f"{__version__}+{file_fingerprint()}",
+        "tool_version": tool_version(),
     }
     failure: Optional[DemoError] = None
     try:
@@ -6020,9 +6003,9 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
 
 def _ci_report_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("CI reports (written on failure too; see the README's CI section)")
-    group.add_argument(
+    _shared_option(
+        group,  # type: ignore[arg-type]  # an argument group takes the same add_argument
         "--junit",
-        metavar="FILE",
         help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
     )
     group.add_argument(
@@ -6054,7 +6037,45 @@ def _guide_table_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
+def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -> None:
+    """A flag several commands take, defined once; a command may change its default or help."""
+    options: Dict[str, Dict[str, Any]] = {
+        "--output": {"required": True, "metavar": "DIR"},
+        "--count": {"type": positive_int, "default": DEFAULT_COUNT, "metavar": "N"},
+        "--rounds": {"type": positive_int, "metavar": "K"},
+        "--image": {
+            "default": DEFAULT_IMAGE,
+            "help": f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})",
+        },
+        "--runtime": {
+            "default": DEFAULT_RUNTIME,
+            "metavar": "RUNTIMECLASS",
+            "help": f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default "
+            "runtime",
+        },
+        "--timeout": {
+            "type": seconds_int(MAX_WAIT_SECONDS),
+            "default": DEFAULT_JOB_DEADLINE_SECONDS,
+            "metavar": "SECONDS",
+            "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
+            f"the client waits {CLIENT_GRACE_SECONDS} s longer",
+        },
+        "--allow-large": {
+            "action": "store_true",
+            "help": f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}",
+        },
+        "--quiet": {"action": "store_true", "help": "no progress line on stderr"},
+        "--kubelet-metrics": {
+            "action": "store_true",
+            "help": "also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
+            "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
+        },
+        "--junit": {"metavar": "FILE"},
+    }
+    parser.add_argument(flag, **{**options[flag], **changes})
+
+
+def _reproduce_parser(commands: Any) -> None:
     reproduce = commands.add_parser(
         "reproduce",
         help="the guide's whole experiment, then its table",
@@ -6064,40 +6085,23 @@ def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
         "DIR/warm (--warmup --rounds K), all with the image digest the first group resolves, each in its own "
         "namespace, cleaned up once its diagnostics are saved; write DIR/report.md and DIR/report.json.",
     )
-    reproduce.add_argument("--output", required=True, metavar="DIR", help="new directory for the three groups")
-    reproduce.add_argument(
-        "--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="tasks per group and round (default 10)"
-    )
-    reproduce.add_argument(
-        "--rounds", type=positive_int, default=3, metavar="K", help="rounds of the warm group (default 3)"
-    )
-    reproduce.add_argument("--image", default=DEFAULT_IMAGE, help=f"episode image (default {DEFAULT_IMAGE})")
-    reproduce.add_argument(
-        "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass, or 'none' (default cube)"
-    )
-    reproduce.add_argument(
-        "--timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
-        default=DEFAULT_JOB_DEADLINE_SECONDS,
-        metavar="SECONDS",
-        help="each Job's activeDeadlineSeconds",
-    )
+    _shared_option(reproduce, "--output", help="new directory for the three groups")
+    _shared_option(reproduce, "--count", help="tasks per group and round (default 10)")
+    _shared_option(reproduce, "--rounds", default=3, help="rounds of the warm group (default 3)")
+    for flag in ("--image", "--runtime", "--timeout"):
+        _shared_option(reproduce, flag)
     reproduce.add_argument(
         "--cleanup",
         choices=("on-success", "always"),
         default="on-success",
         help="on-success (default): keep a failed group's namespace for inspection; always: delete it too",
     )
-    reproduce.add_argument(
-        "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} tasks instead of {MAX_COUNT}"
-    )
-    reproduce.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    if "--kubelet-metrics" in run._option_string_actions:
-        reproduce.add_argument("--kubelet-metrics", action="store_true", help="passed to every group's run")
+    for flag in ("--allow-large", "--quiet", "--kubelet-metrics"):
+        _shared_option(reproduce, flag)
     _guide_table_options(reproduce)
-    reproduce.add_argument(
+    _shared_option(
+        reproduce,
         "--junit",
-        metavar="FILE",
         help="write a JUnit XML report of every group: one suite per round, one test case per episode "
         "(written on failure too)",
     )
@@ -6128,16 +6132,11 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
         "episodes; wait for it, save every diagnostic, validate every episode and write results.json.",
     )
-    run.add_argument(
-        "--output",
-        required=True,
-        metavar="DIR",
-        help="new directory for receipt, diagnostics and results (must not exist)",
-    )
-    run.add_argument(
+    _shared_option(run, "--output", help="new directory for receipt, diagnostics and results (must not exist)")
+    _shared_option(
+        run,
         "--count",
-        type=positive_int,
-        metavar="N",
+        default=None,
         help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
         "with --tasks, the number of tasks)",
     )
@@ -6147,32 +6146,14 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         metavar="P",
         help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
     )
-    run.add_argument(
+    _shared_option(
+        run,
         "--rounds",
-        type=positive_int,
         default=1,
-        metavar="K",
         help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
     )
-    run.add_argument(
-        "--image",
-        default=DEFAULT_IMAGE,
-        help=f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})",
-    )
-    run.add_argument(
-        "--runtime",
-        default=DEFAULT_RUNTIME,
-        metavar="RUNTIMECLASS",
-        help=f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default runtime",
-    )
-    run.add_argument(
-        "--timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
-        default=DEFAULT_JOB_DEADLINE_SECONDS,
-        metavar="SECONDS",
-        help=f"the Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
-        f"the client waits {CLIENT_GRACE_SECONDS} s longer",
-    )
+    for flag in ("--image", "--runtime", "--timeout"):
+        _shared_option(run, flag)
     run.add_argument(
         "--cleanup",
         choices=("never", "on-success", "always"),
@@ -6187,9 +6168,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
         f"metrics: {', '.join(THRESHOLD_METRICS)}",
     )
-    run.add_argument(
-        "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}"
-    )
+    _shared_option(run, "--allow-large")
     run.add_argument(
         "--worker",
         metavar="FILE.py",
@@ -6213,14 +6192,9 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         "JobBackoffLimitPerIndex feature gate, on by default there)",
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
-    run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    _shared_option(run, "--quiet")
     run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
-    run.add_argument(
-        "--kubelet-metrics",
-        action="store_true",
-        help="also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
-        "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
-    )
+    _shared_option(run, "--kubelet-metrics")
     run.add_argument(
         "--warmup",
         action="store_true",
@@ -6247,14 +6221,11 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
         "delete the Jobs (foreground) and the namespace. Keeps DIR.",
     )
-    cleanup.add_argument(
-        "--output", required=True, metavar="DIR", help="the run's output directory (holds receipt.json)"
-    )
-    cleanup.add_argument(
+    _shared_option(cleanup, "--output", help="the run's output directory (holds receipt.json)")
+    _shared_option(
+        cleanup,
         "--timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
         default=CLEANUP_WAIT_SECONDS,
-        metavar="SECONDS",
         help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
     )
     _cluster_options(cleanup)
@@ -6265,16 +6236,12 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=formatter,
     )
-    check.add_argument(
-        "--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="episodes to plan capacity for"
-    )
-    check.add_argument(
-        "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'"
-    )
-    check.add_argument("--image", default=DEFAULT_IMAGE, help="image the run would use (reported only)")
-    check.add_argument(
+    _shared_option(check, "--count", help="episodes to plan capacity for")
+    _shared_option(check, "--runtime", help="RuntimeClass to check, or 'none'")
+    _shared_option(check, "--image", help="image the run would use (reported only)")
+    _shared_option(
+        check,
         "--kubelet-metrics",
-        action="store_true",
         help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
     )
     _cluster_options(check)
@@ -6309,7 +6276,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     show_worker.add_argument(
         "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
     )
-    _reproduce_parser(commands, run)
+    _reproduce_parser(commands)
     return parser
 
 
