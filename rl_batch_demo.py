@@ -258,28 +258,11 @@ _TRANSIENT_MARKERS = (
 _NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
 
 
-class _LazyPattern:
-    """A regular expression compiled on first use, so `--help` does not pay for compiling them all."""
+# Regular expressions are kept as their source: `re` compiles each on first use and caches it, so that
+# `--help` compiles none.
+_RFC3339 = r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
 
-    def __init__(self, source: Any, flags: int = 0) -> None:
-        self.source, self.flags = source, flags
-
-    def __getattr__(self, name: str) -> Any:
-        compiled = re.compile(self.source, self.flags)
-        for method in ("match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"):
-            setattr(self, method, getattr(compiled, method))  # later calls skip __getattr__
-        return getattr(compiled, name)
-
-
-def lazy_pattern(source: Any, flags: int = 0) -> Any:
-    return _LazyPattern(source, flags)
-
-
-_RFC3339: re.Pattern[str] = lazy_pattern(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
-)
-
-_QUANTITY: re.Pattern[str] = lazy_pattern(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
+_QUANTITY = r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$"
 
 _QUANTITY_SUFFIXES = {
     "": 1.0,
@@ -302,7 +285,7 @@ JUNIT_SUITE_NAME = "rl-batch-demo"
 JUNIT_MESSAGE_LIMIT = 1000  # characters of a message attribute; the element's text holds all of it
 
 # XML 1.0 allows tab, newline, carriage return and these ranges; anything else is shown escaped.
-_XML_FORBIDDEN: re.Pattern[str] = lazy_pattern("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_FORBIDDEN = "[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 
 METRICS_PREFIX = "rl_batch_demo_"
 
@@ -655,7 +638,7 @@ OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRo
 
 def parse_timestamp(text: str) -> float:
     """Kubernetes RFC 3339 time (usually whole seconds, 'Z') to epoch seconds."""
-    match = _RFC3339.match(text.strip())
+    match = re.match(_RFC3339, text.strip())
     if not match:
         raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
@@ -730,7 +713,7 @@ def short_repr(value: Any, limit: int = 60) -> str:
 
 def parse_quantity(text: str) -> float:
     """A Kubernetes resource quantity ('250m', '768Mi', '64') as a plain number."""
-    match = _QUANTITY.match(str(text).strip())
+    match = re.match(_QUANTITY, str(text).strip())
     if not match or match.group(2) not in _QUANTITY_SUFFIXES:
         raise ValueError(f"not a Kubernetes quantity: {text!r}")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
@@ -1083,8 +1066,8 @@ def failed_condition_reason(job: Dict[str, Any]) -> Optional[str]:
     return condition["reason"] if isinstance(condition.get("reason"), str) else ""
 
 
-_INDEX: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})$")
-_INDEX_RANGE: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$")
+_INDEX = r"^(0|[1-9][0-9]{0,8})$"
+_INDEX_RANGE = r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$"
 
 
 def parse_index_set(text: Any) -> List[int]:
@@ -1095,7 +1078,7 @@ def parse_index_set(text: Any) -> List[int]:
         raise ValueError(f"an index list is a string, not {short_repr(text)}")
     indexes: List[int] = []
     for part in text.split(","):
-        single, span = _INDEX.match(part), _INDEX_RANGE.match(part)
+        single, span = re.match(_INDEX, part), re.match(_INDEX_RANGE, part)
         if single:
             indexes.append(int(part))
         elif span and int(span.group(1)) <= int(span.group(2)) <= int(span.group(1)) + MAX_COUNT_LARGE:
@@ -1108,7 +1091,7 @@ def parse_index_set(text: Any) -> List[int]:
 def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
-    if not isinstance(text, str) or not _INDEX.match(text) or not int(text) < count:
+    if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
             f"its {INDEX_ANNOTATION} annotation is {short_repr(text)}, not an index in 0..{count - 1}",
@@ -1388,7 +1371,7 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
 # Pure core: sandbox clocks, image pulls, kubelet histograms ###################
 
 
-_GO_DURATION_PART: re.Pattern[str] = lazy_pattern(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_DURATION_PART = r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
 _GO_DURATION_UNITS = {
     "ns": 1e-9,
     "us": 1e-6,
@@ -1411,7 +1394,7 @@ def parse_go_duration(text: str) -> float:
         raise ValueError(f"not a Go duration: {text!r}")
     total, position = 0.0, 0
     while position < len(body):
-        match = _GO_DURATION_PART.match(body, position)
+        match = re.compile(_GO_DURATION_PART).match(body, position)
         if not match or match.group(1) in ("", "."):
             raise ValueError(f"not a Go duration: {text!r}")
         total += float(match.group(1)) * _GO_DURATION_UNITS[match.group(2)]
@@ -1422,8 +1405,8 @@ def parse_go_duration(text: str) -> float:
 
 
 _GO_QUOTED = r'"(?:[^"\\]|\\.)*"'
-_PULLED_CACHED: re.Pattern[str] = lazy_pattern(r"^Container image " + _GO_QUOTED + r" already present on machine")
-_PULLED_IMAGE: re.Pattern[str] = lazy_pattern(
+_PULLED_CACHED = r"^Container image " + _GO_QUOTED + r" already present on machine"
+_PULLED_IMAGE = (
     r"^Successfully pulled image " + _GO_QUOTED + r" in (\S+)(?: \((\S+) including waiting\))?"
     r"(?:\. Image size: [0-9]+ bytes\.)?$"
 )
@@ -1486,9 +1469,9 @@ def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str
         if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
             continue  # another container's image
         message = str(event.get("message") or "")
-        if _PULLED_CACHED.match(message):
+        if re.match(_PULLED_CACHED, message):
             return {"state": "cached", "seconds": None}
-        match = _PULLED_IMAGE.match(message)
+        match = re.match(_PULLED_IMAGE, message)
         if match:
             try:
                 seconds = parse_go_duration(match.group(1))
@@ -1596,13 +1579,13 @@ def sandbox_clocks(
 # interpolated within a bucket (as Prometheus' histogram_quantile does). The text is untrusted:
 # only the wanted families are kept, long lines are ignored, and the samples kept are bounded.
 
-_METRIC_LINE: re.Pattern[str] = lazy_pattern(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$")
-_METRIC_LABEL: re.Pattern[str] = lazy_pattern(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-_LABEL_UNESCAPE: re.Pattern[str] = lazy_pattern(r"\\(.)")
+_METRIC_LINE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$"
+_METRIC_LABEL = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
+_LABEL_UNESCAPE = r"\\(.)"
 
 
 def _unescape_label(text: str) -> str:
-    return _LABEL_UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+    return re.sub(_LABEL_UNESCAPE, lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
 
 
 def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
@@ -1611,14 +1594,14 @@ def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
     stripped = line.strip()
     if not stripped or stripped.startswith("#"):
         return None
-    match = _METRIC_LINE.match(stripped)
+    match = re.match(_METRIC_LINE, stripped)
     if not match:
         return None
     labels: Dict[str, str] = {}
     label_text = (match.group(2) or "").strip()
     position = 0
     while position < len(label_text):
-        label = _METRIC_LABEL.match(label_text, position)
+        label = re.compile(_METRIC_LABEL).match(label_text, position)
         if not label or label.end() == position:
             return None
         labels[label.group(1)] = _unescape_label(label.group(2))
@@ -1894,7 +1877,7 @@ def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[
     return expected
 
 
-_NODE_NAME: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 # Pure core: validation and figures ############################################
@@ -2662,18 +2645,18 @@ def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobRecei
     return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
 
 
-_RUN_NAMESPACE: re.Pattern[str] = lazy_pattern(r"^agc-rl-[0-9a-f]{12}$")
-_DNS_LABEL: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
 def receipt_names_problem(receipt: Receipt) -> str:
     """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
-    if not _RUN_NAMESPACE.match(receipt.namespace):
+    if not re.match(_RUN_NAMESPACE, receipt.namespace):
         return (
             f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
         )
     for job in receipt.jobs:
-        if not _DNS_LABEL.match(job.name):
+        if not re.match(_DNS_LABEL, job.name):
             return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
     return ""
 
@@ -2737,21 +2720,20 @@ def plan_cleanup(
 # Pure core: reports ###########################################################
 
 
-_UNPRINTABLE: re.Pattern[str] = lazy_pattern(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
+_UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    """A character shown as its Python escape (\\x1b, \\u202e): visible, and inert."""
+    return match.group().encode("unicode_escape").decode("ascii")
 
 
 def printable(text: str, keep_newlines: bool = False) -> str:
     """Text for a terminal or a CI log with every control character (and bidirectional override)
     escaped, so nothing a pod printed can move the cursor, recolour the screen or forge a line."""
-
-    def escape(match: re.Match[str]) -> str:
-        return match.group().encode("unicode_escape").decode("ascii")
-
     if not keep_newlines:
         text = text.replace("\n", "\\n")
-    return _UNPRINTABLE.sub(escape, text.replace("\t", " "))
+    return re.sub(_UNPRINTABLE, _escaped, text.replace("\t", " "))
 
 
 def markdown_literal(text: str) -> str:
@@ -2987,12 +2969,7 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
 
 def xml_safe(text: Any) -> str:
     """Text that XML 1.0 can carry: forbidden control characters become visible escapes."""
-
-    def escape(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-    return _XML_FORBIDDEN.sub(escape, str(text))
+    return re.sub(_XML_FORBIDDEN, _escaped, str(text))
 
 
 def _finite_seconds(value: Any) -> float:
@@ -3429,8 +3406,8 @@ PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
+_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+_DIGEST = r"@(sha256:[0-9a-f]{64})$"
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
@@ -3562,7 +3539,7 @@ _WORDS = {
 def warmup_label_value(node: str) -> str:
     """The node's name as a label value; a name longer than a label allows becomes its hash
     (the Job's annotation keeps the whole name)."""
-    if len(node) <= 63 and _LABEL_VALUE.match(node):
+    if len(node) <= 63 and re.match(_LABEL_VALUE, node):
         return node
     import hashlib  # noqa: PLC0415 - keeps --help fast
 
@@ -3602,7 +3579,7 @@ def image_repository(image: str) -> str:
 
 def image_digest(image_id: Optional[str]) -> Optional[str]:
     """The `sha256:...` repository digest of an imageID (`repo@sha256:...`), if it has one."""
-    match = _DIGEST.search(image_id or "")
+    match = re.search(_DIGEST, image_id or "")
     return match.group(1) if match else None
 
 
@@ -4345,8 +4322,8 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-_PREFIX: re.Pattern[bytes] = lazy_pattern(rb"^\[pod/([^/\]]+)/[^\]]+\] ?")
-_EMBEDDED_PREFIX: re.Pattern[bytes] = lazy_pattern(rb"\[pod/([^/\]]+)/[^\]]+\] ")
+_PREFIX = rb"^\[pod/([^/\]]+)/[^\]]+\] ?"
+_EMBEDDED_PREFIX = rb"\[pod/([^/\]]+)/[^\]]+\] "
 
 
 class _PodLogFile:
@@ -4425,7 +4402,7 @@ class EpisodeLogReader:
         pods' logs are in doubt here, and are read again one by one."""
         if self.single_pod is not None or b"[pod/" not in body:
             return
-        for match in _EMBEDDED_PREFIX.finditer(body):
+        for match in re.finditer(_EMBEDDED_PREFIX, body):
             glued = match.group(1).decode("utf-8", "replace")
             if glued in self.allowed:
                 self.doubtful.add(glued)
@@ -4435,7 +4412,7 @@ class EpisodeLogReader:
     def _split(self, line: bytes) -> Tuple[Optional[str], bytes]:
         if self.single_pod is not None:
             return self.single_pod, line
-        match = _PREFIX.match(line)
+        match = re.match(_PREFIX, line)
         if not match:
             return None, line  # not a pod's line (kubectl's own warning): dropped
         return match.group(1).decode("utf-8", "replace"), line[match.end() :]
@@ -4974,7 +4951,7 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
     readings: Dict[str, KubeletReading] = {}
     pending: queue.Queue[str] = queue.Queue()
     for node in nodes:
-        if _NODE_NAME.match(node):
+        if re.match(_NODE_NAME, node):
             pending.put(node)
         else:
             readings[node] = KubeletReading({}, "not a valid node name")
@@ -6018,7 +5995,7 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
 
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
-    if text and (not _DIGEST.search(text) or text.startswith("@")):
+    if text and (not re.search(_DIGEST, text) or text.startswith("@")):
         raise argparse.ArgumentTypeError(f"{text!r} is not an image by digest (REPO@sha256:64 hex digits)")
     return text
 
