@@ -77,7 +77,6 @@ EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded
 REWARD_LIMIT = 1e15  # a custom worker's |reward| above this is refused: sums of 1,000 stay finite
 EVENTS_PER_EPISODE_LIMIT = 32  # more events than this from one pod invalidate the episode
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-TERMINATION_MESSAGE_LIMIT = 4096
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
@@ -3965,10 +3964,10 @@ def _drain(stream: Any, into: bytearray) -> None:
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
 
-    Built complete: the context is resolved before (see `resolve_context`), and nothing is
-    changed afterwards; a call that needs a shorter timeout says so itself. Reads that are safe
-    to repeat are retried on transient failures with a short, bounded backoff; nothing else is
-    ever repeated here."""
+    Built complete: the context is resolved before (`cluster_identity`, then `with_context`), and
+    nothing is changed afterwards; a call that needs a shorter timeout says so itself. Reads that
+    are safe to repeat are retried on transient failures with a short, bounded backoff; nothing
+    else is ever repeated here."""
 
     def __init__(
         self,
@@ -5845,7 +5844,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
-    kubelet_metrics = bool(getattr(args, "kubelet_metrics", False))
+    kubelet_metrics = args.kubelet_metrics
 
     def attempt(read: Callable[[], Any]) -> Read:
         try:

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
 from tests.fakecluster import write_executable
+from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
 # A worker of the kind the issue asks for: it reads its own task by JOB_COMPLETION_INDEX and
 # returns a reward that depends on the task (here: the task's `x` squared, over 10).
@@ -288,7 +289,7 @@ class TemplateWorkerTest(unittest.TestCase):
             self.assertEqual(ran.code, 0)
             self.assertEqual([e["event"] for e in ran.events], ["ready", "reward"])
             self.assertEqual(demo.parse_events(ran.termination), ran.events)
-            self.assertLessEqual(len(ran.termination.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+            self.assertLessEqual(len(ran.termination.encode()), MAX_TERMINATION_MESSAGE)
         pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
         logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
         rows, figures = demo.analyse_round(

@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
+from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):
@@ -639,7 +640,7 @@ class WorkerTest(unittest.TestCase):
                 "def shipping(total):\n    return 0 if total >= 99 else 10\n",
             )
             message = termination.read_text()
-            self.assertLessEqual(len(message.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+            self.assertLessEqual(len(message.encode()), MAX_TERMINATION_MESSAGE)
             self.assertEqual(demo.comparable_events(demo.parse_events(message)), demo.comparable_events(events))
 
 
