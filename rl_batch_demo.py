@@ -58,6 +58,10 @@ __version__ = "0.2.0"
 
 # Constants ####################################################################
 
+# Limits, names, exit codes and tables that every section below reads. Uses nothing of this
+# file, only Python: a constant is a fact or a choice, written once.
+
+
 DEFAULT_COUNT = 10
 MAX_COUNT = 20  # keeps first runs small, as the guide does; not a product limit
 MAX_COUNT_LARGE = 1000
@@ -298,6 +302,9 @@ INSTALLED_COMMAND = "rl-batch-demo"
 
 # Errors #######################################################################
 
+# The one user-facing error type, DemoError with its exit code (main() catches it), and its kinds.
+# Uses the constants.
+
 
 class DemoError(Exception):
     """An expected failure: one sentence for the user and the exit code that classifies it."""
@@ -352,6 +359,9 @@ class KubectlTimeout(DemoError):
 
 
 # Typed records ################################################################
+
+# The records the layers hand each other: timings, a run's settings, the receipt, what a round
+# observed and collected, an episode's row. Uses the constants and the errors.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -634,6 +644,9 @@ OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRo
 
 # Pure core: time, numbers, JSON ###############################################
 
+# Timestamps, percentiles, quantities and JSON read strictly; no I/O from here to the timeline
+# picture. Uses the constants.
+
 
 def parse_timestamp(text: str) -> float:
     """Kubernetes RFC 3339 time (usually whole seconds, 'Z') to epoch seconds."""
@@ -759,6 +772,9 @@ def tool_version() -> str:
 
 
 # Pure core: manifests #########################################################
+
+# The objects a run creates (namespace, ConfigMap, Job) and the inputs they carry (worker, tasks),
+# checked. Uses the sections above.
 
 
 def new_run_id() -> str:
@@ -1013,6 +1029,9 @@ def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
 
 # Pure core: what the cluster reports ##########################################
 
+# Conditions, pod failures, indexes and sightings, read out of the API server's objects. Uses
+# the sections above.
+
 
 def creation_time(obj: Dict[str, Any], what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
@@ -1256,6 +1275,9 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 
 # Pure core: logs and events ###################################################
 
+# A pod's output (untrusted) scanned for the worker's events, line by line, bounded. Uses the
+# constants, errors, records and numbers above.
+
 
 def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
     """One line of a pod's output: its event, None for noise, or EventParseError.
@@ -1368,6 +1390,9 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
 
 
 # Pure core: sandbox clocks, image pulls, kubelet histograms ###################
+
+# The sandbox's own start-up stamps, the kubelet's Pulled events and its runtime histograms.
+# Uses the constants, errors, records and numbers above.
 
 
 _GO_DURATION_PART = r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
@@ -1880,6 +1905,9 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 # Pure core: validation and figures ############################################
+
+# Every rule an episode must pass, a round's outcome, its rows and figures, results.json. Uses
+# the sections above.
 
 
 def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
@@ -2404,6 +2432,9 @@ def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> L
 
 # Pure core: permissions and capacity ##########################################
 
+# What `check` and the preflight decide from access reviews, nodes and the RuntimeClass. Uses
+# the records and the numbers above.
+
 
 def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
     verb, resource, group, subresource, _ = permission
@@ -2626,6 +2657,9 @@ def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Find
 
 # Pure core: ownership proof ##################################################
 
+# What cleanup may delete, decided from the receipt and live reads alone. Uses the records and
+# the numbers above.
+
 
 @dataclasses.dataclass(frozen=True)
 class CleanupPlan:
@@ -2717,6 +2751,9 @@ def plan_cleanup(
 
 
 # Pure core: reports ###########################################################
+
+# The summary, CI reports (JUnit, Prometheus) and comparisons, as text, every pod string escaped.
+# Uses the sections above.
 
 
 _UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
@@ -3267,6 +3304,8 @@ def render_metrics(
 
 # Pure core: timeline picture ##################################################
 
+# timeline.svg from results.json. Uses the reports' escaping and the constants.
+
 
 def _xml(text: str) -> str:
     """Text for the SVG: characters XML 1.0 forbids made visible escapes (`xml_safe`), markup escaped."""
@@ -3398,6 +3437,10 @@ def _axis_step(span: float) -> float:
 
 
 # Pure core: warm-up, pinned image and the guide's table ######################
+
+# Warm-up manifests, the pinned digest, and the guide's section 六 table from results. Uses the
+# sections above.
+
 
 WARMUP_DIR = "warmup"
 WARMUP_JOB_PREFIX = "warmup"
@@ -3785,6 +3828,9 @@ def render_guide_table(table: Dict[str, Any], style: str) -> str:
 
 # Status on stderr #############################################################
 
+# Warnings and the progress line: stderr only, stdout carries the summary. Uses the records and
+# the reports' escaping.
+
 
 def say_stderr(message: str) -> None:
     """Status and warnings go to stderr; stdout carries only the summary."""
@@ -3842,7 +3888,8 @@ class Progress:
 
 # The kubectl seam #############################################################
 
-# Every subprocess this tool starts goes through `Kubectl`.
+# Every subprocess this tool starts goes through `Kubectl`: calls recorded, reads retried,
+# watches streamed. Uses the pure core's parsing and the status lines.
 
 
 class WatchStream:
@@ -4302,6 +4349,9 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 
 # Persistence: receipt and output files ########################################
 
+# Files written atomically, read back and checked: receipt, logs, results, input files. Uses the
+# pure core and the status lines.
+
 
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and a rename, so no reader ever sees half a file."""
@@ -4610,6 +4660,9 @@ def _uid_from_job_json(output: Path) -> Optional[str]:
 
 
 # Flow: one Job ################################################################
+
+# Create without repeating, watch a Job to its end, read its pods' logs, save diagnostics. Uses
+# everything above.
 
 
 class OwnedCreator:
@@ -4980,6 +5033,9 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
 
 # Flow: warm-up and the pinned image ###########################################
 
+# One-episode Jobs before the measured rounds, run by the caller's runner, and the digest they
+# ran. Uses everything above.
+
 
 def warm_up(
     kubectl: Kubectl,
@@ -5095,6 +5151,9 @@ def prepare_measured_image(
 
 
 # Flow: one run ################################################################
+
+# BatchRun: preflight, namespace, warm-up, then each measured round, to results. Uses everything
+# above.
 
 
 class BatchRun:
@@ -5338,6 +5397,9 @@ class BatchRun:
 
 # Flow: cleanup ################################################################
 
+# Delete exactly what a run created, after the ownership proof. Uses everything above but the
+# run's flow.
+
 
 def _wait_until_absent(
     kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
@@ -5425,6 +5487,8 @@ def cleanup_run(
 
 
 # Flow: the guide's experiment (reproduce) #####################################
+
+# Each group's settings and the experiment's reports. Uses everything above but the run's flow.
 
 
 def reproduce_group_dirs(output: Path) -> List[Path]:
@@ -5566,6 +5630,9 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 
 
 # Commands #####################################################################
+
+# One function per command, given typed settings and a kubectl; each returns an exit code or
+# raises DemoError. Uses everything above.
 
 
 def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
@@ -5906,6 +5973,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 # Command line #################################################################
+
+# Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
+# included: it hands the worker's text to the commands.
 
 
 def positive_int(text: str) -> int:
@@ -6413,10 +6483,10 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
 
 # The episode worker (payload) #################################################
 
-# This program runs inside every sandbox (mounted from the ConfigMap as /demo/episode.py).
-# It is kept here as text so that copying this one file is enough. It must run on any
-# Python 3.9+ image as UID 1000 with nothing but the standard library. Only the functions
-# above read it, so it can live at the end, away from the logic.
+# The programs that run inside the sandboxes, kept as text; uses nothing above, and only the command
+# line reads it. WORKER_SOURCE runs in every sandbox (mounted from the ConfigMap as /demo/episode.py),
+# so that copying this one file is enough; it must run on any Python 3.9+ image as UID 1000 with
+# nothing but the standard library. WORKER_TEMPLATE is what `show-worker --template` prints.
 
 
 WORKER_SOURCE = r'''"""One RL episode: prepare a workspace, confirm the bug, apply a fix, test, emit the reward.
