@@ -57,7 +57,6 @@ __version__ = "0.2.0"
 
 
 # Constants ####################################################################
-
 # Limits, names, exit codes and tables that every section below reads. Uses nothing of this
 # file, only Python: a constant is a fact or a choice, written once.
 
@@ -136,22 +135,7 @@ THRESHOLD_METRICS = (
     "pod_to_ready_max_seconds",
 )
 
-# Per-episode phases, in the order an episode lives through them.
-PHASES = (
-    "pod_to_scheduled_seconds",
-    "pod_to_kernel_boot_seconds",
-    "kernel_boot_to_process_start_seconds",
-    "pod_to_container_started_seconds",
-    "pod_to_process_start_seconds",
-    "interpreter_start_seconds",
-    "python_import_seconds",
-    "import_to_ready_seconds",
-    "pod_to_ready_seconds",
-    "pod_observed_to_ready_seconds",
-    "ready_to_reward_seconds",
-    "reward_to_finished_seconds",
-)
-
+# Per-episode phases, in the order an episode lives through them, each with its label.
 PHASE_LABELS = {
     "pod_to_scheduled_seconds": "pod created -> scheduled",
     "pod_to_kernel_boot_seconds": "pod created -> sandbox kernel booted",
@@ -166,6 +150,7 @@ PHASE_LABELS = {
     "ready_to_reward_seconds": "ready -> reward (the task)",
     "reward_to_finished_seconds": "reward -> container finished",
 }
+PHASES = tuple(PHASE_LABELS)
 
 COMPARE_FIGURES = (
     ("episodes", "episodes", False),
@@ -301,7 +286,6 @@ INSTALLED_COMMAND = "rl-batch-demo"
 
 
 # Errors #######################################################################
-
 # The one user-facing error type, DemoError with its exit code (main() catches it), and its kinds.
 # Uses the constants.
 
@@ -359,7 +343,6 @@ class KubectlTimeout(DemoError):
 
 
 # Typed records ################################################################
-
 # The records the layers hand each other: timings, a run's settings, the receipt, what a round
 # observed and collected, an episode's row. Uses the constants and the errors.
 
@@ -643,7 +626,6 @@ OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRo
 
 
 # Pure core: time, numbers, JSON ###############################################
-
 # Timestamps, percentiles, quantities and JSON read strictly; no I/O from here to the timeline
 # picture. Uses the constants.
 
@@ -772,7 +754,6 @@ def tool_version() -> str:
 
 
 # Pure core: manifests #########################################################
-
 # The objects a run creates (namespace, ConfigMap, Job) and the inputs they carry (worker, tasks),
 # checked. Uses the sections above.
 
@@ -823,14 +804,18 @@ def tasks_text(tasks: Sequence[Dict[str, Any]]) -> str:
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
 
 
+def utf8_text(data: bytes, what: str) -> str:
+    """An input file's bytes as UTF-8 text; else bad input, naming the first line that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DemoError(f"{what} line {line} is not UTF-8", EXIT_USAGE) from None
+
+
 def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
     """A --tasks file: one JSON object per line, nothing else; the error names the line."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        bad_line = data[: error.start].count(b"\n") + 1
-        raise DemoError(f"--tasks {where} line {bad_line} is not UTF-8", EXIT_USAGE) from None
-    lines = text.split("\n")
+    lines = utf8_text(data, f"--tasks {where}").split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline
     if not lines:
@@ -864,11 +849,7 @@ def task_id_of(task: Optional[Dict[str, Any]], index: int) -> Any:
 
 def check_worker_source(data: bytes, where: str) -> str:
     """A --worker file's text, once it decodes as UTF-8 and compiles as Python."""
-    try:
-        source = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DemoError(f"--worker {where} line {line} is not UTF-8", EXIT_USAGE) from None
+    source = utf8_text(data, f"--worker {where}")
     try:
         compile(source, where, "exec", dont_inherit=True)
     except SyntaxError as error:
@@ -986,6 +967,21 @@ def job_manifest(
     return manifest
 
 
+def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
+    """A Job of one episode (a warm-up or the probe) running the image as given, before any digest is
+    resolved."""
+    return job_manifest(
+        name=name,
+        namespace=namespace,
+        run_id=run_id,
+        count=1,
+        parallelism=1,
+        image=settings.given_image,
+        runtime=settings.runtime,
+        deadline_seconds=settings.deadline_seconds,
+    )
+
+
 def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> Dict[str, Any]:
     """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
     return job_manifest(
@@ -1028,7 +1024,6 @@ def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
 
 
 # Pure core: what the cluster reports ##########################################
-
 # Conditions, pod failures, indexes and sightings, read out of the API server's objects. Uses
 # the sections above.
 
@@ -1274,7 +1269,6 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 
 
 # Pure core: logs and events ###################################################
-
 # A pod's output (untrusted) scanned for the worker's events, line by line, bounded. Uses the
 # constants, errors, records and numbers above.
 
@@ -1390,7 +1384,6 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
 
 
 # Pure core: sandbox clocks, image pulls, kubelet histograms ###################
-
 # The sandbox's own start-up stamps, the kubelet's Pulled events and its runtime histograms.
 # Uses the constants, errors, records and numbers above.
 
@@ -1854,8 +1847,7 @@ def runtime_operations(
         for operation, *_ in KUBELET_OPERATIONS:
             delta = node_deltas.get(operation)
             if delta is None:
-                entry[operation] = {"count": 0, "mean_seconds": None, "p50_seconds": None, "p95_seconds": None}
-                entry[operation].update(p50_bucket=None, p95_bucket=None)
+                entry[operation] = operation_figures(Histogram((), 0.0, 0.0))  # none happened: count 0
             else:
                 entry[operation] = operation_figures(delta)
                 deltas[operation].append(delta)
@@ -1905,7 +1897,6 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 # Pure core: validation and figures ############################################
-
 # Every rule an episode must pass, a round's outcome, its rows and figures, results.json. Uses
 # the sections above.
 
@@ -2431,7 +2422,6 @@ def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> L
 
 
 # Pure core: permissions and capacity ##########################################
-
 # What `check` and the preflight decide from access reviews, nodes and the RuntimeClass. Uses
 # the records and the numbers above.
 
@@ -2656,7 +2646,6 @@ def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Find
 
 
 # Pure core: ownership proof ##################################################
-
 # What cleanup may delete, decided from the receipt and live reads alone. Uses the records and
 # the numbers above.
 
@@ -2751,7 +2740,6 @@ def plan_cleanup(
 
 
 # Pure core: reports ###########################################################
-
 # The summary, CI reports (JUnit, Prometheus) and comparisons, as text, every pod string escaped.
 # Uses the sections above.
 
@@ -2983,17 +2971,35 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
-    header = ["figure", *names]
     table = [
         [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
         for row in rows
     ]
+    return render_table([["figure", *names], *table], style)
+
+
+def _display_width(text: str) -> int:
+    """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
+
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def render_table(lines: List[List[Any]], style: str) -> str:
+    """A header line and rows as aligned text or Markdown; every cell made printable (a column
+    name may be a directory name), Markdown cells with their pipes escaped."""
+    cells = [[printable(str(cell)) for cell in line] for line in lines]
     if style == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in table]
-        return "\n".join(lines) + "\n"
-    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *table]) + "\n"
+        escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in cells]
+        out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
+        out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
+    else:
+        widths = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
+        out = [
+            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
+            for line in cells
+        ]
+    return "\n".join(out) + "\n"
 
 
 # CI reports: JUnit XML and the Prometheus text format ------------------------
@@ -3303,7 +3309,6 @@ def render_metrics(
 
 
 # Pure core: timeline picture ##################################################
-
 # timeline.svg from results.json. Uses the reports' escaping and the constants.
 
 
@@ -3437,7 +3442,6 @@ def _axis_step(span: float) -> float:
 
 
 # Pure core: warm-up, pinned image and the guide's table ######################
-
 # Warm-up manifests, the pinned digest, and the guide's section 六 table from results. Uses the
 # sections above.
 
@@ -3563,6 +3567,9 @@ _WORDS = {
         "buckets": "{} (kubelet buckets {})",
         "run": "run {}",
         "combined": "CreateContainer + StartContainer together",
+        "completed": "{} / {}, {}",
+        "all": "all rewards {}",
+        "sum": "reward sum {}",
     },
     "zh": {
         "ms": "毫秒",
@@ -3574,6 +3581,9 @@ _WORDS = {
         "buckets": "{}(kubelet 分桶 {})",
         "run": "运行 {}",
         "combined": "CreateContainer 与 StartContainer 合计",
+        "completed": "{} / {},{}",
+        "all": "奖励均为 {}",
+        "sum": "奖励合计 {}",
     },
 }
 
@@ -3591,18 +3601,9 @@ def warmup_label_value(node: str) -> str:
 def warmup_job_manifest(
     settings: RunSettings, name: str, namespace: str, run_id: str, node: str, hostname: str
 ) -> Dict[str, Any]:
-    """The measured Job's manifest for one episode, pinned to one node through the scheduler:
-    a nodeSelector on its hostname label, so the RuntimeClass's admission and scheduling still apply."""
-    manifest = job_manifest(
-        name=name,
-        namespace=namespace,
-        run_id=run_id,
-        count=1,
-        parallelism=1,
-        image=settings.given_image,
-        runtime=settings.runtime,
-        deadline_seconds=settings.deadline_seconds,
-    )
+    """A one-episode Job pinned to one node through the scheduler: a nodeSelector on its hostname
+    label, so the RuntimeClass's admission and scheduling still apply."""
+    manifest = one_episode_job_manifest(settings, name, namespace, run_id)
     value = warmup_label_value(node)
     for metadata in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
         metadata["labels"][WARMUP_NODE_KEY] = value
@@ -3663,9 +3664,16 @@ def _guide_pair(values: Sequence[float], seconds_decimals: int, lang: str) -> st
     return " / ".join(_guide_number(v, "s", seconds_decimals) for v in values) + " " + words["s"]
 
 
-def _guide_batch(values: List[float], lang: str) -> str:
+def _guide_scale(rounds: Any, tasks: Any, lang: str) -> str:
+    if lang == "zh":
+        return f"{rounds} 轮 {_TIMES} {tasks} 个任务"
+    return f"{rounds} round{'s' if rounds != 1 else ''} x {tasks} tasks"
+
+
+def _guide_rounds(values: Sequence[str], unit: str, lang: str) -> str:
+    """A whole-batch figure, one per round: "about" one, or "K rounds" of them."""
     words = _WORDS[lang]
-    text = " / ".join(f"{v:.1f}" for v in values) + " " + words["s"]
+    text = " / ".join(values) + " " + words[unit]
     if len(values) == 1:
         return words["about"].format(text)
     n = _ZH_COUNT[len(values) - 1] if lang == "zh" and len(values) <= 10 else str(len(values))
@@ -3675,21 +3683,13 @@ def _guide_batch(values: List[float], lang: str) -> str:
 def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
     words = _WORDS[lang]
     if key == "scale":
-        if lang == "zh":
-            return f"{column['rounds']} 轮 {_TIMES} {column['tasks']} 个任务"
-        return f"{column['rounds']} round{'s' if column['rounds'] != 1 else ''} x {column['tasks']} tasks"
+        return _guide_scale(column["rounds"], column["tasks"], lang)
     if key == "completed":
-        if lang == "zh":
-            return f"{column['completed']} / {column['episodes']},奖励均为 {column['reward']}"
-        return f"{column['completed']} / {column['episodes']}, all rewards {column['reward']}"
+        return words["completed"].format(column["completed"], column["episodes"], words["all"].format(column["reward"]))
     values, unit = column[key]
-    text = " / ".join(values) + " " + words[unit]
     if key in ("batch_ready", "all_rewards", "client_complete"):
-        if len(values) == 1:
-            return words["about"].format(text)
-        n = _ZH_COUNT[len(values) - 1] if lang == "zh" else str(len(values))
-        return words["rounds"].format(text, n=n)
-    return text
+        return _guide_rounds(values, unit, lang)
+    return " / ".join(values) + " " + words[unit]
 
 
 def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
@@ -3741,16 +3741,11 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
     rounds = results.get("rounds") or 1
     tasks = results.get("episodes_per_round", results.get("episodes"))
     successful, episodes = results.get("successful_episodes"), results.get("episodes")
-    rewards_all_one = results.get("reward_sum") == successful
-    cells = {}
-    if lang == "zh":
-        cells["scale"] = f"{rounds} 轮 {_TIMES} {tasks} 个任务"
-        reward = "奖励均为 1" if rewards_all_one else f"奖励合计 {results.get('reward_sum')}"
-        cells["completed"] = f"{successful} / {episodes},{reward}"
-    else:
-        cells["scale"] = f"{rounds} round{'s' if rounds != 1 else ''} x {tasks} tasks"
-        reward = "all rewards 1" if rewards_all_one else f"reward sum {results.get('reward_sum')}"
-        cells["completed"] = f"{successful} / {episodes}, {reward}"
+    reward = words["all"].format(1) if results.get("reward_sum") == successful else words["sum"]
+    cells = {
+        "scale": _guide_scale(rounds, tasks, lang),
+        "completed": words["completed"].format(successful, episodes, reward.format(results.get("reward_sum"))),
+    }
     for key in _RUNTIME_ROWS:
         cells[key] = _runtime_cell(results, key, lang)
     for key, phase, decimals in (
@@ -3772,7 +3767,7 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
         ("client_complete", "client_job_complete_seconds"),
     ):
         values = _round_values(results, figure)
-        cells[key] = _guide_batch(values, lang) if values else "-"
+        cells[key] = _guide_rounds([f"{v:.1f}" for v in values], "s", lang) if values else "-"
     return cells
 
 
@@ -3795,39 +3790,19 @@ def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference:
     return table
 
 
-def _display_width(text: str) -> int:
-    """Terminal columns of a text: East Asian wide and full-width characters take two."""
-    import unicodedata  # noqa: PLC0415 - only the guide's table needs it; keeps --help fast
-
-    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
-
-
 def render_guide_table(table: Dict[str, Any], style: str) -> str:
-    """The guide's table as aligned text or Markdown; every cell made printable (a column name
-    may be a directory name), Markdown cells with their pipes escaped."""
-    lines_in = [table["header"]] + [row["cells"] for row in table["rows"]]
-    lines_in = [[printable(str(cell)) for cell in line] for line in lines_in]
-    if style == "markdown":
-        escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in lines_in]
-        out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
-        out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
-    else:
-        widths = [max(_display_width(line[i]) for line in lines_in) for i in range(len(lines_in[0]))]
-        out = [
-            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
-            for line in lines_in
-        ]
+    """The guide's table as aligned text or Markdown (render_table), then its reference's conditions."""
+    text = render_table([table["header"]] + [row["cells"] for row in table["rows"]], style)
     reference = table.get("reference")
     if reference:
         note = f"guide columns: published figures of {reference['date']}; conditions: " + "; ".join(
             reference["conditions"]
         )
-        out += ["", printable(note)]
-    return "\n".join(out) + "\n"
+        text += "\n" + printable(note) + "\n"
+    return text
 
 
 # Status on stderr #############################################################
-
 # Warnings and the progress line: stderr only, stdout carries the summary. Uses the records and
 # the reports' escaping.
 
@@ -3887,7 +3862,6 @@ class Progress:
 
 
 # The kubectl seam #############################################################
-
 # Every subprocess this tool starts goes through `Kubectl`: calls recorded, reads retried,
 # watches streamed. Uses the pure core's parsing and the status lines.
 
@@ -4348,7 +4322,6 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 
 
 # Persistence: receipt and output files ########################################
-
 # Files written atomically, read back and checked: receipt, logs, results, input files. Uses the
 # pure core and the status lines.
 
@@ -4660,7 +4633,6 @@ def _uid_from_job_json(output: Path) -> Optional[str]:
 
 
 # Flow: one Job ################################################################
-
 # Create without repeating, watch a Job to its end, read its pods' logs, save diagnostics. Uses
 # everything above.
 
@@ -4964,13 +4936,9 @@ def read_logs(
             continue
         try:
             logs[name] = log_of(kubectl, namespace, name, round_dir)
-        except KubectlFailure as failure:
+        except (KubectlFailure, KubectlTimeout) as failure:
             logs[name] = None
-            errors[name] = failure.first_line
-            write_atomic(round_dir / f"{name}.log", "")
-        except KubectlTimeout as timeout:
-            logs[name] = None
-            errors[name] = str(timeout)
+            errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             write_atomic(round_dir / f"{name}.log", "")
     return logs, errors
 
@@ -5032,7 +5000,6 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
 
 
 # Flow: warm-up and the pinned image ###########################################
-
 # One-episode Jobs before the measured rounds, run by the caller's runner, and the digest they
 # ran. Uses everything above.
 
@@ -5130,16 +5097,7 @@ def prepare_measured_image(
         return settings.given_image, prepared
     if not settings.warmup:  # without a warm-up, one one-episode Job tells which digest the cluster runs
         probe_dir = settings.output / PROBE_JOB_NAME
-        manifest = job_manifest(
-            name=PROBE_JOB_NAME,
-            namespace=namespace,
-            run_id=run_id,
-            count=1,
-            parallelism=1,
-            image=settings.image,
-            runtime=settings.runtime,
-            deadline_seconds=settings.deadline_seconds,
-        )
+        manifest = one_episode_job_manifest(settings, PROBE_JOB_NAME, namespace, run_id)
         rows, _ = run_job(PROBE_JOB_NAME, probe_dir, manifest, probe_dir)
         image_ids = {str(rows[0].node or "(unknown)"): rows[0].image_id}
         where = f"{probe_dir}/pods.json"
@@ -5151,7 +5109,6 @@ def prepare_measured_image(
 
 
 # Flow: one run ################################################################
-
 # BatchRun: preflight, namespace, warm-up, then each measured round, to results. Uses everything
 # above.
 
@@ -5396,7 +5353,6 @@ class BatchRun:
 
 
 # Flow: cleanup ################################################################
-
 # Delete exactly what a run created, after the ownership proof. Uses everything above but the
 # run's flow.
 
@@ -5487,7 +5443,6 @@ def cleanup_run(
 
 
 # Flow: the guide's experiment (reproduce) #####################################
-
 # Each group's settings and the experiment's reports. Uses everything above but the run's flow.
 
 
@@ -5630,7 +5585,6 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 
 
 # Commands #####################################################################
-
 # One function per command, given typed settings and a kubectl; each returns an exit code or
 # raises DemoError. Uses everything above.
 
@@ -5968,46 +5922,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(printable(render_comparison(names, rows, args.format), keep_newlines=True), end="")
+        print(render_comparison(names, rows, args.format), end="")
     return EXIT_OK
 
 
 # Command line #################################################################
-
 # Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
 # included: it hands the worker's text to the commands.
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def seconds_int(limit: int) -> Callable[[str], int]:
-    """A whole number of seconds from 1 to `limit` (a longer wait than that is a typo)."""
+def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum` (0 or 1), and with `limit`, a number
+    of seconds no larger than that (a longer wait is a typo)."""
 
     def parse(text: str) -> int:
-        value = positive_int(text)
-        if value > limit:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be at least 1" if minimum else f"{text!r} must be 0 or more"
+            )
+        if limit is not None and value > limit:
             raise argparse.ArgumentTypeError(f"{text!r} is more than {limit} seconds")
         return value
 
     return parse
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
 
 
 def threshold(text: str) -> Tuple[str, float]:
@@ -6040,7 +5981,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
     group.add_argument(
         "--kubectl-timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
+        type=whole_number(1, MAX_WAIT_SECONDS),
         default=int(KUBECTL_PROCESS_TIMEOUT),
         metavar="SECONDS",
         help=f"kill a kubectl call that has not answered after this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
@@ -6087,8 +6028,8 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
     """A flag several commands take, defined once; a command may change its default or help."""
     options: Dict[str, Dict[str, Any]] = {
         "--output": {"required": True, "metavar": "DIR"},
-        "--count": {"type": positive_int, "default": DEFAULT_COUNT, "metavar": "N"},
-        "--rounds": {"type": positive_int, "metavar": "K"},
+        "--count": {"type": whole_number(1), "default": DEFAULT_COUNT, "metavar": "N"},
+        "--rounds": {"type": whole_number(1), "metavar": "K"},
         "--image": {
             "default": DEFAULT_IMAGE,
             "help": f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})",
@@ -6100,7 +6041,7 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
             "runtime",
         },
         "--timeout": {
-            "type": seconds_int(MAX_WAIT_SECONDS),
+            "type": whole_number(1, MAX_WAIT_SECONDS),
             "default": DEFAULT_JOB_DEADLINE_SECONDS,
             "metavar": "SECONDS",
             "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
@@ -6188,7 +6129,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--parallelism",
-        type=positive_int,
+        type=whole_number(1),
         metavar="P",
         help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
     )
@@ -6229,7 +6170,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--max-failed-episodes",
-        type=non_negative_int,
+        type=whole_number(0),
         default=0,
         metavar="K",
         help="tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed in "
@@ -6482,7 +6423,6 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
 
 
 # The episode worker (payload) #################################################
-
 # The programs that run inside the sandboxes, kept as text; uses nothing above, and only the command
 # line reads it. WORKER_SOURCE runs in every sandbox (mounted from the ConfigMap as /demo/episode.py),
 # so that copying this one file is enough; it must run on any Python 3.9+ image as UID 1000 with

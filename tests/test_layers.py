@@ -157,10 +157,9 @@ class LayerTest(unittest.TestCase):
         self.assertGreater(len(sections), 10)
         for number, name in sections:
             with self.subTest(section=name):
-                opening = lines[number + 1] if number + 1 < len(lines) else ""
-                self.assertEqual(lines[number], "", f"line {number + 1}: a blank line after the banner")
-                self.assertRegex(opening, r"^# \S", f"line {number + 2}: the section's opening comment")
-                self.assertRegex(opening + lines[number + 2], r"(?i)\buses?\b", "which sections it may use")
+                opening = lines[number : number + 2]  # the two lines right under the banner
+                self.assertRegex(opening[0], r"^# \S", f"line {number + 1}: the section's opening comment")
+                self.assertRegex(" ".join(opening), r"(?i)\buses?\b", "which sections it may use")
 
     def test_a_forward_reference_is_reported(self) -> None:
         source = "\n".join(
