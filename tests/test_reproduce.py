@@ -216,6 +216,22 @@ class PinningTest(unittest.TestCase):
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
                 demo.run_settings(args)
 
+    def test_each_group_runs_the_settings_its_recorded_command_line_gives(self) -> None:
+        """reproduce builds each group's settings directly; report.json's argv must say the same."""
+        flags = "--output exp --count 4 --rounds 2 --quiet --kubelet-metrics --runtime none --cleanup always"
+        args = demo.build_parser().parse_args(
+            ["reproduce", *flags.split(), "--kubeconfig", "kc", "--kubectl-timeout", "9"]
+        )
+        base = demo.reproduce_settings(args)
+        for group, pinned in (("parallel", None), ("sequential", f"python@{DIGEST_A}"), ("warm", f"python@{DIGEST_A}")):
+            with self.subTest(group=group):
+                argv = demo.reproduce_group_argv(args, "ctx", group, pinned)
+                settings = demo.reproduce_group_settings(base, group, pinned)
+                self.assertEqual(demo.run_settings(demo.build_parser().parse_args(argv)), settings)
+                self.assertEqual(settings.output, Path("exp") / group)
+        warm = demo.reproduce_group_settings(base, "warm", f"python@{DIGEST_A}")
+        self.assertEqual((warm.warmup, warm.rounds, warm.parallelism, warm.runtime), (True, 2, 4, None))
+
     def test_warmup_manifest_pins_the_node_through_the_scheduler(self) -> None:
         settings = demo.run_settings(
             demo.build_parser().parse_args(["run", "--output", "o", "--warmup", "--pin-image"])
