@@ -199,7 +199,7 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     args = rl_batch_demo.build_parser().parse_args(
         ["run", "--output", str(output), "--count", str(count), "--allow-large", "--quiet"]
     )
-    settings = rl_batch_demo.RunSettings.from_args(args)
+    settings = rl_batch_demo.run_settings(args)
     observation = rl_batch_demo.RoundObservation(job, "Complete", time.time(), time.monotonic())
     cpu_before, wall_before = time.process_time(), time.perf_counter()
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)

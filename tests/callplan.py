@@ -299,7 +299,10 @@ class RunPlan:
 
     def create_namespace_and_configmap(self) -> Call:
         """One `create` of a List: the namespace, then the ConfigMap with the worker."""
-        manifests = [demo.namespace_manifest(NAMESPACE, RUN_ID), demo.configmap_manifest(NAMESPACE, RUN_ID)]
+        manifests = [
+            demo.namespace_manifest(NAMESPACE, RUN_ID),
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE),
+        ]
         listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
         return self.cluster.create(listing, [namespace_object(), configmap_object()])
 
@@ -308,7 +311,7 @@ class RunPlan:
         return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID), configmap_object())
+        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object())
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
