@@ -200,18 +200,18 @@ class ValidationTest(unittest.TestCase):
 
     def test_a_good_episode_gives_its_row(self) -> None:
         row = self.validate(make_pod(), make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5))
-        self.assertEqual(row.pod, "rollout-abcde")
-        self.assertAlmostEqual(row.pod_to_ready_seconds, 2.0)
-        self.assertAlmostEqual(row.batch_to_ready_seconds, 3.0)
-        self.assertAlmostEqual(row.batch_to_reward_seconds, 3.5)
-        self.assertAlmostEqual(row.python_import_seconds, 0.49)
-        self.assertAlmostEqual(row.import_to_ready_seconds, 0.01)
-        self.assertAlmostEqual(row.pod_to_scheduled_seconds, 0.0)
-        self.assertAlmostEqual(row.pod_to_container_started_seconds, 1.0)
-        self.assertAlmostEqual(row.ready_to_reward_seconds, 0.5)
-        self.assertAlmostEqual(row.reward_to_finished_seconds, 0.5)
-        self.assertAlmostEqual(row.pod_observed_to_ready_seconds, 1.8)
-        self.assertEqual(row.image_id, "docker.io/library/python@sha256:00")
+        self.assertEqual(row["pod"], "rollout-abcde")
+        self.assertAlmostEqual(row["pod_to_ready_seconds"], 2.0)
+        self.assertAlmostEqual(row["batch_to_ready_seconds"], 3.0)
+        self.assertAlmostEqual(row["batch_to_reward_seconds"], 3.5)
+        self.assertAlmostEqual(row["python_import_seconds"], 0.49)
+        self.assertAlmostEqual(row["import_to_ready_seconds"], 0.01)
+        self.assertAlmostEqual(row["pod_to_scheduled_seconds"], 0.0)
+        self.assertAlmostEqual(row["pod_to_container_started_seconds"], 1.0)
+        self.assertAlmostEqual(row["ready_to_reward_seconds"], 0.5)
+        self.assertAlmostEqual(row["reward_to_finished_seconds"], 0.5)
+        self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], 1.8)
+        self.assertEqual(row["image_id"], "docker.io/library/python@sha256:00")
 
     def assert_refused(self, pod: dict[str, Any], events: list[dict[str, Any]], pattern: str) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, pattern) as caught:
@@ -260,7 +260,7 @@ class ValidationTest(unittest.TestCase):
         events = self.good_events()
         events[0]["process_started_at"] = "early"
         row = self.validate(make_pod(), events)
-        self.assertIsNone(row.python_import_seconds)
+        self.assertIsNone(row["python_import_seconds"])
 
     def test_pod_before_job_is_skew(self) -> None:
         self.assert_refused(make_pod(created="2026-11-29T09:59:59Z"), self.good_events(), "out of order")
