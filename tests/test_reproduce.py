@@ -24,6 +24,7 @@ from xml.etree import ElementTree
 import rl_batch_demo as demo
 from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
+from tests.records import written, written_results
 from tests.test_run import SCRIPT, run_script
 
 GUIDE = Path(__file__).resolve().parents[1] / ".." / "shared" / "seed" / "000_89e6d74ee1c6c1ae.txt"
@@ -349,7 +350,7 @@ class WarmupTest(FakeClusterCase):
         measured_created = self.create_started("rollout")
         for job in ("warmup-1", "warmup-2"):
             self.assertLess(self.cluster.job_completed_at(namespace, job), measured_created)
-        results = json.loads((self.root / "out" / "results.json").read_text())
+        results = written_results(self, self.root / "out")
         self.assertEqual(results["image"], "python:3.12-alpine")
         self.assertRegex(results["image_pinned"], r"^python@sha256:[0-9a-f]{64}$")
         self.assertEqual({pod["spec"]["containers"][0]["image"] for pod in measured}, {results["image_pinned"]})
@@ -412,7 +413,7 @@ class ReproduceTest(FakeClusterCase):
         groups = sorted({case.get("classname", "").split(".")[1] for case in cases})
         self.assertEqual(groups, ["parallel", "sequential", "warm"])
         self.assertEqual(len({(case.get("classname"), case.get("name")) for case in cases}), 8)  # unique
-        report = json.loads((out / "report.json").read_text())
+        report = written(self, out / "report.json", demo.ReproduceReport)
         self.assertTrue(report["complete"])
         self.assertEqual([g["name"] for g in report["groups"]], ["parallel", "sequential", "warm"])
         self.assertTrue((out / "report.md").is_file())
@@ -430,10 +431,10 @@ class ReproduceTest(FakeClusterCase):
             last_end = max(r["end"] or r["start"] for r in records if mentions(r, earlier))  # end: None if killed
             first_start = min(r["start"] for r in records if mentions(r, later))
             self.assertLess(last_end, first_start)
-        pinned = {json.loads((out / g / "results.json").read_text())["image_pinned"] for g in demo.REPRODUCE_GROUPS}
+        pinned = {written_results(self, out / g)["image_pinned"] for g in demo.REPRODUCE_GROUPS}
         self.assertEqual(len(pinned), 1)
         self.assertEqual(pinned, {report["image_pinned"]})
-        warm = json.loads((out / "warm" / "results.json").read_text())
+        warm = written_results(self, out / "warm")
         self.assertEqual((warm["rounds"], warm["episodes"], warm["parallelism"]), (2, 4, 2))
         self.assertEqual(json.loads((out / "sequential" / "results.json").read_text())["parallelism"], 1)
         self.assertIn("whole batch ready", result.stdout)
@@ -455,7 +456,7 @@ class ReproduceTest(FakeClusterCase):
         result = self.tool("reproduce", "--output", "exp", "--count", "2", "--timeout", "60", "--quiet")
         self.assert_exit(result, demo.EXIT_EPISODE)
         self.assertIn("reproduce stopped at group parallel", result.stderr)
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         self.assertEqual([(g["name"], g["exit_code"]) for g in report["groups"]], [("parallel", demo.EXIT_EPISODE)])
         self.assertFalse(report["complete"])
         self.assertFalse((self.root / "exp" / "sequential").exists())
@@ -603,7 +604,7 @@ class InterruptedReproduceTest(FakeClusterCase):
         self.assertNotIn("Traceback", result.stderr)
         self.assertIn("cleanup --output", result.stderr)
         self.assertFalse((self.root / "exp" / "warm").exists())
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         self.assertFalse(report["complete"])
         self.assertEqual(len(self.run_namespaces()), 1)  # the parallel group was cleaned up already
         self.assertTrue((self.root / "exp" / "parallel" / "results.json").exists())

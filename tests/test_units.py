@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
@@ -483,6 +484,50 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
         self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
         self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+
+
+class SchemaTest(unittest.TestCase):
+    """schema_problem, the check of a results.json read back, and the tests' strict check of one written."""
+
+    def test_a_value_read_back_is_named_by_its_first_departure(self) -> None:
+        pull = {"state": "pulled", "seconds": 1.5}
+        for value, problem in (
+            (pull, ""),
+            ({**pull, "seconds_including_waiting": None, "unknown key": 1}, ""),  # optional; unknown keys unread
+            ({"seconds": None}, "state is missing"),
+            ({**pull, "state": 1}, "state is a number, not a string"),
+            ({**pull, "seconds": True}, "seconds is a boolean, not a finite number"),
+            ({**pull, "seconds": 10**400}, "seconds is a number, not a finite number"),
+            ([pull], "the top level is a list, not an object"),
+        ):
+            with self.subTest(value=value):
+                self.assertEqual(demo.schema_problem(value, demo.ImagePull), problem)
+        row = {"figure": "x", "label": "y", "values": [1, None, 2.5], "ratios": ["1"]}
+        self.assertEqual(demo.schema_problem(row, demo.ComparisonRow), "ratios[0] is a string, not a finite number")
+        self.assertEqual(
+            demo.schema_problem({"count": 1.0}, demo.OperationFigures), "count is a number, not an integer"
+        )
+        nodes = {"handler": "", "pooled": demo.no_operations(), "nodes": {"a\x1b": {}}}
+        self.assertEqual(demo.schema_problem(nodes, demo.RuntimeOperations), "nodes['a\\x1b'].RunPodSandbox is missing")
+
+    def test_the_strict_check_also_refuses_unknown_keys(self) -> None:
+        rows = [
+            demo.validate_episode(
+                make_pod(),
+                make_events("rollout-abcde", JOB_CREATED_AT + 2, JOB_CREATED_AT + 3),
+                JOB_CREATED_AT,
+                None,
+                "here",
+            )
+        ]
+        row = demo.pod_row(rows[0])
+        self.assertEqual(records.exact_problem(row, demo.PodRow), "")
+        self.assertEqual(records.exact_problem({**row, "info": {}}, demo.PodRow), "info is not in the schema")
+        bad = {**row, "image_pull": {**row["image_pull"], "size": 1}}
+        self.assertEqual(records.exact_problem(bad, demo.PodRow), "image_pull.size is not in the schema")
+        self.assertEqual(
+            records.exact_problem({**row, "reward": None}, demo.PodRow), "reward is null, not a finite number"
+        )
 
 
 class CapacityTest(unittest.TestCase):
