@@ -38,6 +38,7 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -977,37 +978,69 @@ def json_kind(value: Any) -> str:
     return next((name for kind, name in kinds if isinstance(value, kind)), "null")
 
 
-def schema_problem(value: Any, schema: Any, key: str = "") -> str:
+@functools.cache
+def schema_shape(schema: Any) -> Tuple[str, Any]:
+    """What a schema type asks of a JSON value, worked out once per type: ("any", None),
+    ("optional", X), ("record", (fields, required keys)) for a TypedDict, ("list", X),
+    ("dict", X), or the scalar's name ("int", "float", "str", "bool")."""
+    if schema is Any:
+        return "any", None
+    origin, args = typing.get_origin(schema), typing.get_args(schema)
+    if origin is typing.Union:  # Optional[X], the schema's only union
+        return "optional", next(arg for arg in args if arg is not type(None))
+    if hasattr(schema, "__required_keys__"):
+        return "record", (typing.get_type_hints(schema), schema.__required_keys__)
+    if origin in (list, dict):
+        return origin.__name__, args[-1]
+    return schema.__name__, None
+
+
+def schema_problem(value: Any, schema: Any) -> str:
     """Where JSON read back departs from its record type (a TypedDict above), "" where it does not:
-    the first missing key or value of the wrong type by its path (pods[3].image_pull.state), so a
+    the first missing key or value of the wrong type, by its path (pods[3].image_pull.state), so a
     hand-edited or foreign file is named, never a traceback. Keys the schema does not know are
     left alone, for they are never read."""
-    where, origin, args = key or "the top level", typing.get_origin(schema) or schema, typing.get_args(schema)
-    if schema is Any or (origin is typing.Union and value is None and type(None) in args):
-        return ""
-    if origin is typing.Union:  # Optional[X]
-        return schema_problem(value, next(arg for arg in args if arg is not type(None)), key)
-    if hasattr(schema, "__required_keys__"):  # a TypedDict
-        if not isinstance(value, dict):
-            return f"{where} is {json_kind(value)}, not an object"
-        for name, kind in typing.get_type_hints(schema).items():
-            path = f"{key}.{name}" if key else name
-            problem = schema_problem(value[name], kind, path) if name in value else ""
-            if problem or (name not in value and name in schema.__required_keys__):
-                return problem or f"{path} is missing"
-        return ""
-    if origin in (list, dict):
-        if not isinstance(value, origin):
-            return f"{where} is {json_kind(value)}, not {'a list' if origin is list else 'an object'}"
-        items: Iterable[Tuple[Any, Any]] = enumerate(value) if isinstance(value, list) else value.items()
-        for name, item in items:
-            problem = schema_problem(item, args[-1], f"{key}[{name if origin is list else short_repr(name)}]")
-            if problem:
-                return problem
-        return ""
-    fits = {int: is_int(value), float: finite_number(value) is not None}.get(origin, isinstance(value, origin))
-    expected = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}[origin]
-    return "" if fits else f"{where} is {json_kind(value)}, not {expected}"
+    problem = _departure(value, schema)
+    return "" if problem is None else f"{problem[0] or 'the top level'} {problem[1]}"
+
+
+def _departure(value: Any, schema: Any) -> Optional[Tuple[str, str]]:
+    """(path, what is wrong there) of the first departure; the path is built only then."""
+    shape, inner = schema_shape(schema)
+    if shape == "any" or (shape == "optional" and value is None):
+        return None
+    if shape == "optional":
+        return _departure(value, inner)
+    if shape in ("record", "dict", "list") and not isinstance(value, list if shape == "list" else dict):
+        return "", f"is {json_kind(value)}, not {'a list' if shape == 'list' else 'an object'}"
+    if shape == "record":
+        fields, required = inner
+        for name, kind in fields.items():
+            problem = _departure(value[name], kind) if name in value else None
+            if problem is None and name not in value and name in required:
+                problem = "", "is missing"
+            if problem is not None:
+                return _within(name, problem)
+        return None
+    if shape in ("list", "dict"):
+        for name, item in enumerate(value) if shape == "list" else value.items():
+            problem = _departure(item, inner)
+            if problem is not None:
+                return _within(f"[{name if shape == 'list' else short_repr(name)}]", problem)
+        return None
+    if shape == "float":
+        fits = finite_number(value) is not None
+    else:
+        fits = is_int(value) if shape == "int" else type(value).__name__ == shape  # str, bool
+    if fits:
+        return None
+    expected = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false"}[shape]
+    return "", f"is {json_kind(value)}, not {expected}"
+
+
+def _within(segment: str, problem: Tuple[str, str]) -> Tuple[str, str]:
+    path, text = problem
+    return segment + ("." if path[:1] not in ("", "[") else "") + path, text
 
 
 def parse_quantity(text: str) -> float:

@@ -56,12 +56,13 @@ def reachable(record: Any) -> List[Any]:
     return found
 
 
-def exact_problem(value: Any, kind: Any, key: str = "") -> str:
+def exact_problem(value: Any, kind: Any) -> str:
     """What keeps `value` from being exactly `kind`: the tool's own check (a missing key, a wrong
     type), then any key the schema does not have; "" when it is exact."""
-    problem = demo.schema_problem(value, kind, key)
-    if problem:
-        return problem
+    return demo.schema_problem(value, kind) or unknown_key(value, kind, "")
+
+
+def unknown_key(value: Any, kind: Any, key: str) -> str:
     kind = unwrapped(kind)
     if value is None:
         return ""
@@ -70,14 +71,14 @@ def exact_problem(value: Any, kind: Any, key: str = "") -> str:
         for name in sorted(value):
             path = f"{key}.{name}" if key else name
             problem = (
-                f"{path} is not in the schema" if name not in known else exact_problem(value[name], known[name], path)
+                f"{path} is not in the schema" if name not in known else unknown_key(value[name], known[name], path)
             )
             if problem:
                 return problem
     elif typing.get_origin(kind) in (list, dict):
         items = enumerate(value) if isinstance(value, list) else value.items()
         for name, item in items:
-            problem = exact_problem(item, typing.get_args(kind)[-1], f"{key}[{name!r}]")
+            problem = unknown_key(item, typing.get_args(kind)[-1], f"{key}[{name!r}]")
             if problem:
                 return problem
     return ""
