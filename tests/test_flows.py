@@ -40,6 +40,7 @@ from tests.clusterobjects import (
 
 SECOND_JOB_UID = "22222222-2222-4222-8222-000000000002"
 ERR_FORBIDDEN_DELETE = err_forbidden("delete", "jobs", "batch")
+ERR_FORBIDDEN_NAMESPACES = err_forbidden("create", "namespaces", namespace="", creating=True)
 
 
 def fail_episode(batch: Batch, index: int) -> None:
@@ -343,12 +344,24 @@ class RunTest(RunPlanTestCase):
         result = self.tool("run", "--runtime", "gvisor", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'gvisor' does not exist", "--runtime none")
         self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and argv != plan.preflight()[2].argv])
-        self.assertNotIn("uid", self.receipt())
-        self.assertFalse((self.out() / "results.json").exists())
         self.assertNotIn("is kept", result.stderr)
-        self.expect(plan.cluster.config_view(bound=True), plan.get_namespace(present=False))
-        cleanup = self.run_ok("cleanup", "--output", str(self.out()))
-        self.assertIn("already absent", cleanup.stdout)
+        # Nothing exists in the cluster, so nothing of the run is kept: the same command works again.
+        self.assertFalse(self.out().exists())
+        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+        again = RunPlan(Batch(runtime="gvisor"), runtime="gvisor")  # the RuntimeClass exists now
+        self.expect(*again.run())
+        self.run_ok("run", "--runtime", "gvisor", "--output", str(self.out()), "--quiet")
+        self.assertEqual(self.results()["reward_sum"], again.batch.count)
+
+    def test_a_failed_create_keeps_the_output(self) -> None:
+        """From the first create on, the cluster may hold the run's objects: the receipt stays."""
+        plan = RunPlan()
+        self.expect(*plan.preflight(), plan.create_namespace_and_configmap().failing(ERR_FORBIDDEN_NAMESPACES))
+        result = self.tool("run", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_CLUSTER, "Forbidden")
+        self.assertEqual(self.receipt()["namespace"], NAMESPACE)
+        self.assertTrue((self.out() / "error.json").exists())
+        self.assert_fails(self.tool("run", "--output", str(self.out())), demo.EXIT_USAGE, "already exists")
 
     def test_kubectl_not_on_path(self) -> None:
         empty = self.root / "empty-bin"
@@ -739,11 +752,10 @@ class InterruptTest(RunPlanTestCase):
         self.interrupt_at(lambda argv, stdin: "runtimeclass" in argv)
         self.expect(plan.cluster.config_view(), plan.preflight()[2])  # the access reviews run beside it
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
-        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; diagnostics are in")
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; nothing was created in the cluster")
         self.assertNotIn("cleanup --output", result.stderr)  # nothing exists to clean up
-        self.assertEqual(self.read_json("error.json")["exit_code"], demo.EXIT_INTERRUPTED)
-        self.expect(plan.cluster.config_view(bound=True), plan.get_namespace(present=False))
-        self.assertIn("already absent", self.run_ok("cleanup", "--output", str(self.out())).stdout)
+        self.assertNotIn("saving diagnostics", result.stderr)
+        self.assertFalse(self.out().exists())  # so the same --output works again
 
     def test_after_the_namespace_before_the_job(self) -> None:
         plan = RunPlan(Batch(count=2))

@@ -540,18 +540,22 @@ class CommandLineTest(unittest.TestCase):
 
     def test_bounds_are_usage_errors(self) -> None:
         for argv, message in (
-            (["--count", "21"], "count <= 20"),
-            (["--count", "5", "--parallelism", "6"], "parallelism <= count"),
-            (["--count", "0"], "'0' must be at least 1"),
-            (["--count", "ten"], "'ten' is not a whole number"),
-            (["--rounds", "11"], "--rounds must be between 1 and 10"),
+            (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
+            (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
+            (["--parallelism", "12"], "--parallelism 12 is more than --count 10 (the default)"),
+            (["--count", "0"], "argument --count: '0' must be at least 1"),
+            (["--count", "ten"], "argument --count: 'ten' is not a whole number"),
+            (["--rounds", "11"], "--rounds 11 is more than 10"),
             (["--threshold", "nonsense_seconds=1"], "unknown metric 'nonsense_seconds'"),
         ):
             with self.subTest(argv=argv):
                 code, _, err = self.run_main("run", "--output", "unused", *argv)
                 self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertTrue(err.startswith("rl-batch-demo: error: "), err)
                 self.assertIn(message, err)
-                self.assertNotIn("Traceback", err)
+                self.assertTrue(err.endswith(" (see rl-batch-demo run --help)\n"), err)
+                self.assertEqual(err.count("\n"), 1, err)  # one line, no usage block
                 self.assertFalse(Path("unused").exists())
 
     def test_allow_large_raises_the_limit(self) -> None:
