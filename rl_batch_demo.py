@@ -252,13 +252,18 @@ _NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)"
 _KLOG_LINE = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^\s\]]+:\d+\] "
 _WARNING_PREFIX = "Warning: "
 
-# kubectl's words when no HTTP answer came (StandardErrorMessage in kubectl pkg/cmd/util/helpers.go for
-# a *url.Error, and cli-runtime pkg/resource/mapper.go when `create -f` could not read the API's
-# discovery): the server is unreachable, and why.
+# kubectl's words when no HTTP answer came: the server is unreachable, and why. StandardErrorMessage
+# for a *url.Error (kubectl pkg/cmd/util/helpers.go); `create -f` when the API's discovery failed
+# (cli-runtime pkg/resource/mapper.go), when validation could not download the OpenAPI document
+# (kubectl pkg/cmd/util/helpers.go, pkg/validation), or when the create itself could not connect
+# (cmdutil.AddSourceToErr wraps the *url.Error).
 _UNREACHABLE_MESSAGES = (
     r"^The connection to the server (?P<host>\S+) was (?P<reason>refused) - did you specify the right host or port\?$",
     r"^Unable to connect to the server: (?P<reason>.+)$",
     r'^error: unable to recognize "[^"]*": Get "(?P<url>[^"]+)": (?P<reason>.+)$',
+    r'^error: error validating "[^"]*": error validating data: (?:failed to download openapi: )?Get "(?P<url>[^"]+)": '
+    r"(?P<reason>.+); if you choose to ignore these errors, turn validation off with --validate=false$",
+    r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
 )
 
 
@@ -6145,10 +6150,13 @@ class VersionAction(argparse.Action):
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """The suggestion for a mistyped word, `; did you mean X?`, or "" when no choice is close."""
+    """The suggestion for a mistyped word, `; did you mean X?`, or "" when no choice is close: a
+    choice the word abbreviates first (--out: --output), else the closest one by difflib."""
     import difflib  # noqa: PLC0415 - only a usage error needs it; keeps --help fast
 
-    close = difflib.get_close_matches(word, list(choices), n=1)
+    every = list(choices)
+    abbreviated = [choice for choice in every if choice.startswith(word)]
+    close = difflib.get_close_matches(word, abbreviated or every, n=1, cutoff=0.0 if abbreviated else 0.6)
     return f"; did you mean {close[0]}?" if close else ""
 
 
