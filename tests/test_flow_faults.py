@@ -18,7 +18,6 @@ from tests.callplan import (
     ERR_CLIENT_TIMEOUT,
     ERR_INTERNAL,
     ERR_INTERNAL_CREATE,
-    ERR_REFUSED,
     ERR_TOO_MANY,
     ERR_UNAVAILABLE,
     Call,
@@ -29,6 +28,7 @@ from tests.callplan import (
     err_already_exists,
     err_forbidden,
     err_log_unreadable,
+    err_unreachable,
     watch_event,
 )
 from tests.clusterobjects import NAMESPACE, Batch, Episode, configmap_object, event_object, log_of, namespace_object
@@ -328,17 +328,19 @@ class ApiFaultTest(FaultTestCase):
         self.assertIn("did not answer within 1 s", result.stderr)
 
     def test_refused_create_is_repeated(self) -> None:
-        for error in (ERR_REFUSED, ERR_TOO_MANY):
-            with self.subTest(error=error):
+        # kubectl's words for the List and for one object: unreachable (the OpenAPI download for
+        # validation failed, so nothing was sent), or 429
+        for combined, alone in ((err_unreachable("create"), err_unreachable("create one")), (ERR_TOO_MANY,) * 2):
+            with self.subTest(error=combined):
                 self.fresh_stub()
                 plan = RunPlan(Batch(count=2))
                 calls = plan.run()
                 # The combined create never reached the server: each object is then created alone,
                 # the ConfigMap refused once more, then created.
                 calls[3:4] = [
-                    calls[3].failing(error),
+                    calls[3].failing(combined),
                     plan.create_namespace(),
-                    plan.create_configmap().failing(error),
+                    plan.create_configmap().failing(alone),
                     plan.create_configmap(),
                 ]
                 result = self.run_plan(plan, calls, "-v")
@@ -425,7 +427,7 @@ class ApiFaultTest(FaultTestCase):
     def test_connection_refused_then_recovered(self) -> None:
         plan = RunPlan(Batch(count=2))
         calls = plan.run()
-        calls[1:1] = [calls[1].failing(ERR_REFUSED), calls[1].failing(ERR_UNAVAILABLE)]
+        calls[1:1] = [calls[1].failing(err_unreachable("get")), calls[1].failing(ERR_UNAVAILABLE)]
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertEqual(self.results()["reward_sum"], 2)

@@ -17,13 +17,16 @@ from typing import Any, Dict, List, Optional
 import rl_batch_demo as demo
 from tests.callplan import (
     CONTEXT,
+    ERR_NO_CURRENT_CONTEXT,
     SERVER,
     Call,
     CallPlanTestCase,
     Cluster,
+    Result,
     RunPlan,
     as_json,
     err_forbidden,
+    err_unreachable,
 )
 from tests.clusterobjects import (
     IMAGE_ID,
@@ -440,6 +443,92 @@ class ContextAndBinaryTest(RunPlanTestCase):
         with unittest.mock.patch.dict(os.environ, {"PATH": str(empty), "KUBECTL": self.stub.kubectl}):
             result = self.run_ok("check", "--kubeconfig", kubeconfig)
         self.assertIn("verdict: ready", result.stdout)
+
+
+class ClusterAccessTest(RunPlanTestCase):
+    """A cluster the tool cannot use: one line with the fix, quiet retries, no DIR left behind."""
+
+    def test_an_unreachable_api_server(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        config, runtimeclass, reviews = plan.preflight()
+        self.expect(
+            config,
+            *[runtimeclass.failing(err_unreachable("get"))] * 4,  # a read: tried, then retried 3 times
+            *[reviews.failing(err_unreachable("review"))] * 4,
+        )
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        self.assertEqual(
+            result.stderr,
+            f"rl-batch-demo: error: cannot reach the API server {SERVER} of context {CONTEXT} (connection refused); "
+            f"check the network/VPN and that the cluster runs, or `kubectl --context {CONTEXT} cluster-info`\n",
+        )
+        self.assertFalse(self.out().exists())
+        self.verify_plan()
+        # once the server answers, the same command in the same --output works
+        self.expect(*plan.run())
+        self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+
+    def test_the_api_server_going_away_mid_run(self) -> None:
+        """A create the server never saw (kubectl's OpenAPI download failed) is not an adoption case."""
+        plan = RunPlan(Batch(count=2))
+        calls = plan.run()[:4]
+        calls[3] = calls[3].failing(err_unreachable("create"))
+        namespace_alone = plan.create_namespace().failing(err_unreachable("create one"))
+        # refused on each try, then looked up (to adopt it if it was created after all): unreachable too
+        lookup = plan.get_namespace(present=False).failing(err_unreachable("get"))
+        self.expect(*calls, *[namespace_alone] * 4, *[lookup] * 4)
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), "-v")
+        line = self.assert_fails(result, demo.EXIT_CLUSTER, f"cannot reach the API server {SERVER} of context")
+        self.assertEqual(result.stderr.splitlines()[-1], line)
+        self.assertEqual(result.stderr.count("warning: retrying the create of Namespace"), 3)
+        self.assertEqual(result.stderr.count("warning: retrying `kubectl"), 3)
+        self.assertTrue(self.out().exists())  # a create was sent: the receipt stays for cleanup
+        self.assertIn("cleanup --output", result.stderr)
+
+    def config_view_fails(
+        self, message: str, *argv: str, env: Optional[Dict[str, str]] = None, **options: Any
+    ) -> Result:
+        cluster = Cluster(**options)
+        self.expect(cluster.config_view(bound="context" in options).failing(message))
+        home = self.root / "home"  # empty: no ~/.kube/config
+        home.mkdir(exist_ok=True)
+        with unittest.mock.patch.dict(os.environ, {"HOME": str(home), **(env or {})}):
+            result = self.tool("run", "--output", str(self.out()), *argv)
+        self.assertFalse(self.out().exists())
+        return result
+
+    def test_no_kubeconfig_at_all(self) -> None:
+        result = self.config_view_fails(ERR_NO_CURRENT_CONTEXT)
+        self.assert_fails(
+            result,
+            demo.EXIT_USAGE,
+            "no kubeconfig: ~/.kube/config does not exist and $KUBECONFIG is not set",
+            "--kubeconfig FILE",
+        )
+
+    def test_a_kubeconfig_that_does_not_exist(self) -> None:
+        missing = str(self.root / "missing.kubeconfig")
+        result = self.config_view_fails(ERR_NO_CURRENT_CONTEXT, "--kubeconfig", missing, kubeconfig=missing)
+        self.assert_fails(result, demo.EXIT_USAGE, f"the kubeconfig file {missing} does not exist; check --kubeconfig")
+        self.fresh_stub()
+        missing = str(self.root / "missing.kubeconfig")
+        result = self.config_view_fails(ERR_NO_CURRENT_CONTEXT, env={"KUBECONFIG": missing}, kubeconfig=missing)
+        self.assert_fails(result, demo.EXIT_USAGE, f"no file in $KUBECONFIG exists ({missing}); check $KUBECONFIG")
+
+    def test_a_kubeconfig_without_a_current_context(self) -> None:
+        kubeconfig = self.root / "no-current.kubeconfig"
+        kubeconfig.write_text("# the stub never reads it\n")
+        result = self.config_view_fails(
+            ERR_NO_CURRENT_CONTEXT, "--kubeconfig", str(kubeconfig), kubeconfig=str(kubeconfig)
+        )
+        self.assert_fails(
+            result, demo.EXIT_USAGE, f"the kubeconfig ({kubeconfig}) sets no current context; pass --context"
+        )
+
+    def test_an_unknown_context(self) -> None:
+        result = self.config_view_fails("error: cannot locate context bogus", "--context", "bogus", context="bogus")
+        self.assert_fails(result, demo.EXIT_USAGE, "context bogus is not in the kubeconfig; check --context")
 
 
 class CleanupTest(CallPlanTestCase):

@@ -567,7 +567,7 @@ class CommandLineTest(unittest.TestCase):
     def test_a_mistyped_flag_or_command_gets_a_suggestion(self) -> None:
         for argv, line in (
             (["run", "--output", "x", "--cuont", "5"], "unknown flag --cuont; did you mean --count? "),
-            (["run", "--outptu", "x"], "unknown flag --outptu; did you mean --output? "),  # before "--output is required"
+            (["run", "--outptu", "x"], "unknown flag --outptu; did you mean --output? "),  # not "required: --output"
             (["run", "--output", "x", "--paralelism=3"], "unknown flag --paralelism; did you mean --parallelism? "),
             (["rnu", "--output", "x"], "unknown command rnu; did you mean run? "),
             (["clenaup", "--output", "x"], "unknown command clenaup; did you mean cleanup? "),

@@ -135,10 +135,11 @@ class Invocation:
             return [], None
         return list(self.cluster.get("contexts") or []), self.cluster.get("current_context")
 
-    def check_context(self, objects: str = "") -> None:
+    def check_context(self, objects: str = "", types: int = 1) -> None:
         """The context to talk to must exist (--context's, else the current one), then the API
         server must answer: what kubectl v1.32.4 prints when one of them fails, by command
-        (`objects`: for create, "one" object or a "list" on stdin, else "" for any other command).
+        (`objects`: for create, "one" object or a "list" on stdin, else ""; `types`: how many
+        resource types a get or delete names).
 
         A --context the kubeconfig lacks: `version`, `get --raw` and a validating `create` ask
         for the context itself ('context "X" does not exist': client-go
@@ -160,9 +161,9 @@ class Invocation:
                 f"Error in configuration: context was not found for specified context: {self.current_context}"
             )
         if not ctx and not self.current_context:
-            raise KubectlError(connection_refused(self, "localhost:8080", "http", "127.0.0.1:8080", objects))
+            raise KubectlError(connection_refused(self, "localhost:8080", "http", "127.0.0.1:8080", objects, types))
         if self.cmdpath in ("get", "create", "delete", "logs", "version") and self.unreachable():
-            raise KubectlError(connection_refused(self, self.server, "https", self.server, objects))
+            raise KubectlError(connection_refused(self, self.server, "https", self.server, objects, types))
 
     def unreachable(self) -> bool:
         """Fault ``unreachable``: true (the API server refuses every connection), or N (the
@@ -248,8 +249,11 @@ class Invocation:
 # (measured with `kubectl --request-timeout=30s ...` against a closed port on 127.0.0.1 and an
 # empty $HOME, so no discovery cache): memCacheClient.refreshLocked reports each failed refresh
 # through utilruntime.HandleError (client-go discovery/cached/memory/memcache.go:265), and the
-# resource builder asks again for each mapping. `version` and `get --raw` do no discovery.
-DISCOVERY_ATTEMPTS = {"get": 5, "delete": 5, "logs": 4, "create": 1}
+# resource builder asks again for each mapping: `get` and `delete` log 4 lines plus one per
+# resource type named (`get pods,events`: 6), `logs` 4, `create -f -` 1. `version` and
+# `get --raw` do no discovery.
+DISCOVERY_ATTEMPTS = {"get": 4, "delete": 4, "logs": 4, "create": 1}
+PER_RESOURCE_TYPE = ("get", "delete")
 DISCOVERY_TIMEOUT = "32s"  # client-go discovery/discovery_client.go defaultTimeout, without --request-timeout
 
 
@@ -263,7 +267,7 @@ def go_duration(seconds: float) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
-def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, objects: str) -> str:
+def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, objects: str, types: int = 1) -> str:
     """kubectl's whole stderr when nothing listens at `host`: client-go's klog lines, then the
     message. `get`, `delete`, `logs` end with StandardErrorMessage's words for a refused
     *url.Error (kubectl pkg/cmd/util/helpers.go); `create -f -` with the mapper's "unable to
@@ -283,6 +287,7 @@ def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, obj
         )
     api = f"{scheme}://{host}/api?timeout={timeout}"
     attempts = 0 if inv.flags.get("raw") else DISCOVERY_ATTEMPTS.get(inv.cmdpath, 0)
+    attempts += types if attempts and inv.cmdpath in PER_RESOURCE_TYPE else 0
     lines = []
     for _ in range(attempts):
         now = time.time()
@@ -408,7 +413,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
                 "error: watch is only supported on individual resources and resource "
                 f"collections, but {len(requests)} resources were found"
             )
-    inv.check_context()
+    inv.check_context(types=len(type_words))
     op_target = ",".join(sorted(set(type_words), key=type_words.index))
     # faults first (the request would fail before discovery answers), then discovery, then RBAC.
     first_rt = lookup_type(requests[0][0])
