@@ -6,9 +6,13 @@ and on any planned call never made. Figures are recomputed from the plan's own i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
+import re
+import shlex
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -215,6 +219,53 @@ class TranscriptTest(RunPlanTestCase):
             self.assertIn("seconds", call)
             self.assertEqual(call.get("watch", False), "--watch" in call["argv"])
             self.assertEqual(call["exit"], -15 if call.get("watch") else 0)  # watches end with SIGTERM
+
+
+class VerboseTest(RunPlanTestCase):
+    """-v: each kubectl call on stderr as it ends, one escaped line each; without it, none."""
+
+    CALL = re.compile(r"^\+ (?P<argv>.+)  # exit (?P<exit>-?\d+), (?P<seconds>\d+\.\d{3}) s$")
+
+    def test_each_call_one_line_as_it_ends(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        result = self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet", "-v")
+        shown = [self.CALL.match(line) for line in result.stderr.splitlines() if line.startswith("+ ")]
+        self.assertTrue(all(shown), result.stderr)
+        recorded = self.recorded_calls()  # kubectl-calls.json, in the order the calls started
+        self.assertEqual(len(shown), len(recorded))
+        self.assertCountEqual(
+            [(shlex.split(match["argv"])[1:], int(match["exit"])) for match in shown if match],
+            [(call["argv"], call["exit"]) for call in recorded],
+        )
+        self.assertEqual(shlex.split(shown[0]["argv"])[0], self.stub.kubectl)  # the binary the run uses
+        ended = [match for match in shown if match and "--watch" in match["argv"]]
+        self.assertEqual([int(match["exit"]) for match in ended], [-15, -15])  # the tool ended both watches
+        self.expect(*plan.cleanup())
+        cleanup = self.run_ok("cleanup", "--output", str(self.out()), "--verbose")
+        self.assertEqual(
+            len([line for line in cleanup.stderr.splitlines() if self.CALL.match(line)]), len(plan.cleanup())
+        )
+
+    def test_quiet_without_it(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        result = self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        self.assertEqual(result.stderr.splitlines()[0], f"Test namespace: {NAMESPACE}")
+        self.assertFalse([line for line in result.stderr.splitlines() if line.startswith("+ ")])
+
+    def test_the_line_is_escaped_and_shell_quoted(self) -> None:
+        kubectl = demo.Kubectl("kubectl", context="dev\x1b[2Jctx", kubeconfig=None, verbose=True)
+        argv = kubectl.argv(["get", "pods", "-l", "a b"])
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            kubectl._ended(argv, {"exit": 0, "seconds": 0.25})
+            kubectl._ended(argv, {"error": "timeout", "seconds": 60.0})
+        self.assertEqual(
+            err.getvalue(),
+            "+ kubectl '--context=dev\\x1b[2Jctx' --request-timeout=30s get pods -l 'a b'  # exit 0, 0.250 s\n"
+            "+ kubectl '--context=dev\\x1b[2Jctx' --request-timeout=30s get pods -l 'a b'  # no answer, killed, "
+            "60.000 s\n",
+        )
 
 
 class RunTest(RunPlanTestCase):
