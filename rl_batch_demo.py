@@ -4345,9 +4345,29 @@ class Kubectl:
         kubectl reads a kubeconfig file that does not exist as an empty one (client-go
         tools/clientcmd/config.go, PathOptions.GetStartingConfig), so "current-context must exist"
         (client-go tools/clientcmd/api/helpers.go, MinifyConfig) means no file, or a file without a
-        current context: which one is read here, from the files kubectl was given, as kubectl
-        chooses them (an explicit file, else $KUBECONFIG's list, else ~/.kube/config)."""
+        current context, and "cannot locate context X" may mean no file too: whether a file exists is
+        read here first, from the files kubectl was given, as kubectl chooses them (an explicit
+        file, else $KUBECONFIG's list, else ~/.kube/config)."""
         wanted = re.match(r"^error: cannot locate context (.+)$", message)
+        if not wanted and message != "error: current-context must exist in order to minify":
+            return f"cannot read the kubeconfig ({message}); check --kubeconfig, $KUBECONFIG or ~/.kube/config"
+        files = self.kubeconfig.split(os.pathsep) if self.kubeconfig else [os.path.expanduser("~/.kube/config")]
+        if not any(os.path.exists(path) for path in files):
+            if self.kubeconfig_from == "--kubeconfig":
+                return f"the kubeconfig file {files[0]} does not exist; check --kubeconfig"
+            if self.kubeconfig_from == "$KUBECONFIG":
+                return (
+                    f"no file in $KUBECONFIG exists ({', '.join(files)}); check $KUBECONFIG, or pass --kubeconfig FILE"
+                )
+            if self.kubeconfig_from:
+                return (
+                    f"the kubeconfig file {files[0]} ({self.kubeconfig_from}) no longer exists; pass --kubeconfig FILE"
+                )
+            return (
+                "no kubeconfig: ~/.kube/config does not exist and $KUBECONFIG is not set; write one with your "
+                "cluster's tool (for example `kind export kubeconfig`, `aws eks update-kubeconfig`, `gcloud container "
+                "clusters get-credentials`), or pass --kubeconfig FILE"
+            )
         if wanted and self.context:
             return (
                 f"context {wanted.group(1)} is not in the kubeconfig; check --context "
@@ -4358,24 +4378,9 @@ class Kubectl:
                 f"the kubeconfig's current context {wanted.group(1)} is not defined in it; pass --context, "
                 "or choose one with `kubectl config use-context NAME`"
             )
-        if message != "error: current-context must exist in order to minify":
-            return f"cannot read the kubeconfig ({message}); check --kubeconfig, $KUBECONFIG or ~/.kube/config"
-        files = self.kubeconfig.split(os.pathsep) if self.kubeconfig else [os.path.expanduser("~/.kube/config")]
-        if any(os.path.exists(path) for path in files):
-            return (
-                f"the kubeconfig ({', '.join(files)}) sets no current context; pass --context, or choose one with "
-                "`kubectl config use-context NAME` (`kubectl config get-contexts` lists them)"
-            )
-        if self.kubeconfig_from == "--kubeconfig":
-            return f"the kubeconfig file {files[0]} does not exist; check --kubeconfig"
-        if self.kubeconfig_from == "$KUBECONFIG":
-            return f"no file in $KUBECONFIG exists ({', '.join(files)}); check $KUBECONFIG, or pass --kubeconfig FILE"
-        if self.kubeconfig_from:
-            return f"the kubeconfig file {files[0]} ({self.kubeconfig_from}) no longer exists; pass --kubeconfig FILE"
         return (
-            "no kubeconfig: ~/.kube/config does not exist and $KUBECONFIG is not set; write one with your cluster's "
-            "tool (for example `kind export kubeconfig`, `aws eks update-kubeconfig`, `gcloud container clusters "
-            "get-credentials`), or pass --kubeconfig FILE"
+            f"the kubeconfig ({', '.join(files)}) sets no current context; pass --context, or choose one with "
+            "`kubectl config use-context NAME` (`kubectl config get-contexts` lists them)"
         )
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[Dict[str, Any]]:

@@ -578,8 +578,19 @@ class ClusterAccessTest(RunPlanTestCase):
         )
 
     def test_an_unknown_context(self) -> None:
-        result = self.config_view_fails("error: cannot locate context bogus", "--context", "bogus", context="bogus")
+        kubeconfig = self.root / "present.kubeconfig"
+        kubeconfig.write_text("# the stub never reads it\n")
+        argv = ("--context", "bogus", "--kubeconfig", str(kubeconfig))
+        result = self.config_view_fails(
+            "error: cannot locate context bogus", *argv, context="bogus", kubeconfig=str(kubeconfig)
+        )
         self.assert_fails(result, demo.EXIT_USAGE, "context bogus is not in the kubeconfig; check --context")
+        # kubectl says the same when the kubeconfig file is missing: the missing file is the fix
+        self.fresh_stub()
+        missing = str(self.root / "missing.kubeconfig")
+        argv = ("--context", "prod", "--kubeconfig", missing)
+        result = self.config_view_fails("error: cannot locate context prod", *argv, context="prod", kubeconfig=missing)
+        self.assert_fails(result, demo.EXIT_USAGE, f"the kubeconfig file {missing} does not exist; check --kubeconfig")
 
 
 class CleanupTest(CallPlanTestCase):
