@@ -3495,14 +3495,8 @@ def junit_suites(
     error case named "run". One case per --threshold follows the episodes of the last suite."""
     suites: List[JUnitSuite] = []
     if results is not None:
-        one_round = {
-            "round": 1,
-            "job": JOB_NAME,
-            "client_job_complete_seconds": results.get("client_job_complete_seconds"),
-        }
-        round_results: Sequence[typing.Mapping[str, Any]] = results.get("round_results") or ()
-        for figures in round_results or [one_round]:
-            number, job = figures.get("round", 1), figures.get("job", JOB_NAME)
+        for figures in results["round_results"]:  # one per round, even for one round
+            number, job = figures["round"], figures["job"]
             cases = [
                 _case(
                     f"{JUNIT_SUITE_NAME}.{job}",
