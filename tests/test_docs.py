@@ -178,7 +178,6 @@ class ChineseReadmeTest(unittest.TestCase):
 
 
 FIELD_TABLE = re.compile(r"\| `([^`]+)` field \|")
-FIELD_DOCUMENTS = ("docs/figures.md", "docs/experiment.md", "docs/outputs.md")
 
 
 def field_tables(text: str) -> List[Tuple[str, Set[str]]]:
@@ -239,8 +238,9 @@ class FieldTablesTest(unittest.TestCase):
     def test_the_tables_list_exactly_the_schemas_keys(self) -> None:
         documented: Dict[Any, Set[str]] = {}
         where: Dict[Any, List[str]] = {}
-        for document in FIELD_DOCUMENTS:
-            for label, keys in field_tables((ROOT / document).read_text(encoding="utf-8")):
+        for path in documents():
+            document = name(path)
+            for label, keys in field_tables(path.read_text(encoding="utf-8")):
                 record = resolve(label)
                 self.assertIsNotNone(record, f"{document}: no record of the schema is `{label}`")
                 documented.setdefault(record, set()).update(keys)
