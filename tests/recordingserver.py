@@ -232,7 +232,9 @@ class RecordingServer:
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="recording-server", daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="recording-server", daemon=True
+        )  # the poll interval is how long shutdown() waits
 
     def __enter__(self) -> RecordingServer:
         self.thread.start()
