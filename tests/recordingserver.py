@@ -99,7 +99,11 @@ def openapi_v3_group_version(key: str) -> Optional[Dict[str, Any]]:
         gvk = {"group": group, "version": version, "kind": resource["kind"]}
         parameters = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}]
         paths[path] = {"patch": {"x-kubernetes-group-version-kind": gvk, "parameters": parameters, "responses": {}}}
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": SERVER_VERSION["gitVersion"]}, "paths": paths}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": SERVER_VERSION["gitVersion"]},
+        "paths": paths,
+    }
 
 
 class Recorded:
@@ -184,7 +188,7 @@ class RecordingServer:
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # else a body written after its headers waits ~40 ms for an ACK
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
             def _serve(self) -> None:
@@ -304,7 +308,12 @@ class RecordingServer:
         for group_version, resources in GROUP_VERSIONS.items():
             prefix = "/api/" if group_version == "v1" else "/apis/"
             if path == prefix + group_version:
-                return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+                return {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": group_version,
+                    "resources": resources,
+                }
         return None
 
     def taken(self) -> List[Recorded]:

@@ -27,11 +27,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import unittest
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import rl_batch_demo as demo
 from tests.fakecluster import ENVIRONMENT
@@ -54,6 +53,9 @@ NAMESPACE = "demo"
 CONTAINER = demo.CONTAINER_NAME
 JOB = "rollout"
 SELECTOR = f"job-name={JOB}"
+JOB_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}"
+JOBS_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
+PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
 
 def _binaries() -> List[str]:
@@ -66,7 +68,7 @@ def _binaries() -> List[str]:
 
 BINARIES = _binaries()
 if not BINARIES:
-    raise unittest.SkipTest(f"no kubectl on PATH (nor {KUBECTL_ENV}): the contract tests of the real kubectl are skipped")
+    raise unittest.SkipTest(f"no kubectl on PATH (nor {KUBECTL_ENV}): the contract tests of the real kubectl skipped")
 SLOW = ENVIRONMENT.get(SLOW_ENV, "") not in ("", "0")
 
 
@@ -104,7 +106,7 @@ class Binary:
         return f"{self.version} ({self.path})"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def binaries() -> Tuple[Binary, ...]:
     return tuple(Binary(path) for path in BINARIES)
 
@@ -134,7 +136,8 @@ class Outcome:
         return documents
 
     def __repr__(self) -> str:
-        return f"exit {self.returncode} after {self.seconds:.2f} s; stdout {self.stdout[:600]!r}; stderr {self.stderr[:600]!r}"
+        out, err = self.stdout[:600], self.stderr[:600]
+        return f"exit {self.returncode} after {self.seconds:.2f} s; stdout {out!r}; stderr {err!r}"
 
 
 class Session:
@@ -203,7 +206,12 @@ def whole(kind: str, api_version: str, item: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def pod_list(pods: Sequence[Dict[str, Any]], resource_version: str = "50") -> Dict[str, Any]:
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": resource_version}, "items": list(pods)}
+    return {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": resource_version},
+        "items": list(pods),
+    }
 
 
 def job(resource_version: str) -> Dict[str, Any]:
@@ -216,19 +224,28 @@ def job(resource_version: str) -> Dict[str, Any]:
     }
 
 
+def always(answer: Answer) -> Callable[[Recorded, re.Match[str]], Answer]:
+    """A route that gives every request the same answer."""
+    return lambda request, match: answer
+
+
 def event_line(kind: str, obj: Dict[str, Any]) -> bytes:
     return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
 
 
 def not_found(resource: str, name: str, group: str = "") -> Answer:
     qualified = f"{resource}.{group}" if group else resource
-    return status_answer(404, "NotFound", f'{qualified} "{name}" not found', {"name": name, "group": group, "kind": resource})
+    return status_answer(
+        404, "NotFound", f'{qualified} "{name}" not found', {"name": name, "group": group, "kind": resource}
+    )
 
 
 def serve_namespace(server: RecordingServer, exists: bool = True) -> None:
     """GET namespaces/demo, which kubectl asks after a NotFound (cli-runtime visitor.go Info.Get)."""
     answer = Answer(200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    server.route("GET", f"/api/v1/namespaces/{NAMESPACE}", lambda r, m: answer if exists else not_found("namespaces", NAMESPACE))
+    server.route(
+        "GET", f"/api/v1/namespaces/{NAMESPACE}", lambda r, m: answer if exists else not_found("namespaces", NAMESPACE)
+    )
 
 
 class PodLogs:
@@ -241,9 +258,9 @@ class PodLogs:
         self.failing = set(failing)
         self.hold = hold
         items = [pod(name) for name in logs]
-        server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", lambda r, m: Answer(200, pod_list(items)))
-        server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/([^/]+)", self.one_pod)
-        server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/([^/]+)/log", self.log)
+        server.route("GET", PODS_PATH, lambda r, m: Answer(200, pod_list(items)))
+        server.route("GET", f"{PODS_PATH}/([^/]+)", self.one_pod)
+        server.route("GET", f"{PODS_PATH}/([^/]+)/log", self.log)
 
     def one_pod(self, request: Recorded, match: re.Match[str]) -> Answer:
         name = match.group(1)
@@ -286,7 +303,7 @@ def with_prefixes(order: Sequence[str], logs: Dict[str, bytes]) -> bytes:
 def selector_args(count: int, follow: bool = False) -> List[str]:
     """The arguments of rl_batch_demo.logs_by_selector (max-log-requests: max(count, 5))."""
     args = ["logs", "-l", SELECTOR, "-c", CONTAINER, "--prefix", "--tail=-1", f"--max-log-requests={max(count, 5)}"]
-    return args + ["-f"] if follow else args
+    return [*args, "-f"] if follow else args
 
 
 def assert_one_at_a_time(case: unittest.TestCase, reads: Sequence[Recorded]) -> None:
@@ -346,7 +363,7 @@ class LogsContract(ContractCase):
             requests = session.api()
             self.assertEqual(
                 [(r.method, r.path) for r in requests],
-                [("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/p0"), ("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/p0/log")],
+                [("GET", f"{PODS_PATH}/p0"), ("GET", f"{PODS_PATH}/p0/log")],
             )
             self.assertEqual(requests[1].query, {"container": CONTAINER, "timeout": demo.REQUEST_TIMEOUT})
 
@@ -364,7 +381,7 @@ class LogsContract(ContractCase):
             self.assertEqual(outcome.returncode, 1, outcome)
             self.assertEqual(
                 [r.path for r in session.api()],
-                [f"/api/v1/namespaces/{NAMESPACE}/pods/p0", f"/api/v1/namespaces/{NAMESPACE}"],
+                [f"{PODS_PATH}/p0", f"/api/v1/namespaces/{NAMESPACE}"],
             )
             if session.binary.minor >= 30:
                 expected = f'error: error from server (NotFound): pods "p0" not found in namespace "{NAMESPACE}"\n'
@@ -383,7 +400,9 @@ class LogsContract(ContractCase):
         def contract(session: Session) -> None:
             PodLogs(session.server, logs)
             orders = set()
-            for attempt in range(8):  # a Go map of 9 has many orders: two differ almost surely
+            runs = 0
+            while runs < 8:  # a Go map of 9 has many orders: two differ almost surely
+                runs += 1
                 already = len(log_reads(session))
                 outcome = session.run(selector_args(len(logs)))
                 self.assertEqual(outcome.returncode, 0, outcome)
@@ -397,8 +416,8 @@ class LogsContract(ContractCase):
                 orders.add(tuple(order))
                 if len(orders) > 1:
                     break
-            self.assertGreater(len(orders), 1, f"the same order in {attempt + 1} runs: {orders}")
-            listing = [r for r in session.api() if r.path.endswith("/pods")][0]
+            self.assertGreater(len(orders), 1, f"the same order in {runs} runs: {orders}")
+            listing = next(r for r in session.api() if r.path.endswith("/pods"))
             self.assertEqual(listing.query, {"labelSelector": SELECTOR, "timeout": demo.REQUEST_TIMEOUT})  # not chunked
 
         self.each_kubectl(contract)
@@ -486,7 +505,9 @@ class LogsPacingContract(ContractCase):
     20 reads would take milliseconds."""
 
     COUNT = 20
-    LOGS = {f"p{index:02d}": f"first of p{index:02d}\nlast of p{index:02d}\n".encode() for index in range(COUNT)}
+    LOGS: ClassVar[Dict[str, bytes]] = {
+        f"p{index:02d}": f"first of p{index:02d}\nlast of p{index:02d}\n".encode() for index in range(COUNT)
+    }
 
     def read(self, session: Session, args: List[str]) -> Tuple[Outcome, Recorded, List[Recorded]]:
         outcome = session.run(args)
@@ -525,7 +546,9 @@ class LogsPacingContract(ContractCase):
             PodLogs(session.server, self.LOGS, hold=hold)
             outcome, listing, reads = self.read(session, selector_args(self.COUNT, follow=True))
             for read in reads:
-                self.assertEqual(read.query, {"container": CONTAINER, "follow": "true", "timeout": demo.REQUEST_TIMEOUT})
+                self.assertEqual(
+                    read.query, {"container": CONTAINER, "follow": "true", "timeout": demo.REQUEST_TIMEOUT}
+                )
             overlapping = [b for a, b in zip(reads, reads[1:]) if a.answered is not None and b.arrived < a.answered]
             self.assertGreaterEqual(len(overlapping), BURST - 1, "the followed streams were not read at once")
             assert_paced(self, listing, reads)
@@ -547,7 +570,7 @@ class LogsPacingContract(ContractCase):
 
         def contract(session: Session) -> None:
             PodLogs(session.server, logs, failing=["p2"])
-            args = selector_args(len(logs), follow=True) + [f"--pod-running-timeout={patience}s"]
+            args = [*selector_args(len(logs), follow=True), f"--pod-running-timeout={patience}s"]
             outcome = session.run(args)
             self.assertEqual(outcome.returncode, 1, outcome)
             tries = [r for r in log_reads(session) if pod_of(r) == "p2"]
@@ -580,18 +603,26 @@ class WatchContract(ContractCase):
         stream += [(0.02, event_line("MODIFIED", job("12"))), (0.02, b"")]
 
         def contract(session: Session) -> None:
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: Answer(200, job("10")))
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", lambda r, m: Answer(200, chunks=stream))
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
             outcome = session.run(self.watch_args("job", JOB), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             events = outcome.documents()
-            self.assertEqual([(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events], [("ADDED", "10"), ("MODIFIED", "11"), ("MODIFIED", "12")])
+            self.assertEqual(
+                [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events],
+                [("ADDED", "10"), ("MODIFIED", "11"), ("MODIFIED", "12")],
+            )
             self.assertEqual(events[0]["object"], job("10"))
             get, watch = session.api()
-            self.assertEqual((get.path, get.query), (f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", {"timeout": self.WATCH_TIMEOUT}))
+            self.assertEqual((get.path, get.query), (JOB_PATH, {"timeout": self.WATCH_TIMEOUT}))
             self.assertEqual(
                 watch.query,
-                {"fieldSelector": f"metadata.name={JOB}", "resourceVersion": "0", "watch": "true", "timeout": self.WATCH_TIMEOUT},
+                {
+                    "fieldSelector": f"metadata.name={JOB}",
+                    "resourceVersion": "0",
+                    "watch": "true",
+                    "timeout": self.WATCH_TIMEOUT,
+                },
             )
             self.assertLess(outcome.ended - (watch.answered or 0), 5, "kubectl did not end with the watch")
 
@@ -612,11 +643,13 @@ class WatchContract(ContractCase):
         stream = [(0.0, event_line("ADDED", job("10"))), (0.02, event_line("ERROR", gone)), (0.02, b"")]
 
         def contract(session: Session) -> None:
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: Answer(200, job("10")))
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", lambda r, m: Answer(200, chunks=stream))
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
             outcome = session.run(self.watch_args("job", JOB), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
-            self.assertEqual(outcome.documents(), [{"type": "ADDED", "object": job("10")}, {"type": "ERROR", "object": gone}])
+            self.assertEqual(
+                outcome.documents(), [{"type": "ADDED", "object": job("10")}, {"type": "ERROR", "object": gone}]
+            )
 
         self.each_kubectl(contract)
 
@@ -627,8 +660,8 @@ class WatchContract(ContractCase):
 
         def contract(session: Session) -> None:
             silent = [(0.0, event_line("ADDED", job("10"))), (5.0, b"")]
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: Answer(200, job("10")))
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", lambda r, m: Answer(200, chunks=silent))
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=silent)))
             outcome = session.run(self.watch_args("job", JOB), request_timeout="300ms")
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             self.assertEqual(len(outcome.documents()), 1)
@@ -644,7 +677,7 @@ class WatchContract(ContractCase):
         wait_for_job then polls, and finds the Job gone)."""
 
         def contract(session: Session) -> None:
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: not_found("jobs", JOB, "batch"))
+            session.server.route("GET", JOB_PATH, lambda r, m: not_found("jobs", JOB, "batch"))
             serve_namespace(session.server)
             outcome = session.run(self.watch_args("job", JOB), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stdout), (1, b""), outcome)
@@ -664,7 +697,7 @@ class WatchContract(ContractCase):
             def pods(request: Recorded, match: re.Match[str]) -> Answer:
                 return Answer(200, chunks=stream) if request.query.get("watch") == "true" else Answer(200, listed)
 
-            session.server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", pods)
+            session.server.route("GET", PODS_PATH, pods)
             outcome = session.run(self.watch_args("pods", "-l", SELECTOR), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             events = outcome.documents()
@@ -689,8 +722,18 @@ class ObjectsContract(ContractCase):
             "kind": "List",
             "items": [
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "episode", "namespace": NAMESPACE}, "data": {"k": "v"}},
-                {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": JOB, "namespace": NAMESPACE}, "spec": {}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "episode", "namespace": NAMESPACE},
+                    "data": {"k": "v"},
+                },
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": JOB, "namespace": NAMESPACE},
+                    "spec": {},
+                },
             ],
         }
 
@@ -710,17 +753,29 @@ class ObjectsContract(ContractCase):
         manifest = self.namespace_configmap_job()
 
         def contract(session: Session) -> None:
-            exists = status_answer(409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"})
+            exists = status_answer(
+                409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"}
+            )
             session.server.route("POST", "/api/v1/namespaces", self.created)
             session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
-            session.server.route("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", self.created)
-            outcome = session.run(["create", "-f", "-", "-o", "json", "--validate=strict"], namespace=None, stdin=json.dumps(manifest).encode())
+            session.server.route("POST", JOBS_PATH, self.created)
+            outcome = session.run(
+                ["create", "-f", "-", "-o", "json", "--validate=strict"],
+                namespace=None,
+                stdin=json.dumps(manifest).encode(),
+            )
             self.assertEqual(outcome.returncode, 1, outcome)
-            self.assertEqual(outcome.stderr, 'Error from server (AlreadyExists): error when creating "STDIN": configmaps "episode" already exists\n')
+            self.assertEqual(
+                outcome.stderr,
+                'Error from server (AlreadyExists): error when creating "STDIN": configmaps "episode" already exists\n',
+            )
             posts = [r for r in session.api() if r.method == "POST"]
             self.assertEqual([r.json() for r in posts], manifest["items"])
             for post in posts:
-                self.assertEqual(post.query, {"fieldManager": "kubectl-create", "fieldValidation": "Strict", "timeout": demo.REQUEST_TIMEOUT})
+                self.assertEqual(
+                    post.query,
+                    {"fieldManager": "kubectl-create", "fieldValidation": "Strict", "timeout": demo.REQUEST_TIMEOUT},
+                )
             self.assertEqual([d["metadata"]["uid"] for d in outcome.documents()], [f"uid-{NAMESPACE}", f"uid-{JOB}"])
             self.assertIn("/openapi/v2", [r.path for r in session.server.taken()])
             failure = demo.KubectlFailure(outcome.argv, outcome.returncode, outcome.stderr, outcome.stdout.decode())
@@ -734,13 +789,22 @@ class ObjectsContract(ContractCase):
         strict-decoding refusal reaches stderr whole after kubectl's prefix (W12). Up to 1.28
         kubectl also downloads /openapi/v2 first, whatever it then uses; from 1.29 on it does not."""
         single = self.namespace_configmap_job()["items"][2]
-        refusal = 'Job in version "v1" cannot be handled as a Job: strict decoding error: unknown field "spec.backoffLimitPerIndex"'
+        refusal = (
+            'Job in version "v1" cannot be handled as a Job: '
+            'strict decoding error: unknown field "spec.backoffLimitPerIndex"'
+        )
 
         def contract(session: Session) -> None:
-            session.server.route("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", lambda r, m: status_answer(400, "BadRequest", refusal))
-            outcome = session.run(["create", "-f", "-", "-o", "json", "--validate=strict"], namespace=None, stdin=json.dumps(single).encode())
+            session.server.route("POST", JOBS_PATH, lambda r, m: status_answer(400, "BadRequest", refusal))
+            outcome = session.run(
+                ["create", "-f", "-", "-o", "json", "--validate=strict"],
+                namespace=None,
+                stdin=json.dumps(single).encode(),
+            )
             self.assertEqual(outcome.returncode, 1, outcome)
-            self.assertEqual(outcome.stderr, f'Error from server (BadRequest): error when creating "STDIN": {refusal}\n')
+            self.assertEqual(
+                outcome.stderr, f'Error from server (BadRequest): error when creating "STDIN": {refusal}\n'
+            )
             paths = [r.path for r in session.server.taken()]
             self.assertIn("/openapi/v3/apis/batch/v1", paths)
             self.assertEqual("/openapi/v2" in paths, session.binary.minor <= 28)
@@ -761,7 +825,11 @@ class ObjectsContract(ContractCase):
                 return Answer(201, answered)
 
             session.server.route("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
-            outcome = session.run(["create", "-f", "-", "-o", "json", "--validate=false"], namespace=None, stdin=json.dumps(reviews).encode())
+            outcome = session.run(
+                ["create", "-f", "-", "-o", "json", "--validate=false"],
+                namespace=None,
+                stdin=json.dumps(reviews).encode(),
+            )
             self.assertEqual(outcome.returncode, 0, outcome)
             self.assertFalse([r for r in session.server.taken() if r.path.startswith("/openapi")])
             posts = session.api()
@@ -780,16 +848,24 @@ class ObjectsContract(ContractCase):
         GET namespaces/NS after a NotFound)."""
 
         def contract(session: Session) -> None:
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: not_found("jobs", JOB, "batch"))
+            session.server.route("GET", JOB_PATH, lambda r, m: not_found("jobs", JOB, "batch"))
             serve_namespace(session.server)
             outcome = session.run(["get", "job", JOB, "--ignore-not-found", "-o", "json"])
             self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (0, b"", ""), outcome)
-            self.assertEqual(session.api()[0].path, f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}")
+            self.assertEqual(session.api()[0].path, JOB_PATH)
             outcome = session.run(["get", "job", JOB, "-o", "json"])
-            self.assertEqual((outcome.returncode, outcome.stderr), (1, f'Error from server (NotFound): jobs.batch "{JOB}" not found\n'), outcome)
+            self.assertEqual(
+                (outcome.returncode, outcome.stderr),
+                (1, f'Error from server (NotFound): jobs.batch "{JOB}" not found\n'),
+                outcome,
+            )
             serve_namespace(session.server, exists=False)
             outcome = session.run(["get", "job", JOB, "-o", "json"])
-            self.assertEqual((outcome.returncode, outcome.stderr), (1, f'Error from server (NotFound): namespaces "{NAMESPACE}" not found\n'), outcome)
+            self.assertEqual(
+                (outcome.returncode, outcome.stderr),
+                (1, f'Error from server (NotFound): namespaces "{NAMESPACE}" not found\n'),
+                outcome,
+            )
             outcome = session.run(["get", "job", JOB, "--ignore-not-found", "-o", "json"])
             self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (0, b"", ""), outcome)
 
@@ -797,7 +873,7 @@ class ObjectsContract(ContractCase):
 
     def test_get_of_one_object_prints_it_alone(self) -> None:
         def contract(session: Session) -> None:
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: Answer(200, job("10")))
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
             outcome = session.run(["get", "job", JOB, "--ignore-not-found", "-o", "json"])
             self.assertEqual(outcome.returncode, 0, outcome)
             self.assertEqual(outcome.documents(), [job("10")])
@@ -818,8 +894,16 @@ class ObjectsContract(ContractCase):
         def contract(session: Session) -> None:
             contents = {"pods": [pod("p0")], "events": [scheduled]}
 
-            def listing(kind: str) -> Callable[[Recorded, "re.Match[str]"], Answer]:
-                return lambda r, m: Answer(200, {"kind": kind.capitalize()[:-1] + "List", "apiVersion": "v1", "metadata": {"resourceVersion": "60"}, "items": contents[kind]})
+            def listing(kind: str) -> Callable[[Recorded, re.Match[str]], Answer]:
+                return lambda r, m: Answer(
+                    200,
+                    {
+                        "kind": kind.capitalize()[:-1] + "List",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": "60"},
+                        "items": contents[kind],
+                    },
+                )
 
             for kind in contents:
                 session.server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/{kind}", listing(kind))
@@ -832,7 +916,10 @@ class ObjectsContract(ContractCase):
                 "items": [whole("Pod", "v1", pod("p0")), whole("Event", "v1", scheduled)],
             }
             self.assertEqual(outcome.documents(), [expected])
-            self.assertEqual([(r.path, r.query.get("limit")) for r in session.api()], [(f"/api/v1/namespaces/{NAMESPACE}/pods", "500"), (f"/api/v1/namespaces/{NAMESPACE}/events", "500")])
+            self.assertEqual(
+                [(r.path, r.query.get("limit")) for r in session.api()],
+                [(PODS_PATH, "500"), (f"/api/v1/namespaces/{NAMESPACE}/events", "500")],
+            )
             contents["pods"], contents["events"] = [], []
             outcome = session.run(["get", "pods,events", "-o", "json"])
             self.assertEqual(outcome.documents(), [dict(expected, items=[])])
@@ -846,18 +933,25 @@ class ObjectsContract(ContractCase):
         confirmation line names the namespace from 1.34 on."""
 
         def contract(session: Session) -> None:
-            session.server.route("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: Answer(200, job("70")))
-            terminating = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}, "status": {"phase": "Terminating"}}
+            session.server.route("DELETE", JOB_PATH, lambda r, m: Answer(200, job("70")))
+            terminating = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NAMESPACE},
+                "status": {"phase": "Terminating"},
+            }
             session.server.route("DELETE", f"/api/v1/namespaces/{NAMESPACE}", lambda r, m: Answer(200, terminating))
             outcome = session.run(["delete", "job", JOB, "--cascade=foreground", "--wait=false"])
             self.assertEqual(outcome.returncode, 0, outcome)
             (delete,) = session.api()
-            self.assertEqual((delete.method, delete.path), ("DELETE", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}"))
+            self.assertEqual((delete.method, delete.path), ("DELETE", JOB_PATH))
             self.assertEqual(delete.json(), {"propagationPolicy": "Foreground"})
             self.assertRegex(outcome.stdout.decode(), rf'^job\.batch "{JOB}" deleted( from {NAMESPACE} namespace)?\n$')
             self.assertEqual(outcome.stdout.decode().endswith("namespace\n"), session.binary.minor >= 34)
             outcome = session.run(["delete", "namespace", NAMESPACE, "--wait=false"], namespace=None)
-            self.assertEqual((outcome.returncode, outcome.stdout), (0, f'namespace "{NAMESPACE}" deleted\n'.encode()), outcome)
+            self.assertEqual(
+                (outcome.returncode, outcome.stdout), (0, f'namespace "{NAMESPACE}" deleted\n'.encode()), outcome
+            )
             self.assertEqual(session.api()[-1].json(), {"propagationPolicy": "Background"})
 
         self.each_kubectl(contract)
@@ -868,11 +962,15 @@ class ObjectsContract(ContractCase):
         text = b'# TYPE kubelet_runtime_operations_duration_seconds histogram\nx_bucket{le="0.005"} 1\r\nlast 2'
 
         def contract(session: Session) -> None:
-            session.server.route("GET", "/api/v1/nodes/node-1/proxy/metrics", lambda r, m: Answer(200, text, "text/plain; version=0.0.4"))
+            session.server.route(
+                "GET", "/api/v1/nodes/node-1/proxy/metrics", lambda r, m: Answer(200, text, "text/plain; version=0.0.4")
+            )
             outcome = session.run(["get", "--raw", "/api/v1/nodes/node-1/proxy/metrics"], namespace=None)
             self.assertEqual((outcome.returncode, outcome.stdout), (0, text), outcome)
             (request,) = session.api()
-            self.assertEqual((request.path, request.query), ("/api/v1/nodes/node-1/proxy/metrics", {"timeout": demo.REQUEST_TIMEOUT}))
+            self.assertEqual(
+                (request.path, request.query), ("/api/v1/nodes/node-1/proxy/metrics", {"timeout": demo.REQUEST_TIMEOUT})
+            )
 
         self.each_kubectl(contract)
 
@@ -891,7 +989,9 @@ class ObjectsContract(ContractCase):
             self.assertEqual(outcome.returncode, 0, outcome)
             (view,) = outcome.documents()
             self.assertEqual(view["current-context"], "contract")
-            self.assertEqual(view["contexts"], [{"name": "contract", "context": {"cluster": "recording", "user": "tester"}}])
+            self.assertEqual(
+                view["contexts"], [{"name": "contract", "context": {"cluster": "recording", "user": "tester"}}]
+            )
             self.assertEqual(view["clusters"], [{"name": "recording", "cluster": {"server": session.server.url}}])
             self.assertEqual(view["users"], [{"name": "tester", "user": {}}])
             asked = [(r.method, r.path) for r in session.server.taken()]
@@ -903,7 +1003,11 @@ class ObjectsContract(ContractCase):
         def contract(session: Session) -> None:
             session.kubectl.context = "nowhere"
             outcome = session.run(["config", "view", "--minify", "-o", "json"], namespace=None, request_timeout=None)
-            self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (1, b"", "error: cannot locate context nowhere\n"), outcome)
+            self.assertEqual(
+                (outcome.returncode, outcome.stdout, outcome.stderr),
+                (1, b"", "error: cannot locate context nowhere\n"),
+                outcome,
+            )
 
         self.each_kubectl(contract)
 
@@ -927,7 +1031,7 @@ class TimeoutContract(ContractCase):
         rest Request.URL); without the flag, discovery asks 32 s and other requests nothing."""
 
         def contract(session: Session) -> None:
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: Answer(200, job("10")))
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
             outcome = session.run(["get", "job", JOB, "-o", "json"], request_timeout="17s")
             self.assertEqual(outcome.returncode, 0, outcome)
             requests = session.server.taken()
@@ -951,7 +1055,7 @@ class TimeoutContract(ContractCase):
 
         def contract(session: Session) -> None:
             slow = Answer(200, job("10"), delay=3)
-            session.server.route("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}", lambda r, m: slow)
+            session.server.route("GET", JOB_PATH, lambda r, m: slow)
             outcome = session.run(["get", "job", JOB, "-o", "json"], request_timeout="300ms")
             self.assertEqual(outcome.returncode, 1, outcome)
             self.assertRegex(outcome.stderr, r"^Unable to connect to the server: ")
@@ -967,11 +1071,24 @@ class TimeoutContract(ContractCase):
         server (Reason): message` and taken for transient; 403 is not."""
 
         def contract(session: Session) -> None:
-            path = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}"
-            for code, reason, transient in ((500, "InternalError", True), (503, "ServiceUnavailable", True), (429, "TooManyRequests", True), (403, "Forbidden", False)):
-                session.server.route("GET", path, lambda r, m, code=code, reason=reason: status_answer(code, reason, f"injected {reason}"))
+            path = JOB_PATH
+            for code, reason, transient in (
+                (500, "InternalError", True),
+                (503, "ServiceUnavailable", True),
+                (429, "TooManyRequests", True),
+                (403, "Forbidden", False),
+            ):
+                session.server.route(
+                    "GET",
+                    path,
+                    lambda r, m, code=code, reason=reason: status_answer(code, reason, f"injected {reason}"),
+                )
                 outcome = session.run(["get", "job", JOB, "-o", "json"])
-                self.assertEqual((outcome.returncode, outcome.stderr), (1, f"Error from server ({reason}): injected {reason}\n"), outcome)
+                self.assertEqual(
+                    (outcome.returncode, outcome.stderr),
+                    (1, f"Error from server ({reason}): injected {reason}\n"),
+                    outcome,
+                )
                 self.assertEqual(demo.KubectlFailure(outcome.argv, 1, outcome.stderr).transient, transient, reason)
 
         self.each_kubectl(contract)
@@ -983,7 +1100,7 @@ class TimeoutContract(ContractCase):
         is printed: the tool sees success."""
 
         def contract(session: Session) -> None:
-            path = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}"
+            path = JOB_PATH
             answers = [status_answer(429, "TooManyRequests", "wait")]
             answers[0].headers["Retry-After"] = "1"
             session.server.route("GET", path, lambda r, m: answers.pop() if answers else Answer(200, job("10")))
