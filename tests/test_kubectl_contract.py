@@ -23,6 +23,7 @@ import concurrent.futures
 import functools
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -300,10 +301,78 @@ def with_prefixes(order: Sequence[str], logs: Dict[str, bytes]) -> bytes:
     return out
 
 
+class _Captured(Exception):
+    """Raised by FormsOfTheTool once a call's arguments are known: nothing runs."""
+
+
+Form = Tuple[List[str], Optional[str], Optional[str]]  # arguments, --namespace, --request-timeout
+
+
+class FormsOfTheTool(demo.Kubectl):
+    """The tool's own Kubectl, stopped in Kubectl.argv: what each of its calls passes after the
+    global flags, so that a contract runs exactly the command the tool runs."""
+
+    def __init__(self) -> None:
+        super().__init__("kubectl", context=None, kubeconfig=None)
+        self.captured: Optional[Form] = None
+
+    def argv(
+        self,
+        args: Sequence[str],
+        namespace: Optional[str] = None,
+        request_timeout: Optional[str] = demo.REQUEST_TIMEOUT,
+    ) -> List[str]:
+        self.captured = (list(args), namespace, request_timeout)
+        raise _Captured
+
+
+def tool_form(call: Callable[[demo.Kubectl], Any]) -> Form:
+    kubectl = FormsOfTheTool()
+    try:
+        call(kubectl)
+    except _Captured:
+        assert kubectl.captured is not None
+        return kubectl.captured
+    raise AssertionError("the tool's call ran no kubectl")
+
+
 def selector_args(count: int, follow: bool = False) -> List[str]:
-    """The arguments of rl_batch_demo.logs_by_selector (max-log-requests: max(count, 5))."""
-    args = ["logs", "-l", SELECTOR, "-c", CONTAINER, "--prefix", "--tail=-1", f"--max-log-requests={max(count, 5)}"]
+    """The arguments of rl_batch_demo.logs_by_selector for `count` pods (plus -f)."""
+    names = [f"p{index}" for index in range(count)]
+    args, namespace, _ = tool_form(lambda k: demo.logs_by_selector(k, NAMESPACE, SELECTOR, names, Path("unused")))
+    assert namespace == NAMESPACE and "-f" not in args
     return [*args, "-f"] if follow else args
+
+
+def pod_log_args(name: str) -> List[str]:
+    """The arguments of rl_batch_demo.log_of."""
+    args, namespace, _ = tool_form(lambda k: demo.log_of(k, NAMESPACE, name, Path("unused")))
+    assert namespace == NAMESPACE
+    return args
+
+
+def create_args(review: bool) -> List[str]:
+    """The arguments of Kubectl.create: the run's objects, or (review) the access reviews."""
+    args, namespace, _ = tool_form(lambda k: k.create({"apiVersion": "v1", "kind": "List", "items": []}, review))
+    assert namespace is None
+    return args
+
+
+def get_args(kind: str, name: str) -> List[str]:
+    """The arguments of Kubectl.get (one object, None when it is missing)."""
+    return tool_form(lambda k: k.get(kind, name, NAMESPACE))[0]
+
+
+def list_args(kinds: str) -> List[str]:
+    """The arguments of Kubectl.get_list."""
+    return tool_form(lambda k: k.get_list(kinds, namespace=NAMESPACE))[0]
+
+
+def config_view_args() -> List[str]:
+    """The arguments of Kubectl.cluster_identity (no --request-timeout: no server is asked)."""
+    args, namespace, timeout = tool_form(lambda k: k.cluster_identity())
+    assert (namespace, timeout) == (None, None)
+    return args
 
 
 def assert_one_at_a_time(case: unittest.TestCase, reads: Sequence[Recorded]) -> None:
@@ -357,7 +426,7 @@ class LogsContract(ContractCase):
 
         def contract(session: Session) -> None:
             PodLogs(session.server, {"p0": text})
-            outcome = session.run(["logs", "p0", "-c", CONTAINER])  # log_of's arguments
+            outcome = session.run(pod_log_args("p0"))
             self.assertEqual(outcome.returncode, 0, outcome)
             self.assertEqual(outcome.stdout, text)  # as it is: no prefix, nothing added
             requests = session.api()
@@ -377,7 +446,7 @@ class LogsContract(ContractCase):
         def contract(session: Session) -> None:
             PodLogs(session.server, {})
             serve_namespace(session.server)
-            outcome = session.run(["logs", "p0", "-c", CONTAINER])
+            outcome = session.run(pod_log_args("p0"))
             self.assertEqual(outcome.returncode, 1, outcome)
             self.assertEqual(
                 [r.path for r in session.api()],
@@ -590,10 +659,17 @@ class WatchContract(ContractCase):
     """`get ... -o json --output-watch-events --watch`, as Kubectl.watch and wait_for_job use it
     (kubectl pkg/cmd/get/get.go watch())."""
 
-    WATCH_TIMEOUT = "45s"  # under a minute: Go writes 60s as "1m0s" in the query
+    WATCH_SECONDS = 44.5  # Kubectl.watch asks ceil(seconds): 45s (Go writes 60 s as "1m0s" in the query)
+    WATCH_TIMEOUT = "45s"
 
-    def watch_args(self, *target: str) -> List[str]:
-        return ["get", *target, "-o", "json", "--output-watch-events", "--watch"]
+    def watch_args(self, tag: str, *target: str) -> List[str]:
+        """The arguments of Kubectl.watch, as wait_for_job calls it."""
+        queued: queue.Queue[Any] = queue.Queue()
+        args, namespace, timeout = tool_form(
+            lambda k: k.watch(tag, list(target), NAMESPACE, queued, self.WATCH_SECONDS)
+        )
+        assert (namespace, timeout) == (NAMESPACE, self.WATCH_TIMEOUT), (namespace, timeout)
+        return args
 
     def test_single_object_watch_prints_the_get_then_drops_the_first_watch_event(self) -> None:
         """W7: the object is read with a GET and printed as ADDED; the watch starts from
@@ -605,7 +681,7 @@ class WatchContract(ContractCase):
         def contract(session: Session) -> None:
             session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
             session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
-            outcome = session.run(self.watch_args("job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             events = outcome.documents()
             self.assertEqual(
@@ -645,7 +721,7 @@ class WatchContract(ContractCase):
         def contract(session: Session) -> None:
             session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
             session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
-            outcome = session.run(self.watch_args("job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             self.assertEqual(
                 outcome.documents(), [{"type": "ADDED", "object": job("10")}, {"type": "ERROR", "object": gone}]
@@ -662,7 +738,7 @@ class WatchContract(ContractCase):
             silent = [(0.0, event_line("ADDED", job("10"))), (5.0, b"")]
             session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
             session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=silent)))
-            outcome = session.run(self.watch_args("job", JOB), request_timeout="300ms")
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout="300ms")
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             self.assertEqual(len(outcome.documents()), 1)
             get, watch = session.api()
@@ -679,7 +755,7 @@ class WatchContract(ContractCase):
         def contract(session: Session) -> None:
             session.server.route("GET", JOB_PATH, lambda r, m: not_found("jobs", JOB, "batch"))
             serve_namespace(session.server)
-            outcome = session.run(self.watch_args("job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stdout), (1, b""), outcome)
             self.assertEqual(outcome.stderr, f'Error from server (NotFound): jobs.batch "{JOB}" not found\n')
             self.assertFalse([r for r in session.api() if r.query.get("watch")])
@@ -698,7 +774,7 @@ class WatchContract(ContractCase):
                 return Answer(200, chunks=stream) if request.query.get("watch") == "true" else Answer(200, listed)
 
             session.server.route("GET", PODS_PATH, pods)
-            outcome = session.run(self.watch_args("pods", "-l", SELECTOR), request_timeout=self.WATCH_TIMEOUT)
+            outcome = session.run(self.watch_args("pods", "pods", "-l", SELECTOR), request_timeout=self.WATCH_TIMEOUT)
             self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
             events = outcome.documents()
             self.assertEqual([e["type"] for e in events], ["ADDED", "ADDED", "MODIFIED"])
@@ -760,7 +836,7 @@ class ObjectsContract(ContractCase):
             session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
             session.server.route("POST", JOBS_PATH, self.created)
             outcome = session.run(
-                ["create", "-f", "-", "-o", "json", "--validate=strict"],
+                create_args(review=False),
                 namespace=None,
                 stdin=json.dumps(manifest).encode(),
             )
@@ -797,7 +873,7 @@ class ObjectsContract(ContractCase):
         def contract(session: Session) -> None:
             session.server.route("POST", JOBS_PATH, lambda r, m: status_answer(400, "BadRequest", refusal))
             outcome = session.run(
-                ["create", "-f", "-", "-o", "json", "--validate=strict"],
+                create_args(review=False),
                 namespace=None,
                 stdin=json.dumps(single).encode(),
             )
@@ -826,7 +902,7 @@ class ObjectsContract(ContractCase):
 
             session.server.route("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
             outcome = session.run(
-                ["create", "-f", "-", "-o", "json", "--validate=false"],
+                create_args(review=True),
                 namespace=None,
                 stdin=json.dumps(reviews).encode(),
             )
@@ -850,7 +926,7 @@ class ObjectsContract(ContractCase):
         def contract(session: Session) -> None:
             session.server.route("GET", JOB_PATH, lambda r, m: not_found("jobs", JOB, "batch"))
             serve_namespace(session.server)
-            outcome = session.run(["get", "job", JOB, "--ignore-not-found", "-o", "json"])
+            outcome = session.run(get_args("job", JOB))
             self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (0, b"", ""), outcome)
             self.assertEqual(session.api()[0].path, JOB_PATH)
             outcome = session.run(["get", "job", JOB, "-o", "json"])
@@ -866,7 +942,7 @@ class ObjectsContract(ContractCase):
                 (1, f'Error from server (NotFound): namespaces "{NAMESPACE}" not found\n'),
                 outcome,
             )
-            outcome = session.run(["get", "job", JOB, "--ignore-not-found", "-o", "json"])
+            outcome = session.run(get_args("job", JOB))
             self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (0, b"", ""), outcome)
 
         self.each_kubectl(contract)
@@ -874,7 +950,7 @@ class ObjectsContract(ContractCase):
     def test_get_of_one_object_prints_it_alone(self) -> None:
         def contract(session: Session) -> None:
             session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
-            outcome = session.run(["get", "job", JOB, "--ignore-not-found", "-o", "json"])
+            outcome = session.run(get_args("job", JOB))
             self.assertEqual(outcome.returncode, 0, outcome)
             self.assertEqual(outcome.documents(), [job("10")])
 
@@ -907,7 +983,7 @@ class ObjectsContract(ContractCase):
 
             for kind in contents:
                 session.server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/{kind}", listing(kind))
-            outcome = session.run(["get", "pods,events", "-o", "json"])
+            outcome = session.run(list_args("pods,events"))
             self.assertEqual(outcome.returncode, 0, outcome)
             expected = {
                 "apiVersion": "v1",
@@ -921,7 +997,7 @@ class ObjectsContract(ContractCase):
                 [(PODS_PATH, "500"), (f"/api/v1/namespaces/{NAMESPACE}/events", "500")],
             )
             contents["pods"], contents["events"] = [], []
-            outcome = session.run(["get", "pods,events", "-o", "json"])
+            outcome = session.run(list_args("pods,events"))
             self.assertEqual(outcome.documents(), [dict(expected, items=[])])
             self.assertEqual(outcome.stderr, "")
 
@@ -941,7 +1017,7 @@ class ObjectsContract(ContractCase):
                 "status": {"phase": "Terminating"},
             }
             session.server.route("DELETE", f"/api/v1/namespaces/{NAMESPACE}", lambda r, m: Answer(200, terminating))
-            outcome = session.run(["delete", "job", JOB, "--cascade=foreground", "--wait=false"])
+            outcome = session.run(["delete", "job", JOB, "--cascade=foreground", "--wait=false"])  # cleanup_run's
             self.assertEqual(outcome.returncode, 0, outcome)
             (delete,) = session.api()
             self.assertEqual((delete.method, delete.path), ("DELETE", JOB_PATH))
@@ -985,7 +1061,7 @@ class ObjectsContract(ContractCase):
             config["users"].append({"name": "someone", "user": {}})
             config["contexts"][1]["context"] = {"cluster": "elsewhere", "user": "someone"}
             session.kubeconfig.write_text(json.dumps(config))
-            outcome = session.run(["config", "view", "--minify", "-o", "json"], namespace=None, request_timeout=None)
+            outcome = session.run(config_view_args(), namespace=None, request_timeout=None)
             self.assertEqual(outcome.returncode, 0, outcome)
             (view,) = outcome.documents()
             self.assertEqual(view["current-context"], "contract")
@@ -1002,7 +1078,7 @@ class ObjectsContract(ContractCase):
     def test_config_view_of_an_unknown_context_fails(self) -> None:
         def contract(session: Session) -> None:
             session.kubectl.context = "nowhere"
-            outcome = session.run(["config", "view", "--minify", "-o", "json"], namespace=None, request_timeout=None)
+            outcome = session.run(config_view_args(), namespace=None, request_timeout=None)
             self.assertEqual(
                 (outcome.returncode, outcome.stdout, outcome.stderr),
                 (1, b"", "error: cannot locate context nowhere\n"),
