@@ -726,6 +726,22 @@ class WatchContract(ContractCase):
 
         self.each_kubectl(contract)
 
+    def test_single_object_watch_drops_a_newer_state_in_its_first_event(self) -> None:
+        """The first watch event is dropped whatever it carries (get.go: outputObjects false until
+        one event is processed): a change between the GET and the start of the watch, which the
+        server's synthetic ADDED would carry, is never printed. A Job that completed in that
+        window shows its Complete only when its watch ends and wait_for_job polls."""
+        stream = [(0.0, event_line("ADDED", job("11"))), (0.02, b"")]
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            self.assertEqual(outcome.documents(), [{"type": "ADDED", "object": job("10")}])
+
+        self.each_kubectl(contract)
+
     def test_single_object_watch_prints_an_error_event_and_exits_0(self) -> None:
         """W7: an ERROR event (410 Expired) is printed like any other; kubectl ignores the end of
         the watch (get.go discards UntilWithoutRetry's error) and exits 0 once the server closes."""
