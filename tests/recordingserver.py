@@ -117,7 +117,10 @@ class Recorded:
         self.headers = headers
         self.body = body
         self.arrived = arrived  # time.monotonic() once the request line and headers were read
-        self.answered: Optional[float] = None  # once the whole answer was written
+        # time.monotonic() just before the answer's last bytes were written: a client cannot have
+        # read the whole answer earlier (a stamp taken after the write could come after the
+        # client's next request, on a loaded machine)
+        self.answered: Optional[float] = None
         self.status: Optional[int] = None
 
     @property
@@ -210,6 +213,7 @@ class RecordingServer:
                         self.send_header(key, value)
                     if answer.chunks is None:
                         self.send_header("Content-Length", str(len(answer.body)))
+                        record.answered = time.monotonic()
                         self.end_headers()
                         self.wfile.write(answer.body)
                         self.wfile.flush()
@@ -224,12 +228,12 @@ class RecordingServer:
                             if chunk:
                                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                                 self.wfile.flush()
+                        record.answered = time.monotonic()
                         self.wfile.write(b"0\r\n\r\n")
                         self.wfile.flush()
                         self.close_connection = True
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # kubectl went away (a timeout, an exit)
-                record.answered = time.monotonic()
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

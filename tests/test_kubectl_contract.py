@@ -722,6 +722,7 @@ class WatchContract(ContractCase):
                     "timeout": self.WATCH_TIMEOUT,
                 },
             )
+            self.assertIsNotNone(watch.answered)
             self.assertLess(outcome.ended - (watch.answered or 0), 5, "kubectl did not end with the watch")
 
         self.each_kubectl(contract)
