@@ -152,6 +152,64 @@ PHASE_LABELS = {
 }
 PHASES = tuple(PHASE_LABELS)
 
+# The clocks a figure is read from (docs/figures.md, "The clocks"), each with its resolution in
+# seconds: the API server's stamps (creationTimestamp, conditions, startedAt/finishedAt) are whole
+# seconds, truncated; the scheduler's eventTime is microseconds; /proc's start times are clock ticks.
+CLOCK_API = "API server"
+CLOCK_SCHEDULER = "scheduler"
+CLOCK_TICKS = "kernel ticks"
+CLOCK_NODE = "node"
+CLOCK_CLIENT = "client"
+CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
+
+# Every figure the summary prints: (the clock of its start, the clock of its end, why it can read
+# negative, None where it cannot). The one place that says which clock a figure comes from; the summary, the CI step
+# summary and the verdict format each figure from it (figure_text, clock_text).
+FIGURE_CLOCKS: Dict[str, Tuple[str, str, Optional[str]]] = {
+    "batch_to_all_ready_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "batch_to_all_rewards_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "client_job_complete_seconds": (CLOCK_CLIENT, CLOCK_CLIENT, None),  # a monotonic clock
+    "pod_to_ready_p50_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "pod_to_ready_p95_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "pod_to_ready_max_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "pod_to_scheduled_seconds": (CLOCK_API, CLOCK_SCHEDULER, "the scheduler's clock is behind the API server's"),
+    "pod_to_kernel_boot_seconds": (CLOCK_API, CLOCK_TICKS, "the node's clock is behind the API server's"),
+    "kernel_boot_to_process_start_seconds": (CLOCK_TICKS, CLOCK_TICKS, None),  # ticks of one boot
+    "pod_to_container_started_seconds": (
+        CLOCK_API,
+        CLOCK_API,
+        "startedAt is the kubelet's stamp and creationTimestamp the API server's, and their clocks disagree",
+    ),
+    "pod_to_process_start_seconds": (CLOCK_API, CLOCK_TICKS, "the node's clock is behind the API server's"),
+    "interpreter_start_seconds": (
+        CLOCK_TICKS,
+        CLOCK_NODE,
+        "the process start is counted in 10 ms clock ticks, so a first statement in its tick can read before it",
+    ),
+    "python_import_seconds": (CLOCK_NODE, CLOCK_NODE, "the node's wall clock was stepped back"),
+    "import_to_ready_seconds": (CLOCK_NODE, CLOCK_NODE, "the node's wall clock was stepped back"),
+    "pod_to_ready_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "pod_observed_to_ready_seconds": (
+        CLOCK_CLIENT,
+        CLOCK_NODE,
+        "the client saw the pod only after it was ready, or the node's clock is behind the client's",
+    ),
+    "ready_to_reward_seconds": (CLOCK_NODE, CLOCK_NODE, "the node's wall clock was stepped back"),
+    "reward_to_finished_seconds": (
+        CLOCK_NODE,
+        CLOCK_API,
+        "finishedAt is truncated to the second, so a reward in the container's last second reads as after it",
+    ),
+}
+# pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
+SCHEDULED_BY_CONDITION = (
+    CLOCK_API,
+    CLOCK_API,
+    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+)
+SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
+MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
+
 COMPARE_FIGURES = (
     ("episodes", "episodes", False),
     ("parallelism", "parallelism", False),
@@ -392,6 +450,7 @@ class RunSettings:
     dry_run: bool = False  # write the manifests, contact no cluster
     junit: Optional[str] = None  # --junit FILE
     metrics_file: Optional[str] = None  # --metrics-file FILE
+    summary: bool = True  # print the summary on stdout (reproduce --quiet and --json print their own)
 
     @property
     def builtin_worker(self) -> bool:
@@ -2760,6 +2819,35 @@ def printable(text: str, keep_newlines: bool = False) -> str:
     return re.sub(_UNPRINTABLE, _escaped, text.replace("\t", " "))
 
 
+def _display_width(text: str) -> int:
+    """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
+
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
+    """`text` in lines of at most `width` terminal columns (CJK characters count two), broken at
+    spaces, or between wide characters (Chinese breaks anywhere), or inside a word longer than a
+    line; lines after the first start with `indent`."""
+    lines: List[str] = []
+    line = ""
+    room = width - len(indent)
+    for word in re.findall(r"\S+\s*|\s+", text):
+        pieces = [word]
+        if _display_width(word.rstrip()) > room:  # a long run: break between wide characters, then anywhere
+            runs = re.findall(r"[!-~]+\s*|\S\s*|\s+", word)
+            pieces = [part for run in runs for part in (list(run) if _display_width(run.rstrip()) > room else [run])]
+        for piece in pieces:
+            if line.strip() and _display_width((line + piece).rstrip()) > width:
+                lines.append(line.rstrip())
+                line = indent
+            line += piece
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
 def markdown_literal(text: str) -> str:
     """Text shown verbatim in Markdown (a GitHub step summary): a fenced block whose fence is
     longer than any run of backticks inside, so no heading, link or image can be added."""
@@ -2768,16 +2856,116 @@ def markdown_literal(text: str) -> str:
     return f"{fence}text\n{printable(text)}\n{fence}\n"
 
 
+def _number(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _seconds(value: Optional[float]) -> str:
+    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
+    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
     if value is None:
         return "-"
-    if abs(value) < 1:
-        return f"{value * 1000:.1f} ms"
-    return f"{value:.2f} s"
+    if abs(value) < 0.9995:
+        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
+    return f"{_number(value, 2)} s"
 
 
-def render_summary(results: Dict[str, Any]) -> str:
-    """The terminal summary: headline figures, then one line per phase (p50, p95, max)."""
+Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
+
+
+def _resolution(clocks: Clocks) -> float:
+    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
+
+
+def figure_text(value: Optional[float], figure: str, clocks: Optional[Clocks] = None) -> str:
+    """A figure as precise as its clocks (FIGURE_CLOCKS, or `clocks`), never more: whole seconds
+    between two whole-second stamps ("0 s", never "0.0 ms"), tenths of a second where a
+    whole-second stamp meets a finer clock (as the guide prints them), 10 ms steps for clock
+    ticks, else _seconds."""
+    if value is None:
+        return "-"
+    clocks = clocks or FIGURE_CLOCKS[figure]
+    resolution = _resolution(clocks)
+    if resolution >= 1:
+        return f"{_number(value, 0 if clocks[0] == clocks[1] else 1)} s"
+    if resolution >= 0.01:
+        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
+    return _seconds(value)
+
+
+def _resolution_text(resolution: float) -> str:
+    return f"{resolution:g} s" if resolution >= 1 else f"{resolution * 1000:g} ms"
+
+
+def clock_text(figure: str, clocks: Optional[Clocks] = None) -> str:
+    """Which clocks a figure comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a figure that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks or FIGURE_CLOCKS[figure]
+    if start == end:
+        resolution = CLOCK_RESOLUTION[start]
+        return f"{start}, {_resolution_text(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+    coarse = max(CLOCK_RESOLUTION[start], CLOCK_RESOLUTION[end])
+    named = [
+        f"{clock} {_resolution_text(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        for clock in (start, end)
+    ]
+    return "mixed: " + " + ".join(named)
+
+
+def negative_note(clocks: Clocks) -> str:
+    """Why a figure can read negative, for the note under a table that shows one."""
+    return clocks[2] if clocks[2] is not None else "its clock cannot give a negative value: results.json was changed"
+
+
+def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
+    """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
+    with a negative value is marked "*", and a note under the table says why it can be."""
+    cells = [[label, *(figure_text(value, "", clocks) for value in values)] for label, clocks, values in rows]
+    width = max(len(line[0]) for line in [list(header), *cells]) + 1
+    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
+    lines = ["".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), "  clock"])]
+    notes: List[str] = []
+    for (label, clocks, _), line in zip(rows, cells):
+        negative = any(text.startswith("-") and text != "-" for text in line[1:])
+        lines.append(
+            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
+            + f"  {clock_text('', clocks)}{' *' if negative else ''}"
+        )
+        if negative:
+            notes += wrap_text(f"* {label}: negative because {negative_note(clocks)}", SUMMARY_WIDTH, "  ")
+    return lines + notes
+
+
+def _many_sample_figures(results: Dict[str, Any], phase: str) -> Tuple[Optional[float], Optional[float]]:
+    """(p99, mean) of a phase over the episodes' rows, when there are MANY_SAMPLES of them."""
+    values = [row[phase] for row in results.get("pods") or [] if finite_number(row.get(phase)) is not None]
+    if len(values) < MANY_SAMPLES:
+        return None, None
+    return percentile(values, 0.99), math.fsum(values) / len(values)
+
+
+def verdict_line(results: Dict[str, Any], breaches: Sequence[str] = ()) -> str:
+    """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
+    left_out = len(results.get("failed_episodes") or [])
+    valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
+    if left_out:
+        valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    text = (
+        f"verdict: {valid}, reward_sum {results['reward_sum']}; all ready "
+        f"{figure_text(results.get('batch_to_all_ready_seconds'), 'batch_to_all_ready_seconds')}, all rewards "
+        f"{figure_text(results.get('batch_to_all_rewards_seconds'), 'batch_to_all_rewards_seconds')}"
+    )
+    if breaches:
+        text += f"; latency budget breached (exit {EXIT_THRESHOLD}): {'; '.join(breaches)}"
+    return text
+
+
+def render_summary(results: Dict[str, Any], files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+    """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
+    mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
+    values; where the files are (`files`: what, path); the verdict last."""
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -2786,7 +2974,6 @@ def render_summary(results: Dict[str, Any]) -> str:
         f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
         f"{results['reward_sum']}",
         "",
-        f"{'batch figure':<44}{'value':>12}",
     ]
     left_out = results.get("failed_episodes") or []
     if left_out:
@@ -2801,22 +2988,27 @@ def render_summary(results: Dict[str, Any]) -> str:
             f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)",
         )
-    for label, key in (
+    batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
         ("client submit -> Job Complete observed", "client_job_complete_seconds"),
-    ):
-        lines.append(f"{label:<44}{_seconds(results.get(key)):>12}")
-    lines += ["", f"{'phase (per episode)':<44}{'p50':>12}{'p95':>12}{'max':>12}"]
+    ]
+    lines += _figure_table(
+        ["batch figure", "value"], [(label, FIGURE_CLOCKS[key], [results.get(key)]) for label, key in batch]
+    )
+    many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
+    extra = any(p99 is not None for p99, _ in many.values())
+    sources = [row.get("scheduled_source") for row in results.get("pods") or []]
+    rows = []
     for phase in PHASES:
-        stats = results["phases"].get(phase)
-        if stats is None:
-            lines.append(f"{PHASE_LABELS[phase]:<44}{'-':>12}{'-':>12}{'-':>12}")
-        else:
-            lines.append(
-                f"{PHASE_LABELS[phase]:<44}{_seconds(stats['p50']):>12}"
-                f"{_seconds(stats['p95']):>12}{_seconds(stats['max']):>12}"
-            )
+        stats = results["phases"].get(phase) or {}
+        values = [stats.get("p50"), stats.get("p95"), stats.get("max")] + (list(many[phase]) if extra else [])
+        clocks = FIGURE_CLOCKS[phase]
+        if phase == "pod_to_scheduled_seconds" and "condition" in sources and "event" not in sources:
+            clocks = SCHEDULED_BY_CONDITION
+        rows.append((PHASE_LABELS[phase], clocks, values))
+    header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
+    lines += ["", *_figure_table(header, rows)]
     lines += startup_source_lines(results)
     lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
@@ -2824,9 +3016,11 @@ def render_summary(results: Dict[str, Any]) -> str:
     if results.get("image_pinned"):
         lines.append(f"image pinned: {results['image_pinned']}")
     for node, warm in sorted(((results.get("warmup") or {}).get("per_node") or {}).items()):
-        lines.append(
-            f"warm-up {node}: ready {_seconds(warm.get('pod_to_ready_seconds'))}, image {warm.get('image_pull')}"
-        )
+        ready = figure_text(warm.get("pod_to_ready_seconds"), "pod_to_ready_seconds")
+        lines.append(f"warm-up {node}: ready {ready}, image {warm.get('image_pull')}")
+    if files:
+        lines += ["", *(f"{what}: {path}" for what, path in files)]
+    lines.append(verdict_line(results, breaches))
     return "\n".join(lines) + "\n"
 
 
@@ -2848,8 +3042,10 @@ def startup_source_lines(results: Dict[str, Any]) -> List[str]:
     kernels = [row.get("kernel") for row in rows]
     lines.append(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds); kernel: "
-        f"{kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+    )
+    lines.append(
+        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
         f"{kernels.count(None)} unknown"
     )
     return lines
@@ -2859,7 +3055,12 @@ def _bucket_text(bucket: Any) -> str:
     if not bucket:
         return "-"
     lower, upper = bucket
-    return f"({_seconds(lower)}, {_seconds(upper) if upper is not None else '+Inf'}]"
+    return f"({_bound(lower)}, {_bound(upper) if upper is not None else '+Inf'}]"
+
+
+def _bound(seconds: float) -> str:
+    """A bucket's bound exactly as the kubelet defines it: "0 s", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
 
 
 def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
@@ -2901,15 +3102,15 @@ def markdown_summary(results: Dict[str, Any]) -> str:
         f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
         f"reward sum {results['reward_sum']}",
         "",
-        "| figure | value |",
-        "| --- | --- |",
+        "| figure | value | clock |",
+        "| --- | --- | --- |",
     ]
     for key in THRESHOLD_METRICS:
-        lines.append(f"| {key} | {_seconds(results.get(key))} |")
+        lines.append(f"| {key} | {figure_text(results.get(key), key)} | {clock_text(key)} |")
     lines += [
-        f"| runtime | {results['runtime'] or '(none)'} |",
-        f"| parallelism | {results['parallelism']} |",
-        f"| namespace | {results['namespace']} |",
+        f"| runtime | {results['runtime'] or '(none)'} | |",
+        f"| parallelism | {results['parallelism']} | |",
+        f"| namespace | {results['namespace']} | |",
     ]
     return "\n".join(lines) + "\n"
 
@@ -2976,13 +3177,6 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
         for row in rows
     ]
     return render_table([["figure", *names], *table], style)
-
-
-def _display_width(text: str) -> int:
-    """Terminal columns of a text: East Asian wide and full-width characters take two."""
-    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
-
-    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
 
 
 def render_table(lines: List[List[Any]], style: str) -> str:
@@ -5690,24 +5884,39 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     output = settings.output
     write_json(output / "results.json", results)
     write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results)
+        else render_summary(results, summary_files(settings), breaches)
     )
     try:
-        sys.stdout.write(printable(summary, keep_newlines=True))
-        sys.stdout.flush()
+        if settings.summary:
+            sys.stdout.write(printable(summary, keep_newlines=True))
+            sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     append_step_summary(markdown_summary(results))
-    breaches = check_thresholds(results, settings.thresholds)
     if breaches:
         return DemoError(
             f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
             EXIT_THRESHOLD,
         )
     return None
+
+
+def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
+    """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
+    output = settings.output
+    files = [
+        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / "timeline.svg")),
+    ]
+    reports = [f"JUnit {settings.junit}"] if settings.junit else []
+    reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
+    if reports:
+        files.append(("reports", ", ".join(reports) + " (written when the run ends)"))
+    return files
 
 
 def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:

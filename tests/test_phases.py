@@ -799,7 +799,7 @@ class ReportTest(Case):
         self.assertIn("1 cached, 0 pulled, 0 unknown: cache_state cached", text)
         self.assertIn("1 booted in the sandbox", text)
         self.assertIn("RunPodSandbox", text)
-        self.assertIn("(500.0 ms, 1.00 s]", text)
+        self.assertIn("(500 ms, 1 s]", text)
         self.assertIn("RunPodSandbox: 1 of 2 operations were not this run's", text)
         json.dumps(results, allow_nan=False)
 
