@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 __version__ = "0.2.0"
 
@@ -4006,36 +4006,57 @@ def say_stderr(message: str) -> None:
     print(printable(message), file=sys.stderr, flush=True)
 
 
-class Progress:
-    """One rewriting line on a terminal; in a log, a line per change, at most one a second
-    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
+def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether a status line may be rewritten in place (a carriage return and an erase-line
+    escape): only on a terminal, not under TERM=dumb, and not with NO_COLOR set to any non-empty
+    value (no-color.org); otherwise the output holds no escape sequence at all."""
+    environ = os.environ if environ is None else environ
+    if environ.get("TERM") == "dumb" or environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
 
-    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
+
+class Progress:
+    """One rewriting line on a terminal; in a log (or under TERM=dumb or NO_COLOR), a line per
+    change, at most one a second (so 1,000 pods do not print 3,000 lines) plus the final state;
+    silent with --quiet. Each says the counts, the time elapsed and the time left to the deadline."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        stream: Any = None,
+        log_interval: Optional[float] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ) -> None:
         self.enabled = enabled
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
-        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
         self.printed_at = -math.inf
         self.dirty = False
 
-    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
+    def update(self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None) -> None:
+        """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
+        until the client stops waiting (None: no deadline to show)."""
         if not self.enabled:
             return
         state = (
             f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
             f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
         )
+        times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
-            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
+            line = f"{label} ({times}): {state}"[: max(shutil.get_terminal_size().columns - 1, 20)]  # never wraps
+            self.stream.write(f"\r\033[K{line}")
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
+        self.pending = (state, f"{label} ({times}): {state}\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
@@ -4989,7 +5010,7 @@ def wait_for_job(
             try:
                 tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                progress.update(label, clock - submitted, pod_counts(sightings, live))  # the final state
+                progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
                 return observed()
             if tag == "pods":
                 if event is None:
@@ -5050,7 +5071,8 @@ def wait_for_job(
                 if blocked:
                     return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked, pod_deleted=deleted)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
-            progress.update(label, time.monotonic() - submitted, pod_counts(sightings, live))
+            now = time.monotonic()
+            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now)
     finally:
         for watch in watches:
             watch.close()

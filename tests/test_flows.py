@@ -244,7 +244,10 @@ class RunTest(RunPlanTestCase):
 
     def test_progress_lines_when_not_quiet(self) -> None:
         result = self.run_batch(RunPlan(Batch(count=2)))
-        self.assertIn(f"{NAMESPACE}/rollout: 2 created, 0 running, 2 succeeded, 0 failed", result.stderr)
+        self.assertRegex(
+            result.stderr,
+            rf"{NAMESPACE}/rollout \(\d+\.\d s elapsed, \d+ s left\): 2 created, 0 running, 2 succeeded, 0 failed",
+        )
 
     def test_progress_ends_with_the_final_state_when_the_pods_last_events_come_after_complete(self) -> None:
         plan = RunPlan(Batch(count=2))
@@ -257,7 +260,7 @@ class RunTest(RunPlanTestCase):
         calls[6] = dataclasses.replace(pod_watch, chunks=(*pod_watch.chunks[:-2], *finals))
         self.expect(*calls)
         result = self.run_ok("run", "--count", "2", "--output", str(self.out()))
-        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout: ")][-1]
+        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout (")][-1]
         self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", last)
 
     def test_runtime_none(self) -> None:

@@ -404,31 +404,78 @@ class ProgressTest(unittest.TestCase):
         {"created": 2, "running": 2},
         {"created": 2, "succeeded": 2},
     ]
+    TERMINAL: ClassVar[dict[str, str]] = {"TERM": "xterm-256color"}
 
     def test_log_lines_are_rate_limited_and_the_final_state_is_printed(self) -> None:
         stream = FakeStream(tty=False)
-        progress = demo.Progress(enabled=True, stream=stream)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
         for counts in self.counts:
-            progress.update("ns/rollout", 1.0, counts)
+            progress.update("ns/rollout", 1.0, counts, 269.4)
         progress.finish()
         lines = stream.getvalue().splitlines()
-        self.assertEqual(len(lines), 2, lines)  # the first change, then the last state at finish
-        self.assertIn("1 created, 0 running, 0 succeeded, 0 failed", lines[0])
-        self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", lines[1])
+        self.assertEqual(
+            lines,  # the first change, then the last state at finish
+            [
+                "ns/rollout (1.0 s elapsed, 269 s left): 1 created, 0 running, 0 succeeded, 0 failed",
+                "ns/rollout (1.0 s elapsed, 269 s left): 2 created, 0 running, 2 succeeded, 0 failed",
+            ],
+        )
 
-    def test_terminal_line_is_rewritten(self) -> None:
+    def test_terminal_line_is_rewritten_with_counts_elapsed_and_time_left(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=True, stream=stream)
-        for counts in self.counts:
-            progress.update("ns/rollout", 2.0, counts)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
+        with unittest.mock.patch.object(demo.shutil, "get_terminal_size", return_value=os.terminal_size((120, 24))):
+            for counts in self.counts:
+                progress.update("ns/rollout", 2.0, counts, 30.6)
         progress.finish()
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
-        self.assertTrue(text.endswith("2 succeeded, 0 failed (2.0 s)\n"))
+        self.assertTrue(
+            text.endswith("ns/rollout (2.0 s elapsed, 31 s left): 2 created, 0 running, 2 succeeded, 0 failed\n"), text
+        )
+
+    def test_terminal_line_never_wraps(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
+        with unittest.mock.patch.object(demo.shutil, "get_terminal_size", return_value=os.terminal_size((40, 24))):
+            progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
+        self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
+
+    def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
+        for tty, environ in (
+            (True, {"TERM": "dumb"}),
+            (True, {"TERM": "xterm", "NO_COLOR": "1"}),
+            (True, {"NO_COLOR": "anything"}),
+            (False, {"TERM": "xterm"}),
+        ):
+            with self.subTest(tty=tty, environ=environ):
+                stream = FakeStream(tty=tty)
+                progress = demo.Progress(enabled=True, stream=stream, environ=environ)
+                for counts in self.counts:
+                    progress.update("ns/rollout", 2.0, counts, 10.0)
+                progress.finish()
+                text = stream.getvalue()
+                self.assertNotIn("\033", text)
+                self.assertNotIn("\r", text)
+                self.assertIn(
+                    "ns/rollout (2.0 s elapsed, 10 s left): 2 created, 0 running, 2 succeeded, 0 failed\n", text
+                )
+
+    def test_which_streams_rewrite_in_place(self) -> None:
+        for tty, environ, rewrites in (
+            (True, {"TERM": "xterm"}, True),
+            (True, {}, True),
+            (True, {"NO_COLOR": ""}, True),  # no-color.org: an empty value does not count
+            (True, {"TERM": "dumb"}, False),
+            (True, {"NO_COLOR": "0"}, False),  # any other value does
+            (False, {}, False),
+        ):
+            with self.subTest(tty=tty, environ=environ):
+                self.assertEqual(demo.rewrites_in_place(FakeStream(tty=tty), environ), rewrites)
 
     def test_quiet_prints_nothing(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=False, stream=stream)
+        progress = demo.Progress(enabled=False, stream=stream, environ=self.TERMINAL)
         progress.update("ns/rollout", 1.0, {"created": 1})
         progress.finish()
         self.assertEqual(stream.getvalue(), "")
