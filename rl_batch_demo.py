@@ -6125,14 +6125,29 @@ def cmd_check(args: argparse.Namespace) -> int:
         count=args.count,
         kubelet_metrics=kubelet_metrics,
     )
+    problems = [finding.problem for finding in findings if not finding.ok]
+    verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
+    code = EXIT_CLUSTER if problems else EXIT_OK
+    if args.json:
+        report = {
+            "context": context,
+            "server": server,
+            "count": args.count,
+            "findings": [
+                {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
+                for finding in findings
+            ],
+            "ready": not problems,
+            "problems": problems,
+            "verdict": verdict,
+            "exit_code": code,
+        }
+        print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
+        return code
     for finding in findings:
         print(printable(f"{finding.name}: {finding.detail}"))
-    problems = [finding.problem for finding in findings if not finding.ok]
-    if problems:
-        print(printable(f"verdict: NOT ready: {'; '.join(problems)}"))
-        return EXIT_CLUSTER
-    print(f"verdict: ready to run {args.count} episodes")
-    return EXIT_OK
+    print(printable(f"verdict: {verdict}"))
+    return code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -6289,6 +6304,7 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
             "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
         },
         "--junit": {"metavar": "FILE"},
+        "--json": {"action": "store_true", "help": "print the guide's JSON summary instead of the table"},
     }
     parser.add_argument(flag, **{**options[flag], **changes})
 
@@ -6411,7 +6427,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     _shared_option(run, "--quiet")
-    run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
+    _shared_option(run, "--json")
     _shared_option(run, "--kubelet-metrics")
     run.add_argument(
         "--warmup",
@@ -6462,6 +6478,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         "--kubelet-metrics",
         help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
     )
+    _shared_option(check, "--json", help="print one JSON object, every finding and the verdict, instead of the lines")
     _cluster_options(check)
 
     compare = commands.add_parser(
