@@ -208,6 +208,7 @@ SCHEDULED_BY_CONDITION = (
     "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
 )
 SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
 MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
 
 COMPARE_FIGURES = (
@@ -450,7 +451,6 @@ class RunSettings:
     dry_run: bool = False  # write the manifests, contact no cluster
     junit: Optional[str] = None  # --junit FILE
     metrics_file: Optional[str] = None  # --metrics-file FILE
-    summary: bool = True  # print the summary on stdout (reproduce --quiet and --json print their own)
 
     @property
     def builtin_worker(self) -> bool:
@@ -2826,19 +2826,40 @@ def _display_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
 
 
+_WIDE = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"  # CJK characters and punctuation, full-width forms
+# A line breaks before a wide character (with the closing marks after it), or before a run of others.
+_LINE_BREAKS = rf"[{_WIDE}][\uff0c\u3002\uff1b\uff1a\u3001\uff09\u300d\u300f\uff01\uff1f),.;:!?\]]*\s*|[^{_WIDE}]+"
+
+
+def _tokens(text: str) -> List[str]:
+    """Where a line may break: at spaces, and between wide characters (Chinese breaks anywhere,
+    but never before its closing punctuation)."""
+    return [token for word in re.findall(r"\S+\s*|\s+", text) for token in re.findall(_LINE_BREAKS, word)]
+
+
+def _name_parts(word: str) -> List[str]:
+    """Where a word too long for a line may break: after each _ - / inside a name."""
+    return re.findall(r"[!-~]+?[_/-](?=[!-~])|\S+\s*|\s+", word)
+
+
+def _wrap_pieces(token: str, room: int) -> List[str]:
+    """A token as it fits `room` columns: whole, else in _name_parts, a part still too long
+    broken anywhere."""
+    if _display_width(token.rstrip()) <= room:
+        return [token]
+    return [
+        part for run in _name_parts(token) for part in (list(run) if _display_width(run.rstrip()) > room else [run])
+    ]
+
+
 def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     """`text` in lines of at most `width` terminal columns (CJK characters count two), broken at
-    spaces, or between wide characters (Chinese breaks anywhere), or inside a word longer than a
-    line; lines after the first start with `indent`."""
+    spaces and between wide characters, else inside a too long name (_wrap_pieces); lines after
+    the first start with `indent`."""
     lines: List[str] = []
     line = ""
-    room = width - len(indent)
-    for word in re.findall(r"\S+\s*|\s+", text):
-        pieces = [word]
-        if _display_width(word.rstrip()) > room:  # a long run: break between wide characters, then anywhere
-            runs = re.findall(r"[!-~]+\s*|\S\s*|\s+", word)
-            pieces = [part for run in runs for part in (list(run) if _display_width(run.rstrip()) > room else [run])]
-        for piece in pieces:
+    for token in _tokens(text):
+        for piece in _wrap_pieces(token, width - len(indent)):
             if line.strip() and _display_width((line + piece).rstrip()) > width:
                 lines.append(line.rstrip())
                 line = indent
@@ -2846,6 +2867,11 @@ def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     if line.strip() or not lines:
         lines.append(line.rstrip())
     return lines
+
+
+def _longest_piece(text: str) -> int:
+    """The narrowest a column holding `text` can be without breaking a name inside its parts."""
+    return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
 
 
 def markdown_literal(text: str) -> str:
@@ -3179,21 +3205,36 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
     return render_table([["figure", *names], *table], style)
 
 
-def render_table(lines: List[List[Any]], style: str) -> str:
+def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:
     """A header line and rows as aligned text or Markdown; every cell made printable (a column
-    name may be a directory name), Markdown cells with their pipes escaped."""
+    name may be a directory name), Markdown cells with their pipes escaped. Text wider than
+    `width` terminal columns (CJK characters count two) has its widest columns narrowed and
+    their cells wrapped, each row then followed by an empty line so that rows stay apart."""
     cells = [[printable(str(cell)) for cell in line] for line in lines]
     if style == "markdown":
         escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in cells]
         out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
         out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
-    else:
-        widths = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
-        out = [
-            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
-            for line in cells
-        ]
-    return "\n".join(out) + "\n"
+        return "\n".join(out) + "\n"
+    natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
+    widths = list(natural)
+    words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+        floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
+        while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
+            widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
+            widths[widest] -= 1
+    wrapped = widths != natural
+    out = []
+    for line in cells:
+        parts = [wrap_text(cell, column) for cell, column in zip(line, widths)]
+        for row in range(max(len(part) for part in parts)):
+            texts = [part[row] if row < len(part) else "" for part in parts]
+            out.append("  ".join(text + " " * (column - _display_width(text)) for text, column in zip(texts, widths)))
+            out[-1] = out[-1].rstrip()
+        if wrapped:
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 # CI reports: JUnit XML and the Prometheus text format ------------------------
@@ -3439,12 +3480,21 @@ def _metric_number(value: Any) -> Optional[str]:
     return repr(float(value)) if math.isfinite(value) else None
 
 
+MetricRun = Tuple[Dict[str, str], Optional[Dict[str, Any]], int]  # labels, results.json (None: not valid), exit code
+
+
 def render_metrics(
     results: Optional[Dict[str, Any]], labels: Dict[str, str], exit_code: int, finished_at: float
 ) -> str:
-    """The run's figures as rl_batch_demo_* gauges in the Prometheus text exposition format
-    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
-    samples together. Figures exist only for a validated run; exit code and time always."""
+    """One run's figures as rl_batch_demo_* gauges (render_metrics_of_runs)."""
+    return render_metrics_of_runs([(labels, results, exit_code)], finished_at)
+
+
+def _metric_families(
+    results: Optional[Dict[str, Any]], exit_code: int, finished_at: float
+) -> List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]]:
+    """(name suffix, help, samples (extra labels, value)) of one run: figures only when it
+    validated; exit code and time always."""
     families: List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]] = [
         (
             "exit_code",
@@ -3483,11 +3533,22 @@ def render_metrics(
                 [({"phase": p[: -len("_seconds")]}, (phases.get(p) or {}).get("samples")) for p in PHASES],
             )
         )
+    return families
+
+
+def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
+    """Runs' figures as rl_batch_demo_* gauges in the Prometheus text exposition format
+    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
+    samples together, every run's (told apart by its labels: `reproduce` labels each group)."""
+    families: Dict[str, Tuple[str, List[Tuple[Dict[str, str], Any]]]] = {}
+    for labels, results, exit_code in runs:
+        for suffix, help_text, samples in _metric_families(results, exit_code, finished_at):
+            families.setdefault(suffix, (help_text, []))[1].extend(({**labels, **extra}, v) for extra, v in samples)
     lines = []
-    for suffix, help_text, samples in families:
+    for suffix, (help_text, samples) in families.items():
         written = [
-            (extra, text)
-            for extra, text in ((extra, _metric_number(value)) for extra, value in samples)
+            (merged, text)
+            for merged, text in ((merged, _metric_number(value)) for merged, value in samples)
             if text is not None
         ]
         if not written:
@@ -3495,11 +3556,19 @@ def render_metrics(
         name = METRICS_PREFIX + suffix
         lines.append(f"# HELP {name} {_metric_help(help_text)}")
         lines.append(f"# TYPE {name} gauge")
-        for extra, text in written:
-            merged = {**labels, **extra}
+        for merged, text in written:
             label_text = ",".join(f'{key}="{_metric_label_value(merged[key])}"' for key in sorted(merged))
             lines.append(f"{name}{{{label_text}}} {text}")
     return "\n".join(lines) + "\n"
+
+
+def metrics_labels(settings: RunSettings) -> Dict[str, str]:
+    """The labels of a run's --metrics-file samples: what ran, so that series of runs compare."""
+    return {
+        "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
+        "image": settings.image,
+        "parallelism": str(settings.parallelism),
+    }
 
 
 # Pure core: timeline picture ##################################################
@@ -3654,15 +3723,26 @@ REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, sect
 # each cell exactly as the guide prints it. Numbers are strings so that no digit is lost.
 GUIDE_REFERENCE: Dict[str, Any] = {
     "date": "2026-09-21",
-    "conditions": [
-        "the same task script and timing definitions",
-        "a fixed Python image digest",
-        "the same Cube runtime and container resources",
-        "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
-        "scheduling limited to two 64 vCPU nodes",
-        "every one of the 50 measured episodes hit the image cache",
-        "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
-    ],
+    "conditions": {
+        "en": [
+            "the same task script and timing definitions",
+            "a fixed Python image digest",
+            "the same Cube runtime and container resources",
+            "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
+            "scheduling limited to two 64 vCPU nodes",
+            "every one of the 50 measured episodes hit the image cache",
+            "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
+        ],
+        "zh": [  # the guide's own words, with full-width punctuation
+            "同一任务脚本和计时口径",
+            "固定的 Python 镜像 digest",
+            "相同的 Cube 运行时和容器资源规格",
+            "每个沙箱为单容器、独立 emptyDir，容器 CPU 限制为 500m、内存限制为 128Mi",
+            "可调度范围固定为两个 64 vCPU 节点",
+            "全部 50 个正式任务均命中镜像缓存",
+            "执行顺序为 10 路并行、单并发，再在两个节点分别执行一次相同任务预热，最后运行三轮 10 路并行",
+        ],
+    },
     "columns": [
         {
             "name": {"en": "10 in parallel", "zh": "10 路并行"},
@@ -3764,6 +3844,14 @@ _WORDS = {
         "completed": "{} / {}, {}",
         "all": "all rewards {}",
         "sum": "reward sum {}",
+        "whole_seconds": "whole seconds",
+        "reference": "guide columns: published figures of {date}; conditions: {conditions}",
+        "separator": "; ",
+        "report_title": "# rl-batch-demo reproduce: the guide's section 六, one command",
+        "report_intro": "Image {image}, run by digest {pinned} in every group; context {context}; "
+        "{count} tasks per round.",
+        "report_header": "| group | directory | exit | namespace |",
+        "report_early": "The experiment stopped early: only the groups that finished are in the table.",
     },
     "zh": {
         "ms": "毫秒",
@@ -3778,6 +3866,13 @@ _WORDS = {
         "completed": "{} / {},{}",
         "all": "奖励均为 {}",
         "sum": "奖励合计 {}",
+        "whole_seconds": "整秒",
+        "reference": "指南列：{date}发布的数据；条件：{conditions}。",
+        "separator": "；",
+        "report_title": "# rl-batch-demo reproduce：一条命令重做指南第六节",
+        "report_intro": "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
+        "report_header": "| 组 | 目录 | 退出码 | 命名空间 |",
+        "report_early": "实验提前结束：表中只有已完成的组。",
     },
 }
 
@@ -3924,7 +4019,8 @@ def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
             if phase == "kernel_boot_to_process_start_seconds":
                 name = f"{phase}, {words['combined']}"
             if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
-                text = f"{pair[0]:.1f} / {pair[1]:.1f} {words['s']}"
+                text = f"{pair[0]:.0f} / {pair[1]:.0f} {words['s']}"
+                name = f"{phase}, {words['whole_seconds']}"
             return words["stand_in"].format(text, name)
     return words["not"].format(words["run"].format("--kubelet-metrics"))
 
@@ -3952,8 +4048,10 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
         finite_number(results.get("pod_to_ready_p50_seconds")),
         finite_number(results.get("pod_to_ready_p95_seconds")),
     ]
-    cells["pod_to_ready"] = (
-        _guide_pair([v for v in pod if v is not None], 1, lang) if all(v is not None for v in pod) else "-"
+    cells["pod_to_ready"] = (  # whole-second pod creation: tenths of a second, never milliseconds
+        " / ".join(f"{v:.1f}" for v in pod if v is not None) + " " + words["s"]
+        if all(v is not None for v in pod)
+        else "-"
     )
     for key, figure in (
         ("batch_ready", "batch_to_all_ready_seconds"),
@@ -3980,19 +4078,32 @@ def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference:
         rows.append({"row": key, "cells": row})
     table: Dict[str, Any] = {"lang": lang, "header": header, "rows": rows}
     if reference:
-        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"])}
+        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"][lang])}
     return table
 
 
+def _guide_date(date: str, lang: str) -> str:
+    """2026-09-21, or as the guide writes it: 2026 年 9 月 21 日."""
+    if lang != "zh":
+        return date
+    year, month, day = date.split("-")
+    return f"{year} 年 {int(month)} 月 {int(day)} 日"
+
+
 def render_guide_table(table: Dict[str, Any], style: str) -> str:
-    """The guide's table as aligned text or Markdown (render_table), then its reference's conditions."""
-    text = render_table([table["header"]] + [row["cells"] for row in table["rows"]], style)
+    """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
+    columns or wraps), then its reference's conditions in the table's language."""
+    lines = [table["header"]] + [row["cells"] for row in table["rows"]]
+    text = render_table(lines, style, SUMMARY_WIDTH if style == "text" else None)
     reference = table.get("reference")
     if reference:
-        note = f"guide columns: published figures of {reference['date']}; conditions: " + "; ".join(
-            reference["conditions"]
+        words = _WORDS[table["lang"]]
+        note = words["reference"].format(
+            date=_guide_date(reference["date"], table["lang"]),
+            conditions=words["separator"].join(reference["conditions"]),
         )
-        text += "\n" + printable(note) + "\n"
+        note_lines = wrap_text(printable(note), SUMMARY_WIDTH) if style == "text" else [printable(note)]
+        text += "\n" + "\n".join(note_lines) + "\n"
     return text
 
 
@@ -5709,6 +5820,8 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
     ]
+    for metric, limit in sorted(dict(args.threshold or []).items()):
+        argv += ["--threshold", f"{metric}={limit!r}"]
     if group == "parallel":
         argv.append("--pin-image")
     elif group == "sequential":
@@ -5718,20 +5831,28 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
-def reproduce_junit(output: Path, report: Dict[str, Any], failure: Optional[DemoError]) -> str:
-    """The experiment as one JUnit file: every group's suites (one per round, as `run --junit`
-    writes them), each test case's classname naming its group, so names stay unique."""
+def _group_results(output: Path, entry: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """A group's results.json, when its run validated and wrote one."""
+    results = _read_json_file(output / entry["directory"] / "results.json")
+    return results if isinstance(results, dict) and "episodes" in results else None
+
+
+def reproduce_junit(
+    output: Path, report: Dict[str, Any], failure: Optional[DemoError], thresholds: Dict[str, float]
+) -> str:
+    """The experiment as one JUnit file: every group's suites (one per round, and a case per
+    --threshold, as `run --junit` writes them), each test case's classname naming its group, so
+    names stay unique."""
     suites: List[Dict[str, Any]] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
-        results = _read_json_file(group_dir / "results.json")
-        results = results if isinstance(results, dict) and "episodes" in results else None
+        results = _group_results(output, entry)
         rounds = report["rounds"] if entry["name"] == "warm" else 1
         started = rounds_on_disk(group_dir, rounds) if results is None else []
         error = None
         if entry.get("exit_code") not in (EXIT_OK, None) or (entry.get("exit_code") is None and failure):
             error = (int(entry.get("exit_code") or EXIT_INTERRUPTED), str(entry.get("error") or failure), None)
-        for suite in junit_suites(results, started, {}, error):
+        for suite in junit_suites(results, started, thresholds, error):
             for case in suite["cases"]:
                 case["classname"] = f"{JUNIT_SUITE_NAME}.{entry['name']}.{case['classname'].split('.', 1)[-1]}"
             suites.append(suite)
@@ -5742,12 +5863,47 @@ def reproduce_junit(output: Path, report: Dict[str, Any], failure: Optional[Demo
     )
 
 
+def reproduce_metrics(output: Path, report: Dict[str, Any], base: RunSettings, finished_at: float) -> str:
+    """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
+    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    runs: List[MetricRun] = []
+    for entry in report["groups"]:
+        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        code = entry.get("exit_code")
+        runs.append(
+            (
+                {**labels, "group": entry["name"]},
+                _group_results(output, entry),
+                EXIT_INTERRUPTED if code is None else int(code),
+            )
+        )
+    return render_metrics_of_runs(runs, finished_at)
+
+
+def reproduce_verdict(output: Path, report: Dict[str, Any]) -> str:
+    """One line: the groups that finished, the episodes that validated, what failed, where the report is."""
+    finished = [entry for entry in report["groups"] if entry.get("exit_code") in (EXIT_OK, EXIT_THRESHOLD)]
+    figures = [results for results in (_group_results(output, entry) for entry in finished) if results]
+    valid = sum(int(results.get("successful_episodes") or 0) for results in figures)
+    episodes = sum(int(results.get("episodes") or 0) for results in figures)
+    text = f"verdict: {len(finished)}/{len(REPRODUCE_GROUPS)} groups finished, {valid}/{episodes} episodes valid"
+    breached = [entry["name"] for entry in finished if entry["exit_code"] == EXIT_THRESHOLD]
+    if breached:
+        text += f"; latency budget breached in {', '.join(breached)} (exit {EXIT_THRESHOLD})"
+    if not report["complete"] and report["groups"]:
+        last = report["groups"][-1]
+        how = "interrupted" if last.get("exit_code") is None else f"exit {last['exit_code']}"
+        text += f"; stopped at group {last['name']} ({how})"
+    files = [output / "report.md"] if (output / "report.md").is_file() else []
+    return text + f"; report {' and '.join(str(path) for path in [*files, output / 'report.json'])}"
+
+
 def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, reference: bool) -> Optional[str]:
     """report.json always; with every group's results, report.md and the table (returned)."""
     finished = [
         (reproduce_column_name(g["name"], report["count"], lang), _read_json_file(output / g["name"] / "results.json"))
         for g in report["groups"]
-        if g["exit_code"] == EXIT_OK
+        if g["exit_code"] in (EXIT_OK, EXIT_THRESHOLD)  # validated, over budget or not
     ]
     columns = [(name, results) for name, results in finished if isinstance(results, dict)]
     table = guide_table(columns, lang, reference) if columns else None
@@ -5756,15 +5912,14 @@ def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, refe
     if table is None:
         return None
     text = render_guide_table(table, "text")
-    lines = [
-        "# rl-batch-demo reproduce: the guide's section 六, one command",
-        "",
-        f"Image `{markdown_code(report['image'])}`, run by digest `{markdown_code(report['image_pinned'] or '-')}` "
-        f"in every group; context `{markdown_code(report['context'])}`; {report['count']} tasks per round.",
-        "",
-        "| group | directory | exit | namespace |",
-        "| --- | --- | --- | --- |",
-    ]
+    words = _WORDS[lang]
+    intro = words["report_intro"].format(
+        image=f"`{markdown_code(report['image'])}`",
+        pinned=f"`{markdown_code(report['image_pinned'] or '-')}`",
+        context=f"`{markdown_code(report['context'])}`",
+        count=report["count"],
+    )
+    lines = [words["report_title"], "", intro, "", words["report_header"], "| --- | --- | --- | --- |"]
     for group in report["groups"]:
         lines.append(
             f"| {group['name']} | {markdown_code(group['directory'])} | {group['exit_code']} | "
@@ -5772,7 +5927,7 @@ def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, refe
         )
     lines += ["", render_guide_table(table, "markdown")]
     if not report["complete"]:
-        lines.append("The experiment stopped early: only the groups that finished are in the table.\n")
+        lines.append(words["report_early"] + "\n")
     write_atomic(output / "report.md", "\n".join(lines))
     return text
 
@@ -5822,9 +5977,10 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     return EXIT_OK
 
 
-def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
-    the command that cleans up what is kept (`tool`: how the user started this tool)."""
+    the command that cleans up what is kept (`tool`: how the user started this tool). `reproduce`
+    runs it without the summary when it prints only its own (--quiet, --json)."""
     output = settings.output
     refuse_existing_output(output)
     run_id = new_run_id()
@@ -5851,7 +6007,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     bug: Optional[BaseException] = None
     try:
         results = batch.execute()
-        error = publish(results, settings)
+        error = publish(results, settings, print_summary)
     except DemoError as failure:
         error = failure
     except KeyboardInterrupt:
@@ -5901,8 +6057,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     return EXIT_OK
 
 
-def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoError]:
-    """Write results.json and timeline.svg, print the summary, and judge the thresholds."""
+def publish(results: Dict[str, Any], settings: RunSettings, print_summary: bool = True) -> Optional[DemoError]:
+    """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
+    and judge the thresholds."""
     output = settings.output
     write_json(output / "results.json", results)
     write_atomic(output / "timeline.svg", render_timeline_svg(results))
@@ -5913,7 +6070,7 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
         else render_summary(results, summary_files(settings), breaches)
     )
     try:
-        if settings.summary:
+        if print_summary:
             sys.stdout.write(printable(summary, keep_newlines=True))
             sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
@@ -5944,8 +6101,9 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
 def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
-    its diagnostics are saved; the guide's table at the end. `base` holds what every group's run
-    shares (see reproduce_group_settings)."""
+    its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
+    --json, nothing else on stdout). `base` holds what every group's run shares (see
+    reproduce_group_settings); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
@@ -5960,20 +6118,22 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "complete": False,
         "tool_version": tool_version(),
     }
+    alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None
     try:
         for number, group in enumerate(REPRODUCE_GROUPS, 1):
             argv = reproduce_group_argv(args, context, group, report["image_pinned"])
-            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
+            if not alone:
+                say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
             entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
             settings = reproduce_group_settings(base, group, report["image_pinned"])
             try:
-                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool)
+                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
-                failure = error
+                failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
             receipt = _read_json_file(output / group / "receipt.json")
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
@@ -5988,23 +6148,53 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        if args.junit:
-            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
+        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    if args.junit:
-        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
-    if text is not None:
-        sys.stdout.write("\n" + printable(text, keep_newlines=True))
-        sys.stdout.flush()
+    problems = write_reproduce_reports(args, base, report, failure)
+    verdict = reproduce_verdict(output, report)
+    if args.json:
+        sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    else:
+        if text is not None:
+            sys.stdout.write(("" if alone else "\n") + printable(text, keep_newlines=True) + "\n")
+        sys.stdout.write(printable(verdict) + "\n")
+    sys.stdout.flush()
     if failure is not None:
         kept = "" if base.cleanup_policy == "always" else f"; clean up with: {cleanup_command(tool, output)}"
         raise DemoError(
             f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
         )
-    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
+    if problems:
+        raise DemoError(f"the experiment finished but {'; '.join(problems)}", EXIT_USAGE)
+    breached = [entry for entry in report["groups"] if entry["exit_code"] == EXIT_THRESHOLD]
+    if breached:
+        named = "; ".join(f"{entry['name']}: {entry['error']}" for entry in breached)
+        raise DemoError(f"latency budget breached in {named}", EXIT_THRESHOLD)
     return EXIT_OK
+
+
+def write_reproduce_reports(
+    args: argparse.Namespace, base: RunSettings, report: Dict[str, Any], failure: Optional[DemoError]
+) -> List[str]:
+    """The experiment's --junit and --metrics-file (atomically), whatever its outcome; returns
+    what could not be written."""
+    output = base.output
+    problems = []
+    reports: List[Tuple[str, Optional[str], Callable[[], str]]] = [
+        ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
+        ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+    ]
+    for flag, path, render in reports:
+        if path:
+            try:
+                write_atomic(Path(path), render())
+            except OSError as oops:
+                problems.append(f"the {flag} {path} could not be written ({oops.strerror or oops})")
+    for problem in problems:
+        say_stderr(f"warning: {problem}")
+    return problems
 
 
 def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
@@ -6055,14 +6245,10 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         except OSError as oops:
             problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
     if settings.metrics_file:
-        labels = {
-            "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
-            "image": settings.image,
-            "parallelism": str(settings.parallelism),
-        }
         exit_code = error.exit_code if error is not None else EXIT_OK
         try:
-            write_atomic(Path(settings.metrics_file), render_metrics(results, labels, exit_code, time.time()))
+            text = render_metrics(results, metrics_labels(settings), exit_code, time.time())
+            write_atomic(Path(settings.metrics_file), text)
         except OSError as oops:
             problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
     for problem in problems:
@@ -6241,12 +6427,7 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
         "--junit",
         help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
     )
-    group.add_argument(
-        "--metrics-file",
-        metavar="FILE",
-        help="write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
-        "(node_exporter's textfile collector, a Pushgateway)",
-    )
+    _shared_option(group, "--metrics-file")  # type: ignore[arg-type]  # an argument group takes the same add_argument
 
 
 def pinned_image_arg(text: str) -> str:
@@ -6305,6 +6486,18 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
         },
         "--junit": {"metavar": "FILE"},
         "--json": {"action": "store_true", "help": "print the guide's JSON summary instead of the table"},
+        "--threshold": {
+            "type": threshold,
+            "action": "append",
+            "metavar": "METRIC=SECONDS",
+            "help": f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
+            f"metrics: {', '.join(THRESHOLD_METRICS)}",
+        },
+        "--metrics-file": {
+            "metavar": "FILE",
+            "help": "write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
+            "(node_exporter's textfile collector, a Pushgateway)",
+        },
     }
     parser.add_argument(flag, **{**options[flag], **changes})
 
@@ -6335,9 +6528,26 @@ def _reproduce_parser(commands: Any) -> None:
     _guide_table_options(reproduce)
     _shared_option(
         reproduce,
+        "--threshold",
+        help=f"a latency budget every group's run must keep (repeatable); a breach lets the experiment go on, "
+        f"then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
+    )
+    _shared_option(
+        reproduce,
+        "--json",
+        help="print report.json (the experiment, its table and its verdict) instead of the table and the verdict",
+    )
+    _shared_option(
+        reproduce,
         "--junit",
         help="write a JUnit XML report of every group: one suite per round, one test case per episode "
         "(written on failure too)",
+    )
+    _shared_option(
+        reproduce,
+        "--metrics-file",
+        help="write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
+        "labelled group=parallel|sequential|warm (written on failure too)",
     )
     _cluster_options(reproduce)
     reproduce.set_defaults(subparser=reproduce)
@@ -6394,14 +6604,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         default="never",
         help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
     )
-    run.add_argument(
-        "--threshold",
-        type=threshold,
-        action="append",
-        metavar="METRIC=SECONDS",
-        help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
-        f"metrics: {', '.join(THRESHOLD_METRICS)}",
-    )
+    _shared_option(run, "--threshold")
     _shared_option(run, "--allow-large")
     run.add_argument(
         "--worker",
@@ -6600,7 +6803,7 @@ def reproduce_settings(args: argparse.Namespace) -> RunSettings:
         runtime=None if args.runtime == NO_RUNTIME else args.runtime,
         deadline_seconds=args.timeout,
         cleanup_policy="always" if args.cleanup == "always" else "on-success",
-        thresholds={},
+        thresholds=dict(args.threshold or []),
         quiet=args.quiet,
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
