@@ -162,44 +162,67 @@ CLOCK_NODE = "node"
 CLOCK_CLIENT = "client"
 CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
 
-# Every figure the summary prints: (the clock of its start, the clock of its end, why it can read
-# negative, None where it cannot). The one place that says which clock a figure comes from; the summary, the CI step
-# summary and the verdict format each figure from it (figure_text, clock_text).
-FIGURE_CLOCKS: Dict[str, Tuple[str, str, Optional[str]]] = {
-    "batch_to_all_ready_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
-    "batch_to_all_rewards_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
-    "client_job_complete_seconds": (CLOCK_CLIENT, CLOCK_CLIENT, None),  # a monotonic clock
-    "pod_to_ready_p50_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
-    "pod_to_ready_p95_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
-    "pod_to_ready_max_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
-    "pod_to_scheduled_seconds": (CLOCK_API, CLOCK_SCHEDULER, "the scheduler's clock is behind the API server's"),
-    "pod_to_kernel_boot_seconds": (CLOCK_API, CLOCK_TICKS, "the node's clock is behind the API server's"),
-    "kernel_boot_to_process_start_seconds": (CLOCK_TICKS, CLOCK_TICKS, None),  # ticks of one boot
+# Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
+# with its clock: the one place that says where a figure's ends come from.
+STAMP_CLOCKS = {
+    "batch_start": CLOCK_API,  # the Job's creationTimestamp
+    "created_at": CLOCK_API,
+    "scheduled_at": CLOCK_SCHEDULER,  # the Scheduled event's eventTime (the PodScheduled condition: below)
+    "container_started_at": CLOCK_API,
+    "finished_at": CLOCK_API,
+    "kernel_booted_at": CLOCK_TICKS,
+    "process_started_at": CLOCK_TICKS,
+    "first_statement_at": CLOCK_NODE,
+    "imports_done_at": CLOCK_NODE,
+    "ready_at": CLOCK_NODE,
+    "reward_at": CLOCK_NODE,
+    "observed_first_seen_at": CLOCK_CLIENT,
+    "client_submitted_at": CLOCK_CLIENT,  # client_job_complete_seconds is timed on the monotonic clock
+    "client_observed_complete_at": CLOCK_CLIENT,
+}
+
+# Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
+# where it cannot). The summary, the CI step summary, the verdict and the guide's table format
+# each figure from its clocks (FIGURE_CLOCKS: figure_text, clock_text).
+_SKEW = "the node's clock is behind the API server's"
+FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
+    "batch_to_all_ready_seconds": ("batch_start", "ready_at", _SKEW),
+    "batch_to_all_rewards_seconds": ("batch_start", "reward_at", _SKEW),
+    "client_job_complete_seconds": ("client_submitted_at", "client_observed_complete_at", None),  # monotonic
+    "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
+    "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
     "pod_to_container_started_seconds": (
-        CLOCK_API,
-        CLOCK_API,
+        "created_at",
+        "container_started_at",
         "startedAt is the kubelet's stamp and creationTimestamp the API server's, and their clocks disagree",
     ),
-    "pod_to_process_start_seconds": (CLOCK_API, CLOCK_TICKS, "the node's clock is behind the API server's"),
+    "pod_to_process_start_seconds": ("created_at", "process_started_at", _SKEW),
     "interpreter_start_seconds": (
-        CLOCK_TICKS,
-        CLOCK_NODE,
+        "process_started_at",
+        "first_statement_at",
         "the process start is counted in 10 ms clock ticks, so a first statement in its tick can read before it",
     ),
-    "python_import_seconds": (CLOCK_NODE, CLOCK_NODE, "the node's wall clock was stepped back"),
-    "import_to_ready_seconds": (CLOCK_NODE, CLOCK_NODE, "the node's wall clock was stepped back"),
-    "pod_to_ready_seconds": (CLOCK_API, CLOCK_NODE, "the node's clock is behind the API server's"),
+    "python_import_seconds": ("first_statement_at", "imports_done_at", "the node's wall clock was stepped back"),
+    "import_to_ready_seconds": ("imports_done_at", "ready_at", "the node's wall clock was stepped back"),
+    "pod_to_ready_seconds": ("created_at", "ready_at", _SKEW),
     "pod_observed_to_ready_seconds": (
-        CLOCK_CLIENT,
-        CLOCK_NODE,
+        "observed_first_seen_at",
+        "ready_at",
         "the client saw the pod only after it was ready, or the node's clock is behind the client's",
     ),
-    "ready_to_reward_seconds": (CLOCK_NODE, CLOCK_NODE, "the node's wall clock was stepped back"),
+    "ready_to_reward_seconds": ("ready_at", "reward_at", "the node's wall clock was stepped back"),
     "reward_to_finished_seconds": (
-        CLOCK_NODE,
-        CLOCK_API,
+        "reward_at",
+        "finished_at",
         "finishedAt is truncated to the second, so a reward in the container's last second reads as after it",
     ),
+}
+FIGURE_CLOCKS = {
+    figure: (STAMP_CLOCKS[start], STAMP_CLOCKS[end], why) for figure, (start, end, why) in FIGURE_STAMPS.items()
 }
 # pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
 SCHEDULED_BY_CONDITION = (
@@ -209,6 +232,9 @@ SCHEDULED_BY_CONDITION = (
 )
 SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
 TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+# The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
+# ran on it is a simulation on one machine, and its timeline says so.
+SIMULATED_RUNTIME = "rl-batch-demo-simulation"
 MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
 
 COMPARE_FIGURES = (
@@ -653,6 +679,7 @@ class EpisodeRow:
     kernel_boot_to_process_start_seconds: Optional[float] = None
     interpreter_start_seconds: Optional[float] = None
     image_pull: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"state": "unknown", "seconds": None})
+    container_runtime: Optional[str] = None  # the CRI runtime's name in containerID: containerd, cri-o, ...
 
     def to_json(self) -> Dict[str, Any]:
         data = dict(self.__dict__)
@@ -1101,6 +1128,14 @@ def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
         if status.get("name") == CONTAINER_NAME:
             return dict(status)
     return {}
+
+
+def container_runtime_name(container_status: Dict[str, Any]) -> Optional[str]:
+    """The CRI runtime that ran a container, as the kubelet names it in `containerID`
+    (`<runtime>://<id>`: kubelet/container/runtime.go ContainerID.String, the type being the
+    runtime's own RuntimeName from its Version call): containerd, cri-o, ... (None if absent)."""
+    match = re.match(r"^([a-z0-9][a-z0-9._-]{0,62})://", str(container_status.get("containerID") or ""))
+    return match.group(1) if match else None
 
 
 def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, Any]:
@@ -2105,6 +2140,7 @@ def validate_episode(
         pod=name,
         node=pod.get("spec", {}).get("nodeName"),
         image_id=container.get("imageID"),
+        container_runtime=container_runtime_name(container),
         reward=reward_event["reward"],
         pod_to_ready_seconds=ready_at - created_at,
         batch_to_ready_seconds=ready_at - job_created_at,
@@ -2463,6 +2499,7 @@ def assemble_results(
         phases=phase_table(rows),
         nodes=node_spread(rows),
         image_ids=sorted({row.image_id for row in rows if row.image_id}),
+        container_runtimes=sorted({row.container_runtime for row in rows if row.container_runtime}),
         round_results=rounds,
         tool_version=tool_version(),
         pods=[row.to_json() for row in rows],
@@ -3581,119 +3618,203 @@ def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
+TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
+
+
+def _stamp_resolution(row: Dict[str, Any], key: str) -> float:
+    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
+    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
+        return CLOCK_RESOLUTION[CLOCK_API]
+    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+
+
+def _timeline_step(
+    row: Dict[str, Any],
+    step: Tuple[str, str, str, str, str],
+    start_key: str,
+    top: float,
+    height: float,
+    origin: float,
+    scale: float,
+) -> Tuple[List[str], bool]:
+    """One phase of one episode, drawn as a bar, or as a marker when it is shorter than its clocks
+    can tell: within the resolution of its coarser stamp (less than a second against a
+    whole-second stamp, or two whole-second stamps at most a second apart). A marker is a tick
+    where the phase is known and a whisker across the window its whole-second end lies in, never
+    a bar of the clock's second. Returns the SVG parts and whether a marker was drawn."""
+    name, meaning, colour, _, end_key = step
+    start, stop = row.get(start_key), row.get(end_key)
+    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)):
+        return [], False
+    start_res, end_res = _stamp_resolution(row, start_key), _stamp_resolution(row, end_key)
+    span = stop - start
+    resolution = max(start_res, end_res)
+
+    def x(at: float) -> float:
+        return TIMELINE_LABEL_WIDTH + (at - origin) * scale
+
+    css = "bar" if height > 4 else "detail"
+    clocks = clock_text("", (STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
+        return [
+            f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
+            f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+        ], False
+    if end_res >= 1:  # the end is truncated: it lies in its second, and not before a finer start
+        low = max(stop, start) if start_res < 1 else stop
+        window, tick = (low, stop + end_res), (start if start_res < 1 else stop)
+    elif start_res >= 1:  # the start is truncated: somewhere in its second, before the end
+        window, tick = (start, min(start + start_res, stop)), stop
+    else:
+        window, tick = (start, stop), stop
+    middle = top + height / 2
+    caps = "".join(
+        f'<line x1="{x(at):.1f}" y1="{middle - 2:.1f}" x2="{x(at):.1f}" y2="{middle + 2:.1f}"/>' for at in window
+    )
+    return [
+        f'<g class="marker" data-phase="{_xml(name)}" stroke="{colour}" stroke-width="1.5">'
+        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_resolution_text(resolution)} "
+        f"({_xml(clocks)}): between {window[0] - origin:.3f} and {window[1] - origin:.3f} s</title>"
+        f'<line x1="{x(tick):.1f}" y1="{top:.1f}" x2="{x(tick):.1f}" y2="{top + height:.1f}" stroke-width="2.5"/>'
+        f'<line x1="{x(window[0]):.1f}" y1="{middle:.1f}" x2="{x(window[1]):.1f}" y2="{middle:.1f}"/>{caps}</g>'
+    ], True
+
+
+def _timeline_heading(results: Dict[str, Any], origin: float) -> List[str]:
+    """What the picture shows: the headline figures; the context, namespace and date; and, when
+    the episodes ran on the tests' fake cluster, that this is a simulation."""
+    figures = ", ".join(
+        f"{label} {figure_text(finite_number(results.get(key)), key)}"
+        for label, key in (
+            ("all ready", "batch_to_all_ready_seconds"),
+            ("all rewards", "batch_to_all_rewards_seconds"),
+            ("pod->ready p50", "pod_to_ready_p50_seconds"),
+        )
+    )
+    when = datetime.datetime.fromtimestamp(origin, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    runtimes = results.get("container_runtimes") or []
+    lines = [
+        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
+        f"runtime {results['runtime'] or '(none)'}: {figures}",
+        f"context {results.get('context') or '-'}, namespace {results.get('namespace') or '-'}, "
+        f"first Job created {when}" + (f", container runtime {', '.join(map(str, runtimes))}" if runtimes else ""),
+    ]
+    if SIMULATED_RUNTIME in runtimes:
+        lines.append("SIMULATION: the tests' fake cluster ran these episodes on one machine; no real cluster")
+    return lines
+
+
 def render_timeline_svg(results: Dict[str, Any]) -> str:
-    """One row per episode, grouped by node, bars for each phase on a shared seconds axis
-    from the first Job's creation. Plain SVG, so any browser shows it."""
+    """One row per episode, grouped by node, each phase on a shared seconds axis from the first
+    Job's creation: a bar, or a marker where it is shorter than its clocks can tell; each round's
+    Job marked. Plain SVG, so any browser shows it."""
     rows = sorted(
         results["pods"],
         key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
     )
     origin = min(row["batch_start"] for row in rows)
-    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS + TIMELINE_DETAIL_BARS]
-    span = max(max(end for end in ends if end is not None) - origin, 1.0)
-    label_width, plot_width, row_height, top = 230, 760, 16, 70
-    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
-    height = top + row_height * len(rows) + 22 * len(nodes) + 70
-    scale = plot_width / span
-    title = (
-        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
-        f"runtime {results['runtime'] or '(none)'}: all ready {results['batch_to_all_ready_seconds']:.1f} s, "
-        f"all rewards {results['batch_to_all_rewards_seconds']:.1f} s, "
-        f"pod->ready p50 {results['pod_to_ready_p50_seconds']:.1f} s"
-    )
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + plot_width + 30}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">',
-        f"<title>{_xml(title)}</title>",
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(title)}</text>',
+    ends = [  # a whole-second end may lie up to its second later: its marker's whisker shows that
+        row[step[4]] + (_stamp_resolution(row, step[4]) if _stamp_resolution(row, step[4]) >= 1 else 0)
+        for row in rows
+        for step in TIMELINE_BARS + TIMELINE_DETAIL_BARS
+        if isinstance(row.get(step[4]), (int, float))
     ]
-    for index, (name, meaning, colour, _, _) in enumerate(TIMELINE_BARS):
-        legend_x = 10 + (index % 3) * 330
-        legend_y = 32 + (index // 3) * 16
-        parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
-    parts += _timeline_detail_legend(rows, len(TIMELINE_BARS))
-    y = top
+    span = max(max(ends, default=origin) - origin, 1.0)
+    scale = TIMELINE_PLOT_WIDTH / span
+    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
+    rounds = sorted({(row.get("round", 1), row["batch_start"]) for row in rows})
+    heading = _timeline_heading(results, origin)
+    drawn: List[str] = []
+    markers = False
+    strips = set()
+    y = 0.0  # rows are placed from 0, then moved under the heading and the legend
     for node in nodes:
         y += 18
-        parts.append(f'<text x="10" y="{y - 4}" font-weight="bold">node {_xml(node)}</text>')
+        drawn.append(f'<text x="10" y="{y - 4:.0f}" font-weight="bold">node {_xml(node)}</text>')
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
-            parts.append(f'<text x="10" y="{y + 12}">{_xml(row["pod"])}</text>')
-            for name, _, colour, start_key, end_key in TIMELINE_BARS:
-                start, stop = row.get(start_key), row.get(end_key)
-                if start is None or stop is None or stop < start:
-                    continue  # unknown, or inverted by whole-second truncation
-                x = label_width + (start - origin) * scale
-                width = max((stop - start) * scale, 0.5)
-                parts.append(
-                    f'<rect class="bar" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + 2}" '
-                    f'width="{width:.1f}" height="{row_height - 4}" fill="{colour}">'
-                    f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
-                )
-            parts += _timeline_detail_bars(row, y, origin, scale, label_width, row_height)
-            y += row_height
+            drawn.append(f'<text x="10" y="{y + 12:.0f}">{_xml(row["pod"])}</text>')
+            marks: List[str] = []  # drawn over the row's bars
+            for step in TIMELINE_BARS:
+                parts, marked = _timeline_step(row, step, step[3], y + 2, TIMELINE_ROW_HEIGHT - 4, origin, scale)
+                (marks if marked else drawn).extend(parts)
+            for name, meaning, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
+                start_key = next((key for key in start_keys if row.get(key) is not None), start_keys[-1])
+                step = (name, meaning, colour, start_key, end_key)
+                parts, marked = _timeline_step(row, step, start_key, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale)
+                (marks if marked else drawn).extend(parts)
+                strips.update([name] if parts else [])
+            drawn += marks
+            markers = markers or bool(marks)
+            y += TIMELINE_ROW_HEIGHT
         y += 4
+    legend = [(name, meaning, colour, "bar") for name, meaning, colour, _, _ in TIMELINE_BARS]
+    legend += [
+        (name, meaning, colour, "strip") for name, meaning, colour, _, _ in TIMELINE_DETAIL_BARS if name in strips
+    ]
+    if markers:
+        legend.append(
+            ("tick and whisker", "a phase shorter than its clocks can tell, and where it lies", "#444", "mark")
+        )
+    if len(rounds) > 1:
+        legend.append(("round K", "that round's Job created (dashed)", "#888", "round"))
+    legend_top = 14 + 18 * len(heading)
+    top = legend_top + 16 * ((len(legend) + 1) // 2) + (22 if len(rounds) > 1 else 8)
+    height = top + y + 60
+    width = TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH + 30
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0f}" '
+        'font-family="sans-serif" font-size="11">',
+        f"<title>{_xml(heading[0])}</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(heading[0])}</text>',
+    ]
+    for index, line in enumerate(heading[1:], 1):
+        style = ' fill="#b00020" font-weight="bold"' if line.startswith("SIMULATION") else ""
+        parts.append(f'<text x="10" y="{20 + 18 * index}" font-size="12"{style}>{_xml(line)}</text>')
+    for index, (name, meaning, colour, kind) in enumerate(legend):
+        lx, ly = 10 + (index % 2) * 505, legend_top + (index // 2) * 16
+        if kind == "bar":
+            parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour}"/>')
+        elif kind == "strip":
+            parts.append(f'<rect x="{lx}" y="{ly + 8}" width="12" height="4" fill="{colour}"/>')
+        else:
+            dash = ' stroke-dasharray="3,2"' if kind == "round" else ""
+            parts.append(
+                f'<line x1="{lx + 6}" y1="{ly}" x2="{lx + 6}" y2="{ly + 12}" stroke="{colour}" stroke-width="2"{dash}/>'
+            )
+            if kind == "mark":
+                parts.append(f'<line x1="{lx}" y1="{ly + 6}" x2="{lx + 12}" y2="{ly + 6}" stroke="{colour}"/>')
+        parts.append(f'<text x="{lx + 16}" y="{ly + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    parts.append(f'<g transform="translate(0,{top:.0f})">')
     axis_y = y + 10
+    if len(rounds) > 1:
+        for number, started in rounds:
+            rx = TIMELINE_LABEL_WIDTH + (started - origin) * scale
+            parts.append(
+                f'<line class="round" x1="{rx:.1f}" y1="-6" x2="{rx:.1f}" y2="{axis_y:.0f}" stroke="#888" '
+                'stroke-dasharray="3,2"/>'
+            )
+            parts.append(f'<text x="{rx + 3:.1f}" y="-8" fill="#555">round {number}</text>')
+    parts += drawn
     parts.append(
-        f'<line x1="{label_width}" y1="{axis_y}" x2="{label_width + plot_width}" y2="{axis_y}" stroke="black"/>'
+        f'<line x1="{TIMELINE_LABEL_WIDTH}" y1="{axis_y:.0f}" x2="{TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH}" '
+        f'y2="{axis_y:.0f}" stroke="black"/>'
     )
-    step = _axis_step(span)
+    interval = _axis_step(span)
     tick = 0.0
     while tick <= span + 1e-9:
-        x = label_width + tick * scale
-        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 5}" stroke="black"/>')
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle">{tick:g}</text>')
-        tick += step
+        tx = TIMELINE_LABEL_WIDTH + tick * scale
+        parts.append(f'<line x1="{tx:.1f}" y1="{axis_y:.0f}" x2="{tx:.1f}" y2="{axis_y + 5:.0f}" stroke="black"/>')
+        parts.append(f'<text x="{tx:.1f}" y="{axis_y + 18:.0f}" text-anchor="middle">{tick:g}</text>')
+        tick += interval
     parts.append(
-        f'<text x="{label_width + plot_width / 2:.0f}" y="{axis_y + 34}" text-anchor="middle">'
+        f'<text x="{TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH / 2:.0f}" y="{axis_y + 34:.0f}" text-anchor="middle">'
         "seconds since the Job was created</text>"
     )
-    parts.append("</svg>")
+    parts += ["</g>", "</svg>"]
     return "\n".join(parts) + "\n"
-
-
-def _detail_span(row: Dict[str, Any], start_keys: Tuple[str, ...], end_key: str) -> Optional[Tuple[float, float]]:
-    start = next((row.get(key) for key in start_keys if row.get(key) is not None), None)
-    stop = row.get(end_key)
-    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)) or stop < start:
-        return None
-    return float(start), float(stop)
-
-
-def _timeline_detail_legend(rows: List[Dict[str, Any]], first_index: int) -> List[str]:
-    """Legend entries of the sandbox-clock strips, only when some episode has them."""
-    parts = []
-    for offset, (name, meaning, colour, start_keys, end_key) in enumerate(TIMELINE_DETAIL_BARS):
-        if not any(_detail_span(row, start_keys, end_key) for row in rows):
-            continue
-        index = first_index + offset
-        legend_x, legend_y = 10 + (index % 3) * 330, 32 + (index // 3) * 16
-        parts.append(f'<rect x="{legend_x}" y="{legend_y + 8}" width="12" height="4" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
-    return parts
-
-
-def _timeline_detail_bars(
-    row: Dict[str, Any], y: float, origin: float, scale: float, label_width: float, row_height: float
-) -> List[str]:
-    """Thin strips along the bottom of an episode's row: where the sandbox's kernel booted and its
-    process started, by the sandbox's own clocks (only where it reported them)."""
-    parts = []
-    for name, _, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
-        span = _detail_span(row, start_keys, end_key)
-        if span is None:
-            continue
-        start, stop = span
-        x = label_width + (start - origin) * scale
-        width = max((stop - start) * scale, 0.5)
-        parts.append(
-            f'<rect class="detail" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + row_height - 4}" '
-            f'width="{width:.1f}" height="3" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
-        )
-    return parts
 
 
 def _axis_step(span: float) -> float:
