@@ -2942,14 +2942,12 @@ def _resolution(clocks: Clocks) -> float:
     return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
 
 
-def figure_text(value: Optional[float], figure: str, clocks: Optional[Clocks] = None) -> str:
-    """A figure as precise as its clocks (FIGURE_CLOCKS, or `clocks`), never more: whole seconds
-    between two whole-second stamps ("0 s", never "0.0 ms"), tenths of a second where a
-    whole-second stamp meets a finer clock (as the guide prints them), 10 ms steps for clock
-    ticks, else _seconds."""
+def clocked_text(value: Optional[float], clocks: Clocks) -> str:
+    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
+    ("0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
     if value is None:
         return "-"
-    clocks = clocks or FIGURE_CLOCKS[figure]
     resolution = _resolution(clocks)
     if resolution >= 1:
         return f"{_number(value, 0 if clocks[0] == clocks[1] else 1)} s"
@@ -2958,23 +2956,33 @@ def figure_text(value: Optional[float], figure: str, clocks: Optional[Clocks] = 
     return _seconds(value)
 
 
+def figure_text(value: Optional[float], figure: str) -> str:
+    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
+    return clocked_text(value, FIGURE_CLOCKS[figure])
+
+
 def _resolution_text(resolution: float) -> str:
     return f"{resolution:g} s" if resolution >= 1 else f"{resolution * 1000:g} ms"
 
 
-def clock_text(figure: str, clocks: Optional[Clocks] = None) -> str:
-    """Which clocks a figure comes from and the resolution that limits it: "API server, 1 s clock",
-    "node clock", or for a figure that mixes two clocks "mixed: API server 1 s + node"."""
-    start, end, _ = clocks or FIGURE_CLOCKS[figure]
+def clocks_text(clocks: Clocks) -> str:
+    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks
     if start == end:
         resolution = CLOCK_RESOLUTION[start]
         return f"{start}, {_resolution_text(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
-    coarse = max(CLOCK_RESOLUTION[start], CLOCK_RESOLUTION[end])
+    coarse = _resolution(clocks)
     named = [
         f"{clock} {_resolution_text(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
         for clock in (start, end)
     ]
     return "mixed: " + " + ".join(named)
+
+
+def clock_text(figure: str) -> str:
+    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
+    return clocks_text(FIGURE_CLOCKS[figure])
 
 
 def negative_note(clocks: Clocks) -> str:
@@ -2985,7 +2993,7 @@ def negative_note(clocks: Clocks) -> str:
 def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
     """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
     with a negative value is marked "*", and a note under the table says why it can be."""
-    cells = [[label, *(figure_text(value, "", clocks) for value in values)] for label, clocks, values in rows]
+    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
     width = max(len(line[0]) for line in [list(header), *cells]) + 1
     value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
     lines = ["".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), "  clock"])]
@@ -2994,7 +3002,7 @@ def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Seque
         negative = any(text.startswith("-") and text != "-" for text in line[1:])
         lines.append(
             "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
-            + f"  {clock_text('', clocks)}{' *' if negative else ''}"
+            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
         )
         if negative:
             notes += wrap_text(f"* {label}: negative because {negative_note(clocks)}", SUMMARY_WIDTH, "  ")
@@ -3654,7 +3662,7 @@ def _timeline_step(
         return TIMELINE_LABEL_WIDTH + (at - origin) * scale
 
     css = "bar" if height > 4 else "detail"
-    clocks = clock_text("", (STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
     if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
         return [
             f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
