@@ -3644,12 +3644,14 @@ def _timeline_step(
     height: float,
     origin: float,
     scale: float,
+    later: Optional[float] = None,
 ) -> Tuple[List[str], bool]:
     """One phase of one episode, drawn as a bar, or as a marker when it is shorter than its clocks
     can tell: within the resolution of its coarser stamp (less than a second against a
     whole-second stamp, or two whole-second stamps at most a second apart). A marker is a tick
-    where the phase is known and a whisker across the window its whole-second end lies in, never
-    a bar of the clock's second. Returns the SVG parts and whether a marker was drawn."""
+    where the phase is known and a whisker across the window its whole-second end lies in (up to
+    `later`, a finer stamp of a step that came after it), never a bar of the clock's second.
+    Returns the SVG parts and whether a marker was drawn."""
     name, meaning, colour, _, end_key = step
     start, stop = row.get(start_key), row.get(end_key)
     if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)):
@@ -3669,9 +3671,10 @@ def _timeline_step(
             f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
             f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
         ], False
-    if end_res >= 1:  # the end is truncated: it lies in its second, and not before a finer start
+    if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
         low = max(stop, start) if start_res < 1 else stop
-        window, tick = (low, stop + end_res), (start if start_res < 1 else stop)
+        high = stop + end_res if later is None or later < low else min(stop + end_res, later)
+        window, tick = (low, high), (start if start_res < 1 else stop)
     elif start_res >= 1:  # the start is truncated: somewhere in its second, before the end
         window, tick = (start, min(start + start_res, stop)), stop
     else:
@@ -3743,8 +3746,17 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
             drawn.append(f'<text x="10" y="{y + 12:.0f}">{_xml(row["pod"])}</text>')
             marks: List[str] = []  # drawn over the row's bars
-            for step in TIMELINE_BARS:
-                parts, marked = _timeline_step(row, step, step[3], y + 2, TIMELINE_ROW_HEIGHT - 4, origin, scale)
+            for index, step in enumerate(TIMELINE_BARS):
+                later = next(  # the first finer stamp after this step's end: its end came before it
+                    (
+                        row[following[4]]
+                        for following in TIMELINE_BARS[index + 1 :]
+                        if isinstance(row.get(following[4]), (int, float)) and _stamp_resolution(row, following[4]) < 1
+                    ),
+                    None,
+                )
+                top = y + 2
+                parts, marked = _timeline_step(row, step, step[3], top, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
                 (marks if marked else drawn).extend(parts)
             for name, meaning, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
                 start_key = next((key for key in start_keys if row.get(key) is not None), start_keys[-1])

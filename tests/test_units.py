@@ -385,6 +385,18 @@ class ReportTest(unittest.TestCase):
         self.assertAlmostEqual(float(ticks[1].get("x2") or 0), finished_x, delta=0.1)  # to the end of its second
         self.assertIn("within 1 s (mixed: node + API server 1 s)", "".join(exit_marker.itertext()))
 
+    def test_a_whisker_ends_where_a_finer_later_stamp_proves_the_step_done(self) -> None:
+        results = self.results()
+        row = results["pods"][0]  # container started 1 s after the Job (whole seconds), ready at 2 s
+        row["ready_at"] = row["container_started_at"] + 0.4  # the container started before that
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        [marker] = [
+            element
+            for element in root.iter("{http://www.w3.org/2000/svg}g")
+            if element.get("data-phase") == "pod start" and "rollout-0 " in "".join(element.itertext())
+        ]
+        self.assertIn("between 1.000 and 1.400 s", "".join(marker.itertext()))
+
     def test_timeline_names_context_date_and_a_simulation(self) -> None:
         results = self.results()
         root = ElementTree.fromstring(demo.render_timeline_svg(results))
