@@ -4279,8 +4279,10 @@ class Progress:
         stream: Any = None,
         log_interval: Optional[float] = None,
         environ: Optional[Mapping[str, str]] = None,
+        columns: Optional[int] = None,
     ) -> None:
         self.enabled = enabled
+        self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = rewrites_in_place(self.stream, environ)
@@ -4300,7 +4302,8 @@ class Progress:
         )
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
-            line = f"{label} ({times}): {state}"[: max(shutil.get_terminal_size().columns - 1, 20)]  # never wraps
+            columns = self.columns or shutil.get_terminal_size().columns
+            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
             self.stream.write(f"\r\033[K{line}")
             self.stream.flush()
             self.dirty = True

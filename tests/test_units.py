@@ -500,10 +500,9 @@ class ProgressTest(unittest.TestCase):
 
     def test_terminal_line_is_rewritten_with_counts_elapsed_and_time_left(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
-        with unittest.mock.patch.object(demo.shutil, "get_terminal_size", return_value=os.terminal_size((120, 24))):
-            for counts in self.counts:
-                progress.update("ns/rollout", 2.0, counts, 30.6)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=120)
+        for counts in self.counts:
+            progress.update("ns/rollout", 2.0, counts, 30.6)
         progress.finish()
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
@@ -513,9 +512,8 @@ class ProgressTest(unittest.TestCase):
 
     def test_terminal_line_never_wraps(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
-        with unittest.mock.patch.object(demo.shutil, "get_terminal_size", return_value=os.terminal_size((40, 24))):
-            progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=40)
+        progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
         self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
 
     def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
