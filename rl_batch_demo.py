@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple
 
 __version__ = "0.2.0"
 
@@ -330,6 +330,27 @@ _TRANSIENT_MARKERS = (
 # A request refused outright never reached storage: repeating a create after it is safe.
 _NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
 
+# Lines of kubectl's stderr that are not its message: client-go's klog lines, logged while a call
+# goes on (`E1201 14:29:34.166386    8886 memcache.go:265] ...`: k8s.io/klog/v2's header), and the
+# API server's warnings (`Warning: ...`, client-go rest/warnings.go). kubectl's own message, from
+# cmdutil.CheckErr (kubectl pkg/cmd/util/helpers.go), is the first line after them.
+_KLOG_LINE = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^\s\]]+:\d+\] "
+_WARNING_PREFIX = "Warning: "
+
+# kubectl's words when no HTTP answer came: the server is unreachable, and why. StandardErrorMessage
+# for a *url.Error (kubectl pkg/cmd/util/helpers.go); `create -f` when the API's discovery failed
+# (cli-runtime pkg/resource/mapper.go), when validation could not download the OpenAPI document
+# (kubectl pkg/cmd/util/helpers.go, pkg/validation), or when the create itself could not connect
+# (cmdutil.AddSourceToErr wraps the *url.Error).
+_UNREACHABLE_MESSAGES = (
+    r"^The connection to the server (?P<host>\S+) was (?P<reason>refused) - did you specify the right host or port\?$",
+    r"^Unable to connect to the server: (?P<reason>.+)$",
+    r'^error: unable to recognize "[^"]*": Get "(?P<url>[^"]+)": (?P<reason>.+)$',
+    r'^error: error validating "[^"]*": error validating data: (?:failed to download openapi: )?Get "(?P<url>[^"]+)": '
+    r"(?P<reason>.+); if you choose to ignore these errors, turn validation off with --validate=false$",
+    r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
+)
+
 
 # Regular expressions are kept as their source: `re` compiles each on first use and caches it, so that
 # `--help` compiles none.
@@ -397,16 +418,63 @@ class EventParseError(ValueError):
     """A line that claims to be an event but is not a valid one."""
 
 
-class KubectlFailure(DemoError):
-    """kubectl ran and exited non-zero."""
+def kubectl_message(stderr: str) -> str:
+    """kubectl's own message in its stderr: the first line that is neither a klog line nor a
+    server warning (the last line when there is nothing else)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    own = (line for line in lines if not (re.match(_KLOG_LINE, line) or line.startswith(_WARNING_PREFIX)))
+    return next(own, lines[-1] if lines else "(no message)")
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
-        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+
+def unreachable_reason(message: str) -> Optional[Tuple[str, str]]:
+    """(host, reason) when kubectl's message says no answer came from the API server (host "" when
+    the message does not name it); None for any other message. A dial error is shortened to its
+    cause: "dial tcp 10.0.0.1:6443: connect: connection refused" becomes "connection refused"."""
+    for pattern in _UNREACHABLE_MESSAGES:
+        match = re.match(pattern, message)
+        if match:
+            found = match.groupdict()
+            reason = found["reason"]
+            if reason == "refused" or reason.startswith("dial tcp"):
+                reason = "connection refused" if reason == "refused" else reason.rsplit(": ", 1)[-1]
+            host = found.get("host") or re.sub(r"^\w+://([^/]+).*$", r"\1", found.get("url") or "")
+            lookup = re.search(r"\blookup (\S+?)(?: on \S+)?: no such host$", message)
+            return host or (lookup.group(1) if lookup else ""), reason
+    return None
+
+
+def unreachable_message(server: Optional[str], context: Optional[str], reason: str) -> str:
+    """One line for an API server that did not answer: which server, which context, what to check."""
+    where = f"the API server {server}" if server else "the API server"
+    named = f" of context {context}" if context else ""
+    probe = shlex.join(["kubectl", *(["--context", context] if context else []), "cluster-info"])
+    if "x509:" in reason or reason.startswith("tls: failed to verify"):
+        return (
+            f"cannot verify {where}{named} ({reason}); check the certificate-authority of the context's "
+            f"cluster in the kubeconfig, or `{probe}`"
+        )
+    return f"cannot reach {where}{named} ({reason}); check the network/VPN and that the cluster runs, or `{probe}`"
+
+
+class KubectlFailure(DemoError):
+    """kubectl ran and exited non-zero. When no answer came from the API server, the message says
+    so in one line naming the server (`server`, else the host kubectl names) and the context."""
+
+    def __init__(
+        self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "", server: Optional[str] = None
+    ) -> None:
         self.stderr = stderr
         self.stdout = stdout
-        self.first_line = lines[0] if lines else "(no message)"
+        self.first_line = kubectl_message(stderr)
         self.command = shlex.join(["kubectl", *argv[1:]])
-        super().__init__(f"`{self.command}` failed (exit {returncode}): {self.first_line}", EXIT_CLUSTER)
+        unreachable = unreachable_reason(self.first_line)
+        self.unreachable = unreachable is not None
+        if unreachable is not None:
+            context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
+            message = unreachable_message(server or unreachable[0], context, unreachable[1])
+        else:
+            message = f"`{self.command}` failed (exit {returncode}): {self.first_line}"
+        super().__init__(message, EXIT_CLUSTER)
 
     @property
     def transient(self) -> bool:
@@ -4343,12 +4411,18 @@ class WatchStream:
     time, event) on a shared queue, stamped when the bytes arrived; event None marks the end."""
 
     def __init__(
-        self, tag: str, process: subprocess.Popen[bytes], sink: queue.Queue[Any], record: Dict[str, Any]
+        self,
+        tag: str,
+        process: subprocess.Popen[bytes],
+        sink: queue.Queue[Any],
+        record: Dict[str, Any],
+        on_close: Callable[[], None] = lambda: None,
     ) -> None:
         self.tag = tag
         self.process = process
         self.sink = sink
         self.record = record  # its entry in kubectl-calls.json, completed by close()
+        self.on_close = on_close  # told once the record is complete (-v shows the call)
         self.started = time.monotonic()
         self.stderr = ""  # kubectl's message, once the stream has ended
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
@@ -4401,6 +4475,7 @@ class WatchStream:
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None and not self.thread.is_alive():
                 stream.close()
+        self.on_close()
 
 
 def concurrently(
@@ -4458,7 +4533,8 @@ class Kubectl:
     Built complete: the context is resolved before (`cluster_identity`, then `with_context`), and
     nothing is changed afterwards; a call that needs a shorter timeout says so itself. Reads that
     are safe to repeat are retried on transient failures with a short, bounded backoff; nothing
-    else is ever repeated here."""
+    else is ever repeated here. Retries are quiet: with `verbose` (-v) every call is shown as it
+    ends, and every retry."""
 
     def __init__(
         self,
@@ -4466,6 +4542,9 @@ class Kubectl:
         *,
         context: Optional[str],
         kubeconfig: Optional[str],
+        kubeconfig_from: str = "",  # where `kubeconfig` came from, for a message: "--kubeconfig", ...
+        server: Optional[str] = None,  # the context's API server, once known, named when it is unreachable
+        verbose: bool = False,
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
         timing: Optional[Timing] = None,  # None: TIMING as it is when the Kubectl is built
         calls: Optional[List[Dict[str, Any]]] = None,
@@ -4475,6 +4554,9 @@ class Kubectl:
         self.executable = executable
         self.context = context
         self.kubeconfig = kubeconfig
+        self.kubeconfig_from = kubeconfig_from
+        self.server = server
+        self.verbose = verbose
         self.process_timeout = process_timeout
         self.timing = TIMING if timing is None else timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
@@ -4483,12 +4565,15 @@ class Kubectl:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
-    def with_context(self, context: str) -> Kubectl:
-        """The same kubectl bound to one context, sharing the call record."""
+    def with_context(self, context: str, server: Optional[str] = None) -> Kubectl:
+        """The same kubectl bound to one context (and its API server, when known), sharing the call record."""
         return Kubectl(
             self.executable,
             context=context,
             kubeconfig=self.kubeconfig,
+            kubeconfig_from=self.kubeconfig_from,
+            server=server or self.server,
+            verbose=self.verbose,
             process_timeout=self.process_timeout,
             timing=self.timing,
             calls=self.calls,
@@ -4516,6 +4601,20 @@ class Kubectl:
         self.calls.append(record)
         return record
 
+    def note(self, message: str) -> None:
+        """A line on stderr that only -v shows (a retry, a call)."""
+        if self.verbose:
+            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            sys.stderr.flush()
+
+    def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
+        """With -v, the call as a shell would read it and how it ended, once it has."""
+        if "error" in record:
+            ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
+        else:
+            ending = f"exit {record.get('exit')}"
+        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)
         return DemoError(
@@ -4524,12 +4623,14 @@ class Kubectl:
             EXIT_CLUSTER,
         )
 
-    @staticmethod
-    def _timed_out(record: Dict[str, Any], argv: List[str], seconds: float) -> KubectlTimeout:
+    def _timed_out(self, record: Dict[str, Any], argv: List[str], seconds: float) -> KubectlTimeout:
         record["error"] = "timeout"
+        server = f" {self.server}" if self.server else ""
+        named = f" of context {self.context}" if self.context else ""
+        probe = shlex.join(["kubectl", *(["--context", self.context] if self.context else []), "cluster-info"])
         return KubectlTimeout(
             f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {seconds:g} s; "
-            "check that the API server is reachable (kubectl cluster-info)",
+            f"check that the API server{server}{named} is reachable (`{probe}`)",
             EXIT_TIMEOUT,
         )
 
@@ -4540,7 +4641,9 @@ class Kubectl:
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
             )
         except OSError as error:
-            raise self._not_started(record, error) from None
+            failure = self._not_started(record, error)
+            self._ended(argv, record)
+            raise failure from None
         self.children.add(process)
         return process
 
@@ -4549,7 +4652,7 @@ class Kubectl:
         another attempt; else raise it."""
         if not (delays and failure.transient) or time.monotonic() - first_attempt > self.timing.retry_budget_seconds:
             raise failure
-        say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
+        self.note(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
         time.sleep(delays.pop(0))
 
     def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -4599,7 +4702,10 @@ class Kubectl:
             raise self._timed_out(record, argv, timeout) from None
         finally:
             record["seconds"] = round(time.monotonic() - started, 3)
+            if "error" in record:
+                self._ended(argv, record)
         record["exit"] = completed.returncode
+        self._ended(argv, record)
         if completed.returncode != 0:
             record["stderr"] = completed.stderr[-CALL_STDERR_LIMIT:]
         return completed
@@ -4621,7 +4727,7 @@ class Kubectl:
             completed = self._once(argv, stdin, timeout or self.process_timeout)
             if completed.returncode == 0:
                 return completed.stdout
-            failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
+            failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout, self.server)
             self._retry_or_raise(failure, delays, first_attempt)
 
     def stream(
@@ -4671,12 +4777,15 @@ class Kubectl:
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["exit"] = returncode
             if time.monotonic() - started >= limit and returncode < 0:
-                raise self._timed_out(record, argv, limit)
+                timed_out = self._timed_out(record, argv, limit)
+                self._ended(argv, record)
+                raise timed_out
+            self._ended(argv, record)
             if returncode == 0:
                 return
             text = stderr.decode("utf-8", "replace")
             record["stderr"] = text[-CALL_STDERR_LIMIT:]
-            failure = KubectlFailure(argv, returncode, text)
+            failure = KubectlFailure(argv, returncode, text, server=self.server)
             if consumed:  # what was consumed cannot be taken back: never repeated
                 raise failure
             self._retry_or_raise(failure, delays, first_attempt)
@@ -4691,12 +4800,7 @@ class Kubectl:
         argv = self.argv(["config", "view", "--minify", "-o", "json"], request_timeout=None)
         completed = self._once(argv, None, self.process_timeout)
         if completed.returncode != 0:
-            failure = KubectlFailure(argv, completed.returncode, completed.stderr)
-            raise DemoError(
-                f"no kubectl context to use ({failure.first_line}); set one with "
-                "`kubectl config use-context`, pass --context, or check --kubeconfig",
-                EXIT_USAGE,
-            )
+            raise DemoError(self.no_context(kubectl_message(completed.stderr)), EXIT_USAGE)
         config = self.decode_json(completed.stdout, "config view")
         context = self.context or config.get("current-context")
         if not isinstance(context, str) or not context:
@@ -4704,6 +4808,50 @@ class Kubectl:
         clusters = config.get("clusters") or [{}]
         server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
         return context, server if isinstance(server, str) else None
+
+    def no_context(self, message: str) -> str:
+        """Why `config view --minify` found no context (kubectl's `message`), with its own fix.
+
+        kubectl reads a kubeconfig file that does not exist as an empty one (client-go
+        tools/clientcmd/config.go, PathOptions.GetStartingConfig), so "current-context must exist"
+        (client-go tools/clientcmd/api/helpers.go, MinifyConfig) means no file, or a file without a
+        current context, and "cannot locate context X" may mean no file too: whether a file exists is
+        read here first, from the files kubectl was given, as kubectl chooses them (an explicit
+        file, else $KUBECONFIG's list, else ~/.kube/config)."""
+        wanted = re.match(r"^error: cannot locate context (.+)$", message)
+        if not wanted and message != "error: current-context must exist in order to minify":
+            return f"cannot read the kubeconfig ({message}); check --kubeconfig, $KUBECONFIG or ~/.kube/config"
+        files = self.kubeconfig.split(os.pathsep) if self.kubeconfig else [os.path.expanduser("~/.kube/config")]
+        if not any(os.path.exists(path) for path in files):
+            if self.kubeconfig_from == "--kubeconfig":
+                return f"the kubeconfig file {files[0]} does not exist; check --kubeconfig"
+            if self.kubeconfig_from == "$KUBECONFIG":
+                return (
+                    f"no file in $KUBECONFIG exists ({', '.join(files)}); check $KUBECONFIG, or pass --kubeconfig FILE"
+                )
+            if self.kubeconfig_from:
+                return (
+                    f"the kubeconfig file {files[0]} ({self.kubeconfig_from}) no longer exists; pass --kubeconfig FILE"
+                )
+            return (
+                "no kubeconfig: ~/.kube/config does not exist and $KUBECONFIG is not set; write one with your "
+                "cluster's tool (for example `kind export kubeconfig`, `aws eks update-kubeconfig`, `gcloud container "
+                "clusters get-credentials`), or pass --kubeconfig FILE"
+            )
+        if wanted and self.context:
+            return (
+                f"context {wanted.group(1)} is not in the kubeconfig; check --context "
+                "(`kubectl config get-contexts` lists the contexts)"
+            )
+        if wanted:
+            return (
+                f"the kubeconfig's current context {wanted.group(1)} is not defined in it; pass --context, "
+                "or choose one with `kubectl config use-context NAME`"
+            )
+        return (
+            f"the kubeconfig ({', '.join(files)}) sets no current context; pass --context, or choose one with "
+            "`kubectl config use-context NAME` (`kubectl config get-contexts` lists them)"
+        )
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[Dict[str, Any]]:
         """The live object, or None when it does not exist."""
@@ -4762,7 +4910,7 @@ class Kubectl:
         )
         record = self._record(argv, time.monotonic(), watch=True)
         process = self._start(argv, record)  # WatchStream.close ends it; stop_children too, after Ctrl-C
-        return WatchStream(tag, process, sink, record)
+        return WatchStream(tag, process, sink, record, on_close=lambda: self._ended(argv, record))
 
 
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
@@ -4776,8 +4924,9 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         executable = shutil.which(executable) or executable  # pin the binary the run used
     if args.kubeconfig:
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
+        kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig = receipt.kubeconfig
+        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         kubeconfig = (
             os.pathsep.join(
@@ -4785,9 +4934,16 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
             )
             or None
         )
+        kubeconfig_from = "$KUBECONFIG"
     context = args.context or (receipt.context if receipt else None)
     return Kubectl(
-        executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout, timing=TIMING
+        executable,
+        context=context,
+        kubeconfig=kubeconfig,
+        kubeconfig_from=kubeconfig_from if kubeconfig else "",
+        verbose=args.verbose,
+        process_timeout=args.kubectl_timeout,
+        timing=TIMING,
     )
 
 
@@ -5033,6 +5189,21 @@ def claim_output(output: Path) -> None:
         raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
 
 
+# What a run writes into its directory before its first create: all a failed preflight leaves.
+PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+
+
+def release_output(output: Path) -> None:
+    """After a run that created nothing in the cluster (its preflight failed), remove the files it
+    wrote and the directory, so that the same --output works again. Anything else found there
+    (written by someone else meanwhile) keeps the directory as it is."""
+    with contextlib.suppress(OSError):
+        for name in PREFLIGHT_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                (output / name).unlink()
+        output.rmdir()
+
+
 def load_results(directory: Path) -> Dict[str, Any]:
     path = directory / "results.json"
     try:
@@ -5173,7 +5344,7 @@ class OwnedCreator:
                 return self.adopt(manifest, resource, str(timeout))
             except KubectlFailure as failure:
                 if failure.not_applied and delays:
-                    say_stderr(f"warning: retrying the create of {kind} {name} after: {failure.first_line}")
+                    self.kubectl.note(f"warning: retrying the create of {kind} {name} after: {failure.first_line}")
                     time.sleep(delays.pop(0))
                     continue
                 if not (failure.already_exists or failure.transient):
@@ -5595,6 +5766,7 @@ class BatchRun:
         self.progress = progress
         self.creator = OwnedCreator(kubectl, receipt.run_id)
         self.namespace = receipt.namespace
+        self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[Dict[str, Any]] = None
         self.current_dir: Path = settings.output
@@ -5676,6 +5848,7 @@ class BatchRun:
 
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create."""
+        self.create_sent = True
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
@@ -6132,7 +6305,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     if settings.dry_run:
         return dry_run(settings, namespace, run_id)
     context, server = unbound.cluster_identity()
-    kubectl = unbound.with_context(context)
+    kubectl = unbound.with_context(context, server)
     claim_output(output)
     receipt = Receipt(
         context=context,
@@ -6157,12 +6330,14 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     except KeyboardInterrupt:
         kubectl.stop_children()  # calls still running in other threads, or streams
         progress.finish()
-        say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+        if batch.create_sent:
+            say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
         try:
             batch.save_after_interrupt()
         except KeyboardInterrupt:
             say_stderr("skipped saving diagnostics")
-        error = DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED)
+        where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+        error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
         error = DemoError(
             f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
@@ -6179,6 +6354,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
         )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
+    if error is not None and bug is None and not batch.create_sent:
+        release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
+        raise error
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
@@ -6424,7 +6602,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     always lists everything that fails."""
     unbound = make_kubectl(args)
     context, server = unbound.cluster_identity()
-    kubectl = unbound.with_context(context)
+    kubectl = unbound.with_context(context, server)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
     kubelet_metrics = args.kubelet_metrics
 
@@ -6432,6 +6610,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             return Read(read())
         except KubectlFailure as failure:
+            if failure.unreachable:  # every read fails alike: one line says why
+                raise
             return Read(failure=failure.first_line)
 
     reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
@@ -6550,8 +6730,70 @@ class VersionAction(argparse.Action):
         parser.exit()
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """The suggestion for a mistyped word, `; did you mean X?`, or "" when no choice is close: a
+    choice the word abbreviates first (--out: --output), else the closest one by difflib."""
+    import difflib  # noqa: PLC0415 - only a usage error needs it; keeps --help fast
+
+    every = list(choices)
+    abbreviated = [choice for choice in every if choice.startswith(word)]
+    close = difflib.get_close_matches(word, abbreviated or every, n=1, cutoff=0.0 if abbreviated else 0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse as this tool words a usage error: one line naming the problem (with a suggestion
+    for a mistyped flag or command) and the --help to read, exit 2; never the usage block. No flag
+    is taken for an abbreviation of a longer one (allow_abbrev=False), so a typo never picks one."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(allow_abbrev=False, **options)
+        self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.prog} --help)\n")
+
+    def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+        """parse_args, after the words are checked: a mistyped command or flag is named, with a
+        suggestion, before argparse would report something else (a required --output) instead."""
+        words = list(sys.argv[1:] if argv is None else argv)
+        at = next((index for index, word in enumerate(words) if not word.startswith("-")), len(words))
+        self.check_flags(words[:at])
+        if self.commands and at < len(words):
+            command = words[at]
+            if command not in self.commands:
+                self.error(f"unknown command {command}{did_you_mean(command, self.commands)}")
+            parser = self.commands[command]
+            if isinstance(parser, CommandLineParser):
+                parser.check_flags(words[at + 1 :])
+        args, extras = self.parse_known_args(words)
+        if extras:
+            getattr(args, "subparser", self).error(f"unexpected argument {extras[0]}")
+        return args
+
+    def check_flags(self, words: Sequence[str]) -> None:
+        """Every flag among `words` must be one of this parser's (`-vh` stands for -v -h; `-1` is a
+        number; a value after `=` is not looked at), up to a `--`."""
+        known = [option for action in self._actions for option in action.option_strings]
+        for word in words:
+            if word == "--":
+                return
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("-") or flag == "-" or re.match(r"^-\d", flag) or flag in known:
+                continue
+            if not flag.startswith("--") and all(f"-{letter}" in known for letter in flag[1:]):
+                continue
+            self.error(f"unknown flag {flag}{did_you_mean(flag, known)}")
+
+
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cluster")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show each kubectl call on stderr as it ends (the command, its exit code and seconds), and every retry",
+    )
     group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
     group.add_argument("--kubeconfig", help="kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)")
     group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
@@ -6694,14 +6936,13 @@ def _reproduce_parser(commands: Any) -> None:
         "labelled group=parallel|sequential|warm (written on failure too)",
     )
     _cluster_options(reproduce)
-    reproduce.set_defaults(subparser=reproduce)
 
 
-def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
+def build_parser(tool: Optional[str] = None) -> CommandLineParser:
     """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
     formatter = argparse.RawDescriptionHelpFormatter
     plugin = (tool or invoked_as()) == PLUGIN_COMMAND
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
@@ -6792,7 +7033,6 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     )
     _cluster_options(run)
     _ci_report_options(run)
-    run.set_defaults(subparser=run)
 
     cleanup = commands.add_parser(
         "cleanup",
@@ -6859,19 +7099,25 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
     )
     _reproduce_parser(commands)
+    parser.commands = dict(commands.choices)
+    for subparser in parser.commands.values():
+        subparser.set_defaults(subparser=subparser)  # a usage error names the command's --help
     return parser
 
 
-def check_counts(parser: argparse.ArgumentParser, count: int, parallelism: int, rounds: int, allow_large: bool) -> None:
-    """The limits on a batch's size, checked before any work starts."""
-    limit = MAX_COUNT_LARGE if allow_large else MAX_COUNT
-    if not 1 <= parallelism <= count <= limit:
-        hint = f" (--allow-large raises the limit to {MAX_COUNT_LARGE})" if count > limit and not allow_large else ""
-        parser.error(
-            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {count}{hint}"
-        )
+def check_counts(
+    parser: argparse.ArgumentParser, count: int, parallelism: int, rounds: int, allow_large: bool, given: str
+) -> None:
+    """The limits on a batch's size, checked before any work starts, each named by the flag the
+    user gave (`given` says what set the count: "--count 25", "--tasks FILE (25 tasks)", ...)."""
+    if count > MAX_COUNT and not allow_large:
+        parser.error(f"{given} is more than {MAX_COUNT}; pass --allow-large for up to {MAX_COUNT_LARGE}")
+    if count > MAX_COUNT_LARGE:
+        parser.error(f"{given} is more than {MAX_COUNT_LARGE}, the most --allow-large allows")
+    if parallelism > count:
+        parser.error(f"--parallelism {parallelism} is more than {given}")
     if rounds > MAX_ROUNDS:
-        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {rounds}")
+        parser.error(f"--rounds {rounds} is more than {MAX_ROUNDS}")
 
 
 def run_settings(args: argparse.Namespace) -> RunSettings:
@@ -6879,6 +7125,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     checked once, before any work starts; a bad file or flag combination is a usage error."""
     parser: argparse.ArgumentParser = args.subparser
     worker_source, worker_file, tasks, count = WORKER_SOURCE, None, None, args.count
+    given = f"--count {count}"
     try:
         if args.worker:
             path = Path(args.worker)
@@ -6892,7 +7139,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                     "leave --count out or make them agree",
                     EXIT_USAGE,
                 )
-            count = len(tasks)
+            count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
             configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
@@ -6901,9 +7148,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             raise DemoError(problem, EXIT_USAGE)
     except DemoError as error:
         parser.error(str(error))
-    count = DEFAULT_COUNT if count is None else count
+    if count is None:
+        count, given = DEFAULT_COUNT, f"--count {DEFAULT_COUNT} (the default)"
     parallelism = args.parallelism or count
-    check_counts(parser, count, parallelism, args.rounds, args.allow_large)
+    check_counts(parser, count, parallelism, args.rounds, args.allow_large, given)
     if args.dry_run and (args.warmup or args.pin_image == ""):
         parser.error(
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
@@ -6937,7 +7185,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
     """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
-    check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large)
+    check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
     return RunSettings(
         output=Path(args.output),
         count=args.count,
@@ -6995,7 +7243,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
     tool = invoked_as(plugin)
-    args = build_parser(tool).parse_args(argv)
+    args = build_parser(tool).parse_command_line(argv)
     command = prepared_command(args, tool)
     previous = None
     if threading.current_thread() is threading.main_thread():

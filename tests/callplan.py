@@ -66,6 +66,32 @@ ERR_TOO_MANY = (
 )
 ERR_UNAVAILABLE = "Error from server (ServiceUnavailable): the server is currently unable to handle the request"
 ERR_REFUSED = "The connection to the server api.stub.invalid:6443 was refused - did you specify the right host or port?"
+
+
+def err_unreachable(kind: str, host: str = "api.stub.invalid:6443", dialed: str = "10.0.0.9:6443") -> str:
+    """kubectl v1.32's whole stderr when nothing listens at the API server (no discovery cache):
+    client-go's klog lines, then its message, by kind of call: "get" (one resource type), "review"
+    (`create --validate=false`), "create" (`--validate=strict` of a List) and "create one" (of one
+    object). tests/test_kubectl_errors.py
+    holds these texts as measured and checks the fake and the real kubectl against them."""
+    api = f"https://{host}/api?timeout=30s"
+    dial = f"dial tcp {dialed}: connect: connection refused"
+    line = (
+        'E1201 14:29:34.166386    8886 memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+        f'group list: Get \\"{api}\\": {dial}"'
+    )
+    if kind == "get":
+        return "\n".join([line] * 5 + [ERR_REFUSED.replace("api.stub.invalid:6443", host)])
+    if kind == "review":
+        return f'{line}\nerror: unable to recognize "STDIN": Get "{api}": {dial}'
+    download = "failed to download openapi: " if kind == "create one" else ""
+    return (
+        f'error: error validating "STDIN": error validating data: {download}Get "https://{host}/openapi/v2?'
+        f'timeout=30s": {dial}; if you choose to ignore these errors, turn validation off with --validate=false'
+    )
+
+
+ERR_NO_CURRENT_CONTEXT = "error: current-context must exist in order to minify"  # also: no kubeconfig file at all
 ERR_CLIENT_TIMEOUT = (
     "Unable to connect to the server: net/http: request canceled (Client.Timeout exceeded while awaiting headers)"
 )

@@ -627,7 +627,7 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
 
     def test_too_many_tasks_without_allow_large(self) -> None:
         tasks = self.write("tasks.jsonl", b"{}\n" * 21)
-        self.assertIn("count 21", self.refused("--tasks", tasks))
+        self.assertIn(f"--tasks {tasks} (21 tasks) is more than 20; pass --allow-large", self.refused("--tasks", tasks))
 
     def test_a_worker_that_does_not_compile(self) -> None:
         worker = self.write("my_worker.py", b"import json\n\ndef main(:\n    pass\n")

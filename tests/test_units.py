@@ -662,19 +662,91 @@ class CommandLineTest(unittest.TestCase):
 
     def test_bounds_are_usage_errors(self) -> None:
         for argv, message in (
-            (["--count", "21"], "count <= 20"),
-            (["--count", "5", "--parallelism", "6"], "parallelism <= count"),
-            (["--count", "0"], "'0' must be at least 1"),
-            (["--count", "ten"], "'ten' is not a whole number"),
-            (["--rounds", "11"], "--rounds must be between 1 and 10"),
+            (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
+            (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
+            (["--parallelism", "12"], "--parallelism 12 is more than --count 10 (the default)"),
+            (["--count", "0"], "argument --count: '0' must be at least 1"),
+            (["--count", "ten"], "argument --count: 'ten' is not a whole number"),
+            (["--rounds", "11"], "--rounds 11 is more than 10"),
             (["--threshold", "nonsense_seconds=1"], "unknown metric 'nonsense_seconds'"),
         ):
             with self.subTest(argv=argv):
                 code, _, err = self.run_main("run", "--output", "unused", *argv)
                 self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertTrue(err.startswith("rl-batch-demo: error: "), err)
                 self.assertIn(message, err)
-                self.assertNotIn("Traceback", err)
+                self.assertTrue(err.endswith(" (see rl-batch-demo run --help)\n"), err)
+                self.assertEqual(err.count("\n"), 1, err)  # one line, no usage block
                 self.assertFalse(Path("unused").exists())
+
+    def assert_usage_error(self, argv: list[str], line: str) -> None:
+        """Exit 2 and exactly `line` on stderr: one line, no usage block, nothing run."""
+        with tempfile.TemporaryDirectory() as root, unittest.mock.patch.dict(os.environ, {"PATH": root}):
+            code, out, err = self.run_main(*argv)
+        self.assertEqual((code, out, err), (demo.EXIT_USAGE, "", f"rl-batch-demo: error: {line}\n"))
+
+    def test_a_mistyped_flag_or_command_gets_a_suggestion(self) -> None:
+        for argv, line in (
+            (["run", "--output", "x", "--cuont", "5"], "unknown flag --cuont; did you mean --count? "),
+            (["run", "--outptu", "x"], "unknown flag --outptu; did you mean --output? "),  # not "required: --output"
+            (["run", "--output", "x", "--paralelism=3"], "unknown flag --paralelism; did you mean --parallelism? "),
+            (["rnu", "--output", "x"], "unknown command rnu; did you mean run? "),
+            (["clenaup", "--output", "x"], "unknown command clenaup; did you mean cleanup? "),
+            (["compare", "a", "--formt", "json"], "unknown flag --formt; did you mean --format? "),
+            (["check", "--zzz"], "unknown flag --zzz "),
+            (["run", "--output", "x", "surplus"], "unexpected argument surplus "),
+            (["run"], "the following arguments are required: --output "),
+            ([], "the following arguments are required: COMMAND "),
+        ):
+            command = argv[0] if argv and argv[0] in ("run", "compare", "check") else None
+            where = f"rl-batch-demo {command}" if command else "rl-batch-demo"
+            with self.subTest(argv=argv):
+                self.assert_usage_error(argv, f"{line}(see {where} --help)")
+
+    def test_no_flag_is_taken_for_an_abbreviation(self) -> None:
+        """allow_abbrev=False on every parser: a prefix of a flag is an unknown flag."""
+        for argv, prefix, flag in (
+            (["run", "--output", "x", "--cou", "5"], "--cou", "--count"),
+            (["run", "--out", "x"], "--out", "--output"),
+            (["reproduce", "--output", "x", "--roun", "2"], "--roun", "--rounds"),
+            (["cleanup", "--out", "x"], "--out", "--output"),
+            (["check", "--runt", "gvisor"], "--runt", "--runtime"),
+            (["compare", "a", "--form", "json"], "--form", "--format"),
+            (["show-worker", "--temp"], "--temp", "--template"),
+            (["--vers"], "--vers", "--version"),
+        ):
+            with self.subTest(argv=argv):
+                code, _, err = self.run_main(*argv)
+                self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertIn(f"unknown flag {prefix}; did you mean {flag}?", err)
+        parser = demo.build_parser()
+        for sub in [parser, *parser.commands.values()]:
+            self.assertFalse(sub.allow_abbrev, sub.prog)
+
+    def test_short_options_and_exact_flags_still_work(self) -> None:
+        args = demo.build_parser().parse_command_line(["run", "-v", "--output=x", "--count", "3"])
+        self.assertEqual((args.verbose, args.output, args.count), (True, "x", 3))
+        for command in ("check", "cleanup", "run", "reproduce"):
+            with self.subTest(command=command):
+                argv = [command, *(["--output", "x"] if command != "check" else []), "-v"]
+                self.assertTrue(demo.build_parser().parse_command_line(argv).verbose)
+        code, out, _ = self.run_main("run", "-vh")  # -v -h: the help, not an unknown flag
+        self.assertEqual(code, 0)
+        self.assertIn("--verbose", out)
+
+    def test_help_imports_no_difflib(self) -> None:
+        """difflib is imported only when a usage error needs a suggestion: --help stays fast."""
+        script = Path(demo.__file__)
+        for argv, imported in ((["run", "--help"], False), (["run", "--cuont"], True)):
+            with self.subTest(argv=argv):
+                result = subprocess.run(
+                    [sys.executable, "-X", "importtime", str(script), *argv],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                self.assertEqual(" difflib" in result.stderr or "| difflib" in result.stderr, imported, argv)
 
     def test_allow_large_raises_the_limit(self) -> None:
         with tempfile.TemporaryDirectory() as root:

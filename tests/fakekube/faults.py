@@ -37,6 +37,8 @@ FAULT_KEYS = {
     "sandbox_kernel",
     "kubelet_foreign_pods",
     "kubelet_restart",
+    # the API server refuses connections: true, or the number of calls refused (issue 18)
+    "unreachable",
 }
 SCHEDULED_EVENT_TIMES = {"event_time", "legacy"}  # Scheduled events with eventTime (default) or without it
 IMAGE_PULLS = {"cached", "pulled", "mixed", "missing"}  # Pulled events: see controller.pulled_event
@@ -116,6 +118,7 @@ API_ERRORS = {
     "429": "Error from server (TooManyRequests): {ctx}the server has received too many requests "
     "and has asked us to try again later",
     "503": "Error from server (ServiceUnavailable): {ctx}the server is currently unable to handle the request",
+    # the last line only: Invocation._fault_error prints kubectl's whole output (commands.connection_refused)
     "refused": "The connection to the server {server} was refused - did you specify the right host or port?",
     "timeout": "Unable to connect to the server: net/http: request canceled "
     "(Client.Timeout exceeded while awaiting headers)",
@@ -153,6 +156,9 @@ def load_faults() -> dict:
     for rule in faults.get("api_errors") or []:
         if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
             raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
+    down = faults.get("unreachable", False)
+    if not (down is True or down is False or (isinstance(down, int) and down > 0)):
+        raise KubectlError(f"error: fake_kubectl: unreachable must be true or a number of calls > 0, not {down!r}")
     nodes = faults.get("mixed_digests")
     if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
         raise KubectlError(f"error: fake_kubectl: mixed_digests must be a list of node names, not {nodes!r}")
