@@ -15,6 +15,7 @@ import unittest
 from pathlib import Path
 from typing import Any, Dict, Sequence, Set
 
+import rl_batch_demo as demo
 from tests.fakecluster import ENVIRONMENT, write_executable
 from tests.test_docs import DEMO_COMMAND, commands, section
 from tests.test_readme_help import ROOT
@@ -71,6 +72,10 @@ class DemoTest(unittest.TestCase):
             results = json.loads((output / "results.json").read_text(encoding="utf-8"))
             self.assertEqual((results["episodes"], results["successful_episodes"], results["reward_sum"]), (10, 10, 10))
             self.assertEqual(results["context"], "fake-ctx")
+            # the fake's runtime names itself: the run knows it was a simulation, and its picture says so
+            self.assertEqual(results["container_runtimes"], [demo.SIMULATED_RUNTIME])
+            self.assertIn("SIMULATION: ", (output / "timeline.svg").read_text(encoding="utf-8"))
+            self.assertRegex(first.stdout, r"(?m)^verdict: 10/10 episodes valid, reward_sum 10; all ready \d+\.\d s")
             self.assertIn("results: rl-fake-demo/results.json", first.stdout)
             self.assertIn("$ python3 rl_batch_demo.py run --count 10 --output rl-fake-demo", first.stderr)
             self.assertIn("$ python3 rl_batch_demo.py cleanup --output rl-fake-demo", first.stderr)
