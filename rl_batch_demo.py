@@ -53,7 +53,7 @@ import threading
 import time
 import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
 
 __version__ = "0.2.0"
 
@@ -153,6 +153,91 @@ PHASE_LABELS = {
     "reward_to_finished_seconds": "reward -> container finished",
 }
 PHASES = tuple(PHASE_LABELS)
+
+# The clocks a figure is read from (docs/figures.md, "The clocks"), each with its resolution in
+# seconds: the API server's stamps (creationTimestamp, conditions, startedAt/finishedAt) are whole
+# seconds, truncated; the scheduler's eventTime is microseconds; /proc's start times are clock ticks.
+CLOCK_API = "API server"
+CLOCK_SCHEDULER = "scheduler"
+CLOCK_TICKS = "kernel ticks"
+CLOCK_NODE = "node"
+CLOCK_CLIENT = "client"
+CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
+
+# Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
+# with its clock: the one place that says where a figure's ends come from.
+STAMP_CLOCKS = {
+    "batch_start": CLOCK_API,  # the Job's creationTimestamp
+    "created_at": CLOCK_API,
+    "scheduled_at": CLOCK_SCHEDULER,  # the Scheduled event's eventTime (the PodScheduled condition: below)
+    "container_started_at": CLOCK_API,
+    "finished_at": CLOCK_API,
+    "kernel_booted_at": CLOCK_TICKS,
+    "process_started_at": CLOCK_TICKS,
+    "first_statement_at": CLOCK_NODE,
+    "imports_done_at": CLOCK_NODE,
+    "ready_at": CLOCK_NODE,
+    "reward_at": CLOCK_NODE,
+    "observed_first_seen_at": CLOCK_CLIENT,
+    "client_submitted_at": CLOCK_CLIENT,  # client_job_complete_seconds is timed on the monotonic clock
+    "client_observed_complete_at": CLOCK_CLIENT,
+}
+
+# Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
+# where it cannot). The summary, the CI step summary, the verdict and the guide's table format
+# each figure from its clocks (FIGURE_CLOCKS: figure_text, clock_text).
+_SKEW = "the node's clock is behind the API server's"
+FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
+    "batch_to_all_ready_seconds": ("batch_start", "ready_at", _SKEW),
+    "batch_to_all_rewards_seconds": ("batch_start", "reward_at", _SKEW),
+    "client_job_complete_seconds": ("client_submitted_at", "client_observed_complete_at", None),  # monotonic
+    "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
+    "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
+    "pod_to_container_started_seconds": (
+        "created_at",
+        "container_started_at",
+        "startedAt is the kubelet's stamp and creationTimestamp the API server's, and their clocks disagree",
+    ),
+    "pod_to_process_start_seconds": ("created_at", "process_started_at", _SKEW),
+    "interpreter_start_seconds": (
+        "process_started_at",
+        "first_statement_at",
+        "the process start is counted in 10 ms clock ticks, so a first statement in its tick can read before it",
+    ),
+    "python_import_seconds": ("first_statement_at", "imports_done_at", "the node's wall clock was stepped back"),
+    "import_to_ready_seconds": ("imports_done_at", "ready_at", "the node's wall clock was stepped back"),
+    "pod_to_ready_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_observed_to_ready_seconds": (
+        "observed_first_seen_at",
+        "ready_at",
+        "the client saw the pod only after it was ready, or the node's clock is behind the client's",
+    ),
+    "ready_to_reward_seconds": ("ready_at", "reward_at", "the node's wall clock was stepped back"),
+    "reward_to_finished_seconds": (
+        "reward_at",
+        "finished_at",
+        "finishedAt is truncated to the second, so a reward in the container's last second reads as after it",
+    ),
+}
+FIGURE_CLOCKS = {
+    figure: (STAMP_CLOCKS[start], STAMP_CLOCKS[end], why) for figure, (start, end, why) in FIGURE_STAMPS.items()
+}
+# pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
+SCHEDULED_BY_CONDITION = (
+    CLOCK_API,
+    CLOCK_API,
+    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+)
+SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+# The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
+# ran on it is a simulation on one machine, and its timeline says so.
+SIMULATED_RUNTIME = "rl-batch-demo-simulation"
+MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
 
 COMPARE_FIGURES = (
     ("episodes", "episodes", False),
@@ -701,6 +786,7 @@ class PodRow(TypedDict):  # one validated episode's figures: a row of results.js
     kernel_boot_to_process_start_seconds: Optional[float]
     interpreter_start_seconds: Optional[float]
     image_pull: ImagePull
+    container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
 
 
 class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
@@ -835,6 +921,7 @@ class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results
     phases: Dict[str, Optional[PhaseStats]]  # one per PHASES
     nodes: Dict[str, int]
     image_ids: List[str]
+    container_runtimes: List[str]  # distinct, as the kubelet names them in containerID
     round_results: List[RoundResult]
     tool_version: str
     pods: List[PodRow]
@@ -1025,7 +1112,7 @@ def json_number(value: object) -> Optional[float]:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def json_stat(stats: Optional[typing.Mapping[str, object]], name: str) -> Optional[float]:
+def json_stat(stats: Optional[Mapping[str, object]], name: str) -> Optional[float]:
     """One number of a record (a phase's p50, ...), or None when the record or the number is absent."""
     return json_number(stats.get(name)) if stats else None
 
@@ -1448,6 +1535,14 @@ def _container_status(pod: KubeObject) -> KubeObject:
         if status.get("name") == CONTAINER_NAME:
             return dict(status)
     return {}
+
+
+def container_runtime_name(container_status: KubeObject) -> Optional[str]:
+    """The CRI runtime that ran a container, as the kubelet names it in `containerID`
+    (`<runtime>://<id>`: kubelet/container/runtime.go ContainerID.String, the type being the
+    runtime's own RuntimeName from its Version call): containerd, cri-o, ... (None if absent)."""
+    match = re.match(r"^([a-z0-9][a-z0-9._-]{0,62})://", str(container_status.get("containerID") or ""))
+    return match.group(1) if match else None
 
 
 def _true_condition(obj: KubeObject, types: Tuple[str, ...]) -> KubeObject:
@@ -2455,6 +2550,7 @@ def validate_episode(
         pod=name,
         node=pod.get("spec", {}).get("nodeName"),
         image_id=container.get("imageID"),
+        container_runtime=container_runtime_name(container),
         reward=reward_event["reward"],
         pod_to_ready_seconds=ready_at - created_at,
         batch_to_ready_seconds=ready_at - job_created_at,
@@ -2821,6 +2917,7 @@ def assemble_results(
         phases=phase_table(rows),
         nodes=node_spread(rows),
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
+        container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
         tool_version=tool_version(),
         pods=[pod_row(row) for row in rows],
@@ -3181,6 +3278,61 @@ def printable(text: str, keep_newlines: bool = False) -> str:
     return re.sub(_UNPRINTABLE, _escaped, text.replace("\t", " "))
 
 
+def _display_width(text: str) -> int:
+    """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
+
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+_WIDE = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"  # CJK characters and punctuation, full-width forms
+# A line breaks before a wide character (with the closing marks after it), or before a run of others.
+_LINE_BREAKS = rf"[{_WIDE}][\uff0c\u3002\uff1b\uff1a\u3001\uff09\u300d\u300f\uff01\uff1f),.;:!?\]]*\s*|[^{_WIDE}]+"
+
+
+def _tokens(text: str) -> List[str]:
+    """Where a line may break: at spaces, and between wide characters (Chinese breaks anywhere,
+    but never before its closing punctuation)."""
+    return [token for word in re.findall(r"\S+\s*|\s+", text) for token in re.findall(_LINE_BREAKS, word)]
+
+
+def _name_parts(word: str) -> List[str]:
+    """Where a word too long for a line may break: after each _ - / inside a name."""
+    return re.findall(r"[!-~]+?[_/-](?=[!-~])|\S+\s*|\s+", word)
+
+
+def _wrap_pieces(token: str, room: int) -> List[str]:
+    """A token as it fits `room` columns: whole, else in _name_parts, a part still too long
+    broken anywhere."""
+    if _display_width(token.rstrip()) <= room:
+        return [token]
+    return [
+        part for run in _name_parts(token) for part in (list(run) if _display_width(run.rstrip()) > room else [run])
+    ]
+
+
+def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
+    """`text` in lines of at most `width` terminal columns (CJK characters count two), broken at
+    spaces and between wide characters, else inside a too long name (_wrap_pieces); lines after
+    the first start with `indent`."""
+    lines: List[str] = []
+    line = ""
+    for token in _tokens(text):
+        for piece in _wrap_pieces(token, width - len(indent)):
+            if line.strip() and _display_width((line + piece).rstrip()) > width:
+                lines.append(line.rstrip())
+                line = indent
+            line += piece
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
+def _longest_piece(text: str) -> int:
+    """The narrowest a column holding `text` can be without breaking a name inside its parts."""
+    return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
+
+
 def markdown_literal(text: str) -> str:
     """Text shown verbatim in Markdown (a GitHub step summary): a fenced block whose fence is
     longer than any run of backticks inside, so no heading, link or image can be added."""
@@ -3189,16 +3341,124 @@ def markdown_literal(text: str) -> str:
     return f"{fence}text\n{printable(text)}\n{fence}\n"
 
 
+def _number(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _seconds(value: Optional[float]) -> str:
+    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
+    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
     if value is None:
         return "-"
-    if abs(value) < 1:
-        return f"{value * 1000:.1f} ms"
-    return f"{value:.2f} s"
+    if abs(value) < 0.9995:
+        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
+    return f"{_number(value, 2)} s"
 
 
-def render_summary(results: Results) -> str:
-    """The terminal summary: headline figures, then one line per phase (p50, p95, max)."""
+Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
+
+
+def _resolution(clocks: Clocks) -> float:
+    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
+
+
+def clocked_text(value: Optional[float], clocks: Clocks) -> str:
+    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
+    ("0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
+    if value is None:
+        return "-"
+    resolution = _resolution(clocks)
+    if resolution >= 1:
+        return f"{_number(value, 0 if clocks[0] == clocks[1] else 1)} s"
+    if resolution >= 0.01:
+        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
+    return _seconds(value)
+
+
+def figure_text(value: Optional[float], figure: str) -> str:
+    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
+    return clocked_text(value, FIGURE_CLOCKS[figure])
+
+
+def _resolution_text(resolution: float) -> str:
+    return f"{resolution:g} s" if resolution >= 1 else f"{resolution * 1000:g} ms"
+
+
+def clocks_text(clocks: Clocks) -> str:
+    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks
+    if start == end:
+        resolution = CLOCK_RESOLUTION[start]
+        return f"{start}, {_resolution_text(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+    coarse = _resolution(clocks)
+    named = [
+        f"{clock} {_resolution_text(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        for clock in (start, end)
+    ]
+    return "mixed: " + " + ".join(named)
+
+
+def clock_text(figure: str) -> str:
+    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
+    return clocks_text(FIGURE_CLOCKS[figure])
+
+
+def negative_note(clocks: Clocks) -> str:
+    """Why a figure can read negative, for the note under a table that shows one."""
+    return clocks[2] if clocks[2] is not None else "its clock cannot give a negative value: results.json was changed"
+
+
+def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
+    """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
+    with a negative value is marked "*", and a note under the table says why it can be."""
+    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
+    width = max(len(line[0]) for line in [list(header), *cells]) + 1
+    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
+    lines = ["".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), "  clock"])]
+    notes: List[str] = []
+    for (label, clocks, _), line in zip(rows, cells):
+        negative = any(text.startswith("-") and text != "-" for text in line[1:])
+        lines.append(
+            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
+            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
+        )
+        if negative:
+            notes += wrap_text(f"* {label}: negative because {negative_note(clocks)}", SUMMARY_WIDTH, "  ")
+    return lines + notes
+
+
+def _many_sample_figures(results: Results, phase: str) -> Tuple[Optional[float], Optional[float]]:
+    """(p99, mean) of a phase over the episodes' rows, when there are MANY_SAMPLES of them."""
+    values = [value for row in results.get("pods") or [] if (value := finite_number(row.get(phase))) is not None]
+    if len(values) < MANY_SAMPLES:
+        return None, None
+    return percentile(values, 0.99), math.fsum(values) / len(values)
+
+
+def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
+    """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
+    left_out = len(results.get("failed_episodes") or [])
+    valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
+    if left_out:
+        valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    text = (
+        f"verdict: {valid}, reward_sum {results['reward_sum']}; all ready "
+        f"{figure_text(results.get('batch_to_all_ready_seconds'), 'batch_to_all_ready_seconds')}, all rewards "
+        f"{figure_text(results.get('batch_to_all_rewards_seconds'), 'batch_to_all_rewards_seconds')}"
+    )
+    if breaches:
+        text += f"; latency budget breached (exit {EXIT_THRESHOLD}): {'; '.join(breaches)}"
+    return text
+
+
+def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+    """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
+    mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
+    values; where the files are (`files`: what, path); the verdict last."""
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -3207,7 +3467,6 @@ def render_summary(results: Results) -> str:
         f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
         f"{results['reward_sum']}",
         "",
-        f"{'batch figure':<44}{'value':>12}",
     ]
     left_out = results.get("failed_episodes") or []
     if left_out:
@@ -3222,22 +3481,28 @@ def render_summary(results: Results) -> str:
             f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)",
         )
-    for label, key in (
+    batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
         ("client submit -> Job Complete observed", "client_job_complete_seconds"),
-    ):
-        lines.append(f"{label:<44}{_seconds(json_number(results.get(key))):>12}")
-    lines += ["", f"{'phase (per episode)':<44}{'p50':>12}{'p95':>12}{'max':>12}"]
+    ]
+    lines += _figure_table(
+        ["batch figure", "value"],
+        [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
+    )
+    many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
+    extra = any(p99 is not None for p99, _ in many.values())
+    sources = [row.get("scheduled_source") for row in results.get("pods") or []]
+    rows = []
     for phase in PHASES:
         stats = results["phases"].get(phase)
-        if stats is None:
-            lines.append(f"{PHASE_LABELS[phase]:<44}{'-':>12}{'-':>12}{'-':>12}")
-        else:
-            lines.append(
-                f"{PHASE_LABELS[phase]:<44}{_seconds(stats['p50']):>12}"
-                f"{_seconds(stats['p95']):>12}{_seconds(stats['max']):>12}"
-            )
+        values = [json_stat(stats, stat) for stat in ("p50", "p95", "max")] + (list(many[phase]) if extra else [])
+        clocks = FIGURE_CLOCKS[phase]
+        if phase == "pod_to_scheduled_seconds" and "condition" in sources and "event" not in sources:
+            clocks = SCHEDULED_BY_CONDITION
+        rows.append((PHASE_LABELS[phase], clocks, values))
+    header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
+    lines += ["", *_figure_table(header, rows)]
     lines += startup_source_lines(results)
     lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
@@ -3246,9 +3511,11 @@ def render_summary(results: Results) -> str:
         lines.append(f"image pinned: {results['image_pinned']}")
     warmup = results.get("warmup")
     for node, warm in sorted((warmup["per_node"] if warmup else {}).items()):
-        lines.append(
-            f"warm-up {node}: ready {_seconds(warm.get('pod_to_ready_seconds'))}, image {warm.get('image_pull')}"
-        )
+        ready = figure_text(warm.get("pod_to_ready_seconds"), "pod_to_ready_seconds")
+        lines.append(f"warm-up {node}: ready {ready}, image {warm.get('image_pull')}")
+    if files:
+        lines += ["", *(f"{what}: {path}" for what, path in files)]
+    lines.append(verdict_line(results, breaches))
     return "\n".join(lines) + "\n"
 
 
@@ -3268,8 +3535,10 @@ def startup_source_lines(results: Results) -> List[str]:
     kernels = [row.get("kernel") for row in rows]
     lines.append(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds); kernel: "
-        f"{kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+    )
+    lines.append(
+        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
         f"{kernels.count(None)} unknown"
     )
     return lines
@@ -3279,7 +3548,12 @@ def _bucket_text(bucket: Any) -> str:
     if not bucket:
         return "-"
     lower, upper = bucket
-    return f"({_seconds(lower)}, {_seconds(upper) if upper is not None else '+Inf'}]"
+    return f"({_bound(lower)}, {_bound(upper) if upper is not None else '+Inf'}]"
+
+
+def _bound(seconds: float) -> str:
+    """A bucket's bound exactly as the kubelet defines it: "0 s", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
 
 
 def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
@@ -3321,15 +3595,15 @@ def markdown_summary(results: Results) -> str:
         f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
         f"reward sum {results['reward_sum']}",
         "",
-        "| figure | value |",
-        "| --- | --- |",
+        "| figure | value | clock |",
+        "| --- | --- | --- |",
     ]
     for key in THRESHOLD_METRICS:
-        lines.append(f"| {key} | {_seconds(json_number(results.get(key)))} |")
+        lines.append(f"| {key} | {figure_text(json_number(results.get(key)), key)} | {clock_text(key)} |")
     lines += [
-        f"| runtime | {results['runtime'] or '(none)'} |",
-        f"| parallelism | {results['parallelism']} |",
-        f"| namespace | {results['namespace']} |",
+        f"| runtime | {results['runtime'] or '(none)'} | |",
+        f"| parallelism | {results['parallelism']} | |",
+        f"| namespace | {results['namespace']} | |",
     ]
     return "\n".join(lines) + "\n"
 
@@ -3399,28 +3673,36 @@ def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -
     return render_table([["figure", *names], *table], style)
 
 
-def _display_width(text: str) -> int:
-    """Terminal columns of a text: East Asian wide and full-width characters take two."""
-    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
-
-    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
-
-
-def render_table(lines: List[List[Any]], style: str) -> str:
+def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:
     """A header line and rows as aligned text or Markdown; every cell made printable (a column
-    name may be a directory name), Markdown cells with their pipes escaped."""
+    name may be a directory name), Markdown cells with their pipes escaped. Text wider than
+    `width` terminal columns (CJK characters count two) has its widest columns narrowed and
+    their cells wrapped, each row then followed by an empty line so that rows stay apart."""
     cells = [[printable(str(cell)) for cell in line] for line in lines]
     if style == "markdown":
         escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in cells]
         out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
         out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
-    else:
-        widths = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
-        out = [
-            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
-            for line in cells
-        ]
-    return "\n".join(out) + "\n"
+        return "\n".join(out) + "\n"
+    natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
+    widths = list(natural)
+    words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+        floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
+        while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
+            widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
+            widths[widest] -= 1
+    wrapped = widths != natural
+    out = []
+    for line in cells:
+        parts = [wrap_text(cell, column) for cell, column in zip(line, widths)]
+        for row in range(max(len(part) for part in parts)):
+            texts = [part[row] if row < len(part) else "" for part in parts]
+            out.append("  ".join(text + " " * (column - _display_width(text)) for text, column in zip(texts, widths)))
+            out[-1] = out[-1].rstrip()
+        if wrapped:
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 # CI reports: JUnit XML and the Prometheus text format ------------------------
@@ -3663,10 +3945,19 @@ def _metric_number(value: Any) -> Optional[str]:
     return repr(float(value)) if math.isfinite(value) else None
 
 
+MetricRun = Tuple[Dict[str, str], Optional[Results], int]  # labels, results.json (None: not valid), exit code
+
+
 def render_metrics(results: Optional[Results], labels: Dict[str, str], exit_code: int, finished_at: float) -> str:
-    """The run's figures as rl_batch_demo_* gauges in the Prometheus text exposition format
-    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
-    samples together. Figures exist only for a validated run; exit code and time always."""
+    """One run's figures as rl_batch_demo_* gauges (render_metrics_of_runs)."""
+    return render_metrics_of_runs([(labels, results, exit_code)], finished_at)
+
+
+def _metric_families(
+    results: Optional[Results], exit_code: int, finished_at: float
+) -> List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]]:
+    """(name suffix, help, samples (extra labels, value)) of one run: figures only when it
+    validated; exit code and time always."""
     families: List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]] = [
         (
             "exit_code",
@@ -3705,11 +3996,22 @@ def render_metrics(results: Optional[Results], labels: Dict[str, str], exit_code
                 [({"phase": p[: -len("_seconds")]}, json_stat(phases.get(p), "samples")) for p in PHASES],
             )
         )
+    return families
+
+
+def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
+    """Runs' figures as rl_batch_demo_* gauges in the Prometheus text exposition format
+    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
+    samples together, every run's (told apart by its labels: `reproduce` labels each group)."""
+    families: Dict[str, Tuple[str, List[Tuple[Dict[str, str], Any]]]] = {}
+    for labels, results, exit_code in runs:
+        for suffix, help_text, samples in _metric_families(results, exit_code, finished_at):
+            families.setdefault(suffix, (help_text, []))[1].extend(({**labels, **extra}, v) for extra, v in samples)
     lines = []
-    for suffix, help_text, samples in families:
+    for suffix, (help_text, samples) in families.items():
         written = [
-            (extra, text)
-            for extra, text in ((extra, _metric_number(value)) for extra, value in samples)
+            (merged, text)
+            for merged, text in ((merged, _metric_number(value)) for merged, value in samples)
             if text is not None
         ]
         if not written:
@@ -3717,11 +4019,19 @@ def render_metrics(results: Optional[Results], labels: Dict[str, str], exit_code
         name = METRICS_PREFIX + suffix
         lines.append(f"# HELP {name} {_metric_help(help_text)}")
         lines.append(f"# TYPE {name} gauge")
-        for extra, text in written:
-            merged = {**labels, **extra}
+        for merged, text in written:
             label_text = ",".join(f'{key}="{_metric_label_value(merged[key])}"' for key in sorted(merged))
             lines.append(f"{name}{{{label_text}}} {text}")
     return "\n".join(lines) + "\n"
+
+
+def metrics_labels(settings: RunSettings) -> Dict[str, str]:
+    """The labels of a run's --metrics-file samples: what ran, so that series of runs compare."""
+    return {
+        "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
+        "image": settings.image,
+        "parallelism": str(settings.parallelism),
+    }
 
 
 # Pure core: timeline picture ##################################################
@@ -3734,119 +4044,216 @@ def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
+TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
+
+
+def _stamp_resolution(row: PodRow, key: str) -> float:
+    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
+    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
+        return CLOCK_RESOLUTION[CLOCK_API]
+    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+
+
+def _timeline_step(
+    row: PodRow,
+    step: Tuple[str, str, str, str, str],
+    start_key: str,
+    top: float,
+    height: float,
+    origin: float,
+    scale: float,
+    later: Optional[float] = None,
+) -> Tuple[List[str], bool]:
+    """One phase of one episode, drawn as a bar, or as a marker when it is shorter than its clocks
+    can tell: within the resolution of its coarser stamp (less than a second against a
+    whole-second stamp, or two whole-second stamps at most a second apart). A marker is a tick
+    where the phase is known and a whisker across the window its whole-second end lies in (up to
+    `later`, a finer stamp of a step that came after it), never a bar of the clock's second.
+    Returns the SVG parts and whether a marker was drawn."""
+    name, meaning, colour, _, end_key = step
+    start, stop = row.get(start_key), row.get(end_key)
+    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)):
+        return [], False
+    start_res, end_res = _stamp_resolution(row, start_key), _stamp_resolution(row, end_key)
+    span = stop - start
+    resolution = max(start_res, end_res)
+
+    def x(at: float) -> float:
+        return TIMELINE_LABEL_WIDTH + (at - origin) * scale
+
+    css = "bar" if height > 4 else "detail"
+    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
+        return [
+            f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
+            f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+        ], False
+    if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
+        low = max(stop, start) if start_res < 1 else stop
+        high = stop + end_res if later is None or later < low else min(stop + end_res, later)
+        window, tick = (low, high), (start if start_res < 1 else stop)
+    elif start_res >= 1:  # the start is truncated: somewhere in its second, before the end
+        window, tick = (start, min(start + start_res, stop)), stop
+    else:
+        window, tick = (start, stop), stop
+    middle = top + height / 2
+    caps = "".join(
+        f'<line x1="{x(at):.1f}" y1="{middle - 2:.1f}" x2="{x(at):.1f}" y2="{middle + 2:.1f}"/>' for at in window
+    )
+    return [
+        f'<g class="marker" data-phase="{_xml(name)}" stroke="{colour}" stroke-width="1.5">'
+        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_resolution_text(resolution)} "
+        f"({_xml(clocks)}): between {window[0] - origin:.3f} and {window[1] - origin:.3f} s</title>"
+        f'<line x1="{x(tick):.1f}" y1="{top:.1f}" x2="{x(tick):.1f}" y2="{top + height:.1f}" stroke-width="2.5"/>'
+        f'<line x1="{x(window[0]):.1f}" y1="{middle:.1f}" x2="{x(window[1]):.1f}" y2="{middle:.1f}"/>{caps}</g>'
+    ], True
+
+
+def _timeline_heading(results: Results, origin: float) -> List[str]:
+    """What the picture shows: the headline figures; the context, namespace and date; and, when
+    the episodes ran on the tests' fake cluster, that this is a simulation."""
+    figures = ", ".join(
+        f"{label} {figure_text(finite_number(results.get(key)), key)}"
+        for label, key in (
+            ("all ready", "batch_to_all_ready_seconds"),
+            ("all rewards", "batch_to_all_rewards_seconds"),
+            ("pod->ready p50", "pod_to_ready_p50_seconds"),
+        )
+    )
+    when = datetime.datetime.fromtimestamp(origin, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    runtimes = results.get("container_runtimes") or []
+    lines = [
+        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
+        f"runtime {results['runtime'] or '(none)'}: {figures}",
+        f"context {results.get('context') or '-'}, namespace {results.get('namespace') or '-'}, "
+        f"first Job created {when}" + (f", container runtime {', '.join(map(str, runtimes))}" if runtimes else ""),
+    ]
+    if SIMULATED_RUNTIME in runtimes:
+        lines.append("SIMULATION: the tests' fake cluster ran these episodes on one machine; no real cluster")
+    return lines
+
+
 def render_timeline_svg(results: Results) -> str:
-    """One row per episode, grouped by node, bars for each phase on a shared seconds axis
-    from the first Job's creation. Plain SVG, so any browser shows it."""
+    """One row per episode, grouped by node, each phase on a shared seconds axis from the first
+    Job's creation: a bar, or a marker where it is shorter than its clocks can tell; each round's
+    Job marked. Plain SVG, so any browser shows it."""
     rows = sorted(
         results["pods"],
         key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
     )
     origin = min(row["batch_start"] for row in rows)
-    ends = [json_number(row.get(end_key)) for row in rows for *_, end_key in TIMELINE_BARS + TIMELINE_DETAIL_BARS]
-    span = max(max(end for end in ends if end is not None) - origin, 1.0)
-    label_width, plot_width, row_height, top = 230, 760, 16, 70
-    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
-    height = top + row_height * len(rows) + 22 * len(nodes) + 70
-    scale = plot_width / span
-    title = (
-        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
-        f"runtime {results['runtime'] or '(none)'}: all ready {results['batch_to_all_ready_seconds']:.1f} s, "
-        f"all rewards {results['batch_to_all_rewards_seconds']:.1f} s, "
-        f"pod->ready p50 {results['pod_to_ready_p50_seconds']:.1f} s"
-    )
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + plot_width + 30}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">',
-        f"<title>{_xml(title)}</title>",
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(title)}</text>',
+    ends = [  # a whole-second end may lie up to its second later: its marker's whisker shows that
+        end + (_stamp_resolution(row, step[4]) if _stamp_resolution(row, step[4]) >= 1 else 0)
+        for row in rows
+        for step in TIMELINE_BARS + TIMELINE_DETAIL_BARS
+        if (end := json_number(row.get(step[4]))) is not None
     ]
-    for index, (name, meaning, colour, _, _) in enumerate(TIMELINE_BARS):
-        legend_x = 10 + (index % 3) * 330
-        legend_y = 32 + (index // 3) * 16
-        parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
-    parts += _timeline_detail_legend(rows, len(TIMELINE_BARS))
-    y = top
+    span = max(max(ends, default=origin) - origin, 1.0)
+    scale = TIMELINE_PLOT_WIDTH / span
+    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
+    rounds = sorted({(row.get("round", 1), row["batch_start"]) for row in rows})
+    heading = _timeline_heading(results, origin)
+    drawn: List[str] = []
+    markers = False
+    strips = set()
+    y = 0.0  # rows are placed from 0, then moved under the heading and the legend
     for node in nodes:
         y += 18
-        parts.append(f'<text x="10" y="{y - 4}" font-weight="bold">node {_xml(node)}</text>')
+        drawn.append(f'<text x="10" y="{y - 4:.0f}" font-weight="bold">node {_xml(node)}</text>')
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
-            parts.append(f'<text x="10" y="{y + 12}">{_xml(row["pod"])}</text>')
-            for name, _, colour, start_key, end_key in TIMELINE_BARS:
-                start, stop = json_number(row.get(start_key)), json_number(row.get(end_key))
-                if start is None or stop is None or stop < start:
-                    continue  # unknown, or inverted by whole-second truncation
-                x = label_width + (start - origin) * scale
-                width = max((stop - start) * scale, 0.5)
-                parts.append(
-                    f'<rect class="bar" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + 2}" '
-                    f'width="{width:.1f}" height="{row_height - 4}" fill="{colour}">'
-                    f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
+            drawn.append(f'<text x="10" y="{y + 12:.0f}">{_xml(row["pod"])}</text>')
+            marks: List[str] = []  # drawn over the row's bars
+            for index, step in enumerate(TIMELINE_BARS):
+                later = next(  # the first finer stamp after this step's end: its end came before it
+                    (
+                        stamp
+                        for following in TIMELINE_BARS[index + 1 :]
+                        if (stamp := json_number(row.get(following[4]))) is not None
+                        and _stamp_resolution(row, following[4]) < 1
+                    ),
+                    None,
                 )
-            parts += _timeline_detail_bars(row, y, origin, scale, label_width, row_height)
-            y += row_height
+                top = y + 2
+                parts, marked = _timeline_step(row, step, step[3], top, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
+                (marks if marked else drawn).extend(parts)
+            for name, meaning, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
+                start_key = next((key for key in start_keys if row.get(key) is not None), start_keys[-1])
+                step = (name, meaning, colour, start_key, end_key)
+                parts, marked = _timeline_step(row, step, start_key, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale)
+                (marks if marked else drawn).extend(parts)
+                strips.update([name] if parts else [])
+            drawn += marks
+            markers = markers or bool(marks)
+            y += TIMELINE_ROW_HEIGHT
         y += 4
+    legend = [(name, meaning, colour, "bar") for name, meaning, colour, _, _ in TIMELINE_BARS]
+    legend += [
+        (name, meaning, colour, "strip") for name, meaning, colour, _, _ in TIMELINE_DETAIL_BARS if name in strips
+    ]
+    if markers:
+        legend.append(
+            ("tick and whisker", "a phase shorter than its clocks can tell, and where it lies", "#444", "mark")
+        )
+    if len(rounds) > 1:
+        legend.append(("round K", "that round's Job created (dashed)", "#888", "round"))
+    legend_top = 14 + 18 * len(heading)
+    top = legend_top + 16 * ((len(legend) + 1) // 2) + (22 if len(rounds) > 1 else 8)
+    height = top + y + 60
+    width = TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH + 30
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0f}" '
+        'font-family="sans-serif" font-size="11">',
+        f"<title>{_xml(heading[0])}</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(heading[0])}</text>',
+    ]
+    for index, line in enumerate(heading[1:], 1):
+        style = ' fill="#b00020" font-weight="bold"' if line.startswith("SIMULATION") else ""
+        parts.append(f'<text x="10" y="{20 + 18 * index}" font-size="12"{style}>{_xml(line)}</text>')
+    for index, (name, meaning, colour, kind) in enumerate(legend):
+        lx, ly = 10 + (index % 2) * 505, legend_top + (index // 2) * 16
+        if kind == "bar":
+            parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour}"/>')
+        elif kind == "strip":
+            parts.append(f'<rect x="{lx}" y="{ly + 8}" width="12" height="4" fill="{colour}"/>')
+        else:
+            dash = ' stroke-dasharray="3,2"' if kind == "round" else ""
+            parts.append(
+                f'<line x1="{lx + 6}" y1="{ly}" x2="{lx + 6}" y2="{ly + 12}" stroke="{colour}" stroke-width="2"{dash}/>'
+            )
+            if kind == "mark":
+                parts.append(f'<line x1="{lx}" y1="{ly + 6}" x2="{lx + 12}" y2="{ly + 6}" stroke="{colour}"/>')
+        parts.append(f'<text x="{lx + 16}" y="{ly + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    parts.append(f'<g transform="translate(0,{top:.0f})">')
     axis_y = y + 10
+    if len(rounds) > 1:
+        for number, started in rounds:
+            rx = TIMELINE_LABEL_WIDTH + (started - origin) * scale
+            parts.append(
+                f'<line class="round" x1="{rx:.1f}" y1="-6" x2="{rx:.1f}" y2="{axis_y:.0f}" stroke="#888" '
+                'stroke-dasharray="3,2"/>'
+            )
+            parts.append(f'<text x="{rx + 3:.1f}" y="-8" fill="#555">round {number}</text>')
+    parts += drawn
     parts.append(
-        f'<line x1="{label_width}" y1="{axis_y}" x2="{label_width + plot_width}" y2="{axis_y}" stroke="black"/>'
+        f'<line x1="{TIMELINE_LABEL_WIDTH}" y1="{axis_y:.0f}" x2="{TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH}" '
+        f'y2="{axis_y:.0f}" stroke="black"/>'
     )
-    step = _axis_step(span)
+    interval = _axis_step(span)
     tick = 0.0
     while tick <= span + 1e-9:
-        x = label_width + tick * scale
-        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 5}" stroke="black"/>')
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle">{tick:g}</text>')
-        tick += step
+        tx = TIMELINE_LABEL_WIDTH + tick * scale
+        parts.append(f'<line x1="{tx:.1f}" y1="{axis_y:.0f}" x2="{tx:.1f}" y2="{axis_y + 5:.0f}" stroke="black"/>')
+        parts.append(f'<text x="{tx:.1f}" y="{axis_y + 18:.0f}" text-anchor="middle">{tick:g}</text>')
+        tick += interval
     parts.append(
-        f'<text x="{label_width + plot_width / 2:.0f}" y="{axis_y + 34}" text-anchor="middle">'
+        f'<text x="{TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH / 2:.0f}" y="{axis_y + 34:.0f}" text-anchor="middle">'
         "seconds since the Job was created</text>"
     )
-    parts.append("</svg>")
+    parts += ["</g>", "</svg>"]
     return "\n".join(parts) + "\n"
-
-
-def _detail_span(row: PodRow, start_keys: Tuple[str, ...], end_key: str) -> Optional[Tuple[float, float]]:
-    start = next((row.get(key) for key in start_keys if row.get(key) is not None), None)
-    stop = row.get(end_key)
-    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)) or stop < start:
-        return None
-    return float(start), float(stop)
-
-
-def _timeline_detail_legend(rows: List[PodRow], first_index: int) -> List[str]:
-    """Legend entries of the sandbox-clock strips, only when some episode has them."""
-    parts = []
-    for offset, (name, meaning, colour, start_keys, end_key) in enumerate(TIMELINE_DETAIL_BARS):
-        if not any(_detail_span(row, start_keys, end_key) for row in rows):
-            continue
-        index = first_index + offset
-        legend_x, legend_y = 10 + (index % 3) * 330, 32 + (index // 3) * 16
-        parts.append(f'<rect x="{legend_x}" y="{legend_y + 8}" width="12" height="4" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
-    return parts
-
-
-def _timeline_detail_bars(
-    row: PodRow, y: float, origin: float, scale: float, label_width: float, row_height: float
-) -> List[str]:
-    """Thin strips along the bottom of an episode's row: where the sandbox's kernel booted and its
-    process started, by the sandbox's own clocks (only where it reported them)."""
-    parts = []
-    for name, _, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
-        span = _detail_span(row, start_keys, end_key)
-        if span is None:
-            continue
-        start, stop = span
-        x = label_width + (start - origin) * scale
-        width = max((stop - start) * scale, 0.5)
-        parts.append(
-            f'<rect class="detail" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + row_height - 4}" '
-            f'width="{width:.1f}" height="3" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
-        )
-    return parts
 
 
 def _axis_step(span: float) -> float:
@@ -3876,15 +4283,26 @@ REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, sect
 # each cell exactly as the guide prints it. Numbers are strings so that no digit is lost.
 GUIDE_REFERENCE: JsonObject = {
     "date": "2026-09-21",
-    "conditions": [
-        "the same task script and timing definitions",
-        "a fixed Python image digest",
-        "the same Cube runtime and container resources",
-        "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
-        "scheduling limited to two 64 vCPU nodes",
-        "every one of the 50 measured episodes hit the image cache",
-        "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
-    ],
+    "conditions": {
+        "en": [
+            "the same task script and timing definitions",
+            "a fixed Python image digest",
+            "the same Cube runtime and container resources",
+            "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
+            "scheduling limited to two 64 vCPU nodes",
+            "every one of the 50 measured episodes hit the image cache",
+            "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
+        ],
+        "zh": [  # the guide's own words, with full-width punctuation
+            "同一任务脚本和计时口径",
+            "固定的 Python 镜像 digest",
+            "相同的 Cube 运行时和容器资源规格",
+            "每个沙箱为单容器、独立 emptyDir，容器 CPU 限制为 500m、内存限制为 128Mi",
+            "可调度范围固定为两个 64 vCPU 节点",
+            "全部 50 个正式任务均命中镜像缓存",
+            "执行顺序为 10 路并行、单并发，再在两个节点分别执行一次相同任务预热，最后运行三轮 10 路并行",
+        ],
+    },
     "columns": [
         {
             "name": {"en": "10 in parallel", "zh": "10 路并行"},
@@ -3986,6 +4404,14 @@ _WORDS = {
         "completed": "{} / {}, {}",
         "all": "all rewards {}",
         "sum": "reward sum {}",
+        "whole_seconds": "whole seconds",
+        "reference": "guide columns: published figures of {date}; conditions: {conditions}",
+        "separator": "; ",
+        "report_title": "# rl-batch-demo reproduce: the guide's section 六, one command",
+        "report_intro": "Image {image}, run by digest {pinned} in every group; context {context}; "
+        "{count} tasks per round.",
+        "report_header": "| group | directory | exit | namespace |",
+        "report_early": "The experiment stopped early: only the groups that finished are in the table.",
     },
     "zh": {
         "ms": "毫秒",
@@ -4000,6 +4426,13 @@ _WORDS = {
         "completed": "{} / {},{}",
         "all": "奖励均为 {}",
         "sum": "奖励合计 {}",
+        "whole_seconds": "整秒",
+        "reference": "指南列：{date}发布的数据；条件：{conditions}。",
+        "separator": "；",
+        "report_title": "# rl-batch-demo reproduce：一条命令重做指南第六节",
+        "report_intro": "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
+        "report_header": "| 组 | 目录 | 退出码 | 命名空间 |",
+        "report_early": "实验提前结束：表中只有已完成的组。",
     },
 }
 
@@ -4147,7 +4580,8 @@ def _runtime_cell(results: Results, key: str, lang: str) -> str:
             if phase == "kernel_boot_to_process_start_seconds":
                 name = f"{phase}, {words['combined']}"
             if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
-                text = f"{pair[0]:.1f} / {pair[1]:.1f} {words['s']}"
+                text = f"{pair[0]:.0f} / {pair[1]:.0f} {words['s']}"
+                name = f"{phase}, {words['whole_seconds']}"
             return words["stand_in"].format(text, name)
     return words["not"].format(words["run"].format("--kubelet-metrics"))
 
@@ -4175,8 +4609,10 @@ def guide_cells(results: Results, lang: str = "en") -> Dict[str, str]:
         finite_number(results.get("pod_to_ready_p50_seconds")),
         finite_number(results.get("pod_to_ready_p95_seconds")),
     ]
-    cells["pod_to_ready"] = (
-        _guide_pair([v for v in pod if v is not None], 1, lang) if all(v is not None for v in pod) else "-"
+    cells["pod_to_ready"] = (  # whole-second pod creation: tenths of a second, never milliseconds
+        " / ".join(f"{v:.1f}" for v in pod if v is not None) + " " + words["s"]
+        if all(v is not None for v in pod)
+        else "-"
     )
     for key, figure in (
         ("batch_ready", "batch_to_all_ready_seconds"),
@@ -4203,19 +4639,32 @@ def guide_table(columns: List[Tuple[str, Results]], lang: str, reference: bool) 
         rows.append({"row": key, "cells": row})
     table: GuideTable = {"lang": lang, "header": header, "rows": rows}
     if reference:
-        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"])}
+        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"][lang])}
     return table
 
 
+def _guide_date(date: str, lang: str) -> str:
+    """2026-09-21, or as the guide writes it: 2026 年 9 月 21 日."""
+    if lang != "zh":
+        return date
+    year, month, day = date.split("-")
+    return f"{year} 年 {int(month)} 月 {int(day)} 日"
+
+
 def render_guide_table(table: GuideTable, style: str) -> str:
-    """The guide's table as aligned text or Markdown (render_table), then its reference's conditions."""
-    text = render_table([table["header"]] + [row["cells"] for row in table["rows"]], style)
+    """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
+    columns or wraps), then its reference's conditions in the table's language."""
+    lines = [table["header"]] + [row["cells"] for row in table["rows"]]
+    text = render_table(lines, style, SUMMARY_WIDTH if style == "text" else None)
     reference = table.get("reference")
     if reference:
-        note = f"guide columns: published figures of {reference['date']}; conditions: " + "; ".join(
-            reference["conditions"]
+        words = _WORDS[table["lang"]]
+        note = words["reference"].format(
+            date=_guide_date(reference["date"], table["lang"]),
+            conditions=words["separator"].join(reference["conditions"]),
         )
-        text += "\n" + printable(note) + "\n"
+        note_lines = wrap_text(printable(note), SUMMARY_WIDTH) if style == "text" else [printable(note)]
+        text += "\n" + "\n".join(note_lines) + "\n"
     return text
 
 
@@ -4229,36 +4678,60 @@ def say_stderr(message: str) -> None:
     print(printable(message), file=sys.stderr, flush=True)
 
 
-class Progress:
-    """One rewriting line on a terminal; in a log, a line per change, at most one a second
-    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
+def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether a status line may be rewritten in place (a carriage return and an erase-line
+    escape): only on a terminal, not under TERM=dumb, and not with NO_COLOR set to any non-empty
+    value (no-color.org); otherwise the output holds no escape sequence at all."""
+    environ = os.environ if environ is None else environ
+    if environ.get("TERM") == "dumb" or environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
 
-    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
+
+class Progress:
+    """One rewriting line on a terminal; in a log (or under TERM=dumb or NO_COLOR), a line per
+    change, at most one a second (so 1,000 pods do not print 3,000 lines) plus the final state;
+    silent with --quiet. Each says the counts, the time elapsed and the time left to the deadline."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        stream: Any = None,
+        log_interval: Optional[float] = None,
+        environ: Optional[Mapping[str, str]] = None,
+        columns: Optional[int] = None,
+    ) -> None:
         self.enabled = enabled
+        self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
-        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
         self.printed_at = -math.inf
         self.dirty = False
 
-    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
+    def update(self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None) -> None:
+        """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
+        until the client stops waiting (None: no deadline to show)."""
         if not self.enabled:
             return
         state = (
             f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
             f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
         )
+        times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
-            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
+            columns = self.columns or shutil.get_terminal_size().columns
+            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
+            self.stream.write(f"\r\033[K{line}")
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
+        self.pending = (state, f"{label} ({times}): {state}\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
@@ -5327,7 +5800,7 @@ def wait_for_job(
             try:
                 tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                progress.update(label, clock - submitted, pod_counts(sightings, live))  # the final state
+                progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
                 return observed()
             if tag == "pods":
                 if event is None:
@@ -5388,7 +5861,8 @@ def wait_for_job(
                 if blocked:
                     return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked, pod_deleted=deleted)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
-            progress.update(label, time.monotonic() - submitted, pod_counts(sightings, live))
+            now = time.monotonic()
+            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now)
     finally:
         for watch in watches:
             watch.close()
@@ -6027,6 +6501,8 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
     ]
+    for metric, limit in sorted(dict(args.threshold or []).items()):
+        argv += ["--threshold", f"{metric}={limit!r}"]
     if group == "parallel":
         argv.append("--pin-image")
     elif group == "sequential":
@@ -6036,19 +6512,27 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
-def reproduce_junit(output: Path, report: ReproduceReport, failure: Optional[DemoError]) -> str:
-    """The experiment as one JUnit file: every group's suites (one per round, as `run --junit`
-    writes them), each test case's classname naming its group, so names stay unique."""
+def _group_results(output: Path, entry: ReproduceGroup) -> Optional[Results]:
+    """A group's results.json, when its run validated and wrote one."""
+    return saved_results(output / entry["directory"])
+
+
+def reproduce_junit(
+    output: Path, report: ReproduceReport, failure: Optional[DemoError], thresholds: Dict[str, float]
+) -> str:
+    """The experiment as one JUnit file: every group's suites (one per round, and a case per
+    --threshold, as `run --junit` writes them), each test case's classname naming its group, so
+    names stay unique."""
     suites: List[JUnitSuite] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
-        results = saved_results(group_dir)
+        results = _group_results(output, entry)
         rounds = report["rounds"] if entry["name"] == "warm" else 1
         started = rounds_on_disk(group_dir, rounds) if results is None else []
         error = None
         if entry.get("exit_code") not in (EXIT_OK, None) or (entry.get("exit_code") is None and failure):
             error = (int(entry.get("exit_code") or EXIT_INTERRUPTED), str(entry.get("error") or failure), None)
-        for suite in junit_suites(results, started, {}, error):
+        for suite in junit_suites(results, started, thresholds, error):
             for case in suite["cases"]:
                 case["classname"] = f"{JUNIT_SUITE_NAME}.{entry['name']}.{case['classname'].split('.', 1)[-1]}"
             suites.append(suite)
@@ -6059,12 +6543,47 @@ def reproduce_junit(output: Path, report: ReproduceReport, failure: Optional[Dem
     )
 
 
+def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
+    """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
+    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    runs: List[MetricRun] = []
+    for entry in report["groups"]:
+        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        code = entry.get("exit_code")
+        runs.append(
+            (
+                {**labels, "group": entry["name"]},
+                _group_results(output, entry),
+                EXIT_INTERRUPTED if code is None else int(code),
+            )
+        )
+    return render_metrics_of_runs(runs, finished_at)
+
+
+def reproduce_verdict(output: Path, report: ReproduceReport) -> str:
+    """One line: the groups that finished, the episodes that validated, what failed, where the report is."""
+    finished = [entry for entry in report["groups"] if entry.get("exit_code") in (EXIT_OK, EXIT_THRESHOLD)]
+    figures = [results for results in (_group_results(output, entry) for entry in finished) if results]
+    valid = sum(int(results.get("successful_episodes") or 0) for results in figures)
+    episodes = sum(int(results.get("episodes") or 0) for results in figures)
+    text = f"verdict: {len(finished)}/{len(REPRODUCE_GROUPS)} groups finished, {valid}/{episodes} episodes valid"
+    breached = [entry["name"] for entry in finished if entry["exit_code"] == EXIT_THRESHOLD]
+    if breached:
+        text += f"; latency budget breached in {', '.join(breached)} (exit {EXIT_THRESHOLD})"
+    if not report["complete"] and report["groups"]:
+        last = report["groups"][-1]
+        how = "interrupted" if last.get("exit_code") is None else f"exit {last['exit_code']}"
+        text += f"; stopped at group {last['name']} ({how})"
+    files = [output / "report.md"] if (output / "report.md").is_file() else []
+    return text + f"; report {' and '.join(str(path) for path in [*files, output / 'report.json'])}"
+
+
 def write_reproduce_report(output: Path, report: ReproduceReport, lang: str, reference: bool) -> Optional[str]:
     """report.json always; with every group's results, report.md and the table (returned)."""
     finished = [
         (reproduce_column_name(g["name"], report["count"], lang), saved_results(output / g["name"]))
         for g in report["groups"]
-        if g["exit_code"] == EXIT_OK
+        if g["exit_code"] in (EXIT_OK, EXIT_THRESHOLD)  # validated, over budget or not
     ]
     columns = [(name, results) for name, results in finished if results is not None]
     table = guide_table(columns, lang, reference) if columns else None
@@ -6073,15 +6592,14 @@ def write_reproduce_report(output: Path, report: ReproduceReport, lang: str, ref
     if table is None:
         return None
     text = render_guide_table(table, "text")
-    lines = [
-        "# rl-batch-demo reproduce: the guide's section 六, one command",
-        "",
-        f"Image `{markdown_code(report['image'])}`, run by digest `{markdown_code(report['image_pinned'] or '-')}` "
-        f"in every group; context `{markdown_code(report['context'])}`; {report['count']} tasks per round.",
-        "",
-        "| group | directory | exit | namespace |",
-        "| --- | --- | --- | --- |",
-    ]
+    words = _WORDS[lang]
+    intro = words["report_intro"].format(
+        image=f"`{markdown_code(report['image'])}`",
+        pinned=f"`{markdown_code(report['image_pinned'] or '-')}`",
+        context=f"`{markdown_code(report['context'])}`",
+        count=report["count"],
+    )
+    lines = [words["report_title"], "", intro, "", words["report_header"], "| --- | --- | --- | --- |"]
     for group in report["groups"]:
         lines.append(
             f"| {group['name']} | {markdown_code(group['directory'])} | {group['exit_code']} | "
@@ -6089,7 +6607,7 @@ def write_reproduce_report(output: Path, report: ReproduceReport, lang: str, ref
         )
     lines += ["", render_guide_table(table, "markdown")]
     if not report["complete"]:
-        lines.append("The experiment stopped early: only the groups that finished are in the table.\n")
+        lines.append(words["report_early"] + "\n")
     write_atomic(output / "report.md", "\n".join(lines))
     return text
 
@@ -6139,9 +6657,10 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     return EXIT_OK
 
 
-def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
-    the command that cleans up what is kept (`tool`: how the user started this tool)."""
+    the command that cleans up what is kept (`tool`: how the user started this tool). `reproduce`
+    runs it without the summary when it prints only its own (--quiet, --json)."""
     output = settings.output
     refuse_existing_output(output)
     run_id = new_run_id()
@@ -6168,7 +6687,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     bug: Optional[BaseException] = None
     try:
         results = batch.execute()
-        error = publish(results, settings)
+        error = publish(results, settings, print_summary)
     except DemoError as failure:
         error = failure
     except KeyboardInterrupt:
@@ -6223,23 +6742,25 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     return EXIT_OK
 
 
-def publish(results: Results, settings: RunSettings) -> Optional[DemoError]:
-    """Write results.json and timeline.svg, print the summary, and judge the thresholds."""
+def publish(results: Results, settings: RunSettings, print_summary: bool = True) -> Optional[DemoError]:
+    """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
+    and judge the thresholds."""
     output = settings.output
     write_json(output / "results.json", results)
     write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results)
+        else render_summary(results, summary_files(settings), breaches)
     )
     try:
-        sys.stdout.write(printable(summary, keep_newlines=True))
-        sys.stdout.flush()
+        if print_summary:
+            sys.stdout.write(printable(summary, keep_newlines=True))
+            sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     append_step_summary(markdown_summary(results))
-    breaches = check_thresholds(results, settings.thresholds)
     if breaches:
         return DemoError(
             f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
@@ -6248,11 +6769,26 @@ def publish(results: Results, settings: RunSettings) -> Optional[DemoError]:
     return None
 
 
+def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
+    """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
+    output = settings.output
+    files = [
+        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / "timeline.svg")),
+    ]
+    reports = [f"JUnit {settings.junit}"] if settings.junit else []
+    reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
+    if reports:
+        files.append(("reports", ", ".join(reports) + " (written when the run ends)"))
+    return files
+
+
 def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
-    its diagnostics are saved; the guide's table at the end. `base` holds what every group's run
-    shares (see reproduce_group_settings)."""
+    its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
+    --json, nothing else on stdout). `base` holds what every group's run shares (see
+    reproduce_group_settings); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
@@ -6267,20 +6803,22 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "complete": False,
         "tool_version": tool_version(),
     }
+    alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None
     try:
         for number, group in enumerate(REPRODUCE_GROUPS, 1):
             argv = reproduce_group_argv(args, context, group, report["image_pinned"])
-            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
+            if not alone:
+                say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
             entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
             settings = reproduce_group_settings(base, group, report["image_pinned"])
             try:
-                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool)
+                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
-                failure = error
+                failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
             receipt = _read_json_file(output / group / "receipt.json")
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
@@ -6295,23 +6833,53 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        if args.junit:
-            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
+        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    if args.junit:
-        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
-    if text is not None:
-        sys.stdout.write("\n" + printable(text, keep_newlines=True))
-        sys.stdout.flush()
+    problems = write_reproduce_reports(args, base, report, failure)
+    verdict = reproduce_verdict(output, report)
+    if args.json:
+        sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    else:
+        if text is not None:
+            sys.stdout.write(("" if alone else "\n") + printable(text, keep_newlines=True) + "\n")
+        sys.stdout.write(printable(verdict) + "\n")
+    sys.stdout.flush()
     if failure is not None:
         kept = "" if base.cleanup_policy == "always" else f"; clean up with: {cleanup_command(tool, output)}"
         raise DemoError(
             f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
         )
-    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
+    if problems:
+        raise DemoError(f"the experiment finished but {'; '.join(problems)}", EXIT_USAGE)
+    breached = [entry for entry in report["groups"] if entry["exit_code"] == EXIT_THRESHOLD]
+    if breached:
+        named = "; ".join(f"{entry['name']}: {entry['error']}" for entry in breached)
+        raise DemoError(f"latency budget breached in {named}", EXIT_THRESHOLD)
     return EXIT_OK
+
+
+def write_reproduce_reports(
+    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+) -> List[str]:
+    """The experiment's --junit and --metrics-file (atomically), whatever its outcome; returns
+    what could not be written."""
+    output = base.output
+    problems = []
+    reports: List[Tuple[str, Optional[str], Callable[[], str]]] = [
+        ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
+        ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+    ]
+    for flag, path, render in reports:
+        if path:
+            try:
+                write_atomic(Path(path), render())
+            except OSError as oops:
+                problems.append(f"the {flag} {path} could not be written ({oops.strerror or oops})")
+    for problem in problems:
+        say_stderr(f"warning: {problem}")
+    return problems
 
 
 def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
@@ -6361,14 +6929,10 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         except OSError as oops:
             problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
     if settings.metrics_file:
-        labels = {
-            "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
-            "image": settings.image,
-            "parallelism": str(settings.parallelism),
-        }
         exit_code = error.exit_code if error is not None else EXIT_OK
         try:
-            write_atomic(Path(settings.metrics_file), render_metrics(results, labels, exit_code, time.time()))
+            text = render_metrics(results, metrics_labels(settings), exit_code, time.time())
+            write_atomic(Path(settings.metrics_file), text)
         except OSError as oops:
             problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
     for problem in problems:
@@ -6433,14 +6997,29 @@ def cmd_check(args: argparse.Namespace) -> int:
         count=args.count,
         kubelet_metrics=kubelet_metrics,
     )
+    problems = [finding.problem for finding in findings if not finding.ok]
+    verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
+    code = EXIT_CLUSTER if problems else EXIT_OK
+    if args.json:
+        report = {
+            "context": context,
+            "server": server,
+            "count": args.count,
+            "findings": [
+                {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
+                for finding in findings
+            ],
+            "ready": not problems,
+            "problems": problems,
+            "verdict": verdict,
+            "exit_code": code,
+        }
+        print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
+        return code
     for finding in findings:
         print(printable(f"{finding.name}: {finding.detail}"))
-    problems = [finding.problem for finding in findings if not finding.ok]
-    if problems:
-        print(printable(f"verdict: NOT ready: {'; '.join(problems)}"))
-        return EXIT_CLUSTER
-    print(f"verdict: ready to run {args.count} episodes")
-    return EXIT_OK
+    print(printable(f"verdict: {verdict}"))
+    return code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -6596,12 +7175,7 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
         "--junit",
         help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
     )
-    group.add_argument(
-        "--metrics-file",
-        metavar="FILE",
-        help="write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
-        "(node_exporter's textfile collector, a Pushgateway)",
-    )
+    _shared_option(group, "--metrics-file")  # type: ignore[arg-type]  # an argument group takes the same add_argument
 
 
 def pinned_image_arg(text: str) -> str:
@@ -6659,6 +7233,19 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
             "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
         },
         "--junit": {"metavar": "FILE"},
+        "--json": {"action": "store_true", "help": "print the guide's JSON summary instead of the table"},
+        "--threshold": {
+            "type": threshold,
+            "action": "append",
+            "metavar": "METRIC=SECONDS",
+            "help": f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
+            f"metrics: {', '.join(THRESHOLD_METRICS)}",
+        },
+        "--metrics-file": {
+            "metavar": "FILE",
+            "help": "write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
+            "(node_exporter's textfile collector, a Pushgateway)",
+        },
     }
     parser.add_argument(flag, **{**options[flag], **changes})
 
@@ -6689,9 +7276,26 @@ def _reproduce_parser(commands: Any) -> None:
     _guide_table_options(reproduce)
     _shared_option(
         reproduce,
+        "--threshold",
+        help=f"a latency budget every group's run must keep (repeatable); a breach lets the experiment go on, "
+        f"then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
+    )
+    _shared_option(
+        reproduce,
+        "--json",
+        help="print report.json (the experiment, its table and its verdict) instead of the table and the verdict",
+    )
+    _shared_option(
+        reproduce,
         "--junit",
         help="write a JUnit XML report of every group: one suite per round, one test case per episode "
         "(written on failure too)",
+    )
+    _shared_option(
+        reproduce,
+        "--metrics-file",
+        help="write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
+        "labelled group=parallel|sequential|warm (written on failure too)",
     )
     _cluster_options(reproduce)
 
@@ -6747,14 +7351,7 @@ def build_parser(tool: Optional[str] = None) -> CommandLineParser:
         default="never",
         help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
     )
-    run.add_argument(
-        "--threshold",
-        type=threshold,
-        action="append",
-        metavar="METRIC=SECONDS",
-        help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
-        f"metrics: {', '.join(THRESHOLD_METRICS)}",
-    )
+    _shared_option(run, "--threshold")
     _shared_option(run, "--allow-large")
     run.add_argument(
         "--worker",
@@ -6780,7 +7377,7 @@ def build_parser(tool: Optional[str] = None) -> CommandLineParser:
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     _shared_option(run, "--quiet")
-    run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
+    _shared_option(run, "--json")
     _shared_option(run, "--kubelet-metrics")
     run.add_argument(
         "--warmup",
@@ -6830,6 +7427,7 @@ def build_parser(tool: Optional[str] = None) -> CommandLineParser:
         "--kubelet-metrics",
         help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
     )
+    _shared_option(check, "--json", help="print one JSON object, every finding and the verdict, instead of the lines")
     _cluster_options(check)
 
     compare = commands.add_parser(
@@ -6959,7 +7557,7 @@ def reproduce_settings(args: argparse.Namespace) -> RunSettings:
         runtime=None if args.runtime == NO_RUNTIME else args.runtime,
         deadline_seconds=args.timeout,
         cleanup_policy="always" if args.cleanup == "always" else "on-success",
-        thresholds={},
+        thresholds=dict(args.threshold or []),
         quiet=args.quiet,
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),

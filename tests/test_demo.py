@@ -13,6 +13,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import rl_batch_demo as demo
 from tests import records
 from tests.fakecluster import ENVIRONMENT, write_executable
 from tests.test_docs import DEMO_COMMAND, commands, section
@@ -45,6 +46,10 @@ class DemoTest(unittest.TestCase):
             results = records.written_results(self, output)
             self.assertEqual((results["episodes"], results["successful_episodes"], results["reward_sum"]), (10, 10, 10))
             self.assertEqual(results["context"], "fake-ctx")
+            # the fake's runtime names itself: the run knows it was a simulation, and its picture says so
+            self.assertEqual(results["container_runtimes"], [demo.SIMULATED_RUNTIME])
+            self.assertIn("SIMULATION: ", (output / "timeline.svg").read_text(encoding="utf-8"))
+            self.assertRegex(first.stdout, r"(?m)^verdict: 10/10 episodes valid, reward_sum 10; all ready \d+\.\d s")
             self.assertIn("results: rl-fake-demo/results.json", first.stdout)
             self.assertIn("$ python3 rl_batch_demo.py run --count 10 --output rl-fake-demo", first.stderr)
             self.assertIn("$ python3 rl_batch_demo.py cleanup --output rl-fake-demo", first.stderr)

@@ -299,7 +299,10 @@ class RunTest(RunPlanTestCase):
 
     def test_progress_lines_when_not_quiet(self) -> None:
         result = self.run_batch(RunPlan(Batch(count=2)))
-        self.assertIn(f"{NAMESPACE}/rollout: 2 created, 0 running, 2 succeeded, 0 failed", result.stderr)
+        self.assertRegex(
+            result.stderr,
+            rf"{NAMESPACE}/rollout \(\d+\.\d s elapsed, \d+ s left\): 2 created, 0 running, 2 succeeded, 0 failed",
+        )
 
     def test_progress_ends_with_the_final_state_when_the_pods_last_events_come_after_complete(self) -> None:
         plan = RunPlan(Batch(count=2))
@@ -312,7 +315,7 @@ class RunTest(RunPlanTestCase):
         calls[6] = dataclasses.replace(pod_watch, chunks=(*pod_watch.chunks[:-2], *finals))
         self.expect(*calls)
         result = self.run_ok("run", "--count", "2", "--output", str(self.out()))
-        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout: ")][-1]
+        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout (")][-1]
         self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", last)
 
     def test_runtime_none(self) -> None:
@@ -853,6 +856,41 @@ class CheckTest(CallPlanTestCase):
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, "lacks permissions", "create jobs.batch", "nothing was created")
         self.assertFalse([argv for argv in self.stub.records() if argv["stdin"] and '"Namespace"' in argv["stdin"]])
+
+    def test_json_is_one_object_with_every_finding_and_the_verdict(self) -> None:
+        self.expect(*self.check_calls(Cluster()))
+        lines = self.run_ok("check", "--count", "10").stdout.splitlines()
+        self.expect(*self.check_calls(Cluster()))
+        result = self.run_ok("check", "--count", "10", "--json")
+        report = json.loads(result.stdout)
+        self.assertEqual(
+            result.stdout, json.dumps(report, indent=2, sort_keys=True) + "\n"
+        )  # sorted keys, nothing else
+        self.assertEqual(
+            sorted(report), ["context", "count", "exit_code", "findings", "problems", "ready", "server", "verdict"]
+        )
+        self.assertEqual((report["context"], report["server"], report["count"]), (CONTEXT, SERVER, 10))
+        self.assertEqual((report["ready"], report["problems"], report["exit_code"]), (True, [], 0))
+        self.assertEqual(report["verdict"], "ready to run 10 episodes")
+        for finding in report["findings"]:
+            self.assertEqual(sorted(finding), ["detail", "name", "ok", "problem"])
+        # every finding the lines print, in their order, and the verdict line
+        self.assertEqual(
+            [f"{finding['name']}: {finding['detail']}" for finding in report["findings"]]
+            + [f"verdict: {report['verdict']}"],
+            lines,
+        )
+
+    def test_json_of_a_cluster_that_is_not_ready(self) -> None:
+        self.expect(*self.check_calls(Cluster(), runtime="kata"))
+        result = self.tool("check", "--runtime", "kata", "--json")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        report = json.loads(result.stdout)
+        self.assertEqual((report["ready"], report["exit_code"]), (False, demo.EXIT_CLUSTER))
+        self.assertEqual(report["problems"], ["RuntimeClass 'kata' does not exist"])
+        self.assertEqual(report["verdict"], "NOT ready: RuntimeClass 'kata' does not exist")
+        failed = [finding for finding in report["findings"] if not finding["ok"]]
+        self.assertEqual([finding["problem"] for finding in failed], report["problems"])
 
 
 class CompareTest(RunPlanTestCase):

@@ -12,7 +12,7 @@ import tempfile
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Dict, Tuple
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
@@ -339,22 +339,99 @@ class ReportTest(unittest.TestCase):
             self.assertIn(label, text)
         self.assertIn("nodes: node-a: 2, node-b: 2", text)
 
-    def test_timeline_svg_parses_and_has_a_bar_per_phase(self) -> None:
+    def drawn(self, svg: str) -> Dict[Tuple[str, str], str]:
+        """(pod, phase) -> "bar" or "marker", from the picture's own elements."""
+        root = ElementTree.fromstring(svg)
+        kinds = {}
+        for element in root.iter():
+            if element.get("class") in ("bar", "marker"):
+                title = element.find("{http://www.w3.org/2000/svg}title")
+                pod = (title.text or "").split()[0] if title is not None else ""
+                kinds[(pod, element.get("data-phase") or "")] = element.get("class") or ""
+        return kinds
+
+    def test_timeline_draws_each_phase_once_as_a_bar_or_a_marker(self) -> None:
         svg = demo.render_timeline_svg(self.results())
         root = ElementTree.fromstring(svg)
-        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
-        self.assertEqual(len(bars), 4 * len(demo.TIMELINE_BARS))
-        self.assertEqual({bar.get("data-phase") for bar in bars}, {name for name, *_ in demo.TIMELINE_BARS})
         texts = "".join(root.itertext())
         self.assertIn("node node-a", texts)
         self.assertIn("seconds since the Job was created", texts)
+        # pod i: created i s after the Job, container started 1 s later (both whole seconds), ready at
+        # i + 2 s and reward at i + 2.5 s (node clock), finished at i + 3 s (whole seconds)
+        expected = {}
+        for index in range(4):
+            pod = f"rollout-{index}"
+            expected[(pod, "waiting")] = "marker" if index <= 1 else "bar"  # two stamps at most 1 s apart
+            expected[(pod, "pod start")] = "marker"  # two whole-second stamps 1 s apart: a 1 s artefact
+            expected[(pod, "Python start")] = "bar"  # 1 s from a whole-second start to the node's ready
+            expected[(pod, "task")] = "bar"
+            expected[(pod, "exit")] = "marker"  # 0.5 s to a whole-second finish
+        self.assertEqual(self.drawn(svg), expected)
 
-    def test_timeline_leaves_out_bars_inverted_by_truncation(self) -> None:
+    def test_a_marker_is_a_tick_and_the_window_its_whole_second_end_lies_in(self) -> None:
         results = self.results()
-        results["pods"][0]["finished_at"] = results["pods"][0]["reward_at"] - 0.4
+        results["pods"][0]["finished_at"] = results["pods"][0]["reward_at"] - 0.4  # inverted by truncation
         root = ElementTree.fromstring(demo.render_timeline_svg(results))
-        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
-        self.assertEqual(len(bars), 4 * len(demo.TIMELINE_BARS) - 1)
+        [exit_marker] = [
+            element
+            for element in root.iter("{http://www.w3.org/2000/svg}g")
+            if element.get("data-phase") == "exit" and "rollout-0 " in "".join(element.itertext())
+        ]
+        ticks = exit_marker.findall("{http://www.w3.org/2000/svg}line")
+        scale = demo.TIMELINE_PLOT_WIDTH / (results["pods"][-1]["finished_at"] + 1 - JOB_CREATED_AT)
+        reward_x = demo.TIMELINE_LABEL_WIDTH + (results["pods"][0]["reward_at"] - JOB_CREATED_AT) * scale
+        finished_x = demo.TIMELINE_LABEL_WIDTH + (results["pods"][0]["finished_at"] + 1 - JOB_CREATED_AT) * scale
+        self.assertAlmostEqual(float(ticks[0].get("x1") or 0), reward_x, delta=0.1)  # the tick: the reward
+        self.assertAlmostEqual(float(ticks[1].get("x1") or 0), reward_x, delta=0.1)  # the window: not before it
+        self.assertAlmostEqual(float(ticks[1].get("x2") or 0), finished_x, delta=0.1)  # to the end of its second
+        self.assertIn("within 1 s (mixed: node + API server 1 s)", "".join(exit_marker.itertext()))
+
+    def test_a_whisker_ends_where_a_finer_later_stamp_proves_the_step_done(self) -> None:
+        results = self.results()
+        row = results["pods"][0]  # container started 1 s after the Job (whole seconds), ready at 2 s
+        row["ready_at"] = row["container_started_at"] + 0.4  # the container started before that
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        [marker] = [
+            element
+            for element in root.iter("{http://www.w3.org/2000/svg}g")
+            if element.get("data-phase") == "pod start" and "rollout-0 " in "".join(element.itertext())
+        ]
+        self.assertIn("between 1.000 and 1.400 s", "".join(marker.itertext()))
+
+    def test_timeline_names_context_date_and_a_simulation(self) -> None:
+        results = self.results()
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        texts = [element.text or "" for element in root.iter("{http://www.w3.org/2000/svg}text")]
+        self.assertEqual(texts[1], "context ctx, namespace agc-rl-x, first Job created 2026-11-29 10:00:00 UTC")
+        self.assertFalse(any("SIMULATION" in text for text in texts))
+        results["container_runtimes"] = [demo.SIMULATED_RUNTIME]
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        texts = [element.text or "" for element in root.iter("{http://www.w3.org/2000/svg}text")]
+        self.assertTrue(texts[1].endswith(f", container runtime {demo.SIMULATED_RUNTIME}"))
+        self.assertTrue(texts[2].startswith("SIMULATION: the tests' fake cluster"))
+
+    def test_rounds_are_marked_and_the_legend_stays_above_the_first_row(self) -> None:
+        results = self.results()
+        for row in results["pods"][2:]:
+            row["round"], row["batch_start"] = 2, row["batch_start"] + 2.0
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        svg = "{http://www.w3.org/2000/svg}"
+        rounds = [element for element in root.iter(f"{svg}line") if element.get("class") == "round"]
+        self.assertEqual(len(rounds), 2)
+        texts = [element.text or "" for element in root.iter(f"{svg}text")]
+        self.assertIn("round 1", texts)
+        self.assertIn("round 2", texts)
+        [plot] = [
+            element for element in root.iter(f"{svg}g") if (element.get("transform") or "").startswith("translate")
+        ]
+        top = float((plot.get("transform") or "").split(",")[1].rstrip(")"))
+        legend = [float(element.get("y") or 0) for element in root if element.tag == f"{svg}text"]
+        round_labels = [
+            float(element.get("y") or 0)
+            for element in plot.iter(f"{svg}text")
+            if (element.text or "").startswith("round")
+        ]
+        self.assertLess(max(legend), top + min(round_labels) - 11)  # the legend ends above the round labels
 
     def test_timeline_ticks_stay_few_for_huge_spans(self) -> None:
         for span in (0.3, 7.0, 95.0, 4000.0, 1e9):
@@ -405,31 +482,76 @@ class ProgressTest(unittest.TestCase):
         {"created": 2, "running": 2},
         {"created": 2, "succeeded": 2},
     ]
+    TERMINAL: ClassVar[dict[str, str]] = {"TERM": "xterm-256color"}
 
     def test_log_lines_are_rate_limited_and_the_final_state_is_printed(self) -> None:
         stream = FakeStream(tty=False)
-        progress = demo.Progress(enabled=True, stream=stream)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
         for counts in self.counts:
-            progress.update("ns/rollout", 1.0, counts)
+            progress.update("ns/rollout", 1.0, counts, 269.4)
         progress.finish()
         lines = stream.getvalue().splitlines()
-        self.assertEqual(len(lines), 2, lines)  # the first change, then the last state at finish
-        self.assertIn("1 created, 0 running, 0 succeeded, 0 failed", lines[0])
-        self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", lines[1])
+        self.assertEqual(
+            lines,  # the first change, then the last state at finish
+            [
+                "ns/rollout (1.0 s elapsed, 269 s left): 1 created, 0 running, 0 succeeded, 0 failed",
+                "ns/rollout (1.0 s elapsed, 269 s left): 2 created, 0 running, 2 succeeded, 0 failed",
+            ],
+        )
 
-    def test_terminal_line_is_rewritten(self) -> None:
+    def test_terminal_line_is_rewritten_with_counts_elapsed_and_time_left(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=True, stream=stream)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=120)
         for counts in self.counts:
-            progress.update("ns/rollout", 2.0, counts)
+            progress.update("ns/rollout", 2.0, counts, 30.6)
         progress.finish()
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
-        self.assertTrue(text.endswith("2 succeeded, 0 failed (2.0 s)\n"))
+        self.assertTrue(
+            text.endswith("ns/rollout (2.0 s elapsed, 31 s left): 2 created, 0 running, 2 succeeded, 0 failed\n"), text
+        )
+
+    def test_terminal_line_never_wraps(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=40)
+        progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
+        self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
+
+    def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
+        for tty, environ in (
+            (True, {"TERM": "dumb"}),
+            (True, {"TERM": "xterm", "NO_COLOR": "1"}),
+            (True, {"NO_COLOR": "anything"}),
+            (False, {"TERM": "xterm"}),
+        ):
+            with self.subTest(tty=tty, environ=environ):
+                stream = FakeStream(tty=tty)
+                progress = demo.Progress(enabled=True, stream=stream, environ=environ)
+                for counts in self.counts:
+                    progress.update("ns/rollout", 2.0, counts, 10.0)
+                progress.finish()
+                text = stream.getvalue()
+                self.assertNotIn("\033", text)
+                self.assertNotIn("\r", text)
+                self.assertIn(
+                    "ns/rollout (2.0 s elapsed, 10 s left): 2 created, 0 running, 2 succeeded, 0 failed\n", text
+                )
+
+    def test_which_streams_rewrite_in_place(self) -> None:
+        for tty, environ, rewrites in (
+            (True, {"TERM": "xterm"}, True),
+            (True, {}, True),
+            (True, {"NO_COLOR": ""}, True),  # no-color.org: an empty value does not count
+            (True, {"TERM": "dumb"}, False),
+            (True, {"NO_COLOR": "0"}, False),  # any other value does
+            (False, {}, False),
+        ):
+            with self.subTest(tty=tty, environ=environ):
+                self.assertEqual(demo.rewrites_in_place(FakeStream(tty=tty), environ), rewrites)
 
     def test_quiet_prints_nothing(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=False, stream=stream)
+        progress = demo.Progress(enabled=False, stream=stream, environ=self.TERMINAL)
         progress.update("ns/rollout", 1.0, {"created": 1})
         progress.finish()
         self.assertEqual(stream.getvalue(), "")
