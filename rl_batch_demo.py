@@ -1078,12 +1078,7 @@ def summarise(values: Iterable[Optional[float]]) -> Optional[PhaseStats]:
     known = [value for value in values if value is not None]
     if not known:
         return None
-    return {
-        "samples": len(known),
-        "p50": percentile(known, 0.5),
-        "p95": percentile(known, 0.95),
-        "max": max(known),
-    }
+    return {"samples": len(known), "p50": percentile(known, 0.5), "p95": percentile(known, 0.95), "max": max(known)}
 
 
 def difference(later: Optional[float], earlier: Optional[float]) -> Optional[float]:
@@ -1389,24 +1384,14 @@ def job_manifest(
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "fsGroup": 1000,
-            "runAsNonRoot": True,
-        },
+        "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True},
         "containers": [
             {
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["python", "-B", "/demo/episode.py"],
-                "env": [
-                    {
-                        "name": "EPISODE_ID",
-                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
-                    }
-                ],
+                "env": [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -1421,10 +1406,7 @@ def job_manifest(
                 ],
             }
         ],
-        "volumes": [
-            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
-            {"name": "workspace", "emptyDir": {}},
-        ],
+        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
@@ -1436,20 +1418,13 @@ def job_manifest(
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {RUN_LABEL: run_id, "app": APP_LABEL_VALUE},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": {RUN_LABEL: run_id, "app": APP_LABEL_VALUE}},
         "spec": {
             "completions": count,
             "parallelism": parallelism,
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline_seconds,
-            "template": {
-                "metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}},
-                "spec": pod_spec,
-            },
+            "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
     if spec_extra:
@@ -2417,12 +2392,7 @@ def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
 
 
 def episode_events(
-    pod_name: str,
-    log: Optional[PodLog],
-    log_error: Optional[str],
-    message_text: str,
-    crosscheck: bool,
-    inspect: str,
+    pod_name: str, log: Optional[PodLog], log_error: Optional[str], message_text: str, crosscheck: bool, inspect: str
 ) -> List[JsonObject]:
     """The episode's events from the log and the termination message, which must agree."""
     message_events: Optional[List[JsonObject]] = None
@@ -2477,9 +2447,7 @@ def validate_episode(
     reward = [event for event in events if event["event"] == "reward"]
     if len(ready) != 1 or len(reward) != 1:
         raise EpisodeInvalid(
-            name,
-            f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward",
-            inspect,
+            name, f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward", inspect
         )
     ready_event, reward_event = ready[0], reward[0]
     if ready_event.get("episode_id") != name or reward_event.get("episode_id") != name:
@@ -4139,8 +4107,7 @@ def render_timeline_svg(results: Results) -> str:
     Job's creation: a bar, or a marker where it is shorter than its clocks can tell; each round's
     Job marked. Plain SVG, so any browser shows it."""
     rows = sorted(
-        results["pods"],
-        key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
+        results["pods"], key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"])
     )
     origin = min(row["batch_start"] for row in rows)
     ends = [  # a whole-second end may lie up to its second later: its marker's whisker shows that
@@ -4383,10 +4350,7 @@ _RUNTIME_ROWS = {
         "CreateContainer",
         ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds"),
     ),
-    "start_container": (
-        "StartContainer",
-        ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds"),
-    ),
+    "start_container": ("StartContainer", ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds")),
 }
 _ZH_COUNT = "一二三四五六七八九十"
 _TIMES = "\u00d7"  # the multiplication sign of the guide's "1 轮 TIMES 10 个任务"
