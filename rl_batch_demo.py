@@ -240,14 +240,14 @@ SIMULATED_RUNTIME = "rl-batch-demo-simulation"
 MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
 
 COMPARE_FIGURES = (
-    ("episodes", "episodes", False),
-    ("parallelism", "parallelism", False),
-    ("rounds", "rounds", False),
-    ("batch_to_all_ready_seconds", "all ready (s)", True),
-    ("batch_to_all_rewards_seconds", "all rewards (s)", True),
-    ("client_job_complete_seconds", "client saw Complete (s)", True),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)", True),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)", True),
+    ("episodes", "episodes"),
+    ("parallelism", "parallelism"),
+    ("rounds", "rounds"),
+    ("batch_to_all_ready_seconds", "all ready (s)"),
+    ("batch_to_all_rewards_seconds", "all rewards (s)"),
+    ("client_job_complete_seconds", "client saw Complete (s)"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
 )
 
 TIMELINE_BARS = (
@@ -361,20 +361,9 @@ _RFC3339 = r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+
 
 _QUANTITY = r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$"
 
-_QUANTITY_SUFFIXES = {
-    "": 1.0,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-}
+# Decimal suffixes, then the binary ones: Ki = 2**10 up to Pi = 2**50.
+_QUANTITY_SUFFIXES = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_QUANTITY_SUFFIXES.update({prefix + "i": 2.0 ** (10 * power) for power, prefix in enumerate("KMGTP", 1)})
 
 # CI reports (--junit, --metrics-file) and the kubectl plugin.
 JUNIT_SUITE_NAME = "rl-batch-demo"
@@ -1865,16 +1854,8 @@ def describe_event_difference(log_events: List[JsonObject], message_events: List
 
 
 _GO_DURATION_PART = r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
-_GO_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,
-    "\u03bcs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
+_GO_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_GO_DURATION_UNITS.update(dict.fromkeys(("\u00b5s", "\u03bcs"), 1e-6))  # Go reads micro as both µ and μ
 
 
 def parse_go_duration(text: str) -> float:
@@ -3596,7 +3577,7 @@ def render_events_text(events: List[KubeObject]) -> str:
 
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
-    figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
+    figures = list(COMPARE_FIGURES)
     for phase in PHASES:
         figures += [
             (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
