@@ -1190,14 +1190,6 @@ def parse_quantity(text: str) -> float:
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
 
 
-def format_gib(num_bytes: float) -> str:
-    return f"{num_bytes / 2.0**30:.1f} GiB"
-
-
-def format_cpu(cores: float) -> str:
-    return f"{cores:.1f} CPU"
-
-
 def parse_json_documents(text: str) -> List[KubeObject]:
     """Objects printed one after another (as `kubectl create -o json` does), Lists flattened."""
     decoder = json.JSONDecoder()
@@ -2053,11 +2045,7 @@ def sandbox_clocks(
 
 _METRIC_LINE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$"
 _METRIC_LABEL = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
-_LABEL_UNESCAPE = r"\\(.)"
-
-
-def _unescape_label(text: str) -> str:
-    return re.sub(_LABEL_UNESCAPE, lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+_LABEL_ESCAPE = r"\\(.)"
 
 
 def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
@@ -2076,7 +2064,8 @@ def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
         label = re.compile(_METRIC_LABEL).match(label_text, position)
         if not label or label.end() == position:
             return None
-        labels[label.group(1)] = _unescape_label(label.group(2))
+        escaped = label.group(2)
+        labels[label.group(1)] = re.sub(_LABEL_ESCAPE, lambda m: "\n" if m.group(1) == "n" else m.group(1), escaped)
         position = label.end()
     try:
         value = float(match.group(3))
@@ -2221,18 +2210,14 @@ def histogram_quantile(q: float, histogram: Histogram) -> Optional[Tuple[float, 
     return lower + (upper - lower) * (rank / count if count else 0.0), (lower, upper)
 
 
-def _bucket_json(bucket: Tuple[float, float]) -> Bucket:
-    return [bucket[0], bucket[1] if math.isfinite(bucket[1]) else None]  # +Inf: null (JSON has no infinity)
-
-
 def operation_figures(histogram: Histogram) -> OperationFigures:
     """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
     quantiles: List[Tuple[Optional[float], Optional[Bucket]]] = []
     for q in (0.5, 0.95):
         quantile = histogram_quantile(q, histogram)
-        finite = quantile is not None and math.isfinite(quantile[0]) and math.isfinite(quantile[1][0])
-        # never NaN or Infinity in JSON
-        quantiles.append((quantile[0], _bucket_json(quantile[1])) if quantile and finite else (None, None))
+        value, (lower, upper) = quantile or (math.nan, (math.nan, math.nan))
+        finite = math.isfinite(value) and math.isfinite(lower)  # never NaN or Infinity in JSON; +Inf: null
+        quantiles.append((value, [lower, upper if math.isfinite(upper) else None]) if finite else (None, None))
     return {
         "count": round(histogram.count),
         "mean_seconds": finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None,
@@ -2549,15 +2534,6 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     return info
 
 
-def reward_figures(rows: List[EpisodeRow]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
-    """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
-    rewards = [float(row["reward"]) for row in rows]
-    if not rewards:
-        return None, None, None
-    low, high = min(row["reward"] for row in rows), max(row["reward"] for row in rows)
-    return math.fsum(rewards) / len(rewards), low, high  # |r| <= 1e15
-
-
 def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
     """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
     and its cause, so a trainer can mask it."""
@@ -2590,21 +2566,22 @@ def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
 
 
 def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
-    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes)."""
+    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes),
+    with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
-    mean, low, high = reward_figures(rows)
+    rewards = [row["reward"] for row in rows]
     return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
-        "reward_sum": sum(row["reward"] for row in rows),
+        "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
-        "reward_mean": mean,
-        "reward_min": low,
-        "reward_max": high,
+        "reward_mean": math.fsum(rewards) / len(rewards),  # |r| <= 1e15: no overflow
+        "reward_min": min(rewards),
+        "reward_max": max(rewards),
     }
 
 
@@ -2988,9 +2965,9 @@ def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List
     have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
     have_memory = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("memory", "0")) for n in eligible)
     text = (
-        f"{count} pods need {format_cpu(need_cpu)} and {format_gib(need_memory)} including "
-        f"{format_gib(count * overhead_memory)} of RuntimeClass overhead; {len(eligible)} eligible "
-        f"node{'s' if len(eligible) != 1 else ''} have {format_cpu(have_cpu)} and {format_gib(have_memory)} "
+        f"{count} pods need {need_cpu:.1f} CPU and {need_memory / 2**30:.1f} GiB including "
+        f"{count * overhead_memory / 2**30:.1f} GiB of RuntimeClass overhead; {len(eligible)} eligible "
+        f"node{'s' if len(eligible) != 1 else ''} have {have_cpu:.1f} CPU and {have_memory / 2**30:.1f} GiB "
         "allocatable (before what already runs there)"
     )
     fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
@@ -3356,11 +3333,6 @@ def clock_text(figure: str) -> str:
     return clocks_text(FIGURE_CLOCKS[figure])
 
 
-def negative_note(clocks: Clocks) -> str:
-    """Why a figure can read negative, for the note under a table that shows one."""
-    return clocks[2] if clocks[2] is not None else "its clock cannot give a negative value: results.json was changed"
-
-
 def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
     """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
     with a negative value is marked "*", and a note under the table says why it can be."""
@@ -3376,7 +3348,8 @@ def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Seque
             + f"  {clocks_text(clocks)}{' *' if negative else ''}"
         )
         if negative:
-            notes += wrap_text(f"* {label}: negative because {negative_note(clocks)}", SUMMARY_WIDTH, "  ")
+            why = clocks[2] or "its clock cannot give a negative value: results.json was changed"
+            notes += wrap_text(f"* {label}: negative because {why}", SUMMARY_WIDTH, "  ")
     return lines + notes
 
 
@@ -3683,15 +3656,6 @@ def _pod_seconds(pod: KubeObject) -> float:
     return _finite_seconds(difference(finished, created))
 
 
-def _pod_name(pod: KubeObject) -> str:
-    return str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
-
-
-def _pod_phase(pod: KubeObject) -> str:
-    status = pod.get("status")
-    return str((status.get("phase") if isinstance(status, dict) else None) or "unknown")
-
-
 def _job_seconds(job: Optional[KubeObject]) -> float:
     """Job created -> its Complete or Failed condition, API server clock, whole seconds (0 if unknown)."""
     if not job:
@@ -3762,7 +3726,7 @@ def junit_suites(
             classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
             cases = []
             for pod in started.get("pods") or []:
-                name = _pod_name(pod)
+                name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
                 if not in_progress:
                     cases.append(_case(classname, name, _pod_seconds(pod)))
                 elif error is not None and name == error[2]:
@@ -3773,7 +3737,9 @@ def junit_suites(
                 else:
                     code = error[0] if error is not None else 0
                     how = "was interrupted" if code == EXIT_INTERRUPTED else f"stopped (exit {code})"
-                    reason = f"not validated: the run {how} with this pod in phase {_pod_phase(pod)}"
+                    status = pod.get("status")
+                    phase = (status.get("phase") if isinstance(status, dict) else None) or "unknown"
+                    reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
             suites.append(
                 {
@@ -4224,7 +4190,7 @@ WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annota
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
-_DIGEST = r"@(sha256:[0-9a-f]{64})$"
+_DIGEST = r"@(sha256:[0-9a-f]{64})$"  # the repository digest of an imageID (repo@sha256:...)
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
@@ -4414,25 +4380,19 @@ def image_repository(image: str) -> str:
     return f"{head}/{last}" if head else last
 
 
-def image_digest(image_id: Optional[str]) -> Optional[str]:
-    """The `sha256:...` repository digest of an imageID (`repo@sha256:...`), if it has one."""
-    match = re.search(_DIGEST, image_id or "")
-    return match.group(1) if match else None
-
-
 def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) -> str:
     """`repo@sha256:...` of the image the nodes ran (node -> imageID); refuses when they
     report different digests for the same tag, or no digest at all."""
     digests: Dict[str, List[str]] = {}
     for node, image_id in sorted(image_ids.items()):
-        digest = image_digest(image_id)
+        digest = re.search(_DIGEST, image_id or "")
         if digest is None:
             raise DemoError(
                 f"cannot pin image {image}: node {node} reports imageID {image_id!r}, without a repository "
                 f"digest; inspect {where}, or pass --pin-image=REPO@sha256:DIGEST",
                 EXIT_CLUSTER,
             )
-        digests.setdefault(digest, []).append(node)
+        digests.setdefault(digest.group(1), []).append(node)
     if len(digests) > 1:
         named = "; ".join(f"{digest} on {', '.join(nodes)}" for digest, nodes in sorted(digests.items()))
         raise DemoError(
