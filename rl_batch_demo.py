@@ -4217,59 +4217,26 @@ GUIDE_REFERENCE: JsonObject = {
             "执行顺序为 10 路并行、单并发，再在两个节点分别执行一次相同任务预热，最后运行三轮 10 路并行",
         ],
     },
+    # Each group's name, in the guide's order; then each row of its table (GUIDE_ROWS), as the guide
+    # has it: the unit (None: no figure), then one cell per group.
     "columns": [
-        {
-            "name": {"en": "10 in parallel", "zh": "10 路并行"},
-            "rounds": 1,
-            "tasks": 10,
-            "completed": "10",
-            "episodes": "10",
-            "reward": "1",
-            "run_pod_sandbox": (["752", "765"], "ms"),
-            "create_container": (["15", "23"], "ms"),
-            "start_container": (["176", "211"], "ms"),
-            "python_import": (["1.32", "1.33"], "s"),
-            "import_to_ready": (["2.3", "28.8"], "ms"),
-            "batch_ready": (["3.7"], "s"),
-            "pod_to_ready": (["3.7", "3.7"], "s"),
-            "all_rewards": (["8.4"], "s"),
-            "client_complete": (["12.7"], "s"),
-        },
-        {
-            "name": {"en": "one at a time", "zh": "单并发"},
-            "rounds": 1,
-            "tasks": 10,
-            "completed": "10",
-            "episodes": "10",
-            "reward": "1",
-            "run_pod_sandbox": (["676", "709"], "ms"),
-            "create_container": (["14", "15"], "ms"),
-            "start_container": (["175", "209"], "ms"),
-            "python_import": (["1.32", "1.35"], "s"),
-            "import_to_ready": (["2.3", "2.7"], "ms"),
-            "batch_ready": (["93.1"], "s"),
-            "pod_to_ready": (["3.3", "3.4"], "s"),
-            "all_rewards": (["97.6"], "s"),
-            "client_complete": (["101.6"], "s"),
-        },
-        {
-            "name": {"en": "10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"},
-            "rounds": 3,
-            "tasks": 10,
-            "completed": "30",
-            "episodes": "30",
-            "reward": "1",
-            "run_pod_sandbox": (["761", "835"], "ms"),
-            "create_container": (["14", "21"], "ms"),
-            "start_container": (["180", "265"], "ms"),
-            "python_import": (["1.33", "1.37"], "s"),
-            "import_to_ready": (["2.3", "2.7"], "ms"),
-            "batch_ready": (["3.2", "3.5", "3.6"], "s"),
-            "pod_to_ready": (["3.4", "3.5"], "s"),
-            "all_rewards": (["7.9", "8.2", "8.2"], "s"),
-            "client_complete": (["12.9", "13.0", "12.2"], "s"),
-        },
+        {"name": {"en": "10 in parallel", "zh": "10 路并行"}},
+        {"name": {"en": "one at a time", "zh": "单并发"}},
+        {"name": {"en": "10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"}},
     ],
+    "cells": {
+        "scale": (None, (1, 10), (1, 10), (3, 10)),
+        "completed": (None, ("10", "10", "1"), ("10", "10", "1"), ("30", "30", "1")),
+        "run_pod_sandbox": ("ms", ["752", "765"], ["676", "709"], ["761", "835"]),
+        "create_container": ("ms", ["15", "23"], ["14", "15"], ["14", "21"]),
+        "start_container": ("ms", ["176", "211"], ["175", "209"], ["180", "265"]),
+        "python_import": ("s", ["1.32", "1.33"], ["1.32", "1.35"], ["1.33", "1.37"]),
+        "import_to_ready": ("ms", ["2.3", "28.8"], ["2.3", "2.7"], ["2.3", "2.7"]),
+        "batch_ready": ("s", ["3.7"], ["93.1"], ["3.2", "3.5", "3.6"]),
+        "pod_to_ready": ("s", ["3.7", "3.7"], ["3.3", "3.4"], ["3.4", "3.5"]),
+        "all_rewards": ("s", ["8.4"], ["97.6"], ["7.9", "8.2", "8.2"]),
+        "client_complete": ("s", ["12.7"], ["101.6"], ["12.9", "13.0", "12.2"]),
+    },
 }
 
 # The guide's rows in its order: (key, English label, the guide's own Chinese label).
@@ -4301,51 +4268,41 @@ _RUNTIME_ROWS = {
 }
 _ZH_COUNT = "一二三四五六七八九十"
 _TIMES = "\u00d7"  # the multiplication sign of the guide's "1 轮 TIMES 10 个任务"
-_WORDS = {
-    "en": {
-        "ms": "ms",
-        "s": "s",
-        "about": "about {}",
-        "rounds": "{n} rounds: {}",
-        "not": "not measured ({})",
-        "stand_in": "{} (stand-in: {})",
-        "buckets": "{} (kubelet buckets {})",
-        "run": "run {}",
-        "combined": "CreateContainer + StartContainer together",
-        "completed": "{} / {}, {}",
-        "all": "all rewards {}",
-        "sum": "reward sum {}",
-        "whole_seconds": "whole seconds",
-        "reference": "guide columns: published figures of {date}; conditions: {conditions}",
-        "separator": "; ",
-        "report_title": "# rl-batch-demo reproduce: the guide's section 六, one command",
-        "report_intro": "Image {image}, run by digest {pinned} in every group; context {context}; "
-        "{count} tasks per round.",
-        "report_header": "| group | directory | exit | namespace |",
-        "report_early": "The experiment stopped early: only the groups that finished are in the table.",
-    },
-    "zh": {
-        "ms": "毫秒",
-        "s": "秒",
-        "about": "约 {}",
-        "rounds": "{n}轮:{}",
-        "not": "未测量({})",
-        "stand_in": "{}(近似:{})",
-        "buckets": "{}(kubelet 分桶 {})",
-        "run": "运行 {}",
-        "combined": "CreateContainer 与 StartContainer 合计",
-        "completed": "{} / {},{}",
-        "all": "奖励均为 {}",
-        "sum": "奖励合计 {}",
-        "whole_seconds": "整秒",
-        "reference": "指南列：{date}发布的数据；条件：{conditions}。",
-        "separator": "；",
-        "report_title": "# rl-batch-demo reproduce：一条命令重做指南第六节",
-        "report_intro": "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
-        "report_header": "| 组 | 目录 | 退出码 | 命名空间 |",
-        "report_early": "实验提前结束：表中只有已完成的组。",
-    },
+# Each phrase of the guide's table and reproduce's report: (English, Chinese).
+_PHRASES = {
+    "ms": ("ms", "毫秒"),
+    "s": ("s", "秒"),
+    "about": ("about {}", "约 {}"),
+    "rounds": ("{n} rounds: {}", "{n}轮:{}"),
+    "not": ("not measured ({})", "未测量({})"),
+    "stand_in": ("{} (stand-in: {})", "{}(近似:{})"),
+    "buckets": ("{} (kubelet buckets {})", "{}(kubelet 分桶 {})"),
+    "run": ("run {}", "运行 {}"),
+    "combined": ("CreateContainer + StartContainer together", "CreateContainer 与 StartContainer 合计"),
+    "completed": ("{} / {}, {}", "{} / {},{}"),
+    "all": ("all rewards {}", "奖励均为 {}"),
+    "sum": ("reward sum {}", "奖励合计 {}"),
+    "whole_seconds": ("whole seconds", "整秒"),
+    "reference": (
+        "guide columns: published figures of {date}; conditions: {conditions}",
+        "指南列：{date}发布的数据；条件：{conditions}。",
+    ),
+    "separator": ("; ", "；"),
+    "report_title": (
+        "# rl-batch-demo reproduce: the guide's section 六, one command",
+        "# rl-batch-demo reproduce：一条命令重做指南第六节",
+    ),
+    "report_intro": (
+        "Image {image}, run by digest {pinned} in every group; context {context}; {count} tasks per round.",
+        "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
+    ),
+    "report_header": ("| group | directory | exit | namespace |", "| 组 | 目录 | 退出码 | 命名空间 |"),
+    "report_early": (
+        "The experiment stopped early: only the groups that finished are in the table.",
+        "实验提前结束：表中只有已完成的组。",
+    ),
 }
+_WORDS = {lang: {key: pair[i] for key, pair in _PHRASES.items()} for i, lang in enumerate(("en", "zh"))}
 
 
 def warmup_label_value(node: str) -> str:
@@ -4405,17 +4362,13 @@ def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) ->
     return f"{image_repository(image)}@{next(iter(digests))}"
 
 
-def _guide_number(value: float, unit: str, decimals: int) -> str:
-    return f"{value * 1000 if unit == 'ms' else value:.{decimals}f}"
-
-
-def _guide_pair(values: Sequence[float], seconds_decimals: int, lang: str) -> str:
+def _guide_pair(values: Sequence[float], lang: str) -> str:
     """P50 / P95 in one unit, as the guide prints them: ms below a second, else seconds."""
-    words = _WORDS[lang]
     if max(values) < 1:
-        decimals = 1 if min(values) < 0.01 else 0
-        return " / ".join(_guide_number(v, "ms", decimals) for v in values) + " " + words["ms"]
-    return " / ".join(_guide_number(v, "s", seconds_decimals) for v in values) + " " + words["s"]
+        scale, decimals, unit = 1000, 1 if min(values) < 0.01 else 0, "ms"
+    else:
+        scale, decimals, unit = 1, 2, "s"
+    return " / ".join(f"{v * scale:.{decimals}f}" for v in values) + " " + _WORDS[lang][unit]
 
 
 def _guide_scale(rounds: Any, tasks: Any, lang: str) -> str:
@@ -4434,13 +4387,14 @@ def _guide_rounds(values: Sequence[str], unit: str, lang: str) -> str:
     return words["rounds"].format(text, n=n)
 
 
-def _guide_reference_cell(column: JsonObject, key: str, lang: str) -> str:
+def _guide_reference_cell(group: int, key: str, lang: str) -> str:
     words = _WORDS[lang]
+    unit, *groups = GUIDE_REFERENCE["cells"][key]
+    values = groups[group]
     if key == "scale":
-        return _guide_scale(column["rounds"], column["tasks"], lang)
+        return _guide_scale(values[0], values[1], lang)
     if key == "completed":
-        return words["completed"].format(column["completed"], column["episodes"], words["all"].format(column["reward"]))
-    values, unit = column[key]
+        return words["completed"].format(*values[:2], words["all"].format(values[2]))
     if key in ("batch_ready", "all_rewards", "client_complete"):
         return _guide_rounds(values, unit, lang)
     return " / ".join(values) + " " + words[unit]
@@ -4471,17 +4425,14 @@ def _runtime_cell(results: Results, key: str, lang: str) -> str:
     if isinstance(pooled, dict):
         values = [finite_number(pooled.get("p50_seconds")), finite_number(pooled.get("p95_seconds"))]
         if all(v is not None for v in values):
-            text = _guide_pair([v for v in values if v is not None], 2, lang)
-            buckets = []
-            for name in ("p50_bucket", "p95_bucket"):
-                bucket = pooled.get(name)
-                if isinstance(bucket, list) and len(bucket) == 2:
-                    buckets.append(f"{bucket[0]}-{bucket[1]} s")
+            text = _guide_pair([v for v in values if v is not None], lang)
+            bounds = (pooled.get("p50_bucket"), pooled.get("p95_bucket"))
+            buckets = [f"{b[0]}-{b[1]} s" for b in bounds if isinstance(b, list) and len(b) == 2]
             return words["buckets"].format(text, " / ".join(buckets)) if buckets else text
     for phase in stand_ins:
         pair = _phase_pair(results, phase)
         if pair is not None:
-            name, text = phase, _guide_pair(pair, 2, lang)
+            name, text = phase, _guide_pair(pair, lang)
             if phase == "kernel_boot_to_process_start_seconds":
                 name = f"{phase}, {words['combined']}"
             if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
@@ -4504,16 +4455,10 @@ def guide_cells(results: Results, lang: str = "en") -> Dict[str, str]:
     }
     for key in _RUNTIME_ROWS:
         cells[key] = _runtime_cell(results, key, lang)
-    for key, phase, decimals in (
-        ("python_import", "python_import_seconds", 2),
-        ("import_to_ready", "import_to_ready_seconds", 2),
-    ):
+    for key, phase in (("python_import", "python_import_seconds"), ("import_to_ready", "import_to_ready_seconds")):
         pair = _phase_pair(results, phase)
-        cells[key] = _guide_pair(pair, decimals, lang) if pair else words["not"].format(phase)
-    pod = [
-        finite_number(results.get("pod_to_ready_p50_seconds")),
-        finite_number(results.get("pod_to_ready_p95_seconds")),
-    ]
+        cells[key] = _guide_pair(pair, lang) if pair else words["not"].format(phase)
+    pod = [finite_number(results.get(f"pod_to_ready_{stat}_seconds")) for stat in ("p50", "p95")]
     cells["pod_to_ready"] = (  # whole-second pod creation: tenths of a second, never milliseconds
         " / ".join(f"{v:.1f}" for v in pod if v is not None) + " " + words["s"]
         if all(v is not None for v in pod)
@@ -4540,7 +4485,7 @@ def guide_table(columns: List[Tuple[str, Results]], lang: str, reference: bool) 
     for key, english, chinese in GUIDE_ROWS:
         row = [chinese if lang == "zh" else english] + [column[key] for column in cells]
         if reference:
-            row += [_guide_reference_cell(column, key, lang) for column in GUIDE_REFERENCE["columns"]]
+            row += [_guide_reference_cell(group, key, lang) for group in range(len(GUIDE_REFERENCE["columns"]))]
         rows.append({"row": key, "cells": row})
     table: GuideTable = {"lang": lang, "header": header, "rows": rows}
     if reference:
