@@ -3692,9 +3692,10 @@ def junit_suites(
     if results is not None:
         for figures in results["round_results"]:  # one per round, even for one round
             number, job = figures["round"], figures["job"]
+            classname = f"{JUNIT_SUITE_NAME}.{job}"
             cases = [
                 _case(
-                    f"{JUNIT_SUITE_NAME}.{job}",
+                    classname,
                     str(row["pod"]),
                     _finite_seconds(difference(row.get("finished_at"), row.get("created_at"))),
                 )
@@ -3703,7 +3704,7 @@ def junit_suites(
             ]
             cases += [  # set aside under --max-failed-episodes: not judged, and the run did not fail for them
                 _case(
-                    f"{JUNIT_SUITE_NAME}.{job}",
+                    classname,
                     str(entry.get("pod")),
                     0.0,
                     "skipped",
@@ -3712,14 +3713,8 @@ def junit_suites(
                 for entry in results.get("failed_episodes") or []
                 if entry.get("round", 1) == number
             ]
-            suites.append(
-                {
-                    "round": number,
-                    "job": job,
-                    "time": _finite_seconds(figures.get("client_job_complete_seconds")),
-                    "cases": cases,
-                }
-            )
+            seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
+            suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
     else:
         for index, started in enumerate(rounds):
             in_progress = error is not None and index == len(rounds) - 1
@@ -3741,14 +3736,8 @@ def junit_suites(
                     phase = (status.get("phase") if isinstance(status, dict) else None) or "unknown"
                     reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
-            suites.append(
-                {
-                    "round": started["round"],
-                    "job": started["job"],
-                    "time": _job_seconds(started.get("job_object")),
-                    "cases": cases,
-                }
-            )
+            seconds = _job_seconds(started.get("job_object"))
+            suites.append({"round": started["round"], "job": started["job"], "time": seconds, "cases": cases})
     if not suites:
         suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
     last = suites[-1]["cases"]
@@ -3785,36 +3774,22 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def count(cases: List[JUnitCase], outcome: str) -> str:
-        return str(sum(1 for case in cases if case["outcome"] == outcome))
+    def attributes(cases: List[JUnitCase], seconds: float) -> Dict[str, str]:  # of <testsuites> and <testsuite>
+        outcomes = [case["outcome"] for case in cases]
+        counted = {"tests": None, "failures": "failure", "errors": "error", "skipped": "skipped"}
+        totals = {key: str(len(outcomes) if of is None else outcomes.count(of)) for key, of in counted.items()}
+        return {"name": JUNIT_SUITE_NAME, **totals, "time": f"{seconds:.3f}"}
 
     def short(message: str) -> str:
         text = xml_safe(message)
         return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
 
     every_case = [case for suite in suites for case in suite["cases"]]
-    root = ElementTree.Element(
-        "testsuites",
-        name=JUNIT_SUITE_NAME,
-        tests=str(len(every_case)),
-        failures=count(every_case, "failure"),
-        errors=count(every_case, "error"),
-        skipped=count(every_case, "skipped"),
-        time=f"{sum(suite['time'] for suite in suites):.3f}",
-    )
+    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites)))
     seen: Dict[Tuple[str, str], int] = {}
     for suite in suites:
         cases = suite["cases"]
-        element = ElementTree.SubElement(
-            root,
-            "testsuite",
-            name=JUNIT_SUITE_NAME,
-            tests=str(len(cases)),
-            failures=count(cases, "failure"),
-            errors=count(cases, "error"),
-            skipped=count(cases, "skipped"),
-            time=f"{suite['time']:.3f}",
-        )
+        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"]))
         suite_properties = dict(properties)
         if suite["round"] is not None:
             suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
@@ -3829,14 +3804,10 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
             testcase = ElementTree.SubElement(
                 element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
             )
-            if case["outcome"] == "failure":
-                ElementTree.SubElement(testcase, "failure", message=short(case["message"])).text = xml_safe(
-                    case["text"]
-                )
-            elif case["outcome"] == "error":
-                ElementTree.SubElement(testcase, "error", message=short(case["message"])).text = xml_safe(case["text"])
-            elif case["outcome"] == "skipped":
-                ElementTree.SubElement(testcase, "skipped", message=short(case["message"]))
+            if case["outcome"] != "passed":  # <failure>, <error> or <skipped>; a skipped case has no text
+                outcome = ElementTree.SubElement(testcase, case["outcome"], message=short(case["message"]))
+                if case["outcome"] != "skipped":
+                    outcome.text = xml_safe(case["text"])
             elif case["text"]:
                 ElementTree.SubElement(testcase, "system-out").text = xml_safe(case["text"])
     ElementTree.indent(root)
@@ -3901,16 +3872,12 @@ def _metric_families(
                 (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
             )
         phases = results.get("phases") or {}
-        for stat in ("p50", "p95", "max"):
+        for stat in ("p50", "p95", "max", "samples"):
             samples = [({"phase": phase[: -len("_seconds")]}, json_stat(phases.get(phase), stat)) for phase in PHASES]
-            families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
-        families.append(
-            (
-                "phase_samples",
-                "Episodes with a value for each phase.",
-                [({"phase": p[: -len("_seconds")]}, json_stat(phases.get(p), "samples")) for p in PHASES],
-            )
-        )
+            if stat == "samples":
+                families.append(("phase_samples", "Episodes with a value for each phase.", samples))
+            else:
+                families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
     return families
 
 
@@ -3924,11 +3891,7 @@ def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str
             families.setdefault(suffix, (help_text, []))[1].extend(({**labels, **extra}, v) for extra, v in samples)
     lines = []
     for suffix, (help_text, samples) in families.items():
-        written = [
-            (merged, text)
-            for merged, text in ((merged, _metric_number(value)) for merged, value in samples)
-            if text is not None
-        ]
+        written = [(merged, text) for merged, value in samples if (text := _metric_number(value)) is not None]
         if not written:
             continue
         name = METRICS_PREFIX + suffix
