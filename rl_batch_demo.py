@@ -1391,11 +1391,6 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
-    spec_extra: KubeObject = {}
-    if indexed or max_failed_episodes > 0:
-        spec_extra["completionMode"] = "Indexed"
-    if max_failed_episodes > 0:
-        spec_extra.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -1408,11 +1403,12 @@ def job_manifest(
             "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
-    if spec_extra:
-        spec = manifest["spec"]
-        if max_failed_episodes > 0:
-            del spec["backoffLimit"]
-        spec.update(spec_extra)
+    spec = manifest["spec"]
+    if indexed or max_failed_episodes > 0:
+        spec["completionMode"] = "Indexed"
+    if max_failed_episodes > 0:
+        del spec["backoffLimit"]
+        spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
     return manifest
 
 
@@ -1742,15 +1738,12 @@ def parse_event_line(text: str) -> Optional[JsonObject]:
         return None
     try:
         event = json.loads(stripped, parse_constant=_reject_constant)
-    except RecursionError:
-        if '"event"' not in stripped:
-            return None
-        raise EventParseError("is a malformed JSON event (nested too deeply)") from None
-    except ValueError as error:  # JSONDecodeError, NaN or Infinity, an integer of too many digits
+    except (RecursionError, ValueError) as error:  # JSONDecodeError, NaN or Infinity, an integer of too many digits
         if '"event"' not in stripped:
             return None
         detail = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
-        raise EventParseError(f"is a malformed JSON event ({detail[:120]})") from None
+        detail = "nested too deeply" if isinstance(error, RecursionError) else detail[:120]
+        raise EventParseError(f"is a malformed JSON event ({detail})") from None
     if not isinstance(event, dict) or "event" not in event:
         return None
     if not isinstance(event["event"], str):
@@ -1913,11 +1906,8 @@ def scheduled_event_time(
     for event in events:
         if event.get("reason") != "Scheduled" or not involves_pod(event, pod):
             continue
-        text = event.get("eventTime")
-        if not isinstance(text, str):
-            continue
         try:
-            moment = parse_timestamp(text)
+            moment = parse_timestamp(str(event.get("eventTime")))  # a missing or malformed one is no stamp
         except ValueError:
             continue
         if created_at - 1.0 <= moment and (finished_at is None or moment <= finished_at + 1.0):
@@ -1989,16 +1979,14 @@ def sandbox_clocks(
     was its first statement: read that way, its /proc figures are null."""
     process_started_at = finite_number(ready_event.get("process_started_at"))
     booted_at = finite_number(ready_event.get("kernel_booted_at"))
-    labels = {"first_statement_at": "first_statement_at", "process_started_at": "process_started_at"}
-    if "first_statement_at" in ready_event:
-        first_statement_at = finite_number(ready_event.get("first_statement_at"))
-    else:
-        first_statement_at, process_started_at, booted_at = process_started_at, None, None
-        labels["first_statement_at"] = "process_started_at"
+    first_statement_key = "first_statement_at" if "first_statement_at" in ready_event else "process_started_at"
+    first_statement_at = finite_number(ready_event.get(first_statement_key))
+    if first_statement_key == "process_started_at":
+        process_started_at, booted_at = None, None
     imports_done_at = finite_number(ready_event.get("imports_done_at"))
     for label, stamp in (
         ("process_started_at", process_started_at),
-        (labels["first_statement_at"], first_statement_at),
+        (first_statement_key, first_statement_at),
         ("imports_done_at", imports_done_at),
     ):
         if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
@@ -2027,13 +2015,8 @@ def sandbox_clocks(
         reference = process_started_at if process_started_at is not None else first_statement_at
         inside = reference is not None and created_at - 1.0 <= booted_at <= reference
         kernel = "sandbox" if inside else "shared"
-    return SandboxClocks(
-        process_started_at=process_started_at,
-        first_statement_at=first_statement_at,
-        imports_done_at=imports_done_at,
-        kernel_booted_at=booted_at if kernel == "sandbox" else None,
-        kernel=kernel,
-    )
+    sandbox_booted_at = booted_at if kernel == "sandbox" else None
+    return SandboxClocks(process_started_at, first_statement_at, imports_done_at, sandbox_booted_at, kernel)
 
 
 # Kubelet histograms (`run --kubelet-metrics`) ---------------------------------
@@ -2146,13 +2129,13 @@ def histogram_from_samples(
             if math.isnan(bound):
                 raise ValueError(f"{name} has a bucket without a numeric le")
             buckets[bound] = buckets.get(bound, 0.0) + number
-            seen = True
         elif name == family + "_sum":
             total += number
-            seen = True
         elif name == family + "_count":
             count += number
-            seen = True
+        else:
+            continue
+        seen = True
     if not seen:
         return None
     ordered = tuple(sorted(buckets.items()))
@@ -2872,8 +2855,7 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
 # the records and the numbers above.
 
 
-def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
-    verb, resource, group, subresource, _ = permission
+def permission_name(verb: str, resource: str, group: str, subresource: str, *_: object) -> str:
     name = f"{resource}.{group}" if group else resource
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
@@ -2899,23 +2881,12 @@ def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics:
 
 
 def denied_permissions(reviews: List[KubeObject]) -> List[str]:
-    denied = []
-    for review in reviews:
-        if review.get("status", {}).get("allowed") is True:
-            continue
-        attributes = review.get("spec", {}).get("resourceAttributes", {})
-        denied.append(
-            permission_name(
-                (
-                    attributes.get("verb", "?"),
-                    attributes.get("resource", "?"),
-                    attributes.get("group", ""),
-                    attributes.get("subresource", ""),
-                    False,
-                )
-            )
-        )
-    return sorted(denied)
+    denied = [review for review in reviews if review.get("status", {}).get("allowed") is not True]
+    asked = [review.get("spec", {}).get("resourceAttributes", {}) for review in denied]
+    return sorted(
+        permission_name(a.get("verb", "?"), a.get("resource", "?"), a.get("group", ""), a.get("subresource", ""))
+        for a in asked
+    )
 
 
 def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
@@ -3021,16 +2992,11 @@ def preflight_findings(
         else:
             runtimeclass_known = True
             scheduling = runtimeclass.value.get("scheduling") or {}
-            findings.append(
-                Finding(
-                    f"RuntimeClass {runtime}",
-                    True,
-                    f"handler {runtimeclass.value.get('handler')}, overhead "
-                    f"{json.dumps((runtimeclass.value.get('overhead') or {}).get('podFixed') or {}, sort_keys=True)}, "
-                    f"nodeSelector {json.dumps(scheduling.get('nodeSelector') or {}, sort_keys=True)}, "
-                    f"tolerations {len(scheduling.get('tolerations') or [])}",
-                )
-            )
+            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
+            detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
+            tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
+            findings.append(Finding(f"RuntimeClass {runtime}", True, detail + tolerations))
     if image is not None:
         findings.append(Finding("image", True, f"{image} (pulled by the nodes; not checked from here)"))
     if nodes is not None:
@@ -3076,7 +3042,7 @@ def _is_kubelet_metrics_review(review: KubeObject) -> bool:
 def kubelet_metrics_finding(context: str, reviews: List[KubeObject]) -> Finding:
     """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
     permission: it also allows exec into any pod on the node) and list nodes."""
-    denied = denied_permissions(reviews) if reviews else [permission_name(p) for p in KUBELET_METRICS_PERMISSIONS]
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in KUBELET_METRICS_PERMISSIONS]
     return Finding(
         "kubelet metrics",
         not denied,
