@@ -250,7 +250,8 @@ COMPARE_FIGURES = (
     ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
 )
 
-TIMELINE_BARS = (
+TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key
+TIMELINE_BARS: Tuple[TimelineStep, ...] = (
     ("waiting", "Job created -> pod created", "#c9ced6", "batch_start", "created_at"),
     ("pod start", "pod created -> container started", "#f2a541", "created_at", "container_started_at"),
     ("Python start", "container started -> ready", "#5b8def", "container_started_at", "ready_at"),
@@ -2253,15 +2254,14 @@ def runtime_operations(
         entry: NodeOperations = {**no_operations(), "foreign_operations": 0, "note": ""}
         nodes[node] = entry
         first, last = before.get(node), after.get(node)
-        problem = ""
         if first is None:
-            problem = "not read before the run (it was not an eligible node then)"
-        elif first.error or last is None or last.error:
-            problem = f"could not be read: {(first.error or (last.error if last else '')) or 'not read after the run'}"
-        if problem:
-            entry["note"] = problem
+            entry["note"] = "not read before the run (it was not an eligible node then)"
             continue
-        assert first is not None and last is not None
+        if first.error or last is None or last.error:
+            entry["note"] = (
+                f"could not be read: {(first.error or (last.error if last else '')) or 'not read after the run'}"
+            )
+            continue
         node_deltas: Dict[str, Histogram] = {}
         try:
             for operation, *_ in KUBELET_OPERATIONS:
@@ -2308,9 +2308,7 @@ def expected_operations(rows: Sequence[PodRow]) -> Dict[str, Dict[str, Optional[
         node = row["node"]
         if not node:
             continue
-        entry = expected.setdefault(
-            node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
-        )
+        entry = expected.setdefault(node, {operation: 0 for operation, *_ in KUBELET_OPERATIONS})
         for operation in ("RunPodSandbox", "CreateContainer", "StartContainer"):
             entry[operation] = (entry[operation] or 0) + 1
         state = row["image_pull"]["state"]
@@ -3354,21 +3352,19 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         "parallelism "
         f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
         f"{results['reward_sum']}",
-        "",
     ]
+    if results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:
+        lines.append(
+            f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
+            f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
+        )
     left_out = results.get("failed_episodes") or []
     if left_out:
-        lines.insert(
-            2,
+        lines.append(
             f"{len(left_out)} failed episode(s) left out of the reward figures "
-            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json",
+            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json"
         )
-    if results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:
-        lines.insert(
-            2,
-            f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
-            f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)",
-        )
+    lines.append("")
     batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
@@ -3899,14 +3895,7 @@ def _stamp_resolution(row: PodRow, key: str) -> float:
 
 
 def _timeline_step(
-    row: PodRow,
-    step: Tuple[str, str, str, str, str],
-    start_key: str,
-    top: float,
-    height: float,
-    origin: float,
-    scale: float,
-    later: Optional[float] = None,
+    row: PodRow, step: TimelineStep, top: float, height: float, origin: float, scale: float, later: Optional[float]
 ) -> Tuple[List[str], bool]:
     """One phase of one episode, drawn as a bar, or as a marker when it is shorter than its clocks
     can tell: within the resolution of its coarser stamp (less than a second against a
@@ -3914,7 +3903,7 @@ def _timeline_step(
     where the phase is known and a whisker across the window its whole-second end lies in (up to
     `later`, a finer stamp of a step that came after it), never a bar of the clock's second.
     Returns the SVG parts and whether a marker was drawn."""
-    name, meaning, colour, _, end_key = step
+    name, meaning, colour, start_key, end_key = step
     start, stop = row.get(start_key), row.get(end_key)
     if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)):
         return [], False
@@ -4007,23 +3996,19 @@ def render_timeline_svg(results: Results) -> str:
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
             drawn.append(f'<text x="10" y="{y + 12:.0f}">{_xml(row["pod"])}</text>')
             marks: List[str] = []  # drawn over the row's bars
+            finer = [  # each bar's end, where its stamp is finer than a second
+                json_number(row.get(end_key)) if _stamp_resolution(row, end_key) < 1 else None
+                for *_, end_key in TIMELINE_BARS
+            ]
             for index, step in enumerate(TIMELINE_BARS):
-                later = next(  # the first finer stamp after this step's end: its end came before it
-                    (
-                        stamp
-                        for following in TIMELINE_BARS[index + 1 :]
-                        if (stamp := json_number(row.get(following[4]))) is not None
-                        and _stamp_resolution(row, following[4]) < 1
-                    ),
-                    None,
-                )
-                top = y + 2
-                parts, marked = _timeline_step(row, step, step[3], top, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
+                # the first finer stamp after this step's end: its end came before it
+                later = next((stamp for stamp in finer[index + 1 :] if stamp is not None), None)
+                parts, marked = _timeline_step(row, step, y + 2, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
                 (marks if marked else drawn).extend(parts)
             for name, meaning, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
                 start_key = next((key for key in start_keys if row.get(key) is not None), start_keys[-1])
                 step = (name, meaning, colour, start_key, end_key)
-                parts, marked = _timeline_step(row, step, start_key, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale)
+                parts, marked = _timeline_step(row, step, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale, None)
                 (marks if marked else drawn).extend(parts)
                 strips.update([name] if parts else [])
             drawn += marks
