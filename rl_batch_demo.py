@@ -1978,6 +1978,7 @@ def sandbox_clocks(
     the container's finish + 1 s by the caller), and in the order the process lives them. A ready
     event without `first_statement_at` comes from an older worker, whose `process_started_at`
     was its first statement: read that way, its /proc figures are null."""
+    invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     process_started_at = finite_number(ready_event.get("process_started_at"))
     booted_at = finite_number(ready_event.get("kernel_booted_at"))
     first_statement_key = "first_statement_at" if "first_statement_at" in ready_event else "process_started_at"
@@ -1991,25 +1992,21 @@ def sandbox_clocks(
         ("imports_done_at", imports_done_at),
     ):
         if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
-            raise EpisodeInvalid(
-                name,
+            raise invalid(
                 f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
                 f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
-                "server and the nodes",
-                inspect,
+                "server and the nodes"
             )
     if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
-        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
+        raise invalid("its ready event says the imports finished before the process started")
     if (
         process_started_at is not None
         and first_statement_at is not None
         and process_started_at > first_statement_at + CLOCK_TICK_SLACK
     ):
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its ready event's process_started_at ({process_started_at:.3f}) is later than its first statement "
-            f"({first_statement_at:.3f}); the sandbox's clocks disagree",
-            inspect,
+            f"({first_statement_at:.3f}); the sandbox's clocks disagree"
         )
     kernel = None
     if booted_at is not None:
@@ -2342,24 +2339,23 @@ def episode_events(
     pod_name: str, log: Optional[PodLog], log_error: Optional[str], message_text: str, crosscheck: bool, inspect: str
 ) -> List[JsonObject]:
     """The episode's events from the log and the termination message, which must agree."""
+    invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
     message_events: Optional[List[JsonObject]] = None
     if message_text.strip():
         try:
             message_events = parse_events(message_text)
         except EventParseError as error:
-            raise EpisodeInvalid(pod_name, f"its termination message has a bad event: {error}", inspect) from None
+            raise invalid(f"its termination message has a bad event: {error}") from None
     if log is None:
         if crosscheck or message_events is None:
-            raise EpisodeInvalid(pod_name, f"its log could not be read ({log_error})", inspect)
+            raise invalid(f"its log could not be read ({log_error})")
         return message_events
     if log.error:
-        raise EpisodeInvalid(pod_name, f"its log has a bad event: {log.error}", inspect)
+        raise invalid(f"its log has a bad event: {log.error}")
     if message_events is not None and comparable_events(message_events) != comparable_events(log.events):
-        raise EpisodeInvalid(
-            pod_name,
+        raise invalid(
             "its log and its termination message report different events "
-            f"({describe_event_difference(log.events, message_events)})",
-            inspect,
+            f"({describe_event_difference(log.events, message_events)})"
         )
     return log.events
 
@@ -2379,80 +2375,63 @@ def validate_episode(
     is any finite number, and no baseline or test exit is required. `pod_events` are the
     cluster's events about this pod (Scheduled, Pulled), from the listing already read."""
     name = pod["metadata"]["name"]
+    invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     status = pod.get("status", {})
     container = _container_status(pod)
     terminated = container.get("state", {}).get("terminated") or {}
     if status.get("phase") != "Succeeded":
-        raise EpisodeInvalid(name, _phase_failure(pod), inspect)
+        raise invalid(_phase_failure(pod))
     if container.get("restartCount", 0) != 0:
-        raise EpisodeInvalid(name, f"the container restarted {short_repr(container['restartCount'])} times", inspect)
+        raise invalid(f"the container restarted {short_repr(container['restartCount'])} times")
     if not is_int(terminated.get("exitCode"), 0):
-        raise EpisodeInvalid(
-            name, f"the container exit code is {short_repr(terminated.get('exitCode'))}, not 0", inspect
-        )
+        raise invalid(f"the container exit code is {short_repr(terminated.get('exitCode'))}, not 0")
     ready = [event for event in events if event["event"] == "ready"]
     reward = [event for event in events if event["event"] == "reward"]
     if len(ready) != 1 or len(reward) != 1:
-        raise EpisodeInvalid(
-            name, f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward", inspect
-        )
+        raise invalid(f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward")
     ready_event, reward_event = ready[0], reward[0]
     if ready_event.get("episode_id") != name or reward_event.get("episode_id") != name:
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its events carry episode_id {short_repr(ready_event.get('episode_id'))} / "
-            f"{short_repr(reward_event.get('episode_id'))}, not the pod name",
-            inspect,
+            f"{short_repr(reward_event.get('episode_id'))}, not the pod name"
         )
     custom_reward = finite_number(reward_event.get("reward"))
     if not builtin_worker and (custom_reward is None or abs(custom_reward) > REWARD_LIMIT):
-        raise EpisodeInvalid(
-            name,
-            f"its reward {short_repr(reward_event.get('reward'))} is not a finite number within +-{REWARD_LIMIT:g}",
-            inspect,
+        raise invalid(
+            f"its reward {short_repr(reward_event.get('reward'))} is not a finite number within +-{REWARD_LIMIT:g}"
         )
     if builtin_worker and not (is_int(reward_event.get("reward"), 1) and is_int(reward_event.get("tests_exit"), 0)):
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"reward {short_repr(reward_event.get('reward'))} with tests exit "
             f"{short_repr(reward_event.get('tests_exit'))}; the fixed code must pass its tests "
-            "(reward the integer 1, tests exit the integer 0)",
-            inspect,
+            "(reward the integer 1, tests exit the integer 0)"
         )
     baseline_exit = reward_event.get("baseline_exit")
     if builtin_worker and (not is_int(baseline_exit) or baseline_exit == 0):
-        raise EpisodeInvalid(
-            name,
-            f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)",
-            inspect,
+        raise invalid(
+            f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)"
         )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
     reward_at = float(reward_event["at"])
     if not job_created_at <= created_at <= ready_at <= reward_at:
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             "timestamps out of order (Job creation <= pod creation <= ready <= reward fails: "
             f"{job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, {reward_at:.3f}); "
-            "check clock synchronisation between the API server and the nodes",
-            inspect,
+            "check clock synchronisation between the API server and the nodes"
         )
     scheduled_at = _condition_time(pod, "PodScheduled")
     started_at = optional_timestamp(terminated.get("startedAt"))
     finished_at = optional_timestamp(terminated.get("finishedAt"))
     if finished_at is not None and reward_at > finished_at + 1.0:  # finishedAt is truncated to the second
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}); the node's "
-            "clock runs ahead: check clock synchronisation between the API server and the nodes",
-            inspect,
+            "clock runs ahead: check clock synchronisation between the API server and the nodes"
         )
     if started_at is not None and ready_at < started_at - 1.0:  # startedAt is truncated to the second
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}); the "
-            "node's clock runs behind: check clock synchronisation between the API server and the nodes",
-            inspect,
+            "node's clock runs behind: check clock synchronisation between the API server and the nodes"
         )
     clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
     imports_done_at = clocks.imports_done_at
@@ -2925,22 +2904,18 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
 def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject]) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
-    overhead_memory = parse_quantity(overhead.get("memory", "0"))
-    pod_cpu = parse_quantity(POD_REQUESTS["cpu"]) + overhead_cpu
-    pod_memory = parse_quantity(POD_REQUESTS["memory"]) + overhead_memory
-    need_cpu, need_memory = count * pod_cpu, count * pod_memory
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in ("cpu", "memory")}
+    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in extra}
     eligible = eligible_nodes(nodes, runtimeclass)
-    have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
-    have_memory = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("memory", "0")) for n in eligible)
+    allocatable = [node.get("status", {}).get("allocatable", {}) for node in eligible]
+    have = {resource: sum(parse_quantity(node.get(resource, "0")) for node in allocatable) for resource in extra}
     text = (
-        f"{count} pods need {need_cpu:.1f} CPU and {need_memory / 2**30:.1f} GiB including "
-        f"{count * overhead_memory / 2**30:.1f} GiB of RuntimeClass overhead; {len(eligible)} eligible "
-        f"node{'s' if len(eligible) != 1 else ''} have {have_cpu:.1f} CPU and {have_memory / 2**30:.1f} GiB "
+        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
+        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {len(eligible)} eligible "
+        f"node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and {have['memory'] / 2**30:.1f} GiB "
         "allocatable (before what already runs there)"
     )
-    fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
-    return fits, text
+    return bool(eligible) and all(need[resource] <= have[resource] for resource in need), text
 
 
 def preflight_findings(
@@ -3513,13 +3488,8 @@ def render_events_text(events: List[KubeObject]) -> str:
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
     figures = list(COMPARE_FIGURES)
-    for phase in PHASES:
-        figures += [
-            (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
-            (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
-        ]
-    for operation, *_ in KUBELET_OPERATIONS:
-        figures += [(f"runtime_operations:{operation}", f"{operation} mean (s, kubelet)")]
+    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat} (s)") for phase in PHASES for stat in ("p50", "p95")]
+    figures += [(f"runtime_operations:{name}", f"{name} mean (s, kubelet)") for name, *_ in KUBELET_OPERATIONS]
     rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
