@@ -3248,8 +3248,9 @@ def figure_text(value: Optional[float], figure: str) -> str:
     return clocked_text(value, FIGURE_CLOCKS[figure])
 
 
-def _resolution_text(resolution: float) -> str:
-    return f"{resolution:g} s" if resolution >= 1 else f"{resolution * 1000:g} ms"
+def _exact_duration(seconds: float) -> str:
+    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
 
 
 def clocks_text(clocks: Clocks) -> str:
@@ -3258,10 +3259,10 @@ def clocks_text(clocks: Clocks) -> str:
     start, end, _ = clocks
     if start == end:
         resolution = CLOCK_RESOLUTION[start]
-        return f"{start}, {_resolution_text(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
     coarse = _resolution(clocks)
     named = [
-        f"{clock} {_resolution_text(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
         for clock in (start, end)
     ]
     return "mixed: " + " + ".join(named)
@@ -3407,12 +3408,7 @@ def _bucket_text(bucket: Any) -> str:
     if not bucket:
         return "-"
     lower, upper = bucket
-    return f"({_bound(lower)}, {_bound(upper) if upper is not None else '+Inf'}]"
-
-
-def _bound(seconds: float) -> str:
-    """A bucket's bound exactly as the kubelet defines it: "0 s", "12.5 ms", "1 s"."""
-    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
+    return f"({_exact_duration(lower)}, {_exact_duration(upper) if upper is not None else '+Inf'}]"
 
 
 def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
@@ -3906,7 +3902,7 @@ def _timeline_step(
     )
     return [
         f'<g class="marker" data-phase="{_xml(name)}" stroke="{colour}" stroke-width="1.5">'
-        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_resolution_text(resolution)} "
+        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_exact_duration(resolution)} "
         f"({_xml(clocks)}): between {window[0] - origin:.3f} and {window[1] - origin:.3f} s</title>"
         f'<line x1="{x(tick):.1f}" y1="{top:.1f}" x2="{x(tick):.1f}" y2="{top + height:.1f}" stroke-width="2.5"/>'
         f'<line x1="{x(window[0]):.1f}" y1="{middle:.1f}" x2="{x(window[1]):.1f}" y2="{middle:.1f}"/>{caps}</g>'
