@@ -165,22 +165,15 @@ CLOCK_CLIENT = "client"
 CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
 
 # Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
-# with its clock: the one place that says where a figure's ends come from.
+# by its clock: the one place that says where a figure's ends come from. batch_start is the Job's
+# creationTimestamp, scheduled_at the Scheduled event's eventTime (the PodScheduled condition's:
+# below); client_job_complete_seconds itself is timed on the client's monotonic clock.
 STAMP_CLOCKS = {
-    "batch_start": CLOCK_API,  # the Job's creationTimestamp
-    "created_at": CLOCK_API,
-    "scheduled_at": CLOCK_SCHEDULER,  # the Scheduled event's eventTime (the PodScheduled condition: below)
-    "container_started_at": CLOCK_API,
-    "finished_at": CLOCK_API,
-    "kernel_booted_at": CLOCK_TICKS,
-    "process_started_at": CLOCK_TICKS,
-    "first_statement_at": CLOCK_NODE,
-    "imports_done_at": CLOCK_NODE,
-    "ready_at": CLOCK_NODE,
-    "reward_at": CLOCK_NODE,
-    "observed_first_seen_at": CLOCK_CLIENT,
-    "client_submitted_at": CLOCK_CLIENT,  # client_job_complete_seconds is timed on the monotonic clock
-    "client_observed_complete_at": CLOCK_CLIENT,
+    **dict.fromkeys(("batch_start", "created_at", "container_started_at", "finished_at"), CLOCK_API),
+    "scheduled_at": CLOCK_SCHEDULER,
+    **dict.fromkeys(("kernel_booted_at", "process_started_at"), CLOCK_TICKS),
+    **dict.fromkeys(("first_statement_at", "imports_done_at", "ready_at", "reward_at"), CLOCK_NODE),
+    **dict.fromkeys(("observed_first_seen_at", "client_submitted_at", "client_observed_complete_at"), CLOCK_CLIENT),
 }
 
 # Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
@@ -1413,21 +1406,6 @@ def job_manifest(
     return manifest
 
 
-def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
-    """A Job of one episode (a warm-up or the probe) running the image as given, before any digest is
-    resolved."""
-    return job_manifest(
-        name=name,
-        namespace=namespace,
-        run_id=run_id,
-        count=1,
-        parallelism=1,
-        image=settings.given_image,
-        runtime=settings.runtime,
-        deadline_seconds=settings.deadline_seconds,
-    )
-
-
 def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
     """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
     return job_manifest(
@@ -1442,6 +1420,13 @@ def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id:
         indexed=settings.indexed,
         max_failed_episodes=settings.max_failed_episodes,
     )
+
+
+def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
+    """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
+    any digest is resolved."""
+    one_episode = dataclasses.replace(settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0)
+    return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
 
 def required_uid(obj: KubeObject, what: str) -> str:
