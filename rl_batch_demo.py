@@ -559,7 +559,6 @@ class RunSettings:
 
     @property
     def client_wait_seconds(self) -> int:
-        """How long the client waits for one Job: its deadline plus a grace period."""
         return self.deadline_seconds + CLIENT_GRACE_SECONDS
 
     def round_dir(self, round_number: int) -> Path:
@@ -1306,7 +1305,6 @@ def parse_tasks(data: bytes, where: str) -> List[JsonObject]:
 
 
 def task_id_of(task: Optional[JsonObject], index: int) -> Any:
-    """A task's "id" when it has one, else its index."""
     return task["id"] if task is not None and "id" in task else index
 
 
@@ -1496,7 +1494,6 @@ def _condition_time(obj: KubeObject, condition_type: str) -> Optional[float]:
 
 
 def job_condition(job: KubeObject) -> Optional[str]:
-    """'Complete' or 'Failed' once the Job has finished, else None."""
     condition = _true_condition(job, ("Complete", "Failed"))
     return str(condition["type"]) if condition else None
 
@@ -1870,7 +1867,6 @@ def involves_pod(event: KubeObject, pod: KubeObject) -> bool:
 
 
 def events_by_pod(events: List[KubeObject]) -> Dict[str, List[KubeObject]]:
-    """The namespace's events grouped by the name of the pod they are about."""
     grouped: Dict[str, List[KubeObject]] = {}
     for event in events:
         involved = event.get("involvedObject") if isinstance(event, dict) else None
