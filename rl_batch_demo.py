@@ -3602,26 +3602,16 @@ def junit_suites(
         for figures in results["round_results"]:  # one per round, even for one round
             number, job = figures["round"], figures["job"]
             classname = f"{JUNIT_SUITE_NAME}.{job}"
-            cases = [
-                _case(
-                    classname,
-                    str(row["pod"]),
-                    _finite_seconds(difference(row.get("finished_at"), row.get("created_at"))),
-                )
-                for row in results.get("pods") or []
-                if row.get("round", 1) == number
-            ]
-            cases += [  # set aside under --max-failed-episodes: not judged, and the run did not fail for them
-                _case(
-                    classname,
-                    str(entry.get("pod")),
-                    0.0,
-                    "skipped",
-                    f"left out of the figures (--max-failed-episodes): {entry.get('cause')}",
-                )
-                for entry in results.get("failed_episodes") or []
-                if entry.get("round", 1) == number
-            ]
+            cases = []
+            for row in results.get("pods") or []:
+                if row.get("round", 1) == number:
+                    taken = _finite_seconds(difference(row.get("finished_at"), row.get("created_at")))
+                    cases.append(_case(classname, str(row["pod"]), taken))
+            # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+            for entry in results.get("failed_episodes") or []:
+                if entry.get("round", 1) == number:
+                    why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
+                    cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
             suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
     else:
