@@ -7278,9 +7278,11 @@ Events go to stdout as JSON lines (the container log) and, trimmed to the kubele
 limit, to the termination message, so one `kubectl get pods` returns every reward.
 
 The reward comes from a structured report, not from the test process's exit code: the tests
-run in a child process under RUNNER_SOURCE, which writes which tests ran and how each ended to a
-pipe only that child holds. Reward 1 needs that report, exactly the three ShippingTest tests,
-all passed, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
+run in a child process under RUNNER_SOURCE, which gets the test source from this worker (never
+from the workspace), compiles the code under test from shipping.py's bytes, and writes which
+tests ran, how each ended and where both modules came from to a pipe only that child holds.
+Reward 1 needs that report, exactly the three ShippingTest tests, all passed, from the runner's
+own copy, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
 The worker always emits one `reward` event, then exits non-zero unless the reward is 1.
 """
 
@@ -7339,6 +7341,10 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "expected_failure", "unexpec
 MAX_REPORTED_TESTS = 10  # the `tests` field is bounded so the reward event always fits 4 KiB
 MAX_NAME = 100
 MAX_REASON = 300
+MAX_ORIGIN = 200
+CODE_FILE = WORKSPACE / "shipping.py"  # the code under test, graded from this file's bytes alone
+TEST_ORIGIN = "runner stdin"  # test_shipping's origin: compiled from the source the runner got on stdin
+GRADED_MODULES = ("shipping", "test_shipping")
 
 BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
 TEST_SOURCE = "\n".join(
@@ -7365,34 +7371,54 @@ TEST_SOURCE = "\n".join(
     ]
 )
 TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
+EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 
-# The test runner, started as `python -B -I -c RUNNER_SOURCE FD` in the workspace.
+# The test runner, started as `python -B -I -c RUNNER_SOURCE FD TEST_SHA256` in the workspace.
 #
 # Channel: the report goes to the write end of an os.pipe() the worker creates just before the
 # run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
-# runner makes the descriptor non-inheritable, so processes the tests start do not get it. A
-# one-time nonce arrives on stdin, is read before any test code is imported, and must come back
-# in the report. The worker accepts exactly one JSON document, so a fake report written next to
-# the real one makes the whole report undecodable.
+# runner makes the descriptor non-inheritable, so processes the tests start do not get it. On
+# stdin, a pipe only the worker holds, comes one JSON line: a one-time nonce, which must come
+# back in the report, the test source and the path of the code under test. The runner checks the
+# test source against TEST_SHA256 from its command line before anything from the workspace is
+# read. The worker accepts exactly one JSON document, so a fake report written next to the real
+# one makes the whole report undecodable.
+#
+# The two graded modules are never looked up by name: test_shipping is compiled from the source
+# that came on stdin (origin "runner stdin"), shipping from the bytes of the one file the worker
+# named (origin: that path), each registered in sys.modules under its name before the tests
+# import it. No .pyc is read for either, so a test_shipping/ or shipping/ package, a planted
+# __pycache__/*.pyc (-B stops writing bytecode, not reading it) or a compiled extension beside
+# them is never run in their place. The report names each module's origin and the sha256 of
+# what was compiled under its name.
 #
 # What this protects against: os._exit(0) or sys.exit(0) before or while the tests run (no
 # report, or one that says so), printing fake unittest output (stdout and stderr are never
 # parsed), skipping or adding tests (the report names every test that ran), files left in the
 # workspace or elsewhere beforehand (the pipe has no path and exists only for this run; another
-# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), and
-# modules in the workspace that shadow the runner's own imports (-I keeps the workspace off
-# sys.path until the runner has read the nonce and imported everything it needs).
+# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), files
+# that shadow the test module or the code under test (above), and modules in the workspace that
+# shadow the runner's own imports (-I keeps the workspace off sys.path, and ignores PYTHON*
+# variables, user site-packages, sitecustomize and .pth files there, until the runner has read
+# its stdin and imported everything it needs).
 #
 # What it does not protect against: code the tests import runs inside this very process, so it
 # can always forge the outcome: patch unittest or the result class, find the descriptor in
 # /proc/self/fd and the nonce in this module's frames, write a report that decodes and then
 # os._exit(0). The report is evidence that this runner finished, not proof of a correct fix.
-RUNNER_SOURCE = r"""import importlib
+RUNNER_SOURCE = r"""import hashlib
+import importlib.machinery
+import importlib.util
 import json
+import linecache
 import os
 import sys
 import traceback
 import unittest
+
+TEST_MODULE = "test_shipping"
+CODE_MODULE = "shipping"
+TEST_ORIGIN = "runner stdin"
 
 
 class RecordingResult(unittest.TextTestResult):
@@ -7451,15 +7477,50 @@ class RecordingResult(unittest.TextTestResult):
             self.note(test, "failed" if issubclass(err[0], test.failureException) else "error")
 
 
+def load_module(name, source, origin, filename):
+    # A module compiled from source the runner holds, never found on sys.path nor read from a .pyc;
+    # its origin is the file it was read from (then also its __file__), or where it came from.
+    spec = importlib.machinery.ModuleSpec(name, None, origin=origin)
+    spec.has_location = origin == filename
+    module = importlib.util.module_from_spec(spec)
+    code = compile(source, filename, "exec", dont_inherit=True)
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def origins(compiled):
+    # name -> the origin of the module sys.modules holds now, and the sha256 compiled under it.
+    found = {}
+    for name in (CODE_MODULE, TEST_MODULE):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        found[name] = {"origin": origin if isinstance(origin, str) else None, "sha256": compiled.get(name)}
+    return found
+
+
 def main():
-    nonce = sys.stdin.readline().strip()
     channel = int(sys.argv[1])
     os.set_inheritable(channel, False)
-    sys.path.insert(0, os.getcwd())
-    report = {"nonce": nonce, "tests": [], "error": None}
+    report = {"nonce": None, "tests": [], "error": None, "modules": {}}
+    compiled = {}
     result = None
     try:
-        module = importlib.import_module("test_shipping")
+        message = json.loads(sys.stdin.readline())
+        report["nonce"] = message["nonce"]
+        test_source = message["test_source"].encode("utf-8")
+        if hashlib.sha256(test_source).hexdigest() != sys.argv[2]:
+            raise ValueError("the test source on stdin does not match its sha256")
+        sys.path.insert(0, os.getcwd())  # for modules the code under test imports itself
+        with open(message["code_path"], "rb") as stream:
+            code_source = stream.read()
+        compiled[CODE_MODULE] = hashlib.sha256(code_source).hexdigest()
+        load_module(CODE_MODULE, code_source, message["code_path"], message["code_path"])
+        filename = "test_shipping.py (" + TEST_ORIGIN + ")"
+        lines = message["test_source"].splitlines(True)
+        linecache.cache[filename] = (len(test_source), None, lines, filename)  # for tracebacks
+        compiled[TEST_MODULE] = sys.argv[2]
+        module = load_module(TEST_MODULE, test_source, TEST_ORIGIN, filename)
         suite = unittest.defaultTestLoader.loadTestsFromModule(module)
         result = unittest.TextTestRunner(stream=sys.stderr, resultclass=RecordingResult).run(suite)
     except BaseException as error:  # SystemExit at import too: the report says so
@@ -7467,6 +7528,7 @@ def main():
         report["error"] = (type(error).__name__ + ": " + str(error))[:200]
     if result is not None:
         report["tests"] = result.entries
+    report["modules"] = origins(compiled)
     with os.fdopen(channel, "wb") as stream:
         stream.write(json.dumps(report).encode())
     return 0 if result is not None and report["error"] is None and result.wasSuccessful() else 1
@@ -7613,7 +7675,7 @@ def run_tests(timeout):
     try:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end)],
+                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
                 cwd=str(WORKSPACE),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -7627,7 +7689,8 @@ def run_tests(timeout):
             os.close(write_end)
         reader = ReportReader(read_end)
         try:
-            stdout, stderr = process.communicate((nonce + "\n").encode(), timeout=timeout)
+            message = {"nonce": nonce, "test_source": TEST_SOURCE, "code_path": str(CODE_FILE)}
+            stdout, stderr = process.communicate((json.dumps(message) + "\n").encode(), timeout=timeout)
         except subprocess.TimeoutExpired as expired:
             kill_group(process)
             output, _ = decode(expired.stderr or b"")
@@ -7649,11 +7712,12 @@ def file_sha256(path):
 
 
 def reported_tests(run):
-    """(the report's entries as [name, outcome] pairs, or None, and the reason it is unusable)."""
+    """(the report's entries as [name, outcome] pairs, or None; its `modules` field, bounded;
+    the reason it is unusable, or None)."""
     if not run.report:
-        return None, f"tests exited {run.exit_code} but the runner reported nothing"
+        return None, {}, f"tests exited {run.exit_code} but the runner reported nothing"
     if len(run.report) > REPORT_LIMIT:
-        return None, f"test report too large (over {REPORT_LIMIT // 1024} KiB)"
+        return None, {}, f"test report too large (over {REPORT_LIMIT // 1024} KiB)"
     try:
         report = json.loads(run.report.decode("utf-8"))
         if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
@@ -7665,12 +7729,27 @@ def reported_tests(run):
                 raise ValueError("not a test entry")
             pairs.append((entry[0], entry[1] if entry[1] in OUTCOMES else "invalid"))
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None, "test report undecodable"
+        return None, {}, "test report undecodable"
     if report.get("nonce") != run.nonce:
-        return None, "test report not written by the runner (wrong nonce)"
+        return None, {}, "test report not written by the runner (wrong nonce)"
+    modules = modules_field(report.get("modules"))
     if report.get("error") is not None:
-        return pairs, "runner error: " + printable(report["error"], 200)
-    return pairs, None
+        return pairs, modules, "runner error: " + printable(report["error"], 200)
+    return pairs, modules, None
+
+
+def modules_field(reported):
+    """name -> {origin, sha256} of the two graded modules as the runner reports them, bounded:
+    where each came from and the sha256 of the source compiled under its name (None: unknown)."""
+    modules = {}
+    for name in GRADED_MODULES:
+        entry = reported.get(name) if isinstance(reported, dict) else None
+        entry = entry if isinstance(entry, dict) else {}
+        modules[name] = {
+            key: printable(entry[key], MAX_ORIGIN) if isinstance(entry.get(key), str) else None
+            for key in ("origin", "sha256")
+        }
+    return modules
 
 
 def tests_field(pairs):
@@ -7690,14 +7769,22 @@ def short(name):
 
 
 def grade(run, file_unchanged):
-    """(reward, reason, tests): reward 1 only for the runner's report of exactly the three named
-    tests, all passed, exit code 0, an unchanged test file and output that decodes."""
-    pairs, problem = reported_tests(run)
-    tests = tests_field(pairs or [])
-    if not file_unchanged:
-        return 0, "test file changed", tests
-    if problem is not None:
-        return 0, problem, tests
+    """(reward, reason, tests, modules): reward 1 only for the runner's report of exactly the three
+    named tests, all passed, run from the runner's own copy against shipping.py's bytes, exit code
+    0, an unchanged test file and output that decodes."""
+    pairs, modules, problem = reported_tests(run)
+    reason = "test file changed" if not file_unchanged else problem or grade_problem(run, pairs, modules)
+    return (0 if reason else 1), reason, tests_field(pairs or []), modules
+
+
+def grade_problem(run, pairs, modules):
+    """Why a decodable report of the runner earns nothing, or None."""
+    if modules["test_shipping"] != EXPECTED_TEST_MODULE:
+        origin = modules["test_shipping"]["origin"]
+        return printable(f"the tests did not run from the runner's own copy (origin {origin})", MAX_REASON)
+    if modules["shipping"]["origin"] != str(CODE_FILE):
+        origin = modules["shipping"]["origin"]
+        return printable(f"the code under test is not {CODE_FILE.name} (origin {origin})", MAX_REASON)
     names = [name for name, _ in pairs]
     missing = [short(name) for name in EXPECTED_TESTS if name not in names]
     unexpected = sorted({short(name) for name in names if name not in EXPECTED_TESTS})
@@ -7707,15 +7794,15 @@ def grade(run, file_unchanged):
         for label, items in (("missing", missing), ("unexpected", unexpected), ("ran more than once", repeated)):
             if items:
                 parts.append(label + " " + ", ".join(items))
-        return 0, printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON), tests
+        return printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON)
     bad = [f"{short(name)} {outcome}" for name, outcome in pairs if outcome != "passed"]
     if bad:
-        return 0, printable(", ".join(bad), MAX_REASON), tests
+        return printable(", ".join(bad), MAX_REASON)
     if run.exit_code != 0:
-        return 0, f"tests exited {run.exit_code} although the runner reported every test passed", tests
+        return f"tests exited {run.exit_code} although the runner reported every test passed"
     if not (decode(run.stdout)[1] and decode(run.stderr)[1]):
-        return 0, "test output undecodable (not UTF-8)", tests
-    return 1, None, tests
+        return "test output undecodable (not UTF-8)"
+    return None
 
 
 def agent_action(source):
@@ -7730,7 +7817,7 @@ def on_sigterm(signum, frame):
 def episode(fields):
     """Fill in the reward event's fields; raise EpisodeFailed (or anything) for reward 0."""
     timeout = test_timeout()
-    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE, encoding="utf-8")
+    CODE_FILE.write_text(BUGGY_SOURCE, encoding="utf-8")
     WORKSPACE.joinpath("test_shipping.py").write_bytes(TEST_SOURCE.encode())
     emit(
         "ready",
@@ -7744,8 +7831,8 @@ def episode(fields):
     except EpisodeFailed as failure:
         raise EpisodeFailed("baseline: " + failure.reason) from None
     fields["baseline_exit"] = baseline.exit_code
-    source = WORKSPACE.joinpath("shipping.py").read_text(encoding="utf-8")
-    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source), encoding="utf-8")
+    source = CODE_FILE.read_text(encoding="utf-8")
+    CODE_FILE.write_text(agent_action(source), encoding="utf-8")
     test_file = WORKSPACE.joinpath("test_shipping.py")
     unchanged_before = file_sha256(test_file) == TEST_SHA256
     try:
@@ -7758,13 +7845,13 @@ def episode(fields):
     unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
     fields["tests_exit"] = run.exit_code
     fields["tests_output"], _ = decode(run.stderr)
-    fields["reward"], reason, fields["tests"] = grade(run, unchanged)
+    fields["reward"], reason, fields["tests"], fields["modules"] = grade(run, unchanged)
     if reason is not None:
         fields["reason"] = reason
 
 
 def main():
-    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}}
+    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}, "modules": {}}
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         episode(fields)

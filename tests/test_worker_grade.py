@@ -29,6 +29,22 @@ ALL_PASSED = {
 }
 
 FORGED_TESTS = [[name, "passed"] for name in ALL_PASSED]
+TEST_SHA256 = "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb"  # of the built-in tests
+
+
+def adding_tests(extra: str) -> str:
+    """An agent action: the fix, plus code under test that calls `extra(module)` (defined in
+    `extra`) on the test module just before the runner loads the tests from it (in-process, as
+    any code under test can)."""
+    code = (
+        "\nimport sys, unittest\n"
+        "_load = unittest.TestLoader.loadTestsFromModule\n"
+        "def _load_more(self, module, *args, **kwargs):\n"
+        "    extra(module)\n"
+        "    return _load(self, module, *args, **kwargs)\n"
+        "unittest.TestLoader.loadTestsFromModule = _load_more\n"
+    )
+    return f"return source.replace('total > 99', 'total >= 99') + {code + textwrap.dedent(extra)!r}"
 
 
 def worker_source(agent_action: Optional[str]) -> str:
@@ -177,8 +193,9 @@ class WorkerGradeTest(unittest.TestCase):
             return source
             """
         )
-        self.assertEqual(episode.reward["tests_exit"], 0)
-        self.assertEqual(episode.reward["tests"], ALL_PASSED)
+        # The runner's own copy ran, not the weakened file: the boundary test still fails.
+        self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
+        self.assertEqual(episode.reward["modules"]["test_shipping"], {"origin": "runner stdin", "sha256": TEST_SHA256})
         self.assert_reward_zero(episode, "test file changed")
 
     def test_test_file_restored_during_the_run_still_counts_as_changed(self) -> None:
@@ -189,7 +206,7 @@ class WorkerGradeTest(unittest.TestCase):
             return source + "open('test_shipping.py', 'w').write(%r)\\n" % TEST_SOURCE
             """
         )
-        self.assertEqual(episode.reward["tests_exit"], 0)
+        self.assertNotEqual(episode.reward["tests_exit"], 0)
         self.assert_reward_zero(episode, "test file changed")
 
     def test_undecodable_output_is_a_reason_not_a_crash(self) -> None:
@@ -237,17 +254,16 @@ class WorkerGradeTest(unittest.TestCase):
 
     def test_many_tests_and_long_output_still_fit_the_termination_message(self) -> None:
         episode = self.run_worker(
-            """
-            return source.replace("total > 99", "total >= 99") + (
-                "import sys, unittest\\n"
-                "sys.stderr.write('x' * 20000)\\n"
-                "module = sys.modules['test_shipping']\\n"
-                "for i in range(30):\\n"
-                "    name = 'Extra%d' % i + '\\u00e9' * 100\\n"
-                "    body = {'test_' + 'y' * 300: lambda self: None}\\n"
-                "    setattr(module, name, type(name, (unittest.TestCase,), body))\\n"
-            )
-            """,
+            adding_tests(
+                """
+                sys.stderr.write('x' * 20000)
+                def extra(module):
+                    for i in range(30):
+                        name = 'Extra%d' % i + '\u00e9' * 100
+                        body = {'test_' + 'y' * 300: lambda self: None}
+                        setattr(module, name, type(name, (unittest.TestCase,), body))
+                """
+            ),
             RL_DEMO_TEST_TIMEOUT="10",
         )
         tests = episode.reward["tests"]
@@ -259,15 +275,14 @@ class WorkerGradeTest(unittest.TestCase):
 
     def test_report_larger_than_the_pipe_buffer_does_not_stall_the_runner(self) -> None:
         episode = self.run_worker(
-            """
-            return source.replace("total > 99", "total >= 99") + (
-                "import sys, unittest\\n"
-                "module = sys.modules['test_shipping']\\n"
-                "for i in range(100):\\n"
-                "    name = 'Extra%d' % i + '\\u00e9' * 200\\n"
-                "    setattr(module, name, type(name, (unittest.TestCase,), {'test_x': lambda self: None}))\\n"
-            )
-            """,
+            adding_tests(
+                """
+                def extra(module):
+                    for i in range(100):
+                        name = 'Extra%d' % i + '\u00e9' * 200
+                        setattr(module, name, type(name, (unittest.TestCase,), {'test_x': lambda self: None}))
+                """
+            ),
             RL_DEMO_TEST_TIMEOUT="10",
         )
         self.assertEqual(episode.reward["tests_exit"], 0)
