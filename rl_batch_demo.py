@@ -89,6 +89,12 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
+# The built-in worker's reward event names where its tests came from (`modules`): the runner's own
+# copy, given on its stdin, with the payload's TEST_SHA256 (tests/test_worker_grade.py checks both).
+BUILTIN_TEST_MODULE = {
+    "origin": "runner stdin",
+    "sha256": "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb",
+}
 
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
@@ -2167,6 +2173,16 @@ def validate_episode(
         raise EpisodeInvalid(
             name,
             f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)",
+            inspect,
+        )
+    modules = reward_event.get("modules")
+    test_module = modules.get("test_shipping") if isinstance(modules, dict) else None
+    if builtin_worker and test_module != BUILTIN_TEST_MODULE:
+        raise EpisodeInvalid(
+            name,
+            f"its reward event does not show the built-in tests run from the runner's own copy (modules.test_shipping "
+            f"is {short_repr(test_module)}, not origin {BUILTIN_TEST_MODULE['origin']!r} with sha256 "
+            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)",
             inspect,
         )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])

@@ -4,6 +4,7 @@ ends in one reward event with a reason."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -29,7 +30,64 @@ ALL_PASSED = {
 }
 
 FORGED_TESTS = [[name, "passed"] for name in ALL_PASSED]
-TEST_SHA256 = "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb"  # of the built-in tests
+BUGGY = "def shipping(total):\n    return 0 if total > 99 else 10\n"  # shipping.py before the agent acts
+
+
+# Test classes that pass whatever the code does, named as the built-in ones.
+PASSING_TESTS = (
+    "import unittest\n\n\nclass ShippingTest(unittest.TestCase):\n"
+    "    def test_below(self):\n        pass\n\n"
+    "    def test_boundary(self):\n        pass\n\n"
+    "    def test_above(self):\n        pass\n"
+)
+# Bytecode the import system takes for a source file: a timestamp .pyc carrying the file's own
+# mtime and size (what py_compile writes; `-B` stops writing bytecode, not reading it), or an
+# unchecked hash-based one (PEP 552), which is used without looking at the source at all.
+PLANT_PYC = """
+import importlib.util, marshal, os
+
+
+def plant_pyc(path, source, checked=True):
+    stat = os.stat(path)
+    if checked:
+        fields = (0, int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF)
+    else:
+        fields = (1, 0, 0)  # flags: hash-based, unchecked; the hash is never compared
+    header = b"".join(field.to_bytes(4, "little") for field in fields)
+    pyc = importlib.util.cache_from_source(str(path))
+    os.makedirs(os.path.dirname(pyc), exist_ok=True)
+    with open(pyc, "wb") as stream:
+        stream.write(importlib.util.MAGIC_NUMBER + header + marshal.dumps(compile(source, str(path), "exec")))
+"""
+# Code that puts the fixed function in sys.modules as `shipping` wherever Python runs it.
+SHADOW_SHIPPING = (
+    f"import sys, types; sys.modules['shipping'] = m = types.ModuleType('shipping'); exec({FIXED!r}, m.__dict__)"
+)
+# Agent actions that leave shipping.py's bug in place and put something in the workspace that
+# the runner's import of a graded module could find instead. The first four earned reward 1
+# before the runner compiled both modules itself; the last two never did (-I: the workspace is
+# no site directory and is not on sys.path at start-up) and stay as guards.
+SHADOWS = {
+    "a test_shipping/ package": (
+        'package = WORKSPACE / "test_shipping"\n'
+        "package.mkdir()\n"
+        f'(package / "__init__.py").write_text({PASSING_TESTS!r})\n'
+    ),
+    "a planted test_shipping .pyc with the test file's mtime and size": (
+        f'{PLANT_PYC}\nplant_pyc(WORKSPACE / "test_shipping.py", {PASSING_TESTS!r})\n'
+    ),
+    "a shipping/ package with the fix beside the unfixed shipping.py": (
+        f'package = WORKSPACE / "shipping"\npackage.mkdir()\n(package / "__init__.py").write_text({FIXED!r})\n'
+    ),
+    "a planted unchecked shipping .pyc with the fix": (
+        f'{PLANT_PYC}\nplant_pyc(WORKSPACE / "shipping.py", {FIXED!r}, checked=False)\n'
+    ),
+    "a .pth file in the workspace": f'WORKSPACE.joinpath("shadow.pth").write_text({SHADOW_SHIPPING + chr(10)!r})\n',
+    "sitecustomize and usercustomize in the workspace": (
+        'for name in ("sitecustomize.py", "usercustomize.py"):\n'
+        f"    WORKSPACE.joinpath(name).write_text({SHADOW_SHIPPING + chr(10)!r})\n"
+    ),
+}  # each an agent action's body but its last line, `return source`
 
 
 def adding_tests(extra: str) -> str:
@@ -60,8 +118,11 @@ def worker_source(agent_action: Optional[str]) -> str:
 
 
 class Episode:
-    def __init__(self, result: subprocess.CompletedProcess[str], termination: str, seconds: float) -> None:
+    def __init__(
+        self, result: subprocess.CompletedProcess[str], termination: str, seconds: float, workspace: Path
+    ) -> None:
         self.result = result
+        self.workspace = workspace  # gone once the episode has ended: a name to compare with
         self.termination = termination
         self.seconds = seconds
         self.events: List[Dict[str, Any]] = demo.parse_events(result.stdout)
@@ -93,7 +154,7 @@ class WorkerGradeTest(unittest.TestCase):
                 [sys.executable, "-B", str(script)], env=full_env, capture_output=True, text=True, timeout=60
             )
             seconds = time.monotonic() - started
-            return Episode(result, termination.read_text() if termination.exists() else "", seconds)
+            return Episode(result, termination.read_text() if termination.exists() else "", seconds, workspace)
 
     def assert_reward_zero(self, episode: Episode, reason: str) -> None:
         self.assertEqual(episode.reward["reward"], 0, episode.reward)
@@ -107,6 +168,11 @@ class WorkerGradeTest(unittest.TestCase):
             demo.comparable_events(demo.parse_events(episode.termination)), demo.comparable_events(episode.events)
         )
 
+    def modules(self, episode: Episode, code: str) -> Dict[str, Dict[str, str]]:
+        """The reward event's `modules` when the runner graded `code` against its own tests."""
+        graded = {"origin": str(episode.workspace / "shipping.py"), "sha256": hashlib.sha256(code.encode()).hexdigest()}
+        return {"shipping": graded, "test_shipping": demo.BUILTIN_TEST_MODULE}
+
     def test_normal_run_rewards_the_three_passed_tests(self) -> None:
         episode = self.run_worker()
         self.assertEqual(episode.result.returncode, 0, episode.result.stderr)
@@ -115,6 +181,7 @@ class WorkerGradeTest(unittest.TestCase):
         self.assertEqual((reward["reward"], reward["tests_exit"]), (1, 0))
         self.assertNotIn(reward["baseline_exit"], (0, None))
         self.assertEqual(reward["tests"], ALL_PASSED)
+        self.assertEqual(reward["modules"], self.modules(episode, FIXED))  # the client's BUILTIN_TEST_MODULE too
         self.assertNotIn("reason", reward)
         self.assertIn("Ran 3 tests", reward["tests_output"])
         self.assert_termination_matches(episode)
@@ -174,6 +241,32 @@ class WorkerGradeTest(unittest.TestCase):
         self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
         self.assert_reward_zero(episode, "ShippingTest.test_boundary failed")
 
+    def test_no_file_in_the_workspace_shadows_a_graded_module(self) -> None:
+        for attack, action in SHADOWS.items():
+            with self.subTest(attack):
+                episode = self.run_worker(action + "return source\n")
+                self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
+                self.assertEqual(episode.reward["modules"], self.modules(episode, BUGGY))
+                self.assert_reward_zero(episode, "ShippingTest.test_boundary failed")
+
+    def test_tests_run_from_the_runners_copy_even_when_the_file_is_gone(self) -> None:
+        episode = self.run_worker(
+            """
+            WORKSPACE.joinpath("test_shipping.py").unlink()
+            return source.replace("> 99", ">= 99")
+            """
+        )
+        self.assertEqual(episode.reward["tests"], ALL_PASSED)
+        self.assertEqual(episode.reward["modules"], self.modules(episode, FIXED))
+        self.assert_reward_zero(episode, "test file changed")
+
+    def test_code_under_test_that_replaces_a_graded_module_earns_nothing(self) -> None:
+        # In-process code can do anything (docs/safety.md); one that swaps the modules under their
+        # names without caring for their origin is caught by it.
+        episode = self.run_worker(f"return source + {SHADOW_SHIPPING + chr(10)!r}")
+        self.assertEqual(episode.reward["modules"]["shipping"]["origin"], None)
+        self.assert_reward_zero(episode, "the code under test is not shipping.py (origin None)")
+
     def test_hanging_test_times_out(self) -> None:
         episode = self.run_worker('return source + "import time; time.sleep(1000)\\n"', RL_DEMO_TEST_TIMEOUT="0.5")
         self.assertIsNone(episode.reward["tests_exit"])
@@ -195,7 +288,7 @@ class WorkerGradeTest(unittest.TestCase):
         )
         # The runner's own copy ran, not the weakened file: the boundary test still fails.
         self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
-        self.assertEqual(episode.reward["modules"]["test_shipping"], {"origin": "runner stdin", "sha256": TEST_SHA256})
+        self.assertEqual(episode.reward["modules"]["test_shipping"], demo.BUILTIN_TEST_MODULE)
         self.assert_reward_zero(episode, "test file changed")
 
     def test_test_file_restored_during_the_run_still_counts_as_changed(self) -> None:
