@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
-from tests.fakecluster import ENVIRONMENT
+from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
+from tests.test_run import run_script
 
 MAIN_GUARD = 'if __name__ == "__main__":\n'
 FIXED = "def shipping(total):\n    return 0 if total >= 99 else 10\n"
@@ -408,6 +409,52 @@ class WorkerGradeTest(unittest.TestCase):
             self.assertEqual(len(rewards), 1, stdout)
             self.assertEqual(rewards[0]["reward"], 0)
             self.assertIn("terminated by signal", rewards[0]["reason"])
+
+
+class ShadowedGradeOnTheFakeTest(unittest.TestCase):
+    """The same attacks end to end: the built-in worker with its agent replaced, as `run --worker`
+    on the fake cluster, one attack per task. It exits 0 whatever the reward (the protocol of a
+    custom worker), so every episode validates and its reward and reason reach rewards.jsonl."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def test_every_shadow_earns_reward_zero_through_the_cluster(self) -> None:
+        branches = "".join(
+            f"if attack == {index}:\n" + textwrap.indent(body + "return source\n", "    ")
+            for index, body in enumerate(SHADOWS.values())
+        )
+        action = (
+            "import json, os\n"
+            "tasks = open(os.environ.get('RL_DEMO_TASKS', '/demo/tasks.jsonl')).read().splitlines()\n"
+            "attack = json.loads(tasks[int(os.environ['JOB_COMPLETION_INDEX'])])['attack']\n"
+            f"{branches}raise AssertionError(attack)\n"
+        )
+        exit_call = "    sys.exit(main())\n"
+        source = worker_source(action)
+        self.assertEqual(source.count(exit_call), 1, "update this test: the worker's exit changed")
+        source = source.replace(exit_call, "    main()\n    sys.exit(0)\n")
+        with tempfile.TemporaryDirectory(prefix="rl-demo-shadow-") as scratch:
+            root = Path(scratch)
+            worker, tasks, output = root / "shadowing_worker.py", root / "tasks.jsonl", root / "out"
+            worker.write_text(source)
+            tasks.write_text("".join(json.dumps({"id": name, "attack": i}) + "\n" for i, name in enumerate(SHADOWS)))
+            cluster = FakeCluster(root / "cluster")
+            self.addCleanup(cluster.close)
+            argv = ["run", "--output", str(output), "--quiet", "--count", str(len(SHADOWS))]
+            result = run_script([*argv, "--worker", str(worker), "--tasks", str(tasks)], cluster.env(), root)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            rewards = [json.loads(line) for line in (output / "rewards.jsonl").read_text().splitlines()]
+            results = json.loads((output / "results.json").read_text())
+        self.assertEqual([row["task_id"] for row in rewards], list(SHADOWS))
+        for row in rewards:
+            with self.subTest(row["task_id"]):
+                self.assertEqual((row["reward"], row["failure"]), (0, None))
+                self.assertEqual(row["info"]["reason"], "ShippingTest.test_boundary failed")
+                self.assertEqual(row["info"]["modules"]["test_shipping"], demo.BUILTIN_TEST_MODULE)
+                self.assertEqual(
+                    row["info"]["modules"]["shipping"]["sha256"], hashlib.sha256(BUGGY.encode()).hexdigest()
+                )
+        self.assertEqual(results["reward_sum"], 0)
 
 
 if __name__ == "__main__":
