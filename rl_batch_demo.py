@@ -1008,15 +1008,27 @@ def task_id_of(task: Optional[Dict[str, Any]], index: int) -> Any:
 
 
 def check_worker_source(data: bytes, where: str) -> str:
-    """A --worker file's text, once it decodes as UTF-8 and compiles as Python."""
+    """A --worker file's text, once it decodes as UTF-8 and compiles as Python. It is compiled from
+    its bytes, as Python reads a script (a UTF-8 BOM and a coding declaration count), and kept as
+    it is, a BOM included, for the pod's Python to read the same way. A file that Python could not
+    compile (a NUL byte, nesting deeper than its parser or compiler goes) is bad input, exit 2."""
     source = utf8_text(data, f"--worker {where}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        raise DemoError(f"--worker {where} line {line} has a NUL byte, which Python refuses in source code", EXIT_USAGE)
     try:
-        compile(source, where, "exec", dont_inherit=True)
+        compile(data, where, "exec", dont_inherit=True)
     except SyntaxError as error:
+        at = f" line {error.lineno}" if error.lineno else ""
+        raise DemoError(f"--worker {where}{at} does not compile as Python: {error.msg}", EXIT_USAGE) from None
+    except (RecursionError, MemoryError) as error:  # the parser's or the compiler's stack, by version
         raise DemoError(
-            f"--worker {where} line {error.lineno} does not compile as Python: {error.msg}", EXIT_USAGE
+            f"--worker {where} is nested too deeply for Python to compile ({type(error).__name__}); "
+            "the pod's Python would refuse it too",
+            EXIT_USAGE,
         ) from None
-    except ValueError as error:  # a NUL byte
+    except ValueError as error:
         raise DemoError(f"--worker {where} does not compile as Python: {error}", EXIT_USAGE) from None
     return source
 
