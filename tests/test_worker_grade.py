@@ -268,6 +268,14 @@ class WorkerGradeTest(unittest.TestCase):
         self.assertEqual(episode.reward["modules"]["shipping"]["origin"], None)
         self.assert_reward_zero(episode, "the code under test is not shipping.py (origin None)")
 
+    def test_what_it_cannot_promise_code_under_test_patching_unittest_earns_reward_1(self) -> None:
+        # docs/safety.md: two lines in shipping.py, the bug in place, reward 1. In-sandbox grading
+        # cannot stop this; if the grade ever does, that page (and faults.md) must say so.
+        patch = "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+        episode = self.run_worker(f"return source + {patch!r}")
+        self.assertEqual(episode.reward["reward"], 1, episode.reward)
+        self.assertEqual(episode.reward["modules"], self.modules(episode, BUGGY + patch))  # what got reward 1
+
     def test_hanging_test_times_out(self) -> None:
         episode = self.run_worker('return source + "import time; time.sleep(1000)\\n"', RL_DEMO_TEST_TIMEOUT="0.5")
         self.assertIsNone(episode.reward["tests_exit"])
