@@ -419,12 +419,29 @@ class WorkerGradeTest(unittest.TestCase):
             self.assertIn("terminated by signal", rewards[0]["reason"])
 
 
-class ShadowedGradeOnTheFakeTest(unittest.TestCase):
-    """The same attacks end to end: the built-in worker with its agent replaced, as `run --worker`
-    on the fake cluster, one attack per task. It exits 0 whatever the reward (the protocol of a
-    custom worker), so every episode validates and its reward and reason reach rewards.jsonl."""
+class WorkerOnTheFakeTest(unittest.TestCase):
+    """Workers end to end, as `run --worker` on the fake cluster (whose kubelet runs the
+    ConfigMap's episode.py for real)."""
 
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def test_a_worker_with_a_utf8_bom_runs(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="rl-demo-bom-") as scratch:
+            root = Path(scratch)
+            worker, output = root / "bom_worker.py", root / "out"
+            worker.write_bytes(b"\xef\xbb\xbf" + demo.WORKER_TEMPLATE.encode())
+            cluster = FakeCluster(root / "cluster")
+            self.addCleanup(cluster.close)
+            argv = ["run", "--output", str(output), "--quiet", "--count", "1", "--worker", str(worker)]
+            result = run_script(argv, cluster.env(), root)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            rewards = [json.loads(line) for line in (output / "rewards.jsonl").read_text().splitlines()]
+        # The template without a task: its answer 0 is not the expected None, a reward of 0.
+        self.assertEqual([(row["reward"], row["failure"]) for row in rewards], [(0.0, None)])
+
+    # The shadowing attacks: the built-in worker with its agent replaced, one attack per task. It
+    # exits 0 whatever the reward (the protocol of a custom worker), so every episode validates and
+    # its reward and reason reach rewards.jsonl.
 
     def test_every_shadow_earns_reward_zero_through_the_cluster(self) -> None:
         branches = "".join(
