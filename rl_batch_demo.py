@@ -38,6 +38,7 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -50,8 +51,9 @@ import subprocess
 import sys
 import threading
 import time
+import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
 
 __version__ = "0.2.0"
 
@@ -277,7 +279,8 @@ TIMELINE_DETAIL_BARS = (
 
 # The kubelet's runtime histograms (`run --kubelet-metrics`), named as the guide names them:
 # (family, label, label value or None for the RuntimeClass's handler).
-KUBELET_OPERATIONS = (
+KubeletOperation = typing.Literal["RunPodSandbox", "CreateContainer", "StartContainer", "PullImage"]
+KUBELET_OPERATIONS: Tuple[Tuple[KubeletOperation, str, str, Optional[str]], ...] = (
     ("RunPodSandbox", "kubelet_run_podsandbox_duration_seconds", "runtime_handler", None),
     ("CreateContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "create_container"),
     ("StartContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "start_container"),
@@ -503,7 +506,12 @@ class KubectlTimeout(DemoError):
 
 # Typed records ################################################################
 # The records the layers hand each other: timings, a run's settings, the receipt, what a round
-# observed and collected, an episode's row. Uses the constants and the errors.
+# observed and collected, and the schema of results.json and the files beside it. Uses the
+# constants and the errors.
+
+# Kubernetes objects and what a pod or a user hands in stay loose JSON, each under its own name.
+KubeObject = Dict[str, Any]  # an object as kubectl prints it, or a manifest: a Job, a pod, an event, a node
+JsonObject = Dict[str, Any]  # JSON whose keys are not this tool's: a task, a worker's event, its info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -543,7 +551,7 @@ class RunSettings:
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
-    tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
+    tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
@@ -587,6 +595,28 @@ class JobReceipt:
     uid: Optional[str] = None  # None until the create answered
 
 
+class ReceiptJob(TypedDict):
+    name: str
+    uid: Optional[str]  # None until the create answered
+
+
+class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+    context: str
+    server: Optional[str]
+    namespace: str
+    run_id: str
+    kubeconfig: Optional[str]
+    kubectl: Optional[str]
+    created_at: Optional[float]
+    tool_version: Optional[str]
+    jobs: List[ReceiptJob]
+
+
+class ReceiptFile(_ReceiptFile, total=False):
+    uid: str  # the namespace's, once it exists (the guide's key)
+    job_uid: str  # the guide's key: the one Job's UID
+
+
 @dataclasses.dataclass
 class Receipt:
     """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
@@ -606,8 +636,8 @@ class Receipt:
     jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
     guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
 
-    def to_json(self) -> Dict[str, Any]:
-        data: Dict[str, Any] = {
+    def to_json(self) -> ReceiptFile:
+        data: ReceiptFile = {
             "context": self.context,
             "server": self.server,
             "namespace": self.namespace,
@@ -664,13 +694,13 @@ class Receipt:
 class RoundObservation:
     """What the client saw while it waited for one Job (client clock)."""
 
-    job: Dict[str, Any]  # the Job as last seen
+    job: KubeObject  # the Job as last seen
     condition: Optional[str]  # "Complete" or "Failed"; None when the wait ended without one
     condition_seen_wall: Optional[float] = None  # when the condition reached the client
     condition_seen_monotonic: Optional[float] = None
     pod_sightings: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # see record_pod_sighting
     blocked: str = ""  # why the Job cannot create pods, e.g. a Pod Security rejection
-    last_pods: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # each pod as last watched
+    last_pods: Dict[str, KubeObject] = dataclasses.field(default_factory=dict)  # each pod as last watched
     pod_deleted: bool = False  # the pod watch reported a deletion
 
 
@@ -680,9 +710,9 @@ class RoundCollected:
 
     round_number: int
     job_name: str
-    job: Dict[str, Any]  # as created (its UID and creation time)
+    job: KubeObject  # as created (its UID and creation time)
     observation: RoundObservation
-    pods: List[Dict[str, Any]]  # the Job's own pods, by its UID label
+    pods: List[KubeObject]  # the Job's own pods, by its UID label
     logs: Dict[str, Optional[PodLog]]  # None: unreadable (see log_errors)
     log_errors: Dict[str, str]
     count: int  # episodes requested
@@ -693,7 +723,7 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
-    events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's, same listing
+    events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
 
 
 @dataclasses.dataclass
@@ -701,7 +731,7 @@ class PodLog:
     """What one pod printed, as far as the tool keeps it in memory: its events, not its text
     (the text goes to <pod>.log on disk, up to LOG_FILE_LIMIT)."""
 
-    events: List[Dict[str, Any]]
+    events: List[JsonObject]
     error: str = ""  # the first bad event line, if any
     lines: int = 0
     long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
@@ -709,14 +739,24 @@ class PodLog:
     dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT: counted, not saved
 
 
-@dataclasses.dataclass
-class EpisodeRow:
-    """One validated episode's figures: a row of results.json's "pods" (README: every key)."""
+# The schema of results.json (and rewards.jsonl, warmup.json, reproduce's report.json) as TypedDicts:
+# plain dicts at run time, every key checked by mypy. The writer builds them, every reader reads
+# them, a file read back is checked against them first (schema_problem), and the documents' field
+# tables list exactly their keys (docs/development.md, "Field tables").
+class _ImagePull(TypedDict):
+    state: str  # "cached", "pulled" or "unknown"
+    seconds: Optional[float]
 
+
+class ImagePull(_ImagePull, total=False):
+    seconds_including_waiting: Optional[float]  # only when pulled
+
+
+class PodRow(TypedDict):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
-    reward: Any
+    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
     pod_to_ready_seconds: float
     batch_to_ready_seconds: float
     batch_to_reward_seconds: float
@@ -727,7 +767,7 @@ class EpisodeRow:
     ready_to_reward_seconds: float
     reward_to_finished_seconds: Optional[float]
     pod_observed_to_ready_seconds: Optional[float]
-    overhead: Optional[Dict[str, Any]]
+    overhead: Optional[KubeObject]
     created_at: float
     scheduled_at: Optional[float]
     container_started_at: Optional[float]
@@ -738,27 +778,246 @@ class EpisodeRow:
     observed_running_at: Optional[float]
     observed_succeeded_at: Optional[float]
     batch_start: float  # the Job's creation: the origin of the batch_to_* figures
-    round: int = 1
-    job: str = JOB_NAME
-    index: int = 0  # the completion index (Indexed Jobs), else the pod's place in creation order
-    task_id: Any = None  # the task's "id", else the index
-    info: Optional[Dict[str, Any]] = None  # the reward event's other fields: rewards.jsonl only
-    scheduled_source: Optional[str] = None  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
-    process_started_at: Optional[float] = None  # /proc/self/stat starttime on the kernel's boot clock
-    first_statement_at: Optional[float] = None  # the worker's first statement (node wall clock)
-    kernel_booted_at: Optional[float] = None  # only for a sandbox kernel (kernel == "sandbox")
-    kernel: Optional[str] = None  # "sandbox", "shared", or None when the sandbox did not say
-    pod_to_process_start_seconds: Optional[float] = None
-    pod_to_kernel_boot_seconds: Optional[float] = None
-    kernel_boot_to_process_start_seconds: Optional[float] = None
-    interpreter_start_seconds: Optional[float] = None
-    image_pull: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"state": "unknown", "seconds": None})
-    container_runtime: Optional[str] = None  # the CRI runtime's name in containerID: containerd, cri-o, ...
+    round: int
+    job: str
+    index: int  # the completion index (Indexed Jobs), else the pod's place in creation order
+    task_id: Any  # the task's "id", else the index
+    scheduled_source: Optional[str]  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
+    process_started_at: Optional[float]  # /proc/self/stat starttime on the kernel's boot clock
+    first_statement_at: Optional[float]  # the worker's first statement (node wall clock)
+    kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
+    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say
+    pod_to_process_start_seconds: Optional[float]
+    pod_to_kernel_boot_seconds: Optional[float]
+    kernel_boot_to_process_start_seconds: Optional[float]
+    interpreter_start_seconds: Optional[float]
+    image_pull: ImagePull
+    container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
 
-    def to_json(self) -> Dict[str, Any]:
-        data = dict(self.__dict__)
-        data.pop("info", None)  # untrusted and possibly large: kept in rewards.jsonl, not in every report
-        return data
+
+class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
+    info: JsonObject  # the reward event's other fields: untrusted, possibly large
+
+
+class PhaseStats(TypedDict):
+    samples: int
+    p50: float
+    p95: float
+    max: float
+
+
+class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+    cause: str
+
+
+class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
+    episodes: int
+    successful_episodes: int
+    reward_sum: float
+    batch_to_all_ready_seconds: float
+    batch_to_all_rewards_seconds: float
+    pod_to_ready_p50_seconds: float
+    pod_to_ready_p95_seconds: float
+    pod_to_ready_max_seconds: float
+    reward_mean: Optional[float]
+    reward_min: Optional[float]
+    reward_max: Optional[float]
+
+
+class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
+    failed_episodes: List[FailedEpisode]
+    client_job_complete_seconds: float
+    client_submitted_at: float
+    client_observed_complete_at: Optional[float]
+    job_created_at: float
+    job_complete_at: Optional[float]
+    job_success_criteria_met_at: Optional[float]
+
+
+class RoundResult(BatchFigures, JobTimes):  # a row of round_results; a warm-up's or probe's Job too
+    round: int
+    job: str
+    job_uid: str
+
+
+class WarmupNode(TypedDict):
+    job: str
+    job_uid: str
+    pod: str
+    pod_to_ready_seconds: float
+    image_id: Optional[str]
+    image_pull: str  # the episode's image_pull state
+
+
+class Warmup(TypedDict):  # results.json's `warmup`, also warmup/warmup.json
+    nodes: List[str]
+    per_node: Dict[str, WarmupNode]
+    image: str
+    pod_to_ready_max_seconds: float
+
+
+class _PreparedImage(TypedDict):  # what --warmup and --pin-image settled before the measured rounds
+    image_pinned: Optional[str]
+    warmup: Optional[Warmup]
+
+
+class PreparedImage(_PreparedImage, total=False):
+    image_pinned_from: Dict[str, Optional[str]]  # --pin-image only: node -> the imageID read there
+
+
+Bucket = List[Optional[float]]  # [lower, upper]; upper None for +Inf
+
+
+class OperationFigures(TypedDict):
+    count: int
+    mean_seconds: Optional[float]
+    p50_seconds: Optional[float]
+    p95_seconds: Optional[float]
+    p50_bucket: Optional[Bucket]
+    p95_bucket: Optional[Bucket]
+
+
+class Operations(TypedDict):  # the guide's runtime operations (KUBELET_OPERATIONS), pooled or on one node
+    RunPodSandbox: Optional[OperationFigures]
+    CreateContainer: Optional[OperationFigures]
+    StartContainer: Optional[OperationFigures]
+    PullImage: Optional[OperationFigures]
+
+
+class NodeOperations(Operations):
+    foreign_operations: int
+    note: str
+
+
+class RuntimeOperations(TypedDict):
+    handler: str
+    pooled: Operations
+    nodes: Dict[str, NodeOperations]
+
+
+class KubeletFigures(TypedDict, total=False):
+    runtime_operations: RuntimeOperations  # --kubelet-metrics only
+
+
+class ImageCache(TypedDict):
+    cached: int
+    pulled: int
+    unknown: int
+
+
+class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+    max_failed_episodes: int
+    worker: str
+    tasks: Optional[int]
+    context: str
+    namespace: str
+    run_id: str
+    image: str
+    runtime: Optional[str]
+    parallelism: int
+    rounds: int
+    episodes_per_round: int
+    cache_state: str
+    image_cache: ImageCache
+    phases: Dict[str, Optional[PhaseStats]]  # one per PHASES
+    nodes: Dict[str, int]
+    image_ids: List[str]
+    container_runtimes: List[str]  # distinct, as the kubelet names them in containerID
+    round_results: List[RoundResult]
+    tool_version: str
+    pods: List[PodRow]
+
+
+class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+    round: int
+    index: Optional[int]
+    task_id: Any
+    pod: str
+    reward: Optional[float]
+    info: Optional[JsonObject]
+    failure: Optional[str]
+
+
+class GuideRow(TypedDict):
+    row: str
+    cells: List[str]
+
+
+class GuideReference(TypedDict):
+    date: str
+    conditions: List[str]
+
+
+class _GuideTable(TypedDict):  # the guide's section 六 table (compare --format guide, report.json)
+    lang: str
+    header: List[str]
+    rows: List[GuideRow]
+
+
+class GuideTable(_GuideTable, total=False):
+    reference: GuideReference  # --reference guide
+
+
+class _ReproduceGroup(TypedDict):
+    name: str
+    directory: str
+    argv: List[str]
+    exit_code: Optional[int]  # None while it runs
+
+
+class ReproduceGroup(_ReproduceGroup, total=False):
+    error: str  # why its run failed
+    namespace: Optional[str]  # from its receipt, once its run ended
+
+
+class _ReproduceReport(TypedDict):  # reproduce's report.json
+    context: str
+    image: str
+    image_pinned: Optional[str]
+    count: int
+    rounds: int
+    groups: List[ReproduceGroup]
+    complete: bool
+    tool_version: str
+
+
+class ReproduceReport(_ReproduceReport, total=False):
+    table: Optional[GuideTable]  # once the experiment ended (None: no group finished)
+
+
+class ComparisonRow(TypedDict):  # compare --format json's figures
+    figure: str
+    label: str
+    values: List[Optional[float]]
+    ratios: List[Optional[float]]
+
+
+class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
+    round: int
+    job: str
+    pods: Optional[List[KubeObject]]
+    job_object: Optional[KubeObject]
+
+
+class JUnitCase(TypedDict):
+    classname: str
+    name: str
+    time: float
+    outcome: str  # "passed", "failure", "error" or "skipped"
+    message: str
+    text: str
+
+
+class JUnitSuite(TypedDict):
+    round: Optional[int]
+    job: Optional[str]
+    time: float
+    cases: List[JUnitCase]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -782,7 +1041,7 @@ class Finding:
 
 # A one-episode Job before the measured rounds (a warm-up or the probe), run by the batch: its name,
 # directory and manifest, and where an interruption saves the namespace's events; its rows and figures.
-OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRow], Dict[str, Any]]]
+OneEpisodeJob = Callable[[str, Path, KubeObject, Path], Tuple[List[EpisodeRow], RoundResult]]
 
 
 # Pure core: time, numbers, JSON ###############################################
@@ -820,7 +1079,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
 
 
-def summarise(values: Iterable[Optional[float]]) -> Optional[Dict[str, Any]]:
+def summarise(values: Iterable[Optional[float]]) -> Optional[PhaseStats]:
     """p50/p95/max of the known values; None when no episode has the figure."""
     known = [value for value in values if value is not None]
     if not known:
@@ -854,6 +1113,16 @@ def finite_number(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
+def json_number(value: object) -> Optional[float]:
+    """A JSON number as it is (an integer stays one), else None: never a boolean."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def json_stat(stats: Optional[Mapping[str, object]], name: str) -> Optional[float]:
+    """One number of a record (a phase's p50, ...), or None when the record or the number is absent."""
+    return json_number(stats.get(name)) if stats else None
+
+
 def is_int(value: Any, expected: Optional[int] = None) -> bool:
     """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
     return type(value) is int and (expected is None or value == expected)
@@ -863,6 +1132,76 @@ def short_repr(value: Any, limit: int = 60) -> str:
     """A pod's value for a message: repr-escaped (no control character survives), and short."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_kind(value: Any) -> str:
+    kinds = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "a list"), (dict, "an object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+@functools.cache
+def schema_shape(schema: Any) -> Tuple[str, Any]:
+    """What a schema type asks of a JSON value, worked out once per type: ("any", None),
+    ("optional", X), ("record", (fields, required keys)) for a TypedDict, ("list", X),
+    ("dict", X), or the scalar's name ("int", "float", "str", "bool")."""
+    if schema is Any:
+        return "any", None
+    origin, args = typing.get_origin(schema), typing.get_args(schema)
+    if origin is typing.Union:  # Optional[X], the schema's only union
+        return "optional", next(arg for arg in args if arg is not type(None))
+    if hasattr(schema, "__required_keys__"):
+        return "record", (typing.get_type_hints(schema), schema.__required_keys__)
+    if origin in (list, dict):
+        return origin.__name__, args[-1]
+    return schema.__name__, None
+
+
+def schema_problem(value: Any, schema: Any) -> str:
+    """Where JSON read back departs from its record type (a TypedDict above), "" where it does not:
+    the first missing key or value of the wrong type, by its path (pods[3].image_pull.state), so a
+    hand-edited or foreign file is named, never a traceback. Keys the schema does not know are
+    left alone, for they are never read."""
+    problem = _departure(value, schema)
+    return "" if problem is None else f"{problem[0] or 'the top level'} {problem[1]}"
+
+
+def _departure(value: Any, schema: Any) -> Optional[Tuple[str, str]]:
+    """(path, what is wrong there) of the first departure; the path is built only then."""
+    shape, inner = schema_shape(schema)
+    if shape == "any" or (shape == "optional" and value is None):
+        return None
+    if shape == "optional":
+        return _departure(value, inner)
+    if shape in ("record", "dict", "list") and not isinstance(value, list if shape == "list" else dict):
+        return "", f"is {json_kind(value)}, not {'a list' if shape == 'list' else 'an object'}"
+    if shape == "record":
+        fields, required = inner
+        for name, kind in fields.items():
+            problem = _departure(value[name], kind) if name in value else None
+            if problem is None and name not in value and name in required:
+                problem = "", "is missing"
+            if problem is not None:
+                return _within(name, problem)
+        return None
+    if shape in ("list", "dict"):
+        for name, item in enumerate(value) if shape == "list" else value.items():
+            problem = _departure(item, inner)
+            if problem is not None:
+                return _within(f"[{name if shape == 'list' else short_repr(name)}]", problem)
+        return None
+    if shape == "float":
+        fits = finite_number(value) is not None
+    else:
+        fits = is_int(value) if shape == "int" else type(value).__name__ == shape  # str, bool
+    if fits:
+        return None
+    expected = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false"}[shape]
+    return "", f"is {json_kind(value)}, not {expected}"
+
+
+def _within(segment: str, problem: Tuple[str, str]) -> Tuple[str, str]:
+    path, text = problem
+    return segment + ("." if path[:1] not in ("", "[") else "") + path, text
 
 
 def parse_quantity(text: str) -> float:
@@ -881,10 +1220,10 @@ def format_cpu(cores: float) -> str:
     return f"{cores:.1f} CPU"
 
 
-def parse_json_documents(text: str) -> List[Dict[str, Any]]:
+def parse_json_documents(text: str) -> List[KubeObject]:
     """Objects printed one after another (as `kubectl create -o json` does), Lists flattened."""
     decoder = json.JSONDecoder()
-    documents: List[Dict[str, Any]] = []
+    documents: List[KubeObject] = []
     position = 0
     while True:
         while position < len(text) and text[position].isspace():
@@ -927,7 +1266,7 @@ def job_name_for(round_number: int, rounds: int) -> str:
     return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
 
 
-def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
+def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
     """The run's own namespace; the restricted Pod Security level makes the cluster itself
     guarantee that episodes stay unprivileged."""
     return {
@@ -945,10 +1284,10 @@ def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[Dict[str, Any]]] = None
-) -> Dict[str, Any]:
+    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+) -> KubeObject:
     """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
-    manifest: Dict[str, Any] = {
+    manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
@@ -959,7 +1298,7 @@ def configmap_manifest(
     return manifest
 
 
-def tasks_text(tasks: Sequence[Dict[str, Any]]) -> str:
+def tasks_text(tasks: Sequence[JsonObject]) -> str:
     """/demo/tasks.jsonl: line i (from 0) is index i's task, re-serialised as one ASCII line."""
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
 
@@ -973,7 +1312,7 @@ def utf8_text(data: bytes, what: str) -> str:
         raise DemoError(f"{what} line {line} is not UTF-8", EXIT_USAGE) from None
 
 
-def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
+def parse_tasks(data: bytes, where: str) -> List[JsonObject]:
     """A --tasks file: one JSON object per line, nothing else; the error names the line."""
     lines = utf8_text(data, f"--tasks {where}").split("\n")
     if lines and lines[-1] == "":
@@ -1002,7 +1341,7 @@ def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
     return tasks
 
 
-def task_id_of(task: Optional[Dict[str, Any]], index: int) -> Any:
+def task_id_of(task: Optional[JsonObject], index: int) -> Any:
     """A task's "id" when it has one, else its index."""
     return task["id"] if task is not None and "id" in task else index
 
@@ -1033,7 +1372,7 @@ def check_worker_source(data: bytes, where: str) -> str:
     return source
 
 
-def configmap_size_problem(manifest: Dict[str, Any]) -> str:
+def configmap_size_problem(manifest: KubeObject) -> str:
     """Why the ConfigMap would be refused for its size, or empty: its JSON must stay under the
     API server's 1 MiB object limit (metadata the server adds comes on top, so stay well below)."""
     size = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
@@ -1058,14 +1397,14 @@ def job_manifest(
     deadline_seconds: int,
     indexed: bool = False,
     max_failed_episodes: int = 0,
-) -> Dict[str, Any]:
+) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Indexed (with --tasks or --max-failed-episodes), each pod's completion index picks its task.
     With --max-failed-episodes K, a failed index is never retried (backoffLimitPerIndex 0) and
     the others go on until more than K failed (maxFailedIndexes, at most N); backoffLimit is
     then left out, since it counts every failure of the Job."""
-    pod_spec: Dict[str, Any] = {
+    pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "securityContext": {
@@ -1107,12 +1446,12 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
-    spec_extra: Dict[str, Any] = {}
+    spec_extra: KubeObject = {}
     if indexed or max_failed_episodes > 0:
         spec_extra["completionMode"] = "Indexed"
     if max_failed_episodes > 0:
         spec_extra.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
-    manifest: Dict[str, Any] = {
+    manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -1139,7 +1478,7 @@ def job_manifest(
     return manifest
 
 
-def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
+def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
     """A Job of one episode (a warm-up or the probe) running the image as given, before any digest is
     resolved."""
     return job_manifest(
@@ -1154,7 +1493,7 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     )
 
 
-def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> Dict[str, Any]:
+def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
     """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
     return job_manifest(
         name=name,
@@ -1170,7 +1509,7 @@ def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id:
     )
 
 
-def required_uid(obj: Dict[str, Any], what: str) -> str:
+def required_uid(obj: KubeObject, what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
     uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
     if not isinstance(uid, str) or not uid:
@@ -1180,7 +1519,7 @@ def required_uid(obj: Dict[str, Any], what: str) -> str:
     return uid
 
 
-def pod_selector(job: Dict[str, Any]) -> str:
+def pod_selector(job: KubeObject) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
     match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     uid = required_uid(job, "a Job")
@@ -1190,7 +1529,7 @@ def pod_selector(job: Dict[str, Any]) -> str:
     return f"{UID_LABEL}={uid}"
 
 
-def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
+def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
     labels = pod.get("metadata", {}).get("labels", {})
     return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
 
@@ -1200,7 +1539,7 @@ def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
 # the sections above.
 
 
-def creation_time(obj: Dict[str, Any], what: str) -> float:
+def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
     text = (obj.get("metadata") or {}).get("creationTimestamp")
     try:
@@ -1209,14 +1548,14 @@ def creation_time(obj: Dict[str, Any], what: str) -> float:
         raise DemoError(f"{what} has no readable creationTimestamp ({text!r})", EXIT_CLUSTER) from None
 
 
-def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
+def _container_status(pod: KubeObject) -> KubeObject:
     for status in pod.get("status", {}).get("containerStatuses", []) or []:
         if status.get("name") == CONTAINER_NAME:
             return dict(status)
     return {}
 
 
-def container_runtime_name(container_status: Dict[str, Any]) -> Optional[str]:
+def container_runtime_name(container_status: KubeObject) -> Optional[str]:
     """The CRI runtime that ran a container, as the kubelet names it in `containerID`
     (`<runtime>://<id>`: kubelet/container/runtime.go ContainerID.String, the type being the
     runtime's own RuntimeName from its Version call): containerd, cri-o, ... (None if absent)."""
@@ -1224,7 +1563,7 @@ def container_runtime_name(container_status: Dict[str, Any]) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, Any]:
+def _true_condition(obj: KubeObject, types: Tuple[str, ...]) -> KubeObject:
     """The first of the object's conditions that is True and of one of these types, or {}."""
     for condition in obj.get("status", {}).get("conditions", []) or []:
         if condition.get("type") in types and condition.get("status") == "True":
@@ -1232,17 +1571,17 @@ def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, An
     return {}
 
 
-def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+def _condition_time(obj: KubeObject, condition_type: str) -> Optional[float]:
     return optional_timestamp(_true_condition(obj, (condition_type,)).get("lastTransitionTime"))
 
 
-def job_condition(job: Dict[str, Any]) -> Optional[str]:
+def job_condition(job: KubeObject) -> Optional[str]:
     """'Complete' or 'Failed' once the Job has finished, else None."""
     condition = _true_condition(job, ("Complete", "Failed"))
     return str(condition["type"]) if condition else None
 
 
-def failed_condition_text(job: Dict[str, Any]) -> str:
+def failed_condition_text(job: KubeObject) -> str:
     """The Job's Failed condition for a sentence: its reason and message."""
     condition = _true_condition(job, ("Failed",))
     if not condition:
@@ -1251,7 +1590,7 @@ def failed_condition_text(job: Dict[str, Any]) -> str:
     return f"{reason}: {condition['message']}" if condition.get("message") else str(reason)
 
 
-def failed_condition_reason(job: Dict[str, Any]) -> Optional[str]:
+def failed_condition_reason(job: KubeObject) -> Optional[str]:
     """The Job's Failed condition's reason alone, to decide on (e.g. FailedIndexes); None without one."""
     condition = _true_condition(job, ("Failed",))
     if not condition:
@@ -1281,7 +1620,7 @@ def parse_index_set(text: Any) -> List[int]:
     return sorted(set(indexes))
 
 
-def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
+def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
@@ -1293,7 +1632,7 @@ def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
     return int(text)
 
 
-def _phase_failure(pod: Dict[str, Any]) -> str:
+def _phase_failure(pod: KubeObject) -> str:
     status = pod.get("status", {})
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
@@ -1301,7 +1640,7 @@ def _phase_failure(pod: Dict[str, Any]) -> str:
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
 
 
-def pod_failure(pod: Dict[str, Any]) -> Tuple[int, str]:
+def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
     deletes the others); (3, "") for a pod that broke none of them."""
@@ -1322,7 +1661,7 @@ def pod_failure(pod: Dict[str, Any]) -> Tuple[int, str]:
     return 3, ""
 
 
-def pod_count_problem(pods: List[Dict[str, Any]], count: int, inspect: str) -> Optional[DemoError]:
+def pod_count_problem(pods: List[KubeObject], count: int, inspect: str) -> Optional[DemoError]:
     """The error when the Job's pods are not one per requested episode, else None."""
     if len(pods) == count:
         return None
@@ -1334,14 +1673,14 @@ def pod_count_problem(pods: List[Dict[str, Any]], count: int, inspect: str) -> O
     )
 
 
-def termination_message(pod: Dict[str, Any]) -> str:
+def termination_message(pod: KubeObject) -> str:
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     return str(terminated.get("message") or "")
 
 
 def split_pods_and_events(
-    items: List[Dict[str, Any]], job: Optional[Dict[str, Any]]
-) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    items: List[KubeObject], job: Optional[KubeObject]
+) -> Tuple[List[KubeObject], List[KubeObject]]:
     """From one `get pods,events` listing: the Job's pods (by its UID label, in creation order)
     and every event of the namespace."""
     uid = job["metadata"]["uid"] if job else None
@@ -1359,7 +1698,7 @@ def split_pods_and_events(
     return pods, events
 
 
-def pod_list(pods: List[Dict[str, Any]]) -> Dict[str, Any]:
+def pod_list(pods: List[KubeObject]) -> KubeObject:
     return {"apiVersion": "v1", "kind": "List", "items": pods}
 
 
@@ -1377,7 +1716,7 @@ def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: fl
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
-def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Optional[List[Dict[str, Any]]]:
+def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Optional[List[KubeObject]]:
     """The Job's pods in their final state as the pod watch delivered them, when that provably
     is their final state; else None, and the caller lists them.
 
@@ -1410,7 +1749,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
     return pods
 
 
-def pod_counts(sightings: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
+def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
     """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
     if sightings:
         phases = [record.get("phase") for record in sightings.values()]
@@ -1430,7 +1769,7 @@ def pod_counts(sightings: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dic
     }
 
 
-def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
+def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
     """The newest Warning event about the Job or its pods, e.g. a FailedCreate from Pod Security
     admission, so a stuck Job's error says why; empty when there is none."""
     wanted = set(names)
@@ -1453,7 +1792,7 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 # constants, errors, records and numbers above.
 
 
-def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
+def parse_event_line(text: str) -> Optional[JsonObject]:
     """One line of a pod's output: its event, None for noise, or EventParseError.
 
     Lines that are not JSON event objects (a warning from Python or the runtime, a structured
@@ -1488,7 +1827,7 @@ class EventScanner:
     memory stays bounded whatever the pod prints."""
 
     def __init__(self) -> None:
-        self.events: List[Dict[str, Any]] = []
+        self.events: List[JsonObject] = []
         self.error = ""  # the first bad event line; later lines are only counted
         self.lines = 0
         self.long_lines = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
@@ -1527,7 +1866,7 @@ def scan_text(text: str) -> PodLog:
     return PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines)
 
 
-def parse_events(text: str) -> List[Dict[str, Any]]:
+def parse_events(text: str) -> List[JsonObject]:
     """The events in a whole text, or EventParseError for its first bad event line."""
     log = scan_text(text)
     if log.error:
@@ -1535,13 +1874,13 @@ def parse_events(text: str) -> List[Dict[str, Any]]:
     return log.events
 
 
-def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
     """Events without the test output, which the termination message may have trimmed."""
     ignored = ("tests_output", "tests_output_truncated")
     return [{k: v for k, v in event.items() if k not in ignored} for event in events]
 
 
-def describe_event_difference(log_events: List[Dict[str, Any]], message_events: List[Dict[str, Any]]) -> str:
+def describe_event_difference(log_events: List[JsonObject], message_events: List[JsonObject]) -> str:
     """What differs between the log's events and the termination message's, in words."""
     log_side, message_side = comparable_events(log_events), comparable_events(message_events)
     names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
@@ -1609,7 +1948,7 @@ _PULLED_IMAGE = (
 )
 
 
-def involves_pod(event: Dict[str, Any], pod: Dict[str, Any]) -> bool:
+def involves_pod(event: KubeObject, pod: KubeObject) -> bool:
     """Whether a core/v1 Event is about this very pod (its name, and its UID when the event has one)."""
     involved = event.get("involvedObject") if isinstance(event, dict) else None
     if not isinstance(involved, dict) or involved.get("kind", "Pod") != "Pod":
@@ -1621,9 +1960,9 @@ def involves_pod(event: Dict[str, Any], pod: Dict[str, Any]) -> bool:
     return not uid or not metadata.get("uid") or uid == metadata.get("uid")
 
 
-def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+def events_by_pod(events: List[KubeObject]) -> Dict[str, List[KubeObject]]:
     """The namespace's events grouped by the name of the pod they are about."""
-    grouped: Dict[str, List[Dict[str, Any]]] = {}
+    grouped: Dict[str, List[KubeObject]] = {}
     for event in events:
         involved = event.get("involvedObject") if isinstance(event, dict) else None
         if (
@@ -1636,7 +1975,7 @@ def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]
 
 
 def scheduled_event_time(
-    events: List[Dict[str, Any]], pod: Dict[str, Any], created_at: float, finished_at: Optional[float]
+    events: List[KubeObject], pod: KubeObject, created_at: float, finished_at: Optional[float]
 ) -> Optional[float]:
     """The scheduler's `Scheduled` event time for this pod (events.k8s.io `eventTime`,
     microseconds), if it exists and falls inside the pod's life; else None."""
@@ -1656,7 +1995,7 @@ def scheduled_event_time(
     return min(times) if times else None
 
 
-def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str, Any]:
+def image_pull_of(events: List[KubeObject], pod: KubeObject) -> ImagePull:
     """The episode container's image state from the kubelet's `Pulled` events: cached, pulled
     (with the pull's seconds, as the kubelet measured them), or unknown; never assumed."""
     for event in events:
@@ -1681,15 +2020,13 @@ def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str
     return {"state": "unknown", "seconds": None}
 
 
-def image_cache_counts(rows: List[EpisodeRow]) -> Dict[str, int]:
-    counts = {"cached": 0, "pulled": 0, "unknown": 0}
-    for row in rows:
-        state = row.image_pull.get("state")
-        counts[state if state in counts else "unknown"] += 1
-    return counts
+def image_cache_counts(rows: Sequence[PodRow]) -> ImageCache:
+    states = [row["image_pull"]["state"] for row in rows]
+    pulls = states.count("cached"), states.count("pulled")
+    return {"cached": pulls[0], "pulled": pulls[1], "unknown": len(states) - sum(pulls)}
 
 
-def cache_state_of(counts: Dict[str, int]) -> str:
+def cache_state_of(counts: ImageCache) -> str:
     """The guide's `cache_state`, measured: "cached" or "pulled" when every episode says so,
     "mixed" when both occurred, else "unknown" (an episode without a Pulled event proves nothing)."""
     if counts.get("cached") and counts.get("pulled"):
@@ -1712,7 +2049,7 @@ class SandboxClocks:
 
 
 def sandbox_clocks(
-    name: str, ready_event: Dict[str, Any], created_at: float, ready_at: float, inspect: str
+    name: str, ready_event: JsonObject, created_at: float, ready_at: float, inspect: str
 ) -> SandboxClocks:
     """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
 
@@ -1946,20 +2283,26 @@ def histogram_quantile(q: float, histogram: Histogram) -> Optional[Tuple[float, 
     return lower + (upper - lower) * (rank / count if count else 0.0), (lower, upper)
 
 
-def _bucket_json(bucket: Tuple[float, float]) -> List[Optional[float]]:
+def _bucket_json(bucket: Tuple[float, float]) -> Bucket:
     return [bucket[0], bucket[1] if math.isfinite(bucket[1]) else None]  # +Inf: null (JSON has no infinity)
 
 
-def operation_figures(histogram: Histogram) -> Dict[str, Any]:
+def operation_figures(histogram: Histogram) -> OperationFigures:
     """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
-    figures: Dict[str, Any] = {"count": round(histogram.count)}
-    figures["mean_seconds"] = finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None
-    for name, q in (("p50", 0.5), ("p95", 0.95)):
+    quantiles: List[Tuple[Optional[float], Optional[Bucket]]] = []
+    for q in (0.5, 0.95):
         quantile = histogram_quantile(q, histogram)
         finite = quantile is not None and math.isfinite(quantile[0]) and math.isfinite(quantile[1][0])
-        figures[f"{name}_seconds"] = quantile[0] if quantile and finite else None  # never NaN or Infinity in JSON
-        figures[f"{name}_bucket"] = _bucket_json(quantile[1]) if quantile and finite else None
-    return figures
+        # never NaN or Infinity in JSON
+        quantiles.append((quantile[0], _bucket_json(quantile[1])) if quantile and finite else (None, None))
+    return {
+        "count": round(histogram.count),
+        "mean_seconds": finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None,
+        "p50_seconds": quantiles[0][0],
+        "p50_bucket": quantiles[0][1],
+        "p95_seconds": quantiles[1][0],
+        "p95_bucket": quantiles[1][1],
+    }
 
 
 @dataclasses.dataclass
@@ -1984,21 +2327,24 @@ def kubelet_reading(samples: List[Tuple[str, Dict[str, str], float]], handler: s
     return KubeletReading(histograms)
 
 
+def no_operations() -> Operations:
+    return {"RunPodSandbox": None, "CreateContainer": None, "StartContainer": None, "PullImage": None}
+
+
 def runtime_operations(
     before: Dict[str, KubeletReading],
     after: Dict[str, KubeletReading],
     handler: str,
     expected: Dict[str, Dict[str, Optional[int]]],
-) -> Dict[str, Any]:
+) -> RuntimeOperations:
     """results.json's `runtime_operations`: per node and pooled, what the kubelet's histograms
     gained between the two readings. `expected` is this run's operations per node and operation
     (None: not known, e.g. pulls of pods whose Pulled event is missing); the rest are foreign:
     these counters are node-wide."""
-    nodes: Dict[str, Any] = {}
+    nodes: Dict[str, NodeOperations] = {}
     deltas: Dict[str, List[Histogram]] = {operation: [] for operation, *_ in KUBELET_OPERATIONS}
     for node in sorted(expected):
-        entry: Dict[str, Any] = {operation: None for operation, *_ in KUBELET_OPERATIONS}
-        entry.update(foreign_operations=0, note="")
+        entry: NodeOperations = {**no_operations(), "foreign_operations": 0, "note": ""}
         nodes[node] = entry
         first, last = before.get(node), after.get(node)
         problem = ""
@@ -2026,12 +2372,11 @@ def runtime_operations(
         notes = []
         for operation, *_ in KUBELET_OPERATIONS:
             delta = node_deltas.get(operation)
-            if delta is None:
-                entry[operation] = operation_figures(Histogram((), 0.0, 0.0))  # none happened: count 0
-            else:
-                entry[operation] = operation_figures(delta)
+            figures = operation_figures(delta if delta is not None else Histogram((), 0.0, 0.0))  # none: count 0
+            entry[operation] = figures
+            if delta is not None:
                 deltas[operation].append(delta)
-            count = entry[operation]["count"]
+            count = figures["count"]
             mine = expected[node].get(operation)
             if mine is None:
                 notes.append(f"{operation}: {count} operations, how many were this run's is unknown")
@@ -2041,31 +2386,28 @@ def runtime_operations(
             elif count < mine:
                 notes.append(f"{operation}: {count} operations for {mine} of this run's episodes")
         entry["note"] = "; ".join(notes)
-    pooled: Dict[str, Any] = {}
-    for operation, histograms in deltas.items():
-        if not histograms:
-            pooled[operation] = None
-            continue
-        try:
-            pooled[operation] = operation_figures(add_histograms(histograms))
-        except ValueError:
-            pooled[operation] = None  # each node's own figures stand; a pooled one would mix bucket bounds
+    pooled = no_operations()
+    for operation, *_ in KUBELET_OPERATIONS:
+        if deltas[operation]:
+            with contextlib.suppress(ValueError):  # else each node's own figures stand: no mixed bucket bounds
+                pooled[operation] = operation_figures(add_histograms(deltas[operation]))
     return {"handler": handler, "pooled": pooled, "nodes": nodes}
 
 
-def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[int]]]:
+def expected_operations(rows: Sequence[PodRow]) -> Dict[str, Dict[str, Optional[int]]]:
     """This run's own runtime operations per node: one sandbox, one create and one start per
     episode; one pull per episode whose image was pulled (unknown when any episode's is unknown)."""
     expected: Dict[str, Dict[str, Optional[int]]] = {}
     for row in rows:
-        if not row.node:
+        node = row["node"]
+        if not node:
             continue
         entry = expected.setdefault(
-            row.node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
+            node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
         )
         for operation in ("RunPodSandbox", "CreateContainer", "StartContainer"):
             entry[operation] = (entry[operation] or 0) + 1
-        state = row.image_pull.get("state")
+        state = row["image_pull"]["state"]
         if state == "unknown" or entry["PullImage"] is None:
             entry["PullImage"] = None
         elif state == "pulled":
@@ -2081,7 +2423,7 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # the sections above.
 
 
-def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
+def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
     broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -2099,9 +2441,9 @@ def episode_events(
     message_text: str,
     crosscheck: bool,
     inspect: str,
-) -> List[Dict[str, Any]]:
+) -> List[JsonObject]:
     """The episode's events from the log and the termination message, which must agree."""
-    message_events: Optional[List[Dict[str, Any]]] = None
+    message_events: Optional[List[JsonObject]] = None
     if message_text.strip():
         try:
             message_events = parse_events(message_text)
@@ -2124,13 +2466,13 @@ def episode_events(
 
 
 def validate_episode(
-    pod: Dict[str, Any],
-    events: List[Dict[str, Any]],
+    pod: KubeObject,
+    events: List[JsonObject],
     job_created_at: float,
     sighting: Optional[Dict[str, float]],
     inspect: str,
     builtin_worker: bool = True,
-    pod_events: Optional[List[Dict[str, Any]]] = None,
+    pod_events: Optional[List[KubeObject]] = None,
 ) -> EpisodeRow:
     """Check one episode against every rule and return its row of figures.
 
@@ -2259,6 +2601,10 @@ def validate_episode(
         observed_running_at=sighting.get("Running") if sighting else None,
         observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
         batch_start=job_created_at,
+        round=1,
+        job=JOB_NAME,
+        index=0,
+        task_id=None,
         info=reward_info(reward_event),
         scheduled_source=scheduled_source,
         process_started_at=clocks.process_started_at,
@@ -2273,7 +2619,7 @@ def validate_episode(
     )
 
 
-def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
+def reward_info(reward_event: JsonObject) -> JsonObject:
     """The reward event's other fields (the episode's `info`), or a note when they are too large."""
     info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward")}
     size = len(json.dumps(info, sort_keys=True, allow_nan=False))
@@ -2282,26 +2628,26 @@ def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
     return info
 
 
-def reward_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
+def reward_figures(rows: List[EpisodeRow]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
     """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
-    rewards = [float(row.reward) for row in rows]
+    rewards = [float(row["reward"]) for row in rows]
     if not rewards:
-        return {"reward_mean": None, "reward_min": None, "reward_max": None}
-    low, high = min(row.reward for row in rows), max(row.reward for row in rows)
-    return {"reward_mean": math.fsum(rewards) / len(rewards), "reward_min": low, "reward_max": high}  # |r| <= 1e15
+        return None, None, None
+    low, high = min(row["reward"] for row in rows), max(row["reward"] for row in rows)
+    return math.fsum(rewards) / len(rewards), low, high  # |r| <= 1e15
 
 
-def rewards_jsonl(rows: List[EpisodeRow], failed: List[Dict[str, Any]]) -> str:
+def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
     """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
     and its cause, so a trainer can mask it."""
-    lines = [
+    lines: List[RewardLine] = [
         {
-            "round": row.round,
-            "index": row.index,
-            "task_id": row.task_id,
-            "pod": row.pod,
-            "reward": row.reward,
-            "info": row.info if row.info is not None else {},
+            "round": row["round"],
+            "index": row["index"],
+            "task_id": row["task_id"],
+            "pod": row["pod"],
+            "reward": row["reward"],
+            "info": row.get("info", {}),
             "failure": None,
         }
         for row in rows
@@ -2322,31 +2668,33 @@ def rewards_jsonl(rows: List[EpisodeRow], failed: List[Dict[str, Any]]) -> str:
     return "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
 
 
-def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> Dict[str, Any]:
+def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes)."""
-    startup = [row.pod_to_ready_seconds for row in rows]
-    figures: Dict[str, Any] = {
+    startup = [row["pod_to_ready_seconds"] for row in rows]
+    mean, low, high = reward_figures(rows)
+    return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
-        "reward_sum": sum(row.reward for row in rows),
-        "batch_to_all_ready_seconds": max(row.batch_to_ready_seconds for row in rows),
-        "batch_to_all_rewards_seconds": max(row.batch_to_reward_seconds for row in rows),
+        "reward_sum": sum(row["reward"] for row in rows),
+        "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
+        "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
+        "reward_mean": mean,
+        "reward_min": low,
+        "reward_max": high,
     }
-    figures.update(reward_figures(rows))
-    return figures
 
 
-def phase_table(rows: List[EpisodeRow]) -> Dict[str, Any]:
-    return {phase: summarise(getattr(row, phase) for row in rows) for phase in PHASES}
+def phase_table(rows: List[EpisodeRow]) -> Dict[str, Optional[PhaseStats]]:
+    return {phase: summarise(json_number(row.get(phase)) for row in rows) for phase in PHASES}
 
 
 def node_spread(rows: List[EpisodeRow]) -> Dict[str, int]:
     spread: Dict[str, int] = {}
     for row in rows:
-        node = row.node or "(unknown)"
+        node = row["node"] or "(unknown)"
         spread[node] = spread.get(node, 0) + 1
     return dict(sorted(spread.items()))
 
@@ -2403,7 +2751,7 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
-def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
     Every pod is validated on complete data: its status, its events from the log and the
@@ -2456,9 +2804,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 raise
             failed.append((invalid, index))
             continue
-        row.round, row.job = collected.round_number, collected.job_name
-        row.index = position if index is None else index
-        row.task_id = task_id_for(collected, row.index)
+        row["round"], row["job"] = collected.round_number, collected.job_name
+        row["index"] = position if index is None else index
+        row["task_id"] = task_id_for(collected, row["index"])
         rows.append(row)
     set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
     if observation.condition != "Complete" and not set_aside:
@@ -2468,8 +2816,8 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             EXIT_EPISODE,
         )
     assert observation.condition_seen_monotonic is not None
-    figures = batch_figures(rows, len(failed))
-    figures.update(
+    figures = RoundResult(
+        **batch_figures(rows, len(failed)),
         failed_episodes=[
             {
                 "pod": invalid.pod,
@@ -2480,9 +2828,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 "cause": invalid.rule,
             }
             for invalid, index in failed
-        ]
-    )
-    figures.update(
+        ],
         round=collected.round_number,
         job=collected.job_name,
         job_uid=collected.job["metadata"]["uid"],
@@ -2525,7 +2871,7 @@ def check_failed_episodes(
     problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
     if problem is not None:
         raise problem
-    indexes = [row.index for row in rows] + [index for _, index in failed if index is not None]
+    indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
     repeated = sorted({index for index in indexes if indexes.count(index) > 1})
     if collected.indexed and repeated:
         raise DemoError(
@@ -2564,18 +2910,22 @@ def assemble_results(
     namespace: str,
     run_id: str,
     rows: List[EpisodeRow],
-    rounds: List[Dict[str, Any]],
-) -> Dict[str, Any]:
-    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
-    failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
-    results = batch_figures(rows, len(failed))
-    results.update(
+    rounds: List[RoundResult],
+    prepared: Optional[PreparedImage] = None,
+    kubelet: Optional[KubeletFigures] = None,
+) -> Results:
+    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
+    `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
+    `kubelet`: the runtime operations (only with --kubelet-metrics)."""
+    failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
+    return Results(
+        **batch_figures(rows, len(failed)),
+        **(prepared or {"image_pinned": None, "warmup": None}),
+        **(kubelet or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
         worker=settings.worker_name,
         tasks=len(settings.tasks) if settings.tasks is not None else None,
-    )
-    results.update(
         context=context,
         namespace=namespace,
         run_id=run_id,
@@ -2594,20 +2944,26 @@ def assemble_results(
         job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
         phases=phase_table(rows),
         nodes=node_spread(rows),
-        image_ids=sorted({row.image_id for row in rows if row.image_id}),
-        container_runtimes=sorted({row.container_runtime for row in rows if row.container_runtime}),
+        image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
+        container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
         tool_version=tool_version(),
-        pods=[row.to_json() for row in rows],
+        pods=[pod_row(row) for row in rows],
     )
-    return results
 
 
-def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
+def pod_row(row: EpisodeRow) -> PodRow:
+    """A row as results.json keeps it: its `info` (untrusted, possibly large) stays in rewards.jsonl."""
+    copy = row.copy()
+    copy.pop("info", None)
+    return copy
+
+
+def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str]:
     """Every breached latency budget, in a stable order."""
     breaches = []
     for metric, limit in sorted(thresholds.items()):
-        value = results.get(metric)
+        value = json_number(results.get(metric))
         if value is not None and value > limit:
             breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
     return breaches
@@ -2624,7 +2980,7 @@ def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
 
-def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> Dict[str, Any]:
+def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> KubeObject:
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     items = []
@@ -2644,7 +3000,7 @@ def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
+def denied_permissions(reviews: List[KubeObject]) -> List[str]:
     denied = []
     for review in reviews:
         if review.get("status", {}).get("allowed") is True:
@@ -2664,7 +3020,7 @@ def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
     return sorted(denied)
 
 
-def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool:
+def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
             continue
@@ -2676,7 +3032,7 @@ def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool
     return False
 
 
-def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) -> List[KubeObject]:
     """Ready, schedulable nodes that the RuntimeClass's scheduling rules admit."""
     scheduling = (runtimeclass or {}).get("scheduling") or {}
     selector = scheduling.get("nodeSelector") or {}
@@ -2699,9 +3055,7 @@ def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str,
     return eligible
 
 
-def capacity_verdict(
-    count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]
-) -> Tuple[bool, str]:
+def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject]) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
     overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
@@ -2813,7 +3167,7 @@ def preflight_findings(
     return findings
 
 
-def _is_kubelet_metrics_review(review: Dict[str, Any]) -> bool:
+def _is_kubelet_metrics_review(review: KubeObject) -> bool:
     attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
@@ -2821,7 +3175,7 @@ def _is_kubelet_metrics_review(review: Dict[str, Any]) -> bool:
     )
 
 
-def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Finding:
+def kubelet_metrics_finding(context: str, reviews: List[KubeObject]) -> Finding:
     """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
     permission: it also allows exec into any pod on the node) and list nodes."""
     denied = denied_permissions(reviews) if reviews else [permission_name(p) for p in KUBELET_METRICS_PERMISSIONS]
@@ -2880,8 +3234,8 @@ def plan_cleanup(
     jobs: List[JobReceipt],
     current_context: Optional[str],
     current_server: Optional[str],
-    live_namespace: Optional[Dict[str, Any]],
-    live_jobs: Dict[str, Optional[Dict[str, Any]]],
+    live_namespace: Optional[KubeObject],
+    live_jobs: Dict[str, Optional[KubeObject]],
 ) -> CleanupPlan:
     """Prove that the namespace and every live Job are this run's: the same API server, the
     namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
@@ -3105,15 +3459,15 @@ def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Seque
     return lines + notes
 
 
-def _many_sample_figures(results: Dict[str, Any], phase: str) -> Tuple[Optional[float], Optional[float]]:
+def _many_sample_figures(results: Results, phase: str) -> Tuple[Optional[float], Optional[float]]:
     """(p99, mean) of a phase over the episodes' rows, when there are MANY_SAMPLES of them."""
-    values = [row[phase] for row in results.get("pods") or [] if finite_number(row.get(phase)) is not None]
+    values = [value for row in results.get("pods") or [] if (value := finite_number(row.get(phase))) is not None]
     if len(values) < MANY_SAMPLES:
         return None, None
     return percentile(values, 0.99), math.fsum(values) / len(values)
 
 
-def verdict_line(results: Dict[str, Any], breaches: Sequence[str] = ()) -> str:
+def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
     left_out = len(results.get("failed_episodes") or [])
     valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
@@ -3129,7 +3483,7 @@ def verdict_line(results: Dict[str, Any], breaches: Sequence[str] = ()) -> str:
     return text
 
 
-def render_summary(results: Dict[str, Any], files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
     """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
     mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
     values; where the files are (`files`: what, path); the verdict last."""
@@ -3161,15 +3515,16 @@ def render_summary(results: Dict[str, Any], files: Sequence[Tuple[str, str]] = (
         ("client submit -> Job Complete observed", "client_job_complete_seconds"),
     ]
     lines += _figure_table(
-        ["batch figure", "value"], [(label, FIGURE_CLOCKS[key], [results.get(key)]) for label, key in batch]
+        ["batch figure", "value"],
+        [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
     sources = [row.get("scheduled_source") for row in results.get("pods") or []]
     rows = []
     for phase in PHASES:
-        stats = results["phases"].get(phase) or {}
-        values = [stats.get("p50"), stats.get("p95"), stats.get("max")] + (list(many[phase]) if extra else [])
+        stats = results["phases"].get(phase)
+        values = [json_stat(stats, stat) for stat in ("p50", "p95", "max")] + (list(many[phase]) if extra else [])
         clocks = FIGURE_CLOCKS[phase]
         if phase == "pod_to_scheduled_seconds" and "condition" in sources and "event" not in sources:
             clocks = SCHEDULED_BY_CONDITION
@@ -3182,7 +3537,8 @@ def render_summary(results: Dict[str, Any], files: Sequence[Tuple[str, str]] = (
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     if results.get("image_pinned"):
         lines.append(f"image pinned: {results['image_pinned']}")
-    for node, warm in sorted(((results.get("warmup") or {}).get("per_node") or {}).items()):
+    warmup = results.get("warmup")
+    for node, warm in sorted((warmup["per_node"] if warmup else {}).items()):
         ready = figure_text(warm.get("pod_to_ready_seconds"), "pod_to_ready_seconds")
         lines.append(f"warm-up {node}: ready {ready}, image {warm.get('image_pull')}")
     if files:
@@ -3191,15 +3547,13 @@ def render_summary(results: Dict[str, Any], files: Sequence[Tuple[str, str]] = (
     return "\n".join(lines) + "\n"
 
 
-def startup_source_lines(results: Dict[str, Any]) -> List[str]:
+def startup_source_lines(results: Results) -> List[str]:
     """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
     rows = results.get("pods") or []
     lines = [""]
     cache = results.get("image_cache")
     if cache:
-        pulls = [
-            row["image_pull"]["seconds"] for row in rows if (row.get("image_pull") or {}).get("seconds") is not None
-        ]
+        pulls = [seconds for row in rows if (seconds := row["image_pull"]["seconds"]) is not None]
         pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
         lines.append(
             f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
@@ -3230,7 +3584,7 @@ def _bound(seconds: float) -> str:
     return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
 
 
-def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
+def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
     """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
     quantile with the bucket it lies in; an interpolated value is never more precise than that."""
     if not operations:
@@ -3258,12 +3612,12 @@ def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
     return lines
 
 
-def headline(results: Dict[str, Any]) -> Dict[str, Any]:
+def headline(results: Results) -> Dict[str, object]:
     """The guide's JSON summary: results without the per-episode rows."""
     return {key: value for key, value in results.items() if key != "pods"}
 
 
-def markdown_summary(results: Dict[str, Any]) -> str:
+def markdown_summary(results: Results) -> str:
     """A table for CI step summaries (GITHUB_STEP_SUMMARY)."""
     lines = [
         f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
@@ -3273,7 +3627,7 @@ def markdown_summary(results: Dict[str, Any]) -> str:
         "| --- | --- | --- |",
     ]
     for key in THRESHOLD_METRICS:
-        lines.append(f"| {key} | {figure_text(results.get(key), key)} | {clock_text(key)} |")
+        lines.append(f"| {key} | {figure_text(json_number(results.get(key)), key)} | {clock_text(key)} |")
     lines += [
         f"| runtime | {results['runtime'] or '(none)'} | |",
         f"| parallelism | {results['parallelism']} | |",
@@ -3282,10 +3636,10 @@ def markdown_summary(results: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_events_text(events: List[Dict[str, Any]]) -> str:
+def render_events_text(events: List[KubeObject]) -> str:
     """Events as a table sorted by creation time, like `kubectl get events --sort-by`."""
 
-    def key(event: Dict[str, Any]) -> Tuple[str, str]:
+    def key(event: KubeObject) -> Tuple[str, str]:
         return (event.get("metadata", {}).get("creationTimestamp") or "", event.get("metadata", {}).get("name", ""))
 
     lines = ["CREATED               TYPE     REASON                 OBJECT                              MESSAGE"]
@@ -3300,7 +3654,7 @@ def render_events_text(events: List[Dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
     figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
     for phase in PHASES:
@@ -3310,19 +3664,20 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
         ]
     for operation, *_ in KUBELET_OPERATIONS:
         figures += [(f"runtime_operations:{operation}", f"{operation} mean (s, kubelet)")]
-    rows = []
+    rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
         for _, results in runs:
             if key.startswith("runtime_operations:"):
-                pooled = (results.get("runtime_operations") or {}).get("pooled") or {}
-                values.append((pooled.get(key.split(":")[1]) or {}).get("mean_seconds"))
+                operations = results.get("runtime_operations")
+                pooled = operations["pooled"].get(key.split(":")[1]) if operations else None
+                values.append(json_number(pooled.get("mean_seconds")) if isinstance(pooled, dict) else None)
             elif ":" in key:
                 phase, stat = key.split(":")
                 stats = (results.get("phases") or {}).get(phase)
-                values.append(stats[stat] if stats else None)
+                values.append(json_number(stats.get(stat)) if stats else None)
             else:
-                values.append(results.get(key, 1 if key == "rounds" else None))
+                values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
         base = values[0]
         # A ratio only means something between two positive durations.
         ratios = [
@@ -3332,7 +3687,7 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
     return rows
 
 
-def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) -> str:
+def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -> str:
     def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
         if value is None:
             return "-"
@@ -3396,7 +3751,7 @@ def _finite_seconds(value: Any) -> float:
     return number if number is not None and number >= 0 else 0.0
 
 
-def _pod_seconds(pod: Dict[str, Any]) -> float:
+def _pod_seconds(pod: KubeObject) -> float:
     """Pod created -> container finished, from the API server's whole-second stamps (0 if unknown)."""
     try:
         created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
@@ -3407,16 +3762,16 @@ def _pod_seconds(pod: Dict[str, Any]) -> float:
     return _finite_seconds(difference(finished, created))
 
 
-def _pod_name(pod: Dict[str, Any]) -> str:
+def _pod_name(pod: KubeObject) -> str:
     return str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
 
 
-def _pod_phase(pod: Dict[str, Any]) -> str:
+def _pod_phase(pod: KubeObject) -> str:
     status = pod.get("status")
     return str((status.get("phase") if isinstance(status, dict) else None) or "unknown")
 
 
-def _job_seconds(job: Optional[Dict[str, Any]]) -> float:
+def _job_seconds(job: Optional[KubeObject]) -> float:
     """Job created -> its Complete or Failed condition, API server clock, whole seconds (0 if unknown)."""
     if not job:
         return 0.0
@@ -3430,16 +3785,16 @@ def _job_seconds(job: Optional[Dict[str, Any]]) -> float:
 
 def _case(
     classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
-) -> Dict[str, Any]:
+) -> JUnitCase:
     return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
 
 
 def junit_suites(
-    results: Optional[Dict[str, Any]],
-    rounds: List[Dict[str, Any]],
+    results: Optional[Results],
+    rounds: List[StartedRound],
     thresholds: Dict[str, float],
     error: Optional[Tuple[int, str, Optional[str]]],
-) -> List[Dict[str, Any]]:
+) -> List[JUnitSuite]:
     """A run as JUnit suites: one per round, one test case per episode, named after its pod.
 
     `results` is results.json when the run got that far; otherwise `rounds` holds what each
@@ -3448,13 +3803,10 @@ def junit_suites(
     Rounds before the one in progress validated (the run moved on); in the round in progress the
     invalid episode is a failure and the rest are skipped (not judged); any other failure is one
     error case named "run". One case per --threshold follows the episodes of the last suite."""
-    suites: List[Dict[str, Any]] = []
+    suites: List[JUnitSuite] = []
     if results is not None:
-        round_results = results.get("round_results") or [
-            {"round": 1, "job": JOB_NAME, "client_job_complete_seconds": results.get("client_job_complete_seconds")}
-        ]
-        for figures in round_results:
-            number, job = figures.get("round", 1), figures.get("job", JOB_NAME)
+        for figures in results["round_results"]:  # one per round, even for one round
+            number, job = figures["round"], figures["job"]
             cases = [
                 _case(
                     f"{JUNIT_SUITE_NAME}.{job}",
@@ -3541,12 +3893,12 @@ def junit_suites(
     return suites
 
 
-def render_junit_xml(suites: List[Dict[str, Any]], properties: Dict[str, str]) -> str:
+def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> str:
     """JUnit XML as GitLab's test reports and GitHub's JUnit actions read it: <testsuites>, one
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def count(cases: List[Dict[str, Any]], outcome: str) -> str:
+    def count(cases: List[JUnitCase], outcome: str) -> str:
         return str(sum(1 for case in cases if case["outcome"] == outcome))
 
     def short(message: str) -> str:
@@ -3621,18 +3973,16 @@ def _metric_number(value: Any) -> Optional[str]:
     return repr(float(value)) if math.isfinite(value) else None
 
 
-MetricRun = Tuple[Dict[str, str], Optional[Dict[str, Any]], int]  # labels, results.json (None: not valid), exit code
+MetricRun = Tuple[Dict[str, str], Optional[Results], int]  # labels, results.json (None: not valid), exit code
 
 
-def render_metrics(
-    results: Optional[Dict[str, Any]], labels: Dict[str, str], exit_code: int, finished_at: float
-) -> str:
+def render_metrics(results: Optional[Results], labels: Dict[str, str], exit_code: int, finished_at: float) -> str:
     """One run's figures as rl_batch_demo_* gauges (render_metrics_of_runs)."""
     return render_metrics_of_runs([(labels, results, exit_code)], finished_at)
 
 
 def _metric_families(
-    results: Optional[Dict[str, Any]], exit_code: int, finished_at: float
+    results: Optional[Results], exit_code: int, finished_at: float
 ) -> List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]]:
     """(name suffix, help, samples (extra labels, value)) of one run: figures only when it
     validated; exit code and time always."""
@@ -3665,13 +4015,13 @@ def _metric_families(
             )
         phases = results.get("phases") or {}
         for stat in ("p50", "p95", "max"):
-            samples = [({"phase": phase[: -len("_seconds")]}, (phases.get(phase) or {}).get(stat)) for phase in PHASES]
+            samples = [({"phase": phase[: -len("_seconds")]}, json_stat(phases.get(phase), stat)) for phase in PHASES]
             families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
         families.append(
             (
                 "phase_samples",
                 "Episodes with a value for each phase.",
-                [({"phase": p[: -len("_seconds")]}, (phases.get(p) or {}).get("samples")) for p in PHASES],
+                [({"phase": p[: -len("_seconds")]}, json_stat(phases.get(p), "samples")) for p in PHASES],
             )
         )
     return families
@@ -3725,7 +4075,7 @@ def _xml(text: str) -> str:
 TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
 
 
-def _stamp_resolution(row: Dict[str, Any], key: str) -> float:
+def _stamp_resolution(row: PodRow, key: str) -> float:
     """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
     if key == "scheduled_at" and row.get("scheduled_source") == "condition":
         return CLOCK_RESOLUTION[CLOCK_API]
@@ -3733,7 +4083,7 @@ def _stamp_resolution(row: Dict[str, Any], key: str) -> float:
 
 
 def _timeline_step(
-    row: Dict[str, Any],
+    row: PodRow,
     step: Tuple[str, str, str, str, str],
     start_key: str,
     top: float,
@@ -3788,7 +4138,7 @@ def _timeline_step(
     ], True
 
 
-def _timeline_heading(results: Dict[str, Any], origin: float) -> List[str]:
+def _timeline_heading(results: Results, origin: float) -> List[str]:
     """What the picture shows: the headline figures; the context, namespace and date; and, when
     the episodes ran on the tests' fake cluster, that this is a simulation."""
     figures = ", ".join(
@@ -3812,7 +4162,7 @@ def _timeline_heading(results: Dict[str, Any], origin: float) -> List[str]:
     return lines
 
 
-def render_timeline_svg(results: Dict[str, Any]) -> str:
+def render_timeline_svg(results: Results) -> str:
     """One row per episode, grouped by node, each phase on a shared seconds axis from the first
     Job's creation: a bar, or a marker where it is shorter than its clocks can tell; each round's
     Job marked. Plain SVG, so any browser shows it."""
@@ -3822,10 +4172,10 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
     )
     origin = min(row["batch_start"] for row in rows)
     ends = [  # a whole-second end may lie up to its second later: its marker's whisker shows that
-        row[step[4]] + (_stamp_resolution(row, step[4]) if _stamp_resolution(row, step[4]) >= 1 else 0)
+        end + (_stamp_resolution(row, step[4]) if _stamp_resolution(row, step[4]) >= 1 else 0)
         for row in rows
         for step in TIMELINE_BARS + TIMELINE_DETAIL_BARS
-        if isinstance(row.get(step[4]), (int, float))
+        if (end := json_number(row.get(step[4]))) is not None
     ]
     span = max(max(ends, default=origin) - origin, 1.0)
     scale = TIMELINE_PLOT_WIDTH / span
@@ -3845,9 +4195,10 @@ def render_timeline_svg(results: Dict[str, Any]) -> str:
             for index, step in enumerate(TIMELINE_BARS):
                 later = next(  # the first finer stamp after this step's end: its end came before it
                     (
-                        row[following[4]]
+                        stamp
                         for following in TIMELINE_BARS[index + 1 :]
-                        if isinstance(row.get(following[4]), (int, float)) and _stamp_resolution(row, following[4]) < 1
+                        if (stamp := json_number(row.get(following[4]))) is not None
+                        and _stamp_resolution(row, following[4]) < 1
                     ),
                     None,
                 )
@@ -3958,7 +4309,7 @@ REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, sect
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
 # each cell exactly as the guide prints it. Numbers are strings so that no digit is lost.
-GUIDE_REFERENCE: Dict[str, Any] = {
+GUIDE_REFERENCE: JsonObject = {
     "date": "2026-09-21",
     "conditions": {
         "en": [
@@ -4126,7 +4477,7 @@ def warmup_label_value(node: str) -> str:
 
 def warmup_job_manifest(
     settings: RunSettings, name: str, namespace: str, run_id: str, node: str, hostname: str
-) -> Dict[str, Any]:
+) -> KubeObject:
     """A one-episode Job pinned to one node through the scheduler: a nodeSelector on its hostname
     label, so the RuntimeClass's admission and scheduling still apply."""
     manifest = one_episode_job_manifest(settings, name, namespace, run_id)
@@ -4206,7 +4557,7 @@ def _guide_rounds(values: Sequence[str], unit: str, lang: str) -> str:
     return words["rounds"].format(text, n=n)
 
 
-def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
+def _guide_reference_cell(column: JsonObject, key: str, lang: str) -> str:
     words = _WORDS[lang]
     if key == "scale":
         return _guide_scale(column["rounds"], column["tasks"], lang)
@@ -4218,7 +4569,7 @@ def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
     return " / ".join(values) + " " + words[unit]
 
 
-def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
+def _phase_pair(results: Results, phase: str) -> Optional[List[float]]:
     stats = (results.get("phases") or {}).get(phase)
     if not isinstance(stats, dict):
         return None
@@ -4226,7 +4577,7 @@ def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
     return None if any(v is None for v in values) else [v for v in values if v is not None]
 
 
-def _round_values(results: Dict[str, Any], key: str) -> List[float]:
+def _round_values(results: Results, key: str) -> List[float]:
     rounds = results.get("round_results") or []
     values = [finite_number(r.get(key)) for r in rounds if isinstance(r, dict)] if len(rounds) > 1 else []
     if values and all(v is not None for v in values):
@@ -4235,10 +4586,11 @@ def _round_values(results: Dict[str, Any], key: str) -> List[float]:
     return [top] if top is not None else []
 
 
-def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
+def _runtime_cell(results: Results, key: str, lang: str) -> str:
     words = _WORDS[lang]
     operation, stand_ins = _RUNTIME_ROWS[key]
-    pooled = ((results.get("runtime_operations") or {}).get("pooled") or {}).get(operation)
+    operations = results.get("runtime_operations")
+    pooled = operations["pooled"].get(operation) if operations else None
     if isinstance(pooled, dict):
         values = [finite_number(pooled.get("p50_seconds")), finite_number(pooled.get("p95_seconds"))]
         if all(v is not None for v in values):
@@ -4262,7 +4614,7 @@ def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
     return words["not"].format(words["run"].format("--kubelet-metrics"))
 
 
-def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
+def guide_cells(results: Results, lang: str = "en") -> Dict[str, str]:
     """One run's column of the guide's table, from the tool's own figures."""
     words = _WORDS[lang]
     rounds = results.get("rounds") or 1
@@ -4300,20 +4652,20 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
     return cells
 
 
-def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference: bool) -> Dict[str, Any]:
+def guide_table(columns: List[Tuple[str, Results]], lang: str, reference: bool) -> GuideTable:
     """The guide's table: its rows in its order, one column per run, then (with `reference`)
     the guide's own published columns. Column names are the caller's; cells are the tool's."""
     header = [GUIDE_HEADER[lang]] + [name for name, _ in columns]
     cells = [guide_cells(results, lang) for _, results in columns]
     if reference:
         header += [GUIDE_COLUMN_PREFIX[lang] + column["name"][lang] for column in GUIDE_REFERENCE["columns"]]
-    rows = []
+    rows: List[GuideRow] = []
     for key, english, chinese in GUIDE_ROWS:
         row = [chinese if lang == "zh" else english] + [column[key] for column in cells]
         if reference:
             row += [_guide_reference_cell(column, key, lang) for column in GUIDE_REFERENCE["columns"]]
         rows.append({"row": key, "cells": row})
-    table: Dict[str, Any] = {"lang": lang, "header": header, "rows": rows}
+    table: GuideTable = {"lang": lang, "header": header, "rows": rows}
     if reference:
         table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"][lang])}
     return table
@@ -4327,7 +4679,7 @@ def _guide_date(date: str, lang: str) -> str:
     return f"{year} 年 {int(month)} 月 {int(day)} 日"
 
 
-def render_guide_table(table: Dict[str, Any], style: str) -> str:
+def render_guide_table(table: GuideTable, style: str) -> str:
     """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
     columns or wraps), then its reference's conditions in the table's language."""
     lines = [table["header"]] + [row["cells"] for row in table["rows"]]
@@ -4818,7 +5170,7 @@ class Kubectl:
                 raise failure
             self._retry_or_raise(failure, delays, first_attempt)
 
-    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> Dict[str, Any]:
+    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> KubeObject:
         """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
         return self.decode_json(self.run(args, read_only=True, **kwargs), what)
 
@@ -4881,7 +5233,7 @@ class Kubectl:
             "`kubectl config use-context NAME` (`kubectl config get-contexts` lists them)"
         )
 
-    def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[Dict[str, Any]]:
+    def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[KubeObject]:
         """The live object, or None when it does not exist."""
         raw = self.run(
             ["get", kind, name, "--ignore-not-found", "-o", "json"], namespace=namespace, read_only=True, **kwargs
@@ -4890,7 +5242,7 @@ class Kubectl:
             return None
         return self.decode_json(raw, f"get {kind} {name}")
 
-    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[Dict[str, Any]]:
+    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[KubeObject]:
         raw = self.run(["get", kinds, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
         try:
             return parse_json_documents(raw)
@@ -4899,7 +5251,7 @@ class Kubectl:
                 f"kubectl get {kinds} printed output that is not JSON objects ({error})", EXIT_CLUSTER
             ) from None
 
-    def create(self, manifest: Dict[str, Any], review: bool = False) -> List[Dict[str, Any]]:
+    def create(self, manifest: KubeObject, review: bool = False) -> List[KubeObject]:
         """Create objects (one, or a List of several, answered as one document each).
 
         The run's own objects are validated server-side, strictly (`--validate=strict`: an
@@ -4916,7 +5268,7 @@ class Kubectl:
         return created
 
     @staticmethod
-    def decode_json(raw: str, what: str) -> Dict[str, Any]:
+    def decode_json(raw: str, what: str) -> KubeObject:
         """kubectl's output as one JSON object, or an error naming the call that printed it."""
         try:
             decoded = json.loads(raw)
@@ -5232,17 +5584,29 @@ def release_output(output: Path) -> None:
         output.rmdir()
 
 
-def load_results(directory: Path) -> Dict[str, Any]:
+def load_results(directory: Path) -> Results:
+    """A run's results.json, checked against the schema before anything reads it: a missing,
+    unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
     path = directory / "results.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise DemoError(f"no results at {path}: that run did not finish successfully", EXIT_USAGE) from None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read {path} ({error})", EXIT_USAGE) from None
-    if not isinstance(data, dict) or "episodes" not in data:
-        raise DemoError(f"{path} is not a results file of this tool", EXIT_USAGE)
-    return data
+    problem = schema_problem(data, Results)
+    if problem:
+        raise DemoError(f"{path} is not a results file of this tool: {problem}; inspect the file", EXIT_USAGE)
+    return typing.cast(Results, data)
+
+
+def saved_results(directory: Optional[Path]) -> Optional[Results]:
+    """The results.json a run of this tool just wrote in `directory`, or None when there is none
+    (the run did not get that far, or `directory` is not the run's)."""
+    try:
+        return load_results(directory) if directory is not None else None
+    except DemoError:
+        return None
 
 
 def _read_json_file(path: Path) -> Any:
@@ -5253,13 +5617,13 @@ def _read_json_file(path: Path) -> Any:
         return None
 
 
-def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
+def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
     receipt = _read_json_file(output / "receipt.json")
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
-    started = []
+    started: List[StartedRound] = []
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
@@ -5316,15 +5680,15 @@ class OwnedCreator:
     def __init__(self, kubectl: Kubectl, run_id: str) -> None:
         self.kubectl = kubectl
         self.run_id = run_id
-        self.settled: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (kind, name) -> created or adopted
+        self.settled: Dict[Tuple[str, str], KubeObject] = {}  # (kind, name) -> created or adopted
 
-    def create_together(self, manifests: List[Dict[str, Any]], resources: List[str]) -> List[Dict[str, Any]]:
+    def create_together(self, manifests: List[KubeObject], resources: List[str]) -> List[KubeObject]:
         """Create several objects with one `kubectl create` of a List. kubectl creates them in
         order and goes on past a failure, so after one each object missing from its answer is
         settled on its own by the rules of `create`: created alone when the request never reached
         the server, else looked up and adopted only if this run's label proves it ours."""
         failure: Optional[DemoError] = None
-        answered: List[Dict[str, Any]] = []
+        answered: List[KubeObject] = []
         try:
             answered = self.kubectl.create({"apiVersion": "v1", "kind": "List", "items": manifests})
         except KubectlFailure as error:
@@ -5359,7 +5723,7 @@ class OwnedCreator:
             objects.append(match)
         return objects
 
-    def create(self, manifest: Dict[str, Any], resource: str) -> Dict[str, Any]:
+    def create(self, manifest: KubeObject, resource: str) -> KubeObject:
         name = manifest["metadata"]["name"]
         kind = manifest["kind"]
         delays = list(self.kubectl.timing.retry_delays)
@@ -5379,7 +5743,7 @@ class OwnedCreator:
                     raise
                 return self.adopt(manifest, resource, failure.first_line)
 
-    def adopt(self, manifest: Dict[str, Any], resource: str, failure: str) -> Dict[str, Any]:
+    def adopt(self, manifest: KubeObject, resource: str, failure: str) -> KubeObject:
         """After an ambiguous create: the object if it exists and carries this run's label."""
         name = manifest["metadata"]["name"]
         kind = manifest["kind"]
@@ -5405,7 +5769,7 @@ class OwnedCreator:
 def wait_for_job(
     kubectl: Kubectl,
     namespace: str,
-    job: Dict[str, Any],
+    job: KubeObject,
     deadline: float,
     submitted: float,
     progress: Progress,
@@ -5422,7 +5786,7 @@ def wait_for_job(
     watches = [kubectl.watch("job", ["job", name], namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
     sightings: Dict[str, Dict[str, Any]] = {}
-    last_pods: Dict[str, Dict[str, Any]] = {}
+    last_pods: Dict[str, KubeObject] = {}
     deleted = False
     live = job
     job_stream_open = True
@@ -5432,7 +5796,7 @@ def wait_for_job(
     label = f"{namespace}/{name}"
     job_uid = job["metadata"]["uid"]
 
-    def pod_event(event: Dict[str, Any], wall: float) -> None:
+    def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted
         pod = event.get("object")
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
@@ -5589,7 +5953,7 @@ def log_of(kubectl: Kubectl, namespace: str, name: str, round_dir: Path) -> PodL
 
 
 def read_logs(
-    kubectl: Kubectl, namespace: str, pods: List[Dict[str, Any]], selector: str, all_pods: bool, round_dir: Path
+    kubectl: Kubectl, namespace: str, pods: List[KubeObject], selector: str, all_pods: bool, round_dir: Path
 ) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
     """Container logs with one kubectl call; per-pod reads only for pods that call missed.
 
@@ -5614,7 +5978,7 @@ def read_logs(
 
 
 def save_diagnostics_after_interrupt(
-    kubectl: Kubectl, namespace: str, job: Optional[Dict[str, Any]], round_dir: Path
+    kubectl: Kubectl, namespace: str, job: Optional[KubeObject], round_dir: Path
 ) -> None:
     """Save what can be read within a few seconds: the Job, pods, events and logs."""
     quick = kubectl.timing.interrupt_save_timeout
@@ -5681,7 +6045,7 @@ def warm_up(
     run_id: str,
     run_job: OneEpisodeJob,
     stop: threading.Event,
-) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
+) -> Tuple[Dict[str, Optional[str]], Warmup]:
     """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
     node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
     `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/. On Ctrl-C,
@@ -5701,7 +6065,7 @@ def warm_up(
             EXIT_CLUSTER,
         )
     warm_dir = settings.output / WARMUP_DIR
-    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
+    tasks: List[Callable[[], Tuple[List[EpisodeRow], RoundResult]]] = []
     plan = []
     for number, node in enumerate(eligible, 1):
         node_name = str(node["metadata"]["name"])
@@ -5710,7 +6074,7 @@ def warm_up(
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
 
-        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        def task(name: str = name, manifest: KubeObject = manifest) -> Tuple[List[EpisodeRow], RoundResult]:
             return run_job(name, warm_dir / name, manifest, warm_dir)  # an interruption saves the events there
 
         tasks.append(task)
@@ -5718,25 +6082,25 @@ def warm_up(
         say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
     answers = concurrently(tasks, stop, kubectl.timing.interrupt_save_timeout)
     image_ids: Dict[str, Optional[str]] = {}
-    per_node: Dict[str, Any] = {}
+    per_node: Dict[str, WarmupNode] = {}
     for (name, node_name), (rows, figures) in zip(plan, answers):
         row = rows[0]
-        if row.node != node_name:
+        if row["node"] != node_name:
             raise DemoError(
-                f"warm-up Job {namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
+                f"warm-up Job {namespace}/{name} was meant for node {node_name} but ran on {row['node']}; "
                 f"inspect {warm_dir / name}/pods.json",
                 EXIT_CLUSTER,
             )
-        image_ids[node_name] = row.image_id
+        image_ids[node_name] = row["image_id"]
         per_node[node_name] = {
             "job": name,
             "job_uid": figures["job_uid"],
-            "pod": row.pod,
-            "pod_to_ready_seconds": row.pod_to_ready_seconds,
-            "image_id": row.image_id,
-            "image_pull": row.image_pull["state"],
+            "pod": row["pod"],
+            "pod_to_ready_seconds": row["pod_to_ready_seconds"],
+            "image_id": row["image_id"],
+            "image_pull": row["image_pull"]["state"],
         }
-    block = {
+    block: Warmup = {
         "nodes": [node for _, node in plan],
         "per_node": per_node,
         "image": settings.given_image,
@@ -5753,11 +6117,11 @@ def prepare_measured_image(
     run_id: str,
     run_job: OneEpisodeJob,
     stop: threading.Event,
-) -> Tuple[str, Dict[str, Any]]:
+) -> Tuple[str, PreparedImage]:
     """--warmup and --pin-image, before the first measured Job: the warm-up episodes, then the
     image the measured Jobs run (the digest given, or resolved from what the warm-up's or a
     one-episode probe Job's nodes ran, else --image) and results.json's `warmup` and `image_pinned`."""
-    prepared: Dict[str, Any] = {"image_pinned": settings.pin_image or None, "warmup": None}
+    prepared: PreparedImage = {"image_pinned": settings.pin_image or None, "warmup": None}
     image_ids: Dict[str, Optional[str]] = {}
     where = ""
     if settings.warmup:
@@ -5769,10 +6133,10 @@ def prepare_measured_image(
         probe_dir = settings.output / PROBE_JOB_NAME
         manifest = one_episode_job_manifest(settings, PROBE_JOB_NAME, namespace, run_id)
         rows, _ = run_job(PROBE_JOB_NAME, probe_dir, manifest, probe_dir)
-        image_ids = {str(rows[0].node or "(unknown)"): rows[0].image_id}
+        image_ids = {str(rows[0]["node"] or "(unknown)"): rows[0]["image_id"]}
         where = f"{probe_dir}/pods.json"
     pinned = pinned_image(settings.image, image_ids, where)
-    prepared.update(image_pinned=pinned, image_pinned_from=image_ids)
+    prepared["image_pinned"], prepared["image_pinned_from"] = pinned, image_ids
     if not settings.quiet:
         say_stderr(f"image pinned: {pinned}")
     return pinned, prepared
@@ -5796,13 +6160,13 @@ class BatchRun:
         self.namespace = receipt.namespace
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
-        self.current_job: Optional[Dict[str, Any]] = None
+        self.current_job: Optional[KubeObject] = None
         self.current_dir: Path = settings.output
-        self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
+        self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
-    def execute(self) -> Dict[str, Any]:
+    def execute(self) -> Results:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
@@ -5811,22 +6175,22 @@ class BatchRun:
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
-        rounds: List[Dict[str, Any]] = []
+        rounds: List[RoundResult] = []
         for round_number in range(1, self.settings.rounds + 1):
             round_rows, figures = self.run_round(round_number, image)
             rows.extend(round_rows)
             rounds.append(figures)
-        failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
+        failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
-        results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
-        results.update(prepared)
+        kubelet: KubeletFigures = {}
         if kubelets_before is not None:
             expected = expected_operations(rows)
             after = (
                 read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
             )
-            results["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
-        return results
+            kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+        context = self.kubectl.context or ""
+        return assemble_results(self.settings, context, self.namespace, self.run_id, rows, rounds, prepared, kubelet)
 
     @property
     def runtime_handler(self) -> str:
@@ -5895,12 +6259,12 @@ class BatchRun:
             raise
         self.record_namespace(namespace)
 
-    def record_namespace(self, namespace: Dict[str, Any]) -> None:
+    def record_namespace(self, namespace: KubeObject) -> None:
         self.receipt.namespace_uid = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
-    def run_round(self, round_number: int, image: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+    def run_round(self, round_number: int, image: str) -> Tuple[List[EpisodeRow], RoundResult]:
         """One measured round: its Job runs `image`; an interruption saves its diagnostics."""
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
@@ -5909,15 +6273,15 @@ class BatchRun:
         return self.run_job(round_number, name, round_dir, manifest, self.settings.count, self.progress)
 
     def run_one_episode_job(
-        self, name: str, job_dir: Path, manifest: Dict[str, Any], interrupt_dir: Path
-    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        self, name: str, job_dir: Path, manifest: KubeObject, interrupt_dir: Path
+    ) -> Tuple[List[EpisodeRow], RoundResult]:
         """A warm-up or probe Job (see OneEpisodeJob), without a progress line."""
         self.current_dir, self.current_job = interrupt_dir, None
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
     def run_job(
-        self, round_number: int, name: str, round_dir: Path, manifest: Dict[str, Any], count: int, progress: Progress
-    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        self, round_number: int, name: str, round_dir: Path, manifest: KubeObject, count: int, progress: Progress
+    ) -> Tuple[List[EpisodeRow], RoundResult]:
         """Create one Job, wait for it, save every diagnostic, then analyse it."""
         settings = self.settings
         write_json(round_dir / "job-submitted.json", manifest)
@@ -5985,7 +6349,7 @@ class BatchRun:
                     log_of(self.kubectl, self.namespace, invalid.pod, round_dir)
             raise
 
-    def refuse_dropped_fields(self, manifest: Dict[str, Any], job: Dict[str, Any]) -> None:
+    def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
         backoff limits): without them, failed episodes would be retried (backoffLimit's default is
         6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
@@ -6031,7 +6395,7 @@ class BatchRun:
 
 def _wait_until_absent(
     kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
-) -> Optional[Dict[str, Any]]:
+) -> Optional[KubeObject]:
     """None once the object is gone, else its last state when the wait ran out.
 
     Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long
@@ -6048,7 +6412,7 @@ def _wait_until_absent(
         interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
 
 
-def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
+def _stuck_namespace_detail(namespace: KubeObject) -> str:
     finalizers = namespace.get("spec", {}).get("finalizers") or []
     meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
     messages = [
@@ -6176,19 +6540,18 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
-def _group_results(output: Path, entry: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _group_results(output: Path, entry: ReproduceGroup) -> Optional[Results]:
     """A group's results.json, when its run validated and wrote one."""
-    results = _read_json_file(output / entry["directory"] / "results.json")
-    return results if isinstance(results, dict) and "episodes" in results else None
+    return saved_results(output / entry["directory"])
 
 
 def reproduce_junit(
-    output: Path, report: Dict[str, Any], failure: Optional[DemoError], thresholds: Dict[str, float]
+    output: Path, report: ReproduceReport, failure: Optional[DemoError], thresholds: Dict[str, float]
 ) -> str:
     """The experiment as one JUnit file: every group's suites (one per round, and a case per
     --threshold, as `run --junit` writes them), each test case's classname naming its group, so
     names stay unique."""
-    suites: List[Dict[str, Any]] = []
+    suites: List[JUnitSuite] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
         results = _group_results(output, entry)
@@ -6208,7 +6571,7 @@ def reproduce_junit(
     )
 
 
-def reproduce_metrics(output: Path, report: Dict[str, Any], base: RunSettings, finished_at: float) -> str:
+def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
     """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
     them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
     runs: List[MetricRun] = []
@@ -6225,7 +6588,7 @@ def reproduce_metrics(output: Path, report: Dict[str, Any], base: RunSettings, f
     return render_metrics_of_runs(runs, finished_at)
 
 
-def reproduce_verdict(output: Path, report: Dict[str, Any]) -> str:
+def reproduce_verdict(output: Path, report: ReproduceReport) -> str:
     """One line: the groups that finished, the episodes that validated, what failed, where the report is."""
     finished = [entry for entry in report["groups"] if entry.get("exit_code") in (EXIT_OK, EXIT_THRESHOLD)]
     figures = [results for results in (_group_results(output, entry) for entry in finished) if results]
@@ -6243,14 +6606,14 @@ def reproduce_verdict(output: Path, report: Dict[str, Any]) -> str:
     return text + f"; report {' and '.join(str(path) for path in [*files, output / 'report.json'])}"
 
 
-def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, reference: bool) -> Optional[str]:
+def write_reproduce_report(output: Path, report: ReproduceReport, lang: str, reference: bool) -> Optional[str]:
     """report.json always; with every group's results, report.md and the table (returned)."""
     finished = [
-        (reproduce_column_name(g["name"], report["count"], lang), _read_json_file(output / g["name"] / "results.json"))
+        (reproduce_column_name(g["name"], report["count"], lang), saved_results(output / g["name"]))
         for g in report["groups"]
         if g["exit_code"] in (EXIT_OK, EXIT_THRESHOLD)  # validated, over budget or not
     ]
-    columns = [(name, results) for name, results in finished if isinstance(results, dict)]
+    columns = [(name, results) for name, results in finished if results is not None]
     table = guide_table(columns, lang, reference) if columns else None
     report["table"] = table
     write_json(output / "report.json", report)
@@ -6407,7 +6770,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     return EXIT_OK
 
 
-def publish(results: Dict[str, Any], settings: RunSettings, print_summary: bool = True) -> Optional[DemoError]:
+def publish(results: Results, settings: RunSettings, print_summary: bool = True) -> Optional[DemoError]:
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
@@ -6458,7 +6821,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
     claim_output(output)
-    report: Dict[str, Any] = {
+    report: ReproduceReport = {
         "context": context,
         "image": args.image,
         "image_pinned": None,
@@ -6475,7 +6838,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
             argv = reproduce_group_argv(args, context, group, report["image_pinned"])
             if not alone:
                 say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
-            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
+            entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
             settings = reproduce_group_settings(base, group, report["image_pinned"])
@@ -6489,8 +6852,8 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
             if failure is not None:
                 break
             if report["image_pinned"] is None:
-                results = _read_json_file(output / group / "results.json") or {}
-                report["image_pinned"] = results.get("image_pinned")
+                results = saved_results(output / group)
+                report["image_pinned"] = results["image_pinned"] if results else None
                 if not report["image_pinned"]:
                     failure = DemoError(
                         f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
@@ -6526,7 +6889,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
 
 
 def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: Dict[str, Any], failure: Optional[DemoError]
+    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
 ) -> List[str]:
     """The experiment's --junit and --metrics-file (atomically), whatever its outcome; returns
     what could not be written."""
@@ -6577,8 +6940,7 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
 def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
     """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
     not this run's, so nothing in it is read). Returns what could not be written."""
-    results = _read_json_file(output / "results.json") if output is not None else None
-    results = results if isinstance(results, dict) and "episodes" in results else None
+    results = saved_results(output)
     problems = []
     if settings.junit:
         started = rounds_on_disk(output, settings.rounds) if output is not None and results is None else []

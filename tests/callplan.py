@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import rl_batch_demo as demo
+from tests import records
 from tests.clusterobjects import (
     NAMESPACE,
     RUN_ID,
@@ -653,10 +654,10 @@ class CallPlanTestCase(unittest.TestCase):
         return json.loads((self.out(directory) / name).read_text())
 
     def receipt(self, directory: str = "out") -> Dict[str, Any]:
-        return self.read_json("receipt.json", directory)
+        return records.written(self, self.out(directory) / "receipt.json", demo.ReceiptFile)
 
     def results(self, directory: str = "out") -> Dict[str, Any]:
-        return self.read_json("results.json", directory)
+        return records.written_results(self, self.out(directory))
 
     def recorded_calls(self, directory: str = "out") -> List[Dict[str, Any]]:
         """The tool's own record of its calls (kubectl-calls.json)."""

@@ -539,7 +539,7 @@ def results_of(rows: List[demo.EpisodeRow], **fields: Any) -> Dict[str, Any]:
         image_ids=["sha"],
         image_cache=counts,
         cache_state=demo.cache_state_of(counts),
-        pods=[row.to_json() for row in rows],
+        pods=[demo.pod_row(row) for row in rows],
     )
     results.update(fields)
     return results

@@ -914,6 +914,39 @@ class CompareTest(RunPlanTestCase):
         self.assert_fails(refused, demo.EXIT_USAGE, "different episode counts")
         self.run_ok("compare", parallel, str(self.out("two")), "--allow-different-counts")
 
+    def test_a_hand_edited_or_foreign_results_file(self) -> None:
+        """compare checks results.json against the schema before reading it: one line naming the
+        file and the key, exit 2, never a traceback."""
+        self.run_batch(RunPlan(Batch(count=2)), "--quiet")
+        path = self.out() / "results.json"
+        written = self.results()
+        guide_keys = [*demo.THRESHOLD_METRICS, "episodes", "successful_episodes", "reward_sum", "pods", "context"]
+        guide_keys += ["namespace", "image", "runtime", "parallelism", "cache_state"]  # as the guide's script writes
+        guide = {key: written[key] for key in guide_keys}
+        for edit, problem in (
+            (lambda r: r["pods"][1]["image_pull"].pop("state"), "pods[1].image_pull.state is missing"),
+            (lambda r: r.update(episodes="2"), "episodes is a string, not an integer"),
+            (lambda r: r["phases"]["python_import_seconds"].update(p50=None), "python_import_seconds'].p50 is null"),
+            (lambda r: r.update(runtime_operations={"handler": ""}), "runtime_operations.pooled is missing"),
+            (lambda r: r.pop("round_results"), "round_results is missing"),
+            (lambda r: r.clear() or r.update(guide), "reward_mean is missing"),  # the guide's own results.json
+        ):
+            edited = json.loads(json.dumps(written))
+            edit(edited)
+            path.write_text(json.dumps(edited))
+            with self.subTest(problem=problem):
+                self.assert_fails(
+                    self.tool("compare", str(self.out())), demo.EXIT_USAGE, f"{path} is not a results file", problem
+                )
+        for text, problem in (
+            ("[]", "the top level is a list, not an object"),
+            ('{"episodes": NaN}', "NaN is not a JSON number"),
+            ("[" * 100_000, "cannot read"),
+        ):
+            path.write_text(text)
+            with self.subTest(problem=problem):
+                self.assert_fails(self.tool("compare", str(self.out())), demo.EXIT_USAGE, str(path), problem)
+
     def test_a_run_without_results(self) -> None:
         self.out().mkdir()
         self.assert_fails(self.tool("compare", str(self.out())), demo.EXIT_USAGE, "did not finish successfully")

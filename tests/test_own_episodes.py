@@ -220,14 +220,14 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         rows, figures = demo.analyse_round(
             collected_for(pods, logs, job_for(self.job_created), count=4, tasks=TASKS), "ns/rollout"
         )
-        by_index = {row.index: row for row in rows}
+        by_index = {row["index"]: row for row in rows}
         self.assertEqual(sorted(by_index), [0, 1, 2, 3])
         for index, task in enumerate(TASKS):
             row = by_index[index]
-            self.assertEqual(row.reward, task["x"] ** 2 / 10)
-            self.assertEqual(row.task_id, task.get("id", index))
-            self.assertEqual(row.pod, f"rollout-{index}-abcde")
-            self.assertEqual(row.info, {"seen_id": task.get("id"), "seen_index": index})
+            self.assertEqual(row["reward"], task["x"] ** 2 / 10)
+            self.assertEqual(row["task_id"], task.get("id", index))
+            self.assertEqual(row["pod"], f"rollout-{index}-abcde")
+            self.assertEqual(row["info"], {"seen_id": task.get("id"), "seen_index": index})
         self.assertEqual(figures["reward_sum"], sum(t["x"] ** 2 / 10 for t in TASKS))
         self.assertEqual(figures["reward_min"], 0.1)
         self.assertEqual(figures["reward_max"], 1.6)
@@ -296,9 +296,10 @@ class TemplateWorkerTest(unittest.TestCase):
             collected_for(pods, logs, job_for(job_created), count=2, tasks=tasks), "ns/r"
         )
         self.assertEqual(
-            [(row.task_id, row.reward) for row in sorted(rows, key=lambda r: r.index)], [("t0", 1.0), ("t1", 0.0)]
+            [(row["task_id"], row["reward"]) for row in sorted(rows, key=lambda r: r["index"])],
+            [("t0", 1.0), ("t1", 0.0)],
         )
-        self.assertEqual(rows[0].info, {"answer": 5, "correct": True})
+        self.assertEqual(rows[0]["info"], {"answer": 5, "correct": True})
         self.assertEqual(figures["reward_sum"], 1.0)
 
     def test_the_template_without_tasks_reads_an_empty_task(self) -> None:
@@ -351,8 +352,8 @@ class CustomRulesTest(unittest.TestCase):
     def test_any_finite_reward_without_tests_or_baseline(self) -> None:
         for reward in (0.25, 0, -3, 10**6, 1e-9):
             row = self.validate(self.pod(), self.events(reward=reward))
-            self.assertEqual(row.reward, reward)
-        self.assertEqual(self.validate(self.pod(), self.events(note="hi")).info, {"note": "hi"})
+            self.assertEqual(row["reward"], reward)
+        self.assertEqual(self.validate(self.pod(), self.events(note="hi"))["info"], {"note": "hi"})
 
     def test_the_built_in_rules_still_hold_for_the_built_in_worker(self) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, "the fixed code must pass its tests"):
@@ -380,7 +381,7 @@ class CustomRulesTest(unittest.TestCase):
 
     def test_a_large_info_is_dropped_with_a_note(self) -> None:
         row = self.validate(self.pod(), self.events(blob="x" * (demo.INFO_LIMIT + 1)))
-        self.assertEqual(list(row.info or {}), ["info_dropped"])
+        self.assertEqual(list(row["info"] or {}), ["info_dropped"])
 
     def test_a_custom_workers_bad_event_line_is_an_error(self) -> None:
         for line in ('{"event": "reward", "at": 1, "reward": NaN}', '{"event": "reward", "at": 1, "reward": Infinity}'):
@@ -431,7 +432,7 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         for k in (2, 3, 10):
             with self.subTest(k=k):
                 rows, figures = self.analyse(k)
-                self.assertEqual(sorted(row.index for row in rows), [0, 2])
+                self.assertEqual(sorted(row["index"] for row in rows), [0, 2])
                 self.assertEqual((figures["episodes"], figures["successful_episodes"]), (4, 2))
                 self.assertEqual(figures["reward_sum"], 0 + 1.0)
                 causes = {entry["index"]: entry["cause"] for entry in figures["failed_episodes"]}
@@ -461,7 +462,7 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         self.pods[1]["status"]["phase"] = "Succeeded"
         self.pods[1]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 0
         rows, figures = self.analyse(1, job_for(self.job_created))
-        self.assertEqual(sorted(row.index for row in rows), [0, 1, 2])
+        self.assertEqual(sorted(row["index"] for row in rows), [0, 1, 2])
         self.assertEqual([entry["index"] for entry in figures["failed_episodes"]], [3])
 
     def test_the_jobs_failed_indexes_must_be_failed_episodes(self) -> None:

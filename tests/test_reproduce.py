@@ -22,8 +22,10 @@ from typing import Any
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests import records
 from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
+from tests.records import written, written_results
 from tests.test_run import SCRIPT, run_script
 
 GUIDE = Path(__file__).resolve().parents[1] / ".." / "shared" / "seed" / "000_89e6d74ee1c6c1ae.txt"
@@ -78,7 +80,7 @@ def synthetic_results(rounds: int = 1, **extra: Any) -> dict[str, Any]:
         ],
     }
     results.update(extra)
-    return results
+    return records.complete(results, demo.Results)  # the keys these tests leave out, as plain values
 
 
 class GuideReferenceTest(unittest.TestCase):
@@ -370,7 +372,7 @@ class ReproduceOutputTest(unittest.TestCase):
     def test_quiet_prints_only_the_table_and_the_verdict(self) -> None:
         code, out, err = self.experiment("--quiet", "--reference", "guide")
         self.assertEqual(code, 0, err)
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         exp = self.root / "exp"
         self.assertEqual(
             out,
@@ -392,7 +394,7 @@ class ReproduceOutputTest(unittest.TestCase):
         self.assertIn("verdict: 3/3 groups finished, 50/50 episodes valid; latency budget breached in sequential", out)
         [error] = [line for line in err.splitlines() if line.startswith("rl-batch-demo: error:")]
         self.assertIn("latency budget breached in sequential: latency budget breached: batch_to_all_ready", error)
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         self.assertEqual([g["exit_code"] for g in report["groups"]], [0, 5, 0])
         self.assertTrue(report["complete"])
         self.assertEqual(len(report["table"]["header"]), 4)  # the breached group is in the table
@@ -402,7 +404,7 @@ class ReproduceOutputTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         printed = json.loads(out)
         self.assertEqual(out, json.dumps(printed, indent=2, sort_keys=True) + "\n")
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         self.assertEqual({key: value for key, value in printed.items() if key != "verdict"}, report)
         self.assertTrue(printed["verdict"].startswith("verdict: 3/3 groups finished"))
         self.assertNotIn("summary of", out)
@@ -511,7 +513,7 @@ class WarmupTest(FakeClusterCase):
         measured_created = self.create_started("rollout")
         for job in ("warmup-1", "warmup-2"):
             self.assertLess(self.cluster.job_completed_at(namespace, job), measured_created)
-        results = json.loads((self.root / "out" / "results.json").read_text())
+        results = written_results(self, self.root / "out")
         self.assertEqual(results["image"], "python:3.12-alpine")
         self.assertRegex(results["image_pinned"], r"^python@sha256:[0-9a-f]{64}$")
         self.assertEqual({pod["spec"]["containers"][0]["image"] for pod in measured}, {results["image_pinned"]})
@@ -580,7 +582,7 @@ class ReproduceTest(FakeClusterCase):
         metrics = (self.root / "experiment.prom").read_text()
         exits = re.findall(r'^rl_batch_demo_exit_code\{group="(\w+)",.*\} (\d+)$', metrics, re.MULTILINE)
         self.assertEqual(exits, [("parallel", "0"), ("sequential", "0"), ("warm", "0")])
-        report = json.loads((out / "report.json").read_text())
+        report = written(self, out / "report.json", demo.ReproduceReport)
         # --quiet: stdout holds the guide's table and the verdict, nothing else
         self.assertEqual(
             result.stdout,
@@ -605,10 +607,10 @@ class ReproduceTest(FakeClusterCase):
             last_end = max(r["end"] or r["start"] for r in records if mentions(r, earlier))  # end: None if killed
             first_start = min(r["start"] for r in records if mentions(r, later))
             self.assertLess(last_end, first_start)
-        pinned = {json.loads((out / g / "results.json").read_text())["image_pinned"] for g in demo.REPRODUCE_GROUPS}
+        pinned = {written_results(self, out / g)["image_pinned"] for g in demo.REPRODUCE_GROUPS}
         self.assertEqual(len(pinned), 1)
         self.assertEqual(pinned, {report["image_pinned"]})
-        warm = json.loads((out / "warm" / "results.json").read_text())
+        warm = written_results(self, out / "warm")
         self.assertEqual((warm["rounds"], warm["episodes"], warm["parallelism"]), (2, 4, 2))
         self.assertEqual(json.loads((out / "sequential" / "results.json").read_text())["parallelism"], 1)
         self.assertIn("whole batch", result.stdout)
@@ -633,7 +635,7 @@ class ReproduceTest(FakeClusterCase):
         self.assert_exit(result, demo.EXIT_EPISODE)
         self.assertIn("reproduce stopped at group parallel", result.stderr)
         self.assertNotIn("reproduce: group", result.stderr)
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         printed = json.loads(result.stdout)  # --json: one object on stdout, also on failure
         self.assertEqual(printed["verdict"], "verdict: 0/3 groups finished, 0/0 episodes valid; stopped at group "
                          "parallel (exit 1); report exp/report.json")  # fmt: skip
@@ -788,7 +790,7 @@ class InterruptedReproduceTest(FakeClusterCase):
         self.assertNotIn("Traceback", result.stderr)
         self.assertIn("cleanup --output", result.stderr)
         self.assertFalse((self.root / "exp" / "warm").exists())
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         self.assertFalse(report["complete"])
         self.assertEqual(len(self.run_namespaces()), 1)  # the parallel group was cleaned up already
         self.assertTrue((self.root / "exp" / "parallel" / "results.json").exists())

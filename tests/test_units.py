@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Dict, Tuple
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
@@ -200,18 +201,18 @@ class ValidationTest(unittest.TestCase):
 
     def test_a_good_episode_gives_its_row(self) -> None:
         row = self.validate(make_pod(), make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5))
-        self.assertEqual(row.pod, "rollout-abcde")
-        self.assertAlmostEqual(row.pod_to_ready_seconds, 2.0)
-        self.assertAlmostEqual(row.batch_to_ready_seconds, 3.0)
-        self.assertAlmostEqual(row.batch_to_reward_seconds, 3.5)
-        self.assertAlmostEqual(row.python_import_seconds, 0.49)
-        self.assertAlmostEqual(row.import_to_ready_seconds, 0.01)
-        self.assertAlmostEqual(row.pod_to_scheduled_seconds, 0.0)
-        self.assertAlmostEqual(row.pod_to_container_started_seconds, 1.0)
-        self.assertAlmostEqual(row.ready_to_reward_seconds, 0.5)
-        self.assertAlmostEqual(row.reward_to_finished_seconds, 0.5)
-        self.assertAlmostEqual(row.pod_observed_to_ready_seconds, 1.8)
-        self.assertEqual(row.image_id, "docker.io/library/python@sha256:00")
+        self.assertEqual(row["pod"], "rollout-abcde")
+        self.assertAlmostEqual(row["pod_to_ready_seconds"], 2.0)
+        self.assertAlmostEqual(row["batch_to_ready_seconds"], 3.0)
+        self.assertAlmostEqual(row["batch_to_reward_seconds"], 3.5)
+        self.assertAlmostEqual(row["python_import_seconds"], 0.49)
+        self.assertAlmostEqual(row["import_to_ready_seconds"], 0.01)
+        self.assertAlmostEqual(row["pod_to_scheduled_seconds"], 0.0)
+        self.assertAlmostEqual(row["pod_to_container_started_seconds"], 1.0)
+        self.assertAlmostEqual(row["ready_to_reward_seconds"], 0.5)
+        self.assertAlmostEqual(row["reward_to_finished_seconds"], 0.5)
+        self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], 1.8)
+        self.assertEqual(row["image_id"], "docker.io/library/python@sha256:00")
 
     def assert_refused(self, pod: dict[str, Any], events: list[dict[str, Any]], pattern: str) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, pattern) as caught:
@@ -260,7 +261,7 @@ class ValidationTest(unittest.TestCase):
         events = self.good_events()
         events[0]["process_started_at"] = "early"
         row = self.validate(make_pod(), events)
-        self.assertIsNone(row.python_import_seconds)
+        self.assertIsNone(row["python_import_seconds"])
 
     def test_pod_before_job_is_skew(self) -> None:
         self.assert_refused(make_pod(created="2026-11-29T09:59:59Z"), self.good_events(), "out of order")
@@ -605,6 +606,50 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
         self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
         self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+
+
+class SchemaTest(unittest.TestCase):
+    """schema_problem, the check of a results.json read back, and the tests' strict check of one written."""
+
+    def test_a_value_read_back_is_named_by_its_first_departure(self) -> None:
+        pull = {"state": "pulled", "seconds": 1.5}
+        for value, problem in (
+            (pull, ""),
+            ({**pull, "seconds_including_waiting": None, "unknown key": 1}, ""),  # optional; unknown keys unread
+            ({"seconds": None}, "state is missing"),
+            ({**pull, "state": 1}, "state is a number, not a string"),
+            ({**pull, "seconds": True}, "seconds is a boolean, not a finite number"),
+            ({**pull, "seconds": 10**400}, "seconds is a number, not a finite number"),
+            ([pull], "the top level is a list, not an object"),
+        ):
+            with self.subTest(value=value):
+                self.assertEqual(demo.schema_problem(value, demo.ImagePull), problem)
+        row = {"figure": "x", "label": "y", "values": [1, None, 2.5], "ratios": ["1"]}
+        self.assertEqual(demo.schema_problem(row, demo.ComparisonRow), "ratios[0] is a string, not a finite number")
+        self.assertEqual(
+            demo.schema_problem({"count": 1.0}, demo.OperationFigures), "count is a number, not an integer"
+        )
+        nodes = {"handler": "", "pooled": demo.no_operations(), "nodes": {"a\x1b": {}}}
+        self.assertEqual(demo.schema_problem(nodes, demo.RuntimeOperations), "nodes['a\\x1b'].RunPodSandbox is missing")
+
+    def test_the_strict_check_also_refuses_unknown_keys(self) -> None:
+        rows = [
+            demo.validate_episode(
+                make_pod(),
+                make_events("rollout-abcde", JOB_CREATED_AT + 2, JOB_CREATED_AT + 3),
+                JOB_CREATED_AT,
+                None,
+                "here",
+            )
+        ]
+        row = demo.pod_row(rows[0])
+        self.assertEqual(records.exact_problem(row, demo.PodRow), "")
+        self.assertEqual(records.exact_problem({**row, "info": {}}, demo.PodRow), "info is not in the schema")
+        bad = {**row, "image_pull": {**row["image_pull"], "size": 1}}
+        self.assertEqual(records.exact_problem(bad, demo.PodRow), "image_pull.size is not in the schema")
+        self.assertEqual(
+            records.exact_problem({**row, "reward": None}, demo.PodRow), "reward is null, not a finite number"
+        )
 
 
 class CapacityTest(unittest.TestCase):

@@ -197,7 +197,7 @@ class ForgedFigureTest(unittest.TestCase):
                 self.validate(make_pod(), events)
 
     def test_a_good_episode_still_passes(self) -> None:
-        self.assertEqual(self.validate(make_pod(), self.events()).reward, 1)
+        self.assertEqual(self.validate(make_pod(), self.events())["reward"], 1)
 
 
 class MismatchTest(unittest.TestCase):
@@ -248,9 +248,9 @@ class OutputEscapingTest(unittest.TestCase):
             None,
             "h",
         )
-        row.node = 'node"<x>&\x01'
+        row["node"] = 'node"<x>&\x01'
         results = demo.batch_figures([row])
-        results.update(parallelism=1, runtime="cube", pods=[row.to_json()])
+        results.update(parallelism=1, runtime="cube", pods=[demo.pod_row(row)])
         ElementTree.fromstring(demo.render_timeline_svg(results))
 
 
