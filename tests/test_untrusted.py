@@ -181,7 +181,7 @@ class ForgedFigureTest(unittest.TestCase):
             with self.subTest(modules=modules), self.assertRaisesRegex(demo.EpisodeInvalid, "runner's own copy"):
                 self.validate(make_pod(), events)
         row = demo.validate_episode(make_pod(), self.events(modules={}), JOB_CREATED_AT, None, "here", False)
-        self.assertEqual(row.reward, 1)  # a custom worker owes no such field
+        self.assertEqual(row["reward"], 1)  # a custom worker owes no such field
 
     def test_ready_before_the_container_started_is_a_clock_error(self) -> None:
         pod = make_pod(created="2026-11-29T10:00:01Z", started="2026-11-29T10:00:05Z", finished="2026-11-29T10:00:09Z")
