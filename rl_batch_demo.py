@@ -91,6 +91,12 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
+# The built-in worker's reward event names where its tests came from (`modules`): the runner's own
+# copy, given on its stdin, with the payload's TEST_SHA256 (tests/test_worker_grade.py checks both).
+BUILTIN_TEST_MODULE = {
+    "origin": "runner stdin",
+    "sha256": "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb",
+}
 
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
@@ -1309,15 +1315,27 @@ def task_id_of(task: Optional[JsonObject], index: int) -> Any:
 
 
 def check_worker_source(data: bytes, where: str) -> str:
-    """A --worker file's text, once it decodes as UTF-8 and compiles as Python."""
+    """A --worker file's text, once it decodes as UTF-8 and compiles as Python. It is compiled from
+    its bytes, as Python reads a script (a UTF-8 BOM and a coding declaration count), and kept as
+    it is, a BOM included, for the pod's Python to read the same way. A file that Python could not
+    compile (a NUL byte, nesting deeper than its parser or compiler goes) is bad input, exit 2."""
     source = utf8_text(data, f"--worker {where}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        raise DemoError(f"--worker {where} line {line} has a NUL byte, which Python refuses in source code", EXIT_USAGE)
     try:
-        compile(source, where, "exec", dont_inherit=True)
+        compile(data, where, "exec", dont_inherit=True)
     except SyntaxError as error:
+        at = f" line {error.lineno}" if error.lineno else ""
+        raise DemoError(f"--worker {where}{at} does not compile as Python: {error.msg}", EXIT_USAGE) from None
+    except (RecursionError, MemoryError) as error:  # the parser's or the compiler's stack, by version
         raise DemoError(
-            f"--worker {where} line {error.lineno} does not compile as Python: {error.msg}", EXIT_USAGE
+            f"--worker {where} is nested too deeply for Python to compile ({type(error).__name__}); "
+            "the pod's Python would refuse it too",
+            EXIT_USAGE,
         ) from None
-    except ValueError as error:  # a NUL byte
+    except ValueError as error:
         raise DemoError(f"--worker {where} does not compile as Python: {error}", EXIT_USAGE) from None
     return source
 
@@ -2391,6 +2409,16 @@ def validate_episode(
     if builtin_worker and (not is_int(baseline_exit) or baseline_exit == 0):
         raise invalid(
             f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)"
+        )
+    modules = reward_event.get("modules")
+    test_module = modules.get("test_shipping") if isinstance(modules, dict) else None
+    if builtin_worker and test_module != BUILTIN_TEST_MODULE:
+        raise EpisodeInvalid(
+            name,
+            f"its reward event does not show the built-in tests run from the runner's own copy (modules.test_shipping "
+            f"is {short_repr(test_module)}, not origin {BUILTIN_TEST_MODULE['origin']!r} with sha256 "
+            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)",
+            inspect,
         )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
@@ -7341,11 +7369,14 @@ Events go to stdout as JSON lines (the container log) and, trimmed to the kubele
 limit, to the termination message, so one `kubectl get pods` returns every reward.
 
 The reward comes from a structured report, not from the test process's exit code: the tests
-run in a child process under RUNNER_SOURCE, which writes which tests ran and how each ended to a
-pipe only that child holds. Reward 1 needs that report, exactly the three ShippingTest tests,
-all passed, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
+run in a child process under RUNNER_SOURCE, which gets the test source from this worker (never
+from the workspace), compiles the code under test from shipping.py's bytes, and writes which
+tests ran, how each ended and where both modules came from to a pipe only that child holds.
+Reward 1 needs that report, exactly the three ShippingTest tests, all passed, from the runner's
+own copy, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
 The worker always emits one `reward` event, then exits non-zero unless the reward is 1.
 """
+
 import time
 
 STARTED_AT = time.time()  # the first statement: "first_statement_at" in the ready event
@@ -7367,7 +7398,7 @@ def proc_clocks(proc):
     try:
         with open(proc + "/self/stat") as stat_file:
             stat = stat_file.read()
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm) ": state is field 3
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "pid (comm) ": state is field 3
         started = booted + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, ZeroDivisionError):
         started = None
@@ -7401,59 +7432,84 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "expected_failure", "unexpec
 MAX_REPORTED_TESTS = 10  # the `tests` field is bounded so the reward event always fits 4 KiB
 MAX_NAME = 100
 MAX_REASON = 300
+MAX_ORIGIN = 200
+CODE_FILE = WORKSPACE / "shipping.py"  # the code under test, graded from this file's bytes alone
+TEST_ORIGIN = "runner stdin"  # test_shipping's origin: compiled from the source the runner got on stdin
+GRADED_MODULES = ("shipping", "test_shipping")
 
 BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
-TEST_SOURCE = "\n".join([
-    "import unittest",
-    "",
-    "from shipping import shipping",
-    "",
-    "",
-    "class ShippingTest(unittest.TestCase):",
-    "    def test_below(self):",
-    "        self.assertEqual(shipping(98), 10)",
-    "",
-    "    def test_boundary(self):",
-    "        self.assertEqual(shipping(99), 0)",
-    "",
-    "    def test_above(self):",
-    "        self.assertEqual(shipping(100), 0)",
-    "",
-    "",
-    "if __name__ == '__main__':",
-    "    unittest.main()",
-    "",
-])
+TEST_SOURCE = "\n".join(
+    [
+        "import unittest",
+        "",
+        "from shipping import shipping",
+        "",
+        "",
+        "class ShippingTest(unittest.TestCase):",
+        "    def test_below(self):",
+        "        self.assertEqual(shipping(98), 10)",
+        "",
+        "    def test_boundary(self):",
+        "        self.assertEqual(shipping(99), 0)",
+        "",
+        "    def test_above(self):",
+        "        self.assertEqual(shipping(100), 0)",
+        "",
+        "",
+        "if __name__ == '__main__':",
+        "    unittest.main()",
+        "",
+    ]
+)
 TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
+EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 
-# The test runner, started as `python -B -I -c RUNNER_SOURCE FD` in the workspace.
+# The test runner, started as `python -B -I -c RUNNER_SOURCE FD TEST_SHA256` in the workspace.
 #
 # Channel: the report goes to the write end of an os.pipe() the worker creates just before the
 # run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
-# runner makes the descriptor non-inheritable, so processes the tests start do not get it. A
-# one-time nonce arrives on stdin, is read before any test code is imported, and must come back
-# in the report. The worker accepts exactly one JSON document, so a fake report written next to
-# the real one makes the whole report undecodable.
+# runner makes the descriptor non-inheritable, so processes the tests start do not get it. On
+# stdin, a pipe only the worker holds, comes one JSON line: a one-time nonce, which must come
+# back in the report, the test source and the path of the code under test. The runner checks the
+# test source against TEST_SHA256 from its command line before anything from the workspace is
+# read. The worker accepts exactly one JSON document, so a fake report written next to the real
+# one makes the whole report undecodable.
+#
+# The two graded modules are never looked up by name: test_shipping is compiled from the source
+# that came on stdin (origin "runner stdin"), shipping from the bytes of the one file the worker
+# named (origin: that path), each registered in sys.modules under its name before the tests
+# import it. No .pyc is read for either, so a test_shipping/ or shipping/ package, a planted
+# __pycache__/*.pyc (-B stops writing bytecode, not reading it) or a compiled extension beside
+# them is never run in their place. The report names each module's origin and the sha256 of
+# what was compiled under its name.
 #
 # What this protects against: os._exit(0) or sys.exit(0) before or while the tests run (no
 # report, or one that says so), printing fake unittest output (stdout and stderr are never
 # parsed), skipping or adding tests (the report names every test that ran), files left in the
 # workspace or elsewhere beforehand (the pipe has no path and exists only for this run; another
-# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), and
-# modules in the workspace that shadow the runner's own imports (-I keeps the workspace off
-# sys.path until the runner has read the nonce and imported everything it needs).
+# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), files
+# that shadow the test module or the code under test (above), and modules in the workspace that
+# shadow the runner's own imports (-I keeps the workspace off sys.path, and ignores PYTHON*
+# variables, user site-packages, sitecustomize and .pth files there, until the runner has read
+# its stdin and imported everything it needs).
 #
 # What it does not protect against: code the tests import runs inside this very process, so it
 # can always forge the outcome: patch unittest or the result class, find the descriptor in
 # /proc/self/fd and the nonce in this module's frames, write a report that decodes and then
 # os._exit(0). The report is evidence that this runner finished, not proof of a correct fix.
-RUNNER_SOURCE = r"""
-import importlib
+RUNNER_SOURCE = r"""import hashlib
+import importlib.machinery
+import importlib.util
 import json
+import linecache
 import os
 import sys
 import traceback
 import unittest
+
+TEST_MODULE = "test_shipping"
+CODE_MODULE = "shipping"
+TEST_ORIGIN = "runner stdin"
 
 
 class RecordingResult(unittest.TextTestResult):
@@ -7512,15 +7568,50 @@ class RecordingResult(unittest.TextTestResult):
             self.note(test, "failed" if issubclass(err[0], test.failureException) else "error")
 
 
+def load_module(name, source, origin, filename):
+    # A module compiled from source the runner holds, never found on sys.path nor read from a .pyc;
+    # its origin is the file it was read from (then also its __file__), or where it came from.
+    spec = importlib.machinery.ModuleSpec(name, None, origin=origin)
+    spec.has_location = origin == filename
+    module = importlib.util.module_from_spec(spec)
+    code = compile(source, filename, "exec", dont_inherit=True)
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def origins(compiled):
+    # name -> the origin of the module sys.modules holds now, and the sha256 compiled under it.
+    found = {}
+    for name in (CODE_MODULE, TEST_MODULE):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        found[name] = {"origin": origin if isinstance(origin, str) else None, "sha256": compiled.get(name)}
+    return found
+
+
 def main():
-    nonce = sys.stdin.readline().strip()
     channel = int(sys.argv[1])
     os.set_inheritable(channel, False)
-    sys.path.insert(0, os.getcwd())
-    report = {"nonce": nonce, "tests": [], "error": None}
+    report = {"nonce": None, "tests": [], "error": None, "modules": {}}
+    compiled = {}
     result = None
     try:
-        module = importlib.import_module("test_shipping")
+        message = json.loads(sys.stdin.readline())
+        report["nonce"] = message["nonce"]
+        test_source = message["test_source"].encode("utf-8")
+        if hashlib.sha256(test_source).hexdigest() != sys.argv[2]:
+            raise ValueError("the test source on stdin does not match its sha256")
+        sys.path.insert(0, os.getcwd())  # for modules the code under test imports itself
+        with open(message["code_path"], "rb") as stream:
+            code_source = stream.read()
+        compiled[CODE_MODULE] = hashlib.sha256(code_source).hexdigest()
+        load_module(CODE_MODULE, code_source, message["code_path"], message["code_path"])
+        filename = "test_shipping.py (" + TEST_ORIGIN + ")"
+        lines = message["test_source"].splitlines(True)
+        linecache.cache[filename] = (len(test_source), None, lines, filename)  # for tracebacks
+        compiled[TEST_MODULE] = sys.argv[2]
+        module = load_module(TEST_MODULE, test_source, TEST_ORIGIN, filename)
         suite = unittest.defaultTestLoader.loadTestsFromModule(module)
         result = unittest.TextTestRunner(stream=sys.stderr, resultclass=RecordingResult).run(suite)
     except BaseException as error:  # SystemExit at import too: the report says so
@@ -7528,6 +7619,7 @@ def main():
         report["error"] = (type(error).__name__ + ": " + str(error))[:200]
     if result is not None:
         report["tests"] = result.entries
+    report["modules"] = origins(compiled)
     with os.fdopen(channel, "wb") as stream:
         stream.write(json.dumps(report).encode())
     return 0 if result is not None and report["error"] is None and result.wasSuccessful() else 1
@@ -7583,10 +7675,10 @@ def write_termination_message():
         if not output:
             return
         excess = len(text.encode()) - TERMINATION_LIMIT
-        last["tests_output"] = output[excess + 64:]
+        last["tests_output"] = output[excess + 64 :]
         last["tests_output_truncated"] = True
         text = termination_text(events)
-    try:
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
         TERMINATION_LOG.write_text(text)
     except OSError:
         pass  # no termination log outside Kubernetes, or a runtime without one
@@ -7620,7 +7712,7 @@ def test_timeout():
 
 
 def kill_group(process):
-    try:
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
         os.killpg(process.pid, signal.SIGKILL)  # the runner leads its own session
     except OSError:
         pass
@@ -7674,21 +7766,26 @@ def run_tests(timeout):
     try:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end)],
-                cwd=str(WORKSPACE), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_end,), start_new_session=True,
+                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
+                cwd=str(WORKSPACE),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_end,),
+                start_new_session=True,
             )
         except OSError as error:
-            raise EpisodeFailed("could not start the tests: {}".format(error)) from None
+            raise EpisodeFailed(f"could not start the tests: {error}") from None
         finally:
             os.close(write_end)
         reader = ReportReader(read_end)
         try:
-            stdout, stderr = process.communicate((nonce + "\n").encode(), timeout=timeout)
+            message = {"nonce": nonce, "test_source": TEST_SOURCE, "code_path": str(CODE_FILE)}
+            stdout, stderr = process.communicate((json.dumps(message) + "\n").encode(), timeout=timeout)
         except subprocess.TimeoutExpired as expired:
             kill_group(process)
             output, _ = decode(expired.stderr or b"")
-            raise EpisodeFailed("timeout after {:g} s".format(timeout), output) from None
+            raise EpisodeFailed(f"timeout after {timeout:g} s", output) from None
         except BaseException:
             kill_group(process)
             raise
@@ -7706,11 +7803,12 @@ def file_sha256(path):
 
 
 def reported_tests(run):
-    """(the report's entries as [name, outcome] pairs, or None, and the reason it is unusable)."""
+    """(the report's entries as [name, outcome] pairs, or None; its `modules` field, bounded;
+    the reason it is unusable, or None)."""
     if not run.report:
-        return None, "tests exited {} but the runner reported nothing".format(run.exit_code)
+        return None, {}, f"tests exited {run.exit_code} but the runner reported nothing"
     if len(run.report) > REPORT_LIMIT:
-        return None, "test report too large (over {} KiB)".format(REPORT_LIMIT // 1024)
+        return None, {}, f"test report too large (over {REPORT_LIMIT // 1024} KiB)"
     try:
         report = json.loads(run.report.decode("utf-8"))
         if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
@@ -7722,19 +7820,34 @@ def reported_tests(run):
                 raise ValueError("not a test entry")
             pairs.append((entry[0], entry[1] if entry[1] in OUTCOMES else "invalid"))
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None, "test report undecodable"
+        return None, {}, "test report undecodable"
     if report.get("nonce") != run.nonce:
-        return None, "test report not written by the runner (wrong nonce)"
+        return None, {}, "test report not written by the runner (wrong nonce)"
+    modules = modules_field(report.get("modules"))
     if report.get("error") is not None:
-        return pairs, "runner error: " + printable(report["error"], 200)
-    return pairs, None
+        return pairs, modules, "runner error: " + printable(report["error"], 200)
+    return pairs, modules, None
+
+
+def modules_field(reported):
+    """name -> {origin, sha256} of the two graded modules as the runner reports them, bounded:
+    where each came from and the sha256 of the source compiled under its name (None: unknown)."""
+    modules = {}
+    for name in GRADED_MODULES:
+        entry = reported.get(name) if isinstance(reported, dict) else None
+        entry = entry if isinstance(entry, dict) else {}
+        modules[name] = {
+            key: printable(entry[key], MAX_ORIGIN) if isinstance(entry.get(key), str) else None
+            for key in ("origin", "sha256")
+        }
+    return modules
 
 
 def tests_field(pairs):
     """name -> outcome for the reward event (a failure wins over a pass for a repeated name), bounded."""
     tests = {}
-    for name, outcome in pairs:
-        name = printable(name, MAX_NAME)
+    for reported, outcome in pairs:
+        name = printable(reported, MAX_NAME)
         if name not in tests and len(tests) >= MAX_REPORTED_TESTS:
             continue
         if tests.get(name, "passed") == "passed":
@@ -7747,14 +7860,22 @@ def short(name):
 
 
 def grade(run, file_unchanged):
-    """(reward, reason, tests): reward 1 only for the runner's report of exactly the three named
-    tests, all passed, exit code 0, an unchanged test file and output that decodes."""
-    pairs, problem = reported_tests(run)
-    tests = tests_field(pairs or [])
-    if not file_unchanged:
-        return 0, "test file changed", tests
-    if problem is not None:
-        return 0, problem, tests
+    """(reward, reason, tests, modules): reward 1 only for the runner's report of exactly the three
+    named tests, all passed, run from the runner's own copy against shipping.py's bytes, exit code
+    0, an unchanged test file and output that decodes."""
+    pairs, modules, problem = reported_tests(run)
+    reason = "test file changed" if not file_unchanged else problem or grade_problem(run, pairs, modules)
+    return (0 if reason else 1), reason, tests_field(pairs or []), modules
+
+
+def grade_problem(run, pairs, modules):
+    """Why a decodable report of the runner earns nothing, or None."""
+    if modules["test_shipping"] != EXPECTED_TEST_MODULE:
+        origin = modules["test_shipping"]["origin"]
+        return printable(f"the tests did not run from the runner's own copy (origin {origin})", MAX_REASON)
+    if modules["shipping"]["origin"] != str(CODE_FILE):
+        origin = modules["shipping"]["origin"]
+        return printable(f"the code under test is not {CODE_FILE.name} (origin {origin})", MAX_REASON)
     names = [name for name, _ in pairs]
     missing = [short(name) for name in EXPECTED_TESTS if name not in names]
     unexpected = sorted({short(name) for name in names if name not in EXPECTED_TESTS})
@@ -7764,15 +7885,15 @@ def grade(run, file_unchanged):
         for label, items in (("missing", missing), ("unexpected", unexpected), ("ran more than once", repeated)):
             if items:
                 parts.append(label + " " + ", ".join(items))
-        return 0, printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON), tests
-    bad = ["{} {}".format(short(name), outcome) for name, outcome in pairs if outcome != "passed"]
+        return printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON)
+    bad = [f"{short(name)} {outcome}" for name, outcome in pairs if outcome != "passed"]
     if bad:
-        return 0, printable(", ".join(bad), MAX_REASON), tests
+        return printable(", ".join(bad), MAX_REASON)
     if run.exit_code != 0:
-        return 0, "tests exited {} although the runner reported every test passed".format(run.exit_code), tests
+        return f"tests exited {run.exit_code} although the runner reported every test passed"
     if not (decode(run.stdout)[1] and decode(run.stderr)[1]):
-        return 0, "test output undecodable (not UTF-8)", tests
-    return 1, None, tests
+        return "test output undecodable (not UTF-8)"
+    return None
 
 
 def agent_action(source):
@@ -7781,13 +7902,13 @@ def agent_action(source):
 
 
 def on_sigterm(signum, frame):
-    raise Terminated("terminated by signal {}".format(signum))
+    raise Terminated(f"terminated by signal {signum}")
 
 
 def episode(fields):
     """Fill in the reward event's fields; raise EpisodeFailed (or anything) for reward 0."""
     timeout = test_timeout()
-    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE, encoding="utf-8")
+    CODE_FILE.write_text(BUGGY_SOURCE, encoding="utf-8")
     WORKSPACE.joinpath("test_shipping.py").write_bytes(TEST_SOURCE.encode())
     emit(
         "ready",
@@ -7801,8 +7922,8 @@ def episode(fields):
     except EpisodeFailed as failure:
         raise EpisodeFailed("baseline: " + failure.reason) from None
     fields["baseline_exit"] = baseline.exit_code
-    source = WORKSPACE.joinpath("shipping.py").read_text(encoding="utf-8")
-    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source), encoding="utf-8")
+    source = CODE_FILE.read_text(encoding="utf-8")
+    CODE_FILE.write_text(agent_action(source), encoding="utf-8")
     test_file = WORKSPACE.joinpath("test_shipping.py")
     unchanged_before = file_sha256(test_file) == TEST_SHA256
     try:
@@ -7815,13 +7936,13 @@ def episode(fields):
     unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
     fields["tests_exit"] = run.exit_code
     fields["tests_output"], _ = decode(run.stderr)
-    fields["reward"], reason, fields["tests"] = grade(run, unchanged)
+    fields["reward"], reason, fields["tests"], fields["modules"] = grade(run, unchanged)
     if reason is not None:
         fields["reason"] = reason
 
 
 def main():
-    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}}
+    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}, "modules": {}}
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         episode(fields)
@@ -7832,7 +7953,7 @@ def main():
         fields["reward"], fields["reason"] = 0, str(error)
     except BaseException as error:  # whatever happens, the episode ends with a reward event
         fields["reward"] = 0
-        fields["reason"] = printable("worker error: {}: {}".format(type(error).__name__, error), MAX_REASON)
+        fields["reason"] = printable(f"worker error: {type(error).__name__}: {error}", MAX_REASON)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if fields["reward"] != 1:
@@ -7874,6 +7995,7 @@ The event protocol (what rl-batch-demo checks):
 Runs as UID 1000 with the standard library of the image's Python; /demo is read-only, the
 episode's own emptyDir is /workspace and goes with the pod: upload what you keep before exiting.
 """
+
 import time
 
 STARTED_AT = time.time()  # before the other imports, so that the figures show their cost
@@ -7908,7 +8030,7 @@ def emit(event, **fields):
     text = "".join(json.dumps(each, sort_keys=True) + "\n" for each in EVENTS)
     if len(text.encode()) > TERMINATION_LIMIT:
         text = ""  # Kubernetes would cut it mid-line; an empty message defers to the log
-    try:
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
         TERMINATION_LOG.write_text(text)
     except OSError:
         pass  # no termination log outside Kubernetes
@@ -7932,7 +8054,7 @@ def main():
     try:
         reward, info = grade(task, act(task))
     except Exception as error:  # the episode ran but the work failed: a reward of 0, with the reason
-        reward, info = 0.0, {"reason": "{}: {}".format(type(error).__name__, error)[:300]}
+        reward, info = 0.0, {"reason": f"{type(error).__name__}: {error}"[:300]}
     emit("reward", reward=reward, **info)
     return 0
 

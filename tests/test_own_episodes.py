@@ -639,6 +639,39 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
         worker = self.write("my_worker.py", b"x = 1\ny = '\xff'\n")
         self.assertIn("my_worker.py line 2 is not UTF-8", self.refused("--worker", worker))
 
+    def test_a_worker_with_a_nul_byte_names_its_line(self) -> None:
+        worker = self.write("my_worker.py", b"x = 1\ny = 'a\x00b'\nz = 3\n")
+        message = self.refused("--worker", worker)
+        self.assertEqual(len(message.splitlines()), 1, message)
+        self.assertIn(f"--worker {worker} line 2 has a NUL byte, which Python refuses in source code", message)
+
+    def test_a_worker_nested_too_deeply_is_refused_in_one_line(self) -> None:
+        # Too deep for every Python 3.9-3.13: the parser's stack (MemoryError) and the compiler's
+        # (RecursionError); compile() raises them rather than a SyntaxError.
+        for nesting in (b"x = " + b"-" * 100000 + b"1", b"x = f" + b"()" * 100000):
+            with self.subTest(nesting[:6]):
+                worker = self.write("my_worker.py", b"import json\n" + nesting + b"\n")
+                message = self.refused("--worker", worker)
+                self.assertEqual(len(message.splitlines()), 1, message)
+                self.assertRegex(
+                    message, r"my_worker\.py is nested too deeply for Python to compile \((Recursion|Memory)Error\)"
+                )
+
+    def test_a_syntax_error_without_a_line_leaves_the_line_out(self) -> None:
+        worker = self.write("my_worker.py", b"\xef\xbb\xbf# coding: latin-1\nx = 1\n")
+        message = self.refused("--worker", worker)
+        self.assertIn("my_worker.py does not compile as Python: encoding problem: iso-8859-1 with BOM", message)
+
+    def test_a_worker_with_a_utf8_bom_is_kept_as_python_reads_it(self) -> None:
+        worker = self.write("w.py", b"\xef\xbb\xbf" + demo.WORKER_TEMPLATE.encode())
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = demo.main(["run", "--output", str(self.output), "--dry-run", "--worker", worker])
+        self.assertEqual(code, 0)
+        configmap = json.loads((self.output / "01-configmap.json").read_text(encoding="utf-8"))
+        self.assertEqual(configmap["data"]["episode.py"], "\ufeff" + demo.WORKER_TEMPLATE)
+        ran = run_worker(configmap["data"]["episode.py"], None, 0, "rollout-bom")  # as the pod's Python reads it
+        self.assertEqual((ran.code, [event["event"] for event in ran.events]), (0, ["ready", "reward"]))
+
     def test_a_missing_file(self) -> None:
         self.assertIn("cannot read --worker", self.refused("--worker", str(self.root / "absent.py")))
 

@@ -88,6 +88,7 @@ def reward_event(name: str = "rollout-abcde") -> dict[str, Any]:
         "baseline_exit": 1,
         "tests_exit": 0,
         "tests_output": "OK\n",
+        "modules": {"test_shipping": dict(demo.BUILTIN_TEST_MODULE)},
     }
 
 

@@ -164,6 +164,25 @@ class ForgedFigureTest(unittest.TestCase):
             with self.subTest(fields=fields), self.assertRaises(demo.EpisodeInvalid):
                 self.validate(make_pod(), self.events(**fields))
 
+    def test_the_built_in_reward_must_name_the_runners_own_tests(self) -> None:
+        sha256 = demo.BUILTIN_TEST_MODULE["sha256"]
+        for modules in (
+            None,
+            {},
+            "runner stdin",
+            {"test_shipping": None},
+            {"test_shipping": {"origin": "/workspace/test_shipping/__init__.py", "sha256": sha256}},
+            {"test_shipping": {"origin": "runner stdin", "sha256": "0" * 64}},
+            {"test_shipping": {"origin": "runner stdin", "sha256": sha256, "extra": 1}},
+        ):
+            events = self.events(modules=modules)
+            if modules is None:
+                del events[1]["modules"]  # an older worker's reward event
+            with self.subTest(modules=modules), self.assertRaisesRegex(demo.EpisodeInvalid, "runner's own copy"):
+                self.validate(make_pod(), events)
+        row = demo.validate_episode(make_pod(), self.events(modules={}), JOB_CREATED_AT, None, "here", False)
+        self.assertEqual(row["reward"], 1)  # a custom worker owes no such field
+
     def test_ready_before_the_container_started_is_a_clock_error(self) -> None:
         pod = make_pod(created="2026-11-29T10:00:01Z", started="2026-11-29T10:00:05Z", finished="2026-11-29T10:00:09Z")
         events = make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 8.0)

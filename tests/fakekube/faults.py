@@ -44,7 +44,8 @@ SCHEDULED_EVENT_TIMES = {"event_time", "legacy"}  # Scheduled events with eventT
 IMAGE_PULLS = {"cached", "pulled", "mixed", "missing"}  # Pulled events: see controller.pulled_event
 # With fault "stand_in_worker", each pod runs this instead of the ConfigMap's worker: the built-in
 # worker's two events, with real times and the same fields, but no test runs. For tests of what
-# the client does with a pod's output (the hostile matrix), not of the worker's grading.
+# the client does with a pod's output (the hostile matrix), not of the worker's grading. `modules`
+# names the built-in tests as the runner reports them (rl_batch_demo.BUILTIN_TEST_MODULE).
 STAND_IN_WORKER = """\
 import json, os, sys, time
 first = time.time()
@@ -57,7 +58,9 @@ def emit(event, **fields):
         stream.write("".join(json.dumps(e, sort_keys=True) + "\\n" for e in events))
 emit("ready", first_statement_at=first, imports_done_at=first, process_started_at=None, kernel_booted_at=None)
 time.sleep(0.05)
-emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={})
+sha256 = "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb"
+modules = {"test_shipping": {"origin": "runner stdin", "sha256": sha256}}
+emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={}, modules=modules)
 """
 EPISODE_MODES = {
     "exit1",
