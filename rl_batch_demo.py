@@ -2413,12 +2413,10 @@ def validate_episode(
     modules = reward_event.get("modules")
     test_module = modules.get("test_shipping") if isinstance(modules, dict) else None
     if builtin_worker and test_module != BUILTIN_TEST_MODULE:
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its reward event does not show the built-in tests run from the runner's own copy (modules.test_shipping "
             f"is {short_repr(test_module)}, not origin {BUILTIN_TEST_MODULE['origin']!r} with sha256 "
-            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)",
-            inspect,
+            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)"
         )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
