@@ -7148,36 +7148,6 @@ class CommandLineParser(argparse.ArgumentParser):
             self.error(f"unknown flag {flag}{did_you_mean(flag, known)}")
 
 
-def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster")
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show each kubectl call on stderr as it ends (the command, its exit code and seconds), and every retry",
-    )
-    group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
-    group.add_argument("--kubeconfig", help="kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)")
-    group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
-    group.add_argument(
-        "--kubectl-timeout",
-        type=whole_number(1, MAX_WAIT_SECONDS),
-        default=int(KUBECTL_PROCESS_TIMEOUT),
-        metavar="SECONDS",
-        help=f"kill a kubectl call that has not answered after this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
-    )
-
-
-def _ci_report_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("CI reports (written on failure too; see the README's CI section)")
-    _shared_option(
-        group,  # type: ignore[arg-type]  # an argument group takes the same add_argument
-        "--junit",
-        help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
-    )
-    _shared_option(group, "--metrics-file")  # type: ignore[arg-type]  # an argument group takes the same add_argument
-
-
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
     if text and (not re.search(_DIGEST, text) or text.startswith("@")):
@@ -7185,23 +7155,10 @@ def pinned_image_arg(text: str) -> str:
     return text
 
 
-def _guide_table_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--lang",
-        choices=("en", "zh"),
-        default="en",
-        help="row labels of the guide's table: en, or zh (the guide's own)",
-    )
-    parser.add_argument(
-        "--reference",
-        choices=("guide",),
-        help=f"add the guide's published columns ({GUIDE_REFERENCE['date']}) beside the runs' in the guide's table",
-    )
-
-
-def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -> None:
-    """A flag several commands take, defined once; a command may change its default or help."""
-    options: Dict[str, Dict[str, Any]] = {
+def _shared_options() -> Dict[str, Dict[str, Any]]:
+    """The flags several commands take, each defined once (read when the parser is built, so the
+    defaults are today's); a command may change a flag's default or help (see _add_options)."""
+    return {
         "--output": {"required": True, "metavar": "DIR"},
         "--count": {"type": whole_number(1), "default": DEFAULT_COUNT, "metavar": "N"},
         "--rounds": {"type": whole_number(1), "metavar": "K"},
@@ -7246,224 +7203,234 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
             "help": "write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
             "(node_exporter's textfile collector, a Pushgateway)",
         },
+        "--lang": {
+            "choices": ("en", "zh"),
+            "default": "en",
+            "help": "row labels of the guide's table: en, or zh (the guide's own)",
+        },
+        "--reference": {
+            "choices": ("guide",),
+            "help": f"add the guide's published columns ({GUIDE_REFERENCE['date']}) beside the runs' in the guide's "
+            "table",
+        },
+        "-v/--verbose": {
+            "action": "store_true",
+            "help": "show each kubectl call on stderr as it ends (the command, its exit code and seconds), and every "
+            "retry",
+        },
+        "--context": {"help": "kubeconfig context to use (default: the current context, read once)"},
+        "--kubeconfig": {"help": "kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)"},
+        "--kubectl": {"help": "kubectl binary (default: $KUBECTL, else kubectl on PATH)"},
+        "--kubectl-timeout": {
+            "type": whole_number(1, MAX_WAIT_SECONDS),
+            "default": int(KUBECTL_PROCESS_TIMEOUT),
+            "metavar": "SECONDS",
+            "help": "kill a kubectl call that has not answered after this long "
+            f"(default {int(KUBECTL_PROCESS_TIMEOUT)})",
+        },
     }
-    parser.add_argument(flag, **{**options[flag], **changes})
 
 
-def _reproduce_parser(commands: Any) -> None:
-    reproduce = commands.add_parser(
-        "reproduce",
-        help="the guide's whole experiment, then its table",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run, in the guide's order, DIR/parallel (N at once), DIR/sequential (one at a time) and "
-        "DIR/warm (--warmup --rounds K), all with the image digest the first group resolves, each in its own "
-        "namespace, cleaned up once its diagnostics are saved; write DIR/report.md and DIR/report.json.",
-    )
-    _shared_option(reproduce, "--output", help="new directory for the three groups")
-    _shared_option(reproduce, "--count", help="tasks per group and round (default 10)")
-    _shared_option(reproduce, "--rounds", default=3, help="rounds of the warm group (default 3)")
-    for flag in ("--image", "--runtime", "--timeout"):
-        _shared_option(reproduce, flag)
-    reproduce.add_argument(
-        "--cleanup",
-        choices=("on-success", "always"),
-        default="on-success",
-        help="on-success (default): keep a failed group's namespace for inspection; always: delete it too",
-    )
-    for flag in ("--allow-large", "--quiet", "--kubelet-metrics"):
-        _shared_option(reproduce, flag)
-    _guide_table_options(reproduce)
-    _shared_option(
-        reproduce,
-        "--threshold",
-        help=f"a latency budget every group's run must keep (repeatable); a breach lets the experiment go on, "
-        f"then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
-    )
-    _shared_option(
-        reproduce,
-        "--json",
-        help="print report.json (the experiment, its table and its verdict) instead of the table and the verdict",
-    )
-    _shared_option(
-        reproduce,
-        "--junit",
-        help="write a JUnit XML report of every group: one suite per round, one test case per episode "
-        "(written on failure too)",
-    )
-    _shared_option(
-        reproduce,
-        "--metrics-file",
-        help="write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
-        "labelled group=parallel|sequential|warm (written on failure too)",
-    )
-    _cluster_options(reproduce)
+def _add_options(parser: Any, shared: Dict[str, Dict[str, Any]], options: Mapping[str, Any]) -> None:
+    """Each flag of `options` as `shared` defines it, changed by its value: a help text, a dict of
+    add_argument's options, or None (as defined; then a key may name several flags, space-separated).
+    A flag's other names follow a slash (-v/--verbose). `parser` may be an argument group."""
+    for flags, change in options.items():
+        changes = {"help": change} if isinstance(change, str) else change or {}
+        for flag in flags.split():
+            parser.add_argument(*flag.split("/"), **{**shared.get(flag, {}), **changes})
 
 
 def build_parser(tool: Optional[str] = None) -> CommandLineParser:
     """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
-    formatter = argparse.RawDescriptionHelpFormatter
     plugin = (tool or invoked_as()) == PLUGIN_COMMAND
     parser = CommandLineParser(
         prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
         epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction, nargs=0, help="show the version and this file's hash")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    shared = _shared_options()
+    cluster = ("cluster", {"-v/--verbose --context --kubeconfig --kubectl --kubectl-timeout": None})
 
-    run = commands.add_parser(
-        "run",
-        help="run a batch of episodes and measure it",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-        description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
-        "episodes; wait for it, save every diagnostic, validate every episode and write results.json.",
-    )
-    _shared_option(run, "--output", help="new directory for receipt, diagnostics and results (must not exist)")
-    _shared_option(
-        run,
-        "--count",
-        default=None,
-        help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
-        "with --tasks, the number of tasks)",
-    )
-    run.add_argument(
-        "--parallelism",
-        type=whole_number(1),
-        metavar="P",
-        help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
-    )
-    _shared_option(
-        run,
-        "--rounds",
-        default=1,
-        help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
-    )
-    for flag in ("--image", "--runtime", "--timeout"):
-        _shared_option(run, flag)
-    run.add_argument(
-        "--cleanup",
-        choices=("never", "on-success", "always"),
-        default="never",
-        help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
-    )
-    _shared_option(run, "--threshold")
-    _shared_option(run, "--allow-large")
-    run.add_argument(
-        "--worker",
-        metavar="FILE.py",
-        help="your episode worker instead of the built-in one (show-worker prints one to start from); it must emit one "
-        "ready and one reward event with a finite numeric reward",
-    )
-    run.add_argument(
-        "--tasks",
-        metavar="FILE.jsonl",
-        help="one JSON object per line, one episode each (the count is the number of lines); the Job becomes "
-        f"Indexed and episode i reads line i of /demo/{TASKS_KEY}",
-    )
-    run.add_argument(
-        "--max-failed-episodes",
-        type=whole_number(0),
-        default=0,
-        metavar="K",
-        help="tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed in "
-        "results.json's failed_episodes and left out of the figures; never retried (default 0: any failure "
-        "fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
-        "JobBackoffLimitPerIndex feature gate, on by default there)",
-    )
-    run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
-    _shared_option(run, "--quiet")
-    _shared_option(run, "--json")
-    _shared_option(run, "--kubelet-metrics")
-    run.add_argument(
-        "--warmup",
-        action="store_true",
-        help="before the measured rounds, one warm-up episode on each eligible node, all at once (DIR/warmup/)",
-    )
-    run.add_argument(
-        "--pin-image",
-        nargs="?",
-        const="",
-        type=pinned_image_arg,
-        metavar="REPO@sha256:DIGEST",
-        help="run the measured Jobs by digest: the imageID the nodes ran in the warm-up (or a one-episode "
-        "probe Job), or the digest given",
-    )
-    _cluster_options(run)
-    _ci_report_options(run)
-
-    cleanup = commands.add_parser(
-        "cleanup",
-        help="delete what a run created, after checking ownership",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-        description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
-        "delete the Jobs (foreground) and the namespace. Keeps DIR.",
-    )
-    _shared_option(cleanup, "--output", help="the run's output directory (holds receipt.json)")
-    _shared_option(
-        cleanup,
-        "--timeout",
-        default=CLEANUP_WAIT_SECONDS,
-        help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
-    )
-    _cluster_options(cleanup)
-
-    check = commands.add_parser(
-        "check",
-        help="preflight: can this cluster run the batch? (creates nothing)",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-    )
-    _shared_option(check, "--count", help="episodes to plan capacity for")
-    _shared_option(check, "--runtime", help="RuntimeClass to check, or 'none'")
-    _shared_option(check, "--image", help="image the run would use (reported only)")
-    _shared_option(
-        check,
-        "--kubelet-metrics",
-        help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
-    )
-    _shared_option(check, "--json", help="print one JSON object, every finding and the verdict, instead of the lines")
-    _cluster_options(check)
-
-    compare = commands.add_parser(
-        "compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter
-    )
-    compare.add_argument(
-        "directories",
-        nargs="+",
-        metavar="DIR",
-        help="output directories of finished runs; the first is the baseline for ratios",
-    )
-    compare.add_argument(
-        "--format",
-        choices=("text", "markdown", "json", "guide"),
-        default="text",
-        help="guide: the guide's section 六 table, its rows in its order, one column per run",
-    )
-    _guide_table_options(compare)
-    compare.add_argument(
-        "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
-    )
-
-    show_worker = commands.add_parser(
-        "show-worker",
-        help="print the built-in episode worker (or, with --template, a minimal worker to start from)",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-        description="Print the worker that runs in every sandbox, as a starting point for `run --worker FILE.py`.",
-    )
-    show_worker.add_argument(
-        "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
-    )
-    _reproduce_parser(commands)
-    parser.commands = dict(commands.choices)
-    for subparser in parser.commands.values():
+    def command(
+        name: str, about: str, description: Optional[str], options: Mapping[str, Any], *groups: Tuple[str, Any]
+    ) -> None:
+        """A subcommand with its options, then its groups of options (title, options)."""
+        subparser = commands.add_parser(
+            name,
+            help=about,
+            description=description,
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_options(subparser, shared, options)
+        for title, grouped in groups:
+            _add_options(subparser.add_argument_group(title), shared, grouped)
         subparser.set_defaults(subparser=subparser)  # a usage error names the command's --help
+        parser.commands[name] = subparser
+
+    command(
+        "run",
+        "run a batch of episodes and measure it",
+        "Create a namespace, a ConfigMap with the episode worker and a Job of N episodes; wait for it, save every "
+        "diagnostic, validate every episode and write results.json.",
+        {
+            "--output": "new directory for receipt, diagnostics and results (must not exist)",
+            "--count": {
+                "default": None,
+                "help": f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
+                "with --tasks, the number of tasks)",
+            },
+            "--parallelism": {
+                "type": whole_number(1),
+                "metavar": "P",
+                "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
+            },
+            "--rounds": {
+                "default": 1,
+                "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
+            },
+            "--image --runtime --timeout": None,
+            "--cleanup": {
+                "choices": ("never", "on-success", "always"),
+                "default": "never",
+                "help": "delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
+            },
+            "--threshold --allow-large": None,
+            "--worker": {
+                "metavar": "FILE.py",
+                "help": "your episode worker instead of the built-in one (show-worker prints one to start from); it "
+                "must emit one ready and one reward event with a finite numeric reward",
+            },
+            "--tasks": {
+                "metavar": "FILE.jsonl",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
+                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+            },
+            "--max-failed-episodes": {
+                "type": whole_number(0),
+                "default": 0,
+                "metavar": "K",
+                "help": "tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed "
+                "in results.json's failed_episodes and left out of the figures; never retried (default 0: any "
+                "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+                "JobBackoffLimitPerIndex feature gate, on by default there)",
+            },
+            "--dry-run": {"action": "store_true", "help": "write the manifests to DIR and contact no cluster"},
+            "--quiet --json --kubelet-metrics": None,
+            "--warmup": {
+                "action": "store_true",
+                "help": "before the measured rounds, one warm-up episode on each eligible node, all at once "
+                "(DIR/warmup/)",
+            },
+            "--pin-image": {
+                "nargs": "?",
+                "const": "",
+                "type": pinned_image_arg,
+                "metavar": "REPO@sha256:DIGEST",
+                "help": "run the measured Jobs by digest: the imageID the nodes ran in the warm-up (or a one-episode "
+                "probe Job), or the digest given",
+            },
+        },
+        cluster,
+        (
+            "CI reports (written on failure too; see the README's CI section)",
+            {
+                "--junit": "write a JUnit XML report: one test suite per round, one test case per episode and per "
+                "--threshold",
+                "--metrics-file": None,
+            },
+        ),
+    )
+    command(
+        "cleanup",
+        "delete what a run created, after checking ownership",
+        "Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then delete the Jobs (foreground) "
+        "and the namespace. Keeps DIR.",
+        {
+            "--output": "the run's output directory (holds receipt.json)",
+            "--timeout": {
+                "default": CLEANUP_WAIT_SECONDS,
+                "help": f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
+            },
+        },
+        cluster,
+    )
+    command(
+        "check",
+        "preflight: can this cluster run the batch? (creates nothing)",
+        None,
+        {
+            "--count": "episodes to plan capacity for",
+            "--runtime": "RuntimeClass to check, or 'none'",
+            "--image": "image the run would use (reported only)",
+            "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
+            "nodes)",
+            "--json": "print one JSON object, every finding and the verdict, instead of the lines",
+        },
+        cluster,
+    )
+    command(
+        "compare",
+        "show several runs' figures side by side",
+        None,
+        {
+            "directories": {
+                "nargs": "+",
+                "metavar": "DIR",
+                "help": "output directories of finished runs; the first is the baseline for ratios",
+            },
+            "--format": {
+                "choices": ("text", "markdown", "json", "guide"),
+                "default": "text",
+                "help": "guide: the guide's section 六 table, its rows in its order, one column per run",
+            },
+            "--lang --reference": None,
+            "--allow-different-counts": {
+                "action": "store_true",
+                "help": "compare runs with different episode counts anyway",
+            },
+        },
+    )
+    command(
+        "show-worker",
+        "print the built-in episode worker (or, with --template, a minimal worker to start from)",
+        "Print the worker that runs in every sandbox, as a starting point for `run --worker FILE.py`.",
+        {"--template": {"action": "store_true", "help": "print a minimal custom worker that reads its task instead"}},
+    )
+    command(
+        "reproduce",
+        "the guide's whole experiment, then its table",
+        "Run, in the guide's order, DIR/parallel (N at once), DIR/sequential (one at a time) and DIR/warm (--warmup "
+        "--rounds K), all with the image digest the first group resolves, each in its own namespace, cleaned up once "
+        "its diagnostics are saved; write DIR/report.md and DIR/report.json.",
+        {
+            "--output": "new directory for the three groups",
+            "--count": "tasks per group and round (default 10)",
+            "--rounds": {"default": 3, "help": "rounds of the warm group (default 3)"},
+            "--image --runtime --timeout": None,
+            "--cleanup": {
+                "choices": ("on-success", "always"),
+                "default": "on-success",
+                "help": "on-success (default): keep a failed group's namespace for inspection; always: delete it too",
+            },
+            "--allow-large --quiet --kubelet-metrics --lang --reference": None,
+            "--threshold": f"a latency budget every group's run must keep (repeatable); a breach lets the experiment "
+            f"go on, then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
+            "--json": "print report.json (the experiment, its table and its verdict) instead of the table and the "
+            "verdict",
+            "--junit": "write a JUnit XML report of every group: one suite per round, one test case per episode "
+            "(written on failure too)",
+            "--metrics-file": "write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
+            "labelled group=parallel|sequential|warm (written on failure too)",
+        },
+        cluster,
+    )
     return parser
 
 
