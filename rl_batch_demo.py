@@ -4879,6 +4879,7 @@ def _drain(stream: Any, into: bytearray) -> None:
         del into[: max(0, len(into) - CALL_STDERR_LIMIT)]
 
 
+@dataclasses.dataclass(eq=False)
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
 
@@ -4888,50 +4889,26 @@ class Kubectl:
     else is ever repeated here. Retries are quiet: with `verbose` (-v) every call is shown as it
     ends, and every retry."""
 
-    def __init__(
-        self,
-        executable: str,
-        *,
-        context: Optional[str],
-        kubeconfig: Optional[str],
-        kubeconfig_from: str = "",  # where `kubeconfig` came from, for a message: "--kubeconfig", ...
-        server: Optional[str] = None,  # the context's API server, once known, named when it is unreachable
-        verbose: bool = False,
-        process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
-        timing: Optional[Timing] = None,  # None: TIMING as it is when the Kubectl is built
-        calls: Optional[List[Dict[str, Any]]] = None,
-        origin: Optional[float] = None,
-        children: Optional[Set[subprocess.Popen[Any]]] = None,
-    ) -> None:
-        self.executable = executable
-        self.context = context
-        self.kubeconfig = kubeconfig
-        self.kubeconfig_from = kubeconfig_from
-        self.server = server
-        self.verbose = verbose
-        self.process_timeout = process_timeout
-        self.timing = TIMING if timing is None else timing
-        self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
-        self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
-        self.children: Set[subprocess.Popen[Any]] = set() if children is None else children  # running now
+    executable: str
+    context: Optional[str]
+    kubeconfig: Optional[str]
+    kubeconfig_from: str = ""  # where `kubeconfig` came from, for a message: "--kubeconfig", ...
+    server: Optional[str] = None  # the context's API server, once known, named when it is unreachable
+    verbose: bool = False
+    process_timeout: float = KUBECTL_PROCESS_TIMEOUT
+    timing: Timing = dataclasses.field(default_factory=lambda: TIMING)  # TIMING as it is when built
+    calls: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # kubectl-calls.json
+    origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
+    children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
+
+    def __post_init__(self) -> None:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
+        kubeconfig = self.kubeconfig
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
     def with_context(self, context: str, server: Optional[str] = None) -> Kubectl:
         """The same kubectl bound to one context (and its API server, when known), sharing the call record."""
-        return Kubectl(
-            self.executable,
-            context=context,
-            kubeconfig=self.kubeconfig,
-            kubeconfig_from=self.kubeconfig_from,
-            server=server or self.server,
-            verbose=self.verbose,
-            process_timeout=self.process_timeout,
-            timing=self.timing,
-            calls=self.calls,
-            origin=self.origin,
-            children=self.children,
-        )
+        return dataclasses.replace(self, context=context, server=server or self.server)
 
     def argv(
         self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: Optional[str] = REQUEST_TIMEOUT
@@ -5268,8 +5245,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    recorded_kubectl = receipt.kubectl if receipt else None
-    executable = args.kubectl or os.environ.get("KUBECTL") or recorded_kubectl or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -5280,22 +5256,15 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
     elif receipt is not None:
         kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
-        kubeconfig = (
-            os.pathsep.join(
-                os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path
-            )
-            or None
-        )
-        kubeconfig_from = "$KUBECONFIG"
-    context = args.context or (receipt.context if receipt else None)
+        paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
+        kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=context,
+        context=args.context or (receipt.context if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,
         process_timeout=args.kubectl_timeout,
-        timing=TIMING,
     )
 
 
