@@ -6829,26 +6829,33 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
     return EXIT_OK
 
 
-def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
-) -> List[str]:
-    """The experiment's --junit and --metrics-file (atomically), whatever its outcome; returns
-    what could not be written."""
-    output = base.output
+def write_reports(reports: Sequence[Tuple[str, Optional[str], Callable[[], str]]]) -> List[str]:
+    """Write each report (what it is, its path or None when not asked for, its text) atomically,
+    whatever the outcome of the run: a report that cannot be written is a warning, and the list
+    of them is returned for the caller to judge."""
     problems = []
-    reports: List[Tuple[str, Optional[str], Callable[[], str]]] = [
-        ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
-        ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
-    ]
-    for flag, path, render in reports:
+    for what, path, render in reports:
         if path:
             try:
                 write_atomic(Path(path), render())
             except OSError as oops:
-                problems.append(f"the {flag} {path} could not be written ({oops.strerror or oops})")
+                problems.append(f"the {what} {path} could not be written ({oops.strerror or oops})")
     for problem in problems:
         say_stderr(f"warning: {problem}")
     return problems
+
+
+def write_reproduce_reports(
+    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+) -> List[str]:
+    """The experiment's --junit and --metrics-file; returns what could not be written."""
+    output = base.output
+    return write_reports(
+        [
+            ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
+            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+        ]
+    )
 
 
 def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
@@ -6879,34 +6886,32 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
 
 
 def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
-    """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
-    not this run's, so nothing in it is read). Returns what could not be written."""
+    """Write --junit and --metrics-file from what the run left in DIR (None: DIR was not this
+    run's, so nothing in it is read). Returns what could not be written."""
     results = saved_results(output)
-    problems = []
-    if settings.junit:
+    exit_code = error.exit_code if error is not None else EXIT_OK
+
+    def junit() -> str:
         started = rounds_on_disk(output, settings.rounds) if output is not None and results is None else []
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
         receipt = _read_json_file(output / "receipt.json") if output is not None else None
-        properties = {"exit_code": str(error.exit_code if error is not None else EXIT_OK)}
+        properties = {"exit_code": str(exit_code)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
-        suites = junit_suites(results, started, settings.thresholds, failure)
-        try:
-            write_atomic(Path(settings.junit), render_junit_xml(suites, properties))
-        except OSError as oops:
-            problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
-    if settings.metrics_file:
-        exit_code = error.exit_code if error is not None else EXIT_OK
-        try:
-            text = render_metrics(results, metrics_labels(settings), exit_code, time.time())
-            write_atomic(Path(settings.metrics_file), text)
-        except OSError as oops:
-            problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
-    for problem in problems:
-        say_stderr(f"warning: {problem}")
-    return problems
+        return render_junit_xml(junit_suites(results, started, settings.thresholds, failure), properties)
+
+    return write_reports(
+        [
+            ("JUnit report", settings.junit, junit),
+            (
+                "metrics file",
+                settings.metrics_file,
+                lambda: render_metrics(results, metrics_labels(settings), exit_code, time.time()),
+            ),
+        ]
+    )
 
 
 def cmd_show_worker(source: str) -> int:
