@@ -5841,15 +5841,14 @@ def wait_for_job(
 def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
     """Why the Job has made no pod yet, if the cluster refused them (FailedCreate: a Pod
     Security rejection, a quota, a missing RuntimeClass); empty if nothing says so."""
-    events = [e for e in kubectl.get_list("events", namespace=namespace) if e.get("kind", "Event") == "Event"]
     refusals = [
         event
-        for event in events
-        if event.get("reason") == "FailedCreate" and (event.get("involvedObject") or {}).get("name") == name
+        for event in kubectl.get_list("events", namespace=namespace)
+        if event.get("kind", "Event") == "Event"
+        and event.get("reason") == "FailedCreate"
+        and (event.get("involvedObject") or {}).get("name") == name
     ]
-    if not refusals:
-        return ""
-    return " ".join(str(refusals[-1].get("message", "")).split())
+    return " ".join(str(refusals[-1].get("message", "")).split()) if refusals else ""
 
 
 def logs_by_selector(
@@ -6098,6 +6097,7 @@ class BatchRun:
         self.settings = settings
         self.progress = progress
         self.creator = OwnedCreator(kubectl, receipt.run_id)
+        self.run_id = receipt.run_id
         self.namespace = receipt.namespace
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
@@ -6148,31 +6148,23 @@ class BatchRun:
         names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
-    @property
-    def run_id(self) -> str:
-        return self.receipt.run_id
-
     def preflight(self) -> None:
         """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
         runtime = self.settings.runtime
         kubelet_metrics = self.settings.kubelet_metrics
-        reads: List[Callable[[], Any]] = [
-            lambda: self.kubectl.create(
-                access_review_list(self.namespace, runtime is not None, kubelet_metrics), review=True
-            )
-        ]
-        if runtime is not None:
-            reads.insert(0, lambda: self.kubectl.get("runtimeclass", runtime))
-        answers = concurrently(reads)
+        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics)
+        reads: List[Callable[[], Any]] = (
+            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
+        )
+        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
         runtimeclass = Read(answers[0]) if runtime is not None else None
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
-        reviews = Read(answers[-1])
         findings = preflight_findings(
             context=self.kubectl.context or "",
             server=self.receipt.server,
             runtime=runtime,
             runtimeclass=runtimeclass,
-            reviews=reviews,
+            reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
         )
         for finding in findings:
@@ -6307,16 +6299,14 @@ class BatchRun:
             deleted = "it was deleted at once, before any episode could be retried"
         except DemoError as error:
             deleted = f"deleting it failed ({error}); run cleanup now"
-        needs = (
-            "per-index backoff limits (Kubernetes 1.33, or 1.29 to 1.32 with the JobBackoffLimitPerIndex "
-            "feature gate), which --max-failed-episodes needs"
-            if "completionMode" not in dropped
-            else "Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs"
-        )
-        instead = (
-            "; run without --max-failed-episodes (any failed episode then fails the run)"
-            if "completionMode" not in dropped
-            else ""
+        needs, instead = (
+            ("Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs", "")
+            if "completionMode" in dropped
+            else (
+                "per-index backoff limits (Kubernetes 1.33, or 1.29 to 1.32 with the JobBackoffLimitPerIndex "
+                "feature gate), which --max-failed-episodes needs",
+                "; run without --max-failed-episodes (any failed episode then fails the run)",
+            )
         )
         raise DemoError(
             f"the cluster does not support {needs}: the created Job {self.namespace}/{name} lacks "
@@ -6481,11 +6471,6 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
-def _group_results(output: Path, entry: ReproduceGroup) -> Optional[Results]:
-    """A group's results.json, when its run validated and wrote one."""
-    return saved_results(output / entry["directory"])
-
-
 def reproduce_junit(
     output: Path, report: ReproduceReport, failure: Optional[DemoError], thresholds: Dict[str, float]
 ) -> str:
@@ -6495,7 +6480,7 @@ def reproduce_junit(
     suites: List[JUnitSuite] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
-        results = _group_results(output, entry)
+        results = saved_results(output / entry["directory"])
         rounds = report["rounds"] if entry["name"] == "warm" else 1
         started = rounds_on_disk(group_dir, rounds) if results is None else []
         error = None
@@ -6522,7 +6507,7 @@ def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, 
         runs.append(
             (
                 {**labels, "group": entry["name"]},
-                _group_results(output, entry),
+                saved_results(output / entry["directory"]),
                 EXIT_INTERRUPTED if code is None else int(code),
             )
         )
@@ -6532,7 +6517,7 @@ def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, 
 def reproduce_verdict(output: Path, report: ReproduceReport) -> str:
     """One line: the groups that finished, the episodes that validated, what failed, where the report is."""
     finished = [entry for entry in report["groups"] if entry.get("exit_code") in (EXIT_OK, EXIT_THRESHOLD)]
-    figures = [results for results in (_group_results(output, entry) for entry in finished) if results]
+    figures = [results for results in (saved_results(output / entry["directory"]) for entry in finished) if results]
     valid = sum(int(results.get("successful_episodes") or 0) for results in figures)
     episodes = sum(int(results.get("episodes") or 0) for results in figures)
     text = f"verdict: {len(finished)}/{len(REPRODUCE_GROUPS)} groups finished, {valid}/{episodes} episodes valid"
