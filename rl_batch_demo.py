@@ -5119,10 +5119,6 @@ class Kubectl:
                 raise failure
             self._retry_or_raise(failure, delays, first_attempt)
 
-    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> KubeObject:
-        """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
-        return self.decode_json(self.run(args, read_only=True, **kwargs), what)
-
     def cluster_identity(self) -> Tuple[str, Optional[str]]:
         """The context to use (--context, else the current one, read once) and its API server URL,
         from the kubeconfig alone: `config view --minify` needs no cluster."""
@@ -5964,12 +5960,7 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
             except DemoError as error:
                 readings[node] = KubeletReading({}, str(error).splitlines()[0] if str(error) else "failed")
 
-    threads = [threading.Thread(target=work, name="kubelet-metrics", daemon=True) for _ in range(KUBELET_READ_THREADS)]
-    threads = threads[: max(1, min(len(threads), pending.qsize()))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    concurrently([work] * max(1, min(KUBELET_READ_THREADS, pending.qsize())))
     return dict(sorted(readings.items()))
 
 
@@ -6344,17 +6335,16 @@ def _wait_until_absent(
 
 
 def _stuck_namespace_detail(namespace: KubeObject) -> str:
-    finalizers = namespace.get("spec", {}).get("finalizers") or []
-    meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
+    finalizers = {
+        *(namespace.get("spec", {}).get("finalizers") or []),
+        *(namespace.get("metadata", {}).get("finalizers") or []),
+    }
     messages = [
         f"{c.get('type')}: {c.get('message')}"
         for c in namespace.get("status", {}).get("conditions", []) or []
         if c.get("status") == "True" and c.get("message")
     ]
-    parts = [f"finalizers {sorted(set(finalizers) | set(meta_finalizers)) or 'none'}"]
-    if messages:
-        parts.append("; ".join(messages))
-    return ", ".join(parts)
+    return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
 def cleanup_run(
@@ -6938,7 +6928,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
     version, runtimeclass, nodes, granted = concurrently(
         [
-            lambda: attempt(lambda: kubectl.read_json(["version", "-o", "json"], "version")),
+            lambda: attempt(
+                lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
+            ),
             lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
