@@ -5635,16 +5635,10 @@ class OwnedCreator:
         except KubectlTimeout as error:
             failure = error
         objects = []
+        names = [(item.get("kind"), (item.get("metadata") or {}).get("name")) for item in answered]
         for manifest, resource in zip(manifests, resources):
             kind, name = manifest["kind"], manifest["metadata"]["name"]
-            match = next(
-                (
-                    item
-                    for item in answered
-                    if item.get("kind") == kind and (item.get("metadata") or {}).get("name") == name
-                ),
-                None,
-            )
+            match = answered[names.index((kind, name))] if (kind, name) in names else None
             if match is not None:
                 required_uid(match, f"the created {kind} {name}")
             elif failure is None:
@@ -6442,7 +6436,7 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
         "--timeout", str(args.timeout),
         "--kubectl-timeout", str(args.kubectl_timeout),
         "--context", context,
-        "--cleanup", "always" if args.cleanup == "always" else "on-success",
+        "--cleanup", args.cleanup,
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
@@ -7474,7 +7468,7 @@ def reproduce_settings(args: argparse.Namespace) -> RunSettings:
         image=args.image,
         runtime=None if args.runtime == NO_RUNTIME else args.runtime,
         deadline_seconds=args.timeout,
-        cleanup_policy="always" if args.cleanup == "always" else "on-success",
+        cleanup_policy=args.cleanup,
         thresholds=dict(args.threshold or []),
         quiet=args.quiet,
         json_summary=False,
