@@ -5998,11 +5998,7 @@ def warm_up(
         name = f"{WARMUP_JOB_PREFIX}-{number}"
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
-
-        def task(name: str = name, manifest: KubeObject = manifest) -> Tuple[List[EpisodeRow], RoundResult]:
-            return run_job(name, warm_dir / name, manifest, warm_dir)  # an interruption saves the events there
-
-        tasks.append(task)
+        tasks.append(functools.partial(run_job, name, warm_dir / name, manifest, warm_dir))  # see OneEpisodeJob
     if not settings.quiet:
         say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
     answers = concurrently(tasks, stop, kubectl.timing.interrupt_save_timeout)
@@ -6207,8 +6203,7 @@ class BatchRun:
         with self.receipt_lock:
             self.receipt.jobs.append(entry)
             write_receipt(settings.output, self.receipt)
-        submitted_wall = time.time()
-        submitted = time.monotonic()
+        submitted_wall, submitted = time.time(), time.monotonic()
         job = self.creator.create(manifest, "job")
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
@@ -6895,8 +6890,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    kubectl = make_kubectl(args, receipt)
-    cleanup_run(kubectl, receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
     return EXIT_OK
 
 
