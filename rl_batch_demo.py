@@ -4674,7 +4674,6 @@ def render_guide_table(table: GuideTable, style: str) -> str:
 
 
 def say_stderr(message: str) -> None:
-    """Status and warnings go to stderr; stdout carries only the summary."""
     print(printable(message), file=sys.stderr, flush=True)
 
 
@@ -4716,10 +4715,7 @@ class Progress:
         until the client stops waiting (None: no deadline to show)."""
         if not self.enabled:
             return
-        state = (
-            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
-            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
-        )
+        state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
             columns = self.columns or shutil.get_terminal_size().columns
