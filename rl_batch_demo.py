@@ -7421,24 +7421,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
-    return RunSettings(
-        output=Path(args.output),
-        count=count,
-        parallelism=parallelism,
-        rounds=args.rounds,
-        image=args.image,
-        runtime=None if args.runtime == NO_RUNTIME else args.runtime,
-        deadline_seconds=args.timeout,
-        cleanup_policy=args.cleanup,
-        thresholds=dict(args.threshold or []),
-        quiet=args.quiet,
+    return dataclasses.replace(
+        _flag_settings(args, count, parallelism),
         json_summary=args.json,
-        kubectl_timeout=float(args.kubectl_timeout),
         worker_source=worker_source,
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
-        kubelet_metrics=args.kubelet_metrics,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
@@ -7450,10 +7439,15 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
     """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
     check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
+    return _flag_settings(args, args.count, args.count)
+
+
+def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
+    """The settings `run` and `reproduce` read from the same flags, with the built-in worker."""
     return RunSettings(
         output=Path(args.output),
-        count=args.count,
-        parallelism=args.count,
+        count=count,
+        parallelism=parallelism,
         rounds=args.rounds,
         image=args.image,
         runtime=None if args.runtime == NO_RUNTIME else args.runtime,
