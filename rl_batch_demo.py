@@ -6455,7 +6455,7 @@ def reproduce_junit(
     suites: List[JUnitSuite] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
-        results = saved_results(output / entry["directory"])
+        results = saved_results(group_dir)
         rounds = report["rounds"] if entry["name"] == "warm" else 1
         started = rounds_on_disk(group_dir, rounds) if results is None else []
         error = None
@@ -6479,13 +6479,8 @@ def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, 
     for entry in report["groups"]:
         labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
         code = entry.get("exit_code")
-        runs.append(
-            (
-                {**labels, "group": entry["name"]},
-                saved_results(output / entry["directory"]),
-                EXIT_INTERRUPTED if code is None else int(code),
-            )
-        )
+        results = saved_results(output / entry["directory"])
+        runs.append(({**labels, "group": entry["name"]}, results, EXIT_INTERRUPTED if code is None else code))
     return render_metrics_of_runs(runs, finished_at)
 
 
