@@ -5716,8 +5716,7 @@ def wait_for_job(
     last_pods: Dict[str, KubeObject] = {}
     deleted = False
     live = job
-    job_stream_open = True
-    pod_stream_open = True
+    job_stream_open = pod_stream_open = True
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
