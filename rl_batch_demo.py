@@ -5902,27 +5902,6 @@ def read_logs(
     return logs, errors
 
 
-def save_diagnostics_after_interrupt(
-    kubectl: Kubectl, namespace: str, job: Optional[KubeObject], round_dir: Path
-) -> None:
-    """Save what can be read within a few seconds: the Job, pods, events and logs."""
-    quick = kubectl.timing.interrupt_save_timeout
-    try:
-        items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
-        pods, events = split_pods_and_events(items, job)
-        write_atomic(round_dir / "events.txt", render_events_text(events))
-        if job is None:
-            return
-        live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
-        if live is not None:
-            write_json(round_dir / "job.json", live)
-        write_json(round_dir / "pods.json", pod_list(pods))
-        names = [pod["metadata"]["name"] for pod in pods]
-        logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, timeout=quick)
-    except DemoError as error:
-        say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
-
-
 def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:
     """Each node's runtime histograms through the API server's node proxy, nodes read in
     parallel (at most KUBELET_READ_THREADS kubectl processes at once). Best effort: a node that
@@ -6290,8 +6269,25 @@ class BatchRun:
         )
 
     def save_after_interrupt(self) -> None:
-        if self.namespace_created:
-            save_diagnostics_after_interrupt(self.kubectl, self.namespace, self.current_job, self.current_dir)
+        """Save what can be read within a few seconds: the Job, pods, events and logs."""
+        if not self.namespace_created:
+            return
+        kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
+        quick = kubectl.timing.interrupt_save_timeout
+        try:
+            items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
+            pods, events = split_pods_and_events(items, job)
+            write_atomic(round_dir / "events.txt", render_events_text(events))
+            if job is None:
+                return
+            live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
+            if live is not None:
+                write_json(round_dir / "job.json", live)
+            write_json(round_dir / "pods.json", pod_list(pods))
+            names = [pod["metadata"]["name"] for pod in pods]
+            logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, timeout=quick)
+        except DemoError as error:
+            say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
 
 # Flow: cleanup ################################################################
