@@ -5618,8 +5618,7 @@ class OwnedCreator:
     def create_together(self, manifests: List[KubeObject], resources: List[str]) -> List[KubeObject]:
         """Create several objects with one `kubectl create` of a List. kubectl creates them in
         order and goes on past a failure, so after one each object missing from its answer is
-        settled on its own by the rules of `create`: created alone when the request never reached
-        the server, else looked up and adopted only if this run's label proves it ours."""
+        settled on its own by the rules of `create` (see the class)."""
         failure: Optional[DemoError] = None
         answered: List[KubeObject] = []
         try:
@@ -5651,8 +5650,7 @@ class OwnedCreator:
         return objects
 
     def create(self, manifest: KubeObject, resource: str) -> KubeObject:
-        name = manifest["metadata"]["name"]
-        kind = manifest["kind"]
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
         delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
@@ -5672,8 +5670,7 @@ class OwnedCreator:
 
     def adopt(self, manifest: KubeObject, resource: str, failure: str) -> KubeObject:
         """After an ambiguous create: the object if it exists and carries this run's label."""
-        name = manifest["metadata"]["name"]
-        kind = manifest["kind"]
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
         live = self.kubectl.get(resource, name, manifest["metadata"].get("namespace"))
         if live is None:
             raise DemoError(
