@@ -6067,12 +6067,9 @@ class BatchRun:
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
-        rows: List[EpisodeRow] = []
-        rounds: List[RoundResult] = []
-        for round_number in range(1, self.settings.rounds + 1):
-            round_rows, figures = self.run_round(round_number, image)
-            rows.extend(round_rows)
-            rounds.append(figures)
+        played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+        rows = [row for round_rows, _ in played for row in round_rows]
+        rounds = [figures for _, figures in played]
         failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
         kubelet: KubeletFigures = {}
