@@ -5379,14 +5379,10 @@ class EpisodeLogReader:
         return match.group(1).decode("utf-8", "replace"), line[match.end() :]
 
     def feed(self, chunk: bytes) -> None:
-        start = 0
-        while start <= len(chunk):
-            newline = chunk.find(b"\n", start)
-            end = newline if newline >= 0 else len(chunk)
-            self._piece(chunk[start:end], newline >= 0)
-            if newline < 0:
-                return
-            start = newline + 1
+        *lines, rest = chunk.split(b"\n")
+        for line in lines:
+            self._piece(line, True)
+        self._piece(rest, False)
 
     def _piece(self, piece: bytes, ends_line: bool) -> None:
         if self.long_line_pod is not None:
