@@ -5488,7 +5488,6 @@ def refuse_existing_output(output: Path) -> None:
 
 
 def claim_output(output: Path) -> None:
-    """Create the output directory, which must be new."""
     refuse_existing_output(output)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -6056,7 +6055,6 @@ class BatchRun:
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
     def execute(self) -> Results:
-        """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
         image, prepared = prepare_measured_image(
