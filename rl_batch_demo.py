@@ -4401,7 +4401,6 @@ def render_guide_table(table: GuideTable, style: str) -> str:
 
 
 def say_stderr(message: str) -> None:
-    """Status and warnings go to stderr; stdout carries only the summary."""
     print(printable(message), file=sys.stderr, flush=True)
 
 
@@ -4443,10 +4442,7 @@ class Progress:
         until the client stops waiting (None: no deadline to show)."""
         if not self.enabled:
             return
-        state = (
-            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
-            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
-        )
+        state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
             columns = self.columns or shutil.get_terminal_size().columns
@@ -4606,6 +4602,7 @@ def _drain(stream: Any, into: bytearray) -> None:
         del into[: max(0, len(into) - CALL_STDERR_LIMIT)]
 
 
+@dataclasses.dataclass(eq=False)
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
 
@@ -4615,50 +4612,26 @@ class Kubectl:
     else is ever repeated here. Retries are quiet: with `verbose` (-v) every call is shown as it
     ends, and every retry."""
 
-    def __init__(
-        self,
-        executable: str,
-        *,
-        context: Optional[str],
-        kubeconfig: Optional[str],
-        kubeconfig_from: str = "",  # where `kubeconfig` came from, for a message: "--kubeconfig", ...
-        server: Optional[str] = None,  # the context's API server, once known, named when it is unreachable
-        verbose: bool = False,
-        process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
-        timing: Optional[Timing] = None,  # None: TIMING as it is when the Kubectl is built
-        calls: Optional[List[Dict[str, Any]]] = None,
-        origin: Optional[float] = None,
-        children: Optional[Set[subprocess.Popen[Any]]] = None,
-    ) -> None:
-        self.executable = executable
-        self.context = context
-        self.kubeconfig = kubeconfig
-        self.kubeconfig_from = kubeconfig_from
-        self.server = server
-        self.verbose = verbose
-        self.process_timeout = process_timeout
-        self.timing = TIMING if timing is None else timing
-        self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
-        self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
-        self.children: Set[subprocess.Popen[Any]] = set() if children is None else children  # running now
+    executable: str
+    context: Optional[str]
+    kubeconfig: Optional[str]
+    kubeconfig_from: str = ""  # where `kubeconfig` came from, for a message: "--kubeconfig", ...
+    server: Optional[str] = None  # the context's API server, once known, named when it is unreachable
+    verbose: bool = False
+    process_timeout: float = KUBECTL_PROCESS_TIMEOUT
+    timing: Timing = dataclasses.field(default_factory=lambda: TIMING)  # TIMING as it is when built
+    calls: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # kubectl-calls.json
+    origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
+    children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
+
+    def __post_init__(self) -> None:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
+        kubeconfig = self.kubeconfig
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
     def with_context(self, context: str, server: Optional[str] = None) -> Kubectl:
         """The same kubectl bound to one context (and its API server, when known), sharing the call record."""
-        return Kubectl(
-            self.executable,
-            context=context,
-            kubeconfig=self.kubeconfig,
-            kubeconfig_from=self.kubeconfig_from,
-            server=server or self.server,
-            verbose=self.verbose,
-            process_timeout=self.process_timeout,
-            timing=self.timing,
-            calls=self.calls,
-            origin=self.origin,
-            children=self.children,
-        )
+        return dataclasses.replace(self, context=context, server=server or self.server)
 
     def argv(
         self, args: Sequence[str], namespace: Optional[str] = None, request_timeout: Optional[str] = REQUEST_TIMEOUT
@@ -4869,10 +4842,6 @@ class Kubectl:
                 raise failure
             self._retry_or_raise(failure, delays, first_attempt)
 
-    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> KubeObject:
-        """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
-        return self.decode_json(self.run(args, read_only=True, **kwargs), what)
-
     def cluster_identity(self) -> Tuple[str, Optional[str]]:
         """The context to use (--context, else the current one, read once) and its API server URL,
         from the kubeconfig alone: `config view --minify` needs no cluster."""
@@ -4995,8 +4964,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    recorded_kubectl = receipt.kubectl if receipt else None
-    executable = args.kubectl or os.environ.get("KUBECTL") or recorded_kubectl or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -5007,22 +4975,15 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
     elif receipt is not None:
         kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
-        kubeconfig = (
-            os.pathsep.join(
-                os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path
-            )
-            or None
-        )
-        kubeconfig_from = "$KUBECONFIG"
-    context = args.context or (receipt.context if receipt else None)
+        paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
+        kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=context,
+        context=args.context or (receipt.context if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,
         process_timeout=args.kubectl_timeout,
-        timing=TIMING,
     )
 
 
@@ -5145,14 +5106,10 @@ class EpisodeLogReader:
         return match.group(1).decode("utf-8", "replace"), line[match.end() :]
 
     def feed(self, chunk: bytes) -> None:
-        start = 0
-        while start <= len(chunk):
-            newline = chunk.find(b"\n", start)
-            end = newline if newline >= 0 else len(chunk)
-            self._piece(chunk[start:end], newline >= 0)
-            if newline < 0:
-                return
-            start = newline + 1
+        *lines, rest = chunk.split(b"\n")
+        for line in lines:
+            self._piece(line, True)
+        self._piece(rest, False)
 
     def _piece(self, piece: bytes, ends_line: bool) -> None:
         if self.long_line_pod is not None:
@@ -5258,7 +5215,6 @@ def refuse_existing_output(output: Path) -> None:
 
 
 def claim_output(output: Path) -> None:
-    """Create the output directory, which must be new."""
     refuse_existing_output(output)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -5384,8 +5340,7 @@ class OwnedCreator:
     def create_together(self, manifests: List[KubeObject], resources: List[str]) -> List[KubeObject]:
         """Create several objects with one `kubectl create` of a List. kubectl creates them in
         order and goes on past a failure, so after one each object missing from its answer is
-        settled on its own by the rules of `create`: created alone when the request never reached
-        the server, else looked up and adopted only if this run's label proves it ours."""
+        settled on its own by the rules of `create` (see the class)."""
         failure: Optional[DemoError] = None
         answered: List[KubeObject] = []
         try:
@@ -5397,16 +5352,10 @@ class OwnedCreator:
         except KubectlTimeout as error:
             failure = error
         objects = []
+        names = [(item.get("kind"), (item.get("metadata") or {}).get("name")) for item in answered]
         for manifest, resource in zip(manifests, resources):
             kind, name = manifest["kind"], manifest["metadata"]["name"]
-            match = next(
-                (
-                    item
-                    for item in answered
-                    if item.get("kind") == kind and (item.get("metadata") or {}).get("name") == name
-                ),
-                None,
-            )
+            match = answered[names.index((kind, name))] if (kind, name) in names else None
             if match is not None:
                 required_uid(match, f"the created {kind} {name}")
             elif failure is None:
@@ -5423,8 +5372,7 @@ class OwnedCreator:
         return objects
 
     def create(self, manifest: KubeObject, resource: str) -> KubeObject:
-        name = manifest["metadata"]["name"]
-        kind = manifest["kind"]
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
         delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
@@ -5444,8 +5392,7 @@ class OwnedCreator:
 
     def adopt(self, manifest: KubeObject, resource: str, failure: str) -> KubeObject:
         """After an ambiguous create: the object if it exists and carries this run's label."""
-        name = manifest["metadata"]["name"]
-        kind = manifest["kind"]
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
         live = self.kubectl.get(resource, name, manifest["metadata"].get("namespace"))
         if live is None:
             raise DemoError(
@@ -5488,8 +5435,7 @@ def wait_for_job(
     last_pods: Dict[str, KubeObject] = {}
     deleted = False
     live = job
-    job_stream_open = True
-    pod_stream_open = True
+    job_stream_open = pod_stream_open = True
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
@@ -5599,15 +5545,14 @@ def wait_for_job(
 def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
     """Why the Job has made no pod yet, if the cluster refused them (FailedCreate: a Pod
     Security rejection, a quota, a missing RuntimeClass); empty if nothing says so."""
-    events = [e for e in kubectl.get_list("events", namespace=namespace) if e.get("kind", "Event") == "Event"]
     refusals = [
         event
-        for event in events
-        if event.get("reason") == "FailedCreate" and (event.get("involvedObject") or {}).get("name") == name
+        for event in kubectl.get_list("events", namespace=namespace)
+        if event.get("kind", "Event") == "Event"
+        and event.get("reason") == "FailedCreate"
+        and (event.get("involvedObject") or {}).get("name") == name
     ]
-    if not refusals:
-        return ""
-    return " ".join(str(refusals[-1].get("message", "")).split())
+    return " ".join(str(refusals[-1].get("message", "")).split()) if refusals else ""
 
 
 def logs_by_selector(
@@ -5676,27 +5621,6 @@ def read_logs(
     return logs, errors
 
 
-def save_diagnostics_after_interrupt(
-    kubectl: Kubectl, namespace: str, job: Optional[KubeObject], round_dir: Path
-) -> None:
-    """Save what can be read within a few seconds: the Job, pods, events and logs."""
-    quick = kubectl.timing.interrupt_save_timeout
-    try:
-        items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
-        pods, events = split_pods_and_events(items, job)
-        write_atomic(round_dir / "events.txt", render_events_text(events))
-        if job is None:
-            return
-        live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
-        if live is not None:
-            write_json(round_dir / "job.json", live)
-        write_json(round_dir / "pods.json", pod_list(pods))
-        names = [pod["metadata"]["name"] for pod in pods]
-        logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, timeout=quick)
-    except DemoError as error:
-        say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
-
-
 def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:
     """Each node's runtime histograms through the API server's node proxy, nodes read in
     parallel (at most KUBELET_READ_THREADS kubectl processes at once). Best effort: a node that
@@ -5723,12 +5647,7 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
             except DemoError as error:
                 readings[node] = KubeletReading({}, str(error).splitlines()[0] if str(error) else "failed")
 
-    threads = [threading.Thread(target=work, name="kubelet-metrics", daemon=True) for _ in range(KUBELET_READ_THREADS)]
-    threads = threads[: max(1, min(len(threads), pending.qsize()))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    concurrently([work] * max(1, min(KUBELET_READ_THREADS, pending.qsize())))
     return dict(sorted(readings.items()))
 
 
@@ -5772,11 +5691,7 @@ def warm_up(
         name = f"{WARMUP_JOB_PREFIX}-{number}"
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
-
-        def task(name: str = name, manifest: KubeObject = manifest) -> Tuple[List[EpisodeRow], RoundResult]:
-            return run_job(name, warm_dir / name, manifest, warm_dir)  # an interruption saves the events there
-
-        tasks.append(task)
+        tasks.append(functools.partial(run_job, name, warm_dir / name, manifest, warm_dir))  # see OneEpisodeJob
     if not settings.quiet:
         say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
     answers = concurrently(tasks, stop, kubectl.timing.interrupt_save_timeout)
@@ -5856,6 +5771,7 @@ class BatchRun:
         self.settings = settings
         self.progress = progress
         self.creator = OwnedCreator(kubectl, receipt.run_id)
+        self.run_id = receipt.run_id
         self.namespace = receipt.namespace
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
@@ -5866,19 +5782,15 @@ class BatchRun:
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
     def execute(self) -> Results:
-        """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
-        rows: List[EpisodeRow] = []
-        rounds: List[RoundResult] = []
-        for round_number in range(1, self.settings.rounds + 1):
-            round_rows, figures = self.run_round(round_number, image)
-            rows.extend(round_rows)
-            rounds.append(figures)
+        played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+        rows = [row for round_rows, _ in played for row in round_rows]
+        rounds = [figures for _, figures in played]
         failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
         kubelet: KubeletFigures = {}
@@ -5906,31 +5818,23 @@ class BatchRun:
         names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
-    @property
-    def run_id(self) -> str:
-        return self.receipt.run_id
-
     def preflight(self) -> None:
         """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
         runtime = self.settings.runtime
         kubelet_metrics = self.settings.kubelet_metrics
-        reads: List[Callable[[], Any]] = [
-            lambda: self.kubectl.create(
-                access_review_list(self.namespace, runtime is not None, kubelet_metrics), review=True
-            )
-        ]
-        if runtime is not None:
-            reads.insert(0, lambda: self.kubectl.get("runtimeclass", runtime))
-        answers = concurrently(reads)
+        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics)
+        reads: List[Callable[[], Any]] = (
+            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
+        )
+        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
         runtimeclass = Read(answers[0]) if runtime is not None else None
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
-        reviews = Read(answers[-1])
         findings = preflight_findings(
             context=self.kubectl.context or "",
             server=self.receipt.server,
             runtime=runtime,
             runtimeclass=runtimeclass,
-            reviews=reviews,
+            reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
         )
         for finding in findings:
@@ -5988,8 +5892,7 @@ class BatchRun:
         with self.receipt_lock:
             self.receipt.jobs.append(entry)
             write_receipt(settings.output, self.receipt)
-        submitted_wall = time.time()
-        submitted = time.monotonic()
+        submitted_wall, submitted = time.time(), time.monotonic()
         job = self.creator.create(manifest, "job")
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
@@ -6065,16 +5968,14 @@ class BatchRun:
             deleted = "it was deleted at once, before any episode could be retried"
         except DemoError as error:
             deleted = f"deleting it failed ({error}); run cleanup now"
-        needs = (
-            "per-index backoff limits (Kubernetes 1.33, or 1.29 to 1.32 with the JobBackoffLimitPerIndex "
-            "feature gate), which --max-failed-episodes needs"
-            if "completionMode" not in dropped
-            else "Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs"
-        )
-        instead = (
-            "; run without --max-failed-episodes (any failed episode then fails the run)"
-            if "completionMode" not in dropped
-            else ""
+        needs, instead = (
+            ("Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs", "")
+            if "completionMode" in dropped
+            else (
+                "per-index backoff limits (Kubernetes 1.33, or 1.29 to 1.32 with the JobBackoffLimitPerIndex "
+                "feature gate), which --max-failed-episodes needs",
+                "; run without --max-failed-episodes (any failed episode then fails the run)",
+            )
         )
         raise DemoError(
             f"the cluster does not support {needs}: the created Job {self.namespace}/{name} lacks "
@@ -6083,8 +5984,25 @@ class BatchRun:
         )
 
     def save_after_interrupt(self) -> None:
-        if self.namespace_created:
-            save_diagnostics_after_interrupt(self.kubectl, self.namespace, self.current_job, self.current_dir)
+        """Save what can be read within a few seconds: the Job, pods, events and logs."""
+        if not self.namespace_created:
+            return
+        kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
+        quick = kubectl.timing.interrupt_save_timeout
+        try:
+            items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
+            pods, events = split_pods_and_events(items, job)
+            write_atomic(round_dir / "events.txt", render_events_text(events))
+            if job is None:
+                return
+            live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
+            if live is not None:
+                write_json(round_dir / "job.json", live)
+            write_json(round_dir / "pods.json", pod_list(pods))
+            names = [pod["metadata"]["name"] for pod in pods]
+            logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, timeout=quick)
+        except DemoError as error:
+            say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
 
 # Flow: cleanup ################################################################
@@ -6112,17 +6030,16 @@ def _wait_until_absent(
 
 
 def _stuck_namespace_detail(namespace: KubeObject) -> str:
-    finalizers = namespace.get("spec", {}).get("finalizers") or []
-    meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
+    finalizers = {
+        *(namespace.get("spec", {}).get("finalizers") or []),
+        *(namespace.get("metadata", {}).get("finalizers") or []),
+    }
     messages = [
         f"{c.get('type')}: {c.get('message')}"
         for c in namespace.get("status", {}).get("conditions", []) or []
         if c.get("status") == "True" and c.get("message")
     ]
-    parts = [f"finalizers {sorted(set(finalizers) | set(meta_finalizers)) or 'none'}"]
-    if messages:
-        parts.append("; ".join(messages))
-    return ", ".join(parts)
+    return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
 def cleanup_run(
@@ -6220,7 +6137,7 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
         "--timeout", str(args.timeout),
         "--kubectl-timeout", str(args.kubectl_timeout),
         "--context", context,
-        "--cleanup", "always" if args.cleanup == "always" else "on-success",
+        "--cleanup", args.cleanup,
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
@@ -6239,11 +6156,6 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
-def _group_results(output: Path, entry: ReproduceGroup) -> Optional[Results]:
-    """A group's results.json, when its run validated and wrote one."""
-    return saved_results(output / entry["directory"])
-
-
 def reproduce_junit(
     output: Path, report: ReproduceReport, failure: Optional[DemoError], thresholds: Dict[str, float]
 ) -> str:
@@ -6253,7 +6165,7 @@ def reproduce_junit(
     suites: List[JUnitSuite] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
-        results = _group_results(output, entry)
+        results = saved_results(group_dir)
         rounds = report["rounds"] if entry["name"] == "warm" else 1
         started = rounds_on_disk(group_dir, rounds) if results is None else []
         error = None
@@ -6277,20 +6189,15 @@ def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, 
     for entry in report["groups"]:
         labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
         code = entry.get("exit_code")
-        runs.append(
-            (
-                {**labels, "group": entry["name"]},
-                _group_results(output, entry),
-                EXIT_INTERRUPTED if code is None else int(code),
-            )
-        )
+        results = saved_results(output / entry["directory"])
+        runs.append(({**labels, "group": entry["name"]}, results, EXIT_INTERRUPTED if code is None else code))
     return render_metrics_of_runs(runs, finished_at)
 
 
 def reproduce_verdict(output: Path, report: ReproduceReport) -> str:
     """One line: the groups that finished, the episodes that validated, what failed, where the report is."""
     finished = [entry for entry in report["groups"] if entry.get("exit_code") in (EXIT_OK, EXIT_THRESHOLD)]
-    figures = [results for results in (_group_results(output, entry) for entry in finished) if results]
+    figures = [results for results in (saved_results(output / entry["directory"]) for entry in finished) if results]
     valid = sum(int(results.get("successful_episodes") or 0) for results in figures)
     episodes = sum(int(results.get("episodes") or 0) for results in figures)
     text = f"verdict: {len(finished)}/{len(REPRODUCE_GROUPS)} groups finished, {valid}/{episodes} episodes valid"
@@ -6587,26 +6494,33 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
     return EXIT_OK
 
 
-def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
-) -> List[str]:
-    """The experiment's --junit and --metrics-file (atomically), whatever its outcome; returns
-    what could not be written."""
-    output = base.output
+def write_reports(reports: Sequence[Tuple[str, Optional[str], Callable[[], str]]]) -> List[str]:
+    """Write each report (what it is, its path or None when not asked for, its text) atomically,
+    whatever the outcome of the run: a report that cannot be written is a warning, and the list
+    of them is returned for the caller to judge."""
     problems = []
-    reports: List[Tuple[str, Optional[str], Callable[[], str]]] = [
-        ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
-        ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
-    ]
-    for flag, path, render in reports:
+    for what, path, render in reports:
         if path:
             try:
                 write_atomic(Path(path), render())
             except OSError as oops:
-                problems.append(f"the {flag} {path} could not be written ({oops.strerror or oops})")
+                problems.append(f"the {what} {path} could not be written ({oops.strerror or oops})")
     for problem in problems:
         say_stderr(f"warning: {problem}")
     return problems
+
+
+def write_reproduce_reports(
+    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+) -> List[str]:
+    """The experiment's --junit and --metrics-file; returns what could not be written."""
+    output = base.output
+    return write_reports(
+        [
+            ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
+            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+        ]
+    )
 
 
 def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
@@ -6637,34 +6551,32 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
 
 
 def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
-    """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
-    not this run's, so nothing in it is read). Returns what could not be written."""
+    """Write --junit and --metrics-file from what the run left in DIR (None: DIR was not this
+    run's, so nothing in it is read). Returns what could not be written."""
     results = saved_results(output)
-    problems = []
-    if settings.junit:
+    exit_code = error.exit_code if error is not None else EXIT_OK
+
+    def junit() -> str:
         started = rounds_on_disk(output, settings.rounds) if output is not None and results is None else []
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
         receipt = _read_json_file(output / "receipt.json") if output is not None else None
-        properties = {"exit_code": str(error.exit_code if error is not None else EXIT_OK)}
+        properties = {"exit_code": str(exit_code)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
-        suites = junit_suites(results, started, settings.thresholds, failure)
-        try:
-            write_atomic(Path(settings.junit), render_junit_xml(suites, properties))
-        except OSError as oops:
-            problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
-    if settings.metrics_file:
-        exit_code = error.exit_code if error is not None else EXIT_OK
-        try:
-            text = render_metrics(results, metrics_labels(settings), exit_code, time.time())
-            write_atomic(Path(settings.metrics_file), text)
-        except OSError as oops:
-            problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
-    for problem in problems:
-        say_stderr(f"warning: {problem}")
-    return problems
+        return render_junit_xml(junit_suites(results, started, settings.thresholds, failure), properties)
+
+    return write_reports(
+        [
+            ("JUnit report", settings.junit, junit),
+            (
+                "metrics file",
+                settings.metrics_file,
+                lambda: render_metrics(results, metrics_labels(settings), exit_code, time.time()),
+            ),
+        ]
+    )
 
 
 def cmd_show_worker(source: str) -> int:
@@ -6679,8 +6591,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    kubectl = make_kubectl(args, receipt)
-    cleanup_run(kubectl, receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
     return EXIT_OK
 
 
@@ -6706,7 +6617,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
     version, runtimeclass, nodes, granted = concurrently(
         [
-            lambda: attempt(lambda: kubectl.read_json(["version", "-o", "json"], "version")),
+            lambda: attempt(
+                lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
+            ),
             lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
@@ -6875,36 +6788,6 @@ class CommandLineParser(argparse.ArgumentParser):
             self.error(f"unknown flag {flag}{did_you_mean(flag, known)}")
 
 
-def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster")
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show each kubectl call on stderr as it ends (the command, its exit code and seconds), and every retry",
-    )
-    group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
-    group.add_argument("--kubeconfig", help="kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)")
-    group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
-    group.add_argument(
-        "--kubectl-timeout",
-        type=whole_number(1, MAX_WAIT_SECONDS),
-        default=int(KUBECTL_PROCESS_TIMEOUT),
-        metavar="SECONDS",
-        help=f"kill a kubectl call that has not answered after this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
-    )
-
-
-def _ci_report_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("CI reports (written on failure too; see the README's CI section)")
-    _shared_option(
-        group,  # type: ignore[arg-type]  # an argument group takes the same add_argument
-        "--junit",
-        help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
-    )
-    _shared_option(group, "--metrics-file")  # type: ignore[arg-type]  # an argument group takes the same add_argument
-
-
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
     if text and (not re.search(_DIGEST, text) or text.startswith("@")):
@@ -6912,23 +6795,10 @@ def pinned_image_arg(text: str) -> str:
     return text
 
 
-def _guide_table_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--lang",
-        choices=("en", "zh"),
-        default="en",
-        help="row labels of the guide's table: en, or zh (the guide's own)",
-    )
-    parser.add_argument(
-        "--reference",
-        choices=("guide",),
-        help=f"add the guide's published columns ({GUIDE_REFERENCE['date']}) beside the runs' in the guide's table",
-    )
-
-
-def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -> None:
-    """A flag several commands take, defined once; a command may change its default or help."""
-    options: Dict[str, Dict[str, Any]] = {
+def _shared_options() -> Dict[str, Dict[str, Any]]:
+    """The flags several commands take, each defined once (read when the parser is built, so the
+    defaults are today's); a command may change a flag's default or help (see _add_options)."""
+    return {
         "--output": {"required": True, "metavar": "DIR"},
         "--count": {"type": whole_number(1), "default": DEFAULT_COUNT, "metavar": "N"},
         "--rounds": {"type": whole_number(1), "metavar": "K"},
@@ -6973,224 +6843,234 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
             "help": "write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
             "(node_exporter's textfile collector, a Pushgateway)",
         },
+        "--lang": {
+            "choices": ("en", "zh"),
+            "default": "en",
+            "help": "row labels of the guide's table: en, or zh (the guide's own)",
+        },
+        "--reference": {
+            "choices": ("guide",),
+            "help": f"add the guide's published columns ({GUIDE_REFERENCE['date']}) beside the runs' in the guide's "
+            "table",
+        },
+        "-v/--verbose": {
+            "action": "store_true",
+            "help": "show each kubectl call on stderr as it ends (the command, its exit code and seconds), and every "
+            "retry",
+        },
+        "--context": {"help": "kubeconfig context to use (default: the current context, read once)"},
+        "--kubeconfig": {"help": "kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)"},
+        "--kubectl": {"help": "kubectl binary (default: $KUBECTL, else kubectl on PATH)"},
+        "--kubectl-timeout": {
+            "type": whole_number(1, MAX_WAIT_SECONDS),
+            "default": int(KUBECTL_PROCESS_TIMEOUT),
+            "metavar": "SECONDS",
+            "help": "kill a kubectl call that has not answered after this long "
+            f"(default {int(KUBECTL_PROCESS_TIMEOUT)})",
+        },
     }
-    parser.add_argument(flag, **{**options[flag], **changes})
 
 
-def _reproduce_parser(commands: Any) -> None:
-    reproduce = commands.add_parser(
-        "reproduce",
-        help="the guide's whole experiment, then its table",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run, in the guide's order, DIR/parallel (N at once), DIR/sequential (one at a time) and "
-        "DIR/warm (--warmup --rounds K), all with the image digest the first group resolves, each in its own "
-        "namespace, cleaned up once its diagnostics are saved; write DIR/report.md and DIR/report.json.",
-    )
-    _shared_option(reproduce, "--output", help="new directory for the three groups")
-    _shared_option(reproduce, "--count", help="tasks per group and round (default 10)")
-    _shared_option(reproduce, "--rounds", default=3, help="rounds of the warm group (default 3)")
-    for flag in ("--image", "--runtime", "--timeout"):
-        _shared_option(reproduce, flag)
-    reproduce.add_argument(
-        "--cleanup",
-        choices=("on-success", "always"),
-        default="on-success",
-        help="on-success (default): keep a failed group's namespace for inspection; always: delete it too",
-    )
-    for flag in ("--allow-large", "--quiet", "--kubelet-metrics"):
-        _shared_option(reproduce, flag)
-    _guide_table_options(reproduce)
-    _shared_option(
-        reproduce,
-        "--threshold",
-        help=f"a latency budget every group's run must keep (repeatable); a breach lets the experiment go on, "
-        f"then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
-    )
-    _shared_option(
-        reproduce,
-        "--json",
-        help="print report.json (the experiment, its table and its verdict) instead of the table and the verdict",
-    )
-    _shared_option(
-        reproduce,
-        "--junit",
-        help="write a JUnit XML report of every group: one suite per round, one test case per episode "
-        "(written on failure too)",
-    )
-    _shared_option(
-        reproduce,
-        "--metrics-file",
-        help="write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
-        "labelled group=parallel|sequential|warm (written on failure too)",
-    )
-    _cluster_options(reproduce)
+def _add_options(parser: Any, shared: Dict[str, Dict[str, Any]], options: Mapping[str, Any]) -> None:
+    """Each flag of `options` as `shared` defines it, changed by its value: a help text, a dict of
+    add_argument's options, or None (as defined; then a key may name several flags, space-separated).
+    A flag's other names follow a slash (-v/--verbose). `parser` may be an argument group."""
+    for flags, change in options.items():
+        changes = {"help": change} if isinstance(change, str) else change or {}
+        for flag in flags.split():
+            parser.add_argument(*flag.split("/"), **{**shared.get(flag, {}), **changes})
 
 
 def build_parser(tool: Optional[str] = None) -> CommandLineParser:
     """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
-    formatter = argparse.RawDescriptionHelpFormatter
     plugin = (tool or invoked_as()) == PLUGIN_COMMAND
     parser = CommandLineParser(
         prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
         epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction, nargs=0, help="show the version and this file's hash")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
+    shared = _shared_options()
+    cluster = ("cluster", {"-v/--verbose --context --kubeconfig --kubectl --kubectl-timeout": None})
 
-    run = commands.add_parser(
-        "run",
-        help="run a batch of episodes and measure it",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-        description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
-        "episodes; wait for it, save every diagnostic, validate every episode and write results.json.",
-    )
-    _shared_option(run, "--output", help="new directory for receipt, diagnostics and results (must not exist)")
-    _shared_option(
-        run,
-        "--count",
-        default=None,
-        help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
-        "with --tasks, the number of tasks)",
-    )
-    run.add_argument(
-        "--parallelism",
-        type=whole_number(1),
-        metavar="P",
-        help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
-    )
-    _shared_option(
-        run,
-        "--rounds",
-        default=1,
-        help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
-    )
-    for flag in ("--image", "--runtime", "--timeout"):
-        _shared_option(run, flag)
-    run.add_argument(
-        "--cleanup",
-        choices=("never", "on-success", "always"),
-        default="never",
-        help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
-    )
-    _shared_option(run, "--threshold")
-    _shared_option(run, "--allow-large")
-    run.add_argument(
-        "--worker",
-        metavar="FILE.py",
-        help="your episode worker instead of the built-in one (show-worker prints one to start from); it must emit one "
-        "ready and one reward event with a finite numeric reward",
-    )
-    run.add_argument(
-        "--tasks",
-        metavar="FILE.jsonl",
-        help="one JSON object per line, one episode each (the count is the number of lines); the Job becomes "
-        f"Indexed and episode i reads line i of /demo/{TASKS_KEY}",
-    )
-    run.add_argument(
-        "--max-failed-episodes",
-        type=whole_number(0),
-        default=0,
-        metavar="K",
-        help="tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed in "
-        "results.json's failed_episodes and left out of the figures; never retried (default 0: any failure "
-        "fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
-        "JobBackoffLimitPerIndex feature gate, on by default there)",
-    )
-    run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
-    _shared_option(run, "--quiet")
-    _shared_option(run, "--json")
-    _shared_option(run, "--kubelet-metrics")
-    run.add_argument(
-        "--warmup",
-        action="store_true",
-        help="before the measured rounds, one warm-up episode on each eligible node, all at once (DIR/warmup/)",
-    )
-    run.add_argument(
-        "--pin-image",
-        nargs="?",
-        const="",
-        type=pinned_image_arg,
-        metavar="REPO@sha256:DIGEST",
-        help="run the measured Jobs by digest: the imageID the nodes ran in the warm-up (or a one-episode "
-        "probe Job), or the digest given",
-    )
-    _cluster_options(run)
-    _ci_report_options(run)
-
-    cleanup = commands.add_parser(
-        "cleanup",
-        help="delete what a run created, after checking ownership",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-        description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
-        "delete the Jobs (foreground) and the namespace. Keeps DIR.",
-    )
-    _shared_option(cleanup, "--output", help="the run's output directory (holds receipt.json)")
-    _shared_option(
-        cleanup,
-        "--timeout",
-        default=CLEANUP_WAIT_SECONDS,
-        help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
-    )
-    _cluster_options(cleanup)
-
-    check = commands.add_parser(
-        "check",
-        help="preflight: can this cluster run the batch? (creates nothing)",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-    )
-    _shared_option(check, "--count", help="episodes to plan capacity for")
-    _shared_option(check, "--runtime", help="RuntimeClass to check, or 'none'")
-    _shared_option(check, "--image", help="image the run would use (reported only)")
-    _shared_option(
-        check,
-        "--kubelet-metrics",
-        help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
-    )
-    _shared_option(check, "--json", help="print one JSON object, every finding and the verdict, instead of the lines")
-    _cluster_options(check)
-
-    compare = commands.add_parser(
-        "compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter
-    )
-    compare.add_argument(
-        "directories",
-        nargs="+",
-        metavar="DIR",
-        help="output directories of finished runs; the first is the baseline for ratios",
-    )
-    compare.add_argument(
-        "--format",
-        choices=("text", "markdown", "json", "guide"),
-        default="text",
-        help="guide: the guide's section 六 table, its rows in its order, one column per run",
-    )
-    _guide_table_options(compare)
-    compare.add_argument(
-        "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
-    )
-
-    show_worker = commands.add_parser(
-        "show-worker",
-        help="print the built-in episode worker (or, with --template, a minimal worker to start from)",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=formatter,
-        description="Print the worker that runs in every sandbox, as a starting point for `run --worker FILE.py`.",
-    )
-    show_worker.add_argument(
-        "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
-    )
-    _reproduce_parser(commands)
-    parser.commands = dict(commands.choices)
-    for subparser in parser.commands.values():
+    def command(
+        name: str, about: str, description: Optional[str], options: Mapping[str, Any], *groups: Tuple[str, Any]
+    ) -> None:
+        """A subcommand with its options, then its groups of options (title, options)."""
+        subparser = commands.add_parser(
+            name,
+            help=about,
+            description=description,
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_options(subparser, shared, options)
+        for title, grouped in groups:
+            _add_options(subparser.add_argument_group(title), shared, grouped)
         subparser.set_defaults(subparser=subparser)  # a usage error names the command's --help
+        parser.commands[name] = subparser
+
+    command(
+        "run",
+        "run a batch of episodes and measure it",
+        "Create a namespace, a ConfigMap with the episode worker and a Job of N episodes; wait for it, save every "
+        "diagnostic, validate every episode and write results.json.",
+        {
+            "--output": "new directory for receipt, diagnostics and results (must not exist)",
+            "--count": {
+                "default": None,
+                "help": f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
+                "with --tasks, the number of tasks)",
+            },
+            "--parallelism": {
+                "type": whole_number(1),
+                "metavar": "P",
+                "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
+            },
+            "--rounds": {
+                "default": 1,
+                "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
+            },
+            "--image --runtime --timeout": None,
+            "--cleanup": {
+                "choices": ("never", "on-success", "always"),
+                "default": "never",
+                "help": "delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
+            },
+            "--threshold --allow-large": None,
+            "--worker": {
+                "metavar": "FILE.py",
+                "help": "your episode worker instead of the built-in one (show-worker prints one to start from); it "
+                "must emit one ready and one reward event with a finite numeric reward",
+            },
+            "--tasks": {
+                "metavar": "FILE.jsonl",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
+                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+            },
+            "--max-failed-episodes": {
+                "type": whole_number(0),
+                "default": 0,
+                "metavar": "K",
+                "help": "tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed "
+                "in results.json's failed_episodes and left out of the figures; never retried (default 0: any "
+                "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+                "JobBackoffLimitPerIndex feature gate, on by default there)",
+            },
+            "--dry-run": {"action": "store_true", "help": "write the manifests to DIR and contact no cluster"},
+            "--quiet --json --kubelet-metrics": None,
+            "--warmup": {
+                "action": "store_true",
+                "help": "before the measured rounds, one warm-up episode on each eligible node, all at once "
+                "(DIR/warmup/)",
+            },
+            "--pin-image": {
+                "nargs": "?",
+                "const": "",
+                "type": pinned_image_arg,
+                "metavar": "REPO@sha256:DIGEST",
+                "help": "run the measured Jobs by digest: the imageID the nodes ran in the warm-up (or a one-episode "
+                "probe Job), or the digest given",
+            },
+        },
+        cluster,
+        (
+            "CI reports (written on failure too; see the README's CI section)",
+            {
+                "--junit": "write a JUnit XML report: one test suite per round, one test case per episode and per "
+                "--threshold",
+                "--metrics-file": None,
+            },
+        ),
+    )
+    command(
+        "cleanup",
+        "delete what a run created, after checking ownership",
+        "Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then delete the Jobs (foreground) "
+        "and the namespace. Keeps DIR.",
+        {
+            "--output": "the run's output directory (holds receipt.json)",
+            "--timeout": {
+                "default": CLEANUP_WAIT_SECONDS,
+                "help": f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
+            },
+        },
+        cluster,
+    )
+    command(
+        "check",
+        "preflight: can this cluster run the batch? (creates nothing)",
+        None,
+        {
+            "--count": "episodes to plan capacity for",
+            "--runtime": "RuntimeClass to check, or 'none'",
+            "--image": "image the run would use (reported only)",
+            "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
+            "nodes)",
+            "--json": "print one JSON object, every finding and the verdict, instead of the lines",
+        },
+        cluster,
+    )
+    command(
+        "compare",
+        "show several runs' figures side by side",
+        None,
+        {
+            "directories": {
+                "nargs": "+",
+                "metavar": "DIR",
+                "help": "output directories of finished runs; the first is the baseline for ratios",
+            },
+            "--format": {
+                "choices": ("text", "markdown", "json", "guide"),
+                "default": "text",
+                "help": "guide: the guide's section 六 table, its rows in its order, one column per run",
+            },
+            "--lang --reference": None,
+            "--allow-different-counts": {
+                "action": "store_true",
+                "help": "compare runs with different episode counts anyway",
+            },
+        },
+    )
+    command(
+        "show-worker",
+        "print the built-in episode worker (or, with --template, a minimal worker to start from)",
+        "Print the worker that runs in every sandbox, as a starting point for `run --worker FILE.py`.",
+        {"--template": {"action": "store_true", "help": "print a minimal custom worker that reads its task instead"}},
+    )
+    command(
+        "reproduce",
+        "the guide's whole experiment, then its table",
+        "Run, in the guide's order, DIR/parallel (N at once), DIR/sequential (one at a time) and DIR/warm (--warmup "
+        "--rounds K), all with the image digest the first group resolves, each in its own namespace, cleaned up once "
+        "its diagnostics are saved; write DIR/report.md and DIR/report.json.",
+        {
+            "--output": "new directory for the three groups",
+            "--count": "tasks per group and round (default 10)",
+            "--rounds": {"default": 3, "help": "rounds of the warm group (default 3)"},
+            "--image --runtime --timeout": None,
+            "--cleanup": {
+                "choices": ("on-success", "always"),
+                "default": "on-success",
+                "help": "on-success (default): keep a failed group's namespace for inspection; always: delete it too",
+            },
+            "--allow-large --quiet --kubelet-metrics --lang --reference": None,
+            "--threshold": f"a latency budget every group's run must keep (repeatable); a breach lets the experiment "
+            f"go on, then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
+            "--json": "print report.json (the experiment, its table and its verdict) instead of the table and the "
+            "verdict",
+            "--junit": "write a JUnit XML report of every group: one suite per round, one test case per episode "
+            "(written on failure too)",
+            "--metrics-file": "write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
+            "labelled group=parallel|sequential|warm (written on failure too)",
+        },
+        cluster,
+    )
     return parser
 
 
@@ -7246,24 +7126,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
-    return RunSettings(
-        output=Path(args.output),
-        count=count,
-        parallelism=parallelism,
-        rounds=args.rounds,
-        image=args.image,
-        runtime=None if args.runtime == NO_RUNTIME else args.runtime,
-        deadline_seconds=args.timeout,
-        cleanup_policy=args.cleanup,
-        thresholds=dict(args.threshold or []),
-        quiet=args.quiet,
+    return dataclasses.replace(
+        _flag_settings(args, count, parallelism),
         json_summary=args.json,
-        kubectl_timeout=float(args.kubectl_timeout),
         worker_source=worker_source,
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
-        kubelet_metrics=args.kubelet_metrics,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
@@ -7275,15 +7144,20 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
     """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
     check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
+    return _flag_settings(args, args.count, args.count)
+
+
+def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
+    """The settings `run` and `reproduce` read from the same flags, with the built-in worker."""
     return RunSettings(
         output=Path(args.output),
-        count=args.count,
-        parallelism=args.count,
+        count=count,
+        parallelism=parallelism,
         rounds=args.rounds,
         image=args.image,
         runtime=None if args.runtime == NO_RUNTIME else args.runtime,
         deadline_seconds=args.timeout,
-        cleanup_policy="always" if args.cleanup == "always" else "on-success",
+        cleanup_policy=args.cleanup,
         thresholds=dict(args.threshold or []),
         quiet=args.quiet,
         json_summary=False,
