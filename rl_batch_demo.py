@@ -171,22 +171,15 @@ CLOCK_CLIENT = "client"
 CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
 
 # Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
-# with its clock: the one place that says where a figure's ends come from.
+# by its clock: the one place that says where a figure's ends come from. batch_start is the Job's
+# creationTimestamp, scheduled_at the Scheduled event's eventTime (the PodScheduled condition's:
+# below); client_job_complete_seconds itself is timed on the client's monotonic clock.
 STAMP_CLOCKS = {
-    "batch_start": CLOCK_API,  # the Job's creationTimestamp
-    "created_at": CLOCK_API,
-    "scheduled_at": CLOCK_SCHEDULER,  # the Scheduled event's eventTime (the PodScheduled condition: below)
-    "container_started_at": CLOCK_API,
-    "finished_at": CLOCK_API,
-    "kernel_booted_at": CLOCK_TICKS,
-    "process_started_at": CLOCK_TICKS,
-    "first_statement_at": CLOCK_NODE,
-    "imports_done_at": CLOCK_NODE,
-    "ready_at": CLOCK_NODE,
-    "reward_at": CLOCK_NODE,
-    "observed_first_seen_at": CLOCK_CLIENT,
-    "client_submitted_at": CLOCK_CLIENT,  # client_job_complete_seconds is timed on the monotonic clock
-    "client_observed_complete_at": CLOCK_CLIENT,
+    **dict.fromkeys(("batch_start", "created_at", "container_started_at", "finished_at"), CLOCK_API),
+    "scheduled_at": CLOCK_SCHEDULER,
+    **dict.fromkeys(("kernel_booted_at", "process_started_at"), CLOCK_TICKS),
+    **dict.fromkeys(("first_statement_at", "imports_done_at", "ready_at", "reward_at"), CLOCK_NODE),
+    **dict.fromkeys(("observed_first_seen_at", "client_submitted_at", "client_observed_complete_at"), CLOCK_CLIENT),
 }
 
 # Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
@@ -246,17 +239,18 @@ SIMULATED_RUNTIME = "rl-batch-demo-simulation"
 MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
 
 COMPARE_FIGURES = (
-    ("episodes", "episodes", False),
-    ("parallelism", "parallelism", False),
-    ("rounds", "rounds", False),
-    ("batch_to_all_ready_seconds", "all ready (s)", True),
-    ("batch_to_all_rewards_seconds", "all rewards (s)", True),
-    ("client_job_complete_seconds", "client saw Complete (s)", True),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)", True),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)", True),
+    ("episodes", "episodes"),
+    ("parallelism", "parallelism"),
+    ("rounds", "rounds"),
+    ("batch_to_all_ready_seconds", "all ready (s)"),
+    ("batch_to_all_rewards_seconds", "all rewards (s)"),
+    ("client_job_complete_seconds", "client saw Complete (s)"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
 )
 
-TIMELINE_BARS = (
+TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key
+TIMELINE_BARS: Tuple[TimelineStep, ...] = (
     ("waiting", "Job created -> pod created", "#c9ced6", "batch_start", "created_at"),
     ("pod start", "pod created -> container started", "#f2a541", "created_at", "container_started_at"),
     ("Python start", "container started -> ready", "#5b8def", "container_started_at", "ready_at"),
@@ -367,20 +361,9 @@ _RFC3339 = r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+
 
 _QUANTITY = r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$"
 
-_QUANTITY_SUFFIXES = {
-    "": 1.0,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-}
+# Decimal suffixes, then the binary ones: Ki = 2**10 up to Pi = 2**50.
+_QUANTITY_SUFFIXES = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_QUANTITY_SUFFIXES.update({prefix + "i": 2.0 ** (10 * power) for power, prefix in enumerate("KMGTP", 1)})
 
 # CI reports (--junit, --metrics-file) and the kubectl plugin.
 JUNIT_SUITE_NAME = "rl-batch-demo"
@@ -582,7 +565,6 @@ class RunSettings:
 
     @property
     def client_wait_seconds(self) -> int:
-        """How long the client waits for one Job: its deadline plus a grace period."""
         return self.deadline_seconds + CLIENT_GRACE_SECONDS
 
     def round_dir(self, round_number: int) -> Path:
@@ -1084,12 +1066,7 @@ def summarise(values: Iterable[Optional[float]]) -> Optional[PhaseStats]:
     known = [value for value in values if value is not None]
     if not known:
         return None
-    return {
-        "samples": len(known),
-        "p50": percentile(known, 0.5),
-        "p95": percentile(known, 0.95),
-        "max": max(known),
-    }
+    return {"samples": len(known), "p50": percentile(known, 0.5), "p95": percentile(known, 0.95), "max": max(known)}
 
 
 def difference(later: Optional[float], earlier: Optional[float]) -> Optional[float]:
@@ -1210,14 +1187,6 @@ def parse_quantity(text: str) -> float:
     if not match or match.group(2) not in _QUANTITY_SUFFIXES:
         raise ValueError(f"not a Kubernetes quantity: {text!r}")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
-
-
-def format_gib(num_bytes: float) -> str:
-    return f"{num_bytes / 2.0**30:.1f} GiB"
-
-
-def format_cpu(cores: float) -> str:
-    return f"{cores:.1f} CPU"
 
 
 def parse_json_documents(text: str) -> List[KubeObject]:
@@ -1342,7 +1311,6 @@ def parse_tasks(data: bytes, where: str) -> List[JsonObject]:
 
 
 def task_id_of(task: Optional[JsonObject], index: int) -> Any:
-    """A task's "id" when it has one, else its index."""
     return task["id"] if task is not None and "id" in task else index
 
 
@@ -1407,24 +1375,14 @@ def job_manifest(
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "fsGroup": 1000,
-            "runAsNonRoot": True,
-        },
+        "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True},
         "containers": [
             {
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["python", "-B", "/demo/episode.py"],
-                "env": [
-                    {
-                        "name": "EPISODE_ID",
-                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
-                    }
-                ],
+                "env": [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -1439,58 +1397,29 @@ def job_manifest(
                 ],
             }
         ],
-        "volumes": [
-            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
-            {"name": "workspace", "emptyDir": {}},
-        ],
+        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
-    spec_extra: KubeObject = {}
-    if indexed or max_failed_episodes > 0:
-        spec_extra["completionMode"] = "Indexed"
-    if max_failed_episodes > 0:
-        spec_extra.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {RUN_LABEL: run_id, "app": APP_LABEL_VALUE},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": {RUN_LABEL: run_id, "app": APP_LABEL_VALUE}},
         "spec": {
             "completions": count,
             "parallelism": parallelism,
             "backoffLimit": 0,
             "activeDeadlineSeconds": deadline_seconds,
-            "template": {
-                "metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}},
-                "spec": pod_spec,
-            },
+            "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
-    if spec_extra:
-        spec = manifest["spec"]
-        if max_failed_episodes > 0:
-            del spec["backoffLimit"]
-        spec.update(spec_extra)
+    spec = manifest["spec"]
+    if indexed or max_failed_episodes > 0:
+        spec["completionMode"] = "Indexed"
+    if max_failed_episodes > 0:
+        del spec["backoffLimit"]
+        spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
     return manifest
-
-
-def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
-    """A Job of one episode (a warm-up or the probe) running the image as given, before any digest is
-    resolved."""
-    return job_manifest(
-        name=name,
-        namespace=namespace,
-        run_id=run_id,
-        count=1,
-        parallelism=1,
-        image=settings.given_image,
-        runtime=settings.runtime,
-        deadline_seconds=settings.deadline_seconds,
-    )
 
 
 def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
@@ -1507,6 +1436,13 @@ def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id:
         indexed=settings.indexed,
         max_failed_episodes=settings.max_failed_episodes,
     )
+
+
+def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
+    """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
+    any digest is resolved."""
+    one_episode = dataclasses.replace(settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0)
+    return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
 
 def required_uid(obj: KubeObject, what: str) -> str:
@@ -1576,7 +1512,6 @@ def _condition_time(obj: KubeObject, condition_type: str) -> Optional[float]:
 
 
 def job_condition(job: KubeObject) -> Optional[str]:
-    """'Complete' or 'Failed' once the Job has finished, else None."""
     condition = _true_condition(job, ("Complete", "Failed"))
     return str(condition["type"]) if condition else None
 
@@ -1804,15 +1739,12 @@ def parse_event_line(text: str) -> Optional[JsonObject]:
         return None
     try:
         event = json.loads(stripped, parse_constant=_reject_constant)
-    except RecursionError:
-        if '"event"' not in stripped:
-            return None
-        raise EventParseError("is a malformed JSON event (nested too deeply)") from None
-    except ValueError as error:  # JSONDecodeError, NaN or Infinity, an integer of too many digits
+    except (RecursionError, ValueError) as error:  # JSONDecodeError, NaN or Infinity, an integer of too many digits
         if '"event"' not in stripped:
             return None
         detail = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
-        raise EventParseError(f"is a malformed JSON event ({detail[:120]})") from None
+        detail = "nested too deeply" if isinstance(error, RecursionError) else detail[:120]
+        raise EventParseError(f"is a malformed JSON event ({detail})") from None
     if not isinstance(event, dict) or "event" not in event:
         return None
     if not isinstance(event["event"], str):
@@ -1908,16 +1840,8 @@ def describe_event_difference(log_events: List[JsonObject], message_events: List
 
 
 _GO_DURATION_PART = r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
-_GO_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "\u00b5s": 1e-6,
-    "\u03bcs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
+_GO_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_GO_DURATION_UNITS.update(dict.fromkeys(("\u00b5s", "\u03bcs"), 1e-6))  # Go reads micro as both µ and μ
 
 
 def parse_go_duration(text: str) -> float:
@@ -1961,7 +1885,6 @@ def involves_pod(event: KubeObject, pod: KubeObject) -> bool:
 
 
 def events_by_pod(events: List[KubeObject]) -> Dict[str, List[KubeObject]]:
-    """The namespace's events grouped by the name of the pod they are about."""
     grouped: Dict[str, List[KubeObject]] = {}
     for event in events:
         involved = event.get("involvedObject") if isinstance(event, dict) else None
@@ -1983,11 +1906,8 @@ def scheduled_event_time(
     for event in events:
         if event.get("reason") != "Scheduled" or not involves_pod(event, pod):
             continue
-        text = event.get("eventTime")
-        if not isinstance(text, str):
-            continue
         try:
-            moment = parse_timestamp(text)
+            moment = parse_timestamp(str(event.get("eventTime")))  # a missing or malformed one is no stamp
         except ValueError:
             continue
         if created_at - 1.0 <= moment and (finished_at is None or moment <= finished_at + 1.0):
@@ -2057,53 +1977,43 @@ def sandbox_clocks(
     the container's finish + 1 s by the caller), and in the order the process lives them. A ready
     event without `first_statement_at` comes from an older worker, whose `process_started_at`
     was its first statement: read that way, its /proc figures are null."""
+    invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     process_started_at = finite_number(ready_event.get("process_started_at"))
     booted_at = finite_number(ready_event.get("kernel_booted_at"))
-    labels = {"first_statement_at": "first_statement_at", "process_started_at": "process_started_at"}
-    if "first_statement_at" in ready_event:
-        first_statement_at = finite_number(ready_event.get("first_statement_at"))
-    else:
-        first_statement_at, process_started_at, booted_at = process_started_at, None, None
-        labels["first_statement_at"] = "process_started_at"
+    first_statement_key = "first_statement_at" if "first_statement_at" in ready_event else "process_started_at"
+    first_statement_at = finite_number(ready_event.get(first_statement_key))
+    if first_statement_key == "process_started_at":
+        process_started_at, booted_at = None, None
     imports_done_at = finite_number(ready_event.get("imports_done_at"))
     for label, stamp in (
         ("process_started_at", process_started_at),
-        (labels["first_statement_at"], first_statement_at),
+        (first_statement_key, first_statement_at),
         ("imports_done_at", imports_done_at),
     ):
         if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
-            raise EpisodeInvalid(
-                name,
+            raise invalid(
                 f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
                 f"({created_at:.0f} - 1 s .. {ready_at:.3f}); check clock synchronisation between the API "
-                "server and the nodes",
-                inspect,
+                "server and the nodes"
             )
     if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
-        raise EpisodeInvalid(name, "its ready event says the imports finished before the process started", inspect)
+        raise invalid("its ready event says the imports finished before the process started")
     if (
         process_started_at is not None
         and first_statement_at is not None
         and process_started_at > first_statement_at + CLOCK_TICK_SLACK
     ):
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its ready event's process_started_at ({process_started_at:.3f}) is later than its first statement "
-            f"({first_statement_at:.3f}); the sandbox's clocks disagree",
-            inspect,
+            f"({first_statement_at:.3f}); the sandbox's clocks disagree"
         )
     kernel = None
     if booted_at is not None:
         reference = process_started_at if process_started_at is not None else first_statement_at
         inside = reference is not None and created_at - 1.0 <= booted_at <= reference
         kernel = "sandbox" if inside else "shared"
-    return SandboxClocks(
-        process_started_at=process_started_at,
-        first_statement_at=first_statement_at,
-        imports_done_at=imports_done_at,
-        kernel_booted_at=booted_at if kernel == "sandbox" else None,
-        kernel=kernel,
-    )
+    sandbox_booted_at = booted_at if kernel == "sandbox" else None
+    return SandboxClocks(process_started_at, first_statement_at, imports_done_at, sandbox_booted_at, kernel)
 
 
 # Kubelet histograms (`run --kubelet-metrics`) ---------------------------------
@@ -2115,11 +2025,7 @@ def sandbox_clocks(
 
 _METRIC_LINE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$"
 _METRIC_LABEL = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
-_LABEL_UNESCAPE = r"\\(.)"
-
-
-def _unescape_label(text: str) -> str:
-    return re.sub(_LABEL_UNESCAPE, lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+_LABEL_ESCAPE = r"\\(.)"
 
 
 def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
@@ -2138,7 +2044,8 @@ def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
         label = re.compile(_METRIC_LABEL).match(label_text, position)
         if not label or label.end() == position:
             return None
-        labels[label.group(1)] = _unescape_label(label.group(2))
+        escaped = label.group(2)
+        labels[label.group(1)] = re.sub(_LABEL_ESCAPE, lambda m: "\n" if m.group(1) == "n" else m.group(1), escaped)
         position = label.end()
     try:
         value = float(match.group(3))
@@ -2219,13 +2126,13 @@ def histogram_from_samples(
             if math.isnan(bound):
                 raise ValueError(f"{name} has a bucket without a numeric le")
             buckets[bound] = buckets.get(bound, 0.0) + number
-            seen = True
         elif name == family + "_sum":
             total += number
-            seen = True
         elif name == family + "_count":
             count += number
-            seen = True
+        else:
+            continue
+        seen = True
     if not seen:
         return None
     ordered = tuple(sorted(buckets.items()))
@@ -2283,18 +2190,14 @@ def histogram_quantile(q: float, histogram: Histogram) -> Optional[Tuple[float, 
     return lower + (upper - lower) * (rank / count if count else 0.0), (lower, upper)
 
 
-def _bucket_json(bucket: Tuple[float, float]) -> Bucket:
-    return [bucket[0], bucket[1] if math.isfinite(bucket[1]) else None]  # +Inf: null (JSON has no infinity)
-
-
 def operation_figures(histogram: Histogram) -> OperationFigures:
     """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
     quantiles: List[Tuple[Optional[float], Optional[Bucket]]] = []
     for q in (0.5, 0.95):
         quantile = histogram_quantile(q, histogram)
-        finite = quantile is not None and math.isfinite(quantile[0]) and math.isfinite(quantile[1][0])
-        # never NaN or Infinity in JSON
-        quantiles.append((quantile[0], _bucket_json(quantile[1])) if quantile and finite else (None, None))
+        value, (lower, upper) = quantile or (math.nan, (math.nan, math.nan))
+        finite = math.isfinite(value) and math.isfinite(lower)  # never NaN or Infinity in JSON; +Inf: null
+        quantiles.append((value, [lower, upper if math.isfinite(upper) else None]) if finite else (None, None))
     return {
         "count": round(histogram.count),
         "mean_seconds": finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None,
@@ -2347,15 +2250,14 @@ def runtime_operations(
         entry: NodeOperations = {**no_operations(), "foreign_operations": 0, "note": ""}
         nodes[node] = entry
         first, last = before.get(node), after.get(node)
-        problem = ""
         if first is None:
-            problem = "not read before the run (it was not an eligible node then)"
-        elif first.error or last is None or last.error:
-            problem = f"could not be read: {(first.error or (last.error if last else '')) or 'not read after the run'}"
-        if problem:
-            entry["note"] = problem
+            entry["note"] = "not read before the run (it was not an eligible node then)"
             continue
-        assert first is not None and last is not None
+        if first.error or last is None or last.error:
+            entry["note"] = (
+                f"could not be read: {(first.error or (last.error if last else '')) or 'not read after the run'}"
+            )
+            continue
         node_deltas: Dict[str, Histogram] = {}
         try:
             for operation, *_ in KUBELET_OPERATIONS:
@@ -2402,9 +2304,7 @@ def expected_operations(rows: Sequence[PodRow]) -> Dict[str, Dict[str, Optional[
         node = row["node"]
         if not node:
             continue
-        entry = expected.setdefault(
-            node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
-        )
+        entry = expected.setdefault(node, {operation: 0 for operation, *_ in KUBELET_OPERATIONS})
         for operation in ("RunPodSandbox", "CreateContainer", "StartContainer"):
             entry[operation] = (entry[operation] or 0) + 1
         state = row["image_pull"]["state"]
@@ -2435,32 +2335,26 @@ def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
 
 
 def episode_events(
-    pod_name: str,
-    log: Optional[PodLog],
-    log_error: Optional[str],
-    message_text: str,
-    crosscheck: bool,
-    inspect: str,
+    pod_name: str, log: Optional[PodLog], log_error: Optional[str], message_text: str, crosscheck: bool, inspect: str
 ) -> List[JsonObject]:
     """The episode's events from the log and the termination message, which must agree."""
+    invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
     message_events: Optional[List[JsonObject]] = None
     if message_text.strip():
         try:
             message_events = parse_events(message_text)
         except EventParseError as error:
-            raise EpisodeInvalid(pod_name, f"its termination message has a bad event: {error}", inspect) from None
+            raise invalid(f"its termination message has a bad event: {error}") from None
     if log is None:
         if crosscheck or message_events is None:
-            raise EpisodeInvalid(pod_name, f"its log could not be read ({log_error})", inspect)
+            raise invalid(f"its log could not be read ({log_error})")
         return message_events
     if log.error:
-        raise EpisodeInvalid(pod_name, f"its log has a bad event: {log.error}", inspect)
+        raise invalid(f"its log has a bad event: {log.error}")
     if message_events is not None and comparable_events(message_events) != comparable_events(log.events):
-        raise EpisodeInvalid(
-            pod_name,
+        raise invalid(
             "its log and its termination message report different events "
-            f"({describe_event_difference(log.events, message_events)})",
-            inspect,
+            f"({describe_event_difference(log.events, message_events)})"
         )
     return log.events
 
@@ -2480,92 +2374,71 @@ def validate_episode(
     is any finite number, and no baseline or test exit is required. `pod_events` are the
     cluster's events about this pod (Scheduled, Pulled), from the listing already read."""
     name = pod["metadata"]["name"]
+    invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     status = pod.get("status", {})
     container = _container_status(pod)
     terminated = container.get("state", {}).get("terminated") or {}
     if status.get("phase") != "Succeeded":
-        raise EpisodeInvalid(name, _phase_failure(pod), inspect)
+        raise invalid(_phase_failure(pod))
     if container.get("restartCount", 0) != 0:
-        raise EpisodeInvalid(name, f"the container restarted {short_repr(container['restartCount'])} times", inspect)
+        raise invalid(f"the container restarted {short_repr(container['restartCount'])} times")
     if not is_int(terminated.get("exitCode"), 0):
-        raise EpisodeInvalid(
-            name, f"the container exit code is {short_repr(terminated.get('exitCode'))}, not 0", inspect
-        )
+        raise invalid(f"the container exit code is {short_repr(terminated.get('exitCode'))}, not 0")
     ready = [event for event in events if event["event"] == "ready"]
     reward = [event for event in events if event["event"] == "reward"]
     if len(ready) != 1 or len(reward) != 1:
-        raise EpisodeInvalid(
-            name,
-            f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward",
-            inspect,
-        )
+        raise invalid(f"expected one ready and one reward event, found {len(ready)} ready and {len(reward)} reward")
     ready_event, reward_event = ready[0], reward[0]
     if ready_event.get("episode_id") != name or reward_event.get("episode_id") != name:
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its events carry episode_id {short_repr(ready_event.get('episode_id'))} / "
-            f"{short_repr(reward_event.get('episode_id'))}, not the pod name",
-            inspect,
+            f"{short_repr(reward_event.get('episode_id'))}, not the pod name"
         )
     custom_reward = finite_number(reward_event.get("reward"))
     if not builtin_worker and (custom_reward is None or abs(custom_reward) > REWARD_LIMIT):
-        raise EpisodeInvalid(
-            name,
-            f"its reward {short_repr(reward_event.get('reward'))} is not a finite number within +-{REWARD_LIMIT:g}",
-            inspect,
+        raise invalid(
+            f"its reward {short_repr(reward_event.get('reward'))} is not a finite number within +-{REWARD_LIMIT:g}"
         )
     if builtin_worker and not (is_int(reward_event.get("reward"), 1) and is_int(reward_event.get("tests_exit"), 0)):
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"reward {short_repr(reward_event.get('reward'))} with tests exit "
             f"{short_repr(reward_event.get('tests_exit'))}; the fixed code must pass its tests "
-            "(reward the integer 1, tests exit the integer 0)",
-            inspect,
+            "(reward the integer 1, tests exit the integer 0)"
         )
     baseline_exit = reward_event.get("baseline_exit")
     if builtin_worker and (not is_int(baseline_exit) or baseline_exit == 0):
-        raise EpisodeInvalid(
-            name,
-            f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)",
-            inspect,
+        raise invalid(
+            f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)"
         )
     modules = reward_event.get("modules")
     test_module = modules.get("test_shipping") if isinstance(modules, dict) else None
     if builtin_worker and test_module != BUILTIN_TEST_MODULE:
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its reward event does not show the built-in tests run from the runner's own copy (modules.test_shipping "
             f"is {short_repr(test_module)}, not origin {BUILTIN_TEST_MODULE['origin']!r} with sha256 "
-            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)",
-            inspect,
+            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)"
         )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
     reward_at = float(reward_event["at"])
     if not job_created_at <= created_at <= ready_at <= reward_at:
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             "timestamps out of order (Job creation <= pod creation <= ready <= reward fails: "
             f"{job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, {reward_at:.3f}); "
-            "check clock synchronisation between the API server and the nodes",
-            inspect,
+            "check clock synchronisation between the API server and the nodes"
         )
     scheduled_at = _condition_time(pod, "PodScheduled")
     started_at = optional_timestamp(terminated.get("startedAt"))
     finished_at = optional_timestamp(terminated.get("finishedAt"))
     if finished_at is not None and reward_at > finished_at + 1.0:  # finishedAt is truncated to the second
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}); the node's "
-            "clock runs ahead: check clock synchronisation between the API server and the nodes",
-            inspect,
+            "clock runs ahead: check clock synchronisation between the API server and the nodes"
         )
     if started_at is not None and ready_at < started_at - 1.0:  # startedAt is truncated to the second
-        raise EpisodeInvalid(
-            name,
+        raise invalid(
             f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}); the "
-            "node's clock runs behind: check clock synchronisation between the API server and the nodes",
-            inspect,
+            "node's clock runs behind: check clock synchronisation between the API server and the nodes"
         )
     clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
     imports_done_at = clocks.imports_done_at
@@ -2628,15 +2501,6 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     return info
 
 
-def reward_figures(rows: List[EpisodeRow]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
-    """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
-    rewards = [float(row["reward"]) for row in rows]
-    if not rewards:
-        return None, None, None
-    low, high = min(row["reward"] for row in rows), max(row["reward"] for row in rows)
-    return math.fsum(rewards) / len(rewards), low, high  # |r| <= 1e15
-
-
 def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
     """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
     and its cause, so a trainer can mask it."""
@@ -2669,21 +2533,22 @@ def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
 
 
 def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
-    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes)."""
+    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes),
+    with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
-    mean, low, high = reward_figures(rows)
+    rewards = [row["reward"] for row in rows]
     return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
-        "reward_sum": sum(row["reward"] for row in rows),
+        "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
-        "reward_mean": mean,
-        "reward_min": low,
-        "reward_max": high,
+        "reward_mean": math.fsum(rewards) / len(rewards),  # |r| <= 1e15: no overflow
+        "reward_min": min(rewards),
+        "reward_max": max(rewards),
     }
 
 
@@ -2974,8 +2839,7 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
 # the records and the numbers above.
 
 
-def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
-    verb, resource, group, subresource, _ = permission
+def permission_name(verb: str, resource: str, group: str, subresource: str, *_: object) -> str:
     name = f"{resource}.{group}" if group else resource
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
@@ -3001,23 +2865,12 @@ def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics:
 
 
 def denied_permissions(reviews: List[KubeObject]) -> List[str]:
-    denied = []
-    for review in reviews:
-        if review.get("status", {}).get("allowed") is True:
-            continue
-        attributes = review.get("spec", {}).get("resourceAttributes", {})
-        denied.append(
-            permission_name(
-                (
-                    attributes.get("verb", "?"),
-                    attributes.get("resource", "?"),
-                    attributes.get("group", ""),
-                    attributes.get("subresource", ""),
-                    False,
-                )
-            )
-        )
-    return sorted(denied)
+    denied = [review for review in reviews if review.get("status", {}).get("allowed") is not True]
+    asked = [review.get("spec", {}).get("resourceAttributes", {}) for review in denied]
+    return sorted(
+        permission_name(a.get("verb", "?"), a.get("resource", "?"), a.get("group", ""), a.get("subresource", ""))
+        for a in asked
+    )
 
 
 def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
@@ -3058,22 +2911,18 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
 def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject]) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
-    overhead_memory = parse_quantity(overhead.get("memory", "0"))
-    pod_cpu = parse_quantity(POD_REQUESTS["cpu"]) + overhead_cpu
-    pod_memory = parse_quantity(POD_REQUESTS["memory"]) + overhead_memory
-    need_cpu, need_memory = count * pod_cpu, count * pod_memory
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in ("cpu", "memory")}
+    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in extra}
     eligible = eligible_nodes(nodes, runtimeclass)
-    have_cpu = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("cpu", "0")) for n in eligible)
-    have_memory = sum(parse_quantity(n.get("status", {}).get("allocatable", {}).get("memory", "0")) for n in eligible)
+    allocatable = [node.get("status", {}).get("allocatable", {}) for node in eligible]
+    have = {resource: sum(parse_quantity(node.get(resource, "0")) for node in allocatable) for resource in extra}
     text = (
-        f"{count} pods need {format_cpu(need_cpu)} and {format_gib(need_memory)} including "
-        f"{format_gib(count * overhead_memory)} of RuntimeClass overhead; {len(eligible)} eligible "
-        f"node{'s' if len(eligible) != 1 else ''} have {format_cpu(have_cpu)} and {format_gib(have_memory)} "
+        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
+        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {len(eligible)} eligible "
+        f"node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and {have['memory'] / 2**30:.1f} GiB "
         "allocatable (before what already runs there)"
     )
-    fits = bool(eligible) and need_cpu <= have_cpu and need_memory <= have_memory
-    return fits, text
+    return bool(eligible) and all(need[resource] <= have[resource] for resource in need), text
 
 
 def preflight_findings(
@@ -3123,16 +2972,11 @@ def preflight_findings(
         else:
             runtimeclass_known = True
             scheduling = runtimeclass.value.get("scheduling") or {}
-            findings.append(
-                Finding(
-                    f"RuntimeClass {runtime}",
-                    True,
-                    f"handler {runtimeclass.value.get('handler')}, overhead "
-                    f"{json.dumps((runtimeclass.value.get('overhead') or {}).get('podFixed') or {}, sort_keys=True)}, "
-                    f"nodeSelector {json.dumps(scheduling.get('nodeSelector') or {}, sort_keys=True)}, "
-                    f"tolerations {len(scheduling.get('tolerations') or [])}",
-                )
-            )
+            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
+            detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
+            tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
+            findings.append(Finding(f"RuntimeClass {runtime}", True, detail + tolerations))
     if image is not None:
         findings.append(Finding("image", True, f"{image} (pulled by the nodes; not checked from here)"))
     if nodes is not None:
@@ -3178,7 +3022,7 @@ def _is_kubelet_metrics_review(review: KubeObject) -> bool:
 def kubelet_metrics_finding(context: str, reviews: List[KubeObject]) -> Finding:
     """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
     permission: it also allows exec into any pod on the node) and list nodes."""
-    denied = denied_permissions(reviews) if reviews else [permission_name(p) for p in KUBELET_METRICS_PERMISSIONS]
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in KUBELET_METRICS_PERMISSIONS]
     return Finding(
         "kubelet metrics",
         not denied,
@@ -3411,8 +3255,9 @@ def figure_text(value: Optional[float], figure: str) -> str:
     return clocked_text(value, FIGURE_CLOCKS[figure])
 
 
-def _resolution_text(resolution: float) -> str:
-    return f"{resolution:g} s" if resolution >= 1 else f"{resolution * 1000:g} ms"
+def _exact_duration(seconds: float) -> str:
+    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
 
 
 def clocks_text(clocks: Clocks) -> str:
@@ -3421,10 +3266,10 @@ def clocks_text(clocks: Clocks) -> str:
     start, end, _ = clocks
     if start == end:
         resolution = CLOCK_RESOLUTION[start]
-        return f"{start}, {_resolution_text(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
     coarse = _resolution(clocks)
     named = [
-        f"{clock} {_resolution_text(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
         for clock in (start, end)
     ]
     return "mixed: " + " + ".join(named)
@@ -3433,11 +3278,6 @@ def clocks_text(clocks: Clocks) -> str:
 def clock_text(figure: str) -> str:
     """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
     return clocks_text(FIGURE_CLOCKS[figure])
-
-
-def negative_note(clocks: Clocks) -> str:
-    """Why a figure can read negative, for the note under a table that shows one."""
-    return clocks[2] if clocks[2] is not None else "its clock cannot give a negative value: results.json was changed"
 
 
 def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
@@ -3455,7 +3295,8 @@ def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Seque
             + f"  {clocks_text(clocks)}{' *' if negative else ''}"
         )
         if negative:
-            notes += wrap_text(f"* {label}: negative because {negative_note(clocks)}", SUMMARY_WIDTH, "  ")
+            why = clocks[2] or "its clock cannot give a negative value: results.json was changed"
+            notes += wrap_text(f"* {label}: negative because {why}", SUMMARY_WIDTH, "  ")
     return lines + notes
 
 
@@ -3494,21 +3335,19 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         "parallelism "
         f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
         f"{results['reward_sum']}",
-        "",
     ]
+    if results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:
+        lines.append(
+            f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
+            f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
+        )
     left_out = results.get("failed_episodes") or []
     if left_out:
-        lines.insert(
-            2,
+        lines.append(
             f"{len(left_out)} failed episode(s) left out of the reward figures "
-            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json",
+            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json"
         )
-    if results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:
-        lines.insert(
-            2,
-            f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
-            f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)",
-        )
+    lines.append("")
     batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
@@ -3576,12 +3415,7 @@ def _bucket_text(bucket: Any) -> str:
     if not bucket:
         return "-"
     lower, upper = bucket
-    return f"({_bound(lower)}, {_bound(upper) if upper is not None else '+Inf'}]"
-
-
-def _bound(seconds: float) -> str:
-    """A bucket's bound exactly as the kubelet defines it: "0 s", "12.5 ms", "1 s"."""
-    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
+    return f"({_exact_duration(lower)}, {_exact_duration(upper) if upper is not None else '+Inf'}]"
 
 
 def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
@@ -3656,14 +3490,9 @@ def render_events_text(events: List[KubeObject]) -> str:
 
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
-    figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
-    for phase in PHASES:
-        figures += [
-            (f"{phase}:p50", f"{PHASE_LABELS[phase]} p50 (s)"),
-            (f"{phase}:p95", f"{PHASE_LABELS[phase]} p95 (s)"),
-        ]
-    for operation, *_ in KUBELET_OPERATIONS:
-        figures += [(f"runtime_operations:{operation}", f"{operation} mean (s, kubelet)")]
+    figures = list(COMPARE_FIGURES)
+    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat} (s)") for phase in PHASES for stat in ("p50", "p95")]
+    figures += [(f"runtime_operations:{name}", f"{name} mean (s, kubelet)") for name, *_ in KUBELET_OPERATIONS]
     rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
@@ -3762,15 +3591,6 @@ def _pod_seconds(pod: KubeObject) -> float:
     return _finite_seconds(difference(finished, created))
 
 
-def _pod_name(pod: KubeObject) -> str:
-    return str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
-
-
-def _pod_phase(pod: KubeObject) -> str:
-    status = pod.get("status")
-    return str((status.get("phase") if isinstance(status, dict) else None) or "unknown")
-
-
 def _job_seconds(job: Optional[KubeObject]) -> float:
     """Job created -> its Complete or Failed condition, API server clock, whole seconds (0 if unknown)."""
     if not job:
@@ -3807,41 +3627,26 @@ def junit_suites(
     if results is not None:
         for figures in results["round_results"]:  # one per round, even for one round
             number, job = figures["round"], figures["job"]
-            cases = [
-                _case(
-                    f"{JUNIT_SUITE_NAME}.{job}",
-                    str(row["pod"]),
-                    _finite_seconds(difference(row.get("finished_at"), row.get("created_at"))),
-                )
-                for row in results.get("pods") or []
-                if row.get("round", 1) == number
-            ]
-            cases += [  # set aside under --max-failed-episodes: not judged, and the run did not fail for them
-                _case(
-                    f"{JUNIT_SUITE_NAME}.{job}",
-                    str(entry.get("pod")),
-                    0.0,
-                    "skipped",
-                    f"left out of the figures (--max-failed-episodes): {entry.get('cause')}",
-                )
-                for entry in results.get("failed_episodes") or []
-                if entry.get("round", 1) == number
-            ]
-            suites.append(
-                {
-                    "round": number,
-                    "job": job,
-                    "time": _finite_seconds(figures.get("client_job_complete_seconds")),
-                    "cases": cases,
-                }
-            )
+            classname = f"{JUNIT_SUITE_NAME}.{job}"
+            cases = []
+            for row in results.get("pods") or []:
+                if row.get("round", 1) == number:
+                    taken = _finite_seconds(difference(row.get("finished_at"), row.get("created_at")))
+                    cases.append(_case(classname, str(row["pod"]), taken))
+            # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+            for entry in results.get("failed_episodes") or []:
+                if entry.get("round", 1) == number:
+                    why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
+                    cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
+            seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
+            suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
     else:
         for index, started in enumerate(rounds):
             in_progress = error is not None and index == len(rounds) - 1
             classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
             cases = []
             for pod in started.get("pods") or []:
-                name = _pod_name(pod)
+                name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
                 if not in_progress:
                     cases.append(_case(classname, name, _pod_seconds(pod)))
                 elif error is not None and name == error[2]:
@@ -3852,16 +3657,12 @@ def junit_suites(
                 else:
                     code = error[0] if error is not None else 0
                     how = "was interrupted" if code == EXIT_INTERRUPTED else f"stopped (exit {code})"
-                    reason = f"not validated: the run {how} with this pod in phase {_pod_phase(pod)}"
+                    status = pod.get("status")
+                    phase = (status.get("phase") if isinstance(status, dict) else None) or "unknown"
+                    reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
-            suites.append(
-                {
-                    "round": started["round"],
-                    "job": started["job"],
-                    "time": _job_seconds(started.get("job_object")),
-                    "cases": cases,
-                }
-            )
+            seconds = _job_seconds(started.get("job_object"))
+            suites.append({"round": started["round"], "job": started["job"], "time": seconds, "cases": cases})
     if not suites:
         suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
     last = suites[-1]["cases"]
@@ -3898,36 +3699,22 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def count(cases: List[JUnitCase], outcome: str) -> str:
-        return str(sum(1 for case in cases if case["outcome"] == outcome))
+    def attributes(cases: List[JUnitCase], seconds: float) -> Dict[str, str]:  # of <testsuites> and <testsuite>
+        outcomes = [case["outcome"] for case in cases]
+        counted = {"tests": None, "failures": "failure", "errors": "error", "skipped": "skipped"}
+        totals = {key: str(len(outcomes) if of is None else outcomes.count(of)) for key, of in counted.items()}
+        return {"name": JUNIT_SUITE_NAME, **totals, "time": f"{seconds:.3f}"}
 
     def short(message: str) -> str:
         text = xml_safe(message)
         return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
 
     every_case = [case for suite in suites for case in suite["cases"]]
-    root = ElementTree.Element(
-        "testsuites",
-        name=JUNIT_SUITE_NAME,
-        tests=str(len(every_case)),
-        failures=count(every_case, "failure"),
-        errors=count(every_case, "error"),
-        skipped=count(every_case, "skipped"),
-        time=f"{sum(suite['time'] for suite in suites):.3f}",
-    )
+    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites)))
     seen: Dict[Tuple[str, str], int] = {}
     for suite in suites:
         cases = suite["cases"]
-        element = ElementTree.SubElement(
-            root,
-            "testsuite",
-            name=JUNIT_SUITE_NAME,
-            tests=str(len(cases)),
-            failures=count(cases, "failure"),
-            errors=count(cases, "error"),
-            skipped=count(cases, "skipped"),
-            time=f"{suite['time']:.3f}",
-        )
+        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"]))
         suite_properties = dict(properties)
         if suite["round"] is not None:
             suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
@@ -3942,14 +3729,10 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
             testcase = ElementTree.SubElement(
                 element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
             )
-            if case["outcome"] == "failure":
-                ElementTree.SubElement(testcase, "failure", message=short(case["message"])).text = xml_safe(
-                    case["text"]
-                )
-            elif case["outcome"] == "error":
-                ElementTree.SubElement(testcase, "error", message=short(case["message"])).text = xml_safe(case["text"])
-            elif case["outcome"] == "skipped":
-                ElementTree.SubElement(testcase, "skipped", message=short(case["message"]))
+            if case["outcome"] != "passed":  # <failure>, <error> or <skipped>; a skipped case has no text
+                outcome = ElementTree.SubElement(testcase, case["outcome"], message=short(case["message"]))
+                if case["outcome"] != "skipped":
+                    outcome.text = xml_safe(case["text"])
             elif case["text"]:
                 ElementTree.SubElement(testcase, "system-out").text = xml_safe(case["text"])
     ElementTree.indent(root)
@@ -4014,16 +3797,12 @@ def _metric_families(
                 (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
             )
         phases = results.get("phases") or {}
-        for stat in ("p50", "p95", "max"):
+        for stat in ("p50", "p95", "max", "samples"):
             samples = [({"phase": phase[: -len("_seconds")]}, json_stat(phases.get(phase), stat)) for phase in PHASES]
-            families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
-        families.append(
-            (
-                "phase_samples",
-                "Episodes with a value for each phase.",
-                [({"phase": p[: -len("_seconds")]}, json_stat(phases.get(p), "samples")) for p in PHASES],
-            )
-        )
+            if stat == "samples":
+                families.append(("phase_samples", "Episodes with a value for each phase.", samples))
+            else:
+                families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
     return families
 
 
@@ -4037,11 +3816,7 @@ def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str
             families.setdefault(suffix, (help_text, []))[1].extend(({**labels, **extra}, v) for extra, v in samples)
     lines = []
     for suffix, (help_text, samples) in families.items():
-        written = [
-            (merged, text)
-            for merged, text in ((merged, _metric_number(value)) for merged, value in samples)
-            if text is not None
-        ]
+        written = [(merged, text) for merged, value in samples if (text := _metric_number(value)) is not None]
         if not written:
             continue
         name = METRICS_PREFIX + suffix
@@ -4083,14 +3858,7 @@ def _stamp_resolution(row: PodRow, key: str) -> float:
 
 
 def _timeline_step(
-    row: PodRow,
-    step: Tuple[str, str, str, str, str],
-    start_key: str,
-    top: float,
-    height: float,
-    origin: float,
-    scale: float,
-    later: Optional[float] = None,
+    row: PodRow, step: TimelineStep, top: float, height: float, origin: float, scale: float, later: Optional[float]
 ) -> Tuple[List[str], bool]:
     """One phase of one episode, drawn as a bar, or as a marker when it is shorter than its clocks
     can tell: within the resolution of its coarser stamp (less than a second against a
@@ -4098,7 +3866,7 @@ def _timeline_step(
     where the phase is known and a whisker across the window its whole-second end lies in (up to
     `later`, a finer stamp of a step that came after it), never a bar of the clock's second.
     Returns the SVG parts and whether a marker was drawn."""
-    name, meaning, colour, _, end_key = step
+    name, meaning, colour, start_key, end_key = step
     start, stop = row.get(start_key), row.get(end_key)
     if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)):
         return [], False
@@ -4131,7 +3899,7 @@ def _timeline_step(
     )
     return [
         f'<g class="marker" data-phase="{_xml(name)}" stroke="{colour}" stroke-width="1.5">'
-        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_resolution_text(resolution)} "
+        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_exact_duration(resolution)} "
         f"({_xml(clocks)}): between {window[0] - origin:.3f} and {window[1] - origin:.3f} s</title>"
         f'<line x1="{x(tick):.1f}" y1="{top:.1f}" x2="{x(tick):.1f}" y2="{top + height:.1f}" stroke-width="2.5"/>'
         f'<line x1="{x(window[0]):.1f}" y1="{middle:.1f}" x2="{x(window[1]):.1f}" y2="{middle:.1f}"/>{caps}</g>'
@@ -4167,8 +3935,7 @@ def render_timeline_svg(results: Results) -> str:
     Job's creation: a bar, or a marker where it is shorter than its clocks can tell; each round's
     Job marked. Plain SVG, so any browser shows it."""
     rows = sorted(
-        results["pods"],
-        key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
+        results["pods"], key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"])
     )
     origin = min(row["batch_start"] for row in rows)
     ends = [  # a whole-second end may lie up to its second later: its marker's whisker shows that
@@ -4192,23 +3959,19 @@ def render_timeline_svg(results: Results) -> str:
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
             drawn.append(f'<text x="10" y="{y + 12:.0f}">{_xml(row["pod"])}</text>')
             marks: List[str] = []  # drawn over the row's bars
+            finer = [  # each bar's end, where its stamp is finer than a second
+                json_number(row.get(end_key)) if _stamp_resolution(row, end_key) < 1 else None
+                for *_, end_key in TIMELINE_BARS
+            ]
             for index, step in enumerate(TIMELINE_BARS):
-                later = next(  # the first finer stamp after this step's end: its end came before it
-                    (
-                        stamp
-                        for following in TIMELINE_BARS[index + 1 :]
-                        if (stamp := json_number(row.get(following[4]))) is not None
-                        and _stamp_resolution(row, following[4]) < 1
-                    ),
-                    None,
-                )
-                top = y + 2
-                parts, marked = _timeline_step(row, step, step[3], top, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
+                # the first finer stamp after this step's end: its end came before it
+                later = next((stamp for stamp in finer[index + 1 :] if stamp is not None), None)
+                parts, marked = _timeline_step(row, step, y + 2, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
                 (marks if marked else drawn).extend(parts)
             for name, meaning, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
                 start_key = next((key for key in start_keys if row.get(key) is not None), start_keys[-1])
                 step = (name, meaning, colour, start_key, end_key)
-                parts, marked = _timeline_step(row, step, start_key, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale)
+                parts, marked = _timeline_step(row, step, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale, None)
                 (marks if marked else drawn).extend(parts)
                 strips.update([name] if parts else [])
             drawn += marks
@@ -4304,7 +4067,7 @@ WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annota
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
-_DIGEST = r"@(sha256:[0-9a-f]{64})$"
+_DIGEST = r"@(sha256:[0-9a-f]{64})$"  # the repository digest of an imageID (repo@sha256:...)
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
@@ -4331,59 +4094,26 @@ GUIDE_REFERENCE: JsonObject = {
             "执行顺序为 10 路并行、单并发，再在两个节点分别执行一次相同任务预热，最后运行三轮 10 路并行",
         ],
     },
+    # Each group's name, in the guide's order; then each row of its table (GUIDE_ROWS), as the guide
+    # has it: the unit (None: no figure), then one cell per group.
     "columns": [
-        {
-            "name": {"en": "10 in parallel", "zh": "10 路并行"},
-            "rounds": 1,
-            "tasks": 10,
-            "completed": "10",
-            "episodes": "10",
-            "reward": "1",
-            "run_pod_sandbox": (["752", "765"], "ms"),
-            "create_container": (["15", "23"], "ms"),
-            "start_container": (["176", "211"], "ms"),
-            "python_import": (["1.32", "1.33"], "s"),
-            "import_to_ready": (["2.3", "28.8"], "ms"),
-            "batch_ready": (["3.7"], "s"),
-            "pod_to_ready": (["3.7", "3.7"], "s"),
-            "all_rewards": (["8.4"], "s"),
-            "client_complete": (["12.7"], "s"),
-        },
-        {
-            "name": {"en": "one at a time", "zh": "单并发"},
-            "rounds": 1,
-            "tasks": 10,
-            "completed": "10",
-            "episodes": "10",
-            "reward": "1",
-            "run_pod_sandbox": (["676", "709"], "ms"),
-            "create_container": (["14", "15"], "ms"),
-            "start_container": (["175", "209"], "ms"),
-            "python_import": (["1.32", "1.35"], "s"),
-            "import_to_ready": (["2.3", "2.7"], "ms"),
-            "batch_ready": (["93.1"], "s"),
-            "pod_to_ready": (["3.3", "3.4"], "s"),
-            "all_rewards": (["97.6"], "s"),
-            "client_complete": (["101.6"], "s"),
-        },
-        {
-            "name": {"en": "10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"},
-            "rounds": 3,
-            "tasks": 10,
-            "completed": "30",
-            "episodes": "30",
-            "reward": "1",
-            "run_pod_sandbox": (["761", "835"], "ms"),
-            "create_container": (["14", "21"], "ms"),
-            "start_container": (["180", "265"], "ms"),
-            "python_import": (["1.33", "1.37"], "s"),
-            "import_to_ready": (["2.3", "2.7"], "ms"),
-            "batch_ready": (["3.2", "3.5", "3.6"], "s"),
-            "pod_to_ready": (["3.4", "3.5"], "s"),
-            "all_rewards": (["7.9", "8.2", "8.2"], "s"),
-            "client_complete": (["12.9", "13.0", "12.2"], "s"),
-        },
+        {"name": {"en": "10 in parallel", "zh": "10 路并行"}},
+        {"name": {"en": "one at a time", "zh": "单并发"}},
+        {"name": {"en": "10 in parallel after per-node warm-up", "zh": "逐节点预热后 10 路并行"}},
     ],
+    "cells": {
+        "scale": (None, (1, 10), (1, 10), (3, 10)),
+        "completed": (None, ("10", "10", "1"), ("10", "10", "1"), ("30", "30", "1")),
+        "run_pod_sandbox": ("ms", ["752", "765"], ["676", "709"], ["761", "835"]),
+        "create_container": ("ms", ["15", "23"], ["14", "15"], ["14", "21"]),
+        "start_container": ("ms", ["176", "211"], ["175", "209"], ["180", "265"]),
+        "python_import": ("s", ["1.32", "1.33"], ["1.32", "1.35"], ["1.33", "1.37"]),
+        "import_to_ready": ("ms", ["2.3", "28.8"], ["2.3", "2.7"], ["2.3", "2.7"]),
+        "batch_ready": ("s", ["3.7"], ["93.1"], ["3.2", "3.5", "3.6"]),
+        "pod_to_ready": ("s", ["3.7", "3.7"], ["3.3", "3.4"], ["3.4", "3.5"]),
+        "all_rewards": ("s", ["8.4"], ["97.6"], ["7.9", "8.2", "8.2"]),
+        "client_complete": ("s", ["12.7"], ["101.6"], ["12.9", "13.0", "12.2"]),
+    },
 }
 
 # The guide's rows in its order: (key, English label, the guide's own Chinese label).
@@ -4411,58 +4141,45 @@ _RUNTIME_ROWS = {
         "CreateContainer",
         ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds"),
     ),
-    "start_container": (
-        "StartContainer",
-        ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds"),
-    ),
+    "start_container": ("StartContainer", ("kernel_boot_to_process_start_seconds", "pod_to_container_started_seconds")),
 }
 _ZH_COUNT = "一二三四五六七八九十"
 _TIMES = "\u00d7"  # the multiplication sign of the guide's "1 轮 TIMES 10 个任务"
-_WORDS = {
-    "en": {
-        "ms": "ms",
-        "s": "s",
-        "about": "about {}",
-        "rounds": "{n} rounds: {}",
-        "not": "not measured ({})",
-        "stand_in": "{} (stand-in: {})",
-        "buckets": "{} (kubelet buckets {})",
-        "run": "run {}",
-        "combined": "CreateContainer + StartContainer together",
-        "completed": "{} / {}, {}",
-        "all": "all rewards {}",
-        "sum": "reward sum {}",
-        "whole_seconds": "whole seconds",
-        "reference": "guide columns: published figures of {date}; conditions: {conditions}",
-        "separator": "; ",
-        "report_title": "# rl-batch-demo reproduce: the guide's section 六, one command",
-        "report_intro": "Image {image}, run by digest {pinned} in every group; context {context}; "
-        "{count} tasks per round.",
-        "report_header": "| group | directory | exit | namespace |",
-        "report_early": "The experiment stopped early: only the groups that finished are in the table.",
-    },
-    "zh": {
-        "ms": "毫秒",
-        "s": "秒",
-        "about": "约 {}",
-        "rounds": "{n}轮:{}",
-        "not": "未测量({})",
-        "stand_in": "{}(近似:{})",
-        "buckets": "{}(kubelet 分桶 {})",
-        "run": "运行 {}",
-        "combined": "CreateContainer 与 StartContainer 合计",
-        "completed": "{} / {},{}",
-        "all": "奖励均为 {}",
-        "sum": "奖励合计 {}",
-        "whole_seconds": "整秒",
-        "reference": "指南列：{date}发布的数据；条件：{conditions}。",
-        "separator": "；",
-        "report_title": "# rl-batch-demo reproduce：一条命令重做指南第六节",
-        "report_intro": "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
-        "report_header": "| 组 | 目录 | 退出码 | 命名空间 |",
-        "report_early": "实验提前结束：表中只有已完成的组。",
-    },
+# Each phrase of the guide's table and reproduce's report: (English, Chinese).
+_PHRASES = {
+    "ms": ("ms", "毫秒"),
+    "s": ("s", "秒"),
+    "about": ("about {}", "约 {}"),
+    "rounds": ("{n} rounds: {}", "{n}轮:{}"),
+    "not": ("not measured ({})", "未测量({})"),
+    "stand_in": ("{} (stand-in: {})", "{}(近似:{})"),
+    "buckets": ("{} (kubelet buckets {})", "{}(kubelet 分桶 {})"),
+    "run": ("run {}", "运行 {}"),
+    "combined": ("CreateContainer + StartContainer together", "CreateContainer 与 StartContainer 合计"),
+    "completed": ("{} / {}, {}", "{} / {},{}"),
+    "all": ("all rewards {}", "奖励均为 {}"),
+    "sum": ("reward sum {}", "奖励合计 {}"),
+    "whole_seconds": ("whole seconds", "整秒"),
+    "reference": (
+        "guide columns: published figures of {date}; conditions: {conditions}",
+        "指南列：{date}发布的数据；条件：{conditions}。",
+    ),
+    "separator": ("; ", "；"),
+    "report_title": (
+        "# rl-batch-demo reproduce: the guide's section 六, one command",
+        "# rl-batch-demo reproduce：一条命令重做指南第六节",
+    ),
+    "report_intro": (
+        "Image {image}, run by digest {pinned} in every group; context {context}; {count} tasks per round.",
+        "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
+    ),
+    "report_header": ("| group | directory | exit | namespace |", "| 组 | 目录 | 退出码 | 命名空间 |"),
+    "report_early": (
+        "The experiment stopped early: only the groups that finished are in the table.",
+        "实验提前结束：表中只有已完成的组。",
+    ),
 }
+_WORDS = {lang: {key: pair[i] for key, pair in _PHRASES.items()} for i, lang in enumerate(("en", "zh"))}
 
 
 def warmup_label_value(node: str) -> str:
@@ -4497,25 +4214,19 @@ def image_repository(image: str) -> str:
     return f"{head}/{last}" if head else last
 
 
-def image_digest(image_id: Optional[str]) -> Optional[str]:
-    """The `sha256:...` repository digest of an imageID (`repo@sha256:...`), if it has one."""
-    match = re.search(_DIGEST, image_id or "")
-    return match.group(1) if match else None
-
-
 def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) -> str:
     """`repo@sha256:...` of the image the nodes ran (node -> imageID); refuses when they
     report different digests for the same tag, or no digest at all."""
     digests: Dict[str, List[str]] = {}
     for node, image_id in sorted(image_ids.items()):
-        digest = image_digest(image_id)
+        digest = re.search(_DIGEST, image_id or "")
         if digest is None:
             raise DemoError(
                 f"cannot pin image {image}: node {node} reports imageID {image_id!r}, without a repository "
                 f"digest; inspect {where}, or pass --pin-image=REPO@sha256:DIGEST",
                 EXIT_CLUSTER,
             )
-        digests.setdefault(digest, []).append(node)
+        digests.setdefault(digest.group(1), []).append(node)
     if len(digests) > 1:
         named = "; ".join(f"{digest} on {', '.join(nodes)}" for digest, nodes in sorted(digests.items()))
         raise DemoError(
@@ -4528,17 +4239,13 @@ def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) ->
     return f"{image_repository(image)}@{next(iter(digests))}"
 
 
-def _guide_number(value: float, unit: str, decimals: int) -> str:
-    return f"{value * 1000 if unit == 'ms' else value:.{decimals}f}"
-
-
-def _guide_pair(values: Sequence[float], seconds_decimals: int, lang: str) -> str:
+def _guide_pair(values: Sequence[float], lang: str) -> str:
     """P50 / P95 in one unit, as the guide prints them: ms below a second, else seconds."""
-    words = _WORDS[lang]
     if max(values) < 1:
-        decimals = 1 if min(values) < 0.01 else 0
-        return " / ".join(_guide_number(v, "ms", decimals) for v in values) + " " + words["ms"]
-    return " / ".join(_guide_number(v, "s", seconds_decimals) for v in values) + " " + words["s"]
+        scale, decimals, unit = 1000, 1 if min(values) < 0.01 else 0, "ms"
+    else:
+        scale, decimals, unit = 1, 2, "s"
+    return " / ".join(f"{v * scale:.{decimals}f}" for v in values) + " " + _WORDS[lang][unit]
 
 
 def _guide_scale(rounds: Any, tasks: Any, lang: str) -> str:
@@ -4557,13 +4264,14 @@ def _guide_rounds(values: Sequence[str], unit: str, lang: str) -> str:
     return words["rounds"].format(text, n=n)
 
 
-def _guide_reference_cell(column: JsonObject, key: str, lang: str) -> str:
+def _guide_reference_cell(group: int, key: str, lang: str) -> str:
     words = _WORDS[lang]
+    unit, *groups = GUIDE_REFERENCE["cells"][key]
+    values = groups[group]
     if key == "scale":
-        return _guide_scale(column["rounds"], column["tasks"], lang)
+        return _guide_scale(values[0], values[1], lang)
     if key == "completed":
-        return words["completed"].format(column["completed"], column["episodes"], words["all"].format(column["reward"]))
-    values, unit = column[key]
+        return words["completed"].format(*values[:2], words["all"].format(values[2]))
     if key in ("batch_ready", "all_rewards", "client_complete"):
         return _guide_rounds(values, unit, lang)
     return " / ".join(values) + " " + words[unit]
@@ -4594,17 +4302,14 @@ def _runtime_cell(results: Results, key: str, lang: str) -> str:
     if isinstance(pooled, dict):
         values = [finite_number(pooled.get("p50_seconds")), finite_number(pooled.get("p95_seconds"))]
         if all(v is not None for v in values):
-            text = _guide_pair([v for v in values if v is not None], 2, lang)
-            buckets = []
-            for name in ("p50_bucket", "p95_bucket"):
-                bucket = pooled.get(name)
-                if isinstance(bucket, list) and len(bucket) == 2:
-                    buckets.append(f"{bucket[0]}-{bucket[1]} s")
+            text = _guide_pair([v for v in values if v is not None], lang)
+            bounds = (pooled.get("p50_bucket"), pooled.get("p95_bucket"))
+            buckets = [f"{b[0]}-{b[1]} s" for b in bounds if isinstance(b, list) and len(b) == 2]
             return words["buckets"].format(text, " / ".join(buckets)) if buckets else text
     for phase in stand_ins:
         pair = _phase_pair(results, phase)
         if pair is not None:
-            name, text = phase, _guide_pair(pair, 2, lang)
+            name, text = phase, _guide_pair(pair, lang)
             if phase == "kernel_boot_to_process_start_seconds":
                 name = f"{phase}, {words['combined']}"
             if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
@@ -4627,16 +4332,10 @@ def guide_cells(results: Results, lang: str = "en") -> Dict[str, str]:
     }
     for key in _RUNTIME_ROWS:
         cells[key] = _runtime_cell(results, key, lang)
-    for key, phase, decimals in (
-        ("python_import", "python_import_seconds", 2),
-        ("import_to_ready", "import_to_ready_seconds", 2),
-    ):
+    for key, phase in (("python_import", "python_import_seconds"), ("import_to_ready", "import_to_ready_seconds")):
         pair = _phase_pair(results, phase)
-        cells[key] = _guide_pair(pair, decimals, lang) if pair else words["not"].format(phase)
-    pod = [
-        finite_number(results.get("pod_to_ready_p50_seconds")),
-        finite_number(results.get("pod_to_ready_p95_seconds")),
-    ]
+        cells[key] = _guide_pair(pair, lang) if pair else words["not"].format(phase)
+    pod = [finite_number(results.get(f"pod_to_ready_{stat}_seconds")) for stat in ("p50", "p95")]
     cells["pod_to_ready"] = (  # whole-second pod creation: tenths of a second, never milliseconds
         " / ".join(f"{v:.1f}" for v in pod if v is not None) + " " + words["s"]
         if all(v is not None for v in pod)
@@ -4663,7 +4362,7 @@ def guide_table(columns: List[Tuple[str, Results]], lang: str, reference: bool) 
     for key, english, chinese in GUIDE_ROWS:
         row = [chinese if lang == "zh" else english] + [column[key] for column in cells]
         if reference:
-            row += [_guide_reference_cell(column, key, lang) for column in GUIDE_REFERENCE["columns"]]
+            row += [_guide_reference_cell(group, key, lang) for group in range(len(GUIDE_REFERENCE["columns"]))]
         rows.append({"row": key, "cells": row})
     table: GuideTable = {"lang": lang, "header": header, "rows": rows}
     if reference:
