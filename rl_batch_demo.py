@@ -58,6 +58,17 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optio
 __version__ = "0.2.0"
 
 
+def _terminated_early(signum: int, frame: Any) -> None:
+    """SIGTERM while this file is still being read, before main() takes the signal over: nothing
+    has been done yet, so the run ends at once as an interrupted one does (130) and says so."""
+    os.write(2, b"rl-batch-demo: interrupted before it started; nothing was done\n")
+    os._exit(130)
+
+
+if __name__ == "__main__":  # not on import: a program that imports this file keeps its own handlers
+    signal.signal(signal.SIGTERM, _terminated_early)
+
+
 # Constants ####################################################################
 # Limits, names, exit codes and tables that every section below reads. Uses nothing of this
 # file, only Python: a constant is a fact or a choice, written once.
@@ -396,6 +407,11 @@ class DemoError(Exception):
         self.exit_code = exit_code
 
 
+def bug_message(bug: BaseException) -> str:
+    """An unexpected exception, a bug, as error.json, the CI reports and stderr name it (exit 3)."""
+    return f"unexpected error (a bug in rl-batch-demo): {bug!r}"
+
+
 class EpisodeInvalid(DemoError):
     """An episode broke one of the validation rules."""
 
@@ -657,6 +673,16 @@ class Receipt:
             return value if isinstance(value, str) and value else None
 
         created_at = data.get("created_at")
+        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
+            try:
+                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
+            except OverflowError:
+                created_at = math.nan
+            if not math.isfinite(created_at):
+                raise DemoError(
+                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
+                    EXIT_USAGE,
+                )
         return cls(
             context=data["context"],
             namespace=data["namespace"],
@@ -664,7 +690,7 @@ class Receipt:
             server=text("server"),
             kubeconfig=text("kubeconfig"),
             kubectl=text("kubectl"),
-            created_at=float(created_at) if isinstance(created_at, (int, float)) else None,
+            created_at=created_at,
             tool_version=text("tool_version"),
             namespace_uid=text("uid"),
             jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
@@ -1079,6 +1105,15 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent as a float, refused where a float cannot hold it
+    (1e400 would be read as infinity, which no JSON file can carry on)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:40]} is beyond the range of a double")
+    return number
+
+
 def finite_number(value: Any) -> Optional[float]:
     """A finite JSON number as a float, else None: never a boolean, never an overflow."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -1168,6 +1203,8 @@ def _departure(value: Any, schema: Any) -> Optional[Tuple[str, str]]:
         return None
     if shape == "float":
         fits = finite_number(value) is not None
+    elif shape == "int" and is_int(value) and finite_number(value) is None:  # figures are computed from it
+        return "", "is an integer beyond a float's range"
     else:
         fits = is_int(value) if shape == "int" else type(value).__name__ == shape  # str, bool
     if fits:
@@ -1291,7 +1328,7 @@ def parse_tasks(data: bytes, where: str) -> List[JsonObject]:
     tasks = []
     for number, line in enumerate(lines, 1):
         try:
-            task = json.loads(line, parse_constant=_reject_constant)
+            task = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
         except RecursionError:
             raise DemoError(f"--tasks {where} line {number} is nested too deeply", EXIT_USAGE) from None
         except ValueError as error:
@@ -3057,8 +3094,9 @@ def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobRecei
     return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
 
 
-_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}$"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
+_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}\Z"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 
 
 def receipt_names_problem(receipt: Receipt) -> str:
@@ -3134,7 +3172,8 @@ def plan_cleanup(
 # Uses the sections above.
 
 
-_UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+# Lone surrogates too: a path or flag with a byte that is not UTF-8 reaches Python as one (\udcff).
+_UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -3488,6 +3527,13 @@ def render_events_text(events: List[KubeObject]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ratio(value: float, base: float) -> Optional[float]:
+    try:
+        return finite_number(value / base)
+    except OverflowError:  # a hand-edited integer beyond a float's range
+        return None
+
+
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
     figures = list(COMPARE_FIGURES)
@@ -3508,9 +3554,10 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
         base = values[0]
-        # A ratio only means something between two positive durations.
+        # A ratio only means something between two positive durations, and only when a float holds it.
         ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else value / base for value in values
+            None if (base is None or base <= 0 or value is None or value < 0) else _ratio(value, base)
+            for value in values
         ]
         rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
     return rows
@@ -3744,7 +3791,8 @@ def _metric_help(text: str) -> str:
 
 
 def _metric_label_value(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate as \udcff
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _metric_number(value: Any) -> Optional[str]:
@@ -4067,7 +4115,7 @@ WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annota
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
-_DIGEST = r"@(sha256:[0-9a-f]{64})$"  # the repository digest of an imageID (repo@sha256:...)
+_DIGEST = r"@(sha256:[0-9a-f]{64})\Z"  # the repository digest of an imageID (repo@sha256:...)
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
@@ -4993,11 +5041,12 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename, so no reader ever sees half a file."""
+    """Write via a temporary file and a rename, so no reader ever sees half a file. A lone
+    surrogate (a byte of a path or flag that is not UTF-8) is written as its escape, \\udcff."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        with open(temporary, "x", encoding="utf-8") as stream:
+        with open(temporary, "x", encoding="utf-8", errors="backslashreplace") as stream:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -5221,7 +5270,11 @@ def claim_output(output: Path) -> None:
         output.mkdir()
     except OSError as error:
         refuse_existing_output(output)  # created in the meantime
-        raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
+        blocking = next((parent for parent in output.parents if parent.exists()), None)
+        why = error.strerror or str(error)
+        if blocking is not None and not blocking.is_dir():  # mkdir's "File exists" names no culprit
+            why = f"{blocking} is not a directory"
+        raise DemoError(f"cannot create the output directory {output} ({why})", EXIT_USAGE) from None
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
@@ -5302,7 +5355,7 @@ def append_step_summary(markdown: str) -> None:
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as stream:
+        with open(path, "a", encoding="utf-8", errors="backslashreplace") as stream:
             stream.write(markdown)
     except OSError as error:
         say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
@@ -6343,7 +6396,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         )
     except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
         bug = unexpected
-        error = DemoError(f"unexpected error (a bug in rl-batch-demo): {unexpected!r}", EXIT_CLUSTER)
+        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
     finally:
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
@@ -6541,7 +6594,7 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     except KeyboardInterrupt as interrupt:
         stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     except Exception as bug:  # a bug: the reports still say the run failed, then it shows
-        stopped, error = bug, DemoError(f"unexpected error (a bug in rl-batch-demo): {bug!r}", EXIT_CLUSTER)
+        stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -7205,14 +7258,13 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
-    tool = invoked_as(plugin)
-    args = build_parser(tool).parse_command_line(argv)
-    command = prepared_command(args, tool)
     previous = None
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread():  # first: from here on SIGTERM is a Ctrl-C
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return int(command())
+        tool = invoked_as(plugin)
+        args = build_parser(tool).parse_command_line(argv)
+        return int(prepared_command(args, tool)())
     except BrokenPipeError:
         # The reader of stdout went away (`| head`); the work itself is done.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -7223,6 +7275,15 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
     except KeyboardInterrupt:
         print("rl-batch-demo: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as bug:  # a bug: its traceback for the report, then the exit code error.json gives it
+        import traceback  # noqa: PLC0415 - only a bug needs it
+
+        traceback.print_exception(type(bug), bug, bug.__traceback__, file=sys.stderr)
+        print(
+            f"rl-batch-demo: error: {printable(bug_message(bug))}; the traceback above is for a bug report",
+            file=sys.stderr,
+        )
+        return EXIT_CLUSTER
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
