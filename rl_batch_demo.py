@@ -558,6 +558,11 @@ class RunSettings:
     dry_run: bool = False  # write the manifests, contact no cluster
     junit: Optional[str] = None  # --junit FILE
     metrics_file: Optional[str] = None  # --metrics-file FILE
+    # The Python API's seams (run_batch, stream_batch); the command line leaves them unset.
+    # on_reward: called with each rewards.jsonl row once it is written there, in file order.
+    on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
+    # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
+    stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def builtin_worker(self) -> bool:
@@ -5832,10 +5837,12 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
-        self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
+        # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
+        self.stop = settings.stop or threading.Event()
 
     def execute(self) -> Results:
         self.preflight()
+        self.stop_if_asked()
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
@@ -5846,6 +5853,9 @@ class BatchRun:
         rounds = [figures for _, figures in played]
         failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
+        if self.settings.on_reward is not None:  # the rows as written (until rewards.jsonl grows as they arrive)
+            for line in (self.settings.output / REWARDS_FILE).read_text(encoding="utf-8").splitlines():
+                self.settings.on_reward(json.loads(line))
         kubelet: KubeletFigures = {}
         if kubelets_before is not None:
             expected = expected_operations(rows)
@@ -5935,11 +5945,17 @@ class BatchRun:
         self.current_dir, self.current_job = interrupt_dir, None
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
+    def stop_if_asked(self) -> None:
+        """Before the next create: a stop asked for from another thread (the API's) is a Ctrl-C."""
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+
     def run_job(
         self, round_number: int, name: str, round_dir: Path, manifest: KubeObject, count: int, progress: Progress
     ) -> Tuple[List[EpisodeRow], RoundResult]:
         """Create one Job, wait for it, save every diagnostic, then analyse it."""
         settings = self.settings
+        self.stop_if_asked()
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
         with self.receipt_lock:
@@ -6327,7 +6343,7 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 # raises DemoError. Uses everything above.
 
 
-def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
+def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
     manifests = [
@@ -6340,20 +6356,22 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
-    print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+    if print_summary:
+        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
 def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
     the command that cleans up what is kept (`tool`: how the user started this tool). `reproduce`
-    runs it without the summary when it prints only its own (--quiet, --json)."""
+    runs it without the summary when it prints only its own (--quiet, --json), the Python API
+    always (it prints nothing on stdout)."""
     output = settings.output
     refuse_existing_output(output)
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
-        return dry_run(settings, namespace, run_id)
+        return dry_run(settings, namespace, run_id, print_summary)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context, server)
     claim_output(output)
@@ -6371,13 +6389,24 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
     batch = BatchRun(kubectl, receipt, settings, progress)
     error: Optional[DemoError] = None
-    bug: Optional[BaseException] = None
+    reraise: Optional[BaseException] = None  # raised as it is once the cleanup policy has run
+    bug = False
     try:
         results = batch.execute()
         error = publish(results, settings, print_summary)
     except DemoError as failure:
         error = failure
-    except KeyboardInterrupt:
+    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
+        error = DemoError(
+            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
+            f"check the free space and permissions of {output}",
+            EXIT_USAGE,
+        )
+    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
+        reraise, bug = unexpected, True
+        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
+    except BaseException as interruption:  # Ctrl-C, SIGTERM; through the API, what the caller's handler raised
+        reraise = None if isinstance(interruption, KeyboardInterrupt) else interruption
         kubectl.stop_children()  # calls still running in other threads, or streams
         progress.finish()
         if batch.create_sent:
@@ -6388,15 +6417,6 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             say_stderr("skipped saving diagnostics")
         where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
         error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
-    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
-        error = DemoError(
-            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
-            f"check the free space and permissions of {output}",
-            EXIT_USAGE,
-        )
-    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
-        bug = unexpected
-        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
     finally:
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
@@ -6404,9 +6424,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
         )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
-    if error is not None and bug is None and not batch.create_sent:
+    if error is not None and not bug and not batch.create_sent:
         release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
-        raise error
+        raise reraise or error
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
@@ -6422,8 +6442,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
         say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
-    if bug is not None:
-        raise bug
+    if reraise is not None:
+        raise reraise
     if error is not None:
         raise error
     return EXIT_OK
@@ -6576,25 +6596,25 @@ def write_reproduce_reports(
     )
 
 
-def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """`run`, then its --junit and --metrics-file reports, written whatever the outcome:
     CI needs them most when the run failed. Reports never change the run's exit code,
     except that a report that cannot be written fails an otherwise successful run."""
     if settings.dry_run or not (settings.junit or settings.metrics_file):
-        return cmd_run(settings, unbound, tool)
+        return cmd_run(settings, unbound, tool, print_summary)
     output = settings.output
     fresh = not (output.exists() or output.is_symlink())  # only then is what DIR holds this run's
     code = EXIT_OK
     stopped: Optional[BaseException] = None
     error: Optional[DemoError] = None
     try:
-        code = cmd_run(settings, unbound, tool)
+        code = cmd_run(settings, unbound, tool, print_summary)
     except DemoError as failure:
         stopped = error = failure
-    except KeyboardInterrupt as interrupt:
-        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     except Exception as bug:  # a bug: the reports still say the run failed, then it shows
         stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
+    except BaseException as interrupt:  # Ctrl-C, SIGTERM, or what the API's caller's own handler raised
+        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -6934,10 +6954,13 @@ def _add_options(parser: Any, shared: Dict[str, Dict[str, Any]], options: Mappin
             parser.add_argument(*flag.split("/"), **{**shared.get(flag, {}), **changes})
 
 
-def build_parser(tool: Optional[str] = None) -> CommandLineParser:
-    """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
+def build_parser(
+    tool: Optional[str] = None, parser_class: typing.Type[CommandLineParser] = CommandLineParser
+) -> CommandLineParser:
+    """The command line; its usage lines name the tool as the user started it (see invoked_as).
+    `parser_class` words its usage errors (the Python API raises them; its commands take it too)."""
     plugin = (tool or invoked_as()) == PLUGIN_COMMAND
-    parser = CommandLineParser(
+    parser = parser_class(
         prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
@@ -7154,7 +7177,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             worker_source, worker_file = check_worker_source(read_input_file(path, "--worker"), str(path)), path.name
         if args.tasks:
             path = Path(args.tasks)
-            tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
+            listed = getattr(args, "tasks_given", None)  # the Python API's list of tasks, as JSON lines
+            tasks = tuple(parse_tasks(listed if listed is not None else read_input_file(path, "--tasks"), str(path)))
             if count is not None and count != len(tasks):
                 raise DemoError(
                     f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
@@ -7287,6 +7311,165 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+# Python API ###################################################################
+# `import rl_batch_demo as rbd`: run_batch and stream_batch, a `run` from Python. Uses the command
+# line: its options are run's flags, read by the same parser and settings, run by the same
+# cmd_run_reported (one code path), printing nothing on stdout, never exiting, and leaving the
+# caller's signal handlers alone.
+
+
+class OptionsParser(CommandLineParser):
+    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise DemoError(printable(message), EXIT_USAGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchResult:
+    """What run_batch returns: the run's directory and the two files a trainer reads there."""
+
+    output: Path
+    results: Optional[Results]  # results.json as a dict; None after dry_run, which writes manifests only
+    rewards: List[RewardLine]  # rewards.jsonl's rows, in the file's order
+
+    @classmethod
+    def read(cls, output: Path) -> BatchResult:
+        rewards_file = output / REWARDS_FILE
+        if not (output / "results.json").exists() and not rewards_file.exists():
+            return cls(output, None, [])
+        lines = rewards_file.read_text(encoding="utf-8").splitlines()
+        return cls(output, load_results(output), [json.loads(line, parse_constant=_reject_constant) for line in lines])
+
+
+def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> List[str]:
+    """`run`'s command line for the API's keyword options, each the flag with underscores
+    (max_failed_episodes: --max-failed-episodes): `True` for a flag that takes no value, a
+    value or None (left out) for one that does; `threshold` a mapping (metric: seconds) or
+    "METRIC=SECONDS" texts. An unknown name or a value of the wrong kind is a usage error."""
+    run = parser.commands["run"]
+    flags = {action.dest: action for action in run._actions if action.option_strings and action.dest != "help"}
+    argv: List[str] = []
+    for name, value in options.items():
+        action = flags.get(name)
+        if action is None:
+            raise DemoError(f"unknown option {name}{did_you_mean(name, flags)}", EXIT_USAGE)
+        flag = max(action.option_strings, key=len)
+        if action.nargs in (0, "?"):  # a switch (store_true), or --pin-image's optional value
+            if not isinstance(value, (bool, str)) or (action.nargs != "?" and isinstance(value, str)):
+                raise DemoError(f"option {name} takes True or False, not {short_repr(value)}", EXIT_USAGE)
+            argv += [flag] if value is True else [f"{flag}={value}"] if isinstance(value, str) else []
+        elif action.dest == "threshold":
+            items = value.items() if isinstance(value, Mapping) else [value] if isinstance(value, str) else value
+            argv += [f"{flag}={item}" if isinstance(item, str) else f"{flag}={item[0]}={item[1]}" for item in items]
+        elif value is not None:
+            if isinstance(value, bool):
+                raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
+            argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
+    return argv
+
+
+def tasks_lines(tasks: Sequence[Any]) -> bytes:
+    """The API's `tasks` list as the lines of a --tasks file; an item that is no JSON object names its index."""
+    lines = []
+    for index, task in enumerate(tasks):
+        if not isinstance(task, dict):
+            raise DemoError(
+                f"tasks[{index}] is {type(task).__name__}, not a dict (one JSON object per episode)", EXIT_USAGE
+            )
+        try:
+            lines.append(json.dumps(task, sort_keys=True, allow_nan=False) + "\n")
+        except (TypeError, ValueError, RecursionError) as error:
+            raise DemoError(f"tasks[{index}] cannot be written as JSON ({error})", EXIT_USAGE) from None
+    return "".join(lines).encode("utf-8")
+
+
+def batch_settings(
+    output: Any, count: Optional[int], options: Mapping[str, Any]
+) -> Tuple[RunSettings, argparse.Namespace]:
+    """The settings `run` would take from the flags that `options` name, checked by the same
+    parser and rules: a usage error is a DemoError, raised before any work starts."""
+    given = dict(options)
+    tasks = given.pop("tasks", None)
+    listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
+    if listed:
+        given["tasks"] = "tasks"  # the list stands for a file of that name in messages
+    parser = build_parser(invoked_as(), OptionsParser)
+    argv = option_arguments({"output": output, "count": count, **given}, parser)
+    args = parser.parse_command_line(["run", *argv])
+    if listed:
+        args.tasks_given = tasks_lines(tasks)
+    return run_settings(args), args
+
+
+def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:
+    """The run, as `run` runs it without printing its summary; an interruption is re-raised as
+    one (KeyboardInterrupt) once diagnostics are saved and the --cleanup policy has run, and a
+    bug as DemoError (exit 3), its traceback chained."""
+    try:
+        cmd_run_reported(settings, make_kubectl(args), invoked_as(), print_summary=False)
+    except DemoError as error:
+        if error.exit_code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt(str(error)) from error
+        raise
+    except Exception as bug:
+        raise DemoError(bug_message(bug), EXIT_CLUSTER) from bug
+    return BatchResult.read(settings.output)
+
+
+def run_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> BatchResult:
+    """Run one batch, as `run --output OUTPUT --count COUNT ...` does, and return what it wrote:
+    `.results` (results.json), `.rewards` (rewards.jsonl's rows), `.output`. `count` defaults to
+    10, or to the number of tasks; `options` are run's other flags with underscores, `tasks` a
+    --tasks file or a list of dicts. A failure raises DemoError with the command line's exit code."""
+    settings, args = batch_settings(output, count, options)
+    return execute_batch(settings, args)
+
+
+def stream_batch(
+    output: Any, *, count: Optional[int] = None, **options: Any
+) -> typing.Generator[RewardLine, None, BatchResult]:
+    """Run one batch as run_batch does, in a thread of its own, and yield each rewards.jsonl row
+    as it is written. Leaving the loop early (break, an exception, close()) stops the run as a
+    Ctrl-C would and waits for its diagnostics and its --cleanup policy; so does a Ctrl-C while
+    it waits for the next row, which is then raised. Once the run has ended the generator raises
+    its DemoError, or returns its BatchResult. Options are checked now, before the first row."""
+    settings, args = batch_settings(output, count, options)
+    return _stream(settings, args)
+
+
+_DONE = object()  # stream_batch's last item: the run's thread has ended
+
+
+def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator[RewardLine, None, BatchResult]:
+    rows: queue.Queue[Any] = queue.Queue()
+    stop = threading.Event()
+    ended: Dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            ended["result"] = execute_batch(dataclasses.replace(settings, on_reward=rows.put, stop=stop), args)
+        except BaseException as error:  # handed to the caller's thread below
+            ended["error"] = error
+        finally:
+            rows.put(_DONE)
+
+    thread = threading.Thread(target=work, name=f"rl-batch-demo {settings.output}")
+    thread.start()
+    try:
+        while (row := rows.get()) is not _DONE:
+            yield row
+    except BaseException:  # KeyboardInterrupt while waiting, GeneratorExit, the loop's own exception
+        stop.set()
+        thread.join()
+        raise
+    thread.join()
+    if "error" in ended:
+        raise ended["error"]
+    result: BatchResult = ended["result"]
+    return result
 
 
 # The episode worker (payload) #################################################
