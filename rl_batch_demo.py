@@ -7392,7 +7392,7 @@ def batch_settings(
     """The settings `run` would take from the flags that `options` name, checked by the same
     parser and rules: a usage error is a DemoError, raised before any work starts."""
     given = dict(options)
-    tasks = given.pop("tasks", None)
+    tasks = given.get("tasks")
     listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
     if listed:
         given["tasks"] = "tasks"  # the list stands for a file of that name in messages
