@@ -27,6 +27,7 @@ import rl_batch_demo as rbd
 from tests.callplan import CallPlanTestCase, RunPlan
 from tests.clusterobjects import Batch
 from tests.fakecluster import ENVIRONMENT, FakeCluster
+from tests.test_readme_help import code_blocks
 
 ROOT = Path(rbd.__file__).resolve().parent
 
@@ -87,9 +88,11 @@ class ApiCallPlanTest(CallPlanTestCase):
     def test_a_bug_raises_demo_error_3_with_its_cause(self) -> None:
         plan = RunPlan(Batch(count=2))
         self.expect(*plan.run())
-        with unittest.mock.patch.object(rbd, "assemble_results", side_effect=ZeroDivisionError("oops")):
-            with self.assertRaises(rbd.DemoError) as raised:
-                self.quietly(lambda: rbd.run_batch(self.out(), count=2, quiet=True))
+        with (
+            unittest.mock.patch.object(rbd, "assemble_results", side_effect=ZeroDivisionError("oops")),
+            self.assertRaises(rbd.DemoError) as raised,
+        ):
+            self.quietly(lambda: rbd.run_batch(self.out(), count=2, quiet=True))
         self.assertEqual(raised.exception.exit_code, rbd.EXIT_CLUSTER)
         self.assertIsInstance(raised.exception.__cause__, ZeroDivisionError)
         self.assertEqual(self.read_json("error.json")["exit_code"], rbd.EXIT_CLUSTER)
@@ -114,7 +117,7 @@ class ApiCallPlanTest(CallPlanTestCase):
         ):
             with self.subTest(options=options):
                 with self.assertRaises(rbd.DemoError) as raised:
-                    self.quietly(lambda: rbd.run_batch(self.out(), **options))
+                    self.quietly(lambda: rbd.run_batch(self.out(), **options))  # noqa: B023 - called at once
                 self.assertEqual(raised.exception.exit_code, rbd.EXIT_USAGE)
                 self.assertIn(fragment, str(raised.exception))
                 self.assertEqual(self.stderr, "")
@@ -214,15 +217,16 @@ DRIVER = textwrap.dedent(
                 report["rows"].append({"pod": row["pod"], "reward": row["reward"], "at": time.time()})
     except BaseException as error:
         report["raised"] = [type(error).__name__, str(error), getattr(error, "exit_code", None)]
-    report["handlers_kept"] = [signal.getsignal(signal.SIGINT) is on_sigint, signal.getsignal(signal.SIGTERM) is on_sigterm]
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    report["handlers_kept"] = [handlers[0] is on_sigint, handlers[1] is on_sigterm]
     with open(report_file, "w") as stream:
         json.dump(report, stream)
     """
 )
 
 
-class TrainerDriverTest(unittest.TestCase):
-    """The driver above, end to end through the fake cluster, as a trainer runs the API."""
+class FakeClusterCase(unittest.TestCase):
+    """A fresh fake cluster and a scratch directory per test; Python run in it as a trainer would."""
 
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 
@@ -234,15 +238,25 @@ class TrainerDriverTest(unittest.TestCase):
         self.addCleanup(self.cluster.close)
         self.system_namespaces = {ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")}
 
-    def driver(self, call: str, **options: Any) -> subprocess.Popen[str]:
-        (self.root / "driver.py").write_text(DRIVER)
+    def environment(self) -> Dict[str, str]:
         env = {**self.cluster.env(), "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
         env.setdefault("HOME", ENVIRONMENT.get("HOME", str(self.root)))
+        return env
+
+    def namespaces(self) -> List[str]:
+        return sorted({ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")} - self.system_namespaces)
+
+
+class TrainerDriverTest(FakeClusterCase):
+    """The driver above, end to end through the fake cluster, as a trainer runs the API."""
+
+    def driver(self, call: str, **options: Any) -> subprocess.Popen[str]:
+        (self.root / "driver.py").write_text(DRIVER)
         argv = [str(self.root / "out"), str(self.root / "report.json"), call, json.dumps(options)]
         return subprocess.Popen(
             [sys.executable, str(self.root / "driver.py"), *argv],
             cwd=str(self.root),
-            env=env,
+            env=self.environment(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -267,9 +281,6 @@ class TrainerDriverTest(unittest.TestCase):
             time.sleep(0.05)
         time.sleep(0.3)
         process.send_signal(signal_number)
-
-    def namespaces(self) -> List[str]:
-        return sorted({ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")} - self.system_namespaces)
 
     def test_a_trainer_with_its_own_handlers_runs_a_batch(self) -> None:
         report = self.finish(self.driver("run", count=2, cleanup="always", quiet=True))
@@ -316,6 +327,37 @@ class TrainerDriverTest(unittest.TestCase):
         report = self.finish(self.driver("stream", count=3, cleanup="always", quiet=True))
         self.assertEqual([row["reward"] for row in report["rows"]], [1, 1, 1])
         self.assertNotIn("raised", report)
+        self.assertEqual(self.namespaces(), [])
+
+
+class TrainerDocTest(FakeClusterCase):
+    """docs/trainer.md's Python blocks, run as they are against the fake cluster."""
+
+    def blocks(self) -> List[str]:
+        text = (ROOT / "docs" / "trainer.md").read_text(encoding="utf-8")
+        return ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+
+    def run_block(self, code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=str(self.root),
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def test_the_trainer_loop(self) -> None:
+        loop, stream = self.blocks()
+        result = self.run_block(loop)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout, "step 0: 4 rewards, mean 1.00\nstep 1: 4 rewards, mean 1.00\n")
+        self.assertEqual(json.loads((self.root / "runs/step-1/results.json").read_text())["tasks"], 4)
+        self.assertEqual(self.namespaces(), [])
+        result = self.run_block("import rl_batch_demo as rbd\n" + stream)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([line.split()[1] for line in result.stdout.splitlines()], ["1"] * 10)
         self.assertEqual(self.namespaces(), [])
 
 
