@@ -295,6 +295,11 @@ KUBELET_METRICS_PERMISSIONS = (
     ("get", "nodes", "", "proxy", False),  # the kubelet's /metrics through the API server (also allows exec!)
     ("list", "nodes", "", "", False),  # which nodes may run an episode, read before the Job exists
 )
+# `run --parallelism auto`: what the eligible nodes hold, and what already runs there, in every
+# namespace. The scheduler counts a node's pods that are not terminated (its informer's field
+# selector: kubernetes/kubernetes pkg/scheduler/scheduler.go newPodInformer).
+CAPACITY_PERMISSIONS = (("list", "nodes", "", "", False), ("list", "pods", "", "", False))
+NON_TERMINATED_PODS = ("--all-namespaces", "--field-selector=status.phase!=Succeeded,status.phase!=Failed")
 METRICS_LINE_LIMIT = 64 * 1024  # a longer line of a kubelet's /metrics is ignored
 METRICS_SAMPLES_LIMIT = 20000  # samples kept per node from the wanted families; more is garbage
 KUBELET_READ_THREADS = 16  # nodes read at once
@@ -553,6 +558,7 @@ class RunSettings:
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
     dry_run: bool = False  # write the manifests, contact no cluster
@@ -923,7 +929,11 @@ class ImageCache(TypedDict):
     unknown: int
 
 
-class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
+    parallelism_capacity: int  # episodes the eligible nodes could start at once when the run began
+
+
+class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures, AutoParallelism):  # results.json
     max_failed_episodes: int
     worker: str
     tasks: Optional[int]
@@ -2820,15 +2830,18 @@ def assemble_results(
     rounds: List[RoundResult],
     prepared: Optional[PreparedImage] = None,
     kubelet: Optional[KubeletFigures] = None,
+    capacity: Optional[AutoParallelism] = None,
 ) -> Results:
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
-    `kubelet`: the runtime operations (only with --kubelet-metrics)."""
+    `kubelet`: the runtime operations (only with --kubelet-metrics); `capacity`: the nodes'
+    room (only with --parallelism auto)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     return Results(
         **batch_figures(rows, len(failed)),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
+        **(capacity or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
         worker=settings.worker_name,
@@ -2886,9 +2899,12 @@ def permission_name(verb: str, resource: str, group: str, subresource: str, *_: 
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
 
-def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> KubeObject:
+def access_review_list(
+    namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False, capacity: bool = False
+) -> KubeObject:
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
+    permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -2950,21 +2966,104 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
     return eligible
 
 
-def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject]) -> Tuple[bool, str]:
-    """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
+_RESOURCES = ("cpu", "memory")
+
+
+def pod_requests(pod: KubeObject) -> Dict[str, float]:
+    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    requests summed, or what its init containers need if that is more (a sidecar, an init
+    container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
+    where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
+    staging/src/k8s.io/component-helpers/resource/helpers.go PodRequests computes it."""
+    spec = pod.get("spec") or {}
+
+    def requested(resources: Any) -> Dict[str, float]:
+        asked = (resources or {}).get("requests") or {} if isinstance(resources, dict) else {}
+        return {resource: parse_quantity(str(asked.get(resource, "0"))) for resource in _RESOURCES}
+
+    total = dict.fromkeys(_RESOURCES, 0.0)
+    for container in spec.get("containers") or []:
+        total = {resource: total[resource] + value for resource, value in requested(container.get("resources")).items()}
+    sidecars, init_peak = dict.fromkeys(_RESOURCES, 0.0), dict.fromkeys(_RESOURCES, 0.0)
+    for container in spec.get("initContainers") or []:
+        own = requested(container.get("resources"))
+        if container.get("restartPolicy") == "Always":
+            total = {resource: total[resource] + own[resource] for resource in _RESOURCES}
+            sidecars = {resource: sidecars[resource] + own[resource] for resource in _RESOURCES}
+            using = sidecars
+        else:
+            using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
+        init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
+    total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
+    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    total.update(
+        {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
+    )
+    overhead = spec.get("overhead") or {}
+    return {resource: total[resource] + parse_quantity(str(overhead.get(resource, "0"))) for resource in _RESOURCES}
+
+
+def episode_room(
+    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+) -> Tuple[int, str]:
+    """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
+    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
+    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
+    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
+    `check` and `run --parallelism auto` both read this."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in ("cpu", "memory")}
-    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in extra}
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
+    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
     eligible = eligible_nodes(nodes, runtimeclass)
-    allocatable = [node.get("status", {}).get("allocatable", {}) for node in eligible]
-    have = {resource: sum(parse_quantity(node.get(resource, "0")) for node in allocatable) for resource in extra}
+    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
+    running = dict.fromkeys(names, 0)
+    for pod in pods or []:
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            running[node_name] += 1
+            used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
+    room = 0
+    have = dict.fromkeys(_RESOURCES, 0.0)
+    for node in eligible:
+        name = str((node.get("metadata") or {}).get("name"))
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        free = {
+            resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
+        }
+        have = {resource: have[resource] + parse_quantity(allocatable.get(resource, "0")) for resource in _RESOURCES}
+        fits = min(math.floor(free[resource] / need[resource] + 1e-9) for resource in _RESOURCES)
+        if "pods" in allocatable:
+            fits = min(fits, int(parse_quantity(allocatable["pods"])) - running[name])
+        room += max(fits, 0)
+    taken = {resource: sum(node_used[resource] for node_used in used.values()) for resource in _RESOURCES}
+    there = (
+        " (before what already runs there)"
+        if pods is None
+        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
+        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+    )
+    text = (
+        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
+        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+    )
+    return room, text
+
+
+def capacity_verdict(
+    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+) -> Tuple[bool, str]:
+    """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
+    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
+    room, room_text = episode_room(runtimeclass, nodes, pods)
     text = (
         f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
-        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {len(eligible)} eligible "
-        f"node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and {have['memory'] / 2**30:.1f} GiB "
-        "allocatable (before what already runs there)"
+        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
     )
-    return bool(eligible) and all(need[resource] <= have[resource] for resource in need), text
+    return room >= count, text
 
 
 def preflight_findings(
@@ -2976,13 +3075,15 @@ def preflight_findings(
     reviews: Optional[Read] = None,
     version: Optional[Read] = None,
     nodes: Optional[Read] = None,
+    pods: Optional[Read] = None,
     image: Optional[str] = None,
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
+    capacity: bool = False,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(what, False, f"failed: {read.failure}", problem=f"cannot {what} ({read.failure})")
@@ -3025,10 +3126,13 @@ def preflight_findings(
         if nodes.failure:
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
+            running = pods.value if pods is not None and not pods.failure else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value)
+                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
+            if pods is not None and pods.failure:
+                text += f"; what runs there is unknown (cannot list the pods of every namespace: {pods.failure})"
             findings.append(
                 Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
             )
@@ -3037,7 +3141,10 @@ def preflight_findings(
             findings.append(failed("review permissions", reviews))
         else:
             kubelet_reviews = [review for review in reviews.value if _is_kubelet_metrics_review(review)]
-            denied = denied_permissions([review for review in reviews.value if review not in kubelet_reviews])
+            capacity_reviews = [review for review in reviews.value if _is_capacity_review(review)]
+            denied = denied_permissions(
+                [review for review in reviews.value if review not in kubelet_reviews + capacity_reviews]
+            )
             findings.append(
                 Finding(
                     "permissions",
@@ -3050,6 +3157,8 @@ def preflight_findings(
             )
             if kubelet_metrics:
                 findings.append(kubelet_metrics_finding(context, kubelet_reviews))
+            if capacity:
+                findings.append(capacity_permissions_finding(context, capacity_reviews))
     return findings
 
 
@@ -3058,6 +3167,28 @@ def _is_kubelet_metrics_review(review: KubeObject) -> bool:
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
         for verb, resource, _, sub, _ in KUBELET_METRICS_PERMISSIONS
+    )
+
+
+def _is_capacity_review(review: KubeObject) -> bool:
+    """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
+    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
+    return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
+
+
+def capacity_permissions_finding(context: str, reviews: List[KubeObject]) -> Finding:
+    """Whether --parallelism auto may read the nodes and what runs on them: list nodes, and list
+    pods in every namespace (the requests of other namespaces' pods take room too)."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in CAPACITY_PERMISSIONS]
+    named = ", ".join(f"{name} (every namespace)" if name == "list pods" else name for name in denied)
+    return Finding(
+        "parallelism auto",
+        not denied,
+        "granted: list nodes, list pods in every namespace" if not denied else f"denied: {named}",
+        problem=f"--parallelism auto lacks: {named}",
+        stop=f"--parallelism auto needs {named} in context {context} (what the nodes hold and what already runs "
+        "there); pass --parallelism P instead, or ask the cluster admin (nothing was created)",
     )
 
 
@@ -3886,7 +4017,7 @@ def metrics_labels(settings: RunSettings) -> Dict[str, str]:
     return {
         "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
         "image": settings.image,
-        "parallelism": str(settings.parallelism),
+        "parallelism": "auto" if settings.parallelism_auto else str(settings.parallelism),
     }
 
 
@@ -4963,8 +5094,12 @@ class Kubectl:
             return None
         return self.decode_json(raw, f"get {kind} {name}")
 
-    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[KubeObject]:
-        raw = self.run(["get", kinds, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
+    def get_list(
+        self, kinds: str, namespace: Optional[str] = None, flags: Sequence[str] = (), **kwargs: Any
+    ) -> List[KubeObject]:
+        """Every object of `kinds` (in `namespace`; `flags` may widen or narrow that: --all-namespaces,
+        --field-selector), as one List that kubectl assembles from the server's pages of 500."""
+        raw = self.run(["get", kinds, *flags, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
         try:
             return parse_json_documents(raw)
         except ValueError as error:
@@ -5836,6 +5971,7 @@ class BatchRun:
         self.current_job: Optional[KubeObject] = None
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
+        self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -5864,7 +6000,10 @@ class BatchRun:
             )
             kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
         context = self.kubectl.context or ""
-        return assemble_results(self.settings, context, self.namespace, self.run_id, rows, rounds, prepared, kubelet)
+        capacity: Optional[AutoParallelism] = None if self.capacity is None else {"parallelism_capacity": self.capacity}
+        return assemble_results(
+            self.settings, context, self.namespace, self.run_id, rows, rounds, prepared, kubelet, capacity
+        )
 
     @property
     def runtime_handler(self) -> str:
@@ -5882,13 +6021,28 @@ class BatchRun:
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     def preflight(self) -> None:
-        """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
+        """The cheap part of `check`: the RuntimeClass exists and every permission is granted;
+        with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
-        kubelet_metrics = self.settings.kubelet_metrics
-        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics)
+        kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics, capacity=auto)
+
+        def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
+            try:
+                return Read(read())
+            except KubectlFailure as failure:
+                if failure.unreachable:  # every read fails alike: one line says why
+                    raise
+                return Read(failure=failure.first_line)
+
         reads: List[Callable[[], Any]] = (
             [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
         )
+        if auto:
+            reads += [
+                lambda: attempt(lambda: self.kubectl.get_list("nodes")),
+                lambda: attempt(lambda: self.kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),
+            ]
         answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
         runtimeclass = Read(answers[0]) if runtime is not None else None
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
@@ -5899,10 +6053,34 @@ class BatchRun:
             runtimeclass=runtimeclass,
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
+            capacity=auto,
         )
         for finding in findings:
             if not finding.ok:
                 raise DemoError(finding.stop, EXIT_CLUSTER)
+        if auto:
+            self.set_parallelism(*answers[-3:-1])
+
+    def set_parallelism(self, nodes: Read, pods: Read) -> None:
+        """--parallelism auto: as many episodes at once as the eligible nodes have room for now
+        (episode_room, as `check` counts it), at most the count; none is refused."""
+        for what, read in (("list the nodes", nodes), ("list the pods of every namespace", pods)):
+            if read.failure:
+                raise DemoError(f"--parallelism auto cannot {what}: {read.failure}", EXIT_CLUSTER)
+        count = self.settings.count
+        try:
+            room, text = episode_room(self.runtimeclass, nodes.value, pods.value)
+        except ValueError as error:
+            raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
+        if room < 1:
+            raise DemoError(
+                f"--parallelism auto: not even one episode fits now: {text}; free some room, or pass --parallelism P "
+                "to let the episodes wait for it (nothing was created)",
+                EXIT_CLUSTER,
+            )
+        self.capacity = room
+        self.settings = dataclasses.replace(self.settings, parallelism=min(room, count))
+        say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
 
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create."""
@@ -6688,13 +6866,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             return Read(failure=failure.first_line)
 
     reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
-    version, runtimeclass, nodes, granted = concurrently(
+    version, runtimeclass, nodes, pods, granted = concurrently(
         [
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
             ),
             lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
+            lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
         ]
     )
@@ -6706,6 +6885,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         runtimeclass=runtimeclass,
         image=args.image,
         nodes=nodes,
+        pods=pods,
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
@@ -6861,6 +7041,11 @@ class CommandLineParser(argparse.ArgumentParser):
             self.error(f"unknown flag {flag}{did_you_mean(flag, known)}")
 
 
+def parallelism_arg(text: str) -> Any:
+    """--parallelism's value: a whole number of at least 1, or "auto" (the preflight decides)."""
+    return "auto" if text == "auto" else whole_number(1)(text)
+
+
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
     if text and (not re.search(_DIGEST, text) or text.startswith("@")):
@@ -7003,9 +7188,11 @@ def build_parser(
                 "with --tasks, the number of tasks)",
             },
             "--parallelism": {
-                "type": whole_number(1),
-                "metavar": "P",
-                "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another; "
+                "auto: as many as the eligible nodes have room for now, as `check` counts it, at most N; needs list "
+                "nodes and list pods in every namespace)",
             },
             "--rounds": {
                 "default": 1,
@@ -7196,13 +7383,16 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         parser.error(str(error))
     if count is None:
         count, given = DEFAULT_COUNT, f"--count {DEFAULT_COUNT} (the default)"
-    parallelism = args.parallelism or count
+    auto = args.parallelism == "auto"
+    parallelism = count if auto else args.parallelism or count
     check_counts(parser, count, parallelism, args.rounds, args.allow_large, given)
     if args.dry_run and (args.warmup or args.pin_image == ""):
         parser.error(
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.dry_run and auto:
+        parser.error("--dry-run contacts no cluster, so it cannot count the nodes' room for --parallelism auto")
     return dataclasses.replace(
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
@@ -7215,6 +7405,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         dry_run=args.dry_run,
         junit=args.junit,
         metrics_file=args.metrics_file,
+        parallelism_auto=auto,
     )
 
 
@@ -7399,7 +7590,7 @@ def batch_settings(
     parser = build_parser(invoked_as(), OptionsParser)
     argv = option_arguments({"output": output, "count": count, **given}, parser)
     args = parser.parse_command_line(["run", *argv])
-    if listed:
+    if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
     return run_settings(args), args
 

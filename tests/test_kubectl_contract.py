@@ -389,6 +389,14 @@ def list_args(kinds: str) -> List[str]:
     return tool_form(lambda k: k.get_list(kinds, namespace=NAMESPACE))[0]
 
 
+def everywhere_args() -> List[str]:
+    """The arguments of Kubectl.get_list for the pods of every namespace that are not terminated
+    (`check`, `run --parallelism auto`)."""
+    args, namespace, _ = tool_form(lambda k: k.get_list("pods", flags=demo.NON_TERMINATED_PODS))
+    assert namespace is None
+    return args
+
+
 def config_view_args() -> List[str]:
     """The arguments of Kubectl.cluster_identity (no --request-timeout: no server is asked)."""
     args, namespace, timeout = tool_form(lambda k: k.cluster_identity())
@@ -1047,6 +1055,42 @@ class ObjectsContract(ContractCase):
             outcome = session.run(list_args("pods,events"))
             self.assertEqual(outcome.documents(), [dict(expected, items=[])])
             self.assertEqual(outcome.stderr, "")
+
+        self.each_kubectl(contract)
+
+    def test_get_of_pods_in_every_namespace_is_one_list_of_every_page(self) -> None:
+        """`get pods --all-namespaces --field-selector=status.phase!=Succeeded,status.phase!=Failed
+        -o json` (episode_room's pods): GET /api/v1/pods with the field selector as it is and
+        limit=500, then once more per continue token, printed as one List of every page's items
+        with kind on each (kubectl pkg/cmd/get/get.go, cli-runtime's resource builder
+        RequestChunksOf: a chunked list, joined)."""
+        selector = demo.NON_TERMINATED_PODS[1].split("=", 1)[1]
+
+        def contract(session: Session) -> None:
+            pages = {
+                "": ([pod("p0", "Running"), pod("p1", "Pending")], "page-2"),
+                "page-2": ([pod("p2", "Running")], ""),
+            }
+
+            def listing(recorded: Recorded, match: re.Match[str]) -> Answer:
+                items, token = pages[recorded.query.get("continue", "")]
+                metadata = {"resourceVersion": "70", **({"continue": token} if token else {})}
+                return Answer(200, {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items})
+
+            session.server.route("GET", "/api/v1/pods", listing)
+            outcome = session.run(everywhere_args(), namespace=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            [printed] = outcome.documents()
+            self.assertEqual(printed["kind"], "List")
+            self.assertEqual([item["metadata"]["name"] for item in printed["items"]], ["p0", "p1", "p2"])
+            self.assertEqual({item["kind"] for item in printed["items"]}, {"Pod"})
+            self.assertEqual(
+                [
+                    (r.path, r.query.get("fieldSelector"), r.query.get("limit"), r.query.get("continue"))
+                    for r in session.api()
+                ],
+                [("/api/v1/pods", selector, "500", None), ("/api/v1/pods", selector, "500", "page-2")],
+            )
 
         self.each_kubectl(contract)
 
