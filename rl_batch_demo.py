@@ -10,7 +10,7 @@ It is one file with no dependencies beyond Python 3.9+ and kubectl: copy it anyw
 
 Usage:
     python3 rl_batch_demo.py check     [--count N] [--runtime R] [--image I] [--kubelet-metrics]
-    python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P] [--rounds K]
+    python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P|auto] [--rounds K]
                                        [--image I] [--runtime R|none] [--cleanup POLICY]
                                        [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
                                        [--warmup] [--pin-image[=DIGEST]] [--kubelet-metrics]
@@ -19,6 +19,11 @@ Usage:
     python3 rl_batch_demo.py cleanup   --output DIR
     python3 rl_batch_demo.py compare   DIR [DIR ...] [--format text|markdown|json|guide] [--lang en|zh]
     python3 rl_batch_demo.py show-worker [--template]
+
+From Python (docs/trainer.md): `import rl_batch_demo as rbd`, then `rbd.run_batch(DIR, count=N,
+cleanup="always", ...)` (run's flags with underscores) returns `.results` and `.rewards`, and
+`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written; errors raise
+rbd.DemoError with the exit code below.
 
 Saved as `kubectl-rl_batch_demo` on PATH, it is also the kubectl plugin `kubectl rl-batch-demo`.
 Everything a pod prints is untrusted input: read as bytes, bounded, escaped before it is shown.
@@ -297,9 +302,12 @@ KUBELET_METRICS_PERMISSIONS = (
 )
 # `run --parallelism auto`: what the eligible nodes hold, and what already runs there, in every
 # namespace. The scheduler counts a node's pods that are not terminated (its informer's field
-# selector: kubernetes/kubernetes pkg/scheduler/scheduler.go newPodInformer).
+# selector: kubernetes/kubernetes pkg/scheduler/scheduler.go newPodInformer): `check` lists those;
+# the run reads the nodes and every pod in one call (a field selector would apply to the nodes too,
+# which have no status.phase), which keeps a 10-episode run within 10 kubectl processes.
 CAPACITY_PERMISSIONS = (("list", "nodes", "", "", False), ("list", "pods", "", "", False))
 NON_TERMINATED_PODS = ("--all-namespaces", "--field-selector=status.phase!=Succeeded,status.phase!=Failed")
+EVERY_NAMESPACE = ("--all-namespaces",)
 METRICS_LINE_LIMIT = 64 * 1024  # a longer line of a kubelet's /metrics is ignored
 METRICS_SAMPLES_LIMIT = 20000  # samples kept per node from the wanted families; more is garbage
 KUBELET_READ_THREADS = 16  # nodes read at once
@@ -6039,10 +6047,7 @@ class BatchRun:
             [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
         )
         if auto:
-            reads += [
-                lambda: attempt(lambda: self.kubectl.get_list("nodes")),
-                lambda: attempt(lambda: self.kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),
-            ]
+            reads.append(lambda: attempt(lambda: self.kubectl.get_list("nodes,pods", flags=EVERY_NAMESPACE)))
         answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
         runtimeclass = Read(answers[0]) if runtime is not None else None
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
@@ -6059,17 +6064,21 @@ class BatchRun:
             if not finding.ok:
                 raise DemoError(finding.stop, EXIT_CLUSTER)
         if auto:
-            self.set_parallelism(*answers[-3:-1])
+            self.set_parallelism(answers[-2])
 
-    def set_parallelism(self, nodes: Read, pods: Read) -> None:
+    def set_parallelism(self, listing: Read) -> None:
         """--parallelism auto: as many episodes at once as the eligible nodes have room for now
         (episode_room, as `check` counts it), at most the count; none is refused."""
-        for what, read in (("list the nodes", nodes), ("list the pods of every namespace", pods)):
-            if read.failure:
-                raise DemoError(f"--parallelism auto cannot {what}: {read.failure}", EXIT_CLUSTER)
+        if listing.failure:
+            raise DemoError(
+                f"--parallelism auto cannot list the nodes and the pods of every namespace: {listing.failure}",
+                EXIT_CLUSTER,
+            )
+        nodes = [item for item in listing.value if item.get("kind") == "Node"]
+        pods = [item for item in listing.value if item.get("kind") == "Pod"]
         count = self.settings.count
         try:
-            room, text = episode_room(self.runtimeclass, nodes.value, pods.value)
+            room, text = episode_room(self.runtimeclass, nodes, pods)
         except ValueError as error:
             raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
         if room < 1:

@@ -17,6 +17,7 @@ from typing import Any, List
 import rl_batch_demo as demo
 from tests.callplan import CONTEXT, SERVER, Call, CallPlanTestCase, RunPlan
 from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, NAMESPACE_UID, RUN_ID, Batch
+from tests.fakecluster import ENVIRONMENT
 
 SCRIPT = str(Path(demo.__file__).resolve())
 ODD_BYTE = os.fsdecode(b"\xff")  # a byte that is not UTF-8, as Python hands it over: "\udcff"
@@ -245,7 +246,7 @@ class ExitCodeTest(CallPlanTestCase):
             timeout=60,
             check=False,
             cwd=root,
-            env={"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": root},
+            env={"PATH": ENVIRONMENT.get("PATH", os.defpath), "PYTHONPATH": root},
         )
 
 

@@ -23,6 +23,7 @@ from tests.fakecluster import FakeCluster
 
 SCRIPT = str(Path(demo.__file__).resolve())
 MI = 2**20
+FAST = {"stand_in_worker": True}  # the pods run no tests: what is measured here is where they run
 
 
 def container(cpu: str, memory: str, restart: Optional[str] = None) -> Dict[str, Any]:
@@ -34,6 +35,8 @@ def container(cpu: str, memory: str, restart: Optional[str] = None) -> Dict[str,
 
 def running_pod(node: str, cpu: str, memory: str = "0", phase: str = "Running", name: str = "busy") -> Dict[str, Any]:
     return {
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": "team-a"},
         "spec": {"nodeName": node, "containers": [container(cpu, memory)]},
         "status": {"phase": phase},
@@ -143,16 +146,16 @@ class AutoRunTest(CallPlanTestCase):
     NODES = (node_object("node-a", cpu="1", memory="4Gi"), node_object("node-b", cpu="1", memory="4Gi"))
 
     def preflight(self, plan: RunPlan, pods: List[Dict[str, Any]], denied: tuple = ()) -> List[Call]:
-        cluster = plan.cluster
-        nodes = cluster.get_list("nodes", list(self.NODES), namespace=None)
+        cluster = plan.cluster  # one read of the nodes and every pod: a 10-episode run stays at 10 processes
+        listing = cluster.get_list("nodes,pods", [*self.NODES, *pods], namespace=None, flags=demo.EVERY_NAMESPACE)
         if ("list", "nodes") in denied:
-            nodes = nodes.failing(err_forbidden("list", "nodes", namespace=""))
+            listing = listing.failing(err_forbidden("list", "nodes", namespace=""))
         reviews = cluster.create(
             demo.access_review_list(NAMESPACE, True, capacity=True),
             kubernetes_list(granted_reviews(NAMESPACE, denied)),
             validate="false",
         )
-        return [cluster.config_view(), plan.get_runtimeclass(), nodes, cluster.running_pods(pods), reviews]
+        return [cluster.config_view(), plan.get_runtimeclass(), listing, reviews]
 
     def test_the_jobs_parallelism_is_the_nodes_room(self) -> None:
         plan = RunPlan(Batch(count=5, parallelism=3))  # room: node-a 2, node-b 1 beside its 400m pod
@@ -176,6 +179,12 @@ class AutoRunTest(CallPlanTestCase):
         self.assertEqual((self.results()["parallelism"], self.results()["parallelism_capacity"]), (2, 4))
         self.assertIn('parallelism="auto"', metrics.read_text())
 
+    def test_a_ten_episode_run_starts_ten_kubectl_processes(self) -> None:
+        plan = RunPlan(Batch(count=10, parallelism=4))
+        self.expect(*self.preflight(plan, []), *plan.run()[3:])
+        self.run_ok("run", "--count", "10", "--parallelism", "auto", "--output", str(self.out()), "--quiet")
+        self.assertEqual(len(self.stub.calls()), 10)
+
     def test_refused_in_one_line_when_not_one_episode_fits(self) -> None:
         plan = RunPlan(Batch(count=2))
         full = [running_pod("node-a", "800m", name="a"), running_pod("node-b", "900m", name="b")]
@@ -197,6 +206,7 @@ class AutoRunTest(CallPlanTestCase):
         self.assert_fails(
             result, demo.EXIT_CLUSTER, "--parallelism auto needs list nodes in context", "--parallelism P"
         )
+        self.assertFalse(self.out().exists())
 
     def test_usage(self) -> None:
         for argv, fragment in (
@@ -227,7 +237,9 @@ class AutoOnTheFakeTest(unittest.TestCase):
         self.root = Path(scratch.name)
 
     def cluster(self, nodes: List[Dict[str, Any]]) -> FakeCluster:
-        cluster = FakeCluster(self.root / f"cluster-{len(list(self.root.iterdir()))}", nodes=nodes, pods=self.BUSY)
+        cluster = FakeCluster(
+            self.root / f"cluster-{len(list(self.root.iterdir()))}", nodes=nodes, pods=self.BUSY, faults=FAST
+        )
         self.addCleanup(cluster.close)
         return cluster
 
@@ -252,8 +264,8 @@ class AutoOnTheFakeTest(unittest.TestCase):
         cluster.wait_idle()
         self.assertEqual(cluster.max_concurrent_pods(namespace, "rollout"), 4)
         self.assertNotIn("FailedScheduling", (self.root / "out" / "events.txt").read_text())  # never one too many
-        calls = [argv for argv in cluster.calls() if "pods" in argv and "--all-namespaces" in argv]
-        self.assertEqual(len(calls), 2, "check and the run's preflight each list the pods once")
+        calls = [argv for argv in cluster.calls() if "--all-namespaces" in argv]
+        self.assertEqual([argv[argv.index("get") + 1] for argv in calls], ["pods", "nodes,pods"])  # check, run
         # the room is exact: one episode more than it, and the scheduler holds one back
         more = self.tool(cluster, "run", "--count", "6", "--parallelism", "5", "--output", "more", "--quiet")
         self.assertEqual(more.returncode, 0, more.stderr)
