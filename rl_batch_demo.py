@@ -6488,6 +6488,7 @@ pipe only that child holds. Reward 1 needs that report, exactly the three Shippi
 all passed, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
 The worker always emits one `reward` event, then exits non-zero unless the reward is 1.
 """
+
 import time
 
 STARTED_AT = time.time()  # the first statement: "first_statement_at" in the ready event
@@ -6509,7 +6510,7 @@ def proc_clocks(proc):
     try:
         with open(proc + "/self/stat") as stat_file:
             stat = stat_file.read()
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "pid (comm) ": state is field 3
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "pid (comm) ": state is field 3
         started = booted + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, ZeroDivisionError):
         started = None
@@ -6545,27 +6546,29 @@ MAX_NAME = 100
 MAX_REASON = 300
 
 BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
-TEST_SOURCE = "\n".join([
-    "import unittest",
-    "",
-    "from shipping import shipping",
-    "",
-    "",
-    "class ShippingTest(unittest.TestCase):",
-    "    def test_below(self):",
-    "        self.assertEqual(shipping(98), 10)",
-    "",
-    "    def test_boundary(self):",
-    "        self.assertEqual(shipping(99), 0)",
-    "",
-    "    def test_above(self):",
-    "        self.assertEqual(shipping(100), 0)",
-    "",
-    "",
-    "if __name__ == '__main__':",
-    "    unittest.main()",
-    "",
-])
+TEST_SOURCE = "\n".join(
+    [
+        "import unittest",
+        "",
+        "from shipping import shipping",
+        "",
+        "",
+        "class ShippingTest(unittest.TestCase):",
+        "    def test_below(self):",
+        "        self.assertEqual(shipping(98), 10)",
+        "",
+        "    def test_boundary(self):",
+        "        self.assertEqual(shipping(99), 0)",
+        "",
+        "    def test_above(self):",
+        "        self.assertEqual(shipping(100), 0)",
+        "",
+        "",
+        "if __name__ == '__main__':",
+        "    unittest.main()",
+        "",
+    ]
+)
 TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
 
 # The test runner, started as `python -B -I -c RUNNER_SOURCE FD` in the workspace.
@@ -6589,8 +6592,7 @@ TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
 # can always forge the outcome: patch unittest or the result class, find the descriptor in
 # /proc/self/fd and the nonce in this module's frames, write a report that decodes and then
 # os._exit(0). The report is evidence that this runner finished, not proof of a correct fix.
-RUNNER_SOURCE = r"""
-import importlib
+RUNNER_SOURCE = r"""import importlib
 import json
 import os
 import sys
@@ -6725,10 +6727,10 @@ def write_termination_message():
         if not output:
             return
         excess = len(text.encode()) - TERMINATION_LIMIT
-        last["tests_output"] = output[excess + 64:]
+        last["tests_output"] = output[excess + 64 :]
         last["tests_output_truncated"] = True
         text = termination_text(events)
-    try:
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
         TERMINATION_LOG.write_text(text)
     except OSError:
         pass  # no termination log outside Kubernetes, or a runtime without one
@@ -6762,7 +6764,7 @@ def test_timeout():
 
 
 def kill_group(process):
-    try:
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
         os.killpg(process.pid, signal.SIGKILL)  # the runner leads its own session
     except OSError:
         pass
@@ -6817,11 +6819,15 @@ def run_tests(timeout):
         try:
             process = subprocess.Popen(
                 [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end)],
-                cwd=str(WORKSPACE), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_end,), start_new_session=True,
+                cwd=str(WORKSPACE),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_end,),
+                start_new_session=True,
             )
         except OSError as error:
-            raise EpisodeFailed("could not start the tests: {}".format(error)) from None
+            raise EpisodeFailed(f"could not start the tests: {error}") from None
         finally:
             os.close(write_end)
         reader = ReportReader(read_end)
@@ -6830,7 +6836,7 @@ def run_tests(timeout):
         except subprocess.TimeoutExpired as expired:
             kill_group(process)
             output, _ = decode(expired.stderr or b"")
-            raise EpisodeFailed("timeout after {:g} s".format(timeout), output) from None
+            raise EpisodeFailed(f"timeout after {timeout:g} s", output) from None
         except BaseException:
             kill_group(process)
             raise
@@ -6850,9 +6856,9 @@ def file_sha256(path):
 def reported_tests(run):
     """(the report's entries as [name, outcome] pairs, or None, and the reason it is unusable)."""
     if not run.report:
-        return None, "tests exited {} but the runner reported nothing".format(run.exit_code)
+        return None, f"tests exited {run.exit_code} but the runner reported nothing"
     if len(run.report) > REPORT_LIMIT:
-        return None, "test report too large (over {} KiB)".format(REPORT_LIMIT // 1024)
+        return None, f"test report too large (over {REPORT_LIMIT // 1024} KiB)"
     try:
         report = json.loads(run.report.decode("utf-8"))
         if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
@@ -6875,8 +6881,8 @@ def reported_tests(run):
 def tests_field(pairs):
     """name -> outcome for the reward event (a failure wins over a pass for a repeated name), bounded."""
     tests = {}
-    for name, outcome in pairs:
-        name = printable(name, MAX_NAME)
+    for reported, outcome in pairs:
+        name = printable(reported, MAX_NAME)
         if name not in tests and len(tests) >= MAX_REPORTED_TESTS:
             continue
         if tests.get(name, "passed") == "passed":
@@ -6907,11 +6913,11 @@ def grade(run, file_unchanged):
             if items:
                 parts.append(label + " " + ", ".join(items))
         return 0, printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON), tests
-    bad = ["{} {}".format(short(name), outcome) for name, outcome in pairs if outcome != "passed"]
+    bad = [f"{short(name)} {outcome}" for name, outcome in pairs if outcome != "passed"]
     if bad:
         return 0, printable(", ".join(bad), MAX_REASON), tests
     if run.exit_code != 0:
-        return 0, "tests exited {} although the runner reported every test passed".format(run.exit_code), tests
+        return 0, f"tests exited {run.exit_code} although the runner reported every test passed", tests
     if not (decode(run.stdout)[1] and decode(run.stderr)[1]):
         return 0, "test output undecodable (not UTF-8)", tests
     return 1, None, tests
@@ -6923,7 +6929,7 @@ def agent_action(source):
 
 
 def on_sigterm(signum, frame):
-    raise Terminated("terminated by signal {}".format(signum))
+    raise Terminated(f"terminated by signal {signum}")
 
 
 def episode(fields):
@@ -6974,7 +6980,7 @@ def main():
         fields["reward"], fields["reason"] = 0, str(error)
     except BaseException as error:  # whatever happens, the episode ends with a reward event
         fields["reward"] = 0
-        fields["reason"] = printable("worker error: {}: {}".format(type(error).__name__, error), MAX_REASON)
+        fields["reason"] = printable(f"worker error: {type(error).__name__}: {error}", MAX_REASON)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if fields["reward"] != 1:
@@ -7016,6 +7022,7 @@ The event protocol (what rl-batch-demo checks):
 Runs as UID 1000 with the standard library of the image's Python; /demo is read-only, the
 episode's own emptyDir is /workspace and goes with the pod: upload what you keep before exiting.
 """
+
 import time
 
 STARTED_AT = time.time()  # before the other imports, so that the figures show their cost
@@ -7050,7 +7057,7 @@ def emit(event, **fields):
     text = "".join(json.dumps(each, sort_keys=True) + "\n" for each in EVENTS)
     if len(text.encode()) > TERMINATION_LIMIT:
         text = ""  # Kubernetes would cut it mid-line; an empty message defers to the log
-    try:
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
         TERMINATION_LOG.write_text(text)
     except OSError:
         pass  # no termination log outside Kubernetes
@@ -7074,7 +7081,7 @@ def main():
     try:
         reward, info = grade(task, act(task))
     except Exception as error:  # the episode ran but the work failed: a reward of 0, with the reason
-        reward, info = 0.0, {"reason": "{}: {}".format(type(error).__name__, error)[:300]}
+        reward, info = 0.0, {"reason": f"{type(error).__name__}: {error}"[:300]}
     emit("reward", reward=reward, **info)
     return 0
 
