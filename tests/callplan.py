@@ -498,7 +498,8 @@ class KubectlStub:
         return records
 
     def calls(self) -> List[List[str]]:
-        return [record["argv"] for record in self.records()]
+        """The argv of each call made (a call's later record of a signal that never came aside)."""
+        return [record["argv"] for record in self.records() if "signal" not in record]
 
     def problems(self) -> List[str]:
         return [record["problem"] for record in self.records() if record["problem"]]

@@ -7,6 +7,7 @@ import subprocess
 import unittest
 
 from tests.callplan import Call, CallPlanTestCase, Chunk
+from tests.kubectl_stub import SIGNAL_WAIT_ENV
 
 
 class StubTest(CallPlanTestCase):
@@ -62,6 +63,17 @@ class StubTest(CallPlanTestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("stdin differs from the plan", result.stderr)
         with self.assertRaisesRegex(AssertionError, "did not expect"):
+            self.verify_plan()
+        self.fresh_stub()
+
+    def test_a_signal_that_never_comes_fails_at_teardown(self) -> None:
+        os.environ[SIGNAL_WAIT_ENV] = "0.1"  # restored with the rest of the sealed environment
+        self.expect(Call(["get", "late"], stdout="never\n", wait_for="nobody.started"))
+        result = self.kubectl("get", "late")
+        self.assertEqual((result.returncode, result.stdout), (1, ""))
+        self.assertIn("signal 1:nobody.started never came (kubectl get late)", result.stderr)
+        self.assertEqual(self.stub.calls(), [["get", "late"]])
+        with self.assertRaisesRegex(AssertionError, "never came"):
             self.verify_plan()
         self.fresh_stub()
 
