@@ -17,7 +17,8 @@ An entry with a "name" raises the signal NAME.started when it is matched and NAM
 answer is written (DIR/signals/...), so one process can wait for another: the Job watch's
 Complete event waits until the pod watch has sent its events, as a real API server's order
 would have it. A signal that has not come after SIGNAL_WAIT_LIMIT is a problem like an
-unexpected call: recorded in DIR/calls, so the test fails instead of passing 20 s late. An entry with "repeat" answers any number of calls after the first.
+unexpected call: recorded in DIR/calls, so the test fails instead of passing 20 s late. An
+entry with "repeat" answers any number of calls after the first.
 
 Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast: its
 state (DIR/plan, DIR/consumed, DIR/calls) is in `marshal` format, which needs no import, and
