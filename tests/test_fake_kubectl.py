@@ -659,6 +659,20 @@ class FaultTest(FakeKubectlTestCase):
         self.assertIn("FailedScheduling", reasons)
         self.assertIn("DeadlineExceeded", reasons)
 
+    def test_a_deadline_reached_before_the_first_sync_still_creates_and_schedules_the_pod(self) -> None:
+        # A loaded machine can start the controller after the deadline; the real one creates the
+        # pods in its first sync anyway, and the scheduler tries each pod that exists.
+        self.cluster.set_faults({"episode": {"0": "pending"}, "deadline_seconds": 0.001})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
+        self.cluster.wait_idle(10)
+        reasons = [e["reason"] for e in self.cluster.objects("Event", NS)]
+        self.assertCountEqual(
+            [r for r in reasons if r in ("SuccessfulCreate", "FailedScheduling", "DeadlineExceeded")],
+            ["SuccessfulCreate", "FailedScheduling", "DeadlineExceeded"],
+        )  # events are listed by name, not in order
+        self.assertEqual(self.job()["status"]["conditions"][-1]["reason"], "DeadlineExceeded")
+
     def test_restricted_namespace_blocks_insecure_pods(self) -> None:
         self.cluster.set_faults({"deadline_seconds": 0.5})
         self.create(setup_manifest({"pod-security.kubernetes.io/enforce": "restricted"}))
