@@ -5,8 +5,10 @@ list of expected calls, into the directory named by $KUBECTL_STUB_DIR and puts a
 wrapper that execs this file first and alone on PATH. Each invocation:
 
 1. takes the lock (fcntl.flock on DIR/lock), finds the first planned entry not yet consumed
-   whose "argv" equals its own argv (everything after `kubectl`), marks it consumed in
-   DIR/consumed and appends its call (argv, stdin, entry index, problem) to DIR/calls;
+   whose "argv" equals its own argv (everything after `kubectl`; a watch's --request-timeout,
+   the time the client has left, may be lower by the seconds passed since the test planned
+   it: see `matches`), marks it consumed in DIR/consumed and appends its call (argv, stdin,
+   entry index, problem) to DIR/calls;
 2. for a call that no entry matches, or whose stdin differs from the entry's, prints
    "kubectl stub: ..." on stderr and exits 1; the test's teardown fails on such a record;
 3. otherwise answers as planned: waits for "wait_for" signals and "sleep" seconds, writes
@@ -52,6 +54,33 @@ def record(directory: str, entry: object) -> None:
         marshal.dump(entry, stream)
 
 
+TIMEOUT_FLAG = "--request-timeout="
+
+
+def matches(entry: dict, argv: list[str]) -> bool:
+    """The entry's argv exactly; for an entry that "counts_down_since" (a watch whose
+    --request-timeout is the time the client has left), its timeout may be lower by at most the
+    whole seconds passed since the test planned it, never higher."""
+    if entry["argv"] == argv:
+        return True
+    since = entry.get("counts_down_since")
+    if since is None or len(argv) != len(entry["argv"]):
+        return False
+    passed = int(-(-(time.monotonic() - since) // 1))  # whole seconds, rounded up
+    for planned, sent in zip(entry["argv"], argv):
+        if planned == sent:
+            continue
+        if not (planned.startswith(TIMEOUT_FLAG) and sent.startswith(TIMEOUT_FLAG) and sent.endswith("s")):
+            return False
+        try:
+            most, given = int(planned[len(TIMEOUT_FLAG) : -1]), int(sent[len(TIMEOUT_FLAG) : -1])
+        except ValueError:
+            return False
+        if not most - passed <= given <= most:
+            return False
+    return True
+
+
 def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | None, dict, str]:
     """The planned entry for this call (index, entry) or the problem with it, recorded under the lock."""
     with open(os.path.join(directory, "lock"), "w") as lock:
@@ -61,7 +90,7 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
         consumed = load(consumed_path, [])
         assert isinstance(plan, list) and isinstance(consumed, list)
         index = next(
-            (i for i, entry in enumerate(plan) if entry["argv"] == argv and (i not in consumed or entry.get("repeat"))),
+            (i for i, entry in enumerate(plan) if matches(entry, argv) and (i not in consumed or entry.get("repeat"))),
             None,
         )
         problem = ""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import unittest
 
 from tests.callplan import Call, CallPlanTestCase, Chunk
-from tests.kubectl_stub import SIGNAL_WAIT_ENV
+from tests.kubectl_stub import SIGNAL_WAIT_ENV, matches
 
 
 class StubTest(CallPlanTestCase):
@@ -76,6 +77,17 @@ class StubTest(CallPlanTestCase):
         with self.assertRaisesRegex(AssertionError, "never came"):
             self.verify_plan()
         self.fresh_stub()
+
+    def test_a_watchs_request_timeout_may_count_down_by_the_seconds_passed_only(self) -> None:
+        watch = ["--request-timeout=275s", "get", "job", "rollout", "--watch"]
+        planned = {"argv": watch, "counts_down_since": time.monotonic() - 2.5}  # 3 s, rounded up
+        for timeout, accepted in ((275, True), (273, True), (272, True), (271, False), (276, False)):
+            with self.subTest(timeout=timeout):
+                sent = [f"--request-timeout={timeout}s", *watch[1:]]
+                self.assertEqual(matches(planned, sent), accepted)
+        self.assertFalse(matches(planned, ["--request-timeout=274s", "get", "job", "other", "--watch"]))
+        self.assertFalse(matches({"argv": watch}, ["--request-timeout=274s", *watch[1:]]))  # not a countdown
+        self.assertTrue(matches({"argv": watch}, list(watch)))
 
     def test_a_planned_call_never_made_fails_at_teardown(self) -> None:
         self.expect(Call(["get", "never"]))
