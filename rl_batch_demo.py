@@ -51,15 +51,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-TYPE_CHECKING = False  # typing costs import time that `--help` should not pay
-if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 __version__ = "0.2.0"
 
 
 # Constants ####################################################################
+# Limits, names, exit codes and tables that every section below reads. Uses nothing of this
+# file, only Python: a constant is a fact or a choice, written once.
+
 
 DEFAULT_COUNT = 10
 MAX_COUNT = 20  # keeps first runs small, as the guide does; not a product limit
@@ -80,7 +80,6 @@ EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded
 REWARD_LIMIT = 1e15  # a custom worker's |reward| above this is refused: sums of 1,000 stay finite
 EVENTS_PER_EPISODE_LIMIT = 32  # more events than this from one pod invalidate the episode
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-TERMINATION_MESSAGE_LIMIT = 4096
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
@@ -136,22 +135,7 @@ THRESHOLD_METRICS = (
     "pod_to_ready_max_seconds",
 )
 
-# Per-episode phases, in the order an episode lives through them.
-PHASES = (
-    "pod_to_scheduled_seconds",
-    "pod_to_kernel_boot_seconds",
-    "kernel_boot_to_process_start_seconds",
-    "pod_to_container_started_seconds",
-    "pod_to_process_start_seconds",
-    "interpreter_start_seconds",
-    "python_import_seconds",
-    "import_to_ready_seconds",
-    "pod_to_ready_seconds",
-    "pod_observed_to_ready_seconds",
-    "ready_to_reward_seconds",
-    "reward_to_finished_seconds",
-)
-
+# Per-episode phases, in the order an episode lives through them, each with its label.
 PHASE_LABELS = {
     "pod_to_scheduled_seconds": "pod created -> scheduled",
     "pod_to_kernel_boot_seconds": "pod created -> sandbox kernel booted",
@@ -166,6 +150,7 @@ PHASE_LABELS = {
     "ready_to_reward_seconds": "ready -> reward (the task)",
     "reward_to_finished_seconds": "reward -> container finished",
 }
+PHASES = tuple(PHASE_LABELS)
 
 COMPARE_FIGURES = (
     ("episodes", "episodes", False),
@@ -261,28 +246,11 @@ _TRANSIENT_MARKERS = (
 _NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
 
 
-class _LazyPattern:
-    """A regular expression compiled on first use, so `--help` does not pay for compiling them all."""
+# Regular expressions are kept as their source: `re` compiles each on first use and caches it, so that
+# `--help` compiles none.
+_RFC3339 = r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
 
-    def __init__(self, source: Any, flags: int = 0) -> None:
-        self.source, self.flags = source, flags
-
-    def __getattr__(self, name: str) -> Any:
-        compiled = re.compile(self.source, self.flags)
-        for method in ("match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"):
-            setattr(self, method, getattr(compiled, method))  # later calls skip __getattr__
-        return getattr(compiled, name)
-
-
-def lazy_pattern(source: Any, flags: int = 0) -> Any:
-    return _LazyPattern(source, flags)
-
-
-_RFC3339: re.Pattern[str] = lazy_pattern(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|z|[+-]\d{2}:\d{2})$"
-)
-
-_QUANTITY: re.Pattern[str] = lazy_pattern(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
+_QUANTITY = r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$"
 
 _QUANTITY_SUFFIXES = {
     "": 1.0,
@@ -305,7 +273,7 @@ JUNIT_SUITE_NAME = "rl-batch-demo"
 JUNIT_MESSAGE_LIMIT = 1000  # characters of a message attribute; the element's text holds all of it
 
 # XML 1.0 allows tab, newline, carriage return and these ranges; anything else is shown escaped.
-_XML_FORBIDDEN: re.Pattern[str] = lazy_pattern("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_FORBIDDEN = "[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 
 METRICS_PREFIX = "rl_batch_demo_"
 
@@ -318,6 +286,8 @@ INSTALLED_COMMAND = "rl-batch-demo"
 
 
 # Errors #######################################################################
+# The one user-facing error type, DemoError with its exit code (main() catches it), and its kinds.
+# Uses the constants.
 
 
 class DemoError(Exception):
@@ -373,6 +343,8 @@ class KubectlTimeout(DemoError):
 
 
 # Typed records ################################################################
+# The records the layers hand each other: timings, a run's settings, the receipt, what a round
+# observed and collected, an episode's row. Uses the constants and the errors.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,53 +382,36 @@ class RunSettings:
     quiet: bool
     json_summary: bool
     kubectl_timeout: float
-    worker_source: Optional[str] = None  # --worker's text; None: the built-in WORKER_SOURCE
-    worker_name: str = BUILTIN_WORKER  # the --worker file's name (never its path)
+    worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
-    run_image: Optional[str] = None  # the image the measured Jobs run (the pinned digest), when not `image`
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunSettings:
-        inputs = load_run_inputs(args)
-        return cls(
-            output=Path(args.output),
-            count=inputs.count,
-            parallelism=args.parallelism if args.parallelism is not None else inputs.count,
-            rounds=args.rounds,
-            image=args.image,
-            runtime=None if args.runtime == NO_RUNTIME else args.runtime,
-            deadline_seconds=args.timeout,
-            cleanup_policy=args.cleanup,
-            thresholds=dict(args.threshold or []),
-            quiet=args.quiet,
-            json_summary=args.json,
-            kubectl_timeout=float(args.kubectl_timeout),
-            worker_source=inputs.worker_source,
-            worker_name=inputs.worker_name,
-            tasks=inputs.tasks,
-            max_failed_episodes=inputs.max_failed_episodes,
-            kubelet_metrics=bool(getattr(args, "kubelet_metrics", False)),
-            warmup=bool(getattr(args, "warmup", False)),
-            pin_image=getattr(args, "pin_image", None),
-            run_image=getattr(args, "pin_image", None) or None,  # a digest given: the measured Jobs run it
-        )
+    dry_run: bool = False  # write the manifests, contact no cluster
+    junit: Optional[str] = None  # --junit FILE
+    metrics_file: Optional[str] = None  # --metrics-file FILE
 
     @property
     def builtin_worker(self) -> bool:
         """The built-in task's own rules (reward 1, baseline fails, tests pass) apply only to it."""
-        return self.worker_source is None
+        return self.worker_file is None
+
+    @property
+    def worker_name(self) -> str:
+        """results.json's `worker`: the --worker file's name, else "built-in"."""
+        return self.worker_file or BUILTIN_WORKER
 
     @property
     def indexed(self) -> bool:
         """An Indexed Job: each episode has a task index, or failed episodes may be tolerated."""
         return self.tasks is not None or self.max_failed_episodes > 0
 
-    def configmap_manifest(self, namespace: str, run_id: str) -> Dict[str, Any]:
-        return configmap_manifest(namespace, run_id, self.worker_source, self.tasks)
+    @property
+    def given_image(self) -> str:
+        """The image before any digest is resolved: --pin-image's digest when given, else --image."""
+        return self.pin_image or self.image
 
     @property
     def client_wait_seconds(self) -> int:
@@ -465,31 +420,6 @@ class RunSettings:
 
     def round_dir(self, round_number: int) -> Path:
         return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
-
-    def job_manifest(self, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
-        return job_manifest(
-            name=name,
-            namespace=namespace,
-            run_id=run_id,
-            count=self.count,
-            parallelism=self.parallelism,
-            image=self.run_image or self.image,
-            runtime=self.runtime,
-            deadline_seconds=self.deadline_seconds,
-            indexed=self.indexed,
-            max_failed_episodes=self.max_failed_episodes,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class RunInputs:
-    """What `run` reads from files and resolves before any work: --worker, --tasks, the count."""
-
-    count: int
-    worker_source: Optional[str] = None
-    worker_name: str = BUILTIN_WORKER
-    tasks: Optional[Tuple[Dict[str, Any], ...]] = None
-    max_failed_episodes: int = 0
 
 
 @dataclasses.dataclass
@@ -690,12 +620,19 @@ class Finding:
     stop: str = ""  # the sentence `run` stops with when not ok
 
 
+# A one-episode Job before the measured rounds (a warm-up or the probe), run by the batch: its name,
+# directory and manifest, and where an interruption saves the namespace's events; its rows and figures.
+OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRow], Dict[str, Any]]]
+
+
 # Pure core: time, numbers, JSON ###############################################
+# Timestamps, percentiles, quantities and JSON read strictly; no I/O from here to the timeline
+# picture. Uses the constants.
 
 
 def parse_timestamp(text: str) -> float:
     """Kubernetes RFC 3339 time (usually whole seconds, 'Z') to epoch seconds."""
-    match = _RFC3339.match(text.strip())
+    match = re.match(_RFC3339, text.strip())
     if not match:
         raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
@@ -742,9 +679,35 @@ def difference(later: Optional[float], earlier: Optional[float]) -> Optional[flo
     return later - earlier
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def finite_number(value: Any) -> Optional[float]:
+    """A finite JSON number as a float, else None: never a boolean, never an overflow."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def is_int(value: Any, expected: Optional[int] = None) -> bool:
+    """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
+    return type(value) is int and (expected is None or value == expected)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A pod's value for a message: repr-escaped (no control character survives), and short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_quantity(text: str) -> float:
     """A Kubernetes resource quantity ('250m', '768Mi', '64') as a plain number."""
-    match = _QUANTITY.match(str(text).strip())
+    match = re.match(_QUANTITY, str(text).strip())
     if not match or match.group(2) not in _QUANTITY_SUFFIXES:
         raise ValueError(f"not a Kubernetes quantity: {text!r}")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
@@ -785,7 +748,14 @@ def file_fingerprint() -> str:
         return "unknown"
 
 
+def tool_version() -> str:
+    """The version results, receipts and reports record: the release and this file's hash."""
+    return f"{__version__}+{file_fingerprint()}"
+
+
 # Pure core: manifests #########################################################
+# The objects a run creates (namespace, ConfigMap, Job) and the inputs they carry (worker, tasks),
+# checked. Uses the sections above.
 
 
 def new_run_id() -> str:
@@ -815,17 +785,14 @@ def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
 
 
 def configmap_manifest(
-    namespace: str,
-    run_id: str,
-    worker_source: Optional[str] = None,
-    tasks: Optional[Sequence[Dict[str, Any]]] = None,
+    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[Dict[str, Any]]] = None
 ) -> Dict[str, Any]:
     """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
     manifest: Dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
-        "data": {"episode.py": WORKER_SOURCE if worker_source is None else worker_source},
+        "data": {"episode.py": worker_source},
     }
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
@@ -837,14 +804,18 @@ def tasks_text(tasks: Sequence[Dict[str, Any]]) -> str:
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
 
 
+def utf8_text(data: bytes, what: str) -> str:
+    """An input file's bytes as UTF-8 text; else bad input, naming the first line that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DemoError(f"{what} line {line} is not UTF-8", EXIT_USAGE) from None
+
+
 def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
     """A --tasks file: one JSON object per line, nothing else; the error names the line."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        bad_line = data[: error.start].count(b"\n") + 1
-        raise DemoError(f"--tasks {where} line {bad_line} is not UTF-8", EXIT_USAGE) from None
-    lines = text.split("\n")
+    lines = utf8_text(data, f"--tasks {where}").split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline
     if not lines:
@@ -878,11 +849,7 @@ def task_id_of(task: Optional[Dict[str, Any]], index: int) -> Any:
 
 def check_worker_source(data: bytes, where: str) -> str:
     """A --worker file's text, once it decodes as UTF-8 and compiles as Python."""
-    try:
-        source = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DemoError(f"--worker {where} line {line} is not UTF-8", EXIT_USAGE) from None
+    source = utf8_text(data, f"--worker {where}")
     try:
         compile(source, where, "exec", dont_inherit=True)
     except SyntaxError as error:
@@ -1000,6 +967,37 @@ def job_manifest(
     return manifest
 
 
+def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
+    """A Job of one episode (a warm-up or the probe) running the image as given, before any digest is
+    resolved."""
+    return job_manifest(
+        name=name,
+        namespace=namespace,
+        run_id=run_id,
+        count=1,
+        parallelism=1,
+        image=settings.given_image,
+        runtime=settings.runtime,
+        deadline_seconds=settings.deadline_seconds,
+    )
+
+
+def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> Dict[str, Any]:
+    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
+    return job_manifest(
+        name=name,
+        namespace=namespace,
+        run_id=run_id,
+        count=settings.count,
+        parallelism=settings.parallelism,
+        image=image,
+        runtime=settings.runtime,
+        deadline_seconds=settings.deadline_seconds,
+        indexed=settings.indexed,
+        max_failed_episodes=settings.max_failed_episodes,
+    )
+
+
 def required_uid(obj: Dict[str, Any], what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
     uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
@@ -1026,6 +1024,8 @@ def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
 
 
 # Pure core: what the cluster reports ##########################################
+# Conditions, pod failures, indexes and sightings, read out of the API server's objects. Uses
+# the sections above.
 
 
 def creation_time(obj: Dict[str, Any], what: str) -> float:
@@ -1044,41 +1044,43 @@ def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
     return {}
 
 
-def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, Any]:
+    """The first of the object's conditions that is True and of one of these types, or {}."""
     for condition in obj.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == condition_type and condition.get("status") == "True":
-            return optional_timestamp(condition.get("lastTransitionTime"))
-    return None
+        if condition.get("type") in types and condition.get("status") == "True":
+            return dict(condition)
+    return {}
+
+
+def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+    return optional_timestamp(_true_condition(obj, (condition_type,)).get("lastTransitionTime"))
 
 
 def job_condition(job: Dict[str, Any]) -> Optional[str]:
     """'Complete' or 'Failed' once the Job has finished, else None."""
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
-            return str(condition["type"])
-    return None
+    condition = _true_condition(job, ("Complete", "Failed"))
+    return str(condition["type"]) if condition else None
 
 
-def job_failure_reason(job: Dict[str, Any]) -> str:
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            reason = condition.get("reason") or "unknown reason"
-            message = condition.get("message")
-            return f"{reason}: {message}" if message else str(reason)
-    return "no Failed condition"
+def failed_condition_text(job: Dict[str, Any]) -> str:
+    """The Job's Failed condition for a sentence: its reason and message."""
+    condition = _true_condition(job, ("Failed",))
+    if not condition:
+        return "no Failed condition"
+    reason = condition.get("reason") or "unknown reason"
+    return f"{reason}: {condition['message']}" if condition.get("message") else str(reason)
 
 
-def job_failed_reason(job: Dict[str, Any]) -> Optional[str]:
-    """The reason of the Job's Failed condition alone (e.g. FailedIndexes), None without one."""
-    for condition in job.get("status", {}).get("conditions", []) or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            reason = condition.get("reason")
-            return reason if isinstance(reason, str) else ""
-    return None
+def failed_condition_reason(job: Dict[str, Any]) -> Optional[str]:
+    """The Job's Failed condition's reason alone, to decide on (e.g. FailedIndexes); None without one."""
+    condition = _true_condition(job, ("Failed",))
+    if not condition:
+        return None
+    return condition["reason"] if isinstance(condition.get("reason"), str) else ""
 
 
-_INDEX: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})$")
-_INDEX_RANGE: re.Pattern[str] = lazy_pattern(r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$")
+_INDEX = r"^(0|[1-9][0-9]{0,8})$"
+_INDEX_RANGE = r"^(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,8})$"
 
 
 def parse_index_set(text: Any) -> List[int]:
@@ -1089,7 +1091,7 @@ def parse_index_set(text: Any) -> List[int]:
         raise ValueError(f"an index list is a string, not {short_repr(text)}")
     indexes: List[int] = []
     for part in text.split(","):
-        single, span = _INDEX.match(part), _INDEX_RANGE.match(part)
+        single, span = re.match(_INDEX, part), re.match(_INDEX_RANGE, part)
         if single:
             indexes.append(int(part))
         elif span and int(span.group(1)) <= int(span.group(2)) <= int(span.group(1)) + MAX_COUNT_LARGE:
@@ -1102,7 +1104,7 @@ def parse_index_set(text: Any) -> List[int]:
 def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
-    if not isinstance(text, str) or not _INDEX.match(text) or not int(text) < count:
+    if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
             f"its {INDEX_ANNOTATION} annotation is {short_repr(text)}, not an index in 0..{count - 1}",
@@ -1117,6 +1119,39 @@ def _phase_failure(pod: Dict[str, Any]) -> str:
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
     reason = status.get("reason") or terminated.get("reason")
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+
+
+def pod_failure(pod: Dict[str, Any]) -> Tuple[int, str]:
+    """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
+    (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
+    deletes the others); (3, "") for a pod that broke none of them."""
+    status, metadata = pod.get("status", {}), pod["metadata"]
+    deleted = metadata.get("deletionTimestamp")
+    if status.get("reason") == "Evicted":
+        return 0, f"the pod was evicted ({status.get('message', 'no message')})"
+    if status.get("phase") == "Failed" and not deleted:
+        return 1, _phase_failure(pod)
+    if deleted:
+        disruption = [
+            f"{c.get('reason')}: {c.get('message')}"
+            for c in status.get("conditions", []) or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ]
+        detail = f"; {disruption[0]}" if disruption else ""
+        return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
+    return 3, ""
+
+
+def pod_count_problem(pods: List[Dict[str, Any]], count: int, inspect: str) -> Optional[DemoError]:
+    """The error when the Job's pods are not one per requested episode, else None."""
+    if len(pods) == count:
+        return None
+    names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
+    return DemoError(
+        f"the Job has {len(pods)} pods but {count} episodes were requested "
+        f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
+        EXIT_EPISODE,
+    )
 
 
 def termination_message(pod: Dict[str, Any]) -> str:
@@ -1234,10 +1269,8 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 
 
 # Pure core: logs and events ###################################################
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+# A pod's output (untrusted) scanned for the worker's events, line by line, bounded. Uses the
+# constants, errors, records and numbers above.
 
 
 def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
@@ -1322,37 +1355,10 @@ def parse_events(text: str) -> List[Dict[str, Any]]:
     return log.events
 
 
-def finite_number(value: Any) -> Optional[float]:
-    """A finite JSON number as a float, else None: never a boolean, never an overflow."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def is_int(value: Any, expected: Optional[int] = None) -> bool:
-    """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
-    return type(value) is int and (expected is None or value == expected)
-
-
-def optional_number(value: Any) -> Optional[float]:
-    """A finite number from an event's optional field, else None (never invented)."""
-    return finite_number(value)
-
-
 def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Events without the test output, which the termination message may have trimmed."""
     ignored = ("tests_output", "tests_output_truncated")
     return [{k: v for k, v in event.items() if k not in ignored} for event in events]
-
-
-def short_repr(value: Any, limit: int = 60) -> str:
-    """A pod's value for a message: repr-escaped (no control character survives), and short."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def describe_event_difference(log_events: List[Dict[str, Any]], message_events: List[Dict[str, Any]]) -> str:
@@ -1378,9 +1384,11 @@ def describe_event_difference(log_events: List[Dict[str, Any]], message_events: 
 
 
 # Pure core: sandbox clocks, image pulls, kubelet histograms ###################
+# The sandbox's own start-up stamps, the kubelet's Pulled events and its runtime histograms.
+# Uses the constants, errors, records and numbers above.
 
 
-_GO_DURATION_PART: re.Pattern[str] = lazy_pattern(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_GO_DURATION_PART = r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
 _GO_DURATION_UNITS = {
     "ns": 1e-9,
     "us": 1e-6,
@@ -1403,7 +1411,7 @@ def parse_go_duration(text: str) -> float:
         raise ValueError(f"not a Go duration: {text!r}")
     total, position = 0.0, 0
     while position < len(body):
-        match = _GO_DURATION_PART.match(body, position)
+        match = re.compile(_GO_DURATION_PART).match(body, position)
         if not match or match.group(1) in ("", "."):
             raise ValueError(f"not a Go duration: {text!r}")
         total += float(match.group(1)) * _GO_DURATION_UNITS[match.group(2)]
@@ -1414,8 +1422,8 @@ def parse_go_duration(text: str) -> float:
 
 
 _GO_QUOTED = r'"(?:[^"\\]|\\.)*"'
-_PULLED_CACHED: re.Pattern[str] = lazy_pattern(r"^Container image " + _GO_QUOTED + r" already present on machine")
-_PULLED_IMAGE: re.Pattern[str] = lazy_pattern(
+_PULLED_CACHED = r"^Container image " + _GO_QUOTED + r" already present on machine"
+_PULLED_IMAGE = (
     r"^Successfully pulled image " + _GO_QUOTED + r" in (\S+)(?: \((\S+) including waiting\))?"
     r"(?:\. Image size: [0-9]+ bytes\.)?$"
 )
@@ -1478,9 +1486,9 @@ def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str
         if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
             continue  # another container's image
         message = str(event.get("message") or "")
-        if _PULLED_CACHED.match(message):
+        if re.match(_PULLED_CACHED, message):
             return {"state": "cached", "seconds": None}
-        match = _PULLED_IMAGE.match(message)
+        match = re.match(_PULLED_IMAGE, message)
         if match:
             try:
                 seconds = parse_go_duration(match.group(1))
@@ -1532,15 +1540,15 @@ def sandbox_clocks(
     the container's finish + 1 s by the caller), and in the order the process lives them. A ready
     event without `first_statement_at` comes from an older worker, whose `process_started_at`
     was its first statement: read that way, its /proc figures are null."""
-    process_started_at = optional_number(ready_event.get("process_started_at"))
-    booted_at = optional_number(ready_event.get("kernel_booted_at"))
+    process_started_at = finite_number(ready_event.get("process_started_at"))
+    booted_at = finite_number(ready_event.get("kernel_booted_at"))
     labels = {"first_statement_at": "first_statement_at", "process_started_at": "process_started_at"}
     if "first_statement_at" in ready_event:
-        first_statement_at = optional_number(ready_event.get("first_statement_at"))
+        first_statement_at = finite_number(ready_event.get("first_statement_at"))
     else:
         first_statement_at, process_started_at, booted_at = process_started_at, None, None
         labels["first_statement_at"] = "process_started_at"
-    imports_done_at = optional_number(ready_event.get("imports_done_at"))
+    imports_done_at = finite_number(ready_event.get("imports_done_at"))
     for label, stamp in (
         ("process_started_at", process_started_at),
         (labels["first_statement_at"], first_statement_at),
@@ -1588,13 +1596,13 @@ def sandbox_clocks(
 # interpolated within a bucket (as Prometheus' histogram_quantile does). The text is untrusted:
 # only the wanted families are kept, long lines are ignored, and the samples kept are bounded.
 
-_METRIC_LINE: re.Pattern[str] = lazy_pattern(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$")
-_METRIC_LABEL: re.Pattern[str] = lazy_pattern(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-_LABEL_UNESCAPE: re.Pattern[str] = lazy_pattern(r"\\(.)")
+_METRIC_LINE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?[0-9]+)?\s*$"
+_METRIC_LABEL = r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)'
+_LABEL_UNESCAPE = r"\\(.)"
 
 
 def _unescape_label(text: str) -> str:
-    return _LABEL_UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
+    return re.sub(_LABEL_UNESCAPE, lambda m: "\n" if m.group(1) == "n" else m.group(1), text)
 
 
 def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
@@ -1603,14 +1611,14 @@ def parse_metric_line(line: str) -> Optional[Tuple[str, Dict[str, str], float]]:
     stripped = line.strip()
     if not stripped or stripped.startswith("#"):
         return None
-    match = _METRIC_LINE.match(stripped)
+    match = re.match(_METRIC_LINE, stripped)
     if not match:
         return None
     labels: Dict[str, str] = {}
     label_text = (match.group(2) or "").strip()
     position = 0
     while position < len(label_text):
-        label = _METRIC_LABEL.match(label_text, position)
+        label = re.compile(_METRIC_LABEL).match(label_text, position)
         if not label or label.end() == position:
             return None
         labels[label.group(1)] = _unescape_label(label.group(2))
@@ -1839,8 +1847,7 @@ def runtime_operations(
         for operation, *_ in KUBELET_OPERATIONS:
             delta = node_deltas.get(operation)
             if delta is None:
-                entry[operation] = {"count": 0, "mean_seconds": None, "p50_seconds": None, "p95_seconds": None}
-                entry[operation].update(p50_bucket=None, p95_bucket=None)
+                entry[operation] = operation_figures(Histogram((), 0.0, 0.0))  # none happened: count 0
             else:
                 entry[operation] = operation_figures(delta)
                 deltas[operation].append(delta)
@@ -1886,44 +1893,23 @@ def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[
     return expected
 
 
-_NODE_NAME: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 # Pure core: validation and figures ############################################
+# Every rule an episode must pass, a round's outcome, its rows and figures, results.json. Uses
+# the sections above.
 
 
 def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
-    """Name the root cause first: an evicted pod, a pod that failed on its own, then pods
-    deleted or replaced mid-run (a failed Job's controller deletes the others), then a bare
-    count mismatch."""
-    for pod in pods:
-        if pod.get("status", {}).get("reason") == "Evicted":
-            message = pod["status"].get("message", "no message")
-            raise EpisodeInvalid(pod["metadata"]["name"], f"the pod was evicted ({message})", inspect)
-    for pod in pods:
-        if pod.get("status", {}).get("phase") == "Failed" and not pod["metadata"].get("deletionTimestamp"):
-            raise EpisodeInvalid(pod["metadata"]["name"], _phase_failure(pod), inspect)
-    for pod in pods:
-        deleted = pod["metadata"].get("deletionTimestamp")
-        if deleted:
-            disruption = [
-                f"{c.get('reason')}: {c.get('message')}"
-                for c in pod.get("status", {}).get("conditions", []) or []
-                if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-            ]
-            detail = f"; {disruption[0]}" if disruption else ""
-            raise EpisodeInvalid(
-                pod["metadata"]["name"],
-                f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})",
-                inspect,
-            )
-    if len(pods) != count:
-        names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
-        raise DemoError(
-            f"the Job has {len(pods)} pods but {count} episodes were requested "
-            f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
-            EXIT_EPISODE,
-        )
+    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
+    broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
+    (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
+    if rule:
+        raise EpisodeInvalid(name, rule, inspect)
+    problem = pod_count_problem(pods, count, inspect)
+    if problem is not None:
+        raise problem
 
 
 def episode_events(
@@ -2105,35 +2091,6 @@ def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
     return info
 
 
-def pod_failure(pod: Dict[str, Any], inspect: str) -> None:
-    """check_pod_set's rules for one pod (evicted, failed, deleted mid-run), for --max-failed-episodes."""
-    status, metadata = pod.get("status", {}), pod["metadata"]
-    if status.get("reason") == "Evicted":
-        raise EpisodeInvalid(metadata["name"], f"the pod was evicted ({status.get('message', 'no message')})", inspect)
-    if metadata.get("deletionTimestamp"):
-        raise EpisodeInvalid(
-            metadata["name"],
-            f"the pod was deleted mid-run (deletionTimestamp {metadata['deletionTimestamp']})",
-            inspect,
-        )
-    if status.get("phase") == "Failed":
-        raise EpisodeInvalid(metadata["name"], _phase_failure(pod), inspect)
-
-
-def failed_episode(
-    invalid: EpisodeInvalid, index: Optional[int], task_id: Any, round_number: int, job: str
-) -> Dict[str, Any]:
-    """One entry of results.json's failed_episodes."""
-    return {
-        "pod": invalid.pod,
-        "index": index,
-        "task_id": task_id,
-        "round": round_number,
-        "job": job,
-        "cause": invalid.rule,
-    }
-
-
 def reward_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
     """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
     rewards = [float(row.reward) for row in rows]
@@ -2217,10 +2174,10 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_BLOCKED
     if observation.condition is None:
         return ROUND_TIMEOUT
-    if observation.condition == "Failed" and job_failed_reason(observation.job) == "FailedIndexes":
+    if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
         return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
-        return ROUND_DEADLINE if "DeadlineExceeded" in job_failure_reason(observation.job) else ROUND_FAILED
+        return ROUND_DEADLINE if "DeadlineExceeded" in failed_condition_text(observation.job) else ROUND_FAILED
     return ROUND_COMPLETE
 
 
@@ -2277,11 +2234,12 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            if tolerated:
-                pod_failure(pod, pod_inspect)
+            rule = pod_failure(pod)[1] if tolerated else ""
+            if rule:
+                raise EpisodeInvalid(name, rule, pod_inspect)
             events = episode_events(
                 name,
-                collected.logs.get(name) if name in collected.logs else None,
+                collected.logs.get(name),
                 collected.log_errors.get(name, "not read"),
                 termination_message(pod),
                 crosscheck,
@@ -2314,7 +2272,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
     if observation.condition != "Complete" and not set_aside:
         raise DemoError(
-            f"Job {where} failed ({job_failure_reason(observation.job)}) although every episode validated; "
+            f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
             EXIT_EPISODE,
         )
@@ -2322,7 +2280,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     figures = batch_figures(rows, len(failed))
     figures.update(
         failed_episodes=[
-            failed_episode(invalid, index, task_id_for(collected, index), collected.round_number, collected.job_name)
+            {
+                "pod": invalid.pod,
+                "index": index,
+                "task_id": task_id_for(collected, index),
+                "round": collected.round_number,
+                "job": collected.job_name,
+                "cause": invalid.rule,
+            }
             for invalid, index in failed
         ]
     )
@@ -2366,13 +2331,9 @@ def check_failed_episodes(
             f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
             first.inspect,
         )
-    if tolerated and len(collected.pods) != collected.count:
-        names = ", ".join(sorted(pod["metadata"]["name"] for pod in collected.pods)) or "none"
-        raise DemoError(
-            f"the Job has {len(collected.pods)} pods but {collected.count} episodes were requested "
-            f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
-            EXIT_EPISODE,
-        )
+    problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
+    if problem is not None:
+        raise problem
     indexes = [row.index for row in rows] + [index for _, index in failed if index is not None]
     repeated = sorted({index for index in indexes if indexes.count(index) > 1})
     if collected.indexed and repeated:
@@ -2386,7 +2347,9 @@ def check_failed_episodes(
             EXIT_EPISODE,
         )
     observation = collected.observation
-    if not (failed and observation.condition == "Failed" and job_failed_reason(observation.job) == "FailedIndexes"):
+    if not (
+        failed and observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes"
+    ):
         return False
     status = observation.job.get("status") or {}
     try:
@@ -2442,7 +2405,7 @@ def assemble_results(
         nodes=node_spread(rows),
         image_ids=sorted({row.image_id for row in rows if row.image_id}),
         round_results=rounds,
-        tool_version=f"{__version__}+{file_fingerprint()}",
+        tool_version=tool_version(),
         pods=[row.to_json() for row in rows],
     )
     return results
@@ -2459,6 +2422,8 @@ def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> L
 
 
 # Pure core: permissions and capacity ##########################################
+# What `check` and the preflight decide from access reviews, nodes and the RuntimeClass. Uses
+# the records and the numbers above.
 
 
 def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
@@ -2681,6 +2646,8 @@ def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Find
 
 
 # Pure core: ownership proof ##################################################
+# What cleanup may delete, decided from the receipt and live reads alone. Uses the records and
+# the numbers above.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -2700,18 +2667,18 @@ def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobRecei
     return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
 
 
-_RUN_NAMESPACE: re.Pattern[str] = lazy_pattern(r"^agc-rl-[0-9a-f]{12}$")
-_DNS_LABEL: re.Pattern[str] = lazy_pattern(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
 def receipt_names_problem(receipt: Receipt) -> str:
     """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
-    if not _RUN_NAMESPACE.match(receipt.namespace):
+    if not re.match(_RUN_NAMESPACE, receipt.namespace):
         return (
             f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
         )
     for job in receipt.jobs:
-        if not _DNS_LABEL.match(job.name):
+        if not re.match(_DNS_LABEL, job.name):
             return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
     return ""
 
@@ -2773,23 +2740,24 @@ def plan_cleanup(
 
 
 # Pure core: reports ###########################################################
+# The summary, CI reports (JUnit, Prometheus) and comparisons, as text, every pod string escaped.
+# Uses the sections above.
 
 
-_UNPRINTABLE: re.Pattern[str] = lazy_pattern(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
+_UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+def _escaped(match: re.Match[str]) -> str:
+    """A character shown as its Python escape (\\x1b, \\u202e): visible, and inert."""
+    return match.group().encode("unicode_escape").decode("ascii")
 
 
 def printable(text: str, keep_newlines: bool = False) -> str:
     """Text for a terminal or a CI log with every control character (and bidirectional override)
     escaped, so nothing a pod printed can move the cursor, recolour the screen or forge a line."""
-
-    def escape(match: re.Match[str]) -> str:
-        return match.group().encode("unicode_escape").decode("ascii")
-
     if not keep_newlines:
         text = text.replace("\n", "\\n")
-    return _UNPRINTABLE.sub(escape, text.replace("\t", " "))
+    return re.sub(_UNPRINTABLE, _escaped, text.replace("\t", " "))
 
 
 def markdown_literal(text: str) -> str:
@@ -3003,17 +2971,35 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
-    header = ["figure", *names]
     table = [
         [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
         for row in rows
     ]
+    return render_table([["figure", *names], *table], style)
+
+
+def _display_width(text: str) -> int:
+    """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
+
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+def render_table(lines: List[List[Any]], style: str) -> str:
+    """A header line and rows as aligned text or Markdown; every cell made printable (a column
+    name may be a directory name), Markdown cells with their pipes escaped."""
+    cells = [[printable(str(cell)) for cell in line] for line in lines]
     if style == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in table]
-        return "\n".join(lines) + "\n"
-    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *table]) + "\n"
+        escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in cells]
+        out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
+        out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
+    else:
+        widths = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
+        out = [
+            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
+            for line in cells
+        ]
+    return "\n".join(out) + "\n"
 
 
 # CI reports: JUnit XML and the Prometheus text format ------------------------
@@ -3025,17 +3011,12 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
 
 def xml_safe(text: Any) -> str:
     """Text that XML 1.0 can carry: forbidden control characters become visible escapes."""
-
-    def escape(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-    return _XML_FORBIDDEN.sub(escape, str(text))
+    return re.sub(_XML_FORBIDDEN, _escaped, str(text))
 
 
 def _finite_seconds(value: Any) -> float:
     """A duration for a `time` attribute: finite and not negative, else 0."""
-    number = optional_number(value)
+    number = finite_number(value)
     return number if number is not None and number >= 0 else 0.0
 
 
@@ -3172,7 +3153,7 @@ def junit_suites(
         value = results.get(metric) if results is not None else None
         if results is None:
             last.append(_case(classname, name, 0.0, "skipped", "not judged: the run did not validate"))
-        elif optional_number(value) is None:
+        elif finite_number(value) is None:
             last.append(_case(classname, name, 0.0, "skipped", f"{metric} is not in results.json"))
         else:
             breaches = check_thresholds(results, {metric: limit})
@@ -3328,6 +3309,7 @@ def render_metrics(
 
 
 # Pure core: timeline picture ##################################################
+# timeline.svg from results.json. Uses the reports' escaping and the constants.
 
 
 def _xml(text: str) -> str:
@@ -3460,6 +3442,9 @@ def _axis_step(span: float) -> float:
 
 
 # Pure core: warm-up, pinned image and the guide's table ######################
+# Warm-up manifests, the pinned digest, and the guide's section 六 table from results. Uses the
+# sections above.
+
 
 WARMUP_DIR = "warmup"
 WARMUP_JOB_PREFIX = "warmup"
@@ -3467,8 +3452,8 @@ PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
+_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+_DIGEST = r"@(sha256:[0-9a-f]{64})$"
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
@@ -3582,6 +3567,9 @@ _WORDS = {
         "buckets": "{} (kubelet buckets {})",
         "run": "run {}",
         "combined": "CreateContainer + StartContainer together",
+        "completed": "{} / {}, {}",
+        "all": "all rewards {}",
+        "sum": "reward sum {}",
     },
     "zh": {
         "ms": "毫秒",
@@ -3593,6 +3581,9 @@ _WORDS = {
         "buckets": "{}(kubelet 分桶 {})",
         "run": "运行 {}",
         "combined": "CreateContainer 与 StartContainer 合计",
+        "completed": "{} / {},{}",
+        "all": "奖励均为 {}",
+        "sum": "奖励合计 {}",
     },
 }
 
@@ -3600,7 +3591,7 @@ _WORDS = {
 def warmup_label_value(node: str) -> str:
     """The node's name as a label value; a name longer than a label allows becomes its hash
     (the Job's annotation keeps the whole name)."""
-    if len(node) <= 63 and _LABEL_VALUE.match(node):
+    if len(node) <= 63 and re.match(_LABEL_VALUE, node):
         return node
     import hashlib  # noqa: PLC0415 - keeps --help fast
 
@@ -3610,18 +3601,9 @@ def warmup_label_value(node: str) -> str:
 def warmup_job_manifest(
     settings: RunSettings, name: str, namespace: str, run_id: str, node: str, hostname: str
 ) -> Dict[str, Any]:
-    """The measured Job's manifest for one episode, pinned to one node through the scheduler:
-    a nodeSelector on its hostname label, so the RuntimeClass's admission and scheduling still apply."""
-    manifest = job_manifest(
-        name=name,
-        namespace=namespace,
-        run_id=run_id,
-        count=1,
-        parallelism=1,
-        image=settings.run_image or settings.image,
-        runtime=settings.runtime,
-        deadline_seconds=settings.deadline_seconds,
-    )
+    """A one-episode Job pinned to one node through the scheduler: a nodeSelector on its hostname
+    label, so the RuntimeClass's admission and scheduling still apply."""
+    manifest = one_episode_job_manifest(settings, name, namespace, run_id)
     value = warmup_label_value(node)
     for metadata in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
         metadata["labels"][WARMUP_NODE_KEY] = value
@@ -3640,7 +3622,7 @@ def image_repository(image: str) -> str:
 
 def image_digest(image_id: Optional[str]) -> Optional[str]:
     """The `sha256:...` repository digest of an imageID (`repo@sha256:...`), if it has one."""
-    match = _DIGEST.search(image_id or "")
+    match = re.search(_DIGEST, image_id or "")
     return match.group(1) if match else None
 
 
@@ -3669,17 +3651,6 @@ def pinned_image(image: str, image_ids: Dict[str, Optional[str]], where: str) ->
     return f"{image_repository(image)}@{next(iter(digests))}"
 
 
-def image_pull_state(events: List[Dict[str, Any]], pod: str) -> str:
-    """How the kubelet got the pod's image, from its Pulled event: `present` (cache hit),
-    `pulled`, or `unknown` (no such event seen)."""
-    for event in events:
-        if (event.get("involvedObject") or {}).get("name") != pod or event.get("reason") != "Pulled":
-            continue
-        message = str(event.get("message", ""))
-        return "present" if "already present" in message else "pulled"
-    return "unknown"
-
-
 def _guide_number(value: float, unit: str, decimals: int) -> str:
     return f"{value * 1000 if unit == 'ms' else value:.{decimals}f}"
 
@@ -3693,9 +3664,16 @@ def _guide_pair(values: Sequence[float], seconds_decimals: int, lang: str) -> st
     return " / ".join(_guide_number(v, "s", seconds_decimals) for v in values) + " " + words["s"]
 
 
-def _guide_batch(values: List[float], lang: str) -> str:
+def _guide_scale(rounds: Any, tasks: Any, lang: str) -> str:
+    if lang == "zh":
+        return f"{rounds} 轮 {_TIMES} {tasks} 个任务"
+    return f"{rounds} round{'s' if rounds != 1 else ''} x {tasks} tasks"
+
+
+def _guide_rounds(values: Sequence[str], unit: str, lang: str) -> str:
+    """A whole-batch figure, one per round: "about" one, or "K rounds" of them."""
     words = _WORDS[lang]
-    text = " / ".join(f"{v:.1f}" for v in values) + " " + words["s"]
+    text = " / ".join(values) + " " + words[unit]
     if len(values) == 1:
         return words["about"].format(text)
     n = _ZH_COUNT[len(values) - 1] if lang == "zh" and len(values) <= 10 else str(len(values))
@@ -3705,21 +3683,13 @@ def _guide_batch(values: List[float], lang: str) -> str:
 def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
     words = _WORDS[lang]
     if key == "scale":
-        if lang == "zh":
-            return f"{column['rounds']} 轮 {_TIMES} {column['tasks']} 个任务"
-        return f"{column['rounds']} round{'s' if column['rounds'] != 1 else ''} x {column['tasks']} tasks"
+        return _guide_scale(column["rounds"], column["tasks"], lang)
     if key == "completed":
-        if lang == "zh":
-            return f"{column['completed']} / {column['episodes']},奖励均为 {column['reward']}"
-        return f"{column['completed']} / {column['episodes']}, all rewards {column['reward']}"
+        return words["completed"].format(column["completed"], column["episodes"], words["all"].format(column["reward"]))
     values, unit = column[key]
-    text = " / ".join(values) + " " + words[unit]
     if key in ("batch_ready", "all_rewards", "client_complete"):
-        if len(values) == 1:
-            return words["about"].format(text)
-        n = _ZH_COUNT[len(values) - 1] if lang == "zh" else str(len(values))
-        return words["rounds"].format(text, n=n)
-    return text
+        return _guide_rounds(values, unit, lang)
+    return " / ".join(values) + " " + words[unit]
 
 
 def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
@@ -3771,16 +3741,11 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
     rounds = results.get("rounds") or 1
     tasks = results.get("episodes_per_round", results.get("episodes"))
     successful, episodes = results.get("successful_episodes"), results.get("episodes")
-    rewards_all_one = results.get("reward_sum") == successful
-    cells = {}
-    if lang == "zh":
-        cells["scale"] = f"{rounds} 轮 {_TIMES} {tasks} 个任务"
-        reward = "奖励均为 1" if rewards_all_one else f"奖励合计 {results.get('reward_sum')}"
-        cells["completed"] = f"{successful} / {episodes},{reward}"
-    else:
-        cells["scale"] = f"{rounds} round{'s' if rounds != 1 else ''} x {tasks} tasks"
-        reward = "all rewards 1" if rewards_all_one else f"reward sum {results.get('reward_sum')}"
-        cells["completed"] = f"{successful} / {episodes}, {reward}"
+    reward = words["all"].format(1) if results.get("reward_sum") == successful else words["sum"]
+    cells = {
+        "scale": _guide_scale(rounds, tasks, lang),
+        "completed": words["completed"].format(successful, episodes, reward.format(results.get("reward_sum"))),
+    }
     for key in _RUNTIME_ROWS:
         cells[key] = _runtime_cell(results, key, lang)
     for key, phase, decimals in (
@@ -3802,7 +3767,7 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
         ("client_complete", "client_job_complete_seconds"),
     ):
         values = _round_values(results, figure)
-        cells[key] = _guide_batch(values, lang) if values else "-"
+        cells[key] = _guide_rounds([f"{v:.1f}" for v in values], "s", lang) if values else "-"
     return cells
 
 
@@ -3825,40 +3790,80 @@ def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference:
     return table
 
 
-def _display_width(text: str) -> int:
-    """Terminal columns of a text: East Asian wide and full-width characters take two."""
-    import unicodedata  # noqa: PLC0415 - only the guide's table needs it; keeps --help fast
-
-    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
-
-
 def render_guide_table(table: Dict[str, Any], style: str) -> str:
-    """The guide's table as aligned text or Markdown; every cell made printable (a column name
-    may be a directory name), Markdown cells with their pipes escaped."""
-    lines_in = [table["header"]] + [row["cells"] for row in table["rows"]]
-    lines_in = [[printable(str(cell)) for cell in line] for line in lines_in]
-    if style == "markdown":
-        escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in lines_in]
-        out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
-        out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
-    else:
-        widths = [max(_display_width(line[i]) for line in lines_in) for i in range(len(lines_in[0]))]
-        out = [
-            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
-            for line in lines_in
-        ]
+    """The guide's table as aligned text or Markdown (render_table), then its reference's conditions."""
+    text = render_table([table["header"]] + [row["cells"] for row in table["rows"]], style)
     reference = table.get("reference")
     if reference:
         note = f"guide columns: published figures of {reference['date']}; conditions: " + "; ".join(
             reference["conditions"]
         )
-        out += ["", printable(note)]
-    return "\n".join(out) + "\n"
+        text += "\n" + printable(note) + "\n"
+    return text
+
+
+# Status on stderr #############################################################
+# Warnings and the progress line: stderr only, stdout carries the summary. Uses the records and
+# the reports' escaping.
+
+
+def say_stderr(message: str) -> None:
+    """Status and warnings go to stderr; stdout carries only the summary."""
+    print(printable(message), file=sys.stderr, flush=True)
+
+
+class Progress:
+    """One rewriting line on a terminal; in a log, a line per change, at most one a second
+    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
+
+    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
+        self.enabled = enabled
+        self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
+        self.stream = stream if stream is not None else sys.stderr
+        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.printed_state: Optional[str] = None
+        self.pending: Optional[Tuple[str, str]] = None  # (state, line)
+        self.printed_at = -math.inf
+        self.dirty = False
+
+    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
+        if not self.enabled:
+            return
+        state = (
+            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
+            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
+        )
+        if self.interactive:
+            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
+            self.stream.flush()
+            self.dirty = True
+            return
+        if state == self.printed_state:
+            self.pending = None
+            return
+        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
+        if time.monotonic() - self.printed_at >= self.log_interval:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if self.pending is not None:
+            self.printed_state, line = self.pending
+            self.stream.write(line)
+            self.stream.flush()
+            self.printed_at = time.monotonic()
+            self.pending = None
+
+    def finish(self) -> None:
+        if self.dirty:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.dirty = False
+        self._flush_pending()
 
 
 # The kubectl seam #############################################################
-
-# Every subprocess this tool starts goes through `Kubectl`.
+# Every subprocess this tool starts goes through `Kubectl`: calls recorded, reads retried,
+# watches streamed. Uses the pure core's parsing and the status lines.
 
 
 class WatchStream:
@@ -3928,11 +3933,15 @@ class WatchStream:
                 stream.close()
 
 
-def concurrently(tasks: Sequence[Callable[[], Any]]) -> List[Any]:
+def concurrently(
+    tasks: Sequence[Callable[[], Any]], stop: Optional[threading.Event] = None, grace: float = 0.0
+) -> List[Any]:
     """Run independent kubectl calls at once (each is its own process); their results in order.
 
     The first task that raised, in task order, raises here once all have ended, so a failure
-    reads the same as it would have one call after another."""
+    reads the same as it would have one call after another. Tasks that wait on Jobs pass the
+    `stop` they watch: on Ctrl-C it is set, and their threads get `grace` seconds to end their
+    waits (closing their watches) before the interrupt goes on."""
     if len(tasks) == 1:
         return [tasks[0]()]
     results: List[Any] = [None] * len(tasks)
@@ -3947,8 +3956,16 @@ def concurrently(tasks: Sequence[Callable[[], Any]]) -> List[Any]:
     threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(len(tasks))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        if stop is not None:
+            stop.set()
+            deadline = time.monotonic() + grace
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        raise
     for error in errors:
         if error is not None:
             raise error
@@ -3968,10 +3985,10 @@ def _drain(stream: Any, into: bytearray) -> None:
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
 
-    Built complete: the context is resolved before (see `resolve_context`), and nothing is
-    changed afterwards; a call that needs a shorter timeout says so itself. Reads that are safe
-    to repeat are retried on transient failures with a short, bounded backoff; nothing else is
-    ever repeated here."""
+    Built complete: the context is resolved before (`cluster_identity`, then `with_context`), and
+    nothing is changed afterwards; a call that needs a shorter timeout says so itself. Reads that
+    are safe to repeat are retried on transient failures with a short, bounded backoff; nothing
+    else is ever repeated here."""
 
     def __init__(
         self,
@@ -3980,7 +3997,7 @@ class Kubectl:
         context: Optional[str],
         kubeconfig: Optional[str],
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
-        timing: Timing = TIMING,
+        timing: Optional[Timing] = None,  # None: TIMING as it is when the Kubectl is built
         calls: Optional[List[Dict[str, Any]]] = None,
         origin: Optional[float] = None,
         children: Optional[Set[subprocess.Popen[Any]]] = None,
@@ -3989,7 +4006,7 @@ class Kubectl:
         self.context = context
         self.kubeconfig = kubeconfig
         self.process_timeout = process_timeout
-        self.timing = timing
+        self.timing = TIMING if timing is None else timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
         self.origin = time.monotonic() if origin is None else origin  # "started" in the call record
         self.children: Set[subprocess.Popen[Any]] = set() if children is None else children  # running now
@@ -4023,12 +4040,47 @@ class Kubectl:
             argv.append(f"--namespace={namespace}")
         return argv + list(args)
 
-    def _spawn_failure(self, error: OSError) -> DemoError:
+    def _record(self, argv: List[str], started: float, **extra: Any) -> Dict[str, Any]:
+        """The call's entry in kubectl-calls.json, completed as the call goes on."""
+        record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3), **extra}
+        self.calls.append(record)
+        return record
+
+    def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
+        record["error"] = str(error)
         return DemoError(
             f"cannot start kubectl ({self.executable!r}: {error.strerror or error}); install kubectl, "
             "or pass --kubectl PATH or set KUBECTL",
             EXIT_CLUSTER,
         )
+
+    @staticmethod
+    def _timed_out(record: Dict[str, Any], argv: List[str], seconds: float) -> KubectlTimeout:
+        record["error"] = "timeout"
+        return KubectlTimeout(
+            f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {seconds:g} s; "
+            "check that the API server is reachable (kubectl cluster-info)",
+            EXIT_TIMEOUT,
+        )
+
+    def _start(self, argv: List[str], record: Dict[str, Any]) -> subprocess.Popen[bytes]:
+        """A kubectl whose output is read as it arrives (as bytes), known to `stop_children`."""
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
+            )
+        except OSError as error:
+            raise self._not_started(record, error) from None
+        self.children.add(process)
+        return process
+
+    def _retry_or_raise(self, failure: KubectlFailure, delays: List[float], first_attempt: float) -> None:
+        """After a failed read: wait and return when it is transient and the retry budget allows
+        another attempt; else raise it."""
+        if not (delays and failure.transient) or time.monotonic() - first_attempt > self.timing.retry_budget_seconds:
+            raise failure
+        say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
+        time.sleep(delays.pop(0))
 
     def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         """subprocess.run, with the process known to `stop_children` while it runs."""
@@ -4068,20 +4120,13 @@ class Kubectl:
 
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
-        record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
-        self.calls.append(record)
+        record = self._record(argv, started)
         try:
             completed = self._run_process(argv, stdin, timeout)
         except OSError as error:
-            record["error"] = str(error)
-            raise self._spawn_failure(error) from None
+            raise self._not_started(record, error) from None
         except subprocess.TimeoutExpired:
-            record["error"] = "timeout"
-            raise KubectlTimeout(
-                f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {timeout:g} s; "
-                "check that the API server is reachable (kubectl cluster-info)",
-                EXIT_TIMEOUT,
-            ) from None
+            raise self._timed_out(record, argv, timeout) from None
         finally:
             record["seconds"] = round(time.monotonic() - started, 3)
         record["exit"] = completed.returncode
@@ -4107,11 +4152,7 @@ class Kubectl:
             if completed.returncode == 0:
                 return completed.stdout
             failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
-            elapsed = time.monotonic() - first_attempt
-            if not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
-                raise failure
-            say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
-            time.sleep(delays.pop(0))
+            self._retry_or_raise(failure, delays, first_attempt)
 
     def stream(
         self,
@@ -4130,17 +4171,9 @@ class Kubectl:
         limit = timeout or self.process_timeout
         while True:
             started = time.monotonic()
-            record: Dict[str, Any] = {"argv": argv[1:], "started": round(started - self.origin, 3)}
-            self.calls.append(record)
-            try:
-                process = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
-                )
-            except OSError as error:
-                record["error"] = str(error)
-                raise self._spawn_failure(error) from None
+            record = self._record(argv, started)
+            process = self._start(argv, record)
             assert process.stdout is not None and process.stderr is not None
-            self.children.add(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
@@ -4168,22 +4201,15 @@ class Kubectl:
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["exit"] = returncode
             if time.monotonic() - started >= limit and returncode < 0:
-                record["error"] = "timeout"
-                raise KubectlTimeout(
-                    f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {limit:g} s; "
-                    "check that the API server is reachable (kubectl cluster-info)",
-                    EXIT_TIMEOUT,
-                )
+                raise self._timed_out(record, argv, limit)
             if returncode == 0:
                 return
             text = stderr.decode("utf-8", "replace")
             record["stderr"] = text[-CALL_STDERR_LIMIT:]
             failure = KubectlFailure(argv, returncode, text)
-            elapsed = time.monotonic() - first_attempt
-            if consumed or not (delays and failure.transient) or elapsed > self.timing.retry_budget_seconds:
+            if consumed:  # what was consumed cannot be taken back: never repeated
                 raise failure
-            say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
-            time.sleep(delays.pop(0))
+            self._retry_or_raise(failure, delays, first_attempt)
 
     def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> Dict[str, Any]:
         """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
@@ -4264,16 +4290,8 @@ class Kubectl:
             namespace,
             request_timeout=f"{math.ceil(seconds)}s",
         )
-        record: Dict[str, Any] = {"argv": argv[1:], "watch": True, "started": round(time.monotonic() - self.origin, 3)}
-        self.calls.append(record)
-        try:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
-            )
-        except OSError as error:
-            record["error"] = str(error)
-            raise self._spawn_failure(error) from None
-        self.children.add(process)  # WatchStream.close ends it; stop_children too, after Ctrl-C
+        record = self._record(argv, time.monotonic(), watch=True)
+        process = self._start(argv, record)  # WatchStream.close ends it; stop_children too, after Ctrl-C
         return WatchStream(tag, process, sink, record)
 
 
@@ -4304,11 +4322,8 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 
 
 # Persistence: receipt and output files ########################################
-
-
-def say_stderr(message: str) -> None:
-    """Status and warnings go to stderr; stdout carries only the summary."""
-    print(printable(message), file=sys.stderr, flush=True)
+# Files written atomically, read back and checked: receipt, logs, results, input files. Uses the
+# pure core and the status lines.
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -4329,8 +4344,8 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-_PREFIX: re.Pattern[bytes] = lazy_pattern(rb"^\[pod/([^/\]]+)/[^\]]+\] ?")
-_EMBEDDED_PREFIX: re.Pattern[bytes] = lazy_pattern(rb"\[pod/([^/\]]+)/[^\]]+\] ")
+_PREFIX = rb"^\[pod/([^/\]]+)/[^\]]+\] ?"
+_EMBEDDED_PREFIX = rb"\[pod/([^/\]]+)/[^\]]+\] "
 
 
 class _PodLogFile:
@@ -4409,7 +4424,7 @@ class EpisodeLogReader:
         pods' logs are in doubt here, and are read again one by one."""
         if self.single_pod is not None or b"[pod/" not in body:
             return
-        for match in _EMBEDDED_PREFIX.finditer(body):
+        for match in re.finditer(_EMBEDDED_PREFIX, body):
             glued = match.group(1).decode("utf-8", "replace")
             if glued in self.allowed:
                 self.doubtful.add(glued)
@@ -4419,7 +4434,7 @@ class EpisodeLogReader:
     def _split(self, line: bytes) -> Tuple[Optional[str], bytes]:
         if self.single_pod is not None:
             return self.single_pod, line
-        match = _PREFIX.match(line)
+        match = re.match(_PREFIX, line)
         if not match:
             return None, line  # not a pod's line (kubectl's own warning): dropped
         return match.group(1).decode("utf-8", "replace"), line[match.end() :]
@@ -4500,45 +4515,6 @@ def read_input_file(path: Path, flag: str) -> bytes:
         raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
 
 
-def load_run_inputs(args: argparse.Namespace) -> RunInputs:
-    """--worker, --tasks and the episode count, read and checked once (sanity_check calls it
-    first); also refuses a ConfigMap over the API server's object size limit. Sets args.count."""
-    cached = getattr(args, "run_inputs", None)
-    if isinstance(cached, RunInputs):
-        return cached
-    worker_source: Optional[str] = None
-    worker_name = BUILTIN_WORKER
-    if getattr(args, "worker", None):
-        path = Path(args.worker)
-        worker_source = check_worker_source(read_input_file(path, "--worker"), str(path))
-        worker_name = path.name
-    tasks: Optional[Tuple[Dict[str, Any], ...]] = None
-    count: Optional[int] = args.count
-    if getattr(args, "tasks", None):
-        path = Path(args.tasks)
-        tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
-        if count is not None and count != len(tasks):
-            raise DemoError(
-                f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
-                "leave --count out or make them agree",
-                EXIT_USAGE,
-            )
-        count = len(tasks)
-    inputs = RunInputs(
-        count=DEFAULT_COUNT if count is None else count,
-        worker_source=worker_source,
-        worker_name=worker_name,
-        tasks=tasks,
-        max_failed_episodes=int(getattr(args, "max_failed_episodes", 0) or 0),
-    )
-    problem = configmap_size_problem(configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks))
-    if problem:
-        raise DemoError(problem, EXIT_USAGE)
-    args.count = inputs.count
-    args.run_inputs = inputs
-    return inputs
-
-
 def save_if_possible(path: Path, data: Any) -> None:
     """A diagnostic written on the way out: when the disk itself is the failure, say so and go on
     to the cleanup rather than stop there."""
@@ -4566,17 +4542,24 @@ def read_receipt(output: Path) -> Receipt:
     return Receipt.from_json(data, str(path))
 
 
-def claim_output(output: Path) -> None:
-    """Create the output directory; it must be new, so no earlier result is ever overwritten."""
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.mkdir()
-    except FileExistsError:
+def refuse_existing_output(output: Path) -> None:
+    """An output directory that exists (a symlink too) is refused, before any work: no earlier
+    result is ever overwritten."""
+    if output.exists() or output.is_symlink():
         raise DemoError(
             f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
             EXIT_USAGE,
-        ) from None
+        )
+
+
+def claim_output(output: Path) -> None:
+    """Create the output directory, which must be new."""
+    refuse_existing_output(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.mkdir()
     except OSError as error:
+        refuse_existing_output(output)  # created in the meantime
         raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
 
 
@@ -4593,6 +4576,38 @@ def load_results(directory: Path) -> Dict[str, Any]:
     return data
 
 
+def _read_json_file(path: Path) -> Any:
+    """A JSON file this run wrote, or None when it is absent or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
+    """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
+    receipt = _read_json_file(output / "receipt.json")
+    jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
+    if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
+        jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
+    started = []
+    for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
+        round_dir = output if rounds == 1 else output / f"round-{number}"
+        name = job.get("name") if isinstance(job, dict) else None
+        listing = _read_json_file(round_dir / "pods.json")
+        items = listing.get("items") if isinstance(listing, dict) else None
+        job_object = _read_json_file(round_dir / "job.json")
+        started.append(
+            {
+                "round": number,
+                "job": str(name or job_name_for(number, rounds)),
+                "pods": [pod for pod in items if isinstance(pod, dict)] if isinstance(items, list) else None,
+                "job_object": job_object if isinstance(job_object, dict) else None,
+            }
+        )
+    return started
+
+
 def append_step_summary(markdown: str) -> None:
     """A Markdown section for the CI job page when GitHub Actions provides GITHUB_STEP_SUMMARY."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -4605,11 +4620,9 @@ def append_step_summary(markdown: str) -> None:
         say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
 
 
-def cleanup_command(output: Path) -> str:
-    if invoked_as() is not None:  # a kubectl plugin or the installed command
-        return f"{invoked_as()} cleanup --output {shlex.quote(str(output))}"
-    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
-    return f"python3 {shlex.quote(script)} cleanup --output {shlex.quote(str(output))}"
+def cleanup_command(tool: str, output: Path) -> str:
+    """The command that cleans up `output`, started the way the user started this tool (`tool`)."""
+    return f"{tool} cleanup --output {shlex.quote(str(output))}"
 
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
@@ -4619,59 +4632,9 @@ def _uid_from_job_json(output: Path) -> Optional[str]:
         return None
 
 
-# Progress on stderr ###########################################################
-
-
-class Progress:
-    """One rewriting line on a terminal; in a log, a line per change, at most one a second
-    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
-
-    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
-        self.enabled = enabled
-        self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
-        self.stream = stream if stream is not None else sys.stderr
-        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.printed_state: Optional[str] = None
-        self.pending: Optional[Tuple[str, str]] = None  # (state, line)
-        self.printed_at = -math.inf
-        self.dirty = False
-
-    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
-        if not self.enabled:
-            return
-        state = (
-            f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
-            f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
-        )
-        if self.interactive:
-            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
-            self.stream.flush()
-            self.dirty = True
-            return
-        if state == self.printed_state:
-            self.pending = None
-            return
-        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
-        if time.monotonic() - self.printed_at >= self.log_interval:
-            self._flush_pending()
-
-    def _flush_pending(self) -> None:
-        if self.pending is not None:
-            self.printed_state, line = self.pending
-            self.stream.write(line)
-            self.stream.flush()
-            self.printed_at = time.monotonic()
-            self.pending = None
-
-    def finish(self) -> None:
-        if self.dirty:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.dirty = False
-        self._flush_pending()
-
-
-# Flow: one run ################################################################
+# Flow: one Job ################################################################
+# Create without repeating, watch a Job to its end, read its pods' logs, save diagnostics. Uses
+# everything above.
 
 
 class OwnedCreator:
@@ -4973,13 +4936,9 @@ def read_logs(
             continue
         try:
             logs[name] = log_of(kubectl, namespace, name, round_dir)
-        except KubectlFailure as failure:
+        except (KubectlFailure, KubectlTimeout) as failure:
             logs[name] = None
-            errors[name] = failure.first_line
-            write_atomic(round_dir / f"{name}.log", "")
-        except KubectlTimeout as timeout:
-            logs[name] = None
-            errors[name] = str(timeout)
+            errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             write_atomic(round_dir / f"{name}.log", "")
     return logs, errors
 
@@ -5012,7 +4971,7 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
     readings: Dict[str, KubeletReading] = {}
     pending: queue.Queue[str] = queue.Queue()
     for node in nodes:
-        if _NODE_NAME.match(node):
+        if re.match(_NODE_NAME, node):
             pending.put(node)
         else:
             readings[node] = KubeletReading({}, "not a valid node name")
@@ -5040,6 +4999,120 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
     return dict(sorted(readings.items()))
 
 
+# Flow: warm-up and the pinned image ###########################################
+# One-episode Jobs before the measured rounds, run by the caller's runner, and the digest they
+# ran. Uses everything above.
+
+
+def warm_up(
+    kubectl: Kubectl,
+    settings: RunSettings,
+    namespace: str,
+    run_id: str,
+    run_job: OneEpisodeJob,
+    stop: threading.Event,
+) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
+    """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
+    node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
+    `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/. On Ctrl-C,
+    `stop` makes the waits end (closing their watches) before the interrupt goes on."""
+    runtime = settings.runtime
+    nodes, runtimeclass = concurrently(
+        [
+            lambda: kubectl.get_list("nodes"),
+            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+        ]
+    )
+    eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
+    if not eligible:
+        raise DemoError(
+            f"no node is eligible for the warm-up (Ready, schedulable, matching RuntimeClass {runtime}'s node "
+            "selector and tolerations); run `check` to see why",
+            EXIT_CLUSTER,
+        )
+    warm_dir = settings.output / WARMUP_DIR
+    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
+    plan = []
+    for number, node in enumerate(eligible, 1):
+        node_name = str(node["metadata"]["name"])
+        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        name = f"{WARMUP_JOB_PREFIX}-{number}"
+        manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
+        plan.append((name, node_name))
+
+        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+            return run_job(name, warm_dir / name, manifest, warm_dir)  # an interruption saves the events there
+
+        tasks.append(task)
+    if not settings.quiet:
+        say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
+    answers = concurrently(tasks, stop, kubectl.timing.interrupt_save_timeout)
+    image_ids: Dict[str, Optional[str]] = {}
+    per_node: Dict[str, Any] = {}
+    for (name, node_name), (rows, figures) in zip(plan, answers):
+        row = rows[0]
+        if row.node != node_name:
+            raise DemoError(
+                f"warm-up Job {namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
+                f"inspect {warm_dir / name}/pods.json",
+                EXIT_CLUSTER,
+            )
+        image_ids[node_name] = row.image_id
+        per_node[node_name] = {
+            "job": name,
+            "job_uid": figures["job_uid"],
+            "pod": row.pod,
+            "pod_to_ready_seconds": row.pod_to_ready_seconds,
+            "image_id": row.image_id,
+            "image_pull": row.image_pull["state"],
+        }
+    block = {
+        "nodes": [node for _, node in plan],
+        "per_node": per_node,
+        "image": settings.given_image,
+        "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
+    }
+    write_json(warm_dir / "warmup.json", block)
+    return image_ids, block
+
+
+def prepare_measured_image(
+    kubectl: Kubectl,
+    settings: RunSettings,
+    namespace: str,
+    run_id: str,
+    run_job: OneEpisodeJob,
+    stop: threading.Event,
+) -> Tuple[str, Dict[str, Any]]:
+    """--warmup and --pin-image, before the first measured Job: the warm-up episodes, then the
+    image the measured Jobs run (the digest given, or resolved from what the warm-up's or a
+    one-episode probe Job's nodes ran, else --image) and results.json's `warmup` and `image_pinned`."""
+    prepared: Dict[str, Any] = {"image_pinned": settings.pin_image or None, "warmup": None}
+    image_ids: Dict[str, Optional[str]] = {}
+    where = ""
+    if settings.warmup:
+        image_ids, prepared["warmup"] = warm_up(kubectl, settings, namespace, run_id, run_job, stop)
+        where = f"{settings.output / WARMUP_DIR}/*/pods.json"
+    if settings.pin_image != "":
+        return settings.given_image, prepared
+    if not settings.warmup:  # without a warm-up, one one-episode Job tells which digest the cluster runs
+        probe_dir = settings.output / PROBE_JOB_NAME
+        manifest = one_episode_job_manifest(settings, PROBE_JOB_NAME, namespace, run_id)
+        rows, _ = run_job(PROBE_JOB_NAME, probe_dir, manifest, probe_dir)
+        image_ids = {str(rows[0].node or "(unknown)"): rows[0].image_id}
+        where = f"{probe_dir}/pods.json"
+    pinned = pinned_image(settings.image, image_ids, where)
+    prepared.update(image_pinned=pinned, image_pinned_from=image_ids)
+    if not settings.quiet:
+        say_stderr(f"image pinned: {pinned}")
+    return pinned, prepared
+
+
+# Flow: one run ################################################################
+# BatchRun: preflight, namespace, warm-up, then each measured round, to results. Uses everything
+# above.
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -5056,19 +5129,20 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
-        self.job_events: Dict[str, List[Dict[str, Any]]] = {}  # each Job's namespace events, when saved
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
     def execute(self) -> Dict[str, Any]:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
-        prepared = prepare_measured_image(self)
+        image, prepared = prepare_measured_image(
+            self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
+        )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
         rounds: List[Dict[str, Any]] = []
         for round_number in range(1, self.settings.rounds + 1):
-            round_rows, figures = self.run_round(round_number)
+            round_rows, figures = self.run_round(round_number, image)
             rows.extend(round_rows)
             rounds.append(figures)
         failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
@@ -5134,7 +5208,7 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            self.settings.configmap_manifest(self.namespace, self.run_id),
+            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
         try:
             namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
@@ -5154,25 +5228,26 @@ class BatchRun:
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
-    def run_round(
-        self,
-        round_number: int,
-        job_name: Optional[str] = None,
-        job_dir: Optional[Path] = None,
-        manifest: Optional[Dict[str, Any]] = None,
-        count: Optional[int] = None,
-        progress: Optional[Progress] = None,
+    def run_round(self, round_number: int, image: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        """One measured round: its Job runs `image`; an interruption saves its diagnostics."""
+        name = job_name_for(round_number, self.settings.rounds)
+        round_dir = self.settings.round_dir(round_number)
+        self.current_dir, self.current_job = round_dir, None
+        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
+        return self.run_job(round_number, name, round_dir, manifest, self.settings.count, self.progress)
+
+    def run_one_episode_job(
+        self, name: str, job_dir: Path, manifest: Dict[str, Any], interrupt_dir: Path
     ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
-        """Create one Job, wait for it, save every diagnostic, then analyse it. A warm-up or
-        probe Job passes its own name, directory, manifest and episode count."""
+        """A warm-up or probe Job (see OneEpisodeJob), without a progress line."""
+        self.current_dir, self.current_job = interrupt_dir, None
+        return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
+
+    def run_job(
+        self, round_number: int, name: str, round_dir: Path, manifest: Dict[str, Any], count: int, progress: Progress
+    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        """Create one Job, wait for it, save every diagnostic, then analyse it."""
         settings = self.settings
-        name = job_name or job_name_for(round_number, settings.rounds)
-        round_dir = job_dir or settings.round_dir(round_number)
-        count = count or settings.count
-        if job_dir is None:  # a measured round: what an interruption saves
-            self.current_dir = round_dir
-            self.current_job = None
-        manifest = manifest or settings.job_manifest(name, self.namespace, self.run_id)
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
         with self.receipt_lock:
@@ -5181,16 +5256,14 @@ class BatchRun:
         submitted_wall = time.time()
         submitted = time.monotonic()
         job = self.creator.create(manifest, "job")
-        if job_dir is None:
+        if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
             entry.uid = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
-        observation = wait_for_job(
-            self.kubectl, self.namespace, job, deadline, submitted, progress or self.progress, self.stop
-        )
+        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, progress, self.stop)
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
@@ -5209,7 +5282,6 @@ class BatchRun:
             logs, log_errors = read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir)
         write_json(round_dir / "pods.json", pod_list(pods))
         write_atomic(round_dir / "events.txt", render_events_text(events))
-        self.job_events[name] = events
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -5280,140 +5352,9 @@ class BatchRun:
             save_diagnostics_after_interrupt(self.kubectl, self.namespace, self.current_job, self.current_dir)
 
 
-# Flow: warm-up and the pinned image ###########################################
-
-
-def _quiet_progress() -> Progress:
-    return Progress(enabled=False)
-
-
-def _all_at_once(tasks: Sequence[Callable[[], Any]], stop: threading.Event) -> List[Any]:
-    """`concurrently`, for tasks that wait on Jobs: on Ctrl-C, `stop` makes them end their
-    waits (closing their watches) within a tick, before the interrupt goes on."""
-    try:
-        return concurrently(tasks)
-    except KeyboardInterrupt:
-        stop.set()
-        deadline = time.monotonic() + TIMING.interrupt_save_timeout
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and thread.daemon:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        raise
-
-
-def warm_up(batch: BatchRun) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
-    """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
-    node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
-    `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/."""
-    settings = batch.settings
-    kubectl = batch.kubectl
-    runtime = settings.runtime
-    nodes, runtimeclass = concurrently(
-        [
-            lambda: kubectl.get_list("nodes"),
-            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
-        ]
-    )
-    eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
-    if not eligible:
-        raise DemoError(
-            f"no node is eligible for the warm-up (Ready, schedulable, matching RuntimeClass {runtime}'s node "
-            "selector and tolerations); run `check` to see why",
-            EXIT_CLUSTER,
-        )
-    warm_dir = settings.output / WARMUP_DIR
-    batch.current_dir, batch.current_job = warm_dir, None  # an interruption saves the events there
-    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
-    plan = []
-    for number, node in enumerate(eligible, 1):
-        node_name = str(node["metadata"]["name"])
-        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
-        name = f"{WARMUP_JOB_PREFIX}-{number}"
-        manifest = warmup_job_manifest(settings, name, batch.namespace, batch.run_id, node_name, hostname)
-        plan.append((name, node_name))
-
-        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
-            return batch.run_round(0, name, warm_dir / name, manifest, 1, _quiet_progress())
-
-        tasks.append(task)
-    if not settings.quiet:
-        say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
-    answers = _all_at_once(tasks, batch.stop)
-    image_ids: Dict[str, Optional[str]] = {}
-    per_node: Dict[str, Any] = {}
-    for (name, node_name), (rows, figures) in zip(plan, answers):
-        row = rows[0]
-        if row.node != node_name:
-            raise DemoError(
-                f"warm-up Job {batch.namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
-                f"inspect {warm_dir / name}/pods.json",
-                EXIT_CLUSTER,
-            )
-        image_ids[node_name] = row.image_id
-        per_node[node_name] = {
-            "job": name,
-            "job_uid": figures["job_uid"],
-            "pod": row.pod,
-            "pod_to_ready_seconds": row.pod_to_ready_seconds,
-            "image_id": row.image_id,
-            "image_pull": image_pull_state(batch.job_events.get(name, []), row.pod),
-        }
-    block = {
-        "nodes": [node for _, node in plan],
-        "per_node": per_node,
-        "image": settings.run_image or settings.image,
-        "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
-    }
-    write_json(warm_dir / "warmup.json", block)
-    return image_ids, block
-
-
-def probe_image(batch: BatchRun) -> Dict[str, Optional[str]]:
-    """Without a warm-up, one one-episode Job (DIR/probe/) tells which digest the cluster runs."""
-    settings = batch.settings
-    probe_dir = settings.output / PROBE_JOB_NAME
-    manifest = job_manifest(
-        name=PROBE_JOB_NAME,
-        namespace=batch.namespace,
-        run_id=batch.run_id,
-        count=1,
-        parallelism=1,
-        image=settings.image,
-        runtime=settings.runtime,
-        deadline_seconds=settings.deadline_seconds,
-    )
-    batch.current_dir, batch.current_job = probe_dir, None
-    rows, _ = batch.run_round(0, PROBE_JOB_NAME, probe_dir, manifest, 1, _quiet_progress())
-    return {str(rows[0].node or "(unknown)"): rows[0].image_id}
-
-
-def prepare_measured_image(batch: BatchRun) -> Dict[str, Any]:
-    """--warmup and --pin-image, before the first measured Job: the warm-up episodes, the
-    digest the measured Jobs will run; results.json's `warmup` and `image_pinned`."""
-    settings = batch.settings
-    given = settings.pin_image or None  # a digest passed in (reproduce's later groups)
-    if given:
-        batch.settings = settings = dataclasses.replace(settings, run_image=given)
-    prepared: Dict[str, Any] = {"image_pinned": given, "warmup": None}
-    image_ids: Dict[str, Optional[str]] = {}
-    where = ""
-    if settings.warmup:
-        image_ids, prepared["warmup"] = warm_up(batch)
-        where = f"{settings.output / WARMUP_DIR}/*/pods.json"
-    if settings.pin_image == "":
-        if not settings.warmup:
-            image_ids = probe_image(batch)
-            where = f"{settings.output / PROBE_JOB_NAME}/pods.json"
-        pinned = pinned_image(settings.image, image_ids, where)
-        prepared["image_pinned"] = pinned
-        prepared["image_pinned_from"] = image_ids
-        batch.settings = dataclasses.replace(settings, run_image=pinned)
-        if not settings.quiet:
-            say_stderr(f"image pinned: {pinned}")
-    return prepared
-
-
 # Flow: cleanup ################################################################
+# Delete exactly what a run created, after the ownership proof. Uses everything above but the
+# run's flow.
 
 
 def _wait_until_absent(
@@ -5502,6 +5443,7 @@ def cleanup_run(
 
 
 # Flow: the guide's experiment (reproduce) #####################################
+# Each group's settings and the experiment's reports. Uses everything above but the run's flow.
 
 
 def reproduce_group_dirs(output: Path) -> List[Path]:
@@ -5521,14 +5463,19 @@ def reproduce_column_name(group: str, count: int, lang: str) -> str:
     return names[lang][group]
 
 
-def _run_flags(parser: argparse.ArgumentParser) -> List[str]:
-    """The option strings `run` accepts (so reproduce passes on only what run knows)."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return list(commands.choices["run"]._option_string_actions)
+def reproduce_group_settings(base: RunSettings, group: str, pinned: Optional[str]) -> RunSettings:
+    """One group's `run` of the experiment, in DIR/<group>: the first resolves the image digest,
+    the others run that digest, one at a time, or after a warm-up in K rounds."""
+    output = base.output / group
+    if group == "parallel":
+        return dataclasses.replace(base, output=output, rounds=1, pin_image="")
+    if group == "sequential":
+        return dataclasses.replace(base, output=output, rounds=1, parallelism=1, pin_image=pinned)
+    return dataclasses.replace(base, output=output, warmup=True, pin_image=pinned)
 
 
 def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
-    """The `run` command line of one group of the experiment."""
+    """The `run` command line equivalent to one group's settings, as report.json records it."""
     argv = [
         "run",
         "--output", str(Path(args.output) / group),
@@ -5543,10 +5490,9 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
             argv += [flag, value]
-    known = _run_flags(build_parser())
-    for flag in ("--quiet", "--allow-large", "--kubelet-metrics"):
-        if getattr(args, flag[2:].replace("-", "_"), False) and flag in known:
-            argv.append(flag)
+    argv += [
+        flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
+    ]
     if group == "parallel":
         argv.append("--pin-image")
     elif group == "sequential":
@@ -5620,76 +5566,6 @@ def markdown_code(text: Any) -> str:
     return printable(str(text)).replace("|", "\\|").replace("`", "'")
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
-    """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
-    each node and K rounds in parallel; one image digest throughout; each group cleaned up once
-    its diagnostics are saved; the guide's table at the end."""
-    output = Path(args.output)
-    if output.exists() or output.is_symlink():
-        raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
-            EXIT_USAGE,
-        )
-    context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
-    claim_output(output)
-    report: Dict[str, Any] = {
-        "context": context,
-        "image": args.image,
-        "image_pinned": None,
-        "count": args.count,
-        "rounds": args.rounds,
-        "groups": [],
-        "complete": False,
-        "tool_version": f"{__version__}+{file_fingerprint()}",
-    }
-    failure: Optional[DemoError] = None
-    try:
-        for number, group in enumerate(REPRODUCE_GROUPS, 1):
-            argv = reproduce_group_argv(args, context, group, report["image_pinned"])
-            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
-            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
-            report["groups"].append(entry)
-            write_json(output / "report.json", report)
-            run_args = build_parser().parse_args(argv)
-            sanity_check(run_args)
-            try:
-                entry["exit_code"] = cmd_run(run_args)
-            except DemoError as error:
-                entry["exit_code"], entry["error"] = error.exit_code, str(error)
-                failure = error
-            receipt = _read_json_file(output / group / "receipt.json")
-            entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
-            if failure is not None:
-                break
-            if report["image_pinned"] is None:
-                results = _read_json_file(output / group / "results.json") or {}
-                report["image_pinned"] = results.get("image_pinned")
-                if not report["image_pinned"]:
-                    failure = DemoError(
-                        f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
-                    )
-                    break
-        report["complete"] = failure is None
-    except KeyboardInterrupt:
-        if args.junit:
-            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
-        raise
-    finally:
-        text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    if args.junit:
-        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
-    if text is not None:
-        sys.stdout.write("\n" + printable(text, keep_newlines=True))
-        sys.stdout.flush()
-    if failure is not None:
-        kept = "" if args.cleanup == "always" else f"; clean up with: {cleanup_command(output)}"
-        raise DemoError(
-            f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
-        )
-    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
-    return EXIT_OK
-
-
 def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
     """`cleanup --output DIR` of a reproduce directory: every group with a receipt, in order;
     the exit code is the worst of them."""
@@ -5709,6 +5585,8 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 
 
 # Commands #####################################################################
+# One function per command, given typed settings and a kubectl; each returns an exit code or
+# raises DemoError. Uses everything above.
 
 
 def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
@@ -5716,30 +5594,27 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", settings.configmap_manifest(namespace, run_id)),
+        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
-        manifests.append((f"{1 + round_number:02d}-job-{name}.json", settings.job_manifest(name, namespace, run_id)))
+        manifest = round_job_manifest(settings, name, namespace, run_id, settings.given_image)
+        manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
     print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    settings = RunSettings.from_args(args)
+def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+    """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
+    the command that cleans up what is kept (`tool`: how the user started this tool)."""
     output = settings.output
-    if output.exists() or output.is_symlink():
-        raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
-            EXIT_USAGE,
-        )
+    refuse_existing_output(output)
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
-    if args.dry_run:
+    if settings.dry_run:
         return dry_run(settings, namespace, run_id)
-    unbound = make_kubectl(args)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context)
     claim_output(output)
@@ -5751,10 +5626,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         kubeconfig=kubectl.kubeconfig,
         kubectl=kubectl.executable,
         created_at=time.time(),
-        tool_version=f"{__version__}+{file_fingerprint()}",
+        tool_version=tool_version(),
     )
     write_receipt(output, receipt)
-    progress = Progress(enabled=not settings.quiet)
+    progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
     batch = BatchRun(kubectl, receipt, settings, progress)
     error: Optional[DemoError] = None
     bug: Optional[BaseException] = None
@@ -5802,7 +5677,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(output)}")
+        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
     if bug is not None:
         raise bug
     if error is not None:
@@ -5835,26 +5710,92 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     return None
 
 
-def cmd_run_reported(args: argparse.Namespace) -> int:
+def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
+    """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
+    each node and K rounds in parallel; one image digest throughout; each group cleaned up once
+    its diagnostics are saved; the guide's table at the end. `base` holds what every group's run
+    shares (see reproduce_group_settings)."""
+    output = base.output
+    refuse_existing_output(output)
+    context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
+    claim_output(output)
+    report: Dict[str, Any] = {
+        "context": context,
+        "image": args.image,
+        "image_pinned": None,
+        "count": args.count,
+        "rounds": args.rounds,
+        "groups": [],
+        "complete": False,
+        "tool_version": tool_version(),
+    }
+    failure: Optional[DemoError] = None
+    try:
+        for number, group in enumerate(REPRODUCE_GROUPS, 1):
+            argv = reproduce_group_argv(args, context, group, report["image_pinned"])
+            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
+            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
+            report["groups"].append(entry)
+            write_json(output / "report.json", report)
+            settings = reproduce_group_settings(base, group, report["image_pinned"])
+            try:
+                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool)
+            except DemoError as error:
+                entry["exit_code"], entry["error"] = error.exit_code, str(error)
+                failure = error
+            receipt = _read_json_file(output / group / "receipt.json")
+            entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
+            if failure is not None:
+                break
+            if report["image_pinned"] is None:
+                results = _read_json_file(output / group / "results.json") or {}
+                report["image_pinned"] = results.get("image_pinned")
+                if not report["image_pinned"]:
+                    failure = DemoError(
+                        f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
+                    )
+                    break
+        report["complete"] = failure is None
+    except KeyboardInterrupt:
+        if args.junit:
+            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
+        raise
+    finally:
+        text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    if args.junit:
+        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
+    if text is not None:
+        sys.stdout.write("\n" + printable(text, keep_newlines=True))
+        sys.stdout.flush()
+    if failure is not None:
+        kept = "" if base.cleanup_policy == "always" else f"; clean up with: {cleanup_command(tool, output)}"
+        raise DemoError(
+            f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
+        )
+    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
+    return EXIT_OK
+
+
+def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     """`run`, then its --junit and --metrics-file reports, written whatever the outcome:
     CI needs them most when the run failed. Reports never change the run's exit code,
     except that a report that cannot be written fails an otherwise successful run."""
-    if args.dry_run or not (args.junit or args.metrics_file):
-        return cmd_run(args)
-    output = Path(args.output)
+    if settings.dry_run or not (settings.junit or settings.metrics_file):
+        return cmd_run(settings, unbound, tool)
+    output = settings.output
     fresh = not (output.exists() or output.is_symlink())  # only then is what DIR holds this run's
     code = EXIT_OK
     stopped: Optional[BaseException] = None
     error: Optional[DemoError] = None
     try:
-        code = cmd_run(args)
+        code = cmd_run(settings, unbound, tool)
     except DemoError as failure:
         stopped = error = failure
     except KeyboardInterrupt as interrupt:
         stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     except Exception as bug:  # a bug: the reports still say the run failed, then it shows
         stopped, error = bug, DemoError(f"unexpected error (a bug in rl-batch-demo): {bug!r}", EXIT_CLUSTER)
-    problems = write_ci_reports(args, output if fresh else None, error)
+    problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
     if problems:
@@ -5862,46 +5803,14 @@ def cmd_run_reported(args: argparse.Namespace) -> int:
     return code
 
 
-def _read_json_file(path: Path) -> Any:
-    """A JSON file this run wrote, or None when it is absent or unreadable."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
-    """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
-    jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
-    if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
-        jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
-    started = []
-    for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
-        round_dir = output if rounds == 1 else output / f"round-{number}"
-        name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
-        items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
-        started.append(
-            {
-                "round": number,
-                "job": str(name or job_name_for(number, rounds)),
-                "pods": [pod for pod in items if isinstance(pod, dict)] if isinstance(items, list) else None,
-                "job_object": job_object if isinstance(job_object, dict) else None,
-            }
-        )
-    return started
-
-
-def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
+def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
     """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
     not this run's, so nothing in it is read). Returns what could not be written."""
     results = _read_json_file(output / "results.json") if output is not None else None
     results = results if isinstance(results, dict) and "episodes" in results else None
     problems = []
-    if args.junit:
-        started = rounds_on_disk(output, args.rounds) if output is not None and results is None else []
+    if settings.junit:
+        started = rounds_on_disk(output, settings.rounds) if output is not None and results is None else []
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
@@ -5909,29 +5818,29 @@ def write_ci_reports(args: argparse.Namespace, output: Optional[Path], error: Op
         properties = {"exit_code": str(error.exit_code if error is not None else EXIT_OK)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
-        suites = junit_suites(results, started, dict(args.threshold or []), failure)
+        suites = junit_suites(results, started, settings.thresholds, failure)
         try:
-            write_atomic(Path(args.junit), render_junit_xml(suites, properties))
+            write_atomic(Path(settings.junit), render_junit_xml(suites, properties))
         except OSError as oops:
-            problems.append(f"the JUnit report {args.junit} could not be written ({oops.strerror or oops})")
-    if args.metrics_file:
+            problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
+    if settings.metrics_file:
         labels = {
-            "runtime": args.runtime,
-            "image": args.image,
-            "parallelism": str(args.parallelism if args.parallelism is not None else args.count),
+            "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
+            "image": settings.image,
+            "parallelism": str(settings.parallelism),
         }
         exit_code = error.exit_code if error is not None else EXIT_OK
         try:
-            write_atomic(Path(args.metrics_file), render_metrics(results, labels, exit_code, time.time()))
+            write_atomic(Path(settings.metrics_file), render_metrics(results, labels, exit_code, time.time()))
         except OSError as oops:
-            problems.append(f"the metrics file {args.metrics_file} could not be written ({oops.strerror or oops})")
+            problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
     for problem in problems:
         say_stderr(f"warning: {problem}")
     return problems
 
 
-def cmd_show_worker(args: argparse.Namespace) -> int:
-    sys.stdout.write(WORKER_TEMPLATE if args.template else WORKER_SOURCE)
+def cmd_show_worker(source: str) -> int:
+    sys.stdout.write(source)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -5956,7 +5865,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
-    kubelet_metrics = bool(getattr(args, "kubelet_metrics", False))
+    kubelet_metrics = args.kubelet_metrics
 
     def attempt(read: Callable[[], Any]) -> Read:
         try:
@@ -6013,43 +5922,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(printable(render_comparison(names, rows, args.format), keep_newlines=True), end="")
+        print(render_comparison(names, rows, args.format), end="")
     return EXIT_OK
 
 
 # Command line #################################################################
+# Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
+# included: it hands the worker's text to the commands.
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def seconds_int(limit: int) -> Callable[[str], int]:
-    """A whole number of seconds from 1 to `limit` (a longer wait than that is a typo)."""
+def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum` (0 or 1), and with `limit`, a number
+    of seconds no larger than that (a longer wait is a typo)."""
 
     def parse(text: str) -> int:
-        value = positive_int(text)
-        if value > limit:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be at least 1" if minimum else f"{text!r} must be 0 or more"
+            )
+        if limit is not None and value > limit:
             raise argparse.ArgumentTypeError(f"{text!r} is more than {limit} seconds")
         return value
 
     return parse
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
 
 
 def threshold(text: str) -> Tuple[str, float]:
@@ -6082,7 +5981,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
     group.add_argument(
         "--kubectl-timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
+        type=whole_number(1, MAX_WAIT_SECONDS),
         default=int(KUBECTL_PROCESS_TIMEOUT),
         metavar="SECONDS",
         help=f"kill a kubectl call that has not answered after this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
@@ -6091,9 +5990,9 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
 
 def _ci_report_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("CI reports (written on failure too; see the README's CI section)")
-    group.add_argument(
+    _shared_option(
+        group,  # type: ignore[arg-type]  # an argument group takes the same add_argument
         "--junit",
-        metavar="FILE",
         help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
     )
     group.add_argument(
@@ -6106,7 +6005,7 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
 
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
-    if text and (not _DIGEST.search(text) or text.startswith("@")):
+    if text and (not re.search(_DIGEST, text) or text.startswith("@")):
         raise argparse.ArgumentTypeError(f"{text!r} is not an image by digest (REPO@sha256:64 hex digits)")
     return text
 
@@ -6125,7 +6024,45 @@ def _guide_table_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
+def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -> None:
+    """A flag several commands take, defined once; a command may change its default or help."""
+    options: Dict[str, Dict[str, Any]] = {
+        "--output": {"required": True, "metavar": "DIR"},
+        "--count": {"type": whole_number(1), "default": DEFAULT_COUNT, "metavar": "N"},
+        "--rounds": {"type": whole_number(1), "metavar": "K"},
+        "--image": {
+            "default": DEFAULT_IMAGE,
+            "help": f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})",
+        },
+        "--runtime": {
+            "default": DEFAULT_RUNTIME,
+            "metavar": "RUNTIMECLASS",
+            "help": f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default "
+            "runtime",
+        },
+        "--timeout": {
+            "type": whole_number(1, MAX_WAIT_SECONDS),
+            "default": DEFAULT_JOB_DEADLINE_SECONDS,
+            "metavar": "SECONDS",
+            "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
+            f"the client waits {CLIENT_GRACE_SECONDS} s longer",
+        },
+        "--allow-large": {
+            "action": "store_true",
+            "help": f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}",
+        },
+        "--quiet": {"action": "store_true", "help": "no progress line on stderr"},
+        "--kubelet-metrics": {
+            "action": "store_true",
+            "help": "also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
+            "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
+        },
+        "--junit": {"metavar": "FILE"},
+    }
+    parser.add_argument(flag, **{**options[flag], **changes})
+
+
+def _reproduce_parser(commands: Any) -> None:
     reproduce = commands.add_parser(
         "reproduce",
         help="the guide's whole experiment, then its table",
@@ -6135,51 +6072,36 @@ def _reproduce_parser(commands: Any, run: argparse.ArgumentParser) -> None:
         "DIR/warm (--warmup --rounds K), all with the image digest the first group resolves, each in its own "
         "namespace, cleaned up once its diagnostics are saved; write DIR/report.md and DIR/report.json.",
     )
-    reproduce.add_argument("--output", required=True, metavar="DIR", help="new directory for the three groups")
-    reproduce.add_argument(
-        "--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="tasks per group and round (default 10)"
-    )
-    reproduce.add_argument(
-        "--rounds", type=positive_int, default=3, metavar="K", help="rounds of the warm group (default 3)"
-    )
-    reproduce.add_argument("--image", default=DEFAULT_IMAGE, help=f"episode image (default {DEFAULT_IMAGE})")
-    reproduce.add_argument(
-        "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass, or 'none' (default cube)"
-    )
-    reproduce.add_argument(
-        "--timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
-        default=DEFAULT_JOB_DEADLINE_SECONDS,
-        metavar="SECONDS",
-        help="each Job's activeDeadlineSeconds",
-    )
+    _shared_option(reproduce, "--output", help="new directory for the three groups")
+    _shared_option(reproduce, "--count", help="tasks per group and round (default 10)")
+    _shared_option(reproduce, "--rounds", default=3, help="rounds of the warm group (default 3)")
+    for flag in ("--image", "--runtime", "--timeout"):
+        _shared_option(reproduce, flag)
     reproduce.add_argument(
         "--cleanup",
         choices=("on-success", "always"),
         default="on-success",
         help="on-success (default): keep a failed group's namespace for inspection; always: delete it too",
     )
-    reproduce.add_argument(
-        "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} tasks instead of {MAX_COUNT}"
-    )
-    reproduce.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    if "--kubelet-metrics" in run._option_string_actions:
-        reproduce.add_argument("--kubelet-metrics", action="store_true", help="passed to every group's run")
+    for flag in ("--allow-large", "--quiet", "--kubelet-metrics"):
+        _shared_option(reproduce, flag)
     _guide_table_options(reproduce)
-    reproduce.add_argument(
+    _shared_option(
+        reproduce,
         "--junit",
-        metavar="FILE",
         help="write a JUnit XML report of every group: one suite per round, one test case per episode "
         "(written on failure too)",
     )
     _cluster_options(reproduce)
-    reproduce.set_defaults(handler=cmd_reproduce, subparser=reproduce)
+    reproduce.set_defaults(subparser=reproduce)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
     formatter = argparse.RawDescriptionHelpFormatter
+    plugin = (tool or invoked_as()) == PLUGIN_COMMAND
     parser = argparse.ArgumentParser(
-        prog=program_name(),
+        prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
         epilog=EXIT_CODES_HELP,
@@ -6197,51 +6119,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create a namespace, a ConfigMap with the episode worker and a Job of N "
         "episodes; wait for it, save every diagnostic, validate every episode and write results.json.",
     )
-    run.add_argument(
-        "--output",
-        required=True,
-        metavar="DIR",
-        help="new directory for receipt, diagnostics and results (must not exist)",
-    )
-    run.add_argument(
+    _shared_option(run, "--output", help="new directory for receipt, diagnostics and results (must not exist)")
+    _shared_option(
+        run,
         "--count",
-        type=positive_int,
-        metavar="N",
+        default=None,
         help=f"episodes per round: the Job's completions (default {DEFAULT_COUNT}, at most {MAX_COUNT}; "
         "with --tasks, the number of tasks)",
     )
     run.add_argument(
         "--parallelism",
-        type=positive_int,
+        type=whole_number(1),
         metavar="P",
         help="episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
     )
-    run.add_argument(
+    _shared_option(
+        run,
         "--rounds",
-        type=positive_int,
         default=1,
-        metavar="K",
         help=f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
     )
-    run.add_argument(
-        "--image",
-        default=DEFAULT_IMAGE,
-        help=f"container image with python, runnable as UID/GID 1000 (default {DEFAULT_IMAGE})",
-    )
-    run.add_argument(
-        "--runtime",
-        default=DEFAULT_RUNTIME,
-        metavar="RUNTIMECLASS",
-        help=f"RuntimeClass of the sandboxes (default {DEFAULT_RUNTIME}); 'none' uses the cluster's default runtime",
-    )
-    run.add_argument(
-        "--timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
-        default=DEFAULT_JOB_DEADLINE_SECONDS,
-        metavar="SECONDS",
-        help=f"the Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
-        f"the client waits {CLIENT_GRACE_SECONDS} s longer",
-    )
+    for flag in ("--image", "--runtime", "--timeout"):
+        _shared_option(run, flag)
     run.add_argument(
         "--cleanup",
         choices=("never", "on-success", "always"),
@@ -6256,9 +6155,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
         f"metrics: {', '.join(THRESHOLD_METRICS)}",
     )
-    run.add_argument(
-        "--allow-large", action="store_true", help=f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}"
-    )
+    _shared_option(run, "--allow-large")
     run.add_argument(
         "--worker",
         metavar="FILE.py",
@@ -6273,7 +6170,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--max-failed-episodes",
-        type=non_negative_int,
+        type=whole_number(0),
         default=0,
         metavar="K",
         help="tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed in "
@@ -6282,14 +6179,9 @@ def build_parser() -> argparse.ArgumentParser:
         "JobBackoffLimitPerIndex feature gate, on by default there)",
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
-    run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    _shared_option(run, "--quiet")
     run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
-    run.add_argument(
-        "--kubelet-metrics",
-        action="store_true",
-        help="also read the kubelets' runtime histograms (RunPodSandbox, CreateContainer, StartContainer, "
-        "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
-    )
+    _shared_option(run, "--kubelet-metrics")
     run.add_argument(
         "--warmup",
         action="store_true",
@@ -6306,7 +6198,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _cluster_options(run)
     _ci_report_options(run)
-    run.set_defaults(handler=cmd_run_reported, subparser=run)
+    run.set_defaults(subparser=run)
 
     cleanup = commands.add_parser(
         "cleanup",
@@ -6316,18 +6208,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read DIR/receipt.json, check the namespace's and Jobs' UIDs and labels, then "
         "delete the Jobs (foreground) and the namespace. Keeps DIR.",
     )
-    cleanup.add_argument(
-        "--output", required=True, metavar="DIR", help="the run's output directory (holds receipt.json)"
-    )
-    cleanup.add_argument(
+    _shared_option(cleanup, "--output", help="the run's output directory (holds receipt.json)")
+    _shared_option(
+        cleanup,
         "--timeout",
-        type=seconds_int(MAX_WAIT_SECONDS),
         default=CLEANUP_WAIT_SECONDS,
-        metavar="SECONDS",
         help=f"how long to wait for the Jobs and then the namespace to go (default {CLEANUP_WAIT_SECONDS})",
     )
     _cluster_options(cleanup)
-    cleanup.set_defaults(handler=cmd_cleanup)
 
     check = commands.add_parser(
         "check",
@@ -6335,20 +6223,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES_HELP,
         formatter_class=formatter,
     )
-    check.add_argument(
-        "--count", type=positive_int, default=DEFAULT_COUNT, metavar="N", help="episodes to plan capacity for"
-    )
-    check.add_argument(
-        "--runtime", default=DEFAULT_RUNTIME, metavar="RUNTIMECLASS", help="RuntimeClass to check, or 'none'"
-    )
-    check.add_argument("--image", default=DEFAULT_IMAGE, help="image the run would use (reported only)")
-    check.add_argument(
+    _shared_option(check, "--count", help="episodes to plan capacity for")
+    _shared_option(check, "--runtime", help="RuntimeClass to check, or 'none'")
+    _shared_option(check, "--image", help="image the run would use (reported only)")
+    _shared_option(
+        check,
         "--kubelet-metrics",
-        action="store_true",
         help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
     )
     _cluster_options(check)
-    check.set_defaults(handler=cmd_check)
 
     compare = commands.add_parser(
         "compare", help="show several runs' figures side by side", epilog=EXIT_CODES_HELP, formatter_class=formatter
@@ -6369,7 +6252,6 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--allow-different-counts", action="store_true", help="compare runs with different episode counts anyway"
     )
-    compare.set_defaults(handler=cmd_compare)
 
     show_worker = commands.add_parser(
         "show-worker",
@@ -6381,79 +6263,150 @@ def build_parser() -> argparse.ArgumentParser:
     show_worker.add_argument(
         "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
     )
-    show_worker.set_defaults(handler=cmd_show_worker)
-    _reproduce_parser(commands, run)
+    _reproduce_parser(commands)
     return parser
 
 
-def sanity_check(args: argparse.Namespace) -> None:
-    """Flag combinations, checked before any work starts."""
-    if args.command not in ("run", "reproduce"):
-        return
+def check_counts(parser: argparse.ArgumentParser, count: int, parallelism: int, rounds: int, allow_large: bool) -> None:
+    """The limits on a batch's size, checked before any work starts."""
+    limit = MAX_COUNT_LARGE if allow_large else MAX_COUNT
+    if not 1 <= parallelism <= count <= limit:
+        hint = f" (--allow-large raises the limit to {MAX_COUNT_LARGE})" if count > limit and not allow_large else ""
+        parser.error(
+            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {count}{hint}"
+        )
+    if rounds > MAX_ROUNDS:
+        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {rounds}")
+
+
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """What `run` was asked to do: its flags, and the files they name (--worker, --tasks) read and
+    checked once, before any work starts; a bad file or flag combination is a usage error."""
     parser: argparse.ArgumentParser = args.subparser
+    worker_source, worker_file, tasks, count = WORKER_SOURCE, None, None, args.count
     try:
-        load_run_inputs(args)  # --worker and --tasks are read and checked here, before any work
+        if args.worker:
+            path = Path(args.worker)
+            worker_source, worker_file = check_worker_source(read_input_file(path, "--worker"), str(path)), path.name
+        if args.tasks:
+            path = Path(args.tasks)
+            tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
+            if count is not None and count != len(tasks):
+                raise DemoError(
+                    f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
+                    "leave --count out or make them agree",
+                    EXIT_USAGE,
+                )
+            count = len(tasks)
+        # the API server refuses a ConfigMap over its object size limit: refused here, before any work
+        problem = configmap_size_problem(
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+        )
+        if problem:
+            raise DemoError(problem, EXIT_USAGE)
     except DemoError as error:
         parser.error(str(error))
-    limit = MAX_COUNT_LARGE if args.allow_large else MAX_COUNT
-    parallelism = getattr(args, "parallelism", None) or args.count
-    if not 1 <= parallelism <= args.count <= limit:
-        hint = (
-            f" (--allow-large raises the limit to {MAX_COUNT_LARGE})"
-            if args.count > limit and not args.allow_large
-            else ""
-        )
-        parser.error(
-            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {args.count}{hint}"
-        )
-    if args.rounds > MAX_ROUNDS:
-        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {args.rounds}")
-    if getattr(args, "dry_run", False) and (args.warmup or args.pin_image == ""):
+    count = DEFAULT_COUNT if count is None else count
+    parallelism = args.parallelism or count
+    check_counts(parser, count, parallelism, args.rounds, args.allow_large)
+    if args.dry_run and (args.warmup or args.pin_image == ""):
         parser.error(
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    return RunSettings(
+        output=Path(args.output),
+        count=count,
+        parallelism=parallelism,
+        rounds=args.rounds,
+        image=args.image,
+        runtime=None if args.runtime == NO_RUNTIME else args.runtime,
+        deadline_seconds=args.timeout,
+        cleanup_policy=args.cleanup,
+        thresholds=dict(args.threshold or []),
+        quiet=args.quiet,
+        json_summary=args.json,
+        kubectl_timeout=float(args.kubectl_timeout),
+        worker_source=worker_source,
+        worker_file=worker_file,
+        tasks=tasks,
+        max_failed_episodes=args.max_failed_episodes,
+        kubelet_metrics=args.kubelet_metrics,
+        warmup=args.warmup,
+        pin_image=args.pin_image,
+        dry_run=args.dry_run,
+        junit=args.junit,
+        metrics_file=args.metrics_file,
+    )
 
 
-class _Invocation:
-    """How this process was started; plugin_main sets `plugin` before main runs."""
+def reproduce_settings(args: argparse.Namespace) -> RunSettings:
+    """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
+    check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large)
+    return RunSettings(
+        output=Path(args.output),
+        count=args.count,
+        parallelism=args.count,
+        rounds=args.rounds,
+        image=args.image,
+        runtime=None if args.runtime == NO_RUNTIME else args.runtime,
+        deadline_seconds=args.timeout,
+        cleanup_policy="always" if args.cleanup == "always" else "on-success",
+        thresholds={},
+        quiet=args.quiet,
+        json_summary=False,
+        kubectl_timeout=float(args.kubectl_timeout),
+        worker_source=WORKER_SOURCE,
+        kubelet_metrics=args.kubelet_metrics,
+    )
 
-    plugin = False
 
-
-def invoked_as() -> Optional[str]:
-    """The command the user typed to start this tool, when it is not `python3 FILE`:
-    `kubectl rl-batch-demo` as a kubectl plugin, `rl-batch-demo` as the installed command."""
+def invoked_as(plugin: bool = False) -> str:
+    """The command the user typed to start this tool: `kubectl rl-batch-demo` as a kubectl plugin,
+    `rl-batch-demo` as the installed command, else `python3 FILE`."""
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    if _Invocation.plugin or name in PLUGIN_FILE_NAMES:
+    if plugin or name in PLUGIN_FILE_NAMES:
         return PLUGIN_COMMAND
-    return INSTALLED_COMMAND if name == INSTALLED_COMMAND else None
+    if name == INSTALLED_COMMAND:
+        return INSTALLED_COMMAND
+    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
+    return f"python3 {shlex.quote(script)}"
 
 
-def program_name() -> str:
-    """argparse's prog: what the usage lines call this tool."""
-    return PLUGIN_COMMAND if invoked_as() == PLUGIN_COMMAND else INSTALLED_COMMAND
+def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
+    """The chosen command with what it needs (the typed settings of `run` and `reproduce`, the
+    worker's text, how the user started this tool), read and checked: a usage error stops here."""
+    if args.command == "run":
+        settings = run_settings(args)
+        return lambda: cmd_run_reported(settings, make_kubectl(args), tool)
+    if args.command == "reproduce":
+        base = reproduce_settings(args)
+        return lambda: cmd_reproduce(args, base, tool)
+    if args.command == "show-worker":
+        source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
+        return lambda: cmd_show_worker(source)
+    command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
+    return lambda: command(args)
 
 
 def plugin_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the installed kubectl-rl_batch_demo: `kubectl rl-batch-demo ...`."""
-    _Invocation.plugin = True
-    return main(argv)
+    return main(argv, plugin=True)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    sanity_check(args)
+def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
+    tool = invoked_as(plugin)
+    args = build_parser(tool).parse_args(argv)
+    command = prepared_command(args, tool)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return int(args.handler(args))
+        return int(command())
     except BrokenPipeError:
         # The reader of stdout went away (`| head`); the work itself is done.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -6470,11 +6423,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 # The episode worker (payload) #################################################
-
-# This program runs inside every sandbox (mounted from the ConfigMap as /demo/episode.py).
-# It is kept here as text so that copying this one file is enough. It must run on any
-# Python 3.9+ image as UID 1000 with nothing but the standard library. Only the functions
-# above read it, so it can live at the end, away from the logic.
+# The programs that run inside the sandboxes, kept as text; uses nothing above, and only the command
+# line reads it. WORKER_SOURCE runs in every sandbox (mounted from the ConfigMap as /demo/episode.py),
+# so that copying this one file is enough; it must run on any Python 3.9+ image as UID 1000 with
+# nothing but the standard library. WORKER_TEMPLATE is what `show-worker --template` prints.
 
 
 WORKER_SOURCE = r'''"""One RL episode: prepare a workspace, confirm the bug, apply a fix, test, emit the reward.

@@ -51,7 +51,7 @@ from tests.fakecluster import FakeCluster  # noqa: E402
 # The fake runs every episode as local processes: 1,000 at once would only measure this machine's
 # process table. The client's work does not depend on parallelism.
 MAX_PARALLEL_EPISODES = 100
-PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (README, "What a run does")
+PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (docs/call-plan.md)
 GUIDE_COUNT = 10
 LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
 
@@ -199,7 +199,7 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     args = rl_batch_demo.build_parser().parse_args(
         ["run", "--output", str(output), "--count", str(count), "--allow-large", "--quiet"]
     )
-    settings = rl_batch_demo.RunSettings.from_args(args)
+    settings = rl_batch_demo.run_settings(args)
     observation = rl_batch_demo.RoundObservation(job, "Complete", time.time(), time.monotonic())
     cpu_before, wall_before = time.process_time(), time.perf_counter()
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)

@@ -303,7 +303,10 @@ class RunPlan:
 
     def create_namespace_and_configmap(self) -> Call:
         """One `create` of a List: the namespace, then the ConfigMap with the worker."""
-        manifests = [demo.namespace_manifest(NAMESPACE, RUN_ID), demo.configmap_manifest(NAMESPACE, RUN_ID)]
+        manifests = [
+            demo.namespace_manifest(NAMESPACE, RUN_ID),
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE),
+        ]
         listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
         return self.cluster.create(listing, [namespace_object(), configmap_object()])
 
@@ -312,7 +315,7 @@ class RunPlan:
         return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID), configmap_object())
+        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object())
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
@@ -379,8 +382,8 @@ class RunPlan:
 
     @staticmethod
     def watch_is_final(batch: Batch) -> bool:
-        """Whether the pods as last watched are provably their final state (README: the call
-        plan): the Job Complete, every pod terminal and none deleted."""
+        """Whether the pods as last watched are provably their final state (docs/call-plan.md): the
+        Job Complete, every pod terminal and none deleted."""
         status = batch.final_job().get("status") or {}
         complete = any(c.get("type") == "Complete" for c in status.get("conditions") or [])
         counted = (status.get("succeeded") or 0) + (status.get("failed") or 0) == len(batch.episodes)

@@ -445,7 +445,7 @@ def namespace_object(name: str = NAMESPACE, uid: str = NAMESPACE_UID, run_id: st
 
 
 def configmap_object() -> Dict[str, Any]:
-    configmap = demo.configmap_manifest(NAMESPACE, RUN_ID)
+    configmap = demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE)
     configmap["metadata"].update(uid=CONFIGMAP_UID, creationTimestamp=stamp(JOB_CREATED_AT - 1), resourceVersion="950")
     return configmap
 

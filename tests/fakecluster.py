@@ -89,10 +89,20 @@ Kubelet ``/metrics`` (``get --raw /api/v1/nodes/NODE/proxy/metrics``; tests/fake
 ``kubelet_foreign_pods``: N operations of other pods per family on each reading after a
     node's first.  ``kubelet_restart``: true: the kubelet restarts after a node's first
     reading (later readings have lower counters).
+
+Command line (no cluster needed; README.md, "Try it without a cluster")
+------------
+``python3 tests/fakecluster.py demo [--count N] [--output DIR]``: a fake cluster in a temporary
+    directory, ``rl_batch_demo.py run --count N --output DIR`` against it (PATH holding only the
+    fake kubectl, as in the tests), ``cleanup --output DIR``, then the fake is stopped and removed;
+    DIR (default ``rl-fake-demo``) keeps the results; the exit code is the tool's.
+``python3 tests/fakecluster.py env DIR``: a fake cluster under DIR, and the shell lines that put
+    its kubectl first on PATH, for exploring by hand.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import json
@@ -224,7 +234,9 @@ class FakeCluster:
 
     def env(self) -> Dict[str, str]:
         """Environment for running the tool against this cluster."""
-        env = {k: v for k, v in ENVIRONMENT.items() if k != "KUBECONFIG"}  # not os.environ: tests/concurrently.py
+        # not os.environ: tests/concurrently.py; without KUBECONFIG and KUBECTL (which the tool
+        # prefers to PATH), so that a real cluster and a real kubectl can never be reached
+        env = {k: v for k, v in ENVIRONMENT.items() if k not in ("KUBECONFIG", "KUBECTL")}
         env["PATH"] = str(self.bin_dir)
         env["FAKE_KUBECTL_STATE"] = str(self.state_dir)
         env["FAKE_KUBECTL_FAULTS"] = json.dumps(self._faults)
@@ -390,19 +402,112 @@ class FakeCluster:
         self.close()
 
 
-def main(argv: Sequence[str]) -> int:
-    """``python3 tests/fakecluster.py env DIR``: make a fake cluster under DIR and print the
-    shell lines that put its kubectl first on PATH (for trying the tool without a cluster)."""
-    if len(argv) != 2 or argv[0] != "env":
-        print("usage: python3 tests/fakecluster.py env DIR", file=sys.stderr)
-        return 2
-    cluster = FakeCluster(pathlib.Path(argv[1]).resolve())
+TOOL = FAKE_KUBECTL.parent.parent / "rl_batch_demo.py"
+DEMO_OUTPUT = "rl-fake-demo"  # not a name the README's real-cluster commands use
+SIMULATION = "a simulated cluster: episodes run on this machine; its figures describe no real cluster"
+
+
+def shown(argv: Sequence[str]) -> str:
+    """A tool command line as the README shows it: `python3 rl_batch_demo.py ...`."""
+    return " ".join(["python3", "rl_batch_demo.py", *(shlex.quote(arg) for arg in argv)])
+
+
+def run_tool(argv: Sequence[str], env: Dict[str, str]) -> int:
+    """The tool as a user runs it, its output going straight to this terminal. Ctrl-C reaches the
+    tool too (same process group): it saves its diagnostics and exits 130, which this waits for."""
+    print(f"$ {shown(argv)}", file=sys.stderr, flush=True)
+    process = subprocess.Popen([sys.executable, str(TOOL), *argv], env=env)
+    while True:
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            continue  # the tool handles it; stopping the fake under it would lose its diagnostics
+
+
+def demo(count: str, output: str) -> int:
+    """Start a fake cluster in a temporary directory, run a batch against it, clean the run up and
+    stop the fake: the README's first try without a cluster. Returns the tool's exit code (the
+    run's, or the cleanup's when the run succeeded and the cleanup did not)."""
+    results = pathlib.Path(output)
+    existed = results.exists()  # the tool refuses it; then nothing in it is this demo's to touch
+    with tempfile.TemporaryDirectory(prefix="rl-fake-cluster-") as scratch:
+        cluster = FakeCluster(pathlib.Path(scratch))
+        try:
+            print(f"# {SIMULATION} (its state: {cluster.state_dir})", file=sys.stderr, flush=True)
+            code = run_tool(["run", "--count", count, "--output", output], cluster.env())
+            if not existed and _receipt_kubectl(results) == str(cluster.bin_dir / "kubectl"):
+                cleaned = run_tool(["cleanup", "--output", output], cluster.env())  # what the run created
+                code = code or cleaned
+            with contextlib.suppress(AssertionError):  # close() kills whatever is still running
+                cluster.wait_idle(timeout=10)
+        finally:
+            cluster.close()
+    if existed:
+        pass  # the tool said why
+    elif (results / "results.json").exists():
+        print(f"results: {results / 'results.json'} (every figure), {results / 'timeline.svg'} (the run as a picture),")
+        print(f"         {results / 'rewards.jsonl'} (one reward per episode); docs/outputs.md describes every file")
+    elif results.is_dir():
+        print(f"no results.json: the run did not succeed; its diagnostics are in {results} (error.json says why)")
+    print("the fake cluster is stopped and removed; for a real cluster, see the README's next section")
+    return code
+
+
+def _receipt_kubectl(output: pathlib.Path) -> Optional[str]:
+    """The kubectl a run's receipt pins, if it wrote one: the demo cleans up only a run of its own fake."""
+    try:
+        return str(json.loads((output / "receipt.json").read_text(encoding="utf-8"))["kubectl"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python3 tests/fakecluster.py",
+        description="The tests' fake cluster, for trying rl_batch_demo.py without a cluster. " + SIMULATION + ".",
+        allow_abbrev=False,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    run = commands.add_parser(
+        "demo",
+        help="start a fake cluster, run a batch against it, clean up and stop it",
+        description="Start a fake cluster in a temporary directory, run "
+        f"`{shown(['run', '--count', 'N', '--output', 'DIR'])}` against it (PATH holding only the fake "
+        "kubectl), clean the run up and stop the fake. The exit code is the tool's.",
+        allow_abbrev=False,
+    )
+    run.add_argument("--count", default="10", metavar="N", help="episodes (default 10; the tool checks it)")
+    run.add_argument(
+        "--output",
+        default=DEMO_OUTPUT,
+        metavar="DIR",
+        help=f"new directory for the run's results (default {DEMO_OUTPUT}; an existing one is refused)",
+    )
+    env = commands.add_parser(
+        "env",
+        help="make a fake cluster under DIR and print the shell lines that put its kubectl first on PATH",
+        description="Make a fake cluster under DIR and print the shell lines that put its kubectl first "
+        'on PATH, for exploring by hand: eval "$(python3 tests/fakecluster.py env DIR)". It stays until '
+        "DIR is removed.",
+        allow_abbrev=False,
+    )
+    env.add_argument("dir", metavar="DIR")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python3 tests/fakecluster.py demo`` (the README's no-cluster try) or ``env DIR``."""
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        return demo(args.count, args.output)
+    cluster = FakeCluster(pathlib.Path(args.dir).resolve())
     print(f'export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"')
     print(f"export FAKE_KUBECTL_STATE={shlex.quote(str(cluster.state_dir))}")
-    print("unset KUBECONFIG FAKE_KUBECTL_FAULTS")
-    print("# a simulated cluster: episodes run on this machine; its figures describe no real cluster", file=sys.stderr)
+    print("unset KUBECONFIG KUBECTL FAKE_KUBECTL_FAULTS")
+    print(f"# {SIMULATION}", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Faults injected into the fake cluster, end to end: the wire path of two rows of the README's table.
+"""Faults injected into the fake cluster, end to end: the wire path of two rows of docs/faults.md's table.
 
 The whole fault matrix runs in-process against call plans (tests/test_flow_faults.py); these
 check that the same behaviour holds against a cluster that really runs the episodes: a failed

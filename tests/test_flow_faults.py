@@ -1,4 +1,4 @@
-"""The fault matrix as call plans: each row of the README's fault table, answered by the stub.
+"""The fault matrix as call plans: each row of docs/faults.md's table, answered by the stub.
 
 Every failing run asserts the exit code, the one `rl-batch-demo: error:` line, the saved
 diagnostics, that results.json is absent, and that no call touched another namespace or deleted
@@ -528,7 +528,7 @@ if __name__ == "__main__":
 
 
 class WatchedStateTest(FaultTestCase):
-    """README "The call plan": the pods' final state comes from the watch only when provably final."""
+    """docs/call-plan.md: the pods' final state comes from the watch only when provably final."""
 
     def test_a_pod_updated_after_its_terminal_event_is_listed_instead(self) -> None:
         self.set_timing(final_pods_grace_seconds=0.05)  # the watched pods never prove final here

@@ -150,7 +150,7 @@ class RunPlanTestCase(CallPlanTestCase):
 
 
 class TranscriptTest(RunPlanTestCase):
-    """README "The call plan": a 10-episode run starts exactly these 9 kubectl processes, in
+    """docs/call-plan.md: a 10-episode run starts exactly these 9 kubectl processes, in
     these steps; the calls of one step run at once, each step after the one before."""
 
     def test_ten_episode_run_makes_these_nine_calls_in_six_steps(self) -> None:

@@ -2,7 +2,7 @@
 
 The fake's worker prints each hostile input, in its log and, where the API server could carry it,
 in its termination message (tests/fakekube/faults.py: HOSTILE_LINES, HOSTILE_FIELDS). Every row
-ends in its documented outcome (README: "Faults and what the tool does"), with no traceback, no
+ends in its documented outcome (docs/faults.md), with no traceback, no
 control byte on stdout or stderr, strict JSON in every file, and `--cleanup always` leaving no
 namespace behind."""
 

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
 from tests.fakecluster import write_executable
+from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
 # A worker of the kind the issue asks for: it reads its own task by JOB_COMPLETION_INDEX and
 # returns a reward that depends on the task (here: the task's `x` squared, over 10).
@@ -190,8 +191,12 @@ def settings_for(count: int, **extra: Any) -> demo.RunSettings:
         quiet=True,
         json_summary=False,
         kubectl_timeout=60.0,
-        **extra,
+        **{"worker_source": demo.WORKER_SOURCE, **extra},
     )
+
+
+def round_job(settings: demo.RunSettings) -> Dict[str, Any]:
+    return demo.round_job_manifest(settings, "rollout", "ns", "r", settings.image)
 
 
 class TaskWorkerEndToEndTest(unittest.TestCase):
@@ -234,7 +239,7 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         rows, figures = demo.analyse_round(
             collected_for(pods, logs, job_for(self.job_created), count=4, tasks=TASKS), "ns/rollout"
         )
-        settings = settings_for(4, worker_source=TASK_WORKER, worker_name="task_worker.py", tasks=tuple(TASKS))
+        settings = settings_for(4, worker_source=TASK_WORKER, worker_file="task_worker.py", tasks=tuple(TASKS))
         results = demo.assemble_results(settings, "ctx", "ns", "run", rows, [figures])
         lines = [json.loads(line) for line in demo.rewards_jsonl(rows, figures["failed_episodes"]).splitlines()]
         self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
@@ -284,7 +289,7 @@ class TemplateWorkerTest(unittest.TestCase):
             self.assertEqual(ran.code, 0)
             self.assertEqual([e["event"] for e in ran.events], ["ready", "reward"])
             self.assertEqual(demo.parse_events(ran.termination), ran.events)
-            self.assertLessEqual(len(ran.termination.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+            self.assertLessEqual(len(ran.termination.encode()), MAX_TERMINATION_MESSAGE)
         pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
         logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
         rows, figures = demo.analyse_round(
@@ -517,9 +522,12 @@ class ManifestTest(unittest.TestCase):
             sorted(spec), ["activeDeadlineSeconds", "backoffLimit", "completions", "parallelism", "template"]
         )
         self.assertEqual(spec["backoffLimit"], 0)
-        self.assertEqual(demo.configmap_manifest("ns", "r")["data"], {"episode.py": demo.WORKER_SOURCE})
-        self.assertEqual(settings_for(4).configmap_manifest("ns", "r"), demo.configmap_manifest("ns", "r"))
-        self.assertFalse(settings_for(4).indexed)
+        settings = demo.run_settings(demo.build_parser().parse_args(["run", "--output", "o"]))
+        configmap = demo.configmap_manifest("ns", "r", settings.worker_source, settings.tasks)
+        self.assertEqual(configmap["data"], {"episode.py": demo.WORKER_SOURCE})
+        self.assertTrue(settings.builtin_worker)
+        self.assertEqual(settings.worker_name, demo.BUILTIN_WORKER)
+        self.assertFalse(settings.indexed)
 
     def test_tasks_make_an_indexed_job_with_no_retries(self) -> None:
         spec = self.job(indexed=True)["spec"]
@@ -662,7 +670,7 @@ class OldClusterTest(unittest.TestCase):
         return types.SimpleNamespace(kubectl=kubectl, namespace="ns"), calls
 
     def test_dropped_per_index_fields(self) -> None:
-        manifest = settings_for(4, max_failed_episodes=1).job_manifest("rollout", "ns", "r")
+        manifest = round_job(settings_for(4, max_failed_episodes=1))
         created = json.loads(json.dumps(manifest))
         del created["spec"]["backoffLimitPerIndex"], created["spec"]["maxFailedIndexes"]
         created["spec"]["backoffLimit"] = 6  # what an old API server defaults
@@ -674,20 +682,21 @@ class OldClusterTest(unittest.TestCase):
         self.assertEqual(calls, [["delete", "job", "rollout", "--cascade=foreground", "--wait=false"]])
 
     def test_fields_kept(self) -> None:
-        manifest = settings_for(4, max_failed_episodes=1).job_manifest("rollout", "ns", "r")
+        manifest = round_job(settings_for(4, max_failed_episodes=1))
         batch, calls = self.fake_run()
         demo.BatchRun.refuse_dropped_fields(batch, manifest, json.loads(json.dumps(manifest)))
-        plain = settings_for(4).job_manifest("rollout", "ns", "r")
+        plain = round_job(settings_for(4))
         demo.BatchRun.refuse_dropped_fields(batch, plain, {"spec": {}})  # nothing was asked for
         self.assertEqual(calls, [])
 
 
-class ReadmeExampleTest(unittest.TestCase):
-    """The README's complete example runs as shown: its worker on its tasks gives its rewards.jsonl."""
+class DocumentedExampleTest(unittest.TestCase):
+    """docs/own-episodes.md's complete example runs as shown: its worker on its tasks gives its
+    rewards.jsonl."""
 
     def blocks(self) -> List[str]:
-        text = (Path(demo.__file__).resolve().parent / "README.md").read_text(encoding="utf-8")
-        section = text.split("## Plugging in a real model", 1)[1].split("\n## ", 1)[0]
+        text = (Path(demo.__file__).resolve().parent / "docs" / "own-episodes.md").read_text(encoding="utf-8")
+        section = text.split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
         return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
 
     def test_the_example(self) -> None:

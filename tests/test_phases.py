@@ -759,6 +759,7 @@ class PermissionTest(Case):
                 quiet=True,
                 json_summary=False,
                 kubectl_timeout=10.0,
+                worker_source=demo.WORKER_SOURCE,
                 kubelet_metrics=True,
             )
             receipt = demo.Receipt(context="ctx", namespace="agc-rl-x", run_id="x")

@@ -294,14 +294,14 @@ class PluginTest(unittest.TestCase):
             with self.subTest(argv0=argv0):
                 self.assertTrue(self.usage(argv0).startswith(usage))
                 with unittest.mock.patch.object(sys, "argv", [argv0]):
-                    self.assertTrue(demo.cleanup_command(Path("out dir")).startswith(command))
-                    self.assertTrue(demo.cleanup_command(Path("out dir")).endswith("cleanup --output 'out dir'"))
+                    cleanup = demo.cleanup_command(demo.invoked_as(), Path("out dir"))
+                self.assertTrue(cleanup.startswith(command))
+                self.assertTrue(cleanup.endswith("cleanup --output 'out dir'"))
 
     def test_plugin_main_sets_the_plugin_name(self) -> None:
         stdout = io.StringIO()
         with (
             unittest.mock.patch.object(sys, "argv", ["anything"]),
-            unittest.mock.patch.object(demo._Invocation, "plugin", False),
             contextlib.redirect_stdout(stdout),
             self.assertRaises(SystemExit),
         ):

@@ -207,16 +207,33 @@ class PinningTest(unittest.TestCase):
 
     def test_a_given_digest_is_run_and_dry_run_cannot_resolve_one(self) -> None:
         args = demo.build_parser().parse_args(["run", "--output", "o", f"--pin-image=python@{DIGEST_A}"])
-        settings = demo.RunSettings.from_args(args)
-        pod_spec = settings.job_manifest("rollout", "ns", "rid")["spec"]["template"]["spec"]
+        settings = demo.run_settings(args)
+        image, _ = demo.prepare_measured_image(None, settings, "ns", "rid", None, None)  # type: ignore[arg-type]
+        pod_spec = demo.round_job_manifest(settings, "rollout", "ns", "rid", image)["spec"]["template"]["spec"]
         self.assertEqual(pod_spec["containers"][0]["image"], f"python@{DIGEST_A}")
         for flag in ("--warmup", "--pin-image"):
             args = demo.build_parser().parse_args(["run", "--output", "o", "--dry-run", flag])
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
-                demo.sanity_check(args)
+                demo.run_settings(args)
+
+    def test_each_group_runs_the_settings_its_recorded_command_line_gives(self) -> None:
+        """reproduce builds each group's settings directly; report.json's argv must say the same."""
+        flags = "--output exp --count 4 --rounds 2 --quiet --kubelet-metrics --runtime none --cleanup always"
+        args = demo.build_parser().parse_args(
+            ["reproduce", *flags.split(), "--kubeconfig", "kc", "--kubectl-timeout", "9"]
+        )
+        base = demo.reproduce_settings(args)
+        for group, pinned in (("parallel", None), ("sequential", f"python@{DIGEST_A}"), ("warm", f"python@{DIGEST_A}")):
+            with self.subTest(group=group):
+                argv = demo.reproduce_group_argv(args, "ctx", group, pinned)
+                settings = demo.reproduce_group_settings(base, group, pinned)
+                self.assertEqual(demo.run_settings(demo.build_parser().parse_args(argv)), settings)
+                self.assertEqual(settings.output, Path("exp") / group)
+        warm = demo.reproduce_group_settings(base, "warm", f"python@{DIGEST_A}")
+        self.assertEqual((warm.warmup, warm.rounds, warm.parallelism, warm.runtime), (True, 2, 4, None))
 
     def test_warmup_manifest_pins_the_node_through_the_scheduler(self) -> None:
-        settings = demo.RunSettings.from_args(
+        settings = demo.run_settings(
             demo.build_parser().parse_args(["run", "--output", "o", "--warmup", "--pin-image"])
         )
         self.assertTrue(settings.warmup)
@@ -337,7 +354,7 @@ class WarmupTest(FakeClusterCase):
         self.assertRegex(results["image_pinned"], r"^python@sha256:[0-9a-f]{64}$")
         self.assertEqual({pod["spec"]["containers"][0]["image"] for pod in measured}, {results["image_pinned"]})
         self.assertEqual(results["warmup"]["nodes"], ["node-b", "node-c"])
-        self.assertEqual(results["warmup"]["per_node"]["node-b"]["image_pull"], "present")
+        self.assertEqual(results["warmup"]["per_node"]["node-b"]["image_pull"], "cached")
         self.assertEqual(results["episodes"], 3)  # warm-up episodes never count
         self.assertEqual({row["job"] for row in results["pods"]}, {"rollout"})
         self.assertTrue((self.root / "out" / "warmup" / "warmup-1" / "pods.json").is_file())
@@ -480,7 +497,10 @@ class FakeSchedulingTest(unittest.TestCase):
             deadline_seconds=60,
         )
         job["spec"]["template"]["spec"]["nodeSelector"] = node_selector
-        items = [demo.namespace_manifest(namespace, "000000000001"), demo.configmap_manifest(namespace, "000000000001")]
+        items = [
+            demo.namespace_manifest(namespace, "000000000001"),
+            demo.configmap_manifest(namespace, "000000000001", demo.WORKER_SOURCE),
+        ]
         for item in (*items, job):
             created = self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(item))
             self.assertEqual(created.returncode, 0, created.stderr)

@@ -28,7 +28,7 @@ def manifests() -> list[dict[str, Any]]:
     namespace = "agc-rl-0123456789ab"
     objects = [
         demo.namespace_manifest(namespace, "0123456789ab"),
-        demo.configmap_manifest(namespace, "0123456789ab"),
+        demo.configmap_manifest(namespace, "0123456789ab", demo.WORKER_SOURCE),
         demo.job_manifest(
             name="rollout",
             namespace=namespace,

@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
+from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):
@@ -112,7 +113,7 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted")
 
     def test_configmap_carries_the_worker(self) -> None:
-        configmap = demo.configmap_manifest("ns", "id")
+        configmap = demo.configmap_manifest("ns", "id", demo.WORKER_SOURCE)
         self.assertEqual(configmap["data"]["episode.py"], demo.WORKER_SOURCE)
 
     def test_pod_selector_prefers_the_uid_label_and_falls_back_to_the_legacy_one(self) -> None:
@@ -639,7 +640,7 @@ class WorkerTest(unittest.TestCase):
                 "def shipping(total):\n    return 0 if total >= 99 else 10\n",
             )
             message = termination.read_text()
-            self.assertLessEqual(len(message.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+            self.assertLessEqual(len(message.encode()), MAX_TERMINATION_MESSAGE)
             self.assertEqual(demo.comparable_events(demo.parse_events(message)), demo.comparable_events(events))
 
 

@@ -1,5 +1,5 @@
 """What a hostile episode prints is input, not instructions: each rule of the untrusted-output
-contract, case by case (README: "What a pod can and cannot do to the client")."""
+contract, case by case (docs/safety.md: "Untrusted pods")."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
 from tests.fakecluster import ENVIRONMENT
+from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
 MAIN_GUARD = 'if __name__ == "__main__":\n'
 FIXED = "def shipping(total):\n    return 0 if total >= 99 else 10\n"
@@ -85,7 +86,7 @@ class WorkerGradeTest(unittest.TestCase):
         self.assert_termination_matches(episode)
 
     def assert_termination_matches(self, episode: Episode) -> None:
-        self.assertLessEqual(len(episode.termination.encode()), demo.TERMINATION_MESSAGE_LIMIT)
+        self.assertLessEqual(len(episode.termination.encode()), MAX_TERMINATION_MESSAGE)
         self.assertEqual(
             demo.comparable_events(demo.parse_events(episode.termination)), demo.comparable_events(episode.events)
         )

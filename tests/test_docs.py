@@ -1,0 +1,179 @@
+"""The documents' shape: README.md starts where a newcomer starts and stays short, the reference
+lives under docs/, every link and anchor resolves, and README.zh-CN.md follows the same path in
+Chinese with full-width punctuation. (Their command lines: tests/test_readme_help.py; the
+no-cluster command end to end: tests/test_demo.py.)"""
+
+from __future__ import annotations
+
+import re
+import unittest
+from typing import Dict, List, Tuple
+
+from tests.test_readme_help import ROOT, TEST_COMMAND, code_blocks, documents, name
+
+DEMO_COMMAND = "python3 tests/fakecluster.py demo"
+README_LINE_BUDGET = 300
+CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def headings(text: str) -> List[Tuple[int, str]]:
+    """(level, title) of every Markdown heading outside code blocks."""
+    found = []
+    inside = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif not inside and re.match(r"#{1,6} ", line):
+            level, title = line.split(" ", 1)
+            found.append((len(level), title.strip()))
+    return found
+
+
+def slug(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped (letters of every
+    script kept), spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set:
+    seen: Dict[str, int] = {}
+    result = set()
+    for _, title in headings(text):
+        base = slug(title)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        result.add(base if count == 0 else f"{base}-{count}")
+    return result
+
+
+def links(text: str) -> List[str]:
+    """Link and image targets outside code blocks."""
+    inside = False
+    targets = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif not inside:
+            targets += re.findall(r"\]\(([^)\s]+)\)", re.sub(r"`[^`]*`", "", line))
+    return targets
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def commands(text: str) -> List[str]:
+    """The command lines of a section's sh blocks, comments dropped."""
+    return [line.split("  #")[0].strip() for language, lines in code_blocks(text) if language == "sh" for line in lines]
+
+
+class LinksTest(unittest.TestCase):
+    def test_every_link_and_anchor_resolves(self) -> None:
+        checked = 0
+        for path in documents():
+            for target in links(path.read_text(encoding="utf-8")):
+                if re.match(r"[a-z]+:", target):
+                    continue  # https: and the like
+                file_part, _, anchor = target.partition("#")
+                destination = (path.parent / file_part).resolve() if file_part else path
+                self.assertTrue(destination.exists(), f"{name(path)}: link to a missing {target}")
+                if anchor:
+                    self.assertIn(
+                        anchor, anchors(destination.read_text(encoding="utf-8")), f"{name(path)}: no #{anchor}"
+                    )
+                checked += 1
+        self.assertGreater(checked, 60)
+
+    def test_the_readme_links_every_reference_document_and_each_links_back(self) -> None:
+        readme = set(links((ROOT / "README.md").read_text(encoding="utf-8")))
+        docs = sorted((ROOT / "docs").glob("*.md"))
+        self.assertGreaterEqual(len(docs), 8)
+        for doc in docs:
+            self.assertIn(f"docs/{doc.name}", {target.partition("#")[0] for target in readme}, doc.name)
+            self.assertIn("../README.md", links(doc.read_text(encoding="utf-8")), doc.name)
+
+    def test_the_readmes_link_each_other(self) -> None:
+        self.assertIn("README.zh-CN.md", links((ROOT / "README.md").read_text(encoding="utf-8")))
+        self.assertIn("README.md", links((ROOT / "README.zh-CN.md").read_text(encoding="utf-8")))
+
+    def test_the_readme_sections_the_tool_cites_exist(self) -> None:
+        """rl_batch_demo.py points its readers at README sections by name."""
+        source = (ROOT / "rl_batch_demo.py").read_text(encoding="utf-8")
+        cited = set(re.findall(r"README(?::|'s) \"([^\"]+)\"", source))
+        titles = {title for _, title in headings((ROOT / "README.md").read_text(encoding="utf-8"))}
+        self.assertEqual(cited - titles, set())
+
+
+class ReadmeShapeTest(unittest.TestCase):
+    """README.md: what it is, set up, the no-cluster try, the real cluster; then pointers."""
+
+    def setUp(self) -> None:
+        self.text = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    def test_short(self) -> None:
+        self.assertLessEqual(len(self.text.splitlines()), README_LINE_BUDGET)
+
+    def test_a_newcomers_order(self) -> None:
+        titles = [title for level, title in headings(self.text) if level == 2]
+        self.assertEqual(titles[:4], ["Contents", "Set up", "Try it without a cluster", "On a real cluster"])
+        self.assertLess(self.text.index("## Contents"), 2000, "the table of contents is near the top")
+
+    def test_the_contents_link_every_section(self) -> None:
+        contents = section(self.text, "Contents")
+        targets = {target[1:] for target in links(contents) if target.startswith("#")}
+        for _, title in headings(self.text)[1:]:
+            if title != "Contents":
+                self.assertIn(slug(title), targets, f"the contents lack {title!r}")
+
+    def test_set_up_is_install_then_the_tests(self) -> None:
+        self.assertEqual(commands(section(self.text, "Set up")), ["pip install .", TEST_COMMAND])
+
+    def test_the_no_cluster_try_is_one_command(self) -> None:
+        self.assertEqual(commands(section(self.text, "Try it without a cluster")), [DEMO_COMMAND])
+
+    def test_the_real_cluster_path_is_check_run_cleanup(self) -> None:
+        lines = commands(section(self.text, "On a real cluster"))
+        tool = [line.split()[2] for line in lines if line.startswith("python3 rl_batch_demo.py ")]
+        self.assertEqual(tool, ["check", "run", "cleanup"])
+
+
+class ChineseReadmeTest(unittest.TestCase):
+    """README.zh-CN.md: the same path, in Chinese, with Chinese punctuation."""
+
+    def setUp(self) -> None:
+        self.text = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+
+    def test_the_same_path(self) -> None:
+        titles = [title for level, title in headings(self.text) if level == 2]
+        self.assertEqual(titles[:4], ["目录", "安装与测试", "不用集群试一试", "在真实集群上"])
+        self.assertEqual(commands(section(self.text, "安装与测试")), ["pip install .", TEST_COMMAND])
+        self.assertEqual(commands(section(self.text, "不用集群试一试")), [DEMO_COMMAND])
+        real = [line.split()[2] for line in commands(section(self.text, "在真实集群上")) if line.startswith("python3 ")]
+        self.assertEqual([real[0], real[-1]], ["check", "cleanup"])
+        self.assertIn("run", real)
+
+    def test_the_contents_link_every_section(self) -> None:
+        targets = {target[1:] for target in links(section(self.text, "目录")) if target.startswith("#")}
+        for level, title in headings(self.text)[1:]:
+            if level == 2 and title != "目录":
+                self.assertIn(slug(title), targets, f"the contents lack {title!r}")
+
+    def test_full_width_punctuation_in_chinese_prose(self) -> None:
+        """In a line of Chinese prose, outside code, the full-width marks: never ASCII , . : ; ( ) ! ?"""
+        inside = False
+        checked = 0
+        for number, line in enumerate(self.text.splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                inside = not inside
+                continue
+            if inside or not CJK.search(line):
+                continue
+            bare = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "``", line))
+            ascii_marks = re.findall(r".?[,;:()!?].?|(?<=[\u3400-\u9fff])\.", bare)
+            self.assertEqual(ascii_marks, [], f"README.zh-CN.md line {number}: ASCII punctuation in Chinese prose")
+            checked += 1
+        self.assertGreater(checked, 60)
+
+
+if __name__ == "__main__":
+    unittest.main()
