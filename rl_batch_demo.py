@@ -38,6 +38,7 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -50,8 +51,9 @@ import subprocess
 import sys
 import threading
 import time
+import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
 
 __version__ = "0.2.0"
 
@@ -89,6 +91,12 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
+# The built-in worker's reward event names where its tests came from (`modules`): the runner's own
+# copy, given on its stdin, with the payload's TEST_SHA256 (tests/test_worker_grade.py checks both).
+BUILTIN_TEST_MODULE = {
+    "origin": "runner stdin",
+    "sha256": "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb",
+}
 
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
@@ -152,6 +160,91 @@ PHASE_LABELS = {
 }
 PHASES = tuple(PHASE_LABELS)
 
+# The clocks a figure is read from (docs/figures.md, "The clocks"), each with its resolution in
+# seconds: the API server's stamps (creationTimestamp, conditions, startedAt/finishedAt) are whole
+# seconds, truncated; the scheduler's eventTime is microseconds; /proc's start times are clock ticks.
+CLOCK_API = "API server"
+CLOCK_SCHEDULER = "scheduler"
+CLOCK_TICKS = "kernel ticks"
+CLOCK_NODE = "node"
+CLOCK_CLIENT = "client"
+CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
+
+# Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
+# with its clock: the one place that says where a figure's ends come from.
+STAMP_CLOCKS = {
+    "batch_start": CLOCK_API,  # the Job's creationTimestamp
+    "created_at": CLOCK_API,
+    "scheduled_at": CLOCK_SCHEDULER,  # the Scheduled event's eventTime (the PodScheduled condition: below)
+    "container_started_at": CLOCK_API,
+    "finished_at": CLOCK_API,
+    "kernel_booted_at": CLOCK_TICKS,
+    "process_started_at": CLOCK_TICKS,
+    "first_statement_at": CLOCK_NODE,
+    "imports_done_at": CLOCK_NODE,
+    "ready_at": CLOCK_NODE,
+    "reward_at": CLOCK_NODE,
+    "observed_first_seen_at": CLOCK_CLIENT,
+    "client_submitted_at": CLOCK_CLIENT,  # client_job_complete_seconds is timed on the monotonic clock
+    "client_observed_complete_at": CLOCK_CLIENT,
+}
+
+# Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
+# where it cannot). The summary, the CI step summary, the verdict and the guide's table format
+# each figure from its clocks (FIGURE_CLOCKS: figure_text, clock_text).
+_SKEW = "the node's clock is behind the API server's"
+FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
+    "batch_to_all_ready_seconds": ("batch_start", "ready_at", _SKEW),
+    "batch_to_all_rewards_seconds": ("batch_start", "reward_at", _SKEW),
+    "client_job_complete_seconds": ("client_submitted_at", "client_observed_complete_at", None),  # monotonic
+    "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
+    "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
+    "pod_to_container_started_seconds": (
+        "created_at",
+        "container_started_at",
+        "startedAt is the kubelet's stamp and creationTimestamp the API server's, and their clocks disagree",
+    ),
+    "pod_to_process_start_seconds": ("created_at", "process_started_at", _SKEW),
+    "interpreter_start_seconds": (
+        "process_started_at",
+        "first_statement_at",
+        "the process start is counted in 10 ms clock ticks, so a first statement in its tick can read before it",
+    ),
+    "python_import_seconds": ("first_statement_at", "imports_done_at", "the node's wall clock was stepped back"),
+    "import_to_ready_seconds": ("imports_done_at", "ready_at", "the node's wall clock was stepped back"),
+    "pod_to_ready_seconds": ("created_at", "ready_at", _SKEW),
+    "pod_observed_to_ready_seconds": (
+        "observed_first_seen_at",
+        "ready_at",
+        "the client saw the pod only after it was ready, or the node's clock is behind the client's",
+    ),
+    "ready_to_reward_seconds": ("ready_at", "reward_at", "the node's wall clock was stepped back"),
+    "reward_to_finished_seconds": (
+        "reward_at",
+        "finished_at",
+        "finishedAt is truncated to the second, so a reward in the container's last second reads as after it",
+    ),
+}
+FIGURE_CLOCKS = {
+    figure: (STAMP_CLOCKS[start], STAMP_CLOCKS[end], why) for figure, (start, end, why) in FIGURE_STAMPS.items()
+}
+# pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
+SCHEDULED_BY_CONDITION = (
+    CLOCK_API,
+    CLOCK_API,
+    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+)
+SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+# The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
+# ran on it is a simulation on one machine, and its timeline says so.
+SIMULATED_RUNTIME = "rl-batch-demo-simulation"
+MANY_SAMPLES = 100  # from this many samples on, the summary adds each phase's p99 and mean
+
 COMPARE_FIGURES = (
     ("episodes", "episodes", False),
     ("parallelism", "parallelism", False),
@@ -186,7 +279,8 @@ TIMELINE_DETAIL_BARS = (
 
 # The kubelet's runtime histograms (`run --kubelet-metrics`), named as the guide names them:
 # (family, label, label value or None for the RuntimeClass's handler).
-KUBELET_OPERATIONS = (
+KubeletOperation = typing.Literal["RunPodSandbox", "CreateContainer", "StartContainer", "PullImage"]
+KUBELET_OPERATIONS: Tuple[Tuple[KubeletOperation, str, str, Optional[str]], ...] = (
     ("RunPodSandbox", "kubelet_run_podsandbox_duration_seconds", "runtime_handler", None),
     ("CreateContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "create_container"),
     ("StartContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "start_container"),
@@ -244,6 +338,27 @@ _TRANSIENT_MARKERS = (
 
 # A request refused outright never reached storage: repeating a create after it is safe.
 _NOT_APPLIED_MARKERS = ("connection refused", "was refused", "(toomanyrequests)", "too many requests")
+
+# Lines of kubectl's stderr that are not its message: client-go's klog lines, logged while a call
+# goes on (`E1201 14:29:34.166386    8886 memcache.go:265] ...`: k8s.io/klog/v2's header), and the
+# API server's warnings (`Warning: ...`, client-go rest/warnings.go). kubectl's own message, from
+# cmdutil.CheckErr (kubectl pkg/cmd/util/helpers.go), is the first line after them.
+_KLOG_LINE = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [^\s\]]+:\d+\] "
+_WARNING_PREFIX = "Warning: "
+
+# kubectl's words when no HTTP answer came: the server is unreachable, and why. StandardErrorMessage
+# for a *url.Error (kubectl pkg/cmd/util/helpers.go); `create -f` when the API's discovery failed
+# (cli-runtime pkg/resource/mapper.go), when validation could not download the OpenAPI document
+# (kubectl pkg/cmd/util/helpers.go, pkg/validation), or when the create itself could not connect
+# (cmdutil.AddSourceToErr wraps the *url.Error).
+_UNREACHABLE_MESSAGES = (
+    r"^The connection to the server (?P<host>\S+) was (?P<reason>refused) - did you specify the right host or port\?$",
+    r"^Unable to connect to the server: (?P<reason>.+)$",
+    r'^error: unable to recognize "[^"]*": Get "(?P<url>[^"]+)": (?P<reason>.+)$',
+    r'^error: error validating "[^"]*": error validating data: (?:failed to download openapi: )?Get "(?P<url>[^"]+)": '
+    r"(?P<reason>.+); if you choose to ignore these errors, turn validation off with --validate=false$",
+    r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
+)
 
 
 # Regular expressions are kept as their source: `re` compiles each on first use and caches it, so that
@@ -312,16 +427,63 @@ class EventParseError(ValueError):
     """A line that claims to be an event but is not a valid one."""
 
 
-class KubectlFailure(DemoError):
-    """kubectl ran and exited non-zero."""
+def kubectl_message(stderr: str) -> str:
+    """kubectl's own message in its stderr: the first line that is neither a klog line nor a
+    server warning (the last line when there is nothing else)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    own = (line for line in lines if not (re.match(_KLOG_LINE, line) or line.startswith(_WARNING_PREFIX)))
+    return next(own, lines[-1] if lines else "(no message)")
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
-        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+
+def unreachable_reason(message: str) -> Optional[Tuple[str, str]]:
+    """(host, reason) when kubectl's message says no answer came from the API server (host "" when
+    the message does not name it); None for any other message. A dial error is shortened to its
+    cause: "dial tcp 10.0.0.1:6443: connect: connection refused" becomes "connection refused"."""
+    for pattern in _UNREACHABLE_MESSAGES:
+        match = re.match(pattern, message)
+        if match:
+            found = match.groupdict()
+            reason = found["reason"]
+            if reason == "refused" or reason.startswith("dial tcp"):
+                reason = "connection refused" if reason == "refused" else reason.rsplit(": ", 1)[-1]
+            host = found.get("host") or re.sub(r"^\w+://([^/]+).*$", r"\1", found.get("url") or "")
+            lookup = re.search(r"\blookup (\S+?)(?: on \S+)?: no such host$", message)
+            return host or (lookup.group(1) if lookup else ""), reason
+    return None
+
+
+def unreachable_message(server: Optional[str], context: Optional[str], reason: str) -> str:
+    """One line for an API server that did not answer: which server, which context, what to check."""
+    where = f"the API server {server}" if server else "the API server"
+    named = f" of context {context}" if context else ""
+    probe = shlex.join(["kubectl", *(["--context", context] if context else []), "cluster-info"])
+    if "x509:" in reason or reason.startswith("tls: failed to verify"):
+        return (
+            f"cannot verify {where}{named} ({reason}); check the certificate-authority of the context's "
+            f"cluster in the kubeconfig, or `{probe}`"
+        )
+    return f"cannot reach {where}{named} ({reason}); check the network/VPN and that the cluster runs, or `{probe}`"
+
+
+class KubectlFailure(DemoError):
+    """kubectl ran and exited non-zero. When no answer came from the API server, the message says
+    so in one line naming the server (`server`, else the host kubectl names) and the context."""
+
+    def __init__(
+        self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "", server: Optional[str] = None
+    ) -> None:
         self.stderr = stderr
         self.stdout = stdout
-        self.first_line = lines[0] if lines else "(no message)"
+        self.first_line = kubectl_message(stderr)
         self.command = shlex.join(["kubectl", *argv[1:]])
-        super().__init__(f"`{self.command}` failed (exit {returncode}): {self.first_line}", EXIT_CLUSTER)
+        unreachable = unreachable_reason(self.first_line)
+        self.unreachable = unreachable is not None
+        if unreachable is not None:
+            context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
+            message = unreachable_message(server or unreachable[0], context, unreachable[1])
+        else:
+            message = f"`{self.command}` failed (exit {returncode}): {self.first_line}"
+        super().__init__(message, EXIT_CLUSTER)
 
     @property
     def transient(self) -> bool:
@@ -344,7 +506,12 @@ class KubectlTimeout(DemoError):
 
 # Typed records ################################################################
 # The records the layers hand each other: timings, a run's settings, the receipt, what a round
-# observed and collected, an episode's row. Uses the constants and the errors.
+# observed and collected, and the schema of results.json and the files beside it. Uses the
+# constants and the errors.
+
+# Kubernetes objects and what a pod or a user hands in stay loose JSON, each under its own name.
+KubeObject = Dict[str, Any]  # an object as kubectl prints it, or a manifest: a Job, a pod, an event, a node
+JsonObject = Dict[str, Any]  # JSON whose keys are not this tool's: a task, a worker's event, its info
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,7 +551,7 @@ class RunSettings:
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
-    tasks: Optional[Tuple[Dict[str, Any], ...]] = None  # --tasks: one per episode, in index order
+    tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
@@ -428,6 +595,28 @@ class JobReceipt:
     uid: Optional[str] = None  # None until the create answered
 
 
+class ReceiptJob(TypedDict):
+    name: str
+    uid: Optional[str]  # None until the create answered
+
+
+class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+    context: str
+    server: Optional[str]
+    namespace: str
+    run_id: str
+    kubeconfig: Optional[str]
+    kubectl: Optional[str]
+    created_at: Optional[float]
+    tool_version: Optional[str]
+    jobs: List[ReceiptJob]
+
+
+class ReceiptFile(_ReceiptFile, total=False):
+    uid: str  # the namespace's, once it exists (the guide's key)
+    job_uid: str  # the guide's key: the one Job's UID
+
+
 @dataclasses.dataclass
 class Receipt:
     """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
@@ -447,8 +636,8 @@ class Receipt:
     jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
     guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
 
-    def to_json(self) -> Dict[str, Any]:
-        data: Dict[str, Any] = {
+    def to_json(self) -> ReceiptFile:
+        data: ReceiptFile = {
             "context": self.context,
             "server": self.server,
             "namespace": self.namespace,
@@ -505,13 +694,13 @@ class Receipt:
 class RoundObservation:
     """What the client saw while it waited for one Job (client clock)."""
 
-    job: Dict[str, Any]  # the Job as last seen
+    job: KubeObject  # the Job as last seen
     condition: Optional[str]  # "Complete" or "Failed"; None when the wait ended without one
     condition_seen_wall: Optional[float] = None  # when the condition reached the client
     condition_seen_monotonic: Optional[float] = None
     pod_sightings: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # see record_pod_sighting
     blocked: str = ""  # why the Job cannot create pods, e.g. a Pod Security rejection
-    last_pods: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # each pod as last watched
+    last_pods: Dict[str, KubeObject] = dataclasses.field(default_factory=dict)  # each pod as last watched
     pod_deleted: bool = False  # the pod watch reported a deletion
 
 
@@ -521,9 +710,9 @@ class RoundCollected:
 
     round_number: int
     job_name: str
-    job: Dict[str, Any]  # as created (its UID and creation time)
+    job: KubeObject  # as created (its UID and creation time)
     observation: RoundObservation
-    pods: List[Dict[str, Any]]  # the Job's own pods, by its UID label
+    pods: List[KubeObject]  # the Job's own pods, by its UID label
     logs: Dict[str, Optional[PodLog]]  # None: unreadable (see log_errors)
     log_errors: Dict[str, str]
     count: int  # episodes requested
@@ -534,7 +723,7 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
-    events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's, same listing
+    events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
 
 
 @dataclasses.dataclass
@@ -542,7 +731,7 @@ class PodLog:
     """What one pod printed, as far as the tool keeps it in memory: its events, not its text
     (the text goes to <pod>.log on disk, up to LOG_FILE_LIMIT)."""
 
-    events: List[Dict[str, Any]]
+    events: List[JsonObject]
     error: str = ""  # the first bad event line, if any
     lines: int = 0
     long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
@@ -550,14 +739,24 @@ class PodLog:
     dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT: counted, not saved
 
 
-@dataclasses.dataclass
-class EpisodeRow:
-    """One validated episode's figures: a row of results.json's "pods" (README: every key)."""
+# The schema of results.json (and rewards.jsonl, warmup.json, reproduce's report.json) as TypedDicts:
+# plain dicts at run time, every key checked by mypy. The writer builds them, every reader reads
+# them, a file read back is checked against them first (schema_problem), and the documents' field
+# tables list exactly their keys (docs/development.md, "Field tables").
+class _ImagePull(TypedDict):
+    state: str  # "cached", "pulled" or "unknown"
+    seconds: Optional[float]
 
+
+class ImagePull(_ImagePull, total=False):
+    seconds_including_waiting: Optional[float]  # only when pulled
+
+
+class PodRow(TypedDict):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
-    reward: Any
+    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
     pod_to_ready_seconds: float
     batch_to_ready_seconds: float
     batch_to_reward_seconds: float
@@ -568,7 +767,7 @@ class EpisodeRow:
     ready_to_reward_seconds: float
     reward_to_finished_seconds: Optional[float]
     pod_observed_to_ready_seconds: Optional[float]
-    overhead: Optional[Dict[str, Any]]
+    overhead: Optional[KubeObject]
     created_at: float
     scheduled_at: Optional[float]
     container_started_at: Optional[float]
@@ -579,26 +778,246 @@ class EpisodeRow:
     observed_running_at: Optional[float]
     observed_succeeded_at: Optional[float]
     batch_start: float  # the Job's creation: the origin of the batch_to_* figures
-    round: int = 1
-    job: str = JOB_NAME
-    index: int = 0  # the completion index (Indexed Jobs), else the pod's place in creation order
-    task_id: Any = None  # the task's "id", else the index
-    info: Optional[Dict[str, Any]] = None  # the reward event's other fields: rewards.jsonl only
-    scheduled_source: Optional[str] = None  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
-    process_started_at: Optional[float] = None  # /proc/self/stat starttime on the kernel's boot clock
-    first_statement_at: Optional[float] = None  # the worker's first statement (node wall clock)
-    kernel_booted_at: Optional[float] = None  # only for a sandbox kernel (kernel == "sandbox")
-    kernel: Optional[str] = None  # "sandbox", "shared", or None when the sandbox did not say
-    pod_to_process_start_seconds: Optional[float] = None
-    pod_to_kernel_boot_seconds: Optional[float] = None
-    kernel_boot_to_process_start_seconds: Optional[float] = None
-    interpreter_start_seconds: Optional[float] = None
-    image_pull: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"state": "unknown", "seconds": None})
+    round: int
+    job: str
+    index: int  # the completion index (Indexed Jobs), else the pod's place in creation order
+    task_id: Any  # the task's "id", else the index
+    scheduled_source: Optional[str]  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
+    process_started_at: Optional[float]  # /proc/self/stat starttime on the kernel's boot clock
+    first_statement_at: Optional[float]  # the worker's first statement (node wall clock)
+    kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
+    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say
+    pod_to_process_start_seconds: Optional[float]
+    pod_to_kernel_boot_seconds: Optional[float]
+    kernel_boot_to_process_start_seconds: Optional[float]
+    interpreter_start_seconds: Optional[float]
+    image_pull: ImagePull
+    container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
 
-    def to_json(self) -> Dict[str, Any]:
-        data = dict(self.__dict__)
-        data.pop("info", None)  # untrusted and possibly large: kept in rewards.jsonl, not in every report
-        return data
+
+class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
+    info: JsonObject  # the reward event's other fields: untrusted, possibly large
+
+
+class PhaseStats(TypedDict):
+    samples: int
+    p50: float
+    p95: float
+    max: float
+
+
+class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+    cause: str
+
+
+class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
+    episodes: int
+    successful_episodes: int
+    reward_sum: float
+    batch_to_all_ready_seconds: float
+    batch_to_all_rewards_seconds: float
+    pod_to_ready_p50_seconds: float
+    pod_to_ready_p95_seconds: float
+    pod_to_ready_max_seconds: float
+    reward_mean: Optional[float]
+    reward_min: Optional[float]
+    reward_max: Optional[float]
+
+
+class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
+    failed_episodes: List[FailedEpisode]
+    client_job_complete_seconds: float
+    client_submitted_at: float
+    client_observed_complete_at: Optional[float]
+    job_created_at: float
+    job_complete_at: Optional[float]
+    job_success_criteria_met_at: Optional[float]
+
+
+class RoundResult(BatchFigures, JobTimes):  # a row of round_results; a warm-up's or probe's Job too
+    round: int
+    job: str
+    job_uid: str
+
+
+class WarmupNode(TypedDict):
+    job: str
+    job_uid: str
+    pod: str
+    pod_to_ready_seconds: float
+    image_id: Optional[str]
+    image_pull: str  # the episode's image_pull state
+
+
+class Warmup(TypedDict):  # results.json's `warmup`, also warmup/warmup.json
+    nodes: List[str]
+    per_node: Dict[str, WarmupNode]
+    image: str
+    pod_to_ready_max_seconds: float
+
+
+class _PreparedImage(TypedDict):  # what --warmup and --pin-image settled before the measured rounds
+    image_pinned: Optional[str]
+    warmup: Optional[Warmup]
+
+
+class PreparedImage(_PreparedImage, total=False):
+    image_pinned_from: Dict[str, Optional[str]]  # --pin-image only: node -> the imageID read there
+
+
+Bucket = List[Optional[float]]  # [lower, upper]; upper None for +Inf
+
+
+class OperationFigures(TypedDict):
+    count: int
+    mean_seconds: Optional[float]
+    p50_seconds: Optional[float]
+    p95_seconds: Optional[float]
+    p50_bucket: Optional[Bucket]
+    p95_bucket: Optional[Bucket]
+
+
+class Operations(TypedDict):  # the guide's runtime operations (KUBELET_OPERATIONS), pooled or on one node
+    RunPodSandbox: Optional[OperationFigures]
+    CreateContainer: Optional[OperationFigures]
+    StartContainer: Optional[OperationFigures]
+    PullImage: Optional[OperationFigures]
+
+
+class NodeOperations(Operations):
+    foreign_operations: int
+    note: str
+
+
+class RuntimeOperations(TypedDict):
+    handler: str
+    pooled: Operations
+    nodes: Dict[str, NodeOperations]
+
+
+class KubeletFigures(TypedDict, total=False):
+    runtime_operations: RuntimeOperations  # --kubelet-metrics only
+
+
+class ImageCache(TypedDict):
+    cached: int
+    pulled: int
+    unknown: int
+
+
+class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+    max_failed_episodes: int
+    worker: str
+    tasks: Optional[int]
+    context: str
+    namespace: str
+    run_id: str
+    image: str
+    runtime: Optional[str]
+    parallelism: int
+    rounds: int
+    episodes_per_round: int
+    cache_state: str
+    image_cache: ImageCache
+    phases: Dict[str, Optional[PhaseStats]]  # one per PHASES
+    nodes: Dict[str, int]
+    image_ids: List[str]
+    container_runtimes: List[str]  # distinct, as the kubelet names them in containerID
+    round_results: List[RoundResult]
+    tool_version: str
+    pods: List[PodRow]
+
+
+class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+    round: int
+    index: Optional[int]
+    task_id: Any
+    pod: str
+    reward: Optional[float]
+    info: Optional[JsonObject]
+    failure: Optional[str]
+
+
+class GuideRow(TypedDict):
+    row: str
+    cells: List[str]
+
+
+class GuideReference(TypedDict):
+    date: str
+    conditions: List[str]
+
+
+class _GuideTable(TypedDict):  # the guide's section 六 table (compare --format guide, report.json)
+    lang: str
+    header: List[str]
+    rows: List[GuideRow]
+
+
+class GuideTable(_GuideTable, total=False):
+    reference: GuideReference  # --reference guide
+
+
+class _ReproduceGroup(TypedDict):
+    name: str
+    directory: str
+    argv: List[str]
+    exit_code: Optional[int]  # None while it runs
+
+
+class ReproduceGroup(_ReproduceGroup, total=False):
+    error: str  # why its run failed
+    namespace: Optional[str]  # from its receipt, once its run ended
+
+
+class _ReproduceReport(TypedDict):  # reproduce's report.json
+    context: str
+    image: str
+    image_pinned: Optional[str]
+    count: int
+    rounds: int
+    groups: List[ReproduceGroup]
+    complete: bool
+    tool_version: str
+
+
+class ReproduceReport(_ReproduceReport, total=False):
+    table: Optional[GuideTable]  # once the experiment ended (None: no group finished)
+
+
+class ComparisonRow(TypedDict):  # compare --format json's figures
+    figure: str
+    label: str
+    values: List[Optional[float]]
+    ratios: List[Optional[float]]
+
+
+class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
+    round: int
+    job: str
+    pods: Optional[List[KubeObject]]
+    job_object: Optional[KubeObject]
+
+
+class JUnitCase(TypedDict):
+    classname: str
+    name: str
+    time: float
+    outcome: str  # "passed", "failure", "error" or "skipped"
+    message: str
+    text: str
+
+
+class JUnitSuite(TypedDict):
+    round: Optional[int]
+    job: Optional[str]
+    time: float
+    cases: List[JUnitCase]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -622,7 +1041,7 @@ class Finding:
 
 # A one-episode Job before the measured rounds (a warm-up or the probe), run by the batch: its name,
 # directory and manifest, and where an interruption saves the namespace's events; its rows and figures.
-OneEpisodeJob = Callable[[str, Path, Dict[str, Any], Path], Tuple[List[EpisodeRow], Dict[str, Any]]]
+OneEpisodeJob = Callable[[str, Path, KubeObject, Path], Tuple[List[EpisodeRow], RoundResult]]
 
 
 # Pure core: time, numbers, JSON ###############################################
@@ -660,7 +1079,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
 
 
-def summarise(values: Iterable[Optional[float]]) -> Optional[Dict[str, Any]]:
+def summarise(values: Iterable[Optional[float]]) -> Optional[PhaseStats]:
     """p50/p95/max of the known values; None when no episode has the figure."""
     known = [value for value in values if value is not None]
     if not known:
@@ -694,6 +1113,16 @@ def finite_number(value: Any) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
+def json_number(value: object) -> Optional[float]:
+    """A JSON number as it is (an integer stays one), else None: never a boolean."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def json_stat(stats: Optional[Mapping[str, object]], name: str) -> Optional[float]:
+    """One number of a record (a phase's p50, ...), or None when the record or the number is absent."""
+    return json_number(stats.get(name)) if stats else None
+
+
 def is_int(value: Any, expected: Optional[int] = None) -> bool:
     """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
     return type(value) is int and (expected is None or value == expected)
@@ -703,6 +1132,76 @@ def short_repr(value: Any, limit: int = 60) -> str:
     """A pod's value for a message: repr-escaped (no control character survives), and short."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_kind(value: Any) -> str:
+    kinds = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "a list"), (dict, "an object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+@functools.cache
+def schema_shape(schema: Any) -> Tuple[str, Any]:
+    """What a schema type asks of a JSON value, worked out once per type: ("any", None),
+    ("optional", X), ("record", (fields, required keys)) for a TypedDict, ("list", X),
+    ("dict", X), or the scalar's name ("int", "float", "str", "bool")."""
+    if schema is Any:
+        return "any", None
+    origin, args = typing.get_origin(schema), typing.get_args(schema)
+    if origin is typing.Union:  # Optional[X], the schema's only union
+        return "optional", next(arg for arg in args if arg is not type(None))
+    if hasattr(schema, "__required_keys__"):
+        return "record", (typing.get_type_hints(schema), schema.__required_keys__)
+    if origin in (list, dict):
+        return origin.__name__, args[-1]
+    return schema.__name__, None
+
+
+def schema_problem(value: Any, schema: Any) -> str:
+    """Where JSON read back departs from its record type (a TypedDict above), "" where it does not:
+    the first missing key or value of the wrong type, by its path (pods[3].image_pull.state), so a
+    hand-edited or foreign file is named, never a traceback. Keys the schema does not know are
+    left alone, for they are never read."""
+    problem = _departure(value, schema)
+    return "" if problem is None else f"{problem[0] or 'the top level'} {problem[1]}"
+
+
+def _departure(value: Any, schema: Any) -> Optional[Tuple[str, str]]:
+    """(path, what is wrong there) of the first departure; the path is built only then."""
+    shape, inner = schema_shape(schema)
+    if shape == "any" or (shape == "optional" and value is None):
+        return None
+    if shape == "optional":
+        return _departure(value, inner)
+    if shape in ("record", "dict", "list") and not isinstance(value, list if shape == "list" else dict):
+        return "", f"is {json_kind(value)}, not {'a list' if shape == 'list' else 'an object'}"
+    if shape == "record":
+        fields, required = inner
+        for name, kind in fields.items():
+            problem = _departure(value[name], kind) if name in value else None
+            if problem is None and name not in value and name in required:
+                problem = "", "is missing"
+            if problem is not None:
+                return _within(name, problem)
+        return None
+    if shape in ("list", "dict"):
+        for name, item in enumerate(value) if shape == "list" else value.items():
+            problem = _departure(item, inner)
+            if problem is not None:
+                return _within(f"[{name if shape == 'list' else short_repr(name)}]", problem)
+        return None
+    if shape == "float":
+        fits = finite_number(value) is not None
+    else:
+        fits = is_int(value) if shape == "int" else type(value).__name__ == shape  # str, bool
+    if fits:
+        return None
+    expected = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false"}[shape]
+    return "", f"is {json_kind(value)}, not {expected}"
+
+
+def _within(segment: str, problem: Tuple[str, str]) -> Tuple[str, str]:
+    path, text = problem
+    return segment + ("." if path[:1] not in ("", "[") else "") + path, text
 
 
 def parse_quantity(text: str) -> float:
@@ -721,10 +1220,10 @@ def format_cpu(cores: float) -> str:
     return f"{cores:.1f} CPU"
 
 
-def parse_json_documents(text: str) -> List[Dict[str, Any]]:
+def parse_json_documents(text: str) -> List[KubeObject]:
     """Objects printed one after another (as `kubectl create -o json` does), Lists flattened."""
     decoder = json.JSONDecoder()
-    documents: List[Dict[str, Any]] = []
+    documents: List[KubeObject] = []
     position = 0
     while True:
         while position < len(text) and text[position].isspace():
@@ -767,7 +1266,7 @@ def job_name_for(round_number: int, rounds: int) -> str:
     return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
 
 
-def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
+def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
     """The run's own namespace; the restricted Pod Security level makes the cluster itself
     guarantee that episodes stay unprivileged."""
     return {
@@ -785,10 +1284,10 @@ def namespace_manifest(namespace: str, run_id: str) -> Dict[str, Any]:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[Dict[str, Any]]] = None
-) -> Dict[str, Any]:
+    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+) -> KubeObject:
     """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
-    manifest: Dict[str, Any] = {
+    manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
@@ -799,7 +1298,7 @@ def configmap_manifest(
     return manifest
 
 
-def tasks_text(tasks: Sequence[Dict[str, Any]]) -> str:
+def tasks_text(tasks: Sequence[JsonObject]) -> str:
     """/demo/tasks.jsonl: line i (from 0) is index i's task, re-serialised as one ASCII line."""
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
 
@@ -813,7 +1312,7 @@ def utf8_text(data: bytes, what: str) -> str:
         raise DemoError(f"{what} line {line} is not UTF-8", EXIT_USAGE) from None
 
 
-def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
+def parse_tasks(data: bytes, where: str) -> List[JsonObject]:
     """A --tasks file: one JSON object per line, nothing else; the error names the line."""
     lines = utf8_text(data, f"--tasks {where}").split("\n")
     if lines and lines[-1] == "":
@@ -842,26 +1341,38 @@ def parse_tasks(data: bytes, where: str) -> List[Dict[str, Any]]:
     return tasks
 
 
-def task_id_of(task: Optional[Dict[str, Any]], index: int) -> Any:
+def task_id_of(task: Optional[JsonObject], index: int) -> Any:
     """A task's "id" when it has one, else its index."""
     return task["id"] if task is not None and "id" in task else index
 
 
 def check_worker_source(data: bytes, where: str) -> str:
-    """A --worker file's text, once it decodes as UTF-8 and compiles as Python."""
+    """A --worker file's text, once it decodes as UTF-8 and compiles as Python. It is compiled from
+    its bytes, as Python reads a script (a UTF-8 BOM and a coding declaration count), and kept as
+    it is, a BOM included, for the pod's Python to read the same way. A file that Python could not
+    compile (a NUL byte, nesting deeper than its parser or compiler goes) is bad input, exit 2."""
     source = utf8_text(data, f"--worker {where}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        raise DemoError(f"--worker {where} line {line} has a NUL byte, which Python refuses in source code", EXIT_USAGE)
     try:
-        compile(source, where, "exec", dont_inherit=True)
+        compile(data, where, "exec", dont_inherit=True)
     except SyntaxError as error:
+        at = f" line {error.lineno}" if error.lineno else ""
+        raise DemoError(f"--worker {where}{at} does not compile as Python: {error.msg}", EXIT_USAGE) from None
+    except (RecursionError, MemoryError) as error:  # the parser's or the compiler's stack, by version
         raise DemoError(
-            f"--worker {where} line {error.lineno} does not compile as Python: {error.msg}", EXIT_USAGE
+            f"--worker {where} is nested too deeply for Python to compile ({type(error).__name__}); "
+            "the pod's Python would refuse it too",
+            EXIT_USAGE,
         ) from None
-    except ValueError as error:  # a NUL byte
+    except ValueError as error:
         raise DemoError(f"--worker {where} does not compile as Python: {error}", EXIT_USAGE) from None
     return source
 
 
-def configmap_size_problem(manifest: Dict[str, Any]) -> str:
+def configmap_size_problem(manifest: KubeObject) -> str:
     """Why the ConfigMap would be refused for its size, or empty: its JSON must stay under the
     API server's 1 MiB object limit (metadata the server adds comes on top, so stay well below)."""
     size = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
@@ -886,14 +1397,14 @@ def job_manifest(
     deadline_seconds: int,
     indexed: bool = False,
     max_failed_episodes: int = 0,
-) -> Dict[str, Any]:
+) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Indexed (with --tasks or --max-failed-episodes), each pod's completion index picks its task.
     With --max-failed-episodes K, a failed index is never retried (backoffLimitPerIndex 0) and
     the others go on until more than K failed (maxFailedIndexes, at most N); backoffLimit is
     then left out, since it counts every failure of the Job."""
-    pod_spec: Dict[str, Any] = {
+    pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "securityContext": {
@@ -935,12 +1446,12 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
-    spec_extra: Dict[str, Any] = {}
+    spec_extra: KubeObject = {}
     if indexed or max_failed_episodes > 0:
         spec_extra["completionMode"] = "Indexed"
     if max_failed_episodes > 0:
         spec_extra.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
-    manifest: Dict[str, Any] = {
+    manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -967,7 +1478,7 @@ def job_manifest(
     return manifest
 
 
-def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> Dict[str, Any]:
+def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
     """A Job of one episode (a warm-up or the probe) running the image as given, before any digest is
     resolved."""
     return job_manifest(
@@ -982,7 +1493,7 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     )
 
 
-def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> Dict[str, Any]:
+def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
     """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
     return job_manifest(
         name=name,
@@ -998,7 +1509,7 @@ def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id:
     )
 
 
-def required_uid(obj: Dict[str, Any], what: str) -> str:
+def required_uid(obj: KubeObject, what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
     uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
     if not isinstance(uid, str) or not uid:
@@ -1008,7 +1519,7 @@ def required_uid(obj: Dict[str, Any], what: str) -> str:
     return uid
 
 
-def pod_selector(job: Dict[str, Any]) -> str:
+def pod_selector(job: KubeObject) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
     match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     uid = required_uid(job, "a Job")
@@ -1018,7 +1529,7 @@ def pod_selector(job: Dict[str, Any]) -> str:
     return f"{UID_LABEL}={uid}"
 
 
-def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
+def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
     labels = pod.get("metadata", {}).get("labels", {})
     return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
 
@@ -1028,7 +1539,7 @@ def pod_belongs_to(pod: Dict[str, Any], job_uid: str) -> bool:
 # the sections above.
 
 
-def creation_time(obj: Dict[str, Any], what: str) -> float:
+def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
     text = (obj.get("metadata") or {}).get("creationTimestamp")
     try:
@@ -1037,14 +1548,22 @@ def creation_time(obj: Dict[str, Any], what: str) -> float:
         raise DemoError(f"{what} has no readable creationTimestamp ({text!r})", EXIT_CLUSTER) from None
 
 
-def _container_status(pod: Dict[str, Any]) -> Dict[str, Any]:
+def _container_status(pod: KubeObject) -> KubeObject:
     for status in pod.get("status", {}).get("containerStatuses", []) or []:
         if status.get("name") == CONTAINER_NAME:
             return dict(status)
     return {}
 
 
-def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, Any]:
+def container_runtime_name(container_status: KubeObject) -> Optional[str]:
+    """The CRI runtime that ran a container, as the kubelet names it in `containerID`
+    (`<runtime>://<id>`: kubelet/container/runtime.go ContainerID.String, the type being the
+    runtime's own RuntimeName from its Version call): containerd, cri-o, ... (None if absent)."""
+    match = re.match(r"^([a-z0-9][a-z0-9._-]{0,62})://", str(container_status.get("containerID") or ""))
+    return match.group(1) if match else None
+
+
+def _true_condition(obj: KubeObject, types: Tuple[str, ...]) -> KubeObject:
     """The first of the object's conditions that is True and of one of these types, or {}."""
     for condition in obj.get("status", {}).get("conditions", []) or []:
         if condition.get("type") in types and condition.get("status") == "True":
@@ -1052,17 +1571,17 @@ def _true_condition(obj: Dict[str, Any], types: Tuple[str, ...]) -> Dict[str, An
     return {}
 
 
-def _condition_time(obj: Dict[str, Any], condition_type: str) -> Optional[float]:
+def _condition_time(obj: KubeObject, condition_type: str) -> Optional[float]:
     return optional_timestamp(_true_condition(obj, (condition_type,)).get("lastTransitionTime"))
 
 
-def job_condition(job: Dict[str, Any]) -> Optional[str]:
+def job_condition(job: KubeObject) -> Optional[str]:
     """'Complete' or 'Failed' once the Job has finished, else None."""
     condition = _true_condition(job, ("Complete", "Failed"))
     return str(condition["type"]) if condition else None
 
 
-def failed_condition_text(job: Dict[str, Any]) -> str:
+def failed_condition_text(job: KubeObject) -> str:
     """The Job's Failed condition for a sentence: its reason and message."""
     condition = _true_condition(job, ("Failed",))
     if not condition:
@@ -1071,7 +1590,7 @@ def failed_condition_text(job: Dict[str, Any]) -> str:
     return f"{reason}: {condition['message']}" if condition.get("message") else str(reason)
 
 
-def failed_condition_reason(job: Dict[str, Any]) -> Optional[str]:
+def failed_condition_reason(job: KubeObject) -> Optional[str]:
     """The Job's Failed condition's reason alone, to decide on (e.g. FailedIndexes); None without one."""
     condition = _true_condition(job, ("Failed",))
     if not condition:
@@ -1101,7 +1620,7 @@ def parse_index_set(text: Any) -> List[int]:
     return sorted(set(indexes))
 
 
-def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
+def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
@@ -1113,7 +1632,7 @@ def pod_index(pod: Dict[str, Any], count: int, inspect: str) -> int:
     return int(text)
 
 
-def _phase_failure(pod: Dict[str, Any]) -> str:
+def _phase_failure(pod: KubeObject) -> str:
     status = pod.get("status", {})
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
@@ -1121,7 +1640,7 @@ def _phase_failure(pod: Dict[str, Any]) -> str:
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
 
 
-def pod_failure(pod: Dict[str, Any]) -> Tuple[int, str]:
+def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
     deletes the others); (3, "") for a pod that broke none of them."""
@@ -1142,7 +1661,7 @@ def pod_failure(pod: Dict[str, Any]) -> Tuple[int, str]:
     return 3, ""
 
 
-def pod_count_problem(pods: List[Dict[str, Any]], count: int, inspect: str) -> Optional[DemoError]:
+def pod_count_problem(pods: List[KubeObject], count: int, inspect: str) -> Optional[DemoError]:
     """The error when the Job's pods are not one per requested episode, else None."""
     if len(pods) == count:
         return None
@@ -1154,14 +1673,14 @@ def pod_count_problem(pods: List[Dict[str, Any]], count: int, inspect: str) -> O
     )
 
 
-def termination_message(pod: Dict[str, Any]) -> str:
+def termination_message(pod: KubeObject) -> str:
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     return str(terminated.get("message") or "")
 
 
 def split_pods_and_events(
-    items: List[Dict[str, Any]], job: Optional[Dict[str, Any]]
-) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    items: List[KubeObject], job: Optional[KubeObject]
+) -> Tuple[List[KubeObject], List[KubeObject]]:
     """From one `get pods,events` listing: the Job's pods (by its UID label, in creation order)
     and every event of the namespace."""
     uid = job["metadata"]["uid"] if job else None
@@ -1179,7 +1698,7 @@ def split_pods_and_events(
     return pods, events
 
 
-def pod_list(pods: List[Dict[str, Any]]) -> Dict[str, Any]:
+def pod_list(pods: List[KubeObject]) -> KubeObject:
     return {"apiVersion": "v1", "kind": "List", "items": pods}
 
 
@@ -1197,7 +1716,7 @@ def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: fl
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 
-def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Optional[List[Dict[str, Any]]]:
+def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Optional[List[KubeObject]]:
     """The Job's pods in their final state as the pod watch delivered them, when that provably
     is their final state; else None, and the caller lists them.
 
@@ -1230,7 +1749,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
     return pods
 
 
-def pod_counts(sightings: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dict[str, int]:
+def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
     """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
     if sightings:
         phases = [record.get("phase") for record in sightings.values()]
@@ -1250,7 +1769,7 @@ def pod_counts(sightings: Dict[str, Dict[str, Any]], job: Dict[str, Any]) -> Dic
     }
 
 
-def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
+def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
     """The newest Warning event about the Job or its pods, e.g. a FailedCreate from Pod Security
     admission, so a stuck Job's error says why; empty when there is none."""
     wanted = set(names)
@@ -1273,7 +1792,7 @@ def latest_warning(events: List[Dict[str, Any]], names: Iterable[str]) -> str:
 # constants, errors, records and numbers above.
 
 
-def parse_event_line(text: str) -> Optional[Dict[str, Any]]:
+def parse_event_line(text: str) -> Optional[JsonObject]:
     """One line of a pod's output: its event, None for noise, or EventParseError.
 
     Lines that are not JSON event objects (a warning from Python or the runtime, a structured
@@ -1308,7 +1827,7 @@ class EventScanner:
     memory stays bounded whatever the pod prints."""
 
     def __init__(self) -> None:
-        self.events: List[Dict[str, Any]] = []
+        self.events: List[JsonObject] = []
         self.error = ""  # the first bad event line; later lines are only counted
         self.lines = 0
         self.long_lines = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
@@ -1347,7 +1866,7 @@ def scan_text(text: str) -> PodLog:
     return PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines)
 
 
-def parse_events(text: str) -> List[Dict[str, Any]]:
+def parse_events(text: str) -> List[JsonObject]:
     """The events in a whole text, or EventParseError for its first bad event line."""
     log = scan_text(text)
     if log.error:
@@ -1355,13 +1874,13 @@ def parse_events(text: str) -> List[Dict[str, Any]]:
     return log.events
 
 
-def comparable_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
     """Events without the test output, which the termination message may have trimmed."""
     ignored = ("tests_output", "tests_output_truncated")
     return [{k: v for k, v in event.items() if k not in ignored} for event in events]
 
 
-def describe_event_difference(log_events: List[Dict[str, Any]], message_events: List[Dict[str, Any]]) -> str:
+def describe_event_difference(log_events: List[JsonObject], message_events: List[JsonObject]) -> str:
     """What differs between the log's events and the termination message's, in words."""
     log_side, message_side = comparable_events(log_events), comparable_events(message_events)
     names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
@@ -1429,7 +1948,7 @@ _PULLED_IMAGE = (
 )
 
 
-def involves_pod(event: Dict[str, Any], pod: Dict[str, Any]) -> bool:
+def involves_pod(event: KubeObject, pod: KubeObject) -> bool:
     """Whether a core/v1 Event is about this very pod (its name, and its UID when the event has one)."""
     involved = event.get("involvedObject") if isinstance(event, dict) else None
     if not isinstance(involved, dict) or involved.get("kind", "Pod") != "Pod":
@@ -1441,9 +1960,9 @@ def involves_pod(event: Dict[str, Any], pod: Dict[str, Any]) -> bool:
     return not uid or not metadata.get("uid") or uid == metadata.get("uid")
 
 
-def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+def events_by_pod(events: List[KubeObject]) -> Dict[str, List[KubeObject]]:
     """The namespace's events grouped by the name of the pod they are about."""
-    grouped: Dict[str, List[Dict[str, Any]]] = {}
+    grouped: Dict[str, List[KubeObject]] = {}
     for event in events:
         involved = event.get("involvedObject") if isinstance(event, dict) else None
         if (
@@ -1456,7 +1975,7 @@ def events_by_pod(events: List[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]
 
 
 def scheduled_event_time(
-    events: List[Dict[str, Any]], pod: Dict[str, Any], created_at: float, finished_at: Optional[float]
+    events: List[KubeObject], pod: KubeObject, created_at: float, finished_at: Optional[float]
 ) -> Optional[float]:
     """The scheduler's `Scheduled` event time for this pod (events.k8s.io `eventTime`,
     microseconds), if it exists and falls inside the pod's life; else None."""
@@ -1476,7 +1995,7 @@ def scheduled_event_time(
     return min(times) if times else None
 
 
-def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str, Any]:
+def image_pull_of(events: List[KubeObject], pod: KubeObject) -> ImagePull:
     """The episode container's image state from the kubelet's `Pulled` events: cached, pulled
     (with the pull's seconds, as the kubelet measured them), or unknown; never assumed."""
     for event in events:
@@ -1501,15 +2020,13 @@ def image_pull_of(events: List[Dict[str, Any]], pod: Dict[str, Any]) -> Dict[str
     return {"state": "unknown", "seconds": None}
 
 
-def image_cache_counts(rows: List[EpisodeRow]) -> Dict[str, int]:
-    counts = {"cached": 0, "pulled": 0, "unknown": 0}
-    for row in rows:
-        state = row.image_pull.get("state")
-        counts[state if state in counts else "unknown"] += 1
-    return counts
+def image_cache_counts(rows: Sequence[PodRow]) -> ImageCache:
+    states = [row["image_pull"]["state"] for row in rows]
+    pulls = states.count("cached"), states.count("pulled")
+    return {"cached": pulls[0], "pulled": pulls[1], "unknown": len(states) - sum(pulls)}
 
 
-def cache_state_of(counts: Dict[str, int]) -> str:
+def cache_state_of(counts: ImageCache) -> str:
     """The guide's `cache_state`, measured: "cached" or "pulled" when every episode says so,
     "mixed" when both occurred, else "unknown" (an episode without a Pulled event proves nothing)."""
     if counts.get("cached") and counts.get("pulled"):
@@ -1532,7 +2049,7 @@ class SandboxClocks:
 
 
 def sandbox_clocks(
-    name: str, ready_event: Dict[str, Any], created_at: float, ready_at: float, inspect: str
+    name: str, ready_event: JsonObject, created_at: float, ready_at: float, inspect: str
 ) -> SandboxClocks:
     """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
 
@@ -1766,20 +2283,26 @@ def histogram_quantile(q: float, histogram: Histogram) -> Optional[Tuple[float, 
     return lower + (upper - lower) * (rank / count if count else 0.0), (lower, upper)
 
 
-def _bucket_json(bucket: Tuple[float, float]) -> List[Optional[float]]:
+def _bucket_json(bucket: Tuple[float, float]) -> Bucket:
     return [bucket[0], bucket[1] if math.isfinite(bucket[1]) else None]  # +Inf: null (JSON has no infinity)
 
 
-def operation_figures(histogram: Histogram) -> Dict[str, Any]:
+def operation_figures(histogram: Histogram) -> OperationFigures:
     """count, the exact mean (sum / count), and p50 / p95 with the bucket each falls in."""
-    figures: Dict[str, Any] = {"count": round(histogram.count)}
-    figures["mean_seconds"] = finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None
-    for name, q in (("p50", 0.5), ("p95", 0.95)):
+    quantiles: List[Tuple[Optional[float], Optional[Bucket]]] = []
+    for q in (0.5, 0.95):
         quantile = histogram_quantile(q, histogram)
         finite = quantile is not None and math.isfinite(quantile[0]) and math.isfinite(quantile[1][0])
-        figures[f"{name}_seconds"] = quantile[0] if quantile and finite else None  # never NaN or Infinity in JSON
-        figures[f"{name}_bucket"] = _bucket_json(quantile[1]) if quantile and finite else None
-    return figures
+        # never NaN or Infinity in JSON
+        quantiles.append((quantile[0], _bucket_json(quantile[1])) if quantile and finite else (None, None))
+    return {
+        "count": round(histogram.count),
+        "mean_seconds": finite_number(histogram.sum / histogram.count) if histogram.count > 0 else None,
+        "p50_seconds": quantiles[0][0],
+        "p50_bucket": quantiles[0][1],
+        "p95_seconds": quantiles[1][0],
+        "p95_bucket": quantiles[1][1],
+    }
 
 
 @dataclasses.dataclass
@@ -1804,21 +2327,24 @@ def kubelet_reading(samples: List[Tuple[str, Dict[str, str], float]], handler: s
     return KubeletReading(histograms)
 
 
+def no_operations() -> Operations:
+    return {"RunPodSandbox": None, "CreateContainer": None, "StartContainer": None, "PullImage": None}
+
+
 def runtime_operations(
     before: Dict[str, KubeletReading],
     after: Dict[str, KubeletReading],
     handler: str,
     expected: Dict[str, Dict[str, Optional[int]]],
-) -> Dict[str, Any]:
+) -> RuntimeOperations:
     """results.json's `runtime_operations`: per node and pooled, what the kubelet's histograms
     gained between the two readings. `expected` is this run's operations per node and operation
     (None: not known, e.g. pulls of pods whose Pulled event is missing); the rest are foreign:
     these counters are node-wide."""
-    nodes: Dict[str, Any] = {}
+    nodes: Dict[str, NodeOperations] = {}
     deltas: Dict[str, List[Histogram]] = {operation: [] for operation, *_ in KUBELET_OPERATIONS}
     for node in sorted(expected):
-        entry: Dict[str, Any] = {operation: None for operation, *_ in KUBELET_OPERATIONS}
-        entry.update(foreign_operations=0, note="")
+        entry: NodeOperations = {**no_operations(), "foreign_operations": 0, "note": ""}
         nodes[node] = entry
         first, last = before.get(node), after.get(node)
         problem = ""
@@ -1846,12 +2372,11 @@ def runtime_operations(
         notes = []
         for operation, *_ in KUBELET_OPERATIONS:
             delta = node_deltas.get(operation)
-            if delta is None:
-                entry[operation] = operation_figures(Histogram((), 0.0, 0.0))  # none happened: count 0
-            else:
-                entry[operation] = operation_figures(delta)
+            figures = operation_figures(delta if delta is not None else Histogram((), 0.0, 0.0))  # none: count 0
+            entry[operation] = figures
+            if delta is not None:
                 deltas[operation].append(delta)
-            count = entry[operation]["count"]
+            count = figures["count"]
             mine = expected[node].get(operation)
             if mine is None:
                 notes.append(f"{operation}: {count} operations, how many were this run's is unknown")
@@ -1861,31 +2386,28 @@ def runtime_operations(
             elif count < mine:
                 notes.append(f"{operation}: {count} operations for {mine} of this run's episodes")
         entry["note"] = "; ".join(notes)
-    pooled: Dict[str, Any] = {}
-    for operation, histograms in deltas.items():
-        if not histograms:
-            pooled[operation] = None
-            continue
-        try:
-            pooled[operation] = operation_figures(add_histograms(histograms))
-        except ValueError:
-            pooled[operation] = None  # each node's own figures stand; a pooled one would mix bucket bounds
+    pooled = no_operations()
+    for operation, *_ in KUBELET_OPERATIONS:
+        if deltas[operation]:
+            with contextlib.suppress(ValueError):  # else each node's own figures stand: no mixed bucket bounds
+                pooled[operation] = operation_figures(add_histograms(deltas[operation]))
     return {"handler": handler, "pooled": pooled, "nodes": nodes}
 
 
-def expected_operations(rows: List[EpisodeRow]) -> Dict[str, Dict[str, Optional[int]]]:
+def expected_operations(rows: Sequence[PodRow]) -> Dict[str, Dict[str, Optional[int]]]:
     """This run's own runtime operations per node: one sandbox, one create and one start per
     episode; one pull per episode whose image was pulled (unknown when any episode's is unknown)."""
     expected: Dict[str, Dict[str, Optional[int]]] = {}
     for row in rows:
-        if not row.node:
+        node = row["node"]
+        if not node:
             continue
         entry = expected.setdefault(
-            row.node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
+            node, {"RunPodSandbox": 0, "CreateContainer": 0, "StartContainer": 0, "PullImage": 0}
         )
         for operation in ("RunPodSandbox", "CreateContainer", "StartContainer"):
             entry[operation] = (entry[operation] or 0) + 1
-        state = row.image_pull.get("state")
+        state = row["image_pull"]["state"]
         if state == "unknown" or entry["PullImage"] is None:
             entry["PullImage"] = None
         elif state == "pulled":
@@ -1901,7 +2423,7 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # the sections above.
 
 
-def check_pod_set(pods: List[Dict[str, Any]], count: int, inspect: str) -> None:
+def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
     broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -1919,9 +2441,9 @@ def episode_events(
     message_text: str,
     crosscheck: bool,
     inspect: str,
-) -> List[Dict[str, Any]]:
+) -> List[JsonObject]:
     """The episode's events from the log and the termination message, which must agree."""
-    message_events: Optional[List[Dict[str, Any]]] = None
+    message_events: Optional[List[JsonObject]] = None
     if message_text.strip():
         try:
             message_events = parse_events(message_text)
@@ -1944,13 +2466,13 @@ def episode_events(
 
 
 def validate_episode(
-    pod: Dict[str, Any],
-    events: List[Dict[str, Any]],
+    pod: KubeObject,
+    events: List[JsonObject],
     job_created_at: float,
     sighting: Optional[Dict[str, float]],
     inspect: str,
     builtin_worker: bool = True,
-    pod_events: Optional[List[Dict[str, Any]]] = None,
+    pod_events: Optional[List[KubeObject]] = None,
 ) -> EpisodeRow:
     """Check one episode against every rule and return its row of figures.
 
@@ -2007,6 +2529,16 @@ def validate_episode(
             f"the unfixed baseline's tests exit is {short_repr(baseline_exit)}; it must fail (a non-zero integer)",
             inspect,
         )
+    modules = reward_event.get("modules")
+    test_module = modules.get("test_shipping") if isinstance(modules, dict) else None
+    if builtin_worker and test_module != BUILTIN_TEST_MODULE:
+        raise EpisodeInvalid(
+            name,
+            f"its reward event does not show the built-in tests run from the runner's own copy (modules.test_shipping "
+            f"is {short_repr(test_module)}, not origin {BUILTIN_TEST_MODULE['origin']!r} with sha256 "
+            f"{BUILTIN_TEST_MODULE['sha256'][:12]}...)",
+            inspect,
+        )
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
     reward_at = float(reward_event["at"])
@@ -2046,6 +2578,7 @@ def validate_episode(
         pod=name,
         node=pod.get("spec", {}).get("nodeName"),
         image_id=container.get("imageID"),
+        container_runtime=container_runtime_name(container),
         reward=reward_event["reward"],
         pod_to_ready_seconds=ready_at - created_at,
         batch_to_ready_seconds=ready_at - job_created_at,
@@ -2068,6 +2601,10 @@ def validate_episode(
         observed_running_at=sighting.get("Running") if sighting else None,
         observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
         batch_start=job_created_at,
+        round=1,
+        job=JOB_NAME,
+        index=0,
+        task_id=None,
         info=reward_info(reward_event),
         scheduled_source=scheduled_source,
         process_started_at=clocks.process_started_at,
@@ -2082,7 +2619,7 @@ def validate_episode(
     )
 
 
-def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
+def reward_info(reward_event: JsonObject) -> JsonObject:
     """The reward event's other fields (the episode's `info`), or a note when they are too large."""
     info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward")}
     size = len(json.dumps(info, sort_keys=True, allow_nan=False))
@@ -2091,26 +2628,26 @@ def reward_info(reward_event: Dict[str, Any]) -> Dict[str, Any]:
     return info
 
 
-def reward_figures(rows: List[EpisodeRow]) -> Dict[str, Any]:
+def reward_figures(rows: List[EpisodeRow]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
     """Mean, min and max beside the guide's reward_sum (None without a validated episode)."""
-    rewards = [float(row.reward) for row in rows]
+    rewards = [float(row["reward"]) for row in rows]
     if not rewards:
-        return {"reward_mean": None, "reward_min": None, "reward_max": None}
-    low, high = min(row.reward for row in rows), max(row.reward for row in rows)
-    return {"reward_mean": math.fsum(rewards) / len(rewards), "reward_min": low, "reward_max": high}  # |r| <= 1e15
+        return None, None, None
+    low, high = min(row["reward"] for row in rows), max(row["reward"] for row in rows)
+    return math.fsum(rewards) / len(rewards), low, high  # |r| <= 1e15
 
 
-def rewards_jsonl(rows: List[EpisodeRow], failed: List[Dict[str, Any]]) -> str:
+def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
     """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
     and its cause, so a trainer can mask it."""
-    lines = [
+    lines: List[RewardLine] = [
         {
-            "round": row.round,
-            "index": row.index,
-            "task_id": row.task_id,
-            "pod": row.pod,
-            "reward": row.reward,
-            "info": row.info if row.info is not None else {},
+            "round": row["round"],
+            "index": row["index"],
+            "task_id": row["task_id"],
+            "pod": row["pod"],
+            "reward": row["reward"],
+            "info": row.get("info", {}),
             "failure": None,
         }
         for row in rows
@@ -2131,31 +2668,33 @@ def rewards_jsonl(rows: List[EpisodeRow], failed: List[Dict[str, Any]]) -> str:
     return "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
 
 
-def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> Dict[str, Any]:
+def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes)."""
-    startup = [row.pod_to_ready_seconds for row in rows]
-    figures: Dict[str, Any] = {
+    startup = [row["pod_to_ready_seconds"] for row in rows]
+    mean, low, high = reward_figures(rows)
+    return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
-        "reward_sum": sum(row.reward for row in rows),
-        "batch_to_all_ready_seconds": max(row.batch_to_ready_seconds for row in rows),
-        "batch_to_all_rewards_seconds": max(row.batch_to_reward_seconds for row in rows),
+        "reward_sum": sum(row["reward"] for row in rows),
+        "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
+        "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
+        "reward_mean": mean,
+        "reward_min": low,
+        "reward_max": high,
     }
-    figures.update(reward_figures(rows))
-    return figures
 
 
-def phase_table(rows: List[EpisodeRow]) -> Dict[str, Any]:
-    return {phase: summarise(getattr(row, phase) for row in rows) for phase in PHASES}
+def phase_table(rows: List[EpisodeRow]) -> Dict[str, Optional[PhaseStats]]:
+    return {phase: summarise(json_number(row.get(phase)) for row in rows) for phase in PHASES}
 
 
 def node_spread(rows: List[EpisodeRow]) -> Dict[str, int]:
     spread: Dict[str, int] = {}
     for row in rows:
-        node = row.node or "(unknown)"
+        node = row["node"] or "(unknown)"
         spread[node] = spread.get(node, 0) + 1
     return dict(sorted(spread.items()))
 
@@ -2212,7 +2751,7 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
-def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
     Every pod is validated on complete data: its status, its events from the log and the
@@ -2265,9 +2804,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 raise
             failed.append((invalid, index))
             continue
-        row.round, row.job = collected.round_number, collected.job_name
-        row.index = position if index is None else index
-        row.task_id = task_id_for(collected, row.index)
+        row["round"], row["job"] = collected.round_number, collected.job_name
+        row["index"] = position if index is None else index
+        row["task_id"] = task_id_for(collected, row["index"])
         rows.append(row)
     set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
     if observation.condition != "Complete" and not set_aside:
@@ -2277,8 +2816,8 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             EXIT_EPISODE,
         )
     assert observation.condition_seen_monotonic is not None
-    figures = batch_figures(rows, len(failed))
-    figures.update(
+    figures = RoundResult(
+        **batch_figures(rows, len(failed)),
         failed_episodes=[
             {
                 "pod": invalid.pod,
@@ -2289,9 +2828,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 "cause": invalid.rule,
             }
             for invalid, index in failed
-        ]
-    )
-    figures.update(
+        ],
         round=collected.round_number,
         job=collected.job_name,
         job_uid=collected.job["metadata"]["uid"],
@@ -2334,7 +2871,7 @@ def check_failed_episodes(
     problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
     if problem is not None:
         raise problem
-    indexes = [row.index for row in rows] + [index for _, index in failed if index is not None]
+    indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
     repeated = sorted({index for index in indexes if indexes.count(index) > 1})
     if collected.indexed and repeated:
         raise DemoError(
@@ -2373,18 +2910,22 @@ def assemble_results(
     namespace: str,
     run_id: str,
     rows: List[EpisodeRow],
-    rounds: List[Dict[str, Any]],
-) -> Dict[str, Any]:
-    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps."""
-    failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
-    results = batch_figures(rows, len(failed))
-    results.update(
+    rounds: List[RoundResult],
+    prepared: Optional[PreparedImage] = None,
+    kubelet: Optional[KubeletFigures] = None,
+) -> Results:
+    """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
+    `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
+    `kubelet`: the runtime operations (only with --kubelet-metrics)."""
+    failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
+    return Results(
+        **batch_figures(rows, len(failed)),
+        **(prepared or {"image_pinned": None, "warmup": None}),
+        **(kubelet or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
         worker=settings.worker_name,
         tasks=len(settings.tasks) if settings.tasks is not None else None,
-    )
-    results.update(
         context=context,
         namespace=namespace,
         run_id=run_id,
@@ -2403,19 +2944,26 @@ def assemble_results(
         job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
         phases=phase_table(rows),
         nodes=node_spread(rows),
-        image_ids=sorted({row.image_id for row in rows if row.image_id}),
+        image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
+        container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
         tool_version=tool_version(),
-        pods=[row.to_json() for row in rows],
+        pods=[pod_row(row) for row in rows],
     )
-    return results
 
 
-def check_thresholds(results: Dict[str, Any], thresholds: Dict[str, float]) -> List[str]:
+def pod_row(row: EpisodeRow) -> PodRow:
+    """A row as results.json keeps it: its `info` (untrusted, possibly large) stays in rewards.jsonl."""
+    copy = row.copy()
+    copy.pop("info", None)
+    return copy
+
+
+def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str]:
     """Every breached latency budget, in a stable order."""
     breaches = []
     for metric, limit in sorted(thresholds.items()):
-        value = results.get(metric)
+        value = json_number(results.get(metric))
         if value is not None and value > limit:
             breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
     return breaches
@@ -2432,7 +2980,7 @@ def permission_name(permission: Tuple[str, str, str, str, bool]) -> str:
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
 
-def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> Dict[str, Any]:
+def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> KubeObject:
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     items = []
@@ -2452,7 +3000,7 @@ def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
+def denied_permissions(reviews: List[KubeObject]) -> List[str]:
     denied = []
     for review in reviews:
         if review.get("status", {}).get("allowed") is True:
@@ -2472,7 +3020,7 @@ def denied_permissions(reviews: List[Dict[str, Any]]) -> List[str]:
     return sorted(denied)
 
 
-def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool:
+def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
             continue
@@ -2484,7 +3032,7 @@ def _tolerates(taint: Dict[str, Any], tolerations: List[Dict[str, Any]]) -> bool
     return False
 
 
-def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) -> List[KubeObject]:
     """Ready, schedulable nodes that the RuntimeClass's scheduling rules admit."""
     scheduling = (runtimeclass or {}).get("scheduling") or {}
     selector = scheduling.get("nodeSelector") or {}
@@ -2507,9 +3055,7 @@ def eligible_nodes(nodes: List[Dict[str, Any]], runtimeclass: Optional[Dict[str,
     return eligible
 
 
-def capacity_verdict(
-    count: int, runtimeclass: Optional[Dict[str, Any]], nodes: List[Dict[str, Any]]
-) -> Tuple[bool, str]:
+def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject]) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
     overhead_cpu = parse_quantity(overhead.get("cpu", "0"))
@@ -2621,7 +3167,7 @@ def preflight_findings(
     return findings
 
 
-def _is_kubelet_metrics_review(review: Dict[str, Any]) -> bool:
+def _is_kubelet_metrics_review(review: KubeObject) -> bool:
     attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
@@ -2629,7 +3175,7 @@ def _is_kubelet_metrics_review(review: Dict[str, Any]) -> bool:
     )
 
 
-def kubelet_metrics_finding(context: str, reviews: List[Dict[str, Any]]) -> Finding:
+def kubelet_metrics_finding(context: str, reviews: List[KubeObject]) -> Finding:
     """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
     permission: it also allows exec into any pod on the node) and list nodes."""
     denied = denied_permissions(reviews) if reviews else [permission_name(p) for p in KUBELET_METRICS_PERMISSIONS]
@@ -2688,8 +3234,8 @@ def plan_cleanup(
     jobs: List[JobReceipt],
     current_context: Optional[str],
     current_server: Optional[str],
-    live_namespace: Optional[Dict[str, Any]],
-    live_jobs: Dict[str, Optional[Dict[str, Any]]],
+    live_namespace: Optional[KubeObject],
+    live_jobs: Dict[str, Optional[KubeObject]],
 ) -> CleanupPlan:
     """Prove that the namespace and every live Job are this run's: the same API server, the
     namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
@@ -2760,6 +3306,61 @@ def printable(text: str, keep_newlines: bool = False) -> str:
     return re.sub(_UNPRINTABLE, _escaped, text.replace("\t", " "))
 
 
+def _display_width(text: str) -> int:
+    """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
+
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+_WIDE = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"  # CJK characters and punctuation, full-width forms
+# A line breaks before a wide character (with the closing marks after it), or before a run of others.
+_LINE_BREAKS = rf"[{_WIDE}][\uff0c\u3002\uff1b\uff1a\u3001\uff09\u300d\u300f\uff01\uff1f),.;:!?\]]*\s*|[^{_WIDE}]+"
+
+
+def _tokens(text: str) -> List[str]:
+    """Where a line may break: at spaces, and between wide characters (Chinese breaks anywhere,
+    but never before its closing punctuation)."""
+    return [token for word in re.findall(r"\S+\s*|\s+", text) for token in re.findall(_LINE_BREAKS, word)]
+
+
+def _name_parts(word: str) -> List[str]:
+    """Where a word too long for a line may break: after each _ - / inside a name."""
+    return re.findall(r"[!-~]+?[_/-](?=[!-~])|\S+\s*|\s+", word)
+
+
+def _wrap_pieces(token: str, room: int) -> List[str]:
+    """A token as it fits `room` columns: whole, else in _name_parts, a part still too long
+    broken anywhere."""
+    if _display_width(token.rstrip()) <= room:
+        return [token]
+    return [
+        part for run in _name_parts(token) for part in (list(run) if _display_width(run.rstrip()) > room else [run])
+    ]
+
+
+def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
+    """`text` in lines of at most `width` terminal columns (CJK characters count two), broken at
+    spaces and between wide characters, else inside a too long name (_wrap_pieces); lines after
+    the first start with `indent`."""
+    lines: List[str] = []
+    line = ""
+    for token in _tokens(text):
+        for piece in _wrap_pieces(token, width - len(indent)):
+            if line.strip() and _display_width((line + piece).rstrip()) > width:
+                lines.append(line.rstrip())
+                line = indent
+            line += piece
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
+def _longest_piece(text: str) -> int:
+    """The narrowest a column holding `text` can be without breaking a name inside its parts."""
+    return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
+
+
 def markdown_literal(text: str) -> str:
     """Text shown verbatim in Markdown (a GitHub step summary): a fenced block whose fence is
     longer than any run of backticks inside, so no heading, link or image can be added."""
@@ -2768,16 +3369,124 @@ def markdown_literal(text: str) -> str:
     return f"{fence}text\n{printable(text)}\n{fence}\n"
 
 
+def _number(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def _seconds(value: Optional[float]) -> str:
+    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
+    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
     if value is None:
         return "-"
-    if abs(value) < 1:
-        return f"{value * 1000:.1f} ms"
-    return f"{value:.2f} s"
+    if abs(value) < 0.9995:
+        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
+    return f"{_number(value, 2)} s"
 
 
-def render_summary(results: Dict[str, Any]) -> str:
-    """The terminal summary: headline figures, then one line per phase (p50, p95, max)."""
+Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
+
+
+def _resolution(clocks: Clocks) -> float:
+    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
+
+
+def clocked_text(value: Optional[float], clocks: Clocks) -> str:
+    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
+    ("0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
+    if value is None:
+        return "-"
+    resolution = _resolution(clocks)
+    if resolution >= 1:
+        return f"{_number(value, 0 if clocks[0] == clocks[1] else 1)} s"
+    if resolution >= 0.01:
+        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
+    return _seconds(value)
+
+
+def figure_text(value: Optional[float], figure: str) -> str:
+    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
+    return clocked_text(value, FIGURE_CLOCKS[figure])
+
+
+def _resolution_text(resolution: float) -> str:
+    return f"{resolution:g} s" if resolution >= 1 else f"{resolution * 1000:g} ms"
+
+
+def clocks_text(clocks: Clocks) -> str:
+    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks
+    if start == end:
+        resolution = CLOCK_RESOLUTION[start]
+        return f"{start}, {_resolution_text(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+    coarse = _resolution(clocks)
+    named = [
+        f"{clock} {_resolution_text(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        for clock in (start, end)
+    ]
+    return "mixed: " + " + ".join(named)
+
+
+def clock_text(figure: str) -> str:
+    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
+    return clocks_text(FIGURE_CLOCKS[figure])
+
+
+def negative_note(clocks: Clocks) -> str:
+    """Why a figure can read negative, for the note under a table that shows one."""
+    return clocks[2] if clocks[2] is not None else "its clock cannot give a negative value: results.json was changed"
+
+
+def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
+    """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
+    with a negative value is marked "*", and a note under the table says why it can be."""
+    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
+    width = max(len(line[0]) for line in [list(header), *cells]) + 1
+    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
+    lines = ["".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), "  clock"])]
+    notes: List[str] = []
+    for (label, clocks, _), line in zip(rows, cells):
+        negative = any(text.startswith("-") and text != "-" for text in line[1:])
+        lines.append(
+            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
+            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
+        )
+        if negative:
+            notes += wrap_text(f"* {label}: negative because {negative_note(clocks)}", SUMMARY_WIDTH, "  ")
+    return lines + notes
+
+
+def _many_sample_figures(results: Results, phase: str) -> Tuple[Optional[float], Optional[float]]:
+    """(p99, mean) of a phase over the episodes' rows, when there are MANY_SAMPLES of them."""
+    values = [value for row in results.get("pods") or [] if (value := finite_number(row.get(phase))) is not None]
+    if len(values) < MANY_SAMPLES:
+        return None, None
+    return percentile(values, 0.99), math.fsum(values) / len(values)
+
+
+def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
+    """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
+    left_out = len(results.get("failed_episodes") or [])
+    valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
+    if left_out:
+        valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    text = (
+        f"verdict: {valid}, reward_sum {results['reward_sum']}; all ready "
+        f"{figure_text(results.get('batch_to_all_ready_seconds'), 'batch_to_all_ready_seconds')}, all rewards "
+        f"{figure_text(results.get('batch_to_all_rewards_seconds'), 'batch_to_all_rewards_seconds')}"
+    )
+    if breaches:
+        text += f"; latency budget breached (exit {EXIT_THRESHOLD}): {'; '.join(breaches)}"
+    return text
+
+
+def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+    """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
+    mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
+    values; where the files are (`files`: what, path); the verdict last."""
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -2786,7 +3495,6 @@ def render_summary(results: Dict[str, Any]) -> str:
         f"{results['parallelism']}: {results['successful_episodes']} succeeded, reward sum "
         f"{results['reward_sum']}",
         "",
-        f"{'batch figure':<44}{'value':>12}",
     ]
     left_out = results.get("failed_episodes") or []
     if left_out:
@@ -2801,44 +3509,51 @@ def render_summary(results: Dict[str, Any]) -> str:
             f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)",
         )
-    for label, key in (
+    batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
         ("client submit -> Job Complete observed", "client_job_complete_seconds"),
-    ):
-        lines.append(f"{label:<44}{_seconds(results.get(key)):>12}")
-    lines += ["", f"{'phase (per episode)':<44}{'p50':>12}{'p95':>12}{'max':>12}"]
+    ]
+    lines += _figure_table(
+        ["batch figure", "value"],
+        [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
+    )
+    many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
+    extra = any(p99 is not None for p99, _ in many.values())
+    sources = [row.get("scheduled_source") for row in results.get("pods") or []]
+    rows = []
     for phase in PHASES:
         stats = results["phases"].get(phase)
-        if stats is None:
-            lines.append(f"{PHASE_LABELS[phase]:<44}{'-':>12}{'-':>12}{'-':>12}")
-        else:
-            lines.append(
-                f"{PHASE_LABELS[phase]:<44}{_seconds(stats['p50']):>12}"
-                f"{_seconds(stats['p95']):>12}{_seconds(stats['max']):>12}"
-            )
+        values = [json_stat(stats, stat) for stat in ("p50", "p95", "max")] + (list(many[phase]) if extra else [])
+        clocks = FIGURE_CLOCKS[phase]
+        if phase == "pod_to_scheduled_seconds" and "condition" in sources and "event" not in sources:
+            clocks = SCHEDULED_BY_CONDITION
+        rows.append((PHASE_LABELS[phase], clocks, values))
+    header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
+    lines += ["", *_figure_table(header, rows)]
     lines += startup_source_lines(results)
     lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     if results.get("image_pinned"):
         lines.append(f"image pinned: {results['image_pinned']}")
-    for node, warm in sorted(((results.get("warmup") or {}).get("per_node") or {}).items()):
-        lines.append(
-            f"warm-up {node}: ready {_seconds(warm.get('pod_to_ready_seconds'))}, image {warm.get('image_pull')}"
-        )
+    warmup = results.get("warmup")
+    for node, warm in sorted((warmup["per_node"] if warmup else {}).items()):
+        ready = figure_text(warm.get("pod_to_ready_seconds"), "pod_to_ready_seconds")
+        lines.append(f"warm-up {node}: ready {ready}, image {warm.get('image_pull')}")
+    if files:
+        lines += ["", *(f"{what}: {path}" for what, path in files)]
+    lines.append(verdict_line(results, breaches))
     return "\n".join(lines) + "\n"
 
 
-def startup_source_lines(results: Dict[str, Any]) -> List[str]:
+def startup_source_lines(results: Results) -> List[str]:
     """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
     rows = results.get("pods") or []
     lines = [""]
     cache = results.get("image_cache")
     if cache:
-        pulls = [
-            row["image_pull"]["seconds"] for row in rows if (row.get("image_pull") or {}).get("seconds") is not None
-        ]
+        pulls = [seconds for row in rows if (seconds := row["image_pull"]["seconds"]) is not None]
         pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
         lines.append(
             f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
@@ -2848,8 +3563,10 @@ def startup_source_lines(results: Dict[str, Any]) -> List[str]:
     kernels = [row.get("kernel") for row in rows]
     lines.append(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds); kernel: "
-        f"{kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+    )
+    lines.append(
+        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
         f"{kernels.count(None)} unknown"
     )
     return lines
@@ -2859,10 +3576,15 @@ def _bucket_text(bucket: Any) -> str:
     if not bucket:
         return "-"
     lower, upper = bucket
-    return f"({_seconds(lower)}, {_seconds(upper) if upper is not None else '+Inf'}]"
+    return f"({_bound(lower)}, {_bound(upper) if upper is not None else '+Inf'}]"
 
 
-def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
+def _bound(seconds: float) -> str:
+    """A bucket's bound exactly as the kubelet defines it: "0 s", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
+
+
+def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
     """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
     quantile with the bucket it lies in; an interpolated value is never more precise than that."""
     if not operations:
@@ -2890,34 +3612,34 @@ def runtime_operation_lines(operations: Optional[Dict[str, Any]]) -> List[str]:
     return lines
 
 
-def headline(results: Dict[str, Any]) -> Dict[str, Any]:
+def headline(results: Results) -> Dict[str, object]:
     """The guide's JSON summary: results without the per-episode rows."""
     return {key: value for key, value in results.items() if key != "pods"}
 
 
-def markdown_summary(results: Dict[str, Any]) -> str:
+def markdown_summary(results: Results) -> str:
     """A table for CI step summaries (GITHUB_STEP_SUMMARY)."""
     lines = [
         f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
         f"reward sum {results['reward_sum']}",
         "",
-        "| figure | value |",
-        "| --- | --- |",
+        "| figure | value | clock |",
+        "| --- | --- | --- |",
     ]
     for key in THRESHOLD_METRICS:
-        lines.append(f"| {key} | {_seconds(results.get(key))} |")
+        lines.append(f"| {key} | {figure_text(json_number(results.get(key)), key)} | {clock_text(key)} |")
     lines += [
-        f"| runtime | {results['runtime'] or '(none)'} |",
-        f"| parallelism | {results['parallelism']} |",
-        f"| namespace | {results['namespace']} |",
+        f"| runtime | {results['runtime'] or '(none)'} | |",
+        f"| parallelism | {results['parallelism']} | |",
+        f"| namespace | {results['namespace']} | |",
     ]
     return "\n".join(lines) + "\n"
 
 
-def render_events_text(events: List[Dict[str, Any]]) -> str:
+def render_events_text(events: List[KubeObject]) -> str:
     """Events as a table sorted by creation time, like `kubectl get events --sort-by`."""
 
-    def key(event: Dict[str, Any]) -> Tuple[str, str]:
+    def key(event: KubeObject) -> Tuple[str, str]:
         return (event.get("metadata", {}).get("creationTimestamp") or "", event.get("metadata", {}).get("name", ""))
 
     lines = ["CREATED               TYPE     REASON                 OBJECT                              MESSAGE"]
@@ -2932,7 +3654,7 @@ def render_events_text(events: List[Dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
     figures = [(key, label) for key, label, _ in COMPARE_FIGURES]
     for phase in PHASES:
@@ -2942,19 +3664,20 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
         ]
     for operation, *_ in KUBELET_OPERATIONS:
         figures += [(f"runtime_operations:{operation}", f"{operation} mean (s, kubelet)")]
-    rows = []
+    rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
         for _, results in runs:
             if key.startswith("runtime_operations:"):
-                pooled = (results.get("runtime_operations") or {}).get("pooled") or {}
-                values.append((pooled.get(key.split(":")[1]) or {}).get("mean_seconds"))
+                operations = results.get("runtime_operations")
+                pooled = operations["pooled"].get(key.split(":")[1]) if operations else None
+                values.append(json_number(pooled.get("mean_seconds")) if isinstance(pooled, dict) else None)
             elif ":" in key:
                 phase, stat = key.split(":")
                 stats = (results.get("phases") or {}).get(phase)
-                values.append(stats[stat] if stats else None)
+                values.append(json_number(stats.get(stat)) if stats else None)
             else:
-                values.append(results.get(key, 1 if key == "rounds" else None))
+                values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
         base = values[0]
         # A ratio only means something between two positive durations.
         ratios = [
@@ -2964,7 +3687,7 @@ def comparison(runs: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
     return rows
 
 
-def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) -> str:
+def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -> str:
     def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
         if value is None:
             return "-"
@@ -2978,28 +3701,36 @@ def render_comparison(names: List[str], rows: List[Dict[str, Any]], style: str) 
     return render_table([["figure", *names], *table], style)
 
 
-def _display_width(text: str) -> int:
-    """Terminal columns of a text: East Asian wide and full-width characters take two."""
-    import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
-
-    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
-
-
-def render_table(lines: List[List[Any]], style: str) -> str:
+def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:
     """A header line and rows as aligned text or Markdown; every cell made printable (a column
-    name may be a directory name), Markdown cells with their pipes escaped."""
+    name may be a directory name), Markdown cells with their pipes escaped. Text wider than
+    `width` terminal columns (CJK characters count two) has its widest columns narrowed and
+    their cells wrapped, each row then followed by an empty line so that rows stay apart."""
     cells = [[printable(str(cell)) for cell in line] for line in lines]
     if style == "markdown":
         escaped = [[cell.replace("\\", "\\\\").replace("|", "\\|") for cell in line] for line in cells]
         out = ["| " + " | ".join(escaped[0]) + " |", "|" + " --- |" * len(escaped[0])]
         out += ["| " + " | ".join(line) + " |" for line in escaped[1:]]
-    else:
-        widths = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
-        out = [
-            "  ".join(cell + " " * (width - _display_width(cell)) for cell, width in zip(line, widths)).rstrip()
-            for line in cells
-        ]
-    return "\n".join(out) + "\n"
+        return "\n".join(out) + "\n"
+    natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
+    widths = list(natural)
+    words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+        floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
+        while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
+            widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
+            widths[widest] -= 1
+    wrapped = widths != natural
+    out = []
+    for line in cells:
+        parts = [wrap_text(cell, column) for cell, column in zip(line, widths)]
+        for row in range(max(len(part) for part in parts)):
+            texts = [part[row] if row < len(part) else "" for part in parts]
+            out.append("  ".join(text + " " * (column - _display_width(text)) for text, column in zip(texts, widths)))
+            out[-1] = out[-1].rstrip()
+        if wrapped:
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 # CI reports: JUnit XML and the Prometheus text format ------------------------
@@ -3020,7 +3751,7 @@ def _finite_seconds(value: Any) -> float:
     return number if number is not None and number >= 0 else 0.0
 
 
-def _pod_seconds(pod: Dict[str, Any]) -> float:
+def _pod_seconds(pod: KubeObject) -> float:
     """Pod created -> container finished, from the API server's whole-second stamps (0 if unknown)."""
     try:
         created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
@@ -3031,16 +3762,16 @@ def _pod_seconds(pod: Dict[str, Any]) -> float:
     return _finite_seconds(difference(finished, created))
 
 
-def _pod_name(pod: Dict[str, Any]) -> str:
+def _pod_name(pod: KubeObject) -> str:
     return str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
 
 
-def _pod_phase(pod: Dict[str, Any]) -> str:
+def _pod_phase(pod: KubeObject) -> str:
     status = pod.get("status")
     return str((status.get("phase") if isinstance(status, dict) else None) or "unknown")
 
 
-def _job_seconds(job: Optional[Dict[str, Any]]) -> float:
+def _job_seconds(job: Optional[KubeObject]) -> float:
     """Job created -> its Complete or Failed condition, API server clock, whole seconds (0 if unknown)."""
     if not job:
         return 0.0
@@ -3054,16 +3785,16 @@ def _job_seconds(job: Optional[Dict[str, Any]]) -> float:
 
 def _case(
     classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
-) -> Dict[str, Any]:
+) -> JUnitCase:
     return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
 
 
 def junit_suites(
-    results: Optional[Dict[str, Any]],
-    rounds: List[Dict[str, Any]],
+    results: Optional[Results],
+    rounds: List[StartedRound],
     thresholds: Dict[str, float],
     error: Optional[Tuple[int, str, Optional[str]]],
-) -> List[Dict[str, Any]]:
+) -> List[JUnitSuite]:
     """A run as JUnit suites: one per round, one test case per episode, named after its pod.
 
     `results` is results.json when the run got that far; otherwise `rounds` holds what each
@@ -3072,13 +3803,10 @@ def junit_suites(
     Rounds before the one in progress validated (the run moved on); in the round in progress the
     invalid episode is a failure and the rest are skipped (not judged); any other failure is one
     error case named "run". One case per --threshold follows the episodes of the last suite."""
-    suites: List[Dict[str, Any]] = []
+    suites: List[JUnitSuite] = []
     if results is not None:
-        round_results = results.get("round_results") or [
-            {"round": 1, "job": JOB_NAME, "client_job_complete_seconds": results.get("client_job_complete_seconds")}
-        ]
-        for figures in round_results:
-            number, job = figures.get("round", 1), figures.get("job", JOB_NAME)
+        for figures in results["round_results"]:  # one per round, even for one round
+            number, job = figures["round"], figures["job"]
             cases = [
                 _case(
                     f"{JUNIT_SUITE_NAME}.{job}",
@@ -3165,12 +3893,12 @@ def junit_suites(
     return suites
 
 
-def render_junit_xml(suites: List[Dict[str, Any]], properties: Dict[str, str]) -> str:
+def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> str:
     """JUnit XML as GitLab's test reports and GitHub's JUnit actions read it: <testsuites>, one
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def count(cases: List[Dict[str, Any]], outcome: str) -> str:
+    def count(cases: List[JUnitCase], outcome: str) -> str:
         return str(sum(1 for case in cases if case["outcome"] == outcome))
 
     def short(message: str) -> str:
@@ -3245,12 +3973,19 @@ def _metric_number(value: Any) -> Optional[str]:
     return repr(float(value)) if math.isfinite(value) else None
 
 
-def render_metrics(
-    results: Optional[Dict[str, Any]], labels: Dict[str, str], exit_code: int, finished_at: float
-) -> str:
-    """The run's figures as rl_batch_demo_* gauges in the Prometheus text exposition format
-    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
-    samples together. Figures exist only for a validated run; exit code and time always."""
+MetricRun = Tuple[Dict[str, str], Optional[Results], int]  # labels, results.json (None: not valid), exit code
+
+
+def render_metrics(results: Optional[Results], labels: Dict[str, str], exit_code: int, finished_at: float) -> str:
+    """One run's figures as rl_batch_demo_* gauges (render_metrics_of_runs)."""
+    return render_metrics_of_runs([(labels, results, exit_code)], finished_at)
+
+
+def _metric_families(
+    results: Optional[Results], exit_code: int, finished_at: float
+) -> List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]]:
+    """(name suffix, help, samples (extra labels, value)) of one run: figures only when it
+    validated; exit code and time always."""
     families: List[Tuple[str, str, List[Tuple[Dict[str, str], Any]]]] = [
         (
             "exit_code",
@@ -3280,20 +4015,31 @@ def render_metrics(
             )
         phases = results.get("phases") or {}
         for stat in ("p50", "p95", "max"):
-            samples = [({"phase": phase[: -len("_seconds")]}, (phases.get(phase) or {}).get(stat)) for phase in PHASES]
+            samples = [({"phase": phase[: -len("_seconds")]}, json_stat(phases.get(phase), stat)) for phase in PHASES]
             families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
         families.append(
             (
                 "phase_samples",
                 "Episodes with a value for each phase.",
-                [({"phase": p[: -len("_seconds")]}, (phases.get(p) or {}).get("samples")) for p in PHASES],
+                [({"phase": p[: -len("_seconds")]}, json_stat(phases.get(p), "samples")) for p in PHASES],
             )
         )
+    return families
+
+
+def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
+    """Runs' figures as rl_batch_demo_* gauges in the Prometheus text exposition format
+    (node_exporter's textfile collector, a Pushgateway): HELP and TYPE, then each family's
+    samples together, every run's (told apart by its labels: `reproduce` labels each group)."""
+    families: Dict[str, Tuple[str, List[Tuple[Dict[str, str], Any]]]] = {}
+    for labels, results, exit_code in runs:
+        for suffix, help_text, samples in _metric_families(results, exit_code, finished_at):
+            families.setdefault(suffix, (help_text, []))[1].extend(({**labels, **extra}, v) for extra, v in samples)
     lines = []
-    for suffix, help_text, samples in families:
+    for suffix, (help_text, samples) in families.items():
         written = [
-            (extra, text)
-            for extra, text in ((extra, _metric_number(value)) for extra, value in samples)
+            (merged, text)
+            for merged, text in ((merged, _metric_number(value)) for merged, value in samples)
             if text is not None
         ]
         if not written:
@@ -3301,11 +4047,19 @@ def render_metrics(
         name = METRICS_PREFIX + suffix
         lines.append(f"# HELP {name} {_metric_help(help_text)}")
         lines.append(f"# TYPE {name} gauge")
-        for extra, text in written:
-            merged = {**labels, **extra}
+        for merged, text in written:
             label_text = ",".join(f'{key}="{_metric_label_value(merged[key])}"' for key in sorted(merged))
             lines.append(f"{name}{{{label_text}}} {text}")
     return "\n".join(lines) + "\n"
+
+
+def metrics_labels(settings: RunSettings) -> Dict[str, str]:
+    """The labels of a run's --metrics-file samples: what ran, so that series of runs compare."""
+    return {
+        "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
+        "image": settings.image,
+        "parallelism": str(settings.parallelism),
+    }
 
 
 # Pure core: timeline picture ##################################################
@@ -3318,119 +4072,216 @@ def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def render_timeline_svg(results: Dict[str, Any]) -> str:
-    """One row per episode, grouped by node, bars for each phase on a shared seconds axis
-    from the first Job's creation. Plain SVG, so any browser shows it."""
+TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
+
+
+def _stamp_resolution(row: PodRow, key: str) -> float:
+    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
+    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
+        return CLOCK_RESOLUTION[CLOCK_API]
+    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+
+
+def _timeline_step(
+    row: PodRow,
+    step: Tuple[str, str, str, str, str],
+    start_key: str,
+    top: float,
+    height: float,
+    origin: float,
+    scale: float,
+    later: Optional[float] = None,
+) -> Tuple[List[str], bool]:
+    """One phase of one episode, drawn as a bar, or as a marker when it is shorter than its clocks
+    can tell: within the resolution of its coarser stamp (less than a second against a
+    whole-second stamp, or two whole-second stamps at most a second apart). A marker is a tick
+    where the phase is known and a whisker across the window its whole-second end lies in (up to
+    `later`, a finer stamp of a step that came after it), never a bar of the clock's second.
+    Returns the SVG parts and whether a marker was drawn."""
+    name, meaning, colour, _, end_key = step
+    start, stop = row.get(start_key), row.get(end_key)
+    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)):
+        return [], False
+    start_res, end_res = _stamp_resolution(row, start_key), _stamp_resolution(row, end_key)
+    span = stop - start
+    resolution = max(start_res, end_res)
+
+    def x(at: float) -> float:
+        return TIMELINE_LABEL_WIDTH + (at - origin) * scale
+
+    css = "bar" if height > 4 else "detail"
+    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
+        return [
+            f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
+            f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+        ], False
+    if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
+        low = max(stop, start) if start_res < 1 else stop
+        high = stop + end_res if later is None or later < low else min(stop + end_res, later)
+        window, tick = (low, high), (start if start_res < 1 else stop)
+    elif start_res >= 1:  # the start is truncated: somewhere in its second, before the end
+        window, tick = (start, min(start + start_res, stop)), stop
+    else:
+        window, tick = (start, stop), stop
+    middle = top + height / 2
+    caps = "".join(
+        f'<line x1="{x(at):.1f}" y1="{middle - 2:.1f}" x2="{x(at):.1f}" y2="{middle + 2:.1f}"/>' for at in window
+    )
+    return [
+        f'<g class="marker" data-phase="{_xml(name)}" stroke="{colour}" stroke-width="1.5">'
+        f"<title>{_xml(row['pod'])} {_xml(name)}: {_xml(meaning)} within {_resolution_text(resolution)} "
+        f"({_xml(clocks)}): between {window[0] - origin:.3f} and {window[1] - origin:.3f} s</title>"
+        f'<line x1="{x(tick):.1f}" y1="{top:.1f}" x2="{x(tick):.1f}" y2="{top + height:.1f}" stroke-width="2.5"/>'
+        f'<line x1="{x(window[0]):.1f}" y1="{middle:.1f}" x2="{x(window[1]):.1f}" y2="{middle:.1f}"/>{caps}</g>'
+    ], True
+
+
+def _timeline_heading(results: Results, origin: float) -> List[str]:
+    """What the picture shows: the headline figures; the context, namespace and date; and, when
+    the episodes ran on the tests' fake cluster, that this is a simulation."""
+    figures = ", ".join(
+        f"{label} {figure_text(finite_number(results.get(key)), key)}"
+        for label, key in (
+            ("all ready", "batch_to_all_ready_seconds"),
+            ("all rewards", "batch_to_all_rewards_seconds"),
+            ("pod->ready p50", "pod_to_ready_p50_seconds"),
+        )
+    )
+    when = datetime.datetime.fromtimestamp(origin, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    runtimes = results.get("container_runtimes") or []
+    lines = [
+        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
+        f"runtime {results['runtime'] or '(none)'}: {figures}",
+        f"context {results.get('context') or '-'}, namespace {results.get('namespace') or '-'}, "
+        f"first Job created {when}" + (f", container runtime {', '.join(map(str, runtimes))}" if runtimes else ""),
+    ]
+    if SIMULATED_RUNTIME in runtimes:
+        lines.append("SIMULATION: the tests' fake cluster ran these episodes on one machine; no real cluster")
+    return lines
+
+
+def render_timeline_svg(results: Results) -> str:
+    """One row per episode, grouped by node, each phase on a shared seconds axis from the first
+    Job's creation: a bar, or a marker where it is shorter than its clocks can tell; each round's
+    Job marked. Plain SVG, so any browser shows it."""
     rows = sorted(
         results["pods"],
         key=lambda row: (row.get("node") or "", row.get("round", 1), row["created_at"], row["pod"]),
     )
     origin = min(row["batch_start"] for row in rows)
-    ends = [row.get(end_key) for row in rows for *_, end_key in TIMELINE_BARS + TIMELINE_DETAIL_BARS]
-    span = max(max(end for end in ends if end is not None) - origin, 1.0)
-    label_width, plot_width, row_height, top = 230, 760, 16, 70
-    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
-    height = top + row_height * len(rows) + 22 * len(nodes) + 70
-    scale = plot_width / span
-    title = (
-        f"{results['episodes']} episodes, parallelism {results['parallelism']}, "
-        f"runtime {results['runtime'] or '(none)'}: all ready {results['batch_to_all_ready_seconds']:.1f} s, "
-        f"all rewards {results['batch_to_all_rewards_seconds']:.1f} s, "
-        f"pod->ready p50 {results['pod_to_ready_p50_seconds']:.1f} s"
-    )
-    parts = [
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + plot_width + 30}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">',
-        f"<title>{_xml(title)}</title>",
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(title)}</text>',
+    ends = [  # a whole-second end may lie up to its second later: its marker's whisker shows that
+        end + (_stamp_resolution(row, step[4]) if _stamp_resolution(row, step[4]) >= 1 else 0)
+        for row in rows
+        for step in TIMELINE_BARS + TIMELINE_DETAIL_BARS
+        if (end := json_number(row.get(step[4]))) is not None
     ]
-    for index, (name, meaning, colour, _, _) in enumerate(TIMELINE_BARS):
-        legend_x = 10 + (index % 3) * 330
-        legend_y = 32 + (index // 3) * 16
-        parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="12" height="12" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
-    parts += _timeline_detail_legend(rows, len(TIMELINE_BARS))
-    y = top
+    span = max(max(ends, default=origin) - origin, 1.0)
+    scale = TIMELINE_PLOT_WIDTH / span
+    nodes = sorted({row.get("node") or "(unknown)" for row in rows})
+    rounds = sorted({(row.get("round", 1), row["batch_start"]) for row in rows})
+    heading = _timeline_heading(results, origin)
+    drawn: List[str] = []
+    markers = False
+    strips = set()
+    y = 0.0  # rows are placed from 0, then moved under the heading and the legend
     for node in nodes:
         y += 18
-        parts.append(f'<text x="10" y="{y - 4}" font-weight="bold">node {_xml(node)}</text>')
+        drawn.append(f'<text x="10" y="{y - 4:.0f}" font-weight="bold">node {_xml(node)}</text>')
         for row in (r for r in rows if (r.get("node") or "(unknown)") == node):
-            parts.append(f'<text x="10" y="{y + 12}">{_xml(row["pod"])}</text>')
-            for name, _, colour, start_key, end_key in TIMELINE_BARS:
-                start, stop = row.get(start_key), row.get(end_key)
-                if start is None or stop is None or stop < start:
-                    continue  # unknown, or inverted by whole-second truncation
-                x = label_width + (start - origin) * scale
-                width = max((stop - start) * scale, 0.5)
-                parts.append(
-                    f'<rect class="bar" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + 2}" '
-                    f'width="{width:.1f}" height="{row_height - 4}" fill="{colour}">'
-                    f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
+            drawn.append(f'<text x="10" y="{y + 12:.0f}">{_xml(row["pod"])}</text>')
+            marks: List[str] = []  # drawn over the row's bars
+            for index, step in enumerate(TIMELINE_BARS):
+                later = next(  # the first finer stamp after this step's end: its end came before it
+                    (
+                        stamp
+                        for following in TIMELINE_BARS[index + 1 :]
+                        if (stamp := json_number(row.get(following[4]))) is not None
+                        and _stamp_resolution(row, following[4]) < 1
+                    ),
+                    None,
                 )
-            parts += _timeline_detail_bars(row, y, origin, scale, label_width, row_height)
-            y += row_height
+                top = y + 2
+                parts, marked = _timeline_step(row, step, step[3], top, TIMELINE_ROW_HEIGHT - 4, origin, scale, later)
+                (marks if marked else drawn).extend(parts)
+            for name, meaning, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
+                start_key = next((key for key in start_keys if row.get(key) is not None), start_keys[-1])
+                step = (name, meaning, colour, start_key, end_key)
+                parts, marked = _timeline_step(row, step, start_key, y + TIMELINE_ROW_HEIGHT - 4, 3, origin, scale)
+                (marks if marked else drawn).extend(parts)
+                strips.update([name] if parts else [])
+            drawn += marks
+            markers = markers or bool(marks)
+            y += TIMELINE_ROW_HEIGHT
         y += 4
+    legend = [(name, meaning, colour, "bar") for name, meaning, colour, _, _ in TIMELINE_BARS]
+    legend += [
+        (name, meaning, colour, "strip") for name, meaning, colour, _, _ in TIMELINE_DETAIL_BARS if name in strips
+    ]
+    if markers:
+        legend.append(
+            ("tick and whisker", "a phase shorter than its clocks can tell, and where it lies", "#444", "mark")
+        )
+    if len(rounds) > 1:
+        legend.append(("round K", "that round's Job created (dashed)", "#888", "round"))
+    legend_top = 14 + 18 * len(heading)
+    top = legend_top + 16 * ((len(legend) + 1) // 2) + (22 if len(rounds) > 1 else 8)
+    height = top + y + 60
+    width = TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH + 30
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0f}" '
+        'font-family="sans-serif" font-size="11">',
+        f"<title>{_xml(heading[0])}</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="10" y="20" font-size="14" font-weight="bold">{_xml(heading[0])}</text>',
+    ]
+    for index, line in enumerate(heading[1:], 1):
+        style = ' fill="#b00020" font-weight="bold"' if line.startswith("SIMULATION") else ""
+        parts.append(f'<text x="10" y="{20 + 18 * index}" font-size="12"{style}>{_xml(line)}</text>')
+    for index, (name, meaning, colour, kind) in enumerate(legend):
+        lx, ly = 10 + (index % 2) * 505, legend_top + (index // 2) * 16
+        if kind == "bar":
+            parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour}"/>')
+        elif kind == "strip":
+            parts.append(f'<rect x="{lx}" y="{ly + 8}" width="12" height="4" fill="{colour}"/>')
+        else:
+            dash = ' stroke-dasharray="3,2"' if kind == "round" else ""
+            parts.append(
+                f'<line x1="{lx + 6}" y1="{ly}" x2="{lx + 6}" y2="{ly + 12}" stroke="{colour}" stroke-width="2"{dash}/>'
+            )
+            if kind == "mark":
+                parts.append(f'<line x1="{lx}" y1="{ly + 6}" x2="{lx + 12}" y2="{ly + 6}" stroke="{colour}"/>')
+        parts.append(f'<text x="{lx + 16}" y="{ly + 10}">{_xml(name)}: {_xml(meaning)}</text>')
+    parts.append(f'<g transform="translate(0,{top:.0f})">')
     axis_y = y + 10
+    if len(rounds) > 1:
+        for number, started in rounds:
+            rx = TIMELINE_LABEL_WIDTH + (started - origin) * scale
+            parts.append(
+                f'<line class="round" x1="{rx:.1f}" y1="-6" x2="{rx:.1f}" y2="{axis_y:.0f}" stroke="#888" '
+                'stroke-dasharray="3,2"/>'
+            )
+            parts.append(f'<text x="{rx + 3:.1f}" y="-8" fill="#555">round {number}</text>')
+    parts += drawn
     parts.append(
-        f'<line x1="{label_width}" y1="{axis_y}" x2="{label_width + plot_width}" y2="{axis_y}" stroke="black"/>'
+        f'<line x1="{TIMELINE_LABEL_WIDTH}" y1="{axis_y:.0f}" x2="{TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH}" '
+        f'y2="{axis_y:.0f}" stroke="black"/>'
     )
-    step = _axis_step(span)
+    interval = _axis_step(span)
     tick = 0.0
     while tick <= span + 1e-9:
-        x = label_width + tick * scale
-        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 5}" stroke="black"/>')
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle">{tick:g}</text>')
-        tick += step
+        tx = TIMELINE_LABEL_WIDTH + tick * scale
+        parts.append(f'<line x1="{tx:.1f}" y1="{axis_y:.0f}" x2="{tx:.1f}" y2="{axis_y + 5:.0f}" stroke="black"/>')
+        parts.append(f'<text x="{tx:.1f}" y="{axis_y + 18:.0f}" text-anchor="middle">{tick:g}</text>')
+        tick += interval
     parts.append(
-        f'<text x="{label_width + plot_width / 2:.0f}" y="{axis_y + 34}" text-anchor="middle">'
+        f'<text x="{TIMELINE_LABEL_WIDTH + TIMELINE_PLOT_WIDTH / 2:.0f}" y="{axis_y + 34:.0f}" text-anchor="middle">'
         "seconds since the Job was created</text>"
     )
-    parts.append("</svg>")
+    parts += ["</g>", "</svg>"]
     return "\n".join(parts) + "\n"
-
-
-def _detail_span(row: Dict[str, Any], start_keys: Tuple[str, ...], end_key: str) -> Optional[Tuple[float, float]]:
-    start = next((row.get(key) for key in start_keys if row.get(key) is not None), None)
-    stop = row.get(end_key)
-    if not isinstance(start, (int, float)) or not isinstance(stop, (int, float)) or stop < start:
-        return None
-    return float(start), float(stop)
-
-
-def _timeline_detail_legend(rows: List[Dict[str, Any]], first_index: int) -> List[str]:
-    """Legend entries of the sandbox-clock strips, only when some episode has them."""
-    parts = []
-    for offset, (name, meaning, colour, start_keys, end_key) in enumerate(TIMELINE_DETAIL_BARS):
-        if not any(_detail_span(row, start_keys, end_key) for row in rows):
-            continue
-        index = first_index + offset
-        legend_x, legend_y = 10 + (index % 3) * 330, 32 + (index // 3) * 16
-        parts.append(f'<rect x="{legend_x}" y="{legend_y + 8}" width="12" height="4" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 16}" y="{legend_y + 10}">{_xml(name)}: {_xml(meaning)}</text>')
-    return parts
-
-
-def _timeline_detail_bars(
-    row: Dict[str, Any], y: float, origin: float, scale: float, label_width: float, row_height: float
-) -> List[str]:
-    """Thin strips along the bottom of an episode's row: where the sandbox's kernel booted and its
-    process started, by the sandbox's own clocks (only where it reported them)."""
-    parts = []
-    for name, _, colour, start_keys, end_key in TIMELINE_DETAIL_BARS:
-        span = _detail_span(row, start_keys, end_key)
-        if span is None:
-            continue
-        start, stop = span
-        x = label_width + (start - origin) * scale
-        width = max((stop - start) * scale, 0.5)
-        parts.append(
-            f'<rect class="detail" data-phase="{_xml(name)}" x="{x:.1f}" y="{y + row_height - 4}" '
-            f'width="{width:.1f}" height="3" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {stop - start:.3f} s</title></rect>"
-        )
-    return parts
 
 
 def _axis_step(span: float) -> float:
@@ -3458,17 +4309,28 @@ REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, sect
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
 # each cell exactly as the guide prints it. Numbers are strings so that no digit is lost.
-GUIDE_REFERENCE: Dict[str, Any] = {
+GUIDE_REFERENCE: JsonObject = {
     "date": "2026-09-21",
-    "conditions": [
-        "the same task script and timing definitions",
-        "a fixed Python image digest",
-        "the same Cube runtime and container resources",
-        "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
-        "scheduling limited to two 64 vCPU nodes",
-        "every one of the 50 measured episodes hit the image cache",
-        "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
-    ],
+    "conditions": {
+        "en": [
+            "the same task script and timing definitions",
+            "a fixed Python image digest",
+            "the same Cube runtime and container resources",
+            "one container per sandbox, its own emptyDir, limits 500m CPU / 128Mi memory",
+            "scheduling limited to two 64 vCPU nodes",
+            "every one of the 50 measured episodes hit the image cache",
+            "order: 10 in parallel, one at a time, one warm-up episode on each node, three rounds of 10 in parallel",
+        ],
+        "zh": [  # the guide's own words, with full-width punctuation
+            "同一任务脚本和计时口径",
+            "固定的 Python 镜像 digest",
+            "相同的 Cube 运行时和容器资源规格",
+            "每个沙箱为单容器、独立 emptyDir，容器 CPU 限制为 500m、内存限制为 128Mi",
+            "可调度范围固定为两个 64 vCPU 节点",
+            "全部 50 个正式任务均命中镜像缓存",
+            "执行顺序为 10 路并行、单并发，再在两个节点分别执行一次相同任务预热，最后运行三轮 10 路并行",
+        ],
+    },
     "columns": [
         {
             "name": {"en": "10 in parallel", "zh": "10 路并行"},
@@ -3570,6 +4432,14 @@ _WORDS = {
         "completed": "{} / {}, {}",
         "all": "all rewards {}",
         "sum": "reward sum {}",
+        "whole_seconds": "whole seconds",
+        "reference": "guide columns: published figures of {date}; conditions: {conditions}",
+        "separator": "; ",
+        "report_title": "# rl-batch-demo reproduce: the guide's section 六, one command",
+        "report_intro": "Image {image}, run by digest {pinned} in every group; context {context}; "
+        "{count} tasks per round.",
+        "report_header": "| group | directory | exit | namespace |",
+        "report_early": "The experiment stopped early: only the groups that finished are in the table.",
     },
     "zh": {
         "ms": "毫秒",
@@ -3584,6 +4454,13 @@ _WORDS = {
         "completed": "{} / {},{}",
         "all": "奖励均为 {}",
         "sum": "奖励合计 {}",
+        "whole_seconds": "整秒",
+        "reference": "指南列：{date}发布的数据；条件：{conditions}。",
+        "separator": "；",
+        "report_title": "# rl-batch-demo reproduce：一条命令重做指南第六节",
+        "report_intro": "镜像 {image}，各组都按 digest {pinned} 运行；上下文 {context}；每轮 {count} 个任务。",
+        "report_header": "| 组 | 目录 | 退出码 | 命名空间 |",
+        "report_early": "实验提前结束：表中只有已完成的组。",
     },
 }
 
@@ -3600,7 +4477,7 @@ def warmup_label_value(node: str) -> str:
 
 def warmup_job_manifest(
     settings: RunSettings, name: str, namespace: str, run_id: str, node: str, hostname: str
-) -> Dict[str, Any]:
+) -> KubeObject:
     """A one-episode Job pinned to one node through the scheduler: a nodeSelector on its hostname
     label, so the RuntimeClass's admission and scheduling still apply."""
     manifest = one_episode_job_manifest(settings, name, namespace, run_id)
@@ -3680,7 +4557,7 @@ def _guide_rounds(values: Sequence[str], unit: str, lang: str) -> str:
     return words["rounds"].format(text, n=n)
 
 
-def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
+def _guide_reference_cell(column: JsonObject, key: str, lang: str) -> str:
     words = _WORDS[lang]
     if key == "scale":
         return _guide_scale(column["rounds"], column["tasks"], lang)
@@ -3692,7 +4569,7 @@ def _guide_reference_cell(column: Dict[str, Any], key: str, lang: str) -> str:
     return " / ".join(values) + " " + words[unit]
 
 
-def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
+def _phase_pair(results: Results, phase: str) -> Optional[List[float]]:
     stats = (results.get("phases") or {}).get(phase)
     if not isinstance(stats, dict):
         return None
@@ -3700,7 +4577,7 @@ def _phase_pair(results: Dict[str, Any], phase: str) -> Optional[List[float]]:
     return None if any(v is None for v in values) else [v for v in values if v is not None]
 
 
-def _round_values(results: Dict[str, Any], key: str) -> List[float]:
+def _round_values(results: Results, key: str) -> List[float]:
     rounds = results.get("round_results") or []
     values = [finite_number(r.get(key)) for r in rounds if isinstance(r, dict)] if len(rounds) > 1 else []
     if values and all(v is not None for v in values):
@@ -3709,10 +4586,11 @@ def _round_values(results: Dict[str, Any], key: str) -> List[float]:
     return [top] if top is not None else []
 
 
-def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
+def _runtime_cell(results: Results, key: str, lang: str) -> str:
     words = _WORDS[lang]
     operation, stand_ins = _RUNTIME_ROWS[key]
-    pooled = ((results.get("runtime_operations") or {}).get("pooled") or {}).get(operation)
+    operations = results.get("runtime_operations")
+    pooled = operations["pooled"].get(operation) if operations else None
     if isinstance(pooled, dict):
         values = [finite_number(pooled.get("p50_seconds")), finite_number(pooled.get("p95_seconds"))]
         if all(v is not None for v in values):
@@ -3730,12 +4608,13 @@ def _runtime_cell(results: Dict[str, Any], key: str, lang: str) -> str:
             if phase == "kernel_boot_to_process_start_seconds":
                 name = f"{phase}, {words['combined']}"
             if phase == "pod_to_container_started_seconds":  # API server stamps: whole seconds
-                text = f"{pair[0]:.1f} / {pair[1]:.1f} {words['s']}"
+                text = f"{pair[0]:.0f} / {pair[1]:.0f} {words['s']}"
+                name = f"{phase}, {words['whole_seconds']}"
             return words["stand_in"].format(text, name)
     return words["not"].format(words["run"].format("--kubelet-metrics"))
 
 
-def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
+def guide_cells(results: Results, lang: str = "en") -> Dict[str, str]:
     """One run's column of the guide's table, from the tool's own figures."""
     words = _WORDS[lang]
     rounds = results.get("rounds") or 1
@@ -3758,8 +4637,10 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
         finite_number(results.get("pod_to_ready_p50_seconds")),
         finite_number(results.get("pod_to_ready_p95_seconds")),
     ]
-    cells["pod_to_ready"] = (
-        _guide_pair([v for v in pod if v is not None], 1, lang) if all(v is not None for v in pod) else "-"
+    cells["pod_to_ready"] = (  # whole-second pod creation: tenths of a second, never milliseconds
+        " / ".join(f"{v:.1f}" for v in pod if v is not None) + " " + words["s"]
+        if all(v is not None for v in pod)
+        else "-"
     )
     for key, figure in (
         ("batch_ready", "batch_to_all_ready_seconds"),
@@ -3771,34 +4652,47 @@ def guide_cells(results: Dict[str, Any], lang: str = "en") -> Dict[str, str]:
     return cells
 
 
-def guide_table(columns: List[Tuple[str, Dict[str, Any]]], lang: str, reference: bool) -> Dict[str, Any]:
+def guide_table(columns: List[Tuple[str, Results]], lang: str, reference: bool) -> GuideTable:
     """The guide's table: its rows in its order, one column per run, then (with `reference`)
     the guide's own published columns. Column names are the caller's; cells are the tool's."""
     header = [GUIDE_HEADER[lang]] + [name for name, _ in columns]
     cells = [guide_cells(results, lang) for _, results in columns]
     if reference:
         header += [GUIDE_COLUMN_PREFIX[lang] + column["name"][lang] for column in GUIDE_REFERENCE["columns"]]
-    rows = []
+    rows: List[GuideRow] = []
     for key, english, chinese in GUIDE_ROWS:
         row = [chinese if lang == "zh" else english] + [column[key] for column in cells]
         if reference:
             row += [_guide_reference_cell(column, key, lang) for column in GUIDE_REFERENCE["columns"]]
         rows.append({"row": key, "cells": row})
-    table: Dict[str, Any] = {"lang": lang, "header": header, "rows": rows}
+    table: GuideTable = {"lang": lang, "header": header, "rows": rows}
     if reference:
-        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"])}
+        table["reference"] = {"date": GUIDE_REFERENCE["date"], "conditions": list(GUIDE_REFERENCE["conditions"][lang])}
     return table
 
 
-def render_guide_table(table: Dict[str, Any], style: str) -> str:
-    """The guide's table as aligned text or Markdown (render_table), then its reference's conditions."""
-    text = render_table([table["header"]] + [row["cells"] for row in table["rows"]], style)
+def _guide_date(date: str, lang: str) -> str:
+    """2026-09-21, or as the guide writes it: 2026 年 9 月 21 日."""
+    if lang != "zh":
+        return date
+    year, month, day = date.split("-")
+    return f"{year} 年 {int(month)} 月 {int(day)} 日"
+
+
+def render_guide_table(table: GuideTable, style: str) -> str:
+    """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
+    columns or wraps), then its reference's conditions in the table's language."""
+    lines = [table["header"]] + [row["cells"] for row in table["rows"]]
+    text = render_table(lines, style, SUMMARY_WIDTH if style == "text" else None)
     reference = table.get("reference")
     if reference:
-        note = f"guide columns: published figures of {reference['date']}; conditions: " + "; ".join(
-            reference["conditions"]
+        words = _WORDS[table["lang"]]
+        note = words["reference"].format(
+            date=_guide_date(reference["date"], table["lang"]),
+            conditions=words["separator"].join(reference["conditions"]),
         )
-        text += "\n" + printable(note) + "\n"
+        note_lines = wrap_text(printable(note), SUMMARY_WIDTH) if style == "text" else [printable(note)]
+        text += "\n" + "\n".join(note_lines) + "\n"
     return text
 
 
@@ -3812,36 +4706,60 @@ def say_stderr(message: str) -> None:
     print(printable(message), file=sys.stderr, flush=True)
 
 
-class Progress:
-    """One rewriting line on a terminal; in a log, a line per change, at most one a second
-    (so 1,000 pods do not print 3,000 lines) plus the final state; silent with --quiet."""
+def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether a status line may be rewritten in place (a carriage return and an erase-line
+    escape): only on a terminal, not under TERM=dumb, and not with NO_COLOR set to any non-empty
+    value (no-color.org); otherwise the output holds no escape sequence at all."""
+    environ = os.environ if environ is None else environ
+    if environ.get("TERM") == "dumb" or environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
 
-    def __init__(self, enabled: bool, stream: Any = None, log_interval: Optional[float] = None) -> None:
+
+class Progress:
+    """One rewriting line on a terminal; in a log (or under TERM=dumb or NO_COLOR), a line per
+    change, at most one a second (so 1,000 pods do not print 3,000 lines) plus the final state;
+    silent with --quiet. Each says the counts, the time elapsed and the time left to the deadline."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        stream: Any = None,
+        log_interval: Optional[float] = None,
+        environ: Optional[Mapping[str, str]] = None,
+        columns: Optional[int] = None,
+    ) -> None:
         self.enabled = enabled
+        self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
-        self.interactive = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
         self.printed_at = -math.inf
         self.dirty = False
 
-    def update(self, label: str, elapsed: float, counts: Dict[str, int]) -> None:
+    def update(self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None) -> None:
+        """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
+        until the client stops waiting (None: no deadline to show)."""
         if not self.enabled:
             return
         state = (
             f"{counts.get('created', 0)} created, {counts.get('running', 0)} running, "
             f"{counts.get('succeeded', 0)} succeeded, {counts.get('failed', 0)} failed"
         )
+        times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
-            self.stream.write(f"\r\033[K{label}: {state} ({elapsed:.1f} s)")
+            columns = self.columns or shutil.get_terminal_size().columns
+            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
+            self.stream.write(f"\r\033[K{line}")
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label}: {state} ({elapsed:.1f} s)\n")
+        self.pending = (state, f"{label} ({times}): {state}\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
@@ -3873,12 +4791,18 @@ class WatchStream:
     time, event) on a shared queue, stamped when the bytes arrived; event None marks the end."""
 
     def __init__(
-        self, tag: str, process: subprocess.Popen[bytes], sink: queue.Queue[Any], record: Dict[str, Any]
+        self,
+        tag: str,
+        process: subprocess.Popen[bytes],
+        sink: queue.Queue[Any],
+        record: Dict[str, Any],
+        on_close: Callable[[], None] = lambda: None,
     ) -> None:
         self.tag = tag
         self.process = process
         self.sink = sink
         self.record = record  # its entry in kubectl-calls.json, completed by close()
+        self.on_close = on_close  # told once the record is complete (-v shows the call)
         self.started = time.monotonic()
         self.stderr = ""  # kubectl's message, once the stream has ended
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
@@ -3931,6 +4855,7 @@ class WatchStream:
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None and not self.thread.is_alive():
                 stream.close()
+        self.on_close()
 
 
 def concurrently(
@@ -3988,7 +4913,8 @@ class Kubectl:
     Built complete: the context is resolved before (`cluster_identity`, then `with_context`), and
     nothing is changed afterwards; a call that needs a shorter timeout says so itself. Reads that
     are safe to repeat are retried on transient failures with a short, bounded backoff; nothing
-    else is ever repeated here."""
+    else is ever repeated here. Retries are quiet: with `verbose` (-v) every call is shown as it
+    ends, and every retry."""
 
     def __init__(
         self,
@@ -3996,6 +4922,9 @@ class Kubectl:
         *,
         context: Optional[str],
         kubeconfig: Optional[str],
+        kubeconfig_from: str = "",  # where `kubeconfig` came from, for a message: "--kubeconfig", ...
+        server: Optional[str] = None,  # the context's API server, once known, named when it is unreachable
+        verbose: bool = False,
         process_timeout: float = KUBECTL_PROCESS_TIMEOUT,
         timing: Optional[Timing] = None,  # None: TIMING as it is when the Kubectl is built
         calls: Optional[List[Dict[str, Any]]] = None,
@@ -4005,6 +4934,9 @@ class Kubectl:
         self.executable = executable
         self.context = context
         self.kubeconfig = kubeconfig
+        self.kubeconfig_from = kubeconfig_from
+        self.server = server
+        self.verbose = verbose
         self.process_timeout = process_timeout
         self.timing = TIMING if timing is None else timing
         self.calls: List[Dict[str, Any]] = [] if calls is None else calls  # kubectl-calls.json
@@ -4013,12 +4945,15 @@ class Kubectl:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
         self.environment = dict(os.environ, KUBECONFIG=kubeconfig) if kubeconfig and os.pathsep in kubeconfig else None
 
-    def with_context(self, context: str) -> Kubectl:
-        """The same kubectl bound to one context, sharing the call record."""
+    def with_context(self, context: str, server: Optional[str] = None) -> Kubectl:
+        """The same kubectl bound to one context (and its API server, when known), sharing the call record."""
         return Kubectl(
             self.executable,
             context=context,
             kubeconfig=self.kubeconfig,
+            kubeconfig_from=self.kubeconfig_from,
+            server=server or self.server,
+            verbose=self.verbose,
             process_timeout=self.process_timeout,
             timing=self.timing,
             calls=self.calls,
@@ -4046,6 +4981,20 @@ class Kubectl:
         self.calls.append(record)
         return record
 
+    def note(self, message: str) -> None:
+        """A line on stderr that only -v shows (a retry, a call)."""
+        if self.verbose:
+            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            sys.stderr.flush()
+
+    def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
+        """With -v, the call as a shell would read it and how it ended, once it has."""
+        if "error" in record:
+            ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
+        else:
+            ending = f"exit {record.get('exit')}"
+        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)
         return DemoError(
@@ -4054,12 +5003,14 @@ class Kubectl:
             EXIT_CLUSTER,
         )
 
-    @staticmethod
-    def _timed_out(record: Dict[str, Any], argv: List[str], seconds: float) -> KubectlTimeout:
+    def _timed_out(self, record: Dict[str, Any], argv: List[str], seconds: float) -> KubectlTimeout:
         record["error"] = "timeout"
+        server = f" {self.server}" if self.server else ""
+        named = f" of context {self.context}" if self.context else ""
+        probe = shlex.join(["kubectl", *(["--context", self.context] if self.context else []), "cluster-info"])
         return KubectlTimeout(
             f"`{shlex.join(['kubectl', *argv[1:]])}` did not answer within {seconds:g} s; "
-            "check that the API server is reachable (kubectl cluster-info)",
+            f"check that the API server{server}{named} is reachable (`{probe}`)",
             EXIT_TIMEOUT,
         )
 
@@ -4070,7 +5021,9 @@ class Kubectl:
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
             )
         except OSError as error:
-            raise self._not_started(record, error) from None
+            failure = self._not_started(record, error)
+            self._ended(argv, record)
+            raise failure from None
         self.children.add(process)
         return process
 
@@ -4079,7 +5032,7 @@ class Kubectl:
         another attempt; else raise it."""
         if not (delays and failure.transient) or time.monotonic() - first_attempt > self.timing.retry_budget_seconds:
             raise failure
-        say_stderr(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
+        self.note(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
         time.sleep(delays.pop(0))
 
     def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -4129,7 +5082,10 @@ class Kubectl:
             raise self._timed_out(record, argv, timeout) from None
         finally:
             record["seconds"] = round(time.monotonic() - started, 3)
+            if "error" in record:
+                self._ended(argv, record)
         record["exit"] = completed.returncode
+        self._ended(argv, record)
         if completed.returncode != 0:
             record["stderr"] = completed.stderr[-CALL_STDERR_LIMIT:]
         return completed
@@ -4151,7 +5107,7 @@ class Kubectl:
             completed = self._once(argv, stdin, timeout or self.process_timeout)
             if completed.returncode == 0:
                 return completed.stdout
-            failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout)
+            failure = KubectlFailure(argv, completed.returncode, completed.stderr, completed.stdout, self.server)
             self._retry_or_raise(failure, delays, first_attempt)
 
     def stream(
@@ -4201,17 +5157,20 @@ class Kubectl:
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["exit"] = returncode
             if time.monotonic() - started >= limit and returncode < 0:
-                raise self._timed_out(record, argv, limit)
+                timed_out = self._timed_out(record, argv, limit)
+                self._ended(argv, record)
+                raise timed_out
+            self._ended(argv, record)
             if returncode == 0:
                 return
             text = stderr.decode("utf-8", "replace")
             record["stderr"] = text[-CALL_STDERR_LIMIT:]
-            failure = KubectlFailure(argv, returncode, text)
+            failure = KubectlFailure(argv, returncode, text, server=self.server)
             if consumed:  # what was consumed cannot be taken back: never repeated
                 raise failure
             self._retry_or_raise(failure, delays, first_attempt)
 
-    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> Dict[str, Any]:
+    def read_json(self, args: Sequence[str], what: str, **kwargs: Any) -> KubeObject:
         """A read whose answer is one JSON object (`version -o json`, `get X NAME -o json`)."""
         return self.decode_json(self.run(args, read_only=True, **kwargs), what)
 
@@ -4221,12 +5180,7 @@ class Kubectl:
         argv = self.argv(["config", "view", "--minify", "-o", "json"], request_timeout=None)
         completed = self._once(argv, None, self.process_timeout)
         if completed.returncode != 0:
-            failure = KubectlFailure(argv, completed.returncode, completed.stderr)
-            raise DemoError(
-                f"no kubectl context to use ({failure.first_line}); set one with "
-                "`kubectl config use-context`, pass --context, or check --kubeconfig",
-                EXIT_USAGE,
-            )
+            raise DemoError(self.no_context(kubectl_message(completed.stderr)), EXIT_USAGE)
         config = self.decode_json(completed.stdout, "config view")
         context = self.context or config.get("current-context")
         if not isinstance(context, str) or not context:
@@ -4235,7 +5189,51 @@ class Kubectl:
         server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
         return context, server if isinstance(server, str) else None
 
-    def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[Dict[str, Any]]:
+    def no_context(self, message: str) -> str:
+        """Why `config view --minify` found no context (kubectl's `message`), with its own fix.
+
+        kubectl reads a kubeconfig file that does not exist as an empty one (client-go
+        tools/clientcmd/config.go, PathOptions.GetStartingConfig), so "current-context must exist"
+        (client-go tools/clientcmd/api/helpers.go, MinifyConfig) means no file, or a file without a
+        current context, and "cannot locate context X" may mean no file too: whether a file exists is
+        read here first, from the files kubectl was given, as kubectl chooses them (an explicit
+        file, else $KUBECONFIG's list, else ~/.kube/config)."""
+        wanted = re.match(r"^error: cannot locate context (.+)$", message)
+        if not wanted and message != "error: current-context must exist in order to minify":
+            return f"cannot read the kubeconfig ({message}); check --kubeconfig, $KUBECONFIG or ~/.kube/config"
+        files = self.kubeconfig.split(os.pathsep) if self.kubeconfig else [os.path.expanduser("~/.kube/config")]
+        if not any(os.path.exists(path) for path in files):
+            if self.kubeconfig_from == "--kubeconfig":
+                return f"the kubeconfig file {files[0]} does not exist; check --kubeconfig"
+            if self.kubeconfig_from == "$KUBECONFIG":
+                return (
+                    f"no file in $KUBECONFIG exists ({', '.join(files)}); check $KUBECONFIG, or pass --kubeconfig FILE"
+                )
+            if self.kubeconfig_from:
+                return (
+                    f"the kubeconfig file {files[0]} ({self.kubeconfig_from}) no longer exists; pass --kubeconfig FILE"
+                )
+            return (
+                "no kubeconfig: ~/.kube/config does not exist and $KUBECONFIG is not set; write one with your "
+                "cluster's tool (for example `kind export kubeconfig`, `aws eks update-kubeconfig`, `gcloud container "
+                "clusters get-credentials`), or pass --kubeconfig FILE"
+            )
+        if wanted and self.context:
+            return (
+                f"context {wanted.group(1)} is not in the kubeconfig; check --context "
+                "(`kubectl config get-contexts` lists the contexts)"
+            )
+        if wanted:
+            return (
+                f"the kubeconfig's current context {wanted.group(1)} is not defined in it; pass --context, "
+                "or choose one with `kubectl config use-context NAME`"
+            )
+        return (
+            f"the kubeconfig ({', '.join(files)}) sets no current context; pass --context, or choose one with "
+            "`kubectl config use-context NAME` (`kubectl config get-contexts` lists them)"
+        )
+
+    def get(self, kind: str, name: str, namespace: Optional[str] = None, **kwargs: Any) -> Optional[KubeObject]:
         """The live object, or None when it does not exist."""
         raw = self.run(
             ["get", kind, name, "--ignore-not-found", "-o", "json"], namespace=namespace, read_only=True, **kwargs
@@ -4244,7 +5242,7 @@ class Kubectl:
             return None
         return self.decode_json(raw, f"get {kind} {name}")
 
-    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[Dict[str, Any]]:
+    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[KubeObject]:
         raw = self.run(["get", kinds, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
         try:
             return parse_json_documents(raw)
@@ -4253,7 +5251,7 @@ class Kubectl:
                 f"kubectl get {kinds} printed output that is not JSON objects ({error})", EXIT_CLUSTER
             ) from None
 
-    def create(self, manifest: Dict[str, Any], review: bool = False) -> List[Dict[str, Any]]:
+    def create(self, manifest: KubeObject, review: bool = False) -> List[KubeObject]:
         """Create objects (one, or a List of several, answered as one document each).
 
         The run's own objects are validated server-side, strictly (`--validate=strict`: an
@@ -4270,7 +5268,7 @@ class Kubectl:
         return created
 
     @staticmethod
-    def decode_json(raw: str, what: str) -> Dict[str, Any]:
+    def decode_json(raw: str, what: str) -> KubeObject:
         """kubectl's output as one JSON object, or an error naming the call that printed it."""
         try:
             decoded = json.loads(raw)
@@ -4292,7 +5290,7 @@ class Kubectl:
         )
         record = self._record(argv, time.monotonic(), watch=True)
         process = self._start(argv, record)  # WatchStream.close ends it; stop_children too, after Ctrl-C
-        return WatchStream(tag, process, sink, record)
+        return WatchStream(tag, process, sink, record, on_close=lambda: self._ended(argv, record))
 
 
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
@@ -4306,8 +5304,9 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         executable = shutil.which(executable) or executable  # pin the binary the run used
     if args.kubeconfig:
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
+        kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig = receipt.kubeconfig
+        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         kubeconfig = (
             os.pathsep.join(
@@ -4315,9 +5314,16 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
             )
             or None
         )
+        kubeconfig_from = "$KUBECONFIG"
     context = args.context or (receipt.context if receipt else None)
     return Kubectl(
-        executable, context=context, kubeconfig=kubeconfig, process_timeout=args.kubectl_timeout, timing=TIMING
+        executable,
+        context=context,
+        kubeconfig=kubeconfig,
+        kubeconfig_from=kubeconfig_from if kubeconfig else "",
+        verbose=args.verbose,
+        process_timeout=args.kubectl_timeout,
+        timing=TIMING,
     )
 
 
@@ -4563,17 +5569,44 @@ def claim_output(output: Path) -> None:
         raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
 
 
-def load_results(directory: Path) -> Dict[str, Any]:
+# What a run writes into its directory before its first create: all a failed preflight leaves.
+PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+
+
+def release_output(output: Path) -> None:
+    """After a run that created nothing in the cluster (its preflight failed), remove the files it
+    wrote and the directory, so that the same --output works again. Anything else found there
+    (written by someone else meanwhile) keeps the directory as it is."""
+    with contextlib.suppress(OSError):
+        for name in PREFLIGHT_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                (output / name).unlink()
+        output.rmdir()
+
+
+def load_results(directory: Path) -> Results:
+    """A run's results.json, checked against the schema before anything reads it: a missing,
+    unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
     path = directory / "results.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise DemoError(f"no results at {path}: that run did not finish successfully", EXIT_USAGE) from None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read {path} ({error})", EXIT_USAGE) from None
-    if not isinstance(data, dict) or "episodes" not in data:
-        raise DemoError(f"{path} is not a results file of this tool", EXIT_USAGE)
-    return data
+    problem = schema_problem(data, Results)
+    if problem:
+        raise DemoError(f"{path} is not a results file of this tool: {problem}; inspect the file", EXIT_USAGE)
+    return typing.cast(Results, data)
+
+
+def saved_results(directory: Optional[Path]) -> Optional[Results]:
+    """The results.json a run of this tool just wrote in `directory`, or None when there is none
+    (the run did not get that far, or `directory` is not the run's)."""
+    try:
+        return load_results(directory) if directory is not None else None
+    except DemoError:
+        return None
 
 
 def _read_json_file(path: Path) -> Any:
@@ -4584,13 +5617,13 @@ def _read_json_file(path: Path) -> Any:
         return None
 
 
-def rounds_on_disk(output: Path, rounds: int) -> List[Dict[str, Any]]:
+def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
     receipt = _read_json_file(output / "receipt.json")
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
-    started = []
+    started: List[StartedRound] = []
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
@@ -4647,15 +5680,15 @@ class OwnedCreator:
     def __init__(self, kubectl: Kubectl, run_id: str) -> None:
         self.kubectl = kubectl
         self.run_id = run_id
-        self.settled: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (kind, name) -> created or adopted
+        self.settled: Dict[Tuple[str, str], KubeObject] = {}  # (kind, name) -> created or adopted
 
-    def create_together(self, manifests: List[Dict[str, Any]], resources: List[str]) -> List[Dict[str, Any]]:
+    def create_together(self, manifests: List[KubeObject], resources: List[str]) -> List[KubeObject]:
         """Create several objects with one `kubectl create` of a List. kubectl creates them in
         order and goes on past a failure, so after one each object missing from its answer is
         settled on its own by the rules of `create`: created alone when the request never reached
         the server, else looked up and adopted only if this run's label proves it ours."""
         failure: Optional[DemoError] = None
-        answered: List[Dict[str, Any]] = []
+        answered: List[KubeObject] = []
         try:
             answered = self.kubectl.create({"apiVersion": "v1", "kind": "List", "items": manifests})
         except KubectlFailure as error:
@@ -4690,7 +5723,7 @@ class OwnedCreator:
             objects.append(match)
         return objects
 
-    def create(self, manifest: Dict[str, Any], resource: str) -> Dict[str, Any]:
+    def create(self, manifest: KubeObject, resource: str) -> KubeObject:
         name = manifest["metadata"]["name"]
         kind = manifest["kind"]
         delays = list(self.kubectl.timing.retry_delays)
@@ -4703,14 +5736,14 @@ class OwnedCreator:
                 return self.adopt(manifest, resource, str(timeout))
             except KubectlFailure as failure:
                 if failure.not_applied and delays:
-                    say_stderr(f"warning: retrying the create of {kind} {name} after: {failure.first_line}")
+                    self.kubectl.note(f"warning: retrying the create of {kind} {name} after: {failure.first_line}")
                     time.sleep(delays.pop(0))
                     continue
                 if not (failure.already_exists or failure.transient):
                     raise
                 return self.adopt(manifest, resource, failure.first_line)
 
-    def adopt(self, manifest: Dict[str, Any], resource: str, failure: str) -> Dict[str, Any]:
+    def adopt(self, manifest: KubeObject, resource: str, failure: str) -> KubeObject:
         """After an ambiguous create: the object if it exists and carries this run's label."""
         name = manifest["metadata"]["name"]
         kind = manifest["kind"]
@@ -4736,7 +5769,7 @@ class OwnedCreator:
 def wait_for_job(
     kubectl: Kubectl,
     namespace: str,
-    job: Dict[str, Any],
+    job: KubeObject,
     deadline: float,
     submitted: float,
     progress: Progress,
@@ -4753,7 +5786,7 @@ def wait_for_job(
     watches = [kubectl.watch("job", ["job", name], namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
     sightings: Dict[str, Dict[str, Any]] = {}
-    last_pods: Dict[str, Dict[str, Any]] = {}
+    last_pods: Dict[str, KubeObject] = {}
     deleted = False
     live = job
     job_stream_open = True
@@ -4763,7 +5796,7 @@ def wait_for_job(
     label = f"{namespace}/{name}"
     job_uid = job["metadata"]["uid"]
 
-    def pod_event(event: Dict[str, Any], wall: float) -> None:
+    def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted
         pod = event.get("object")
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
@@ -4795,7 +5828,7 @@ def wait_for_job(
             try:
                 tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                progress.update(label, clock - submitted, pod_counts(sightings, live))  # the final state
+                progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
                 return observed()
             if tag == "pods":
                 if event is None:
@@ -4856,7 +5889,8 @@ def wait_for_job(
                 if blocked:
                     return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked, pod_deleted=deleted)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
-            progress.update(label, time.monotonic() - submitted, pod_counts(sightings, live))
+            now = time.monotonic()
+            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now)
     finally:
         for watch in watches:
             watch.close()
@@ -4919,7 +5953,7 @@ def log_of(kubectl: Kubectl, namespace: str, name: str, round_dir: Path) -> PodL
 
 
 def read_logs(
-    kubectl: Kubectl, namespace: str, pods: List[Dict[str, Any]], selector: str, all_pods: bool, round_dir: Path
+    kubectl: Kubectl, namespace: str, pods: List[KubeObject], selector: str, all_pods: bool, round_dir: Path
 ) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
     """Container logs with one kubectl call; per-pod reads only for pods that call missed.
 
@@ -4944,7 +5978,7 @@ def read_logs(
 
 
 def save_diagnostics_after_interrupt(
-    kubectl: Kubectl, namespace: str, job: Optional[Dict[str, Any]], round_dir: Path
+    kubectl: Kubectl, namespace: str, job: Optional[KubeObject], round_dir: Path
 ) -> None:
     """Save what can be read within a few seconds: the Job, pods, events and logs."""
     quick = kubectl.timing.interrupt_save_timeout
@@ -5011,7 +6045,7 @@ def warm_up(
     run_id: str,
     run_job: OneEpisodeJob,
     stop: threading.Event,
-) -> Tuple[Dict[str, Optional[str]], Dict[str, Any]]:
+) -> Tuple[Dict[str, Optional[str]], Warmup]:
     """One one-episode Job per eligible node (`check`'s rule), all at once, each pinned to its
     node by a nodeSelector on its hostname label; returns node -> imageID and results.json's
     `warmup` block. Any failure stops the run, its diagnostics kept in DIR/warmup/. On Ctrl-C,
@@ -5031,7 +6065,7 @@ def warm_up(
             EXIT_CLUSTER,
         )
     warm_dir = settings.output / WARMUP_DIR
-    tasks: List[Callable[[], Tuple[List[EpisodeRow], Dict[str, Any]]]] = []
+    tasks: List[Callable[[], Tuple[List[EpisodeRow], RoundResult]]] = []
     plan = []
     for number, node in enumerate(eligible, 1):
         node_name = str(node["metadata"]["name"])
@@ -5040,7 +6074,7 @@ def warm_up(
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
 
-        def task(name: str = name, manifest: Dict[str, Any] = manifest) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        def task(name: str = name, manifest: KubeObject = manifest) -> Tuple[List[EpisodeRow], RoundResult]:
             return run_job(name, warm_dir / name, manifest, warm_dir)  # an interruption saves the events there
 
         tasks.append(task)
@@ -5048,25 +6082,25 @@ def warm_up(
         say_stderr(f"warm-up: one episode on each of {len(plan)} node(s): {', '.join(node for _, node in plan)}")
     answers = concurrently(tasks, stop, kubectl.timing.interrupt_save_timeout)
     image_ids: Dict[str, Optional[str]] = {}
-    per_node: Dict[str, Any] = {}
+    per_node: Dict[str, WarmupNode] = {}
     for (name, node_name), (rows, figures) in zip(plan, answers):
         row = rows[0]
-        if row.node != node_name:
+        if row["node"] != node_name:
             raise DemoError(
-                f"warm-up Job {namespace}/{name} was meant for node {node_name} but ran on {row.node}; "
+                f"warm-up Job {namespace}/{name} was meant for node {node_name} but ran on {row['node']}; "
                 f"inspect {warm_dir / name}/pods.json",
                 EXIT_CLUSTER,
             )
-        image_ids[node_name] = row.image_id
+        image_ids[node_name] = row["image_id"]
         per_node[node_name] = {
             "job": name,
             "job_uid": figures["job_uid"],
-            "pod": row.pod,
-            "pod_to_ready_seconds": row.pod_to_ready_seconds,
-            "image_id": row.image_id,
-            "image_pull": row.image_pull["state"],
+            "pod": row["pod"],
+            "pod_to_ready_seconds": row["pod_to_ready_seconds"],
+            "image_id": row["image_id"],
+            "image_pull": row["image_pull"]["state"],
         }
-    block = {
+    block: Warmup = {
         "nodes": [node for _, node in plan],
         "per_node": per_node,
         "image": settings.given_image,
@@ -5083,11 +6117,11 @@ def prepare_measured_image(
     run_id: str,
     run_job: OneEpisodeJob,
     stop: threading.Event,
-) -> Tuple[str, Dict[str, Any]]:
+) -> Tuple[str, PreparedImage]:
     """--warmup and --pin-image, before the first measured Job: the warm-up episodes, then the
     image the measured Jobs run (the digest given, or resolved from what the warm-up's or a
     one-episode probe Job's nodes ran, else --image) and results.json's `warmup` and `image_pinned`."""
-    prepared: Dict[str, Any] = {"image_pinned": settings.pin_image or None, "warmup": None}
+    prepared: PreparedImage = {"image_pinned": settings.pin_image or None, "warmup": None}
     image_ids: Dict[str, Optional[str]] = {}
     where = ""
     if settings.warmup:
@@ -5099,10 +6133,10 @@ def prepare_measured_image(
         probe_dir = settings.output / PROBE_JOB_NAME
         manifest = one_episode_job_manifest(settings, PROBE_JOB_NAME, namespace, run_id)
         rows, _ = run_job(PROBE_JOB_NAME, probe_dir, manifest, probe_dir)
-        image_ids = {str(rows[0].node or "(unknown)"): rows[0].image_id}
+        image_ids = {str(rows[0]["node"] or "(unknown)"): rows[0]["image_id"]}
         where = f"{probe_dir}/pods.json"
     pinned = pinned_image(settings.image, image_ids, where)
-    prepared.update(image_pinned=pinned, image_pinned_from=image_ids)
+    prepared["image_pinned"], prepared["image_pinned_from"] = pinned, image_ids
     if not settings.quiet:
         say_stderr(f"image pinned: {pinned}")
     return pinned, prepared
@@ -5124,14 +6158,15 @@ class BatchRun:
         self.progress = progress
         self.creator = OwnedCreator(kubectl, receipt.run_id)
         self.namespace = receipt.namespace
+        self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
-        self.current_job: Optional[Dict[str, Any]] = None
+        self.current_job: Optional[KubeObject] = None
         self.current_dir: Path = settings.output
-        self.runtimeclass: Optional[Dict[str, Any]] = None  # as read by the preflight
+        self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
 
-    def execute(self) -> Dict[str, Any]:
+    def execute(self) -> Results:
         """Preflight, namespace and ConfigMap, then every round; the assembled results."""
         self.preflight()
         self.create_namespace()
@@ -5140,22 +6175,22 @@ class BatchRun:
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         rows: List[EpisodeRow] = []
-        rounds: List[Dict[str, Any]] = []
+        rounds: List[RoundResult] = []
         for round_number in range(1, self.settings.rounds + 1):
             round_rows, figures = self.run_round(round_number, image)
             rows.extend(round_rows)
             rounds.append(figures)
-        failed = [entry for figures in rounds for entry in figures.get("failed_episodes", [])]
+        failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
         write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
-        results = assemble_results(self.settings, self.kubectl.context or "", self.namespace, self.run_id, rows, rounds)
-        results.update(prepared)
+        kubelet: KubeletFigures = {}
         if kubelets_before is not None:
             expected = expected_operations(rows)
             after = (
                 read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
             )
-            results["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
-        return results
+            kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+        context = self.kubectl.context or ""
+        return assemble_results(self.settings, context, self.namespace, self.run_id, rows, rounds, prepared, kubelet)
 
     @property
     def runtime_handler(self) -> str:
@@ -5205,6 +6240,7 @@ class BatchRun:
 
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create."""
+        self.create_sent = True
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
@@ -5223,12 +6259,12 @@ class BatchRun:
             raise
         self.record_namespace(namespace)
 
-    def record_namespace(self, namespace: Dict[str, Any]) -> None:
+    def record_namespace(self, namespace: KubeObject) -> None:
         self.receipt.namespace_uid = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
-    def run_round(self, round_number: int, image: str) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+    def run_round(self, round_number: int, image: str) -> Tuple[List[EpisodeRow], RoundResult]:
         """One measured round: its Job runs `image`; an interruption saves its diagnostics."""
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
@@ -5237,15 +6273,15 @@ class BatchRun:
         return self.run_job(round_number, name, round_dir, manifest, self.settings.count, self.progress)
 
     def run_one_episode_job(
-        self, name: str, job_dir: Path, manifest: Dict[str, Any], interrupt_dir: Path
-    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        self, name: str, job_dir: Path, manifest: KubeObject, interrupt_dir: Path
+    ) -> Tuple[List[EpisodeRow], RoundResult]:
         """A warm-up or probe Job (see OneEpisodeJob), without a progress line."""
         self.current_dir, self.current_job = interrupt_dir, None
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
     def run_job(
-        self, round_number: int, name: str, round_dir: Path, manifest: Dict[str, Any], count: int, progress: Progress
-    ) -> Tuple[List[EpisodeRow], Dict[str, Any]]:
+        self, round_number: int, name: str, round_dir: Path, manifest: KubeObject, count: int, progress: Progress
+    ) -> Tuple[List[EpisodeRow], RoundResult]:
         """Create one Job, wait for it, save every diagnostic, then analyse it."""
         settings = self.settings
         write_json(round_dir / "job-submitted.json", manifest)
@@ -5313,7 +6349,7 @@ class BatchRun:
                     log_of(self.kubectl, self.namespace, invalid.pod, round_dir)
             raise
 
-    def refuse_dropped_fields(self, manifest: Dict[str, Any], job: Dict[str, Any]) -> None:
+    def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
         backoff limits): without them, failed episodes would be retried (backoffLimit's default is
         6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
@@ -5359,7 +6395,7 @@ class BatchRun:
 
 def _wait_until_absent(
     kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
-) -> Optional[Dict[str, Any]]:
+) -> Optional[KubeObject]:
     """None once the object is gone, else its last state when the wait ran out.
 
     Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long
@@ -5376,7 +6412,7 @@ def _wait_until_absent(
         interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
 
 
-def _stuck_namespace_detail(namespace: Dict[str, Any]) -> str:
+def _stuck_namespace_detail(namespace: KubeObject) -> str:
     finalizers = namespace.get("spec", {}).get("finalizers") or []
     meta_finalizers = namespace.get("metadata", {}).get("finalizers") or []
     messages = [
@@ -5493,6 +6529,8 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
     ]
+    for metric, limit in sorted(dict(args.threshold or []).items()):
+        argv += ["--threshold", f"{metric}={limit!r}"]
     if group == "parallel":
         argv.append("--pin-image")
     elif group == "sequential":
@@ -5502,20 +6540,27 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     return argv
 
 
-def reproduce_junit(output: Path, report: Dict[str, Any], failure: Optional[DemoError]) -> str:
-    """The experiment as one JUnit file: every group's suites (one per round, as `run --junit`
-    writes them), each test case's classname naming its group, so names stay unique."""
-    suites: List[Dict[str, Any]] = []
+def _group_results(output: Path, entry: ReproduceGroup) -> Optional[Results]:
+    """A group's results.json, when its run validated and wrote one."""
+    return saved_results(output / entry["directory"])
+
+
+def reproduce_junit(
+    output: Path, report: ReproduceReport, failure: Optional[DemoError], thresholds: Dict[str, float]
+) -> str:
+    """The experiment as one JUnit file: every group's suites (one per round, and a case per
+    --threshold, as `run --junit` writes them), each test case's classname naming its group, so
+    names stay unique."""
+    suites: List[JUnitSuite] = []
     for entry in report["groups"]:
         group_dir = output / entry["directory"]
-        results = _read_json_file(group_dir / "results.json")
-        results = results if isinstance(results, dict) and "episodes" in results else None
+        results = _group_results(output, entry)
         rounds = report["rounds"] if entry["name"] == "warm" else 1
         started = rounds_on_disk(group_dir, rounds) if results is None else []
         error = None
         if entry.get("exit_code") not in (EXIT_OK, None) or (entry.get("exit_code") is None and failure):
             error = (int(entry.get("exit_code") or EXIT_INTERRUPTED), str(entry.get("error") or failure), None)
-        for suite in junit_suites(results, started, {}, error):
+        for suite in junit_suites(results, started, thresholds, error):
             for case in suite["cases"]:
                 case["classname"] = f"{JUNIT_SUITE_NAME}.{entry['name']}.{case['classname'].split('.', 1)[-1]}"
             suites.append(suite)
@@ -5526,29 +6571,63 @@ def reproduce_junit(output: Path, report: Dict[str, Any], failure: Optional[Demo
     )
 
 
-def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, reference: bool) -> Optional[str]:
+def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
+    """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
+    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    runs: List[MetricRun] = []
+    for entry in report["groups"]:
+        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        code = entry.get("exit_code")
+        runs.append(
+            (
+                {**labels, "group": entry["name"]},
+                _group_results(output, entry),
+                EXIT_INTERRUPTED if code is None else int(code),
+            )
+        )
+    return render_metrics_of_runs(runs, finished_at)
+
+
+def reproduce_verdict(output: Path, report: ReproduceReport) -> str:
+    """One line: the groups that finished, the episodes that validated, what failed, where the report is."""
+    finished = [entry for entry in report["groups"] if entry.get("exit_code") in (EXIT_OK, EXIT_THRESHOLD)]
+    figures = [results for results in (_group_results(output, entry) for entry in finished) if results]
+    valid = sum(int(results.get("successful_episodes") or 0) for results in figures)
+    episodes = sum(int(results.get("episodes") or 0) for results in figures)
+    text = f"verdict: {len(finished)}/{len(REPRODUCE_GROUPS)} groups finished, {valid}/{episodes} episodes valid"
+    breached = [entry["name"] for entry in finished if entry["exit_code"] == EXIT_THRESHOLD]
+    if breached:
+        text += f"; latency budget breached in {', '.join(breached)} (exit {EXIT_THRESHOLD})"
+    if not report["complete"] and report["groups"]:
+        last = report["groups"][-1]
+        how = "interrupted" if last.get("exit_code") is None else f"exit {last['exit_code']}"
+        text += f"; stopped at group {last['name']} ({how})"
+    files = [output / "report.md"] if (output / "report.md").is_file() else []
+    return text + f"; report {' and '.join(str(path) for path in [*files, output / 'report.json'])}"
+
+
+def write_reproduce_report(output: Path, report: ReproduceReport, lang: str, reference: bool) -> Optional[str]:
     """report.json always; with every group's results, report.md and the table (returned)."""
     finished = [
-        (reproduce_column_name(g["name"], report["count"], lang), _read_json_file(output / g["name"] / "results.json"))
+        (reproduce_column_name(g["name"], report["count"], lang), saved_results(output / g["name"]))
         for g in report["groups"]
-        if g["exit_code"] == EXIT_OK
+        if g["exit_code"] in (EXIT_OK, EXIT_THRESHOLD)  # validated, over budget or not
     ]
-    columns = [(name, results) for name, results in finished if isinstance(results, dict)]
+    columns = [(name, results) for name, results in finished if results is not None]
     table = guide_table(columns, lang, reference) if columns else None
     report["table"] = table
     write_json(output / "report.json", report)
     if table is None:
         return None
     text = render_guide_table(table, "text")
-    lines = [
-        "# rl-batch-demo reproduce: the guide's section 六, one command",
-        "",
-        f"Image `{markdown_code(report['image'])}`, run by digest `{markdown_code(report['image_pinned'] or '-')}` "
-        f"in every group; context `{markdown_code(report['context'])}`; {report['count']} tasks per round.",
-        "",
-        "| group | directory | exit | namespace |",
-        "| --- | --- | --- | --- |",
-    ]
+    words = _WORDS[lang]
+    intro = words["report_intro"].format(
+        image=f"`{markdown_code(report['image'])}`",
+        pinned=f"`{markdown_code(report['image_pinned'] or '-')}`",
+        context=f"`{markdown_code(report['context'])}`",
+        count=report["count"],
+    )
+    lines = [words["report_title"], "", intro, "", words["report_header"], "| --- | --- | --- | --- |"]
     for group in report["groups"]:
         lines.append(
             f"| {group['name']} | {markdown_code(group['directory'])} | {group['exit_code']} | "
@@ -5556,7 +6635,7 @@ def write_reproduce_report(output: Path, report: Dict[str, Any], lang: str, refe
         )
     lines += ["", render_guide_table(table, "markdown")]
     if not report["complete"]:
-        lines.append("The experiment stopped early: only the groups that finished are in the table.\n")
+        lines.append(words["report_early"] + "\n")
     write_atomic(output / "report.md", "\n".join(lines))
     return text
 
@@ -5606,9 +6685,10 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
     return EXIT_OK
 
 
-def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
-    the command that cleans up what is kept (`tool`: how the user started this tool)."""
+    the command that cleans up what is kept (`tool`: how the user started this tool). `reproduce`
+    runs it without the summary when it prints only its own (--quiet, --json)."""
     output = settings.output
     refuse_existing_output(output)
     run_id = new_run_id()
@@ -5616,7 +6696,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     if settings.dry_run:
         return dry_run(settings, namespace, run_id)
     context, server = unbound.cluster_identity()
-    kubectl = unbound.with_context(context)
+    kubectl = unbound.with_context(context, server)
     claim_output(output)
     receipt = Receipt(
         context=context,
@@ -5635,18 +6715,20 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     bug: Optional[BaseException] = None
     try:
         results = batch.execute()
-        error = publish(results, settings)
+        error = publish(results, settings, print_summary)
     except DemoError as failure:
         error = failure
     except KeyboardInterrupt:
         kubectl.stop_children()  # calls still running in other threads, or streams
         progress.finish()
-        say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+        if batch.create_sent:
+            say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
         try:
             batch.save_after_interrupt()
         except KeyboardInterrupt:
             say_stderr("skipped saving diagnostics")
-        error = DemoError(f"interrupted; diagnostics are in {output}", EXIT_INTERRUPTED)
+        where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+        error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
         error = DemoError(
             f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
@@ -5663,6 +6745,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
             output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
         )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
+    if error is not None and bug is None and not batch.create_sent:
+        release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
+        raise error
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
@@ -5685,23 +6770,25 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
     return EXIT_OK
 
 
-def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoError]:
-    """Write results.json and timeline.svg, print the summary, and judge the thresholds."""
+def publish(results: Results, settings: RunSettings, print_summary: bool = True) -> Optional[DemoError]:
+    """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
+    and judge the thresholds."""
     output = settings.output
     write_json(output / "results.json", results)
     write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results)
+        else render_summary(results, summary_files(settings), breaches)
     )
     try:
-        sys.stdout.write(printable(summary, keep_newlines=True))
-        sys.stdout.flush()
+        if print_summary:
+            sys.stdout.write(printable(summary, keep_newlines=True))
+            sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     append_step_summary(markdown_summary(results))
-    breaches = check_thresholds(results, settings.thresholds)
     if breaches:
         return DemoError(
             f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
@@ -5710,16 +6797,31 @@ def publish(results: Dict[str, Any], settings: RunSettings) -> Optional[DemoErro
     return None
 
 
+def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
+    """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
+    output = settings.output
+    files = [
+        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / "timeline.svg")),
+    ]
+    reports = [f"JUnit {settings.junit}"] if settings.junit else []
+    reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
+    if reports:
+        files.append(("reports", ", ".join(reports) + " (written when the run ends)"))
+    return files
+
+
 def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
-    its diagnostics are saved; the guide's table at the end. `base` holds what every group's run
-    shares (see reproduce_group_settings)."""
+    its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
+    --json, nothing else on stdout). `base` holds what every group's run shares (see
+    reproduce_group_settings); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
     claim_output(output)
-    report: Dict[str, Any] = {
+    report: ReproduceReport = {
         "context": context,
         "image": args.image,
         "image_pinned": None,
@@ -5729,27 +6831,29 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "complete": False,
         "tool_version": tool_version(),
     }
+    alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None
     try:
         for number, group in enumerate(REPRODUCE_GROUPS, 1):
             argv = reproduce_group_argv(args, context, group, report["image_pinned"])
-            say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
-            entry: Dict[str, Any] = {"name": group, "directory": group, "argv": argv, "exit_code": None}
+            if not alone:
+                say_stderr(f"reproduce: group {number}/{len(REPRODUCE_GROUPS)} ({group}): {shlex.join(argv)}")
+            entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
             settings = reproduce_group_settings(base, group, report["image_pinned"])
             try:
-                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool)
+                entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
-                failure = error
+                failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
             receipt = _read_json_file(output / group / "receipt.json")
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
                 break
             if report["image_pinned"] is None:
-                results = _read_json_file(output / group / "results.json") or {}
-                report["image_pinned"] = results.get("image_pinned")
+                results = saved_results(output / group)
+                report["image_pinned"] = results["image_pinned"] if results else None
                 if not report["image_pinned"]:
                     failure = DemoError(
                         f"group {group} did not resolve an image digest; inspect {output / group}", EXIT_CLUSTER
@@ -5757,23 +6861,53 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        if args.junit:
-            write_atomic(Path(args.junit), reproduce_junit(output, report, DemoError("interrupted", EXIT_INTERRUPTED)))
+        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    if args.junit:
-        write_atomic(Path(args.junit), reproduce_junit(output, report, failure))
-    if text is not None:
-        sys.stdout.write("\n" + printable(text, keep_newlines=True))
-        sys.stdout.flush()
+    problems = write_reproduce_reports(args, base, report, failure)
+    verdict = reproduce_verdict(output, report)
+    if args.json:
+        sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    else:
+        if text is not None:
+            sys.stdout.write(("" if alone else "\n") + printable(text, keep_newlines=True) + "\n")
+        sys.stdout.write(printable(verdict) + "\n")
+    sys.stdout.flush()
     if failure is not None:
         kept = "" if base.cleanup_policy == "always" else f"; clean up with: {cleanup_command(tool, output)}"
         raise DemoError(
             f"reproduce stopped at group {report['groups'][-1]['name']}: {failure}{kept}", failure.exit_code
         )
-    print(f"report: {output / 'report.md'} and {output / 'report.json'}")
+    if problems:
+        raise DemoError(f"the experiment finished but {'; '.join(problems)}", EXIT_USAGE)
+    breached = [entry for entry in report["groups"] if entry["exit_code"] == EXIT_THRESHOLD]
+    if breached:
+        named = "; ".join(f"{entry['name']}: {entry['error']}" for entry in breached)
+        raise DemoError(f"latency budget breached in {named}", EXIT_THRESHOLD)
     return EXIT_OK
+
+
+def write_reproduce_reports(
+    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+) -> List[str]:
+    """The experiment's --junit and --metrics-file (atomically), whatever its outcome; returns
+    what could not be written."""
+    output = base.output
+    problems = []
+    reports: List[Tuple[str, Optional[str], Callable[[], str]]] = [
+        ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
+        ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+    ]
+    for flag, path, render in reports:
+        if path:
+            try:
+                write_atomic(Path(path), render())
+            except OSError as oops:
+                problems.append(f"the {flag} {path} could not be written ({oops.strerror or oops})")
+    for problem in problems:
+        say_stderr(f"warning: {problem}")
+    return problems
 
 
 def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
@@ -5806,8 +6940,7 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
 def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optional[DemoError]) -> List[str]:
     """Write --junit and --metrics-file (atomically) from what the run left in DIR (None: DIR was
     not this run's, so nothing in it is read). Returns what could not be written."""
-    results = _read_json_file(output / "results.json") if output is not None else None
-    results = results if isinstance(results, dict) and "episodes" in results else None
+    results = saved_results(output)
     problems = []
     if settings.junit:
         started = rounds_on_disk(output, settings.rounds) if output is not None and results is None else []
@@ -5824,14 +6957,10 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         except OSError as oops:
             problems.append(f"the JUnit report {settings.junit} could not be written ({oops.strerror or oops})")
     if settings.metrics_file:
-        labels = {
-            "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
-            "image": settings.image,
-            "parallelism": str(settings.parallelism),
-        }
         exit_code = error.exit_code if error is not None else EXIT_OK
         try:
-            write_atomic(Path(settings.metrics_file), render_metrics(results, labels, exit_code, time.time()))
+            text = render_metrics(results, metrics_labels(settings), exit_code, time.time())
+            write_atomic(Path(settings.metrics_file), text)
         except OSError as oops:
             problems.append(f"the metrics file {settings.metrics_file} could not be written ({oops.strerror or oops})")
     for problem in problems:
@@ -5863,7 +6992,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     always lists everything that fails."""
     unbound = make_kubectl(args)
     context, server = unbound.cluster_identity()
-    kubectl = unbound.with_context(context)
+    kubectl = unbound.with_context(context, server)
     runtime = None if args.runtime == NO_RUNTIME else args.runtime
     kubelet_metrics = args.kubelet_metrics
 
@@ -5871,6 +7000,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             return Read(read())
         except KubectlFailure as failure:
+            if failure.unreachable:  # every read fails alike: one line says why
+                raise
             return Read(failure=failure.first_line)
 
     reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
@@ -5894,14 +7025,29 @@ def cmd_check(args: argparse.Namespace) -> int:
         count=args.count,
         kubelet_metrics=kubelet_metrics,
     )
+    problems = [finding.problem for finding in findings if not finding.ok]
+    verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
+    code = EXIT_CLUSTER if problems else EXIT_OK
+    if args.json:
+        report = {
+            "context": context,
+            "server": server,
+            "count": args.count,
+            "findings": [
+                {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
+                for finding in findings
+            ],
+            "ready": not problems,
+            "problems": problems,
+            "verdict": verdict,
+            "exit_code": code,
+        }
+        print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
+        return code
     for finding in findings:
         print(printable(f"{finding.name}: {finding.detail}"))
-    problems = [finding.problem for finding in findings if not finding.ok]
-    if problems:
-        print(printable(f"verdict: NOT ready: {'; '.join(problems)}"))
-        return EXIT_CLUSTER
-    print(f"verdict: ready to run {args.count} episodes")
-    return EXIT_OK
+    print(printable(f"verdict: {verdict}"))
+    return code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -5974,8 +7120,70 @@ class VersionAction(argparse.Action):
         parser.exit()
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """The suggestion for a mistyped word, `; did you mean X?`, or "" when no choice is close: a
+    choice the word abbreviates first (--out: --output), else the closest one by difflib."""
+    import difflib  # noqa: PLC0415 - only a usage error needs it; keeps --help fast
+
+    every = list(choices)
+    abbreviated = [choice for choice in every if choice.startswith(word)]
+    close = difflib.get_close_matches(word, abbreviated or every, n=1, cutoff=0.0 if abbreviated else 0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse as this tool words a usage error: one line naming the problem (with a suggestion
+    for a mistyped flag or command) and the --help to read, exit 2; never the usage block. No flag
+    is taken for an abbreviation of a longer one (allow_abbrev=False), so a typo never picks one."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(allow_abbrev=False, **options)
+        self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.prog} --help)\n")
+
+    def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+        """parse_args, after the words are checked: a mistyped command or flag is named, with a
+        suggestion, before argparse would report something else (a required --output) instead."""
+        words = list(sys.argv[1:] if argv is None else argv)
+        at = next((index for index, word in enumerate(words) if not word.startswith("-")), len(words))
+        self.check_flags(words[:at])
+        if self.commands and at < len(words):
+            command = words[at]
+            if command not in self.commands:
+                self.error(f"unknown command {command}{did_you_mean(command, self.commands)}")
+            parser = self.commands[command]
+            if isinstance(parser, CommandLineParser):
+                parser.check_flags(words[at + 1 :])
+        args, extras = self.parse_known_args(words)
+        if extras:
+            getattr(args, "subparser", self).error(f"unexpected argument {extras[0]}")
+        return args
+
+    def check_flags(self, words: Sequence[str]) -> None:
+        """Every flag among `words` must be one of this parser's (`-vh` stands for -v -h; `-1` is a
+        number; a value after `=` is not looked at), up to a `--`."""
+        known = [option for action in self._actions for option in action.option_strings]
+        for word in words:
+            if word == "--":
+                return
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("-") or flag == "-" or re.match(r"^-\d", flag) or flag in known:
+                continue
+            if not flag.startswith("--") and all(f"-{letter}" in known for letter in flag[1:]):
+                continue
+            self.error(f"unknown flag {flag}{did_you_mean(flag, known)}")
+
+
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cluster")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show each kubectl call on stderr as it ends (the command, its exit code and seconds), and every retry",
+    )
     group.add_argument("--context", help="kubeconfig context to use (default: the current context, read once)")
     group.add_argument("--kubeconfig", help="kubeconfig file (default: kubectl's own: $KUBECONFIG or ~/.kube/config)")
     group.add_argument("--kubectl", help="kubectl binary (default: $KUBECTL, else kubectl on PATH)")
@@ -5995,12 +7203,7 @@ def _ci_report_options(parser: argparse.ArgumentParser) -> None:
         "--junit",
         help="write a JUnit XML report: one test suite per round, one test case per episode and per --threshold",
     )
-    group.add_argument(
-        "--metrics-file",
-        metavar="FILE",
-        help="write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
-        "(node_exporter's textfile collector, a Pushgateway)",
-    )
+    _shared_option(group, "--metrics-file")  # type: ignore[arg-type]  # an argument group takes the same add_argument
 
 
 def pinned_image_arg(text: str) -> str:
@@ -6058,6 +7261,19 @@ def _shared_option(parser: argparse.ArgumentParser, flag: str, **changes: Any) -
             "PullImage) before and after the run; needs get nodes/proxy, a powerful permission (off by default)",
         },
         "--junit": {"metavar": "FILE"},
+        "--json": {"action": "store_true", "help": "print the guide's JSON summary instead of the table"},
+        "--threshold": {
+            "type": threshold,
+            "action": "append",
+            "metavar": "METRIC=SECONDS",
+            "help": f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
+            f"metrics: {', '.join(THRESHOLD_METRICS)}",
+        },
+        "--metrics-file": {
+            "metavar": "FILE",
+            "help": "write the run's figures as rl_batch_demo_* gauges in the Prometheus text format "
+            "(node_exporter's textfile collector, a Pushgateway)",
+        },
     }
     parser.add_argument(flag, **{**options[flag], **changes})
 
@@ -6088,19 +7304,35 @@ def _reproduce_parser(commands: Any) -> None:
     _guide_table_options(reproduce)
     _shared_option(
         reproduce,
+        "--threshold",
+        help=f"a latency budget every group's run must keep (repeatable); a breach lets the experiment go on, "
+        f"then exits {EXIT_THRESHOLD}; metrics: {', '.join(THRESHOLD_METRICS)}",
+    )
+    _shared_option(
+        reproduce,
+        "--json",
+        help="print report.json (the experiment, its table and its verdict) instead of the table and the verdict",
+    )
+    _shared_option(
+        reproduce,
         "--junit",
         help="write a JUnit XML report of every group: one suite per round, one test case per episode "
         "(written on failure too)",
     )
+    _shared_option(
+        reproduce,
+        "--metrics-file",
+        help="write every group's figures as rl_batch_demo_* gauges in the Prometheus text format, "
+        "labelled group=parallel|sequential|warm (written on failure too)",
+    )
     _cluster_options(reproduce)
-    reproduce.set_defaults(subparser=reproduce)
 
 
-def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
+def build_parser(tool: Optional[str] = None) -> CommandLineParser:
     """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
     formatter = argparse.RawDescriptionHelpFormatter
     plugin = (tool or invoked_as()) == PLUGIN_COMMAND
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
@@ -6147,14 +7379,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         default="never",
         help="delete what the run created once diagnostics are saved (default never, the guide's behaviour)",
     )
-    run.add_argument(
-        "--threshold",
-        type=threshold,
-        action="append",
-        metavar="METRIC=SECONDS",
-        help=f"fail with exit code {EXIT_THRESHOLD} when a figure exceeds its budget (repeatable); "
-        f"metrics: {', '.join(THRESHOLD_METRICS)}",
-    )
+    _shared_option(run, "--threshold")
     _shared_option(run, "--allow-large")
     run.add_argument(
         "--worker",
@@ -6180,7 +7405,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     )
     run.add_argument("--dry-run", action="store_true", help="write the manifests to DIR and contact no cluster")
     _shared_option(run, "--quiet")
-    run.add_argument("--json", action="store_true", help="print the guide's JSON summary instead of the table")
+    _shared_option(run, "--json")
     _shared_option(run, "--kubelet-metrics")
     run.add_argument(
         "--warmup",
@@ -6198,7 +7423,6 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
     )
     _cluster_options(run)
     _ci_report_options(run)
-    run.set_defaults(subparser=run)
 
     cleanup = commands.add_parser(
         "cleanup",
@@ -6231,6 +7455,7 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         "--kubelet-metrics",
         help="also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list nodes)",
     )
+    _shared_option(check, "--json", help="print one JSON object, every finding and the verdict, instead of the lines")
     _cluster_options(check)
 
     compare = commands.add_parser(
@@ -6264,19 +7489,25 @@ def build_parser(tool: Optional[str] = None) -> argparse.ArgumentParser:
         "--template", action="store_true", help="print a minimal custom worker that reads its task instead"
     )
     _reproduce_parser(commands)
+    parser.commands = dict(commands.choices)
+    for subparser in parser.commands.values():
+        subparser.set_defaults(subparser=subparser)  # a usage error names the command's --help
     return parser
 
 
-def check_counts(parser: argparse.ArgumentParser, count: int, parallelism: int, rounds: int, allow_large: bool) -> None:
-    """The limits on a batch's size, checked before any work starts."""
-    limit = MAX_COUNT_LARGE if allow_large else MAX_COUNT
-    if not 1 <= parallelism <= count <= limit:
-        hint = f" (--allow-large raises the limit to {MAX_COUNT_LARGE})" if count > limit and not allow_large else ""
-        parser.error(
-            f"require 1 <= parallelism <= count <= {limit}; got parallelism {parallelism}, count {count}{hint}"
-        )
+def check_counts(
+    parser: argparse.ArgumentParser, count: int, parallelism: int, rounds: int, allow_large: bool, given: str
+) -> None:
+    """The limits on a batch's size, checked before any work starts, each named by the flag the
+    user gave (`given` says what set the count: "--count 25", "--tasks FILE (25 tasks)", ...)."""
+    if count > MAX_COUNT and not allow_large:
+        parser.error(f"{given} is more than {MAX_COUNT}; pass --allow-large for up to {MAX_COUNT_LARGE}")
+    if count > MAX_COUNT_LARGE:
+        parser.error(f"{given} is more than {MAX_COUNT_LARGE}, the most --allow-large allows")
+    if parallelism > count:
+        parser.error(f"--parallelism {parallelism} is more than {given}")
     if rounds > MAX_ROUNDS:
-        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS}; got {rounds}")
+        parser.error(f"--rounds {rounds} is more than {MAX_ROUNDS}")
 
 
 def run_settings(args: argparse.Namespace) -> RunSettings:
@@ -6284,6 +7515,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     checked once, before any work starts; a bad file or flag combination is a usage error."""
     parser: argparse.ArgumentParser = args.subparser
     worker_source, worker_file, tasks, count = WORKER_SOURCE, None, None, args.count
+    given = f"--count {count}"
     try:
         if args.worker:
             path = Path(args.worker)
@@ -6297,7 +7529,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                     "leave --count out or make them agree",
                     EXIT_USAGE,
                 )
-            count = len(tasks)
+            count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
             configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
@@ -6306,9 +7538,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             raise DemoError(problem, EXIT_USAGE)
     except DemoError as error:
         parser.error(str(error))
-    count = DEFAULT_COUNT if count is None else count
+    if count is None:
+        count, given = DEFAULT_COUNT, f"--count {DEFAULT_COUNT} (the default)"
     parallelism = args.parallelism or count
-    check_counts(parser, count, parallelism, args.rounds, args.allow_large)
+    check_counts(parser, count, parallelism, args.rounds, args.allow_large, given)
     if args.dry_run and (args.warmup or args.pin_image == ""):
         parser.error(
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
@@ -6342,7 +7575,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
     """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
-    check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large)
+    check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
     return RunSettings(
         output=Path(args.output),
         count=args.count,
@@ -6352,7 +7585,7 @@ def reproduce_settings(args: argparse.Namespace) -> RunSettings:
         runtime=None if args.runtime == NO_RUNTIME else args.runtime,
         deadline_seconds=args.timeout,
         cleanup_policy="always" if args.cleanup == "always" else "on-success",
-        thresholds={},
+        thresholds=dict(args.threshold or []),
         quiet=args.quiet,
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
@@ -6400,7 +7633,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
     tool = invoked_as(plugin)
-    args = build_parser(tool).parse_args(argv)
+    args = build_parser(tool).parse_command_line(argv)
     command = prepared_command(args, tool)
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -6435,9 +7668,11 @@ Events go to stdout as JSON lines (the container log) and, trimmed to the kubele
 limit, to the termination message, so one `kubectl get pods` returns every reward.
 
 The reward comes from a structured report, not from the test process's exit code: the tests
-run in a child process under RUNNER_SOURCE, which writes which tests ran and how each ended to a
-pipe only that child holds. Reward 1 needs that report, exactly the three ShippingTest tests,
-all passed, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
+run in a child process under RUNNER_SOURCE, which gets the test source from this worker (never
+from the workspace), compiles the code under test from shipping.py's bytes, and writes which
+tests ran, how each ended and where both modules came from to a pipe only that child holds.
+Reward 1 needs that report, exactly the three ShippingTest tests, all passed, from the runner's
+own copy, exit code 0 and an unchanged test file; anything else is reward 0 with a `reason`.
 The worker always emits one `reward` event, then exits non-zero unless the reward is 1.
 """
 
@@ -6496,6 +7731,10 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "expected_failure", "unexpec
 MAX_REPORTED_TESTS = 10  # the `tests` field is bounded so the reward event always fits 4 KiB
 MAX_NAME = 100
 MAX_REASON = 300
+MAX_ORIGIN = 200
+CODE_FILE = WORKSPACE / "shipping.py"  # the code under test, graded from this file's bytes alone
+TEST_ORIGIN = "runner stdin"  # test_shipping's origin: compiled from the source the runner got on stdin
+GRADED_MODULES = ("shipping", "test_shipping")
 
 BUGGY_SOURCE = "def shipping(total):\n    return 0 if total > 99 else 10\n"
 TEST_SOURCE = "\n".join(
@@ -6522,34 +7761,54 @@ TEST_SOURCE = "\n".join(
     ]
 )
 TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
+EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 
-# The test runner, started as `python -B -I -c RUNNER_SOURCE FD` in the workspace.
+# The test runner, started as `python -B -I -c RUNNER_SOURCE FD TEST_SHA256` in the workspace.
 #
 # Channel: the report goes to the write end of an os.pipe() the worker creates just before the
 # run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
-# runner makes the descriptor non-inheritable, so processes the tests start do not get it. A
-# one-time nonce arrives on stdin, is read before any test code is imported, and must come back
-# in the report. The worker accepts exactly one JSON document, so a fake report written next to
-# the real one makes the whole report undecodable.
+# runner makes the descriptor non-inheritable, so processes the tests start do not get it. On
+# stdin, a pipe only the worker holds, comes one JSON line: a one-time nonce, which must come
+# back in the report, the test source and the path of the code under test. The runner checks the
+# test source against TEST_SHA256 from its command line before anything from the workspace is
+# read. The worker accepts exactly one JSON document, so a fake report written next to the real
+# one makes the whole report undecodable.
+#
+# The two graded modules are never looked up by name: test_shipping is compiled from the source
+# that came on stdin (origin "runner stdin"), shipping from the bytes of the one file the worker
+# named (origin: that path), each registered in sys.modules under its name before the tests
+# import it. No .pyc is read for either, so a test_shipping/ or shipping/ package, a planted
+# __pycache__/*.pyc (-B stops writing bytecode, not reading it) or a compiled extension beside
+# them is never run in their place. The report names each module's origin and the sha256 of
+# what was compiled under its name.
 #
 # What this protects against: os._exit(0) or sys.exit(0) before or while the tests run (no
 # report, or one that says so), printing fake unittest output (stdout and stderr are never
 # parsed), skipping or adding tests (the report names every test that ran), files left in the
 # workspace or elsewhere beforehand (the pipe has no path and exists only for this run; another
-# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), and
-# modules in the workspace that shadow the runner's own imports (-I keeps the workspace off
-# sys.path until the runner has read the nonce and imported everything it needs).
+# process of the same user could reopen it through /proc/PID/fd, but it lacks the nonce), files
+# that shadow the test module or the code under test (above), and modules in the workspace that
+# shadow the runner's own imports (-I keeps the workspace off sys.path, and ignores PYTHON*
+# variables, user site-packages, sitecustomize and .pth files there, until the runner has read
+# its stdin and imported everything it needs).
 #
 # What it does not protect against: code the tests import runs inside this very process, so it
 # can always forge the outcome: patch unittest or the result class, find the descriptor in
 # /proc/self/fd and the nonce in this module's frames, write a report that decodes and then
 # os._exit(0). The report is evidence that this runner finished, not proof of a correct fix.
-RUNNER_SOURCE = r"""import importlib
+RUNNER_SOURCE = r"""import hashlib
+import importlib.machinery
+import importlib.util
 import json
+import linecache
 import os
 import sys
 import traceback
 import unittest
+
+TEST_MODULE = "test_shipping"
+CODE_MODULE = "shipping"
+TEST_ORIGIN = "runner stdin"
 
 
 class RecordingResult(unittest.TextTestResult):
@@ -6608,15 +7867,50 @@ class RecordingResult(unittest.TextTestResult):
             self.note(test, "failed" if issubclass(err[0], test.failureException) else "error")
 
 
+def load_module(name, source, origin, filename):
+    # A module compiled from source the runner holds, never found on sys.path nor read from a .pyc;
+    # its origin is the file it was read from (then also its __file__), or where it came from.
+    spec = importlib.machinery.ModuleSpec(name, None, origin=origin)
+    spec.has_location = origin == filename
+    module = importlib.util.module_from_spec(spec)
+    code = compile(source, filename, "exec", dont_inherit=True)
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def origins(compiled):
+    # name -> the origin of the module sys.modules holds now, and the sha256 compiled under it.
+    found = {}
+    for name in (CODE_MODULE, TEST_MODULE):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        found[name] = {"origin": origin if isinstance(origin, str) else None, "sha256": compiled.get(name)}
+    return found
+
+
 def main():
-    nonce = sys.stdin.readline().strip()
     channel = int(sys.argv[1])
     os.set_inheritable(channel, False)
-    sys.path.insert(0, os.getcwd())
-    report = {"nonce": nonce, "tests": [], "error": None}
+    report = {"nonce": None, "tests": [], "error": None, "modules": {}}
+    compiled = {}
     result = None
     try:
-        module = importlib.import_module("test_shipping")
+        message = json.loads(sys.stdin.readline())
+        report["nonce"] = message["nonce"]
+        test_source = message["test_source"].encode("utf-8")
+        if hashlib.sha256(test_source).hexdigest() != sys.argv[2]:
+            raise ValueError("the test source on stdin does not match its sha256")
+        sys.path.insert(0, os.getcwd())  # for modules the code under test imports itself
+        with open(message["code_path"], "rb") as stream:
+            code_source = stream.read()
+        compiled[CODE_MODULE] = hashlib.sha256(code_source).hexdigest()
+        load_module(CODE_MODULE, code_source, message["code_path"], message["code_path"])
+        filename = "test_shipping.py (" + TEST_ORIGIN + ")"
+        lines = message["test_source"].splitlines(True)
+        linecache.cache[filename] = (len(test_source), None, lines, filename)  # for tracebacks
+        compiled[TEST_MODULE] = sys.argv[2]
+        module = load_module(TEST_MODULE, test_source, TEST_ORIGIN, filename)
         suite = unittest.defaultTestLoader.loadTestsFromModule(module)
         result = unittest.TextTestRunner(stream=sys.stderr, resultclass=RecordingResult).run(suite)
     except BaseException as error:  # SystemExit at import too: the report says so
@@ -6624,6 +7918,7 @@ def main():
         report["error"] = (type(error).__name__ + ": " + str(error))[:200]
     if result is not None:
         report["tests"] = result.entries
+    report["modules"] = origins(compiled)
     with os.fdopen(channel, "wb") as stream:
         stream.write(json.dumps(report).encode())
     return 0 if result is not None and report["error"] is None and result.wasSuccessful() else 1
@@ -6770,7 +8065,7 @@ def run_tests(timeout):
     try:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end)],
+                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
                 cwd=str(WORKSPACE),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -6784,7 +8079,8 @@ def run_tests(timeout):
             os.close(write_end)
         reader = ReportReader(read_end)
         try:
-            stdout, stderr = process.communicate((nonce + "\n").encode(), timeout=timeout)
+            message = {"nonce": nonce, "test_source": TEST_SOURCE, "code_path": str(CODE_FILE)}
+            stdout, stderr = process.communicate((json.dumps(message) + "\n").encode(), timeout=timeout)
         except subprocess.TimeoutExpired as expired:
             kill_group(process)
             output, _ = decode(expired.stderr or b"")
@@ -6806,11 +8102,12 @@ def file_sha256(path):
 
 
 def reported_tests(run):
-    """(the report's entries as [name, outcome] pairs, or None, and the reason it is unusable)."""
+    """(the report's entries as [name, outcome] pairs, or None; its `modules` field, bounded;
+    the reason it is unusable, or None)."""
     if not run.report:
-        return None, f"tests exited {run.exit_code} but the runner reported nothing"
+        return None, {}, f"tests exited {run.exit_code} but the runner reported nothing"
     if len(run.report) > REPORT_LIMIT:
-        return None, f"test report too large (over {REPORT_LIMIT // 1024} KiB)"
+        return None, {}, f"test report too large (over {REPORT_LIMIT // 1024} KiB)"
     try:
         report = json.loads(run.report.decode("utf-8"))
         if not isinstance(report, dict) or not isinstance(report.get("tests"), list):
@@ -6822,12 +8119,27 @@ def reported_tests(run):
                 raise ValueError("not a test entry")
             pairs.append((entry[0], entry[1] if entry[1] in OUTCOMES else "invalid"))
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None, "test report undecodable"
+        return None, {}, "test report undecodable"
     if report.get("nonce") != run.nonce:
-        return None, "test report not written by the runner (wrong nonce)"
+        return None, {}, "test report not written by the runner (wrong nonce)"
+    modules = modules_field(report.get("modules"))
     if report.get("error") is not None:
-        return pairs, "runner error: " + printable(report["error"], 200)
-    return pairs, None
+        return pairs, modules, "runner error: " + printable(report["error"], 200)
+    return pairs, modules, None
+
+
+def modules_field(reported):
+    """name -> {origin, sha256} of the two graded modules as the runner reports them, bounded:
+    where each came from and the sha256 of the source compiled under its name (None: unknown)."""
+    modules = {}
+    for name in GRADED_MODULES:
+        entry = reported.get(name) if isinstance(reported, dict) else None
+        entry = entry if isinstance(entry, dict) else {}
+        modules[name] = {
+            key: printable(entry[key], MAX_ORIGIN) if isinstance(entry.get(key), str) else None
+            for key in ("origin", "sha256")
+        }
+    return modules
 
 
 def tests_field(pairs):
@@ -6847,14 +8159,22 @@ def short(name):
 
 
 def grade(run, file_unchanged):
-    """(reward, reason, tests): reward 1 only for the runner's report of exactly the three named
-    tests, all passed, exit code 0, an unchanged test file and output that decodes."""
-    pairs, problem = reported_tests(run)
-    tests = tests_field(pairs or [])
-    if not file_unchanged:
-        return 0, "test file changed", tests
-    if problem is not None:
-        return 0, problem, tests
+    """(reward, reason, tests, modules): reward 1 only for the runner's report of exactly the three
+    named tests, all passed, run from the runner's own copy against shipping.py's bytes, exit code
+    0, an unchanged test file and output that decodes."""
+    pairs, modules, problem = reported_tests(run)
+    reason = "test file changed" if not file_unchanged else problem or grade_problem(run, pairs, modules)
+    return (0 if reason else 1), reason, tests_field(pairs or []), modules
+
+
+def grade_problem(run, pairs, modules):
+    """Why a decodable report of the runner earns nothing, or None."""
+    if modules["test_shipping"] != EXPECTED_TEST_MODULE:
+        origin = modules["test_shipping"]["origin"]
+        return printable(f"the tests did not run from the runner's own copy (origin {origin})", MAX_REASON)
+    if modules["shipping"]["origin"] != str(CODE_FILE):
+        origin = modules["shipping"]["origin"]
+        return printable(f"the code under test is not {CODE_FILE.name} (origin {origin})", MAX_REASON)
     names = [name for name, _ in pairs]
     missing = [short(name) for name in EXPECTED_TESTS if name not in names]
     unexpected = sorted({short(name) for name in names if name not in EXPECTED_TESTS})
@@ -6864,15 +8184,15 @@ def grade(run, file_unchanged):
         for label, items in (("missing", missing), ("unexpected", unexpected), ("ran more than once", repeated)):
             if items:
                 parts.append(label + " " + ", ".join(items))
-        return 0, printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON), tests
+        return printable("not exactly the three named tests ran: " + "; ".join(parts), MAX_REASON)
     bad = [f"{short(name)} {outcome}" for name, outcome in pairs if outcome != "passed"]
     if bad:
-        return 0, printable(", ".join(bad), MAX_REASON), tests
+        return printable(", ".join(bad), MAX_REASON)
     if run.exit_code != 0:
-        return 0, f"tests exited {run.exit_code} although the runner reported every test passed", tests
+        return f"tests exited {run.exit_code} although the runner reported every test passed"
     if not (decode(run.stdout)[1] and decode(run.stderr)[1]):
-        return 0, "test output undecodable (not UTF-8)", tests
-    return 1, None, tests
+        return "test output undecodable (not UTF-8)"
+    return None
 
 
 def agent_action(source):
@@ -6887,7 +8207,7 @@ def on_sigterm(signum, frame):
 def episode(fields):
     """Fill in the reward event's fields; raise EpisodeFailed (or anything) for reward 0."""
     timeout = test_timeout()
-    WORKSPACE.joinpath("shipping.py").write_text(BUGGY_SOURCE, encoding="utf-8")
+    CODE_FILE.write_text(BUGGY_SOURCE, encoding="utf-8")
     WORKSPACE.joinpath("test_shipping.py").write_bytes(TEST_SOURCE.encode())
     emit(
         "ready",
@@ -6901,8 +8221,8 @@ def episode(fields):
     except EpisodeFailed as failure:
         raise EpisodeFailed("baseline: " + failure.reason) from None
     fields["baseline_exit"] = baseline.exit_code
-    source = WORKSPACE.joinpath("shipping.py").read_text(encoding="utf-8")
-    WORKSPACE.joinpath("shipping.py").write_text(agent_action(source), encoding="utf-8")
+    source = CODE_FILE.read_text(encoding="utf-8")
+    CODE_FILE.write_text(agent_action(source), encoding="utf-8")
     test_file = WORKSPACE.joinpath("test_shipping.py")
     unchanged_before = file_sha256(test_file) == TEST_SHA256
     try:
@@ -6915,13 +8235,13 @@ def episode(fields):
     unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
     fields["tests_exit"] = run.exit_code
     fields["tests_output"], _ = decode(run.stderr)
-    fields["reward"], reason, fields["tests"] = grade(run, unchanged)
+    fields["reward"], reason, fields["tests"], fields["modules"] = grade(run, unchanged)
     if reason is not None:
         fields["reason"] = reason
 
 
 def main():
-    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}}
+    fields = {"reward": 0, "baseline_exit": None, "tests_exit": None, "tests_output": "", "tests": {}, "modules": {}}
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         episode(fields)

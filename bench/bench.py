@@ -112,7 +112,7 @@ def run_once(
         cpu_seconds = time.process_time() - cpu_before
         if exit_code != 0:
             raise SystemExit(f"run of {count} episodes failed with exit code {exit_code}:\n{messages.getvalue()}")
-        results = json.loads((output / "results.json").read_text())
+        results = rl_batch_demo.load_results(output)  # checked against the schema, as compare reads it
         written_at = (output / "results.json").stat().st_mtime
         completed_at = cluster.job_completed_at(results["namespace"], "rollout")
         return {

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import rl_batch_demo as demo
+from tests import records
 from tests.clusterobjects import (
     NAMESPACE,
     RUN_ID,
@@ -67,6 +68,32 @@ ERR_TOO_MANY = (
 )
 ERR_UNAVAILABLE = "Error from server (ServiceUnavailable): the server is currently unable to handle the request"
 ERR_REFUSED = "The connection to the server api.stub.invalid:6443 was refused - did you specify the right host or port?"
+
+
+def err_unreachable(kind: str, host: str = "api.stub.invalid:6443", dialed: str = "10.0.0.9:6443") -> str:
+    """kubectl v1.32's whole stderr when nothing listens at the API server (no discovery cache):
+    client-go's klog lines, then its message, by kind of call: "get" (one resource type), "review"
+    (`create --validate=false`), "create" (`--validate=strict` of a List) and "create one" (of one
+    object). tests/test_kubectl_errors.py
+    holds these texts as measured and checks the fake and the real kubectl against them."""
+    api = f"https://{host}/api?timeout=30s"
+    dial = f"dial tcp {dialed}: connect: connection refused"
+    line = (
+        'E1201 14:29:34.166386    8886 memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+        f'group list: Get \\"{api}\\": {dial}"'
+    )
+    if kind == "get":
+        return "\n".join([line] * 5 + [ERR_REFUSED.replace("api.stub.invalid:6443", host)])
+    if kind == "review":
+        return f'{line}\nerror: unable to recognize "STDIN": Get "{api}": {dial}'
+    download = "failed to download openapi: " if kind == "create one" else ""
+    return (
+        f'error: error validating "STDIN": error validating data: {download}Get "https://{host}/openapi/v2?'
+        f'timeout=30s": {dial}; if you choose to ignore these errors, turn validation off with --validate=false'
+    )
+
+
+ERR_NO_CURRENT_CONTEXT = "error: current-context must exist in order to minify"  # also: no kubeconfig file at all
 ERR_CLIENT_TIMEOUT = (
     "Unable to connect to the server: net/http: request canceled (Client.Timeout exceeded while awaiting headers)"
 )
@@ -638,10 +665,10 @@ class CallPlanTestCase(unittest.TestCase):
         return json.loads((self.out(directory) / name).read_text())
 
     def receipt(self, directory: str = "out") -> Dict[str, Any]:
-        return self.read_json("receipt.json", directory)
+        return records.written(self, self.out(directory) / "receipt.json", demo.ReceiptFile)
 
     def results(self, directory: str = "out") -> Dict[str, Any]:
-        return self.read_json("results.json", directory)
+        return records.written_results(self, self.out(directory))
 
     def recorded_calls(self, directory: str = "out") -> List[Dict[str, Any]]:
         """The tool's own record of its calls (kubectl-calls.json)."""

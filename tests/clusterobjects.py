@@ -54,6 +54,7 @@ def make_events(name: str, ready_at: float, reward_at: float, **reward_fields: A
         "baseline_exit": 1,
         "tests_exit": 0,
         "tests_output": "OK\n",
+        "modules": {"test_shipping": dict(demo.BUILTIN_TEST_MODULE)},  # the built-in tests, from the runner's stdin
     }
     reward.update(reward_fields)
     return [
@@ -538,7 +539,7 @@ def results_of(rows: List[demo.EpisodeRow], **fields: Any) -> Dict[str, Any]:
         image_ids=["sha"],
         image_cache=counts,
         cache_state=demo.cache_state_of(counts),
-        pods=[row.to_json() for row in rows],
+        pods=[demo.pod_row(row) for row in rows],
     )
     results.update(fields)
     return results

@@ -52,6 +52,9 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
     answering; with a shorter ``--request-timeout`` the call fails after that
     timeout with kubectl's client-timeout message.
 ``watch_ends_early``, ``namespace_stuck``, ``legacy_labels``: booleans.
+``unreachable``: true (the API server refuses every connection) or N (the first N calls that
+    contact it are refused, then it answers): each call prints what kubectl v1.32 prints then,
+    client-go's klog lines and all (tests/fakekube/commands.py, connection_refused).
 ``server_version``: e.g. ``"v1.26.0"``.
 ``mixed_digests``: ``["node-b", ...]`` nodes whose copy of a tag is another build: their
     pods report another ``imageID`` digest for it (an image given by digest always reports
@@ -183,6 +186,7 @@ class FakeCluster:
         nodes: Optional[List[dict]] = None,
         forbidden: Iterable[Tuple[str, str]] = (),
         faults: Optional[dict] = None,
+        server: str = "127.0.0.1:6443",  # host:port, as kubectl names it in its messages
     ) -> None:
         root = pathlib.Path(root)
         root.mkdir(parents=True, exist_ok=True)
@@ -193,6 +197,7 @@ class FakeCluster:
         self.bin_dir.mkdir()
         self.kubeconfig = kubeconfig
         self.contexts = list(contexts)
+        self.server = server
         self._faults: dict = dict(faults or {})
         if kubeconfig is not None and not os.path.exists(kubeconfig):
             self._write_kubeconfig(pathlib.Path(kubeconfig))
@@ -204,6 +209,7 @@ class FakeCluster:
             forbidden=[list(f) for f in forbidden],
             runtimeclasses=DEFAULT_RUNTIMECLASSES if runtimeclasses is None else runtimeclasses,
             nodes=DEFAULT_NODES if nodes is None else nodes,
+            server=server,
         )
         wrapper = self.bin_dir / "kubectl"
         # Start-up time matters: every kubectl call of a test starts the fake.  -S skips
@@ -222,7 +228,7 @@ class FakeCluster:
             "clusters:",
             "- name: fake",
             "  cluster:",
-            "    server: https://127.0.0.1:6443",
+            f"    server: https://{self.server}",
             "contexts:",
         ]
         for ctx in self.contexts:

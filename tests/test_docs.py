@@ -1,14 +1,16 @@
 """The documents' shape: README.md starts where a newcomer starts and stays short, the reference
-lives under docs/, every link and anchor resolves, and README.zh-CN.md follows the same path in
-Chinese with full-width punctuation. (Their command lines: tests/test_readme_help.py; the
-no-cluster command end to end: tests/test_demo.py.)"""
+lives under docs/, every link and anchor resolves, README.zh-CN.md follows the same path in
+Chinese with full-width punctuation, and the field tables list exactly the keys of the files the
+tool writes. (Their command lines: tests/test_readme_help.py; the no-cluster command end to end:
+tests/test_demo.py.)"""
 
 from __future__ import annotations
 
 import re
 import unittest
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
+from tests import records
 from tests.test_readme_help import ROOT, TEST_COMMAND, code_blocks, documents, name
 
 DEMO_COMMAND = "python3 tests/fakecluster.py demo"
@@ -173,6 +175,110 @@ class ChineseReadmeTest(unittest.TestCase):
             self.assertEqual(ascii_marks, [], f"README.zh-CN.md line {number}: ASCII punctuation in Chinese prose")
             checked += 1
         self.assertGreater(checked, 60)
+
+
+FIELD_TABLE = re.compile(r"\| `([^`]+)` field \|")
+
+
+def field_tables(text: str) -> List[Tuple[str, Set[str]]]:
+    """(the record a table names, the keys of its first column) of every field table: a table
+    whose first header cell is `RECORD` field (docs/development.md, "Field tables")."""
+    tables = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        match = FIELD_TABLE.match(line)
+        if match:
+            keys: Set[str] = set()
+            for row in lines[number + 2 :]:
+                if not row.startswith("|"):
+                    break
+                keys |= {key.rstrip("[]") for key in re.findall(r"`([^`]+)`", row.split("|")[1])}
+            tables.append((match.group(1), keys))
+    return tables
+
+
+def step(kind: Any, segment: str) -> Any:
+    """The type one segment of a record's path leads to: `key`, `key[]` (each item of the list
+    under key) or an upper-case placeholder (any key of a dict, or of a record whose keys all
+    hold the same type)."""
+    kind = records.unwrapped(kind)
+    key, items = (segment[:-2], True) if segment.endswith("[]") else (segment, False)
+    if key.isupper() and not records.is_record(kind):
+        kind = records.typing.get_args(kind)[-1]
+    elif key.isupper():
+        [kind] = set(records.fields(kind).values())
+    else:
+        kind = records.fields(kind)[key]
+    kind = records.unwrapped(kind)
+    return records.unwrapped(records.typing.get_args(kind)[0]) if items else kind
+
+
+def resolve(label: str) -> Optional[Any]:
+    """The record a field table names: a file (results.json) or a path in one (pods[].image_pull);
+    None unless exactly one file holds a record there."""
+    if label in records.FILES:
+        return records.FILES[label]
+    found = []
+    for record in records.FILES.values():
+        try:
+            kind = record
+            for segment in label.split("."):
+                kind = step(kind, segment)
+        except (KeyError, IndexError, ValueError):
+            continue
+        if records.is_record(kind):
+            found.append(kind)
+    return found[0] if len(found) == 1 else None
+
+
+class FieldTablesTest(unittest.TestCase):
+    """Each record of every file the tool writes (results.json, rewards.jsonl, receipt.json,
+    report.json) has its field tables, and they list exactly its keys."""
+
+    def test_the_tables_list_exactly_the_schemas_keys(self) -> None:
+        documented: Dict[Any, Set[str]] = {}
+        where: Dict[Any, List[str]] = {}
+        for path in documents():
+            document = name(path)
+            for label, keys in field_tables(path.read_text(encoding="utf-8")):
+                record = resolve(label)
+                self.assertIsNotNone(record, f"{document}: no record of the schema is `{label}`")
+                documented.setdefault(record, set()).update(keys)
+                where.setdefault(record, []).append(f"{document} `{label}`")
+        expected = [record for root in records.FILES.values() for record in records.reachable(root)]
+        self.assertGreater(len(set(expected)), 15)
+        for record in expected:
+            keys = set(records.fields(record))
+            self.assertTrue(record in documented, f"no field table describes {record.__name__} ({sorted(keys)})")
+            tables = ", ".join(where[record])
+            self.assertEqual(sorted(keys - documented[record]), [], f"keys of {record.__name__} {tables} lack")
+            self.assertEqual(sorted(documented[record] - keys), [], f"{tables} list keys {record.__name__} lacks")
+        self.assertEqual(set(documented) - set(expected), set())
+
+    def test_the_tables_are_found(self) -> None:
+        """The reader of the tables fails on a table it would miss or misread."""
+        text = "## x\n\n| `pods[]` field | a |\n| --- | --- |\n| `pod`, `node` | b |\n| `image_pull` | c |\n\nd\n"
+        self.assertEqual(field_tables(text), [("pods[]", {"pod", "node", "image_pull"})])
+        self.assertIs(resolve("pods[].image_pull"), records.demo.ImagePull)
+        self.assertIs(resolve("runtime_operations.nodes.NODE"), records.demo.NodeOperations)
+        self.assertIs(resolve("runtime_operations.pooled.OPERATION"), records.demo.OperationFigures)
+        self.assertIsNone(resolve("pods[].no_such_key"))
+
+    def test_the_chinese_readme_names_only_real_keys(self) -> None:
+        """README.zh-CN.md summarises results.json: every key its tables name is one of the schema's."""
+        text = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+        every_key = {
+            key
+            for root in records.FILES.values()
+            for record in records.reachable(root)
+            for key in records.fields(record)
+        }
+        named: Set[str] = set()
+        for row in text.splitlines():
+            if row.startswith("| `"):
+                named |= {key.rstrip("[]") for key in re.findall(r"`([a-z][a-z0-9_]*(?:\[\])?)`", row.split("|")[1])}
+        self.assertGreater(len(named), 15)
+        self.assertEqual(named - every_key, set())
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from tests.callplan import (
     ERR_CLIENT_TIMEOUT,
     ERR_INTERNAL,
     ERR_INTERNAL_CREATE,
-    ERR_REFUSED,
     ERR_TOO_MANY,
     ERR_UNAVAILABLE,
     Call,
@@ -29,6 +28,7 @@ from tests.callplan import (
     err_already_exists,
     err_forbidden,
     err_log_unreadable,
+    err_unreachable,
     watch_event,
 )
 from tests.clusterobjects import NAMESPACE, Batch, Episode, configmap_object, event_object, log_of, namespace_object
@@ -190,7 +190,7 @@ class EpisodeFaultTest(FaultTestCase):
         # The pod kubectl was printing when it stopped may be cut short: read again alone.
         calls += [plan.cluster.logs_of(batch.episodes[0].name, batch.episodes[0].log)]
         calls += [plan.cluster.logs_of(unreadable, "").failing(err_log_unreadable(unreadable))] * 4
-        result = self.run_plan(plan, calls)
+        result = self.run_plan(plan, calls, "-v")
         self.assert_run_failed(
             result, demo.EXIT_EPISODE, f"episode {unreadable}: its log could not be read", "InternalError"
         )
@@ -330,20 +330,22 @@ class ApiFaultTest(FaultTestCase):
         self.assertIn("did not answer within 30 s", result.stderr)
 
     def test_refused_create_is_repeated(self) -> None:
-        for error in (ERR_REFUSED, ERR_TOO_MANY):
-            with self.subTest(error=error):
+        # kubectl's words for the List and for one object: unreachable (the OpenAPI download for
+        # validation failed, so nothing was sent), or 429
+        for combined, alone in ((err_unreachable("create"), err_unreachable("create one")), (ERR_TOO_MANY,) * 2):
+            with self.subTest(error=combined):
                 self.fresh_stub()
                 plan = RunPlan(Batch(count=2))
                 calls = plan.run()
                 # The combined create never reached the server: each object is then created alone,
                 # the ConfigMap refused once more, then created.
                 calls[3:4] = [
-                    calls[3].failing(error),
+                    calls[3].failing(combined),
                     plan.create_namespace(),
-                    plan.create_configmap().failing(error),
+                    plan.create_configmap().failing(alone),
                     plan.create_configmap(),
                 ]
-                result = self.run_plan(plan, calls)
+                result = self.run_plan(plan, calls, "-v")
                 self.assertEqual(result.code, 0, result)
                 self.assertIn("warning: retrying the create of ConfigMap episode after:", result.stderr)
                 self.verify_plan()
@@ -402,15 +404,32 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         calls = plan.run()
         calls[7:7] = [calls[7].failing(ERR_TOO_MANY)]  # the events listing, refused once
-        result = self.run_plan(plan, calls)
+        result = self.run_plan(plan, calls, "-v")
         self.assertEqual(result.code, 0, result)
         self.assertEqual(len([argv for argv in self.stub.calls() if argv[-3:] == ["events", "-o", "json"]]), 2)
         self.assertIn("warning: retrying `kubectl", result.stderr)
 
+    def test_retries_are_quiet_without_verbose(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        calls = plan.run()
+        calls[7:7] = [calls[7].failing(ERR_TOO_MANY)]  # the events listing, refused once
+        calls[3:4] = [calls[3].failing(ERR_TOO_MANY), plan.create_namespace(), plan.create_configmap()]
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        self.assertEqual(len([argv for argv in self.stub.calls() if argv[-3:] == ["events", "-o", "json"]]), 2)
+        self.assertEqual(
+            result.stderr.splitlines(),
+            [
+                f"Test namespace: {NAMESPACE}",
+                f"namespace {NAMESPACE} is kept; delete it with: "
+                f"python3 rl_batch_demo.py cleanup --output {self.out()}",
+            ],
+        )
+
     def test_connection_refused_then_recovered(self) -> None:
         plan = RunPlan(Batch(count=2))
         calls = plan.run()
-        calls[1:1] = [calls[1].failing(ERR_REFUSED), calls[1].failing(ERR_UNAVAILABLE)]
+        calls[1:1] = [calls[1].failing(err_unreachable("get")), calls[1].failing(ERR_UNAVAILABLE)]
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertEqual(self.results()["reward_sum"], 2)
@@ -421,8 +440,10 @@ class ApiFaultTest(FaultTestCase):
         result = self.run_plan(  # the access reviews run beside the RuntimeClass read
             plan,
             [plan.cluster.config_view(), *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4, plan.preflight()[2]],
+            "-v",
         )
-        self.assert_run_failed(result, demo.EXIT_CLUSTER, "get runtimeclass cube", "InternalError", diagnostics=False)
+        self.assert_fails(result, demo.EXIT_CLUSTER, "get runtimeclass cube", "InternalError")
+        self.assertFalse(self.out().exists())  # a failed preflight leaves no output directory
         self.assertEqual(result.stderr.count("warning: retrying"), 3)
 
     def test_permanent_error_is_not_retried(self) -> None:
@@ -442,9 +463,15 @@ class ApiFaultTest(FaultTestCase):
         result = self.run_plan(
             plan, [plan.cluster.config_view(), hanging, plan.preflight()[2]], "--kubectl-timeout", "30"
         )  # the hang is cut at 0.5 s; the other calls keep 30 s, however loaded the machine
-        self.assert_fails(result, demo.EXIT_TIMEOUT, "did not answer within 30 s", "get runtimeclass cube")
-        self.assertNotIn("uid", self.receipt())  # no namespace was created
-        self.assertEqual(self.recorded_calls()[1]["error"], "timeout")
+        self.assert_fails(
+            result,
+            demo.EXIT_TIMEOUT,
+            "did not answer within 30 s",
+            "get runtimeclass cube",
+            f"check that the API server {plan.cluster.server} of context {plan.cluster.context} is reachable",
+        )
+        self.assertFalse(self.out().exists())  # no namespace was created: the preflight's files are gone
+        self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and "--validate=strict" in argv])
 
     def test_watch_ending_early_falls_back_to_polling(self) -> None:
         plan = RunPlan(Batch(count=2))

@@ -220,14 +220,14 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         rows, figures = demo.analyse_round(
             collected_for(pods, logs, job_for(self.job_created), count=4, tasks=TASKS), "ns/rollout"
         )
-        by_index = {row.index: row for row in rows}
+        by_index = {row["index"]: row for row in rows}
         self.assertEqual(sorted(by_index), [0, 1, 2, 3])
         for index, task in enumerate(TASKS):
             row = by_index[index]
-            self.assertEqual(row.reward, task["x"] ** 2 / 10)
-            self.assertEqual(row.task_id, task.get("id", index))
-            self.assertEqual(row.pod, f"rollout-{index}-abcde")
-            self.assertEqual(row.info, {"seen_id": task.get("id"), "seen_index": index})
+            self.assertEqual(row["reward"], task["x"] ** 2 / 10)
+            self.assertEqual(row["task_id"], task.get("id", index))
+            self.assertEqual(row["pod"], f"rollout-{index}-abcde")
+            self.assertEqual(row["info"], {"seen_id": task.get("id"), "seen_index": index})
         self.assertEqual(figures["reward_sum"], sum(t["x"] ** 2 / 10 for t in TASKS))
         self.assertEqual(figures["reward_min"], 0.1)
         self.assertEqual(figures["reward_max"], 1.6)
@@ -296,9 +296,10 @@ class TemplateWorkerTest(unittest.TestCase):
             collected_for(pods, logs, job_for(job_created), count=2, tasks=tasks), "ns/r"
         )
         self.assertEqual(
-            [(row.task_id, row.reward) for row in sorted(rows, key=lambda r: r.index)], [("t0", 1.0), ("t1", 0.0)]
+            [(row["task_id"], row["reward"]) for row in sorted(rows, key=lambda r: r["index"])],
+            [("t0", 1.0), ("t1", 0.0)],
         )
-        self.assertEqual(rows[0].info, {"answer": 5, "correct": True})
+        self.assertEqual(rows[0]["info"], {"answer": 5, "correct": True})
         self.assertEqual(figures["reward_sum"], 1.0)
 
     def test_the_template_without_tasks_reads_an_empty_task(self) -> None:
@@ -351,8 +352,8 @@ class CustomRulesTest(unittest.TestCase):
     def test_any_finite_reward_without_tests_or_baseline(self) -> None:
         for reward in (0.25, 0, -3, 10**6, 1e-9):
             row = self.validate(self.pod(), self.events(reward=reward))
-            self.assertEqual(row.reward, reward)
-        self.assertEqual(self.validate(self.pod(), self.events(note="hi")).info, {"note": "hi"})
+            self.assertEqual(row["reward"], reward)
+        self.assertEqual(self.validate(self.pod(), self.events(note="hi"))["info"], {"note": "hi"})
 
     def test_the_built_in_rules_still_hold_for_the_built_in_worker(self) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, "the fixed code must pass its tests"):
@@ -380,7 +381,7 @@ class CustomRulesTest(unittest.TestCase):
 
     def test_a_large_info_is_dropped_with_a_note(self) -> None:
         row = self.validate(self.pod(), self.events(blob="x" * (demo.INFO_LIMIT + 1)))
-        self.assertEqual(list(row.info or {}), ["info_dropped"])
+        self.assertEqual(list(row["info"] or {}), ["info_dropped"])
 
     def test_a_custom_workers_bad_event_line_is_an_error(self) -> None:
         for line in ('{"event": "reward", "at": 1, "reward": NaN}', '{"event": "reward", "at": 1, "reward": Infinity}'):
@@ -431,7 +432,7 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         for k in (2, 3, 10):
             with self.subTest(k=k):
                 rows, figures = self.analyse(k)
-                self.assertEqual(sorted(row.index for row in rows), [0, 2])
+                self.assertEqual(sorted(row["index"] for row in rows), [0, 2])
                 self.assertEqual((figures["episodes"], figures["successful_episodes"]), (4, 2))
                 self.assertEqual(figures["reward_sum"], 0 + 1.0)
                 causes = {entry["index"]: entry["cause"] for entry in figures["failed_episodes"]}
@@ -461,7 +462,7 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         self.pods[1]["status"]["phase"] = "Succeeded"
         self.pods[1]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 0
         rows, figures = self.analyse(1, job_for(self.job_created))
-        self.assertEqual(sorted(row.index for row in rows), [0, 1, 2])
+        self.assertEqual(sorted(row["index"] for row in rows), [0, 1, 2])
         self.assertEqual([entry["index"] for entry in figures["failed_episodes"]], [3])
 
     def test_the_jobs_failed_indexes_must_be_failed_episodes(self) -> None:
@@ -627,7 +628,7 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
 
     def test_too_many_tasks_without_allow_large(self) -> None:
         tasks = self.write("tasks.jsonl", b"{}\n" * 21)
-        self.assertIn("count 21", self.refused("--tasks", tasks))
+        self.assertIn(f"--tasks {tasks} (21 tasks) is more than 20; pass --allow-large", self.refused("--tasks", tasks))
 
     def test_a_worker_that_does_not_compile(self) -> None:
         worker = self.write("my_worker.py", b"import json\n\ndef main(:\n    pass\n")
@@ -637,6 +638,39 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
     def test_a_worker_that_is_not_utf8(self) -> None:
         worker = self.write("my_worker.py", b"x = 1\ny = '\xff'\n")
         self.assertIn("my_worker.py line 2 is not UTF-8", self.refused("--worker", worker))
+
+    def test_a_worker_with_a_nul_byte_names_its_line(self) -> None:
+        worker = self.write("my_worker.py", b"x = 1\ny = 'a\x00b'\nz = 3\n")
+        message = self.refused("--worker", worker)
+        self.assertEqual(len(message.splitlines()), 1, message)
+        self.assertIn(f"--worker {worker} line 2 has a NUL byte, which Python refuses in source code", message)
+
+    def test_a_worker_nested_too_deeply_is_refused_in_one_line(self) -> None:
+        # Too deep for every Python 3.9-3.13: the parser's stack (MemoryError) and the compiler's
+        # (RecursionError); compile() raises them rather than a SyntaxError.
+        for nesting in (b"x = " + b"-" * 100000 + b"1", b"x = f" + b"()" * 100000):
+            with self.subTest(nesting[:6]):
+                worker = self.write("my_worker.py", b"import json\n" + nesting + b"\n")
+                message = self.refused("--worker", worker)
+                self.assertEqual(len(message.splitlines()), 1, message)
+                self.assertRegex(
+                    message, r"my_worker\.py is nested too deeply for Python to compile \((Recursion|Memory)Error\)"
+                )
+
+    def test_a_syntax_error_without_a_line_leaves_the_line_out(self) -> None:
+        worker = self.write("my_worker.py", b"\xef\xbb\xbf# coding: latin-1\nx = 1\n")
+        message = self.refused("--worker", worker)
+        self.assertIn("my_worker.py does not compile as Python: encoding problem: iso-8859-1 with BOM", message)
+
+    def test_a_worker_with_a_utf8_bom_is_kept_as_python_reads_it(self) -> None:
+        worker = self.write("w.py", b"\xef\xbb\xbf" + demo.WORKER_TEMPLATE.encode())
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = demo.main(["run", "--output", str(self.output), "--dry-run", "--worker", worker])
+        self.assertEqual(code, 0)
+        configmap = json.loads((self.output / "01-configmap.json").read_text(encoding="utf-8"))
+        self.assertEqual(configmap["data"]["episode.py"], "\ufeff" + demo.WORKER_TEMPLATE)
+        ran = run_worker(configmap["data"]["episode.py"], None, 0, "rollout-bom")  # as the pod's Python reads it
+        self.assertEqual((ran.code, [event["event"] for event in ran.events]), (0, ["ready", "reward"]))
 
     def test_a_missing_file(self) -> None:
         self.assertIn("cannot read --worker", self.refused("--worker", str(self.root / "absent.py")))

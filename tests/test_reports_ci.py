@@ -42,7 +42,7 @@ def passing_results(rounds: int = 1, per_round: int = 3) -> dict[str, Any]:
             pod = make_pod(name, finished=f"2026-11-29T10:00:0{index + 4}Z")
             events = make_events(name, JOB_CREATED_AT + 2.0 + index, JOB_CREATED_AT + 2.5 + index)
             row = demo.validate_episode(pod, events, JOB_CREATED_AT, None, "here")
-            row.round, row.job = number, job
+            row["round"], row["job"] = number, job
             rows.append(row)
         round_results.append({"round": number, "job": job, "client_job_complete_seconds": 7.25 + number})
     return results_of(

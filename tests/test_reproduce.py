@@ -22,8 +22,10 @@ from typing import Any
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests import records
 from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
+from tests.records import written, written_results
 from tests.test_run import SCRIPT, run_script
 
 GUIDE = Path(__file__).resolve().parents[1] / ".." / "shared" / "seed" / "000_89e6d74ee1c6c1ae.txt"
@@ -78,7 +80,7 @@ def synthetic_results(rounds: int = 1, **extra: Any) -> dict[str, Any]:
         ],
     }
     results.update(extra)
-    return results
+    return records.complete(results, demo.Results)  # the keys these tests leave out, as plain values
 
 
 class GuideReferenceTest(unittest.TestCase):
@@ -103,11 +105,20 @@ class GuideReferenceTest(unittest.TestCase):
 
     def test_reference_date_and_conditions(self) -> None:
         self.assertEqual(demo.GUIDE_REFERENCE["date"], "2026-09-21")
-        conditions = " ".join(demo.GUIDE_REFERENCE["conditions"])
+        conditions = " ".join(demo.GUIDE_REFERENCE["conditions"]["en"])
         for condition in ("digest", "Cube", "500m", "128Mi", "two 64 vCPU nodes", "image cache"):
             self.assertIn(condition, conditions)
         text = demo.render_guide_table(demo.guide_table([], "en", reference=True), "text")
         self.assertIn("2026-09-21", text)
+
+    def test_the_footnote_in_chinese_with_full_width_punctuation(self) -> None:
+        text = demo.render_guide_table(demo.guide_table([("run", synthetic_results())], "zh", reference=True), "text")
+        note = text.split("\n\n")[-1].replace("\n", "")
+        self.assertTrue(note.startswith("指南列：2026 年 9 月 21 日发布的数据；条件：同一任务脚本和计时口径；"), note)
+        self.assertTrue(note.endswith("最后运行三轮 10 路并行。"), note)
+        self.assertEqual(re.findall(r"[,;:()]", note), [])  # full-width marks only
+        for condition in demo.GUIDE_REFERENCE["conditions"]["zh"]:
+            self.assertIn(condition, note)
 
 
 class GuideTableTest(unittest.TestCase):
@@ -170,6 +181,43 @@ class GuideTableTest(unittest.TestCase):
         self.assertIn("stand-in: kernel_boot_to_process_start_seconds", cells["start_container"])
         self.assertIn("CreateContainer + StartContainer together", cells["create_container"])
 
+    def test_the_text_table_fits_120_columns_or_wraps_cleanly(self) -> None:
+        runs = [(name, synthetic_results(rounds=3)) for name in ("10 in parallel", "one at a time", "after warm-up")]
+        for lang in ("en", "zh"):
+            with self.subTest(lang=lang):
+                table = demo.guide_table(runs, lang, reference=True)
+                text = demo.render_guide_table(table, "text")
+                for line in text.splitlines():
+                    self.assertLessEqual(demo._display_width(line), 120, line)
+                # each row starts after an empty line with its label's first word; no cell is lost
+                blocks = text.split("\n\n")
+                self.assertEqual(len(blocks), 1 + len(table["rows"]) + 1)  # header, rows, the note
+                for block, row in zip(blocks[1:], table["rows"]):
+                    self.assertTrue(block.startswith(row["cells"][0][:2]), (block, row["cells"][0]))
+                    for cell in row["cells"]:
+                        for word in re.findall(r"[0-9.]+", cell):
+                            self.assertIn(word, block)
+
+    def test_a_table_that_fits_is_not_wrapped(self) -> None:
+        text = demo.render_guide_table(demo.guide_table([("run", synthetic_results())], "en", reference=False), "text")
+        self.assertNotIn("\n\n", text)
+        self.assertEqual(len(text.splitlines()), 1 + len(demo.GUIDE_ROWS))
+
+    WRAPS = (
+        ("one two three four", 9, ["one two", "three", "four"]),
+        ("pod_to_container_started_seconds)", 12, ["pod_to_", "container_", "started_", "seconds)"]),
+        ("未测量(运行 --kubelet-metrics)", 12, ["未测量(运行", "--kubelet-", "metrics)"]),
+        ("指南列：2026 年发布的数据；条件：同一任务", 16, ["指南列：2026 年", "发布的数据；条", "件：同一任务"]),
+        ("abcdefghijklmnop", 6, ["abcdef", "ghijkl", "mnop"]),
+    )
+
+    def test_wrapping_by_display_width(self) -> None:
+        for text, width, lines in self.WRAPS:
+            with self.subTest(text=text):
+                self.assertEqual(demo.wrap_text(text, width), lines)
+                for line in lines:
+                    self.assertLessEqual(demo._display_width(line), width)
+
     def test_column_names_are_escaped(self) -> None:
         table = demo.guide_table([("a|b\x1b[31m", synthetic_results())], "en", reference=False)
         markdown = demo.render_guide_table(table, "markdown")
@@ -219,6 +267,7 @@ class PinningTest(unittest.TestCase):
     def test_each_group_runs_the_settings_its_recorded_command_line_gives(self) -> None:
         """reproduce builds each group's settings directly; report.json's argv must say the same."""
         flags = "--output exp --count 4 --rounds 2 --quiet --kubelet-metrics --runtime none --cleanup always"
+        flags += " --threshold pod_to_ready_p95_seconds=2.5 --threshold batch_to_all_ready_seconds=30 --json"
         args = demo.build_parser().parse_args(
             ["reproduce", *flags.split(), "--kubeconfig", "kc", "--kubectl-timeout", "9"]
         )
@@ -270,6 +319,121 @@ class ReproduceCleanupTest(unittest.TestCase):
                 self.assertEqual(demo.main(["cleanup", "--output", scratch]), demo.EXIT_USAGE)
             self.assertIn("parallel:", err.getvalue())
             self.assertIn("sequential:", err.getvalue())
+
+
+class ReproduceOutputTest(unittest.TestCase):
+    """What `reproduce` prints and writes around its groups, with each group's run replaced by one
+    that writes what a finished run writes (the groups themselves run end to end below)."""
+
+    def setUp(self) -> None:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-demo-repro-out-")
+        self.addCleanup(scratch.cleanup)
+        self.root = Path(scratch.name)
+
+    def experiment(self, *flags: str, breach: str = "") -> tuple[int, str, str]:
+        """reproduce in-process; every group's run "succeeds", the `breach` group's over budget."""
+        calls: list[str] = []
+
+        def run(settings: demo.RunSettings, kubectl: Any, tool: str, print_summary: bool = True) -> int:
+            group = settings.output.name
+            calls.append(group)
+            settings.output.mkdir(parents=True)
+            (settings.output / "receipt.json").write_text(json.dumps({"namespace": f"agc-rl-{group}"}))
+            rounds = settings.rounds
+            results = synthetic_results(
+                rounds=rounds, image_pinned=f"python@{DIGEST_A}", parallelism=settings.parallelism
+            )
+            (settings.output / "results.json").write_text(json.dumps(results))
+            if print_summary:
+                print(f"summary of {group}")
+            if group == breach:
+                raise demo.DemoError("latency budget breached: batch_to_all_ready_seconds = 3.600 s > 1 s", 5)
+            return 0
+
+        class Unbound:
+            def cluster_identity(self) -> tuple[str, str]:
+                return "ctx", "https://api.example:6443"
+
+            def with_context(self, context: str) -> Unbound:
+                return self
+
+        argv = ["reproduce", "--output", str(self.root / "exp"), *flags]
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            unittest.mock.patch.object(demo, "cmd_run", run),
+            unittest.mock.patch.object(demo, "make_kubectl", lambda *_: Unbound()),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            code = demo.main(argv)
+        self.assertEqual(calls, list(demo.REPRODUCE_GROUPS))
+        return code, out.getvalue(), err.getvalue()
+
+    def test_quiet_prints_only_the_table_and_the_verdict(self) -> None:
+        code, out, err = self.experiment("--quiet", "--reference", "guide")
+        self.assertEqual(code, 0, err)
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
+        exp = self.root / "exp"
+        self.assertEqual(
+            out,
+            demo.render_guide_table(report["table"], "text")
+            + f"\nverdict: 3/3 groups finished, 50/50 episodes valid; report {exp / 'report.md'} and "
+            f"{exp / 'report.json'}\n",
+        )
+        self.assertNotIn("reproduce: group", err)
+
+    def test_without_quiet_each_group_summary_then_the_table(self) -> None:
+        code, out, err = self.experiment()
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith("summary of parallel\nsummary of sequential\nsummary of warm\n\n"), out)
+        self.assertIn("reproduce: group 2/3 (sequential)", err)
+
+    def test_a_breached_threshold_lets_the_experiment_go_on_then_exits_5(self) -> None:
+        code, out, err = self.experiment("--quiet", "--threshold", "batch_to_all_ready_seconds=1", breach="sequential")
+        self.assertEqual(code, demo.EXIT_THRESHOLD, err)
+        self.assertIn("verdict: 3/3 groups finished, 50/50 episodes valid; latency budget breached in sequential", out)
+        [error] = [line for line in err.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("latency budget breached in sequential: latency budget breached: batch_to_all_ready", error)
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
+        self.assertEqual([g["exit_code"] for g in report["groups"]], [0, 5, 0])
+        self.assertTrue(report["complete"])
+        self.assertEqual(len(report["table"]["header"]), 4)  # the breached group is in the table
+
+    def test_json_prints_only_the_report_with_its_verdict(self) -> None:
+        code, out, err = self.experiment("--json", "--reference", "guide")
+        self.assertEqual(code, 0, err)
+        printed = json.loads(out)
+        self.assertEqual(out, json.dumps(printed, indent=2, sort_keys=True) + "\n")
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
+        self.assertEqual({key: value for key, value in printed.items() if key != "verdict"}, report)
+        self.assertTrue(printed["verdict"].startswith("verdict: 3/3 groups finished"))
+        self.assertNotIn("summary of", out)
+
+    def test_metrics_file_holds_every_groups_figures(self) -> None:
+        metrics = self.root / "exp.prom"
+        code, _, err = self.experiment("--quiet", "--metrics-file", str(metrics), breach="warm")
+        self.assertEqual(code, demo.EXIT_THRESHOLD, err)
+        text = metrics.read_text()
+        exits = re.findall(r'^rl_batch_demo_exit_code\{group="(\w+)",image="[^"]+",parallelism="(\d+)",'
+                           r'runtime="cube"\} (\d+)$', text, re.MULTILINE)  # fmt: skip
+        self.assertEqual(exits, [("parallel", "10", "0"), ("sequential", "1", "0"), ("warm", "10", "5")])
+        self.assertEqual(text.count("# TYPE rl_batch_demo_reward_sum gauge"), 1)  # each family once
+        self.assertEqual(len(re.findall(r"^rl_batch_demo_reward_sum\{", text, re.MULTILINE)), 3)
+
+    def test_report_md_prose_in_chinese(self) -> None:
+        code, _, err = self.experiment("--quiet", "--lang", "zh", "--reference", "guide")
+        self.assertEqual(code, 0, err)
+        text = (self.root / "exp" / "report.md").read_text(encoding="utf-8")
+        lines = text.splitlines()
+        self.assertEqual(lines[0], "# rl-batch-demo reproduce：一条命令重做指南第六节")
+        self.assertEqual(
+            lines[2],
+            f"镜像 `python:3.12-alpine`，各组都按 digest `python@{DIGEST_A}` 运行；上下文 `ctx`；每轮 10 个任务。",
+        )
+        self.assertEqual(lines[4], "| 组 | 目录 | 退出码 | 命名空间 |")
+        self.assertIn("指南列：2026 年 9 月 21 日发布的数据；条件：", text)
+        for line in (lines[0], lines[2], lines[-1]):
+            self.assertEqual(re.findall(r"(?<=[\u3400-\u9fff])[,;:]|[,;:](?=[\u3400-\u9fff])", line), [], line)
 
 
 class FakeClusterCase(unittest.TestCase):
@@ -349,7 +513,7 @@ class WarmupTest(FakeClusterCase):
         measured_created = self.create_started("rollout")
         for job in ("warmup-1", "warmup-2"):
             self.assertLess(self.cluster.job_completed_at(namespace, job), measured_created)
-        results = json.loads((self.root / "out" / "results.json").read_text())
+        results = written_results(self, self.root / "out")
         self.assertEqual(results["image"], "python:3.12-alpine")
         self.assertRegex(results["image_pinned"], r"^python@sha256:[0-9a-f]{64}$")
         self.assertEqual({pod["spec"]["containers"][0]["image"] for pod in measured}, {results["image_pinned"]})
@@ -399,7 +563,8 @@ class ReproduceTest(FakeClusterCase):
         self.make_cluster()
         result = self.tool(
             "reproduce", "--output", "exp", "--count", "2", "--rounds", "2", "--timeout", "60", "--quiet",
-            "--reference", "guide", "--junit", "experiment.xml",
+            "--reference", "guide", "--junit", "experiment.xml", "--metrics-file", "experiment.prom",
+            "--threshold", "pod_to_ready_max_seconds=600",
         )  # fmt: skip
         self.assert_exit(result, 0)
         out = self.root / "exp"
@@ -407,12 +572,24 @@ class ReproduceTest(FakeClusterCase):
         suites = junit.findall("testsuite")
         self.assertEqual(len(suites), 4)  # parallel, sequential, and the warm group's two rounds
         cases = junit.findall("testsuite/testcase")
-        self.assertEqual(len(cases), 8)
+        self.assertEqual(len(cases), 8 + 3)  # every episode, and each group's threshold
         self.assertEqual(junit.get("failures"), "0")
         groups = sorted({case.get("classname", "").split(".")[1] for case in cases})
         self.assertEqual(groups, ["parallel", "sequential", "warm"])
-        self.assertEqual(len({(case.get("classname"), case.get("name")) for case in cases}), 8)  # unique
-        report = json.loads((out / "report.json").read_text())
+        self.assertEqual(len({(case.get("classname"), case.get("name")) for case in cases}), 11)  # unique
+        thresholds = [case.get("classname") for case in cases if case.get("name", "").startswith("threshold ")]
+        self.assertEqual(thresholds, [f"rl-batch-demo.{group}.thresholds" for group in demo.REPRODUCE_GROUPS])
+        metrics = (self.root / "experiment.prom").read_text()
+        exits = re.findall(r'^rl_batch_demo_exit_code\{group="(\w+)",.*\} (\d+)$', metrics, re.MULTILINE)
+        self.assertEqual(exits, [("parallel", "0"), ("sequential", "0"), ("warm", "0")])
+        report = written(self, out / "report.json", demo.ReproduceReport)
+        # --quiet: stdout holds the guide's table and the verdict, nothing else
+        self.assertEqual(
+            result.stdout,
+            demo.render_guide_table(report["table"], "text")
+            + "\nverdict: 3/3 groups finished, 8/8 episodes valid; report exp/report.md and exp/report.json\n",
+        )
+        self.assertNotIn("reproduce: group", result.stderr)
         self.assertTrue(report["complete"])
         self.assertEqual([g["name"] for g in report["groups"]], ["parallel", "sequential", "warm"])
         self.assertTrue((out / "report.md").is_file())
@@ -430,14 +607,14 @@ class ReproduceTest(FakeClusterCase):
             last_end = max(r["end"] or r["start"] for r in records if mentions(r, earlier))  # end: None if killed
             first_start = min(r["start"] for r in records if mentions(r, later))
             self.assertLess(last_end, first_start)
-        pinned = {json.loads((out / g / "results.json").read_text())["image_pinned"] for g in demo.REPRODUCE_GROUPS}
+        pinned = {written_results(self, out / g)["image_pinned"] for g in demo.REPRODUCE_GROUPS}
         self.assertEqual(len(pinned), 1)
         self.assertEqual(pinned, {report["image_pinned"]})
-        warm = json.loads((out / "warm" / "results.json").read_text())
+        warm = written_results(self, out / "warm")
         self.assertEqual((warm["rounds"], warm["episodes"], warm["parallelism"]), (2, 4, 2))
         self.assertEqual(json.loads((out / "sequential" / "results.json").read_text())["parallelism"], 1)
-        self.assertIn("whole batch ready", result.stdout)
-        self.assertIn("guide: one at a time", result.stdout)
+        self.assertIn("whole batch", result.stdout)
+        self.assertIn("guide: one at a", result.stdout)
         # compare --format guide on the groups, in the guide's own words
         compare = self.tool(
             "compare", "exp/parallel", "exp/sequential", "exp/warm", "--format", "guide", "--lang", "zh"
@@ -452,10 +629,20 @@ class ReproduceTest(FakeClusterCase):
 
     def test_a_failed_group_stops_the_experiment_and_keeps_its_namespace(self) -> None:
         self.make_cluster(faults={"episode": {"0": "exit1"}})  # the first group's probe fails
-        result = self.tool("reproduce", "--output", "exp", "--count", "2", "--timeout", "60", "--quiet")
+        result = self.tool(
+            "reproduce", "--output", "exp", "--count", "2", "--timeout", "60", "--json", "--metrics-file", "exp.prom"
+        )
         self.assert_exit(result, demo.EXIT_EPISODE)
         self.assertIn("reproduce stopped at group parallel", result.stderr)
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        self.assertNotIn("reproduce: group", result.stderr)
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
+        printed = json.loads(result.stdout)  # --json: one object on stdout, also on failure
+        self.assertEqual(printed["verdict"], "verdict: 0/3 groups finished, 0/0 episodes valid; stopped at group "
+                         "parallel (exit 1); report exp/report.json")  # fmt: skip
+        self.assertEqual({key: value for key, value in printed.items() if key != "verdict"}, report)
+        metrics = (self.root / "exp.prom").read_text()
+        self.assertRegex(metrics, r'(?m)^rl_batch_demo_exit_code\{group="parallel",.*\} 1$')
+        self.assertRegex(metrics, r'(?m)^rl_batch_demo_validated\{group="parallel",.*\} 0$')
         self.assertEqual([(g["name"], g["exit_code"]) for g in report["groups"]], [("parallel", demo.EXIT_EPISODE)])
         self.assertFalse(report["complete"])
         self.assertFalse((self.root / "exp" / "sequential").exists())
@@ -603,7 +790,7 @@ class InterruptedReproduceTest(FakeClusterCase):
         self.assertNotIn("Traceback", result.stderr)
         self.assertIn("cleanup --output", result.stderr)
         self.assertFalse((self.root / "exp" / "warm").exists())
-        report = json.loads((self.root / "exp" / "report.json").read_text())
+        report = written(self, self.root / "exp" / "report.json", demo.ReproduceReport)
         self.assertFalse(report["complete"])
         self.assertEqual(len(self.run_namespaces()), 1)  # the parallel group was cleaned up already
         self.assertTrue((self.root / "exp" / "parallel" / "results.json").exists())

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import rl_batch_demo as demo
+from tests import records
 from tests.clusterobjects import check_rows_and_batch_figures
 from tests.fakecluster import FakeCluster
 
@@ -83,10 +84,10 @@ class ClusterTestCase(unittest.TestCase):
         return self.root / name
 
     def receipt(self, name: str = "out") -> dict[str, Any]:
-        return json.loads((self.out(name) / "receipt.json").read_text())
+        return records.written(self, self.out(name) / "receipt.json", demo.ReceiptFile)
 
     def results(self, name: str = "out") -> dict[str, Any]:
-        return json.loads((self.out(name) / "results.json").read_text())
+        return records.written_results(self, self.out(name))
 
     def namespaces(self) -> list[str]:
         """Namespaces beyond those the fake cluster starts with."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import rl_batch_demo as demo
+from tests import records
 from tests.fakecluster import FakeCluster
 from tests.test_run import run_script
 
@@ -54,7 +55,7 @@ class SourcesTestCase(unittest.TestCase):
         return self.root / "out"
 
     def results(self) -> Dict[str, Any]:
-        return json.loads((self.out / "results.json").read_text())
+        return records.written_results(self, self.out)
 
     def job(self) -> Dict[str, Any]:
         return json.loads((self.out / "job.json").read_text())
@@ -63,7 +64,7 @@ class SourcesTestCase(unittest.TestCase):
         return cluster.pod_records(self.receipt()["namespace"], "rollout")
 
     def receipt(self) -> Dict[str, Any]:
-        return json.loads((self.out / "receipt.json").read_text())
+        return records.written(self, self.out / "receipt.json", demo.ReceiptFile)
 
     def tasks_file(self, tasks: List[dict]) -> str:
         path = self.root / "tasks.jsonl"

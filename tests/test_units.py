@@ -12,10 +12,11 @@ import tempfile
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Dict, Tuple
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
+from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
@@ -200,18 +201,18 @@ class ValidationTest(unittest.TestCase):
 
     def test_a_good_episode_gives_its_row(self) -> None:
         row = self.validate(make_pod(), make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 3.5))
-        self.assertEqual(row.pod, "rollout-abcde")
-        self.assertAlmostEqual(row.pod_to_ready_seconds, 2.0)
-        self.assertAlmostEqual(row.batch_to_ready_seconds, 3.0)
-        self.assertAlmostEqual(row.batch_to_reward_seconds, 3.5)
-        self.assertAlmostEqual(row.python_import_seconds, 0.49)
-        self.assertAlmostEqual(row.import_to_ready_seconds, 0.01)
-        self.assertAlmostEqual(row.pod_to_scheduled_seconds, 0.0)
-        self.assertAlmostEqual(row.pod_to_container_started_seconds, 1.0)
-        self.assertAlmostEqual(row.ready_to_reward_seconds, 0.5)
-        self.assertAlmostEqual(row.reward_to_finished_seconds, 0.5)
-        self.assertAlmostEqual(row.pod_observed_to_ready_seconds, 1.8)
-        self.assertEqual(row.image_id, "docker.io/library/python@sha256:00")
+        self.assertEqual(row["pod"], "rollout-abcde")
+        self.assertAlmostEqual(row["pod_to_ready_seconds"], 2.0)
+        self.assertAlmostEqual(row["batch_to_ready_seconds"], 3.0)
+        self.assertAlmostEqual(row["batch_to_reward_seconds"], 3.5)
+        self.assertAlmostEqual(row["python_import_seconds"], 0.49)
+        self.assertAlmostEqual(row["import_to_ready_seconds"], 0.01)
+        self.assertAlmostEqual(row["pod_to_scheduled_seconds"], 0.0)
+        self.assertAlmostEqual(row["pod_to_container_started_seconds"], 1.0)
+        self.assertAlmostEqual(row["ready_to_reward_seconds"], 0.5)
+        self.assertAlmostEqual(row["reward_to_finished_seconds"], 0.5)
+        self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], 1.8)
+        self.assertEqual(row["image_id"], "docker.io/library/python@sha256:00")
 
     def assert_refused(self, pod: dict[str, Any], events: list[dict[str, Any]], pattern: str) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, pattern) as caught:
@@ -260,7 +261,7 @@ class ValidationTest(unittest.TestCase):
         events = self.good_events()
         events[0]["process_started_at"] = "early"
         row = self.validate(make_pod(), events)
-        self.assertIsNone(row.python_import_seconds)
+        self.assertIsNone(row["python_import_seconds"])
 
     def test_pod_before_job_is_skew(self) -> None:
         self.assert_refused(make_pod(created="2026-11-29T09:59:59Z"), self.good_events(), "out of order")
@@ -338,22 +339,99 @@ class ReportTest(unittest.TestCase):
             self.assertIn(label, text)
         self.assertIn("nodes: node-a: 2, node-b: 2", text)
 
-    def test_timeline_svg_parses_and_has_a_bar_per_phase(self) -> None:
+    def drawn(self, svg: str) -> Dict[Tuple[str, str], str]:
+        """(pod, phase) -> "bar" or "marker", from the picture's own elements."""
+        root = ElementTree.fromstring(svg)
+        kinds = {}
+        for element in root.iter():
+            if element.get("class") in ("bar", "marker"):
+                title = element.find("{http://www.w3.org/2000/svg}title")
+                pod = (title.text or "").split()[0] if title is not None else ""
+                kinds[(pod, element.get("data-phase") or "")] = element.get("class") or ""
+        return kinds
+
+    def test_timeline_draws_each_phase_once_as_a_bar_or_a_marker(self) -> None:
         svg = demo.render_timeline_svg(self.results())
         root = ElementTree.fromstring(svg)
-        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
-        self.assertEqual(len(bars), 4 * len(demo.TIMELINE_BARS))
-        self.assertEqual({bar.get("data-phase") for bar in bars}, {name for name, *_ in demo.TIMELINE_BARS})
         texts = "".join(root.itertext())
         self.assertIn("node node-a", texts)
         self.assertIn("seconds since the Job was created", texts)
+        # pod i: created i s after the Job, container started 1 s later (both whole seconds), ready at
+        # i + 2 s and reward at i + 2.5 s (node clock), finished at i + 3 s (whole seconds)
+        expected = {}
+        for index in range(4):
+            pod = f"rollout-{index}"
+            expected[(pod, "waiting")] = "marker" if index <= 1 else "bar"  # two stamps at most 1 s apart
+            expected[(pod, "pod start")] = "marker"  # two whole-second stamps 1 s apart: a 1 s artefact
+            expected[(pod, "Python start")] = "bar"  # 1 s from a whole-second start to the node's ready
+            expected[(pod, "task")] = "bar"
+            expected[(pod, "exit")] = "marker"  # 0.5 s to a whole-second finish
+        self.assertEqual(self.drawn(svg), expected)
 
-    def test_timeline_leaves_out_bars_inverted_by_truncation(self) -> None:
+    def test_a_marker_is_a_tick_and_the_window_its_whole_second_end_lies_in(self) -> None:
         results = self.results()
-        results["pods"][0]["finished_at"] = results["pods"][0]["reward_at"] - 0.4
+        results["pods"][0]["finished_at"] = results["pods"][0]["reward_at"] - 0.4  # inverted by truncation
         root = ElementTree.fromstring(demo.render_timeline_svg(results))
-        bars = [el for el in root.iter("{http://www.w3.org/2000/svg}rect") if el.get("class") == "bar"]
-        self.assertEqual(len(bars), 4 * len(demo.TIMELINE_BARS) - 1)
+        [exit_marker] = [
+            element
+            for element in root.iter("{http://www.w3.org/2000/svg}g")
+            if element.get("data-phase") == "exit" and "rollout-0 " in "".join(element.itertext())
+        ]
+        ticks = exit_marker.findall("{http://www.w3.org/2000/svg}line")
+        scale = demo.TIMELINE_PLOT_WIDTH / (results["pods"][-1]["finished_at"] + 1 - JOB_CREATED_AT)
+        reward_x = demo.TIMELINE_LABEL_WIDTH + (results["pods"][0]["reward_at"] - JOB_CREATED_AT) * scale
+        finished_x = demo.TIMELINE_LABEL_WIDTH + (results["pods"][0]["finished_at"] + 1 - JOB_CREATED_AT) * scale
+        self.assertAlmostEqual(float(ticks[0].get("x1") or 0), reward_x, delta=0.1)  # the tick: the reward
+        self.assertAlmostEqual(float(ticks[1].get("x1") or 0), reward_x, delta=0.1)  # the window: not before it
+        self.assertAlmostEqual(float(ticks[1].get("x2") or 0), finished_x, delta=0.1)  # to the end of its second
+        self.assertIn("within 1 s (mixed: node + API server 1 s)", "".join(exit_marker.itertext()))
+
+    def test_a_whisker_ends_where_a_finer_later_stamp_proves_the_step_done(self) -> None:
+        results = self.results()
+        row = results["pods"][0]  # container started 1 s after the Job (whole seconds), ready at 2 s
+        row["ready_at"] = row["container_started_at"] + 0.4  # the container started before that
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        [marker] = [
+            element
+            for element in root.iter("{http://www.w3.org/2000/svg}g")
+            if element.get("data-phase") == "pod start" and "rollout-0 " in "".join(element.itertext())
+        ]
+        self.assertIn("between 1.000 and 1.400 s", "".join(marker.itertext()))
+
+    def test_timeline_names_context_date_and_a_simulation(self) -> None:
+        results = self.results()
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        texts = [element.text or "" for element in root.iter("{http://www.w3.org/2000/svg}text")]
+        self.assertEqual(texts[1], "context ctx, namespace agc-rl-x, first Job created 2026-11-29 10:00:00 UTC")
+        self.assertFalse(any("SIMULATION" in text for text in texts))
+        results["container_runtimes"] = [demo.SIMULATED_RUNTIME]
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        texts = [element.text or "" for element in root.iter("{http://www.w3.org/2000/svg}text")]
+        self.assertTrue(texts[1].endswith(f", container runtime {demo.SIMULATED_RUNTIME}"))
+        self.assertTrue(texts[2].startswith("SIMULATION: the tests' fake cluster"))
+
+    def test_rounds_are_marked_and_the_legend_stays_above_the_first_row(self) -> None:
+        results = self.results()
+        for row in results["pods"][2:]:
+            row["round"], row["batch_start"] = 2, row["batch_start"] + 2.0
+        root = ElementTree.fromstring(demo.render_timeline_svg(results))
+        svg = "{http://www.w3.org/2000/svg}"
+        rounds = [element for element in root.iter(f"{svg}line") if element.get("class") == "round"]
+        self.assertEqual(len(rounds), 2)
+        texts = [element.text or "" for element in root.iter(f"{svg}text")]
+        self.assertIn("round 1", texts)
+        self.assertIn("round 2", texts)
+        [plot] = [
+            element for element in root.iter(f"{svg}g") if (element.get("transform") or "").startswith("translate")
+        ]
+        top = float((plot.get("transform") or "").split(",")[1].rstrip(")"))
+        legend = [float(element.get("y") or 0) for element in root if element.tag == f"{svg}text"]
+        round_labels = [
+            float(element.get("y") or 0)
+            for element in plot.iter(f"{svg}text")
+            if (element.text or "").startswith("round")
+        ]
+        self.assertLess(max(legend), top + min(round_labels) - 11)  # the legend ends above the round labels
 
     def test_timeline_ticks_stay_few_for_huge_spans(self) -> None:
         for span in (0.3, 7.0, 95.0, 4000.0, 1e9):
@@ -404,31 +482,76 @@ class ProgressTest(unittest.TestCase):
         {"created": 2, "running": 2},
         {"created": 2, "succeeded": 2},
     ]
+    TERMINAL: ClassVar[dict[str, str]] = {"TERM": "xterm-256color"}
 
     def test_log_lines_are_rate_limited_and_the_final_state_is_printed(self) -> None:
         stream = FakeStream(tty=False)
-        progress = demo.Progress(enabled=True, stream=stream)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL)
         for counts in self.counts:
-            progress.update("ns/rollout", 1.0, counts)
+            progress.update("ns/rollout", 1.0, counts, 269.4)
         progress.finish()
         lines = stream.getvalue().splitlines()
-        self.assertEqual(len(lines), 2, lines)  # the first change, then the last state at finish
-        self.assertIn("1 created, 0 running, 0 succeeded, 0 failed", lines[0])
-        self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", lines[1])
+        self.assertEqual(
+            lines,  # the first change, then the last state at finish
+            [
+                "ns/rollout (1.0 s elapsed, 269 s left): 1 created, 0 running, 0 succeeded, 0 failed",
+                "ns/rollout (1.0 s elapsed, 269 s left): 2 created, 0 running, 2 succeeded, 0 failed",
+            ],
+        )
 
-    def test_terminal_line_is_rewritten(self) -> None:
+    def test_terminal_line_is_rewritten_with_counts_elapsed_and_time_left(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=True, stream=stream)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=120)
         for counts in self.counts:
-            progress.update("ns/rollout", 2.0, counts)
+            progress.update("ns/rollout", 2.0, counts, 30.6)
         progress.finish()
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
-        self.assertTrue(text.endswith("2 succeeded, 0 failed (2.0 s)\n"))
+        self.assertTrue(
+            text.endswith("ns/rollout (2.0 s elapsed, 31 s left): 2 created, 0 running, 2 succeeded, 0 failed\n"), text
+        )
+
+    def test_terminal_line_never_wraps(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=40)
+        progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
+        self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
+
+    def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
+        for tty, environ in (
+            (True, {"TERM": "dumb"}),
+            (True, {"TERM": "xterm", "NO_COLOR": "1"}),
+            (True, {"NO_COLOR": "anything"}),
+            (False, {"TERM": "xterm"}),
+        ):
+            with self.subTest(tty=tty, environ=environ):
+                stream = FakeStream(tty=tty)
+                progress = demo.Progress(enabled=True, stream=stream, environ=environ)
+                for counts in self.counts:
+                    progress.update("ns/rollout", 2.0, counts, 10.0)
+                progress.finish()
+                text = stream.getvalue()
+                self.assertNotIn("\033", text)
+                self.assertNotIn("\r", text)
+                self.assertIn(
+                    "ns/rollout (2.0 s elapsed, 10 s left): 2 created, 0 running, 2 succeeded, 0 failed\n", text
+                )
+
+    def test_which_streams_rewrite_in_place(self) -> None:
+        for tty, environ, rewrites in (
+            (True, {"TERM": "xterm"}, True),
+            (True, {}, True),
+            (True, {"NO_COLOR": ""}, True),  # no-color.org: an empty value does not count
+            (True, {"TERM": "dumb"}, False),
+            (True, {"NO_COLOR": "0"}, False),  # any other value does
+            (False, {}, False),
+        ):
+            with self.subTest(tty=tty, environ=environ):
+                self.assertEqual(demo.rewrites_in_place(FakeStream(tty=tty), environ), rewrites)
 
     def test_quiet_prints_nothing(self) -> None:
         stream = FakeStream(tty=True)
-        progress = demo.Progress(enabled=False, stream=stream)
+        progress = demo.Progress(enabled=False, stream=stream, environ=self.TERMINAL)
         progress.update("ns/rollout", 1.0, {"created": 1})
         progress.finish()
         self.assertEqual(stream.getvalue(), "")
@@ -483,6 +606,50 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
         self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
         self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+
+
+class SchemaTest(unittest.TestCase):
+    """schema_problem, the check of a results.json read back, and the tests' strict check of one written."""
+
+    def test_a_value_read_back_is_named_by_its_first_departure(self) -> None:
+        pull = {"state": "pulled", "seconds": 1.5}
+        for value, problem in (
+            (pull, ""),
+            ({**pull, "seconds_including_waiting": None, "unknown key": 1}, ""),  # optional; unknown keys unread
+            ({"seconds": None}, "state is missing"),
+            ({**pull, "state": 1}, "state is a number, not a string"),
+            ({**pull, "seconds": True}, "seconds is a boolean, not a finite number"),
+            ({**pull, "seconds": 10**400}, "seconds is a number, not a finite number"),
+            ([pull], "the top level is a list, not an object"),
+        ):
+            with self.subTest(value=value):
+                self.assertEqual(demo.schema_problem(value, demo.ImagePull), problem)
+        row = {"figure": "x", "label": "y", "values": [1, None, 2.5], "ratios": ["1"]}
+        self.assertEqual(demo.schema_problem(row, demo.ComparisonRow), "ratios[0] is a string, not a finite number")
+        self.assertEqual(
+            demo.schema_problem({"count": 1.0}, demo.OperationFigures), "count is a number, not an integer"
+        )
+        nodes = {"handler": "", "pooled": demo.no_operations(), "nodes": {"a\x1b": {}}}
+        self.assertEqual(demo.schema_problem(nodes, demo.RuntimeOperations), "nodes['a\\x1b'].RunPodSandbox is missing")
+
+    def test_the_strict_check_also_refuses_unknown_keys(self) -> None:
+        rows = [
+            demo.validate_episode(
+                make_pod(),
+                make_events("rollout-abcde", JOB_CREATED_AT + 2, JOB_CREATED_AT + 3),
+                JOB_CREATED_AT,
+                None,
+                "here",
+            )
+        ]
+        row = demo.pod_row(rows[0])
+        self.assertEqual(records.exact_problem(row, demo.PodRow), "")
+        self.assertEqual(records.exact_problem({**row, "info": {}}, demo.PodRow), "info is not in the schema")
+        bad = {**row, "image_pull": {**row["image_pull"], "size": 1}}
+        self.assertEqual(records.exact_problem(bad, demo.PodRow), "image_pull.size is not in the schema")
+        self.assertEqual(
+            records.exact_problem({**row, "reward": None}, demo.PodRow), "reward is null, not a finite number"
+        )
 
 
 class CapacityTest(unittest.TestCase):
@@ -540,19 +707,91 @@ class CommandLineTest(unittest.TestCase):
 
     def test_bounds_are_usage_errors(self) -> None:
         for argv, message in (
-            (["--count", "21"], "count <= 20"),
-            (["--count", "5", "--parallelism", "6"], "parallelism <= count"),
-            (["--count", "0"], "'0' must be at least 1"),
-            (["--count", "ten"], "'ten' is not a whole number"),
-            (["--rounds", "11"], "--rounds must be between 1 and 10"),
+            (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
+            (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
+            (["--parallelism", "12"], "--parallelism 12 is more than --count 10 (the default)"),
+            (["--count", "0"], "argument --count: '0' must be at least 1"),
+            (["--count", "ten"], "argument --count: 'ten' is not a whole number"),
+            (["--rounds", "11"], "--rounds 11 is more than 10"),
             (["--threshold", "nonsense_seconds=1"], "unknown metric 'nonsense_seconds'"),
         ):
             with self.subTest(argv=argv):
                 code, _, err = self.run_main("run", "--output", "unused", *argv)
                 self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertTrue(err.startswith("rl-batch-demo: error: "), err)
                 self.assertIn(message, err)
-                self.assertNotIn("Traceback", err)
+                self.assertTrue(err.endswith(" (see rl-batch-demo run --help)\n"), err)
+                self.assertEqual(err.count("\n"), 1, err)  # one line, no usage block
                 self.assertFalse(Path("unused").exists())
+
+    def assert_usage_error(self, argv: list[str], line: str) -> None:
+        """Exit 2 and exactly `line` on stderr: one line, no usage block, nothing run."""
+        with tempfile.TemporaryDirectory() as root, unittest.mock.patch.dict(os.environ, {"PATH": root}):
+            code, out, err = self.run_main(*argv)
+        self.assertEqual((code, out, err), (demo.EXIT_USAGE, "", f"rl-batch-demo: error: {line}\n"))
+
+    def test_a_mistyped_flag_or_command_gets_a_suggestion(self) -> None:
+        for argv, line in (
+            (["run", "--output", "x", "--cuont", "5"], "unknown flag --cuont; did you mean --count? "),
+            (["run", "--outptu", "x"], "unknown flag --outptu; did you mean --output? "),  # not "required: --output"
+            (["run", "--output", "x", "--paralelism=3"], "unknown flag --paralelism; did you mean --parallelism? "),
+            (["rnu", "--output", "x"], "unknown command rnu; did you mean run? "),
+            (["clenaup", "--output", "x"], "unknown command clenaup; did you mean cleanup? "),
+            (["compare", "a", "--formt", "json"], "unknown flag --formt; did you mean --format? "),
+            (["check", "--zzz"], "unknown flag --zzz "),
+            (["run", "--output", "x", "surplus"], "unexpected argument surplus "),
+            (["run"], "the following arguments are required: --output "),
+            ([], "the following arguments are required: COMMAND "),
+        ):
+            command = argv[0] if argv and argv[0] in ("run", "compare", "check") else None
+            where = f"rl-batch-demo {command}" if command else "rl-batch-demo"
+            with self.subTest(argv=argv):
+                self.assert_usage_error(argv, f"{line}(see {where} --help)")
+
+    def test_no_flag_is_taken_for_an_abbreviation(self) -> None:
+        """allow_abbrev=False on every parser: a prefix of a flag is an unknown flag."""
+        for argv, prefix, flag in (
+            (["run", "--output", "x", "--cou", "5"], "--cou", "--count"),
+            (["run", "--out", "x"], "--out", "--output"),
+            (["reproduce", "--output", "x", "--roun", "2"], "--roun", "--rounds"),
+            (["cleanup", "--out", "x"], "--out", "--output"),
+            (["check", "--runt", "gvisor"], "--runt", "--runtime"),
+            (["compare", "a", "--form", "json"], "--form", "--format"),
+            (["show-worker", "--temp"], "--temp", "--template"),
+            (["--vers"], "--vers", "--version"),
+        ):
+            with self.subTest(argv=argv):
+                code, _, err = self.run_main(*argv)
+                self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertIn(f"unknown flag {prefix}; did you mean {flag}?", err)
+        parser = demo.build_parser()
+        for sub in [parser, *parser.commands.values()]:
+            self.assertFalse(sub.allow_abbrev, sub.prog)
+
+    def test_short_options_and_exact_flags_still_work(self) -> None:
+        args = demo.build_parser().parse_command_line(["run", "-v", "--output=x", "--count", "3"])
+        self.assertEqual((args.verbose, args.output, args.count), (True, "x", 3))
+        for command in ("check", "cleanup", "run", "reproduce"):
+            with self.subTest(command=command):
+                argv = [command, *(["--output", "x"] if command != "check" else []), "-v"]
+                self.assertTrue(demo.build_parser().parse_command_line(argv).verbose)
+        code, out, _ = self.run_main("run", "-vh")  # -v -h: the help, not an unknown flag
+        self.assertEqual(code, 0)
+        self.assertIn("--verbose", out)
+
+    def test_help_imports_no_difflib(self) -> None:
+        """difflib is imported only when a usage error needs a suggestion: --help stays fast."""
+        script = Path(demo.__file__)
+        for argv, imported in ((["run", "--help"], False), (["run", "--cuont"], True)):
+            with self.subTest(argv=argv):
+                result = subprocess.run(
+                    [sys.executable, "-X", "importtime", str(script), *argv],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                self.assertEqual(" difflib" in result.stderr or "| difflib" in result.stderr, imported, argv)
 
     def test_allow_large_raises_the_limit(self) -> None:
         with tempfile.TemporaryDirectory() as root:

@@ -164,6 +164,25 @@ class ForgedFigureTest(unittest.TestCase):
             with self.subTest(fields=fields), self.assertRaises(demo.EpisodeInvalid):
                 self.validate(make_pod(), self.events(**fields))
 
+    def test_the_built_in_reward_must_name_the_runners_own_tests(self) -> None:
+        sha256 = demo.BUILTIN_TEST_MODULE["sha256"]
+        for modules in (
+            None,
+            {},
+            "runner stdin",
+            {"test_shipping": None},
+            {"test_shipping": {"origin": "/workspace/test_shipping/__init__.py", "sha256": sha256}},
+            {"test_shipping": {"origin": "runner stdin", "sha256": "0" * 64}},
+            {"test_shipping": {"origin": "runner stdin", "sha256": sha256, "extra": 1}},
+        ):
+            events = self.events(modules=modules)
+            if modules is None:
+                del events[1]["modules"]  # an older worker's reward event
+            with self.subTest(modules=modules), self.assertRaisesRegex(demo.EpisodeInvalid, "runner's own copy"):
+                self.validate(make_pod(), events)
+        row = demo.validate_episode(make_pod(), self.events(modules={}), JOB_CREATED_AT, None, "here", False)
+        self.assertEqual(row["reward"], 1)  # a custom worker owes no such field
+
     def test_ready_before_the_container_started_is_a_clock_error(self) -> None:
         pod = make_pod(created="2026-11-29T10:00:01Z", started="2026-11-29T10:00:05Z", finished="2026-11-29T10:00:09Z")
         events = make_events("rollout-abcde", JOB_CREATED_AT + 3.0, JOB_CREATED_AT + 8.0)
@@ -178,7 +197,7 @@ class ForgedFigureTest(unittest.TestCase):
                 self.validate(make_pod(), events)
 
     def test_a_good_episode_still_passes(self) -> None:
-        self.assertEqual(self.validate(make_pod(), self.events()).reward, 1)
+        self.assertEqual(self.validate(make_pod(), self.events())["reward"], 1)
 
 
 class MismatchTest(unittest.TestCase):
@@ -229,9 +248,9 @@ class OutputEscapingTest(unittest.TestCase):
             None,
             "h",
         )
-        row.node = 'node"<x>&\x01'
+        row["node"] = 'node"<x>&\x01'
         results = demo.batch_figures([row])
-        results.update(parallelism=1, runtime="cube", pods=[row.to_json()])
+        results.update(parallelism=1, runtime="cube", pods=[demo.pod_row(row)])
         ElementTree.fromstring(demo.render_timeline_svg(results))
 
 

@@ -4,6 +4,7 @@ ends in one reward event with a reason."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
-from tests.fakecluster import ENVIRONMENT
+from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
+from tests.test_run import run_script
 
 MAIN_GUARD = 'if __name__ == "__main__":\n'
 FIXED = "def shipping(total):\n    return 0 if total >= 99 else 10\n"
@@ -29,6 +31,79 @@ ALL_PASSED = {
 }
 
 FORGED_TESTS = [[name, "passed"] for name in ALL_PASSED]
+BUGGY = "def shipping(total):\n    return 0 if total > 99 else 10\n"  # shipping.py before the agent acts
+
+
+# Test classes that pass whatever the code does, named as the built-in ones.
+PASSING_TESTS = (
+    "import unittest\n\n\nclass ShippingTest(unittest.TestCase):\n"
+    "    def test_below(self):\n        pass\n\n"
+    "    def test_boundary(self):\n        pass\n\n"
+    "    def test_above(self):\n        pass\n"
+)
+# Bytecode the import system takes for a source file: a timestamp .pyc carrying the file's own
+# mtime and size (what py_compile writes; `-B` stops writing bytecode, not reading it), or an
+# unchecked hash-based one (PEP 552), which is used without looking at the source at all.
+PLANT_PYC = """
+import importlib.util, marshal, os
+
+
+def plant_pyc(path, source, checked=True):
+    stat = os.stat(path)
+    if checked:
+        fields = (0, int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF)
+    else:
+        fields = (1, 0, 0)  # flags: hash-based, unchecked; the hash is never compared
+    header = b"".join(field.to_bytes(4, "little") for field in fields)
+    pyc = importlib.util.cache_from_source(str(path))
+    os.makedirs(os.path.dirname(pyc), exist_ok=True)
+    with open(pyc, "wb") as stream:
+        stream.write(importlib.util.MAGIC_NUMBER + header + marshal.dumps(compile(source, str(path), "exec")))
+"""
+# Code that puts the fixed function in sys.modules as `shipping` wherever Python runs it.
+SHADOW_SHIPPING = (
+    f"import sys, types; sys.modules['shipping'] = m = types.ModuleType('shipping'); exec({FIXED!r}, m.__dict__)"
+)
+# Agent actions that leave shipping.py's bug in place and put something in the workspace that
+# the runner's import of a graded module could find instead. The first four earned reward 1
+# before the runner compiled both modules itself; the last two never did (-I: the workspace is
+# no site directory and is not on sys.path at start-up) and stay as guards.
+SHADOWS = {
+    "a test_shipping/ package": (
+        'package = WORKSPACE / "test_shipping"\n'
+        "package.mkdir()\n"
+        f'(package / "__init__.py").write_text({PASSING_TESTS!r})\n'
+    ),
+    "a planted test_shipping .pyc with the test file's mtime and size": (
+        f'{PLANT_PYC}\nplant_pyc(WORKSPACE / "test_shipping.py", {PASSING_TESTS!r})\n'
+    ),
+    "a shipping/ package with the fix beside the unfixed shipping.py": (
+        f'package = WORKSPACE / "shipping"\npackage.mkdir()\n(package / "__init__.py").write_text({FIXED!r})\n'
+    ),
+    "a planted unchecked shipping .pyc with the fix": (
+        f'{PLANT_PYC}\nplant_pyc(WORKSPACE / "shipping.py", {FIXED!r}, checked=False)\n'
+    ),
+    "a .pth file in the workspace": f'WORKSPACE.joinpath("shadow.pth").write_text({SHADOW_SHIPPING + chr(10)!r})\n',
+    "sitecustomize and usercustomize in the workspace": (
+        'for name in ("sitecustomize.py", "usercustomize.py"):\n'
+        f"    WORKSPACE.joinpath(name).write_text({SHADOW_SHIPPING + chr(10)!r})\n"
+    ),
+}  # each an agent action's body but its last line, `return source`
+
+
+def adding_tests(extra: str) -> str:
+    """An agent action: the fix, plus code under test that calls `extra(module)` (defined in
+    `extra`) on the test module just before the runner loads the tests from it (in-process, as
+    any code under test can)."""
+    code = (
+        "\nimport sys, unittest\n"
+        "_load = unittest.TestLoader.loadTestsFromModule\n"
+        "def _load_more(self, module, *args, **kwargs):\n"
+        "    extra(module)\n"
+        "    return _load(self, module, *args, **kwargs)\n"
+        "unittest.TestLoader.loadTestsFromModule = _load_more\n"
+    )
+    return f"return source.replace('total > 99', 'total >= 99') + {code + textwrap.dedent(extra)!r}"
 
 
 def worker_source(agent_action: Optional[str]) -> str:
@@ -44,8 +119,11 @@ def worker_source(agent_action: Optional[str]) -> str:
 
 
 class Episode:
-    def __init__(self, result: subprocess.CompletedProcess[str], termination: str, seconds: float) -> None:
+    def __init__(
+        self, result: subprocess.CompletedProcess[str], termination: str, seconds: float, workspace: Path
+    ) -> None:
         self.result = result
+        self.workspace = workspace  # gone once the episode has ended: a name to compare with
         self.termination = termination
         self.seconds = seconds
         self.events: List[Dict[str, Any]] = demo.parse_events(result.stdout)
@@ -77,7 +155,7 @@ class WorkerGradeTest(unittest.TestCase):
                 [sys.executable, "-B", str(script)], env=full_env, capture_output=True, text=True, timeout=60
             )
             seconds = time.monotonic() - started
-            return Episode(result, termination.read_text() if termination.exists() else "", seconds)
+            return Episode(result, termination.read_text() if termination.exists() else "", seconds, workspace)
 
     def assert_reward_zero(self, episode: Episode, reason: str) -> None:
         self.assertEqual(episode.reward["reward"], 0, episode.reward)
@@ -91,6 +169,11 @@ class WorkerGradeTest(unittest.TestCase):
             demo.comparable_events(demo.parse_events(episode.termination)), demo.comparable_events(episode.events)
         )
 
+    def modules(self, episode: Episode, code: str) -> Dict[str, Dict[str, str]]:
+        """The reward event's `modules` when the runner graded `code` against its own tests."""
+        graded = {"origin": str(episode.workspace / "shipping.py"), "sha256": hashlib.sha256(code.encode()).hexdigest()}
+        return {"shipping": graded, "test_shipping": demo.BUILTIN_TEST_MODULE}
+
     def test_normal_run_rewards_the_three_passed_tests(self) -> None:
         episode = self.run_worker()
         self.assertEqual(episode.result.returncode, 0, episode.result.stderr)
@@ -99,6 +182,7 @@ class WorkerGradeTest(unittest.TestCase):
         self.assertEqual((reward["reward"], reward["tests_exit"]), (1, 0))
         self.assertNotIn(reward["baseline_exit"], (0, None))
         self.assertEqual(reward["tests"], ALL_PASSED)
+        self.assertEqual(reward["modules"], self.modules(episode, FIXED))  # the client's BUILTIN_TEST_MODULE too
         self.assertNotIn("reason", reward)
         self.assertIn("Ran 3 tests", reward["tests_output"])
         self.assert_termination_matches(episode)
@@ -158,6 +242,40 @@ class WorkerGradeTest(unittest.TestCase):
         self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
         self.assert_reward_zero(episode, "ShippingTest.test_boundary failed")
 
+    def test_no_file_in_the_workspace_shadows_a_graded_module(self) -> None:
+        for attack, action in SHADOWS.items():
+            with self.subTest(attack):
+                episode = self.run_worker(action + "return source\n")
+                self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
+                self.assertEqual(episode.reward["modules"], self.modules(episode, BUGGY))
+                self.assert_reward_zero(episode, "ShippingTest.test_boundary failed")
+
+    def test_tests_run_from_the_runners_copy_even_when_the_file_is_gone(self) -> None:
+        episode = self.run_worker(
+            """
+            WORKSPACE.joinpath("test_shipping.py").unlink()
+            return source.replace("> 99", ">= 99")
+            """
+        )
+        self.assertEqual(episode.reward["tests"], ALL_PASSED)
+        self.assertEqual(episode.reward["modules"], self.modules(episode, FIXED))
+        self.assert_reward_zero(episode, "test file changed")
+
+    def test_code_under_test_that_replaces_a_graded_module_earns_nothing(self) -> None:
+        # In-process code can do anything (docs/safety.md); one that swaps the modules under their
+        # names without caring for their origin is caught by it.
+        episode = self.run_worker(f"return source + {SHADOW_SHIPPING + chr(10)!r}")
+        self.assertEqual(episode.reward["modules"]["shipping"]["origin"], None)
+        self.assert_reward_zero(episode, "the code under test is not shipping.py (origin None)")
+
+    def test_what_it_cannot_promise_code_under_test_patching_unittest_earns_reward_1(self) -> None:
+        # docs/safety.md: two lines in shipping.py, the bug in place, reward 1. In-sandbox grading
+        # cannot stop this; if the grade ever does, that page (and faults.md) must say so.
+        patch = "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+        episode = self.run_worker(f"return source + {patch!r}")
+        self.assertEqual(episode.reward["reward"], 1, episode.reward)
+        self.assertEqual(episode.reward["modules"], self.modules(episode, BUGGY + patch))  # what got reward 1
+
     def test_hanging_test_times_out(self) -> None:
         episode = self.run_worker('return source + "import time; time.sleep(1000)\\n"', RL_DEMO_TEST_TIMEOUT="0.5")
         self.assertIsNone(episode.reward["tests_exit"])
@@ -177,8 +295,9 @@ class WorkerGradeTest(unittest.TestCase):
             return source
             """
         )
-        self.assertEqual(episode.reward["tests_exit"], 0)
-        self.assertEqual(episode.reward["tests"], ALL_PASSED)
+        # The runner's own copy ran, not the weakened file: the boundary test still fails.
+        self.assertEqual(episode.reward["tests"]["test_shipping.ShippingTest.test_boundary"], "failed")
+        self.assertEqual(episode.reward["modules"]["test_shipping"], demo.BUILTIN_TEST_MODULE)
         self.assert_reward_zero(episode, "test file changed")
 
     def test_test_file_restored_during_the_run_still_counts_as_changed(self) -> None:
@@ -189,7 +308,7 @@ class WorkerGradeTest(unittest.TestCase):
             return source + "open('test_shipping.py', 'w').write(%r)\\n" % TEST_SOURCE
             """
         )
-        self.assertEqual(episode.reward["tests_exit"], 0)
+        self.assertNotEqual(episode.reward["tests_exit"], 0)
         self.assert_reward_zero(episode, "test file changed")
 
     def test_undecodable_output_is_a_reason_not_a_crash(self) -> None:
@@ -237,17 +356,16 @@ class WorkerGradeTest(unittest.TestCase):
 
     def test_many_tests_and_long_output_still_fit_the_termination_message(self) -> None:
         episode = self.run_worker(
-            """
-            return source.replace("total > 99", "total >= 99") + (
-                "import sys, unittest\\n"
-                "sys.stderr.write('x' * 20000)\\n"
-                "module = sys.modules['test_shipping']\\n"
-                "for i in range(30):\\n"
-                "    name = 'Extra%d' % i + '\\u00e9' * 100\\n"
-                "    body = {'test_' + 'y' * 300: lambda self: None}\\n"
-                "    setattr(module, name, type(name, (unittest.TestCase,), body))\\n"
-            )
-            """,
+            adding_tests(
+                """
+                sys.stderr.write('x' * 20000)
+                def extra(module):
+                    for i in range(30):
+                        name = 'Extra%d' % i + '\u00e9' * 100
+                        body = {'test_' + 'y' * 300: lambda self: None}
+                        setattr(module, name, type(name, (unittest.TestCase,), body))
+                """
+            ),
             RL_DEMO_TEST_TIMEOUT="10",
         )
         tests = episode.reward["tests"]
@@ -259,15 +377,14 @@ class WorkerGradeTest(unittest.TestCase):
 
     def test_report_larger_than_the_pipe_buffer_does_not_stall_the_runner(self) -> None:
         episode = self.run_worker(
-            """
-            return source.replace("total > 99", "total >= 99") + (
-                "import sys, unittest\\n"
-                "module = sys.modules['test_shipping']\\n"
-                "for i in range(100):\\n"
-                "    name = 'Extra%d' % i + '\\u00e9' * 200\\n"
-                "    setattr(module, name, type(name, (unittest.TestCase,), {'test_x': lambda self: None}))\\n"
-            )
-            """,
+            adding_tests(
+                """
+                def extra(module):
+                    for i in range(100):
+                        name = 'Extra%d' % i + '\u00e9' * 200
+                        setattr(module, name, type(name, (unittest.TestCase,), {'test_x': lambda self: None}))
+                """
+            ),
             RL_DEMO_TEST_TIMEOUT="10",
         )
         self.assertEqual(episode.reward["tests_exit"], 0)
@@ -300,6 +417,69 @@ class WorkerGradeTest(unittest.TestCase):
             self.assertEqual(len(rewards), 1, stdout)
             self.assertEqual(rewards[0]["reward"], 0)
             self.assertIn("terminated by signal", rewards[0]["reason"])
+
+
+class WorkerOnTheFakeTest(unittest.TestCase):
+    """Workers end to end, as `run --worker` on the fake cluster (whose kubelet runs the
+    ConfigMap's episode.py for real)."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def test_a_worker_with_a_utf8_bom_runs(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="rl-demo-bom-") as scratch:
+            root = Path(scratch)
+            worker, output = root / "bom_worker.py", root / "out"
+            worker.write_bytes(b"\xef\xbb\xbf" + demo.WORKER_TEMPLATE.encode())
+            cluster = FakeCluster(root / "cluster")
+            self.addCleanup(cluster.close)
+            argv = ["run", "--output", str(output), "--quiet", "--count", "1", "--worker", str(worker)]
+            result = run_script(argv, cluster.env(), root)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            rewards = [json.loads(line) for line in (output / "rewards.jsonl").read_text().splitlines()]
+        # The template without a task: its answer 0 is not the expected None, a reward of 0.
+        self.assertEqual([(row["reward"], row["failure"]) for row in rewards], [(0.0, None)])
+
+    # The shadowing attacks: the built-in worker with its agent replaced, one attack per task. It
+    # exits 0 whatever the reward (the protocol of a custom worker), so every episode validates and
+    # its reward and reason reach rewards.jsonl.
+
+    def test_every_shadow_earns_reward_zero_through_the_cluster(self) -> None:
+        branches = "".join(
+            f"if attack == {index}:\n" + textwrap.indent(body + "return source\n", "    ")
+            for index, body in enumerate(SHADOWS.values())
+        )
+        action = (
+            "import json, os\n"
+            "tasks = open(os.environ.get('RL_DEMO_TASKS', '/demo/tasks.jsonl')).read().splitlines()\n"
+            "attack = json.loads(tasks[int(os.environ['JOB_COMPLETION_INDEX'])])['attack']\n"
+            f"{branches}raise AssertionError(attack)\n"
+        )
+        exit_call = "    sys.exit(main())\n"
+        source = worker_source(action)
+        self.assertEqual(source.count(exit_call), 1, "update this test: the worker's exit changed")
+        source = source.replace(exit_call, "    main()\n    sys.exit(0)\n")
+        with tempfile.TemporaryDirectory(prefix="rl-demo-shadow-") as scratch:
+            root = Path(scratch)
+            worker, tasks, output = root / "shadowing_worker.py", root / "tasks.jsonl", root / "out"
+            worker.write_text(source)
+            tasks.write_text("".join(json.dumps({"id": name, "attack": i}) + "\n" for i, name in enumerate(SHADOWS)))
+            cluster = FakeCluster(root / "cluster")
+            self.addCleanup(cluster.close)
+            argv = ["run", "--output", str(output), "--quiet", "--count", str(len(SHADOWS))]
+            result = run_script([*argv, "--worker", str(worker), "--tasks", str(tasks)], cluster.env(), root)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            rewards = [json.loads(line) for line in (output / "rewards.jsonl").read_text().splitlines()]
+            results = json.loads((output / "results.json").read_text())
+        self.assertEqual([row["task_id"] for row in rewards], list(SHADOWS))
+        for row in rewards:
+            with self.subTest(row["task_id"]):
+                self.assertEqual((row["reward"], row["failure"]), (0, None))
+                self.assertEqual(row["info"]["reason"], "ShippingTest.test_boundary failed")
+                self.assertEqual(row["info"]["modules"]["test_shipping"], demo.BUILTIN_TEST_MODULE)
+                self.assertEqual(
+                    row["info"]["modules"]["shipping"]["sha256"], hashlib.sha256(BUGGY.encode()).hexdigest()
+                )
+        self.assertEqual(results["reward_sum"], 0)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,16 @@ import json
 import re
 from typing import Dict, List, Optional
 
-from .common import DEFAULT_SERVER_VERSION, FAKE_USER, KubectlError, ResType, deep_copy, now_ts
+from .common import (
+    DEFAULT_SERVER_VERSION,
+    FAKE_USER,
+    RUNTIME_NAME,
+    RUNTIME_VERSION,
+    KubectlError,
+    ResType,
+    deep_copy,
+    now_ts,
+)
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -78,7 +87,7 @@ def make_node(spec: dict) -> dict:
             ],
             "nodeInfo": {
                 "kubeletVersion": DEFAULT_SERVER_VERSION,
-                "containerRuntimeVersion": "containerd://1.7.24",
+                "containerRuntimeVersion": f"{RUNTIME_NAME}://{RUNTIME_VERSION}",
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },

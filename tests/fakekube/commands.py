@@ -111,11 +111,19 @@ class Invocation:
         self.contexts, self.current_context = self._load_kubeconfig()
 
     def _load_kubeconfig(self) -> Tuple[List[str], Optional[str]]:
-        """The contexts are reachable only through the kubeconfig cluster.json requires (if any)."""
+        """The contexts are reachable only through the kubeconfig cluster.json requires (if any).
+
+        An explicit --kubeconfig that does not exist fails every command that talks to the API
+        server ("error: stat FILE: ...": client-go tools/clientcmd/loader.go,
+        ClientConfigLoadingRules.Load), while `config view` reads it as an empty kubeconfig
+        (client-go tools/clientcmd/config.go, PathOptions.GetStartingConfig: os.IsNotExist gives
+        NewConfig()); a missing file of $KUBECONFIG's list is skipped by both."""
         required = self.cluster.get("kubeconfig")
         flag = self.flags.get("kubeconfig")
         if flag is not None and flag != "":
             if not os.path.exists(flag):
+                if self.cmdpath == "config view":
+                    return [], None
                 raise KubectlError(f"error: stat {flag}: no such file or directory")
             known = required is None or os.path.realpath(flag) == os.path.realpath(required)
         elif os.environ.get("KUBECONFIG"):
@@ -127,15 +135,43 @@ class Invocation:
             return [], None
         return list(self.cluster.get("contexts") or []), self.cluster.get("current_context")
 
-    def check_context(self) -> None:
-        """The context to talk to must exist: --context's, else the current one."""
+    def check_context(self, objects: str = "", types: int = 1) -> None:
+        """The context to talk to must exist (--context's, else the current one), then the API
+        server must answer: what kubectl v1.32.4 prints when one of them fails, by command
+        (`objects`: for create, "one" object or a "list" on stdin, else ""; `types`: how many
+        resource types a get or delete names).
+
+        A --context the kubeconfig lacks: `version`, `get --raw` and a validating `create` ask
+        for the context itself ('context "X" does not exist': client-go
+        tools/clientcmd/client_config.go, DirectClientConfig.getContext); the others validate
+        the config first ("Error in configuration: context was not found for specified context:
+        X": client-go tools/clientcmd/validation.go, errContextNotFound, prefixed by kubectl's
+        checkErr, kubectl pkg/cmd/util/helpers.go), as all do for a current context the
+        kubeconfig lacks. No context at all: kubectl talks to client-go's default server,
+        http://localhost:8080 (clientcmd.ClusterDefaults), where nothing listens."""
         ctx = self.flags.get("context") or ""
+        asks_itself = self.cmdpath == "version" or bool(self.flags.get("raw"))
+        asks_itself = asks_itself or (objects != "" and self.flags.get("validate", "strict") not in ("false", "ignore"))
         if ctx and ctx not in self.contexts:
+            if asks_itself:
+                raise KubectlError(f'error: context "{ctx}" does not exist')
             raise KubectlError(f"Error in configuration: context was not found for specified context: {ctx}")
-        if not ctx and not (self.current_context and self.current_context in self.contexts):
+        if not ctx and self.current_context and self.current_context not in self.contexts:
             raise KubectlError(
-                "The connection to the server localhost:8080 was refused - did you specify the right host or port?"
+                f"Error in configuration: context was not found for specified context: {self.current_context}"
             )
+        if not ctx and not self.current_context:
+            raise KubectlError(connection_refused(self, "localhost:8080", "http", "127.0.0.1:8080", objects, types))
+        if self.cmdpath in ("get", "create", "delete", "logs", "version") and self.unreachable():
+            raise KubectlError(connection_refused(self, self.server, "https", self.server, objects, types))
+
+    def unreachable(self) -> bool:
+        """Fault ``unreachable``: true (the API server refuses every connection), or N (the
+        first N calls that contact it are refused, then it answers again)."""
+        down = self.faults.get("unreachable")
+        if not down:
+            return False
+        return FaultCounters(self.state).take("unreachable", None if down is True else int(down))
 
     # -- faults ------------------------------------------------------------
 
@@ -190,6 +226,8 @@ class Invocation:
     def _fault_error(
         self, code: str, verb: str, rt: Optional[ResType], name: str, namespace: str, create_ctx: str
     ) -> KubectlError:
+        if code == "refused":  # met by the process's first request, discovery: the whole of kubectl's output
+            return KubectlError(connection_refused(self, self.server, "https", self.server, ""))
         forbidden = ""
         if code == "403":
             forbidden = forbidden_text(verb, rt.resource if rt else "unknown", rt, name, namespace)
@@ -202,6 +240,67 @@ class Invocation:
             raise KubectlError(
                 "Error from server (Forbidden): " + create_ctx + forbidden_text(verb, resource, rt, name, namespace)
             )
+
+
+# --------------------------------------------------------------------------- an API server that refuses
+
+
+# The client-go lines kubectl v1.32 logs per command while discovery fails, before its message
+# (measured with `kubectl --request-timeout=30s ...` against a closed port on 127.0.0.1 and an
+# empty $HOME, so no discovery cache): memCacheClient.refreshLocked reports each failed refresh
+# through utilruntime.HandleError (client-go discovery/cached/memory/memcache.go:265), and the
+# resource builder asks again for each mapping: `get` and `delete` log 4 lines plus one per
+# resource type named (`get pods,events`: 6), `logs` 4, `create -f -` 1. `version` and
+# `get --raw` do no discovery.
+DISCOVERY_ATTEMPTS = {"get": 4, "delete": 4, "logs": 4, "create": 1}
+PER_RESOURCE_TYPE = ("get", "delete")
+DISCOVERY_TIMEOUT = "32s"  # client-go discovery/discovery_client.go defaultTimeout, without --request-timeout
+
+
+def go_duration(seconds: float) -> str:
+    """time.Duration.String() of whole seconds: 30s, 4m30s, 1h0m0s."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, objects: str, types: int = 1) -> str:
+    """kubectl's whole stderr when nothing listens at `host`: client-go's klog lines, then the
+    message. `get`, `delete`, `logs` end with StandardErrorMessage's words for a refused
+    *url.Error (kubectl pkg/cmd/util/helpers.go); `create -f -` with the mapper's "unable to
+    recognize" (cli-runtime pkg/resource/mapper.go), or, when it validates (the default,
+    strict), with the failed OpenAPI download that validation needs first (kubectl
+    pkg/cmd/util/helpers.go and pkg/validation; for a single object "failed to download
+    openapi: " precedes the request, for a List it does not)."""
+    timeout = go_duration(inv.request_timeout) if inv.request_timeout else DISCOVERY_TIMEOUT
+    dial = f"dial tcp {dialed}: connect: connection refused"
+    refused = f"The connection to the server {host} was refused - did you specify the right host or port?"
+    if objects and inv.flags.get("validate", "strict") not in ("false", "ignore"):
+        download = "failed to download openapi: " if objects == "one" else ""
+        return (
+            f'error: error validating "STDIN": error validating data: {download}Get "{scheme}://{host}/openapi/v2'
+            f'?timeout={timeout}": {dial}; if you choose to ignore these errors, turn validation off with '
+            "--validate=false"
+        )
+    api = f"{scheme}://{host}/api?timeout={timeout}"
+    attempts = 0 if inv.flags.get("raw") else DISCOVERY_ATTEMPTS.get(inv.cmdpath, 0)
+    attempts += types if attempts and inv.cmdpath in PER_RESOURCE_TYPE else 0
+    lines = []
+    for _ in range(attempts):
+        now = time.time()
+        stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
+        lines.append(
+            f'E{stamp} {os.getpid():7d} memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+            f'group list: Get \\"{api}\\": {dial}"'
+        )
+    if inv.cmdpath == "create":
+        lines.append(f'error: unable to recognize "STDIN": Get "{api}": {dial}')
+    else:
+        lines.append(refused)
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- config view, version
@@ -314,7 +413,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
                 "error: watch is only supported on individual resources and resource "
                 f"collections, but {len(requests)} resources were found"
             )
-    inv.check_context()
+    inv.check_context(types=len(type_words))
     op_target = ",".join(sorted(set(type_words), key=type_words.index))
     # faults first (the request would fail before discovery answers), then discovery, then RBAC.
     first_rt = lookup_type(requests[0][0])
@@ -487,7 +586,6 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
             f'error: invalid - validate option "{validate}"; must be one of: strict (or true), warn, ignore (or false)'
         )
     stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
-    inv.check_context()
     if not stdin.strip():
         raise KubectlError("error: no objects passed to create")
     try:
@@ -498,9 +596,11 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
         raise KubectlError(
             "error: error parsing STDIN: json: cannot unmarshal into Go value of type map[string]interface {}"
         )
-    items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
+    listed = str(doc.get("kind", "")).endswith("List")
+    items = doc.get("items") if listed else [doc]
     if not items:
         raise KubectlError("error: no objects passed to create")
+    inv.check_context("list" if listed else "one")
     errors: List[str] = []
     for item in items:
         try:

@@ -17,6 +17,14 @@ KUSTOMIZE_VERSION = "v5.5.0"
 POLL_SECONDS = 0.02
 FAKE_USER = "fake-user"
 DEFAULT_SERVER = "127.0.0.1:6443"
+# The fake's container runtime names itself, as every CRI runtime does in its Version answer
+# (RuntimeName: "containerd", "cri-o"); the kubelet puts that name in each containerID,
+# "<runtime>://<id>" (kubernetes/kubernetes pkg/kubelet/container/runtime.go ContainerID.String,
+# the type being kuberuntime_manager.go's runtimeName), and in the node's containerRuntimeVersion,
+# "<runtime>://<version>" (pkg/kubelet/nodestatus/setters.go VersionInfo). The tool reads it to know
+# that a run was a simulation (rl_batch_demo.py SIMULATED_RUNTIME).
+RUNTIME_NAME = "rl-batch-demo-simulation"
+RUNTIME_VERSION = "1.0.0"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 STATE_ENV = "FAKE_KUBECTL_STATE"
 FAULTS_ENV = "FAKE_KUBECTL_FAULTS"

@@ -42,6 +42,7 @@ from .common import (
     CONTROLLER_MAX_ENV,
     JOB_TRACKING_FINALIZER,
     POLL_SECONDS,
+    RUNTIME_NAME,
     STATE_ENV,
     KubectlError,
     deep_copy,
@@ -830,7 +831,7 @@ class JobController:
                             "name": container["name"],
                             "image": image,
                             "imageID": self.image_id(image, sim.node),
-                            "containerID": "containerd://" + hashlib.sha256(sim.name.encode()).hexdigest(),
+                            "containerID": f"{RUNTIME_NAME}://" + hashlib.sha256(sim.name.encode()).hexdigest(),
                             "restartCount": 0,
                             "ready": True,
                             "started": True,
@@ -956,7 +957,7 @@ class JobController:
                     "reason": "Completed" if rc == 0 else "Error",
                     "startedAt": started,
                     "finishedAt": t,
-                    "containerID": "containerd://" + hashlib.sha256(sim.name.encode()).hexdigest(),
+                    "containerID": f"{RUNTIME_NAME}://" + hashlib.sha256(sim.name.encode()).hexdigest(),
                 }
                 if message:
                     term["message"] = message

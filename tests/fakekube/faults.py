@@ -37,12 +37,15 @@ FAULT_KEYS = {
     "sandbox_kernel",
     "kubelet_foreign_pods",
     "kubelet_restart",
+    # the API server refuses connections: true, or the number of calls refused (issue 18)
+    "unreachable",
 }
 SCHEDULED_EVENT_TIMES = {"event_time", "legacy"}  # Scheduled events with eventTime (default) or without it
 IMAGE_PULLS = {"cached", "pulled", "mixed", "missing"}  # Pulled events: see controller.pulled_event
 # With fault "stand_in_worker", each pod runs this instead of the ConfigMap's worker: the built-in
 # worker's two events, with real times and the same fields, but no test runs. For tests of what
-# the client does with a pod's output (the hostile matrix), not of the worker's grading.
+# the client does with a pod's output (the hostile matrix), not of the worker's grading. `modules`
+# names the built-in tests as the runner reports them (rl_batch_demo.BUILTIN_TEST_MODULE).
 STAND_IN_WORKER = """\
 import json, os, sys, time
 first = time.time()
@@ -55,7 +58,9 @@ def emit(event, **fields):
         stream.write("".join(json.dumps(e, sort_keys=True) + "\\n" for e in events))
 emit("ready", first_statement_at=first, imports_done_at=first, process_started_at=None, kernel_booted_at=None)
 time.sleep(0.05)
-emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={})
+sha256 = "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb"
+modules = {"test_shipping": {"origin": "runner stdin", "sha256": sha256}}
+emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={}, modules=modules)
 """
 EPISODE_MODES = {
     "exit1",
@@ -116,6 +121,7 @@ API_ERRORS = {
     "429": "Error from server (TooManyRequests): {ctx}the server has received too many requests "
     "and has asked us to try again later",
     "503": "Error from server (ServiceUnavailable): {ctx}the server is currently unable to handle the request",
+    # the last line only: Invocation._fault_error prints kubectl's whole output (commands.connection_refused)
     "refused": "The connection to the server {server} was refused - did you specify the right host or port?",
     "timeout": "Unable to connect to the server: net/http: request canceled "
     "(Client.Timeout exceeded while awaiting headers)",
@@ -153,6 +159,9 @@ def load_faults() -> dict:
     for rule in faults.get("api_errors") or []:
         if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
             raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
+    down = faults.get("unreachable", False)
+    if not (down is True or down is False or (isinstance(down, int) and down > 0)):
+        raise KubectlError(f"error: fake_kubectl: unreachable must be true or a number of calls > 0, not {down!r}")
     nodes = faults.get("mixed_digests")
     if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
         raise KubectlError(f"error: fake_kubectl: mixed_digests must be a list of node names, not {nodes!r}")

@@ -1,0 +1,1243 @@
+"""Contract tests of the real kubectl: what rl_batch_demo.py relies on, checked against the binary.
+
+Our fake kubectl (tests/fakekube/) was written by us, so the tool and the fake can share a wrong
+belief. Here the real kubectl runs against a recording API server on 127.0.0.1
+(tests/recordingserver.py) with the tool's own global flags (`Kubectl.argv`) and the command
+forms the tool sends, and each test asserts both the requests kubectl made (method, path, query,
+body, and when) and what it printed. The upstream source of each behaviour (kubernetes/kubectl,
+kubernetes/cli-runtime, client-go) is named next to its contract.
+
+Which kubectl: RL_DEMO_CONTRACT_KUBECTL (paths separated by os.pathsep; CI passes one binary of
+every minor it can install offline, see .ci/run), else the `kubectl` on PATH; with neither, the
+whole module is skipped. Every contract runs against every binary (a few at once), and a
+failure names the binary's version (a subTest per binary), so a minor that behaves differently
+is reported by minor. Where minors legitimately differ, the contract says which minor does what.
+
+The slow contracts (`logs -l` of 20 pods under client-go's 5 requests/s, `-f`, kubectl's own
+retries, the client timeouts) wait 1 to 4 s each per binary by design; they run only with
+RL_DEMO_CONTRACT_SLOW=1 (CI sets it), so the README's test command stays fast (about 4 s of this
+module, beside the other tests)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+
+import rl_batch_demo as demo
+from tests.fakecluster import ENVIRONMENT
+from tests.recordingserver import SERVER_VERSION, Answer, Recorded, RecordingServer, status_answer
+
+KUBECTL_ENV = "RL_DEMO_CONTRACT_KUBECTL"
+SLOW_ENV = "RL_DEMO_CONTRACT_SLOW"
+WORKERS = 12  # binaries tested at once: mostly waiting (for kubectl, for the rate limiter)
+
+# client-go's defaults for a rest.Config without QPS/Burst (rest.DefaultQPS, rest.DefaultBurst),
+# which kubectl leaves as they are for every client but discovery (kubectl pkg/cmd/cmd.go).
+QPS = 5.0
+BURST = 10
+# Seconds of clock granularity between kubectl's timers and the server's stamps. A lower bound on
+# a kubectl timer is measured from a server stamp taken before that timer started (a load can
+# delay a stamp, never advance it), so that load can only lengthen what is measured.
+TIMER_SLACK = 0.05
+
+NAMESPACE = "demo"
+CONTAINER = demo.CONTAINER_NAME
+JOB = "rollout"
+SELECTOR = f"job-name={JOB}"
+JOB_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{JOB}"
+JOBS_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
+PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+
+def _binaries() -> List[str]:
+    listed = ENVIRONMENT.get(KUBECTL_ENV, "")
+    if listed.strip():
+        return [path for path in listed.split(os.pathsep) if path]
+    found = shutil.which("kubectl", path=ENVIRONMENT.get("PATH"))
+    return [found] if found else []
+
+
+BINARIES = _binaries()
+NO_KUBECTL = f"no kubectl on PATH (nor {KUBECTL_ENV}): the contract tests of the real kubectl are skipped"
+SLOW = ENVIRONMENT.get(SLOW_ENV, "") not in ("", "0")
+
+
+def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, pattern: Optional[str]) -> Any:
+    """Without a kubectl the whole module is one skipped test, named by the reason (pytest, which
+    ignores load_tests, skips each contract by its class instead)."""
+    if BINARIES:
+        return standard_tests
+
+    class KubectlContracts(unittest.TestCase):
+        def test_real_kubectl(self) -> None:
+            self.skipTest(NO_KUBECTL)
+
+    return loader.suiteClass([KubectlContracts("test_real_kubectl")])
+
+
+class Binary:
+    """One kubectl under test, with the version it reports (`version --client -o json`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.version = "unknown"
+        self.minor = 0
+        self.problem = ""
+        try:
+            with tempfile.TemporaryDirectory() as home:
+                completed = subprocess.run(
+                    [path, "version", "--client", "-o", "json"],
+                    env={"PATH": ENVIRONMENT.get("PATH", os.defpath), "HOME": home},
+                    capture_output=True,
+                    timeout=30,
+                    check=False,
+                )
+            client = json.loads(completed.stdout)["clientVersion"]
+            self.version = str(client["gitVersion"])
+            self.minor = int(re.match(r"\d+", str(client["minor"])).group())  # type: ignore[union-attr]
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError, AttributeError) as error:
+            self.problem = f"{path} is not a working kubectl: {error}"
+
+    @property
+    def dispatcher(self) -> bool:
+        """The Google Cloud SDK's kubectl: a wrapper that first asks the server's /version, then
+        runs the kubectl of the matching minor (kubectl.1.NN beside it)."""
+        return self.version.endswith("-dispatcher")
+
+    @property
+    def label(self) -> str:
+        return f"{self.version} ({self.path})"
+
+
+@functools.cache
+def binaries() -> Tuple[Binary, ...]:
+    return tuple(Binary(path) for path in BINARIES)
+
+
+class Outcome:
+    """One kubectl process: its exit status, output, and when it ran (time.monotonic())."""
+
+    def __init__(self, argv: List[str], completed: subprocess.CompletedProcess[bytes], started: float, ended: float):
+        self.argv = argv
+        self.returncode = completed.returncode
+        self.stdout: bytes = completed.stdout
+        self.stderr = completed.stderr.decode("utf-8", "replace")
+        self.started = started
+        self.ended = ended
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+    def documents(self) -> List[Any]:
+        """The JSON documents printed one after another, each as it is (a List stays one)."""
+        text, decoder, documents, position = self.stdout.decode(), json.JSONDecoder(), [], 0
+        while text[position:].strip():
+            position += len(text[position:]) - len(text[position:].lstrip())
+            document, position = decoder.raw_decode(text, position)
+            documents.append(document)
+        return documents
+
+    def __repr__(self) -> str:
+        out, err = self.stdout[:600], self.stderr[:600]
+        return f"exit {self.returncode} after {self.seconds:.2f} s; stdout {out!r}; stderr {err!r}"
+
+
+class Session:
+    """The real kubectl against a fresh recording server, with a HOME of its own (kubectl's
+    discovery cache), bound to the context the tool would use."""
+
+    def __init__(self, binary: Binary, directory: Path) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.server = RecordingServer()
+        self.kubeconfig = self.server.kubeconfig(directory, contexts=("contract", "other"), current="other")
+        self.kubectl = demo.Kubectl(binary.path, context="contract", kubeconfig=str(self.kubeconfig))
+
+    def __enter__(self) -> Session:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.__exit__(*exc)
+
+    def run(
+        self,
+        args: Sequence[str],
+        namespace: Optional[str] = NAMESPACE,
+        stdin: Optional[bytes] = None,
+        request_timeout: Optional[str] = demo.REQUEST_TIMEOUT,
+        timeout: float = 60,
+    ) -> Outcome:
+        """kubectl with the tool's global flags (Kubectl.argv: --kubeconfig, --context,
+        --request-timeout, --namespace), then args."""
+        argv = self.kubectl.argv(args, namespace, request_timeout=request_timeout)
+        env = {"PATH": ENVIRONMENT.get("PATH", os.defpath), "HOME": str(self.directory)}
+        started = time.monotonic()
+        completed = subprocess.run(argv, input=stdin, env=env, capture_output=True, timeout=timeout, check=False)
+        return Outcome(argv, completed, started, time.monotonic())
+
+    def api(self) -> List[Recorded]:
+        return self.server.api_requests()
+
+    def warm_discovery(self) -> None:
+        """Fill kubectl's discovery cache (as any earlier call of a run does), so that a short
+        --request-timeout then applies to the request under test alone; forget what was asked."""
+        outcome = self.run(["api-resources", "-o", "name"], namespace=None)
+        if outcome.returncode != 0:
+            raise AssertionError(f"kubectl api-resources failed: {outcome}")
+        self.server.requests.clear()
+
+    def forget_discovery(self) -> None:
+        """kubectl keeps discovery in $HOME/.kube/cache for hours: the next run asks again."""
+        shutil.rmtree(self.directory / ".kube" / "cache", ignore_errors=True)
+
+
+# Objects as the API server returns them #######################################
+
+
+def pod(name: str, phase: str = "Succeeded") -> Dict[str, Any]:
+    """A pod as a list returns it: items carry no kind or apiVersion."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"uid-{name}",
+            "resourceVersion": "40",
+            "labels": {"job-name": JOB},
+        },
+        "spec": {"containers": [{"name": CONTAINER, "image": "python:3.12-alpine"}], "restartPolicy": "Never"},
+        "status": {"phase": phase},
+    }
+
+
+def whole(kind: str, api_version: str, item: Dict[str, Any]) -> Dict[str, Any]:
+    """An object as a GET returns it: with kind and apiVersion."""
+    return {"apiVersion": api_version, "kind": kind, **item}
+
+
+def pod_list(pods: Sequence[Dict[str, Any]], resource_version: str = "50") -> Dict[str, Any]:
+    return {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": resource_version},
+        "items": list(pods),
+    }
+
+
+def job(resource_version: str) -> Dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": JOB, "namespace": NAMESPACE, "uid": "uid-job", "resourceVersion": resource_version},
+        "spec": {"completions": 2, "parallelism": 2},
+        "status": {"active": 2},
+    }
+
+
+def always(answer: Answer) -> Callable[[Recorded, re.Match[str]], Answer]:
+    """A route that gives every request the same answer."""
+    return lambda request, match: answer
+
+
+def event_line(kind: str, obj: Dict[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+def not_found(resource: str, name: str, group: str = "") -> Answer:
+    qualified = f"{resource}.{group}" if group else resource
+    return status_answer(
+        404, "NotFound", f'{qualified} "{name}" not found', {"name": name, "group": group, "kind": resource}
+    )
+
+
+def serve_namespace(server: RecordingServer, exists: bool = True) -> None:
+    """GET namespaces/demo, which kubectl asks after a NotFound (cli-runtime visitor.go Info.Get)."""
+    answer = Answer(200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    server.route(
+        "GET", f"/api/v1/namespaces/{NAMESPACE}", lambda r, m: answer if exists else not_found("namespaces", NAMESPACE)
+    )
+
+
+class PodLogs:
+    """Pods matching the selector and their logs, served as the API server serves them: the
+    list, each pod, and each pod's log (`follow=true`: the log, then the stream held open for
+    `hold` seconds, as the kubelet does until it notices the container has ended)."""
+
+    def __init__(self, server: RecordingServer, logs: Dict[str, bytes], failing: Sequence[str] = (), hold: float = 0.0):
+        self.logs = logs
+        self.failing = set(failing)
+        self.hold = hold
+        items = [pod(name) for name in logs]
+        server.route("GET", PODS_PATH, lambda r, m: Answer(200, pod_list(items)))
+        server.route("GET", f"{PODS_PATH}/([^/]+)", self.one_pod)
+        server.route("GET", f"{PODS_PATH}/([^/]+)/log", self.log)
+
+    def one_pod(self, request: Recorded, match: re.Match[str]) -> Answer:
+        name = match.group(1)
+        return Answer(200, whole("Pod", "v1", pod(name))) if name in self.logs else not_found("pods", name)
+
+    def log(self, request: Recorded, match: re.Match[str]) -> Answer:
+        name = match.group(1)
+        if name in self.failing:
+            return status_answer(500, "InternalError", f"Internal error occurred: failed to read the log of {name}")
+        if name not in self.logs:
+            return not_found("pods", name)
+        if request.query.get("follow") == "true":
+            return Answer(200, chunks=[(0.0, self.logs[name]), (self.hold, b"")], content_type="text/plain")
+        return Answer(200, self.logs[name], "text/plain")
+
+
+def log_reads(session: Session) -> List[Recorded]:
+    return [r for r in session.api() if r.path.endswith("/log")]
+
+
+def pod_of(request: Recorded) -> str:
+    return request.path.split("/")[-2]
+
+
+def prefixed(name: str) -> bytes:
+    """kubectl's --prefix (logs.go addPrefixIfNeeded)."""
+    return f"[pod/{name}/{CONTAINER}] ".encode()
+
+
+def with_prefixes(order: Sequence[str], logs: Dict[str, bytes]) -> bytes:
+    """What `logs --prefix` prints for these logs read in this order (logs.go
+    DefaultConsumeRequest: a prefix per bufio ReadBytes('\\n') piece, the last one as it is)."""
+    out = b""
+    for name in order:
+        for piece in re.findall(rb"[^\n]*\n|[^\n]+$", logs[name]):
+            out += prefixed(name) + piece
+    return out
+
+
+class _Captured(Exception):
+    """Raised by FormsOfTheTool once a call's arguments are known: nothing runs."""
+
+
+Form = Tuple[List[str], Optional[str], Optional[str]]  # arguments, --namespace, --request-timeout
+
+
+class FormsOfTheTool(demo.Kubectl):
+    """The tool's own Kubectl, stopped in Kubectl.argv: what each of its calls passes after the
+    global flags, so that a contract runs exactly the command the tool runs."""
+
+    def __init__(self) -> None:
+        super().__init__("kubectl", context=None, kubeconfig=None)
+        self.captured: Optional[Form] = None
+
+    def argv(
+        self,
+        args: Sequence[str],
+        namespace: Optional[str] = None,
+        request_timeout: Optional[str] = demo.REQUEST_TIMEOUT,
+    ) -> List[str]:
+        self.captured = (list(args), namespace, request_timeout)
+        raise _Captured
+
+
+def tool_form(call: Callable[[demo.Kubectl], Any]) -> Form:
+    kubectl = FormsOfTheTool()
+    try:
+        call(kubectl)
+    except _Captured:
+        assert kubectl.captured is not None
+        return kubectl.captured
+    raise AssertionError("the tool's call ran no kubectl")
+
+
+def selector_args(count: int, follow: bool = False) -> List[str]:
+    """The arguments of rl_batch_demo.logs_by_selector for `count` pods (plus -f)."""
+    names = [f"p{index}" for index in range(count)]
+    args, namespace, _ = tool_form(lambda k: demo.logs_by_selector(k, NAMESPACE, SELECTOR, names, Path("unused")))
+    assert namespace == NAMESPACE and "-f" not in args
+    return [*args, "-f"] if follow else args
+
+
+def pod_log_args(name: str) -> List[str]:
+    """The arguments of rl_batch_demo.log_of."""
+    args, namespace, _ = tool_form(lambda k: demo.log_of(k, NAMESPACE, name, Path("unused")))
+    assert namespace == NAMESPACE
+    return args
+
+
+def create_args(review: bool) -> List[str]:
+    """The arguments of Kubectl.create: the run's objects, or (review) the access reviews."""
+    args, namespace, _ = tool_form(lambda k: k.create({"apiVersion": "v1", "kind": "List", "items": []}, review))
+    assert namespace is None
+    return args
+
+
+def get_args(kind: str, name: str) -> List[str]:
+    """The arguments of Kubectl.get (one object, None when it is missing)."""
+    return tool_form(lambda k: k.get(kind, name, NAMESPACE))[0]
+
+
+def list_args(kinds: str) -> List[str]:
+    """The arguments of Kubectl.get_list."""
+    return tool_form(lambda k: k.get_list(kinds, namespace=NAMESPACE))[0]
+
+
+def config_view_args() -> List[str]:
+    """The arguments of Kubectl.cluster_identity (no --request-timeout: no server is asked)."""
+    args, namespace, timeout = tool_form(lambda k: k.cluster_identity())
+    assert (namespace, timeout) == (None, None)
+    return args
+
+
+def assert_one_at_a_time(case: unittest.TestCase, reads: Sequence[Recorded]) -> None:
+    """Each log request arrived only after the previous answer was complete."""
+    for before, after in zip(reads, reads[1:]):
+        case.assertIsNotNone(before.answered)
+        case.assertGreaterEqual(after.arrived, before.answered, f"{after} arrived while {before} was still answered")
+
+
+def assert_paced(case: unittest.TestCase, listing: Recorded, reads: Sequence[Recorded]) -> None:
+    """Under client-go's token bucket (QPS, burst BURST) the n-th log request cannot leave before
+    (n - BURST) / QPS seconds after the first, which itself follows the pod list: a lower bound
+    that load can only make longer, not a measured timing."""
+    floor = (len(reads) - BURST) / QPS
+    spent = reads[-1].arrived - listing.arrived
+    case.assertGreaterEqual(
+        spent, floor - TIMER_SLACK, f"{len(reads)} log requests within {spent:.3f} s of the pod list: not paced"
+    )
+
+
+@unittest.skipUnless(BINARIES, NO_KUBECTL)
+class ContractCase(unittest.TestCase):
+    runs_concurrently = True  # only waits for kubectl; see tests/concurrently.py
+    maxDiff = 4000
+
+    def each_kubectl(self, contract: Callable[[Session], None]) -> None:
+        """Run contract against every binary (a few at once), each with its own server; a
+        failure is reported in a subTest named by the binary's version."""
+        found = binaries()
+
+        def one(binary: Binary) -> None:
+            if binary.problem:
+                raise AssertionError(binary.problem)
+            with tempfile.TemporaryDirectory() as directory, Session(binary, Path(directory)) as session:
+                contract(session)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(WORKERS, len(found))) as pool:
+            futures = [(binary, pool.submit(one, binary)) for binary in found]
+        for binary, future in futures:
+            with self.subTest(kubectl=binary.label):
+                future.result()  # the contract's own failure, raised here under the binary's name
+
+
+class LogsContract(ContractCase):
+    """`kubectl logs`, as read_logs, logs_by_selector and log_of use it (kubectl
+    pkg/cmd/logs/logs.go, pkg/polymorphichelpers/logsforobject.go)."""
+
+    def test_logs_of_a_pod_gets_the_pod_first_then_its_log(self) -> None:
+        """W8: `logs POD` resolves the pod through the builder (logs.go Complete:
+        builder.Do().Infos()), so it needs `get pods` besides `get pods/log`."""
+        text = b"one\nlast without newline"
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, {"p0": text})
+            outcome = session.run(pod_log_args("p0"))
+            self.assertEqual(outcome.returncode, 0, outcome)
+            self.assertEqual(outcome.stdout, text)  # as it is: no prefix, nothing added
+            requests = session.api()
+            self.assertEqual(
+                [(r.method, r.path) for r in requests],
+                [("GET", f"{PODS_PATH}/p0"), ("GET", f"{PODS_PATH}/p0/log")],
+            )
+            self.assertEqual(requests[1].query, {"container": CONTAINER, "timeout": demo.REQUEST_TIMEOUT})
+
+        self.each_kubectl(contract)
+
+    def test_logs_of_a_missing_pod_reads_no_log(self) -> None:
+        """The pod's GET fails (then kubectl asks whether the namespace exists, cli-runtime
+        visitor.go Info.Get); no log is requested. The wording changed in 1.30 (logs.go
+        Complete wraps the error with the namespace)."""
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, {})
+            serve_namespace(session.server)
+            outcome = session.run(pod_log_args("p0"))
+            self.assertEqual(outcome.returncode, 1, outcome)
+            self.assertEqual(
+                [r.path for r in session.api()],
+                [f"{PODS_PATH}/p0", f"/api/v1/namespaces/{NAMESPACE}"],
+            )
+            if session.binary.minor >= 30:
+                expected = f'error: error from server (NotFound): pods "p0" not found in namespace "{NAMESPACE}"\n'
+            else:
+                expected = 'Error from server (NotFound): pods "p0" not found\n'
+            self.assertEqual(outcome.stderr, expected)
+
+        self.each_kubectl(contract)
+
+    def test_selector_reads_pods_one_at_a_time_in_random_order(self) -> None:
+        """W2: without -f, `logs -l` reads the pods one after another
+        (sequentialConsumeRequest), ranging over a Go map: the order changes from run to run.
+        The output follows the order of the requests. 9 pods stay within the burst."""
+        logs = {f"p{index}": f"line of p{index}\n".encode() for index in range(9)}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs)
+            orders = set()
+            runs = 0
+            while runs < 8:  # a Go map of 9 has many orders: two differ almost surely
+                runs += 1
+                already = len(log_reads(session))
+                outcome = session.run(selector_args(len(logs)))
+                self.assertEqual(outcome.returncode, 0, outcome)
+                reads = log_reads(session)[already:]
+                order = [pod_of(r) for r in reads]
+                self.assertCountEqual(order, logs)  # each pod once
+                assert_one_at_a_time(self, reads)
+                self.assertEqual(outcome.stdout, with_prefixes(order, logs))
+                for read in reads:  # --tail=-1: no tailLines; each read ends within --request-timeout
+                    self.assertEqual(read.query, {"container": CONTAINER, "timeout": demo.REQUEST_TIMEOUT})
+                orders.add(tuple(order))
+                if len(orders) > 1:
+                    break
+            self.assertGreater(len(orders), 1, f"the same order in {runs} runs: {orders}")
+            listing = next(r for r in session.api() if r.path.endswith("/pods"))
+            self.assertEqual(listing.query, {"labelSelector": SELECTOR, "timeout": demo.REQUEST_TIMEOUT})  # not chunked
+
+        self.each_kubectl(contract)
+
+    def test_selector_without_tail_reads_only_the_last_ten_lines(self) -> None:
+        """With -l, --tail defaults to 10 (logs.go Complete/ToLogOptions): the tool must pass
+        --tail=-1; with a pod name there is no default."""
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, {"p0": b"x\n", "p1": b"y\n"})
+            outcome = session.run(["logs", "-l", SELECTOR, "-c", CONTAINER, "--prefix"])
+            self.assertEqual(outcome.returncode, 0, outcome)
+            self.assertEqual({r.query.get("tailLines") for r in log_reads(session)}, {"10"})
+
+        self.each_kubectl(contract)
+
+    def test_prefix_is_written_once_per_line_and_glued_after_a_last_line_without_newline(self) -> None:
+        """--prefix writes `[pod/NAME/CONTAINER] ` before each `\\n`-terminated piece; a last
+        line without `\\n` is written as it is, so the next pod's prefix follows on the same
+        line (EpisodeLogReader._check_glued). A CR is data; an empty log prints nothing."""
+        logs = {
+            "p0": b"first\n\nsecond\r\nlast without newline",
+            "p1": b"",
+            "p2": b"only line\n",
+            "p3": b"no newline at all",
+        }
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs)
+            outcome = session.run(selector_args(len(logs)))
+            self.assertEqual(outcome.returncode, 0, outcome)
+            order = [pod_of(r) for r in log_reads(session)]
+            self.assertEqual(outcome.stdout, with_prefixes(order, logs))
+            self.assertEqual(outcome.stdout.count(prefixed("p0")), 4)
+            self.assertNotIn(prefixed("p1"), outcome.stdout)
+
+        self.each_kubectl(contract)
+
+    def test_an_unreadable_log_stops_the_selector_read(self) -> None:
+        """A pod whose log cannot be read ends the sequential read (no --ignore-errors): exit 1,
+        the server's message on stderr, the pods read before it printed whole, none after."""
+        logs = {f"p{index}": f"line of p{index}\n".encode() for index in range(6)}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs, failing=["p3"])
+            outcome = session.run(selector_args(len(logs)))
+            self.assertEqual(outcome.returncode, 1, outcome)
+            order = [pod_of(r) for r in log_reads(session)]
+            self.assertEqual(order[-1], "p3", f"log requests went on after the failing one: {order}")
+            self.assertEqual(outcome.stdout, with_prefixes(order[:-1], logs))
+            self.assertEqual(
+                outcome.stderr,
+                "Error from server (InternalError): Internal error occurred: failed to read the log of p3\n",
+            )
+            failure = demo.KubectlFailure(outcome.argv, outcome.returncode, outcome.stderr)
+            self.assertTrue(failure.transient)
+
+        self.each_kubectl(contract)
+
+    def test_follow_beyond_max_log_requests_is_refused_before_any_log(self) -> None:
+        """-f with more pods than --max-log-requests (default 5) fails before reading."""
+        logs = {f"p{index}": b"x\n" for index in range(6)}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs)
+            outcome = session.run(["logs", "-l", SELECTOR, "-c", CONTAINER, "--prefix", "--tail=-1", "-f"])
+            self.assertEqual(outcome.returncode, 1, outcome)
+            self.assertEqual(log_reads(session), [])
+            self.assertEqual(
+                outcome.stderr,
+                "error: you are attempting to follow 6 log streams, but maximum allowed concurrency is 5, "
+                "use --max-log-requests to increase the limit\n",
+            )
+
+        self.each_kubectl(contract)
+
+
+SLOW_SKIP = f"waits 1-4 s by design; set {SLOW_ENV}=1 to run it (CI does)"
+
+
+@unittest.skipUnless(SLOW, SLOW_SKIP)
+class LogsPacingContract(ContractCase):
+    """W2 measured: 20 pods, client-go's token bucket (5 requests/s, burst 10), with and
+    without -f (kubernetes/kubectl#773). The server answers at once, so without the limiter the
+    20 reads would take milliseconds."""
+
+    COUNT = 20
+    LOGS: ClassVar[Dict[str, bytes]] = {
+        f"p{index:02d}": f"first of p{index:02d}\nlast of p{index:02d}\n".encode() for index in range(COUNT)
+    }
+
+    def read(self, session: Session, args: List[str]) -> Tuple[Outcome, Recorded, List[Recorded]]:
+        outcome = session.run(args)
+        self.assertEqual(outcome.returncode, 0, outcome)
+        listing = [r for r in session.api() if r.path.endswith("/pods")]
+        self.assertEqual(len(listing), 1)
+        reads = log_reads(session)
+        self.assertCountEqual([pod_of(r) for r in reads], self.LOGS)
+        return outcome, listing[0], reads
+
+    def test_selector_read_is_sequential_and_paced_whatever_max_log_requests(self) -> None:
+        """The tool's own arguments (--max-log-requests=20), then the same without
+        --max-log-requests: the same sequential, paced read (parallelConsumeRequest runs only
+        with -f)."""
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, self.LOGS)
+            with_limit = selector_args(self.COUNT)
+            for args in (with_limit, [arg for arg in with_limit if not arg.startswith("--max-log-requests")]):
+                session.server.requests.clear()
+                outcome, listing, reads = self.read(session, args)
+                assert_one_at_a_time(self, reads)
+                assert_paced(self, listing, reads)
+                self.assertEqual(outcome.stdout, with_prefixes([pod_of(r) for r in reads], self.LOGS))
+
+        self.each_kubectl(contract)
+
+    def test_follow_reads_in_parallel_under_the_same_limit(self) -> None:
+        """-f on terminated containers: every stream at once (parallelConsumeRequest), each
+        paced by the same client (one clientset, logsforobject.go), and kubectl returns once
+        every stream has ended. Lines stay whole (prefixingWriter writes prefix and line in one
+        write to the pipe), but pods interleave line by line."""
+        hold = 1.5  # each stream stays open this long after its log, as if the kubelet were slow to end it
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, self.LOGS, hold=hold)
+            outcome, listing, reads = self.read(session, selector_args(self.COUNT, follow=True))
+            for read in reads:
+                self.assertEqual(
+                    read.query, {"container": CONTAINER, "follow": "true", "timeout": demo.REQUEST_TIMEOUT}
+                )
+            overlapping = [b for a, b in zip(reads, reads[1:]) if a.answered is not None and b.arrived < a.answered]
+            self.assertGreaterEqual(len(overlapping), BURST - 1, "the followed streams were not read at once")
+            assert_paced(self, listing, reads)
+            self.assertGreaterEqual(outcome.ended, max(r.answered or 0 for r in reads))
+            lines = outcome.stdout.splitlines(keepends=True)
+            self.assertEqual(len(lines), 2 * self.COUNT)
+            for name, log in self.LOGS.items():
+                own = b"".join(line[len(prefixed(name)) :] for line in lines if line.startswith(prefixed(name)))
+                self.assertEqual(own, log)
+
+        self.each_kubectl(contract)
+
+    def test_follow_retries_an_unreadable_log_since_136(self) -> None:
+        """-f and a log that cannot be read: up to 1.35 kubectl fails at once (exit 1); from 1.36
+        on it asks again every second until --pod-running-timeout (logs.go consumeWithRetry,
+        kubernetes/kubectl d9dc040ca), printing the error each time, then exits 1."""
+        logs = {f"p{index}": b"x\n" for index in range(4)}
+        patience = 4
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs, failing=["p2"])
+            args = [*selector_args(len(logs), follow=True), f"--pod-running-timeout={patience}s"]
+            outcome = session.run(args)
+            self.assertEqual(outcome.returncode, 1, outcome)
+            tries = [r for r in log_reads(session) if pod_of(r) == "p2"]
+            if session.binary.minor >= 36:
+                self.assertGreaterEqual(len(tries), 2, outcome)
+                self.assertGreaterEqual(outcome.seconds, patience - TIMER_SLACK, outcome)
+                self.assertEqual(outcome.stderr.count("failed to read the log of p2"), len(tries), outcome)
+            else:
+                self.assertEqual(len(tries), 1, outcome)
+                self.assertLess(outcome.seconds, patience, outcome)
+                self.assertIn("Error from server (InternalError)", outcome.stderr)
+
+        self.each_kubectl(contract)
+
+
+class WatchContract(ContractCase):
+    """`get ... -o json --output-watch-events --watch`, as Kubectl.watch and wait_for_job use it
+    (kubectl pkg/cmd/get/get.go watch())."""
+
+    WATCH_SECONDS = 44.5  # Kubectl.watch asks ceil(seconds): 45s (Go writes 60 s as "1m0s" in the query)
+    WATCH_TIMEOUT = "45s"
+
+    def watch_args(self, tag: str, *target: str) -> List[str]:
+        """The arguments of Kubectl.watch, as wait_for_job calls it."""
+        queued: queue.Queue[Any] = queue.Queue()
+        args, namespace, timeout = tool_form(
+            lambda k: k.watch(tag, list(target), NAMESPACE, queued, self.WATCH_SECONDS)
+        )
+        assert (namespace, timeout) == (NAMESPACE, self.WATCH_TIMEOUT), (namespace, timeout)
+        return args
+
+    def test_single_object_watch_prints_the_get_then_drops_the_first_watch_event(self) -> None:
+        """W7: the object is read with a GET and printed as ADDED; the watch starts from
+        resourceVersion 0 (fieldSelector metadata.name), whose first event (the server's
+        synthetic ADDED) is not printed; every later event is; exit 0 when the server closes."""
+        stream = [(0.0, event_line("ADDED", job("10"))), (0.02, event_line("MODIFIED", job("11")))]
+        stream += [(0.02, event_line("MODIFIED", job("12"))), (0.02, b"")]
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            events = outcome.documents()
+            self.assertEqual(
+                [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events],
+                [("ADDED", "10"), ("MODIFIED", "11"), ("MODIFIED", "12")],
+            )
+            self.assertEqual(events[0]["object"], job("10"))
+            get, watch = session.api()
+            self.assertEqual((get.path, get.query), (JOB_PATH, {"timeout": self.WATCH_TIMEOUT}))
+            self.assertEqual(
+                watch.query,
+                {
+                    "fieldSelector": f"metadata.name={JOB}",
+                    "resourceVersion": "0",
+                    "watch": "true",
+                    "timeout": self.WATCH_TIMEOUT,
+                },
+            )
+            self.assertIsNotNone(watch.answered)
+            self.assertLess(outcome.ended - (watch.answered or 0), 5, "kubectl did not end with the watch")
+
+        self.each_kubectl(contract)
+
+    def test_single_object_watch_drops_a_newer_state_in_its_first_event(self) -> None:
+        """The first watch event is dropped whatever it carries (get.go: outputObjects false until
+        one event is processed): a change between the GET and the start of the watch, which the
+        server's synthetic ADDED would carry, is never printed. A Job that completed in that
+        window shows its Complete only when its watch ends and wait_for_job polls."""
+        stream = [(0.0, event_line("ADDED", job("11"))), (0.02, b"")]
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            self.assertEqual(outcome.documents(), [{"type": "ADDED", "object": job("10")}])
+
+        self.each_kubectl(contract)
+
+    def test_single_object_watch_prints_an_error_event_and_exits_0(self) -> None:
+        """W7: an ERROR event (410 Expired) is printed like any other; kubectl ignores the end of
+        the watch (get.go discards UntilWithoutRetry's error) and exits 0 once the server closes."""
+        gone = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "too old resource version: 10 (12)",
+            "reason": "Expired",
+            "code": 410,
+        }
+        stream = [(0.0, event_line("ADDED", job("10"))), (0.02, event_line("ERROR", gone)), (0.02, b"")]
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=stream)))
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            self.assertEqual(
+                outcome.documents(), [{"type": "ADDED", "object": job("10")}, {"type": "ERROR", "object": gone}]
+            )
+
+        self.each_kubectl(contract)
+
+    @unittest.skipUnless(SLOW, SLOW_SKIP)
+    def test_watch_ends_with_exit_0_at_the_request_timeout(self) -> None:
+        """--request-timeout is the watch request's `timeout` and its client timeout: a server
+        that keeps the watch open and silent is left after that time, and kubectl still exits 0
+        with nothing on stderr (the tool then polls; wait_for_job)."""
+
+        def contract(session: Session) -> None:
+            silent = [(0.0, event_line("ADDED", job("10"))), (10.0, b"")]
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            session.server.route("GET", JOBS_PATH, always(Answer(200, chunks=silent)))
+            session.warm_discovery()
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout="2s")
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            self.assertEqual(len(outcome.documents()), 1)
+            get, watch = session.api()
+            self.assertEqual(watch.query.get("timeout"), "2s")
+            self.assertGreaterEqual(outcome.ended - get.arrived, 2 - TIMER_SLACK)  # the GET precedes the watch
+            self.assertLess(outcome.seconds, 8, "kubectl waited for the server, not for its timeout")
+
+        self.each_kubectl(contract)
+
+    def test_watch_of_a_missing_object_fails_at_once(self) -> None:
+        """The first GET fails, so no watch starts: exit 1 with the NotFound at once (the tool's
+        wait_for_job then polls, and finds the Job gone)."""
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, lambda r, m: not_found("jobs", JOB, "batch"))
+            serve_namespace(session.server)
+            outcome = session.run(self.watch_args("job", "job", JOB), request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stdout), (1, b""), outcome)
+            self.assertEqual(outcome.stderr, f'Error from server (NotFound): jobs.batch "{JOB}" not found\n')
+            self.assertFalse([r for r in session.api() if r.query.get("watch")])
+
+        self.each_kubectl(contract)
+
+    def test_list_watch_prints_every_item_and_every_event(self) -> None:
+        """The pods' watch (`get pods -l SEL --watch`): a chunked list (limit=500) whose items are
+        printed as ADDED, with kind and apiVersion though the list's items have none; then a watch
+        from the list's resourceVersion, and there every event is printed, the first too."""
+        listed = pod_list([pod("p0"), pod("p1")], resource_version="50")
+        stream = [(0.0, event_line("MODIFIED", whole("Pod", "v1", pod("p1", "Running")))), (0.1, b"")]
+
+        def contract(session: Session) -> None:
+            def pods(request: Recorded, match: re.Match[str]) -> Answer:
+                return Answer(200, chunks=stream) if request.query.get("watch") == "true" else Answer(200, listed)
+
+            session.server.route("GET", PODS_PATH, pods)
+            outcome = session.run(self.watch_args("pods", "pods", "-l", SELECTOR), request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            events = outcome.documents()
+            self.assertEqual([e["type"] for e in events], ["ADDED", "ADDED", "MODIFIED"])
+            self.assertEqual(events[0]["object"], whole("Pod", "v1", pod("p0")))
+            listing, watch = session.api()
+            self.assertEqual(listing.query, {"labelSelector": SELECTOR, "limit": "500", "timeout": self.WATCH_TIMEOUT})
+            self.assertEqual(
+                watch.query,
+                {"labelSelector": SELECTOR, "resourceVersion": "50", "watch": "true", "timeout": self.WATCH_TIMEOUT},
+            )
+
+        self.each_kubectl(contract)
+
+
+class ObjectsContract(ContractCase):
+    """create, get, delete, get --raw, config view and version, as the tool runs them."""
+
+    def namespace_configmap_job(self) -> Dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "episode", "namespace": NAMESPACE},
+                    "data": {"k": "v"},
+                },
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": JOB, "namespace": NAMESPACE},
+                    "spec": {},
+                },
+            ],
+        }
+
+    @staticmethod
+    def created(request: Recorded, match: re.Match[str]) -> Answer:
+        stored = request.json()
+        stored["metadata"]["uid"] = "uid-" + stored["metadata"]["name"]
+        return Answer(201, stored)
+
+    def test_create_of_a_list_goes_on_past_a_failure(self) -> None:
+        """`create -f - -o json --validate=strict` of a List (OwnedCreator): one POST per item,
+        in order, each with fieldValidation=Strict; a failed item does not stop the next; each
+        created object is printed; exit 1 with the failure on stderr. A v1 List has no OpenAPI v3
+        path, so kubectl also validates it client-side against /openapi/v2 (cli-runtime
+        query_param_verifier_v3.go HasSupport: List is unsupported; kubectl
+        pkg/validation/schema.go paramVerifyingSchema). The same with the access reviews'
+        --validate=false, with fieldValidation=Ignore and no schema read."""
+        manifest = self.namespace_configmap_job()
+
+        def contract(session: Session) -> None:
+            exists = status_answer(
+                409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"}
+            )
+            session.server.route("POST", "/api/v1/namespaces", self.created)
+            session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
+            session.server.route("POST", JOBS_PATH, self.created)
+            for review, validation in ((False, "Strict"), (True, "Ignore")):
+                session.server.requests.clear()
+                outcome = session.run(create_args(review), namespace=None, stdin=json.dumps(manifest).encode())
+                self.assertEqual(outcome.returncode, 1, outcome)
+                self.assertEqual(
+                    outcome.stderr,
+                    'Error from server (AlreadyExists): error when creating "STDIN": '
+                    'configmaps "episode" already exists\n',
+                )
+                posts = [r for r in session.api() if r.method == "POST"]
+                self.assertEqual([r.json() for r in posts], manifest["items"])
+                for post in posts:
+                    self.assertEqual(
+                        post.query,
+                        {
+                            "fieldManager": "kubectl-create",
+                            "fieldValidation": validation,
+                            "timeout": demo.REQUEST_TIMEOUT,
+                        },
+                    )
+                self.assertEqual(
+                    [d["metadata"]["uid"] for d in outcome.documents()], [f"uid-{NAMESPACE}", f"uid-{JOB}"]
+                )
+                self.assertEqual("/openapi/v2" in [r.path for r in session.server.taken()], not review)
+                failure = demo.KubectlFailure(outcome.argv, outcome.returncode, outcome.stderr, outcome.stdout.decode())
+                self.assertTrue(failure.already_exists)
+
+        self.each_kubectl(contract)
+
+    def test_create_of_one_object_is_validated_by_the_server(self) -> None:
+        """One Job, --validate=strict: kubectl checks the OpenAPI v3 document of batch/v1 for the
+        fieldValidation parameter and leaves the validation to the server; the server's
+        strict-decoding refusal reaches stderr whole after kubectl's prefix (W12). Up to 1.28
+        kubectl also downloads /openapi/v2 first, whatever it then uses; from 1.29 on it does not."""
+        single = self.namespace_configmap_job()["items"][2]
+        refusal = (
+            'Job in version "v1" cannot be handled as a Job: '
+            'strict decoding error: unknown field "spec.backoffLimitPerIndex"'
+        )
+
+        def contract(session: Session) -> None:
+            session.server.route("POST", JOBS_PATH, lambda r, m: status_answer(400, "BadRequest", refusal))
+            outcome = session.run(
+                create_args(review=False),
+                namespace=None,
+                stdin=json.dumps(single).encode(),
+            )
+            self.assertEqual(outcome.returncode, 1, outcome)
+            self.assertEqual(
+                outcome.stderr, f'Error from server (BadRequest): error when creating "STDIN": {refusal}\n'
+            )
+            paths = [r.path for r in session.server.taken()]
+            self.assertIn("/openapi/v3/apis/batch/v1", paths)
+            self.assertEqual("/openapi/v2" in paths, session.binary.minor <= 28)
+            (post,) = [r for r in session.api() if r.method == "POST"]
+            self.assertEqual(post.query["fieldValidation"], "Strict")
+
+        self.each_kubectl(contract)
+
+    def test_create_of_access_reviews_without_validation_reads_no_schema(self) -> None:
+        """The preflight's reviews (`--validate=false`): no OpenAPI document is fetched, each
+        review is POSTed with fieldValidation=Ignore and printed with the server's status."""
+        reviews = demo.access_review_list(NAMESPACE, True, False)
+
+        def contract(session: Session) -> None:
+            def review(request: Recorded, match: re.Match[str]) -> Answer:
+                answered = request.json()
+                answered["status"] = {"allowed": True}
+                return Answer(201, answered)
+
+            session.server.route("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+            outcome = session.run(
+                create_args(review=True),
+                namespace=None,
+                stdin=json.dumps(reviews).encode(),
+            )
+            self.assertEqual(outcome.returncode, 0, outcome)
+            self.assertFalse([r for r in session.server.taken() if r.path.startswith("/openapi")])
+            posts = session.api()
+            self.assertEqual([r.json() for r in posts], reviews["items"])
+            self.assertEqual({r.query["fieldValidation"] for r in posts}, {"Ignore"})
+            printed = outcome.documents()
+            self.assertEqual([d["spec"] for d in printed], [item["spec"] for item in reviews["items"]])
+            self.assertTrue(all(d["status"]["allowed"] for d in printed))
+
+        self.each_kubectl(contract)
+
+    def test_get_of_a_missing_object_with_ignore_not_found_prints_nothing(self) -> None:
+        """`get KIND NAME --ignore-not-found -o json` (Kubectl.get): nothing on stdout or
+        stderr, exit 0. Without the flag: exit 1 and the server's NotFound; when the namespace
+        is gone too, kubectl reports the namespace instead (cli-runtime visitor.go Info.Get asks
+        GET namespaces/NS after a NotFound)."""
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, lambda r, m: not_found("jobs", JOB, "batch"))
+            serve_namespace(session.server)
+            outcome = session.run(get_args("job", JOB))
+            self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (0, b"", ""), outcome)
+            self.assertEqual(session.api()[0].path, JOB_PATH)
+            outcome = session.run(["get", "job", JOB, "-o", "json"])
+            self.assertEqual(
+                (outcome.returncode, outcome.stderr),
+                (1, f'Error from server (NotFound): jobs.batch "{JOB}" not found\n'),
+                outcome,
+            )
+            serve_namespace(session.server, exists=False)
+            outcome = session.run(["get", "job", JOB, "-o", "json"])
+            self.assertEqual(
+                (outcome.returncode, outcome.stderr),
+                (1, f'Error from server (NotFound): namespaces "{NAMESPACE}" not found\n'),
+                outcome,
+            )
+            outcome = session.run(get_args("job", JOB))
+            self.assertEqual((outcome.returncode, outcome.stdout, outcome.stderr), (0, b"", ""), outcome)
+
+        self.each_kubectl(contract)
+
+    def test_get_of_one_object_prints_it_alone(self) -> None:
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            outcome = session.run(get_args("job", JOB))
+            self.assertEqual(outcome.returncode, 0, outcome)
+            self.assertEqual(outcome.documents(), [job("10")])
+
+        self.each_kubectl(contract)
+
+    def test_get_of_pods_and_events_is_one_list_with_kind_on_each_item(self) -> None:
+        """`get pods,events -o json` (split_pods_and_events): one List, the pods then the core v1
+        events (not events.k8s.io), each item with kind and apiVersion though the server's
+        lists carry them only on the list; with nothing found, an empty List."""
+        scheduled = {
+            "metadata": {"name": "p0.1", "namespace": NAMESPACE},
+            "involvedObject": {"kind": "Pod", "name": "p0", "namespace": NAMESPACE},
+            "reason": "Scheduled",
+            "type": "Normal",
+        }
+
+        def contract(session: Session) -> None:
+            contents = {"pods": [pod("p0")], "events": [scheduled]}
+
+            def listing(kind: str) -> Callable[[Recorded, re.Match[str]], Answer]:
+                return lambda r, m: Answer(
+                    200,
+                    {
+                        "kind": kind.capitalize()[:-1] + "List",
+                        "apiVersion": "v1",
+                        "metadata": {"resourceVersion": "60"},
+                        "items": contents[kind],
+                    },
+                )
+
+            for kind in contents:
+                session.server.route("GET", f"/api/v1/namespaces/{NAMESPACE}/{kind}", listing(kind))
+            outcome = session.run(list_args("pods,events"))
+            self.assertEqual(outcome.returncode, 0, outcome)
+            expected = {
+                "apiVersion": "v1",
+                "kind": "List",
+                "metadata": {"resourceVersion": ""},
+                "items": [whole("Pod", "v1", pod("p0")), whole("Event", "v1", scheduled)],
+            }
+            self.assertEqual(outcome.documents(), [expected])
+            self.assertEqual(
+                [(r.path, r.query.get("limit")) for r in session.api()],
+                [(PODS_PATH, "500"), (f"/api/v1/namespaces/{NAMESPACE}/events", "500")],
+            )
+            contents["pods"], contents["events"] = [], []
+            outcome = session.run(list_args("pods,events"))
+            self.assertEqual(outcome.documents(), [dict(expected, items=[])])
+            self.assertEqual(outcome.stderr, "")
+
+        self.each_kubectl(contract)
+
+    def test_delete_of_a_job_in_the_foreground_without_waiting(self) -> None:
+        """`delete job NAME --cascade=foreground --wait=false`: one DELETE whose body asks
+        propagationPolicy Foreground, no wait; the namespace's delete asks Background. The
+        confirmation line names the namespace from 1.34 on."""
+
+        def contract(session: Session) -> None:
+            session.server.route("DELETE", JOB_PATH, lambda r, m: Answer(200, job("70")))
+            terminating = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NAMESPACE},
+                "status": {"phase": "Terminating"},
+            }
+            session.server.route("DELETE", f"/api/v1/namespaces/{NAMESPACE}", lambda r, m: Answer(200, terminating))
+            outcome = session.run(["delete", "job", JOB, "--cascade=foreground", "--wait=false"])  # cleanup_run's
+            self.assertEqual(outcome.returncode, 0, outcome)
+            (delete,) = session.api()
+            self.assertEqual((delete.method, delete.path), ("DELETE", JOB_PATH))
+            self.assertEqual(delete.json(), {"propagationPolicy": "Foreground"})
+            self.assertRegex(outcome.stdout.decode(), rf'^job\.batch "{JOB}" deleted( from {NAMESPACE} namespace)?\n$')
+            self.assertEqual(outcome.stdout.decode().endswith("namespace\n"), session.binary.minor >= 34)
+            outcome = session.run(["delete", "namespace", NAMESPACE, "--wait=false"], namespace=None)
+            self.assertEqual(
+                (outcome.returncode, outcome.stdout), (0, f'namespace "{NAMESPACE}" deleted\n'.encode()), outcome
+            )
+            self.assertEqual(session.api()[-1].json(), {"propagationPolicy": "Background"})
+
+        self.each_kubectl(contract)
+
+    def test_get_raw_returns_the_text_as_it_is(self) -> None:
+        """`get --raw /api/v1/nodes/N/proxy/metrics` (read_kubelet_metrics): the body byte for
+        byte, a CR and a missing last newline included."""
+        text = b'# TYPE kubelet_runtime_operations_duration_seconds histogram\nx_bucket{le="0.005"} 1\r\nlast 2'
+
+        def contract(session: Session) -> None:
+            session.server.route(
+                "GET", "/api/v1/nodes/node-1/proxy/metrics", lambda r, m: Answer(200, text, "text/plain; version=0.0.4")
+            )
+            outcome = session.run(["get", "--raw", "/api/v1/nodes/node-1/proxy/metrics"], namespace=None)
+            self.assertEqual((outcome.returncode, outcome.stdout), (0, text), outcome)
+            (request,) = session.api()
+            self.assertEqual(
+                (request.path, request.query), ("/api/v1/nodes/node-1/proxy/metrics", {"timeout": demo.REQUEST_TIMEOUT})
+            )
+
+        self.each_kubectl(contract)
+
+    def test_config_view_minify_gives_exactly_the_named_context(self) -> None:
+        """`config view --minify -o json` with --context (Kubectl.cluster_identity): that context,
+        its cluster and its user, as current-context, from the kubeconfig alone: no request.
+        (The Google Cloud SDK's dispatcher asks the server's /version first, even here.)"""
+
+        def contract(session: Session) -> None:
+            config = json.loads(session.kubeconfig.read_text())
+            config["clusters"].append({"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:1"}})
+            config["users"].append({"name": "someone", "user": {}})
+            config["contexts"][1]["context"] = {"cluster": "elsewhere", "user": "someone"}
+            session.kubeconfig.write_text(json.dumps(config))
+            outcome = session.run(config_view_args(), namespace=None, request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            (view,) = outcome.documents()
+            self.assertEqual(view["current-context"], "contract")
+            self.assertEqual(
+                view["contexts"], [{"name": "contract", "context": {"cluster": "recording", "user": "tester"}}]
+            )
+            self.assertEqual(view["clusters"], [{"name": "recording", "cluster": {"server": session.server.url}}])
+            self.assertEqual(view["users"], [{"name": "tester", "user": {}}])
+            asked = [(r.method, r.path) for r in session.server.taken()]
+            self.assertEqual(asked, [("GET", "/version")] if session.binary.dispatcher else [])
+
+        self.each_kubectl(contract)
+
+    def test_config_view_of_an_unknown_context_fails(self) -> None:
+        def contract(session: Session) -> None:
+            session.kubectl.context = "nowhere"
+            outcome = session.run(config_view_args(), namespace=None, request_timeout=None)
+            self.assertEqual(
+                (outcome.returncode, outcome.stdout, outcome.stderr),
+                (1, b"", "error: cannot locate context nowhere\n"),
+                outcome,
+            )
+
+        self.each_kubectl(contract)
+
+    def test_version_prints_the_client_and_the_server(self) -> None:
+        def contract(session: Session) -> None:
+            outcome = session.run(["version", "-o", "json"], namespace=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            (version,) = outcome.documents()
+            self.assertEqual(version["serverVersion"], SERVER_VERSION)
+            self.assertIn("gitVersion", version["clientVersion"])
+
+        self.each_kubectl(contract)
+
+
+class TimeoutContract(ContractCase):
+    """--request-timeout, which the tool passes to every call but config view (Kubectl.argv),
+    and the failures the tool takes for transient (KubectlFailure.transient)."""
+
+    def test_request_timeout_is_each_requests_timeout(self) -> None:
+        """Every request, discovery included, carries `timeout=` the flag's value (client-go
+        rest Request.URL); without the flag, discovery asks 32 s and other requests nothing."""
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", JOB_PATH, always(Answer(200, job("10"))))
+            outcome = session.run(["get", "job", JOB, "-o", "json"], request_timeout="17s")
+            self.assertEqual(outcome.returncode, 0, outcome)
+            requests = session.server.taken()
+            if session.binary.dispatcher:  # its own probe of /version
+                requests = [r for r in requests if r.path != "/version"]
+            self.assertTrue(requests)
+            self.assertEqual({r.query.get("timeout") for r in requests}, {"17s"}, requests)
+            session.server.requests.clear()
+            session.forget_discovery()
+            session.run(["get", "job", JOB, "-o", "json"], request_timeout=None)
+            discovery = [r for r in session.server.taken() if r.discovery and r.path != "/version"]
+            self.assertEqual({r.query.get("timeout") for r in discovery}, {"32s"})
+            self.assertEqual(session.api()[0].query, {})
+
+        self.each_kubectl(contract)
+
+    @unittest.skipUnless(SLOW, SLOW_SKIP)
+    def test_a_slow_answer_fails_at_the_request_timeout_as_transient(self) -> None:
+        """An answer slower than --request-timeout: kubectl gives up after that time with
+        `Unable to connect to the server: ...` (two wordings, whichever of Go's context deadline
+        and the client's timeout fires first, on any minor), which the tool takes for transient."""
+
+        def contract(session: Session) -> None:
+            slow = Answer(200, job("10"), delay=10)
+            session.server.route("GET", JOB_PATH, always(slow))
+            session.warm_discovery()
+            outcome = session.run(["get", "job", JOB, "-o", "json"], request_timeout="2s")
+            self.assertEqual(outcome.returncode, 1, outcome)
+            self.assertRegex(outcome.stderr, r"^Unable to connect to the server: ")
+            self.assertEqual([r.path for r in session.api()], [JOB_PATH])
+            self.assertGreaterEqual(outcome.seconds, 2 - TIMER_SLACK)
+            self.assertLess(outcome.seconds, 8, "kubectl waited for the answer, not for its timeout")
+            self.assertTrue(demo.KubectlFailure(outcome.argv, 1, outcome.stderr).transient, outcome.stderr)
+
+        self.each_kubectl(contract)
+
+    def test_server_errors_read_as_the_tool_expects(self) -> None:
+        """The API server's 500, 503 and 429 (without Retry-After) are printed as `Error from
+        server (Reason): message` and taken for transient; 403 is not."""
+
+        def contract(session: Session) -> None:
+            path = JOB_PATH
+            for code, reason, transient in (
+                (500, "InternalError", True),
+                (503, "ServiceUnavailable", True),
+                (429, "TooManyRequests", True),
+                (403, "Forbidden", False),
+            ):
+                session.server.route(
+                    "GET",
+                    path,
+                    lambda r, m, code=code, reason=reason: status_answer(code, reason, f"injected {reason}"),
+                )
+                outcome = session.run(["get", "job", JOB, "-o", "json"])
+                self.assertEqual(
+                    (outcome.returncode, outcome.stderr),
+                    (1, f"Error from server ({reason}): injected {reason}\n"),
+                    outcome,
+                )
+                self.assertEqual(demo.KubectlFailure(outcome.argv, 1, outcome.stderr).transient, transient, reason)
+
+        self.each_kubectl(contract)
+
+    @unittest.skipUnless(SLOW, SLOW_SKIP)
+    def test_too_many_requests_with_retry_after_is_retried_by_kubectl(self) -> None:
+        """A 429 with Retry-After (as priority and fairness sends it) is retried by kubectl itself
+        after that many seconds (client-go request.go checkWait, up to 10 times), before anything
+        is printed: the tool sees success."""
+
+        def contract(session: Session) -> None:
+            path = JOB_PATH
+            answers = [status_answer(429, "TooManyRequests", "wait")]
+            answers[0].headers["Retry-After"] = "1"
+            session.server.route("GET", path, lambda r, m: answers.pop() if answers else Answer(200, job("10")))
+            session.server.requests.clear()
+            outcome = session.run(["get", "job", JOB, "-o", "json"])
+            self.assertEqual((outcome.returncode, outcome.documents()), (0, [job("10")]), outcome)
+            tries = [r for r in session.api() if r.path == path]
+            self.assertEqual([r.status for r in tries], [429, 200])
+            self.assertGreaterEqual(tries[1].arrived - tries[0].arrived, 1 - TIMER_SLACK)
+
+        self.each_kubectl(contract)
+
+
+if __name__ == "__main__":
+    unittest.main()
