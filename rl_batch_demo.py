@@ -5384,6 +5384,27 @@ class RewardsWriter:
             self.descriptor = None
 
 
+def read_reward_lines(path: Path) -> List[RewardLine]:
+    """rewards.jsonl as a reader should take it (docs/outputs.md), at any moment of a run or after
+    it: every complete line, in order; a last piece without its newline (a write going on, or a
+    crash mid-write) is not a line yet. A line that is not one of this tool's is bad input."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DemoError(f"cannot read {path} ({error.strerror or error})", EXIT_USAGE) from None
+    lines: List[RewardLine] = []
+    for number, raw in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
+        try:
+            value = json.loads(raw.decode("utf-8", "replace"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            value = None
+        problem = schema_problem(value, RewardLine) if isinstance(value, dict) else "not a JSON object"
+        if problem:
+            raise DemoError(f"{path} line {number} is not a rewards line of this tool: {problem}", EXIT_USAGE)
+        lines.append(typing.cast(RewardLine, value))
+    return lines
+
+
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
@@ -5959,7 +5980,10 @@ class RoundRewards:
 
     def pod_seen(self, pod: KubeObject) -> None:
         """wait_for_job's hook: each pod as the watch delivers it."""
-        name = (pod.get("metadata") or {}).get("name")
+        metadata = pod.get("metadata")
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
+            return
+        name = metadata.get("name")
         if not isinstance(name, str) or not name or name in self.last or not pod_belongs_to(pod, self.job_uid):
             return
         new = name not in self.pods

@@ -312,7 +312,7 @@ class FakeCluster:
         """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),
         ``pull`` ("cached", None for no Pulled event, or the pull's seconds), ``kernel``
         (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds),
-        ``terminated_at`` (when its terminated status became visible, client clock)."""
+        ``terminated_at`` (just before its terminated status was written, client clock)."""
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return dict(json.loads(path.read_text()).get("records") or {})
 

@@ -1005,9 +1005,10 @@ class JobController:
         # convertToAPIContainerStatuses (Terminated.Message, read by kuberuntime_container.go
         # getTerminationMessage) within generateAPIPodStatus, sent by pkg/kubelet/status/status_manager.go
         # syncPod; so the pod watch delivers a terminated pod with its message, and the client can
-        # know its reward then. `terminated_at`: when that update was committed (client clock).
-        self.update_pod(sim, final)
+        # know its reward then. `terminated_at`: just before that update (client clock): no client
+        # can have seen the pod terminated earlier.
         sim.record["terminated_at"] = time.time()
+        self.update_pod(sim, final)
         self.update_pod(sim, lambda tx, p: p["metadata"].pop("finalizers", None))
         sim.stage = "done"
 
