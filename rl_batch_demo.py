@@ -5988,36 +5988,40 @@ class RoundRewards:
             return
         new = name not in self.pods
         self.pods[name] = pod
+        known = time.monotonic()
         if self.settings.indexed:
-            self._judge(name, pod)
-            return
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            self.waiting[name] = pod
-        if new and len(self.pods) >= self.settings.count:
-            order = sorted(
-                self.pods.values(), key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+            judged = [self._judge(name, pod)]
+        else:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                self.waiting[name] = pod
+            if new and len(self.pods) >= self.settings.count:
+                order = sorted(
+                    self.pods, key=lambda each: (str(self.pods[each]["metadata"].get("creationTimestamp") or ""), each)
+                )
+                self.positions = {each: position for position, each in enumerate(order)}
+            judged = (
+                [self._judge(waiting, self.waiting.pop(waiting)) for waiting in list(self.waiting)]
+                if self.positions
+                else []
             )
-            self.positions = {p["metadata"]["name"]: position for position, p in enumerate(order)}
-        if self.positions:
-            for waiting, waiting_pod in list(self.waiting.items()):
-                del self.waiting[waiting]
-                self._judge(waiting, waiting_pod)
+        self._write([line for line in judged if line is not None], known)  # the pods that waited: one fsync
 
-    def _judge(self, name: str, pod: KubeObject) -> None:
+    def _judge(self, name: str, pod: KubeObject) -> Optional[RewardLine]:
+        """The pod's line, if its verdict is known (provisional_episode)."""
         settings = self.settings
-        known_at, known = time.time(), time.monotonic()
+        known_at = time.time()
         index, task_id = self._identity(name)
         try:
             row = provisional_episode(
                 pod, settings.count, settings.indexed, self.job_created_at, settings.builtin_worker, self._inspect(name)
             )
         except EpisodeInvalid as invalid:
-            self._write([failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)], known)
-            return
-        if row is not None:
-            assert index is not None  # Indexed: its annotation is valid; else its place is settled
-            row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
-            self._write([reward_line(row, known_at)], known)
+            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)
+        if row is None:
+            return None
+        assert index is not None  # Indexed: its annotation is valid; else its place is settled
+        row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
+        return reward_line(row, known_at)
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
         for line in lines:  # recorded first: a line on disk is always one the run can retract
