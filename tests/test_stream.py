@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import rl_batch_demo as demo
 from tests import records
 from tests.callplan import CallPlanTestCase, RunPlan, watch_event
-from tests.clusterobjects import JOB_CREATED_AT, Batch, log_of, make_events
+from tests.clusterobjects import JOB_CREATED_AT, TESTS_OUTPUT, Batch, log_of, make_events
 from tests.fakecluster import FakeCluster
 from tests.test_run import run_script
 
@@ -286,6 +286,18 @@ class RewardsWriterTest(unittest.TestCase):
 # Whole runs against call plans ##################################################
 
 
+def end_in_order(batch: Batch, order: Sequence[int]) -> None:
+    """Give the episodes different lengths: the k-th of `order` works k seconds longer than the
+    first, so its reward and its container's end come k seconds later (logs and messages agree)."""
+    for k, index in enumerate(order):
+        episode = batch.episodes[index]
+        episode.reward_at += k
+        episode.finished += k
+        episode.log = episode.message = log_of(
+            make_events(episode.name, episode.ready_at, episode.reward_at, tests_output=TESTS_OUTPUT)
+        )
+
+
 class StreamedRunTest(CallPlanTestCase):
     """The pod watch's events end pods in `order`; before each later pod's end, the stub waits
     until rewards.jsonl holds a line for each pod that ended before (at most 5 s), and copies it."""
@@ -319,6 +331,7 @@ class StreamedRunTest(CallPlanTestCase):
     def test_each_line_is_written_as_its_pod_ends_while_the_run_waits(self) -> None:
         batch = Batch(count=10)
         order = [3, 8, 0, 5, 9, 1, 7, 2, 6, 4]  # the order the episodes end in
+        end_in_order(batch, order)
         self.plan(batch, order)
         result = self.run_count(10)
         self.assertEqual(result.code, 0, result)
@@ -341,6 +354,8 @@ class StreamedRunTest(CallPlanTestCase):
         self.assertEqual(
             results["round_results"][0]["client_first_reward_seconds"], results["client_first_reward_seconds"]
         )
+        last_reward = max(episode.reward_at for episode in batch.episodes)
+        self.assertAlmostEqual(results["batch_to_all_rewards_seconds"], last_reward - batch.created)
         check_agrees_with_results(self, lines, results)
         self.assertEqual(len(self.stub.calls()), 9)  # no process more: the watch brought every reward
         self.assertLessEqual(len(self.stub.calls()), 10)  # the budget of a 10-episode run
