@@ -823,10 +823,13 @@ class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and las
     job_created_at: float
     job_complete_at: Optional[float]
     job_success_criteria_met_at: Optional[float]
-    client_first_reward_seconds: Optional[float]  # None for a warm-up or probe Job: it writes no rewards
 
 
-class RoundResult(BatchFigures, JobTimes):  # a row of round_results; a warm-up's or probe's Job too
+class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and probe Jobs write no rewards)
+    client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
+
+
+class RoundResult(BatchFigures, JobTimes, FirstReward):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
     job_uid: str
@@ -897,7 +900,7 @@ class ImageCache(TypedDict):
     unknown: int
 
 
-class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+class Results(BatchFigures, JobTimes, FirstReward, PreparedImage, KubeletFigures):  # results.json
     max_failed_episodes: int
     worker: str
     tasks: Optional[int]
@@ -2739,6 +2742,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     assert observation.condition_seen_monotonic is not None
     figures = RoundResult(
         **batch_figures(rows, len(failed)),
+        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
         failed_episodes=[
             {
                 "pod": invalid.pod,
@@ -2759,7 +2763,6 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_created_at=job_created_at,
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
-        client_first_reward_seconds=None,  # a measured round's, once its rewards are written (RoundRewards)
     )
     return rows, figures
 
@@ -2871,8 +2874,11 @@ def assemble_results(
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
+    first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
+    first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
     return Results(
         **batch_figures(rows, len(failed)),
+        **first_reward,
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         failed_episodes=failed,
@@ -2895,10 +2901,6 @@ def assemble_results(
         job_created_at=rounds[0]["job_created_at"],
         job_complete_at=rounds[-1]["job_complete_at"],
         job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
-        client_first_reward_seconds=max(
-            (r["client_first_reward_seconds"] for r in rounds if r["client_first_reward_seconds"] is not None),
-            default=None,
-        ),
         phases=phase_table(rows),
         nodes=node_spread(rows),
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
@@ -6035,7 +6037,8 @@ class RoundRewards:
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
-        figures["client_first_reward_seconds"] = first - self.submitted if first is not None else None
+        if first is not None:  # every validated episode has its reward line by now
+            figures["client_first_reward_seconds"] = first - self.submitted
 
     def failed(self, error: BaseException) -> None:
         """The round failed, or the run stopped, before its analysis accepted it: retract its
