@@ -38,6 +38,7 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import errno
 import functools
 import json
 import math
@@ -542,6 +543,9 @@ class RunSettings:
     dry_run: bool = False  # write the manifests, contact no cluster
     junit: Optional[str] = None  # --junit FILE
     metrics_file: Optional[str] = None  # --metrics-file FILE
+    # The Python API's seam (docs/outputs.md, "rewards.jsonl"): told of every line of rewards.jsonl,
+    # retractions too, once it is on disk, in the thread that waits for the Job.
+    on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def builtin_worker(self) -> bool:
@@ -821,7 +825,11 @@ class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and las
     job_success_criteria_met_at: Optional[float]
 
 
-class RoundResult(BatchFigures, JobTimes):  # a row of round_results; a warm-up's or probe's Job too
+class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and probe Jobs write no rewards)
+    client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
+
+
+class RoundResult(BatchFigures, JobTimes, FirstReward):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
     job_uid: str
@@ -892,7 +900,7 @@ class ImageCache(TypedDict):
     unknown: int
 
 
-class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+class Results(BatchFigures, JobTimes, FirstReward, PreparedImage, KubeletFigures):  # results.json
     max_failed_episodes: int
     worker: str
     tasks: Optional[int]
@@ -923,6 +931,8 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     reward: Optional[float]
     info: Optional[JsonObject]
     failure: Optional[str]
+    known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
+    retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
 
 
 class GuideRow(TypedDict):
@@ -2501,35 +2511,84 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     return info
 
 
-def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
-    """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
-    and its cause, so a trainer can mask it."""
-    lines: List[RewardLine] = [
-        {
-            "round": row["round"],
-            "index": row["index"],
-            "task_id": row["task_id"],
-            "pod": row["pod"],
-            "reward": row["reward"],
-            "info": row.get("info", {}),
-            "failure": None,
-        }
-        for row in rows
-    ]
+def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
+    """A validated episode's line of rewards.jsonl: its reward and the reward event's other fields."""
+    return {
+        "round": row["round"],
+        "index": row["index"],
+        "task_id": row["task_id"],
+        "pod": row["pod"],
+        "reward": row["reward"],
+        "info": row.get("info", {}),
+        "failure": None,
+        "known_at": known_at,
+        "retracted": False,
+    }
+
+
+def failure_line(
+    round_number: int, index: Optional[int], task_id: Any, pod: str, failure: str, known_at: float
+) -> RewardLine:
+    """A failed episode's line: reward and info null and its failure, so a trainer can mask it."""
+    return {
+        "round": round_number,
+        "index": index,
+        "task_id": task_id,
+        "pod": pod,
+        "reward": None,
+        "info": None,
+        "failure": failure,
+        "known_at": known_at,
+        "retracted": False,
+    }
+
+
+def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
+    """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
+    retraction = failure_line(line["round"], line["index"], line["task_id"], line["pod"], failure, known_at)
+    retraction["retracted"] = True
+    return retraction
+
+
+def stands_as_reward(line: Optional[RewardLine]) -> bool:
+    """Whether a pod's last line is a reward (a reader's rule: the last line of a pod is its verdict)."""
+    return line is not None and line["failure"] is None and not line["retracted"]
+
+
+def _index_order(line: RewardLine) -> Tuple[int, int, str]:
+    return line["round"], line["index"] if line["index"] is not None else -1, line["pod"]
+
+
+def reconciling_lines(
+    last: Mapping[str, RewardLine], rows: Sequence[EpisodeRow], failed: Sequence[FailedEpisode], known_at: float
+) -> List[RewardLine]:
+    """The lines that make rewards.jsonl agree with an analysed round, given each pod's last line
+    so far (`last`, by pod): a reward line for each validated episode without one, a failure line
+    for each failed episode without a line, and a retraction of each reward line the analysis did
+    not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
+    no line written yet, these are the round's lines as a whole file would hold them."""
+    lines = [reward_line(row, known_at) for row in rows if not stands_as_reward(last.get(row["pod"]))]
+    for entry in failed:
+        previous = last.get(entry["pod"])
+        if previous is None:
+            lines.append(
+                failure_line(entry["round"], entry["index"], entry["task_id"], entry["pod"], entry["cause"], known_at)
+            )
+        elif stands_as_reward(previous):
+            lines.append(retraction_of(previous, entry["cause"], known_at))
+    analysed = {row["pod"] for row in rows} | {entry["pod"] for entry in failed}
     lines += [
-        {
-            "round": entry["round"],
-            "index": entry["index"],
-            "task_id": entry["task_id"],
-            "pod": entry["pod"],
-            "reward": None,
-            "info": None,
-            "failure": entry["cause"],
-        }
-        for entry in failed
+        retraction_of(line, "its pod is not one of the Job's pods once the round was analysed", known_at)
+        for pod, line in last.items()
+        if pod not in analysed and stands_as_reward(line)
     ]
-    lines.sort(key=lambda line: (line["round"], line["index"] if line["index"] is not None else -1, line["pod"]))
-    return "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
+    return sorted(lines, key=_index_order)
+
+
+def retracting_lines(last: Mapping[str, RewardLine], failure: str, known_at: float) -> List[RewardLine]:
+    """When a round fails (or the run stops) before its analysis accepted it: a retraction of each
+    of its reward lines, in the order they were written, with `failure` as the reason."""
+    return [retraction_of(line, failure, known_at) for line in last.values() if stands_as_reward(line)]
 
 
 def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
@@ -2683,6 +2742,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     assert observation.condition_seen_monotonic is not None
     figures = RoundResult(
         **batch_figures(rows, len(failed)),
+        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
         failed_episodes=[
             {
                 "pod": invalid.pod,
@@ -2705,6 +2765,37 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
     )
     return rows, figures
+
+
+def provisional_episode(
+    pod: KubeObject, count: int, indexed: bool, job_created_at: float, builtin_worker: bool, inspect: str
+) -> Optional[EpisodeRow]:
+    """An episode's verdict as soon as the pod watch shows its pod terminated: its row, or the rule
+    it breaks (EpisodeInvalid), judged as analyse_round judges it but from the pod's status and its
+    termination message alone (the log and the cluster's events are read once the Job has ended).
+    None while it cannot be judged: the pod has not terminated, or it succeeded without a
+    termination message (some runtimes leave none: its log decides, once read). The row's round,
+    job, index and task_id are the caller's to set.
+
+    A failure found here is final (the same rules see the same status and message later); a
+    reward is provisional: the log may disagree, the pod may be deleted, the round may fail."""
+    name = str(pod["metadata"]["name"])
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return None
+    try:
+        if indexed:
+            pod_index(pod, count, inspect)
+        rule = pod_failure(pod)[1]  # a Failed pod breaks one of its rules
+        if rule:
+            raise EpisodeInvalid(name, rule, inspect)
+        message = termination_message(pod)
+        if not message.strip():
+            return None
+        events = episode_events(name, None, "not read yet", message, False, inspect)
+        return validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
+    except (KeyError, TypeError, ValueError) as error:
+        raise EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", inspect) from None
 
 
 def task_id_for(collected: RoundCollected, index: Optional[int]) -> Any:
@@ -2783,8 +2874,11 @@ def assemble_results(
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
+    first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
+    first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
     return Results(
         **batch_figures(rows, len(failed)),
+        **first_reward,
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         failed_episodes=failed,
@@ -5239,6 +5333,80 @@ def release_output(output: Path) -> None:
         output.rmdir()
 
 
+class RewardsWriter:
+    """DIR/rewards.jsonl, appended to as verdicts are known and never rewritten (docs/outputs.md).
+
+    Each line is one write of its whole text to a file opened for appending, and a batch of lines
+    is fsynced before anyone is told of them (`on_reward`, the Python API's seam), so a reader
+    (`tail -f`) sees the lines in the order they were known, and after a crash only the last line
+    can be incomplete: it lacks its newline, and a reader skips it. After a failed write nothing
+    more is written: the run ends with that error (an OSError naming the file)."""
+
+    def __init__(self, path: Path, on_reward: Optional[Callable[[RewardLine], None]] = None) -> None:
+        self.path = path
+        self.on_reward = on_reward
+        self.descriptor: Optional[int] = None
+        self.failed = False
+        self.lock = threading.Lock()  # one writer at a time, whichever thread knows a verdict
+
+    def open(self) -> None:
+        """Create the file, empty, where the run's output directory (fresh, claimed) has none."""
+        try:
+            self.descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the file's name survives a crash too
+            finally:
+                os.close(directory)
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, str(self.path)) from None
+
+    def append(self, lines: Sequence[RewardLine]) -> None:
+        if not lines:
+            return
+        with self.lock:
+            if self.descriptor is None or self.failed:
+                raise OSError(errno.EIO, "an earlier write failed" if self.failed else "not open", str(self.path))
+            try:
+                for line in lines:
+                    data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
+                    while data:
+                        data = data[os.write(self.descriptor, data) :]
+                os.fsync(self.descriptor)
+            except OSError as error:
+                self.failed = True
+                raise OSError(error.errno, error.strerror, str(self.path)) from None
+        if self.on_reward is not None:
+            for line in lines:
+                self.on_reward(line.copy())  # the caller's own copy: the run keeps its record of each pod
+
+    def close(self) -> None:
+        if self.descriptor is not None:
+            os.close(self.descriptor)
+            self.descriptor = None
+
+
+def read_reward_lines(path: Path) -> List[RewardLine]:
+    """rewards.jsonl as a reader should take it (docs/outputs.md), at any moment of a run or after
+    it: every complete line, in order; a last piece without its newline (a write going on, or a
+    crash mid-write) is not a line yet. A line that is not one of this tool's is bad input."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DemoError(f"cannot read {path} ({error.strerror or error})", EXIT_USAGE) from None
+    lines: List[RewardLine] = []
+    for number, raw in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
+        try:
+            value = json.loads(raw.decode("utf-8", "replace"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            value = None
+        problem = schema_problem(value, RewardLine) if isinstance(value, dict) else "not a JSON object"
+        if problem:
+            raise DemoError(f"{path} line {number} is not a rewards line of this tool: {problem}", EXIT_USAGE)
+        lines.append(typing.cast(RewardLine, value))
+    return lines
+
+
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
@@ -5420,11 +5588,13 @@ def wait_for_job(
     submitted: float,
     progress: Progress,
     stop: Optional[threading.Event] = None,
+    on_pod: Optional[Callable[[KubeObject], None]] = None,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until Complete or Failed; poll if the Job's watch ends early.
 
     The watches' events carry the client clock of their arrival, so the Complete condition is
-    seen within milliseconds of the API server sending it."""
+    seen within milliseconds of the API server sending it. `on_pod` is told of each pod as the
+    watch delivers it (RoundRewards: a terminated pod's reward is known from its status)."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
     sink: queue.Queue[Any] = queue.Queue()
@@ -5449,6 +5619,8 @@ def wait_for_job(
             record_pod_sighting(sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 last_pods[pod_name] = pod  # type: ignore[assignment]
+                if on_pod is not None:
+                    on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
             deleted = True
 
@@ -5761,6 +5933,139 @@ def prepare_measured_image(
 # above.
 
 
+class RoundRewards:
+    """One measured round's lines of rewards.jsonl (docs/outputs.md): each episode's as soon as the
+    pod watch shows its pod terminated (provisional_episode), in the order they are known; once the
+    round is analysed, the lines that make the file agree with it (reconciling_lines); when the
+    round fails or the run stops before that, a retraction of each reward line it wrote.
+
+    An episode of a Job that is not Indexed is numbered by its pod's place in creation order,
+    settled only once the watch has shown all of the Job's pods: until then its line waits (with
+    parallelism below the count, until the last pod is created)."""
+
+    def __init__(self, writer: RewardsWriter, settings: RunSettings, round_number: int, round_dir: Path) -> None:
+        self.writer = writer
+        self.settings = settings
+        self.round_number = round_number
+        self.round_dir = round_dir
+        self.job_name = ""
+        self.job_uid = ""
+        self.job_created_at = 0.0
+        self.submitted = 0.0  # the client's monotonic clock just before the Job's create
+        self.pods: Dict[str, KubeObject] = {}  # each of the Job's pods as last watched
+        self.positions: Dict[str, int] = {}  # not Indexed: each pod's place in creation order, once all are seen
+        self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
+        self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
+        self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+
+    def job_created(self, job: KubeObject, submitted: float) -> None:
+        self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        self.job_created_at = creation_time(job, "the Job")
+        self.submitted = submitted
+
+    def _inspect(self, name: str) -> str:
+        return f"{self.round_dir}/{name}.log and pods.json"
+
+    def _identity(self, name: str) -> Tuple[Optional[int], Any]:
+        """An episode's index and task id, as far as the watched pods tell (None: not known)."""
+        index = self.positions.get(name)
+        pod = self.pods.get(name)
+        if self.settings.indexed and pod is not None:
+            try:
+                index = pod_index(pod, self.settings.count, self._inspect(name))
+            except EpisodeInvalid:
+                index = None
+        tasks = self.settings.tasks
+        if index is not None and tasks is not None and index < len(tasks):
+            return index, task_id_of(tasks[index], index)
+        return index, index
+
+    def pod_seen(self, pod: KubeObject) -> None:
+        """wait_for_job's hook: each pod as the watch delivers it."""
+        metadata = pod.get("metadata")
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
+            return
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name or name in self.last or not pod_belongs_to(pod, self.job_uid):
+            return
+        new = name not in self.pods
+        self.pods[name] = pod
+        known = time.monotonic()
+        if self.settings.indexed:
+            judged = [self._judge(name, pod)]
+        else:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                self.waiting[name] = pod
+            if new and len(self.pods) >= self.settings.count:
+                order = sorted(
+                    self.pods, key=lambda each: (str(self.pods[each]["metadata"].get("creationTimestamp") or ""), each)
+                )
+                self.positions = {each: position for position, each in enumerate(order)}
+            judged = (
+                [self._judge(waiting, self.waiting.pop(waiting)) for waiting in list(self.waiting)]
+                if self.positions
+                else []
+            )
+        self._write([line for line in judged if line is not None], known)  # the pods that waited: one fsync
+
+    def _judge(self, name: str, pod: KubeObject) -> Optional[RewardLine]:
+        """The pod's line, if its verdict is known (provisional_episode)."""
+        settings = self.settings
+        known_at = time.time()
+        index, task_id = self._identity(name)
+        try:
+            row = provisional_episode(
+                pod, settings.count, settings.indexed, self.job_created_at, settings.builtin_worker, self._inspect(name)
+            )
+        except EpisodeInvalid as invalid:
+            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)
+        if row is None:
+            return None
+        assert index is not None  # Indexed: its annotation is valid; else its place is settled
+        row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
+        return reward_line(row, known_at)
+
+    def _write(self, lines: List[RewardLine], known: float) -> None:
+        for line in lines:  # recorded first: a line on disk is always one the run can retract
+            self.last[line["pod"]] = line
+            if stands_as_reward(line):
+                self.reward_known.setdefault(line["pod"], known)
+        self.writer.append(lines)
+
+    def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        """The round's analysis stands: append what the file lacks, and time its first reward."""
+        known_at, known = time.time(), time.monotonic()
+        self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
+        first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
+        if first is not None:  # every validated episode has its reward line by now
+            figures["client_first_reward_seconds"] = first - self.submitted
+
+    def failed(self, error: BaseException) -> None:
+        """The round failed, or the run stopped, before its analysis accepted it: retract its
+        reward lines (the episode the failure names with its own rule). Best effort: the error
+        that got here is the one the run reports."""
+        if isinstance(error, KeyboardInterrupt):
+            failure = "the run was interrupted before its round was validated"
+        elif isinstance(error, DemoError):
+            failure = f"its round failed: {error}"
+        else:
+            failure = f"the run stopped before its round was validated ({error!r})"
+        known_at = time.time()
+        lines: List[RewardLine] = []
+        named = error.pod if isinstance(error, EpisodeInvalid) else None
+        if isinstance(error, EpisodeInvalid):
+            own = self.last.get(error.pod)
+            if own is None:
+                lines.append(
+                    failure_line(self.round_number, *self._identity(error.pod), error.pod, error.rule, known_at)
+                )
+            elif stands_as_reward(own):
+                lines.append(retraction_of(own, error.rule, known_at))
+        lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
+        with contextlib.suppress(Exception):  # a disk that failed already, or the caller's on_reward
+            self._write(lines, time.monotonic())
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -5780,6 +6085,7 @@ class BatchRun:
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
+        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
 
     def execute(self) -> Results:
         self.preflight()
@@ -5788,11 +6094,13 @@ class BatchRun:
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
-        played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+        self.rewards.open()  # empty until the first measured round's first verdict
+        try:
+            played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+        finally:
+            self.rewards.close()
         rows = [row for round_rows, _ in played for row in round_rows]
         rounds = [figures for _, figures in played]
-        failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
-        write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
         kubelet: KubeletFigures = {}
         if kubelets_before is not None:
             expected = expected_operations(rows)
@@ -5873,7 +6181,16 @@ class BatchRun:
         round_dir = self.settings.round_dir(round_number)
         self.current_dir, self.current_job = round_dir, None
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
-        return self.run_job(round_number, name, round_dir, manifest, self.settings.count, self.progress)
+        rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
+        try:
+            rows, figures = self.run_job(
+                round_number, name, round_dir, manifest, self.settings.count, self.progress, rewards
+            )
+        except BaseException as error:
+            rewards.failed(error)
+            raise
+        rewards.analysed(rows, figures)
+        return rows, figures
 
     def run_one_episode_job(
         self, name: str, job_dir: Path, manifest: KubeObject, interrupt_dir: Path
@@ -5883,9 +6200,17 @@ class BatchRun:
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
     def run_job(
-        self, round_number: int, name: str, round_dir: Path, manifest: KubeObject, count: int, progress: Progress
+        self,
+        round_number: int,
+        name: str,
+        round_dir: Path,
+        manifest: KubeObject,
+        count: int,
+        progress: Progress,
+        rewards: Optional[RoundRewards] = None,
     ) -> Tuple[List[EpisodeRow], RoundResult]:
-        """Create one Job, wait for it, save every diagnostic, then analyse it."""
+        """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
+        analyse it."""
         settings = self.settings
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
@@ -5901,7 +6226,10 @@ class BatchRun:
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
-        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, progress, self.stop)
+        if rewards is not None:
+            rewards.job_created(job, submitted)
+        on_pod = rewards.pod_seen if rewards is not None else None
+        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, progress, self.stop, on_pod)
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE

@@ -37,7 +37,7 @@ import time
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import rl_batch_demo as demo
 from tests import records
@@ -128,11 +128,14 @@ def as_json(obj: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-    """Part of a watch's stream, written after `wait_for` (a signal) and `delay` seconds."""
+    """Part of a watch's stream, written after `wait_for` (a signal) and `delay` seconds; with a
+    `snapshot` (path, lines, name), once that file holds that many lines (or the stub gave up
+    waiting): KubectlStub.snapshot(name) is then what it held, read while the tool waited."""
 
     data: str
     wait_for: Optional[str] = None
     delay: float = 0.0
+    snapshot: Optional[Tuple[str, int, str]] = None
 
 
 def watch_event(kind: str, obj: Dict[str, Any], **options: Any) -> Chunk:
@@ -543,6 +546,11 @@ class KubectlStub:
 
     def problems(self) -> List[str]:
         return [record["problem"] for record in self.records() if record["problem"]]
+
+    def snapshot(self, name: str) -> Optional[bytes]:
+        """What a chunk's `snapshot` copied, or None when the file did not exist then."""
+        path = self.directory / "snapshots" / name
+        return path.read_bytes() if path.exists() else None
 
     def leftover(self) -> List[Call]:
         path = self.directory / "consumed"

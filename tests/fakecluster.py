@@ -311,7 +311,8 @@ class FakeCluster:
     def pod_records(self, namespace: str, job: str) -> Dict[str, dict]:
         """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),
         ``pull`` ("cached", None for no Pulled event, or the pull's seconds), ``kernel``
-        (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds)."""
+        (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds),
+        ``terminated_at`` (just before its terminated status was written, client clock)."""
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return dict(json.loads(path.read_text()).get("records") or {})
 

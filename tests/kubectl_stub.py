@@ -13,7 +13,10 @@ wrapper that execs this file first and alone on PATH. Each invocation:
    "kubectl stub: ..." on stderr and exits 1; the test's teardown fails on such a record;
 3. otherwise answers as planned: waits for "wait_for" signals and "sleep" seconds, writes
    "stdout" and "stderr" and exits with "exit"; a watch ("chunks") writes each chunk after its
-   own "wait_for" and "delay", then exits, or with "hold" stays open until killed.
+   own "wait_for" and "delay", then exits, or with "hold" stays open until killed. A chunk with
+   a "snapshot" [PATH, LINES, NAME] first waits (at most SNAPSHOT_WAIT_LIMIT) until the file PATH
+   holds LINES newline-terminated lines and copies what it holds then to DIR/snapshots/NAME
+   (nothing when it does not exist): how a test reads a file the tool writes while it waits.
 
 An entry with a "name" raises the signal NAME.started when it is matched and NAME.done once its
 answer is written (DIR/signals/...), so one process can wait for another: the Job watch's
@@ -39,6 +42,7 @@ STUB_DIR_ENV = "KUBECTL_STUB_DIR"
 SIGNAL_WAIT_LIMIT = 20.0  # a signal that never comes is a test bug: give up and say so
 SIGNAL_WAIT_ENV = "KUBECTL_STUB_SIGNAL_WAIT_SECONDS"  # the stub's own tests shorten it
 HOLD_LIMIT = 120.0  # a held watch the tool forgot to kill ends by itself
+SNAPSHOT_WAIT_LIMIT = 5.0  # a file that does not fill in time is copied as it is: the test says why
 
 
 def load(path: str, default: object) -> object:
@@ -154,6 +158,27 @@ def wait_for(directory: str, name: str | None, argv: list[str]) -> None:
         time.sleep(0.002)
 
 
+def snapshot(directory: str, spec: list | None) -> None:
+    if not spec:
+        return
+    path, lines, name = spec
+    deadline = time.monotonic() + SNAPSHOT_WAIT_LIMIT
+    while True:
+        try:
+            with open(path, "rb") as stream:
+                data: bytes | None = stream.read()
+        except FileNotFoundError:
+            data = None
+        if (data is not None and data.count(b"\n") >= lines) or time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
+    folder = os.path.join(directory, "snapshots")
+    os.makedirs(folder, exist_ok=True)
+    if data is not None:
+        with open(os.path.join(folder, name), "wb") as stream:
+            stream.write(data)
+
+
 def answer(directory: str, entry: dict, argv: list[str]) -> int:
     name = entry.get("name")
     if name:
@@ -164,6 +189,7 @@ def answer(directory: str, entry: dict, argv: list[str]) -> int:
     out = sys.stdout
     for chunk in entry.get("chunks") or []:
         wait_for(directory, chunk.get("wait_for"), argv)
+        snapshot(directory, chunk.get("snapshot"))
         if chunk.get("delay"):
             time.sleep(chunk["delay"])
         out.write(chunk.get("data", ""))

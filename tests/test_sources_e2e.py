@@ -149,6 +149,7 @@ class IndexedJobTest(SourcesTestCase):
         self.assertEqual(job["spec"]["completionMode"], "Indexed")
         self.assertEqual(job["status"]["completedIndexes"], "0-2")
         rewards = [json.loads(line) for line in (self.out / "rewards.jsonl").read_text().splitlines()]
+        rewards.sort(key=lambda line: line["index"])  # the file is in the order the episodes ended
         self.assertEqual([r["index"] for r in rewards], [0, 1, 2])
         self.assertEqual([r["reward"] for r in rewards], [1.0, 0.0, 1.0])  # task 1's expected answer is wrong
         self.assertEqual([r["info"]["answer"] for r in rewards], [3, 4, 10])

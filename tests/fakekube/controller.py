@@ -1009,6 +1009,14 @@ class JobController:
                 )
             st["conditions"] = conds
 
+        # The phase, the terminated state and its message reach the API server in one status update,
+        # as the kubelet writes them: kubernetes/kubernetes pkg/kubelet/kubelet_pods.go
+        # convertToAPIContainerStatuses (Terminated.Message, read by kuberuntime_container.go
+        # getTerminationMessage) within generateAPIPodStatus, sent by pkg/kubelet/status/status_manager.go
+        # syncPod; so the pod watch delivers a terminated pod with its message, and the client can
+        # know its reward then. `terminated_at`: just before that update (client clock): no client
+        # can have seen the pod terminated earlier.
+        sim.record["terminated_at"] = time.time()
         self.update_pod(sim, final)
         self.update_pod(sim, lambda tx, p: p["metadata"].pop("finalizers", None))
         sim.stage = "done"
