@@ -272,14 +272,24 @@ TIMELINE_DETAIL_BARS = (
 )
 
 # The kubelet's runtime histograms (`run --kubelet-metrics`), named as the guide names them:
-# (family, label, label value or None for the RuntimeClass's handler).
+# (family, label, label value). All four come from the family recordOperation observes when each
+# call returns (pkg/kubelet/kuberuntime/instrumented_services.go); it has no runtime-handler label,
+# so other pods' sandboxes on a node count as foreign, as for the other operations.
 KubeletOperation = typing.Literal["RunPodSandbox", "CreateContainer", "StartContainer", "PullImage"]
-KUBELET_OPERATIONS: Tuple[Tuple[KubeletOperation, str, str, Optional[str]], ...] = (
-    ("RunPodSandbox", "kubelet_run_podsandbox_duration_seconds", "runtime_handler", None),
+KUBELET_OPERATIONS: Tuple[Tuple[KubeletOperation, str, str, str], ...] = (
+    ("RunPodSandbox", "kubelet_runtime_operations_duration_seconds", "operation_type", "run_podsandbox"),
     ("CreateContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "create_container"),
     ("StartContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "start_container"),
     ("PullImage", "kubelet_runtime_operations_duration_seconds", "operation_type", "pull_image"),
 )
+# RunPodSandbox by the RuntimeClass's handler: only a cross-check. Up to 1.35 the kubelet records it
+# with `defer ...Observe(metrics.SinceInSeconds(startTime))`, whose argument Go evaluates when the
+# defer statement runs, so every sample is a few microseconds (kubernetes/kubernetes#135749 fixed it
+# with ObserveSince, first released in 1.36).
+HANDLER_SANDBOX_FAMILY = "kubelet_run_podsandbox_duration_seconds"
+HANDLER_SANDBOX = "RunPodSandbox by handler"  # its histogram's key in a KubeletReading
+HANDLER_SANDBOX_IMPLAUSIBLE = 0.1  # a handler mean below this fraction of run_podsandbox's is the defer bug
+OPERATION_BUCKETS_START = 0.005  # the runtime operations' lowest bucket: ExponentialBuckets(.005, 2.5, 14)
 KUBELET_METRICS_PERMISSIONS = (
     ("get", "nodes", "", "proxy", False),  # the kubelet's /metrics through the API server (also allows exec!)
     ("list", "nodes", "", "", False),  # which nodes may run an episode, read before the Job exists
@@ -876,10 +886,16 @@ class NodeOperations(Operations):
     note: str
 
 
+class SandboxCrosscheck(TypedDict):  # RunPodSandbox by the handler (HANDLER_SANDBOX_FAMILY), pooled
+    handler_figures: Optional[OperationFigures]
+    note: str  # "" unless it is implausibly small beside run_podsandbox's (kubelets before 1.36)
+
+
 class RuntimeOperations(TypedDict):
     handler: str
     pooled: Operations
     nodes: Dict[str, NodeOperations]
+    sandbox_crosscheck: SandboxCrosscheck
 
 
 class KubeletFigures(TypedDict, total=False):
@@ -2218,13 +2234,16 @@ class KubeletReading:
 
 
 def kubelet_reading(samples: List[Tuple[str, Dict[str, str], float]], handler: str, error: str = "") -> KubeletReading:
-    """The guide's four operations out of one node's samples."""
+    """The guide's four operations out of one node's samples, and the handler's RunPodSandbox
+    histogram beside them (HANDLER_SANDBOX, the cross-check)."""
     if error:
         return KubeletReading({}, error)
     histograms: Dict[str, Optional[Histogram]] = {}
     try:
         for operation, family, label, value in KUBELET_OPERATIONS:
-            histograms[operation] = histogram_from_samples(samples, family, label, handler if value is None else value)
+            histograms[operation] = histogram_from_samples(samples, family, label, value)
+        by_handler = histogram_from_samples(samples, HANDLER_SANDBOX_FAMILY, "runtime_handler", handler)
+        histograms[HANDLER_SANDBOX] = by_handler
     except ValueError as failure:
         return KubeletReading({}, f"its metrics are malformed ({failure})")
     return KubeletReading(histograms)
@@ -2243,9 +2262,11 @@ def runtime_operations(
     """results.json's `runtime_operations`: per node and pooled, what the kubelet's histograms
     gained between the two readings. `expected` is this run's operations per node and operation
     (None: not known, e.g. pulls of pods whose Pulled event is missing); the rest are foreign:
-    these counters are node-wide."""
+    these counters are node-wide. The handler's RunPodSandbox histogram is pooled beside them
+    as a cross-check (sandbox_crosscheck)."""
     nodes: Dict[str, NodeOperations] = {}
-    deltas: Dict[str, List[Histogram]] = {operation: [] for operation, *_ in KUBELET_OPERATIONS}
+    series = [*(operation for operation, *_ in KUBELET_OPERATIONS), HANDLER_SANDBOX]
+    deltas: Dict[str, List[Histogram]] = {name: [] for name in series}
     for node in sorted(expected):
         entry: NodeOperations = {**no_operations(), "foreign_operations": 0, "note": ""}
         nodes[node] = entry
@@ -2260,17 +2281,19 @@ def runtime_operations(
             continue
         node_deltas: Dict[str, Histogram] = {}
         try:
-            for operation, *_ in KUBELET_OPERATIONS:
-                later = last.histograms.get(operation)
-                earlier = first.histograms.get(operation)
+            for name in series:
+                later = last.histograms.get(name)
+                earlier = first.histograms.get(name)
                 if later is None:
                     if earlier is not None:
                         raise ValueError("a histogram disappeared between the two readings (the kubelet restarted?)")
                     continue
-                node_deltas[operation] = subtract_histograms(later, earlier)
+                node_deltas[name] = subtract_histograms(later, earlier)
         except ValueError as failure:
             entry["note"] = f"figures void: {failure}"
             continue
+        if HANDLER_SANDBOX in node_deltas:
+            deltas[HANDLER_SANDBOX].append(node_deltas[HANDLER_SANDBOX])
         notes = []
         for operation, *_ in KUBELET_OPERATIONS:
             delta = node_deltas.get(operation)
@@ -2289,11 +2312,52 @@ def runtime_operations(
                 notes.append(f"{operation}: {count} operations for {mine} of this run's episodes")
         entry["note"] = "; ".join(notes)
     pooled = no_operations()
-    for operation, *_ in KUBELET_OPERATIONS:
-        if deltas[operation]:
+    pooled_series: Dict[str, Optional[OperationFigures]] = {}
+    for name in series:
+        pooled_series[name] = None
+        if deltas[name]:
             with contextlib.suppress(ValueError):  # else each node's own figures stand: no mixed bucket bounds
-                pooled[operation] = operation_figures(add_histograms(deltas[operation]))
-    return {"handler": handler, "pooled": pooled, "nodes": nodes}
+                pooled_series[name] = operation_figures(add_histograms(deltas[name]))
+    for operation, *_ in KUBELET_OPERATIONS:
+        pooled[operation] = pooled_series[operation]
+    by_handler = pooled_series[HANDLER_SANDBOX]
+    return {
+        "handler": handler,
+        "pooled": pooled,
+        "nodes": nodes,
+        "sandbox_crosscheck": {
+            "handler_figures": by_handler,
+            "note": sandbox_crosscheck_note(pooled["RunPodSandbox"], by_handler, handler),
+        },
+    }
+
+
+def _exact_seconds(value: float) -> str:
+    """A kubelet histogram's mean in the unit that suits it, to three significant digits."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-6:.3g} \u00b5s"
+
+
+def sandbox_crosscheck_note(
+    sandbox: Optional[OperationFigures], by_handler: Optional[OperationFigures], handler: str
+) -> str:
+    """What the handler's RunPodSandbox histogram says beside run_podsandbox's: "" when it agrees
+    or says nothing; a sentence when its mean is implausibly small while the other's is not (the
+    defer bug of kubelets before 1.36, HANDLER_SANDBOX_FAMILY)."""
+    mean = sandbox["mean_seconds"] if sandbox else None
+    handler_mean = by_handler["mean_seconds"] if by_handler else None
+    if mean is None or handler_mean is None or mean < OPERATION_BUCKETS_START:
+        return ""
+    if handler_mean >= mean * HANDLER_SANDBOX_IMPLAUSIBLE:
+        return ""
+    return (
+        f"{HANDLER_SANDBOX_FAMILY}{{runtime_handler={json.dumps(handler)}}} averages {_exact_seconds(handler_mean)} "
+        f"against {_exact_seconds(mean)} for kubelet_runtime_operations_duration_seconds{{operation_type="
+        '"run_podsandbox"}: kubelets before 1.36 observe the former when RunPodSandbox starts (kubernetes/kubernetes'
+        "#135749), so RunPodSandbox is read from the latter, which counts every handler's sandboxes"
+    )
 
 
 def expected_operations(rows: Sequence[PodRow]) -> Dict[str, Dict[str, Optional[int]]]:
@@ -3425,20 +3489,24 @@ def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str
         return []
     lines = [
         "",
-        f"{'runtime operation (kubelet, handler ' + (operations.get('handler') or '(default)') + ')':<44}"
+        f"{'runtime operation (kubelet)':<44}"
         f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
     ]
     pooled = operations.get("pooled") or {}
-    for operation, *_ in KUBELET_OPERATIONS:
-        figures = pooled.get(operation)
+    crosscheck = operations.get("sandbox_crosscheck")
+    handler = f"{HANDLER_SANDBOX} {operations.get('handler') or '(default)'} (cross-check)"
+    rows = [(operation, pooled.get(operation)) for operation, *_ in KUBELET_OPERATIONS]
+    for label, figures in [*rows, (handler, crosscheck["handler_figures"] if crosscheck else None)]:
         if not figures:
-            lines.append(f"{operation:<44}{'-':>7}")
+            lines.append(f"{label:<44}{'-':>7}")
             continue
         lines.append(
-            f"{operation:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
+            f"{label:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
             f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
             f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
         )
+    if crosscheck and crosscheck["note"]:
+        lines += wrap_text(f"  note: {crosscheck['note']}", SUMMARY_WIDTH, "    ")
     for node, entry in sorted((operations.get("nodes") or {}).items()):
         if entry.get("note"):
             lines.append(f"  node {node}: {entry['note']}")
@@ -5632,7 +5700,7 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
             pending.put(node)
         else:
             readings[node] = KubeletReading({}, "not a valid node name")
-    families = {family for _, family, _, _ in KUBELET_OPERATIONS}
+    families = {HANDLER_SANDBOX_FAMILY, *(family for _, family, _, _ in KUBELET_OPERATIONS)}
 
     def work() -> None:
         while True:

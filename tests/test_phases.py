@@ -404,20 +404,23 @@ class WorkerClockTest(Case):
         self.assertLess(demo.WORKER_SOURCE.index("= proc_clocks("), demo.WORKER_SOURCE.index("import hashlib"))
 
 
+# A kubelet's /metrics by hand. RunPodSandbox is in both of the kubelet's families: by operation type
+# (s*: the guide's figure; its bucket bounds here are simplified, the real ones are
+# ExponentialBuckets(.005, 2.5, 14)) and by RuntimeClass handler (h*: only a cross-check).
 SAMPLE_METRICS = """\
 # HELP kubelet_run_podsandbox_duration_seconds [ALPHA] Duration in seconds of the run_podsandbox operations.
 # TYPE kubelet_run_podsandbox_duration_seconds histogram
-kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="0.1"} 0
-kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="0.5"} {s05}
-kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="1"} {s1}
-kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="+Inf"} {sinf}
-kubelet_run_podsandbox_duration_seconds_sum{runtime_handler="cube"} {ssum}
-kubelet_run_podsandbox_duration_seconds_count{runtime_handler="cube"} {sinf}
-kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="0.1"} 7
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="0.005"} {h0005}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="0.5"} {h05}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="1"} {h1}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="cube",le="+Inf"} {hinf}
+kubelet_run_podsandbox_duration_seconds_sum{runtime_handler="cube"} {hsum}
+kubelet_run_podsandbox_duration_seconds_count{runtime_handler="cube"} {hinf}
+kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="0.005"} 7
 kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="0.5"} 7
 kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="1"} 7
 kubelet_run_podsandbox_duration_seconds_bucket{runtime_handler="",le="+Inf"} 7
-kubelet_run_podsandbox_duration_seconds_sum{runtime_handler=""} 0.3
+kubelet_run_podsandbox_duration_seconds_sum{runtime_handler=""} 0.00002
 kubelet_run_podsandbox_duration_seconds_count{runtime_handler=""} 7
 # TYPE kubelet_runtime_operations_duration_seconds histogram
 kubelet_runtime_operations_duration_seconds_bucket{operation_type="create_container",le="0.01"} {c001}
@@ -425,6 +428,12 @@ kubelet_runtime_operations_duration_seconds_bucket{operation_type="create_contai
 kubelet_runtime_operations_duration_seconds_bucket{operation_type="create_container",le="+Inf"} {c0025}
 kubelet_runtime_operations_duration_seconds_sum{operation_type="create_container"} {csum}
 kubelet_runtime_operations_duration_seconds_count{operation_type="create_container"} {c0025}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="run_podsandbox",le="0.1"} 0
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="run_podsandbox",le="0.5"} {s05}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="run_podsandbox",le="1"} {s1}
+kubelet_runtime_operations_duration_seconds_bucket{operation_type="run_podsandbox",le="+Inf"} {sinf}
+kubelet_runtime_operations_duration_seconds_sum{operation_type="run_podsandbox"} {ssum}
+kubelet_runtime_operations_duration_seconds_count{operation_type="run_podsandbox"} {sinf}
 kubelet_runtime_operations_duration_seconds_bucket{operation_type="start_container",le="0.25"} {st}
 kubelet_runtime_operations_duration_seconds_bucket{operation_type="start_container",le="+Inf"} {st}
 kubelet_runtime_operations_duration_seconds_sum{operation_type="start_container"} {stsum}
@@ -436,6 +445,7 @@ kubelet_pod_start_duration_seconds_bucket{le="+Inf"} 12
 
 def metrics_text(**values: float) -> str:
     defaults = {"s05": 0, "s1": 0, "sinf": 0, "ssum": 0, "c001": 0, "c0025": 0, "csum": 0, "st": 0, "stsum": 0}
+    defaults.update({"h0005": 0, "h05": 0, "h1": 0, "hinf": 0, "hsum": 0})
     defaults.update(values)
     text = SAMPLE_METRICS
     for key, value in defaults.items():
@@ -444,7 +454,9 @@ def metrics_text(**values: float) -> str:
 
 
 def reading(text: str, handler: str = "cube") -> demo.KubeletReading:
-    scanner = demo.MetricsScanner(family for _, family, _, _ in demo.KUBELET_OPERATIONS)
+    scanner = demo.MetricsScanner(
+        [demo.HANDLER_SANDBOX_FAMILY, *(family for _, family, _, _ in demo.KUBELET_OPERATIONS)]
+    )
     scanner.feed(text.encode())
     return demo.kubelet_reading(scanner.finish(), handler, scanner.error)
 
@@ -494,9 +506,22 @@ class PrometheusTextTest(Case):
             histograms["CreateContainer"], demo.Histogram(((0.01, 1.0), (0.025, 3.0), (math.inf, 3.0)), 0.04, 3.0)
         )
         self.assertIsNone(histograms["PullImage"])  # never happened on this node
-        default = reading(metrics_text(), handler="").histograms["RunPodSandbox"]
-        assert default is not None
-        self.assertEqual(default.count, 7.0)
+        self.assertEqual(
+            histograms[demo.HANDLER_SANDBOX],
+            demo.Histogram(((0.005, 0.0), (0.5, 0.0), (1.0, 0.0), (math.inf, 0.0)), 0.0, 0.0),
+        )
+
+    def test_run_podsandbox_comes_from_the_operations_family_whatever_the_handler(self) -> None:
+        """kubelet_runtime_operations_duration_seconds{operation_type="run_podsandbox"} has no handler
+        label: the handler only picks the cross-check's series (instrumented_services.go)."""
+        text = metrics_text(s05=2, s1=3, sinf=4, ssum=2.5)
+        cube, default = reading(text).histograms, reading(text, handler="").histograms
+        self.assertEqual(cube["RunPodSandbox"], default["RunPodSandbox"])
+        assert cube["RunPodSandbox"] is not None
+        self.assertEqual(cube["RunPodSandbox"].count, 4.0)
+        by_default = default[demo.HANDLER_SANDBOX]
+        assert by_default is not None
+        self.assertEqual((by_default.count, by_default.sum), (7.0, 0.00002))
 
     def test_malformed_histograms_are_named(self) -> None:
         for text in (
@@ -603,6 +628,40 @@ class RuntimeOperationsTest(Case):
         self.assertAlmostEqual(pooled["StartContainer"]["mean_seconds"], 0.65 / 4)
         self.assertIsNone(pooled["PullImage"])
         json.dumps(operations, allow_nan=False)
+
+    def test_the_handler_family_is_a_cross_check_named_when_implausibly_small(self) -> None:
+        """A kubelet before 1.36 observes kubelet_run_podsandbox_duration_seconds when the call
+        starts (microseconds); run_podsandbox's histogram stays the figure, and a note says why."""
+        before = {"node-a": reading(metrics_text())}
+        buggy = metrics_text(s05=1, s1=2, sinf=2, ssum=1.5, h0005=2, h05=2, h1=2, hinf=2, hsum=4e-6)
+        operations = demo.runtime_operations(before, {"node-a": reading(buggy)}, "cube", {"node-a": expected(2)})
+        self.assertAlmostEqual(operations["pooled"]["RunPodSandbox"]["mean_seconds"], 0.75)
+        crosscheck = operations["sandbox_crosscheck"]
+        self.assertEqual(crosscheck["handler_figures"]["count"], 2)
+        self.assertAlmostEqual(crosscheck["handler_figures"]["mean_seconds"], 2e-6)
+        self.assertIn(
+            'kubelet_run_podsandbox_duration_seconds{runtime_handler="cube"} averages 2 \u00b5s', crosscheck["note"]
+        )
+        self.assertIn("against 750 ms", crosscheck["note"])
+        self.assertIn("kubernetes/kubernetes#135749", crosscheck["note"])
+        summary = demo.render_summary(results_with([validate(ready_event())], operations))
+        self.assertIn(f"note: {crosscheck['note']}", " ".join(summary.split()))
+        # a 1.36 kubelet: both families agree, and nothing is said
+        fixed = metrics_text(s05=1, s1=2, sinf=2, ssum=1.5, h05=1, h1=2, hinf=2, hsum=1.49)
+        operations = demo.runtime_operations(before, {"node-a": reading(fixed)}, "cube", {"node-a": expected(2)})
+        self.assertEqual(operations["sandbox_crosscheck"]["note"], "")
+        # no sandbox of this handler, or none at all: nothing to compare
+        for text in (metrics_text(s05=1, s1=2, sinf=2, ssum=1.5), metrics_text()):
+            operations = demo.runtime_operations(before, {"node-a": reading(text)}, "cube", {"node-a": expected(2)})
+            self.assertEqual(operations["sandbox_crosscheck"]["note"], "")
+
+    def test_other_handlers_sandboxes_are_foreign(self) -> None:
+        """run_podsandbox counts every sandbox of the node, whatever its handler."""
+        before = {"node-a": reading(metrics_text())}
+        after = {"node-a": reading(metrics_text(s05=1, s1=3, sinf=3, ssum=2.2, h05=1, h1=1, hinf=1, hsum=0.7))}
+        node = demo.runtime_operations(before, after, "cube", {"node-a": expected(1)})["nodes"]["node-a"]
+        self.assertEqual(node["RunPodSandbox"]["count"], 3)
+        self.assertIn("RunPodSandbox: 2 of 3 operations were not this run's", node["note"])
 
     def test_a_restarted_kubelet_voids_its_node(self) -> None:
         before = {"node-a": reading(metrics_text(s05=5, s1=5, sinf=5, ssum=2.0))}

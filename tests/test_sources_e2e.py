@@ -115,6 +115,28 @@ class FakeSourcesTest(SourcesTestCase):
             'kubelet_runtime_operations_duration_seconds_bucket{operation_type="pull_image",le="+Inf"}', result.stdout
         )
 
+    def test_run_podsandbox_as_a_135_and_a_136_kubelet_record_it(self) -> None:
+        """instrumented_services.go RunPodSandbox: the operations family always holds the true
+        duration (no handler label); the handler family holds microseconds before 1.36."""
+        nodes = [{"name": "old", "kubelet_version": "v1.35.2"}, {"name": "new", "kubelet_version": "v1.36.0"}]
+        cluster = self.cluster(nodes=nodes)
+        texts = {}
+        for node in ("old", "new"):
+            result = self.kubectl(cluster, "get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics")
+            self.assertEqual(result.returncode, 0, result.stderr)
+            scanner = demo.MetricsScanner([demo.HANDLER_SANDBOX_FAMILY, "kubelet_runtime_operations_duration_seconds"])
+            scanner.feed(result.stdout.encode())
+            texts[node] = demo.kubelet_reading(scanner.finish(), "cube").histograms
+            self.assertIn('kubelet_runtime_operations_total{operation_type="run_podsandbox"} 25\n', result.stdout)
+        for node, handler_mean in (("old", 2e-6), ("new", 0.6)):
+            operation, by_handler = texts[node]["RunPodSandbox"], texts[node][demo.HANDLER_SANDBOX]
+            assert operation is not None and by_handler is not None
+            self.assertEqual((operation.count, by_handler.count), (25, 25))
+            self.assertAlmostEqual(operation.sum / operation.count, 0.6)
+            self.assertAlmostEqual(by_handler.sum / by_handler.count, handler_mean)
+        bounds = [bound for bound, _ in texts["old"]["RunPodSandbox"].buckets][:-1]
+        self.assertEqual(bounds, [0.005 * 2.5**i for i in range(14)])
+
     def test_per_index_fields_are_validated(self) -> None:
         cluster = self.cluster()
         job = json.loads(self.kubectl(cluster, "create", "-f", "-", "-o", "json", stdin=json.dumps(_job())).stdout)
@@ -249,6 +271,11 @@ class SandboxPhasesTest(SourcesTestCase):
             self.assertEqual(pooled["count"], len(seconds), operation)
             self.assertTrue(math.isclose(pooled["mean_seconds"], sum(seconds) / len(seconds), rel_tol=1e-6))
         self.assertEqual(len(observed["RunPodSandbox"]), 3)
+        # the fake's kubelets are v1.32.0: their handler family holds microseconds, said beside the figure
+        crosscheck = operations["sandbox_crosscheck"]
+        self.assertEqual(crosscheck["handler_figures"]["count"], 3)
+        self.assertLess(crosscheck["handler_figures"]["mean_seconds"], 1e-5)
+        self.assertIn("kubernetes/kubernetes#135749", crosscheck["note"])
         self.assertEqual(len(observed["PullImage"]), 1)
         self.assertTrue(all(node["foreign_operations"] == 0 for node in operations["nodes"].values()))
         # the flag's kubectl processes: one list of the nodes, each node read before and after
