@@ -161,21 +161,29 @@ PHASE_LABELS = {
 PHASES = tuple(PHASE_LABELS)
 
 # The clocks a figure is read from (docs/figures.md, "The clocks"), each with its resolution in
-# seconds: the API server's stamps (creationTimestamp, conditions, startedAt/finishedAt) are whole
-# seconds, truncated; the scheduler's eventTime is microseconds; /proc's start times are clock ticks.
+# seconds: the API server's stamps (creationTimestamp, conditions) are whole seconds, truncated; a
+# container's startedAt/finishedAt are the node's container runtime's (CRI ContainerStatus, copied by
+# the kubelet's toKubeContainerStatus), whole seconds once serialised as metav1.Time; the
+# scheduler's eventTime is microseconds; /proc's start times are clock ticks.
 CLOCK_API = "API server"
+CLOCK_RUNTIME = "runtime"  # the node's container runtime (CRI)
 CLOCK_SCHEDULER = "scheduler"
 CLOCK_TICKS = "kernel ticks"
 CLOCK_NODE = "node"
 CLOCK_CLIENT = "client"
-CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
+CLOCK_RESOLUTION = {
+    **{CLOCK_API: 1.0, CLOCK_RUNTIME: 1.0, CLOCK_SCHEDULER: 1e-6},
+    **{CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6},
+}
+TIMESTAMP_SLACK = 1.0  # whole-second stamps, possibly of different API-server replicas (or nodes): 1 s apart
 
 # Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
 # by its clock: the one place that says where a figure's ends come from. batch_start is the Job's
 # creationTimestamp, scheduled_at the Scheduled event's eventTime (the PodScheduled condition's:
 # below); client_job_complete_seconds itself is timed on the client's monotonic clock.
 STAMP_CLOCKS = {
-    **dict.fromkeys(("batch_start", "created_at", "container_started_at", "finished_at"), CLOCK_API),
+    **dict.fromkeys(("batch_start", "created_at"), CLOCK_API),
+    **dict.fromkeys(("container_started_at", "finished_at"), CLOCK_RUNTIME),
     "scheduled_at": CLOCK_SCHEDULER,
     **dict.fromkeys(("kernel_booted_at", "process_started_at"), CLOCK_TICKS),
     **dict.fromkeys(("first_statement_at", "imports_done_at", "ready_at", "reward_at"), CLOCK_NODE),
@@ -199,7 +207,8 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "pod_to_container_started_seconds": (
         "created_at",
         "container_started_at",
-        "startedAt is the kubelet's stamp and creationTimestamp the API server's, and their clocks disagree",
+        "startedAt is the node's container runtime's stamp and creationTimestamp the API server's, and their "
+        "clocks disagree",
     ),
     "pod_to_process_start_seconds": ("created_at", "process_started_at", _SKEW),
     "interpreter_start_seconds": (
@@ -2485,24 +2494,28 @@ def validate_episode(
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
     reward_at = float(reward_event["at"])
-    if not job_created_at <= created_at <= ready_at <= reward_at:
+    # Whole-second creationTimestamps, possibly of two API-server replicas: each a second of slack.
+    if not (job_created_at - TIMESTAMP_SLACK <= created_at and created_at - TIMESTAMP_SLACK <= ready_at <= reward_at):
         raise invalid(
-            "timestamps out of order (Job creation <= pod creation <= ready <= reward fails: "
-            f"{job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, {reward_at:.3f}); "
-            "check clock synchronisation between the API server and the nodes"
+            "timestamps out of order (Job creation <= pod creation <= ready <= reward, the first two whole seconds "
+            f"and 1 s apart at most, fails: {job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, "
+            f"{reward_at:.3f}); check clock synchronisation between the API server and the nodes"
         )
     scheduled_at = _condition_time(pod, "PodScheduled")
     started_at = optional_timestamp(terminated.get("startedAt"))
     finished_at = optional_timestamp(terminated.get("finishedAt"))
-    if finished_at is not None and reward_at > finished_at + 1.0:  # finishedAt is truncated to the second
+    # startedAt and finishedAt are the node's container runtime's, truncated to the second.
+    if finished_at is not None and reward_at > finished_at + TIMESTAMP_SLACK:
         raise invalid(
-            f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}); the node's "
-            "clock runs ahead: check clock synchronisation between the API server and the nodes"
+            f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}, the node's "
+            "container runtime's stamp); the clock the worker reads runs ahead of its node's: check the clock "
+            "synchronisation of the node and, for a VM sandbox, of its guest"
         )
-    if started_at is not None and ready_at < started_at - 1.0:  # startedAt is truncated to the second
+    if started_at is not None and ready_at < started_at - TIMESTAMP_SLACK:
         raise invalid(
-            f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}); the "
-            "node's clock runs behind: check clock synchronisation between the API server and the nodes"
+            f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}, the node's "
+            "container runtime's stamp); the clock the worker reads runs behind its node's: check the clock "
+            "synchronisation of the node and, for a VM sandbox, of its guest"
         )
     clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
     imports_done_at = clocks.imports_done_at
@@ -3302,13 +3315,14 @@ def _resolution(clocks: Clocks) -> float:
 
 def clocked_text(value: Optional[float], clocks: Clocks) -> str:
     """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
-    ("0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
     the guide prints them), 10 ms steps for clock ticks, else _seconds."""
     if value is None:
         return "-"
     resolution = _resolution(clocks)
     if resolution >= 1:
-        return f"{_number(value, 0 if clocks[0] == clocks[1] else 1)} s"
+        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
+        return f"{_number(value, 0 if whole else 1)} s"
     if resolution >= 0.01:
         return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
     return _seconds(value)
