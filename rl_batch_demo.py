@@ -787,7 +787,8 @@ class PodRow(TypedDict):  # one validated episode's figures: a row of results.js
     process_started_at: Optional[float]  # /proc/self/stat starttime on the kernel's boot clock
     first_statement_at: Optional[float]  # the worker's first statement (node wall clock)
     kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
-    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say
+    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say (or its clocks disagree)
+    clock_note: Optional[str]  # why the /proc figures are unknown though the sandbox reported them (this tool's words)
     pod_to_process_start_seconds: Optional[float]
     pod_to_kernel_boot_seconds: Optional[float]
     kernel_boot_to_process_start_seconds: Optional[float]
@@ -828,6 +829,7 @@ class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round 
     reward_mean: Optional[float]
     reward_min: Optional[float]
     reward_max: Optional[float]
+    masked_episodes: int  # failed, set aside under --max-failed-episodes: no reward figure counts them
 
 
 class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
@@ -918,6 +920,7 @@ class ImageCache(TypedDict):
 
 
 class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+    notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
     worker: str
     tasks: Optional[int]
@@ -1991,6 +1994,32 @@ class SandboxClocks:
     imports_done_at: Optional[float] = None
     kernel_booted_at: Optional[float] = None  # a sandbox kernel's only
     kernel: Optional[str] = None
+    note: Optional[str] = None  # why the /proc figures are unknown although the sandbox gave them
+
+
+# Why a sandbox's boot clock (/proc) and its wall clock cannot both be right: LXCFS and Sysbox make
+# /proc/uptime the container's age but leave /proc/self/stat's start on the host's boot clock
+# (lxc/lxcfs proc_fuse.c proc_uptime_read); a sandbox restored from a snapshot keeps its old boot.
+_CLOCKS_DISAGREE = (
+    "the sandbox's boot clock and its wall clock disagree (a virtualised /proc/uptime, as LXCFS and Sysbox "
+    "give, or a sandbox restored from a snapshot), so its process start and kernel boot are unknown"
+)
+
+
+def _proc_clocks_note(ready_event: JsonObject) -> Optional[str]:
+    """The worker's own finding that /proc/uptime is shorter than its process's start after boot
+    (`proc_clocks_disagree`: the two readings), as a note of this tool's words; None without one."""
+    found = ready_event.get("proc_clocks_disagree")
+    if not isinstance(found, dict):
+        return None
+    uptime = finite_number(found.get("uptime_seconds"))
+    after_boot = finite_number(found.get("started_after_boot_seconds"))
+    if uptime is None or after_boot is None:
+        return f"its ready event's proc_clocks_disagree is malformed; {_CLOCKS_DISAGREE}"
+    return (
+        f"its /proc/uptime ({uptime:.2f} s) is shorter than its process's start after boot ({after_boot:.2f} s, "
+        f"/proc/self/stat): {_CLOCKS_DISAGREE}"
+    )
 
 
 def sandbox_clocks(
@@ -1998,10 +2027,15 @@ def sandbox_clocks(
 ) -> SandboxClocks:
     """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
 
-    Every stamp before `ready` must lie in [pod creation - 1 s, ready] (ready itself is bound to
-    the container's finish + 1 s by the caller), and in the order the process lives them. A ready
-    event without `first_statement_at` comes from an older worker, whose `process_started_at`
-    was its first statement: read that way, its /proc figures are null."""
+    The wall-clock stamps (the first statement, the imports) must lie in [pod creation - 1 s, ready]
+    (ready itself is bound to the container's finish + 1 s by the caller), in the order the process
+    lives them. The /proc stamps (process start, kernel boot) come from the sandbox's boot clock: when
+    the worker found /proc inconsistent, or the process start falls outside [pod creation - 1 s, first
+    statement (else ready) + two ticks], or the kernel booted after the process started, the two
+    clocks disagree, and both are unknown, with a note: an episode never fails for it. A consistent
+    process start therefore bounds ready from below. A ready event without `first_statement_at` comes
+    from an older worker, whose `process_started_at` was its first statement: read that way, its /proc
+    figures are null."""
     invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     process_started_at = finite_number(ready_event.get("process_started_at"))
     booted_at = finite_number(ready_event.get("kernel_booted_at"))
@@ -2010,11 +2044,7 @@ def sandbox_clocks(
     if first_statement_key == "process_started_at":
         process_started_at, booted_at = None, None
     imports_done_at = finite_number(ready_event.get("imports_done_at"))
-    for label, stamp in (
-        ("process_started_at", process_started_at),
-        (first_statement_key, first_statement_at),
-        ("imports_done_at", imports_done_at),
-    ):
+    for label, stamp in ((first_statement_key, first_statement_at), ("imports_done_at", imports_done_at)):
         if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
             raise invalid(
                 f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
@@ -2023,20 +2053,21 @@ def sandbox_clocks(
             )
     if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
         raise invalid("its ready event says the imports finished before the process started")
-    if (
-        process_started_at is not None
-        and first_statement_at is not None
-        and process_started_at > first_statement_at + CLOCK_TICK_SLACK
-    ):
-        raise invalid(
-            f"its ready event's process_started_at ({process_started_at:.3f}) is later than its first statement "
-            f"({first_statement_at:.3f}); the sandbox's clocks disagree"
-        )
+    note = _proc_clocks_note(ready_event) if first_statement_key == "first_statement_at" else None
+    latest = (first_statement_at if first_statement_at is not None else ready_at) + CLOCK_TICK_SLACK
+    if note is None and process_started_at is not None and not created_at - 1.0 <= process_started_at <= latest:
+        where = "before the pod's creation" if process_started_at < created_at - 1.0 else "after its first statement"
+        if first_statement_at is None:
+            where = "before the pod's creation" if process_started_at < created_at - 1.0 else "after its ready"
+        note = f"its process start by /proc ({process_started_at:.3f}) is {where}: {_CLOCKS_DISAGREE}"
+    reference = process_started_at if process_started_at is not None else first_statement_at
+    if note is None and booted_at is not None and reference is not None and booted_at > reference:
+        note = f"its kernel booted ({booted_at:.3f}) after its process started ({reference:.3f}): {_CLOCKS_DISAGREE}"
+    if note is not None:
+        return SandboxClocks(None, first_statement_at, imports_done_at, None, None, note)
     kernel = None
     if booted_at is not None:
-        reference = process_started_at if process_started_at is not None else first_statement_at
-        inside = reference is not None and created_at - 1.0 <= booted_at <= reference
-        kernel = "sandbox" if inside else "shared"
+        kernel = "sandbox" if reference is not None and created_at - 1.0 <= booted_at else "shared"
     sandbox_booted_at = booted_at if kernel == "sandbox" else None
     return SandboxClocks(process_started_at, first_statement_at, imports_done_at, sandbox_booted_at, kernel)
 
@@ -2561,6 +2592,7 @@ def validate_episode(
         first_statement_at=clocks.first_statement_at,
         kernel_booted_at=sandbox,
         kernel=clocks.kernel,
+        clock_note=clocks.note,
         pod_to_process_start_seconds=difference(clocks.process_started_at, created_at),
         pod_to_kernel_boot_seconds=difference(sandbox, created_at),
         kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
@@ -2617,6 +2649,7 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
+        "masked_episodes": failed,
         "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
@@ -2627,6 +2660,29 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
         "reward_min": min(rewards),
         "reward_max": max(rewards),
     }
+
+
+def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int) -> List[str]:
+    """results.json's `notes`, in this tool's words: episodes masked under --max-failed-episodes
+    (the reward figures leave them out), and episodes whose sandbox clocks disagree."""
+    notes = []
+    masked = figures["masked_episodes"]
+    if masked:
+        notes.append(
+            f"{masked} of {figures['episodes']} episodes masked: they failed and were set aside under "
+            f"--max-failed-episodes {max_failed_episodes}, so reward_sum ({figures['reward_sum']!r}) and reward_mean "
+            f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
+            "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
+            "episode, and rewards.jsonl gives it reward null"
+        )
+    disagree = [row for row in rows if row["clock_note"]]
+    if disagree:
+        notes.append(
+            f"{len(disagree)} of {len(rows)} episodes' sandbox clocks disagree, so their process start and kernel "
+            f"boot are unknown, the rest of each episode standing (pods[].clock_note; {disagree[0]['pod']}: "
+            f"{disagree[0]['clock_note']})"
+        )
+    return notes
 
 
 def phase_table(rows: List[EpisodeRow]) -> Dict[str, Optional[PhaseStats]]:
@@ -2860,8 +2916,10 @@ def assemble_results(
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
+    figures = batch_figures(rows, len(failed))
     return Results(
-        **batch_figures(rows, len(failed)),
+        **figures,
+        notes=figure_notes(figures, rows, settings.max_failed_episodes),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         failed_episodes=failed,
@@ -3419,12 +3477,8 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
         )
-    left_out = results.get("failed_episodes") or []
-    if left_out:
-        lines.append(
-            f"{len(left_out)} failed episode(s) left out of the reward figures "
-            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json"
-        )
+    for note in results.get("notes") or []:
+        lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
     lines.append("")
     batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
@@ -3482,9 +3536,13 @@ def startup_source_lines(results: Results) -> List[str]:
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
         f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
     )
-    lines.append(
-        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
-        f"{kernels.count(None)} unknown"
+    disagree = sum(1 for row in rows if row.get("clock_note"))
+    lines += wrap_text(
+        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
+        f"the pod: the host's, or a sandbox restored from a snapshot), {kernels.count(None)} unknown"
+        + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
+        SUMMARY_WIDTH,
+        "  ",
     )
     return lines
 
@@ -7339,27 +7397,33 @@ import os  # noqa: E402  (already loaded by the interpreter's start: costs nothi
 
 
 def proc_clocks(proc):
-    """(process start, kernel boot), epoch seconds by the node's clock, from /proc alone: the
-    process's starttime (clock ticks since boot, /proc/self/stat field 22) on the kernel's boot
-    clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is unreadable.
+    """(process start, kernel boot, disagreement), epoch seconds by the node's clock, from /proc
+    alone: the process's starttime (clock ticks since boot, /proc/self/stat field 22) on the
+    kernel's boot clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is
+    unreadable. When /proc/uptime is shorter than the process's start after boot, it is not the
+    kernel's (LXCFS and Sysbox make it the container's age, but leave /proc/self/stat on the host's
+    boot clock): both times are None, and the disagreement holds the two readings.
     RL_DEMO_PROC names another /proc, for tests and simulations only."""
     try:
         with open(proc + "/uptime") as uptime_file:
             uptime = float(uptime_file.read().split()[0])
         booted = time.time() - uptime
     except (OSError, ValueError, IndexError):
-        return None, None
+        return None, None, None
     try:
         with open(proc + "/self/stat") as stat_file:
             stat = stat_file.read()
         ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "pid (comm) ": state is field 3
-        started = booted + ticks / os.sysconf("SC_CLK_TCK")
+        hertz = os.sysconf("SC_CLK_TCK")
+        after_boot = ticks / hertz
     except (OSError, ValueError, IndexError, ZeroDivisionError):
-        started = None
-    return started, booted
+        return None, booted, None
+    if after_boot > uptime + 2 / hertz:  # both are truncated to a tick: two ticks of slack
+        return None, None, {"uptime_seconds": uptime, "started_after_boot_seconds": after_boot}
+    return booted + after_boot, booted, None
 
 
-PROCESS_STARTED_AT, KERNEL_BOOTED_AT = proc_clocks(os.environ.get("RL_DEMO_PROC", "/proc"))
+PROCESS_STARTED_AT, KERNEL_BOOTED_AT, PROC_CLOCKS_DISAGREE = proc_clocks(os.environ.get("RL_DEMO_PROC", "/proc"))
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -7868,6 +7932,7 @@ def episode(fields):
         "ready",
         process_started_at=PROCESS_STARTED_AT,
         kernel_booted_at=KERNEL_BOOTED_AT,
+        proc_clocks_disagree=PROC_CLOCKS_DISAGREE,
         first_statement_at=STARTED_AT,
         imports_done_at=IMPORTS_DONE_AT,
     )

@@ -284,6 +284,24 @@ class SandboxPhasesTest(SourcesTestCase):
         self.assertEqual(sorted(c[-1] for c in raw), sorted(f"/api/v1/nodes/{n}/proxy/metrics" for n in NODES * 2))
         self.assertEqual(len([c for c in calls if c[-3:] == ["nodes", "-o", "json"]]), 1)
 
+    def test_an_lxcfs_proc_leaves_process_and_kernel_unknown_and_the_run_valid(self) -> None:
+        """LXCFS virtualises /proc/uptime, not /proc/self/stat (lxc/lxcfs proc_uptime_read): the
+        worker's boot clock disagrees with its wall clock. Never an episode failure, a note."""
+        cluster = self.cluster(faults={"lxcfs": True})
+        self.run_tool(cluster, 0, "--count", "2")
+        results = self.results()
+        self.assertEqual(results["successful_episodes"], 2)
+        for row in results["pods"]:
+            self.assertIsNone(row["kernel"])
+            self.assertIsNone(row["process_started_at"])
+            self.assertIsNone(row["pod_to_process_start_seconds"])
+            self.assertIn(
+                "its /proc/uptime (0.00 s) is shorter than its process's start after boot (259200.00 s",
+                row["clock_note"],
+            )
+            self.assertIsNotNone(row["python_import_seconds"])  # the wall clock's figures stand
+        self.assertTrue(any(note.startswith("2 of 2 episodes' sandbox clocks disagree") for note in results["notes"]))
+
     def test_pulled_images_and_scheduled_conditions(self) -> None:
         cluster = self.cluster(faults={"image_pull": "pulled", "scheduled_event_time": "legacy"})
         self.run_tool(cluster, 0, "--count", "2")
