@@ -133,10 +133,13 @@ exit codes:
   130  interrupted (Ctrl-C or SIGTERM)
 """
 
-# The figures a --threshold may guard: top-level numbers of results.json.
+# The figures a --threshold may guard: top-level numbers of results.json. A budget a pod must not
+# be able to game guards one it cannot forge (FIGURE_SOURCES): the cluster's or the client's.
 THRESHOLD_METRICS = (
     "batch_to_all_ready_seconds",
     "batch_to_all_rewards_seconds",
+    "batch_to_all_started_seconds",
+    "batch_to_all_finished_seconds",
     "client_job_complete_seconds",
     "pod_to_ready_p50_seconds",
     "pod_to_ready_p95_seconds",
@@ -190,6 +193,22 @@ STAMP_CLOCKS = {
     **dict.fromkeys(("observed_first_seen_at", "client_submitted_at", "client_observed_complete_at"), CLOCK_CLIENT),
 }
 
+# Who measured each stamp: the client itself, the cluster (the API server, the scheduler, the node's
+# container runtime), or the pod, whose reports the code inside the sandbox can forge (a reward's
+# time is bounded only from above, by the container's finish). A figure is as forgeable as its
+# least trusted end (FIGURE_SOURCES).
+SOURCE_CLIENT = "client"
+SOURCE_CLUSTER = "cluster"
+SOURCE_POD = "pod"
+STAMP_SOURCES = {
+    stamp: SOURCE_CLIENT
+    if clock == CLOCK_CLIENT
+    else SOURCE_CLUSTER
+    if clock in (CLOCK_API, CLOCK_RUNTIME, CLOCK_SCHEDULER)
+    else SOURCE_POD
+    for stamp, clock in STAMP_CLOCKS.items()
+}
+
 # Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
 # where it cannot). The summary, the CI step summary, the verdict and the guide's table format
 # each figure from its clocks (FIGURE_CLOCKS: figure_text, clock_text).
@@ -197,6 +216,12 @@ _SKEW = "the node's clock is behind the API server's"
 FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "batch_to_all_ready_seconds": ("batch_start", "ready_at", _SKEW),
     "batch_to_all_rewards_seconds": ("batch_start", "reward_at", _SKEW),
+    "batch_to_all_started_seconds": (
+        "batch_start",
+        "container_started_at",
+        "the node's clock is behind the API server's",
+    ),
+    "batch_to_all_finished_seconds": ("batch_start", "finished_at", "the node's clock is behind the API server's"),
     "client_job_complete_seconds": ("client_submitted_at", "client_observed_complete_at", None),  # monotonic
     "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
@@ -234,6 +259,14 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
 FIGURE_CLOCKS = {
     figure: (STAMP_CLOCKS[start], STAMP_CLOCKS[end], why) for figure, (start, end, why) in FIGURE_STAMPS.items()
 }
+_TRUST = (SOURCE_POD, SOURCE_CLUSTER, SOURCE_CLIENT)  # the first one a figure's ends hold names its source
+FIGURE_SOURCES = {
+    **{
+        figure: next(source for source in _TRUST if source in (STAMP_SOURCES[start], STAMP_SOURCES[end]))
+        for figure, (start, end, _) in FIGURE_STAMPS.items()
+    },
+    "runtime_operations": SOURCE_CLUSTER,  # the kubelets' histograms
+}
 # pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
 SCHEDULED_BY_CONDITION = (
     CLOCK_API,
@@ -253,6 +286,7 @@ COMPARE_FIGURES = (
     ("rounds", "rounds"),
     ("batch_to_all_ready_seconds", "all ready (s)"),
     ("batch_to_all_rewards_seconds", "all rewards (s)"),
+    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
     ("client_job_complete_seconds", "client saw Complete (s)"),
     ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
     ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
@@ -823,6 +857,8 @@ class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round 
     reward_sum: float
     batch_to_all_ready_seconds: float
     batch_to_all_rewards_seconds: float
+    batch_to_all_started_seconds: Optional[float]  # the cluster's: null when a container's startedAt is missing
+    batch_to_all_finished_seconds: Optional[float]  # the cluster's: null when a container's finishedAt is missing
     pod_to_ready_p50_seconds: float
     pod_to_ready_p95_seconds: float
     pod_to_ready_max_seconds: float
@@ -920,6 +956,7 @@ class ImageCache(TypedDict):
 
 
 class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+    figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
     worker: str
@@ -2646,6 +2683,11 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
     rewards = [row["reward"] for row in rows]
+
+    def latest(ends: List[Optional[float]]) -> Optional[float]:  # the cluster's stamps: every episode's, else unknown
+        known = [end for end in ends if end is not None]
+        return max(known) if len(known) == len(ends) else None
+
     return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
@@ -2653,6 +2695,8 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
         "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
+        "batch_to_all_started_seconds": latest([difference(r["container_started_at"], r["batch_start"]) for r in rows]),
+        "batch_to_all_finished_seconds": latest([difference(r["finished_at"], r["batch_start"]) for r in rows]),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
@@ -2919,6 +2963,7 @@ def assemble_results(
     figures = batch_figures(rows, len(failed))
     return Results(
         **figures,
+        figure_sources=dict(sorted(FIGURE_SOURCES.items())),
         notes=figure_notes(figures, rows, settings.max_failed_episodes),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
@@ -2964,7 +3009,9 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
     breaches = []
     for metric, limit in sorted(thresholds.items()):
         value = json_number(results.get(metric))
-        if value is not None and value > limit:
+        if value is None:  # a budget is never met by a figure nobody measured
+            breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
+        elif value > limit:
             breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
     return breaches
 
@@ -3416,18 +3463,27 @@ def clock_text(figure: str) -> str:
     return clocks_text(FIGURE_CLOCKS[figure])
 
 
-def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
-    """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
-    with a negative value is marked "*", and a note under the table says why it can be."""
+def _figure_table(
+    header: Sequence[str],
+    rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]],
+    sources: Optional[Sequence[str]] = None,
+) -> List[str]:
+    """Lines of figures: a label, each value formatted by its clocks, who measured it (`sources`,
+    when given: FIGURE_SOURCES), then its clocks; a row with a negative value is marked "*", and a
+    note under the table says why it can be."""
     cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
     width = max(len(line[0]) for line in [list(header), *cells]) + 1
     value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
-    lines = ["".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), "  clock"])]
+    by = [f"  {source:<{max(len(s) for s in [*sources, 'by'])}}" for source in ["by", *sources]] if sources else []
+    lines = [
+        "".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), *by[:1], "  clock"])
+    ]
     notes: List[str] = []
-    for (label, clocks, _), line in zip(rows, cells):
+    for number, ((label, clocks, _), line) in enumerate(zip(rows, cells)):
         negative = any(text.startswith("-") and text != "-" for text in line[1:])
         lines.append(
             "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
+            + (by[number + 1] if by else "")
             + f"  {clocks_text(clocks)}{' *' if negative else ''}"
         )
         if negative:
@@ -3483,11 +3539,14 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
+        ("Job created -> all containers started", "batch_to_all_started_seconds"),
+        ("Job created -> all containers finished", "batch_to_all_finished_seconds"),
         ("client submit -> Job Complete observed", "client_job_complete_seconds"),
     ]
     lines += _figure_table(
         ["batch figure", "value"],
         [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
+        [FIGURE_SOURCES[key] for _, key in batch],
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
@@ -3539,7 +3598,7 @@ def startup_source_lines(results: Results) -> List[str]:
     disagree = sum(1 for row in rows if row.get("clock_note"))
     lines += wrap_text(
         f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
-        f"the pod: the host's, or a sandbox restored from a snapshot), {kernels.count(None)} unknown"
+        f"the pod, or restored from a snapshot), {kernels.count(None)} unknown"
         + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
         SUMMARY_WIDTH,
         "  ",
@@ -3597,15 +3656,16 @@ def markdown_summary(results: Results) -> str:
         f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
         f"reward sum {results['reward_sum']}",
         "",
-        "| figure | value | clock |",
-        "| --- | --- | --- |",
+        "| figure | value | measured by | clock |",
+        "| --- | --- | --- | --- |",
     ]
     for key in THRESHOLD_METRICS:
-        lines.append(f"| {key} | {figure_text(json_number(results.get(key)), key)} | {clock_text(key)} |")
+        value = figure_text(json_number(results.get(key)), key)
+        lines.append(f"| {key} | {value} | {FIGURE_SOURCES[key]} | {clock_text(key)} |")
     lines += [
-        f"| runtime | {results['runtime'] or '(none)'} | |",
-        f"| parallelism | {results['parallelism']} | |",
-        f"| namespace | {results['namespace']} | |",
+        f"| runtime | {results['runtime'] or '(none)'} | | |",
+        f"| parallelism | {results['parallelism']} | | |",
+        f"| namespace | {results['namespace']} | | |",
     ]
     return "\n".join(lines) + "\n"
 

@@ -90,12 +90,14 @@ class SummaryTest(unittest.TestCase):
     def test_batch_and_phase_lines(self) -> None:
         lines = demo.render_summary(summary_results(same_second_start=True)).splitlines()
         self.assertEqual(
-            lines[3:7],
+            lines[3:9],
             [
-                "batch figure                              value  clock",
-                "Job created -> all episodes ready         5.0 s  mixed: API server 1 s + node",
-                "Job created -> all rewards                5.5 s  mixed: API server 1 s + node",
-                "client submit -> Job Complete observed   9.00 s  client clock",
+                "batch figure                              value  by       clock",
+                "Job created -> all episodes ready         5.0 s  pod      mixed: API server 1 s + node",
+                "Job created -> all rewards                5.5 s  pod      mixed: API server 1 s + node",
+                "Job created -> all containers started       3 s  cluster  mixed: API server 1 s + runtime 1 s",
+                "Job created -> all containers finished      6 s  cluster  mixed: API server 1 s + runtime 1 s",
+                "client submit -> Job Complete observed   9.00 s  client   client clock",
             ],
         )
         header = next(i for i, line in enumerate(lines) if line.startswith("phase (per episode)"))

@@ -458,6 +458,31 @@ class ReportTest(unittest.TestCase):
             ["batch_to_all_ready_seconds = 5.000 s > 4 s", "pod_to_ready_max_seconds = 2.000 s > 1 s"],
         )
 
+    def test_cluster_observed_batch_figures_and_their_budgets(self) -> None:
+        """batch_to_all_started/finished_seconds: Job created -> the last container's startedAt and
+        finishedAt (the cluster's, whole seconds); a budget on one nobody measured is breached."""
+        results = self.results()
+        rows = results["pods"]
+        self.assertEqual(
+            results["batch_to_all_started_seconds"], max(r["container_started_at"] for r in rows) - JOB_CREATED_AT
+        )
+        self.assertEqual(results["batch_to_all_finished_seconds"], max(r["finished_at"] for r in rows) - JOB_CREATED_AT)
+        self.assertEqual(demo.FIGURE_SOURCES["batch_to_all_finished_seconds"], "cluster")
+        finished = results["batch_to_all_finished_seconds"]
+        self.assertEqual(demo.check_thresholds(results, {"batch_to_all_finished_seconds": finished}), [])
+        self.assertEqual(
+            demo.check_thresholds(results, {"batch_to_all_finished_seconds": finished - 1}),
+            [f"batch_to_all_finished_seconds = {finished:.3f} s > {finished - 1:g} s"],
+        )
+        rows[0]["finished_at"] = None
+        figures = demo.batch_figures(rows)  # type: ignore[arg-type]
+        self.assertIsNone(figures["batch_to_all_finished_seconds"])
+        self.assertEqual(
+            demo.check_thresholds({**results, **figures}, {"batch_to_all_finished_seconds": 100}),  # type: ignore[arg-type]
+            ["batch_to_all_finished_seconds is unknown (an episode lacks its stamp), so it cannot be held to 100 s"],
+        )
+        self.assertEqual(demo.threshold("batch_to_all_finished_seconds=3"), ("batch_to_all_finished_seconds", 3.0))
+
     def test_events_text_is_sorted_by_creation(self) -> None:
         events = [
             {
