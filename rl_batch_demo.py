@@ -2043,6 +2043,11 @@ _CLOCKS_DISAGREE = (
 )
 
 
+def _stamp(value: float, decimals: int = 3) -> str:
+    """A number a pod reported, in a note: to `decimals` places, or to six digits when it is absurd (1e300)."""
+    return f"{value:.{decimals}f}" if abs(value) < 1e11 else f"{value:.6g}"
+
+
 def _proc_clocks_note(ready_event: JsonObject) -> Optional[str]:
     """The worker's own finding that /proc/uptime is shorter than its process's start after boot
     (`proc_clocks_disagree`: the two readings), as a note of this tool's words; None without one."""
@@ -2054,25 +2059,31 @@ def _proc_clocks_note(ready_event: JsonObject) -> Optional[str]:
     if uptime is None or after_boot is None:
         return f"its ready event's proc_clocks_disagree is malformed; {_CLOCKS_DISAGREE}"
     return (
-        f"its /proc/uptime ({uptime:.2f} s) is shorter than its process's start after boot ({after_boot:.2f} s, "
-        f"/proc/self/stat): {_CLOCKS_DISAGREE}"
+        f"its /proc/uptime ({_stamp(uptime, 2)} s) is shorter than its process's start after boot "
+        f"({_stamp(after_boot, 2)} s, /proc/self/stat): {_CLOCKS_DISAGREE}"
     )
 
 
 def sandbox_clocks(
-    name: str, ready_event: JsonObject, created_at: float, ready_at: float, inspect: str
+    name: str,
+    ready_event: JsonObject,
+    created_at: float,
+    ready_at: float,
+    inspect: str,
+    finished_at: Optional[float] = None,
 ) -> SandboxClocks:
     """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
 
     The wall-clock stamps (the first statement, the imports) must lie in [pod creation - 1 s, ready]
     (ready itself is bound to the container's finish + 1 s by the caller), in the order the process
-    lives them. The /proc stamps (process start, kernel boot) come from the sandbox's boot clock: when
-    the worker found /proc inconsistent, or the process start falls outside [pod creation - 1 s, first
-    statement (else ready) + two ticks], or the kernel booted after the process started, the two
-    clocks disagree, and both are unknown, with a note: an episode never fails for it. A consistent
-    process start therefore bounds ready from below. A ready event without `first_statement_at` comes
-    from an older worker, whose `process_started_at` was its first statement: read that way, its /proc
-    figures are null."""
+    lives them. The /proc stamps (process start, kernel boot) come from the sandbox's boot clock. A
+    process start inside the pod's life (creation - 1 s .. the container's finish + 1 s) bounds ready
+    from below: a ready before it is refused. Otherwise, when the worker found /proc inconsistent, the
+    process start falls outside the pod's life or after the first statement (two ticks of slack), or
+    the kernel booted after the process started, the boot and wall clocks disagree, and both /proc
+    stamps are unknown, with a note: an episode never fails for that. A ready event without
+    `first_statement_at` comes from an older worker, whose `process_started_at` was its first
+    statement: read that way, its /proc figures are null."""
     invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     process_started_at = finite_number(ready_event.get("process_started_at"))
     booted_at = finite_number(ready_event.get("kernel_booted_at"))
@@ -2091,15 +2102,27 @@ def sandbox_clocks(
     if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
         raise invalid("its ready event says the imports finished before the process started")
     note = _proc_clocks_note(ready_event) if first_statement_key == "first_statement_at" else None
-    latest = (first_statement_at if first_statement_at is not None else ready_at) + CLOCK_TICK_SLACK
-    if note is None and process_started_at is not None and not created_at - 1.0 <= process_started_at <= latest:
-        where = "before the pod's creation" if process_started_at < created_at - 1.0 else "after its first statement"
-        if first_statement_at is None:
-            where = "before the pod's creation" if process_started_at < created_at - 1.0 else "after its ready"
-        note = f"its process start by /proc ({process_started_at:.3f}) is {where}: {_CLOCKS_DISAGREE}"
+    if note is None and process_started_at is not None:
+        life_ends = (finished_at if finished_at is not None else ready_at) + TIMESTAMP_SLACK
+        if not created_at - 1.0 <= process_started_at <= life_ends:
+            where = (
+                "before the pod's creation" if process_started_at < created_at - 1.0 else "after the container's end"
+            )
+            note = f"its process start by /proc ({_stamp(process_started_at)}) is {where}: {_CLOCKS_DISAGREE}"
+        elif ready_at < process_started_at - CLOCK_TICK_SLACK:
+            raise invalid(
+                f"its ready event ({ready_at:.3f}) is earlier than its own process's start ({process_started_at:.3f}, "
+                "/proc, inside the pod's life): a ready is never earlier than the process that reports it; its "
+                "clock was stepped back, or the ready is forged"
+            )
+        elif first_statement_at is not None and process_started_at > first_statement_at + CLOCK_TICK_SLACK:
+            start = _stamp(process_started_at)
+            note = f"its process start by /proc ({start}) is after its first statement: {_CLOCKS_DISAGREE}"
     reference = process_started_at if process_started_at is not None else first_statement_at
     if note is None and booted_at is not None and reference is not None and booted_at > reference:
-        note = f"its kernel booted ({booted_at:.3f}) after its process started ({reference:.3f}): {_CLOCKS_DISAGREE}"
+        note = (
+            f"its kernel booted ({_stamp(booted_at)}) after its process started ({reference:.3f}): {_CLOCKS_DISAGREE}"
+        )
     if note is not None:
         return SandboxClocks(None, first_statement_at, imports_done_at, None, None, note)
     kernel = None
@@ -2585,7 +2608,7 @@ def validate_episode(
             "container runtime's stamp); the clock the worker reads runs behind its node's: check the clock "
             "synchronisation of the node and, for a VM sandbox, of its guest"
         )
-    clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
+    clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect, finished_at)
     imports_done_at = clocks.imports_done_at
     event_scheduled_at = scheduled_event_time(pod_events or [], pod, created_at, finished_at)
     scheduled_source = "event" if event_scheduled_at is not None else ("condition" if scheduled_at else None)

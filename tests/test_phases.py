@@ -317,10 +317,10 @@ class SandboxClockTest(Case):
         its wall clock (LXCFS, Sysbox, a restored snapshot), both are unknown and the row says why."""
         for fields, where in (
             ({"process_started_at": CREATED_AT - 3600}, "before the pod's creation"),
-            ({"process_started_at": CREATED_AT + 5}, "after its first statement"),
-            ({"process_started_at": 1e300}, "after its first statement"),
-            ({"process_started_at": CREATED_AT + 1.0}, "after its first statement"),
-            ({"process_started_at": CREATED_AT + 5, "first_statement_at": None}, "after its ready"),
+            ({"process_started_at": CREATED_AT + 5}, r"\(1795946406.000\) is after the container's end"),  # LXCFS
+            ({"process_started_at": 1e300}, r"\(1e\+300\) is after the container's end"),
+            ({"process_started_at": CREATED_AT + 5, "first_statement_at": None}, "after the container's end"),
+            ({"process_started_at": CREATED_AT + 1.0}, "after its first statement"),  # a wall clock stepped forward
             ({"kernel_booted_at": CREATED_AT + 0.95}, "kernel booted .* after its process started"),
             ({"kernel_booted_at": 1e300}, "kernel booted .* after its process started"),
         ):
@@ -339,6 +339,23 @@ class SandboxClockTest(Case):
                     self.assertIsNone(row[field], field)
                 self.assertAlmostEqual(row["pod_to_ready_seconds"], 1.3)  # the rest of the episode stands
         self.assertIsNone(validate(ready_event())["clock_note"])
+
+    def test_a_process_start_inside_the_pods_life_bounds_ready_from_below(self) -> None:
+        """A ready claimed before the process that reports it started (by /proc, inside the pod's
+        life) is refused: a forged ready, or a clock stepped back."""
+        for fields in (
+            {"process_started_at": CREATED_AT + 2.0},
+            {"process_started_at": CREATED_AT + 1.4, "first_statement_at": None},
+        ):
+            with (
+                self.subTest(fields=fields),
+                self.assertRaisesRegex(
+                    demo.EpisodeInvalid, r"rollout-abcde: its ready event .* is earlier than its own process's start"
+                ),
+            ):
+                validate(ready_event(**fields))
+        row = validate(ready_event(process_started_at=CREATED_AT + 1.31, first_statement_at=None))  # within two ticks
+        self.assertAlmostEqual(row["pod_to_process_start_seconds"], 1.31)
 
     def test_the_workers_own_finding_is_noted_in_this_tools_words(self) -> None:
         """An LXCFS /proc: the worker found /proc/uptime (the container's age) shorter than its start
