@@ -3804,7 +3804,7 @@ def _finite_seconds(value: Any) -> float:
 
 
 def _pod_seconds(pod: KubeObject) -> float:
-    """Pod created -> container finished, from the API server's whole-second stamps (0 if unknown)."""
+    """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
         created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
         terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
