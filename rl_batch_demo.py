@@ -3905,8 +3905,9 @@ def junit_suites(
         value = results.get(metric) if results is not None else None
         if results is None:
             last.append(_case(classname, name, 0.0, "skipped", "not judged: the run did not validate"))
-        elif finite_number(value) is None:
-            last.append(_case(classname, name, 0.0, "skipped", f"{metric} is not in results.json"))
+        elif finite_number(value) is None:  # unknown: breached, as check_thresholds judges it
+            [breach] = check_thresholds(results, {metric: limit})
+            last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breach}", breach))
         else:
             breaches = check_thresholds(results, {metric: limit})
             figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
