@@ -113,6 +113,7 @@ class JobController:
         self.created = 0
         self.peak = 0
         self.started = time.time()
+        self.first_sync = True
         self.max_seconds = float(os.environ.get(CONTROLLER_MAX_ENV, "600"))
         self.next_create_try = 0.0
         self.failed_create_reported = False
@@ -288,12 +289,20 @@ class JobController:
         ns_obj = self.view.get("Namespace", None, self.ns)
         if ns_obj is None or ns_obj["metadata"].get("deletionTimestamp"):
             return False
-        if self.deadline is not None and now - self.started >= self.deadline:
-            self.finish_failed("DeadlineExceeded", "Job was active longer than specified deadline")
-            return False
+        # The scheduler and the kubelet act on their own, whatever the Job's deadline: a pod
+        # created before it still gets its scheduling attempt (FailedScheduling comes from
+        # kube-scheduler, pkg/scheduler/schedule_one.go handleSchedulingFailure).
         for sim in self.sims:
             if sim.stage != "done":
                 self.advance(sim, now)
+        # The Job controller's first sync sets status.startTime and checks the deadline against
+        # it in the same pass, so it always reaches manageJob and creates pods
+        # (pkg/controller/job/job_controller.go syncJob: "Job first start", then
+        # pastActiveDeadline): however late a loaded machine runs the first tick, it creates pods.
+        first_sync, self.first_sync = self.first_sync, False
+        if not first_sync and self.deadline is not None and now - self.started >= self.deadline:
+            self.finish_failed("DeadlineExceeded", "Job was active longer than specified deadline")
+            return False
         running = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
         if running > self.peak:
             self.peak = running
