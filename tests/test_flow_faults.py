@@ -163,7 +163,7 @@ class EpisodeFaultTest(FaultTestCase):
     def test_node_clock_ahead(self) -> None:
         batch = Batch(count=2)
         rewrite_events(batch.episodes[1], lambda events: [events[0], dict(events[1], at=events[1]["at"] + 5)])
-        self.assert_run_failed(self.run_batch(batch), demo.EXIT_EPISODE, "the node's clock runs ahead")
+        self.assert_run_failed(self.run_batch(batch), demo.EXIT_EPISODE, "the clock the worker reads runs ahead")
 
     def test_restart(self) -> None:
         batch = Batch(count=2)

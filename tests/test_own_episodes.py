@@ -452,7 +452,11 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
         self.assertEqual([line["reward"] for line in lines], [0.0, None, 1.0, None])
         self.assertEqual([line["failure"] is None for line in lines], [True, False, True, False])
-        self.assertIn("2 failed episode(s) left out of the reward figures", demo.render_summary(results))
+        self.assertEqual(results["masked_episodes"], 2)
+        [note] = results["notes"]
+        self.assertIn("2 of 4 episodes masked", note)
+        self.assertIn("reward_mean (0.5) are over the 2 unmasked episodes only", note)
+        self.assertIn(f"note: {note}", " ".join(demo.render_summary(results).split()))
         suites = demo.junit_suites(results, [], {}, None)
         skipped = [case for case in suites[0]["cases"] if case["outcome"] == "skipped"]
         self.assertEqual(sorted(case["name"] for case in skipped), ["rollout-1-x", "rollout-3-x"])

@@ -783,6 +783,8 @@ class JobController:
         env["RL_DEMO_TASKS"] = os.path.join(self.script_mount_dir(sim.workdir, container, spec), "tasks.jsonl")
         if self.faults.get("sandbox_kernel"):
             env["RL_DEMO_PROC"] = sandbox_proc(sim)
+        elif self.faults.get("lxcfs"):
+            env["RL_DEMO_PROC"] = lxcfs_proc(sim)
         if "wrong_id" in sim.modes:
             env["EPISODE_ID"] = "someone-else"
         lp = log_path(self.state, self.ns, sim.name)
@@ -1092,6 +1094,7 @@ class JobController:
 
 
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
+HOST_UPTIME = 259200.0  # fault lxcfs: the host booted three days before the worker started
 
 
 def go_seconds(seconds: float) -> str:
@@ -1120,6 +1123,23 @@ def sandbox_proc(sim: PodSim) -> str:
         "start_ticks": ticks,
         "kernel_boot_to_process_start_seconds": ticks / hz,
     }
+    return proc
+
+
+def lxcfs_proc(sim: PodSim) -> str:
+    """Fault lxcfs: the /proc of a runc container under LXCFS (or Sysbox), which virtualises
+    /proc/uptime but not /proc/<pid>/stat (lxc/lxcfs proc_fuse.c proc_uptime_read: the uptime is
+    the age of the container's init, here the worker, which has not started yet; "%.2lf"). The
+    worker's starttime stays on the host's boot clock: HOST_UPTIME seconds of ticks."""
+    proc = os.path.join(sim.workdir, "proc")
+    os.makedirs(os.path.join(proc, "self"), exist_ok=True)
+    with open(os.path.join(proc, "uptime"), "w", encoding="ascii") as f:
+        f.write("0.00 0.00\n")
+    ticks = int(HOST_UPTIME * os.sysconf("SC_CLK_TCK"))
+    fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30  # field 22 (index 19 after the comm) is starttime
+    with open(os.path.join(proc, "self", "stat"), "w", encoding="ascii") as f:
+        f.write("1 (python3) " + " ".join(fields) + "\n")
+    sim.record["kernel"] = {"lxcfs": True, "uptime": 0.0, "start_ticks": ticks}
     return proc
 
 
