@@ -54,6 +54,7 @@ class ApiCallPlanTest(CallPlanTestCase):
         written = [json.loads(line) for line in (self.out() / rbd.REWARDS_FILE).read_text().splitlines()]
         self.assertEqual(result.rewards, written)
         self.assertEqual([row["reward"] for row in result.rewards], [1, 1])
+        self.assertEqual(result.verdicts, result.rewards)  # no retraction: each pod's one row is its verdict
         self.assertIn(f"Test namespace: {plan.batch.manifest()['metadata']['namespace']}", self.stderr)
 
     def test_options_are_runs_flags_with_underscores(self) -> None:
@@ -183,7 +184,11 @@ class ApiCallPlanTest(CallPlanTestCase):
         rows: List[Any] = []
         with self.assertRaises(rbd.DemoError) as raised:
             self.quietly(lambda: rows.extend(rbd.stream_batch(self.out(), count=2, quiet=True)))
-        self.assertEqual((raised.exception.exit_code, rows), (rbd.EXIT_EPISODE, []))
+        self.assertEqual(raised.exception.exit_code, rbd.EXIT_EPISODE)
+        self.assertEqual(rows, rbd.read_reward_lines(self.out() / rbd.REWARDS_FILE))  # every row, as written
+        last = {row["pod"]: row for row in rows}
+        self.assertEqual(sorted(last), sorted(episode.name for episode in plan.batch.episodes))
+        self.assertTrue(all(row["failure"] for row in last.values()), "no reward stands after a failed run")
 
 
 # A trainer of its own: its own SIGINT and SIGTERM handlers, then the API against the fake cluster.
