@@ -28,6 +28,7 @@ from tests.callplan import CallPlanTestCase, RunPlan
 from tests.clusterobjects import Batch
 from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.test_readme_help import code_blocks
+from tests.test_stream import SLEEPING_WORKER
 
 ROOT = Path(rbd.__file__).resolve().parent
 
@@ -252,10 +253,6 @@ class FakeClusterCase(unittest.TestCase):
     def namespaces(self) -> List[str]:
         return sorted({ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")} - self.system_namespaces)
 
-
-class TrainerDriverTest(FakeClusterCase):
-    """The driver above, end to end through the fake cluster, as a trainer runs the API."""
-
     def driver(self, call: str, **options: Any) -> subprocess.Popen[str]:
         (self.root / "driver.py").write_text(DRIVER)
         argv = [str(self.root / "out"), str(self.root / "report.json"), call, json.dumps(options)]
@@ -288,6 +285,10 @@ class TrainerDriverTest(FakeClusterCase):
         time.sleep(0.3)
         process.send_signal(signal_number)
 
+
+class TrainerDriverTest(FakeClusterCase):
+    """The driver above, end to end through the fake cluster, as a trainer runs the API."""
+
     def test_a_trainer_with_its_own_handlers_runs_a_batch(self) -> None:
         report = self.finish(self.driver("run", count=2, cleanup="always", quiet=True))
         self.assertEqual((report["rewards"], report["reward_sum"]), ([1, 1], 2))
@@ -319,6 +320,33 @@ class TrainerDriverTest(FakeClusterCase):
         [namespace] = self.namespaces()
         self.assertIn(f"namespace {namespace} is kept; delete it with: ", self.stderr)
         self.assertTrue((self.root / "out" / "pods.json").exists())
+
+
+class StreamedToTheTrainerTest(FakeClusterCase):
+    """stream_batch hands each row over as it is written: with two episodes of different lengths,
+    the first row reaches the trainer before the second pod has ended."""
+
+    FAST: ClassVar[Dict[str, Any]] = {}  # the worker's own sleeps make the lengths
+
+    def test_the_first_row_arrives_while_the_other_episode_still_runs(self) -> None:
+        (self.root / "worker.py").write_text(SLEEPING_WORKER)
+        tasks = [
+            {"id": "quick", "sleep": 0.0, "a": 1, "b": 1, "expected": 2},
+            {"id": "slow", "sleep": 3.0, "expected": 0},
+        ]
+        (self.root / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
+        report = self.finish(
+            self.driver("stream", worker="worker.py", tasks="tasks.jsonl", cleanup="always", quiet=True)
+        )
+        self.assertEqual([row["reward"] for row in report["rows"]], [1, 1])
+        results = json.loads((self.root / "out" / "results.json").read_text())
+        ended = {
+            name: r["terminated_at"] for name, r in self.cluster.pod_records(results["namespace"], "rollout").items()
+        }
+        first, second = report["rows"]
+        self.assertLess(first["at"], ended[second["pod"]] - 1.0)  # in the trainer's hands while the slow one ran
+        self.assertLess(ended[first["pod"]], first["at"])
+        self.assertEqual(self.namespaces(), [])
 
 
 class TrainerDocTest(FakeClusterCase):
