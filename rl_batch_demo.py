@@ -10,7 +10,7 @@ It is one file with no dependencies beyond Python 3.9+ and kubectl: copy it anyw
 
 Usage:
     python3 rl_batch_demo.py check     [--count N] [--runtime R] [--image I] [--kubelet-metrics]
-    python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P] [--rounds K]
+    python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P|auto] [--rounds K]
                                        [--image I] [--runtime R|none] [--cleanup POLICY]
                                        [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
                                        [--warmup] [--pin-image[=DIGEST]] [--kubelet-metrics]
@@ -19,6 +19,11 @@ Usage:
     python3 rl_batch_demo.py cleanup   --output DIR
     python3 rl_batch_demo.py compare   DIR [DIR ...] [--format text|markdown|json|guide] [--lang en|zh]
     python3 rl_batch_demo.py show-worker [--template]
+
+From Python (docs/trainer.md): `import rl_batch_demo as rbd`, then `rbd.run_batch(DIR, count=N,
+cleanup="always", ...)` (run's flags with underscores) returns `.results` and `.rewards`, and
+`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written; errors raise
+rbd.DemoError with the exit code below.
 
 Saved as `kubectl-rl_batch_demo` on PATH, it is also the kubectl plugin `kubectl rl-batch-demo`.
 Everything a pod prints is untrusted input: read as bytes, bounded, escaped before it is shown.
@@ -57,6 +62,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
 
 __version__ = "0.2.0"
+
+
+def _terminated_early(signum: int, frame: Any) -> None:
+    """SIGTERM while this file is still being read, before main() takes the signal over: nothing
+    has been done yet, so the run ends at once as an interrupted one does (130) and says so."""
+    os.write(2, b"rl-batch-demo: interrupted before it started; nothing was done\n")
+    os._exit(130)
+
+
+if __name__ == "__main__":  # not on import: a program that imports this file keeps its own handlers
+    signal.signal(signal.SIGTERM, _terminated_early)
 
 
 # Constants ####################################################################
@@ -335,6 +351,14 @@ KUBELET_METRICS_PERMISSIONS = (
     ("get", "nodes", "", "proxy", False),  # the kubelet's /metrics through the API server (also allows exec!)
     ("list", "nodes", "", "", False),  # which nodes may run an episode, read before the Job exists
 )
+# `run --parallelism auto`: what the eligible nodes hold, and what already runs there, in every
+# namespace. The scheduler counts a node's pods that are not terminated (its informer's field
+# selector: kubernetes/kubernetes pkg/scheduler/scheduler.go newPodInformer): `check` lists those;
+# the run reads the nodes and every pod in one call (a field selector would apply to the nodes too,
+# which have no status.phase), which keeps a 10-episode run within 10 kubectl processes.
+CAPACITY_PERMISSIONS = (("list", "nodes", "", "", False), ("list", "pods", "", "", False))
+NON_TERMINATED_PODS = ("--all-namespaces", "--field-selector=status.phase!=Succeeded,status.phase!=Failed")
+EVERY_NAMESPACE = ("--all-namespaces",)
 METRICS_LINE_LIMIT = 64 * 1024  # a longer line of a kubelet's /metrics is ignored
 METRICS_SAMPLES_LIMIT = 20000  # samples kept per node from the wanted families; more is garbage
 KUBELET_READ_THREADS = 16  # nodes read at once
@@ -445,6 +469,11 @@ class DemoError(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def bug_message(bug: BaseException) -> str:
+    """An unexpected exception, a bug, as error.json, the CI reports and stderr name it (exit 3)."""
+    return f"unexpected error (a bug in rl-batch-demo): {bug!r}"
 
 
 class EpisodeInvalid(DemoError):
@@ -588,14 +617,18 @@ class RunSettings:
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
     dry_run: bool = False  # write the manifests, contact no cluster
     junit: Optional[str] = None  # --junit FILE
     metrics_file: Optional[str] = None  # --metrics-file FILE
-    # The Python API's seam (docs/outputs.md, "rewards.jsonl"): told of every line of rewards.jsonl,
-    # retractions too, once it is on disk, in the thread that waits for the Job.
+    # The Python API's seams (run_batch, stream_batch); the command line leaves them unset.
+    # on_reward (docs/outputs.md, "rewards.jsonl"): told of every line of rewards.jsonl, retractions
+    # too, once it is on disk, in the thread that waits for the Job.
     on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
+    # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
+    stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def builtin_worker(self) -> bool:
@@ -711,6 +744,16 @@ class Receipt:
             return value if isinstance(value, str) and value else None
 
         created_at = data.get("created_at")
+        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
+            try:
+                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
+            except OverflowError:
+                created_at = math.nan
+            if not math.isfinite(created_at):
+                raise DemoError(
+                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
+                    EXIT_USAGE,
+                )
         return cls(
             context=data["context"],
             namespace=data["namespace"],
@@ -718,7 +761,7 @@ class Receipt:
             server=text("server"),
             kubeconfig=text("kubeconfig"),
             kubectl=text("kubectl"),
-            created_at=float(created_at) if isinstance(created_at, (int, float)) else None,
+            created_at=created_at,
             tool_version=text("tool_version"),
             namespace_uid=text("uid"),
             jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
@@ -960,7 +1003,11 @@ class ImageCache(TypedDict):
     unknown: int
 
 
-class Results(BatchFigures, JobTimes, FirstReward, PreparedImage, KubeletFigures):  # results.json
+class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
+    parallelism_capacity: int  # episodes the eligible nodes could start at once when the run began
+
+
+class Results(BatchFigures, JobTimes, FirstReward, PreparedImage, KubeletFigures, AutoParallelism):  # results.json
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
@@ -1151,6 +1198,15 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent as a float, refused where a float cannot hold it
+    (1e400 would be read as infinity, which no JSON file can carry on)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:40]} is beyond the range of a double")
+    return number
+
+
 def finite_number(value: Any) -> Optional[float]:
     """A finite JSON number as a float, else None: never a boolean, never an overflow."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -1240,6 +1296,8 @@ def _departure(value: Any, schema: Any) -> Optional[Tuple[str, str]]:
         return None
     if shape == "float":
         fits = finite_number(value) is not None
+    elif shape == "int" and is_int(value) and finite_number(value) is None:  # figures are computed from it
+        return "", "is an integer beyond a float's range"
     else:
         fits = is_int(value) if shape == "int" else type(value).__name__ == shape  # str, bool
     if fits:
@@ -1363,7 +1421,7 @@ def parse_tasks(data: bytes, where: str) -> List[JsonObject]:
     tasks = []
     for number, line in enumerate(lines, 1):
         try:
-            task = json.loads(line, parse_constant=_reject_constant)
+            task = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
         except RecursionError:
             raise DemoError(f"--tasks {where} line {number} is nested too deeply", EXIT_USAGE) from None
         except ValueError as error:
@@ -3066,10 +3124,12 @@ def assemble_results(
     rounds: List[RoundResult],
     prepared: Optional[PreparedImage] = None,
     kubelet: Optional[KubeletFigures] = None,
+    capacity: Optional[AutoParallelism] = None,
 ) -> Results:
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
-    `kubelet`: the runtime operations (only with --kubelet-metrics)."""
+    `kubelet`: the runtime operations (only with --kubelet-metrics); `capacity`: the nodes'
+    room (only with --parallelism auto)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
@@ -3081,6 +3141,7 @@ def assemble_results(
         notes=figure_notes(figures, rows, settings.max_failed_episodes),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
+        **(capacity or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
         worker=settings.worker_name,
@@ -3140,9 +3201,12 @@ def permission_name(verb: str, resource: str, group: str, subresource: str, *_: 
     return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
 
 
-def access_review_list(namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False) -> KubeObject:
+def access_review_list(
+    namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False, capacity: bool = False
+) -> KubeObject:
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
+    permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -3204,21 +3268,104 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
     return eligible
 
 
-def capacity_verdict(count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject]) -> Tuple[bool, str]:
-    """Whether N episodes fit the eligible nodes' allocatable CPU and memory, in words."""
+_RESOURCES = ("cpu", "memory")
+
+
+def pod_requests(pod: KubeObject) -> Dict[str, float]:
+    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    requests summed, or what its init containers need if that is more (a sidecar, an init
+    container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
+    where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
+    staging/src/k8s.io/component-helpers/resource/helpers.go PodRequests computes it."""
+    spec = pod.get("spec") or {}
+
+    def requested(resources: Any) -> Dict[str, float]:
+        asked = (resources or {}).get("requests") or {} if isinstance(resources, dict) else {}
+        return {resource: parse_quantity(str(asked.get(resource, "0"))) for resource in _RESOURCES}
+
+    total = dict.fromkeys(_RESOURCES, 0.0)
+    for container in spec.get("containers") or []:
+        total = {resource: total[resource] + value for resource, value in requested(container.get("resources")).items()}
+    sidecars, init_peak = dict.fromkeys(_RESOURCES, 0.0), dict.fromkeys(_RESOURCES, 0.0)
+    for container in spec.get("initContainers") or []:
+        own = requested(container.get("resources"))
+        if container.get("restartPolicy") == "Always":
+            total = {resource: total[resource] + own[resource] for resource in _RESOURCES}
+            sidecars = {resource: sidecars[resource] + own[resource] for resource in _RESOURCES}
+            using = sidecars
+        else:
+            using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
+        init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
+    total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
+    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    total.update(
+        {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
+    )
+    overhead = spec.get("overhead") or {}
+    return {resource: total[resource] + parse_quantity(str(overhead.get(resource, "0"))) for resource in _RESOURCES}
+
+
+def episode_room(
+    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+) -> Tuple[int, str]:
+    """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
+    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
+    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
+    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
+    `check` and `run --parallelism auto` both read this."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in ("cpu", "memory")}
-    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in extra}
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
+    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
     eligible = eligible_nodes(nodes, runtimeclass)
-    allocatable = [node.get("status", {}).get("allocatable", {}) for node in eligible]
-    have = {resource: sum(parse_quantity(node.get(resource, "0")) for node in allocatable) for resource in extra}
+    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
+    running = dict.fromkeys(names, 0)
+    for pod in pods or []:
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            running[node_name] += 1
+            used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
+    room = 0
+    have = dict.fromkeys(_RESOURCES, 0.0)
+    for node in eligible:
+        name = str((node.get("metadata") or {}).get("name"))
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        free = {
+            resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
+        }
+        have = {resource: have[resource] + parse_quantity(allocatable.get(resource, "0")) for resource in _RESOURCES}
+        fits = min(math.floor(free[resource] / need[resource] + 1e-9) for resource in _RESOURCES)
+        if "pods" in allocatable:
+            fits = min(fits, int(parse_quantity(allocatable["pods"])) - running[name])
+        room += max(fits, 0)
+    taken = {resource: sum(node_used[resource] for node_used in used.values()) for resource in _RESOURCES}
+    there = (
+        " (before what already runs there)"
+        if pods is None
+        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
+        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+    )
+    text = (
+        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
+        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+    )
+    return room, text
+
+
+def capacity_verdict(
+    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+) -> Tuple[bool, str]:
+    """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
+    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
+    room, room_text = episode_room(runtimeclass, nodes, pods)
     text = (
         f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
-        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {len(eligible)} eligible "
-        f"node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and {have['memory'] / 2**30:.1f} GiB "
-        "allocatable (before what already runs there)"
+        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
     )
-    return bool(eligible) and all(need[resource] <= have[resource] for resource in need), text
+    return room >= count, text
 
 
 def preflight_findings(
@@ -3230,13 +3377,15 @@ def preflight_findings(
     reviews: Optional[Read] = None,
     version: Optional[Read] = None,
     nodes: Optional[Read] = None,
+    pods: Optional[Read] = None,
     image: Optional[str] = None,
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
+    capacity: bool = False,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(what, False, f"failed: {read.failure}", problem=f"cannot {what} ({read.failure})")
@@ -3279,10 +3428,13 @@ def preflight_findings(
         if nodes.failure:
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
+            running = pods.value if pods is not None and not pods.failure else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value)
+                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
+            if pods is not None and pods.failure:
+                text += f"; what runs there is unknown (cannot list the pods of every namespace: {pods.failure})"
             findings.append(
                 Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
             )
@@ -3291,7 +3443,10 @@ def preflight_findings(
             findings.append(failed("review permissions", reviews))
         else:
             kubelet_reviews = [review for review in reviews.value if _is_kubelet_metrics_review(review)]
-            denied = denied_permissions([review for review in reviews.value if review not in kubelet_reviews])
+            capacity_reviews = [review for review in reviews.value if _is_capacity_review(review)]
+            denied = denied_permissions(
+                [review for review in reviews.value if review not in kubelet_reviews + capacity_reviews]
+            )
             findings.append(
                 Finding(
                     "permissions",
@@ -3304,6 +3459,8 @@ def preflight_findings(
             )
             if kubelet_metrics:
                 findings.append(kubelet_metrics_finding(context, kubelet_reviews))
+            if capacity:
+                findings.append(capacity_permissions_finding(context, capacity_reviews))
     return findings
 
 
@@ -3312,6 +3469,28 @@ def _is_kubelet_metrics_review(review: KubeObject) -> bool:
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
         for verb, resource, _, sub, _ in KUBELET_METRICS_PERMISSIONS
+    )
+
+
+def _is_capacity_review(review: KubeObject) -> bool:
+    """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
+    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
+    return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
+
+
+def capacity_permissions_finding(context: str, reviews: List[KubeObject]) -> Finding:
+    """Whether --parallelism auto may read the nodes and what runs on them: list nodes, and list
+    pods in every namespace (the requests of other namespaces' pods take room too)."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in CAPACITY_PERMISSIONS]
+    named = ", ".join(f"{name} (every namespace)" if name == "list pods" else name for name in denied)
+    return Finding(
+        "parallelism auto",
+        not denied,
+        "granted: list nodes, list pods in every namespace" if not denied else f"denied: {named}",
+        problem=f"--parallelism auto lacks: {named}",
+        stop=f"--parallelism auto needs {named} in context {context} (what the nodes hold and what already runs "
+        "there); pass --parallelism P instead, or ask the cluster admin (nothing was created)",
     )
 
 
@@ -3353,8 +3532,9 @@ def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobRecei
     return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
 
 
-_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}$"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
+_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}\Z"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 
 
 def receipt_names_problem(receipt: Receipt) -> str:
@@ -3430,7 +3610,8 @@ def plan_cleanup(
 # Uses the sections above.
 
 
-_UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+# Lone surrogates too: a path or flag with a byte that is not UTF-8 reaches Python as one (\udcff).
+_UNPRINTABLE = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -3802,6 +3983,13 @@ def render_events_text(events: List[KubeObject]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ratio(value: float, base: float) -> Optional[float]:
+    try:
+        return finite_number(value / base)
+    except OverflowError:  # a hand-edited integer beyond a float's range
+        return None
+
+
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
     """One row per figure: each run's value and its ratio to the first run's."""
     figures = list(COMPARE_FIGURES)
@@ -3822,9 +4010,10 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
         base = values[0]
-        # A ratio only means something between two positive durations.
+        # A ratio only means something between two positive durations, and only when a float holds it.
         ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else value / base for value in values
+            None if (base is None or base <= 0 or value is None or value < 0) else _ratio(value, base)
+            for value in values
         ]
         rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
     return rows
@@ -4059,7 +4248,8 @@ def _metric_help(text: str) -> str:
 
 
 def _metric_label_value(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate as \udcff
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _metric_number(value: Any) -> Optional[str]:
@@ -4148,7 +4338,7 @@ def metrics_labels(settings: RunSettings) -> Dict[str, str]:
     return {
         "runtime": settings.runtime if settings.runtime is not None else NO_RUNTIME,
         "image": settings.image,
-        "parallelism": str(settings.parallelism),
+        "parallelism": "auto" if settings.parallelism_auto else str(settings.parallelism),
     }
 
 
@@ -4382,7 +4572,7 @@ WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annota
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NOT_ROUNDS = (WARMUP_JOB_PREFIX + "-", PROBE_JOB_NAME)  # receipt Jobs that are not measured rounds
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
-_DIGEST = r"@(sha256:[0-9a-f]{64})$"  # the repository digest of an imageID (repo@sha256:...)
+_DIGEST = r"@(sha256:[0-9a-f]{64})\Z"  # the repository digest of an imageID (repo@sha256:...)
 REPRODUCE_GROUPS = ("parallel", "sequential", "warm")  # the guide's order, section 六
 
 # The guide's published reference (section 六), kept as data: the three groups of 2026-09-21,
@@ -5225,8 +5415,12 @@ class Kubectl:
             return None
         return self.decode_json(raw, f"get {kind} {name}")
 
-    def get_list(self, kinds: str, namespace: Optional[str] = None, **kwargs: Any) -> List[KubeObject]:
-        raw = self.run(["get", kinds, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
+    def get_list(
+        self, kinds: str, namespace: Optional[str] = None, flags: Sequence[str] = (), **kwargs: Any
+    ) -> List[KubeObject]:
+        """Every object of `kinds` (in `namespace`; `flags` may widen or narrow that: --all-namespaces,
+        --field-selector), as one List that kubectl assembles from the server's pages of 500."""
+        raw = self.run(["get", kinds, *flags, "-o", "json"], namespace=namespace, read_only=True, **kwargs)
         try:
             return parse_json_documents(raw)
         except ValueError as error:
@@ -5308,11 +5502,12 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename, so no reader ever sees half a file."""
+    """Write via a temporary file and a rename, so no reader ever sees half a file. A lone
+    surrogate (a byte of a path or flag that is not UTF-8) is written as its escape, \\udcff."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        with open(temporary, "x", encoding="utf-8") as stream:
+        with open(temporary, "x", encoding="utf-8", errors="backslashreplace") as stream:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -5536,7 +5731,11 @@ def claim_output(output: Path) -> None:
         output.mkdir()
     except OSError as error:
         refuse_existing_output(output)  # created in the meantime
-        raise DemoError(f"cannot create the output directory {output} ({error.strerror})", EXIT_USAGE) from None
+        blocking = next((parent for parent in output.parents if parent.exists()), None)
+        why = error.strerror or str(error)
+        if blocking is not None and not blocking.is_dir():  # mkdir's "File exists" names no culprit
+            why = f"{blocking} is not a directory"
+        raise DemoError(f"cannot create the output directory {output} ({why})", EXIT_USAGE) from None
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
@@ -5691,7 +5890,7 @@ def append_step_summary(markdown: str) -> None:
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as stream:
+        with open(path, "a", encoding="utf-8", errors="backslashreplace") as stream:
             stream.write(markdown)
     except OSError as error:
         say_stderr(f"warning: could not append to GITHUB_STEP_SUMMARY ({error.strerror})")
@@ -6304,12 +6503,15 @@ class BatchRun:
         self.current_job: Optional[KubeObject] = None
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
+        self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
-        self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
+        # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
+        self.stop = settings.stop or threading.Event()
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
 
     def execute(self) -> Results:
         self.preflight()
+        self.stop_if_asked()
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
@@ -6330,7 +6532,10 @@ class BatchRun:
             )
             kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
         context = self.kubectl.context or ""
-        return assemble_results(self.settings, context, self.namespace, self.run_id, rows, rounds, prepared, kubelet)
+        capacity: Optional[AutoParallelism] = None if self.capacity is None else {"parallelism_capacity": self.capacity}
+        return assemble_results(
+            self.settings, context, self.namespace, self.run_id, rows, rounds, prepared, kubelet, capacity
+        )
 
     @property
     def runtime_handler(self) -> str:
@@ -6348,13 +6553,25 @@ class BatchRun:
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     def preflight(self) -> None:
-        """The cheap part of `check`: the RuntimeClass exists and every permission is granted."""
+        """The cheap part of `check`: the RuntimeClass exists and every permission is granted;
+        with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
-        kubelet_metrics = self.settings.kubelet_metrics
-        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics)
+        kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics, capacity=auto)
+
+        def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
+            try:
+                return Read(read())
+            except KubectlFailure as failure:
+                if failure.unreachable:  # every read fails alike: one line says why
+                    raise
+                return Read(failure=failure.first_line)
+
         reads: List[Callable[[], Any]] = (
             [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
         )
+        if auto:
+            reads.append(lambda: attempt(lambda: self.kubectl.get_list("nodes,pods", flags=EVERY_NAMESPACE)))
         answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
         runtimeclass = Read(answers[0]) if runtime is not None else None
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
@@ -6365,10 +6582,38 @@ class BatchRun:
             runtimeclass=runtimeclass,
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
+            capacity=auto,
         )
         for finding in findings:
             if not finding.ok:
                 raise DemoError(finding.stop, EXIT_CLUSTER)
+        if auto:
+            self.set_parallelism(answers[-2])
+
+    def set_parallelism(self, listing: Read) -> None:
+        """--parallelism auto: as many episodes at once as the eligible nodes have room for now
+        (episode_room, as `check` counts it), at most the count; none is refused."""
+        if listing.failure:
+            raise DemoError(
+                f"--parallelism auto cannot list the nodes and the pods of every namespace: {listing.failure}",
+                EXIT_CLUSTER,
+            )
+        nodes = [item for item in listing.value if item.get("kind") == "Node"]
+        pods = [item for item in listing.value if item.get("kind") == "Pod"]
+        count = self.settings.count
+        try:
+            room, text = episode_room(self.runtimeclass, nodes, pods)
+        except ValueError as error:
+            raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
+        if room < 1:
+            raise DemoError(
+                f"--parallelism auto: not even one episode fits now: {text}; free some room, or pass --parallelism P "
+                "to let the episodes wait for it (nothing was created)",
+                EXIT_CLUSTER,
+            )
+        self.capacity = room
+        self.settings = dataclasses.replace(self.settings, parallelism=min(room, count))
+        say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
 
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create."""
@@ -6420,6 +6665,11 @@ class BatchRun:
         self.current_dir, self.current_job = interrupt_dir, None
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
+    def stop_if_asked(self) -> None:
+        """Before the next create: a stop asked for from another thread (the API's) is a Ctrl-C."""
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+
     def run_job(
         self,
         round_number: int,
@@ -6433,6 +6683,7 @@ class BatchRun:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
         analyse it."""
         settings = self.settings
+        self.stop_if_asked()
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
         with self.receipt_lock:
@@ -6823,7 +7074,7 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 # raises DemoError. Uses everything above.
 
 
-def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
+def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
     manifests = [
@@ -6836,20 +7087,22 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str) -> int:
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
-    print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+    if print_summary:
+        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
 def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """One batch: the receipt, then BatchRun, then the results, the cleanup it was asked for, and
     the command that cleans up what is kept (`tool`: how the user started this tool). `reproduce`
-    runs it without the summary when it prints only its own (--quiet, --json)."""
+    runs it without the summary when it prints only its own (--quiet, --json), the Python API
+    always (it prints nothing on stdout)."""
     output = settings.output
     refuse_existing_output(output)
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
-        return dry_run(settings, namespace, run_id)
+        return dry_run(settings, namespace, run_id, print_summary)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context, server)
     claim_output(output)
@@ -6867,13 +7120,24 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
     batch = BatchRun(kubectl, receipt, settings, progress)
     error: Optional[DemoError] = None
-    bug: Optional[BaseException] = None
+    reraise: Optional[BaseException] = None  # raised as it is once the cleanup policy has run
+    bug = False
     try:
         results = batch.execute()
         error = publish(results, settings, print_summary)
     except DemoError as failure:
         error = failure
-    except KeyboardInterrupt:
+    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
+        error = DemoError(
+            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
+            f"check the free space and permissions of {output}",
+            EXIT_USAGE,
+        )
+    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
+        reraise, bug = unexpected, True
+        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
+    except BaseException as interruption:  # Ctrl-C, SIGTERM; through the API, what the caller's handler raised
+        reraise = None if isinstance(interruption, KeyboardInterrupt) else interruption
         kubectl.stop_children()  # calls still running in other threads, or streams
         progress.finish()
         if batch.create_sent:
@@ -6884,15 +7148,6 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             say_stderr("skipped saving diagnostics")
         where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
         error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
-    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
-        error = DemoError(
-            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
-            f"check the free space and permissions of {output}",
-            EXIT_USAGE,
-        )
-    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
-        bug = unexpected
-        error = DemoError(f"unexpected error (a bug in rl-batch-demo): {unexpected!r}", EXIT_CLUSTER)
     finally:
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
@@ -6900,9 +7155,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
         )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
-    if error is not None and bug is None and not batch.create_sent:
+    if error is not None and not bug and not batch.create_sent:
         release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
-        raise error
+        raise reraise or error
     cleaned = False
     validated = error is None or error.exit_code == EXIT_THRESHOLD
     if settings.cleanup_policy == "always" or (settings.cleanup_policy == "on-success" and validated):
@@ -6918,8 +7173,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
         say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
-    if bug is not None:
-        raise bug
+    if reraise is not None:
+        raise reraise
     if error is not None:
         raise error
     return EXIT_OK
@@ -7072,25 +7327,25 @@ def write_reproduce_reports(
     )
 
 
-def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str) -> int:
+def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: bool = True) -> int:
     """`run`, then its --junit and --metrics-file reports, written whatever the outcome:
     CI needs them most when the run failed. Reports never change the run's exit code,
     except that a report that cannot be written fails an otherwise successful run."""
     if settings.dry_run or not (settings.junit or settings.metrics_file):
-        return cmd_run(settings, unbound, tool)
+        return cmd_run(settings, unbound, tool, print_summary)
     output = settings.output
     fresh = not (output.exists() or output.is_symlink())  # only then is what DIR holds this run's
     code = EXIT_OK
     stopped: Optional[BaseException] = None
     error: Optional[DemoError] = None
     try:
-        code = cmd_run(settings, unbound, tool)
+        code = cmd_run(settings, unbound, tool, print_summary)
     except DemoError as failure:
         stopped = error = failure
-    except KeyboardInterrupt as interrupt:
-        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     except Exception as bug:  # a bug: the reports still say the run failed, then it shows
-        stopped, error = bug, DemoError(f"unexpected error (a bug in rl-batch-demo): {bug!r}", EXIT_CLUSTER)
+        stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
+    except BaseException as interrupt:  # Ctrl-C, SIGTERM, or what the API's caller's own handler raised
+        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -7164,13 +7419,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             return Read(failure=failure.first_line)
 
     reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
-    version, runtimeclass, nodes, granted = concurrently(
+    version, runtimeclass, nodes, pods, granted = concurrently(
         [
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
             ),
             lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
+            lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
         ]
     )
@@ -7182,6 +7438,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         runtimeclass=runtimeclass,
         image=args.image,
         nodes=nodes,
+        pods=pods,
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
@@ -7337,6 +7594,11 @@ class CommandLineParser(argparse.ArgumentParser):
             self.error(f"unknown flag {flag}{did_you_mean(flag, known)}")
 
 
+def parallelism_arg(text: str) -> Any:
+    """--parallelism's value: a whole number of at least 1, or "auto" (the preflight decides)."""
+    return "auto" if text == "auto" else whole_number(1)(text)
+
+
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
     if text and (not re.search(_DIGEST, text) or text.startswith("@")):
@@ -7430,10 +7692,13 @@ def _add_options(parser: Any, shared: Dict[str, Dict[str, Any]], options: Mappin
             parser.add_argument(*flag.split("/"), **{**shared.get(flag, {}), **changes})
 
 
-def build_parser(tool: Optional[str] = None) -> CommandLineParser:
-    """The command line; its usage lines name the tool as the user started it (see invoked_as)."""
+def build_parser(
+    tool: Optional[str] = None, parser_class: typing.Type[CommandLineParser] = CommandLineParser
+) -> CommandLineParser:
+    """The command line; its usage lines name the tool as the user started it (see invoked_as).
+    `parser_class` words its usage errors (the Python API raises them; its commands take it too)."""
     plugin = (tool or invoked_as()) == PLUGIN_COMMAND
-    parser = CommandLineParser(
+    parser = parser_class(
         prog=PLUGIN_COMMAND if plugin else INSTALLED_COMMAND,
         description="Time how fast a Kubernetes cluster prepares N isolated RL-rollout sandboxes, "
         "run a fix -> test -> reward episode in each, and collect every reward.",
@@ -7476,9 +7741,11 @@ def build_parser(tool: Optional[str] = None) -> CommandLineParser:
                 "with --tasks, the number of tasks)",
             },
             "--parallelism": {
-                "type": whole_number(1),
-                "metavar": "P",
-                "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another)",
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another; "
+                "auto: as many as the eligible nodes have room for now, as `check` counts it, at most N; needs list "
+                "nodes and list pods in every namespace)",
             },
             "--rounds": {
                 "default": 1,
@@ -7650,7 +7917,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             worker_source, worker_file = check_worker_source(read_input_file(path, "--worker"), str(path)), path.name
         if args.tasks:
             path = Path(args.tasks)
-            tasks = tuple(parse_tasks(read_input_file(path, "--tasks"), str(path)))
+            listed = getattr(args, "tasks_given", None)  # the Python API's list of tasks, as JSON lines
+            tasks = tuple(parse_tasks(listed if listed is not None else read_input_file(path, "--tasks"), str(path)))
             if count is not None and count != len(tasks):
                 raise DemoError(
                     f"--count {count} does not match the {len(tasks)} tasks in {path} (one episode per line); "
@@ -7668,13 +7936,16 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         parser.error(str(error))
     if count is None:
         count, given = DEFAULT_COUNT, f"--count {DEFAULT_COUNT} (the default)"
-    parallelism = args.parallelism or count
+    auto = args.parallelism == "auto"
+    parallelism = count if auto else args.parallelism or count
     check_counts(parser, count, parallelism, args.rounds, args.allow_large, given)
     if args.dry_run and (args.warmup or args.pin_image == ""):
         parser.error(
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.dry_run and auto:
+        parser.error("--dry-run contacts no cluster, so it cannot count the nodes' room for --parallelism auto")
     return dataclasses.replace(
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
@@ -7687,6 +7958,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         dry_run=args.dry_run,
         junit=args.junit,
         metrics_file=args.metrics_file,
+        parallelism_auto=auto,
     )
 
 
@@ -7754,14 +8026,13 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
-    tool = invoked_as(plugin)
-    args = build_parser(tool).parse_command_line(argv)
-    command = prepared_command(args, tool)
     previous = None
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread():  # first: from here on SIGTERM is a Ctrl-C
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return int(command())
+        tool = invoked_as(plugin)
+        args = build_parser(tool).parse_command_line(argv)
+        return int(prepared_command(args, tool)())
     except BrokenPipeError:
         # The reader of stdout went away (`| head`); the work itself is done.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -7772,9 +8043,183 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
     except KeyboardInterrupt:
         print("rl-batch-demo: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as bug:  # a bug: its traceback for the report, then the exit code error.json gives it
+        import traceback  # noqa: PLC0415 - only a bug needs it
+
+        traceback.print_exception(type(bug), bug, bug.__traceback__, file=sys.stderr)
+        print(
+            f"rl-batch-demo: error: {printable(bug_message(bug))}; the traceback above is for a bug report",
+            file=sys.stderr,
+        )
+        return EXIT_CLUSTER
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+# Python API ###################################################################
+# `import rl_batch_demo as rbd`: run_batch and stream_batch, a `run` from Python. Uses the command
+# line: its options are run's flags, read by the same parser and settings, run by the same
+# cmd_run_reported (one code path), printing nothing on stdout, never exiting, and leaving the
+# caller's signal handlers alone.
+
+
+class OptionsParser(CommandLineParser):
+    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise DemoError(printable(message), EXIT_USAGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchResult:
+    """What run_batch returns: the run's directory and the two files a trainer reads there."""
+
+    output: Path
+    results: Optional[Results]  # results.json as a dict; None after dry_run, which writes manifests only
+    rewards: List[RewardLine]  # rewards.jsonl's rows, in the file's order (a retraction follows its row)
+
+    @property
+    def verdicts(self) -> List[RewardLine]:
+        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in the order the
+        pods first appear: a reward that stands has `failure` null."""
+        last = {row["pod"]: row for row in self.rewards}
+        return list(last.values())
+
+    @classmethod
+    def read(cls, output: Path) -> BatchResult:
+        rewards_file = output / REWARDS_FILE
+        if not (output / "results.json").exists():  # a dry run: manifests only
+            return cls(output, None, [])
+        return cls(output, load_results(output), read_reward_lines(rewards_file))
+
+
+def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> List[str]:
+    """`run`'s command line for the API's keyword options, each the flag with underscores
+    (max_failed_episodes: --max-failed-episodes): `True` for a flag that takes no value, a
+    value or None (left out) for one that does; `threshold` a mapping (metric: seconds) or
+    "METRIC=SECONDS" texts. An unknown name or a value of the wrong kind is a usage error."""
+    run = parser.commands["run"]
+    flags = {action.dest: action for action in run._actions if action.option_strings and action.dest != "help"}
+    argv: List[str] = []
+    for name, value in options.items():
+        action = flags.get(name)
+        if action is None:
+            raise DemoError(f"unknown option {name}{did_you_mean(name, flags)}", EXIT_USAGE)
+        flag = max(action.option_strings, key=len)
+        if action.nargs in (0, "?"):  # a switch (store_true), or --pin-image's optional value
+            if not isinstance(value, (bool, str)) or (action.nargs != "?" and isinstance(value, str)):
+                raise DemoError(f"option {name} takes True or False, not {short_repr(value)}", EXIT_USAGE)
+            argv += [flag] if value is True else [f"{flag}={value}"] if isinstance(value, str) else []
+        elif action.dest == "threshold":
+            items = value.items() if isinstance(value, Mapping) else [value] if isinstance(value, str) else value
+            argv += [f"{flag}={item}" if isinstance(item, str) else f"{flag}={item[0]}={item[1]}" for item in items]
+        elif value is not None:
+            if isinstance(value, bool):
+                raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
+            argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
+    return argv
+
+
+def tasks_lines(tasks: Sequence[Any]) -> bytes:
+    """The API's `tasks` list as the lines of a --tasks file; an item that is no JSON object names its index."""
+    lines = []
+    for index, task in enumerate(tasks):
+        if not isinstance(task, dict):
+            raise DemoError(
+                f"tasks[{index}] is {type(task).__name__}, not a dict (one JSON object per episode)", EXIT_USAGE
+            )
+        try:
+            lines.append(json.dumps(task, sort_keys=True, allow_nan=False) + "\n")
+        except (TypeError, ValueError, RecursionError) as error:
+            raise DemoError(f"tasks[{index}] cannot be written as JSON ({error})", EXIT_USAGE) from None
+    return "".join(lines).encode("utf-8")
+
+
+def batch_settings(
+    output: Any, count: Optional[int], options: Mapping[str, Any]
+) -> Tuple[RunSettings, argparse.Namespace]:
+    """The settings `run` would take from the flags that `options` name, checked by the same
+    parser and rules: a usage error is a DemoError, raised before any work starts."""
+    given = dict(options)
+    tasks = given.get("tasks")
+    listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
+    if listed:
+        given["tasks"] = "tasks"  # the list stands for a file of that name in messages
+    parser = build_parser(invoked_as(), OptionsParser)
+    argv = option_arguments({"output": output, "count": count, **given}, parser)
+    args = parser.parse_command_line(["run", *argv])
+    if listed and tasks is not None:
+        args.tasks_given = tasks_lines(tasks)
+    return run_settings(args), args
+
+
+def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:
+    """The run, as `run` runs it without printing its summary; an interruption is re-raised as
+    one (KeyboardInterrupt) once diagnostics are saved and the --cleanup policy has run, and a
+    bug as DemoError (exit 3), its traceback chained."""
+    try:
+        cmd_run_reported(settings, make_kubectl(args), invoked_as(), print_summary=False)
+    except DemoError as error:
+        if error.exit_code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt(str(error)) from error
+        raise
+    except Exception as bug:
+        raise DemoError(bug_message(bug), EXIT_CLUSTER) from bug
+    return BatchResult.read(settings.output)
+
+
+def run_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> BatchResult:
+    """Run one batch, as `run --output OUTPUT --count COUNT ...` does, and return what it wrote:
+    `.results` (results.json), `.rewards` (rewards.jsonl's rows), `.output`. `count` defaults to
+    10, or to the number of tasks; `options` are run's other flags with underscores, `tasks` a
+    --tasks file or a list of dicts. A failure raises DemoError with the command line's exit code."""
+    settings, args = batch_settings(output, count, options)
+    return execute_batch(settings, args)
+
+
+def stream_batch(
+    output: Any, *, count: Optional[int] = None, **options: Any
+) -> typing.Generator[RewardLine, None, BatchResult]:
+    """Run one batch as run_batch does, in a thread of its own, and yield each rewards.jsonl row
+    as it is written. Leaving the loop early (break, an exception, close()) stops the run as a
+    Ctrl-C would and waits for its diagnostics and its --cleanup policy; so does a Ctrl-C while
+    it waits for the next row, which is then raised. Once the run has ended the generator raises
+    its DemoError, or returns its BatchResult. Options are checked now, before the first row."""
+    settings, args = batch_settings(output, count, options)
+    return _stream(settings, args)
+
+
+_DONE = object()  # stream_batch's last item: the run's thread has ended
+
+
+def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator[RewardLine, None, BatchResult]:
+    rows: queue.Queue[Any] = queue.Queue()
+    stop = threading.Event()
+    ended: Dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            ended["result"] = execute_batch(dataclasses.replace(settings, on_reward=rows.put, stop=stop), args)
+        except BaseException as error:  # handed to the caller's thread below
+            ended["error"] = error
+        finally:
+            rows.put(_DONE)
+
+    thread = threading.Thread(target=work, name=f"rl-batch-demo {settings.output}")
+    thread.start()
+    try:
+        while (row := rows.get()) is not _DONE:
+            yield row
+    except BaseException:  # KeyboardInterrupt while waiting, GeneratorExit, the loop's own exception
+        stop.set()
+        thread.join()
+        raise
+    thread.join()
+    if "error" in ended:
+        raise ended["error"]
+    result: BatchResult = ended["result"]
+    return result
 
 
 # The episode worker (payload) #################################################

@@ -242,8 +242,15 @@ class Cluster:
         argv = self.args("get", kind, name, "--ignore-not-found", "-o", "json", namespace=namespace)
         return Call(argv, stdout=as_json(answer) if answer is not None else "")
 
-    def get_list(self, kinds: str, items: List[Dict[str, Any]], namespace: Optional[str] = NAMESPACE) -> Call:
-        return Call(self.args("get", kinds, "-o", "json", namespace=namespace), stdout=as_json(kubernetes_list(items)))
+    def get_list(
+        self, kinds: str, items: List[Dict[str, Any]], namespace: Optional[str] = NAMESPACE, flags: Sequence[str] = ()
+    ) -> Call:
+        argv = self.args("get", kinds, *flags, "-o", "json", namespace=namespace)
+        return Call(argv, stdout=as_json(kubernetes_list(items)))
+
+    def running_pods(self, items: List[Dict[str, Any]]) -> Call:
+        """The pods of every namespace that are not terminated (`check`, `run --parallelism auto`)."""
+        return self.get_list("pods", items, namespace=None, flags=demo.NON_TERMINATED_PODS)
 
     def create(self, manifest: Dict[str, Any], answer: Any, validate: str = "strict") -> Call:
         """`create -f - -o json --validate=...` with the manifest on stdin; answers the created

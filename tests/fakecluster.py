@@ -26,6 +26,9 @@ The cluster
 * namespaces ``default``, ``kube-system``, ``kube-public``, ``kube-node-lease``.
 * RuntimeClass ``cube`` (handler ``cube``, overhead cpu 250m / memory 768Mi),
   nodes ``node-a`` and ``node-b`` (64 CPUs, 256Gi, schedulable).
+* ``pods``: other workloads' Running pods, each bound to a node with its requests
+  (``{"name", "namespace", "node", "requests"}``): the scheduler counts them against the
+  node's allocatable, and ``get pods --all-namespaces`` lists them.
 * ``forbidden``: (verb, resource) pairs the fake user may not do, e.g.
   ``("create", "jobs")`` or ``("get", "pods/log")``; they answer
   SelfSubjectAccessReviews with ``allowed: false`` and make the matching
@@ -192,6 +195,7 @@ class FakeCluster:
         forbidden: Iterable[Tuple[str, str]] = (),
         faults: Optional[dict] = None,
         server: str = "127.0.0.1:6443",  # host:port, as kubectl names it in its messages
+        pods: Sequence[dict] = (),  # other workloads' Running pods, bound to nodes (apiserver.make_running_pod)
     ) -> None:
         root = pathlib.Path(root)
         root.mkdir(parents=True, exist_ok=True)
@@ -215,6 +219,7 @@ class FakeCluster:
             runtimeclasses=DEFAULT_RUNTIMECLASSES if runtimeclasses is None else runtimeclasses,
             nodes=DEFAULT_NODES if nodes is None else nodes,
             server=server,
+            pods=list(pods),
         )
         wrapper = self.bin_dir / "kubectl"
         # Start-up time matters: every kubectl call of a test starts the fake.  -S skips

@@ -224,7 +224,15 @@ class StrictnessTest(FakeKubectlTestCase):
             (["get", "pods", "-o", "yaml"], "get -o yaml (only -o json)"),
             (["get", "pods", "-o", "name"], "get -o name (only -o json)"),
             (["get", "pods", "--chunk-size=0", "-o", "json"], "kubectl get --chunk-size"),
-            (["get", "pods", "-A", "-o", "json"], "kubectl get -A"),
+            (["get", "pods", "--show-labels", "-o", "json"], "kubectl get --show-labels"),
+            (
+                ["get", "pods", "-A", "-w", "--output-watch-events", "-o", "json"],
+                "get --all-namespaces/--field-selector with names or --watch",
+            ),
+            (
+                ["get", "jobs", "--field-selector=status.phase=Running", "-o", "json"],
+                "--field-selector on anything but pods",
+            ),
             (["get", "pod/x", "-o", "json"], "get TYPE/NAME (use get TYPE NAME)"),
             (["get", "pods", "-w", "-o", "json"], "get -w without --output-watch-events"),
             (["config", "get-contexts"], "kubectl config get-contexts"),

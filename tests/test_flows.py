@@ -855,13 +855,15 @@ class CheckTest(CallPlanTestCase):
     def check_calls(
         cluster: Cluster, runtime: Optional[str] = "cube", nodes: Optional[List[Any]] = None, denied: tuple = ()
     ) -> List[Call]:
-        """`check`: config view, server version, the RuntimeClass, the nodes, every access review."""
+        """`check`: config view, server version, the RuntimeClass, the nodes, the pods running there,
+        every access review."""
         version = {"clientVersion": {"gitVersion": "v1.31.2"}, "serverVersion": {"gitVersion": "v1.31.1"}}
         calls = [cluster.config_view(), Call(cluster.args("version", "-o", "json"), stdout=as_json(version))]
         if runtime is not None:
             calls.append(cluster.get("runtimeclass", runtime, runtimeclass_object() if runtime == "cube" else None))
         nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
         calls.append(cluster.get_list("nodes", nodes, namespace=None))
+        calls.append(cluster.running_pods([]))
         calls.append(cluster.access_reviews(demo.NAMESPACE_PREFIX + "preflight", runtime is not None, denied))
         return calls
 

@@ -389,6 +389,21 @@ def list_args(kinds: str) -> List[str]:
     return tool_form(lambda k: k.get_list(kinds, namespace=NAMESPACE))[0]
 
 
+def everywhere_args() -> List[str]:
+    """The arguments of Kubectl.get_list for the pods of every namespace that are not terminated
+    (`check`, `run --parallelism auto`)."""
+    args, namespace, _ = tool_form(lambda k: k.get_list("pods", flags=demo.NON_TERMINATED_PODS))
+    assert namespace is None
+    return args
+
+
+def nodes_and_pods_args() -> List[str]:
+    """The arguments of Kubectl.get_list for the nodes and every pod (`run --parallelism auto`)."""
+    args, namespace, _ = tool_form(lambda k: k.get_list("nodes,pods", flags=demo.EVERY_NAMESPACE))
+    assert namespace is None
+    return args
+
+
 def config_view_args() -> List[str]:
     """The arguments of Kubectl.cluster_identity (no --request-timeout: no server is asked)."""
     args, namespace, timeout = tool_form(lambda k: k.cluster_identity())
@@ -1096,6 +1111,62 @@ class ObjectsContract(ContractCase):
             outcome = session.run(list_args("pods,events"))
             self.assertEqual(outcome.documents(), [dict(expected, items=[])])
             self.assertEqual(outcome.stderr, "")
+
+        self.each_kubectl(contract)
+
+    def test_get_of_pods_in_every_namespace_is_one_list_of_every_page(self) -> None:
+        """`get pods --all-namespaces --field-selector=status.phase!=Succeeded,status.phase!=Failed
+        -o json` (episode_room's pods): GET /api/v1/pods with the field selector as it is and
+        limit=500, then once more per continue token, printed as one List of every page's items
+        with kind on each (kubectl pkg/cmd/get/get.go, cli-runtime's resource builder
+        RequestChunksOf: a chunked list, joined)."""
+        selector = demo.NON_TERMINATED_PODS[1].split("=", 1)[1]
+
+        def contract(session: Session) -> None:
+            pages = {
+                "": ([pod("p0", "Running"), pod("p1", "Pending")], "page-2"),
+                "page-2": ([pod("p2", "Running")], ""),
+            }
+
+            def listing(recorded: Recorded, match: re.Match[str]) -> Answer:
+                items, token = pages[recorded.query.get("continue", "")]
+                metadata = {"resourceVersion": "70", **({"continue": token} if token else {})}
+                return Answer(200, {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items})
+
+            session.server.route("GET", "/api/v1/pods", listing)
+            outcome = session.run(everywhere_args(), namespace=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            [printed] = outcome.documents()
+            self.assertEqual(printed["kind"], "List")
+            self.assertEqual([item["metadata"]["name"] for item in printed["items"]], ["p0", "p1", "p2"])
+            self.assertEqual({item["kind"] for item in printed["items"]}, {"Pod"})
+            self.assertEqual(
+                [
+                    (r.path, r.query.get("fieldSelector"), r.query.get("limit"), r.query.get("continue"))
+                    for r in session.api()
+                ],
+                [("/api/v1/pods", selector, "500", None), ("/api/v1/pods", selector, "500", "page-2")],
+            )
+
+        self.each_kubectl(contract)
+
+    def test_get_of_nodes_and_every_pod_is_one_list_with_kind_on_each_item(self) -> None:
+        """`get nodes,pods --all-namespaces -o json` (BatchRun.set_parallelism): the nodes' list,
+        then the pods of every namespace (GET /api/v1/pods, no namespace in the path), each
+        limit=500; one List, every item with its kind (so the tool tells them apart)."""
+
+        def contract(session: Session) -> None:
+            node = {"metadata": {"name": "node-a"}, "status": {"allocatable": {"cpu": "4"}}}
+            nodes = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [node]}
+            session.server.route("GET", "/api/v1/nodes", always(Answer(200, nodes)))
+            session.server.route("GET", "/api/v1/pods", always(Answer(200, pod_list([pod("p0", "Running")]))))
+            outcome = session.run(nodes_and_pods_args(), namespace=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            [printed] = outcome.documents()
+            kinds = [(item["kind"], item["metadata"]["name"]) for item in printed["items"]]
+            self.assertEqual(kinds, [("Node", "node-a"), ("Pod", "p0")])
+            requests = [(r.path, r.query.get("limit")) for r in session.api()]
+            self.assertEqual(requests, [("/api/v1/nodes", "500"), ("/api/v1/pods", "500")])
 
         self.each_kubectl(contract)
 

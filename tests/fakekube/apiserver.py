@@ -98,6 +98,24 @@ def make_node(spec: dict) -> dict:
     return node
 
 
+def make_running_pod(spec: dict) -> dict:
+    """A Running pod of another workload, bound to a node, from the shorthand ``{"name",
+    "namespace" (default "default"), "node", "requests": {"cpu", "memory"}, "phase" (default
+    Running)}``: the scheduler counts its requests against its node (the fake's controller.py
+    node_usage, and the tool's --parallelism auto). The API server has already defaulted its
+    requests as it stores a pod (pkg/apis/core/v1/defaults.go SetDefaults_Pod)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": spec["name"], "namespace": spec.get("namespace", "default"), "labels": {"app": "other"}},
+        "spec": {
+            "nodeName": spec["node"],
+            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": dict(spec["requests"])}}],
+        },
+        "status": {"phase": spec.get("phase", "Running")},
+    }
+
+
 # --------------------------------------------------------------------------- RBAC
 
 

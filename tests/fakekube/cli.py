@@ -53,6 +53,9 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         Flag("sort-by"),
         # only ``get --raw /api/v1/nodes/NODE/proxy/metrics`` (commands.get_raw)
         Flag("raw"),
+        # only ``get pods --all-namespaces --field-selector=...`` (run --parallelism auto, check)
+        Flag("all-namespaces", "A", kind="bool"),
+        Flag("field-selector"),
     ],
     "create": [Flag("filename", "f", multi=True), Flag("output", "o"), Flag("validate", noopt="strict")],
     "delete": [Flag("cascade", noopt="background"), Flag("wait", kind="bool")],
@@ -70,7 +73,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
 }
 # Real kubectl flags of these commands that the tool never passes (long names; "-X" for shorthands).
 UNSUPPORTED_FLAGS: Dict[str, set] = {
-    "get": {"chunk-size", "all-namespaces", "-A", "show-labels", "field-selector", "watch-only"},
+    "get": {"chunk-size", "show-labels", "watch-only"},
     "create": {"dry-run", "save-config", "edit", "raw", "selector", "-l"},
     "delete": {"ignore-not-found", "grace-period", "now", "force", "all", "selector", "-l", "filename", "-f"},
     "logs": {"ignore-errors", "follow", "-f", "previous", "-p", "since", "timestamps", "all-containers"},

@@ -433,9 +433,15 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
             return table
     check_output_json(fmt, "get -w" if watch else "get")
     selector = parse_selector(sel_text) if sel_text is not None else None
+    # --all-namespaces: one cluster-scoped list (GET /api/v1/pods), authorized at the cluster scope
+    # (kubectl pkg/cmd/get/get.go; tests/test_kubectl_contract.py, "every namespace")
+    everywhere = bool(flags.get("all-namespaces"))
+    fields = parse_field_selector(rts, flags["field-selector"]) if flags.get("field-selector") is not None else []
+    if (everywhere or fields) and (watch or has_names):
+        raise not_supported("get --all-namespaces/--field-selector with names or --watch")
     for rt, n in rts:
         verb = "get" if n is not None else ("watch" if watch else "list")
-        inv.check_rbac(verb, rt.resource, rt, n or "", inv.namespace)
+        inv.check_rbac(verb, rt.resource, rt, n or "", "" if everywhere else inv.namespace)
         if watch and n is None:
             inv.check_rbac("list", rt.resource, rt, "", inv.namespace)
     if watch:
@@ -452,7 +458,9 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
             obj = inv.store.get(rt.kind, ns, n)
             matched = [obj] if obj is not None else []
         else:
+            ns = None if everywhere else ns
             matched = [o for o in inv.store.list(rt.kind, ns) if matches(o, rt.kind, ns, None, selector)]
+            matched = [o for o in matched if all(field_matches(o, field) for field in fields)]
         if n is not None and not matched and not ignore_nf:
             errors.append(not_found(rt, n))
         found.extend(matched)
@@ -466,6 +474,50 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     if errors:
         raise KubectlError("\n".join(errors))
     return 0
+
+
+# The fields a pod list may be selected by, and where each lives: kubernetes/kubernetes
+# pkg/registry/core/pod/strategy.go ToSelectableFields (metadata.name and .namespace: every kind,
+# generic.ObjectMetaFieldsSet). Operators =, == and !=, comma for AND (apimachinery
+# pkg/fields/selector.go ParseSelector); any other field the API server refuses with BadRequest
+# (pkg/apis/core/v1/conversion.go, the pod's field label conversion).
+POD_FIELDS = {
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+    "spec.nodeName": ("spec", "nodeName"),
+    "spec.restartPolicy": ("spec", "restartPolicy"),
+    "spec.schedulerName": ("spec", "schedulerName"),
+    "spec.serviceAccountName": ("spec", "serviceAccountName"),
+    "status.phase": ("status", "phase"),
+    "status.podIP": ("status", "podIP"),
+    "status.nominatedNodeName": ("status", "nominatedNodeName"),
+}
+FieldRequirement = Tuple[Tuple[str, str], str, str]  # (where, operator, value)
+
+
+def parse_field_selector(rts: List[Tuple[ResType, Optional[str]]], text: str) -> List[FieldRequirement]:
+    """``--field-selector`` for a pod list (the only one the tool sends)."""
+    if [rt.kind for rt, _ in rts] != ["Pod"]:
+        raise not_supported("--field-selector on anything but pods")
+    found: List[FieldRequirement] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"([A-Za-z.]+)(==|!=|=)(.*)", part.strip())
+        if not m:
+            raise KubectlError(f"error: invalid selector: '{text}'; can't understand '{part}'")
+        field, op, value = m.groups()
+        if field not in POD_FIELDS:
+            raise KubectlError(
+                f'Error from server (BadRequest): Unable to find "/v1, Resource=pods" that match label selector "", '
+                f'field selector "{text}": field label not supported: {field}'
+            )
+        found.append((POD_FIELDS[field], "!=" if op == "!=" else "=", value))
+    return found
+
+
+def field_matches(obj: dict, requirement: FieldRequirement) -> bool:
+    (part, key), op, value = requirement
+    actual = str((obj.get(part) or {}).get(key) or "")
+    return (actual == value) == (op == "=")
 
 
 RAW_NODE_METRICS = re.compile(r"/api/v1/nodes/([^/]+)/proxy/metrics")

@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 import time
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .common import (
     CLUSTER_SCOPED,
@@ -349,9 +349,11 @@ def init_state(
     runtimeclasses: Dict[str, dict],
     nodes: List[dict],
     server: Optional[str] = None,
+    pods: Sequence[dict] = (),
 ) -> None:
-    """Create a fresh fake cluster in ``state`` (called by tests/fakecluster.py)."""
-    from .apiserver import make_node, make_runtimeclass, new_namespace
+    """Create a fresh fake cluster in ``state`` (called by tests/fakecluster.py); ``pods``: pods
+    of other workloads already bound to nodes (apiserver.make_running_pod's shorthand)."""
+    from .apiserver import make_node, make_running_pod, make_runtimeclass, new_namespace
     from .common import DEFAULT_SERVER, new_uid, now_ts
 
     for sub in ("objects", "logs", "work", "controllers"):
@@ -376,6 +378,8 @@ def init_state(
     objs = [new_namespace(ns) for ns in ("default", "kube-node-lease", "kube-public", "kube-system")]
     objs += [make_runtimeclass(name, spec) for name, spec in sorted(runtimeclasses.items())]
     objs += [make_node(node) for node in nodes]
+    objs += [new_namespace(ns) for ns in sorted({pod.get("namespace", "default") for pod in pods} - {"default"})]
+    objs += [make_running_pod(pod) for pod in pods]
     with store.tx() as tx:
         for obj in objs:
             md = obj["metadata"]
