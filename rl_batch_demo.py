@@ -7996,8 +7996,11 @@ def invoked_as(plugin: bool = False) -> str:
         return PLUGIN_COMMAND
     if name == INSTALLED_COMMAND:
         return INSTALLED_COMMAND
-    script = os.path.relpath(__file__) if not os.path.relpath(__file__).startswith("..") else __file__
-    return f"python3 {shlex.quote(script)}"
+    try:
+        relative = os.path.relpath(__file__)
+    except OSError:  # the working directory was removed: the path as Python has it
+        relative = ".."
+    return f"python3 {shlex.quote(__file__ if relative.startswith('..') else relative)}"
 
 
 def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:

@@ -44,14 +44,13 @@ def payloads(worker: str, template: str) -> Dict[str, str]:
 
 
 def show_worker(*flags: str, env: Optional[Mapping[str, str]] = None) -> str:
-    """What `rl_batch_demo.py show-worker FLAGS` prints; CalledProcessError if it fails."""
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "show-worker", *flags],
-        capture_output=True,
-        check=True,
-        env=None if env is None else dict(env),
-        timeout=60,
-    )
+    """What `rl_batch_demo.py show-worker FLAGS` prints; RuntimeError, with its stderr, if it fails."""
+    command = [sys.executable, str(SCRIPT), "show-worker", *flags]
+    environment = None if env is None else dict(env)
+    result = subprocess.run(command, capture_output=True, check=False, cwd=SCRIPT.parent, env=environment, timeout=60)
+    if result.returncode != 0:  # the error says why, with the program's own stderr
+        stderr = result.stderr.decode("utf-8", "replace")
+        raise RuntimeError(f"{' '.join(command[1:])} exited {result.returncode}:\n{stderr}")
     return result.stdout.decode("utf-8")
 
 

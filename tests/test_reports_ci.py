@@ -11,6 +11,7 @@ import io
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -309,6 +310,17 @@ class PluginTest(unittest.TestCase):
                     cleanup = demo.cleanup_command(demo.invoked_as(), Path("out dir"))
                 self.assertTrue(cleanup.startswith(command))
                 self.assertTrue(cleanup.endswith("cleanup --output 'out dir'"))
+
+    def test_a_removed_working_directory_is_no_crash(self) -> None:
+        """Started from a directory that was removed (os.getcwd fails), the command to show is the
+        script's absolute path, not a traceback."""
+        removed = FileNotFoundError(2, "No such file or directory")
+        with (
+            unittest.mock.patch.object(sys, "argv", ["rl_batch_demo.py"]),
+            unittest.mock.patch.object(os, "getcwd", side_effect=removed),
+        ):
+            command = demo.invoked_as()
+        self.assertEqual(command, f"python3 {shlex.quote(demo.__file__)}")
 
     def test_plugin_main_sets_the_plugin_name(self) -> None:
         stdout = io.StringIO()
