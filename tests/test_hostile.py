@@ -117,7 +117,7 @@ class HostileEpisodeTest(unittest.TestCase):
         self.assertEqual(results["reward_sum"], len(NOISE))
         self.assertEqual(results["episodes"], len(NOISE))
         saved = [path.read_bytes() for path in output.glob("*.log")]
-        self.assertTrue(any(b"[rl-batch-demo: log truncated at" in log for log in saved), "the 20 MB log was capped")
+        self.assertTrue(any(b"[rl-batch-demo: log truncated at" in log for log in saved), "the 9.7 MB log was capped")
         self.assertTrue(any(b"\xff\xfe\xfd not UTF-8" in log for log in saved), "the log was saved as bytes")
 
     def test_each_invalid_input_fails_its_episode_by_name(self) -> None:

@@ -95,7 +95,8 @@ HOSTILE_LINES = {
     "hostile_long_line": (b'{"event": "reward", "pad": "', b"x", 100 * 1024, b'"}\n'),
     # deeper than any Python's JSON decoder goes (3.13 parses 1,500 levels), shorter than 64 KiB
     "hostile_nesting": (b'{"event": "ready", "at": 1.0, "x": ', b"[", 30000, b"]" * 30000 + b"}\n"),
-    "hostile_huge_log": (b"", b"noise " * 170 + b"\n", 20000, b""),  # about 20 MB
+    # about 9.7 MB: over the 8 MiB that <pod>.log keeps, within the kubelet's 10 MiB log file
+    "hostile_huge_log": (b"", b"noise " * 170 + b"\n", 9500, b""),
 }
 HOSTILE_FIELDS = {  # (event, field, value) written into the worker's own event, log and message alike
     "hostile_huge_number": ("ready", "at", int("9" * 400)),
