@@ -286,12 +286,12 @@ class EpisodeSourcesTest(unittest.TestCase):
 
     def test_agreeing_sources(self) -> None:
         result = demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(self.events), True, "here")
-        self.assertEqual(result, self.events)
+        self.assertEqual(result, (self.events, []))
 
     def test_trimmed_test_output_still_agrees(self) -> None:
         trimmed = [dict(self.events[0]), dict(self.events[1], tests_output="K\n", tests_output_truncated=True)]
         self.assertEqual(
-            demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(trimmed), True, "h"), self.events
+            demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(trimmed), True, "h"), (self.events, [])
         )
 
     def test_disagreeing_sources(self) -> None:
@@ -304,10 +304,10 @@ class EpisodeSourcesTest(unittest.TestCase):
             demo.episode_events("p", None, "Error from server (InternalError)", log_of(self.events), True, "here")
 
     def test_large_batches_use_the_message_alone(self) -> None:
-        self.assertEqual(demo.episode_events("p", None, "not read", log_of(self.events), False, "h"), self.events)
+        self.assertEqual(demo.episode_events("p", None, "not read", log_of(self.events), False, "h"), (self.events, []))
 
     def test_empty_message_falls_back_to_the_log(self) -> None:
-        self.assertEqual(demo.episode_events("p", pod_log(log_of(self.events)), None, "", True, "h"), self.events)
+        self.assertEqual(demo.episode_events("p", pod_log(log_of(self.events)), None, "", True, "h"), (self.events, []))
 
 
 class ReportTest(unittest.TestCase):

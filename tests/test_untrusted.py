@@ -50,7 +50,7 @@ class EventLineTest(unittest.TestCase):
         for raw in (b"\xff\xfe\xfa garbage", b"\x00\x00", GOOD_READY.encode() + b"\r", b"\xed\xa0\x80"):
             scanner.line(raw)
         self.assertEqual(scanner.error, "")
-        self.assertEqual([event["event"] for event in scanner.events], ["ready"])
+        self.assertEqual(list(scanner.kept), ["ready"])
 
     def test_a_lone_surrogate_survives_as_data(self) -> None:
         [event] = demo.parse_events('{"event": "ready", "at": 1.0, "episode_id": "\\ud800"}\n')
@@ -72,7 +72,7 @@ class EventLineTest(unittest.TestCase):
     def test_a_line_longer_than_the_limit_is_noise(self) -> None:
         scanner = demo.EventScanner()
         scanner.line(b'{"event": "reward", "at": 1, "pad": "' + b"x" * demo.EVENT_LINE_LIMIT + b'"}')
-        self.assertEqual((scanner.events, scanner.error, scanner.long_lines), ([], "", 1))
+        self.assertEqual((scanner.kept, scanner.counts, scanner.error, scanner.long_lines), ({}, {}, "", 1))
 
 
 class LogStreamTest(unittest.TestCase):
@@ -89,7 +89,7 @@ class LogStreamTest(unittest.TestCase):
             with self.subTest(separator=separator):
                 logs = read_through([forged.replace(b"\r", separator)], ["rollout-a", "rollout-b"], self.dir)
                 self.assertEqual(sorted(logs), ["rollout-a"])
-                self.assertEqual(logs["rollout-a"].events, [])
+                self.assertEqual(demo.logged_events(logs["rollout-a"]), [])
 
     def test_file_names_come_only_from_the_listing(self) -> None:
         output = b"[pod/../episode] x\n[pod/other/episode] y\n[pod/rollout-a/episode] z\nno prefix at all\n"
@@ -103,10 +103,10 @@ class LogStreamTest(unittest.TestCase):
         )
         logs = read_through(chunks, ["rollout-a"], self.dir)
         self.assertEqual(logs["rollout-a"].long_lines, 1)
-        self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
+        self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-a"])], ["ready"])
         self.assertEqual((self.dir / "rollout-a.log").stat().st_size, 8 * 65536 + 1 + len(GOOD_READY))
 
-    def test_the_saved_log_is_capped_with_a_marker_and_events_past_the_cap_still_count(self) -> None:
+    def test_the_saved_log_is_capped_with_a_marker_and_its_event_lines_still_saved(self) -> None:
         with mock.patch.object(demo, "LOG_FILE_LIMIT", 1000):
             noise = b"[pod/rollout-a/episode] " + b"n" * 99 + b"\n"
             logs = read_through(
@@ -114,9 +114,32 @@ class LogStreamTest(unittest.TestCase):
             )
         text = (self.dir / "rollout-a.log").read_bytes()
         self.assertTrue(text.startswith(b"n" * 99 + b"\n"))
-        self.assertIn(b"[rl-batch-demo: log truncated at 1000 bytes;", text)
-        self.assertEqual(logs["rollout-a"].dropped_bytes, 50 * 100 + len(GOOD_READY) + 1 - 1000)
-        self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
+        head, tail = text[:1000], text[1000:]
+        self.assertEqual(head, noise[24:] * 10)  # the first 1,000 bytes, then nothing but the ready line
+        self.assertEqual(
+            tail.split(b"\n")[:3],
+            [b"[rl-batch-demo: 4,000 bytes not saved before this line]", GOOD_READY.encode(), tail.split(b"\n")[2]],
+        )
+        self.assertTrue(tail.split(b"\n")[2].startswith(b"[rl-batch-demo: log truncated at 1000 bytes (each <pod>.log"))
+        self.assertEqual(logs["rollout-a"].dropped_bytes, 50 * 100 - 1000)
+        self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-a"])], ["ready"])
+
+    def test_the_runs_budget_is_shared_by_its_pods_and_never_costs_an_event_line(self) -> None:
+        budgets = demo.LogBudgets(disk=1500)
+        noise = b"n" * 99 + b"\n"
+        reader = demo.EpisodeLogReader(self.dir, ["rollout-a", "rollout-b"], budgets=budgets)
+        for name in ("rollout-a", "rollout-b"):
+            reader.feed(f"[pod/{name}/episode] ".encode() + noise)
+            reader.feed((f"[pod/{name}/episode] ".encode() + noise) * 9)
+            reader.feed(f"[pod/{name}/episode] {GOOD_READY}\n".encode())
+        logs = reader.finish()
+        self.assertEqual(logs["rollout-a"].dropped_bytes, 0)
+        left = 1500 - 1000 - (len(GOOD_READY) + 1)  # after rollout-a's text and its ready line
+        self.assertEqual(logs["rollout-b"].dropped_bytes, 1000 - left)
+        text = (self.dir / "rollout-b.log").read_bytes()
+        self.assertIn(b"the run's logs reached their budget", text)
+        self.assertIn(b"before this line]\n" + GOOD_READY.encode() + b"\n", text)
+        self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-b"])], ["ready"])
 
     def test_a_line_glued_onto_another_pods_last_line_puts_both_in_doubt(self) -> None:
         """kubectl writes a pod's last line without its newline as it came: the next pod's first
@@ -142,7 +165,7 @@ class LogStreamTest(unittest.TestCase):
         reader.feed(b"[pod/q/episode] " + GOOD_READY.encode() + b"\n")
         logs = reader.finish()
         self.assertEqual(list(logs), ["p"])
-        self.assertEqual(logs["p"].events, [])  # the forged prefix makes it noise, not q's event
+        self.assertEqual(demo.logged_events(logs["p"]), [])  # the forged prefix makes it noise, not q's event
 
 
 class ForgedFigureTest(unittest.TestCase):

@@ -40,18 +40,16 @@ Record = Tuple[bool, bytes]  # (partial, content)
 def cri_records(output: bytes, max_line: int = CRI_MAX_LINE) -> List[Record]:
     """The records containerd writes for one stream's bytes (logger.go redirectLogs)."""
     records: List[Record] = []
-    lines = output.split(b"\n")
-    last = lines.pop()  # after the last "\n": a line without one (b"" when the output ends with one)
-    for number, line in enumerate(lines + [last]):
+    *lines, last = output.split(b"\n")  # last: after the last "\n", a line without one (or b"")
+    for number, written in enumerate([*lines, last]):
         ended = number < len(lines)
-        if ended and line.endswith(b"\r"):
-            line = line[:-1]  # readLine drops "\r\n" as a whole
-        if not line and not ended:
+        rest = written[:-1] if ended and written.endswith(b"\r") else written  # readLine drops "\r\n" whole
+        if not rest and not ended:
             break
-        while len(line) > max_line:
-            records.append((True, line[:max_line]))
-            line = line[max_line:]
-        records.append((not ended, line))
+        while len(rest) > max_line:
+            records.append((True, rest[:max_line]))
+            rest = rest[max_line:]
+        records.append((not ended, rest))
     return records
 
 

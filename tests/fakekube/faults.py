@@ -14,8 +14,8 @@ import json
 import os
 from typing import Any, Callable, List, Optional, Tuple
 
-from .containerlog import MAX_CONTAINER_TERMINATION_MESSAGE
 from .common import FAULTS_ENV, KubectlError, lookup_type, read_json, write_json_atomic
+from .containerlog import MAX_CONTAINER_TERMINATION_MESSAGE
 
 FAULT_KEYS = {
     "episode",
