@@ -165,6 +165,7 @@ class TranscriptTest(RunPlanTestCase):
         base = [f"--context={CONTEXT}", "--request-timeout=30s"]
         in_namespace = [*base, f"--namespace={NAMESPACE}"]
         watching = [f"--context={CONTEXT}", "--request-timeout=275s", f"--namespace={NAMESPACE}"]
+        reading = [f"--context={CONTEXT}", f"--namespace={NAMESPACE}"]
         selector = f"batch.kubernetes.io/controller-uid={uid}"
         steps = [
             [["config", "view", "--minify", "-o", "json"]],
@@ -181,8 +182,7 @@ class TranscriptTest(RunPlanTestCase):
             [
                 [*in_namespace, "get", "events", "-o", "json"],
                 # no --request-timeout: it would limit each log's transfer; 10 logs fit client-go's burst
-                [f"--context={CONTEXT}", f"--namespace={NAMESPACE}", "logs", "-l", selector, "-c", "episode"]
-                + ["--prefix", "--tail=-1"],
+                [*reading, "logs", "-l", selector, "-c", "episode", "--prefix", "--tail=-1"],
             ],
         ]
         recorded = self.recorded_calls()
