@@ -95,6 +95,7 @@ CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.jso
 CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
+INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
@@ -5293,11 +5294,14 @@ class _PodLogFile:
     def flush(self) -> None:
         if self.buffer or not self.temporary.exists():
             try:
-                with open(self.temporary, "ab") as stream:
-                    stream.write(self.buffer)
+                self._append(bytes(self.buffer))
             except OSError as error:
                 raise _named_write_error(error, self.path) from None
             self.buffer.clear()
+
+    def _append(self, data: bytes) -> None:
+        with open(self.temporary, "ab") as stream:
+            stream.write(data)
 
     def finish(self) -> PodLog:
         if self.dropped:
@@ -5889,43 +5893,68 @@ def read_logs(
     budgets: Optional[LogBudgets] = None,
     gate: Optional[threading.Event] = None,
 ) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
-    """The pods' container logs, in time that grows gently with their number and in a bounded
-    number of processes at once: up to LOG_SELECTOR_PODS pods with one `kubectl logs -l`
-    (`selector`, which matches exactly `pods`; None: never), then each pod that call missed with
-    its own `kubectl logs POD`, LOG_READ_PROCESSES at once (each process has its own token bucket).
+    """The pods' container logs, in time that grows gently with their number, with a bounded
+    number of kubectl processes at once (LOG_READ_PROCESSES; each has its own token bucket):
+
+    * up to LOG_SELECTOR_PODS pods, one `kubectl logs -l` of `selector` (which matches exactly
+      `pods`; None: never);
+    * beyond that, in an Indexed Job whose pods carry the completion-index label (1.28+), one
+      `logs -l` per set of up to LOG_SELECTOR_PODS indexes (`SELECTOR,INDEX in (0,1,...)`);
+    * then each pod those calls missed (an unreadable log stops a selector read), or every pod
+      of a Job without the label, with its own `kubectl logs POD`.
 
     Beyond the cross-check limit (`all_pods` False), only pods whose termination message cannot
-    carry their events are read. `gate`: set once the round's other diagnostics are on disk;
-    no log is written before."""
+    carry their events are read. `gate`: set once the round's other diagnostics are on disk; no
+    log is written before."""
     wanted = [pod["metadata"]["name"] for pod in pods if all_pods or message_needs_log(termination_message(pod))]
     logs: Dict[str, Optional[PodLog]] = {}
     errors: Dict[str, str] = {}
     budgets = budgets or LogBudgets()
+    sets: List[Tuple[str, List[str]]] = []  # (selector, the pods it matches)
     if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
-        logs.update(logs_by_selector(kubectl, namespace, selector, wanted, round_dir, budgets=budgets, gate=gate))
-    pending: queue.Queue[str] = queue.Queue()
-    for name in wanted:
-        if name not in logs:
-            pending.put(name)
+        sets.append((selector, wanted))
+    elif selector is not None and len(wanted) > 1:
+        labels = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in pods}
+        if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
+            for start in range(0, len(wanted), LOG_SELECTOR_PODS):
+                names = wanted[start : start + LOG_SELECTOR_PODS]
+                indexes = ",".join(sorted({str(labels[name]) for name in names}, key=int))
+                sets.append((f"{selector},{INDEX_LABEL} in ({indexes})", names))
+
+    def read_set(chosen: str, names: List[str]) -> None:
+        logs.update(logs_by_selector(kubectl, namespace, chosen, names, round_dir, budgets=budgets, gate=gate))
+
+    def read_pod(name: str) -> None:
+        try:
+            logs[name] = log_of(kubectl, namespace, name, round_dir, budgets, gate)
+        except (KubectlFailure, KubectlTimeout) as failure:
+            logs[name] = None
+            errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+            if gate is not None:
+                gate.wait()
+            write_atomic(round_dir / f"{name}.log", "")
+
+    in_pool([functools.partial(read_set, *entry) for entry in sets])
+    in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
+    return {name: logs[name] for name in wanted if name in logs}, errors
+
+
+def in_pool(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run the tasks, at most LOG_READ_PROCESSES at once; the first that raised raises here."""
+    pending: queue.Queue[Callable[[], None]] = queue.Queue()
+    for task in tasks:
+        pending.put(task)
 
     def work() -> None:
         while True:
             try:
-                name = pending.get_nowait()
+                task = pending.get_nowait()
             except queue.Empty:
                 return
-            try:
-                logs[name] = log_of(kubectl, namespace, name, round_dir, budgets, gate)
-            except (KubectlFailure, KubectlTimeout) as failure:
-                logs[name] = None
-                errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
-                if gate is not None:
-                    gate.wait()
-                write_atomic(round_dir / f"{name}.log", "")
+            task()
 
-    if pending.qsize():
-        concurrently([work] * min(LOG_READ_PROCESSES, pending.qsize()))
-    return {name: logs[name] for name in wanted if name in logs}, errors
+    if tasks:
+        concurrently([work] * min(LOG_READ_PROCESSES, len(tasks)))
 
 
 def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:

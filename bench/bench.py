@@ -74,14 +74,24 @@ def time_help(repeats: int = 15) -> Dict[str, float]:
 
 
 def run_once(
-    count: int, scratch: Path, kubelet_metrics: bool = False, tag: str = "", stand_in: bool = False
+    count: int,
+    scratch: Path,
+    kubelet_metrics: bool = False,
+    tag: str = "",
+    stand_in: bool = False,
+    no_messages: bool = False,
 ) -> Dict[str, Any]:
     """One run against a fresh fake. stand_in: each pod runs the fake's stand-in worker (the two
-    events, no tests), so 1,000 episodes take about two minutes and measure the client alone."""
+    events, no tests), so 1,000 episodes take about two minutes and measure the client alone.
+    no_messages: every pod's termination message is empty (a runtime that never shares the file),
+    so every log is read."""
     # The fake's Job controller gives up after 10 minutes by default; 1,000 episodes take longer.
     os.environ.setdefault("FAKE_KUBECTL_CONTROLLER_MAX_SECONDS", "7200")
     tag = f"{count}{tag}"
-    cluster = FakeCluster(scratch / f"cluster-{tag}", faults={"stand_in_worker": True} if stand_in else None)
+    faults: Dict[str, Any] = {"stand_in_worker": True} if stand_in else {}
+    if no_messages:
+        faults["episode"] = {str(index): "no_message" for index in range(count)}
+    cluster = FakeCluster(scratch / f"cluster-{tag}", faults=faults or None)
     try:
         output = scratch / f"run-{tag}"
         parallelism = min(count, MAX_PARALLEL_EPISODES)

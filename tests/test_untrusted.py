@@ -64,6 +64,30 @@ class EventLineTest(unittest.TestCase):
                 text = f"noise{separator}{GOOD_READY}\n"
                 self.assertEqual(demo.parse_events(text), [])
 
+    def test_only_the_first_ready_and_reward_lines_are_kept_and_as_bytes(self) -> None:
+        """`[[]]` takes some 30 times its bytes once parsed: what a pod prints is kept as it
+        printed it, only the lines the validation reads, and parsed again only then."""
+        swollen = '{"event": "ready", "at": 1.0, "episode_id": "p", "x": [' + ",".join(["[[]]"] * 10000) + "]}"
+        scanner = demo.EventScanner()
+        for line in (swollen, swollen, '{"event": "tick", "at": 2}', '{"event": "reward", "at": 3}'):
+            scanner.line(line.encode())
+        self.assertEqual(scanner.counts, {"ready": 2, "other": 1, "reward": 1})
+        self.assertEqual(scanner.kept, {"ready": swollen.encode(), "reward": b'{"event": "reward", "at": 3}'})
+        self.assertEqual(
+            [event["event"] for event in demo.logged_events(scanner.pod_log())], ["ready", "ready", "reward"]
+        )
+        budget = demo.LogBudgets(memory=len(swollen) + 10)
+        scanner = demo.EventScanner(budget)
+        for line in (swollen, '{"event": "reward", "at": 3, "pad": "' + "x" * 20 + '"}'):
+            scanner.line(line.encode())
+        self.assertIn("past the run's", scanner.error)
+
+    def test_a_reward_info_that_swells_when_parsed_is_dropped(self) -> None:
+        swollen = {"event": "reward", "at": 1.0, "reward": 1, "x": [[[]] for _ in range(2500)]}
+        self.assertLess(len(json.dumps(swollen)), demo.INFO_LIMIT)
+        self.assertIn("in memory once parsed", demo.reward_info(swollen)["info_dropped"])
+        self.assertEqual(demo.reward_info({"event": "reward", "at": 1, "reward": 1, "note": "hi"}), {"note": "hi"})
+
     def test_too_many_events_invalidate_the_episode(self) -> None:
         lines = "".join(f'{{"event": "tick", "at": {index}}}\n' for index in range(demo.EVENTS_PER_EPISODE_LIMIT + 1))
         with self.assertRaisesRegex(demo.EventParseError, f"more than {demo.EVENTS_PER_EPISODE_LIMIT} events"):
@@ -149,6 +173,22 @@ class LogStreamTest(unittest.TestCase):
         reader.feed(output + b"[pod/rollout-c/episode] " + GOOD_READY.encode() + b"\n")
         reader.finish()
         self.assertEqual(reader.doubtful, {"rollout-a", "rollout-b"})
+
+    def test_a_prefix_glued_anywhere_into_an_over_long_line_puts_both_in_doubt(self) -> None:
+        """A last line over the line limit without a newline (a `\\r` progress bar that ran for a
+        while) swallows the next pod's first line just as a short one does: every piece of it is
+        checked, across the ends of the chunks it arrives in too."""
+        head = b"[pod/rollout-a/episode] " + b"\r" + b"#" * 100_000
+        glued = b"[pod/rollout-b/episode] " + GOOD_READY.encode() + b"\n"
+        for split in (1, 7, len(glued) - 1):  # where a chunk ends: before the prefix, inside it, after it
+            with self.subTest(split=split):
+                output = head + glued
+                reader = demo.EpisodeLogReader(self.dir, ["rollout-a", "rollout-b"])
+                for start in range(0, len(output) - len(glued) + split, 65536):
+                    reader.feed(output[start : min(start + 65536, len(output) - len(glued) + split)])
+                reader.feed(output[len(output) - len(glued) + split :])
+                reader.finish()
+                self.assertEqual(reader.doubtful, {"rollout-a", "rollout-b"})
 
     def test_a_selector_read_drops_doubtful_and_cut_off_pods(self) -> None:
         class Printing(demo.Kubectl):
