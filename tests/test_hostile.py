@@ -49,11 +49,63 @@ INVALID = (
 )
 
 
+# Custom workers (`run --worker`) whose output meets what the node does to it (issues 19, 20):
+# the events as the worker template emits them, then each one's twist.
+WORKER_HEAD = """
+import json, os, sys, time
+first = time.time()
+ID = os.environ["EPISODE_ID"]
+def line(name, **fields):
+    return json.dumps(dict(fields, event=name, at=time.time(), episode_id=ID), sort_keys=True) + "\\n"
+def message(text):
+    with open(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"), "w") as stream:
+        stream.write(text)
+out = sys.stdout
+"""
+HOSTILE_WORKERS = {
+    # a termination message over 4 KiB: the kubelet keeps its end, which begins inside the ready line
+    "cut_message": """
+ready = line("ready", process_started_at=first, imports_done_at=first, pad="p" * 3000)
+reward = line("reward", reward=1.0, pad="q" * 1500)
+out.write(ready + reward)
+message(ready + reward)
+""",
+    # 200 KiB between ready and reward: the kubelet rotates the log (here at 64 KiB) past the ready line
+    "rotated_log": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+out.write(ready)
+out.write("working ...\\n" * 20000)
+reward = line("reward", reward=1.0)
+out.write(reward)
+message(ready + reward)
+""",
+    # the last output a progress bar redrawn with \\r for 300 KiB, no newline: kubectl glues the
+    # next pod's first line (its ready event) onto it, past the first two chunks the client reads
+    "long_progress_bar": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+reward = line("reward", reward=1.0)
+out.write(ready + reward)
+message(ready + reward)
+out.write("".join("\\r[%-50s]" % ("#" * (i % 50)) for i in range(6000)))
+""",
+    # the same bar, short (within the line limit)
+    "short_progress_bar": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+reward = line("reward", reward=1.0)
+out.write(ready + reward)
+message(ready + reward)
+out.write("\\r[##########] 100%")
+""",
+}
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} in a JSON output")
 
 
-class HostileEpisodeTest(unittest.TestCase):
+class HostileRunTestCase(unittest.TestCase):
+    """Runs of the tool on a fresh fake cluster each, and what every one of them must hold."""
+
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 
     def setUp(self) -> None:
@@ -89,6 +141,29 @@ class HostileEpisodeTest(unittest.TestCase):
         finally:
             cluster.close()
 
+    def run_worker(
+        self, name: str, count: int, faults: dict[str, Any] | None = None, *options: str
+    ) -> tuple[subprocess.CompletedProcess[bytes], Path, list[str]]:
+        """One run of `count` episodes of HOSTILE_WORKERS[name] (`run --worker`), cleaned up always."""
+        worker = self.root / f"{name}.py"
+        worker.write_text(WORKER_HEAD + HOSTILE_WORKERS[name])
+        cluster = FakeCluster(self.root / f"cluster-{name}{len(options)}", faults=faults)
+        try:
+            before = {ns["metadata"]["name"] for ns in cluster.objects("Namespace")}
+            output = self.root / f"out-{name}{len(options)}"
+            argv = [sys.executable, SCRIPT, "run", "--count", str(count), "--worker", str(worker)]
+            result = subprocess.run(
+                [*argv, "--output", str(output), "--quiet", *CLEANUP, *options],
+                env=cluster.env(),
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+            left = sorted({ns["metadata"]["name"] for ns in cluster.objects("Namespace")} - before)
+            return result, output, left
+        finally:
+            cluster.close()
+
     def assert_contained(self, result: subprocess.CompletedProcess[bytes], output: Path, left: list[str]) -> None:
         for stream in (result.stdout, result.stderr):
             text = stream.decode("utf-8")  # strict: the tool writes only valid UTF-8
@@ -109,6 +184,8 @@ class HostileEpisodeTest(unittest.TestCase):
             headings = [line for line in lines if line.startswith("#")]
             self.assertTrue(all(line.startswith("### rl-batch-demo") for line in headings), headings)
 
+
+class HostileEpisodeTest(HostileRunTestCase):
     def test_noise_is_ignored_and_the_run_succeeds(self) -> None:
         result, output, left = self.run_hostile("noise", list(NOISE))
         self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
@@ -155,6 +232,36 @@ class HostileEpisodeTest(unittest.TestCase):
         for index, (mode, expected) in enumerate(INVALID):
             with self.subTest(mode, together=True):
                 self.assertIn(expected, causes[index])
+
+
+class NodeOutputTest(HostileRunTestCase):
+    """What the node does to a pod's output, met by custom workers (one row each, docs/faults.md):
+    a termination message cut at the front, a rotated log, a last line glued onto by the next
+    pod's first. Each run succeeds, saying how it read the episodes where it had to."""
+
+    ROWS = (  # (worker, episodes, fake faults, run's options, the note each episode carries, or None)
+        ("cut_message", 2, None, (), "termination message was cut at the front"),
+        ("rotated_log", 2, {"container_log_max_size": 64 * 1024}, (), "looks rotated"),
+        ("long_progress_bar", 4, None, (), None),
+        ("long_progress_bar", 4, None, ("--max-failed-episodes", "3"), None),  # no pod blamed, none masked
+        ("short_progress_bar", 4, None, (), None),
+    )
+
+    def test_each_row_succeeds_and_says_how_it_read_the_episodes(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.ROWS)) as pool:
+            runs = list(pool.map(lambda row: self.run_worker(row[0], row[1], row[2], *row[3]), self.ROWS))
+        for (name, count, _, options, note), (result, output, left) in zip(self.ROWS, runs):
+            with self.subTest(name, options=options):
+                self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
+                self.assert_contained(result, output, left)
+                results = json.loads((output / "results.json").read_text())
+                self.assertEqual((results["successful_episodes"], results["reward_sum"]), (count, float(count)))
+                for row in results["pods"]:
+                    if note is None:
+                        self.assertEqual(row["log_notes"], [])
+                    else:
+                        self.assertEqual(len(row["log_notes"]), 1)
+                        self.assertIn(note, row["log_notes"][0])
 
 
 if __name__ == "__main__":
