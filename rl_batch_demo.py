@@ -5916,8 +5916,9 @@ def read_logs(
     elif selector is not None and len(wanted) > 1:
         labels = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in pods}
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
-            for start in range(0, len(wanted), LOG_SELECTOR_PODS):
-                names = wanted[start : start + LOG_SELECTOR_PODS]
+            by_index = sorted(wanted, key=lambda name: int(labels[name]))
+            for start in range(0, len(by_index), LOG_SELECTOR_PODS):
+                names = by_index[start : start + LOG_SELECTOR_PODS]
                 indexes = ",".join(sorted({str(labels[name]) for name in names}, key=int))
                 sets.append((f"{selector},{INDEX_LABEL} in ({indexes})", names))
 
@@ -6297,18 +6298,22 @@ class BatchRun:
         try:
             rows, figures = analyse_round(collected, where)
         except EpisodeInvalid:  # the round fails: every pod's log beside its error, as the guide keeps them
-            self.save_missing_logs(pods, logs, round_dir)
+            self.save_missing_logs(pods, logs, round_dir, selector)
             raise
         set_aside = {entry["pod"] for entry in figures["failed_episodes"]}
         self.save_missing_logs([pod for pod in pods if pod["metadata"]["name"] in set_aside], logs, round_dir)
         return rows, figures
 
-    def save_missing_logs(self, pods: List[KubeObject], logs: Dict[str, Optional[PodLog]], round_dir: Path) -> None:
+    def save_missing_logs(
+        self, pods: List[KubeObject], logs: Dict[str, Optional[PodLog]], round_dir: Path, selector: str = ""
+    ) -> None:
         """The logs of these pods that the round did not read (beyond the cross-check limit, a
-        termination message stood for them): saved for inspection, best effort."""
+        termination message stood for them): saved for inspection, best effort. `selector`
+        matches every one of `pods`: when none was read, read_logs may use it."""
         missing = [pod for pod in pods if pod["metadata"]["name"] not in logs]
+        chosen = selector if selector and len(missing) == len(pods) else None
         with contextlib.suppress(DemoError):
-            read_logs(self.kubectl, self.namespace, missing, None, True, round_dir, self.log_budgets)
+            read_logs(self.kubectl, self.namespace, missing, chosen, True, round_dir, self.log_budgets)
 
     def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index

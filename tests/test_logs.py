@@ -6,6 +6,8 @@ kept when a round fails; and the idle timeout of a log read, against a scripted 
 from __future__ import annotations
 
 import errno
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,7 +19,9 @@ from typing import Any, Dict, List
 import rl_batch_demo as demo
 from tests.callplan import CallPlanTestCase, RunPlan
 from tests.clusterobjects import Batch, log_of
-from tests.fakecluster import write_executable
+from tests.fakecluster import FakeCluster, write_executable
+
+SCRIPT = str(Path(demo.__file__).resolve())
 
 
 def most_at_once(calls: List[Dict[str, Any]]) -> int:
@@ -126,6 +130,39 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertLess(saved.index("pods.json"), first_log)
         self.assertLess(saved.index("events.txt"), first_log)
         self.assertTrue((self.out() / "pods.json").exists() and (self.out() / "events.txt").exists())
+
+
+class IndexedLogsEndToEndTest(unittest.TestCase):
+    """Through the fake (its `logs -l` paced as kubectl's): an Indexed Job's 12 pods without
+    termination messages are read by two selectors of completion indexes, 10 and 2."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def test_sets_of_ten_completion_indexes(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            root = Path(scratch)
+            faults = {"stand_in_worker": True, "episode": {str(index): "no_message" for index in range(12)}}
+            cluster = FakeCluster(root / "cluster", faults=faults)
+            try:
+                output = root / "out"
+                argv = ["run", "--count", "12", "--max-failed-episodes", "1", "--output", str(output), "--quiet"]
+                result = subprocess.run(
+                    [sys.executable, SCRIPT, *argv, "--cleanup", "always"],
+                    env=cluster.env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    check=False,
+                )
+                self.assertEqual(result.returncode, 0, result.stderr)
+                reads = [argv for argv in cluster.calls() if "logs" in argv]
+            finally:
+                cluster.close()
+            selectors = sorted(argv[argv.index("-l") + 1].split(",", 1)[1] for argv in reads)
+            index = demo.INDEX_LABEL
+            self.assertEqual(selectors, [f"{index} in (0,1,2,3,4,5,6,7,8,9)", f"{index} in (10,11)"])
+            results = json.loads((output / "results.json").read_text())
+            self.assertEqual((results["successful_episodes"], results["pods_without_termination_message"]), (12, 12))
 
 
 # A kubectl that prints a line every 0.1 s for `seconds` (argv's last word), then exits; or, with
