@@ -5916,7 +5916,7 @@ def read_logs(
     elif selector is not None and len(wanted) > 1:
         labels = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in pods}
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
-            by_index = sorted(wanted, key=lambda name: int(labels[name]))
+            by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
             for start in range(0, len(by_index), LOG_SELECTOR_PODS):
                 names = by_index[start : start + LOG_SELECTOR_PODS]
                 indexes = ",".join(sorted({str(labels[name]) for name in names}, key=int))
