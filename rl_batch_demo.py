@@ -7781,8 +7781,8 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "type": whole_number(1, MAX_WAIT_SECONDS),
             "default": int(KUBECTL_PROCESS_TIMEOUT),
             "metavar": "SECONDS",
-            "help": "kill a kubectl call that has not answered after this long "
-            f"(default {int(KUBECTL_PROCESS_TIMEOUT)})",
+            "help": "kill a kubectl call that has not answered after this long, a log read once it has "
+            f"printed nothing for this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
         },
     }
 
