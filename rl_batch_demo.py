@@ -5568,6 +5568,7 @@ class _PodLogFile:
         self.dropped = 0
         self.skipped = 0  # of them, since the last line saved past the limits
         self.cut_by = ""  # which limit stopped the text: "" while none has
+        self.cut_at = 0  # bytes of text saved when it did
 
     def text(self, data: bytes) -> None:
         """Bytes that are no line to scan (the pieces of an over-long line), or a line scanned."""
@@ -5596,6 +5597,7 @@ class _PodLogFile:
         room = LOG_FILE_LIMIT - self.saved
         granted = self.budgets.take_disk(min(room, wanted), whole=whole) if room >= (wanted if whole else 0) else 0
         if granted < wanted:
+            self.cut_at = self.saved + granted
             self.cut_by = (
                 f"each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes"
                 if room < wanted and granted == (0 if whole else room)
@@ -5624,7 +5626,7 @@ class _PodLogFile:
     def finish(self) -> PodLog:
         if self.dropped:
             self.buffer += (
-                f"[rl-batch-demo: log truncated at {LOG_FILE_LIMIT} bytes ({self.cut_by}); {self.dropped} more bytes "
+                f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
                 "were read and scanned for events but not saved; its ready and reward lines were saved]\n"
             ).encode()
         self.flush()

@@ -360,7 +360,7 @@ seconds = time.perf_counter() - started
 peak = peak_of()
 log = logs["rollout-a"]
 print(json.dumps({"baseline_kib": baseline, "peak_kib": peak, "seconds": seconds,
-                  "events": [e.get("event") for e in log.events], "error": log.error, "lines": log.lines,
+                  "events": [e.get("event") for e in rl_batch_demo.logged_events(log)], "error": log.error, "lines": log.lines,
                   "long_lines": log.long_lines, "saved_bytes": log.saved_bytes, "dropped_bytes": log.dropped_bytes,
                   "file_bytes": (Path(round_dir) / "rollout-a.log").stat().st_size}))
 """
