@@ -98,13 +98,21 @@ LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination mess
 EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded, never parsed
 REWARD_LIMIT = 1e15  # a custom worker's |reward| above this is refused: sums of 1,000 stay finite
 EVENTS_PER_EPISODE_LIMIT = 32  # more events than this from one pod invalidate the episode
+KEPT_EVENTS = ("ready", "reward")  # the events the validation reads: each one's first line is kept, the rest counted
+KEPT_EVENT_BYTES_LIMIT = 64 * 2**20  # bytes of those lines a run holds in memory, all pods together
+INFO_MEMORY_LIMIT = 64 * 1024  # bytes of memory a reward's parsed `info` may take; a larger one is dropped
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
+LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
+TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
+LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
+LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
 CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
+INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
@@ -807,15 +815,45 @@ class RoundCollected:
 
 @dataclasses.dataclass
 class PodLog:
-    """What one pod printed, as far as the tool keeps it in memory: its events, not its text
-    (the text goes to <pod>.log on disk, up to LOG_FILE_LIMIT)."""
+    """What one pod printed, as far as the tool keeps it in memory: the first line of each of
+    KEPT_EVENTS, as the bytes it printed (parsed again only when the episode is validated, so a
+    line that swells when parsed costs its bytes, not its objects), and how many events of each
+    kind it printed; not its text (that goes to <pod>.log on disk, up to LOG_FILE_LIMIT)."""
 
-    events: List[JsonObject]
+    kept: Dict[str, bytes] = dataclasses.field(default_factory=dict)  # "ready", "reward": its first line
+    counts: Dict[str, int] = dataclasses.field(default_factory=dict)  # events by name: KEPT_EVENTS and "other"
     error: str = ""  # the first bad event line, if any
     lines: int = 0
     long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
     saved_bytes: int = 0
-    dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT: counted, not saved
+    dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT or the run's LOG_DIR_BUDGET: counted, not saved
+
+
+@dataclasses.dataclass(eq=False)
+class LogBudgets:
+    """What a run may still spend on what pods print, shared by every thread that reads logs:
+    bytes of <pod>.log text on disk (LOG_DIR_BUDGET) and bytes of kept event lines in memory
+    (KEPT_EVENT_BYTES_LIMIT)."""
+
+    disk: int = LOG_DIR_BUDGET
+    memory: int = KEPT_EVENT_BYTES_LIMIT
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def take_disk(self, wanted: int, whole: bool = False) -> int:
+        """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
+        with self.lock:
+            granted = max(0, min(wanted, self.disk))
+            granted = 0 if whole and granted < wanted else granted
+            self.disk -= granted
+            return granted
+
+    def take_memory(self, wanted: int) -> bool:
+        """All of `wanted` bytes of memory, or none."""
+        with self.lock:
+            if wanted > self.memory:
+                return False
+            self.memory -= wanted
+            return True
 
 
 # The schema of results.json (and rewards.jsonl, warmup.json, reproduce's report.json) as TypedDicts:
@@ -873,6 +911,7 @@ class PodRow(TypedDict):  # one validated episode's figures: a row of results.js
     interpreter_start_seconds: Optional[float]
     image_pull: ImagePull
     container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
+    log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
 
 
 class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
@@ -922,11 +961,18 @@ class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and las
     job_success_criteria_met_at: Optional[float]
 
 
+class LogFigures(TypedDict):  # how the episodes' output was read (of one round, or of the whole run)
+    pods_without_termination_message: int  # their logs alone carried their events
+    log_bytes_not_saved: int  # read and scanned, not saved: past LOG_FILE_LIMIT or the run's LOG_DIR_BUDGET
+
+
 class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and probe Jobs write no rewards)
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
-class RoundResult(BatchFigures, JobTimes, FirstReward):  # a row of round_results; a warm-up's or probe's Job too
+class RoundResult(
+    BatchFigures, JobTimes, FirstReward, LogFigures
+):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
     job_uid: str
@@ -1007,7 +1053,8 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
     parallelism_capacity: int  # episodes the eligible nodes could start at once when the run began
 
 
-class Results(BatchFigures, JobTimes, FirstReward, PreparedImage, KubeletFigures, AutoParallelism):  # results.json
+# results.json
+class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, KubeletFigures, AutoParallelism):
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
@@ -1231,6 +1278,20 @@ def json_stat(stats: Optional[Mapping[str, object]], name: str) -> Optional[floa
 def is_int(value: Any, expected: Optional[int] = None) -> bool:
     """An integer exactly (a JSON true or 1.0 is not one), equal to expected when given."""
     return type(value) is int and (expected is None or value == expected)
+
+
+def json_memory(value: Any) -> int:
+    """About how many bytes of memory a parsed JSON value takes: what a pod's short text can
+    grow into once parsed (`[[]]` nested in a list takes about 30 times its bytes)."""
+    total, pending = 0, [value]
+    while pending:  # a loop, not recursion: the value may be nested as deeply as the parser allows
+        item = pending.pop()
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            pending += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            pending += item
+    return total
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -1885,37 +1946,52 @@ def parse_event_line(text: str) -> Optional[JsonObject]:
 
 
 class EventScanner:
-    """Finds the worker's events in one episode's output, line by line, keeping only them, so
-    memory stays bounded whatever the pod prints."""
+    """Finds the worker's events in one episode's output, line by line, keeping only the first
+    line of each of KEPT_EVENTS as bytes and counting the rest, so memory stays bounded whatever
+    the pod prints (`budget`: the run's memory for kept lines, shared by every pod)."""
 
-    def __init__(self) -> None:
-        self.events: List[JsonObject] = []
+    def __init__(self, budget: Optional[LogBudgets] = None) -> None:
+        self.kept: Dict[str, bytes] = {}
+        self.counts: Dict[str, int] = {}
+        self.budget = budget
         self.error = ""  # the first bad event line; later lines are only counted
         self.lines = 0
         self.long_lines = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
 
-    def line(self, raw: bytes) -> None:
+    def line(self, raw: bytes) -> bool:
+        """Scan one line; True when it is kept (the first of its kind of KEPT_EVENTS)."""
         self.lines += 1
         if self.error:
-            return
+            return False
         if len(raw) > EVENT_LINE_LIMIT:
             self.long_lines += 1
-            return
+            return False
         try:
             event = parse_event_line(raw.decode("utf-8", "replace"))
         except EventParseError as error:
             self.error = f"line {self.lines} {error}"
-            return
+            return False
         if event is None:
-            return
-        if len(self.events) >= EVENTS_PER_EPISODE_LIMIT:
+            return False
+        if sum(self.counts.values()) >= EVENTS_PER_EPISODE_LIMIT:
             self.error = f"has more than {EVENTS_PER_EPISODE_LIMIT} events"
-            return
-        self.events.append(event)
+            return False
+        name = event["event"] if event["event"] in KEPT_EVENTS else "other"
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if name == "other" or name in self.kept:
+            return False
+        if self.budget is not None and not self.budget.take_memory(len(raw)):
+            self.error = f"line {self.lines} is past the run's {KEPT_EVENT_BYTES_LIMIT:,} bytes for kept event lines"
+            return False
+        self.kept[name] = bytes(raw)
+        return True
 
     def long_line(self) -> None:
         self.lines += 1
         self.long_lines += 1
+
+    def pod_log(self, saved_bytes: int = 0, dropped_bytes: int = 0) -> PodLog:
+        return PodLog(self.kept, self.counts, self.error, self.lines, self.long_lines, saved_bytes, dropped_bytes)
 
 
 def scan_text(text: str) -> PodLog:
@@ -1925,15 +2001,45 @@ def scan_text(text: str) -> PodLog:
     scanner = EventScanner()
     for raw in text.encode("utf-8", "surrogatepass").split(b"\n"):
         scanner.line(raw)
-    return PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines)
+    return scanner.pod_log()
+
+
+def logged_events(log: PodLog) -> List[JsonObject]:
+    """The kept events, parsed again: each as many times as the pod printed one of its name (the
+    first one's fields stand for the others, which no rule reads), ready before reward."""
+    events = []
+    for name in KEPT_EVENTS:
+        raw = log.kept.get(name)
+        event = parse_event_line(raw.decode("utf-8", "replace")) if raw is not None else None
+        events += [event] * log.counts.get(name, 0) if event is not None else []
+    return events
 
 
 def parse_events(text: str) -> List[JsonObject]:
-    """The events in a whole text, or EventParseError for its first bad event line."""
+    """The kept events of a whole text, or EventParseError for its first bad event line."""
     log = scan_text(text)
     if log.error:
         raise EventParseError(log.error)
-    return log.events
+    return logged_events(log)
+
+
+def message_cut_at_front(message: str) -> bool:
+    """Whether the kubelet may have cut the termination message's beginning: it keeps the last
+    TERMINATION_MESSAGE_LIMIT bytes a container wrote (kuberuntime_container.go
+    getTerminationMessage -> tail.ReadAtMost), so a message of that length may start mid-line (a
+    character it cut through arrives as U+FFFD, three bytes each)."""
+    return len(message.encode("utf-8", "surrogatepass")) >= TERMINATION_MESSAGE_LIMIT
+
+
+def message_needs_log(message: str) -> bool:
+    """A termination message that cannot carry the episode's events alone: empty (some runtimes
+    never share the file), or possibly cut at the front."""
+    return not message.strip() or message_cut_at_front(message)
+
+
+def complete_lines(message: str) -> str:
+    """A message cut at the front without its first line, which may be the end of a longer one."""
+    return message.partition("\n")[2]
 
 
 def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
@@ -2565,27 +2671,64 @@ def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
 
 def episode_events(
     pod_name: str, log: Optional[PodLog], log_error: Optional[str], message_text: str, crosscheck: bool, inspect: str
-) -> List[JsonObject]:
-    """The episode's events from the log and the termination message, which must agree."""
+) -> Tuple[List[JsonObject], List[str]]:
+    """The episode's events from the log and the termination message, which must agree, and
+    notes on how they were read when it was not plainly.
+
+    A message the kubelet may have cut at the front counts by its complete lines alone, which
+    must then end the log's events. A log that lacks the message's first events looks rotated
+    (`kubectl logs` returns only the kubelet's current file): the message's events count."""
     invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
-    message_events: Optional[List[JsonObject]] = None
-    if message_text.strip():
-        try:
-            message_events = parse_events(message_text)
-        except EventParseError as error:
-            raise invalid(f"its termination message has a bad event: {error}") from None
+    notes: List[str] = []
+    cut = bool(message_text.strip()) and message_cut_at_front(message_text)
+    if cut:
+        message_text = complete_lines(message_text)
+        notes.append(
+            f"its termination message was cut at the front (the kubelet keeps its last {TERMINATION_MESSAGE_LIMIT:,} "
+            "bytes): its first line was set aside"
+        )
+    message = scan_text(message_text) if message_text.strip() else None
+    if message is not None and message.error:
+        raise invalid(f"its termination message has a bad event: {message.error}")
+    message_events = logged_events(message) if message is not None else None
     if log is None:
-        if crosscheck or message_events is None:
+        if crosscheck or message_events is None or cut:
             raise invalid(f"its log could not be read ({log_error})")
-        return message_events
+        return message_events, notes
     if log.error:
         raise invalid(f"its log has a bad event: {log.error}")
-    if message_events is not None and comparable_events(message_events) != comparable_events(log.events):
-        raise invalid(
-            "its log and its termination message report different events "
-            f"({describe_event_difference(log.events, message_events)})"
+    log_events = logged_events(log)
+    rotation = (
+        "the kubelet rotates a container's log file at 10 MiB by default and `kubectl logs` returns only the "
+        "current file"
+    )
+    if message is None:
+        if log.counts.get("reward") and not log.counts.get("ready"):
+            raise invalid(
+                f"its log has a reward event but no ready event before it, and no termination message: the log looks "
+                f"rotated ({rotation}); keep the episode's output smaller, or its events in the termination message"
+            )
+        return log_events, notes
+    in_log, in_message = comparable_events(log_events), comparable_events(message_events or [])
+    others = (log.counts.get("other", 0), message.counts.get("other", 0))
+    if cut and in_log[len(in_log) - len(in_message) :] == in_message:
+        return log_events, notes  # the message's complete lines end the log's events
+    if not cut and in_log == in_message and others[0] == others[1]:
+        return log_events, notes
+    lacks_ready = not log.counts.get("ready") and message.counts.get("ready")
+    if not cut and lacks_ready and in_message[len(in_message) - len(in_log) :] == in_log:
+        lost = len(in_message) - len(in_log)
+        notes.append(
+            f"its log lacks the first {lost} of the termination message's events, its ready event among them, and "
+            f"looks rotated ({rotation}): the termination message's events were used"
         )
-    return log.events
+        return message_events or [], notes
+    difference = describe_event_difference(log_events, message_events or [])
+    if in_log == in_message:
+        difference = f"the log has {others[0]} other events, the termination message {others[1]}"
+    if cut:
+        difference += "; the termination message was cut at the front, and its complete lines do not end the log"
+    raise invalid(f"its log and its termination message report different events ({difference})")
 
 
 def validate_episode(
@@ -2723,6 +2866,7 @@ def validate_episode(
         kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
         interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
         image_pull=image_pull_of(pod_events or [], pod),
+        log_notes=[],
     )
 
 
@@ -2732,6 +2876,9 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     size = len(json.dumps(info, sort_keys=True, allow_nan=False))
     if size > INFO_LIMIT:
         return {"info_dropped": f"{size} bytes of JSON, over the {INFO_LIMIT}-byte limit of rewards.jsonl"}
+    memory = json_memory(info)  # every row keeps its info until rewards.jsonl is written
+    if memory > INFO_MEMORY_LIMIT:
+        return {"info_dropped": f"{memory} bytes in memory once parsed, over the {INFO_MEMORY_LIMIT}-byte limit"}
     return info
 
 
@@ -2955,7 +3102,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             rule = pod_failure(pod)[1] if tolerated else ""
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
-            events = episode_events(
+            events, notes = episode_events(
                 name,
                 collected.logs.get(name),
                 collected.log_errors.get(name, "not read"),
@@ -2983,7 +3130,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 raise
             failed.append((invalid, index))
             continue
-        row["round"], row["job"] = collected.round_number, collected.job_name
+        row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
         row["index"] = position if index is None else index
         row["task_id"] = task_id_for(collected, row["index"])
         rows.append(row)
@@ -3018,8 +3165,16 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_created_at=job_created_at,
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
+        **log_figures(collected),
     )
     return rows, figures
+
+
+def log_figures(collected: RoundCollected) -> LogFigures:
+    return {
+        "pods_without_termination_message": sum(1 for pod in collected.pods if not termination_message(pod).strip()),
+        "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
+    }
 
 
 def provisional_episode(
@@ -3029,7 +3184,8 @@ def provisional_episode(
     it breaks (EpisodeInvalid), judged as analyse_round judges it but from the pod's status and its
     termination message alone (the log and the cluster's events are read once the Job has ended).
     None while it cannot be judged: the pod has not terminated, or it succeeded without a
-    termination message (some runtimes leave none: its log decides, once read). The row's round,
+    termination message that can carry its events (some runtimes leave none, and the kubelet may
+    cut a long one at the front: its log decides, once read). The row's round,
     job, index and task_id are the caller's to set.
 
     A failure found here is final (the same rules see the same status and message later); a
@@ -3045,9 +3201,9 @@ def provisional_episode(
         if rule:
             raise EpisodeInvalid(name, rule, inspect)
         message = termination_message(pod)
-        if not message.strip():
+        if message_needs_log(message):  # empty, or cut at the front by the kubelet: its log decides
             return None
-        events = episode_events(name, None, "not read yet", message, False, inspect)
+        events, _ = episode_events(name, None, "not read yet", message, False, inspect)
         return validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
     except (KeyError, TypeError, ValueError) as error:
         raise EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", inspect) from None
@@ -3144,6 +3300,8 @@ def assemble_results(
         **(capacity or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
+        pods_without_termination_message=sum(r["pods_without_termination_message"] for r in rounds),
+        log_bytes_not_saved=sum(r["log_bytes_not_saved"] for r in rounds),
         worker=settings.worker_name,
         tasks=len(settings.tasks) if settings.tasks is not None else None,
         context=context,
@@ -3857,6 +4015,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
     lines += ["", *_figure_table(header, rows)]
     lines += startup_source_lines(results)
+    lines += output_source_lines(results)
     lines += runtime_operation_lines(results.get("runtime_operations"))
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
@@ -3898,6 +4057,26 @@ def startup_source_lines(results: Results) -> List[str]:
         SUMMARY_WIDTH,
         "  ",
     )
+    return lines
+
+
+def output_source_lines(results: Results) -> List[str]:
+    """How the episodes' output was read, when not all plainly: pods without a termination
+    message, episodes read with a note, pod output that was not saved."""
+    missing = results.get("pods_without_termination_message", 0)
+    noted = sum(1 for row in results.get("pods") or [] if row.get("log_notes"))
+    not_saved = results.get("log_bytes_not_saved", 0)
+    lines = []
+    if missing or noted:
+        lines.append(
+            f"episode output: {missing} pod(s) without a termination message (their logs alone carried their events), "
+            f"{noted} episode(s) read with a note (pods[].log_notes in results.json)"
+        )
+    if not_saved:
+        lines.append(
+            f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
+            f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved"
+        )
     return lines
 
 
@@ -5097,6 +5276,33 @@ def concurrently(
     return results
 
 
+class _Watchdog:
+    """Kills a process once its deadline passes, `seconds` after it started or after the last
+    `postpone`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], seconds: float) -> None:
+        self.process, self.seconds = process, seconds
+        self.deadline = time.monotonic() + seconds
+        self.fired, self.stopped = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="kubectl-watchdog", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(max(0.0, self.deadline - time.monotonic())):
+            if time.monotonic() >= self.deadline:
+                self.fired.set()
+                with contextlib.suppress(OSError):
+                    self.process.kill()
+                return
+
+    def postpone(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+
 def _drain(stream: Any, into: bytearray) -> None:
     """Read a pipe to its end, keeping at most CALL_STDERR_LIMIT bytes of it."""
     while True:
@@ -5294,11 +5500,19 @@ class Kubectl:
         *,
         namespace: Optional[str] = None,
         timeout: Optional[float] = None,
+        request_timeout: Optional[str] = REQUEST_TIMEOUT,
+        idle: bool = False,
     ) -> None:
         """A read whose output may be large (logs): handed to consume as bytes, chunk by chunk as
         it arrives, never held whole. Repeated after a transient failure only while nothing has
-        been consumed; kubectl's stderr is kept up to CALL_STDERR_LIMIT."""
-        argv = self.argv(args, namespace)
+        been consumed; kubectl's stderr is kept up to CALL_STDERR_LIMIT.
+
+        `request_timeout` None gives kubectl no --request-timeout: client-go makes it the HTTP
+        client's timeout (rest.Config.Timeout -> http.Client.Timeout), which also covers reading
+        the response, so it would end a large log's transfer. With `idle`, the call ends when it
+        has printed nothing for `timeout` seconds, however long it keeps printing; else
+        `timeout` seconds after it started."""
+        argv = self.argv(args, namespace, request_timeout)
         delays = list(self.timing.retry_delays)
         first_attempt = time.monotonic()
         limit = timeout or self.process_timeout
@@ -5310,8 +5524,7 @@ class Kubectl:
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
-            timer = threading.Timer(limit, process.kill)
-            timer.start()
+            watchdog = _Watchdog(process, limit)
             consumed = 0
             try:
                 descriptor = process.stdout.fileno()
@@ -5319,11 +5532,13 @@ class Kubectl:
                     chunk = os.read(descriptor, 65536)
                     if not chunk:
                         break
+                    if idle:
+                        watchdog.postpone()
                     consumed += len(chunk)
                     consume(chunk)
                 returncode = process.wait()
             finally:
-                timer.cancel()
+                watchdog.stop()
                 if process.poll() is None:
                     process.kill()
                     process.wait()
@@ -5333,7 +5548,7 @@ class Kubectl:
                 self.children.discard(process)
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["exit"] = returncode
-            if time.monotonic() - started >= limit and returncode < 0:
+            if watchdog.fired.is_set() and returncode < 0:
                 timed_out = self._timed_out(record, argv, limit)
                 self._ended(argv, record)
                 raise timed_out
@@ -5522,47 +5737,97 @@ def write_json(path: Path, data: Any) -> None:
 
 _PREFIX = rb"^\[pod/([^/\]]+)/[^\]]+\] ?"
 _EMBEDDED_PREFIX = rb"\[pod/([^/\]]+)/[^\]]+\] "
+PREFIX_LIMIT = 512  # bytes of kubectl's "[pod/NAME/CONTAINER] ": a pod name is at most 253, a container's 63
+
+
+def _named_write_error(error: OSError, path: Path) -> OSError:
+    """A failed write names its file: a full disk's error (ENOSPC) from write() carries none."""
+    return error if error.filename else OSError(error.errno, error.strerror, str(path))
 
 
 class _PodLogFile:
-    """One pod's log on its way to ROUND_DIR/<pod>.log: a temporary file renamed when complete."""
+    """One pod's log on its way to ROUND_DIR/<pod>.log: a temporary file renamed when complete.
+
+    Its text is saved up to LOG_FILE_LIMIT and while the run's disk budget lasts; past either,
+    it is scanned and counted, not saved, except the lines the validation reads (the first
+    `ready` and `reward`), which are saved whole wherever they come, after a marker line."""
 
     FLUSH_BYTES = 16 * 1024
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, budgets: LogBudgets) -> None:
         self.path = path
         self.temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        self.budgets = budgets
         self.buffer = bytearray()
-        self.scanner = EventScanner()
-        self.saved = 0
+        self.scanner = EventScanner(budgets)
+        self.saved = 0  # bytes in the file or its buffer
         self.dropped = 0
+        self.skipped = 0  # of them, since the last line saved past the limits
+        self.cut_by = ""  # which limit stopped the text: "" while none has
+        self.cut_at = 0  # bytes of text saved when it did
 
-    def write(self, data: bytes) -> None:
-        room = LOG_FILE_LIMIT - self.saved - len(self.buffer)
-        if room < len(data):
-            self.dropped += len(data) - max(room, 0)
-            data = data[: max(room, 0)]
+    def text(self, data: bytes) -> None:
+        """Bytes that are no line to scan (the pieces of an over-long line), or a line scanned."""
+        granted = self._room(len(data)) if not self.cut_by else 0
+        self._write(data[:granted])
+        self.dropped += len(data) - granted
+        self.skipped += len(data) - granted
+
+    def line(self, body: bytes, ended: bool) -> None:
+        """One line (a log's last one may lack its newline): scanned, then saved within the
+        limits; a kept event line is saved whole even past them."""
+        data = body + b"\n" if ended else body
+        if not self.scanner.line(body):
+            self.text(data)
+            return
+        if not self.cut_by and self._room(len(data), whole=True) == len(data):
+            self._write(data)
+            return
+        marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
+        self._write(marker.encode() + data)
+        self.skipped = 0
+
+    def _room(self, wanted: int, whole: bool = False) -> int:
+        """How many of `wanted` bytes may still be saved (all or none when `whole`); once fewer,
+        which limit it was."""
+        room = LOG_FILE_LIMIT - self.saved
+        granted = self.budgets.take_disk(min(room, wanted), whole=whole) if room >= (wanted if whole else 0) else 0
+        if granted < wanted:
+            self.cut_at = self.saved + granted
+            self.cut_by = (
+                f"each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes"
+                if room < wanted and granted == (0 if whole else room)
+                else f"the run's logs reached their budget of {LOG_DIR_BUDGET:,} bytes"
+            )
+        return granted
+
+    def _write(self, data: bytes) -> None:
         self.buffer += data
+        self.saved += len(data)
         if len(self.buffer) >= self.FLUSH_BYTES:
             self.flush()
 
     def flush(self) -> None:
         if self.buffer or not self.temporary.exists():
-            with open(self.temporary, "ab") as stream:
-                stream.write(self.buffer)
-            self.saved += len(self.buffer)
+            try:
+                self._append(bytes(self.buffer))
+            except OSError as error:
+                raise _named_write_error(error, self.path) from None
             self.buffer.clear()
+
+    def _append(self, data: bytes) -> None:
+        with open(self.temporary, "ab") as stream:
+            stream.write(data)
 
     def finish(self) -> PodLog:
         if self.dropped:
             self.buffer += (
-                f"[rl-batch-demo: log truncated at {LOG_FILE_LIMIT} bytes; {self.dropped} more bytes were "
-                "read and scanned for events but not saved]\n"
+                f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
+                "were read and scanned for events but not saved; its ready and reward lines were saved]\n"
             ).encode()
         self.flush()
         os.replace(self.temporary, self.path)
-        scanner = self.scanner
-        return PodLog(scanner.events, scanner.error, scanner.lines, scanner.long_lines, self.saved, self.dropped)
+        return self.scanner.pod_log(self.saved, self.dropped)
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):
@@ -5571,40 +5836,53 @@ class _PodLogFile:
 
 class EpisodeLogReader:
     """Reads `kubectl logs` output as it streams (bytes, split on b"\\n" only, as kubectl
-    prefixes only there): per pod, the events (kept, bounded) and the text (saved to <pod>.log up
-    to LOG_FILE_LIMIT, then a marker line). Only pods named in the Job's listing get a file, so
+    prefixes only there): per pod, the events (kept, bounded) and the text (saved to <pod>.log
+    within its limits, see _PodLogFile). Only pods named in the Job's listing get a file, so
     nothing a pod prints can choose a file name."""
 
-    def __init__(self, round_dir: Path, pod_names: Iterable[str], single_pod: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        round_dir: Path,
+        pod_names: Iterable[str],
+        single_pod: Optional[str] = None,
+        budgets: Optional[LogBudgets] = None,
+        gate: Optional[threading.Event] = None,
+    ) -> None:
         self.round_dir = round_dir
         self.allowed = set(pod_names)
         self.single_pod = single_pod  # `kubectl logs POD`: no prefixes, every line is this pod's
+        self.budgets = budgets or LogBudgets()
         self.files: Dict[str, _PodLogFile] = {}
         self.order: List[str] = []  # pods in the order their first line arrived
         self.doubtful: Set[str] = set()  # pods whose lines another pod's text may have swallowed
         self.partial = bytearray()
         self.long_line_pod: Optional[str] = None  # inside an over-long line of this pod ("" if unknown)
+        self.long_line_tail = b""  # its last bytes, where a prefix cut by a chunk's end begins
+        self.gate = gate  # no file is written before it is set (kubectl's output waits in the pipe)
 
     def _file(self, name: Optional[str]) -> Optional[_PodLogFile]:
         if name is None or name not in self.allowed:
             return None
         if name not in self.files:
+            if self.gate is not None:
+                self.gate.wait()
             self.round_dir.mkdir(parents=True, exist_ok=True)
-            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log")
+            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log", self.budgets)
             self.order.append(name)
         return self.files[name]
 
     def _check_glued(self, name: Optional[str], body: bytes) -> None:
         """kubectl writes a pod's last line without a newline as it came, so the next pod's first
-        prefixed line is glued onto it; and a pod can print such text itself. Either way both
-        pods' logs are in doubt here, and are read again one by one."""
+        prefixed line is glued onto it, however long that last line is; and a pod can print such
+        text itself. Either way both pods' logs are in doubt here, and are read again one by one.
+        Every piece of every line passes here, an over-long line's too."""
         if self.single_pod is not None or b"[pod/" not in body:
             return
         for match in re.finditer(_EMBEDDED_PREFIX, body):
             glued = match.group(1).decode("utf-8", "replace")
             if glued in self.allowed:
                 self.doubtful.add(glued)
-                if name is not None:
+                if name:
                     self.doubtful.add(name)
 
     def _split(self, line: bytes) -> Tuple[Optional[str], bytes]:
@@ -5622,17 +5900,19 @@ class EpisodeLogReader:
         self._piece(rest, False)
 
     def _piece(self, piece: bytes, ends_line: bool) -> None:
-        if self.long_line_pod is not None:
+        if self.long_line_pod is not None:  # the rest of an over-long line: to the file, never kept
+            self._check_glued(self.long_line_pod, self.long_line_tail + piece)
+            self.long_line_tail = (self.long_line_tail + piece)[-PREFIX_LIMIT:]
             target = self._file(self.long_line_pod)
             if target is not None:
-                target.write(piece + (b"\n" if ends_line else b""))
+                target.text(piece + (b"\n" if ends_line else b""))
                 if ends_line:
                     target.scanner.long_line()
             if ends_line:
                 self.long_line_pod = None
             return
         self.partial += piece
-        if not ends_line and len(self.partial) <= EVENT_LINE_LIMIT + 512:
+        if not ends_line and len(self.partial) <= EVENT_LINE_LIMIT + PREFIX_LIMIT:
             return
         name, body = self._split(bytes(self.partial))
         self.partial.clear()
@@ -5640,12 +5920,12 @@ class EpisodeLogReader:
         self._check_glued(name, body)
         if not ends_line:  # over-long: stream the rest of this line to the file, never keep it
             self.long_line_pod = name if name is not None else ""
+            self.long_line_tail = body[-PREFIX_LIMIT:]
             if target is not None:
-                target.write(body)
+                target.text(body)
             return
         if target is not None:
-            target.write(body + b"\n")
-            target.scanner.line(body)
+            target.line(body, True)
 
     def finish(self) -> Dict[str, PodLog]:
         """Every pod that printed something: its PodLog, its file complete on disk."""
@@ -5655,8 +5935,7 @@ class EpisodeLogReader:
             target = self._file(name)
             self._check_glued(name, body)
             if target is not None:
-                target.write(body)
-                target.scanner.line(body)
+                target.line(body, False)
         elif self.long_line_pod is not None:
             target = self._file(self.long_line_pod)
             if target is not None:
@@ -6154,17 +6433,22 @@ def logs_by_selector(
     pod_names: Sequence[str],
     round_dir: Path,
     timeout: Optional[float] = None,
-    selected: Optional[int] = None,
+    budgets: Optional[LogBudgets] = None,
+    gate: Optional[threading.Event] = None,
 ) -> Dict[str, PodLog]:
-    """Every pod's log in one streamed call, saved as <pod>.log for the named pods (the
-    selector matches `selected` pods, all of them by default). A single unreadable log makes
-    kubectl stop with an error; the pods it printed before that are kept."""
+    """The logs of the pods the selector matches, in one streamed call, saved as <pod>.log for
+    the named pods. kubectl reads them one after another, each request through client-go's token
+    bucket (5 a second after a burst of 10), so this suits up to LOG_SELECTOR_PODS pods. A single
+    unreadable log makes kubectl stop with an error; the pods it printed before that are kept.
+    `timeout`: the whole call's limit (after Ctrl-C); without it, the call ends only when it has
+    printed nothing for the kubectl timeout (see Kubectl.stream)."""
     args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
-    args.append(f"--max-log-requests={max(len(pod_names) if selected is None else selected, 5)}")
-    reader = EpisodeLogReader(round_dir, pod_names)
+    reader = EpisodeLogReader(round_dir, pod_names, budgets=budgets, gate=gate)
     complete = True
     try:
-        kubectl.stream(args, reader.feed, namespace=namespace, timeout=timeout)
+        kubectl.stream(
+            args, reader.feed, namespace=namespace, timeout=timeout, request_timeout=None, idle=timeout is None
+        )
     except (KubectlFailure, KubectlTimeout):
         complete = False  # the per-pod reads that follow say which logs cannot be read
     except BaseException:
@@ -6177,40 +6461,99 @@ def logs_by_selector(
     return {name: log for name, log in logs.items() if name not in doubtful}
 
 
-def log_of(kubectl: Kubectl, namespace: str, name: str, round_dir: Path) -> PodLog:
+def log_of(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    round_dir: Path,
+    budgets: Optional[LogBudgets] = None,
+    gate: Optional[threading.Event] = None,
+) -> PodLog:
     """One pod's log, streamed into <pod>.log."""
-    reader = EpisodeLogReader(round_dir, [name], single_pod=name)
+    reader = EpisodeLogReader(round_dir, [name], single_pod=name, budgets=budgets, gate=gate)
     try:
-        kubectl.stream(["logs", name, "-c", CONTAINER_NAME], reader.feed, namespace=namespace)
+        kubectl.stream(
+            ["logs", name, "-c", CONTAINER_NAME], reader.feed, namespace=namespace, request_timeout=None, idle=True
+        )
     except BaseException:
         reader.discard()
         raise
-    return reader.finish().get(name) or PodLog([])
+    return reader.finish().get(name) or PodLog()
 
 
 def read_logs(
-    kubectl: Kubectl, namespace: str, pods: List[KubeObject], selector: str, all_pods: bool, round_dir: Path
+    kubectl: Kubectl,
+    namespace: str,
+    pods: List[KubeObject],
+    selector: Optional[str],
+    all_pods: bool,
+    round_dir: Path,
+    budgets: Optional[LogBudgets] = None,
+    gate: Optional[threading.Event] = None,
 ) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
-    """Container logs with one kubectl call; per-pod reads only for pods that call missed.
+    """The pods' container logs, in time that grows gently with their number, with a bounded
+    number of kubectl processes at once (LOG_READ_PROCESSES; each has its own token bucket):
 
-    Beyond the cross-check limit, only pods without a termination message are read."""
-    wanted = [pod["metadata"]["name"] for pod in pods if all_pods or not termination_message(pod).strip()]
+    * up to LOG_SELECTOR_PODS pods, one `kubectl logs -l` of `selector` (which matches exactly
+      `pods`; None: never);
+    * beyond that, in an Indexed Job whose pods carry the completion-index label (1.28+), one
+      `logs -l` per set of up to LOG_SELECTOR_PODS indexes (`SELECTOR,INDEX in (0,1,...)`);
+    * then each pod those calls missed (an unreadable log stops a selector read), or every pod
+      of a Job without the label, with its own `kubectl logs POD`.
+
+    Beyond the cross-check limit (`all_pods` False), only pods whose termination message cannot
+    carry their events are read. `gate`: set once the round's other diagnostics are on disk; no
+    log is written before."""
+    wanted = [pod["metadata"]["name"] for pod in pods if all_pods or message_needs_log(termination_message(pod))]
     logs: Dict[str, Optional[PodLog]] = {}
     errors: Dict[str, str] = {}
-    if not wanted:
-        return logs, errors
-    if len(wanted) > 1:
-        logs.update(logs_by_selector(kubectl, namespace, selector, wanted, round_dir, selected=len(pods)))
-    for name in wanted:
-        if name in logs:
-            continue
+    budgets = budgets or LogBudgets()
+    sets: List[Tuple[str, List[str]]] = []  # (selector, the pods it matches)
+    if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
+        sets.append((selector, wanted))
+    elif selector is not None and len(wanted) > 1:
+        labels = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in pods}
+        if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
+            by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
+            for start in range(0, len(by_index), LOG_SELECTOR_PODS):
+                names = by_index[start : start + LOG_SELECTOR_PODS]
+                indexes = ",".join(sorted({str(labels[name]) for name in names}, key=int))
+                sets.append((f"{selector},{INDEX_LABEL} in ({indexes})", names))
+
+    def read_set(chosen: str, names: List[str]) -> None:
+        logs.update(logs_by_selector(kubectl, namespace, chosen, names, round_dir, budgets=budgets, gate=gate))
+
+    def read_pod(name: str) -> None:
         try:
-            logs[name] = log_of(kubectl, namespace, name, round_dir)
+            logs[name] = log_of(kubectl, namespace, name, round_dir, budgets, gate)
         except (KubectlFailure, KubectlTimeout) as failure:
             logs[name] = None
             errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+            if gate is not None:
+                gate.wait()
             write_atomic(round_dir / f"{name}.log", "")
-    return logs, errors
+
+    in_pool([functools.partial(read_set, *entry) for entry in sets])
+    in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
+    return {name: logs[name] for name in wanted if name in logs}, errors
+
+
+def in_pool(tasks: Sequence[Callable[[], None]]) -> None:
+    """Run the tasks, at most LOG_READ_PROCESSES at once; the first that raised raises here."""
+    pending: queue.Queue[Callable[[], None]] = queue.Queue()
+    for task in tasks:
+        pending.put(task)
+
+    def work() -> None:
+        while True:
+            try:
+                task = pending.get_nowait()
+            except queue.Empty:
+                return
+            task()
+
+    if tasks:
+        concurrently([work] * min(LOG_READ_PROCESSES, len(tasks)))
 
 
 def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:
@@ -6505,6 +6848,7 @@ class BatchRun:
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
+        self.log_budgets = LogBudgets()  # what all of the run's pods may make it keep, on disk and in memory
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
@@ -6707,19 +7051,33 @@ class BatchRun:
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
-        if watched is not None:  # the events listing and the logs at once
-            listing, (logs, log_errors) = concurrently(
-                [
-                    lambda: self.kubectl.get_list("events", namespace=self.namespace),
-                    lambda: read_logs(self.kubectl, self.namespace, watched, selector, all_logs, round_dir),
-                ]
+        # The diagnostics first: pods.json and events.txt are on disk before any log is written,
+        # so a disk that the logs fill still leaves them.
+        saved = threading.Event()
+
+        def save_events(listing: List[KubeObject]) -> List[KubeObject]:
+            try:
+                events = split_pods_and_events(listing, job)[1]
+                write_atomic(round_dir / "events.txt", render_events_text(events))
+                return events
+            finally:
+                saved.set()  # the logs wait for it, whatever happened here
+
+        def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
+            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, self.log_budgets, saved)
+
+        if watched is not None:  # the events listing and the logs at once, the logs written after the events
+            pods = watched
+            write_json(round_dir / "pods.json", pod_list(pods))
+            events, (logs, log_errors) = concurrently(
+                [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
-            pods, events = watched, split_pods_and_events(listing, job)[1]
         else:  # one listing of both, then the logs of the pods it names
-            pods, events = split_pods_and_events(self.kubectl.get_list("pods,events", namespace=self.namespace), job)
-            logs, log_errors = read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir)
-        write_json(round_dir / "pods.json", pod_list(pods))
-        write_atomic(round_dir / "events.txt", render_events_text(events))
+            listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
+            pods = split_pods_and_events(listing, job)[0]
+            write_json(round_dir / "pods.json", pod_list(pods))
+            events = save_events(listing)
+            logs, log_errors = read(pods)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -6744,12 +7102,24 @@ class BatchRun:
             events=events,
         )
         try:
-            return analyse_round(collected, where)
-        except EpisodeInvalid as invalid:
-            if invalid.pod not in logs:  # keep the failed episode's own log beside its error
-                with contextlib.suppress(DemoError):
-                    log_of(self.kubectl, self.namespace, invalid.pod, round_dir)
+            rows, figures = analyse_round(collected, where)
+        except EpisodeInvalid:  # the round fails: every pod's log beside its error, as the guide keeps them
+            self.save_missing_logs(pods, logs, round_dir, selector)
             raise
+        set_aside = {entry["pod"] for entry in figures["failed_episodes"]}
+        self.save_missing_logs([pod for pod in pods if pod["metadata"]["name"] in set_aside], logs, round_dir)
+        return rows, figures
+
+    def save_missing_logs(
+        self, pods: List[KubeObject], logs: Dict[str, Optional[PodLog]], round_dir: Path, selector: str = ""
+    ) -> None:
+        """The logs of these pods that the round did not read (beyond the cross-check limit, a
+        termination message stood for them): saved for inspection, best effort. `selector`
+        matches every one of `pods`: when none was read, read_logs may use it."""
+        missing = [pod for pod in pods if pod["metadata"]["name"] not in logs]
+        chosen = selector if selector and len(missing) == len(pods) else None
+        with contextlib.suppress(DemoError):
+            read_logs(self.kubectl, self.namespace, missing, chosen, True, round_dir, self.log_budgets)
 
     def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
@@ -6800,7 +7170,7 @@ class BatchRun:
                 write_json(round_dir / "job.json", live)
             write_json(round_dir / "pods.json", pod_list(pods))
             names = [pod["metadata"]["name"] for pod in pods]
-            logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, timeout=quick)
+            logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
             say_stderr(f"warning: could not save every diagnostic after the interruption: {error}")
 
@@ -7676,8 +8046,8 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "type": whole_number(1, MAX_WAIT_SECONDS),
             "default": int(KUBECTL_PROCESS_TIMEOUT),
             "metavar": "SECONDS",
-            "help": "kill a kubectl call that has not answered after this long "
-            f"(default {int(KUBECTL_PROCESS_TIMEOUT)})",
+            "help": "kill a kubectl call that has not answered after this long, a log read once it has "
+            f"printed nothing for this long (default {int(KUBECTL_PROCESS_TIMEOUT)})",
         },
     }
 

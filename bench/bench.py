@@ -78,14 +78,25 @@ def time_help(repeats: int = 15) -> Dict[str, float]:
 
 
 def run_once(
-    count: int, scratch: Path, kubelet_metrics: bool = False, tag: str = "", stand_in: bool = False
+    count: int,
+    scratch: Path,
+    kubelet_metrics: bool = False,
+    tag: str = "",
+    stand_in: bool = False,
+    no_messages: bool = False,
+    extra: Tuple[str, ...] = (),
 ) -> Dict[str, Any]:
     """One run against a fresh fake. stand_in: each pod runs the fake's stand-in worker (the two
-    events, no tests), so 1,000 episodes take about two minutes and measure the client alone."""
+    events, no tests), so 1,000 episodes take about two minutes and measure the client alone.
+    no_messages: every pod's termination message is empty (a runtime that never shares the file),
+    so every log is read."""
     # The fake's Job controller gives up after 10 minutes by default; 1,000 episodes take longer.
     os.environ.setdefault("FAKE_KUBECTL_CONTROLLER_MAX_SECONDS", "7200")
     tag = f"{count}{tag}"
-    cluster = FakeCluster(scratch / f"cluster-{tag}", faults={"stand_in_worker": True} if stand_in else None)
+    faults: Dict[str, Any] = {"stand_in_worker": True} if stand_in else {}
+    if no_messages:
+        faults["episode"] = {str(index): "no_message" for index in range(count)}
+    cluster = FakeCluster(scratch / f"cluster-{tag}", faults=faults or None)
     try:
         output = scratch / f"run-{tag}"
         parallelism = min(count, MAX_PARALLEL_EPISODES)
@@ -105,6 +116,7 @@ def run_once(
             argv.append("--allow-large")
         if kubelet_metrics:
             argv.append("--kubelet-metrics")
+        argv += extra
         cpu_before = time.process_time()
         messages = io.StringIO()
         with (
@@ -131,9 +143,38 @@ def run_once(
             "client_job_complete_seconds": results["client_job_complete_seconds"],
             "first_end_to_line_seconds": first_line["known_at"] - min(r["terminated_at"] for r in ended.values()),
             "client_first_reward_seconds": results["client_first_reward_seconds"],
+            "log_reads": sum(1 for argv in cluster.calls() if "logs" in argv),
+            "pods_without_termination_message": results["pods_without_termination_message"],
         }
     finally:
         cluster.close()
+
+
+EMPTY_MESSAGE_COUNT = 200  # issue 19's target: Job Complete -> results.json in at most 15 s
+EMPTY_MESSAGE_TARGET_SECONDS = 15.0
+
+
+def print_empty_messages(scratch: Path) -> None:
+    """200 episodes whose termination messages are empty (a runtime that never shares the
+    file), so every log is read: one `logs POD` each, 8 at once, or (Indexed, here through
+    --max-failed-episodes) one `logs -l` per 10 completion indexes."""
+    print(
+        f"{EMPTY_MESSAGE_COUNT} episodes without termination messages (stand-in worker, every log read; "
+        f"target Complete->results <= {EMPTY_MESSAGE_TARGET_SECONDS:g} s):"
+    )
+    for label, extra in (
+        ("one logs POD each", ()),
+        ("Indexed: logs -l per 10 indexes", ("--max-failed-episodes", "1")),
+    ):
+        figures = run_once(
+            EMPTY_MESSAGE_COUNT, scratch, tag=f"-empty{len(extra)}", stand_in=True, no_messages=True, extra=extra
+        )
+        verdict = "within" if figures["complete_to_results_seconds"] <= EMPTY_MESSAGE_TARGET_SECONDS else "OVER"
+        print(
+            f"  {label}: Complete->results {figures['complete_to_results_seconds']:.2f} s ({verdict} the target), "
+            f"{figures['log_reads']} log reads, {figures['kubectl_processes']} kubectl processes in all, "
+            f"{figures['pods_without_termination_message']} pods without a termination message in results.json"
+        )
 
 
 def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
@@ -319,7 +360,8 @@ seconds = time.perf_counter() - started
 peak = peak_of()
 log = logs["rollout-a"]
 print(json.dumps({"baseline_kib": baseline, "peak_kib": peak, "seconds": seconds,
-                  "events": [e.get("event") for e in log.events], "error": log.error, "lines": log.lines,
+                  "events": [e.get("event") for e in rl_batch_demo.logged_events(log)],
+                  "error": log.error, "lines": log.lines,
                   "long_lines": log.long_lines, "saved_bytes": log.saved_bytes, "dropped_bytes": log.dropped_bytes,
                   "file_bytes": (Path(round_dir) / "rollout-a.log").stat().st_size}))
 """
@@ -348,6 +390,107 @@ def log_memory(mode: str, scratch: Path) -> Dict[str, Any]:
     if proc.returncode != 0:
         raise SystemExit(f"the memory child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
+
+
+# A worker that prints what swells when parsed: 30 "progress" events, then `ready` and `reward`,
+# each line just under the 64 KiB line limit and full of `[[]]` (about 30 times its bytes once
+# parsed), 32 events in all, the most an episode may print; no termination message, so its log counts.
+SWOLLEN_WORKER = r"""
+import json, os, sys, time
+first = time.time()
+pad = ",".join(["[[]]"] * 10000)  # printed as "[[]], " each: a line of about 60 KB
+def line(name, **fields):
+    return json.dumps(dict(fields, event=name, at=time.time(), episode_id=os.environ["EPISODE_ID"]), sort_keys=True)
+for step in range(30):
+    print(line("progress", step=step, x=json.loads("[" + pad + "]")), flush=True)
+print(line("ready", process_started_at=first, imports_done_at=first, x=json.loads("[" + pad + "]")), flush=True)
+print(line("reward", reward=1.0, x=json.loads("[" + pad + "]")), flush=True)
+"""
+SWOLLEN_PODS = 20
+MEMORY_TARGET_MB = 150
+
+# The tool in a child process that reports its own peak resident set (ru_maxrss, this process
+# only: kubectl and the episodes are other processes) when `run` ends.
+PEAK_RUNNER = r"""
+import json, resource, runpy, sys
+script, report = sys.argv[1], sys.argv[2]
+sys.argv = [script, *sys.argv[3:]]
+code = 0
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as ended:
+    code = ended.code
+with open(report, "w") as stream:
+    json.dump({"exit": code, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}, stream)
+"""
+
+
+def worker_run(
+    name: str, worker: str, count: int, scratch: Path, faults: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """`run --worker` of `count` episodes on a fresh fake, the tool in PEAK_RUNNER: its exit code,
+    peak resident set (KiB), output directory and results (if any)."""
+    work = scratch / name
+    work.mkdir()
+    (work / "worker.py").write_text(worker)
+    cluster = FakeCluster(work / "cluster", faults=faults)
+    try:
+        output = work / "out"
+        argv = ["run", "--count", str(count), "--parallelism", str(count), "--worker", str(work / "worker.py")]
+        argv += ["--output", str(output), "--quiet", "--cleanup", "always"] + (["--allow-large"] if count > 20 else [])
+        report = work / "peak.json"
+        runner = [sys.executable, "-c", PEAK_RUNNER, str(ROOT / "rl_batch_demo.py"), str(report), *argv]
+        proc = subprocess.run(runner, env=cluster.env(), capture_output=True, text=True, timeout=1800, check=False)
+        figures = json.loads(report.read_text()) if report.exists() else {"exit": proc.returncode, "peak_kib": 0}
+        figures["stderr"], figures["output"] = proc.stderr, output
+        results = output / "results.json"
+        figures["results"] = json.loads(results.read_text()) if results.exists() else None
+        return figures
+    finally:
+        cluster.close()
+
+
+def print_swollen_memory(scratch: Path) -> None:
+    figures = worker_run("swollen", SWOLLEN_WORKER, SWOLLEN_PODS, scratch)
+    peak = figures["peak_kib"] / 1024
+    verdict = "within" if peak < MEMORY_TARGET_MB else "OVER"
+    print(
+        f"client peak memory, {SWOLLEN_PODS} pods each printing 32 events of 64 KiB of `[[]]` (run --worker, end to "
+        f"end; the tool's own peak resident set, ru_maxrss): {peak:.0f} MB ({verdict} {MEMORY_TARGET_MB} MB), "
+        f"exit {figures['exit']}"
+    )
+
+
+# A worker that prints about 9.5 MB between its `ready` and its `reward` (within the kubelet's
+# 10 MiB log file, over a <pod>.log's 8 MiB) and leaves its termination message empty.
+LOUD_WORKER = r"""
+import json, os, sys, time
+first = time.time()
+def line(name, **fields):
+    return json.dumps(dict(fields, event=name, at=time.time(), episode_id=os.environ["EPISODE_ID"]), sort_keys=True)
+print(line("ready", process_started_at=first, imports_done_at=first), flush=True)
+block = ("noise " * 170 + "\n") * 1000
+for _ in range(9):
+    sys.stdout.write(block)
+print(line("reward", reward=1.0), flush=True)
+"""
+LOUD_PODS = 40
+
+
+def print_disk_budget(scratch: Path) -> None:
+    figures = worker_run("loud", LOUD_WORKER, LOUD_PODS, scratch)
+    logs = sorted(figures["output"].glob("*.log"))
+    saved = sum(path.stat().st_size for path in logs)
+    with_events = sum(
+        1 for path in logs if b'"event": "ready"' in path.read_bytes() and b'"event": "reward"' in path.read_bytes()
+    )
+    not_saved = (figures["results"] or {}).get("log_bytes_not_saved", 0)
+    budget = rl_batch_demo.LOG_DIR_BUDGET / 2**20
+    print(
+        f"disk: {LOUD_PODS} pods printing {LOUD_PODS * 9.2:.0f} MB in all: {saved / 2**20:.1f} MiB of <pod>.log saved "
+        f"(budget {budget:.0f} MiB, 8 MiB a pod), {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of "
+        f"{len(logs)} logs hold their ready and reward lines; exit {figures['exit']}"
+    )
 
 
 def print_memory(scratch: Path) -> None:
@@ -544,7 +687,7 @@ def main() -> int:
     )
     parser.add_argument("--guide", metavar="PATH", help="the guide's own script: run it side by side with the tool")
     parser.add_argument("--repeats", type=int, default=5, help="repetitions of each tool with --guide (default 5)")
-    parser.add_argument("--no-memory", action="store_true", help="skip the 1 GB log memory figure")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory and disk budget figures")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",") if size]
     help_figures = time_help()
@@ -612,9 +755,13 @@ def main() -> int:
             f"kubectl processes of a {GUIDE_COUNT}-episode run: {processes[GUIDE_COUNT]} "
             f"({verdict} the budget of {PROCESS_BUDGET})"
         )
+        print()
+        print_empty_messages(Path(scratch))
         if not args.no_memory:
             print()
             print_memory(Path(scratch))
+            print_swollen_memory(Path(scratch))
+            print_disk_budget(Path(scratch))
         if args.guide:
             print()
             guide = Path(args.guide).resolve()

@@ -272,22 +272,17 @@ class Cluster:
         )
         return Call(argv, chunks=tuple(chunks), hold=hold, name=name, counts_down=True)
 
-    def logs_by_selector(self, selector: str, pod_count: int, text: str) -> Call:
+    def logs_by_selector(self, selector: str, text: str) -> Call:
+        """Up to 10 pods' logs at once (no --request-timeout: it would limit each log's transfer)."""
         argv = self.args(
-            "logs",
-            "-l",
-            selector,
-            "-c",
-            demo.CONTAINER_NAME,
-            "--prefix",
-            "--tail=-1",
-            f"--max-log-requests={max(pod_count, 5)}",
-            namespace=NAMESPACE,
-        )
+            "logs", "-l", selector, "-c", demo.CONTAINER_NAME, "--prefix", "--tail=-1", namespace=NAMESPACE,
+            request_timeout=None,
+        )  # fmt: skip
         return Call(argv, stdout=text)
 
     def logs_of(self, pod: str, text: str) -> Call:
-        return Call(self.args("logs", pod, "-c", demo.CONTAINER_NAME, namespace=NAMESPACE), stdout=text)
+        argv = self.args("logs", pod, "-c", demo.CONTAINER_NAME, namespace=NAMESPACE, request_timeout=None)
+        return Call(argv, stdout=text)
 
     def delete(self, kind: str, name: str, *flags: str, namespace: Optional[str] = None) -> Call:
         return Call(self.args("delete", kind, name, *flags, namespace=namespace))
@@ -429,17 +424,29 @@ class RunPlan:
         return complete and counted and terminal and not deleted
 
     def logs(self, batch: Optional[Batch] = None) -> Call:
+        """Every pod's log with one `logs -l` (a batch of up to 10 episodes)."""
         batch = batch or self.batch
-        return self.cluster.logs_by_selector(batch.selector, batch.count, batch.prefixed_logs())
+        return self.cluster.logs_by_selector(batch.selector, batch.prefixed_logs())
+
+    def log_reads(self, batch: Batch) -> List[Call]:
+        """The logs a round reads: up to the cross-check limit every pod's, with one `logs -l`
+        up to 10 pods, else one `logs POD` each; beyond it, those of the pods whose termination
+        message cannot carry their events (empty, or cut at the front)."""
+        if 1 < batch.count <= demo.LOG_SELECTOR_PODS:
+            return [self.logs(batch)]
+        wanted = [
+            episode
+            for episode in batch.episodes
+            if batch.count <= demo.LOG_CROSSCHECK_LIMIT or demo.message_needs_log(episode.message)
+        ]
+        return [self.cluster.logs_of(episode.name, episode.log) for episode in wanted]
 
     def round(self, batch: Batch) -> List[Call]:
         """Create one Job, watch it and its pods, then read the events and the logs at once (or,
         when the watch does not prove the pods final, list pods and events, then the logs)."""
         calls = [self.create_job(batch), self.job_watch(batch), self.pod_watch(batch)]
         calls.append(self.events(batch) if self.watch_is_final(batch) else self.pods_and_events(batch))
-        if batch.count <= demo.LOG_CROSSCHECK_LIMIT:
-            calls.append(self.logs(batch))
-        return calls
+        return calls + self.log_reads(batch)
 
     def run(self) -> List[Call]:
         """The whole happy path: preflight, namespace with ConfigMap, then each round."""

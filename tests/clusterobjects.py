@@ -74,6 +74,11 @@ def log_of(events: List[Dict[str, Any]]) -> str:
     return "".join(json.dumps(event, sort_keys=True) + "\n" for event in events)
 
 
+def pod_log_of(events: List[Dict[str, Any]]) -> demo.PodLog:
+    """What the tool keeps of a log that holds these events (their lines, scanned)."""
+    return demo.scan_text(log_of(events))
+
+
 def make_pod(
     name: str = "rollout-abcde",
     created: str = "2026-11-29T10:00:01Z",

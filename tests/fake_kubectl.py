@@ -27,10 +27,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from fakekube import containerlog
 from fakekube.cli import main
 from fakekube.store import Store, init_state
 
-__all__ = ["Store", "init_state", "main"]
+__all__ = ["Store", "containerlog", "init_state", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -43,6 +43,10 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
     ``malformed``, ``skew``, ``restart``, ``evict``, ``replace``, ``pending``,
     ``no_message``, ``message_mismatch``, ``wrong_id``.
 ``logs_unavailable``: ``[INDEX, ...]`` pods whose logs cannot be read.
+``log_bytes_per_second``: each log response is written at this rate; with ``--request-timeout``
+    a response that needs longer ends there, as kubectl's does (commands.transfer).
+``container_log_max_size``: the kubelet's ``containerLogMaxSize`` in bytes (default 10 MiB):
+    ``kubectl logs`` returns only the current file (tests/fakekube/containerlog.py).
 ``deadline_seconds``: overrides the Job's activeDeadlineSeconds (real seconds).
 ``episode_seconds``: extra time each pod stays Running after its worker ends.
 ``api_errors``: ``[{"match": "create Namespace", "times": 1, "error": "500",
@@ -66,6 +70,11 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 The scheduler honours the pod's ``nodeSelector`` (the RuntimeClass's ``scheduling`` is merged
 into it at pod creation, as the RuntimeClass admission controller does) against the nodes'
 labels, which include ``kubernetes.io/hostname``.
+
+Logs and termination messages are what a real node serves (tests/fakekube/containerlog.py):
+CRLF becomes LF, only the current (unrotated) log file is returned, and a termination message is
+the last 4 KiB its container wrote. ``logs -l`` reads the pods one after another in random order,
+paced by client-go's token bucket (5 a second after a burst of 10), as kubectl does.
 
 Indexed Jobs (``completionMode: Indexed``): one pod per index, lowest pending index first,
 named ``JOB-INDEX-xxxxx``, with the index annotation and label and env JOB_COMPLETION_INDEX;

@@ -449,9 +449,81 @@ class CycleTest(FakeKubectlTestCase):
         )
         lines = full.splitlines()
         self.assertEqual(len(lines), 28)
-        self.assertTrue(lines[0].startswith(f"[pod/{sorted(pods)[0]}/episode] filler 0"))
+        first = lines[0].split(" ", 1)[0]  # the pods in any order, each pod's lines together
+        self.assertIn(first, [f"[pod/{pod}/episode]" for pod in pods])
+        self.assertTrue(all(line.startswith(first) for line in lines[:14]), lines)
+        self.assertEqual(lines[0], f"{first} filler 0")
         one = self.ok("logs", pods[0], "-c", "episode", "-n", NS)
         self.assertEqual(one, self.cluster.pod_log(NS, pods[0]))
+
+
+# A worker whose output tries what a node changes (tests/fakekube/containerlog.py): CRLF line
+# ends, a 40 KiB line containerd cuts into partial records, a last line without a newline, and a
+# termination message of 6,000 bytes, of which the kubelet keeps the end.
+NODE_WORKER = r"""
+import os, sys
+out = sys.stdout.buffer
+out.write(b"first\r\nsecond\rstill second\r\n" + b"L" * 40000 + b"\r\n")
+for number in range(int(os.environ.get("EXTRA_LINES", "0"))):
+    out.write(b"filler %d\n" % number)
+out.write(b"no newline\r")
+out.flush()
+with open(os.environ["RL_DEMO_TERMINATION_LOG"], "w") as f:
+    f.write("".join("line %04d ..............\n" % number for number in range(240)))
+"""
+
+
+class NodeLogsTest(FakeKubectlTestCase):
+    """The container log and termination message as the real node serves them (W5, W6, W18)."""
+
+    def run_job(self, faults: Dict[str, Any], completions: int = 1, extra_lines: int = 0) -> List[str]:
+        self.cluster.set_faults(faults)
+        setup = setup_manifest()
+        setup["items"][1]["data"]["episode.py"] = NODE_WORKER
+        self.create(setup)
+        env = [{"name": "EXTRA_LINES", "value": str(extra_lines)}]
+        self.create(job_manifest(completions=completions, parallelism=completions, extra_env=env))
+        self.cluster.wait_idle(20)
+        return sorted(p["metadata"]["name"] for p in self.cluster.objects("Pod", NS))
+
+    def raw(self, *args: str) -> bytes:
+        """kubectl's stdout as bytes (text mode would turn each CR into a newline)."""
+        p = subprocess.run(["kubectl", *args], capture_output=True, env=self.cluster.env(), timeout=30, check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def test_crlf_long_lines_and_the_message_tail(self) -> None:
+        [pod] = self.run_job({})
+        log = self.raw("logs", pod, "-c", "episode", "-n", NS)
+        self.assertEqual(log, b"first\nsecond\rstill second\n" + b"L" * 40000 + b"\nno newline\r")
+        status = self.cluster.objects("Pod", NS)[0]["status"]["containerStatuses"][0]["state"]["terminated"]
+        message = status["message"]
+        self.assertEqual(len(message.encode()), 4096)
+        self.assertTrue(message.endswith("line 0239 ..............\n"))
+        self.assertFalse(message.startswith("line "), "the kubelet keeps the end: the first line is cut")
+
+    def test_only_the_current_file_after_rotation(self) -> None:
+        [pod] = self.run_job({"container_log_max_size": 64 * 1024}, extra_lines=20000)
+        log = self.raw("logs", pod, "-c", "episode", "-n", NS)
+        self.assertLessEqual(len(log), 64 * 1024)
+        self.assertNotIn(b"first", log)
+        self.assertTrue(log.startswith(b"filler "), log[:40])
+        self.assertTrue(log.endswith(b"filler 19999\nno newline\r"))
+
+    def test_selector_reads_in_random_order_paced_after_a_burst(self) -> None:
+        pods = self.run_job({"stand_in_worker": True}, completions=13)
+        args = ("logs", "-l", "job-name=rollout", "-c", "episode", "--prefix", "--tail=-1", "-n", NS)
+        orders = set()
+        for _ in range(2):  # two of 13! orders: the same twice once in six billion
+            started = time.monotonic()
+            text = self.ok(*args)
+            elapsed = time.monotonic() - started
+            order = [line.split("/")[1] for line in text.splitlines() if '"ready"' in line]
+            self.assertEqual(sorted(order), pods)
+            orders.add(tuple(order))
+            # 13 log requests: 10 at once, then one every 0.2 s (client-go's 5 QPS, burst 10)
+            self.assertGreaterEqual(elapsed, 0.6)
+        self.assertGreater(len(orders), 1, "kubectl ranges over a Go map: the order varies")
 
 
 # A worker written the way the guide's is: container paths named literally, `python` from PATH.
@@ -725,6 +797,21 @@ class FaultTest(FakeKubectlTestCase):
         self.assertLess(time.monotonic() - start, 5)
         out = self.ok("get", "ns", "default", "-w", "-o", "json", "--output-watch-events")
         self.assertEqual(json.loads(out)["type"], "ADDED")
+
+
+class ContainerLogTest(unittest.TestCase):
+    def test_records_rotation_and_message(self) -> None:
+        node = fake_module().containerlog
+        records = node.cri_records(b"a\r\n" + b"x" * 40000 + b"\nend")
+        pieces = [(partial, len(content)) for partial, content in records]
+        self.assertEqual(pieces[:4], [(False, 1), (True, 16384), (True, 16384), (False, 7232)])
+        self.assertEqual(records[-1], (True, b"end"))  # no newline: a partial record
+        self.assertEqual(node.read_logs(records), b"a\n" + b"x" * 40000 + b"\nend")
+        lines = node.cri_records(b"".join(b"%05d\n" % n for n in range(1000)))
+        current = node.current_file(lines, (5 + node.RECORD_OVERHEAD) * 100)  # 100 records a file
+        self.assertEqual(node.read_logs(current)[:6], b"00900\n")
+        self.assertEqual(node.termination_message(b"x" * 5000 + b"\xe2\x82\xac", 1), "x" * 4093 + "\u20ac")
+        self.assertEqual(len(node.termination_message(b"y" * 4096, 4)), 3072)  # 12 KiB over 4 containers
 
 
 class StoreTest(unittest.TestCase):

@@ -236,7 +236,7 @@ class EpisodeFaultTest(FaultTestCase):
                 chunks=[watch_event("ADDED", pending), watch_event("MODIFIED", batch.pod(batch.episodes[1]))]
             ),
             plan.cluster.get_list("pods,events", [pending, batch.pod(batch.episodes[1]), warning, deadline]),
-            plan.cluster.logs_by_selector(batch.selector, 2, batch.prefixed_logs(batch.episodes[1:])),
+            plan.cluster.logs_by_selector(batch.selector, batch.prefixed_logs(batch.episodes[1:])),
             plan.cluster.logs_of(stuck.name, "").failing(
                 f'Error from server (BadRequest): container "episode" in pod "{stuck.name}" is waiting to start: '
                 "ContainerCreating"

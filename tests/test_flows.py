@@ -181,6 +181,7 @@ class TranscriptTest(RunPlanTestCase):
         base = [f"--context={CONTEXT}", "--request-timeout=30s"]
         in_namespace = [*base, f"--namespace={NAMESPACE}"]
         watching = [f"--context={CONTEXT}", "--request-timeout=275s", f"--namespace={NAMESPACE}"]
+        reading = [f"--context={CONTEXT}", f"--namespace={NAMESPACE}"]
         selector = f"batch.kubernetes.io/controller-uid={uid}"
         steps = [
             [["config", "view", "--minify", "-o", "json"]],
@@ -196,17 +197,8 @@ class TranscriptTest(RunPlanTestCase):
             ],
             [
                 [*in_namespace, "get", "events", "-o", "json"],
-                [
-                    *in_namespace,
-                    "logs",
-                    "-l",
-                    selector,
-                    "-c",
-                    "episode",
-                    "--prefix",
-                    "--tail=-1",
-                    "--max-log-requests=10",
-                ],
+                # no --request-timeout: it would limit each log's transfer; 10 logs fit client-go's burst
+                [*reading, "logs", "-l", selector, "-c", "episode", "--prefix", "--tail=-1"],
             ],
         ]
         recorded = self.recorded_calls()
@@ -406,15 +398,13 @@ class RunTest(RunPlanTestCase):
         for index in (3, 7):
             batch.episodes[index].message = ""
         plan = RunPlan(batch)
-        calls = plan.run()
-        calls.append(
-            plan.cluster.logs_by_selector(
-                batch.selector, 25, batch.prefixed_logs([batch.episodes[3], batch.episodes[7]])
-            )
-        )
-        self.expect(*calls)
-        self.run_ok("run", "--count", "25", "--allow-large", "--output", str(self.out()), "--quiet")
-        self.assertEqual(self.results()["reward_sum"], 25)
+        self.expect(*plan.run())  # their own `logs POD` each: a selector would read all 25, at 5 a second
+        result = self.run_ok("run", "--count", "25", "--allow-large", "--output", str(self.out()))
+        results = self.results()
+        self.assertEqual((results["reward_sum"], results["pods_without_termination_message"]), (25, 2))
+        logs = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertEqual(sorted(argv[-3] for argv in logs), [batch.episodes[3].name, batch.episodes[7].name])
+        self.assertIn("episode output: 2 pod(s) without a termination message", result.stdout)
 
     def test_existing_output_touches_no_cluster(self) -> None:
         self.out().mkdir()
@@ -1059,7 +1049,7 @@ class InterruptTest(RunPlanTestCase):
         saving = [
             plan.cluster.get_list("pods,events", running),
             plan.get_job(batch.job_running()),
-            plan.cluster.logs_by_selector(batch.selector, 2, batch.prefixed_logs()),
+            plan.cluster.logs_by_selector(batch.selector, batch.prefixed_logs()),
         ]
         self.expect(*plan.run()[:5], job_watch, pod_watch, *saving, *(plan.cleanup() if cleanup else []))
         result = self.tool("run", "--count", "2", "--output", str(self.out()), *argv)

@@ -49,6 +49,55 @@ INVALID = (
 )
 
 
+# Custom workers (`run --worker`) whose output meets what the node does to it (issues 19, 20):
+# the events as the worker template emits them, then each one's twist.
+WORKER_HEAD = """
+import json, os, sys, time
+first = time.time()
+ID = os.environ["EPISODE_ID"]
+def line(name, **fields):
+    return json.dumps(dict(fields, event=name, at=time.time(), episode_id=ID), sort_keys=True) + "\\n"
+def message(text):
+    with open(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"), "w") as stream:
+        stream.write(text)
+out = sys.stdout
+"""
+HOSTILE_WORKERS = {
+    # a termination message over 4 KiB: the kubelet keeps its end, which begins inside the ready line
+    "cut_message": """
+ready = line("ready", process_started_at=first, imports_done_at=first, pad="p" * 3000)
+reward = line("reward", reward=1.0, pad="q" * 1500)
+out.write(ready + reward)
+message(ready + reward)
+""",
+    # 200 KiB between ready and reward: the kubelet rotates the log (here at 64 KiB) past the ready line
+    "rotated_log": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+out.write(ready)
+out.write("working ...\\n" * 20000)
+reward = line("reward", reward=1.0)
+out.write(reward)
+message(ready + reward)
+""",
+    # the last output a progress bar redrawn with \\r for 300 KiB, no newline: kubectl glues the
+    # next pod's first line (its ready event) onto it, past the first two chunks the client reads
+    "long_progress_bar": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+reward = line("reward", reward=1.0)
+out.write(ready + reward)
+message(ready + reward)
+out.write("".join("\\r[%-50s]" % ("#" * (i % 50)) for i in range(6000)))
+""",
+    # the same bar, short (within the line limit)
+    "short_progress_bar": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+reward = line("reward", reward=1.0)
+out.write(ready + reward)
+message(ready + reward)
+out.write("\\r[##########] 100%")
+""",
+}
+
 # A custom worker (--worker) that runs FORGER_SECONDS but claims its reward 1 ms after its ready, which
 # it claims at its first statement: every figure the pod reports says it was quick.
 FORGER_SECONDS = 5
@@ -72,7 +121,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} in a JSON output")
 
 
-class HostileEpisodeTest(unittest.TestCase):
+class HostileRunTestCase(unittest.TestCase):
+    """Runs of the tool on a fresh fake cluster each, and what every one of them must hold."""
+
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 
     def setUp(self) -> None:
@@ -108,6 +159,29 @@ class HostileEpisodeTest(unittest.TestCase):
         finally:
             cluster.close()
 
+    def run_worker(
+        self, name: str, count: int, faults: dict[str, Any] | None = None, *options: str
+    ) -> tuple[subprocess.CompletedProcess[bytes], Path, list[str]]:
+        """One run of `count` episodes of HOSTILE_WORKERS[name] (`run --worker`), cleaned up always."""
+        worker = self.root / f"{name}.py"
+        worker.write_text(WORKER_HEAD + HOSTILE_WORKERS[name])
+        cluster = FakeCluster(self.root / f"cluster-{name}{len(options)}", faults=faults)
+        try:
+            before = {ns["metadata"]["name"] for ns in cluster.objects("Namespace")}
+            output = self.root / f"out-{name}{len(options)}"
+            argv = [sys.executable, SCRIPT, "run", "--count", str(count), "--worker", str(worker)]
+            result = subprocess.run(
+                [*argv, "--output", str(output), "--quiet", *CLEANUP, *options],
+                env=cluster.env(),
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+            left = sorted({ns["metadata"]["name"] for ns in cluster.objects("Namespace")} - before)
+            return result, output, left
+        finally:
+            cluster.close()
+
     def assert_contained(self, result: subprocess.CompletedProcess[bytes], output: Path, left: list[str]) -> None:
         for stream in (result.stdout, result.stderr):
             text = stream.decode("utf-8")  # strict: the tool writes only valid UTF-8
@@ -116,8 +190,8 @@ class HostileEpisodeTest(unittest.TestCase):
         self.assertEqual(left, [], "--cleanup always left a namespace")
         for path in output.rglob("*.json"):
             json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-        for path in output.glob("*.log"):
-            self.assertLessEqual(path.stat().st_size, LOG_FILE_LIMIT + 200, path.name)
+        for path in output.glob("*.log"):  # the text up to its limit, then markers and its ready and reward lines
+            self.assertLessEqual(path.stat().st_size, LOG_FILE_LIMIT + 2 * demo.EVENT_LINE_LIMIT + 1024, path.name)
         names = {pod["metadata"]["name"] for pod in json.loads((output / "pods.json").read_text())["items"]}
         for path in output.iterdir():
             if path.suffix == ".log":
@@ -128,6 +202,8 @@ class HostileEpisodeTest(unittest.TestCase):
             headings = [line for line in lines if line.startswith("#")]
             self.assertTrue(all(line.startswith("### rl-batch-demo") for line in headings), headings)
 
+
+class HostileEpisodeTest(HostileRunTestCase):
     def test_a_forged_reward_time_cannot_pass_a_cluster_observed_budget(self) -> None:
         """A reward's time is bounded only from above (the container's finish): a pod that works 5 s
         and claims its reward 1 ms after ready passes a budget on batch_to_all_rewards_seconds. The
@@ -172,7 +248,7 @@ class HostileEpisodeTest(unittest.TestCase):
         self.assertEqual(results["reward_sum"], len(NOISE))
         self.assertEqual(results["episodes"], len(NOISE))
         saved = [path.read_bytes() for path in output.glob("*.log")]
-        self.assertTrue(any(b"[rl-batch-demo: log truncated at" in log for log in saved), "the 20 MB log was capped")
+        self.assertTrue(any(b"[rl-batch-demo: log truncated at" in log for log in saved), "the 9.7 MB log was capped")
         self.assertTrue(any(b"\xff\xfe\xfd not UTF-8" in log for log in saved), "the log was saved as bytes")
 
     def test_each_invalid_input_fails_its_episode_by_name(self) -> None:
@@ -210,6 +286,37 @@ class HostileEpisodeTest(unittest.TestCase):
         for index, (mode, expected) in enumerate(INVALID):
             with self.subTest(mode, together=True):
                 self.assertIn(expected, causes[index])
+
+
+class NodeOutputTest(HostileRunTestCase):
+    """What the node does to a pod's output, met by custom workers (one row each, docs/faults.md):
+    a termination message cut at the front, a rotated log, a last line glued onto by the next
+    pod's first. Each run succeeds, saying how it read the episodes where it had to."""
+
+    ROWS = (  # (worker, episodes, fake faults, run's options, the note each episode carries, or None)
+        ("cut_message", 2, None, (), "termination message was cut at the front"),
+        ("rotated_log", 2, {"container_log_max_size": 64 * 1024}, (), "looks rotated"),
+        # two pods: kubectl reads them in some order, and the first one's last line gets the
+        # second one's first glued on; nothing may be blamed on either, nor masked
+        ("long_progress_bar", 2, None, ("--max-failed-episodes", "1"), None),
+        ("short_progress_bar", 2, None, (), None),
+    )
+
+    def test_each_row_succeeds_and_says_how_it_read_the_episodes(self) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.ROWS)) as pool:
+            runs = list(pool.map(lambda row: self.run_worker(row[0], row[1], row[2], *row[3]), self.ROWS))
+        for (name, count, _, options, note), (result, output, left) in zip(self.ROWS, runs):
+            with self.subTest(name, options=options):
+                self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
+                self.assert_contained(result, output, left)
+                results = json.loads((output / "results.json").read_text())
+                self.assertEqual((results["successful_episodes"], results["reward_sum"]), (count, float(count)))
+                for row in results["pods"]:
+                    if note is None:
+                        self.assertEqual(row["log_notes"], [])
+                    else:
+                        self.assertEqual(len(row["log_notes"]), 1)
+                        self.assertIn(note, row["log_notes"][0])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 
 import rl_batch_demo as demo
 from tests.fakecluster import ENVIRONMENT
+from tests.fakekube.commands import BODY_TIMEOUT
 from tests.recordingserver import SERVER_VERSION, Answer, Recorded, RecordingServer, status_answer
 
 KUBECTL_ENV = "RL_DEMO_CONTRACT_KUBECTL"
@@ -357,18 +358,20 @@ def tool_form(call: Callable[[demo.Kubectl], Any]) -> Form:
     raise AssertionError("the tool's call ran no kubectl")
 
 
-def selector_args(count: int, follow: bool = False) -> List[str]:
-    """The arguments of rl_batch_demo.logs_by_selector for `count` pods (plus -f)."""
+def selector_args(count: int, follow: bool = False, selector: str = SELECTOR) -> List[str]:
+    """The arguments of rl_batch_demo.logs_by_selector for `count` pods (plus -f, with the
+    --max-log-requests it needs). A log read carries no --request-timeout (run them with
+    request_timeout=None, as the tool does)."""
     names = [f"p{index}" for index in range(count)]
-    args, namespace, _ = tool_form(lambda k: demo.logs_by_selector(k, NAMESPACE, SELECTOR, names, Path("unused")))
-    assert namespace == NAMESPACE and "-f" not in args
-    return [*args, "-f"] if follow else args
+    args, namespace, timeout = tool_form(lambda k: demo.logs_by_selector(k, NAMESPACE, selector, names, Path("unused")))
+    assert namespace == NAMESPACE and "-f" not in args and timeout is None
+    return [*args, "-f", f"--max-log-requests={count}"] if follow else args
 
 
 def pod_log_args(name: str) -> List[str]:
-    """The arguments of rl_batch_demo.log_of."""
-    args, namespace, _ = tool_form(lambda k: demo.log_of(k, NAMESPACE, name, Path("unused")))
-    assert namespace == NAMESPACE
+    """The arguments of rl_batch_demo.log_of (no --request-timeout either)."""
+    args, namespace, timeout = tool_form(lambda k: demo.log_of(k, NAMESPACE, name, Path("unused")))
+    assert namespace == NAMESPACE and timeout is None
     return args
 
 
@@ -463,7 +466,7 @@ class LogsContract(ContractCase):
 
         def contract(session: Session) -> None:
             PodLogs(session.server, {"p0": text})
-            outcome = session.run(pod_log_args("p0"))
+            outcome = session.run(pod_log_args("p0"), request_timeout=None)
             self.assertEqual(outcome.returncode, 0, outcome)
             self.assertEqual(outcome.stdout, text)  # as it is: no prefix, nothing added
             requests = session.api()
@@ -471,7 +474,7 @@ class LogsContract(ContractCase):
                 [(r.method, r.path) for r in requests],
                 [("GET", f"{PODS_PATH}/p0"), ("GET", f"{PODS_PATH}/p0/log")],
             )
-            self.assertEqual(requests[1].query, {"container": CONTAINER, "timeout": demo.REQUEST_TIMEOUT})
+            self.assertEqual(requests[1].query, {"container": CONTAINER})  # no timeout: none limits the transfer
 
         self.each_kubectl(contract)
 
@@ -483,7 +486,7 @@ class LogsContract(ContractCase):
         def contract(session: Session) -> None:
             PodLogs(session.server, {})
             serve_namespace(session.server)
-            outcome = session.run(pod_log_args("p0"))
+            outcome = session.run(pod_log_args("p0"), request_timeout=None)
             self.assertEqual(outcome.returncode, 1, outcome)
             self.assertEqual(
                 [r.path for r in session.api()],
@@ -510,21 +513,21 @@ class LogsContract(ContractCase):
             while runs < 8:  # a Go map of 9 has many orders: two differ almost surely
                 runs += 1
                 already = len(log_reads(session))
-                outcome = session.run(selector_args(len(logs)))
+                outcome = session.run(selector_args(len(logs)), request_timeout=None)
                 self.assertEqual(outcome.returncode, 0, outcome)
                 reads = log_reads(session)[already:]
                 order = [pod_of(r) for r in reads]
                 self.assertCountEqual(order, logs)  # each pod once
                 assert_one_at_a_time(self, reads)
                 self.assertEqual(outcome.stdout, with_prefixes(order, logs))
-                for read in reads:  # --tail=-1: no tailLines; each read ends within --request-timeout
-                    self.assertEqual(read.query, {"container": CONTAINER, "timeout": demo.REQUEST_TIMEOUT})
+                for read in reads:  # --tail=-1: no tailLines; no --request-timeout: no timeout
+                    self.assertEqual(read.query, {"container": CONTAINER})
                 orders.add(tuple(order))
                 if len(orders) > 1:
                     break
             self.assertGreater(len(orders), 1, f"the same order in {runs} runs: {orders}")
             listing = next(r for r in session.api() if r.path.endswith("/pods"))
-            self.assertEqual(listing.query, {"labelSelector": SELECTOR, "timeout": demo.REQUEST_TIMEOUT})  # not chunked
+            self.assertEqual(listing.query, {"labelSelector": SELECTOR})  # not chunked
 
         self.each_kubectl(contract)
 
@@ -553,7 +556,7 @@ class LogsContract(ContractCase):
 
         def contract(session: Session) -> None:
             PodLogs(session.server, logs)
-            outcome = session.run(selector_args(len(logs)))
+            outcome = session.run(selector_args(len(logs)), request_timeout=None)
             self.assertEqual(outcome.returncode, 0, outcome)
             order = [pod_of(r) for r in log_reads(session)]
             self.assertEqual(outcome.stdout, with_prefixes(order, logs))
@@ -569,7 +572,7 @@ class LogsContract(ContractCase):
 
         def contract(session: Session) -> None:
             PodLogs(session.server, logs, failing=["p3"])
-            outcome = session.run(selector_args(len(logs)))
+            outcome = session.run(selector_args(len(logs)), request_timeout=None)
             self.assertEqual(outcome.returncode, 1, outcome)
             order = [pod_of(r) for r in log_reads(session)]
             self.assertEqual(order[-1], "p3", f"log requests went on after the failing one: {order}")
@@ -580,6 +583,23 @@ class LogsContract(ContractCase):
             )
             failure = demo.KubectlFailure(outcome.argv, outcome.returncode, outcome.stderr)
             self.assertTrue(failure.transient)
+
+        self.each_kubectl(contract)
+
+    def test_a_selector_of_completion_indexes_is_passed_as_it_is(self) -> None:
+        """read_logs reads an Indexed Job's pods beyond 10 by sets of completion indexes: the
+        set-based selector reaches the server's pod list unchanged (cli-runtime
+        LabelSelectorParam), and the pods it lists are read as with any selector."""
+        chosen = f"{SELECTOR},{demo.INDEX_LABEL} in (0,1,2)"
+        logs = {f"p{index}": f"line of p{index}\n".encode() for index in range(3)}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs)
+            outcome = session.run(selector_args(len(logs), selector=chosen), request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            listing = next(r for r in session.api() if r.path.endswith("/pods"))
+            self.assertEqual(listing.query, {"labelSelector": chosen})
+            self.assertCountEqual([pod_of(r) for r in log_reads(session)], logs)
 
         self.each_kubectl(contract)
 
@@ -616,7 +636,7 @@ class LogsPacingContract(ContractCase):
     }
 
     def read(self, session: Session, args: List[str]) -> Tuple[Outcome, Recorded, List[Recorded]]:
-        outcome = session.run(args)
+        outcome = session.run(args, request_timeout=None)
         self.assertEqual(outcome.returncode, 0, outcome)
         listing = [r for r in session.api() if r.path.endswith("/pods")]
         self.assertEqual(len(listing), 1)
@@ -625,14 +645,14 @@ class LogsPacingContract(ContractCase):
         return outcome, listing[0], reads
 
     def test_selector_read_is_sequential_and_paced_whatever_max_log_requests(self) -> None:
-        """The tool's own arguments (--max-log-requests=20), then the same without
-        --max-log-requests: the same sequential, paced read (parallelConsumeRequest runs only
-        with -f)."""
+        """The tool's own arguments, then the same with --max-log-requests=20: the same
+        sequential, paced read (parallelConsumeRequest runs only with -f). Why read_logs reads
+        at most 10 pods with one selector."""
 
         def contract(session: Session) -> None:
             PodLogs(session.server, self.LOGS)
-            with_limit = selector_args(self.COUNT)
-            for args in (with_limit, [arg for arg in with_limit if not arg.startswith("--max-log-requests")]):
+            plain = selector_args(self.COUNT)
+            for args in (plain, [*plain, f"--max-log-requests={self.COUNT}"]):
                 session.server.requests.clear()
                 outcome, listing, reads = self.read(session, args)
                 assert_one_at_a_time(self, reads)
@@ -652,9 +672,7 @@ class LogsPacingContract(ContractCase):
             PodLogs(session.server, self.LOGS, hold=hold)
             outcome, listing, reads = self.read(session, selector_args(self.COUNT, follow=True))
             for read in reads:
-                self.assertEqual(
-                    read.query, {"container": CONTAINER, "follow": "true", "timeout": demo.REQUEST_TIMEOUT}
-                )
+                self.assertEqual(read.query, {"container": CONTAINER, "follow": "true"})
             overlapping = [b for a, b in zip(reads, reads[1:]) if a.answered is not None and b.arrived < a.answered]
             self.assertGreaterEqual(len(overlapping), BURST - 1, "the followed streams were not read at once")
             assert_paced(self, listing, reads)
@@ -677,7 +695,7 @@ class LogsPacingContract(ContractCase):
         def contract(session: Session) -> None:
             PodLogs(session.server, logs, failing=["p2"])
             args = [*selector_args(len(logs), follow=True), f"--pod-running-timeout={patience}s"]
-            outcome = session.run(args)
+            outcome = session.run(args, request_timeout=None)
             self.assertEqual(outcome.returncode, 1, outcome)
             tries = [r for r in log_reads(session) if pod_of(r) == "p2"]
             if session.binary.minor >= 36:
@@ -688,6 +706,35 @@ class LogsPacingContract(ContractCase):
                 self.assertEqual(len(tries), 1, outcome)
                 self.assertLess(outcome.seconds, patience, outcome)
                 self.assertIn("Error from server (InternalError)", outcome.stderr)
+
+        self.each_kubectl(contract)
+
+
+@unittest.skipUnless(SLOW, SLOW_SKIP)
+class LogTransferContract(ContractCase):
+    """--request-timeout becomes client-go's http.Client.Timeout (rest.Config.Timeout), which
+    also covers reading the response: a log that takes longer to arrive ends part-way, exit 1;
+    without it the same log arrives whole. Why log reads carry none (Kubectl.stream, idle)."""
+
+    PIECES: ClassVar[List[Tuple[float, bytes]]] = [(0.25, b"piece %d\n" % index) for index in range(8)]  # 2 s
+
+    def test_request_timeout_ends_a_slow_log_and_none_reads_it_whole(self) -> None:
+        whole_log = b"".join(piece for _, piece in self.PIECES)
+
+        def contract(session: Session) -> None:
+            session.server.route("GET", f"{PODS_PATH}/p0", lambda r, m: Answer(200, whole("Pod", "v1", pod("p0"))))
+            session.server.route(
+                "GET", f"{PODS_PATH}/p0/log", lambda r, m: Answer(200, chunks=self.PIECES, content_type="text/plain")
+            )
+            cut = session.run(pod_log_args("p0"), request_timeout="1s")
+            self.assertEqual(cut.returncode, 1, cut)
+            self.assertTrue(whole_log.startswith(cut.stdout) and len(cut.stdout) < len(whole_log), cut)
+            # what the fake prints (commands.transfer), or the same with net/http's other words for
+            # it, by which of its timers fires first
+            other = BODY_TIMEOUT.replace("context deadline exceeded", "net/http: request canceled")
+            self.assertIn(cut.stderr.strip(), (BODY_TIMEOUT, other))
+            read = session.run(pod_log_args("p0"), request_timeout=None)
+            self.assertEqual((read.returncode, read.stdout), (0, whole_log), read)
 
         self.each_kubectl(contract)
 

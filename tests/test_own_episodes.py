@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
+from tests.clusterobjects import pod_log_of
 from tests.fakecluster import write_executable
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
@@ -210,7 +211,7 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
     def pods_and_logs(self) -> Tuple[List[Dict[str, Any]], Dict[str, Optional[demo.PodLog]]]:
         pods = [pod_for(ran, ran.name, ran.index, self.job_created + 1) for ran in self.runs]
         pods.reverse()  # creation order need not be index order
-        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in self.runs}
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: pod_log_of(ran.events) for ran in self.runs}
         return pods, logs
 
     def test_each_index_reads_its_own_task_and_rewards_by_it(self) -> None:
@@ -291,7 +292,7 @@ class TemplateWorkerTest(unittest.TestCase):
             self.assertEqual(demo.parse_events(ran.termination), ran.events)
             self.assertLessEqual(len(ran.termination.encode()), MAX_TERMINATION_MESSAGE)
         pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
-        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: pod_log_of(ran.events) for ran in runs}
         rows, figures = demo.analyse_round(
             collected_for(pods, logs, job_for(job_created), count=2, tasks=tasks), "ns/r"
         )
@@ -411,7 +412,7 @@ class MaxFailedEpisodesTest(unittest.TestCase):
             pod = pod_for(None, name, index, created, phase=phase, exit_code=exit_code, message="")
             pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = iso(created + 5)
             self.pods.append(pod)
-            self.logs[name] = demo.PodLog(events)
+            self.logs[name] = pod_log_of(events)
 
     def analyse(self, k: int, job: Optional[Dict[str, Any]] = None) -> Tuple[List[demo.EpisodeRow], Dict[str, Any]]:
         job = job or job_for(self.job_created, "Failed", "FailedIndexes", failedIndexes="1", completedIndexes="0,2-3")
@@ -751,7 +752,7 @@ class DocumentedExampleTest(unittest.TestCase):
             Path(root, "tasks.jsonl").write_text(demo.tasks_text(tasks))
             runs = [run_worker(source, None, i, expected[i]["pod"]) for i in range(len(tasks))]
         pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
-        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
+        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: pod_log_of(ran.events) for ran in runs}
         collected = collected_for(pods, logs, job_for(job_created), count=len(tasks), tasks=tasks)
         rows, figures = demo.analyse_round(collected, "ns/rollout")
         lines = demo.reconciling_lines({}, rows, [], 0.0)

@@ -298,12 +298,12 @@ class EpisodeSourcesTest(unittest.TestCase):
 
     def test_agreeing_sources(self) -> None:
         result = demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(self.events), True, "here")
-        self.assertEqual(result, self.events)
+        self.assertEqual(result, (self.events, []))
 
     def test_trimmed_test_output_still_agrees(self) -> None:
         trimmed = [dict(self.events[0]), dict(self.events[1], tests_output="K\n", tests_output_truncated=True)]
         self.assertEqual(
-            demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(trimmed), True, "h"), self.events
+            demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(trimmed), True, "h"), (self.events, [])
         )
 
     def test_disagreeing_sources(self) -> None:
@@ -316,10 +316,37 @@ class EpisodeSourcesTest(unittest.TestCase):
             demo.episode_events("p", None, "Error from server (InternalError)", log_of(self.events), True, "here")
 
     def test_large_batches_use_the_message_alone(self) -> None:
-        self.assertEqual(demo.episode_events("p", None, "not read", log_of(self.events), False, "h"), self.events)
+        self.assertEqual(demo.episode_events("p", None, "not read", log_of(self.events), False, "h"), (self.events, []))
+
+    def test_a_message_cut_at_the_front_counts_by_its_complete_lines(self) -> None:
+        padded = [dict(self.events[0], pad="p" * 5000), self.events[1]]
+        message = log_of(padded).encode()[-demo.TERMINATION_MESSAGE_LIMIT :].decode()
+        events, notes = demo.episode_events("p", pod_log(log_of(padded)), None, message, True, "h")
+        self.assertEqual([event["event"] for event in events], ["ready", "reward"])
+        self.assertIn("cut at the front", notes[0])
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "its complete lines do not end the log"):
+            demo.episode_events("p", pod_log(log_of(padded[:1])), None, message, True, "h")
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "log could not be read"):
+            demo.episode_events("p", None, "not read", message, False, "h")  # beyond 20 episodes: its log is needed
+        hostile = '{"event": "ready", "at": ' + message[25:]  # a cut that leaves a broken event line first
+        self.assertEqual(demo.episode_events("p", pod_log(log_of(padded)), None, hostile, True, "h")[0], events)
+
+    def test_a_log_that_lost_its_beginning_looks_rotated(self) -> None:
+        events, notes = demo.episode_events("p", pod_log(log_of(self.events[1:])), None, log_of(self.events), True, "h")
+        self.assertEqual(events, self.events)  # the termination message's
+        self.assertIn("looks rotated", notes[0])
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "reward event but no ready event.*looks rotated"):
+            demo.episode_events("p", pod_log(log_of(self.events[1:])), None, "", True, "h")
+
+    def test_other_events_count_too(self) -> None:
+        tick = {"event": "tick", "at": 10.5, "episode_id": "p"}
+        log = pod_log(log_of([self.events[0], tick, self.events[1]]))
+        self.assertEqual(log.counts, {"ready": 1, "other": 1, "reward": 1})
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "the log has 1 other events, the termination message 0"):
+            demo.episode_events("p", log, None, log_of(self.events), True, "h")
 
     def test_empty_message_falls_back_to_the_log(self) -> None:
-        self.assertEqual(demo.episode_events("p", pod_log(log_of(self.events)), None, "", True, "h"), self.events)
+        self.assertEqual(demo.episode_events("p", pod_log(log_of(self.events)), None, "", True, "h"), (self.events, []))
 
 
 class ReportTest(unittest.TestCase):

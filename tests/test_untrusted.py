@@ -50,7 +50,7 @@ class EventLineTest(unittest.TestCase):
         for raw in (b"\xff\xfe\xfa garbage", b"\x00\x00", GOOD_READY.encode() + b"\r", b"\xed\xa0\x80"):
             scanner.line(raw)
         self.assertEqual(scanner.error, "")
-        self.assertEqual([event["event"] for event in scanner.events], ["ready"])
+        self.assertEqual(list(scanner.kept), ["ready"])
 
     def test_a_lone_surrogate_survives_as_data(self) -> None:
         [event] = demo.parse_events('{"event": "ready", "at": 1.0, "episode_id": "\\ud800"}\n')
@@ -64,6 +64,30 @@ class EventLineTest(unittest.TestCase):
                 text = f"noise{separator}{GOOD_READY}\n"
                 self.assertEqual(demo.parse_events(text), [])
 
+    def test_only_the_first_ready_and_reward_lines_are_kept_and_as_bytes(self) -> None:
+        """`[[]]` takes some 30 times its bytes once parsed: what a pod prints is kept as it
+        printed it, only the lines the validation reads, and parsed again only then."""
+        swollen = '{"event": "ready", "at": 1.0, "episode_id": "p", "x": [' + ",".join(["[[]]"] * 10000) + "]}"
+        scanner = demo.EventScanner()
+        for line in (swollen, swollen, '{"event": "tick", "at": 2}', '{"event": "reward", "at": 3}'):
+            scanner.line(line.encode())
+        self.assertEqual(scanner.counts, {"ready": 2, "other": 1, "reward": 1})
+        self.assertEqual(scanner.kept, {"ready": swollen.encode(), "reward": b'{"event": "reward", "at": 3}'})
+        self.assertEqual(
+            [event["event"] for event in demo.logged_events(scanner.pod_log())], ["ready", "ready", "reward"]
+        )
+        budget = demo.LogBudgets(memory=len(swollen) + 10)
+        scanner = demo.EventScanner(budget)
+        for line in (swollen, '{"event": "reward", "at": 3, "pad": "' + "x" * 20 + '"}'):
+            scanner.line(line.encode())
+        self.assertIn("past the run's", scanner.error)
+
+    def test_a_reward_info_that_swells_when_parsed_is_dropped(self) -> None:
+        swollen = {"event": "reward", "at": 1.0, "reward": 1, "x": [[[]] for _ in range(2500)]}
+        self.assertLess(len(json.dumps(swollen)), demo.INFO_LIMIT)
+        self.assertIn("in memory once parsed", demo.reward_info(swollen)["info_dropped"])
+        self.assertEqual(demo.reward_info({"event": "reward", "at": 1, "reward": 1, "note": "hi"}), {"note": "hi"})
+
     def test_too_many_events_invalidate_the_episode(self) -> None:
         lines = "".join(f'{{"event": "tick", "at": {index}}}\n' for index in range(demo.EVENTS_PER_EPISODE_LIMIT + 1))
         with self.assertRaisesRegex(demo.EventParseError, f"more than {demo.EVENTS_PER_EPISODE_LIMIT} events"):
@@ -72,7 +96,7 @@ class EventLineTest(unittest.TestCase):
     def test_a_line_longer_than_the_limit_is_noise(self) -> None:
         scanner = demo.EventScanner()
         scanner.line(b'{"event": "reward", "at": 1, "pad": "' + b"x" * demo.EVENT_LINE_LIMIT + b'"}')
-        self.assertEqual((scanner.events, scanner.error, scanner.long_lines), ([], "", 1))
+        self.assertEqual((scanner.kept, scanner.counts, scanner.error, scanner.long_lines), ({}, {}, "", 1))
 
 
 class LogStreamTest(unittest.TestCase):
@@ -89,7 +113,7 @@ class LogStreamTest(unittest.TestCase):
             with self.subTest(separator=separator):
                 logs = read_through([forged.replace(b"\r", separator)], ["rollout-a", "rollout-b"], self.dir)
                 self.assertEqual(sorted(logs), ["rollout-a"])
-                self.assertEqual(logs["rollout-a"].events, [])
+                self.assertEqual(demo.logged_events(logs["rollout-a"]), [])
 
     def test_file_names_come_only_from_the_listing(self) -> None:
         output = b"[pod/../episode] x\n[pod/other/episode] y\n[pod/rollout-a/episode] z\nno prefix at all\n"
@@ -103,10 +127,10 @@ class LogStreamTest(unittest.TestCase):
         )
         logs = read_through(chunks, ["rollout-a"], self.dir)
         self.assertEqual(logs["rollout-a"].long_lines, 1)
-        self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
+        self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-a"])], ["ready"])
         self.assertEqual((self.dir / "rollout-a.log").stat().st_size, 8 * 65536 + 1 + len(GOOD_READY))
 
-    def test_the_saved_log_is_capped_with_a_marker_and_events_past_the_cap_still_count(self) -> None:
+    def test_the_saved_log_is_capped_with_a_marker_and_its_event_lines_still_saved(self) -> None:
         with mock.patch.object(demo, "LOG_FILE_LIMIT", 1000):
             noise = b"[pod/rollout-a/episode] " + b"n" * 99 + b"\n"
             logs = read_through(
@@ -114,9 +138,32 @@ class LogStreamTest(unittest.TestCase):
             )
         text = (self.dir / "rollout-a.log").read_bytes()
         self.assertTrue(text.startswith(b"n" * 99 + b"\n"))
-        self.assertIn(b"[rl-batch-demo: log truncated at 1000 bytes;", text)
-        self.assertEqual(logs["rollout-a"].dropped_bytes, 50 * 100 + len(GOOD_READY) + 1 - 1000)
-        self.assertEqual([event["event"] for event in logs["rollout-a"].events], ["ready"])
+        head, tail = text[:1000], text[1000:]
+        self.assertEqual(head, noise[24:] * 10)  # the first 1,000 bytes, then nothing but the ready line
+        self.assertEqual(
+            tail.split(b"\n")[:3],
+            [b"[rl-batch-demo: 4,000 bytes not saved before this line]", GOOD_READY.encode(), tail.split(b"\n")[2]],
+        )
+        self.assertTrue(tail.split(b"\n")[2].startswith(b"[rl-batch-demo: log truncated at 1000 bytes (each <pod>.log"))
+        self.assertEqual(logs["rollout-a"].dropped_bytes, 50 * 100 - 1000)
+        self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-a"])], ["ready"])
+
+    def test_the_runs_budget_is_shared_by_its_pods_and_never_costs_an_event_line(self) -> None:
+        budgets = demo.LogBudgets(disk=1500)
+        noise = b"n" * 99 + b"\n"
+        reader = demo.EpisodeLogReader(self.dir, ["rollout-a", "rollout-b"], budgets=budgets)
+        for name in ("rollout-a", "rollout-b"):
+            reader.feed(f"[pod/{name}/episode] ".encode() + noise)
+            reader.feed((f"[pod/{name}/episode] ".encode() + noise) * 9)
+            reader.feed(f"[pod/{name}/episode] {GOOD_READY}\n".encode())
+        logs = reader.finish()
+        self.assertEqual(logs["rollout-a"].dropped_bytes, 0)
+        left = 1500 - 1000 - (len(GOOD_READY) + 1)  # after rollout-a's text and its ready line
+        self.assertEqual(logs["rollout-b"].dropped_bytes, 1000 - left)
+        text = (self.dir / "rollout-b.log").read_bytes()
+        self.assertIn(b"the run's logs reached their budget", text)
+        self.assertIn(b"before this line]\n" + GOOD_READY.encode() + b"\n", text)
+        self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-b"])], ["ready"])
 
     def test_a_line_glued_onto_another_pods_last_line_puts_both_in_doubt(self) -> None:
         """kubectl writes a pod's last line without its newline as it came: the next pod's first
@@ -126,6 +173,22 @@ class LogStreamTest(unittest.TestCase):
         reader.feed(output + b"[pod/rollout-c/episode] " + GOOD_READY.encode() + b"\n")
         reader.finish()
         self.assertEqual(reader.doubtful, {"rollout-a", "rollout-b"})
+
+    def test_a_prefix_glued_anywhere_into_an_over_long_line_puts_both_in_doubt(self) -> None:
+        """A last line over the line limit without a newline (a `\\r` progress bar that ran for a
+        while) swallows the next pod's first line just as a short one does: every piece of it is
+        checked, across the ends of the chunks it arrives in too."""
+        head = b"[pod/rollout-a/episode] " + b"\r" + b"#" * 100_000
+        glued = b"[pod/rollout-b/episode] " + GOOD_READY.encode() + b"\n"
+        for split in (1, 7, len(glued) - 1):  # where a chunk ends: before the prefix, inside it, after it
+            with self.subTest(split=split):
+                output = head + glued
+                reader = demo.EpisodeLogReader(self.dir, ["rollout-a", "rollout-b"])
+                for start in range(0, len(output) - len(glued) + split, 65536):
+                    reader.feed(output[start : min(start + 65536, len(output) - len(glued) + split)])
+                reader.feed(output[len(output) - len(glued) + split :])
+                reader.finish()
+                self.assertEqual(reader.doubtful, {"rollout-a", "rollout-b"})
 
     def test_a_selector_read_drops_doubtful_and_cut_off_pods(self) -> None:
         class Printing(demo.Kubectl):
@@ -142,7 +205,7 @@ class LogStreamTest(unittest.TestCase):
         reader.feed(b"[pod/q/episode] " + GOOD_READY.encode() + b"\n")
         logs = reader.finish()
         self.assertEqual(list(logs), ["p"])
-        self.assertEqual(logs["p"].events, [])  # the forged prefix makes it noise, not q's event
+        self.assertEqual(demo.logged_events(logs["p"]), [])  # the forged prefix makes it noise, not q's event
 
 
 class ForgedFigureTest(unittest.TestCase):

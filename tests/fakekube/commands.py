@@ -64,6 +64,7 @@ from .common import (
     sorted_obj,
     write_json_atomic,
 )
+from .containerlog import CONTAINER_LOG_MAX_SIZE, served_log
 from .faults import API_ERRORS, FaultCounters, hang_rules, op_matches
 from .store import Store, Tx
 
@@ -1058,11 +1059,22 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         pods = [pod]
     unavailable = {int(i) for i in inv.faults.get("logs_unavailable") or []}
     index_of = pod_indices(inv.state) if unavailable else {}
+    # kubectl ranges over a Go map of the pods' log requests (logs.go RunLogsContext ->
+    # sequentialConsumeRequest, without -f): one pod after another, in random order ...
+    import random  # here: every other command starts without it
+
+    random.shuffle(pods)
+    # ... each request through the one clientset LogsForObject made for them
+    # (polymorphichelpers/logsforobject.go), whose RESTClient has client-go's default token
+    # bucket: 5 requests a second, a burst of 10 (client-go rest/config.go DefaultQPS,
+    # DefaultBurst, RESTClientForConfigAndClient -> flowcontrol.NewTokenBucketRateLimiter).
+    limiter = TokenBucket(LOG_QPS, LOG_BURST)
     for pod in pods:
         name = pod["metadata"]["name"]
+        limiter.wait()
         inv.check_rbac("get", "pods/log", prt, name, inv.namespace)
         data = read_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable)
-        # Like kubectl: bytes as the container wrote them, lines split at b"\n" only (a CR or a
+        # Like kubectl: bytes as the kubelet serves them, lines split at b"\n" only (a CR or a
         # U+2028 inside a line is just data), the prefix written once per such line.
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
@@ -1074,9 +1086,56 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
             lines = lines[-tail:] if tail else []
         if flags.get("prefix"):
             lines = [f"[pod/{name}/{container}] ".encode() + line for line in lines]
-        sys.stdout.buffer.write(b"".join(lines))
-        sys.stdout.flush()
+        transfer(inv, b"".join(lines))
     return 0
+
+
+LOG_QPS, LOG_BURST = 5.0, 10  # client-go rest.DefaultQPS, rest.DefaultBurst
+
+
+class TokenBucket:
+    """client-go's flowcontrol.NewTokenBucketRateLimiter (golang.org/x/time/rate underneath):
+    full at creation, `qps` tokens a second, at most `burst`; Wait takes one."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, burst
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def wait(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.qps)
+        self.at = now
+        if self.tokens < 1:
+            time.sleep((1 - self.tokens) / self.qps)
+            self.tokens, self.at = 1.0, time.monotonic()
+        self.tokens -= 1
+
+
+# What kubectl prints when --request-timeout ends a response while its body is read: client-go
+# sets the timeout as http.Client.Timeout (rest.Config.Timeout), which covers reading the body, and
+# net/http's cancelTimerBody wraps the error so; kubectl's CheckErr prefixes "error: ".
+BODY_TIMEOUT = "error: context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+
+
+def transfer(inv: Invocation, data: bytes) -> None:
+    """Write one log response to stdout. Fault ``log_bytes_per_second`` paces the transfer (a
+    slow kubelet or link); with --request-timeout the response must end within it, else kubectl
+    stops there with BODY_TIMEOUT after what arrived in time."""
+    rate = inv.faults.get("log_bytes_per_second")
+    if not rate:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    started = time.monotonic()
+    piece = max(1, int(rate) // 20)
+    for offset in range(0, len(data), piece):
+        due = started + (offset + piece) / float(rate)
+        if inv.request_timeout is not None and due - started > inv.request_timeout:
+            time.sleep(max(0.0, started + inv.request_timeout - time.monotonic()))
+            raise KubectlError(BODY_TIMEOUT)
+        time.sleep(max(0.0, due - time.monotonic()))
+        sys.stdout.buffer.write(data[offset : offset + piece])
+        sys.stdout.flush()
 
 
 def pod_indices(state: str) -> Dict[Tuple[str, str], int]:
@@ -1116,9 +1175,10 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
         )
     try:
         with open(path, "rb") as f:
-            return f.read()
+            written = f.read()
     except FileNotFoundError:
         return b""
+    return served_log(written, int(inv.faults.get("container_log_max_size") or CONTAINER_LOG_MAX_SIZE))
 
 
 # --------------------------------------------------------------------------- the guide's script

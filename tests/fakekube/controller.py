@@ -52,6 +52,7 @@ from .common import (
     parse_quantity,
     write_json_atomic,
 )
+from .containerlog import termination_message
 from .faults import MAX_TERMINATION_MESSAGE, STAND_IN_WORKER, apply_episode_faults, episode_modes, load_faults
 from .kubelet import record_runtime_operations
 from .store import Store, Tx
@@ -904,11 +905,16 @@ class JobController:
         with open(lp, "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
             log = f.read().decode("utf-8", errors="surrogateescape")
         term_path = os.path.join(sim.workdir, "termination-log")
-        with open(term_path, "rb") as f:
-            message = f.read(MAX_TERMINATION_MESSAGE).decode("utf-8", errors="replace")
+        with open(term_path, "rb") as f:  # the kubelet reads the file's last 4 KiB (containerlog.py)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - MAX_TERMINATION_MESSAGE))
+            message = f.read().decode("utf-8", errors="replace")
         log, message, rc = apply_episode_faults(sim.modes, log, message, rc)
         pod = self.view.get("Pod", self.ns, sim.name)
         container = pod["spec"]["containers"][0] if pod else {}
+        if pod:  # the status manager's 12 KiB budget for the pod's messages (containerlog.py)
+            spec = pod["spec"]
+            containers = len(spec.get("containers") or []) + len(spec.get("initContainers") or [])
+            message = termination_message(message.encode("utf-8", errors="replace"), containers)
         if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = "\n".join(log.splitlines()[-80:])[-2048:]
         tmp = lp + ".tmp"

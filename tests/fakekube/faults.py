@@ -15,6 +15,7 @@ import os
 from typing import Any, Callable, List, Optional, Tuple
 
 from .common import FAULTS_ENV, KubectlError, lookup_type, read_json, write_json_atomic
+from .containerlog import MAX_CONTAINER_TERMINATION_MESSAGE
 
 FAULT_KEYS = {
     "episode",
@@ -40,6 +41,9 @@ FAULT_KEYS = {
     "lxcfs",
     # the API server refuses connections: true, or the number of calls refused (issue 18)
     "unreachable",
+    # logs at scale (issue 19): a paced log transfer, the kubelet's log rotation size
+    "log_bytes_per_second",
+    "container_log_max_size",
 }
 SCHEDULED_EVENT_TIMES = {"event_time", "legacy"}  # Scheduled events with eventTime (default) or without it
 IMAGE_PULLS = {"cached", "pulled", "mixed", "missing"}  # Pulled events: see controller.pulled_event
@@ -92,7 +96,8 @@ HOSTILE_LINES = {
     "hostile_long_line": (b'{"event": "reward", "pad": "', b"x", 100 * 1024, b'"}\n'),
     # deeper than any Python's JSON decoder goes (3.13 parses 1,500 levels), shorter than 64 KiB
     "hostile_nesting": (b'{"event": "ready", "at": 1.0, "x": ', b"[", 30000, b"]" * 30000 + b"}\n"),
-    "hostile_huge_log": (b"", b"noise " * 170 + b"\n", 20000, b""),  # about 20 MB
+    # about 9.7 MB: over the 8 MiB that <pod>.log keeps, within the kubelet's 10 MiB log file
+    "hostile_huge_log": (b"", b"noise " * 170 + b"\n", 9500, b""),
 }
 HOSTILE_FIELDS = {  # (event, field, value) written into the worker's own event, log and message alike
     "hostile_huge_number": ("ready", "at", int("9" * 400)),
@@ -127,7 +132,7 @@ API_ERRORS = {
     "timeout": "Unable to connect to the server: net/http: request canceled "
     "(Client.Timeout exceeded while awaiting headers)",
 }
-MAX_TERMINATION_MESSAGE = 4096
+MAX_TERMINATION_MESSAGE = MAX_CONTAINER_TERMINATION_MESSAGE  # the kubelet's, containerlog.py
 
 
 def load_faults() -> dict:
@@ -163,6 +168,10 @@ def load_faults() -> dict:
     down = faults.get("unreachable", False)
     if not (down is True or down is False or (isinstance(down, int) and down > 0)):
         raise KubectlError(f"error: fake_kubectl: unreachable must be true or a number of calls > 0, not {down!r}")
+    for key in ("log_bytes_per_second", "container_log_max_size"):
+        value = faults.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            raise KubectlError(f"error: fake_kubectl: {key} must be a number of bytes > 0, not {value!r}")
     nodes = faults.get("mixed_digests")
     if nodes is not None and not (isinstance(nodes, list) and all(isinstance(n, str) for n in nodes)):
         raise KubectlError(f"error: fake_kubectl: mixed_digests must be a list of node names, not {nodes!r}")
@@ -322,7 +331,7 @@ def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> T
             message = ""
         elif mode == "message_mismatch":
             message = per_text(message, zero_reward)
-    raw = message.encode("utf-8")
-    if len(raw) > MAX_TERMINATION_MESSAGE:
-        message = raw[:MAX_TERMINATION_MESSAGE].decode("utf-8", errors="ignore")
+    raw = message.encode("utf-8", errors="replace")
+    if len(raw) > MAX_TERMINATION_MESSAGE:  # the kubelet keeps the last 4 KiB (containerlog.py)
+        message = raw[-MAX_TERMINATION_MESSAGE:].decode("utf-8", errors="replace")
     return log, message, rc

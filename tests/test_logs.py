@@ -1,0 +1,216 @@
+"""Reading the episodes' output at scale and safely (issues 19 and 20), in-process against call
+plans: which kubectl calls read the logs and how many run at once, termination messages the
+kubelet cut at the front, logs it rotated, the diagnostics saved before the logs, every pod's log
+kept when a round fails; and the idle timeout of a log read, against a scripted kubectl."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import unittest.mock
+from pathlib import Path
+from typing import Any, Dict, List
+
+import rl_batch_demo as demo
+from tests.callplan import CallPlanTestCase, RunPlan
+from tests.clusterobjects import Batch, log_of
+from tests.fakecluster import FakeCluster, write_executable
+
+SCRIPT = str(Path(demo.__file__).resolve())
+
+
+def most_at_once(calls: List[Dict[str, Any]]) -> int:
+    """The largest number of these recorded calls that ran at the same moment."""
+    ends = [(call["started"] + call["seconds"] - 0.002, -1) for call in calls]  # both rounded to 1 ms
+    edges = sorted([(call["started"], 1) for call in calls] + ends)
+    running = peak = 0
+    for _, change in edges:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def cut_at_front(events: List[Dict[str, Any]], pad: int) -> str:
+    """The termination message the kubelet keeps of these events with `pad` bytes of padding in
+    the first: its last 4,096 bytes, which begin inside that first line."""
+    padded = [dict(events[0], pad="p" * pad), *events[1:]]
+    return log_of(padded).encode()[-demo.TERMINATION_MESSAGE_LIMIT :].decode()
+
+
+class LogsAtScaleTest(CallPlanTestCase):
+    def log_calls(self) -> List[Dict[str, Any]]:
+        return [call for call in self.recorded_calls() if "logs" in call["argv"]]
+
+    def test_ten_episodes_without_termination_messages_stay_within_the_process_budget(self) -> None:
+        batch = Batch(count=10)
+        for episode in batch.episodes:
+            episode.message = ""  # a runtime that never shares the file: every reward from the logs
+        self.expect(*RunPlan(batch).run())
+        self.run_ok("run", "--count", "10", "--output", str(self.out()))
+        self.assertEqual(len(self.recorded_calls()), 9)  # the budget of a 10-episode run is 10
+        [selector_read] = self.log_calls()
+        self.assertIn("-l", selector_read["argv"])
+        self.assertEqual(self.results()["pods_without_termination_message"], 10)
+
+    def test_beyond_ten_pods_each_pod_is_read_alone_eight_at_once(self) -> None:
+        """kubectl reads a selector's logs one after another at 5 a second past a burst of 10: 25
+        pods by their own `logs POD` each, in a bounded pool, cost a few processes' time."""
+        batch = Batch(count=25, parallelism=25)
+        for episode in batch.episodes:
+            episode.message = ""
+        self.expect(*RunPlan(batch).run())
+        result = self.run_ok(
+            "run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out())
+        )
+        calls = self.log_calls()
+        self.assertEqual(sorted(call["argv"][-3] for call in calls), sorted(e.name for e in batch.episodes))
+        self.assertFalse([call for call in calls if "-l" in call["argv"]])
+        self.assertLessEqual(most_at_once(calls), demo.LOG_READ_PROCESSES)
+        self.assertGreater(most_at_once(calls), 1, "the reads run at once")
+        self.assertEqual(self.results()["reward_sum"], 25)
+        self.assertIn("episode output: 25 pod(s) without a termination message", result.stdout)
+
+    def test_a_message_cut_at_the_front_is_read_with_its_log(self) -> None:
+        """Beyond 20 episodes the messages alone carry the rewards; one the kubelet cut at the
+        front (it keeps the last 4,096 bytes) lost its ready line: that pod's log is read, and
+        the message's complete lines must end it."""
+        batch = Batch(count=25, parallelism=25)
+        cut = batch.episodes[4]
+        cut.message = cut_at_front(cut.events, 5000)
+        self.assertTrue(demo.message_cut_at_front(cut.message))
+        self.assertNotIn('"ready"', cut.message.partition("\n")[2])
+        self.expect(*RunPlan(batch).run())
+        self.run_ok("run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out()))
+        self.assertEqual([call["argv"][-3] for call in self.log_calls()], [cut.name])
+        results = self.results()
+        notes = {row["pod"]: row["log_notes"] for row in results["pods"]}
+        self.assertIn("cut at the front", notes[cut.name][0])
+        self.assertEqual([pod for pod, noted in notes.items() if noted], [cut.name])
+
+    def test_a_failed_round_saves_every_pods_log(self) -> None:
+        """Beyond 20 episodes no log is read while the messages carry the rewards; when one
+        episode fails, every pod's log is saved beside the error, as the guide keeps them."""
+        batch = Batch(count=25, parallelism=25)
+        bad = batch.episodes[6]
+        bad.log = bad.message = log_of([bad.events[0], *bad.events])  # a duplicate ready
+        plan = RunPlan(batch)
+        self.expect(*plan.run(), *[plan.cluster.logs_of(episode.name, episode.log) for episode in batch.episodes])
+        result = self.tool("run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_EPISODE, bad.name, "found 2 ready")
+        for episode in batch.episodes:
+            self.assertEqual((self.out() / f"{episode.name}.log").read_text(), episode.log)
+
+    def test_the_diagnostics_come_before_the_logs_and_a_full_disk_names_its_file(self) -> None:
+        batch = Batch(count=2)
+        self.expect(*RunPlan(batch).run())
+        saved: List[str] = []
+        original = demo.write_atomic
+
+        def recording(path: Path, text: str) -> None:
+            saved.append(path.name)
+            original(path, text)
+
+        def full(log_file: Any, data: bytes) -> None:  # write() on a full disk: an error without a file name
+            saved.append(log_file.path.name)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with (
+            unittest.mock.patch.object(demo, "write_atomic", recording),
+            unittest.mock.patch.object(demo._PodLogFile, "_append", full),
+        ):
+            result = self.tool("run", "--count", "2", "--output", str(self.out()), "--cleanup", "never")
+        error = self.assert_fails(result, demo.EXIT_USAGE, "No space left on device")
+        self.assertRegex(error, rf"No space left on device: {self.out()}/rollout-p000[01]\.log\)")
+        first_log = min(index for index, name in enumerate(saved) if name.endswith(".log"))
+        self.assertLess(saved.index("pods.json"), first_log)
+        self.assertLess(saved.index("events.txt"), first_log)
+        self.assertTrue((self.out() / "pods.json").exists() and (self.out() / "events.txt").exists())
+
+
+class IndexedLogsEndToEndTest(unittest.TestCase):
+    """Through the fake (its `logs -l` paced as kubectl's): an Indexed Job's 12 pods without
+    termination messages are read by two selectors of completion indexes, 10 and 2."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def test_sets_of_ten_completion_indexes(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            root = Path(scratch)
+            faults = {"stand_in_worker": True, "episode": {str(index): "no_message" for index in range(12)}}
+            cluster = FakeCluster(root / "cluster", faults=faults)
+            try:
+                output = root / "out"
+                argv = ["run", "--count", "12", "--max-failed-episodes", "1", "--output", str(output), "--quiet"]
+                result = subprocess.run(
+                    [sys.executable, SCRIPT, *argv, "--cleanup", "always"],
+                    env=cluster.env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    check=False,
+                )
+                self.assertEqual(result.returncode, 0, result.stderr)
+                reads = [argv for argv in cluster.calls() if "logs" in argv]
+            finally:
+                cluster.close()
+            selectors = sorted(argv[argv.index("-l") + 1].split(",", 1)[1] for argv in reads)
+            index = demo.INDEX_LABEL
+            self.assertEqual(selectors, [f"{index} in (0,1,2,3,4,5,6,7,8,9)", f"{index} in (10,11)"])
+            results = json.loads((output / "results.json").read_text())
+            self.assertEqual((results["successful_episodes"], results["pods_without_termination_message"]), (12, 12))
+
+
+# A kubectl that prints a line every 0.1 s for `seconds` (argv's last word), then exits; or, with
+# "stall", prints one line and then nothing for 3 s.
+SLOW_KUBECTL = """#!{python}
+import sys, time
+if sys.argv[-1] == "stall":
+    print("first", flush=True)
+    time.sleep(3)
+else:
+    ends = time.monotonic() + float(sys.argv[-1])
+    while time.monotonic() < ends:
+        print("line", flush=True)
+        time.sleep(0.1)
+"""
+
+
+class IdleTimeoutTest(unittest.TestCase):
+    """A log read ends when kubectl has printed nothing for the timeout, not after it."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def setUp(self) -> None:
+        scratch = tempfile.TemporaryDirectory()
+        self.addCleanup(scratch.cleanup)
+        self.kubectl_path = Path(scratch.name) / "kubectl"
+        write_executable(self.kubectl_path, SLOW_KUBECTL.format(python=sys.executable))
+
+    def stream(self, last: str, idle: bool) -> bytes:
+        kubectl = demo.Kubectl(str(self.kubectl_path), context=None, kubeconfig=None)
+        received = bytearray()
+        kubectl.stream(["logs", last], received.extend, timeout=0.6, request_timeout=None, idle=idle)
+        self.assertNotIn("--request-timeout", " ".join(kubectl.calls[-1]["argv"]))
+        return bytes(received)
+
+    def test_a_read_that_keeps_printing_may_take_longer_than_the_timeout(self) -> None:
+        started = time.monotonic()
+        self.assertGreater(self.stream("1.5", idle=True).count(b"line"), 5)
+        self.assertGreater(time.monotonic() - started, 1.2)
+
+    def test_a_read_that_stops_printing_ends_after_the_timeout(self) -> None:
+        with self.assertRaisesRegex(demo.KubectlTimeout, "did not answer within 0.6 s"):
+            self.stream("stall", idle=True)
+
+    def test_without_idle_the_timeout_is_the_whole_calls(self) -> None:
+        with self.assertRaises(demo.KubectlTimeout):
+            self.stream("1.5", idle=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
