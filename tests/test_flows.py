@@ -155,10 +155,10 @@ class RunPlanTestCase(CallPlanTestCase):
 
 
 class TranscriptTest(RunPlanTestCase):
-    """docs/call-plan.md: a 10-episode run starts exactly these 9 kubectl processes, in
+    """docs/call-plan.md: a 10-episode run starts exactly these 10 kubectl processes, in
     these steps; the calls of one step run at once, each step after the one before."""
 
-    def test_ten_episode_run_makes_these_nine_calls_in_six_steps(self) -> None:
+    def test_ten_episode_run_makes_these_ten_calls_in_six_steps(self) -> None:
         plan = RunPlan(Batch(count=10))
         self.run_batch(plan)
         uid = plan.batch.uid
@@ -172,10 +172,23 @@ class TranscriptTest(RunPlanTestCase):
                 [*base, "get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
                 [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
             ],
-            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the namespace and the ConfigMap
+            [
+                [*base, "create", "-f", "-", "-o", "json", "--validate=strict"],  # the namespace and the ConfigMap
+                [  # and, at once, the watch for the namespace's default ServiceAccount
+                    f"--context={CONTEXT}",
+                    "--request-timeout=62s",
+                    f"--namespace={NAMESPACE}",
+                    *("get", "serviceaccounts", "--field-selector", "metadata.name=default"),
+                    *("-o", "json", "--output-watch-events", "--watch"),
+                ],
+            ],
             [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the Job
             [
-                [*watching, "get", "job", "rollout", "-o", "json", "--output-watch-events", "--watch"],
+                [
+                    *watching,
+                    *("get", "jobs", "--field-selector", "metadata.name=rollout"),
+                    *("-o", "json", "--output-watch-events", "--watch"),
+                ],
                 [*watching, "get", "pods", "-l", selector, "-o", "json", "--output-watch-events", "--watch"],
             ],
             [
@@ -194,7 +207,7 @@ class TranscriptTest(RunPlanTestCase):
             ],
         ]
         recorded = self.recorded_calls()
-        self.assertEqual(len(recorded), 9)
+        self.assertEqual(len(recorded), 10)
         self.assertLessEqual(len(recorded), 10)  # the project's budget for a 10-episode run
         position = 0
         previous_end = -1.0
@@ -206,7 +219,7 @@ class TranscriptTest(RunPlanTestCase):
             self.assertGreaterEqual(
                 min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
             )
-            if len(calls) == 2 and not calls[0].get("watch"):
+            if len(calls) == 2 and not all(call.get("watch") for call in calls):
                 first, second = sorted(calls, key=lambda call: call["started"])
                 self.assertLess(second["started"], first["started"] + first["seconds"], "not at once")
             previous_end = max(call["started"] + call["seconds"] for call in calls)
@@ -240,7 +253,7 @@ class VerboseTest(RunPlanTestCase):
         )
         self.assertEqual(shlex.split(shown[0]["argv"])[0], self.stub.kubectl)  # the binary the run uses
         ended = [match for match in shown if match and "--watch" in match["argv"]]
-        self.assertEqual([int(match["exit"]) for match in ended], [-15, -15])  # the tool ended both watches
+        self.assertEqual([int(match["exit"]) for match in ended], [-15] * 3)  # the tool ended every watch
         self.expect(*plan.cleanup())
         cleanup = self.run_ok("cleanup", "--output", str(self.out()), "--verbose")
         self.assertEqual(
@@ -373,7 +386,7 @@ class RunTest(RunPlanTestCase):
         self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (30, 30, 30))
         calls = self.stub.calls()
         self.assertFalse([argv for argv in calls if "logs" in argv], "logs are not read when messages carry rewards")
-        self.assertEqual(len(calls), 8)
+        self.assertEqual(len(calls), 9)
 
     def test_large_run_reads_only_the_logs_of_pods_without_a_message(self) -> None:
         batch = Batch(count=25)
@@ -413,7 +426,11 @@ class RunTest(RunPlanTestCase):
     def test_a_failed_create_keeps_the_output(self) -> None:
         """From the first create on, the cluster may hold the run's objects: the receipt stays."""
         plan = RunPlan()
-        self.expect(*plan.preflight(), plan.create_namespace_and_configmap().failing(ERR_FORBIDDEN_NAMESPACES))
+        self.expect(
+            *plan.preflight(),
+            plan.create_namespace_and_configmap().failing(ERR_FORBIDDEN_NAMESPACES),
+            plan.serviceaccount_watch(present=False, ended_early=True),
+        )
         result = self.tool("run", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "Forbidden")
         self.assertEqual(self.receipt()["namespace"], NAMESPACE)
@@ -531,7 +548,7 @@ class ClusterAccessTest(RunPlanTestCase):
         namespace_alone = plan.create_namespace().failing(err_unreachable("create one"))
         # refused on each try, then looked up (to adopt it if it was created after all): unreachable too
         lookup = plan.get_namespace(present=False).failing(err_unreachable("get"))
-        self.expect(*calls, *[namespace_alone] * 4, *[lookup] * 4)
+        self.expect(*calls, *[namespace_alone] * 4, *[lookup] * 4, plan.serviceaccount_watch(False, ended_early=True))
         result = self.tool("run", "--count", "2", "--output", str(self.out()), "-v")
         line = self.assert_fails(result, demo.EXIT_CLUSTER, f"cannot reach the API server {SERVER} of context")
         self.assertEqual(result.stderr.splitlines()[-1], line)
@@ -812,7 +829,9 @@ class CheckTest(CallPlanTestCase):
             calls.append(cluster.get("runtimeclass", runtime, runtimeclass_object() if runtime == "cube" else None))
         nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
         calls.append(cluster.get_list("nodes", nodes, namespace=None))
-        calls.append(cluster.access_reviews(demo.NAMESPACE_PREFIX + "preflight", runtime is not None, denied))
+        calls.append(
+            cluster.access_reviews(demo.NAMESPACE_PREFIX + "preflight", runtime is not None, denied, lists_nodes=True)
+        )
         return calls
 
     def test_ready_cluster(self) -> None:
@@ -983,7 +1002,7 @@ class InterruptTest(RunPlanTestCase):
         plan = RunPlan(Batch(count=2))
         self.interrupt_at(lambda argv, stdin: bool(stdin) and json.loads(stdin)["kind"] == "Job")
         saving = plan.cluster.get_list("pods,events", [])  # no Job yet: events only, then nothing more
-        self.expect(*plan.run()[:4], saving)
+        self.expect(*plan.run()[:4], saving, plan.serviceaccount_watch())
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
         self.assertIn("interrupted: saving diagnostics", result.stderr)
@@ -1009,7 +1028,14 @@ class InterruptTest(RunPlanTestCase):
             plan.get_job(batch.job_running()),
             plan.cluster.logs_by_selector(batch.selector, 2, batch.prefixed_logs()),
         ]
-        self.expect(*plan.run()[:5], job_watch, pod_watch, *saving, *(plan.cleanup() if cleanup else []))
+        self.expect(
+            *plan.run()[:5],
+            job_watch,
+            pod_watch,
+            *saving,
+            *(plan.cleanup() if cleanup else []),
+            plan.serviceaccount_watch(),
+        )
         result = self.tool("run", "--count", "2", "--output", str(self.out()), *argv)
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
         for name in ("receipt.json", "job.json", "pods.json", "events.txt", "kubectl-calls.json", "error.json"):

@@ -98,6 +98,67 @@ def make_node(spec: dict) -> dict:
     return node
 
 
+# --------------------------------------------------------------------------- the serviceaccounts controller
+# kube-controller-manager's serviceaccounts controller creates a fresh namespace's ``default``
+# ServiceAccount soon after the namespace (pkg/controller/serviceaccount/serviceaccounts_controller.go,
+# syncNamespace); until then ServiceAccount admission refuses the namespace's pods
+# (plugin/pkg/admission/serviceaccount/admission.go, getServiceAccount: up to 10 live lookups,
+# 100-200 ms apart, then "error looking up service account NS/default: serviceaccount "default"
+# not found"). Fault ``serviceaccount_delay`` (seconds) is how late it comes; without it, it is
+# created with the namespace. The fake has no controller-manager process: a pending account is
+# created by whoever looks for it first once it is due (settle_serviceaccounts).
+
+PENDING_SERVICEACCOUNTS = "serviceaccounts.json"  # {namespace: unix time its default account appears}
+
+
+def serviceaccount_object(namespace: str, t: float) -> dict:
+    from .common import new_uid
+
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "default", "namespace": namespace, "uid": new_uid(), "creationTimestamp": now_ts(t)},
+    }
+
+
+def default_serviceaccount_later(state: str, namespace: str, at: float) -> None:
+    """Record that ``namespace``'s default ServiceAccount appears at ``at``."""
+    import os
+
+    from .common import read_json, write_json_atomic
+
+    path = os.path.join(state, PENDING_SERVICEACCOUNTS)
+    pending = read_json(path, {}) or {}
+    pending[namespace] = at
+    write_json_atomic(path, pending)
+
+
+def settle_serviceaccounts(store: object) -> None:
+    """Create every default ServiceAccount that is due, in a namespace that still exists."""
+    import os
+    import time
+
+    from .common import read_json, write_json_atomic
+
+    path = os.path.join(store.state, PENDING_SERVICEACCOUNTS)  # type: ignore[attr-defined]
+    pending = read_json(path, {}) or {}
+    now = time.time()
+    due = sorted(ns for ns, at in pending.items() if at <= now)
+    if not due:
+        return
+    with store.tx() as tx:  # type: ignore[attr-defined]
+        pending = read_json(path, {}) or {}
+        for namespace in due:
+            if namespace not in pending:
+                continue  # settled by another process meanwhile
+            del pending[namespace]
+            ns_obj = tx.get("Namespace", None, namespace)
+            live = ns_obj is not None and not ns_obj["metadata"].get("deletionTimestamp")
+            if live and tx.get("ServiceAccount", namespace, "default") is None:
+                tx.put(serviceaccount_object(namespace, tx.now))
+        write_json_atomic(path, pending)
+
+
 # --------------------------------------------------------------------------- RBAC
 
 

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .apiserver import forbidden_text, is_forbidden
+from .apiserver import forbidden_text, is_forbidden, settle_serviceaccounts
 from .common import (
     BY_KIND,
     CLIENT_GIT_VERSION,
@@ -346,8 +346,8 @@ def cmd_version(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -
     result: Dict[str, Any] = {
         "clientVersion": {
             "major": "1",
-            "minor": "32",
-            "gitVersion": CLIENT_GIT_VERSION,
+            "minor": str(client_minor(inv.faults)),
+            "gitVersion": str(inv.faults.get("client_version") or CLIENT_GIT_VERSION),
             "gitCommit": "59526cd4867447956156ae3a602fcbac5f2fd9e1",
             "gitTreeState": "clean",
             "buildDate": "2025-04-22T16:03:51Z",
@@ -395,6 +395,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         )
     fmt = flags.get("output", "")
     sel_text = flags.get("selector")
+    field_name = parse_field_selector(flags.get("field-selector"))
     watch = bool(flags.get("watch"))
     ignore_nf = bool(flags.get("ignore-not-found"))
     if "/" in positional[0]:
@@ -403,7 +404,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     names = positional[1:]
     requests = [(t, n) for t in type_words for n in names] if names else [(t, None) for t in type_words]
     has_names = bool(names)
-    if has_names and sel_text is not None:
+    if has_names and (sel_text is not None or field_name is not None):
         raise KubectlError("error: name cannot be provided when a selector is specified")
     if watch:
         if len({t.lower() for t in type_words}) > 1:
@@ -436,13 +437,17 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     for rt, n in rts:
         verb = "get" if n is not None else ("watch" if watch else "list")
         inv.check_rbac(verb, rt.resource, rt, n or "", inv.namespace)
-        if watch and n is None:
-            inv.check_rbac("list", rt.resource, rt, "", inv.namespace)
+        if watch:  # a list watch lists, then watches; a single object's watch GETs, then watches
+            inv.check_rbac("list" if n is None else "watch", rt.resource, rt, n or "", inv.namespace)
+    if any(rt.kind == "ServiceAccount" for rt, _ in rts):
+        settle_serviceaccounts(inv.store)
     if watch:
         if not flags.get("output-watch-events"):
             raise not_supported("get -w without --output-watch-events")
         rt, n = rts[0]
-        return watch_objects(inv, rt, n, selector)
+        if n is not None:
+            return watch_one_object(inv, rt, n)
+        return watch_objects(inv, rt, field_name, selector)
 
     found: List[dict] = []
     errors: List[str] = []
@@ -452,9 +457,9 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
             obj = inv.store.get(rt.kind, ns, n)
             matched = [obj] if obj is not None else []
         else:
-            matched = [o for o in inv.store.list(rt.kind, ns) if matches(o, rt.kind, ns, None, selector)]
+            matched = [o for o in inv.store.list(rt.kind, ns) if matches(o, rt.kind, ns, field_name, selector)]
         if n is not None and not matched and not ignore_nf:
-            errors.append(not_found(rt, n))
+            errors.append(named_not_found(inv, rt, n))
         found.extend(matched)
     single = len(rts) == 1 and rts[0][1] is not None
     if not found and ignore_nf:
@@ -505,11 +510,51 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     return 0
 
 
-def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: Optional[Selector]) -> int:
-    """``get -w -o json --output-watch-events``: ADDED for what exists, then every change as
-    it is committed (the store's change log), until --request-timeout."""
+def parse_field_selector(text: Optional[str]) -> Optional[str]:
+    """``--field-selector metadata.name=NAME``, the one form the tool sends: the name, or None."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"metadata\.name==?([a-z0-9]([-a-z0-9.]*[a-z0-9])?)", text)
+    if match is None:
+        raise not_supported(f"--field-selector {text} (only metadata.name=NAME)")
+    return match.group(1)
+
+
+def watch_one_object(inv: Invocation, rt: ResType, name: str) -> int:
+    """``get KIND NAME -w``, as kubectl does it (kubectl pkg/cmd/get/get.go, watch()): a GET first,
+    whose NotFound ends kubectl at once (exit 1, no watch); the object as read is printed as
+    ADDED; then a watch from resourceVersion 0 (fieldSelector metadata.name=NAME), whose first
+    event, the API server's synthetic ADDED of the state at that moment, kubectl drops
+    (contract tests: whatever it carries). So a change between the GET and the start of the
+    watch is never printed: fault ``watch_gap`` (seconds) widens that window, as a slow
+    network does."""
+    ns = inv.namespace if rt.namespaced else None
+    obj = inv.store.get(rt.kind, ns, name)
+    if obj is None:
+        raise KubectlError(named_not_found(inv, rt, name))
+    out(go_json({"type": "ADDED", "object": sorted_obj(obj)}) + "\n")
+    if inv.faults.get("watch_ends_early"):
+        return 0
+    gap = float(inv.faults.get("watch_gap") or 0)
+    if gap:
+        time.sleep(gap)
+    return watch_objects(inv, rt, name, None, first_event_dropped=True)
+
+
+def watch_objects(
+    inv: Invocation, rt: ResType, name: Optional[str], selector: Optional[Selector], first_event_dropped: bool = False
+) -> int:
+    """``get -w -o json --output-watch-events`` of a list (``-l SEL``, ``--field-selector
+    metadata.name=NAME``): ADDED for what the list holds, then every change as it is committed
+    (the store's change log: a watch from the list's resourceVersion loses nothing), until
+    --request-timeout. With ``first_event_dropped`` (watch_one_object), what exists now is taken
+    in without being printed. Fault ``watch_error``: ``["jobs", ...]``: the watch of these
+    resources ends with an ERROR event (410 Expired, as an API server sends when the watch's
+    resourceVersion is too old) after the list; kubectl prints it and exits 0 (get.go)."""
     start = time.monotonic()
     ns = inv.namespace if rt.namespaced else None
+    if rt.kind == "ServiceAccount":
+        settle_serviceaccounts(inv.store)
     follower = inv.store.follow({rt.kind}, ns)
 
     def emit(kind: str, obj: dict) -> None:
@@ -524,8 +569,14 @@ def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: O
     now = time.time()
     seen = {key: obj for key, obj in follower.visible(now).items() if current(key, now) is not None}
     for key in sorted(seen, key=lambda k: seen[k]["metadata"]["name"]):
-        emit("ADDED", seen[key])
+        if not first_event_dropped:
+            emit("ADDED", seen[key])
     if inv.faults.get("watch_ends_early"):
+        return 0
+    if rt.resource in (inv.faults.get("watch_error") or []):
+        expired = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 410}
+        expired.update(reason="Expired", message="too old resource version: 1 (2)")
+        emit("ERROR", expired)
         return 0
     due_done: set = set()
     while True:
@@ -534,6 +585,8 @@ def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: O
             return 0
         if not os.path.isdir(inv.state):
             return 0
+        if rt.kind == "ServiceAccount":
+            settle_serviceaccounts(inv.store)
         candidates = set(follower.poll())
         now = time.time()
         for vkey, t in list(follower.vanish.items()):
@@ -676,10 +729,12 @@ def create_one(inv: Invocation, obj: dict) -> dict:
 
 def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     from .apiserver import (
+        default_serviceaccount_later,
         invalid,
         namespace_enforces_restricted,
         pod_security_violations,
         prepare_job,
+        serviceaccount_object,
         validate_configmap,
         validate_metadata,
     )
@@ -724,6 +779,11 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
             md["labels"] = {**(md.get("labels") or {}), "kubernetes.io/metadata.name": name}
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
+            delay = float(inv.faults.get("serviceaccount_delay") or 0)
+            if delay > 0:
+                default_serviceaccount_later(inv.state, name, tx.now + delay)  # apiserver.py: the controller
+            else:
+                tx.put(serviceaccount_object(name, tx.now))
         tx.put(obj)
         created = deep_copy(obj)
     for w in warnings:
@@ -986,8 +1046,12 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         tail = 10  # kubectl's default for -l
     inv.check_context()
     prt = BY_KIND["Pod"]
+    # The authorizer sees what kubectl asks (contract tests, tests/test_kubectl_contract.py): `logs -l`
+    # lists the pods first (list pods), `logs POD` GETs the pod first (get pods: kubectl
+    # pkg/cmd/logs/logs.go Complete, builder.Do().Infos()), then each log (get pods/log, below).
     if sel_text is not None:
         inv.api_call(("logs", "logs"), verb="get", rt=prt, namespace=inv.namespace, rbac=False)
+        inv.check_rbac("list", "pods", prt, "", inv.namespace)
         selector = parse_selector(sel_text)
         pods = [p for p in inv.store.list("Pod", inv.namespace) if matches(p, "Pod", inv.namespace, None, selector)]
         if not pods:
@@ -998,9 +1062,10 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         if "/" in target:
             raise not_supported("logs TYPE/NAME (use logs POD)")
         inv.api_call(("logs", "logs"), verb="get", rt=prt, name=target, namespace=inv.namespace, rbac=False)
+        inv.check_rbac("get", "pods", prt, target, inv.namespace)
         pod = inv.store.get("Pod", inv.namespace, target)
         if pod is None:
-            raise KubectlError(not_found(prt, target))
+            raise KubectlError(missing_pod_of_logs(inv, target))
         pods = [pod]
     unavailable = {int(i) for i in inv.faults.get("logs_unavailable") or []}
     index_of = pod_indices(inv.state) if unavailable else {}
@@ -1023,6 +1088,32 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         sys.stdout.buffer.write(b"".join(lines))
         sys.stdout.flush()
     return 0
+
+
+def named_not_found(inv: Invocation, rt: ResType, name: str) -> str:
+    """The NotFound of a named object: after it kubectl GETs the namespace (outside `default`),
+    and when that is missing too, the namespace's NotFound is the error (cli-runtime
+    pkg/resource/visitor.go, Info.Get)."""
+    if rt.namespaced and inv.namespace != "default" and inv.store.get("Namespace", None, inv.namespace) is None:
+        return not_found(BY_KIND["Namespace"], inv.namespace)
+    return not_found(rt, name)
+
+
+def missing_pod_of_logs(inv: Invocation, pod: str) -> str:
+    """`logs POD` of a missing pod, in the words of this fake's kubectl minor (fault
+    ``client_version``): from 1.30 kubectl's logs Complete wraps the error with the namespace
+    (contract tests: `error: error from server (NotFound): pods "p0" not found in namespace "demo"`),
+    before it the server's NotFound is printed as it is."""
+    message = named_not_found(inv, BY_KIND["Pod"], pod)
+    if client_minor(inv.faults) < 30 or not message.endswith(f'pods "{pod}" not found'):
+        return message
+    return f'error: error from server (NotFound): pods "{pod}" not found in namespace "{inv.namespace}"'
+
+
+def client_minor(faults: dict) -> int:
+    """The minor version of the kubectl this fake plays (fault ``client_version``, else CLIENT_GIT_VERSION)."""
+    match = re.match(r"v?1\.(\d+)", str(faults.get("client_version") or CLIENT_GIT_VERSION))
+    return int(match.group(1)) if match else 32
 
 
 def pod_indices(state: str) -> Dict[Tuple[str, str], int]:

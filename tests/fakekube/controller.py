@@ -37,7 +37,13 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .apiserver import default_pod_spec, job_labels, namespace_enforces_restricted, pod_security_violations
+from .apiserver import (
+    default_pod_spec,
+    job_labels,
+    namespace_enforces_restricted,
+    pod_security_violations,
+    settle_serviceaccounts,
+)
 from .common import (
     CONTROLLER_MAX_ENV,
     JOB_TRACKING_FINALIZER,
@@ -58,7 +64,8 @@ from .store import Store, Tx
 
 POD_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
-FOLLOWED_KINDS = {"Job", "Namespace", "Pod", "Node", "RuntimeClass", "ConfigMap"}
+FOLLOWED_KINDS = {"Job", "Namespace", "Pod", "Node", "RuntimeClass", "ConfigMap", "ServiceAccount"}
+SERVICEACCOUNT_RETRY_SECONDS = 0.15  # ServiceAccount admission's live lookups: rand(100..200) ms apart
 
 
 def random_suffix(n: int = 5) -> str:
@@ -115,7 +122,8 @@ class JobController:
         self.started = time.time()
         self.max_seconds = float(os.environ.get(CONTROLLER_MAX_ENV, "600"))
         self.next_create_try = 0.0
-        self.failed_create_reported = False
+        self.failed_creates_reported: set = set()  # the causes of FailedCreate events written
+        self.accounts_seen: set = set()  # ServiceAccounts found once (they are never deleted mid-run)
         self.rr = 0
         self.image_ids: Dict[str, str] = {}
         self.stats_path = os.path.join(state, "controllers", f"{namespace}__{job}.stats.json")
@@ -425,6 +433,8 @@ class JobController:
         name = prefix + random_suffix()
         tpl = deep_copy(self.template)
         pspec = tpl.get("spec") or {}
+        account = str(pspec.get("serviceAccountName") or "default")
+        account_missing = not self.serviceaccount_exists(account)
         with self.store.tx() as tx:
             job = tx.get("Job", self.ns, self.job_name)
             ns_obj = tx.get("Namespace", None, self.ns)
@@ -436,7 +446,12 @@ class JobController:
             ):
                 return False
             problem = None
-            if namespace_enforces_restricted(ns_obj):
+            if account_missing:  # ServiceAccount admission comes first (a mutating plugin)
+                problem = (
+                    f'Error creating: pods "{name}" is forbidden: error looking up service account '
+                    f'{self.ns}/{account}: serviceaccount "{account}" not found'
+                )
+            if problem is None and namespace_enforces_restricted(ns_obj):
                 v = pod_security_violations(pspec)
                 if v:
                     problem = (
@@ -450,9 +465,10 @@ class JobController:
                     f'Error creating: pods "{name}" is forbidden: pod rejected: RuntimeClass "{rc_name}" not found'
                 )
             if problem is not None:
-                if not self.failed_create_reported:
+                cause = re.sub(r'pods "[^"]*"', "pods", problem)  # once per cause, whatever the pod's name
+                if cause not in self.failed_creates_reported:
                     self.event(tx, job, "FailedCreate", problem, "Warning")
-                    self.failed_create_reported = True
+                    self.failed_creates_reported.add(cause)
                 return False
             labels = dict((tpl.get("metadata") or {}).get("labels") or {})
             labels.update(job_labels(self.uid, self.job_name, bool(self.faults.get("legacy_labels"))))
@@ -513,7 +529,7 @@ class JobController:
             own_selector = spec.get("nodeSelector") or {}
             conflicts = sorted(k for k, v in rc_selector.items() if k in own_selector and own_selector[k] != v)
             if conflicts:
-                if not self.failed_create_reported:
+                if not self.failed_creates_reported:
                     self.event(
                         tx,
                         job,
@@ -522,7 +538,7 @@ class JobController:
                         f"nodeSelector {conflicts[0]} of the pod and of RuntimeClass {rc_name} differ",
                         "Warning",
                     )
-                    self.failed_create_reported = True
+                    self.failed_creates_reported.add("conflict")
                 return False
             if rc_selector:
                 spec["nodeSelector"] = {**own_selector, **rc_selector}
@@ -545,6 +561,23 @@ class JobController:
         self.pod_names.append(name)
         self.write_stats()
         return True
+
+    def serviceaccount_exists(self, account: str) -> bool:
+        """ServiceAccount admission's lookup (apiserver.py, the serviceaccounts controller): the
+        cache, then live lookups, 10 of them for `default` (100-200 ms apart, about 1.5 s), one for
+        any other account."""
+        if account in self.accounts_seen:
+            return True
+        attempts = 10 if account == "default" else 1
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(SERVICEACCOUNT_RETRY_SECONDS)
+            settle_serviceaccounts(self.store)
+            self.view.poll()
+            if self.view.get("ServiceAccount", self.ns, account) is not None:
+                self.accounts_seen.add(account)
+                return True
+        return False
 
     # -- pod lifecycle ---------------------------------------------------------------
 

@@ -27,6 +27,11 @@ FAULT_KEYS = {
     "namespace_stuck",
     "legacy_labels",
     "server_version",
+    "client_version",  # the kubectl minor the fake plays, where wordings differ (issue 19)
+    # the control plane as it is (issue 19)
+    "watch_gap",
+    "watch_error",
+    "serviceaccount_delay",
     "stand_in_worker",
     "mixed_digests",
     # Indexed Jobs (issue 12)

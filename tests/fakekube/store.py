@@ -351,7 +351,7 @@ def init_state(
     server: Optional[str] = None,
 ) -> None:
     """Create a fresh fake cluster in ``state`` (called by tests/fakecluster.py)."""
-    from .apiserver import make_node, make_runtimeclass, new_namespace
+    from .apiserver import make_node, make_runtimeclass, new_namespace, serviceaccount_object
     from .common import DEFAULT_SERVER, new_uid, now_ts
 
     for sub in ("objects", "logs", "work", "controllers"):
@@ -373,7 +373,8 @@ def init_state(
         with open(name, "a", encoding="utf-8"):
             pass
     boot = time.time() - 3600
-    objs = [new_namespace(ns) for ns in ("default", "kube-node-lease", "kube-public", "kube-system")]
+    system = ("default", "kube-node-lease", "kube-public", "kube-system")
+    objs = [new_namespace(ns) for ns in system] + [serviceaccount_object(ns, boot) for ns in system]
     objs += [make_runtimeclass(name, spec) for name, spec in sorted(runtimeclasses.items())]
     objs += [make_node(node) for node in nodes]
     with store.tx() as tx:
