@@ -73,6 +73,10 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
+# The garbage collector deletes a Job's pods at the controller manager's client rate, kubeAPIQPS 20
+# (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
+# more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
+GC_PODS_PER_SECOND = 20
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
@@ -6338,6 +6342,19 @@ def _wait_until_absent(
         interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
 
 
+def job_pod_count(job: Optional[KubeObject]) -> int:
+    """How many pods a Job may have: its completions, or the pods its status counts if more."""
+    spec, status = ((job or {}).get(key) or {} for key in ("spec", "status"))
+    counted = sum(value for value in (status.get(k) for k in ("active", "succeeded", "failed")) if is_int(value))
+    completions = spec.get("completions")
+    return max(completions if is_int(completions) else 0, counted)
+
+
+def cleanup_wait_seconds(base: float, pods: int) -> float:
+    """How long cleanup waits for a deletion: `base`, plus the garbage collector's time for `pods`."""
+    return base + pods / GC_PODS_PER_SECOND
+
+
 def _stuck_namespace_detail(namespace: KubeObject) -> str:
     finalizers = {
         *(namespace.get("spec", {}).get("finalizers") or []),
@@ -6381,21 +6398,24 @@ def cleanup_run(
         say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
         receipt.namespace_uid = plan.adopted_namespace_uid
         write_receipt(output, receipt)
+    pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
         kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
-        remaining = _wait_until_absent(kubectl, "job", name, namespace, wait_seconds)
+        job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
+        remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{wait_seconds:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
-    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, wait_seconds)
+    namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
+    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
     if remaining is not None:
         raise DemoError(
-            f"namespace {namespace} is still Terminating after {wait_seconds:g} s "
+            f"namespace {namespace} is still Terminating after {namespace_wait:g} s "
             f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace} -o yaml` "
             "and what remains in it; finalizers are never removed by this tool",
             EXIT_TIMEOUT,

@@ -384,10 +384,11 @@ class RunPlan:
         batch: Optional[Batch] = None,
         final: Optional[Dict[str, Any]] = None,
         chunks: Optional[Sequence[Chunk]] = None,
+        seconds: Optional[int] = None,
         **options: Any,
     ) -> Call:
         """The Job's watch: ADDED as created, then (once the pod watch has sent everything) its final
-        state; or the `chunks` given."""
+        state; or the `chunks` given. `seconds`: its --request-timeout, when not watch_seconds."""
         batch = batch or self.batch
         final = batch.final_job() if final is None else final
         if chunks is None:
@@ -398,10 +399,15 @@ class RunPlan:
                 watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done"),
             ]
         by_name = ["jobs", "--field-selector", f"metadata.name={batch.job_name}"]  # a list watch by name
-        return self.cluster.watch(by_name, chunks, self.watch_seconds, f"job-{batch.job_name}", **options)
+        seconds = self.watch_seconds if seconds is None else seconds
+        return self.cluster.watch(by_name, chunks, seconds, f"job-{batch.job_name}", **options)
 
     def pod_watch(
-        self, batch: Optional[Batch] = None, chunks: Optional[Sequence[Chunk]] = None, **options: Any
+        self,
+        batch: Optional[Batch] = None,
+        chunks: Optional[Sequence[Chunk]] = None,
+        seconds: Optional[int] = None,
+        **options: Any,
     ) -> Call:
         """The pods' watch: each pod ADDED Pending, MODIFIED Running, MODIFIED in its final state."""
         batch = batch or self.batch
@@ -412,9 +418,8 @@ class RunPlan:
         chunks = list(chunks)
         if chunks:  # the Job's watch has started first, as the tool starts it first
             chunks[0] = dataclasses.replace(chunks[0], wait_for=f"job-{batch.job_name}.started")
-        return self.cluster.watch(
-            ["pods", "-l", batch.selector], chunks, self.watch_seconds, f"pods-{batch.job_name}", **options
-        )
+        seconds = self.watch_seconds if seconds is None else seconds
+        return self.cluster.watch(["pods", "-l", batch.selector], chunks, seconds, f"pods-{batch.job_name}", **options)
 
     # -- collecting ---------------------------------------------------------------------
 

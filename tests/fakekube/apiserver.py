@@ -340,7 +340,7 @@ def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) ->
     spec = obj.setdefault("spec", {})
     template = spec.setdefault("template", {})
     pspec = template.setdefault("spec", {})
-    if old_job_api:
+    if old_job_api:  # a server that drops the fields (1.27 without strict validation, 1.28, a gate turned off)
         spec.pop("backoffLimitPerIndex", None)
         spec.pop("maxFailedIndexes", None)
     problems += indexed_job_problems(spec, pspec)
@@ -384,6 +384,61 @@ def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) ->
     obj["metadata"]["generation"] = 1
     obj["status"] = {}
     return []
+
+
+# Job fields by the first API server minor that knows them (pkg/features/kube_features.go,
+# JobBackoffLimitPerIndex: alpha in 1.28, off by default, so a 1.28 server drops the fields; beta and
+# on from 1.29). An older server refuses an unknown field under strict validation with the API
+# server's decoding error (apiserver handlers: "... cannot be handled as a Job: strict decoding
+# error: unknown field ..."), and drops it silently otherwise.
+JOB_FIELD_SINCE = {"backoffLimitPerIndex": 28, "maxFailedIndexes": 28}
+PER_INDEX_ON_BY_DEFAULT = 29
+
+
+def server_minor(faults: dict) -> int:
+    """The minor of the API server the fake plays (fault ``server_version``, default v1.32)."""
+    match = re.match(r"v?1\.(\d+)", str(faults.get("server_version") or DEFAULT_SERVER_VERSION))
+    return int(match.group(1)) if match else 32
+
+
+def unknown_job_fields(obj: dict, minor: int) -> List[str]:
+    spec = obj.get("spec") or {}
+    return [f"spec.{field}" for field, since in JOB_FIELD_SINCE.items() if field in spec and minor < since]
+
+
+def strict_decoding_error(fields: List[str]) -> KubectlError:
+    unknown = ", ".join(f'unknown field "{field}"' for field in fields)
+    return KubectlError(
+        'Error from server (BadRequest): error when creating "STDIN": Job in version "v1" cannot be handled as a '
+        f"Job: strict decoding error: {unknown}"
+    )
+
+
+# Mutating admission of the run's Job, as clusters with a queue or a policy engine do it (fault
+# ``admission``): ``queue`` (Kueue's webhook creates the Job suspended, its controller resumes it:
+# controller.py tick_suspended), ``managed_by`` (MultiKueue: spec.managedBy kueue.x-k8s.io/multikueue,
+# the job controller leaves the Job alone), ``sidecar`` (a container added to the Job's template, as
+# Kyverno's auto-generated rules or a service mesh's Job webhook do), ``security_context`` (the
+# episode container's securityContext changed), ``pod_sidecar`` (a container added to each pod at
+# its creation, as Istio's injector does: controller.py create_pod).
+SIDECAR = {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.24.0", "args": ["proxy", "sidecar"]}
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+def admit_job(obj: dict, faults: dict) -> None:
+    admission = faults.get("admission") or []
+    spec = obj["spec"]
+    pspec = spec["template"]["spec"]
+    if "queue" in admission or faults.get("queue"):
+        spec["suspend"] = True
+    if "managed_by" in admission:
+        spec["managedBy"] = MULTIKUEUE
+    if "sidecar" in admission:
+        pspec["containers"] = [*pspec["containers"], deep_copy(SIDECAR)]
+    if "security_context" in admission:
+        context = pspec["containers"][0].setdefault("securityContext", {})
+        context["allowPrivilegeEscalation"] = True
+        context.pop("capabilities", None)
 
 
 def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:

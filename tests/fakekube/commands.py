@@ -68,6 +68,11 @@ from .faults import API_ERRORS, FaultCounters, hang_rules, op_matches
 from .store import Store, Tx
 
 DELETE_WAIT_CAP_SECONDS = 300.0
+CLIENT_GO_MAX_RETRIES = 10  # client-go rest/request.go: retries of an answer with Retry-After
+# The garbage collector deletes a foreground-deleted Job's pods at the controller manager's client
+# rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): the
+# fake lets the Job's pods go at that rate, the Job after the last of them.
+GC_PODS_PER_SECOND = 20.0
 # The formats real kubectl's printers know; the fake prints only json.
 OUTPUT_FORMATS = (
     "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
@@ -192,11 +197,22 @@ class Invocation:
         ``apply`` performs the request; it runs before an ``after_apply`` error."""
         self._maybe_hang(op)
         after: Optional[KubectlError] = None
-        for idx, rule in enumerate(self.faults.get("api_errors") or []):
+        retried = 0
+        rules = list(enumerate(self.faults.get("api_errors") or []))
+        while rules:
+            idx, rule = rules.pop(0)
             if not op_matches(str(rule["match"]), op):
                 continue
             rule_id = f"api_errors[{idx}]:{json.dumps(rule, sort_keys=True)}"
             if not FaultCounters(self.state).take(rule_id, rule.get("times")):
+                continue
+            if rule.get("retry_after") is not None and retried < CLIENT_GO_MAX_RETRIES:
+                # A 429 (or 5xx) with Retry-After is retried by client-go itself, after that many
+                # seconds, up to 10 times (client-go rest/request.go, checkWait and maxRetries):
+                # kubectl prints nothing and the caller sees the later answer.
+                time.sleep(float(rule["retry_after"]))
+                retried += 1
+                rules = list(enumerate(self.faults.get("api_errors") or []))
                 continue
             error = self._fault_error(str(rule["error"]), verb or op[0], rt, name, namespace, create_ctx)
             if rule.get("after_apply"):
@@ -729,12 +745,17 @@ def create_one(inv: Invocation, obj: dict) -> dict:
 
 def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     from .apiserver import (
+        PER_INDEX_ON_BY_DEFAULT,
+        admit_job,
         default_serviceaccount_later,
         invalid,
         namespace_enforces_restricted,
         pod_security_violations,
         prepare_job,
+        server_minor,
         serviceaccount_object,
+        strict_decoding_error,
+        unknown_job_fields,
         validate_configmap,
         validate_metadata,
     )
@@ -747,9 +768,15 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         )
     uid = new_uid()
     if rt.kind == "Job":
-        problems = prepare_job(
-            obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=bool(inv.faults.get("old_job_api"))
-        )
+        minor = server_minor(inv.faults)
+        unknown = unknown_job_fields(obj, minor)
+        strict = inv.flags.get("validate", "strict") in ("strict", "true")
+        if unknown and strict:
+            raise strict_decoding_error(unknown)
+        dropped = bool(unknown) or minor < PER_INDEX_ON_BY_DEFAULT or bool(inv.faults.get("old_job_api"))
+        problems = prepare_job(obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=dropped)
+        if not problems:
+            admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":
         problems = validate_metadata(obj, label_name=True)
     else:
@@ -996,14 +1023,19 @@ def delete_namespace(tx: Tx, obj: dict, stuck: bool) -> None:
 
 
 def delete_job_foreground(tx: Tx, job: dict) -> None:
-    """Foreground cascading deletion: the pods go at once, the Job (with the
-    foregroundDeletion finalizer) a moment later."""
+    """Foreground cascading deletion: the garbage collector deletes the pods, GC_PODS_PER_SECOND
+    of them a second, and the Job (with the foregroundDeletion finalizer) once they are gone."""
     uid = job["metadata"]["uid"]
-    for p in tx.list("Pod", job["metadata"]["namespace"]):
-        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or []):
-            tx.remove(p)
+    owned = [
+        p
+        for p in tx.list("Pod", job["metadata"]["namespace"])
+        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+    ]
+    for position, p in enumerate(owned):
+        p["metadata"].pop("finalizers", None)
+        tx.vanish_later(p, position / GC_PODS_PER_SECOND)
     job["metadata"]["finalizers"] = ["foregroundDeletion"]
-    tx.vanish_later(job)
+    tx.vanish_later(job, len(owned) / GC_PODS_PER_SECOND + 0.05)
 
 
 def wait_gone(inv: Invocation, rt: ResType, name: str) -> None:
