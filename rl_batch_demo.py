@@ -1644,19 +1644,47 @@ def foreign_manager(job: KubeObject) -> Optional[str]:
     return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
 
 
-def _security_context(value: Any) -> Any:
-    """A securityContext as compared: a field's API default (procMount Default) is no change."""
-    context = dict(value) if isinstance(value, dict) else {}
-    if context.get("procMount") == "Default":
-        del context["procMount"]
-    return context
+# Fields a webhook may add to a securityContext that loosen it (any field the run set counts if changed).
+_LOOSENING = {"privileged": True, "allowPrivilegeEscalation": True, "runAsUser": 0, "runAsGroup": 0}
+_UNCONFINED = ("seccompProfile", "appArmorProfile")
+
+
+def _security_changes(where: str, ours: Any, theirs: Any) -> List[str]:
+    """What a webhook changed in a securityContext: a field the run set with another value or
+    removed, or a field added that loosens it (privileged, privilege escalation, root, added
+    capabilities, an unconfined profile, an unmasked /proc). A field added that only confines
+    more (a RuntimeDefault seccomp profile, SELinux labels, procMount Default) is no change: managed
+    clusters add them to every pod."""
+    ours = dict(ours) if isinstance(ours, dict) else {}
+    theirs = dict(theirs) if isinstance(theirs, dict) else {}
+    changes = [
+        f"{where}.{key} {short_repr(value)} became {short_repr(theirs.get(key))}"
+        for key, value in ours.items()
+        if theirs.get(key) != value
+    ]
+    added = [(key, value) for key, value in theirs.items() if key not in ours and _loosens(key, value)]
+    changes += [f"{where}.{key} {short_repr(value)} was added" for key, value in added]
+    return changes
+
+
+def _loosens(key: str, value: Any) -> bool:
+    """Whether a securityContext field the run did not set loosens it when added (see _security_changes)."""
+    if key in _LOOSENING:
+        wanted = _LOOSENING[key]
+        return type(value) is type(wanted) and value == wanted  # True is not the user ID 1, nor 0 False
+    if key == "capabilities":
+        return isinstance(value, dict) and bool(value.get("add"))
+    if key in _UNCONFINED:
+        return isinstance(value, dict) and value.get("type") == "Unconfined"
+    return key == "procMount" and value != "Default"
 
 
 def template_changes(submitted: KubeObject, stored: KubeObject) -> List[str]:
     """What differs between the pod spec the run submitted and one the cluster stored (the Job's
     template, or a pod's spec) in what runs: containers added or removed (a sidecar), a container's
-    image, command, args or securityContext, the pod's securityContext or runtimeClassName. Fields
-    the API server defaults (pull policy, termination message path, ...) are not compared."""
+    image, command or args, its or the pod's securityContext loosened (_security_changes), the
+    runtimeClassName. Fields the API server defaults (pull policy, termination message path, ...)
+    are not compared."""
     changes = []
     for key in ("initContainers", "containers"):
         ours = {c.get("name"): c for c in submitted.get(key) or []}
@@ -1672,10 +1700,11 @@ def template_changes(submitted: KubeObject, stored: KubeObject) -> List[str]:
                 for field in ("image", "command", "args")
                 if container.get(field) != other.get(field)
             ]
-            if _security_context(container.get("securityContext")) != _security_context(other.get("securityContext")):
-                changes.append(f"container {name}'s securityContext was changed")
-    if _security_context(submitted.get("securityContext")) != _security_context(stored.get("securityContext")):
-        changes.append("the pod's securityContext was changed")
+            where = f"container {name}'s securityContext"
+            changes += _security_changes(where, container.get("securityContext"), other.get("securityContext"))
+    changes += _security_changes(
+        "the pod's securityContext", submitted.get("securityContext"), stored.get("securityContext")
+    )
     if submitted.get("runtimeClassName") != stored.get("runtimeClassName"):
         changes.append(
             f"runtimeClassName {short_repr(submitted.get('runtimeClassName'))} became "
@@ -6345,9 +6374,11 @@ def _wait_until_absent(
 def job_pod_count(job: Optional[KubeObject]) -> int:
     """How many pods a Job may have: its completions, or the pods its status counts if more."""
     spec, status = ((job or {}).get(key) or {} for key in ("spec", "status"))
-    counted = sum(value for value in (status.get(k) for k in ("active", "succeeded", "failed")) if is_int(value))
-    completions = spec.get("completions")
-    return max(completions if is_int(completions) else 0, counted)
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    return max(count(spec.get("completions")), sum(count(status.get(key)) for key in ("active", "succeeded", "failed")))
 
 
 def cleanup_wait_seconds(base: float, pods: int) -> float:

@@ -14,7 +14,7 @@ import json
 import time
 import unittest
 import unittest.mock
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
 from tests.callplan import (
@@ -235,7 +235,7 @@ class QueueTest(ControlPlaneCase):
             stored,
             "the cluster changed what Job",
             "containers 'istio-proxy' added",
-            "container episode's securityContext was changed",
+            "container episode's securityContext.allowPrivilegeEscalation False became True",
         )
 
     def test_a_pod_a_webhook_changed_is_refused_and_its_job_deleted(self) -> None:
@@ -261,7 +261,21 @@ class QueueTest(ControlPlaneCase):
         defaulted["containers"][0].update(terminationMessagePath="/dev/termination-log", imagePullPolicy="Always")
         defaulted["containers"][0]["securityContext"]["procMount"] = "Default"
         defaulted.update(dnsPolicy="ClusterFirst", schedulerName="default-scheduler")
+        # what managed clusters add to every pod only confines it more: GKE Autopilot's seccomp
+        # profile, OpenShift's SELinux labels
+        defaulted["securityContext"].update(seccompProfile={"type": "RuntimeDefault"}, seLinuxOptions={"level": "s0"})
         self.assertEqual(demo.template_changes(submitted, defaulted), [])
+        loosened = copy.deepcopy(defaulted)
+        loosened["containers"][0]["securityContext"].update(privileged=True, capabilities={"add": ["SYS_ADMIN"]})
+        loosened["securityContext"]["runAsUser"] = 0
+        self.assertEqual(
+            demo.template_changes(submitted, loosened),
+            [
+                "container episode's securityContext.capabilities {'drop': ['ALL']} became {'add': ['SYS_ADMIN']}",
+                "container episode's securityContext.privileged True was added",
+                "the pod's securityContext.runAsUser 1000 became 0",
+            ],
+        )
         defaulted["containers"][0]["image"] = "mirror.invalid/python:3.12-alpine"
         self.assertEqual(
             demo.template_changes(submitted, defaulted),
@@ -382,11 +396,12 @@ class FakeControlPlaneTest(ClusterTestCase):
 class FakeKubectlWordingTest(ClusterTestCase):
     """The fake's own words where the tool's reads depend on them (contract tests, tests/test_kubectl_contract.py)."""
 
-    def kubectl(self, *args: str, **faults: Any) -> Any:
+    def kubectl(self, *args: str, input: Optional[str] = None, **faults: Any) -> Any:
         import subprocess
 
         self.cluster.set_faults(faults)
-        return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=self.cluster.env(), timeout=30)
+        env = self.cluster.env()
+        return subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, env=env, timeout=30)
 
     def test_a_single_objects_watch_of_a_missing_object_fails_at_once(self) -> None:
         watch = self.kubectl("get", "job", "nope", "-w", "-o", "json", "--output-watch-events", "--request-timeout=20s")
@@ -402,6 +417,19 @@ class FakeKubectlWordingTest(ClusterTestCase):
             self.assertEqual((logs.returncode, logs.stderr.strip()), (1, expected), version)
         missing = self.kubectl("logs", "p0", "-c", "episode", "-n", "gone")
         self.assertEqual(missing.stderr.strip(), 'Error from server (NotFound): namespaces "gone" not found')
+
+    def test_events_about_one_object_stop_after_25(self) -> None:
+        """W13: client-go's spam filter (events_cache.go): 25 events per source and object."""
+        from tests.test_fake_kubectl import NS, job_manifest, setup_manifest
+
+        for manifest in (setup_manifest(), job_manifest(completions=30, parallelism=30)):
+            created = self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(manifest))
+            self.assertEqual(created.returncode, 0, created.stderr)
+        self.cluster.wait_idle(60)
+        reasons = [event["reason"] for event in self.cluster.objects("Event", NS)]
+        self.assertEqual(reasons.count("SuccessfulCreate"), 25)
+        self.assertEqual(reasons.count("Started"), 30)  # the kubelet's, one pod each: none dropped
+        self.assertNotIn("Completed", reasons)  # the Job's 26th event
 
     def test_logs_need_get_pods_or_list_pods(self) -> None:
         self.cluster = self.make_cluster(forbidden=[("get", "pods")])
