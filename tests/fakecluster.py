@@ -326,6 +326,12 @@ class FakeCluster:
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return float(json.loads(path.read_text())["completed_at"])
 
+    def job_decided_at(self, namespace: str, job: str) -> float:
+        """Client-clock time at which the controller made its decision (SuccessCriteriaMet) visible,
+        a moment before Complete."""
+        path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
+        return float(json.loads(path.read_text())["decided_at"])
+
     def pod_records(self, namespace: str, job: str) -> Dict[str, dict]:
         """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),
         ``pull`` ("cached", None for no Pulled event, or the pull's seconds), ``kernel``

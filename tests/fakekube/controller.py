@@ -139,6 +139,7 @@ class JobController:
         self.stats_path = os.path.join(state, "controllers", f"{namespace}__{job}.stats.json")
         self.pod_names: List[str] = []
         self.completed_at: Optional[float] = None
+        self.decided_at: Optional[float] = None  # SuccessCriteriaMet visible: the decision, before Complete
         self.synced: Optional[Tuple[int, int, int, int]] = None  # the counts sync_status last wrote
         self.spam_counts: Dict[Tuple[str, str, str, str], int] = {}  # events written per source and object
         self.failing: Optional[Tuple[str, str]] = None  # (reason, message) of a FailureTarget, until Failed
@@ -162,6 +163,7 @@ class JobController:
                 "max_concurrent": self.peak,
                 "pods": self.pod_names,
                 "completed_at": self.completed_at,
+                "decided_at": self.decided_at,
                 "records": {s.name: s.record for s in self.sims},
             },
         )
@@ -1122,6 +1124,7 @@ class JobController:
                 ),
             ]
             tx.put(self.clean_status(j))
+        self.decided_at = time.time()  # the job controller's decision visible, for bench/bench.py
         time.sleep(POLL_SECONDS)
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
