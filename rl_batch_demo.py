@@ -38,6 +38,7 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import errno
 import functools
 import json
 import math
@@ -153,10 +154,13 @@ exit codes:
   130  interrupted (Ctrl-C or SIGTERM)
 """
 
-# The figures a --threshold may guard: top-level numbers of results.json.
+# The figures a --threshold may guard: top-level numbers of results.json. A budget a pod must not
+# be able to game guards one it cannot forge (FIGURE_SOURCES): the cluster's or the client's.
 THRESHOLD_METRICS = (
     "batch_to_all_ready_seconds",
     "batch_to_all_rewards_seconds",
+    "batch_to_all_started_seconds",
+    "batch_to_all_finished_seconds",
     "client_job_complete_seconds",
     "pod_to_ready_p50_seconds",
     "pod_to_ready_p95_seconds",
@@ -181,25 +185,49 @@ PHASE_LABELS = {
 PHASES = tuple(PHASE_LABELS)
 
 # The clocks a figure is read from (docs/figures.md, "The clocks"), each with its resolution in
-# seconds: the API server's stamps (creationTimestamp, conditions, startedAt/finishedAt) are whole
-# seconds, truncated; the scheduler's eventTime is microseconds; /proc's start times are clock ticks.
+# seconds: the API server's stamps (creationTimestamp, conditions) are whole seconds, truncated; a
+# container's startedAt/finishedAt are the node's container runtime's (CRI ContainerStatus, copied by
+# the kubelet's toKubeContainerStatus), whole seconds once serialised as metav1.Time; the
+# scheduler's eventTime is microseconds; /proc's start times are clock ticks.
 CLOCK_API = "API server"
+CLOCK_RUNTIME = "runtime"  # the node's container runtime (CRI)
 CLOCK_SCHEDULER = "scheduler"
 CLOCK_TICKS = "kernel ticks"
 CLOCK_NODE = "node"
 CLOCK_CLIENT = "client"
-CLOCK_RESOLUTION = {CLOCK_API: 1.0, CLOCK_SCHEDULER: 1e-6, CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6}
+CLOCK_RESOLUTION = {
+    **{CLOCK_API: 1.0, CLOCK_RUNTIME: 1.0, CLOCK_SCHEDULER: 1e-6},
+    **{CLOCK_TICKS: 0.01, CLOCK_NODE: 1e-6, CLOCK_CLIENT: 1e-6},
+}
+TIMESTAMP_SLACK = 1.0  # whole-second stamps, possibly of different API-server replicas (or nodes): 1 s apart
 
 # Each stamp a figure starts or ends at (the pods[] rows' `*_at` keys, the worker's, the client's),
 # by its clock: the one place that says where a figure's ends come from. batch_start is the Job's
 # creationTimestamp, scheduled_at the Scheduled event's eventTime (the PodScheduled condition's:
 # below); client_job_complete_seconds itself is timed on the client's monotonic clock.
 STAMP_CLOCKS = {
-    **dict.fromkeys(("batch_start", "created_at", "container_started_at", "finished_at"), CLOCK_API),
+    **dict.fromkeys(("batch_start", "created_at"), CLOCK_API),
+    **dict.fromkeys(("container_started_at", "finished_at"), CLOCK_RUNTIME),
     "scheduled_at": CLOCK_SCHEDULER,
     **dict.fromkeys(("kernel_booted_at", "process_started_at"), CLOCK_TICKS),
     **dict.fromkeys(("first_statement_at", "imports_done_at", "ready_at", "reward_at"), CLOCK_NODE),
     **dict.fromkeys(("observed_first_seen_at", "client_submitted_at", "client_observed_complete_at"), CLOCK_CLIENT),
+}
+
+# Who measured each stamp: the client itself, the cluster (the API server, the scheduler, the node's
+# container runtime), or the pod, whose reports the code inside the sandbox can forge (a reward's
+# time is bounded only from above, by the container's finish). A figure is as forgeable as its
+# least trusted end (FIGURE_SOURCES).
+SOURCE_CLIENT = "client"
+SOURCE_CLUSTER = "cluster"
+SOURCE_POD = "pod"
+STAMP_SOURCES = {
+    stamp: SOURCE_CLIENT
+    if clock == CLOCK_CLIENT
+    else SOURCE_CLUSTER
+    if clock in (CLOCK_API, CLOCK_RUNTIME, CLOCK_SCHEDULER)
+    else SOURCE_POD
+    for stamp, clock in STAMP_CLOCKS.items()
 }
 
 # Every figure the summary prints: (its start stamp, its end stamp, why it can read negative, None
@@ -209,6 +237,8 @@ _SKEW = "the node's clock is behind the API server's"
 FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "batch_to_all_ready_seconds": ("batch_start", "ready_at", _SKEW),
     "batch_to_all_rewards_seconds": ("batch_start", "reward_at", _SKEW),
+    "batch_to_all_started_seconds": ("batch_start", "container_started_at", _SKEW),  # the runtime's: the node's
+    "batch_to_all_finished_seconds": ("batch_start", "finished_at", _SKEW),
     "client_job_complete_seconds": ("client_submitted_at", "client_observed_complete_at", None),  # monotonic
     "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
@@ -219,7 +249,8 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "pod_to_container_started_seconds": (
         "created_at",
         "container_started_at",
-        "startedAt is the kubelet's stamp and creationTimestamp the API server's, and their clocks disagree",
+        "startedAt is the node's container runtime's stamp and creationTimestamp the API server's, and their "
+        "clocks disagree",
     ),
     "pod_to_process_start_seconds": ("created_at", "process_started_at", _SKEW),
     "interpreter_start_seconds": (
@@ -245,6 +276,15 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
 FIGURE_CLOCKS = {
     figure: (STAMP_CLOCKS[start], STAMP_CLOCKS[end], why) for figure, (start, end, why) in FIGURE_STAMPS.items()
 }
+_TRUST = (SOURCE_POD, SOURCE_CLUSTER, SOURCE_CLIENT)  # the first one a figure's ends hold names its source
+FIGURE_SOURCES = {
+    **{
+        figure: next(source for source in _TRUST if source in (STAMP_SOURCES[start], STAMP_SOURCES[end]))
+        for figure, (start, end, _) in FIGURE_STAMPS.items()
+    },
+    "runtime_operations": SOURCE_CLUSTER,  # the kubelets' histograms
+    "client_first_reward_seconds": SOURCE_CLIENT,  # when the client knew it (the reward itself is the pod's)
+}
 # pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
 SCHEDULED_BY_CONDITION = (
     CLOCK_API,
@@ -266,6 +306,7 @@ COMPARE_FIGURES = (
     ("rounds", "rounds"),
     ("batch_to_all_ready_seconds", "all ready (s)"),
     ("batch_to_all_rewards_seconds", "all rewards (s)"),
+    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
     ("client_job_complete_seconds", "client saw Complete (s)"),
     ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
     ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
@@ -294,14 +335,24 @@ TIMELINE_DETAIL_BARS = (
 )
 
 # The kubelet's runtime histograms (`run --kubelet-metrics`), named as the guide names them:
-# (family, label, label value or None for the RuntimeClass's handler).
+# (family, label, label value). All four come from the family recordOperation observes when each
+# call returns (pkg/kubelet/kuberuntime/instrumented_services.go); it has no runtime-handler label,
+# so other pods' sandboxes on a node count as foreign, as for the other operations.
 KubeletOperation = typing.Literal["RunPodSandbox", "CreateContainer", "StartContainer", "PullImage"]
-KUBELET_OPERATIONS: Tuple[Tuple[KubeletOperation, str, str, Optional[str]], ...] = (
-    ("RunPodSandbox", "kubelet_run_podsandbox_duration_seconds", "runtime_handler", None),
+KUBELET_OPERATIONS: Tuple[Tuple[KubeletOperation, str, str, str], ...] = (
+    ("RunPodSandbox", "kubelet_runtime_operations_duration_seconds", "operation_type", "run_podsandbox"),
     ("CreateContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "create_container"),
     ("StartContainer", "kubelet_runtime_operations_duration_seconds", "operation_type", "start_container"),
     ("PullImage", "kubelet_runtime_operations_duration_seconds", "operation_type", "pull_image"),
 )
+# RunPodSandbox by the RuntimeClass's handler: only a cross-check. Up to 1.35 the kubelet records it
+# with `defer ...Observe(metrics.SinceInSeconds(startTime))`, whose argument Go evaluates when the
+# defer statement runs, so every sample is a few microseconds (kubernetes/kubernetes#135749 fixed it
+# with ObserveSince, first released in 1.36).
+HANDLER_SANDBOX_FAMILY = "kubelet_run_podsandbox_duration_seconds"
+HANDLER_SANDBOX = "RunPodSandbox by handler"  # its histogram's key in a KubeletReading
+HANDLER_SANDBOX_IMPLAUSIBLE = 0.1  # a handler mean below this fraction of run_podsandbox's is the defer bug
+OPERATION_BUCKETS_START = 0.005  # the runtime operations' lowest bucket: ExponentialBuckets(.005, 2.5, 14)
 KUBELET_METRICS_PERMISSIONS = (
     ("get", "nodes", "", "proxy", False),  # the kubelet's /metrics through the API server (also allows exec!)
     ("list", "nodes", "", "", False),  # which nodes may run an episode, read before the Job exists
@@ -580,6 +631,9 @@ class RunSettings:
     dry_run: bool = False  # write the manifests, contact no cluster
     junit: Optional[str] = None  # --junit FILE
     metrics_file: Optional[str] = None  # --metrics-file FILE
+    # The Python API's seam (docs/outputs.md, "rewards.jsonl"): told of every line of rewards.jsonl,
+    # retractions too, once it is on disk, in the thread that waits for the Job.
+    on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def builtin_worker(self) -> bool:
@@ -808,7 +862,8 @@ class PodRow(TypedDict):  # one validated episode's figures: a row of results.js
     process_started_at: Optional[float]  # /proc/self/stat starttime on the kernel's boot clock
     first_statement_at: Optional[float]  # the worker's first statement (node wall clock)
     kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
-    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say
+    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say (or its clocks disagree)
+    clock_note: Optional[str]  # why the /proc figures are unknown though the sandbox reported them (this tool's words)
     pod_to_process_start_seconds: Optional[float]
     pod_to_kernel_boot_seconds: Optional[float]
     kernel_boot_to_process_start_seconds: Optional[float]
@@ -843,12 +898,15 @@ class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round 
     reward_sum: float
     batch_to_all_ready_seconds: float
     batch_to_all_rewards_seconds: float
+    batch_to_all_started_seconds: Optional[float]  # the cluster's: null when a container's startedAt is missing
+    batch_to_all_finished_seconds: Optional[float]  # the cluster's: null when a container's finishedAt is missing
     pod_to_ready_p50_seconds: float
     pod_to_ready_p95_seconds: float
     pod_to_ready_max_seconds: float
     reward_mean: Optional[float]
     reward_min: Optional[float]
     reward_max: Optional[float]
+    masked_episodes: int  # failed, set aside under --max-failed-episodes: no reward figure counts them
 
 
 class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
@@ -864,7 +922,11 @@ class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and las
     job_success_criteria_met_at: Optional[float]
 
 
-class RoundResult(BatchFigures, JobTimes):  # a row of round_results; a warm-up's or probe's Job too
+class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and probe Jobs write no rewards)
+    client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
+
+
+class RoundResult(BatchFigures, JobTimes, FirstReward):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
     job_uid: str
@@ -919,10 +981,16 @@ class NodeOperations(Operations):
     note: str
 
 
+class SandboxCrosscheck(TypedDict):  # RunPodSandbox by the handler (HANDLER_SANDBOX_FAMILY), pooled
+    handler_figures: Optional[OperationFigures]
+    note: str  # "" unless it is implausibly small beside run_podsandbox's (kubelets before 1.36)
+
+
 class RuntimeOperations(TypedDict):
     handler: str
     pooled: Operations
     nodes: Dict[str, NodeOperations]
+    sandbox_crosscheck: SandboxCrosscheck
 
 
 class KubeletFigures(TypedDict, total=False):
@@ -935,7 +1003,9 @@ class ImageCache(TypedDict):
     unknown: int
 
 
-class Results(BatchFigures, JobTimes, PreparedImage, KubeletFigures):  # results.json
+class Results(BatchFigures, JobTimes, FirstReward, PreparedImage, KubeletFigures):  # results.json
+    figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
+    notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
     worker: str
     tasks: Optional[int]
@@ -966,6 +1036,8 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     reward: Optional[float]
     info: Optional[JsonObject]
     failure: Optional[str]
+    known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
+    retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
 
 
 class GuideRow(TypedDict):
@@ -2146,17 +2218,59 @@ class SandboxClocks:
     imports_done_at: Optional[float] = None
     kernel_booted_at: Optional[float] = None  # a sandbox kernel's only
     kernel: Optional[str] = None
+    note: Optional[str] = None  # why the /proc figures are unknown although the sandbox gave them
+
+
+# Why a sandbox's boot clock (/proc) and its wall clock cannot both be right: LXCFS and Sysbox make
+# /proc/uptime the container's age but leave /proc/self/stat's start on the host's boot clock
+# (lxc/lxcfs proc_fuse.c proc_uptime_read); a sandbox restored from a snapshot keeps its old boot.
+_CLOCKS_DISAGREE = (
+    "the sandbox's boot clock and its wall clock disagree (a virtualised /proc/uptime, as LXCFS and Sysbox "
+    "give, or a sandbox restored from a snapshot), so its process start and kernel boot are unknown"
+)
+
+
+def _stamp(value: float, decimals: int = 3) -> str:
+    """A number a pod reported, in a note: to `decimals` places, or to six digits when it is absurd (1e300)."""
+    return f"{value:.{decimals}f}" if abs(value) < 1e11 else f"{value:.6g}"
+
+
+def _proc_clocks_note(ready_event: JsonObject) -> Optional[str]:
+    """The worker's own finding that /proc/uptime is shorter than its process's start after boot
+    (`proc_clocks_disagree`: the two readings), as a note of this tool's words; None without one."""
+    found = ready_event.get("proc_clocks_disagree")
+    if not isinstance(found, dict):
+        return None
+    uptime = finite_number(found.get("uptime_seconds"))
+    after_boot = finite_number(found.get("started_after_boot_seconds"))
+    if uptime is None or after_boot is None:
+        return f"its ready event's proc_clocks_disagree is malformed; {_CLOCKS_DISAGREE}"
+    return (
+        f"its /proc/uptime ({_stamp(uptime, 2)} s) is shorter than its process's start after boot "
+        f"({_stamp(after_boot, 2)} s, /proc/self/stat): {_CLOCKS_DISAGREE}"
+    )
 
 
 def sandbox_clocks(
-    name: str, ready_event: JsonObject, created_at: float, ready_at: float, inspect: str
+    name: str,
+    ready_event: JsonObject,
+    created_at: float,
+    ready_at: float,
+    inspect: str,
+    finished_at: Optional[float] = None,
 ) -> SandboxClocks:
     """The self-reported start-up stamps of one episode, or EpisodeInvalid for an impossible one.
 
-    Every stamp before `ready` must lie in [pod creation - 1 s, ready] (ready itself is bound to
-    the container's finish + 1 s by the caller), and in the order the process lives them. A ready
-    event without `first_statement_at` comes from an older worker, whose `process_started_at`
-    was its first statement: read that way, its /proc figures are null."""
+    The wall-clock stamps (the first statement, the imports) must lie in [pod creation - 1 s, ready]
+    (ready itself is bound to the container's finish + 1 s by the caller), in the order the process
+    lives them. The /proc stamps (process start, kernel boot) come from the sandbox's boot clock. A
+    process start inside the pod's life (creation - 1 s .. the container's finish + 1 s) bounds ready
+    from below: a ready before it is refused. Otherwise, when the worker found /proc inconsistent, the
+    process start falls outside the pod's life or after the first statement (two ticks of slack), or
+    the kernel booted after the process started, the boot and wall clocks disagree, and both /proc
+    stamps are unknown, with a note: an episode never fails for that. A ready event without
+    `first_statement_at` comes from an older worker, whose `process_started_at` was its first
+    statement: read that way, its /proc figures are null."""
     invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     process_started_at = finite_number(ready_event.get("process_started_at"))
     booted_at = finite_number(ready_event.get("kernel_booted_at"))
@@ -2165,11 +2279,7 @@ def sandbox_clocks(
     if first_statement_key == "process_started_at":
         process_started_at, booted_at = None, None
     imports_done_at = finite_number(ready_event.get("imports_done_at"))
-    for label, stamp in (
-        ("process_started_at", process_started_at),
-        (first_statement_key, first_statement_at),
-        ("imports_done_at", imports_done_at),
-    ):
+    for label, stamp in ((first_statement_key, first_statement_at), ("imports_done_at", imports_done_at)):
         if stamp is not None and not created_at - 1.0 <= stamp <= ready_at:
             raise invalid(
                 f"its ready event's {label} ({stamp:.3f}) is outside the pod's life before ready "
@@ -2178,20 +2288,33 @@ def sandbox_clocks(
             )
     if first_statement_at is not None and imports_done_at is not None and imports_done_at < first_statement_at:
         raise invalid("its ready event says the imports finished before the process started")
-    if (
-        process_started_at is not None
-        and first_statement_at is not None
-        and process_started_at > first_statement_at + CLOCK_TICK_SLACK
-    ):
-        raise invalid(
-            f"its ready event's process_started_at ({process_started_at:.3f}) is later than its first statement "
-            f"({first_statement_at:.3f}); the sandbox's clocks disagree"
+    note = _proc_clocks_note(ready_event) if first_statement_key == "first_statement_at" else None
+    if note is None and process_started_at is not None:
+        life_ends = (finished_at if finished_at is not None else ready_at) + TIMESTAMP_SLACK
+        if not created_at - 1.0 <= process_started_at <= life_ends:
+            where = (
+                "before the pod's creation" if process_started_at < created_at - 1.0 else "after the container's end"
+            )
+            note = f"its process start by /proc ({_stamp(process_started_at)}) is {where}: {_CLOCKS_DISAGREE}"
+        elif ready_at < process_started_at - CLOCK_TICK_SLACK:
+            raise invalid(
+                f"its ready event ({ready_at:.3f}) is earlier than its own process's start ({process_started_at:.3f}, "
+                "/proc, inside the pod's life): a ready is never earlier than the process that reports it; its "
+                "clock was stepped back, or the ready is forged"
+            )
+        elif first_statement_at is not None and process_started_at > first_statement_at + CLOCK_TICK_SLACK:
+            start = _stamp(process_started_at)
+            note = f"its process start by /proc ({start}) is after its first statement: {_CLOCKS_DISAGREE}"
+    reference = process_started_at if process_started_at is not None else first_statement_at
+    if note is None and booted_at is not None and reference is not None and booted_at > reference:
+        note = (
+            f"its kernel booted ({_stamp(booted_at)}) after its process started ({reference:.3f}): {_CLOCKS_DISAGREE}"
         )
+    if note is not None:
+        return SandboxClocks(None, first_statement_at, imports_done_at, None, None, note)
     kernel = None
     if booted_at is not None:
-        reference = process_started_at if process_started_at is not None else first_statement_at
-        inside = reference is not None and created_at - 1.0 <= booted_at <= reference
-        kernel = "sandbox" if inside else "shared"
+        kernel = "sandbox" if reference is not None and created_at - 1.0 <= booted_at else "shared"
     sandbox_booted_at = booted_at if kernel == "sandbox" else None
     return SandboxClocks(process_started_at, first_statement_at, imports_done_at, sandbox_booted_at, kernel)
 
@@ -2398,13 +2521,16 @@ class KubeletReading:
 
 
 def kubelet_reading(samples: List[Tuple[str, Dict[str, str], float]], handler: str, error: str = "") -> KubeletReading:
-    """The guide's four operations out of one node's samples."""
+    """The guide's four operations out of one node's samples, and the handler's RunPodSandbox
+    histogram beside them (HANDLER_SANDBOX, the cross-check)."""
     if error:
         return KubeletReading({}, error)
     histograms: Dict[str, Optional[Histogram]] = {}
     try:
         for operation, family, label, value in KUBELET_OPERATIONS:
-            histograms[operation] = histogram_from_samples(samples, family, label, handler if value is None else value)
+            histograms[operation] = histogram_from_samples(samples, family, label, value)
+        by_handler = histogram_from_samples(samples, HANDLER_SANDBOX_FAMILY, "runtime_handler", handler)
+        histograms[HANDLER_SANDBOX] = by_handler
     except ValueError as failure:
         return KubeletReading({}, f"its metrics are malformed ({failure})")
     return KubeletReading(histograms)
@@ -2423,9 +2549,11 @@ def runtime_operations(
     """results.json's `runtime_operations`: per node and pooled, what the kubelet's histograms
     gained between the two readings. `expected` is this run's operations per node and operation
     (None: not known, e.g. pulls of pods whose Pulled event is missing); the rest are foreign:
-    these counters are node-wide."""
+    these counters are node-wide. The handler's RunPodSandbox histogram is pooled beside them
+    as a cross-check (sandbox_crosscheck)."""
     nodes: Dict[str, NodeOperations] = {}
-    deltas: Dict[str, List[Histogram]] = {operation: [] for operation, *_ in KUBELET_OPERATIONS}
+    series = [*(operation for operation, *_ in KUBELET_OPERATIONS), HANDLER_SANDBOX]
+    deltas: Dict[str, List[Histogram]] = {name: [] for name in series}
     for node in sorted(expected):
         entry: NodeOperations = {**no_operations(), "foreign_operations": 0, "note": ""}
         nodes[node] = entry
@@ -2440,17 +2568,19 @@ def runtime_operations(
             continue
         node_deltas: Dict[str, Histogram] = {}
         try:
-            for operation, *_ in KUBELET_OPERATIONS:
-                later = last.histograms.get(operation)
-                earlier = first.histograms.get(operation)
+            for name in series:
+                later = last.histograms.get(name)
+                earlier = first.histograms.get(name)
                 if later is None:
                     if earlier is not None:
                         raise ValueError("a histogram disappeared between the two readings (the kubelet restarted?)")
                     continue
-                node_deltas[operation] = subtract_histograms(later, earlier)
+                node_deltas[name] = subtract_histograms(later, earlier)
         except ValueError as failure:
             entry["note"] = f"figures void: {failure}"
             continue
+        if HANDLER_SANDBOX in node_deltas:
+            deltas[HANDLER_SANDBOX].append(node_deltas[HANDLER_SANDBOX])
         notes = []
         for operation, *_ in KUBELET_OPERATIONS:
             delta = node_deltas.get(operation)
@@ -2469,11 +2599,52 @@ def runtime_operations(
                 notes.append(f"{operation}: {count} operations for {mine} of this run's episodes")
         entry["note"] = "; ".join(notes)
     pooled = no_operations()
-    for operation, *_ in KUBELET_OPERATIONS:
-        if deltas[operation]:
+    pooled_series: Dict[str, Optional[OperationFigures]] = {}
+    for name in series:
+        pooled_series[name] = None
+        if deltas[name]:
             with contextlib.suppress(ValueError):  # else each node's own figures stand: no mixed bucket bounds
-                pooled[operation] = operation_figures(add_histograms(deltas[operation]))
-    return {"handler": handler, "pooled": pooled, "nodes": nodes}
+                pooled_series[name] = operation_figures(add_histograms(deltas[name]))
+    for operation, *_ in KUBELET_OPERATIONS:
+        pooled[operation] = pooled_series[operation]
+    by_handler = pooled_series[HANDLER_SANDBOX]
+    return {
+        "handler": handler,
+        "pooled": pooled,
+        "nodes": nodes,
+        "sandbox_crosscheck": {
+            "handler_figures": by_handler,
+            "note": sandbox_crosscheck_note(pooled["RunPodSandbox"], by_handler, handler),
+        },
+    }
+
+
+def _exact_seconds(value: float) -> str:
+    """A kubelet histogram's mean in the unit that suits it, to three significant digits."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-6:.3g} \u00b5s"
+
+
+def sandbox_crosscheck_note(
+    sandbox: Optional[OperationFigures], by_handler: Optional[OperationFigures], handler: str
+) -> str:
+    """What the handler's RunPodSandbox histogram says beside run_podsandbox's: "" when it agrees
+    or says nothing; a sentence when its mean is implausibly small while the other's is not (the
+    defer bug of kubelets before 1.36, HANDLER_SANDBOX_FAMILY)."""
+    mean = sandbox["mean_seconds"] if sandbox else None
+    handler_mean = by_handler["mean_seconds"] if by_handler else None
+    if mean is None or handler_mean is None or mean < OPERATION_BUCKETS_START:
+        return ""
+    if handler_mean >= mean * HANDLER_SANDBOX_IMPLAUSIBLE:
+        return ""
+    return (
+        f"{HANDLER_SANDBOX_FAMILY}{{runtime_handler={json.dumps(handler)}}} averages {_exact_seconds(handler_mean)} "
+        f"against {_exact_seconds(mean)} for kubelet_runtime_operations_duration_seconds{{operation_type="
+        '"run_podsandbox"}: kubelets before 1.36 observe the former when RunPodSandbox starts (kubernetes/kubernetes'
+        "#135749), so RunPodSandbox is read from the latter, which counts every handler's sandboxes"
+    )
 
 
 def expected_operations(rows: Sequence[PodRow]) -> Dict[str, Dict[str, Optional[int]]]:
@@ -2605,26 +2776,30 @@ def validate_episode(
     created_at = parse_timestamp(pod["metadata"]["creationTimestamp"])
     ready_at = float(ready_event["at"])
     reward_at = float(reward_event["at"])
-    if not job_created_at <= created_at <= ready_at <= reward_at:
+    # Whole-second creationTimestamps, possibly of two API-server replicas: each a second of slack.
+    if not (job_created_at - TIMESTAMP_SLACK <= created_at and created_at - TIMESTAMP_SLACK <= ready_at <= reward_at):
         raise invalid(
-            "timestamps out of order (Job creation <= pod creation <= ready <= reward fails: "
-            f"{job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, {reward_at:.3f}); "
-            "check clock synchronisation between the API server and the nodes"
+            "timestamps out of order (Job creation <= pod creation <= ready <= reward, the first two whole seconds "
+            f"and 1 s apart at most, fails: {job_created_at:.3f}, {created_at:.3f}, {ready_at:.3f}, "
+            f"{reward_at:.3f}); check clock synchronisation between the API server and the nodes"
         )
     scheduled_at = _condition_time(pod, "PodScheduled")
     started_at = optional_timestamp(terminated.get("startedAt"))
     finished_at = optional_timestamp(terminated.get("finishedAt"))
-    if finished_at is not None and reward_at > finished_at + 1.0:  # finishedAt is truncated to the second
+    # startedAt and finishedAt are the node's container runtime's, truncated to the second.
+    if finished_at is not None and reward_at > finished_at + TIMESTAMP_SLACK:
         raise invalid(
-            f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}); the node's "
-            "clock runs ahead: check clock synchronisation between the API server and the nodes"
+            f"its reward ({reward_at:.3f}) is later than the container's finish ({finished_at:.0f}, the node's "
+            "container runtime's stamp); the clock the worker reads runs ahead of its node's: check the clock "
+            "synchronisation of the node and, for a VM sandbox, of its guest"
         )
-    if started_at is not None and ready_at < started_at - 1.0:  # startedAt is truncated to the second
+    if started_at is not None and ready_at < started_at - TIMESTAMP_SLACK:
         raise invalid(
-            f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}); the "
-            "node's clock runs behind: check clock synchronisation between the API server and the nodes"
+            f"its ready event ({ready_at:.3f}) is earlier than its container's start ({started_at:.0f}, the node's "
+            "container runtime's stamp); the clock the worker reads runs behind its node's: check the clock "
+            "synchronisation of the node and, for a VM sandbox, of its guest"
         )
-    clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect)
+    clocks = sandbox_clocks(name, ready_event, created_at, ready_at, inspect, finished_at)
     imports_done_at = clocks.imports_done_at
     event_scheduled_at = scheduled_event_time(pod_events or [], pod, created_at, finished_at)
     scheduled_source = "event" if event_scheduled_at is not None else ("condition" if scheduled_at else None)
@@ -2668,6 +2843,7 @@ def validate_episode(
         first_statement_at=clocks.first_statement_at,
         kernel_booted_at=sandbox,
         kernel=clocks.kernel,
+        clock_note=clocks.note,
         pod_to_process_start_seconds=difference(clocks.process_started_at, created_at),
         pod_to_kernel_boot_seconds=difference(sandbox, created_at),
         kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
@@ -2685,35 +2861,84 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     return info
 
 
-def rewards_jsonl(rows: List[EpisodeRow], failed: List[FailedEpisode]) -> str:
-    """DIR/rewards.jsonl: one line per episode, by round and index; a failed one has reward null
-    and its cause, so a trainer can mask it."""
-    lines: List[RewardLine] = [
-        {
-            "round": row["round"],
-            "index": row["index"],
-            "task_id": row["task_id"],
-            "pod": row["pod"],
-            "reward": row["reward"],
-            "info": row.get("info", {}),
-            "failure": None,
-        }
-        for row in rows
-    ]
+def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
+    """A validated episode's line of rewards.jsonl: its reward and the reward event's other fields."""
+    return {
+        "round": row["round"],
+        "index": row["index"],
+        "task_id": row["task_id"],
+        "pod": row["pod"],
+        "reward": row["reward"],
+        "info": row.get("info", {}),
+        "failure": None,
+        "known_at": known_at,
+        "retracted": False,
+    }
+
+
+def failure_line(
+    round_number: int, index: Optional[int], task_id: Any, pod: str, failure: str, known_at: float
+) -> RewardLine:
+    """A failed episode's line: reward and info null and its failure, so a trainer can mask it."""
+    return {
+        "round": round_number,
+        "index": index,
+        "task_id": task_id,
+        "pod": pod,
+        "reward": None,
+        "info": None,
+        "failure": failure,
+        "known_at": known_at,
+        "retracted": False,
+    }
+
+
+def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
+    """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
+    retraction = failure_line(line["round"], line["index"], line["task_id"], line["pod"], failure, known_at)
+    retraction["retracted"] = True
+    return retraction
+
+
+def stands_as_reward(line: Optional[RewardLine]) -> bool:
+    """Whether a pod's last line is a reward (a reader's rule: the last line of a pod is its verdict)."""
+    return line is not None and line["failure"] is None and not line["retracted"]
+
+
+def _index_order(line: RewardLine) -> Tuple[int, int, str]:
+    return line["round"], line["index"] if line["index"] is not None else -1, line["pod"]
+
+
+def reconciling_lines(
+    last: Mapping[str, RewardLine], rows: Sequence[EpisodeRow], failed: Sequence[FailedEpisode], known_at: float
+) -> List[RewardLine]:
+    """The lines that make rewards.jsonl agree with an analysed round, given each pod's last line
+    so far (`last`, by pod): a reward line for each validated episode without one, a failure line
+    for each failed episode without a line, and a retraction of each reward line the analysis did
+    not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
+    no line written yet, these are the round's lines as a whole file would hold them."""
+    lines = [reward_line(row, known_at) for row in rows if not stands_as_reward(last.get(row["pod"]))]
+    for entry in failed:
+        previous = last.get(entry["pod"])
+        if previous is None:
+            lines.append(
+                failure_line(entry["round"], entry["index"], entry["task_id"], entry["pod"], entry["cause"], known_at)
+            )
+        elif stands_as_reward(previous):
+            lines.append(retraction_of(previous, entry["cause"], known_at))
+    analysed = {row["pod"] for row in rows} | {entry["pod"] for entry in failed}
     lines += [
-        {
-            "round": entry["round"],
-            "index": entry["index"],
-            "task_id": entry["task_id"],
-            "pod": entry["pod"],
-            "reward": None,
-            "info": None,
-            "failure": entry["cause"],
-        }
-        for entry in failed
+        retraction_of(line, "its pod is not one of the Job's pods once the round was analysed", known_at)
+        for pod, line in last.items()
+        if pod not in analysed and stands_as_reward(line)
     ]
-    lines.sort(key=lambda line: (line["round"], line["index"] if line["index"] is not None else -1, line["pod"]))
-    return "".join(json.dumps(line, sort_keys=True, allow_nan=False) + "\n" for line in lines)
+    return sorted(lines, key=_index_order)
+
+
+def retracting_lines(last: Mapping[str, RewardLine], failure: str, known_at: float) -> List[RewardLine]:
+    """When a round fails (or the run stops) before its analysis accepted it: a retraction of each
+    of its reward lines, in the order they were written, with `failure` as the reason."""
+    return [retraction_of(line, failure, known_at) for line in last.values() if stands_as_reward(line)]
 
 
 def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
@@ -2721,12 +2946,20 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
     rewards = [row["reward"] for row in rows]
+
+    def latest(ends: List[Optional[float]]) -> Optional[float]:  # the cluster's stamps: every episode's, else unknown
+        known = [end for end in ends if end is not None]
+        return max(known) if len(known) == len(ends) else None
+
     return {
         "episodes": len(rows) + failed,
         "successful_episodes": len(rows),
+        "masked_episodes": failed,
         "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
+        "batch_to_all_started_seconds": latest([difference(r["container_started_at"], r["batch_start"]) for r in rows]),
+        "batch_to_all_finished_seconds": latest([difference(r["finished_at"], r["batch_start"]) for r in rows]),
         "pod_to_ready_p50_seconds": percentile(startup, 0.5),
         "pod_to_ready_p95_seconds": percentile(startup, 0.95),
         "pod_to_ready_max_seconds": max(startup),
@@ -2734,6 +2967,29 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
         "reward_min": min(rewards),
         "reward_max": max(rewards),
     }
+
+
+def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int) -> List[str]:
+    """results.json's `notes`, in this tool's words: episodes masked under --max-failed-episodes
+    (the reward figures leave them out), and episodes whose sandbox clocks disagree."""
+    notes = []
+    masked = figures["masked_episodes"]
+    if masked:
+        notes.append(
+            f"{masked} of {figures['episodes']} episodes masked: they failed and were set aside under "
+            f"--max-failed-episodes {max_failed_episodes}, so reward_sum ({figures['reward_sum']!r}) and reward_mean "
+            f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
+            "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
+            "episode, and rewards.jsonl gives it reward null"
+        )
+    disagree = [row for row in rows if row["clock_note"]]
+    if disagree:
+        notes.append(
+            f"{len(disagree)} of {len(rows)} episodes' sandbox clocks disagree, so their process start and kernel "
+            f"boot are unknown, the rest of each episode standing (pods[].clock_note; {disagree[0]['pod']}: "
+            f"{disagree[0]['clock_note']})"
+        )
+    return notes
 
 
 def phase_table(rows: List[EpisodeRow]) -> Dict[str, Optional[PhaseStats]]:
@@ -2881,6 +3137,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     assert observation.condition_seen_monotonic is not None
     figures = RoundResult(
         **batch_figures(rows, len(failed)),
+        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
         failed_episodes=[
             {
                 "pod": invalid.pod,
@@ -2906,6 +3163,37 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
     )
     return rows, figures
+
+
+def provisional_episode(
+    pod: KubeObject, count: int, indexed: bool, job_created_at: float, builtin_worker: bool, inspect: str
+) -> Optional[EpisodeRow]:
+    """An episode's verdict as soon as the pod watch shows its pod terminated: its row, or the rule
+    it breaks (EpisodeInvalid), judged as analyse_round judges it but from the pod's status and its
+    termination message alone (the log and the cluster's events are read once the Job has ended).
+    None while it cannot be judged: the pod has not terminated, or it succeeded without a
+    termination message (some runtimes leave none: its log decides, once read). The row's round,
+    job, index and task_id are the caller's to set.
+
+    A failure found here is final (the same rules see the same status and message later); a
+    reward is provisional: the log may disagree, the pod may be deleted, the round may fail."""
+    name = str(pod["metadata"]["name"])
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return None
+    try:
+        if indexed:
+            pod_index(pod, count, inspect)
+        rule = pod_failure(pod)[1]  # a Failed pod breaks one of its rules
+        if rule:
+            raise EpisodeInvalid(name, rule, inspect)
+        message = termination_message(pod)
+        if not message.strip():
+            return None
+        events = episode_events(name, None, "not read yet", message, False, inspect)
+        return validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
+    except (KeyError, TypeError, ValueError) as error:
+        raise EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", inspect) from None
 
 
 def task_id_for(collected: RoundCollected, index: Optional[int]) -> Any:
@@ -2984,8 +3272,14 @@ def assemble_results(
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
+    first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
+    first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
+    figures = batch_figures(rows, len(failed))
     return Results(
-        **batch_figures(rows, len(failed)),
+        **figures,
+        **first_reward,
+        figure_sources=dict(sorted(FIGURE_SOURCES.items())),
+        notes=figure_notes(figures, rows, settings.max_failed_episodes),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         failed_episodes=failed,
@@ -3033,7 +3327,9 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
     breaches = []
     for metric, limit in sorted(thresholds.items()):
         value = json_number(results.get(metric))
-        if value is not None and value > limit:
+        if value is None:  # a budget is never met by a figure nobody measured
+            breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
+        elif value > limit:
             breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
     return breaches
 
@@ -3447,13 +3743,14 @@ def _resolution(clocks: Clocks) -> float:
 
 def clocked_text(value: Optional[float], clocks: Clocks) -> str:
     """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
-    ("0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
     the guide prints them), 10 ms steps for clock ticks, else _seconds."""
     if value is None:
         return "-"
     resolution = _resolution(clocks)
     if resolution >= 1:
-        return f"{_number(value, 0 if clocks[0] == clocks[1] else 1)} s"
+        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
+        return f"{_number(value, 0 if whole else 1)} s"
     if resolution >= 0.01:
         return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
     return _seconds(value)
@@ -3489,18 +3786,27 @@ def clock_text(figure: str) -> str:
     return clocks_text(FIGURE_CLOCKS[figure])
 
 
-def _figure_table(header: Sequence[str], rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]]) -> List[str]:
-    """Lines of figures: a label, each value formatted by its clocks, then those clocks; a row
-    with a negative value is marked "*", and a note under the table says why it can be."""
+def _figure_table(
+    header: Sequence[str],
+    rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]],
+    sources: Optional[Sequence[str]] = None,
+) -> List[str]:
+    """Lines of figures: a label, each value formatted by its clocks, who measured it (`sources`,
+    when given: FIGURE_SOURCES), then its clocks; a row with a negative value is marked "*", and a
+    note under the table says why it can be."""
     cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
     width = max(len(line[0]) for line in [list(header), *cells]) + 1
     value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
-    lines = ["".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), "  clock"])]
+    by = [f"  {source:<{max(len(s) for s in [*sources, 'by'])}}" for source in ["by", *sources]] if sources else []
+    lines = [
+        "".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), *by[:1], "  clock"])
+    ]
     notes: List[str] = []
-    for (label, clocks, _), line in zip(rows, cells):
+    for number, ((label, clocks, _), line) in enumerate(zip(rows, cells)):
         negative = any(text.startswith("-") and text != "-" for text in line[1:])
         lines.append(
             "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
+            + (by[number + 1] if by else "")
             + f"  {clocks_text(clocks)}{' *' if negative else ''}"
         )
         if negative:
@@ -3550,12 +3856,8 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             f"worker {results['worker']}: reward mean {results.get('reward_mean')!r}, "
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
         )
-    left_out = results.get("failed_episodes") or []
-    if left_out:
-        lines.append(
-            f"{len(left_out)} failed episode(s) left out of the reward figures "
-            f"(--max-failed-episodes {results.get('max_failed_episodes')}); see failed_episodes in results.json"
-        )
+    for note in results.get("notes") or []:
+        lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
     queued_for, client_queued_for = (json_number(results.get(key)) for key in QUEUE_FIGURES)
     if client_queued_for is not None or (queued_for or 0) > 0:
         api_wait = "unknown" if queued_for is None else f"{queued_for:.0f} s"
@@ -3567,11 +3869,14 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
         ("Job created -> all rewards", "batch_to_all_rewards_seconds"),
+        ("Job created -> all containers started", "batch_to_all_started_seconds"),
+        ("Job created -> all containers finished", "batch_to_all_finished_seconds"),
         ("client submit -> Job Complete observed", "client_job_complete_seconds"),
     ]
     lines += _figure_table(
         ["batch figure", "value"],
         [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
+        [FIGURE_SOURCES[key] for _, key in batch],
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
@@ -3620,9 +3925,13 @@ def startup_source_lines(results: Results) -> List[str]:
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
         f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
     )
-    lines.append(
-        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared, "
-        f"{kernels.count(None)} unknown"
+    disagree = sum(1 for row in rows if row.get("clock_note"))
+    lines += wrap_text(
+        f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
+        f"the pod, or restored from a snapshot), {kernels.count(None)} unknown"
+        + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
+        SUMMARY_WIDTH,
+        "  ",
     )
     return lines
 
@@ -3641,20 +3950,24 @@ def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str
         return []
     lines = [
         "",
-        f"{'runtime operation (kubelet, handler ' + (operations.get('handler') or '(default)') + ')':<44}"
+        f"{'runtime operation (kubelet)':<44}"
         f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
     ]
     pooled = operations.get("pooled") or {}
-    for operation, *_ in KUBELET_OPERATIONS:
-        figures = pooled.get(operation)
+    crosscheck = operations.get("sandbox_crosscheck")
+    handler = f"{HANDLER_SANDBOX} {operations.get('handler') or '(default)'} (cross-check)"
+    rows = [(operation, pooled.get(operation)) for operation, *_ in KUBELET_OPERATIONS]
+    for label, figures in [*rows, (handler, crosscheck["handler_figures"] if crosscheck else None)]:
         if not figures:
-            lines.append(f"{operation:<44}{'-':>7}")
+            lines.append(f"{label:<44}{'-':>7}")
             continue
         lines.append(
-            f"{operation:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
+            f"{label:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
             f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
             f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
         )
+    if crosscheck and crosscheck["note"]:
+        lines += wrap_text(f"  note: {crosscheck['note']}", SUMMARY_WIDTH, "    ")
     for node, entry in sorted((operations.get("nodes") or {}).items()):
         if entry.get("note"):
             lines.append(f"  node {node}: {entry['note']}")
@@ -3673,15 +3986,16 @@ def markdown_summary(results: Results) -> str:
         f"### rl-batch-demo: {results['successful_episodes']}/{results['episodes']} episodes, "
         f"reward sum {results['reward_sum']}",
         "",
-        "| figure | value | clock |",
-        "| --- | --- | --- |",
+        "| figure | value | measured by | clock |",
+        "| --- | --- | --- | --- |",
     ]
     for key in THRESHOLD_METRICS:
-        lines.append(f"| {key} | {figure_text(json_number(results.get(key)), key)} | {clock_text(key)} |")
+        value = figure_text(json_number(results.get(key)), key)
+        lines.append(f"| {key} | {value} | {FIGURE_SOURCES[key]} | {clock_text(key)} |")
     lines += [
-        f"| runtime | {results['runtime'] or '(none)'} | |",
-        f"| parallelism | {results['parallelism']} | |",
-        f"| namespace | {results['namespace']} | |",
+        f"| runtime | {results['runtime'] or '(none)'} | | |",
+        f"| parallelism | {results['parallelism']} | | |",
+        f"| namespace | {results['namespace']} | | |",
     ]
     return "\n".join(lines) + "\n"
 
@@ -3797,7 +4111,7 @@ def _finite_seconds(value: Any) -> float:
 
 
 def _pod_seconds(pod: KubeObject) -> float:
-    """Pod created -> container finished, from the API server's whole-second stamps (0 if unknown)."""
+    """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
         created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
         terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
@@ -3898,8 +4212,9 @@ def junit_suites(
         value = results.get(metric) if results is not None else None
         if results is None:
             last.append(_case(classname, name, 0.0, "skipped", "not judged: the run did not validate"))
-        elif finite_number(value) is None:
-            last.append(_case(classname, name, 0.0, "skipped", f"{metric} is not in results.json"))
+        elif finite_number(value) is None:  # unknown: breached, as check_thresholds judges it
+            [breach] = check_thresholds(results, {metric: limit})
+            last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breach}", breach))
         else:
             breaches = check_thresholds(results, {metric: limit})
             figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
@@ -5459,6 +5774,80 @@ def release_output(output: Path) -> None:
         output.rmdir()
 
 
+class RewardsWriter:
+    """DIR/rewards.jsonl, appended to as verdicts are known and never rewritten (docs/outputs.md).
+
+    Each line is one write of its whole text to a file opened for appending, and a batch of lines
+    is fsynced before anyone is told of them (`on_reward`, the Python API's seam), so a reader
+    (`tail -f`) sees the lines in the order they were known, and after a crash only the last line
+    can be incomplete: it lacks its newline, and a reader skips it. After a failed write nothing
+    more is written: the run ends with that error (an OSError naming the file)."""
+
+    def __init__(self, path: Path, on_reward: Optional[Callable[[RewardLine], None]] = None) -> None:
+        self.path = path
+        self.on_reward = on_reward
+        self.descriptor: Optional[int] = None
+        self.failed = False
+        self.lock = threading.Lock()  # one writer at a time, whichever thread knows a verdict
+
+    def open(self) -> None:
+        """Create the file, empty, where the run's output directory (fresh, claimed) has none."""
+        try:
+            self.descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)  # the file's name survives a crash too
+            finally:
+                os.close(directory)
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, str(self.path)) from None
+
+    def append(self, lines: Sequence[RewardLine]) -> None:
+        if not lines:
+            return
+        with self.lock:
+            if self.descriptor is None or self.failed:
+                raise OSError(errno.EIO, "an earlier write failed" if self.failed else "not open", str(self.path))
+            try:
+                for line in lines:
+                    data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
+                    while data:
+                        data = data[os.write(self.descriptor, data) :]
+                os.fsync(self.descriptor)
+            except OSError as error:
+                self.failed = True
+                raise OSError(error.errno, error.strerror, str(self.path)) from None
+        if self.on_reward is not None:
+            for line in lines:
+                self.on_reward(line.copy())  # the caller's own copy: the run keeps its record of each pod
+
+    def close(self) -> None:
+        if self.descriptor is not None:
+            os.close(self.descriptor)
+            self.descriptor = None
+
+
+def read_reward_lines(path: Path) -> List[RewardLine]:
+    """rewards.jsonl as a reader should take it (docs/outputs.md), at any moment of a run or after
+    it: every complete line, in order; a last piece without its newline (a write going on, or a
+    crash mid-write) is not a line yet. A line that is not one of this tool's is bad input."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DemoError(f"cannot read {path} ({error.strerror or error})", EXIT_USAGE) from None
+    lines: List[RewardLine] = []
+    for number, raw in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
+        try:
+            value = json.loads(raw.decode("utf-8", "replace"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            value = None
+        problem = schema_problem(value, RewardLine) if isinstance(value, dict) else "not a JSON object"
+        if problem:
+            raise DemoError(f"{path} line {number} is not a rewards line of this tool: {problem}", EXIT_USAGE)
+        lines.append(typing.cast(RewardLine, value))
+    return lines
+
+
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
@@ -5640,6 +6029,7 @@ def wait_for_job(
     submitted: float,
     progress: Progress,
     stop: Optional[threading.Event] = None,
+    on_pod: Optional[Callable[[KubeObject], None]] = None,
     pod_spec: Optional[KubeObject] = None,
     run_seconds: float = 0.0,
 ) -> RoundObservation:
@@ -5650,10 +6040,11 @@ def wait_for_job(
     prints every event, where a single object's watch drops its first one (kubectl get.go watch()),
     and with it a change made between its GET and its watch, such as a quick Job's Complete. The
     events carry the client clock of their arrival, so the decision is seen within milliseconds of
-    the API server sending it. A Job created suspended (`job`, as the API server stored it) waits in
-    its queue, shown as queued; once resumed it has `run_seconds` more (activeDeadlineSeconds counts
-    from then). `pod_spec` is the pod spec the run submitted: a pod that runs something else (a
-    sidecar injected, a container changed) raises JobRefused."""
+    the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
+    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
+    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
+    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
+    that runs something else (a sidecar injected, a container changed) raises JobRefused."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
     sink: queue.Queue[Any] = queue.Queue()
@@ -5688,6 +6079,8 @@ def wait_for_job(
             record_pod_sighting(sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 last_pods[pod_name] = pod  # type: ignore[assignment]
+                if on_pod is not None:
+                    on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
             deleted = True
 
@@ -5897,7 +6290,7 @@ def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -
             pending.put(node)
         else:
             readings[node] = KubeletReading({}, "not a valid node name")
-    families = {family for _, family, _, _ in KUBELET_OPERATIONS}
+    families = {HANDLER_SANDBOX_FAMILY, *(family for _, family, _, _ in KUBELET_OPERATIONS)}
 
     def work() -> None:
         while True:
@@ -6026,6 +6419,139 @@ def prepare_measured_image(
 # above.
 
 
+class RoundRewards:
+    """One measured round's lines of rewards.jsonl (docs/outputs.md): each episode's as soon as the
+    pod watch shows its pod terminated (provisional_episode), in the order they are known; once the
+    round is analysed, the lines that make the file agree with it (reconciling_lines); when the
+    round fails or the run stops before that, a retraction of each reward line it wrote.
+
+    An episode of a Job that is not Indexed is numbered by its pod's place in creation order,
+    settled only once the watch has shown all of the Job's pods: until then its line waits (with
+    parallelism below the count, until the last pod is created)."""
+
+    def __init__(self, writer: RewardsWriter, settings: RunSettings, round_number: int, round_dir: Path) -> None:
+        self.writer = writer
+        self.settings = settings
+        self.round_number = round_number
+        self.round_dir = round_dir
+        self.job_name = ""
+        self.job_uid = ""
+        self.job_created_at = 0.0
+        self.submitted = 0.0  # the client's monotonic clock just before the Job's create
+        self.pods: Dict[str, KubeObject] = {}  # each of the Job's pods as last watched
+        self.positions: Dict[str, int] = {}  # not Indexed: each pod's place in creation order, once all are seen
+        self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
+        self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
+        self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+
+    def job_created(self, job: KubeObject, submitted: float) -> None:
+        self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        self.job_created_at = creation_time(job, "the Job")
+        self.submitted = submitted
+
+    def _inspect(self, name: str) -> str:
+        return f"{self.round_dir}/{name}.log and pods.json"
+
+    def _identity(self, name: str) -> Tuple[Optional[int], Any]:
+        """An episode's index and task id, as far as the watched pods tell (None: not known)."""
+        index = self.positions.get(name)
+        pod = self.pods.get(name)
+        if self.settings.indexed and pod is not None:
+            try:
+                index = pod_index(pod, self.settings.count, self._inspect(name))
+            except EpisodeInvalid:
+                index = None
+        tasks = self.settings.tasks
+        if index is not None and tasks is not None and index < len(tasks):
+            return index, task_id_of(tasks[index], index)
+        return index, index
+
+    def pod_seen(self, pod: KubeObject) -> None:
+        """wait_for_job's hook: each pod as the watch delivers it."""
+        metadata = pod.get("metadata")
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
+            return
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name or name in self.last or not pod_belongs_to(pod, self.job_uid):
+            return
+        new = name not in self.pods
+        self.pods[name] = pod
+        known = time.monotonic()
+        if self.settings.indexed:
+            judged = [self._judge(name, pod)]
+        else:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                self.waiting[name] = pod
+            if new and len(self.pods) >= self.settings.count:
+                order = sorted(
+                    self.pods, key=lambda each: (str(self.pods[each]["metadata"].get("creationTimestamp") or ""), each)
+                )
+                self.positions = {each: position for position, each in enumerate(order)}
+            judged = (
+                [self._judge(waiting, self.waiting.pop(waiting)) for waiting in list(self.waiting)]
+                if self.positions
+                else []
+            )
+        self._write([line for line in judged if line is not None], known)  # the pods that waited: one fsync
+
+    def _judge(self, name: str, pod: KubeObject) -> Optional[RewardLine]:
+        """The pod's line, if its verdict is known (provisional_episode)."""
+        settings = self.settings
+        known_at = time.time()
+        index, task_id = self._identity(name)
+        try:
+            row = provisional_episode(
+                pod, settings.count, settings.indexed, self.job_created_at, settings.builtin_worker, self._inspect(name)
+            )
+        except EpisodeInvalid as invalid:
+            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)
+        if row is None:
+            return None
+        assert index is not None  # Indexed: its annotation is valid; else its place is settled
+        row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
+        return reward_line(row, known_at)
+
+    def _write(self, lines: List[RewardLine], known: float) -> None:
+        for line in lines:  # recorded first: a line on disk is always one the run can retract
+            self.last[line["pod"]] = line
+            if stands_as_reward(line):
+                self.reward_known.setdefault(line["pod"], known)
+        self.writer.append(lines)
+
+    def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        """The round's analysis stands: append what the file lacks, and time its first reward."""
+        known_at, known = time.time(), time.monotonic()
+        self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
+        first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
+        if first is not None:  # every validated episode has its reward line by now
+            figures["client_first_reward_seconds"] = first - self.submitted
+
+    def failed(self, error: BaseException) -> None:
+        """The round failed, or the run stopped, before its analysis accepted it: retract its
+        reward lines (the episode the failure names with its own rule). Best effort: the error
+        that got here is the one the run reports."""
+        if isinstance(error, KeyboardInterrupt):
+            failure = "the run was interrupted before its round was validated"
+        elif isinstance(error, DemoError):
+            failure = f"its round failed: {error}"
+        else:
+            failure = f"the run stopped before its round was validated ({error!r})"
+        known_at = time.time()
+        lines: List[RewardLine] = []
+        named = error.pod if isinstance(error, EpisodeInvalid) else None
+        if isinstance(error, EpisodeInvalid):
+            own = self.last.get(error.pod)
+            if own is None:
+                lines.append(
+                    failure_line(self.round_number, *self._identity(error.pod), error.pod, error.rule, known_at)
+                )
+            elif stands_as_reward(own):
+                lines.append(retraction_of(own, error.rule, known_at))
+        lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
+        with contextlib.suppress(Exception):  # a disk that failed already, or the caller's on_reward
+            self._write(lines, time.monotonic())
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -6045,6 +6571,7 @@ class BatchRun:
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
+        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
 
     def execute(self) -> Results:
         self.preflight()
@@ -6053,11 +6580,13 @@ class BatchRun:
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
-        played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+        self.rewards.open()  # empty until the first measured round's first verdict
+        try:
+            played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+        finally:
+            self.rewards.close()
         rows = [row for round_rows, _ in played for row in round_rows]
         rounds = [figures for _, figures in played]
-        failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
-        write_atomic(self.settings.output / REWARDS_FILE, rewards_jsonl(rows, failed))
         kubelet: KubeletFigures = {}
         if kubelets_before is not None:
             expected = expected_operations(rows)
@@ -6176,7 +6705,16 @@ class BatchRun:
         round_dir = self.settings.round_dir(round_number)
         self.current_dir, self.current_job = round_dir, None
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
-        return self.run_job(round_number, name, round_dir, manifest, self.settings.count, self.progress)
+        rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
+        try:
+            rows, figures = self.run_job(
+                round_number, name, round_dir, manifest, self.settings.count, self.progress, rewards
+            )
+        except BaseException as error:
+            rewards.failed(error)
+            raise
+        rewards.analysed(rows, figures)
+        return rows, figures
 
     def run_one_episode_job(
         self, name: str, job_dir: Path, manifest: KubeObject, interrupt_dir: Path
@@ -6186,9 +6724,17 @@ class BatchRun:
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
     def run_job(
-        self, round_number: int, name: str, round_dir: Path, manifest: KubeObject, count: int, progress: Progress
+        self,
+        round_number: int,
+        name: str,
+        round_dir: Path,
+        manifest: KubeObject,
+        count: int,
+        progress: Progress,
+        rewards: Optional[RoundRewards] = None,
     ) -> Tuple[List[EpisodeRow], RoundResult]:
-        """Create one Job, wait for it, save every diagnostic, then analyse it."""
+        """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
+        analyse it."""
         settings = self.settings
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
@@ -6213,6 +6759,8 @@ class BatchRun:
         pod_spec = manifest["spec"]["template"]["spec"]
         try:
             self.refuse_changed_job(pod_spec, job)
+            if rewards is not None:
+                rewards.job_created(job, submitted)
             observation = wait_for_job(
                 self.kubectl,
                 self.namespace,
@@ -6221,6 +6769,7 @@ class BatchRun:
                 submitted,
                 progress,
                 self.stop,
+                on_pod=rewards.pod_seen if rewards is not None else None,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
@@ -7617,27 +8166,33 @@ import os  # noqa: E402  (already loaded by the interpreter's start: costs nothi
 
 
 def proc_clocks(proc):
-    """(process start, kernel boot), epoch seconds by the node's clock, from /proc alone: the
-    process's starttime (clock ticks since boot, /proc/self/stat field 22) on the kernel's boot
-    clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is unreadable.
+    """(process start, kernel boot, disagreement), epoch seconds by the node's clock, from /proc
+    alone: the process's starttime (clock ticks since boot, /proc/self/stat field 22) on the
+    kernel's boot clock (/proc/uptime), so a stepped wall clock cannot move it. None where /proc is
+    unreadable. When /proc/uptime is shorter than the process's start after boot, it is not the
+    kernel's (LXCFS and Sysbox make it the container's age, but leave /proc/self/stat on the host's
+    boot clock): both times are None, and the disagreement holds the two readings.
     RL_DEMO_PROC names another /proc, for tests and simulations only."""
     try:
         with open(proc + "/uptime") as uptime_file:
             uptime = float(uptime_file.read().split()[0])
         booted = time.time() - uptime
     except (OSError, ValueError, IndexError):
-        return None, None
+        return None, None, None
     try:
         with open(proc + "/self/stat") as stat_file:
             stat = stat_file.read()
         ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "pid (comm) ": state is field 3
-        started = booted + ticks / os.sysconf("SC_CLK_TCK")
+        hertz = os.sysconf("SC_CLK_TCK")
+        after_boot = ticks / hertz
     except (OSError, ValueError, IndexError, ZeroDivisionError):
-        started = None
-    return started, booted
+        return None, booted, None
+    if after_boot > uptime + 2 / hertz:  # both are truncated to a tick: two ticks of slack
+        return None, None, {"uptime_seconds": uptime, "started_after_boot_seconds": after_boot}
+    return booted + after_boot, booted, None
 
 
-PROCESS_STARTED_AT, KERNEL_BOOTED_AT = proc_clocks(os.environ.get("RL_DEMO_PROC", "/proc"))
+PROCESS_STARTED_AT, KERNEL_BOOTED_AT, PROC_CLOCKS_DISAGREE = proc_clocks(os.environ.get("RL_DEMO_PROC", "/proc"))
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -8146,6 +8701,7 @@ def episode(fields):
         "ready",
         process_started_at=PROCESS_STARTED_AT,
         kernel_booted_at=KERNEL_BOOTED_AT,
+        proc_clocks_disagree=PROC_CLOCKS_DISAGREE,
         first_statement_at=STARTED_AT,
         imports_done_at=IMPORTS_DONE_AT,
     )

@@ -8,7 +8,11 @@ Prints, for N = 10 and 100 episodes run end to end against the fake (change with
   * watch latency: from the moment the fake wrote the job controller's decision (SuccessCriteriaMet,
     just before Complete) to the moment the client saw it (the guide's script: Complete, by its poll);
   * collect-and-analyse time: from the client seeing Complete to results.json on disk;
-then the client's analysis alone (no kubectl) for 10, 100 and 1000 episodes (--analyse), which
+  * first reward: from the first pod's end (as the fake recorded it) to its line of rewards.jsonl,
+    and the run's client_first_reward_seconds (Job create -> first reward known);
+then the client's analysis alone (no kubectl) for 10, 100 and 1000 episodes (--analyse), and the
+cost of writing their rewards as their pods end (validation from the termination message, one
+append and fsync per line: it happens while the run waits), which
 isolates the client's share of a large run (end to end, 1,000 episodes against the fake take about
 two minutes, most of it running the episodes on this machine); and the time
 `python3 rl_batch_demo.py --help` takes, beside a bare interpreter's start; the kubectl process
@@ -115,6 +119,8 @@ def run_once(
         results = rl_batch_demo.load_results(output)  # checked against the schema, as compare reads it
         written_at = (output / "results.json").stat().st_mtime
         decided_at = cluster.job_decided_at(results["namespace"], "rollout")  # the tool acts on the decision
+        ended = cluster.pod_records(results["namespace"], "rollout")
+        first_line = rl_batch_demo.read_reward_lines(output / rl_batch_demo.REWARDS_FILE)[0]
         return {
             "episodes": count,
             "parallelism": parallelism,
@@ -123,6 +129,8 @@ def run_once(
             "watch_latency_seconds": results["client_observed_complete_at"] - decided_at,
             "complete_to_results_seconds": written_at - results["client_observed_complete_at"],
             "client_job_complete_seconds": results["client_job_complete_seconds"],
+            "first_end_to_line_seconds": first_line["known_at"] - min(r["terminated_at"] for r in ended.values()),
+            "client_first_reward_seconds": results["client_first_reward_seconds"],
         }
     finally:
         cluster.close()
@@ -228,6 +236,36 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     with contextlib.redirect_stdout(io.StringIO()):
         rl_batch_demo.publish(results, settings)
     return {"cpu": time.process_time() - cpu_before, "wall": time.perf_counter() - wall_before}
+
+
+def stream_only(count: int, scratch: Path) -> Dict[str, float]:
+    """The client's work while it waits, as each of `count` terminated pods arrives from the pod
+    watch: validate it from its termination message and append its line to rewards.jsonl (one
+    write and one fsync each), as RoundRewards does in `run`."""
+    (scratch / "stream").mkdir(exist_ok=True)
+    listing, job = synthetic_listing(count, scratch / "stream")
+    output = scratch / f"stream-{count}"
+    output.mkdir()
+    args = rl_batch_demo.build_parser().parse_args(
+        ["run", "--output", str(output), "--count", str(count), "--allow-large", "--quiet"]
+    )
+    settings = rl_batch_demo.run_settings(args)
+    pods, _ = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
+    writer = rl_batch_demo.RewardsWriter(output / rl_batch_demo.REWARDS_FILE)
+    writer.open()
+    rewards = rl_batch_demo.RoundRewards(writer, settings, 1, output)
+    rewards.job_created(job, time.monotonic())
+    for pod in pods:  # each pod running first, so that every place in creation order is settled
+        rewards.pod_seen(dict(pod, status={"phase": "Running"}))
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
+    for pod in pods:  # then each ends, one watch event at a time
+        rewards.pod_seen(pod)
+    cpu, wall = time.process_time() - cpu_before, time.perf_counter() - wall_before
+    writer.close()
+    lines = rl_batch_demo.read_reward_lines(output / rl_batch_demo.REWARDS_FILE)
+    if len(lines) != count:
+        raise SystemExit(f"streaming {count} pods wrote {len(lines)} lines")
+    return {"cpu": cpu, "wall": wall}
 
 
 # --------------------------------------------------------------------------- 1 GB of log
@@ -522,6 +560,8 @@ def main() -> int:
         "watch latency s",
         "Complete->results s",
         "client wait s",
+        "1st end->line s",
+        "1st reward s",
     )
     print("  ".join(f"{column:>19}" for column in header))
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as scratch:
@@ -540,6 +580,8 @@ def main() -> int:
                         figures["watch_latency_seconds"],
                         figures["complete_to_results_seconds"],
                         figures["client_job_complete_seconds"],
+                        figures["first_end_to_line_seconds"],
+                        figures["client_first_reward_seconds"],
                     )
                 )
                 + ("  (stand-in worker)" if stand_in else "")
@@ -556,6 +598,11 @@ def main() -> int:
         print("analysis only (parse the pod listing, save diagnostics, validate, write results and timeline):")
         for size in (int(size) for size in args.analyse.split(",") if size):
             timing = analyse_only(size, Path(scratch))
+            print(f"{size:>19}  episodes: {timing['cpu']:.3f} s client CPU, {timing['wall']:.3f} s wall")
+        print()
+        print("rewards as pods end (validate from the termination message, append and fsync each line):")
+        for size in (int(size) for size in args.analyse.split(",") if size):
+            timing = stream_only(size, Path(scratch))
             print(f"{size:>19}  episodes: {timing['cpu']:.3f} s client CPU, {timing['wall']:.3f} s wall")
         if GUIDE_COUNT not in processes:
             processes[GUIDE_COUNT] = run_once(GUIDE_COUNT, Path(scratch))["kubectl_processes"]

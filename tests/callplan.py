@@ -33,10 +33,11 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import rl_batch_demo as demo
 from tests import records
@@ -128,11 +129,14 @@ def as_json(obj: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-    """Part of a watch's stream, written after `wait_for` (a signal) and `delay` seconds."""
+    """Part of a watch's stream, written after `wait_for` (a signal) and `delay` seconds; with a
+    `snapshot` (path, lines, name), once that file holds that many lines (or the stub gave up
+    waiting): KubectlStub.snapshot(name) is then what it held, read while the tool waited."""
 
     data: str
     wait_for: Optional[str] = None
     delay: float = 0.0
+    snapshot: Optional[Tuple[str, int, str]] = None
 
 
 def watch_event(kind: str, obj: Dict[str, Any], **options: Any) -> Chunk:
@@ -156,6 +160,9 @@ class Call:
     wait_for: str = ""  # answer only once this signal exists
     repeat: bool = False  # answer every further call with the same argv too
     optional: bool = False  # the tool may end it before it starts (a watch closed at once): not left over
+    # A watch's --request-timeout is the time the client has left (rl_batch_demo.wait_for_job):
+    # the stub also accepts fewer seconds, by at most those passed since expect() planned it.
+    counts_down: bool = False
 
     def failing(self, stderr: str, exit: int = 1, stdout: str = "") -> Call:
         """The same call answered with an error (kubectl prints the server's message, exit 1)."""
@@ -258,7 +265,7 @@ class Cluster:
             namespace=NAMESPACE,
             request_timeout=f"{seconds}s",
         )
-        return Call(argv, chunks=tuple(chunks), hold=hold, name=name)
+        return Call(argv, chunks=tuple(chunks), hold=hold, name=name, counts_down=True)
 
     def logs_by_selector(self, selector: str, pod_count: int, text: str) -> Call:
         argv = self.args(
@@ -512,6 +519,7 @@ class KubectlStub:
         self.directory.mkdir(parents=True)
         self.bin_dir.mkdir()
         self.plan: List[Call] = []
+        self.planned_at: List[float] = []  # time.monotonic() when each call was planned
         self.groups = 0
         self._write_plan()
         (self.bin_dir / "kubectl").symlink_to(stub_wrapper())
@@ -532,6 +540,7 @@ class KubectlStub:
         def local(name: Optional[str]) -> Optional[str]:
             return group + name if name else name
 
+        planned_at = time.monotonic()  # the system-wide clock the stub reads too
         for call in calls:
             self.plan.append(
                 dataclasses.replace(
@@ -541,10 +550,14 @@ class KubectlStub:
                     chunks=tuple(dataclasses.replace(chunk, wait_for=local(chunk.wait_for)) for chunk in call.chunks),
                 )
             )
+            self.planned_at.append(planned_at)
         self._write_plan()
 
     def _write_plan(self) -> None:
         entries = [call.to_json() for call in self.plan]
+        for entry, call, planned_at in zip(entries, self.plan, self.planned_at):
+            if call.counts_down:
+                entry["counts_down_since"] = planned_at
         (self.directory / "plan").write_bytes(marshal.dumps(entries))  # what the stub reads
         (self.directory / "plan.json").write_text(json.dumps(entries, indent=1))  # for people debugging
 
@@ -560,10 +573,16 @@ class KubectlStub:
         return records
 
     def calls(self) -> List[List[str]]:
-        return [record["argv"] for record in self.records()]
+        """The argv of each call made (a call's later record of a signal that never came aside)."""
+        return [record["argv"] for record in self.records() if "signal" not in record]
 
     def problems(self) -> List[str]:
         return [record["problem"] for record in self.records() if record["problem"]]
+
+    def snapshot(self, name: str) -> Optional[bytes]:
+        """What a chunk's `snapshot` copied, or None when the file did not exist then."""
+        path = self.directory / "snapshots" / name
+        return path.read_bytes() if path.exists() else None
 
     def leftover(self) -> List[Call]:
         path = self.directory / "consumed"

@@ -104,9 +104,14 @@ Sandbox start-up (``pod_records`` shows what the fake decided for each pod):
     0.3 s after its creationTimestamp (the container starts only after that); the worker's
     start ticks put its process start a recorded ``kernel_boot_to_process_start_seconds``
     after the boot.  Without it the worker sees the host's kernel ("shared").
+``lxcfs``: true: each pod gets the /proc of a runc container under LXCFS or Sysbox (env
+    RL_DEMO_PROC): /proc/uptime is the container's age, /proc/self/stat's starttime stays on the
+    host's boot clock (three days of ticks), so the two disagree.
 Kubelet ``/metrics`` (``get --raw /api/v1/nodes/NODE/proxy/metrics``; tests/fakekube/kubelet.py):
     per pod one RunPodSandbox (0.7..0.8 s), CreateContainer (0.015 s), StartContainer (0.18 s)
-    and, if pulled, PullImage, on top of a non-zero baseline; ``kubelet_observations``.
+    and, if pulled, PullImage, on top of a non-zero baseline; ``kubelet_observations``.  The
+    handler family ``kubelet_run_podsandbox_duration_seconds`` holds microseconds unless the
+    node's ``kubelet_version`` (a ``nodes`` entry's key; default v1.32.0) is 1.36 or later.
 ``kubelet_foreign_pods``: N operations of other pods per family on each reading after a
     node's first.  ``kubelet_restart``: true: the kubelet restarts after a node's first
     reading (later readings have lower counters).
@@ -335,7 +340,8 @@ class FakeCluster:
     def pod_records(self, namespace: str, job: str) -> Dict[str, dict]:
         """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),
         ``pull`` ("cached", None for no Pulled event, or the pull's seconds), ``kernel``
-        (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds)."""
+        (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds),
+        ``terminated_at`` (just before its terminated status was written, client clock)."""
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return dict(json.loads(path.read_text()).get("records") or {})
 

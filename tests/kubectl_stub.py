@@ -5,18 +5,25 @@ list of expected calls, into the directory named by $KUBECTL_STUB_DIR and puts a
 wrapper that execs this file first and alone on PATH. Each invocation:
 
 1. takes the lock (fcntl.flock on DIR/lock), finds the first planned entry not yet consumed
-   whose "argv" equals its own argv (everything after `kubectl`), marks it consumed in
-   DIR/consumed and appends its call (argv, stdin, entry index, problem) to DIR/calls;
+   whose "argv" equals its own argv (everything after `kubectl`; a watch's --request-timeout,
+   the time the client has left, may be lower by the seconds passed since the test planned
+   it: see `matches`), marks it consumed in DIR/consumed and appends its call (argv, stdin,
+   entry index, problem) to DIR/calls;
 2. for a call that no entry matches, or whose stdin differs from the entry's, prints
    "kubectl stub: ..." on stderr and exits 1; the test's teardown fails on such a record;
 3. otherwise answers as planned: waits for "wait_for" signals and "sleep" seconds, writes
    "stdout" and "stderr" and exits with "exit"; a watch ("chunks") writes each chunk after its
-   own "wait_for" and "delay", then exits, or with "hold" stays open until killed.
+   own "wait_for" and "delay", then exits, or with "hold" stays open until killed. A chunk with
+   a "snapshot" [PATH, LINES, NAME] first waits (at most SNAPSHOT_WAIT_LIMIT) until the file PATH
+   holds LINES newline-terminated lines and copies what it holds then to DIR/snapshots/NAME
+   (nothing when it does not exist): how a test reads a file the tool writes while it waits.
 
 An entry with a "name" raises the signal NAME.started when it is matched and NAME.done once its
 answer is written (DIR/signals/...), so one process can wait for another: the Job watch's
 Complete event waits until the pod watch has sent its events, as a real API server's order
-would have it. An entry with "repeat" answers any number of calls after the first.
+would have it. A signal that has not come after SIGNAL_WAIT_LIMIT is a problem like an
+unexpected call: recorded in DIR/calls, so the test fails instead of passing 20 s late. An
+entry with "repeat" answers any number of calls after the first.
 
 Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast: its
 state (DIR/plan, DIR/consumed, DIR/calls) is in `marshal` format, which needs no import, and
@@ -33,7 +40,9 @@ import time
 
 STUB_DIR_ENV = "KUBECTL_STUB_DIR"
 SIGNAL_WAIT_LIMIT = 20.0  # a signal that never comes is a test bug: give up and say so
+SIGNAL_WAIT_ENV = "KUBECTL_STUB_SIGNAL_WAIT_SECONDS"  # the stub's own tests shorten it
 HOLD_LIMIT = 120.0  # a held watch the tool forgot to kill ends by itself
+SNAPSHOT_WAIT_LIMIT = 5.0  # a file that does not fill in time is copied as it is: the test says why
 
 
 def load(path: str, default: object) -> object:
@@ -49,6 +58,33 @@ def record(directory: str, entry: object) -> None:
         marshal.dump(entry, stream)
 
 
+TIMEOUT_FLAG = "--request-timeout="
+
+
+def matches(entry: dict, argv: list[str]) -> bool:
+    """The entry's argv exactly; for an entry that "counts_down_since" (a watch whose
+    --request-timeout is the time the client has left), its timeout may be lower by at most the
+    whole seconds passed since the test planned it, never higher."""
+    if entry["argv"] == argv:
+        return True
+    since = entry.get("counts_down_since")
+    if since is None or len(argv) != len(entry["argv"]):
+        return False
+    passed = int(-(-(time.monotonic() - since) // 1))  # whole seconds, rounded up
+    for planned, sent in zip(entry["argv"], argv):
+        if planned == sent:
+            continue
+        if not (planned.startswith(TIMEOUT_FLAG) and sent.startswith(TIMEOUT_FLAG) and sent.endswith("s")):
+            return False
+        try:
+            most, given = int(planned[len(TIMEOUT_FLAG) : -1]), int(sent[len(TIMEOUT_FLAG) : -1])
+        except ValueError:
+            return False
+        if not most - passed <= given <= most:
+            return False
+    return True
+
+
 def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | None, dict, str]:
     """The planned entry for this call (index, entry) or the problem with it, recorded under the lock."""
     with open(os.path.join(directory, "lock"), "w") as lock:
@@ -58,7 +94,7 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
         consumed = load(consumed_path, [])
         assert isinstance(plan, list) and isinstance(consumed, list)
         index = next(
-            (i for i, entry in enumerate(plan) if entry["argv"] == argv and (i not in consumed or entry.get("repeat"))),
+            (i for i, entry in enumerate(plan) if matches(entry, argv) and (i not in consumed or entry.get("repeat"))),
             None,
         )
         problem = ""
@@ -102,28 +138,58 @@ def raise_signal(directory: str, name: str) -> None:
         pass
 
 
-def wait_for(directory: str, name: str | None) -> None:
+def wait_for(directory: str, name: str | None, argv: list[str]) -> None:
+    """Until another call raises the signal `name`. One that never comes is a problem of the
+    plan (or of the tool's order of calls): recorded like an unexpected call, so the test's
+    teardown fails on it instead of the call merely failing after SIGNAL_WAIT_LIMIT."""
     if not name:
         return
     path = os.path.join(directory, "signals", name)
-    deadline = time.monotonic() + SIGNAL_WAIT_LIMIT
+    deadline = time.monotonic() + float(os.environ.get(SIGNAL_WAIT_ENV) or SIGNAL_WAIT_LIMIT)
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            sys.stderr.write(f"kubectl stub: signal {name} never came\n")
+            problem = f"signal {name} never came (kubectl {' '.join(argv)})"
+            with open(os.path.join(directory, "lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                entry = {"argv": argv, "stdin": None, "entry": None, "problem": problem, "pid": os.getpid()}
+                record(directory, dict(entry, signal=name))
+            sys.stderr.write(f"kubectl stub: {problem}\n")
             raise SystemExit(1)
         time.sleep(0.002)
 
 
-def answer(directory: str, entry: dict) -> int:
+def snapshot(directory: str, spec: list | None) -> None:
+    if not spec:
+        return
+    path, lines, name = spec
+    deadline = time.monotonic() + SNAPSHOT_WAIT_LIMIT
+    while True:
+        try:
+            with open(path, "rb") as stream:
+                data: bytes | None = stream.read()
+        except FileNotFoundError:
+            data = None
+        if (data is not None and data.count(b"\n") >= lines) or time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
+    folder = os.path.join(directory, "snapshots")
+    os.makedirs(folder, exist_ok=True)
+    if data is not None:
+        with open(os.path.join(folder, name), "wb") as stream:
+            stream.write(data)
+
+
+def answer(directory: str, entry: dict, argv: list[str]) -> int:
     name = entry.get("name")
     if name:
         raise_signal(directory, name + ".started")
-    wait_for(directory, entry.get("wait_for"))
+    wait_for(directory, entry.get("wait_for"), argv)
     if entry.get("sleep"):
         time.sleep(entry["sleep"])
     out = sys.stdout
     for chunk in entry.get("chunks") or []:
-        wait_for(directory, chunk.get("wait_for"))
+        wait_for(directory, chunk.get("wait_for"), argv)
+        snapshot(directory, chunk.get("snapshot"))
         if chunk.get("delay"):
             time.sleep(chunk["delay"])
         out.write(chunk.get("data", ""))
@@ -149,7 +215,7 @@ def main(argv: list[str]) -> int:
     if problem:
         sys.stderr.write(f"kubectl stub: {problem}\n")
         return 1
-    return answer(directory, entry)
+    return answer(directory, entry, argv)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import unittest
 
 from tests.callplan import Call, CallPlanTestCase, Chunk
+from tests.kubectl_stub import SIGNAL_WAIT_ENV, matches
 
 
 class StubTest(CallPlanTestCase):
@@ -64,6 +66,28 @@ class StubTest(CallPlanTestCase):
         with self.assertRaisesRegex(AssertionError, "did not expect"):
             self.verify_plan()
         self.fresh_stub()
+
+    def test_a_signal_that_never_comes_fails_at_teardown(self) -> None:
+        os.environ[SIGNAL_WAIT_ENV] = "0.1"  # restored with the rest of the sealed environment
+        self.expect(Call(["get", "late"], stdout="never\n", wait_for="nobody.started"))
+        result = self.kubectl("get", "late")
+        self.assertEqual((result.returncode, result.stdout), (1, ""))
+        self.assertIn("signal 1:nobody.started never came (kubectl get late)", result.stderr)
+        self.assertEqual(self.stub.calls(), [["get", "late"]])
+        with self.assertRaisesRegex(AssertionError, "never came"):
+            self.verify_plan()
+        self.fresh_stub()
+
+    def test_a_watchs_request_timeout_may_count_down_by_the_seconds_passed_only(self) -> None:
+        watch = ["--request-timeout=275s", "get", "job", "rollout", "--watch"]
+        planned = {"argv": watch, "counts_down_since": time.monotonic() - 2.5}  # 3 s, rounded up
+        for timeout, accepted in ((275, True), (273, True), (272, True), (271, False), (276, False)):
+            with self.subTest(timeout=timeout):
+                sent = [f"--request-timeout={timeout}s", *watch[1:]]
+                self.assertEqual(matches(planned, sent), accepted)
+        self.assertFalse(matches(planned, ["--request-timeout=274s", "get", "job", "other", "--watch"]))
+        self.assertFalse(matches({"argv": watch}, ["--request-timeout=274s", *watch[1:]]))  # not a countdown
+        self.assertTrue(matches({"argv": watch}, list(watch)))
 
     def test_a_planned_call_never_made_fails_at_teardown(self) -> None:
         self.expect(Call(["get", "never"]))

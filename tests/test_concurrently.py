@@ -163,7 +163,8 @@ class BesideSuiteTest(unittest.TestCase):
         loader = unittest.TestLoader()
         suite = unittest.TestSuite(loader.loadTestsFromTestCase(cls) for cls in (Waits, Interrupted))
         stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), self.assertRaises(KeyboardInterrupt):
+        threads = unittest.mock.patch.dict(os.environ, {concurrently.THREADS_ENV: "2"})  # whatever the suite's
+        with threads, contextlib.redirect_stderr(stderr), self.assertRaises(KeyboardInterrupt):
             concurrently.beside(suite).run(unittest.TestResult())
         self.assertEqual(finished, [], "the runner waited for the background test")
         self.assertIn("abandoning 1 test(s) running in the background", stderr.getvalue())

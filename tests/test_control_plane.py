@@ -326,7 +326,7 @@ class FakeControlPlaneTest(ClusterTestCase):
         self.assertFalse([call for call in self.recorded() if call["argv"][-5:-2] == ["get", "job", "rollout"]])
 
     def test_an_error_event_ends_the_jobs_watch_and_polling_takes_over(self) -> None:
-        result = self.run_in({"watch_error": ["jobs"]})
+        result = self.run_in({"watch_error": ["jobs"], "episode_seconds": 2})  # the Job is not done when watched
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("ended early (ERROR 410: Expired: too old resource version", result.stderr)
 

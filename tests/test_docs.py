@@ -281,5 +281,26 @@ class FieldTablesTest(unittest.TestCase):
         self.assertEqual(named - every_key, set())
 
 
+class FigureSourcesTest(unittest.TestCase):
+    """docs/figures.md marks every figure with who measured it, exactly as FIGURE_SOURCES (and
+    results.json's figure_sources) does: the figure tables' "measured by" column."""
+
+    def test_every_figure_is_marked_as_the_tool_marks_it(self) -> None:
+        lines = (ROOT / "docs" / "figures.md").read_text(encoding="utf-8").splitlines()
+        marked: Dict[str, str] = {}
+        for number, line in enumerate(lines):
+            if not (FIELD_TABLE.match(line) and line.rstrip().endswith("| measured by |")):
+                continue
+            for row in lines[number + 2 :]:
+                if not row.startswith("|"):
+                    break
+                cells = [cell.strip() for cell in row.strip("|").split("|")]
+                for key in re.findall(r"`([^`]+)`", cells[0]):
+                    if key in records.demo.FIGURE_SOURCES:
+                        marked[key] = cells[-1]
+        self.assertEqual(marked, records.demo.FIGURE_SOURCES)
+        self.assertEqual(set(records.demo.FIGURE_SOURCES.values()), {"client", "cluster", "pod"})
+
+
 if __name__ == "__main__":
     unittest.main()

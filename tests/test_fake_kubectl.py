@@ -635,14 +635,19 @@ class FaultTest(FakeKubectlTestCase):
         )
         self.assertIn('"event": "reward"', self.cluster.pod_log(NS, pod["metadata"]["name"]))
 
-    def test_pending_pod_hits_deadline(self) -> None:
-        self.cluster.set_faults({"episode": {"0": "pending"}, "deadline_seconds": 1.5})
-        self.create(setup_manifest())
-        self.create(job_manifest(completions=1, parallelism=1))
+    def first_pod(self) -> dict:
         waited_until = time.monotonic() + 10  # the controller's first pass, however loaded the machine
         while not self.cluster.objects("Pod", NS) and time.monotonic() < waited_until:
             time.sleep(0.02)
-        pod = self.cluster.objects("Pod", NS)[0]
+        return self.cluster.objects("Pod", NS)[0]
+
+    def test_a_pending_pods_log_is_waiting_to_start(self) -> None:
+        # No fault deadline: the Job's own (60 s) is far beyond the read below, however loaded
+        # the machine; the pod stays Pending until the test's end stops the controller.
+        self.cluster.set_faults({"episode": {"0": "pending"}})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
+        pod = self.first_pod()
         self.assertEqual(pod["status"]["phase"], "Pending")
         self.fails(
             "logs",
@@ -654,12 +659,31 @@ class FaultTest(FakeKubectlTestCase):
             stderr=f'Error from server (BadRequest): container "episode" in pod '
             f'"{pod["metadata"]["name"]}" is waiting to start: ContainerCreating',
         )
+
+    def test_pending_pod_hits_deadline(self) -> None:
+        self.cluster.set_faults({"episode": {"0": "pending"}, "deadline_seconds": 1.5})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
         self.cluster.wait_idle(10)
         job = self.job()
         self.assertEqual(job["status"]["conditions"][-1]["reason"], "DeadlineExceeded")
         reasons = [e["reason"] for e in self.cluster.objects("Event", NS)]
         self.assertIn("FailedScheduling", reasons)
         self.assertIn("DeadlineExceeded", reasons)
+
+    def test_a_deadline_reached_before_the_first_sync_still_creates_and_schedules_the_pod(self) -> None:
+        # A loaded machine can start the controller after the deadline; the real one creates the
+        # pods in its first sync anyway, and the scheduler tries each pod that exists.
+        self.cluster.set_faults({"episode": {"0": "pending"}, "deadline_seconds": 0.001})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
+        self.cluster.wait_idle(10)
+        reasons = [e["reason"] for e in self.cluster.objects("Event", NS)]
+        self.assertCountEqual(
+            [r for r in reasons if r in ("SuccessfulCreate", "FailedScheduling", "DeadlineExceeded")],
+            ["SuccessfulCreate", "FailedScheduling", "DeadlineExceeded"],
+        )  # events are listed by name, not in order
+        self.assertEqual(self.job()["status"]["conditions"][-1]["reason"], "DeadlineExceeded")
 
     def test_restricted_namespace_blocks_insecure_pods(self) -> None:
         self.cluster.set_faults({"deadline_seconds": 0.5})
@@ -671,7 +695,9 @@ class FaultTest(FakeKubectlTestCase):
         self.assertEqual(self.cluster.objects("Pod", NS), [])
         failed_create = [e for e in self.cluster.objects("Event", NS) if e["reason"] == "FailedCreate"]
         self.assertIn('violates PodSecurity "restricted:latest"', failed_create[0]["message"])
-        # the same Job with a compliant securityContext runs
+        # the same Job with a compliant securityContext runs, within the Job's own deadline (60 s):
+        # the 0.5 s one above, which a loaded machine's episode could outlast, ends only the blocked Job
+        self.cluster.set_faults({})
         self.create(job_manifest(name="secure", completions=1, parallelism=1, security=True))
         self.cluster.wait_idle(10)
         self.assertEqual(self.job("secure")["status"]["succeeded"], 1)
@@ -681,9 +707,7 @@ class FaultTest(FakeKubectlTestCase):
         self.create(setup_manifest())
         job = self.create(job_manifest(completions=1, parallelism=1))[0]
         self.assertEqual(job["spec"]["selector"]["matchLabels"], {"controller-uid": job["metadata"]["uid"]})
-        deadline = time.time() + 5
-        while not self.cluster.objects("Pod", NS) and time.time() < deadline:
-            time.sleep(0.02)
+        self.first_pod()  # the stuck namespace keeps it, Terminating with its finalizer
         self.ok("delete", "namespace", NS, "--wait=false")
         self.cluster.wait_idle(5)
         ns = json.loads(self.ok("get", "namespace", NS, "-o", "json"))

@@ -49,6 +49,25 @@ INVALID = (
 )
 
 
+# A custom worker (--worker) that runs FORGER_SECONDS but claims its reward 1 ms after its ready, which
+# it claims at its first statement: every figure the pod reports says it was quick.
+FORGER_SECONDS = 5
+FORGER = f"""\
+import json, os, time
+first = time.time()
+episode = os.environ["EPISODE_ID"]
+time.sleep({FORGER_SECONDS})
+events = [
+    {{"event": "ready", "at": first, "episode_id": episode}},
+    {{"event": "reward", "at": first + 0.001, "episode_id": episode, "reward": 1.0}},
+]
+text = "".join(json.dumps(event) + "\\n" for event in events)
+print(text, end="", flush=True)
+with open(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"), "w") as stream:
+    stream.write(text)
+"""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} in a JSON output")
 
@@ -108,6 +127,42 @@ class HostileEpisodeTest(unittest.TestCase):
             lines = summary.read_text(encoding="utf-8").splitlines()
             headings = [line for line in lines if line.startswith("#")]
             self.assertTrue(all(line.startswith("### rl-batch-demo") for line in headings), headings)
+
+    def test_a_forged_reward_time_cannot_pass_a_cluster_observed_budget(self) -> None:
+        """A reward's time is bounded only from above (the container's finish): a pod that works 5 s
+        and claims its reward 1 ms after ready passes a budget on batch_to_all_rewards_seconds. The
+        cluster's batch_to_all_finished_seconds (Job created -> last container finished) holds it."""
+        worker = self.root / "forger.py"
+        worker.write_text(FORGER)
+        cluster = FakeCluster(self.root / "cluster-forger")
+        try:
+            output = self.root / "out-forger"
+            budget = str(FORGER_SECONDS - 1)
+            result = subprocess.run(
+                [
+                    *(sys.executable, SCRIPT, "run", "--count", "2", "--output", str(output), "--quiet", *CLEANUP),
+                    *("--worker", str(worker), "--threshold", f"batch_to_all_rewards_seconds={budget}"),
+                    *("--threshold", f"batch_to_all_finished_seconds={budget}"),
+                ],
+                env=cluster.env(),
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+        finally:
+            cluster.close()
+        stderr = result.stderr.decode("utf-8")
+        self.assertEqual(result.returncode, demo.EXIT_THRESHOLD, stderr)
+        [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("batch_to_all_finished_seconds = ", error)
+        self.assertNotIn("batch_to_all_rewards_seconds", error)  # the forged figure passed its budget
+        results = json.loads((output / "results.json").read_text())
+        self.assertGreaterEqual(results["batch_to_all_finished_seconds"], FORGER_SECONDS)  # whole seconds, >= the sleep
+        self.assertLess(results["batch_to_all_rewards_seconds"], results["batch_to_all_finished_seconds"] - 2)
+        sources = results["figure_sources"]
+        self.assertEqual(
+            (sources["batch_to_all_rewards_seconds"], sources["batch_to_all_finished_seconds"]), ("pod", "cluster")
+        )
 
     def test_noise_is_ignored_and_the_run_succeeds(self) -> None:
         result, output, left = self.run_hostile("noise", list(NOISE))

@@ -867,6 +867,55 @@ class WatchContract(ContractCase):
 
         self.each_kubectl(contract)
 
+    def test_list_watch_prints_each_event_as_it_comes_with_the_whole_terminated_status(self) -> None:
+        """Rewards as they arrive rest on this (RoundRewards, on wait_for_job's pod watch): kubectl
+        prints each event of the pods' watch as soon as it comes (get.go's watch loop prints every
+        event through the printer to an unbuffered os.Stdout), and the object is the pod whole: its
+        terminated state with the termination message. The first event must reach kubectl's
+        stdout before the server even sends the second, two seconds later."""
+        message = '{"event": "reward", "at": 1.5, "reward": 1}\n'
+        ended = pod("p0")
+        ended["status"]["containerStatuses"] = [
+            {"name": CONTAINER, "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}}}
+        ]
+        listed = pod_list([pod("p0", "Running")], resource_version="50")
+        stream = [
+            (0.0, event_line("MODIFIED", whole("Pod", "v1", ended))),
+            (2.0, event_line("MODIFIED", whole("Pod", "v1", pod("p1")))),
+        ]
+        stream.append((0.0, b""))
+
+        def contract(session: Session) -> None:
+            def pods(request: Recorded, match: re.Match[str]) -> Answer:
+                return Answer(200, chunks=stream) if request.query.get("watch") == "true" else Answer(200, listed)
+
+            session.server.route("GET", PODS_PATH, pods)
+            args = self.watch_args("pods", "pods", "-l", SELECTOR)
+            argv = session.kubectl.argv(args, NAMESPACE, request_timeout=self.WATCH_TIMEOUT)
+            env = {"PATH": ENVIRONMENT.get("PATH", os.defpath), "HOME": str(session.directory)}
+            with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as process:
+                assert process.stdout is not None
+                received, arrivals = b"", []  # the bytes, and when each read of them ended
+                while chunk := os.read(process.stdout.fileno(), 65536):
+                    received += chunk
+                    arrivals.append((time.monotonic(), len(received)))
+            text, decoder, documents, position = received.decode(), json.JSONDecoder(), [], 0
+            while text[position:].strip():
+                position += len(text[position:]) - len(text[position:].lstrip())
+                document, position = decoder.raw_decode(text, position)
+                documents.append((document, position))  # position: where the document ends
+            self.assertEqual([d["type"] for d, _ in documents], ["ADDED", "MODIFIED", "MODIFIED"], received[:600])
+            first, first_end = documents[1]
+            self.assertEqual(
+                first["object"]["status"]["containerStatuses"][0]["state"]["terminated"]["message"], message
+            )
+            printed_at = next(at for at, length in arrivals if length >= first_end)  # ASCII: characters are bytes
+            [watch] = [r for r in session.api() if r.query.get("watch") == "true"]
+            self.assertIsNotNone(watch.answered)
+            self.assertLess(printed_at, watch.answered or 0, "kubectl held the first event back")
+
+        self.each_kubectl(contract)
+
 
 class ObjectsContract(ContractCase):
     """create, get, delete, get --raw, config view and version, as the tool runs them."""

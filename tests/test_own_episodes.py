@@ -241,7 +241,7 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         )
         settings = settings_for(4, worker_source=TASK_WORKER, worker_file="task_worker.py", tasks=tuple(TASKS))
         results = demo.assemble_results(settings, "ctx", "ns", "run", rows, [figures])
-        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, figures["failed_episodes"]).splitlines()]
+        lines = demo.reconciling_lines({}, rows, figures["failed_episodes"], 0.0)  # as the file holds the round
         self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
         by_pod = {row["pod"]: row for row in results["pods"]}
         for line in lines:
@@ -448,11 +448,15 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         self.assertEqual(len(results["failed_episodes"]), 2)
         self.assertEqual(results["max_failed_episodes"], 2)
         self.assertEqual(results["worker"], demo.BUILTIN_WORKER)
-        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, results["failed_episodes"]).splitlines()]
+        lines = demo.reconciling_lines({}, rows, results["failed_episodes"], 0.0)
         self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
         self.assertEqual([line["reward"] for line in lines], [0.0, None, 1.0, None])
         self.assertEqual([line["failure"] is None for line in lines], [True, False, True, False])
-        self.assertIn("2 failed episode(s) left out of the reward figures", demo.render_summary(results))
+        self.assertEqual(results["masked_episodes"], 2)
+        [note] = results["notes"]
+        self.assertIn("2 of 4 episodes masked", note)
+        self.assertIn("reward_mean (0.5) are over the 2 unmasked episodes only", note)
+        self.assertIn(f"note: {note}", " ".join(demo.render_summary(results).split()))
         suites = demo.junit_suites(results, [], {}, None)
         skipped = [case for case in suites[0]["cases"] if case["outcome"] == "skipped"]
         self.assertEqual(sorted(case["name"] for case in skipped), ["rollout-1-x", "rollout-3-x"])
@@ -739,7 +743,9 @@ class DocumentedExampleTest(unittest.TestCase):
         tasks_block, worker_block, command_block, rewards_block = self.blocks()[:4]
         tasks = demo.parse_tasks(tasks_block.encode(), "README")
         self.assertIn("--worker my_worker.py --tasks tasks.jsonl", command_block)
-        expected = [json.loads(line) for line in rewards_block.splitlines()]
+        shown = [json.loads(line) for line in rewards_block.splitlines()]  # in the order they were known
+        self.assertEqual([line["known_at"] for line in shown], sorted(line["known_at"] for line in shown))
+        expected = sorted(shown, key=lambda line: line["index"])
         job_created = time.time() - 2
         with tempfile.TemporaryDirectory() as root:
             source = worker_block.replace("/dev/termination-log", str(Path(root, "termination-log")))
@@ -750,8 +756,12 @@ class DocumentedExampleTest(unittest.TestCase):
         logs: Dict[str, Optional[demo.PodLog]] = {ran.name: demo.PodLog(ran.events) for ran in runs}
         collected = collected_for(pods, logs, job_for(job_created), count=len(tasks), tasks=tasks)
         rows, figures = demo.analyse_round(collected, "ns/rollout")
-        lines = [json.loads(line) for line in demo.rewards_jsonl(rows, []).splitlines()]
-        self.assertEqual(lines, expected)
+        lines = demo.reconciling_lines({}, rows, [], 0.0)
+        for line in expected:  # the time each was known differs from run to run
+            self.assertIsInstance(line["known_at"], float)
+        self.assertEqual(
+            [dict(line, known_at=None) for line in lines], [dict(line, known_at=None) for line in expected]
+        )
         self.assertEqual((figures["reward_sum"], figures["reward_min"], figures["reward_max"]), (2.0, 0.0, 1.0))
         self.assertAlmostEqual(figures["reward_mean"], 2 / 3)
 

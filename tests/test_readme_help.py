@@ -12,7 +12,7 @@ exercised here, or by the test named:
   no-cluster command runs end to end in tests/test_demo.py;
 * `kubectl ...` is parsed by kubectl's command line as the fake models it (tests/fakekube/cli.py:
   pflag rules and kubectl v1.32's flags of the commands the tool runs);
-* the test command is the one .ci/run runs;
+* the test command is the one .ci/run runs (through tests/report.py, with the same arguments);
 * the rest is listed in UNCHECKED with the reason; a line that is none of these fails.
 
 Every flag named in inline code exists in the program it belongs to, and every flag the tool
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import rl_batch_demo as demo
-from tests import fakecluster
+from tests import fakecluster, report
 from tests.fakekube import cli as fake_kubectl
 from tests.fakekube.common import KubectlError
 
@@ -68,6 +68,15 @@ OTHER_FLAGS: Dict[str, Dict[str, str]] = {
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9.-]*[a-z0-9]")
 TOOL_PREFIX = re.compile(r"^(?:python3 rl_batch_demo\.py|kubectl rl-batch-demo|rl-batch-demo)(?:\s|$)")
 SHELL_OPERATORS = {">", ">>", "|", "&&", "||", ";", "2>", "2>&1"}
+
+
+def assert_ci_runs_the_test_command(test: unittest.TestCase) -> None:
+    """.ci/run runs TEST_COMMAND through tests/report.py, which hands the same arguments to
+    unittest's own command line (they are its default too) and writes the JSON report CI counts."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    arguments = TEST_COMMAND.split("python3 -m unittest ", 1)[1]
+    test.assertIn(f'\npython3 -m tests.report --json "$logs/report-default.json" {arguments} 2>&1\n', ci)
+    test.assertEqual(" ".join(report.DEFAULT_ARGUMENTS), arguments)
 
 
 def documents() -> List[Path]:
@@ -256,7 +265,7 @@ class DocumentCommandsTest(unittest.TestCase):
         if tokens[0] == "kubectl":
             return self.check_kubectl(where, tokens[1:])
         if words == TEST_COMMAND:
-            self.assertIn(TEST_COMMAND, (ROOT / ".ci" / "run").read_text(encoding="utf-8"))
+            assert_ci_runs_the_test_command(self)
             self.checked += 1
             return None
         for pattern in UNCHECKED:
@@ -298,8 +307,7 @@ class DocumentCommandsTest(unittest.TestCase):
         self.assertEqual(set(UNCHECKED) - self.unchecked_used, set(), "UNCHECKED entries no document uses")
 
     def test_the_test_command_is_the_one_ci_runs(self) -> None:
-        ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-        self.assertIn(TEST_COMMAND, ci)
+        assert_ci_runs_the_test_command(self)
         for readme in ("README.md", "README.zh-CN.md"):
             lines = [line for _, block in code_blocks((ROOT / readme).read_text(encoding="utf-8")) for line in block]
             self.assertTrue(any(line.split("#")[0].strip() == TEST_COMMAND for line in lines), readme)
@@ -350,6 +358,8 @@ class InlineFlagsTest(unittest.TestCase):
                     allowed = known["fakecluster"]
                 elif span.startswith("python3 bench/bench.py"):
                     allowed = known["bench"]
+                elif span.startswith("python3 -m tests.report"):
+                    allowed = set(FLAG.findall(report.USAGE))  # its own two; unittest's come after them
                 elif words[0] in OTHER_FLAGS and words[0] != "kubectl":
                     allowed = set(OTHER_FLAGS[words[0]])
                 elif words[0] == "kubectl":

@@ -134,6 +134,18 @@ class JunitPassingTest(unittest.TestCase):
         properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
         self.assertEqual(properties, {"job": "rollout", "namespace": "agc-rl-x", "round": "1"})
 
+    def test_a_budget_on_an_unknown_figure_is_a_failure_as_the_exit_code_says(self) -> None:
+        results = passing_results()
+        results["batch_to_all_finished_seconds"] = None  # an episode without finishedAt
+        thresholds = {"batch_to_all_finished_seconds": 10.0}
+        self.assertEqual(len(demo.check_thresholds(results, thresholds)), 1)
+        root = parse_junit(demo.render_junit_xml(demo.junit_suites(results, [], thresholds, None), {}))
+        [case] = [case for case in cases_of(root) if case.get("classname") == "rl-batch-demo.thresholds"]
+        self.assertEqual(outcome(case), "failure")
+        failure = case.find("failure")
+        assert failure is not None
+        self.assertIn("batch_to_all_finished_seconds is unknown", failure.get("message") or "")
+
     def test_rounds_are_suites_and_test_names_are_unique(self) -> None:
         root = parse_junit(demo.render_junit_xml(demo.junit_suites(passing_results(rounds=2), [], {}, None), {}))
         suites = root.findall("testsuite")

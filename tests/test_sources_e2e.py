@@ -115,6 +115,28 @@ class FakeSourcesTest(SourcesTestCase):
             'kubelet_runtime_operations_duration_seconds_bucket{operation_type="pull_image",le="+Inf"}', result.stdout
         )
 
+    def test_run_podsandbox_as_a_135_and_a_136_kubelet_record_it(self) -> None:
+        """instrumented_services.go RunPodSandbox: the operations family always holds the true
+        duration (no handler label); the handler family holds microseconds before 1.36."""
+        nodes = [{"name": "old", "kubelet_version": "v1.35.2"}, {"name": "new", "kubelet_version": "v1.36.0"}]
+        cluster = self.cluster(nodes=nodes)
+        texts = {}
+        for node in ("old", "new"):
+            result = self.kubectl(cluster, "get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics")
+            self.assertEqual(result.returncode, 0, result.stderr)
+            scanner = demo.MetricsScanner([demo.HANDLER_SANDBOX_FAMILY, "kubelet_runtime_operations_duration_seconds"])
+            scanner.feed(result.stdout.encode())
+            texts[node] = demo.kubelet_reading(scanner.finish(), "cube").histograms
+            self.assertIn('kubelet_runtime_operations_total{operation_type="run_podsandbox"} 25\n', result.stdout)
+        for node, handler_mean in (("old", 2e-6), ("new", 0.6)):
+            operation, by_handler = texts[node]["RunPodSandbox"], texts[node][demo.HANDLER_SANDBOX]
+            assert operation is not None and by_handler is not None
+            self.assertEqual((operation.count, by_handler.count), (25, 25))
+            self.assertAlmostEqual(operation.sum / operation.count, 0.6)
+            self.assertAlmostEqual(by_handler.sum / by_handler.count, handler_mean)
+        bounds = [bound for bound, _ in texts["old"]["RunPodSandbox"].buckets][:-1]
+        self.assertEqual(bounds, [0.005 * 2.5**i for i in range(14)])
+
     def test_per_index_fields_are_validated(self) -> None:
         cluster = self.cluster()
         job = json.loads(self.kubectl(cluster, "create", "-f", "-", "-o", "json", stdin=json.dumps(_job())).stdout)
@@ -149,6 +171,7 @@ class IndexedJobTest(SourcesTestCase):
         self.assertEqual(job["spec"]["completionMode"], "Indexed")
         self.assertEqual(job["status"]["completedIndexes"], "0-2")
         rewards = [json.loads(line) for line in (self.out / "rewards.jsonl").read_text().splitlines()]
+        rewards.sort(key=lambda line: line["index"])  # the file is in the order the episodes ended
         self.assertEqual([r["index"] for r in rewards], [0, 1, 2])
         self.assertEqual([r["reward"] for r in rewards], [1.0, 0.0, 1.0])  # task 1's expected answer is wrong
         self.assertEqual([r["info"]["answer"] for r in rewards], [3, 4, 10])
@@ -249,6 +272,11 @@ class SandboxPhasesTest(SourcesTestCase):
             self.assertEqual(pooled["count"], len(seconds), operation)
             self.assertTrue(math.isclose(pooled["mean_seconds"], sum(seconds) / len(seconds), rel_tol=1e-6))
         self.assertEqual(len(observed["RunPodSandbox"]), 3)
+        # the fake's kubelets are v1.32.0: their handler family holds microseconds, said beside the figure
+        crosscheck = operations["sandbox_crosscheck"]
+        self.assertEqual(crosscheck["handler_figures"]["count"], 3)
+        self.assertLess(crosscheck["handler_figures"]["mean_seconds"], 1e-5)
+        self.assertIn("kubernetes/kubernetes#135749", crosscheck["note"])
         self.assertEqual(len(observed["PullImage"]), 1)
         self.assertTrue(all(node["foreign_operations"] == 0 for node in operations["nodes"].values()))
         # the flag's kubectl processes: one list of the nodes, each node read before and after
@@ -256,6 +284,24 @@ class SandboxPhasesTest(SourcesTestCase):
         raw = [c for c in calls if "--raw" in c]
         self.assertEqual(sorted(c[-1] for c in raw), sorted(f"/api/v1/nodes/{n}/proxy/metrics" for n in NODES * 2))
         self.assertEqual(len([c for c in calls if c[-3:] == ["nodes", "-o", "json"]]), 1)
+
+    def test_an_lxcfs_proc_leaves_process_and_kernel_unknown_and_the_run_valid(self) -> None:
+        """LXCFS virtualises /proc/uptime, not /proc/self/stat (lxc/lxcfs proc_uptime_read): the
+        worker's boot clock disagrees with its wall clock. Never an episode failure, a note."""
+        cluster = self.cluster(faults={"lxcfs": True})
+        self.run_tool(cluster, 0, "--count", "2")
+        results = self.results()
+        self.assertEqual(results["successful_episodes"], 2)
+        for row in results["pods"]:
+            self.assertIsNone(row["kernel"])
+            self.assertIsNone(row["process_started_at"])
+            self.assertIsNone(row["pod_to_process_start_seconds"])
+            self.assertIn(
+                "its /proc/uptime (0.00 s) is shorter than its process's start after boot (259200.00 s",
+                row["clock_note"],
+            )
+            self.assertIsNotNone(row["python_import_seconds"])  # the wall clock's figures stand
+        self.assertTrue(any(note.startswith("2 of 2 episodes' sandbox clocks disagree") for note in results["notes"]))
 
     def test_pulled_images_and_scheduled_conditions(self) -> None:
         cluster = self.cluster(faults={"image_pull": "pulled", "scheduled_event_time": "legacy"})

@@ -49,7 +49,7 @@ class FigureTextTest(unittest.TestCase):
 
 class ClockTextTest(unittest.TestCase):
     TABLE = (
-        ("pod_to_container_started_seconds", "API server, 1 s clock"),
+        ("pod_to_container_started_seconds", "mixed: API server 1 s + runtime 1 s"),
         ("kernel_boot_to_process_start_seconds", "kernel ticks, 10 ms clock"),
         ("python_import_seconds", "node clock"),
         ("client_job_complete_seconds", "client clock"),
@@ -57,7 +57,7 @@ class ClockTextTest(unittest.TestCase):
         ("pod_to_process_start_seconds", "mixed: API server 1 s + kernel ticks"),
         ("interpreter_start_seconds", "mixed: kernel ticks 10 ms + node"),
         ("pod_observed_to_ready_seconds", "mixed: client + node"),
-        ("reward_to_finished_seconds", "mixed: node + API server 1 s"),
+        ("reward_to_finished_seconds", "mixed: node + runtime 1 s"),
     )
 
     def test_table(self) -> None:
@@ -90,12 +90,14 @@ class SummaryTest(unittest.TestCase):
     def test_batch_and_phase_lines(self) -> None:
         lines = demo.render_summary(summary_results(same_second_start=True)).splitlines()
         self.assertEqual(
-            lines[3:7],
+            lines[3:9],
             [
-                "batch figure                              value  clock",
-                "Job created -> all episodes ready         5.0 s  mixed: API server 1 s + node",
-                "Job created -> all rewards                5.5 s  mixed: API server 1 s + node",
-                "client submit -> Job Complete observed   9.00 s  client clock",
+                "batch figure                              value  by       clock",
+                "Job created -> all episodes ready         5.0 s  pod      mixed: API server 1 s + node",
+                "Job created -> all rewards                5.5 s  pod      mixed: API server 1 s + node",
+                "Job created -> all containers started       3 s  cluster  mixed: API server 1 s + runtime 1 s",
+                "Job created -> all containers finished      6 s  cluster  mixed: API server 1 s + runtime 1 s",
+                "client submit -> Job Complete observed   9.00 s  client   client clock",
             ],
         )
         header = next(i for i, line in enumerate(lines) if line.startswith("phase (per episode)"))
@@ -107,7 +109,7 @@ class SummaryTest(unittest.TestCase):
                 "pod created -> sandbox kernel booted         -        -        -  "
                 "mixed: API server 1 s + kernel ticks",
                 "sandbox kernel boot -> process start         -        -        -  kernel ticks, 10 ms clock",
-                "pod created -> container started           0 s      0 s      0 s  API server, 1 s clock",
+                "pod created -> container started           0 s      0 s      0 s  mixed: API server 1 s + runtime 1 s",
             ],
         )
         self.assertEqual(
@@ -128,7 +130,7 @@ class SummaryTest(unittest.TestCase):
         lines = demo.render_summary(results).splitlines()
         line = next(line for line in lines if line.startswith("reward -> container finished"))
         self.assertEqual(
-            line, "reward -> container finished            -0.2 s    0.1 s    0.1 s  mixed: node + API server 1 s *"
+            line, "reward -> container finished            -0.2 s    0.1 s    0.1 s  mixed: node + runtime 1 s *"
         )
         note = lines.index(line) + 1
         self.assertEqual(

@@ -470,6 +470,7 @@ class WorkerOnTheFakeTest(unittest.TestCase):
             self.assertEqual(result.returncode, 0, result.stderr)
             rewards = [json.loads(line) for line in (output / "rewards.jsonl").read_text().splitlines()]
             results = json.loads((output / "results.json").read_text())
+        rewards.sort(key=lambda row: row["index"])  # the file is in the order the episodes ended
         self.assertEqual([row["task_id"] for row in rewards], list(SHADOWS))
         for row in rewards:
             with self.subTest(row["task_id"]):

@@ -56,7 +56,7 @@ def make_runtimeclass(name: str, spec: dict) -> dict:
 
 def make_node(spec: dict) -> dict:
     """A Node object from a full object or the shorthand
-    ``{"name", "allocatable", "unschedulable", "labels", "ready", "taints"}``."""
+    ``{"name", "allocatable", "unschedulable", "labels", "ready", "taints", "kubelet_version"}``."""
     if "metadata" in spec:
         node = deep_copy(spec)
         node.setdefault("apiVersion", "v1")
@@ -86,7 +86,7 @@ def make_node(spec: dict) -> dict:
                 }
             ],
             "nodeInfo": {
-                "kubeletVersion": DEFAULT_SERVER_VERSION,
+                "kubeletVersion": spec.get("kubelet_version", DEFAULT_SERVER_VERSION),
                 "containerRuntimeVersion": f"{RUNTIME_NAME}://{RUNTIME_VERSION}",
                 "operatingSystem": "linux",
                 "architecture": "amd64",

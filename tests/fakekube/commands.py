@@ -519,10 +519,12 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     nrt = BY_KIND["Node"]
     inv.api_call(("get", "nodes/proxy"), verb="get", rt=nrt, name=node, rbac=False)
     inv.check_rbac("get", "nodes/proxy", nrt, node, "")
-    if inv.store.get("Node", None, node) is None:
+    found = inv.store.get("Node", None, node)
+    if found is None:
         raise KubectlError(not_found(nrt, node))
     handlers = sorted({str(rc.get("handler", "")) for rc in inv.store.list("RuntimeClass", None)})
-    out(metrics_text(inv.state, node, handlers, inv.faults))
+    version = str(((found.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or DEFAULT_SERVER_VERSION)
+    out(metrics_text(inv.state, node, handlers, inv.faults, version))
     return 0
 
 

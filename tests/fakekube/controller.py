@@ -130,6 +130,7 @@ class JobController:
         self.created = 0
         self.peak = 0
         self.started = time.time()
+        self.first_sync = True
         self.max_seconds = float(os.environ.get(CONTROLLER_MAX_ENV, "600"))
         self.next_create_try = 0.0
         self.failed_creates_reported: set = set()  # the causes of FailedCreate events written
@@ -330,12 +331,20 @@ class JobController:
             return self.tick_failing(now)
         if self.suspended:
             return self.tick_suspended(job, now)
-        if self.deadline is not None and now - self.started >= self.deadline:
-            self.finish_failed("DeadlineExceeded", "Job was active longer than specified deadline")
-            return True
+        # The scheduler and the kubelet act on their own, whatever the Job's deadline: a pod
+        # created before it still gets its scheduling attempt (FailedScheduling comes from
+        # kube-scheduler, pkg/scheduler/schedule_one.go handleSchedulingFailure).
         for sim in self.sims:
             if sim.stage != "done":
                 self.advance(sim, now)
+        # The Job controller's first sync sets status.startTime and checks the deadline against
+        # it in the same pass, so it always reaches manageJob and creates pods
+        # (pkg/controller/job/job_controller.go syncJob: "Job first start", then
+        # pastActiveDeadline): however late a loaded machine runs the first tick, it creates pods.
+        first_sync, self.first_sync = self.first_sync, False
+        if not first_sync and self.deadline is not None and now - self.started >= self.deadline:
+            self.finish_failed("DeadlineExceeded", "Job was active longer than specified deadline")
+            return True  # FailureTarget now, Failed once the pods have stopped (tick_failing)
         running = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
         if running > self.peak:
             self.peak = running
@@ -878,6 +887,8 @@ class JobController:
         env["RL_DEMO_TASKS"] = os.path.join(self.script_mount_dir(sim.workdir, container, spec), "tasks.jsonl")
         if self.faults.get("sandbox_kernel"):
             env["RL_DEMO_PROC"] = sandbox_proc(sim)
+        elif self.faults.get("lxcfs"):
+            env["RL_DEMO_PROC"] = lxcfs_proc(sim)
         if "wrong_id" in sim.modes:
             env["EPISODE_ID"] = "someone-else"
         lp = log_path(self.state, self.ns, sim.name)
@@ -1104,6 +1115,14 @@ class JobController:
                 )
             st["conditions"] = conds
 
+        # The phase, the terminated state and its message reach the API server in one status update,
+        # as the kubelet writes them: kubernetes/kubernetes pkg/kubelet/kubelet_pods.go
+        # convertToAPIContainerStatuses (Terminated.Message, read by kuberuntime_container.go
+        # getTerminationMessage) within generateAPIPodStatus, sent by pkg/kubelet/status/status_manager.go
+        # syncPod; so the pod watch delivers a terminated pod with its message, and the client can
+        # know its reward then. `terminated_at`: just before that update (client clock): no client
+        # can have seen the pod terminated earlier.
+        sim.record["terminated_at"] = time.time()
         self.update_pod(sim, final)
         self.update_pod(sim, lambda tx, p: p["metadata"].pop("finalizers", None))
         sim.stage = "done"
@@ -1229,6 +1248,7 @@ class JobController:
 
 
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
+HOST_UPTIME = 259200.0  # fault lxcfs: the host booted three days before the worker started
 
 
 def go_seconds(seconds: float) -> str:
@@ -1257,6 +1277,23 @@ def sandbox_proc(sim: PodSim) -> str:
         "start_ticks": ticks,
         "kernel_boot_to_process_start_seconds": ticks / hz,
     }
+    return proc
+
+
+def lxcfs_proc(sim: PodSim) -> str:
+    """Fault lxcfs: the /proc of a runc container under LXCFS (or Sysbox), which virtualises
+    /proc/uptime but not /proc/<pid>/stat (lxc/lxcfs proc_fuse.c proc_uptime_read: the uptime is
+    the age of the container's init, here the worker, which has not started yet; "%.2lf"). The
+    worker's starttime stays on the host's boot clock: HOST_UPTIME seconds of ticks."""
+    proc = os.path.join(sim.workdir, "proc")
+    os.makedirs(os.path.join(proc, "self"), exist_ok=True)
+    with open(os.path.join(proc, "uptime"), "w", encoding="ascii") as f:
+        f.write("0.00 0.00\n")
+    ticks = int(HOST_UPTIME * os.sysconf("SC_CLK_TCK"))
+    fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 30  # field 22 (index 19 after the comm) is starttime
+    with open(os.path.join(proc, "self", "stat"), "w", encoding="ascii") as f:
+        f.write("1 (python3) " + " ".join(fields) + "\n")
+    sim.record["kernel"] = {"lxcfs": True, "uptime": 0.0, "start_ticks": ticks}
     return proc
 
 

@@ -45,6 +45,7 @@ FAULT_KEYS = {
     "sandbox_kernel",
     "kubelet_foreign_pods",
     "kubelet_restart",
+    "lxcfs",
     # the API server refuses connections: true, or the number of calls refused (issue 18)
     "unreachable",
 }

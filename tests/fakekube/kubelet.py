@@ -7,6 +7,16 @@ one StartContainer (0.18 s), and one PullImage for a pod whose image was pulled 
 seconds).  ``metrics_text`` renders the Prometheus text of a node's histograms: a start-up
 baseline (so the counters start non-zero) plus every recorded observation.
 
+RunPodSandbox is in two families, as kubernetes/kubernetes pkg/kubelet/kuberuntime/
+instrumented_services.go ``RunPodSandbox`` records it: ``recordOperation`` (deferred with its
+start time) observes the true duration in ``kubelet_runtime_operations_duration_seconds
+{operation_type="run_podsandbox"}`` (buckets ``ExponentialBuckets(.005, 2.5, 14)``, no handler
+label, pkg/kubelet/metrics/metrics.go ``RuntimeOperationsDuration``), and
+``kubelet_run_podsandbox_duration_seconds{runtime_handler}`` (``DefBuckets``,
+``RunPodSandboxDuration``) gets ``defer ...Observe(metrics.SinceInSeconds(startTime))``, whose
+argument Go evaluates at the defer statement: a few microseconds on every kubelet before 1.36
+(the node's ``nodeInfo.kubeletVersion``; fixed by kubernetes/kubernetes#135749, ``ObserveSince``).
+
 Faults: ``kubelet_foreign_pods: N`` adds N operations of pods that are not this run's (every
 family) on each reading after a node's first; ``kubelet_restart: true`` restarts the kubelet
 between a node's first and second reading: the later readings lose the baseline and every
@@ -29,6 +39,8 @@ START_SECONDS = 0.18
 BASELINE = 25  # operations of each kind the kubelet timed before the test (per handler for sandboxes)
 BASELINE_SECONDS = {"sandbox": 0.6, "create_container": 0.02, "start_container": 0.2, "pull_image": 3.0}
 FOREIGN_SECONDS = {"sandbox": 1.5, "create_container": 0.03, "start_container": 0.3, "pull_image": 4.0}
+DEFER_BUG_SECONDS = 2e-6  # what SinceInSeconds(startTime) gives right after startTime := time.Now()
+FIXED_IN = (1, 36)  # kubernetes/kubernetes#135749
 
 
 def kubelet_dir(state: str) -> str:
@@ -91,7 +103,13 @@ def _observations(state: str, node: str) -> List[dict]:
         return []
 
 
-def metrics_text(state: str, node: str, handlers: List[str], faults: dict) -> str:
+def kubelet_minor(version: str) -> Tuple[int, int]:
+    """(major, minor) of a kubeletVersion such as ``v1.32.0``."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+def metrics_text(state: str, node: str, handlers: List[str], faults: dict, kubelet_version: str) -> str:
     number, first_lines = _reading_number(state, node)
     observed = _observations(state, node)
     series: Dict[Tuple[str, str], List[float]] = {}  # (op, handler) -> durations
@@ -108,6 +126,16 @@ def metrics_text(state: str, node: str, handlers: List[str], faults: dict) -> st
             series.setdefault((op, handlers[0] if op == "sandbox" and handlers else ""), []).extend([seconds] * foreign)
     for o in observed:
         series.setdefault((o["op"], o["handler"] if o["op"] == "sandbox" else ""), []).append(float(o["seconds"]))
+    # every handler's sandboxes in one run_podsandbox series; the handler family as this kubelet observes it
+    operations: Dict[str, List[float]] = {}
+    by_handler: Dict[str, List[float]] = {}
+    fixed = kubelet_minor(kubelet_version) >= FIXED_IN
+    for (op, handler), values in sorted(series.items()):
+        if op == "sandbox":
+            operations.setdefault("run_podsandbox", []).extend(values)
+            by_handler[handler] = values if fixed else [DEFER_BUG_SECONDS] * len(values)
+        else:
+            operations[op] = values
     out = [
         "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox",
         "# TYPE kubelet_running_pods gauge",
@@ -116,28 +144,25 @@ def metrics_text(state: str, node: str, handlers: List[str], faults: dict) -> st
         "operations. Broken down by RuntimeClass.Handler.",
         "# TYPE kubelet_run_podsandbox_duration_seconds histogram",
     ]
-    for (op, handler), values in sorted(series.items()):
-        if op == "sandbox":
-            out += _histogram(
-                "kubelet_run_podsandbox_duration_seconds", f'runtime_handler="{handler}"', values, SANDBOX_BUCKETS
-            )
+    for handler, values in sorted(by_handler.items()):
+        out += _histogram(
+            "kubelet_run_podsandbox_duration_seconds", f'runtime_handler="{handler}"', values, SANDBOX_BUCKETS
+        )
     out += [
         "# HELP kubelet_runtime_operations_duration_seconds [ALPHA] Duration in seconds of runtime operations. "
         "Broken down by operation type.",
         "# TYPE kubelet_runtime_operations_duration_seconds histogram",
     ]
-    for (op, _), values in sorted(series.items()):
-        if op != "sandbox":
-            out += _histogram(
-                "kubelet_runtime_operations_duration_seconds", f'operation_type="{op}"', values, OPERATION_BUCKETS
-            )
+    for op, values in sorted(operations.items()):
+        out += _histogram(
+            "kubelet_runtime_operations_duration_seconds", f'operation_type="{op}"', values, OPERATION_BUCKETS
+        )
     out += [
         "# HELP kubelet_runtime_operations_total [ALPHA] Cumulative number of runtime operations by operation type.",
         "# TYPE kubelet_runtime_operations_total counter",
     ]
-    for (op, _), values in sorted(series.items()):
-        if op != "sandbox":
-            out.append(f'kubelet_runtime_operations_total{{operation_type="{op}"}} {len(values)}')
+    for op, values in sorted(operations.items()):
+        out.append(f'kubelet_runtime_operations_total{{operation_type="{op}"}} {len(values)}')
     return "\n".join(out) + "\n"
 
 
