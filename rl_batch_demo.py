@@ -3048,7 +3048,8 @@ def round_stopper(
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(
-            f"Job {where} did not finish within {settings.client_wait_seconds} s "
+            f"Job {where} did not finish within {settings.client_wait_seconds} s"
+            f"{' of its admission' if observation.queued else ''} "
             f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded"
             f"{warning}); inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
