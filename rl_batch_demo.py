@@ -1579,9 +1579,10 @@ def strict_refusal(stderr: str, where: str) -> Optional[str]:
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
+    these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (
-        f"the cluster's API server does not know {', '.join(fields)} (an API server older than the feature), so "
-        f"it refused Job {where}: {flags} need {needs}; nothing of this Job was created{instead}"
+        f"the cluster's API server does not know {', '.join(fields)}, so it refused Job {where}; "
+        f"{these.format(flags)} {needs}; nothing of this Job was created{instead}"
     )
 
 
