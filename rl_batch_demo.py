@@ -378,9 +378,11 @@ REQUIRED_PERMISSIONS = (
     ("get", "pods", "", "log", True),
     ("list", "events", "", "", True),
     ("list", "jobs", "batch", "", True),  # the Job's watch is a list watch by name (wait_for_job)
-    ("list", "serviceaccounts", "", "", True),  # the namespace's default account, waited for by a watch
-    ("watch", "serviceaccounts", "", "", True),
 )
+# The watch for the namespace's default ServiceAccount (BatchRun.wait_for_service_account): reviewed
+# always, needed never: without them the run goes on without that wait, and says so.
+SERVICEACCOUNT_PERMISSIONS = (("list", "serviceaccounts", "", "", True), ("watch", "serviceaccounts", "", "", True))
+SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the run may wait for the account
 # `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
 
@@ -3352,6 +3354,7 @@ def access_review_list(
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
     and `check` list the nodes), each asked once."""
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
     items = []
@@ -3501,8 +3504,10 @@ def preflight_findings(
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
         else:
-            kubelet_reviews = [r for r in reviews.value if kubelet_metrics and _is_kubelet_metrics_review(r)]
-            denied = denied_permissions([review for review in reviews.value if review not in kubelet_reviews])
+            kubelet_reviews = [r for r in reviews.value if kubelet_metrics and _asks(r, KUBELET_METRICS_PERMISSIONS)]
+            account_reviews = [r for r in reviews.value if _asks(r, SERVICEACCOUNT_PERMISSIONS)]
+            others = [review for review in reviews.value if review not in kubelet_reviews + account_reviews]
+            denied = denied_permissions(others)
             findings.append(
                 Finding(
                     "permissions",
@@ -3513,16 +3518,32 @@ def preflight_findings(
                     "ask the cluster admin or use another context (nothing was created)",
                 )
             )
+            findings.append(serviceaccount_finding(account_reviews))
             if kubelet_metrics:
                 findings.append(kubelet_metrics_finding(context, kubelet_reviews))
     return findings
 
 
-def _is_kubelet_metrics_review(review: KubeObject) -> bool:
+def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
+    """Whether an access review asks for one of these permissions."""
     attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
-        for verb, resource, _, sub, _ in KUBELET_METRICS_PERMISSIONS
+        for verb, resource, _, sub, _ in permissions
+    )
+
+
+def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
+    """Whether the run may watch for the namespace's default ServiceAccount before its first Job;
+    never a problem: without it the run only skips that wait."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in SERVICEACCOUNT_PERMISSIONS]
+    return Finding(
+        SERVICEACCOUNT_WAIT,
+        True,
+        "granted: list, watch serviceaccounts (the first Job waits for the namespace's default ServiceAccount)"
+        if not denied
+        else f"denied: {', '.join(denied)}; a run creates its first Job without waiting for the namespace's default "
+        "ServiceAccount, so that Job's figures may include the wait for it",
     )
 
 
@@ -6571,6 +6592,7 @@ class BatchRun:
         self.current_job: Optional[KubeObject] = None
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
+        self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.stop = threading.Event()  # set on Ctrl-C: Jobs waited for in other threads stop waiting
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
@@ -6636,6 +6658,10 @@ class BatchRun:
         for finding in findings:
             if not finding.ok:
                 raise DemoError(finding.stop, EXIT_CLUSTER)
+        account_reviews = [review for review in answers[-1] if _asks(review, SERVICEACCOUNT_PERMISSIONS)]
+        self.watches_account = not denied_permissions(account_reviews)
+        if not self.watches_account:
+            say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
 
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create, while a watch waits for
@@ -6649,7 +6675,11 @@ class BatchRun:
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
-        watch = self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
+        watch = (
+            self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
+            if self.watches_account
+            else None
+        )
         try:
             try:
                 namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
@@ -6663,9 +6693,11 @@ class BatchRun:
                     self.record_namespace(settled)
                 raise
             self.record_namespace(namespace)
-            self.wait_for_service_account(sink, watch)
+            if watch is not None:
+                self.wait_for_service_account(sink, watch)
         finally:
-            watch.close()
+            if watch is not None:
+                watch.close()
 
     def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:

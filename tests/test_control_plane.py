@@ -75,6 +75,26 @@ class PermissionsTest(ControlPlaneCase):
         result = self.tool("run", "--warmup", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "lacks permissions this run needs: list nodes")
 
+    def test_without_watching_serviceaccounts_the_run_skips_that_wait_and_says_so(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        calls = plan.run()[:-1]  # every call but the account's watch
+        calls[:3] = plan.preflight(denied=(("watch", "serviceaccounts"),))
+        self.expect(*calls)
+        result = self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        self.assertIn("warning: ServiceAccount wait: denied: watch serviceaccounts; a run creates", result.stderr)
+        self.assertFalse([argv for argv in self.stub.calls() if "serviceaccounts" in argv])
+
+    def test_check_says_whether_runs_may_wait_for_the_serviceaccount(self) -> None:
+        reviews = demo.access_review_list(NAMESPACE, False)["items"]
+        for review in reviews:
+            attributes = review["spec"]["resourceAttributes"]
+            review["status"] = {"allowed": attributes["resource"] != "serviceaccounts"}
+        findings = demo.preflight_findings(context="c", server=None, runtime=None, reviews=demo.Read(reviews))
+        by_name = {finding.name: finding for finding in findings}
+        self.assertTrue(by_name["permissions"].ok)
+        self.assertTrue(by_name["ServiceAccount wait"].ok)  # never a problem of the verdict
+        self.assertIn("denied: list serviceaccounts, watch serviceaccounts", by_name["ServiceAccount wait"].detail)
+
     def test_a_run_without_warmup_does_not_ask_for_list_nodes(self) -> None:
         items = demo.access_review_list(NAMESPACE, True)["items"]
         attributes = [
