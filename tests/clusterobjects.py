@@ -450,6 +450,21 @@ def namespace_object(name: str = NAMESPACE, uid: str = NAMESPACE_UID, run_id: st
     return namespace
 
 
+def serviceaccount_object(namespace: str = NAMESPACE) -> Dict[str, Any]:
+    """The namespace's default ServiceAccount, as the serviceaccounts controller creates it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "default",
+            "namespace": namespace,
+            "uid": "66666666-6666-4666-8666-666666666666",
+            "creationTimestamp": stamp(JOB_CREATED_AT - 2),
+            "resourceVersion": "901",
+        },
+    }
+
+
 def configmap_object() -> Dict[str, Any]:
     configmap = demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE)
     configmap["metadata"].update(uid=CONFIGMAP_UID, creationTimestamp=stamp(JOB_CREATED_AT - 1), resourceVersion="950")
@@ -479,9 +494,11 @@ def node_object(name: str, cpu: str = "64", memory: str = "256Gi") -> Dict[str, 
     }
 
 
-def access_reviews(namespace: str, with_runtimeclass: bool, denied: tuple = ()) -> List[Dict[str, Any]]:
+def access_reviews(
+    namespace: str, with_runtimeclass: bool, denied: tuple = (), lists_nodes: bool = False
+) -> List[Dict[str, Any]]:
     """The SelfSubjectAccessReviews as the server answers them; `denied` names (verb, resource)."""
-    reviews = demo.access_review_list(namespace, with_runtimeclass)["items"]
+    reviews = demo.access_review_list(namespace, with_runtimeclass, lists_nodes=lists_nodes)["items"]
     answered = []
     for review in reviews:
         attributes = review["spec"]["resourceAttributes"]

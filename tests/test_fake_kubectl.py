@@ -178,6 +178,17 @@ class StrictnessTest(FakeKubectlTestCase):
             NS,
             "-o",
             "json",
+            # the namespace is missing too: its NotFound is the error (cli-runtime visitor.go Info.Get)
+            stderr=f'Error from server (NotFound): namespaces "{NS}" not found',
+        )
+        self.fails(
+            "get",
+            "job",
+            "rollout",
+            "-n",
+            "default",
+            "-o",
+            "json",
             stderr='Error from server (NotFound): jobs.batch "rollout" not found',
         )
         self.fails(
@@ -214,7 +225,7 @@ class StrictnessTest(FakeKubectlTestCase):
             "config", "bogus", stderr="error: unknown command \"bogus\"\nSee 'kubectl config -h' for help and examples"
         )
         # every call is recorded, rejected ones included
-        self.assertEqual(len(self.cluster.calls()), 15)
+        self.assertEqual(len(self.cluster.calls()), 16)
         self.assertEqual(self.cluster.calls()[0], ["get", "jobs", "--foo"])
 
     def test_refuses_what_the_tool_never_sends(self) -> None:
@@ -332,8 +343,9 @@ class CycleTest(FakeKubectlTestCase):
             [
                 "kubectl",
                 "get",
-                "job",
-                "rollout",
+                "jobs",
+                "--field-selector",
+                "metadata.name=rollout",  # a list watch: the Job does not exist yet
                 "-n",
                 NS,
                 "-w",

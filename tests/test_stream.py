@@ -316,7 +316,7 @@ class StreamedRunTest(CallPlanTestCase):
         calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
         calls += [plan.job_watch(), plan.pod_watch(chunks=chunks)]
         calls.append(plan.events() if plan.watch_is_final(batch) else plan.pods_and_events())
-        calls.append(plan.logs())
+        calls += [plan.logs(), plan.serviceaccount_watch()]
         self.expect(*calls)
         return plan
 
@@ -357,7 +357,7 @@ class StreamedRunTest(CallPlanTestCase):
         last_reward = max(episode.reward_at for episode in batch.episodes)
         self.assertAlmostEqual(results["batch_to_all_rewards_seconds"], last_reward - batch.created)
         check_agrees_with_results(self, lines, results)
-        self.assertEqual(len(self.stub.calls()), 9)  # no process more: the watch brought every reward
+        self.assertEqual(len(self.stub.calls()), 10)  # no process more: the watch brought every reward
         self.assertLessEqual(len(self.stub.calls()), 10)  # the budget of a 10-episode run
 
     def test_a_pod_without_a_termination_message_gets_its_line_once_the_logs_are_read(self) -> None:
