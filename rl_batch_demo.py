@@ -6607,8 +6607,8 @@ def wait_for_job(
         SuccessCriteriaMet, Failed after FailureTarget: job.json then shows both) or, after a
         success, the pods as watched do not yet prove their final state: the two watches are
         separate streams, and the pods' last events may arrive just after the Job's, which spares
-        the listing of every pod (see final_pods_from_watch). The decision's own arrival is what
-        the figures keep."""
+        the listing of every pod (see final_pods_from_watch); after a failure, while a watched pod
+        has not yet ended. The decision's own arrival is what the figures keep."""
         nonlocal pod_stream_open, job_stream_open
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
         terminal = "Complete" if condition == "Complete" else "Failed"
@@ -6618,8 +6618,14 @@ def wait_for_job(
 
         def settled() -> bool:  # nothing more to wait for: it all came, or never will
             ended = bool(_true_condition(live, (terminal,))) or not job_stream_open
-            pods_known = condition != "Complete" or deleted or not pod_stream_open
-            return ended and (pods_known or final_pods_from_watch(observed(), job_uid) is not None)
+            if deleted or not pod_stream_open:
+                return ended
+            if condition == "Complete":
+                return ended and final_pods_from_watch(observed(), job_uid) is not None
+            # a failure: every pod as watched has ended, so each ended pod's verdict is streamed
+            # (rewards.jsonl) before the round's failure retracts it, whichever watch came first
+            phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
+            return ended and all(phase in ("Succeeded", "Failed") for phase in phases)
 
         while True:
             remaining = grace_ends - time.monotonic()

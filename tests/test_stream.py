@@ -407,6 +407,34 @@ class StreamedRunTest(CallPlanTestCase):
                          [(names[1], False), (names[0], False), (names[2], False),
                           (names[0], True), (names[2], True)])  # fmt: skip
 
+    def test_a_pod_that_ends_after_the_jobs_failure_still_gets_its_line(self) -> None:
+        """The two watches are separate streams: here the Job's Failed is sent before the last
+        pod's end (once the first two lines are on disk), and the run waits a moment for that
+        pod, so its verdict is streamed, then retracted with the round, like the others'."""
+        batch = Batch(count=3)
+        batch.episodes[1].phase, batch.episodes[1].exit_code = "Failed", 1
+        plan = RunPlan(batch)
+        path = str(self.out() / demo.REWARDS_FILE)
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(batch.episodes[index])) for index in (1, 0)]
+        chunks.append(watch_event("MODIFIED", batch.pod(batch.episodes[2]), wait_for=f"job-{batch.job_name}.done"))
+        job_watch = plan.job_watch()
+        added, failed = job_watch.chunks
+        job_watch = dataclasses.replace(
+            job_watch, chunks=[added, dataclasses.replace(failed, wait_for=None, snapshot=(path, 2, "failed"))]
+        )
+        calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
+        calls += [job_watch, plan.pod_watch(chunks=chunks), plan.pods_and_events(), plan.logs()]
+        self.expect(*calls, plan.serviceaccount_watch())
+        result = self.run_count(3)
+        self.assert_fails(result, demo.EXIT_EPISODE, "phase Failed")
+        names = [each.name for each in batch.episodes]
+        lines = records.written(self, self.out() / demo.REWARDS_FILE, demo.RewardLine)
+        self.assertEqual([(line["pod"], line["retracted"]) for line in lines],
+                         [(names[1], False), (names[0], False), (names[2], False),
+                          (names[0], True), (names[2], True)])  # fmt: skip
+
     def test_the_python_seam_is_told_of_every_line_once_it_is_on_disk(self) -> None:
         batch = Batch(count=3)
         self.plan(batch, [2, 0, 1])
