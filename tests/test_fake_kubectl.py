@@ -238,11 +238,15 @@ class StrictnessTest(FakeKubectlTestCase):
             (["get", "pods", "--show-labels", "-o", "json"], "kubectl get --show-labels"),
             (
                 ["get", "pods", "-A", "-w", "--output-watch-events", "-o", "json"],
-                "get --all-namespaces/--field-selector with names or --watch",
+                "get --all-namespaces with names or --watch",
             ),
             (
-                ["get", "jobs", "--field-selector=status.phase=Running", "-o", "json"],
-                "--field-selector on anything but pods",
+                ["get", "jobs,pods", "--field-selector=metadata.name=x", "-o", "json"],
+                "--field-selector on several kinds",
+            ),
+            (
+                ["get", "pods", "-w", "--output-watch-events", "--field-selector=status.phase=Running", "-o", "json"],
+                "get --watch --field-selector status.phase=Running (only metadata.name=NAME)",
             ),
             (["get", "pod/x", "-o", "json"], "get TYPE/NAME (use get TYPE NAME)"),
             (["get", "pods", "-w", "-o", "json"], "get -w without --output-watch-events"),
