@@ -94,6 +94,7 @@ CLEANUP_WAIT_SECONDS = 120
 # (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
 # more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
 GC_PODS_PER_SECOND = 20
+MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
@@ -126,10 +127,30 @@ PER_INDEX_BACKOFF = (
     "default: beta in 1.29 to 1.32, GA from 1.33)"
 )
 PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+# Infrastructure retries (--infra-retries K): the Job's own podFailurePolicy, never a resubmission.
+# The job controller matches a failed pod against the rules in order, the first match deciding
+# (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): a
+# DisruptionTarget condition (eviction, preemption, the taint manager or PodGC deleting a pod of a
+# lost node) is Counted against the index's backoffLimitPerIndex K, so it is retried at most K
+# times (Ignore would retry it without bound); any non-zero exit code fails the Job (FailJob), or
+# with --max-failed-episodes only its index (FailIndex), so a worker's own failure is never
+# retried. A pod that failed without an exit code and without DisruptionTarget matches no rule
+# and is Counted too (getMatchingContainerFromList skips containers without a terminated state):
+# the client proves each replaced pod was lost to the infrastructure (infra_loss). The fields need
+# per-index backoff limits (1.29+) and podFailurePolicy with FailIndex (beta and on by default from
+# 1.26, FailIndex from 1.29 with JobBackoffLimitPerIndex, GA 1.31; a 1.25 API server drops it, as
+# the alpha gate is off) and the pods' DisruptionTarget condition (PodDisruptionConditions, on by
+# default from 1.26, GA 1.31); podFailurePolicy needs restartPolicy Never, which the Job has.
+POD_FAILURE_POLICY = (
+    "pod failure policies (podFailurePolicy with FailIndex and the pods' DisruptionTarget condition: Kubernetes "
+    "1.29 or later, with per-index backoff limits)"
+)
+INFRA_RETRIES_INSTEAD = "; run without --infra-retries (an episode lost to the infrastructure then fails the run)"
 # The Job fields the tool may set that older API servers do not know, with what needs them.
 JOB_FIELD_NEEDS = {
     "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
     "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.podFailurePolicy": (POD_FAILURE_POLICY, "--infra-retries", INFRA_RETRIES_INSTEAD),
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
@@ -664,6 +685,7 @@ class RunSettings:
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
+    infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
@@ -690,8 +712,9 @@ class RunSettings:
 
     @property
     def indexed(self) -> bool:
-        """An Indexed Job: each episode has a task index, or failed episodes may be tolerated."""
-        return self.tasks is not None or self.max_failed_episodes > 0
+        """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
+        episode may be retried (its attempts share its index)."""
+        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
 
     @property
     def given_image(self) -> str:
@@ -1606,13 +1629,17 @@ def job_manifest(
     deadline_seconds: int,
     indexed: bool = False,
     max_failed_episodes: int = 0,
+    infra_retries: int = 0,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
-    Indexed (with --tasks or --max-failed-episodes), each pod's completion index picks its task.
-    With --max-failed-episodes K, a failed index is never retried (backoffLimitPerIndex 0) and
-    the others go on until more than K failed (maxFailedIndexes, at most N); backoffLimit is
-    then left out, since it counts every failure of the Job."""
+    Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
+    picks its task. With --max-failed-episodes K, a failed index is never retried
+    (backoffLimitPerIndex 0) and the others go on until more than K failed (maxFailedIndexes, at
+    most N); backoffLimit is then left out, since it counts every failure of the Job. With
+    --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
+    (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
+    failed never does."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -1655,12 +1682,30 @@ def job_manifest(
         },
     }
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
     if max_failed_episodes > 0:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if infra_retries > 0:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
     return manifest
+
+
+def pod_failure_policy(fail_index: bool) -> KubeObject:
+    """--infra-retries' rules, first match first: a pod with DisruptionTarget counts against its
+    index's backoffLimitPerIndex (so it is retried, a bounded number of times); any non-zero exit
+    code of the episode container fails the Job, or with --max-failed-episodes only its index."""
+    return {
+        "rules": [
+            {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {
+                "action": "FailIndex" if fail_index else "FailJob",
+                "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+            },
+        ]
+    }
 
 
 def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
@@ -1676,23 +1721,27 @@ def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id:
         deadline_seconds=settings.deadline_seconds,
         indexed=settings.indexed,
         max_failed_episodes=settings.max_failed_episodes,
+        infra_retries=settings.infra_retries,
     )
 
 
 def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
-    one_episode = dataclasses.replace(settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0)
+    one_episode = dataclasses.replace(
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+    )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
 
 _UNKNOWN_FIELD = r'unknown field "([^"]+)"'
 
 
-def strict_refusal(stderr: str, where: str) -> Optional[str]:
+def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Optional[str]:
     """The one line for a create that strict validation refused because the API server does not
     know a field the tool set (`strict decoding error: unknown field "spec.backoffLimitPerIndex"`:
-    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure."""
+    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure.
+    `infra_retries`: --infra-retries set the per-index fields (with or without --max-failed-episodes)."""
     if "strict decoding error" not in stderr:
         return None
     fields = sorted(set(re.findall(_UNKNOWN_FIELD, stderr)))
@@ -1700,6 +1749,8 @@ def strict_refusal(stderr: str, where: str) -> Optional[str]:
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
+    if infra_retries and flags == "--max-failed-episodes":
+        flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (
         f"the cluster's API server does not know {', '.join(fields)}, so it refused Job {where}; "
@@ -7383,7 +7434,7 @@ class BatchRun:
         try:
             job = self.creator.create(manifest, "job")
         except KubectlFailure as failure:
-            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}")
+            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}", settings.infra_retries > 0)
             if refusal is None:
                 raise
             raise DemoError(refusal, EXIT_CLUSTER) from None
@@ -7490,20 +7541,23 @@ class BatchRun:
 
     def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
-        backoff limits): without them, failed episodes would be retried (backoffLimit's default is
+        backoff limits, the pod failure policy): without them, failed episodes would be retried (backoffLimit's default is
         6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
         dropped = [
             key
-            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes")
+            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"] and (job.get("spec") or {}).get(key) != manifest["spec"][key]
         ]
         if not dropped:
             return
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
+        retries = "podFailurePolicy" in manifest["spec"]
         needs, instead = (
             ("Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs", "")
             if "completionMode" in dropped
+            else (f"{POD_FAILURE_POLICY}, which --infra-retries needs", INFRA_RETRIES_INSTEAD)
+            if retries
             else (f"{PER_INDEX_BACKOFF}, which --max-failed-episodes needs", PER_INDEX_BACKOFF_INSTEAD)
         )
         raise DemoError(
@@ -8268,9 +8322,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # included: it hands the worker's text to the commands.
 
 
-def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], int]:
+def whole_number(minimum: int, limit: Optional[int] = None, unit: str = " seconds") -> Callable[[str], int]:
     """An argparse type: a whole number of at least `minimum` (0 or 1), and with `limit`, a number
-    of seconds no larger than that (a longer wait is a typo)."""
+    (of seconds, or of `unit`) no larger than that (a longer wait is a typo)."""
 
     def parse(text: str) -> int:
         try:
@@ -8282,7 +8336,7 @@ def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], i
                 f"{text!r} must be at least 1" if minimum else f"{text!r} must be 0 or more"
             )
         if limit is not None and value > limit:
-            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit} seconds")
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit}{unit}")
         return value
 
     return parse
@@ -8550,6 +8604,15 @@ def build_parser(
                 "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
             },
+            "--infra-retries": {
+                "type": whole_number(0, MAX_INFRA_RETRIES, ""),
+                "default": 0,
+                "metavar": "K",
+                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node gone: "
+                "DisruptionTarget) again, up to K times, by the Job's podFailurePolicy; an episode that failed by its "
+                "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
+                "later)",
+            },
             "--dry-run": {"action": "store_true", "help": "write the manifests to DIR and contact no cluster"},
             "--quiet --json --kubelet-metrics": None,
             "--warmup": {
@@ -8726,6 +8789,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        infra_retries=args.infra_retries,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
