@@ -838,7 +838,13 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         if unknown and strict:
             raise strict_decoding_error(unknown)
         dropped = bool(unknown) or minor < PER_INDEX_ON_BY_DEFAULT or bool(inv.faults.get("old_job_api"))
-        problems = prepare_job(obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=dropped)
+        problems = prepare_job(
+            obj,
+            uid,
+            bool(inv.faults.get("legacy_labels")),
+            old_job_api=dropped,
+            no_pod_failure_policy=bool(inv.faults.get("no_pod_failure_policy")),
+        )
         if not problems:
             admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":
