@@ -329,6 +329,8 @@ FIGURE_SOURCES = {
     },
     "runtime_operations": SOURCE_CLUSTER,  # the kubelets' histograms
     "client_first_reward_seconds": SOURCE_CLIENT,  # when the client knew it (the reward itself is the pod's)
+    # --infra-retries: between two creationTimestamps of an episode's pods (API server, whole seconds)
+    **dict.fromkeys(("retry_seconds", "retry_seconds_sum", "retry_seconds_max"), SOURCE_CLUSTER),
 }
 # pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
 SCHEDULED_BY_CONDITION = (
@@ -876,6 +878,7 @@ class RoundCollected:
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
+    infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
 
 
 @dataclasses.dataclass
@@ -934,6 +937,12 @@ class ImagePull(_ImagePull, total=False):
     seconds_including_waiting: Optional[float]  # only when pulled
 
 
+class LostAttempt(TypedDict):  # an episode's pod lost to the infrastructure and replaced (--infra-retries)
+    pod: str
+    cause: str  # its DisruptionTarget condition's reason and message, or its eviction (infra_loss)
+    created_at: float  # its creationTimestamp (API server, whole seconds)
+
+
 class PodRow(TypedDict):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
@@ -977,6 +986,9 @@ class PodRow(TypedDict):  # one validated episode's figures: a row of results.js
     image_pull: ImagePull
     container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
     log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
+    attempts: int  # pods that ran the episode: 1, plus one for each lost to the infrastructure (--infra-retries)
+    lost_attempts: List[LostAttempt]  # the pods before its last, in creation order
+    retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
 
 
 class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
@@ -997,6 +1009,8 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     round: int
     job: str
     cause: str
+    attempts: int  # as in pods[]: its last pod's attempt
+    lost_attempts: List[LostAttempt]
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -1014,6 +1028,9 @@ class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round 
     reward_min: Optional[float]
     reward_max: Optional[float]
     masked_episodes: int  # failed, set aside under --max-failed-episodes: no reward figure counts them
+    lost_attempts: int  # the validated episodes' pods lost to the infrastructure and replaced (--infra-retries)
+    retry_seconds_sum: float  # what retries added to the validated episodes: their retry_seconds summed
+    retry_seconds_max: float  # and the longest
 
 
 class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
@@ -1126,6 +1143,7 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
+    infra_retries: int  # --infra-retries K
     worker: str
     tasks: Optional[int]
     context: str
@@ -1157,6 +1175,8 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     failure: Optional[str]
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
+    attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
+    lost_attempts: List[LostAttempt]
 
 
 class GuideRow(TypedDict):
@@ -2021,16 +2041,112 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     return 3, ""
 
 
-def pod_count_problem(pods: List[KubeObject], count: int, inspect: str) -> Optional[DemoError]:
-    """The error when the Job's pods are not one per requested episode, else None."""
+def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced: int = 0) -> Optional[DemoError]:
+    """The error when the Job's pods are not one per requested episode, else None. `pods`: each
+    episode's last attempt; `replaced`: the pods lost to the infrastructure before them
+    (--infra-retries), which episode_attempts accounted for one by one."""
     if len(pods) == count:
         return None
     names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
+    besides = f" besides the {replaced} it replaced after the infrastructure lost them" if replaced else ""
     return DemoError(
-        f"the Job has {len(pods)} pods but {count} episodes were requested "
+        f"the Job has {len(pods)} pods{besides} but {count} episodes were requested "
         f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
         EXIT_EPISODE,
     )
+
+
+INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
+
+
+def infra_loss(pod: KubeObject) -> str:
+    """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
+    condition (eviction, preemption, the taint manager or PodGC deleting it with its node: the
+    condition's reason says which) or its status reason Evicted (the kubelet's node-pressure
+    eviction, on clusters without the condition); "" for a pod that did not fail, or failed any
+    other way (its own exit code, a kubelet admission refusal, a deletion by someone else)."""
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    if status.get("phase") != "Failed":
+        return ""
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget":
+            if condition.get("status") == "True":
+                text = f"DisruptionTarget {condition.get('reason')}: {condition.get('message')}"
+                return printable(text[:INFRA_CAUSE_LIMIT])
+    if status.get("reason") == "Evicted":
+        return printable(f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
+    return ""
+
+
+def _attempt_order(pod: KubeObject) -> Tuple[str, str]:
+    return str(pod["metadata"].get("creationTimestamp") or ""), str(pod["metadata"]["name"])
+
+
+def episode_attempts(
+    pods: List[KubeObject], count: int, infra_retries: int, inspect: str
+) -> Tuple[List[KubeObject], Dict[str, List[LostAttempt]]]:
+    """--infra-retries K: each episode's last attempt (in the listing's order) and, by its pod's
+    name, the pods of its completion index that the Job replaced before it. Every replaced pod
+    must be one the infrastructure lost (infra_loss), at most K of them per index, all created
+    no later than the last attempt; otherwise the round fails naming the pod, since a retried
+    failure of the episode's own doing would bias the rewards. With K = 0, the pods as they are.
+
+    The last attempt is the index's one pod that was not lost; when all were lost (more losses
+    than K allowed), the latest of them, which analyse_round then fails with the losses' causes."""
+    if not infra_retries:
+        return pods, {}
+    groups: Dict[int, List[KubeObject]] = {}
+    for pod in pods:
+        name = str(pod["metadata"]["name"])
+        groups.setdefault(pod_index(pod, count, f"{inspect} ({name})"), []).append(pod)
+    last: Dict[str, List[LostAttempt]] = {}
+    for index, group in groups.items():
+        kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
+        lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
+        if len(kept) > 1:
+            first, then = kept[0], kept[1]
+            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            raise EpisodeInvalid(
+                str(first["metadata"]["name"]),
+                f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
+                "to the infrastructure (DisruptionTarget, Evicted) may be retried, never an episode's own failure",
+                inspect,
+            )
+        final = kept[0] if kept else lost.pop()
+        late = [pod for pod in lost if _attempt_order(pod)[0] > _attempt_order(final)[0]]
+        if late:
+            raise EpisodeInvalid(
+                str(late[0]["metadata"]["name"]),
+                f"it was created after pod {final['metadata']['name']}, the last attempt of index {index}",
+                inspect,
+            )
+        if len(lost) > infra_retries:
+            raise EpisodeInvalid(
+                str(final["metadata"]["name"]),
+                f"the Job replaced {len(lost)} pods of its index {index}, more than --infra-retries {infra_retries}",
+                inspect,
+            )
+        last[str(final["metadata"]["name"])] = [
+            {"pod": str(pod["metadata"]["name"]), "cause": infra_loss(pod), "created_at": creation_time(pod, "a pod")}
+            for pod in lost
+        ]
+    finals = [pod for pod in pods if str(pod["metadata"]["name"]) in last]
+    return finals, last
+
+
+def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
+    too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod)
+    if rule and infra_retries and infra_loss(pod):
+        causes = "; ".join(attempt["cause"] for attempt in lost)
+        rule = (
+            f"{rule}, the last of its {len(lost) + 1} attempts, all lost to the infrastructure: more than "
+            f"--infra-retries {infra_retries} allows{' (before: ' + causes + ')' if causes else ''}"
+        )
+    elif rule and lost:
+        rule = f"{rule} (its attempt {len(lost) + 1}, after {len(lost)} lost to the infrastructure)"
+    return rank, rule
 
 
 def termination_message(pod: KubeObject) -> str:
@@ -2892,13 +3008,24 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # the sections above.
 
 
-def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
-    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
-    broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
+def check_pod_set(
+    pods: List[KubeObject],
+    count: int,
+    inspect: str,
+    lost: Optional[Mapping[str, List[LostAttempt]]] = None,
+    infra_retries: int = 0,
+) -> None:
+    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
+    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    lost = lost or {}
+    broken = [
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        for pod in pods
+    ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
     if rule:
         raise EpisodeInvalid(name, rule, inspect)
-    problem = pod_count_problem(pods, count, inspect)
+    problem = pod_count_problem(pods, count, inspect, sum(len(attempts) for attempts in lost.values()))
     if problem is not None:
         raise problem
 
@@ -3105,6 +3232,9 @@ def validate_episode(
         interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
         image_pull=image_pull_of(pod_events or [], pod),
         log_notes=[],
+        attempts=1,
+        lost_attempts=[],
+        retry_seconds=0.0,
     )
 
 
@@ -3132,13 +3262,22 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "failure": None,
         "known_at": known_at,
         "retracted": False,
+        "attempts": row["attempts"],
+        "lost_attempts": row["lost_attempts"],
     }
 
 
 def failure_line(
-    round_number: int, index: Optional[int], task_id: Any, pod: str, failure: str, known_at: float
+    round_number: int,
+    index: Optional[int],
+    task_id: Any,
+    pod: str,
+    failure: str,
+    known_at: float,
+    lost: Sequence[LostAttempt] = (),
 ) -> RewardLine:
-    """A failed episode's line: reward and info null and its failure, so a trainer can mask it."""
+    """A failed episode's line: reward and info null and its failure, so a trainer can mask it.
+    `lost`: the episode's pods lost to the infrastructure before this one (--infra-retries)."""
     return {
         "round": round_number,
         "index": index,
@@ -3149,12 +3288,16 @@ def failure_line(
         "failure": failure,
         "known_at": known_at,
         "retracted": False,
+        "attempts": len(lost) + 1,
+        "lost_attempts": list(lost),
     }
 
 
 def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
     """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
-    retraction = failure_line(line["round"], line["index"], line["task_id"], line["pod"], failure, known_at)
+    retraction = failure_line(
+        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"]
+    )
     retraction["retracted"] = True
     return retraction
 
@@ -3181,7 +3324,15 @@ def reconciling_lines(
         previous = last.get(entry["pod"])
         if previous is None:
             lines.append(
-                failure_line(entry["round"], entry["index"], entry["task_id"], entry["pod"], entry["cause"], known_at)
+                failure_line(
+                    entry["round"],
+                    entry["index"],
+                    entry["task_id"],
+                    entry["pod"],
+                    entry["cause"],
+                    known_at,
+                    entry["lost_attempts"],
+                )
             )
         elif stands_as_reward(previous):
             lines.append(retraction_of(previous, entry["cause"], known_at))
@@ -3225,6 +3376,9 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
         "reward_mean": math.fsum(rewards) / len(rewards),  # |r| <= 1e15: no overflow
         "reward_min": min(rewards),
         "reward_max": max(rewards),
+        "lost_attempts": sum(len(row["lost_attempts"]) for row in rows),
+        "retry_seconds_sum": math.fsum(row["retry_seconds"] for row in rows),
+        "retry_seconds_max": max(row["retry_seconds"] for row in rows),
     }
 
 
@@ -3240,6 +3394,15 @@ def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episo
             f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
             "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
             "episode, and rewards.jsonl gives it reward null"
+        )
+    if figures["lost_attempts"]:
+        retried = sum(1 for row in rows if row["lost_attempts"])
+        notes.append(
+            f"{figures['lost_attempts']} pods lost to the infrastructure were replaced (--infra-retries), in "
+            f"{retried} of {figures['successful_episodes']} validated episodes: the retries added "
+            f"{figures['retry_seconds_sum']:g} s in all, at most {figures['retry_seconds_max']:g} s to one episode "
+            "(first pod created -> last pod created), and the batch figures include them; pods[].lost_attempts names "
+            "each lost pod and its cause"
         )
     disagree = [row for row in rows if row["clock_note"]]
     if disagree:
@@ -3333,8 +3496,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
     tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    retries = collected.infra_retries
+    pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(collected.pods, collected.count, inspect)
+        check_pod_set(pods, collected.count, inspect, lost, retries)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
@@ -3344,14 +3509,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
-    for position, pod in enumerate(collected.pods):
+    for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
         pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = pod_failure(pod)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -3386,8 +3551,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
         row["index"] = position if index is None else index
         row["task_id"] = task_id_for(collected, row["index"])
+        set_attempts(row, lost.get(name, []))
         rows.append(row)
-    set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
+    set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
     if observation.condition != "Complete" and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
@@ -3406,6 +3572,8 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 "round": collected.round_number,
                 "job": collected.job_name,
                 "cause": invalid.rule,
+                "attempts": len(lost.get(invalid.pod, [])) + 1,
+                "lost_attempts": lost.get(invalid.pod, []),
             }
             for invalid, index in failed
         ],
@@ -3424,6 +3592,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         **log_figures(collected),
     )
     return rows, figures
+
+
+def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
+    """A validated episode's attempts: its lost pods, and the time from the first one's creation to
+    its own pod's (what the retries added to it)."""
+    row["attempts"], row["lost_attempts"] = len(lost) + 1, lost
+    row["retry_seconds"] = max(0.0, row["created_at"] - lost[0]["created_at"]) if lost else 0.0
 
 
 def log_figures(collected: RoundCollected) -> LogFigures:
@@ -3475,10 +3650,12 @@ def task_id_for(collected: RoundCollected, index: Optional[int]) -> Any:
 
 def check_failed_episodes(
     collected: RoundCollected,
+    pods: List[KubeObject],
     rows: List[EpisodeRow],
     failed: List[Tuple[EpisodeInvalid, Optional[int]]],
     where: str,
     inspect: str,
+    lost: Optional[Mapping[str, List[LostAttempt]]] = None,
 ) -> bool:
     """With --max-failed-episodes K: fail the round as before when more than K episodes failed,
     when pods are missing or share an index, or when the Job's own list of failed indexes names
@@ -3491,7 +3668,8 @@ def check_failed_episodes(
             f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
             first.inspect,
         )
-    problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
+    replaced = sum(len(attempts) for attempts in (lost or {}).values())
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if tolerated else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -3556,6 +3734,7 @@ def assemble_results(
         **(capacity or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
+        infra_retries=settings.infra_retries,
         pods_without_termination_message=sum(r["pods_without_termination_message"] for r in rounds),
         log_bytes_not_saved=sum(r["log_bytes_not_saved"] for r in rounds),
         worker=settings.worker_name,
@@ -7122,17 +7301,41 @@ class RoundRewards:
         settings = self.settings
         known_at = time.time()
         index, task_id = self._identity(name)
+        if settings.infra_retries and infra_loss(pod):
+            return None  # its index may run again: the analysis gives a last attempt lost too its line
+        lost = self._lost_before(name, index)
         try:
             row = provisional_episode(
                 pod, settings.count, settings.indexed, self.job_created_at, settings.builtin_worker, self._inspect(name)
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)
+            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
+        set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
+        """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
+        episode_attempts lists them (a replacement is created only once its predecessor has
+        failed, podReplacementPolicy Failed, so the watch has shown them all by now)."""
+        if not self.settings.infra_retries or index is None:
+            return []
+        lost = []
+        for other, pod in self.pods.items():
+            if other == name or not infra_loss(pod):
+                continue
+            try:
+                same = pod_index(pod, self.settings.count, self._inspect(other)) == index
+                if same:
+                    lost.append((_attempt_order(pod), LostAttempt(
+                        pod=other, cause=infra_loss(pod), created_at=creation_time(pod, "a pod")
+                    )))
+            except (EpisodeInvalid, DemoError, KeyError, TypeError, ValueError):
+                continue
+        return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
         for line in lines:  # recorded first: a line on disk is always one the run can retract
@@ -7165,9 +7368,9 @@ class RoundRewards:
         if isinstance(error, EpisodeInvalid):
             own = self.last.get(error.pod)
             if own is None:
-                lines.append(
-                    failure_line(self.round_number, *self._identity(error.pod), error.pod, error.rule, known_at)
-                )
+                index, task_id = self._identity(error.pod)
+                lost = self._lost_before(error.pod, index)
+                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
             elif stands_as_reward(own):
                 lines.append(retraction_of(own, error.rule, known_at))
         lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
@@ -7482,6 +7685,8 @@ class BatchRun:
                 saved.set()  # the logs wait for it, whatever happened here
 
         def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
+            if settings.infra_retries:  # a pod lost to the infrastructure is judged by its status alone
+                pods = [pod for pod in pods if not infra_loss(pod)]
             return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, self.log_budgets, saved)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
@@ -7518,6 +7723,7 @@ class BatchRun:
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
             events=events,
+            infra_retries=settings.infra_retries,
         )
         try:
             rows, figures = analyse_round(collected, where)
