@@ -2065,16 +2065,18 @@ def infra_loss(pod: KubeObject) -> str:
     condition's reason says which) or its status reason Evicted (the kubelet's node-pressure
     eviction, on clusters without the condition); "" for a pod that did not fail, or failed any
     other way (its own exit code, a kubelet admission refusal, a deletion by someone else)."""
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-    if status.get("phase") != "Failed":
+    status = pod.get("status")
+    if not isinstance(status, dict) or status.get("phase") != "Failed":
         return ""
     for condition in status.get("conditions") or []:
-        if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget":
-            if condition.get("status") == "True":
-                text = f"DisruptionTarget {condition.get('reason')}: {condition.get('message')}"
-                return printable(text[:INFRA_CAUSE_LIMIT])
+        if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (
+            "DisruptionTarget",
+            "True",
+        ):
+            text = f"DisruptionTarget {condition.get('reason')}: {condition.get('message')}"
+            return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
-        return printable(f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
+        return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
     return ""
 
 
@@ -7330,9 +7332,12 @@ class RoundRewards:
             try:
                 same = pod_index(pod, self.settings.count, self._inspect(other)) == index
                 if same:
-                    lost.append((_attempt_order(pod), LostAttempt(
-                        pod=other, cause=infra_loss(pod), created_at=creation_time(pod, "a pod")
-                    )))
+                    lost.append(
+                        (
+                            _attempt_order(pod),
+                            LostAttempt(pod=other, cause=infra_loss(pod), created_at=creation_time(pod, "a pod")),
+                        )
+                    )
             except (EpisodeInvalid, DemoError, KeyError, TypeError, ValueError):
                 continue
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
@@ -7747,8 +7752,9 @@ class BatchRun:
 
     def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
-        backoff limits, the pod failure policy): without them, failed episodes would be retried (backoffLimit's default is
-        6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
+        backoff limits, the pod failure policy): without them, failed episodes would be retried
+        (backoffLimit's default is 6) or all episodes would run the same task. The Job is deleted
+        at once so no pod retries."""
         dropped = [
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")

@@ -215,7 +215,7 @@ class RetriesPlanTest(CallPlanTestCase):
         batch.final = None
         batch.add_episode(index=0)
         batch.final = batch.job_complete()  # a controller that retried it anyway
-        result, code = self.run_plan(batch, demo.EXIT_EPISODE, "--infra-retries", "1")
+        result, _ = self.run_plan(batch, demo.EXIT_EPISODE, "--infra-retries", "1")
         line = self.assert_fails(result, demo.EXIT_EPISODE, own.name, "exit code 1", "ran its index 0 again")
         self.assertIn("never an episode's own failure", line)
 

@@ -612,7 +612,7 @@ class JobController:
             spec = deep_copy(pspec)
             if completion_index is not None:
                 index_pod(meta, spec, completion_index)
-                if self.per_index is not None:  # the index's failures so far (job_controller.go, addIndexFailureCountAnnotation)
+                if self.per_index is not None:  # its failures so far (job_controller.go addIndexFailureCountAnnotation)
                     meta["annotations"][INDEX_FAILURE_COUNT] = str(self.index_failures(completion_index))
             if "pod_sidecar" in (self.faults.get("admission") or []):  # a mesh's injector (apiserver.py admit_job)
                 spec["containers"] = [*spec["containers"], deep_copy(SIDECAR)]
@@ -1411,7 +1411,9 @@ def match_pod_failure_policy(policy: Optional[dict], pod: dict) -> Tuple[Optiona
                     if condition.get("type") == pattern.get("type") and condition.get("status") == pattern.get(
                         "status", "True"
                     ):
-                        message = f"Pod {name} has condition {condition.get('type')} matching {action} rule at index {number}"
+                        message = (
+                            f"Pod {name} has condition {condition.get('type')} matching {action} rule at index {number}"
+                        )
                         return action, action != "Ignore", message
     return None, True, ""
 
