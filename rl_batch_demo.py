@@ -9787,7 +9787,8 @@ def main():
         fields["reward"] = 0
         fields.setdefault("reason", "no reward")
     try:
-        fields["artifacts"] = send_artifacts()
+        if os.environ.get("RL_DEMO_MAX_ARTIFACT_BYTES") != "0":  # --max-artifact-bytes 0: none wanted
+            fields["artifacts"] = send_artifacts()
     except OSError as error:  # none listed: the client then refuses any frame already sent
         print("artifacts not sent: " + printable(error, MAX_REASON), file=sys.stderr)
     emit("reward", **fields)
