@@ -1663,14 +1663,17 @@ def job_manifest(
     return manifest
 
 
-def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
-    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
+def round_job_manifest(
+    settings: RunSettings, name: str, namespace: str, run_id: str, image: str, parallelism: Optional[int] = None
+) -> KubeObject:
+    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if
+    any), `parallelism` at once (--parallelism auto's choice; else the settings')."""
     return job_manifest(
         name=name,
         namespace=namespace,
         run_id=run_id,
         count=settings.count,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if parallelism is None else parallelism,
         image=image,
         runtime=settings.runtime,
         deadline_seconds=settings.deadline_seconds,
@@ -3490,7 +3493,7 @@ def assemble_results(
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics); `capacity`: the nodes'
-    room (only with --parallelism auto)."""
+    room (only with --parallelism auto, whose parallelism is that room, at most the count)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
@@ -3514,7 +3517,7 @@ def assemble_results(
         run_id=run_id,
         image=settings.image,
         runtime=settings.runtime,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if capacity is None else min(capacity["parallelism_capacity"], settings.count),
         rounds=settings.rounds,
         episodes_per_round=settings.count,
         cache_state=cache_state_of(image_cache_counts(rows)),
@@ -7142,6 +7145,7 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.parallelism = settings.parallelism  # the Job's; with --parallelism auto, set from that room
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         self.log_budgets = LogBudgets()  # what all of the run's pods may make it keep, on disk and in memory
@@ -7258,7 +7262,7 @@ class BatchRun:
                 EXIT_CLUSTER,
             )
         self.capacity = room
-        self.settings = dataclasses.replace(self.settings, parallelism=min(room, count))
+        self.parallelism = min(room, count)
         say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
 
     def create_namespace(self) -> None:
@@ -7336,7 +7340,7 @@ class BatchRun:
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
         self.current_dir, self.current_job = round_dir, None
-        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
+        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
         try:
             rows, figures = self.run_job(
