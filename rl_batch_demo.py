@@ -90,6 +90,10 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
+# The garbage collector deletes a Job's pods at the controller manager's client rate, kubeAPIQPS 20
+# (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
+# more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
+GC_PODS_PER_SECOND = 20
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
@@ -113,6 +117,21 @@ CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB;
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
 INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
+# Per-index backoff limits (backoffLimitPerIndex, maxFailedIndexes), the JobBackoffLimitPerIndex
+# feature: alpha and off by default in 1.28 (the API server drops the fields), beta and on by
+# default in 1.29 to 1.32, GA in 1.33; a 1.27 API server does not know the fields at all, and
+# strict validation refuses them (pkg/features/kube_features.go).
+PER_INDEX_BACKOFF = (
+    "per-index backoff limits (Kubernetes 1.29 or later, where the JobBackoffLimitPerIndex feature gate is on by "
+    "default: beta in 1.29 to 1.32, GA from 1.33)"
+)
+PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+# The Job fields the tool may set that older API servers do not know, with what needs them.
+JOB_FIELD_NEEDS = {
+    "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
+}
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
@@ -150,6 +169,7 @@ APP_LABEL_VALUE = "rl-batch-demo"
 PSA_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 CONFIGMAP_NAME = "episode"
 CONTAINER_NAME = "episode"
+DEFAULT_SERVICEACCOUNT = "default"  # the account the episode pods run as (its token is not mounted)
 JOB_NAME = "rollout"
 UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_UID_LABEL = "controller-uid"  # clusters older than Kubernetes 1.27
@@ -312,6 +332,8 @@ SCHEDULED_BY_CONDITION = (
     CLOCK_API,
     "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
 )
+# A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
+QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
 SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
 TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
@@ -401,9 +423,17 @@ REQUIRED_PERMISSIONS = (
     ("delete", "jobs", "batch", "", True),
     ("list", "pods", "", "", True),
     ("watch", "pods", "", "", True),
+    ("get", "pods", "", "", True),  # `kubectl logs POD` GETs the pod before its log (kubectl logs.go Complete)
     ("get", "pods", "", "log", True),
     ("list", "events", "", "", True),
+    ("list", "jobs", "batch", "", True),  # the Job's watch is a list watch by name (wait_for_job)
 )
+# The watch for the namespace's default ServiceAccount (BatchRun.wait_for_service_account): reviewed
+# always, needed never: without them the run goes on without that wait, and says so.
+SERVICEACCOUNT_PERMISSIONS = (("list", "serviceaccounts", "", "", True), ("watch", "serviceaccounts", "", "", True))
+SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the run may wait for the account
+# `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
+NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
 
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 
@@ -592,6 +622,15 @@ class KubectlTimeout(DemoError):
     """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
 
 
+class JobRefused(DemoError):
+    """The cluster changed what the run's Job runs, or gave it to another controller: the run deletes
+    its Job and stops, since what it would measure is not what it asked for."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what, EXIT_CLUSTER)
+        self.what = what
+
+
 # Typed records ################################################################
 # The records the layers hand each other: timings, a run's settings, the receipt, what a round
 # observed and collected, and the schema of results.json and the files beside it. Uses the
@@ -612,6 +651,7 @@ class Timing:
     poll_interval: float = 1.0  # polling the Job once its watch has ended early
     blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
     final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
+    serviceaccount_wait_seconds: float = 10.0  # after the namespace's create, for its default ServiceAccount
     cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
     cleanup_max_poll: float = 2.0  # ... up to this
     interrupt_save_timeout: float = 5.0  # each kubectl call that saves diagnostics after Ctrl-C
@@ -807,6 +847,8 @@ class RoundObservation:
     blocked: str = ""  # why the Job cannot create pods, e.g. a Pod Security rejection
     last_pods: Dict[str, KubeObject] = dataclasses.field(default_factory=dict)  # each pod as last watched
     pod_deleted: bool = False  # the pod watch reported a deletion
+    queued: bool = False  # the Job was created suspended (a queue such as Kueue admits it later)
+    admitted_seen_monotonic: Optional[float] = None  # when the client saw a queued Job resumed
 
 
 @dataclasses.dataclass
@@ -1007,6 +1049,9 @@ class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and las
     client_submitted_at: float
     client_observed_complete_at: Optional[float]
     job_created_at: float
+    job_admitted_at: Optional[float]  # its creation unless a queue held it suspended; None: the Job does not say
+    admission_wait_seconds: Optional[float]  # job_admitted_at - job_created_at
+    client_admission_wait_seconds: Optional[float]  # None unless the Job was created suspended
     job_complete_at: Optional[float]
     job_success_criteria_met_at: Optional[float]
 
@@ -1290,6 +1335,11 @@ def difference(later: Optional[float], earlier: Optional[float]) -> Optional[flo
     if later is None or earlier is None:
         return None
     return later - earlier
+
+
+def max_known(values: Iterable[Optional[float]]) -> Optional[float]:
+    """The largest of the values that are known; None when none is."""
+    return max((value for value in values if value is not None), default=None)
 
 
 def _reject_constant(name: str) -> Any:
@@ -1672,14 +1722,17 @@ def job_manifest(
     return manifest
 
 
-def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
-    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
+def round_job_manifest(
+    settings: RunSettings, name: str, namespace: str, run_id: str, image: str, parallelism: Optional[int] = None
+) -> KubeObject:
+    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if
+    any), `parallelism` at once (--parallelism auto's choice; else the settings')."""
     return job_manifest(
         name=name,
         namespace=namespace,
         run_id=run_id,
         count=settings.count,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if parallelism is None else parallelism,
         image=image,
         runtime=settings.runtime,
         deadline_seconds=settings.deadline_seconds,
@@ -1694,6 +1747,27 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     any digest is resolved."""
     one_episode = dataclasses.replace(settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0)
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
+
+
+_UNKNOWN_FIELD = r'unknown field "([^"]+)"'
+
+
+def strict_refusal(stderr: str, where: str) -> Optional[str]:
+    """The one line for a create that strict validation refused because the API server does not
+    know a field the tool set (`strict decoding error: unknown field "spec.backoffLimitPerIndex"`:
+    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure."""
+    if "strict decoding error" not in stderr:
+        return None
+    fields = sorted(set(re.findall(_UNKNOWN_FIELD, stderr)))
+    known = [field for field in fields if field in JOB_FIELD_NEEDS]
+    if not known:
+        return None
+    needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
+    these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
+    return (
+        f"the cluster's API server does not know {', '.join(fields)}, so it refused Job {where}; "
+        f"{these.format(flags)} {needs}; nothing of this Job was created{instead}"
+    )
 
 
 def required_uid(obj: KubeObject, what: str) -> str:
@@ -1762,14 +1836,26 @@ def _condition_time(obj: KubeObject, condition_type: str) -> Optional[float]:
     return optional_timestamp(_true_condition(obj, (condition_type,)).get("lastTransitionTime"))
 
 
+# The job controller's decision comes before its terminal condition: since Kubernetes 1.31 it
+# writes SuccessCriteriaMet or FailureTarget first, and Complete or Failed only once every pod has
+# terminated (job_controller.go, delayTerminalCondition and enactJobFinished; kubernetes/kubernetes
+# #125510), so a pod that ignores SIGTERM holds Failed back by its whole grace period. The first of
+# the two is final: the tool decides on it.
+SUCCESS_CONDITIONS = ("Complete", "SuccessCriteriaMet")
+FAILURE_CONDITIONS = ("Failed", "FailureTarget")
+
+
 def job_condition(job: KubeObject) -> Optional[str]:
-    condition = _true_condition(job, ("Complete", "Failed"))
-    return str(condition["type"]) if condition else None
+    """The job controller's decision, "Complete" or "Failed" (see SUCCESS_CONDITIONS); None before it."""
+    condition = _true_condition(job, SUCCESS_CONDITIONS + FAILURE_CONDITIONS)
+    if not condition:
+        return None
+    return "Complete" if condition["type"] in SUCCESS_CONDITIONS else "Failed"
 
 
 def failed_condition_text(job: KubeObject) -> str:
-    """The Job's Failed condition for a sentence: its reason and message."""
-    condition = _true_condition(job, ("Failed",))
+    """The Job's Failed (or FailureTarget) condition for a sentence: its reason and message."""
+    condition = _true_condition(job, FAILURE_CONDITIONS)
     if not condition:
         return "no Failed condition"
     reason = condition.get("reason") or "unknown reason"
@@ -1777,11 +1863,111 @@ def failed_condition_text(job: KubeObject) -> str:
 
 
 def failed_condition_reason(job: KubeObject) -> Optional[str]:
-    """The Job's Failed condition's reason alone, to decide on (e.g. FailedIndexes); None without one."""
-    condition = _true_condition(job, ("Failed",))
+    """The Job's Failed (or FailureTarget) condition's reason alone, to decide on (e.g.
+    FailedIndexes); None without one."""
+    condition = _true_condition(job, FAILURE_CONDITIONS)
     if not condition:
         return None
     return condition["reason"] if isinstance(condition.get("reason"), str) else ""
+
+
+# Queues. Kueue's webhook creates a Job suspended (spec.suspend) and its controller resumes it once
+# the Job's Workload is admitted, perhaps never (Kueue docs, "Run a Kubernetes Job"; "Troubleshooting
+# Jobs"); the job controller then writes the Suspended condition False (reason JobResumed) and sets
+# startTime anew, from which activeDeadlineSeconds counts (job_controller.go, syncJob). MultiKueue
+# hands the Job to another controller through spec.managedBy (GA in 1.35), and the job controller
+# leaves a Job managed by another alone. A mutating webhook may add a sidecar or change what a
+# container runs.
+JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job the job controller runs
+
+
+def job_suspended(job: KubeObject) -> bool:
+    return (job.get("spec") or {}).get("suspend") is True
+
+
+def job_admitted_at(job: KubeObject) -> Optional[float]:
+    """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
+    condition's turn to False, else the startTime it set on resuming; None while it says neither."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Suspended" and condition.get("status") == "False":
+            return optional_timestamp(condition.get("lastTransitionTime"))
+    return None if job_suspended(job) else optional_timestamp((job.get("status") or {}).get("startTime"))
+
+
+def foreign_manager(job: KubeObject) -> Optional[str]:
+    """The controller named by the Job's spec.managedBy when it is not the job controller (MultiKueue's
+    kueue.x-k8s.io/multikueue): that one runs the Job, elsewhere, and the tool cannot measure it."""
+    managed_by = (job.get("spec") or {}).get("managedBy")
+    return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
+
+
+# Fields a webhook may add to a securityContext that loosen it (any field the run set counts if changed).
+_LOOSENING = {"privileged": True, "allowPrivilegeEscalation": True, "runAsUser": 0, "runAsGroup": 0}
+_UNCONFINED = ("seccompProfile", "appArmorProfile")
+
+
+def _security_changes(where: str, ours: Any, theirs: Any) -> List[str]:
+    """What a webhook changed in a securityContext: a field the run set with another value or
+    removed, or a field added that loosens it (privileged, privilege escalation, root, added
+    capabilities, an unconfined profile, an unmasked /proc). A field added that only confines
+    more (a RuntimeDefault seccomp profile, SELinux labels, procMount Default) is no change: managed
+    clusters add them to every pod."""
+    ours = dict(ours) if isinstance(ours, dict) else {}
+    theirs = dict(theirs) if isinstance(theirs, dict) else {}
+    changes = [
+        f"{where}.{key} {short_repr(value)} became {short_repr(theirs.get(key))}"
+        for key, value in ours.items()
+        if theirs.get(key) != value
+    ]
+    added = [(key, value) for key, value in theirs.items() if key not in ours and _loosens(key, value)]
+    changes += [f"{where}.{key} {short_repr(value)} was added" for key, value in added]
+    return changes
+
+
+def _loosens(key: str, value: Any) -> bool:
+    """Whether a securityContext field the run did not set loosens it when added (see _security_changes)."""
+    if key in _LOOSENING:
+        wanted = _LOOSENING[key]
+        return type(value) is type(wanted) and value == wanted  # True is not the user ID 1, nor 0 False
+    if key == "capabilities":
+        return isinstance(value, dict) and bool(value.get("add"))
+    if key in _UNCONFINED:
+        return isinstance(value, dict) and value.get("type") == "Unconfined"
+    return key == "procMount" and value != "Default"
+
+
+def template_changes(submitted: KubeObject, stored: KubeObject) -> List[str]:
+    """What differs between the pod spec the run submitted and one the cluster stored (the Job's
+    template, or a pod's spec) in what runs: containers added or removed (a sidecar), a container's
+    image, command or args, its or the pod's securityContext loosened (_security_changes), the
+    runtimeClassName. Fields the API server defaults (pull policy, termination message path, ...)
+    are not compared."""
+    changes = []
+    for key in ("initContainers", "containers"):
+        ours = {c.get("name"): c for c in submitted.get(key) or []}
+        theirs = {c.get("name"): c for c in stored.get(key) or [] if isinstance(c, dict)}
+        changes += [f"{key} {short_repr(name)} added" for name in theirs if name not in ours]
+        changes += [f"{key} {short_repr(name)} removed" for name in ours if name not in theirs]
+        for name, container in ours.items():
+            other = theirs.get(name)
+            if other is None:
+                continue
+            changes += [
+                f"container {name}'s {field} {short_repr(container.get(field))} became {short_repr(other.get(field))}"
+                for field in ("image", "command", "args")
+                if container.get(field) != other.get(field)
+            ]
+            where = f"container {name}'s securityContext"
+            changes += _security_changes(where, container.get("securityContext"), other.get("securityContext"))
+    changes += _security_changes(
+        "the pod's securityContext", submitted.get("securityContext"), stored.get("securityContext")
+    )
+    if submitted.get("runtimeClassName") != stored.get("runtimeClassName"):
+        changes.append(
+            f"runtimeClassName {short_repr(submitted.get('runtimeClassName'))} became "
+            f"{short_repr(stored.get('runtimeClassName'))}"
+        )
+    return changes
 
 
 _INDEX = r"^(0|[1-9][0-9]{0,8})$"
@@ -2863,12 +3049,16 @@ def validate_episode(
     inspect: str,
     builtin_worker: bool = True,
     pod_events: Optional[List[KubeObject]] = None,
+    batch_start: Optional[float] = None,
 ) -> EpisodeRow:
     """Check one episode against every rule and return its row of figures.
 
     A custom worker (--worker) is held to every rule but the built-in task's own: its reward
     is any finite number, and no baseline or test exit is required. `pod_events` are the
-    cluster's events about this pod (Scheduled, Pulled), from the listing already read."""
+    cluster's events about this pod (Scheduled, Pulled), from the listing already read.
+    `batch_start`: where the batch figures start, the Job's admission when a queue held it (its
+    creation by default)."""
+    batch_start = job_created_at if batch_start is None else batch_start
     name = pod["metadata"]["name"]
     invalid = functools.partial(EpisodeInvalid, name, inspect=inspect)  # the rule this episode breaks
     status = pod.get("status", {})
@@ -2954,8 +3144,8 @@ def validate_episode(
         container_runtime=container_runtime_name(container),
         reward=reward_event["reward"],
         pod_to_ready_seconds=ready_at - created_at,
-        batch_to_ready_seconds=ready_at - job_created_at,
-        batch_to_reward_seconds=reward_at - job_created_at,
+        batch_to_ready_seconds=ready_at - batch_start,
+        batch_to_reward_seconds=reward_at - batch_start,
         pod_to_scheduled_seconds=difference(scheduled_at, created_at),
         pod_to_container_started_seconds=difference(started_at, created_at),
         python_import_seconds=difference(imports_done_at, clocks.first_statement_at),
@@ -2973,7 +3163,7 @@ def validate_episode(
         observed_first_seen_at=first_seen_at,
         observed_running_at=sighting.get("Running") if sighting else None,
         observed_succeeded_at=sighting.get("Succeeded") if sighting else None,
-        batch_start=job_created_at,
+        batch_start=batch_start,
         round=1,
         job=JOB_NAME,
         index=0,
@@ -3247,6 +3437,7 @@ ROUND_FAILED = "failed"  # the Job is Failed: validate (to name the episode), th
 ROUND_DEADLINE = "deadline"  # the Job hit its activeDeadlineSeconds
 ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
 ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
+ROUND_NOT_ADMITTED = "not-admitted"  # the client's wait ran out while the Job was still suspended (queued)
 ROUND_FAILED_INDEXES = "failed-indexes"  # Failed (FailedIndexes): every index ran, at most maxFailedIndexes failed
 
 
@@ -3254,6 +3445,8 @@ def classify_round(observation: RoundObservation) -> str:
     """How a round ended, from what the client observed."""
     if observation.blocked:
         return ROUND_BLOCKED
+    if observation.condition is None and observation.queued and observation.admitted_seen_monotonic is None:
+        return ROUND_NOT_ADMITTED
     if observation.condition is None:
         return ROUND_TIMEOUT
     if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
@@ -3273,10 +3466,18 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
+    if outcome == ROUND_NOT_ADMITTED:
+        return DemoError(
+            f"Job {where} was never admitted: it stayed suspended (spec.suspend, set by a queue such as Kueue) for "
+            f"{settings.client_wait_seconds} s; see why its queue holds it (for Kueue: `kubectl -n "
+            f"{where.split('/', 1)[0]} get workloads`), or raise --timeout; inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
+        )
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(
-            f"Job {where} did not finish within {settings.client_wait_seconds} s "
+            f"Job {where} did not finish within {settings.client_wait_seconds} s"
+            f"{' of its admission' if observation.queued else ''} "
             f"({counts['created']} pods created, {counts['running']} running, {counts['succeeded']} succeeded"
             f"{warning}); inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
@@ -3306,6 +3507,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
+    # A queued Job's figures start when it was admitted: its wait in the queue is its own figure.
+    admitted_at = job_admitted_at(observation.job) if observation.queued else job_created_at
+    admitted_seen = observation.admitted_seen_monotonic
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
@@ -3335,6 +3539,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 pod_inspect,
                 collected.builtin_worker,
                 pod_events=cluster_events.get(name, []),
+                batch_start=admitted_at,
             )
             row["artifacts"] = episode_artifacts(
                 name,
@@ -3388,6 +3593,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         client_submitted_at=collected.submitted_wall,
         client_observed_complete_at=observation.condition_seen_wall,
         job_created_at=job_created_at,
+        job_admitted_at=admitted_at,
+        admission_wait_seconds=difference(admitted_at, job_created_at),
+        client_admission_wait_seconds=None if admitted_seen is None else admitted_seen - collected.submitted_monotonic,
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
         **log_figures(collected),
@@ -3520,7 +3728,7 @@ def assemble_results(
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics); `capacity`: the nodes'
-    room (only with --parallelism auto)."""
+    room (only with --parallelism auto, whose parallelism is that room, at most the count)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
@@ -3544,7 +3752,7 @@ def assemble_results(
         run_id=run_id,
         image=settings.image,
         runtime=settings.runtime,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if capacity is None else min(capacity["parallelism_capacity"], settings.count),
         rounds=settings.rounds,
         episodes_per_round=settings.count,
         cache_state=cache_state_of(image_cache_counts(rows)),
@@ -3553,6 +3761,9 @@ def assemble_results(
         client_submitted_at=rounds[0]["client_submitted_at"],
         client_observed_complete_at=rounds[-1]["client_observed_complete_at"],
         job_created_at=rounds[0]["job_created_at"],
+        job_admitted_at=rounds[0]["job_admitted_at"],
+        admission_wait_seconds=max_known(r["admission_wait_seconds"] for r in rounds),
+        client_admission_wait_seconds=max_known(r["client_admission_wait_seconds"] for r in rounds),
         job_complete_at=rounds[-1]["job_complete_at"],
         job_success_criteria_met_at=rounds[-1]["job_success_criteria_met_at"],
         phases=phase_table(rows),
@@ -3595,11 +3806,20 @@ def permission_name(verb: str, resource: str, group: str, subresource: str, *_: 
 
 
 def access_review_list(
-    namespace: str, with_runtimeclass: bool, kubelet_metrics: bool = False, capacity: bool = False
+    namespace: str,
+    with_runtimeclass: bool,
+    kubelet_metrics: bool = False,
+    lists_nodes: bool = False,
+    capacity: bool = False,
 ) -> KubeObject:
+    """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
+    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
+    asked once."""
     permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
+    permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -3835,11 +4055,11 @@ def preflight_findings(
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
         else:
-            kubelet_reviews = [review for review in reviews.value if _is_kubelet_metrics_review(review)]
-            capacity_reviews = [review for review in reviews.value if _is_capacity_review(review)]
-            denied = denied_permissions(
-                [review for review in reviews.value if review not in kubelet_reviews + capacity_reviews]
-            )
+            kubelet_reviews = [r for r in reviews.value if kubelet_metrics and _asks(r, KUBELET_METRICS_PERMISSIONS)]
+            capacity_reviews = [r for r in reviews.value if capacity and _is_capacity_review(r)]
+            account_reviews = [r for r in reviews.value if _asks(r, SERVICEACCOUNT_PERMISSIONS)]
+            others = [r for r in reviews.value if r not in kubelet_reviews + capacity_reviews + account_reviews]
+            denied = denied_permissions(others)
             findings.append(
                 Finding(
                     "permissions",
@@ -3850,6 +4070,7 @@ def preflight_findings(
                     "ask the cluster admin or use another context (nothing was created)",
                 )
             )
+            findings.append(serviceaccount_finding(account_reviews))
             if kubelet_metrics:
                 findings.append(kubelet_metrics_finding(context, kubelet_reviews))
             if capacity:
@@ -3857,11 +4078,26 @@ def preflight_findings(
     return findings
 
 
-def _is_kubelet_metrics_review(review: KubeObject) -> bool:
+def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
+    """Whether an access review asks for one of these permissions."""
     attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
-        for verb, resource, _, sub, _ in KUBELET_METRICS_PERMISSIONS
+        for verb, resource, _, sub, _ in permissions
+    )
+
+
+def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
+    """Whether the run may watch for the namespace's default ServiceAccount before its first Job;
+    never a problem: without it the run only skips that wait."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in SERVICEACCOUNT_PERMISSIONS]
+    return Finding(
+        SERVICEACCOUNT_WAIT,
+        True,
+        "granted: list, watch serviceaccounts (the first Job waits for the namespace's default ServiceAccount)"
+        if not denied
+        else f"denied: {', '.join(denied)}; a run creates its first Job without waiting for the namespace's default "
+        "ServiceAccount, so that Job's figures may include the wait for it",
     )
 
 
@@ -4223,6 +4459,13 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         )
     for note in results.get("notes") or []:
         lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
+    queued_for, client_queued_for = (json_number(results.get(key)) for key in QUEUE_FIGURES)
+    if client_queued_for is not None or (queued_for or 0) > 0:
+        api_wait = "unknown" if queued_for is None else f"{queued_for:.0f} s"
+        lines.append(
+            f"queued: {api_wait} from Job created to admitted (job controller's clock, whole seconds; the client "
+            f"saw {_seconds(client_queued_for)}); the batch figures count from the admission"
+        )
     lines.append("")
     batch = [
         ("Job created -> all episodes ready", "batch_to_all_ready_seconds"),
@@ -5356,12 +5599,16 @@ class Progress:
         self.printed_at = -math.inf
         self.dirty = False
 
-    def update(self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None) -> None:
+    def update(
+        self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None, queued: bool = False
+    ) -> None:
         """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
-        until the client stops waiting (None: no deadline to show)."""
+        until the client stops waiting (None: no deadline to show); `queued`: the Job waits,
+        suspended, for a queue to admit it."""
         if not self.enabled:
             return
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
+        state = "queued: suspended until a queue admits it" if queued else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
             columns = self.columns or shutil.get_terminal_size().columns
@@ -6740,23 +6987,36 @@ def wait_for_job(
     progress: Progress,
     stop: Optional[threading.Event] = None,
     on_pod: Optional[Callable[[KubeObject], None]] = None,
+    pod_spec: Optional[KubeObject] = None,
+    run_seconds: float = 0.0,
 ) -> RoundObservation:
-    """Watch the Job (and its pods) until Complete or Failed; poll if the Job's watch ends early.
+    """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
+    Job's watch ends early.
 
-    The watches' events carry the client clock of their arrival, so the Complete condition is
-    seen within milliseconds of the API server sending it. `on_pod` is told of each pod as the
-    watch delivers it (RoundRewards: a terminated pod's reward is known from its status)."""
+    The Job's watch is a list watch by name (`get jobs --field-selector metadata.name=NAME`): it
+    prints every event, where a single object's watch drops its first one (kubectl get.go watch()),
+    and with it a change made between its GET and its watch, such as a quick Job's Complete. The
+    events carry the client clock of their arrival, so the decision is seen within milliseconds of
+    the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
+    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
+    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
+    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
+    that runs something else (a sidecar injected, a container changed) raises JobRefused."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
     sink: queue.Queue[Any] = queue.Queue()
-    seconds = max(1.0, deadline - time.monotonic()) + 5
-    watches = [kubectl.watch("job", ["job", name], namespace, sink, seconds)]
+    queued = job_suspended(job)
+    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if queued else 0.0) + 5
+    by_name = ["jobs", "--field-selector", f"metadata.name={name}"]
+    watches = [kubectl.watch("job", by_name, namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
     sightings: Dict[str, Dict[str, Any]] = {}
     last_pods: Dict[str, KubeObject] = {}
     deleted = False
     live = job
+    admitted_seen: Optional[float] = None
     job_stream_open = pod_stream_open = True
+    watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
@@ -6767,6 +7027,12 @@ def wait_for_job(
         pod = event.get("object")
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
+            if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
+                changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
+                if changes:
+                    raise JobRefused(
+                        f"the cluster changed what pod {pod_name} of Job {label} runs: " + "; ".join(changes)
+                    )
             record_pod_sighting(sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 last_pods[pod_name] = pod  # type: ignore[assignment]
@@ -6775,35 +7041,63 @@ def wait_for_job(
         elif event.get("type") == "DELETED":
             deleted = True
 
+    def take_job(obj: KubeObject, clock: float) -> None:
+        """The Job as now seen; a queued Job's resumption moves the client's deadline."""
+        nonlocal live, admitted_seen, deadline
+        live = obj
+        if queued and admitted_seen is None and not job_suspended(live):
+            admitted_seen = clock
+            deadline = max(deadline, clock + run_seconds)
+
+    def observation(
+        condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
+    ) -> RoundObservation:
+        return RoundObservation(
+            live, condition, wall, clock, sightings, blocked, last_pods, deleted, queued, admitted_seen
+        )
+
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
-        """The Job ended: take in the pod events already received, then report. After Complete,
-        while the pods as watched do not yet prove their final state, wait a moment for more:
-        the two watches are separate streams, and the pods' last events may arrive just after
-        the Job's, which spares the listing of every pod (see final_pods_from_watch)."""
-        nonlocal pod_stream_open
+        """The job controller decided: take in the events already received, then report. Wait a
+        moment for more while the Job lacks its terminal condition (Complete after
+        SuccessCriteriaMet, Failed after FailureTarget: job.json then shows both) or, after a
+        success, the pods as watched do not yet prove their final state: the two watches are
+        separate streams, and the pods' last events may arrive just after the Job's, which spares
+        the listing of every pod (see final_pods_from_watch); after a failure, while a watched pod
+        has not yet ended. The decision's own arrival is what the figures keep."""
+        nonlocal pod_stream_open, job_stream_open
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
+        terminal = "Complete" if condition == "Complete" else "Failed"
 
         def observed() -> RoundObservation:
-            return RoundObservation(live, condition, wall, clock, sightings, "", last_pods, deleted)
+            return observation(condition, wall, clock)
 
-        def settled() -> bool:  # nothing more to wait for: the proof holds, or never will
-            return condition != "Complete" or deleted or final_pods_from_watch(observed(), job_uid) is not None
+        def settled() -> bool:  # nothing more to wait for: it all came, or never will
+            ended = bool(_true_condition(live, (terminal,))) or not job_stream_open
+            if deleted or not pod_stream_open:
+                return ended
+            if condition == "Complete":
+                return ended and final_pods_from_watch(observed(), job_uid) is not None
+            # a failure: every pod as watched has ended, so each ended pod's verdict is streamed
+            # (rewards.jsonl) before the round's failure retracts it, whichever watch came first
+            phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
+            return ended and all(phase in ("Succeeded", "Failed") for phase in phases)
 
-        done_waiting = settled()
         while True:
             remaining = grace_ends - time.monotonic()
-            waiting = pod_stream_open and not done_waiting and remaining > 0
+            waiting = not settled() and remaining > 0
             try:
-                tag, received_at, _, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
+                tag, received_at, received_clock, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
                 progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
                 return observed()
-            if tag == "pods":
-                if event is None:
-                    pod_stream_open = False
-                else:
-                    pod_event(event, received_at)
-                    done_waiting = done_waiting or time.monotonic() >= grace_ends or settled()
+            if tag == "job" and event is None:
+                job_stream_open = False
+            elif tag == "job" and event.get("type") == "MODIFIED" and isinstance(event.get("object"), dict):
+                take_job(event["object"], received_clock)
+            elif tag == "pods" and event is None:
+                pod_stream_open = False
+            elif tag == "pods":
+                pod_event(event, received_at)
 
     try:
         while True:
@@ -6814,7 +7108,7 @@ def wait_for_job(
             if condition is not None:
                 return finished(condition, time.time(), now)
             if now >= deadline:
-                return RoundObservation(live, None, pod_sightings=sightings, last_pods=last_pods, pod_deleted=deleted)
+                return observation()
             timeout = min(timing.watch_tick_seconds, deadline - now)
             if not job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
@@ -6827,7 +7121,7 @@ def wait_for_job(
                     job_stream_open = False
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = lines[-1] if lines else "no message"  # kubectl's error, or a crash's last line
+                    reason = watch_error or (lines[-1] if lines else "no message")  # kubectl's error, or a crash's
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
@@ -6836,8 +7130,11 @@ def wait_for_job(
                     raise DemoError(
                         f"Job {label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
                     )
+                elif event.get("type") == "ERROR":
+                    status = event.get("object") if isinstance(event.get("object"), dict) else {}
+                    watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
                 elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
-                    live = event["object"]
+                    take_job(event["object"], clock)
                     condition = job_condition(live)
                     if condition is not None:
                         return finished(condition, wall, clock)
@@ -6850,15 +7147,16 @@ def wait_for_job(
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
-                live = polled
+                take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
-            if not sightings and not pod_counts({}, live)["created"] and time.monotonic() >= next_blocked_check:
+            waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
+            if waiting_for_pods and time.monotonic() >= next_blocked_check:
                 blocked = creation_blocked(kubectl, namespace, name)
                 if blocked:
-                    return RoundObservation(live, None, pod_sightings=sightings, blocked=blocked, pod_deleted=deleted)
+                    return observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now)
+            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
     finally:
         for watch in watches:
             watch.close()
@@ -7309,6 +7607,8 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.parallelism = settings.parallelism  # the Job's; with --parallelism auto, set from that room
+        self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
@@ -7366,7 +7666,9 @@ class BatchRun:
         with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
         kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
-        reviews = access_review_list(self.namespace, runtime is not None, kubelet_metrics, capacity=auto)
+        reviews = access_review_list(
+            self.namespace, runtime is not None, kubelet_metrics, self.settings.warmup, capacity=auto
+        )
 
         def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
             try:
@@ -7396,6 +7698,10 @@ class BatchRun:
         for finding in findings:
             if not finding.ok:
                 raise DemoError(finding.stop, EXIT_CLUSTER)
+        account_reviews = [review for review in answers[-1] if _asks(review, SERVICEACCOUNT_PERMISSIONS)]
+        self.watches_account = not denied_permissions(account_reviews)
+        if not self.watches_account:
+            say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
             self.set_parallelism(answers[-2])
 
@@ -7421,29 +7727,73 @@ class BatchRun:
                 EXIT_CLUSTER,
             )
         self.capacity = room
-        self.settings = dataclasses.replace(self.settings, parallelism=min(room, count))
+        self.parallelism = min(room, count)
         say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
 
     def create_namespace(self) -> None:
-        """The namespace and the ConfigMap with the worker, in one create."""
+        """The namespace and the ConfigMap with the worker, in one create, while a watch waits for
+        the namespace's `default` ServiceAccount (see wait_for_service_account)."""
         self.create_sent = True
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
             configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
+        sink: queue.Queue[Any] = queue.Queue()
+        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
+        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
+        watch = (
+            self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
+            if self.watches_account
+            else None
+        )
         try:
-            namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
-        except DemoError as error:
-            settled = self.creator.settled.get(("Namespace", self.namespace))
-            if settled is None:
-                self.namespace_created = isinstance(error, KubectlTimeout) or (
-                    isinstance(error, KubectlFailure) and error.transient
-                )
-            else:
-                self.record_namespace(settled)
-            raise
-        self.record_namespace(namespace)
+            try:
+                namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
+            except DemoError as error:
+                settled = self.creator.settled.get(("Namespace", self.namespace))
+                if settled is None:
+                    self.namespace_created = isinstance(error, KubectlTimeout) or (
+                        isinstance(error, KubectlFailure) and error.transient
+                    )
+                else:
+                    self.record_namespace(settled)
+                raise
+            self.record_namespace(namespace)
+            if watch is not None:
+                self.wait_for_service_account(sink, watch)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
+        """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
+        ServiceAccount admission looks it up for about 1.5 s, then the job controller records
+        FailedCreate and backs off (plugin/pkg/admission/serviceaccount/admission.go; the
+        serviceaccounts controller creates it soon after the namespace), which would count in
+        the first Job's figures. So the first Job is created once it is seen, by the watch started
+        with the namespace's create (no process more, no wait when it came meanwhile); after
+        Timing.serviceaccount_wait_seconds the run goes on without it, and says so."""
+        limit = time.monotonic() + self.kubectl.timing.serviceaccount_wait_seconds
+        while True:
+            try:
+                _, _, _, event = sink.get(timeout=max(0.0, min(limit - time.monotonic(), 0.5)))
+            except queue.Empty:
+                if time.monotonic() < limit:
+                    continue
+                reason = f"it did not appear within {self.kubectl.timing.serviceaccount_wait_seconds:g} s"
+                break
+            if event is None:
+                reason = f"its watch ended ({kubectl_message(watch.stderr) if watch.stderr else 'no message'})"
+                break
+            obj = event.get("object")
+            named = isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == DEFAULT_SERVICEACCOUNT
+            if event.get("type") in ("ADDED", "MODIFIED") and named:
+                return
+        say_stderr(
+            f"warning: the namespace's {DEFAULT_SERVICEACCOUNT} ServiceAccount is not there yet ({reason}); the Job "
+            "is created anyway, and its pods wait for the account (ServiceAccount admission)"
+        )
 
     def record_namespace(self, namespace: KubeObject) -> None:
         self.receipt.namespace_uid = namespace["metadata"]["uid"]
@@ -7455,7 +7805,7 @@ class BatchRun:
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
         self.current_dir, self.current_job = round_dir, None
-        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
+        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
         try:
             rows, figures = self.run_job(
@@ -7499,7 +7849,13 @@ class BatchRun:
             self.receipt.jobs.append(entry)
             write_receipt(settings.output, self.receipt)
         submitted_wall, submitted = time.time(), time.monotonic()
-        job = self.creator.create(manifest, "job")
+        try:
+            job = self.creator.create(manifest, "job")
+        except KubectlFailure as failure:
+            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}")
+            if refusal is None:
+                raise
+            raise DemoError(refusal, EXIT_CLUSTER) from None
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
@@ -7507,10 +7863,25 @@ class BatchRun:
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
-        if rewards is not None:
-            rewards.job_created(job, submitted)
-        on_pod = rewards.pod_seen if rewards is not None else None
-        observation = wait_for_job(self.kubectl, self.namespace, job, deadline, submitted, progress, self.stop, on_pod)
+        pod_spec = manifest["spec"]["template"]["spec"]
+        try:
+            self.refuse_changed_job(pod_spec, job)
+            if rewards is not None:
+                rewards.job_created(job, submitted)
+            observation = wait_for_job(
+                self.kubectl,
+                self.namespace,
+                job,
+                deadline,
+                submitted,
+                progress,
+                self.stop,
+                on_pod=rewards.pod_seen if rewards is not None else None,
+                pod_spec=pod_spec,
+                run_seconds=settings.client_wait_seconds,
+            )
+        except JobRefused as refused:
+            raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
@@ -7599,25 +7970,43 @@ class BatchRun:
         if not dropped:
             return
         name = manifest["metadata"]["name"]
-        try:
-            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
-            deleted = "it was deleted at once, before any episode could be retried"
-        except DemoError as error:
-            deleted = f"deleting it failed ({error}); run cleanup now"
+        deleted = self.delete_refused_job(name, "before any episode could be retried")
         needs, instead = (
             ("Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs", "")
             if "completionMode" in dropped
-            else (
-                "per-index backoff limits (Kubernetes 1.33, or 1.29 to 1.32 with the JobBackoffLimitPerIndex "
-                "feature gate), which --max-failed-episodes needs",
-                "; run without --max-failed-episodes (any failed episode then fails the run)",
-            )
+            else (f"{PER_INDEX_BACKOFF}, which --max-failed-episodes needs", PER_INDEX_BACKOFF_INSTEAD)
         )
         raise DemoError(
             f"the cluster does not support {needs}: the created Job {self.namespace}/{name} lacks "
             f"spec.{', spec.'.join(dropped)}; {deleted}{instead}",
             EXIT_CLUSTER,
         )
+
+    def refuse_changed_job(self, pod_spec: KubeObject, job: KubeObject) -> None:
+        """What the API server stored, read back from the create's answer: a Job another
+        controller runs (spec.managedBy: MultiKueue), or whose pod template a mutating webhook
+        changed (a sidecar, another image, command or security context), is not what the run
+        measures (JobRefused)."""
+        where = f"{self.namespace}/{job['metadata']['name']}"
+        manager = foreign_manager(job)
+        if manager is not None:
+            raise JobRefused(
+                f"Job {where} is managed by {manager} (spec.managedBy, set by MultiKueue or a webhook), not by the "
+                "job controller, so its pods would run elsewhere and unmeasured; run it in a namespace the queue "
+                "does not manage"
+            )
+        changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+        if changes:
+            raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
+
+    def delete_refused_job(self, name: str, before: str = "before its episodes could be measured") -> str:
+        """Delete a Job the run created and will not wait for (it is the run's own: its UID is in the
+        receipt); what happened, for the message."""
+        try:
+            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
+            return f"it was deleted at once, {before}"
+        except DemoError as error:
+            return f"deleting the Job failed ({error}); run cleanup now"
 
     def save_after_interrupt(self) -> None:
         """Save what can be read within a few seconds: the Job, pods, events and logs."""
@@ -7665,6 +8054,21 @@ def _wait_until_absent(
         interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
 
 
+def job_pod_count(job: Optional[KubeObject]) -> int:
+    """How many pods a Job may have: its completions, or the pods its status counts if more."""
+    spec, status = ((job or {}).get(key) or {} for key in ("spec", "status"))
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    return max(count(spec.get("completions")), sum(count(status.get(key)) for key in ("active", "succeeded", "failed")))
+
+
+def cleanup_wait_seconds(base: float, pods: int) -> float:
+    """How long cleanup waits for a deletion: `base`, plus the garbage collector's time for `pods`."""
+    return base + pods / GC_PODS_PER_SECOND
+
+
 def _stuck_namespace_detail(namespace: KubeObject) -> str:
     finalizers = {
         *(namespace.get("spec", {}).get("finalizers") or []),
@@ -7708,21 +8112,24 @@ def cleanup_run(
         say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
         receipt.namespace_uid = plan.adopted_namespace_uid
         write_receipt(output, receipt)
+    pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
         kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
-        remaining = _wait_until_absent(kubectl, "job", name, namespace, wait_seconds)
+        job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
+        remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{wait_seconds:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
-    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, wait_seconds)
+    namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
+    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
     if remaining is not None:
         raise DemoError(
-            f"namespace {namespace} is still Terminating after {wait_seconds:g} s "
+            f"namespace {namespace} is still Terminating after {namespace_wait:g} s "
             f"({_stuck_namespace_detail(remaining)}); inspect `kubectl get namespace {namespace} -o yaml` "
             "and what remains in it; finalizers are never removed by this tool",
             EXIT_TIMEOUT,
@@ -8254,7 +8661,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 raise
             return Read(failure=failure.first_line)
 
-    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics)
+    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True)
     version, runtimeclass, nodes, pods, granted = concurrently(
         [
             lambda: attempt(

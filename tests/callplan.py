@@ -50,6 +50,7 @@ from tests.clusterobjects import (
     kubernetes_list,
     namespace_object,
     runtimeclass_object,
+    serviceaccount_object,
 )
 from tests.fakecluster import write_executable
 
@@ -158,6 +159,7 @@ class Call:
     name: str = ""  # signals NAME.started and NAME.done for other calls to wait for
     wait_for: str = ""  # answer only once this signal exists
     repeat: bool = False  # answer every further call with the same argv too
+    optional: bool = False  # the tool may end it before it starts (a watch closed at once): not left over
     # A watch's --request-timeout is the time the client has left (rl_batch_demo.wait_for_job):
     # the stub also accepts fewer seconds, by at most those passed since expect() planned it.
     counts_down: bool = False
@@ -287,10 +289,12 @@ class Cluster:
     def delete(self, kind: str, name: str, *flags: str, namespace: Optional[str] = None) -> Call:
         return Call(self.args("delete", kind, name, *flags, namespace=namespace))
 
-    def access_reviews(self, namespace: str, with_runtimeclass: bool, denied: tuple = ()) -> Call:
+    def access_reviews(
+        self, namespace: str, with_runtimeclass: bool, denied: tuple = (), lists_nodes: bool = False
+    ) -> Call:
         return self.create(  # never stored: no validation, as the tool asks
-            demo.access_review_list(namespace, with_runtimeclass),
-            kubernetes_list(access_reviews(namespace, with_runtimeclass, denied)),
+            demo.access_review_list(namespace, with_runtimeclass, lists_nodes=lists_nodes),
+            kubernetes_list(access_reviews(namespace, with_runtimeclass, denied, lists_nodes)),
             validate="false",
         )
 
@@ -340,7 +344,21 @@ class RunPlan:
             demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE),
         ]
         listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
-        return self.cluster.create(listing, [namespace_object(), configmap_object()])
+        created = self.cluster.create(listing, [namespace_object(), configmap_object()])
+        return dataclasses.replace(created, name="namespace")
+
+    def serviceaccount_watch(
+        self, present: bool = True, ended_early: bool = False, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT
+    ) -> Call:
+        """The watch of the namespace's default ServiceAccount, started with the namespace's create
+        and lasting as long as that create may (`kubectl_timeout`) and the wait for the account:
+        the account ADDED once the namespace exists (`present`), else nothing; held until the tool
+        ends it. `ended_early`: the create fails, and the tool may end the watch before it starts."""
+        seconds = math.ceil(kubectl_timeout + demo.TIMING.serviceaccount_wait_seconds)
+        chunks = [watch_event("ADDED", serviceaccount_object(), wait_for="namespace.done")] if present else []
+        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={demo.DEFAULT_SERVICEACCOUNT}"]
+        watch = self.cluster.watch(by_name, chunks, seconds, "serviceaccount")
+        return dataclasses.replace(watch, optional=ended_early)
 
     def create_namespace(self) -> Call:
         """The namespace alone: after a combined create that never reached the server."""
@@ -370,22 +388,35 @@ class RunPlan:
         """The watches' --request-timeout: the client's wait (deadline + 30 s) plus 5 s, rounded up."""
         return math.ceil(self.deadline_seconds + demo.CLIENT_GRACE_SECONDS + 5)
 
-    def job_watch(self, batch: Optional[Batch] = None, final: Optional[Dict[str, Any]] = None, **options: Any) -> Call:
-        """The Job's watch: ADDED as created, then (once the pod watch has sent everything) its final state."""
+    def job_watch(
+        self,
+        batch: Optional[Batch] = None,
+        final: Optional[Dict[str, Any]] = None,
+        chunks: Optional[Sequence[Chunk]] = None,
+        seconds: Optional[int] = None,
+        **options: Any,
+    ) -> Call:
+        """The Job's watch: ADDED as created, then (once the pod watch has sent everything) its final
+        state; or the `chunks` given. `seconds`: its --request-timeout, when not watch_seconds."""
         batch = batch or self.batch
         final = batch.final_job() if final is None else final
-        chunks = [
-            watch_event("ADDED", batch.job_running()),
-            # Sent once the pod watch has sent everything, as an API server orders them; the tool
-            # may still read it first (separate streams), and then waits for the pods' last events.
-            watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done"),
-        ]
-        return self.cluster.watch(
-            ["job", batch.job_name], chunks, self.watch_seconds, f"job-{batch.job_name}", **options
-        )
+        if chunks is None:
+            chunks = [
+                watch_event("ADDED", batch.job_running()),
+                # Sent once the pod watch has sent everything, as an API server orders them; the tool
+                # may still read it first (separate streams), and then waits for the pods' last events.
+                watch_event("MODIFIED", final, wait_for=f"pods-{batch.job_name}.done"),
+            ]
+        by_name = ["jobs", "--field-selector", f"metadata.name={batch.job_name}"]  # a list watch by name
+        seconds = self.watch_seconds if seconds is None else seconds
+        return self.cluster.watch(by_name, chunks, seconds, f"job-{batch.job_name}", **options)
 
     def pod_watch(
-        self, batch: Optional[Batch] = None, chunks: Optional[Sequence[Chunk]] = None, **options: Any
+        self,
+        batch: Optional[Batch] = None,
+        chunks: Optional[Sequence[Chunk]] = None,
+        seconds: Optional[int] = None,
+        **options: Any,
     ) -> Call:
         """The pods' watch: each pod ADDED Pending, MODIFIED Running, MODIFIED in its final state."""
         batch = batch or self.batch
@@ -396,9 +427,8 @@ class RunPlan:
         chunks = list(chunks)
         if chunks:  # the Job's watch has started first, as the tool starts it first
             chunks[0] = dataclasses.replace(chunks[0], wait_for=f"job-{batch.job_name}.started")
-        return self.cluster.watch(
-            ["pods", "-l", batch.selector], chunks, self.watch_seconds, f"pods-{batch.job_name}", **options
-        )
+        seconds = self.watch_seconds if seconds is None else seconds
+        return self.cluster.watch(["pods", "-l", batch.selector], chunks, seconds, f"pods-{batch.job_name}", **options)
 
     # -- collecting ---------------------------------------------------------------------
 
@@ -449,11 +479,13 @@ class RunPlan:
         return calls + self.log_reads(batch)
 
     def run(self) -> List[Call]:
-        """The whole happy path: preflight, namespace with ConfigMap, then each round."""
+        """The whole happy path: preflight, namespace with ConfigMap (and the watch of its account,
+        planned last: the stub matches calls by their arguments, so the rounds keep their places),
+        then each round."""
         calls = [*self.preflight(), self.create_namespace_and_configmap()]
         for batch in self.batches:
             calls += self.round(batch)
-        return calls
+        return [*calls, self.serviceaccount_watch()]
 
     # -- cleanup ------------------------------------------------------------------------
 
@@ -569,7 +601,7 @@ class KubectlStub:
     def leftover(self) -> List[Call]:
         path = self.directory / "consumed"
         consumed = set(marshal.loads(path.read_bytes())) if path.exists() else set()
-        return [call for index, call in enumerate(self.plan) if index not in consumed]
+        return [call for index, call in enumerate(self.plan) if index not in consumed and not call.optional]
 
 
 # The test case ################################################################
@@ -591,6 +623,7 @@ FAST = demo.Timing(
     poll_interval=0.01,
     blocked_check_seconds=30.0,  # never within a test, unless a test asks for it
     final_pods_grace_seconds=0.5,  # ends once the watched pods prove final: waited out only when they never do
+    serviceaccount_wait_seconds=2.0,  # waited out only when a test plans no account
     cleanup_first_poll=0.0,
     cleanup_max_poll=0.0,
     interrupt_save_timeout=5.0,

@@ -180,8 +180,10 @@ class Batch:
         runtime: Optional[str] = "cube",
         deadline_seconds: int = demo.DEFAULT_JOB_DEADLINE_SECONDS,
         legacy_labels: bool = False,
+        image: str = demo.DEFAULT_IMAGE,
     ) -> None:
         self.count = count
+        self.image = image  # --image: the Job's, and its pods' as the API server stores them
         self.parallelism = count if parallelism is None else parallelism
         self.job_name = job_name
         self.uid = job_uid
@@ -227,7 +229,7 @@ class Batch:
         self.episodes.append(episode)
         return episode
 
-    def manifest(self, namespace: str = NAMESPACE, image: str = demo.DEFAULT_IMAGE) -> Dict[str, Any]:
+    def manifest(self, namespace: str = NAMESPACE, image: Optional[str] = None) -> Dict[str, Any]:
         """The Job exactly as the tool submits it (its own builder, with this batch's settings)."""
         return demo.job_manifest(
             name=self.job_name,
@@ -235,7 +237,7 @@ class Batch:
             run_id=RUN_ID,
             count=self.count,
             parallelism=self.parallelism,
-            image=image,
+            image=self.image if image is None else image,
             runtime=self.runtime,
             deadline_seconds=self.deadline_seconds,
         )
@@ -340,7 +342,7 @@ class Batch:
         status.update(startTime=stamp(episode.created), conditions=[scheduled])
         container: Dict[str, Any] = {
             "name": demo.CONTAINER_NAME,
-            "image": demo.DEFAULT_IMAGE,
+            "image": self.image,
             "imageID": IMAGE_ID,
             "restartCount": 0,
         }
@@ -420,7 +422,7 @@ class Batch:
                 "Pod",
                 episode.name,
                 "Pulled",
-                f'Container image "{demo.DEFAULT_IMAGE}" already present on machine',
+                f'Container image "{self.image}" already present on machine',
                 episode.started,
                 index=1000 + index,
             )
@@ -448,6 +450,21 @@ def namespace_object(name: str = NAMESPACE, uid: str = NAMESPACE_UID, run_id: st
     namespace["spec"] = {"finalizers": ["kubernetes"]}
     namespace["status"] = {"phase": "Active"}
     return namespace
+
+
+def serviceaccount_object(namespace: str = NAMESPACE) -> Dict[str, Any]:
+    """The namespace's default ServiceAccount, as the serviceaccounts controller creates it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "default",
+            "namespace": namespace,
+            "uid": "66666666-6666-4666-8666-666666666666",
+            "creationTimestamp": stamp(JOB_CREATED_AT - 2),
+            "resourceVersion": "901",
+        },
+    }
 
 
 def configmap_object() -> Dict[str, Any]:
@@ -479,9 +496,11 @@ def node_object(name: str, cpu: str = "64", memory: str = "256Gi") -> Dict[str, 
     }
 
 
-def access_reviews(namespace: str, with_runtimeclass: bool, denied: tuple = ()) -> List[Dict[str, Any]]:
+def access_reviews(
+    namespace: str, with_runtimeclass: bool, denied: tuple = (), lists_nodes: bool = False
+) -> List[Dict[str, Any]]:
     """The SelfSubjectAccessReviews as the server answers them; `denied` names (verb, resource)."""
-    reviews = demo.access_review_list(namespace, with_runtimeclass)["items"]
+    reviews = demo.access_review_list(namespace, with_runtimeclass, lists_nodes=lists_nodes)["items"]
     answered = []
     for review in reviews:
         attributes = review["spec"]["resourceAttributes"]

@@ -41,7 +41,7 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ``episode``: ``{"INDEX": MODE or [MODES]}`` by pod creation order (0-based);
     MODE is one of ``exit1``, ``duplicate_ready``, ``drop_reward``, ``noise``,
     ``malformed``, ``skew``, ``restart``, ``evict``, ``replace``, ``pending``,
-    ``no_message``, ``message_mismatch``, ``wrong_id``.
+    ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``.
 ``logs_unavailable``: ``[INDEX, ...]`` pods whose logs cannot be read.
 ``log_bytes_per_second``: each log response is written at this rate; with ``--request-timeout``
     a response that needs longer ends there, as kubectl's does (commands.transfer).
@@ -54,7 +54,9 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
     is ``"VERB TARGET"`` (``create KIND``, ``get job``, ``get pods,events``,
     ``logs``, ``delete job``, ``config view``, ``version``; resource
     aliases are normalised, a bare verb matches every request of that verb);
-    without ``times`` the rule fires forever.
+    without ``times`` the rule fires forever. With ``"retry_after": SECONDS`` the answer
+    carries Retry-After, and kubectl itself waits and asks again (up to 10 times), so the
+    caller sees the later answer.
 ``hang``: ``{"match": ..., "seconds": 30}`` (or a list): sleep before
     answering; with a shorter ``--request-timeout`` the call fails after that
     timeout with kubectl's client-timeout message.
@@ -62,7 +64,23 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ``unreachable``: true (the API server refuses every connection) or N (the first N calls that
     contact it are refused, then it answers): each call prints what kubectl v1.32 prints then,
     client-go's klog lines and all (tests/fakekube/commands.py, connection_refused).
-``server_version``: e.g. ``"v1.26.0"``.
+``server_version``: e.g. ``"v1.26.0"``; before v1.29 the API server drops ``backoffLimitPerIndex``
+    and ``maxFailedIndexes`` (1.28: the feature gate is off by default), and before v1.28 strict
+    validation refuses them (``strict decoding error: unknown field ...``).
+``client_version``: the kubectl minor the fake plays where wordings differ (``logs`` of a missing pod).
+
+The control plane as it is (issue 19):
+``watch_gap``: seconds between a single object's GET and its watch (``get KIND NAME -w``), whose
+    first event kubectl drops: a change in that window is never printed.
+``watch_error``: ``["jobs", ...]``: those resources' watches end with an ERROR event (410 Expired).
+``serviceaccount_delay``: seconds after a namespace's creation before its ``default``
+    ServiceAccount exists; until then ServiceAccount admission refuses its pods (FailedCreate).
+``queue``: ``{"admit_after": SECONDS}`` (null: never): Jobs are created suspended and resumed then.
+``admission``: ``["managed_by", "sidecar", "security_context", "pod_sidecar", "queue"]``: mutating
+    admission of the Job (apiserver.py admit_job).
+``termination_grace_seconds``: a failed Job's pods' grace period (else the pod's
+    terminationGracePeriodSeconds); Failed comes only after every pod has stopped, FailureTarget at
+    once. Episode mode ``ignore_sigterm``: the pod's worker ignores SIGTERM and never ends by itself.
 ``mixed_digests``: ``["node-b", ...]`` nodes whose copy of a tag is another build: their
     pods report another ``imageID`` digest for it (an image given by digest always reports
     that digest).
@@ -326,6 +344,12 @@ class FakeCluster:
         """Client-clock time at which the controller made the Job's Complete condition visible."""
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return float(json.loads(path.read_text())["completed_at"])
+
+    def job_decided_at(self, namespace: str, job: str) -> float:
+        """Client-clock time at which the controller made its decision (SuccessCriteriaMet) visible,
+        a moment before Complete."""
+        path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
+        return float(json.loads(path.read_text())["decided_at"])
 
     def pod_records(self, namespace: str, job: str) -> Dict[str, dict]:
         """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),

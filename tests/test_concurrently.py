@@ -192,7 +192,7 @@ class BesideSuiteTest(unittest.TestCase):
         beside = {test.id() for test in suite.concurrent_tests}
         serial = {test.id() for test in concurrently.flatten(suite.serial)}
         self.assertIn("tests.test_run.RunEndToEndTest.test_parallel_ten", beside)
-        transcript = "tests.test_flows.TranscriptTest.test_ten_episode_run_makes_these_nine_calls_in_six_steps"
+        transcript = "tests.test_flows.TranscriptTest.test_ten_episode_run_makes_these_ten_calls_in_six_steps"
         self.assertIn(transcript, serial)
         replay = "tests.test_kubectl_replay.ReplayTest.test_every_argument_list_is_accepted_by_real_kubectl"
         self.assertIn(replay, serial)  # patches os.environ: never beside

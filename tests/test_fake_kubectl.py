@@ -178,6 +178,17 @@ class StrictnessTest(FakeKubectlTestCase):
             NS,
             "-o",
             "json",
+            # the namespace is missing too: its NotFound is the error (cli-runtime visitor.go Info.Get)
+            stderr=f'Error from server (NotFound): namespaces "{NS}" not found',
+        )
+        self.fails(
+            "get",
+            "job",
+            "rollout",
+            "-n",
+            "default",
+            "-o",
+            "json",
             stderr='Error from server (NotFound): jobs.batch "rollout" not found',
         )
         self.fails(
@@ -214,7 +225,7 @@ class StrictnessTest(FakeKubectlTestCase):
             "config", "bogus", stderr="error: unknown command \"bogus\"\nSee 'kubectl config -h' for help and examples"
         )
         # every call is recorded, rejected ones included
-        self.assertEqual(len(self.cluster.calls()), 15)
+        self.assertEqual(len(self.cluster.calls()), 16)
         self.assertEqual(self.cluster.calls()[0], ["get", "jobs", "--foo"])
 
     def test_refuses_what_the_tool_never_sends(self) -> None:
@@ -227,11 +238,15 @@ class StrictnessTest(FakeKubectlTestCase):
             (["get", "pods", "--show-labels", "-o", "json"], "kubectl get --show-labels"),
             (
                 ["get", "pods", "-A", "-w", "--output-watch-events", "-o", "json"],
-                "get --all-namespaces/--field-selector with names or --watch",
+                "get --all-namespaces with names or --watch",
             ),
             (
-                ["get", "jobs", "--field-selector=status.phase=Running", "-o", "json"],
-                "--field-selector on anything but pods",
+                ["get", "jobs,pods", "--field-selector=metadata.name=x", "-o", "json"],
+                "--field-selector on several kinds",
+            ),
+            (
+                ["get", "pods", "-w", "--output-watch-events", "--field-selector=status.phase=Running", "-o", "json"],
+                "get --watch --field-selector status.phase=Running (only metadata.name=NAME)",
             ),
             (["get", "pod/x", "-o", "json"], "get TYPE/NAME (use get TYPE NAME)"),
             (["get", "pods", "-w", "-o", "json"], "get -w without --output-watch-events"),
@@ -332,8 +347,9 @@ class CycleTest(FakeKubectlTestCase):
             [
                 "kubectl",
                 "get",
-                "job",
-                "rollout",
+                "jobs",
+                "--field-selector",
+                "metadata.name=rollout",  # a list watch: the Job does not exist yet
                 "-n",
                 NS,
                 "-w",

@@ -179,7 +179,7 @@ class EpisodeFaultTest(FaultTestCase):
         batch = Batch(count=2)
         plan = RunPlan(batch)
         unreadable = batch.episodes[1].name
-        calls = plan.run()[:-1]
+        calls = plan.run()[:-2] + plan.run()[-1:]  # all but the logs read
         # One unreadable log aborts `logs -l` after the logs it printed; a stream that already
         # delivered output is not repeated. The missing pod is then read alone: InternalError is
         # transient, so that read is retried three times.
@@ -229,7 +229,7 @@ class EpisodeFaultTest(FaultTestCase):
             "Job", "rollout", "DeadlineExceeded", "Job was active longer", batch.created + 240, "Warning", 98
         )
         final = batch.job_failed("DeadlineExceeded", "Job was active longer than specified deadline")
-        calls = plan.run()[:5]
+        calls = [*plan.run()[:5], plan.serviceaccount_watch()]
         calls += [
             plan.job_watch(final=final),
             plan.pod_watch(
@@ -278,7 +278,7 @@ class ApiFaultTest(FaultTestCase):
             calls[3:4] = [calls[3].failing(error, stdout=answered), self.lookup_call(plan, kind, applied)]
             stop = 5
         if not applied:
-            calls = calls[:stop]
+            calls = [*calls[:stop], plan.serviceaccount_watch(ended_early=True)]
         result = self.run_plan(plan, calls)
         creates = [argv for argv in self.stub.calls() if "create" in argv]
         if applied:
@@ -320,6 +320,7 @@ class ApiFaultTest(FaultTestCase):
         calls = plan.run()
         # The combined create hangs and is killed: both objects are looked up, and adopted by their label.
         calls[3:4] = [dataclasses.replace(calls[3], sleep=10), plan.get_namespace(), plan.get_configmap()]
+        calls[-1] = plan.serviceaccount_watch(kubectl_timeout=30)  # as long as the create may take, and the wait
         # Only the hanging create is cut short (at 0.5 s); every other call keeps the 30 s, which
         # a loaded machine's slowest call stays far below (a 1 s timeout for all of them did not).
         self.shorten_process_timeouts(lambda argv, stdin: '"Namespace"' in (stdin or ""))
@@ -360,7 +361,7 @@ class ApiFaultTest(FaultTestCase):
 
     def test_already_exists_and_not_ours_is_refused(self) -> None:
         plan = RunPlan(Batch(count=2))
-        calls = plan.run()[:4]
+        calls = [*plan.run()[:4], plan.serviceaccount_watch(ended_early=True)]
         foreign = namespace_object(run_id="ffffffffffff")
         # kubectl goes on to the ConfigMap, which then lands in someone else's namespace: the
         # tool stops at the namespace, before it would adopt anything.
@@ -385,14 +386,14 @@ class ApiFaultTest(FaultTestCase):
             with self.subTest(message=message):
                 self.fresh_stub()
                 plan = RunPlan(Batch(count=2))
-                calls = plan.run()[:4]
+                calls = [*plan.run()[:4], plan.serviceaccount_watch(ended_early=True)]
                 calls[3] = dataclasses.replace(calls[3], stdout=answer)
                 self.assert_run_failed(self.run_plan(plan, calls), demo.EXIT_CLUSTER, message, diagnostics=False)
                 self.verify_plan()
 
     def test_forbidden_create(self) -> None:
         plan = RunPlan(Batch(count=2))
-        calls = plan.run()[:5]
+        calls = [*plan.run()[:5], plan.serviceaccount_watch()]
         calls[4] = calls[4].failing(err_forbidden("create", "jobs", "batch", creating=True))
         result = self.run_plan(plan, calls)
         self.assert_run_failed(result, demo.EXIT_CLUSTER, "Forbidden", "cannot create resource", diagnostics=False)
@@ -525,11 +526,9 @@ class ApiFaultTest(FaultTestCase):
         )
         unrelated = event_object("ConfigMap", "episode", "Created", "created", batch.created, index=1)
         failed_create = event_object("Job", "rollout", "FailedCreate", refusal, batch.created + 1, "Warning", 2)
-        calls = plan.run()[:5]
+        calls = [*plan.run()[:5], plan.serviceaccount_watch()]
         calls += [
-            plan.cluster.watch(
-                ["job", "rollout"], [watch_event("ADDED", batch.job())], plan.watch_seconds, "job-rollout"
-            ),
+            plan.job_watch(chunks=[watch_event("ADDED", batch.job())]),
             plan.pod_watch(chunks=[]),
             dataclasses.replace(plan.cluster.get_list("events", [unrelated]), wait_for="pods-rollout.started"),
             dataclasses.replace(

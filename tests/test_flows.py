@@ -158,10 +158,10 @@ class RunPlanTestCase(CallPlanTestCase):
 
 
 class TranscriptTest(RunPlanTestCase):
-    """docs/call-plan.md: a 10-episode run starts exactly these 9 kubectl processes, in
+    """docs/call-plan.md: a 10-episode run starts exactly these 10 kubectl processes, in
     these steps; the calls of one step run at once, each step after the one before."""
 
-    def test_ten_episode_run_makes_these_nine_calls_in_six_steps(self) -> None:
+    def test_ten_episode_run_makes_these_ten_calls_in_six_steps(self) -> None:
         plan = RunPlan(Batch(count=10))
         calls = plan.run()
         # The two calls of a step that runs at once each answer only once the other has started:
@@ -189,10 +189,23 @@ class TranscriptTest(RunPlanTestCase):
                 [*base, "get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
                 [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
             ],
-            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the namespace and the ConfigMap
+            [
+                [*base, "create", "-f", "-", "-o", "json", "--validate=strict"],  # the namespace and the ConfigMap
+                [  # and, at once, the watch for the namespace's default ServiceAccount
+                    f"--context={CONTEXT}",
+                    "--request-timeout=62s",
+                    f"--namespace={NAMESPACE}",
+                    *("get", "serviceaccounts", "--field-selector", "metadata.name=default"),
+                    *("-o", "json", "--output-watch-events", "--watch"),
+                ],
+            ],
             [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the Job
             [
-                [*watching, "get", "job", "rollout", "-o", "json", "--output-watch-events", "--watch"],
+                [
+                    *watching,
+                    *("get", "jobs", "--field-selector", "metadata.name=rollout"),
+                    *("-o", "json", "--output-watch-events", "--watch"),
+                ],
                 [*watching, "get", "pods", "-l", selector, "-o", "json", "--output-watch-events", "--watch"],
             ],
             [
@@ -202,11 +215,12 @@ class TranscriptTest(RunPlanTestCase):
             ],
         ]
         recorded = self.recorded_calls()
-        self.assertEqual(len(recorded), 9)
+        self.assertEqual(len(recorded), 10)
         self.assertLessEqual(len(recorded), 10)  # the project's budget for a 10-episode run
-        first, job_create = recorded[0], recorded[4]
+        first = recorded[0]
+        job_create = [call for call in recorded if "create" in call["argv"]][-1]
         for call in recorded:
-            if call.get("watch"):
+            if call.get("watch") and "serviceaccounts" not in call["argv"]:  # the Job's and its pods' watches
                 # The client's time left when it started the watch: 275 s less what passed since
                 # it submitted the Job, which is at least the create's own duration and at most
                 # the time since the run's first call (ms records): 275 s unless a loaded machine
@@ -258,7 +272,7 @@ class VerboseTest(RunPlanTestCase):
         )
         self.assertEqual(shlex.split(shown[0]["argv"])[0], self.stub.kubectl)  # the binary the run uses
         ended = [match for match in shown if match and "--watch" in match["argv"]]
-        self.assertEqual([int(match["exit"]) for match in ended], [-15, -15])  # the tool ended both watches
+        self.assertEqual([int(match["exit"]) for match in ended], [-15] * 3)  # the tool ended every watch
         self.expect(*plan.cleanup())
         cleanup = self.run_ok("cleanup", "--output", str(self.out()), "--verbose")
         self.assertEqual(
@@ -391,7 +405,7 @@ class RunTest(RunPlanTestCase):
         self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (30, 30, 30))
         calls = self.stub.calls()
         self.assertFalse([argv for argv in calls if "logs" in argv], "logs are not read when messages carry rewards")
-        self.assertEqual(len(calls), 8)
+        self.assertEqual(len(calls), 9)
 
     def test_large_run_reads_only_the_logs_of_pods_without_a_message(self) -> None:
         batch = Batch(count=25)
@@ -429,7 +443,11 @@ class RunTest(RunPlanTestCase):
     def test_a_failed_create_keeps_the_output(self) -> None:
         """From the first create on, the cluster may hold the run's objects: the receipt stays."""
         plan = RunPlan()
-        self.expect(*plan.preflight(), plan.create_namespace_and_configmap().failing(ERR_FORBIDDEN_NAMESPACES))
+        self.expect(
+            *plan.preflight(),
+            plan.create_namespace_and_configmap().failing(ERR_FORBIDDEN_NAMESPACES),
+            plan.serviceaccount_watch(present=False, ended_early=True),
+        )
         result = self.tool("run", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "Forbidden")
         self.assertEqual(self.receipt()["namespace"], NAMESPACE)
@@ -547,7 +565,7 @@ class ClusterAccessTest(RunPlanTestCase):
         namespace_alone = plan.create_namespace().failing(err_unreachable("create one"))
         # refused on each try, then looked up (to adopt it if it was created after all): unreachable too
         lookup = plan.get_namespace(present=False).failing(err_unreachable("get"))
-        self.expect(*calls, *[namespace_alone] * 4, *[lookup] * 4)
+        self.expect(*calls, *[namespace_alone] * 4, *[lookup] * 4, plan.serviceaccount_watch(False, ended_early=True))
         result = self.tool("run", "--count", "2", "--output", str(self.out()), "-v")
         line = self.assert_fails(result, demo.EXIT_CLUSTER, f"cannot reach the API server {SERVER} of context")
         self.assertEqual(result.stderr.splitlines()[-1], line)
@@ -760,7 +778,7 @@ class CleanupTest(CallPlanTestCase):
         self.assert_fails(
             result,
             demo.EXIT_TIMEOUT,
-            "still Terminating after 1 s",
+            "still Terminating after 1.1 s",  # 1 s and the garbage collector's time for the Job's 2 pods
             "finalizers ['kubernetes']",
             "example.com/hold",
             "never removed",
@@ -769,8 +787,9 @@ class CleanupTest(CallPlanTestCase):
         deleted = next(i for i, argv in enumerate(calls_made) if argv[-3:-1] == ["namespace", NAMESPACE])
         polls = calls_made[deleted + 1 :]
         # A poll at once, then after each wait: 0.25 s, doubling, only the last one cut short by
-        # the deadline (1 s). On an idle machine that is 0, 0.25, 0.75 and 1 s; a loaded one,
-        # whose calls take longer, reaches the deadline after fewer waits, on the same schedule.
+        # the deadline (1.1 s: 1 s and the garbage collector's time for the 2 pods). On an idle
+        # machine that is 0, 0.25, 0.75 and 1.1 s; a loaded one, whose calls take longer, reaches
+        # the deadline after fewer waits, on the same schedule.
         self.assertEqual(len(polls), len(waits.seconds) + 1, f"a poll after each wait: {polls}, {waits.seconds}")
         self.assertGreaterEqual(len(waits.seconds), 1)
         schedule = [0.25 * 2**number for number in range(len(waits.seconds))]
@@ -854,7 +873,9 @@ class CheckTest(CallPlanTestCase):
         nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
         calls.append(cluster.get_list("nodes", nodes, namespace=None))
         calls.append(cluster.running_pods([]))
-        calls.append(cluster.access_reviews(demo.NAMESPACE_PREFIX + "preflight", runtime is not None, denied))
+        calls.append(
+            cluster.access_reviews(demo.NAMESPACE_PREFIX + "preflight", runtime is not None, denied, lists_nodes=True)
+        )
         return calls
 
     def test_ready_cluster(self) -> None:
@@ -1025,7 +1046,7 @@ class InterruptTest(RunPlanTestCase):
         plan = RunPlan(Batch(count=2))
         self.interrupt_at(lambda argv, stdin: bool(stdin) and json.loads(stdin)["kind"] == "Job")
         saving = plan.cluster.get_list("pods,events", [])  # no Job yet: events only, then nothing more
-        self.expect(*plan.run()[:4], saving)
+        self.expect(*plan.run()[:4], saving, plan.serviceaccount_watch())
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
         self.assertIn("interrupted: saving diagnostics", result.stderr)
@@ -1051,7 +1072,14 @@ class InterruptTest(RunPlanTestCase):
             plan.get_job(batch.job_running()),
             plan.cluster.logs_by_selector(batch.selector, batch.prefixed_logs()),
         ]
-        self.expect(*plan.run()[:5], job_watch, pod_watch, *saving, *(plan.cleanup() if cleanup else []))
+        self.expect(
+            *plan.run()[:5],
+            job_watch,
+            pod_watch,
+            *saving,
+            *(plan.cleanup() if cleanup else []),
+            plan.serviceaccount_watch(),
+        )
         result = self.tool("run", "--count", "2", "--output", str(self.out()), *argv)
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
         for name in ("receipt.json", "job.json", "pods.json", "events.txt", "kubectl-calls.json", "error.json"):

@@ -865,6 +865,44 @@ class WatchContract(ContractCase):
 
         self.each_kubectl(contract)
 
+    def test_the_jobs_watch_by_name_prints_its_list_then_every_event(self) -> None:
+        """The Job's watch as wait_for_job starts it (`get jobs --field-selector metadata.name=NAME
+        --watch`), which the tool uses because a single object's watch drops its first event: a
+        list (limit=500) whose item is printed as ADDED, then a watch from the list's
+        resourceVersion where every event is printed, the first one too, so a Job that changed
+        between the list and the watch is never lost."""
+        item = {key: value for key, value in job("10").items() if key not in ("kind", "apiVersion")}
+        listed = {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {"resourceVersion": "10"}, "items": [item]}
+        stream = [(0.0, event_line("MODIFIED", job("11"))), (0.02, event_line("MODIFIED", job("12"))), (0.02, b"")]
+        created = job("9")
+        args, namespace, _ = tool_form(
+            lambda k: demo.wait_for_job(k, NAMESPACE, created, time.monotonic() + 30, 0.0, demo.Progress(False))
+        )
+        self.assertEqual(namespace, NAMESPACE)
+
+        def contract(session: Session) -> None:
+            def jobs(request: Recorded, match: re.Match[str]) -> Answer:
+                return Answer(200, chunks=stream) if request.query.get("watch") == "true" else Answer(200, listed)
+
+            session.server.route("GET", JOBS_PATH, jobs)
+            outcome = session.run(args, request_timeout=self.WATCH_TIMEOUT)
+            self.assertEqual((outcome.returncode, outcome.stderr), (0, ""), outcome)
+            events = outcome.documents()
+            self.assertEqual(
+                [(e["type"], e["object"]["metadata"]["resourceVersion"]) for e in events],
+                [("ADDED", "10"), ("MODIFIED", "11"), ("MODIFIED", "12")],
+            )
+            self.assertEqual(events[0]["object"], job("10"))  # kind and apiVersion added to the list's item
+            listing, watch = session.api()
+            by_name = f"metadata.name={JOB}"
+            self.assertEqual(listing.query, {"fieldSelector": by_name, "limit": "500", "timeout": self.WATCH_TIMEOUT})
+            self.assertEqual(
+                watch.query,
+                {"fieldSelector": by_name, "resourceVersion": "10", "watch": "true", "timeout": self.WATCH_TIMEOUT},
+            )
+
+        self.each_kubectl(contract)
+
     def test_list_watch_prints_every_item_and_every_event(self) -> None:
         """The pods' watch (`get pods -l SEL --watch`): a chunked list (limit=500) whose items are
         printed as ADDED, with kind and apiVersion though the list's items have none; then a watch
@@ -1039,6 +1077,9 @@ class ObjectsContract(ContractCase):
             self.assertEqual(
                 outcome.stderr, f'Error from server (BadRequest): error when creating "STDIN": {refusal}\n'
             )
+            line = demo.strict_refusal(outcome.stderr, f"{NAMESPACE}/{JOB}")  # what the run says instead
+            self.assertIn("does not know spec.backoffLimitPerIndex", line or "")
+            self.assertIn("Kubernetes 1.29 or later", line or "")
             paths = [r.path for r in session.server.taken()]
             self.assertIn("/openapi/v3/apis/batch/v1", paths)
             self.assertEqual("/openapi/v2" in paths, session.binary.minor <= 28)

@@ -52,7 +52,7 @@ class LogsAtScaleTest(CallPlanTestCase):
             episode.message = ""  # a runtime that never shares the file: every reward from the logs
         self.expect(*RunPlan(batch).run())
         self.run_ok("run", "--count", "10", "--output", str(self.out()))
-        self.assertEqual(len(self.recorded_calls()), 9)  # the budget of a 10-episode run is 10
+        self.assertEqual(len(self.recorded_calls()), 10)  # the budget of a 10-episode run is 10
         [selector_read] = self.log_calls()
         self.assertIn("-l", selector_read["argv"])
         self.assertEqual(self.results()["pods_without_termination_message"], 10)

@@ -715,7 +715,9 @@ class OldClusterTest(unittest.TestCase):
     def fake_run(self) -> Any:
         calls: List[List[str]] = []
         kubectl = types.SimpleNamespace(run=lambda args, namespace=None: calls.append(list(args)) or "")
-        return types.SimpleNamespace(kubectl=kubectl, namespace="ns"), calls
+        batch = types.SimpleNamespace(kubectl=kubectl, namespace="ns")
+        batch.delete_refused_job = lambda name, before: demo.BatchRun.delete_refused_job(batch, name, before)
+        return batch, calls
 
     def test_dropped_per_index_fields(self) -> None:
         manifest = round_job(settings_for(4, max_failed_episodes=1))

@@ -316,7 +316,7 @@ class StreamedRunTest(CallPlanTestCase):
         calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
         calls += [plan.job_watch(), plan.pod_watch(chunks=chunks)]
         calls.append(plan.events() if plan.watch_is_final(batch) else plan.pods_and_events())
-        calls.append(plan.logs())
+        calls += [plan.logs(), plan.serviceaccount_watch()]
         self.expect(*calls)
         return plan
 
@@ -357,7 +357,7 @@ class StreamedRunTest(CallPlanTestCase):
         last_reward = max(episode.reward_at for episode in batch.episodes)
         self.assertAlmostEqual(results["batch_to_all_rewards_seconds"], last_reward - batch.created)
         check_agrees_with_results(self, lines, results)
-        self.assertEqual(len(self.stub.calls()), 9)  # no process more: the watch brought every reward
+        self.assertEqual(len(self.stub.calls()), 10)  # no process more: the watch brought every reward
         self.assertLessEqual(len(self.stub.calls()), 10)  # the budget of a 10-episode run
 
     def test_a_pod_without_a_termination_message_gets_its_line_once_the_logs_are_read(self) -> None:
@@ -402,6 +402,34 @@ class StreamedRunTest(CallPlanTestCase):
         [failure] = self.snapshot(1)
         self.assertEqual((failure["pod"], failure["reward"], failure["retracted"]), (names[1], None, False))
         self.assertIn("phase Failed (exit code 1", failure["failure"])
+        lines = records.written(self, self.out() / demo.REWARDS_FILE, demo.RewardLine)
+        self.assertEqual([(line["pod"], line["retracted"]) for line in lines],
+                         [(names[1], False), (names[0], False), (names[2], False),
+                          (names[0], True), (names[2], True)])  # fmt: skip
+
+    def test_a_pod_that_ends_after_the_jobs_failure_still_gets_its_line(self) -> None:
+        """The two watches are separate streams: here the Job's Failed is sent before the last
+        pod's end (once the first two lines are on disk), and the run waits a moment for that
+        pod, so its verdict is streamed, then retracted with the round, like the others'."""
+        batch = Batch(count=3)
+        batch.episodes[1].phase, batch.episodes[1].exit_code = "Failed", 1
+        plan = RunPlan(batch)
+        path = str(self.out() / demo.REWARDS_FILE)
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(batch.episodes[index])) for index in (1, 0)]
+        chunks.append(watch_event("MODIFIED", batch.pod(batch.episodes[2]), wait_for=f"job-{batch.job_name}.done"))
+        job_watch = plan.job_watch()
+        added, failed = job_watch.chunks
+        job_watch = dataclasses.replace(
+            job_watch, chunks=[added, dataclasses.replace(failed, wait_for=None, snapshot=(path, 2, "failed"))]
+        )
+        calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
+        calls += [job_watch, plan.pod_watch(chunks=chunks), plan.pods_and_events(), plan.logs()]
+        self.expect(*calls, plan.serviceaccount_watch())
+        result = self.run_count(3)
+        self.assert_fails(result, demo.EXIT_EPISODE, "phase Failed")
+        names = [each.name for each in batch.episodes]
         lines = records.written(self, self.out() / demo.REWARDS_FILE, demo.RewardLine)
         self.assertEqual([(line["pod"], line["retracted"]) for line in lines],
                          [(names[1], False), (names[0], False), (names[2], False),

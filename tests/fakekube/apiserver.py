@@ -116,6 +116,67 @@ def make_running_pod(spec: dict) -> dict:
     }
 
 
+# --------------------------------------------------------------------------- the serviceaccounts controller
+# kube-controller-manager's serviceaccounts controller creates a fresh namespace's ``default``
+# ServiceAccount soon after the namespace (pkg/controller/serviceaccount/serviceaccounts_controller.go,
+# syncNamespace); until then ServiceAccount admission refuses the namespace's pods
+# (plugin/pkg/admission/serviceaccount/admission.go, getServiceAccount: up to 10 live lookups,
+# 100-200 ms apart, then "error looking up service account NS/default: serviceaccount "default"
+# not found"). Fault ``serviceaccount_delay`` (seconds) is how late it comes; without it, it is
+# created with the namespace. The fake has no controller-manager process: a pending account is
+# created by whoever looks for it first once it is due (settle_serviceaccounts).
+
+PENDING_SERVICEACCOUNTS = "serviceaccounts.json"  # {namespace: unix time its default account appears}
+
+
+def serviceaccount_object(namespace: str, t: float) -> dict:
+    from .common import new_uid
+
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "default", "namespace": namespace, "uid": new_uid(), "creationTimestamp": now_ts(t)},
+    }
+
+
+def default_serviceaccount_later(state: str, namespace: str, at: float) -> None:
+    """Record that ``namespace``'s default ServiceAccount appears at ``at``."""
+    import os
+
+    from .common import read_json, write_json_atomic
+
+    path = os.path.join(state, PENDING_SERVICEACCOUNTS)
+    pending = read_json(path, {}) or {}
+    pending[namespace] = at
+    write_json_atomic(path, pending)
+
+
+def settle_serviceaccounts(store: object) -> None:
+    """Create every default ServiceAccount that is due, in a namespace that still exists."""
+    import os
+    import time
+
+    from .common import read_json, write_json_atomic
+
+    path = os.path.join(store.state, PENDING_SERVICEACCOUNTS)  # type: ignore[attr-defined]
+    pending = read_json(path, {}) or {}
+    now = time.time()
+    due = sorted(ns for ns, at in pending.items() if at <= now)
+    if not due:
+        return
+    with store.tx() as tx:  # type: ignore[attr-defined]
+        pending = read_json(path, {}) or {}
+        for namespace in due:
+            if namespace not in pending:
+                continue  # settled by another process meanwhile
+            del pending[namespace]
+            ns_obj = tx.get("Namespace", None, namespace)
+            live = ns_obj is not None and not ns_obj["metadata"].get("deletionTimestamp")
+            if live and tx.get("ServiceAccount", namespace, "default") is None:
+                tx.put(serviceaccount_object(namespace, tx.now))
+        write_json_atomic(path, pending)
+
+
 # --------------------------------------------------------------------------- RBAC
 
 
@@ -297,7 +358,7 @@ def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) ->
     spec = obj.setdefault("spec", {})
     template = spec.setdefault("template", {})
     pspec = template.setdefault("spec", {})
-    if old_job_api:
+    if old_job_api:  # a server that drops the fields (1.27 without strict validation, 1.28, a gate turned off)
         spec.pop("backoffLimitPerIndex", None)
         spec.pop("maxFailedIndexes", None)
     problems += indexed_job_problems(spec, pspec)
@@ -341,6 +402,61 @@ def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) ->
     obj["metadata"]["generation"] = 1
     obj["status"] = {}
     return []
+
+
+# Job fields by the first API server minor that knows them (pkg/features/kube_features.go,
+# JobBackoffLimitPerIndex: alpha in 1.28, off by default, so a 1.28 server drops the fields; beta and
+# on from 1.29). An older server refuses an unknown field under strict validation with the API
+# server's decoding error (apiserver handlers: "... cannot be handled as a Job: strict decoding
+# error: unknown field ..."), and drops it silently otherwise.
+JOB_FIELD_SINCE = {"backoffLimitPerIndex": 28, "maxFailedIndexes": 28}
+PER_INDEX_ON_BY_DEFAULT = 29
+
+
+def server_minor(faults: dict) -> int:
+    """The minor of the API server the fake plays (fault ``server_version``, default v1.32)."""
+    match = re.match(r"v?1\.(\d+)", str(faults.get("server_version") or DEFAULT_SERVER_VERSION))
+    return int(match.group(1)) if match else 32
+
+
+def unknown_job_fields(obj: dict, minor: int) -> List[str]:
+    spec = obj.get("spec") or {}
+    return [f"spec.{field}" for field, since in JOB_FIELD_SINCE.items() if field in spec and minor < since]
+
+
+def strict_decoding_error(fields: List[str]) -> KubectlError:
+    unknown = ", ".join(f'unknown field "{field}"' for field in fields)
+    return KubectlError(
+        'Error from server (BadRequest): error when creating "STDIN": Job in version "v1" cannot be handled as a '
+        f"Job: strict decoding error: {unknown}"
+    )
+
+
+# Mutating admission of the run's Job, as clusters with a queue or a policy engine do it (fault
+# ``admission``): ``queue`` (Kueue's webhook creates the Job suspended, its controller resumes it:
+# controller.py tick_suspended), ``managed_by`` (MultiKueue: spec.managedBy kueue.x-k8s.io/multikueue,
+# the job controller leaves the Job alone), ``sidecar`` (a container added to the Job's template, as
+# Kyverno's auto-generated rules or a service mesh's Job webhook do), ``security_context`` (the
+# episode container's securityContext changed), ``pod_sidecar`` (a container added to each pod at
+# its creation, as Istio's injector does: controller.py create_pod).
+SIDECAR = {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.24.0", "args": ["proxy", "sidecar"]}
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+def admit_job(obj: dict, faults: dict) -> None:
+    admission = faults.get("admission") or []
+    spec = obj["spec"]
+    pspec = spec["template"]["spec"]
+    if "queue" in admission or faults.get("queue"):
+        spec["suspend"] = True
+    if "managed_by" in admission:
+        spec["managedBy"] = MULTIKUEUE
+    if "sidecar" in admission:
+        pspec["containers"] = [*pspec["containers"], deep_copy(SIDECAR)]
+    if "security_context" in admission:
+        context = pspec["containers"][0].setdefault("securityContext", {})
+        context["allowPrivilegeEscalation"] = True
+        context.pop("capabilities", None)
 
 
 def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:

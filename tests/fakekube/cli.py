@@ -48,6 +48,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         Flag("ignore-not-found", kind="bool"),
         Flag("watch", "w", kind="bool"),
         Flag("output-watch-events", kind="bool"),
+        Flag("field-selector"),  # commands.parse_field_selector: metadata.name on every kind, a pod's fields
         # forms the guide's own script uses (bench/bench.py runs it side by side): only
         # ``get events --sort-by=.metadata.creationTimestamp`` (commands.guide_get_table)
         Flag("sort-by"),
@@ -55,7 +56,6 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         Flag("raw"),
         # only ``get pods --all-namespaces --field-selector=...`` (run --parallelism auto, check)
         Flag("all-namespaces", "A", kind="bool"),
-        Flag("field-selector"),
     ],
     "create": [Flag("filename", "f", multi=True), Flag("output", "o"), Flag("validate", noopt="strict")],
     "delete": [Flag("cascade", noopt="background"), Flag("wait", kind="bool")],
@@ -73,7 +73,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
 }
 # Real kubectl flags of these commands that the tool never passes (long names; "-X" for shorthands).
 UNSUPPORTED_FLAGS: Dict[str, set] = {
-    "get": {"chunk-size", "show-labels", "watch-only"},
+    "get": {"chunk-size", "all-namespaces", "-A", "show-labels", "watch-only"},
     "create": {"dry-run", "save-config", "edit", "raw", "selector", "-l"},
     "delete": {"ignore-not-found", "grace-period", "now", "force", "all", "selector", "-l", "filename", "-f"},
     "logs": {"ignore-errors", "follow", "-f", "previous", "-p", "since", "timestamps", "all-containers"},

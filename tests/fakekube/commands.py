@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .apiserver import forbidden_text, is_forbidden
+from .apiserver import forbidden_text, is_forbidden, settle_serviceaccounts
 from .common import (
     BY_KIND,
     CLIENT_GIT_VERSION,
@@ -69,6 +69,11 @@ from .faults import API_ERRORS, FaultCounters, hang_rules, op_matches
 from .store import Store, Tx
 
 DELETE_WAIT_CAP_SECONDS = 300.0
+CLIENT_GO_MAX_RETRIES = 10  # client-go rest/request.go: retries of an answer with Retry-After
+# The garbage collector deletes a foreground-deleted Job's pods at the controller manager's client
+# rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): the
+# fake lets the Job's pods go at that rate, the Job after the last of them.
+GC_PODS_PER_SECOND = 20.0
 # The formats real kubectl's printers know; the fake prints only json.
 OUTPUT_FORMATS = (
     "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
@@ -193,11 +198,22 @@ class Invocation:
         ``apply`` performs the request; it runs before an ``after_apply`` error."""
         self._maybe_hang(op)
         after: Optional[KubectlError] = None
-        for idx, rule in enumerate(self.faults.get("api_errors") or []):
+        retried = 0
+        rules = list(enumerate(self.faults.get("api_errors") or []))
+        while rules:
+            idx, rule = rules.pop(0)
             if not op_matches(str(rule["match"]), op):
                 continue
             rule_id = f"api_errors[{idx}]:{json.dumps(rule, sort_keys=True)}"
             if not FaultCounters(self.state).take(rule_id, rule.get("times")):
+                continue
+            if rule.get("retry_after") is not None and retried < CLIENT_GO_MAX_RETRIES:
+                # A 429 (or 5xx) with Retry-After is retried by client-go itself, after that many
+                # seconds, up to 10 times (client-go rest/request.go, checkWait and maxRetries):
+                # kubectl prints nothing and the caller sees the later answer.
+                time.sleep(float(rule["retry_after"]))
+                retried += 1
+                rules = list(enumerate(self.faults.get("api_errors") or []))
                 continue
             error = self._fault_error(str(rule["error"]), verb or op[0], rt, name, namespace, create_ctx)
             if rule.get("after_apply"):
@@ -347,8 +363,8 @@ def cmd_version(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -
     result: Dict[str, Any] = {
         "clientVersion": {
             "major": "1",
-            "minor": "32",
-            "gitVersion": CLIENT_GIT_VERSION,
+            "minor": str(client_minor(inv.faults)),
+            "gitVersion": str(inv.faults.get("client_version") or CLIENT_GIT_VERSION),
             "gitCommit": "59526cd4867447956156ae3a602fcbac5f2fd9e1",
             "gitTreeState": "clean",
             "buildDate": "2025-04-22T16:03:51Z",
@@ -396,6 +412,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         )
     fmt = flags.get("output", "")
     sel_text = flags.get("selector")
+    field_text = flags.get("field-selector")
     watch = bool(flags.get("watch"))
     ignore_nf = bool(flags.get("ignore-not-found"))
     if "/" in positional[0]:
@@ -404,7 +421,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     names = positional[1:]
     requests = [(t, n) for t in type_words for n in names] if names else [(t, None) for t in type_words]
     has_names = bool(names)
-    if has_names and sel_text is not None:
+    if has_names and (sel_text is not None or field_text is not None):
         raise KubectlError("error: name cannot be provided when a selector is specified")
     if watch:
         if len({t.lower() for t in type_words}) > 1:
@@ -437,19 +454,27 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     # --all-namespaces: one cluster-scoped list (GET /api/v1/pods), authorized at the cluster scope
     # (kubectl pkg/cmd/get/get.go; tests/test_kubectl_contract.py, "every namespace")
     everywhere = bool(flags.get("all-namespaces"))
-    fields = parse_field_selector(rts, flags["field-selector"]) if flags.get("field-selector") is not None else []
-    if (everywhere or fields) and (watch or has_names):
-        raise not_supported("get --all-namespaces/--field-selector with names or --watch")
+    fields = parse_field_selector(rts, field_text) if field_text is not None else []
+    field_name = selected_name(fields)
+    if everywhere and (watch or has_names):
+        raise not_supported("get --all-namespaces with names or --watch")
+    if watch and fields and field_name is None:
+        raise not_supported(f"get --watch --field-selector {field_text} (only metadata.name=NAME)")
     for rt, n in rts:
         verb = "get" if n is not None else ("watch" if watch else "list")
-        inv.check_rbac(verb, rt.resource, rt, n or "", "" if everywhere else inv.namespace)
-        if watch and n is None:
-            inv.check_rbac("list", rt.resource, rt, "", inv.namespace)
+        scope = "" if everywhere else inv.namespace
+        inv.check_rbac(verb, rt.resource, rt, n or "", scope)
+        if watch:  # a list watch lists, then watches; a single object's watch GETs, then watches
+            inv.check_rbac("list" if n is None else "watch", rt.resource, rt, n or "", scope)
+    if any(rt.kind == "ServiceAccount" for rt, _ in rts):
+        settle_serviceaccounts(inv.store)
     if watch:
         if not flags.get("output-watch-events"):
             raise not_supported("get -w without --output-watch-events")
         rt, n = rts[0]
-        return watch_objects(inv, rt, n, selector)
+        if n is not None:
+            return watch_one_object(inv, rt, n)
+        return watch_objects(inv, rt, field_name, selector)
 
     found: List[dict] = []
     errors: List[str] = []
@@ -463,7 +488,7 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
             matched = [o for o in inv.store.list(rt.kind, ns) if matches(o, rt.kind, ns, None, selector)]
             matched = [o for o in matched if all(field_matches(o, field) for field in fields)]
         if n is not None and not matched and not ignore_nf:
-            errors.append(not_found(rt, n))
+            errors.append(named_not_found(inv, rt, n))
         found.extend(matched)
     single = len(rts) == 1 and rts[0][1] is not None
     if not found and ignore_nf:
@@ -477,14 +502,18 @@ def cmd_get(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     return 0
 
 
-# The fields a pod list may be selected by, and where each lives: kubernetes/kubernetes
-# pkg/registry/core/pod/strategy.go ToSelectableFields (metadata.name and .namespace: every kind,
-# generic.ObjectMetaFieldsSet). Operators =, == and !=, comma for AND (apimachinery
-# pkg/fields/selector.go ParseSelector); any other field the API server refuses with BadRequest
-# (pkg/apis/core/v1/conversion.go, the pod's field label conversion).
-POD_FIELDS = {
+# The fields a list or watch may be selected by, and where each lives: metadata.name and
+# .namespace on every kind (apiserver pkg/registry/generic/matcher.go, ObjectMetaFieldsSet), and a
+# pod's own (kubernetes/kubernetes pkg/registry/core/pod/strategy.go ToSelectableFields).
+# Operators =, == and !=, comma for AND (apimachinery pkg/fields/selector.go ParseSelector); any
+# other field the API server refuses with BadRequest (the kind's field label conversion, e.g.
+# pkg/apis/core/v1/conversion.go for pods).
+OBJECT_META_FIELDS = {
     "metadata.name": ("metadata", "name"),
     "metadata.namespace": ("metadata", "namespace"),
+}
+POD_FIELDS = {
+    **OBJECT_META_FIELDS,
     "spec.nodeName": ("spec", "nodeName"),
     "spec.restartPolicy": ("spec", "restartPolicy"),
     "spec.schedulerName": ("spec", "schedulerName"),
@@ -497,22 +526,33 @@ FieldRequirement = Tuple[Tuple[str, str], str, str]  # (where, operator, value)
 
 
 def parse_field_selector(rts: List[Tuple[ResType, Optional[str]]], text: str) -> List[FieldRequirement]:
-    """``--field-selector`` for a pod list (the only one the tool sends)."""
-    if [rt.kind for rt, _ in rts] != ["Pod"]:
-        raise not_supported("--field-selector on anything but pods")
+    """``--field-selector`` of one kind's list or watch."""
+    if len({rt.kind for rt, _ in rts}) != 1:
+        raise not_supported("--field-selector on several kinds")
+    rt = rts[0][0]
+    selectable = POD_FIELDS if rt.kind == "Pod" else OBJECT_META_FIELDS
     found: List[FieldRequirement] = []
     for part in text.split(","):
         m = re.fullmatch(r"([A-Za-z.]+)(==|!=|=)(.*)", part.strip())
         if not m:
             raise KubectlError(f"error: invalid selector: '{text}'; can't understand '{part}'")
         field, op, value = m.groups()
-        if field not in POD_FIELDS:
+        if field not in selectable:
+            version = f"{rt.group}/v1" if rt.group else "/v1"
             raise KubectlError(
-                f'Error from server (BadRequest): Unable to find "/v1, Resource=pods" that match label selector "", '
-                f'field selector "{text}": field label not supported: {field}'
+                f'Error from server (BadRequest): Unable to find "{version}, Resource={rt.resource}" that match label '
+                f'selector "", field selector "{text}": field label not supported: {field}'
             )
-        found.append((POD_FIELDS[field], "!=" if op == "!=" else "=", value))
+        found.append((selectable[field], "!=" if op == "!=" else "=", value))
     return found
+
+
+def selected_name(fields: List[FieldRequirement]) -> Optional[str]:
+    """The name of a selector that is exactly ``metadata.name=NAME`` (a watch of one object by
+    name, the one field selector the tool watches with), else None."""
+    if len(fields) == 1 and fields[0][0] == ("metadata", "name") and fields[0][1] == "=":
+        return fields[0][2]
+    return None
 
 
 def field_matches(obj: dict, requirement: FieldRequirement) -> bool:
@@ -560,11 +600,41 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     return 0
 
 
-def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: Optional[Selector]) -> int:
-    """``get -w -o json --output-watch-events``: ADDED for what exists, then every change as
-    it is committed (the store's change log), until --request-timeout."""
+def watch_one_object(inv: Invocation, rt: ResType, name: str) -> int:
+    """``get KIND NAME -w``, as kubectl does it (kubectl pkg/cmd/get/get.go, watch()): a GET first,
+    whose NotFound ends kubectl at once (exit 1, no watch); the object as read is printed as
+    ADDED; then a watch from resourceVersion 0 (fieldSelector metadata.name=NAME), whose first
+    event, the API server's synthetic ADDED of the state at that moment, kubectl drops
+    (contract tests: whatever it carries). So a change between the GET and the start of the
+    watch is never printed: fault ``watch_gap`` (seconds) widens that window, as a slow
+    network does."""
+    ns = inv.namespace if rt.namespaced else None
+    obj = inv.store.get(rt.kind, ns, name)
+    if obj is None:
+        raise KubectlError(named_not_found(inv, rt, name))
+    out(go_json({"type": "ADDED", "object": sorted_obj(obj)}) + "\n")
+    if inv.faults.get("watch_ends_early"):
+        return 0
+    gap = float(inv.faults.get("watch_gap") or 0)
+    if gap:
+        time.sleep(gap)
+    return watch_objects(inv, rt, name, None, first_event_dropped=True)
+
+
+def watch_objects(
+    inv: Invocation, rt: ResType, name: Optional[str], selector: Optional[Selector], first_event_dropped: bool = False
+) -> int:
+    """``get -w -o json --output-watch-events`` of a list (``-l SEL``, ``--field-selector
+    metadata.name=NAME``): ADDED for what the list holds, then every change as it is committed
+    (the store's change log: a watch from the list's resourceVersion loses nothing), until
+    --request-timeout. With ``first_event_dropped`` (watch_one_object), what exists now is taken
+    in without being printed. Fault ``watch_error``: ``["jobs", ...]``: the watch of these
+    resources ends with an ERROR event (410 Expired, as an API server sends when the watch's
+    resourceVersion is too old) after the list; kubectl prints it and exits 0 (get.go)."""
     start = time.monotonic()
     ns = inv.namespace if rt.namespaced else None
+    if rt.kind == "ServiceAccount":
+        settle_serviceaccounts(inv.store)
     follower = inv.store.follow({rt.kind}, ns)
 
     def emit(kind: str, obj: dict) -> None:
@@ -579,8 +649,14 @@ def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: O
     now = time.time()
     seen = {key: obj for key, obj in follower.visible(now).items() if current(key, now) is not None}
     for key in sorted(seen, key=lambda k: seen[k]["metadata"]["name"]):
-        emit("ADDED", seen[key])
+        if not first_event_dropped:
+            emit("ADDED", seen[key])
     if inv.faults.get("watch_ends_early"):
+        return 0
+    if rt.resource in (inv.faults.get("watch_error") or []):
+        expired = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 410}
+        expired.update(reason="Expired", message="too old resource version: 1 (2)")
+        emit("ERROR", expired)
         return 0
     due_done: set = set()
     while True:
@@ -589,6 +665,8 @@ def watch_objects(inv: Invocation, rt: ResType, name: Optional[str], selector: O
             return 0
         if not os.path.isdir(inv.state):
             return 0
+        if rt.kind == "ServiceAccount":
+            settle_serviceaccounts(inv.store)
         candidates = set(follower.poll())
         now = time.time()
         for vkey, t in list(follower.vanish.items()):
@@ -731,10 +809,17 @@ def create_one(inv: Invocation, obj: dict) -> dict:
 
 def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     from .apiserver import (
+        PER_INDEX_ON_BY_DEFAULT,
+        admit_job,
+        default_serviceaccount_later,
         invalid,
         namespace_enforces_restricted,
         pod_security_violations,
         prepare_job,
+        server_minor,
+        serviceaccount_object,
+        strict_decoding_error,
+        unknown_job_fields,
         validate_configmap,
         validate_metadata,
     )
@@ -747,9 +832,15 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         )
     uid = new_uid()
     if rt.kind == "Job":
-        problems = prepare_job(
-            obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=bool(inv.faults.get("old_job_api"))
-        )
+        minor = server_minor(inv.faults)
+        unknown = unknown_job_fields(obj, minor)
+        strict = inv.flags.get("validate", "strict") in ("strict", "true")
+        if unknown and strict:
+            raise strict_decoding_error(unknown)
+        dropped = bool(unknown) or minor < PER_INDEX_ON_BY_DEFAULT or bool(inv.faults.get("old_job_api"))
+        problems = prepare_job(obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=dropped)
+        if not problems:
+            admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":
         problems = validate_metadata(obj, label_name=True)
     else:
@@ -779,6 +870,11 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
             md["labels"] = {**(md.get("labels") or {}), "kubernetes.io/metadata.name": name}
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
+            delay = float(inv.faults.get("serviceaccount_delay") or 0)
+            if delay > 0:
+                default_serviceaccount_later(inv.state, name, tx.now + delay)  # apiserver.py: the controller
+            else:
+                tx.put(serviceaccount_object(name, tx.now))
         tx.put(obj)
         created = deep_copy(obj)
     for w in warnings:
@@ -991,14 +1087,19 @@ def delete_namespace(tx: Tx, obj: dict, stuck: bool) -> None:
 
 
 def delete_job_foreground(tx: Tx, job: dict) -> None:
-    """Foreground cascading deletion: the pods go at once, the Job (with the
-    foregroundDeletion finalizer) a moment later."""
+    """Foreground cascading deletion: the garbage collector deletes the pods, GC_PODS_PER_SECOND
+    of them a second, and the Job (with the foregroundDeletion finalizer) once they are gone."""
     uid = job["metadata"]["uid"]
-    for p in tx.list("Pod", job["metadata"]["namespace"]):
-        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or []):
-            tx.remove(p)
+    owned = [
+        p
+        for p in tx.list("Pod", job["metadata"]["namespace"])
+        if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
+    ]
+    for position, p in enumerate(owned):
+        p["metadata"].pop("finalizers", None)
+        tx.vanish_later(p, position / GC_PODS_PER_SECOND)
     job["metadata"]["finalizers"] = ["foregroundDeletion"]
-    tx.vanish_later(job)
+    tx.vanish_later(job, len(owned) / GC_PODS_PER_SECOND + 0.05)
 
 
 def wait_gone(inv: Invocation, rt: ResType, name: str) -> None:
@@ -1041,8 +1142,12 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         tail = 10  # kubectl's default for -l
     inv.check_context()
     prt = BY_KIND["Pod"]
+    # The authorizer sees what kubectl asks (contract tests, tests/test_kubectl_contract.py): `logs -l`
+    # lists the pods first (list pods), `logs POD` GETs the pod first (get pods: kubectl
+    # pkg/cmd/logs/logs.go Complete, builder.Do().Infos()), then each log (get pods/log, below).
     if sel_text is not None:
         inv.api_call(("logs", "logs"), verb="get", rt=prt, namespace=inv.namespace, rbac=False)
+        inv.check_rbac("list", "pods", prt, "", inv.namespace)
         selector = parse_selector(sel_text)
         pods = [p for p in inv.store.list("Pod", inv.namespace) if matches(p, "Pod", inv.namespace, None, selector)]
         if not pods:
@@ -1053,9 +1158,10 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         if "/" in target:
             raise not_supported("logs TYPE/NAME (use logs POD)")
         inv.api_call(("logs", "logs"), verb="get", rt=prt, name=target, namespace=inv.namespace, rbac=False)
+        inv.check_rbac("get", "pods", prt, target, inv.namespace)
         pod = inv.store.get("Pod", inv.namespace, target)
         if pod is None:
-            raise KubectlError(not_found(prt, target))
+            raise KubectlError(missing_pod_of_logs(inv, target))
         pods = [pod]
     unavailable = {int(i) for i in inv.faults.get("logs_unavailable") or []}
     index_of = pod_indices(inv.state) if unavailable else {}
@@ -1136,6 +1242,32 @@ def transfer(inv: Invocation, data: bytes) -> None:
         time.sleep(max(0.0, due - time.monotonic()))
         sys.stdout.buffer.write(data[offset : offset + piece])
         sys.stdout.flush()
+
+
+def named_not_found(inv: Invocation, rt: ResType, name: str) -> str:
+    """The NotFound of a named object: after it kubectl GETs the namespace (outside `default`),
+    and when that is missing too, the namespace's NotFound is the error (cli-runtime
+    pkg/resource/visitor.go, Info.Get)."""
+    if rt.namespaced and inv.namespace != "default" and inv.store.get("Namespace", None, inv.namespace) is None:
+        return not_found(BY_KIND["Namespace"], inv.namespace)
+    return not_found(rt, name)
+
+
+def missing_pod_of_logs(inv: Invocation, pod: str) -> str:
+    """`logs POD` of a missing pod, in the words of this fake's kubectl minor (fault
+    ``client_version``): from 1.30 kubectl's logs Complete wraps the error with the namespace
+    (contract tests: `error: error from server (NotFound): pods "p0" not found in namespace "demo"`),
+    before it the server's NotFound is printed as it is."""
+    message = named_not_found(inv, BY_KIND["Pod"], pod)
+    if client_minor(inv.faults) < 30 or not message.endswith(f'pods "{pod}" not found'):
+        return message
+    return f'error: error from server (NotFound): pods "{pod}" not found in namespace "{inv.namespace}"'
+
+
+def client_minor(faults: dict) -> int:
+    """The minor version of the kubectl this fake plays (fault ``client_version``, else CLIENT_GIT_VERSION)."""
+    match = re.match(r"v?1\.(\d+)", str(faults.get("client_version") or CLIENT_GIT_VERSION))
+    return int(match.group(1)) if match else 32
 
 
 def pod_indices(state: str) -> Dict[Tuple[str, str], int]:

@@ -227,6 +227,7 @@ RESOURCES = [
     ResType("pods", "pod", "Pod", "", True, ("po",)),
     ResType("events", "event", "Event", "", True, ("ev",)),
     ResType("configmaps", "configmap", "ConfigMap", "", True, ("cm",)),
+    ResType("serviceaccounts", "serviceaccount", "ServiceAccount", "", True, ("sa",)),
     ResType("nodes", "node", "Node", "", False, ("no",)),
 ]
 BY_KIND = {rt.kind: rt for rt in RESOURCES}

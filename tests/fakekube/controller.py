@@ -37,7 +37,14 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .apiserver import default_pod_spec, job_labels, namespace_enforces_restricted, pod_security_violations
+from .apiserver import (
+    SIDECAR,
+    default_pod_spec,
+    job_labels,
+    namespace_enforces_restricted,
+    pod_security_violations,
+    settle_serviceaccounts,
+)
 from .common import (
     CONTROLLER_MAX_ENV,
     JOB_TRACKING_FINALIZER,
@@ -53,13 +60,23 @@ from .common import (
     write_json_atomic,
 )
 from .containerlog import termination_message
-from .faults import MAX_TERMINATION_MESSAGE, STAND_IN_WORKER, apply_episode_faults, episode_modes, load_faults
+from .faults import (
+    MAX_TERMINATION_MESSAGE,
+    SIGTERM_IGNORING_WORKER,
+    STAND_IN_WORKER,
+    apply_episode_faults,
+    episode_modes,
+    load_faults,
+)
 from .kubelet import record_runtime_operations
 from .store import Store, Tx
 
 POD_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of the Jobs the job controller runs
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
-FOLLOWED_KINDS = {"Job", "Namespace", "Pod", "Node", "RuntimeClass", "ConfigMap"}
+FOLLOWED_KINDS = {"Job", "Namespace", "Pod", "Node", "RuntimeClass", "ConfigMap", "ServiceAccount"}
+SPAM_BURST = 25  # client-go events_cache.go defaultSpamBurst (refilled at 1 per 300 s: never, in a test)
+SERVICEACCOUNT_RETRY_SECONDS = 0.15  # ServiceAccount admission's live lookups: rand(100..200) ms apart
 
 
 def random_suffix(n: int = 5) -> str:
@@ -117,13 +134,18 @@ class JobController:
         self.first_sync = True
         self.max_seconds = float(os.environ.get(CONTROLLER_MAX_ENV, "600"))
         self.next_create_try = 0.0
-        self.failed_create_reported = False
+        self.failed_creates_reported: set = set()  # the causes of FailedCreate events written
+        self.accounts_seen: set = set()  # ServiceAccounts found once (they are never deleted mid-run)
         self.rr = 0
         self.image_ids: Dict[str, str] = {}
         self.stats_path = os.path.join(state, "controllers", f"{namespace}__{job}.stats.json")
         self.pod_names: List[str] = []
         self.completed_at: Optional[float] = None
+        self.decided_at: Optional[float] = None  # SuccessCriteriaMet visible: the decision, before Complete
         self.synced: Optional[Tuple[int, int, int, int]] = None  # the counts sync_status last wrote
+        self.spam_counts: Dict[Tuple[str, str, str, str], int] = {}  # events written per source and object
+        self.failing: Optional[Tuple[str, str]] = None  # (reason, message) of a FailureTarget, until Failed
+        self.suspended = False  # spec.suspend: a queue has not admitted the Job yet
 
     # -- helpers -------------------------------------------------------------
 
@@ -143,6 +165,7 @@ class JobController:
                 "max_concurrent": self.peak,
                 "pods": self.pod_names,
                 "completed_at": self.completed_at,
+                "decided_at": self.decided_at,
                 "records": {s.name: s.record for s in self.sims},
             },
         )
@@ -159,6 +182,13 @@ class JobController:
         event_time: Optional[float] = None,
     ) -> None:
         md = involved["metadata"]
+        # client-go's event spam filter: 25 events per source and object, then one per 5 minutes
+        # (tools/record/events_cache.go, getSpamKey and defaultSpamBurst): a big Job's SuccessfulCreate
+        # events stop after 25, and so does any later event about the Job (W13).
+        spam_key = (component, involved["kind"], md["name"], md.get("uid", ""))
+        self.spam_counts[spam_key] = self.spam_counts.get(spam_key, 0) + 1
+        if self.spam_counts[spam_key] > SPAM_BURST:
+            return
         t = now_ts(tx.now)
         inv_ref = {
             "kind": involved["kind"],
@@ -256,18 +286,26 @@ class JobController:
         self.deadline = float(deadline) if deadline is not None else None
         self.template = job["spec"]["template"]
         self.write_stats()
+        if spec.get("managedBy", JOB_CONTROLLER_NAME) != JOB_CONTROLLER_NAME:
+            return  # another controller's Job (MultiKueue): the job controller leaves it alone (job_controller.go)
+        self.suspended = bool(spec.get("suspend"))
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
             if j is None:
                 return
             j["status"] = {
-                "startTime": now_ts(self.started),
                 "active": 0,
                 "ready": 0,
                 "terminating": 0,
                 "uncountedTerminatedPods": {},
                 **self.index_status(),
             }
+            if self.suspended:  # no pods, no startTime (its deadline does not run) until it is resumed
+                t = now_ts(tx.now)
+                j["status"]["conditions"] = [job_condition("Suspended", "JobSuspended", "Job suspended", t)]
+                self.event(tx, j, "Suspended", "Job suspended")
+            else:
+                j["status"]["startTime"] = now_ts(self.started)
             tx.put(self.clean_status(j))
         try:
             while True:
@@ -290,6 +328,10 @@ class JobController:
         ns_obj = self.view.get("Namespace", None, self.ns)
         if ns_obj is None or ns_obj["metadata"].get("deletionTimestamp"):
             return False
+        if self.failing is not None:
+            return self.tick_failing(now)
+        if self.suspended:
+            return self.tick_suspended(job, now)
         # The scheduler and the kubelet act on their own, whatever the Job's deadline: a pod
         # created before it still gets its scheduling attempt (FailedScheduling comes from
         # kube-scheduler, pkg/scheduler/schedule_one.go handleSchedulingFailure).
@@ -303,7 +345,7 @@ class JobController:
         first_sync, self.first_sync = self.first_sync, False
         if not first_sync and self.deadline is not None and now - self.started >= self.deadline:
             self.finish_failed("DeadlineExceeded", "Job was active longer than specified deadline")
-            return False
+            return True  # FailureTarget now, Failed once the pods have stopped (tick_failing)
         running = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
         if running > self.peak:
             self.peak = running
@@ -314,7 +356,7 @@ class JobController:
         failed = sum(1 for s in self.sims if s.outcome == "Failed")
         if failed > self.backoff_limit:
             self.finish_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
-            return False
+            return True
         if succeeded >= self.completions:
             self.finish_complete()
             return False
@@ -326,6 +368,39 @@ class JobController:
                     self.next_create_try = now + 1.0
                     break
         self.sync_status()
+        return True
+
+    def tick_suspended(self, job: dict, now: float) -> bool:
+        """A suspended Job: no pods. Fault ``queue``, ``{"admit_after": SECONDS}`` (null: never),
+        plays Kueue's controller, which resumes the Job once its Workload is admitted (Kueue docs,
+        "Run a Kubernetes Job"); the job controller then turns the Suspended condition False
+        (JobResumed), sets startTime anew, from which the deadline counts, and makes the pods
+        (job_controller.go, syncJob)."""
+        admit_after = (self.faults.get("queue") or {}).get("admit_after")
+        if job["spec"].get("suspend") and admit_after is not None and now - self.started >= float(admit_after):
+            with self.store.tx() as tx:
+                j = tx.get("Job", self.ns, self.job_name)
+                if j is None:
+                    return False
+                j["spec"]["suspend"] = False
+                tx.put(j)  # the queue's update; the job controller sees it on its next sync
+            return True
+        if job["spec"].get("suspend"):
+            return True
+        self.suspended = False
+        self.started = now
+        with self.store.tx() as tx:
+            j = tx.get("Job", self.ns, self.job_name)
+            if j is None:
+                return False
+            t = now_ts(tx.now)
+            for condition in j["status"].get("conditions") or []:
+                if condition["type"] == "Suspended":
+                    condition.update(status="False", reason="JobResumed", message="Job resumed")
+                    condition.update(lastProbeTime=t, lastTransitionTime=t)
+            j["status"]["startTime"] = t
+            tx.put(j)
+            self.event(tx, j, "Resumed", "Job resumed")
         return True
 
     def clean_status(self, job: dict) -> dict:
@@ -405,17 +480,17 @@ class JobController:
         succeeded, failed = self.index_outcomes()
         if sum(1 for s in self.sims if s.outcome == "Failed") > self.backoff_limit:
             self.finish_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
-            return False
+            return True
         if self.max_failed_indexes is not None and len(failed) > int(self.max_failed_indexes):
             self.finish_failed(
                 "MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes"
             )
-            return False
+            return True
         if len(succeeded) + len(failed) >= self.completions and not any(s.stage != "done" for s in self.sims):
             if failed:
                 self.finish_failed("FailedIndexes", "Job has failed indexes")
-            else:
-                self.finish_complete()
+                return True
+            self.finish_complete()
             return False
         active = {s.completion_index for s in self.sims if s.stage != "done"}
         pending = [i for i in range(self.completions) if i not in succeeded | failed | active]
@@ -435,6 +510,8 @@ class JobController:
         name = prefix + random_suffix()
         tpl = deep_copy(self.template)
         pspec = tpl.get("spec") or {}
+        account = str(pspec.get("serviceAccountName") or "default")
+        account_missing = not self.serviceaccount_exists(account)
         with self.store.tx() as tx:
             job = tx.get("Job", self.ns, self.job_name)
             ns_obj = tx.get("Namespace", None, self.ns)
@@ -446,7 +523,12 @@ class JobController:
             ):
                 return False
             problem = None
-            if namespace_enforces_restricted(ns_obj):
+            if account_missing:  # ServiceAccount admission comes first (a mutating plugin)
+                problem = (
+                    f'Error creating: pods "{name}" is forbidden: error looking up service account '
+                    f'{self.ns}/{account}: serviceaccount "{account}" not found'
+                )
+            if problem is None and namespace_enforces_restricted(ns_obj):
                 v = pod_security_violations(pspec)
                 if v:
                     problem = (
@@ -460,9 +542,10 @@ class JobController:
                     f'Error creating: pods "{name}" is forbidden: pod rejected: RuntimeClass "{rc_name}" not found'
                 )
             if problem is not None:
-                if not self.failed_create_reported:
+                cause = re.sub(r'pods "[^"]*"', "pods", problem)  # once per cause, whatever the pod's name
+                if cause not in self.failed_creates_reported:
                     self.event(tx, job, "FailedCreate", problem, "Warning")
-                    self.failed_create_reported = True
+                    self.failed_creates_reported.add(cause)
                 return False
             labels = dict((tpl.get("metadata") or {}).get("labels") or {})
             labels.update(job_labels(self.uid, self.job_name, bool(self.faults.get("legacy_labels"))))
@@ -491,6 +574,8 @@ class JobController:
             spec = deep_copy(pspec)
             if completion_index is not None:
                 index_pod(meta, spec, completion_index)
+            if "pod_sidecar" in (self.faults.get("admission") or []):  # a mesh's injector (apiserver.py admit_job)
+                spec["containers"] = [*spec["containers"], deep_copy(SIDECAR)]
             default_pod_spec(spec)
             spec.setdefault("serviceAccountName", "default")
             spec.setdefault("serviceAccount", spec["serviceAccountName"])
@@ -523,7 +608,7 @@ class JobController:
             own_selector = spec.get("nodeSelector") or {}
             conflicts = sorted(k for k, v in rc_selector.items() if k in own_selector and own_selector[k] != v)
             if conflicts:
-                if not self.failed_create_reported:
+                if not self.failed_creates_reported:
                     self.event(
                         tx,
                         job,
@@ -532,7 +617,7 @@ class JobController:
                         f"nodeSelector {conflicts[0]} of the pod and of RuntimeClass {rc_name} differ",
                         "Warning",
                     )
-                    self.failed_create_reported = True
+                    self.failed_creates_reported.add("conflict")
                 return False
             if rc_selector:
                 spec["nodeSelector"] = {**own_selector, **rc_selector}
@@ -555,6 +640,23 @@ class JobController:
         self.pod_names.append(name)
         self.write_stats()
         return True
+
+    def serviceaccount_exists(self, account: str) -> bool:
+        """ServiceAccount admission's lookup (apiserver.py, the serviceaccounts controller): the
+        cache, then live lookups, 10 of them for `default` (100-200 ms apart, about 1.5 s), one for
+        any other account."""
+        if account in self.accounts_seen:
+            return True
+        attempts = 10 if account == "default" else 1
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(SERVICEACCOUNT_RETRY_SECONDS)
+            settle_serviceaccounts(self.store)
+            self.view.poll()
+            if self.view.get("ServiceAccount", self.ns, account) is not None:
+                self.accounts_seen.add(account)
+                return True
+        return False
 
     # -- pod lifecycle ---------------------------------------------------------------
 
@@ -761,6 +863,8 @@ class JobController:
         script_path = os.path.join(sim.workdir, "episode.py")
         if self.faults.get("stand_in_worker"):
             script = STAND_IN_WORKER
+        if "ignore_sigterm" in sim.modes:
+            script = SIGTERM_IGNORING_WORKER
         with open(script_path, "w", encoding="utf-8") as f:
             f.write(script or "")
         term_path = os.path.join(sim.workdir, "termination-log")
@@ -1044,11 +1148,13 @@ class JobController:
                 return
             t = now_ts(tx.now)
             j["status"]["conditions"] = [
+                *(j["status"].get("conditions") or []),
                 job_condition(
                     "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods", t
-                )
+                ),
             ]
             tx.put(self.clean_status(j))
+        self.decided_at = time.time()  # the job controller's decision visible, for bench/bench.py
         time.sleep(POLL_SECONDS)
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
@@ -1067,9 +1173,19 @@ class JobController:
         self.write_stats()
 
     def finish_failed(self, reason: str, message: str) -> None:
-        for sim in self.sims:
-            self.kill(sim)
-        extra_failed = 0
+        """The job controller's failure: FailureTarget at once, every active pod deleted with its
+        grace period (the kubelet sends SIGTERM, and SIGKILL once the grace period is over), and
+        Failed only once every pod has terminated (job_controller.go, deleteActivePods, then
+        enactJobFinished with delayTerminalCondition, Kubernetes 1.31+; kubernetes/kubernetes
+        #125510): a pod that ignores SIGTERM (episode mode ``ignore_sigterm``) holds Failed back
+        by its whole grace period (the pod's terminationGracePeriodSeconds, or fault
+        ``termination_grace_seconds``)."""
+        grace = float(
+            self.faults.get("termination_grace_seconds")
+            or (self.template.get("spec") or {}).get("terminationGracePeriodSeconds")
+            or 30
+        )
+        now = time.time()
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
             if j is None:
@@ -1078,30 +1194,68 @@ class JobController:
             for sim in self.sims:
                 if sim.stage == "done":
                     continue
-                sim.stage, sim.outcome = "done", "Failed"
-                extra_failed += 1
+                sim.stage, sim.outcome, sim.next_try = "terminating", "Failed", now + grace
+                p = tx.get("Pod", self.ns, sim.name)
+                if p is not None:
+                    p["metadata"]["deletionTimestamp"] = t
+                    p["metadata"]["deletionGracePeriodSeconds"] = int(grace)
+                    tx.put(p)
+            st = j["status"]
+            st.update(self.index_status())
+            st["failed"] = sum(1 for s in self.sims if s.outcome == "Failed" and s.stage == "done")
+            st["succeeded"] = sum(1 for s in self.sims if s.outcome == "Succeeded")
+            st["active"] = 0
+            st["ready"] = 0
+            st["terminating"] = sum(1 for s in self.sims if s.stage == "terminating")
+            st["conditions"] = [*(st.get("conditions") or []), job_condition("FailureTarget", reason, message, t)]
+            tx.put(self.clean_status(j))
+            self.event(tx, j, reason, message, "Warning")
+        for sim in self.sims:
+            if sim.stage == "terminating" and sim.proc is not None and sim.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    sim.proc.terminate()
+        self.failing = (reason, message)
+
+    def tick_failing(self, now: float) -> bool:
+        """The failed Job's pods stopping: each gone once its process ended or its grace period
+        ran out (SIGKILL); then Failed."""
+        for sim in self.sims:
+            if sim.stage != "terminating":
+                continue
+            if sim.proc is not None and sim.proc.poll() is None:
+                if now < sim.next_try:
+                    continue
+                self.kill(sim)
+            code = sim.proc.returncode if sim.proc is not None else None
+            terminated = {
+                "exitCode": 128 - code if isinstance(code, int) and code < 0 else (code or 137),
+                "reason": "Error",
+                "startedAt": now_ts(sim.started or now),
+                "finishedAt": now_ts(now),
+            }
+            with self.store.tx() as tx:
                 p = tx.get("Pod", self.ns, sim.name)
                 if p is not None:
                     p["metadata"].pop("finalizers", None)
                     p["status"]["phase"] = "Failed"
+                    for status in p["status"].get("containerStatuses") or []:
+                        status.update(ready=False, started=False, state={"terminated": dict(terminated)})
                     tx.vanish_later(p)
-            st = j["status"]
-            st.update(self.index_status())
-            st["failed"] = sum(1 for s in self.sims if s.outcome == "Failed")
-            st["succeeded"] = sum(1 for s in self.sims if s.outcome == "Succeeded")
-            st["active"] = 0
-            st["ready"] = 0
-            st["conditions"] = [job_condition("FailureTarget", reason, message, t)]
-            tx.put(self.clean_status(j))
-            self.event(tx, j, reason, message, "Warning")
-        time.sleep(POLL_SECONDS)
+            sim.stage = "done"
+        if any(s.stage == "terminating" for s in self.sims):
+            return True
+        assert self.failing is not None
+        reason, message = self.failing
         with self.store.tx() as tx:
             j = tx.get("Job", self.ns, self.job_name)
             if j is None:
-                return
+                return False
             t = now_ts(tx.now)
             j["status"]["conditions"].append(job_condition("Failed", reason, message, t))
+            j["status"]["failed"] = sum(1 for s in self.sims if s.outcome == "Failed")
+            j["status"]["terminating"] = 0
             tx.put(j)
+        return False
 
 
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp

@@ -28,6 +28,14 @@ FAULT_KEYS = {
     "namespace_stuck",
     "legacy_labels",
     "server_version",
+    "client_version",  # the kubectl minor the fake plays, where wordings differ (issue 19)
+    # the control plane as it is (issue 19)
+    "watch_gap",
+    "watch_error",
+    "serviceaccount_delay",
+    "queue",
+    "admission",
+    "termination_grace_seconds",
     "stand_in_worker",
     "mixed_digests",
     # Indexed Jobs (issue 12)
@@ -67,7 +75,17 @@ sha256 = "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb"
 modules = {"test_shipping": {"origin": "runner stdin", "sha256": sha256}}
 emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={}, modules=modules)
 """
+# Episode mode "ignore_sigterm": a stuck episode that ignores SIGTERM, so only the grace period's
+# SIGKILL ends it (controller.py finish_failed).
+SIGTERM_IGNORING_WORKER = """\
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("stuck, and deaf to SIGTERM", flush=True)
+time.sleep(3600)
+"""
+ADMISSIONS = {"queue", "managed_by", "sidecar", "security_context", "pod_sidecar"}
 EPISODE_MODES = {
+    "ignore_sigterm",
     "exit1",
     "duplicate_ready",
     "drop_reward",
@@ -165,6 +183,8 @@ def load_faults() -> dict:
     for rule in faults.get("api_errors") or []:
         if str(rule.get("error")) not in API_ERRORS or "match" not in rule:
             raise KubectlError(f"error: fake_kubectl: bad api_errors rule {rule!r}; errors: {sorted(API_ERRORS)}")
+    if not set(faults.get("admission") or []) <= ADMISSIONS:
+        raise KubectlError(f"error: fake_kubectl: bad admission {faults['admission']!r}; known: {sorted(ADMISSIONS)}")
     down = faults.get("unreachable", False)
     if not (down is True or down is False or (isinstance(down, int) and down > 0)):
         raise KubectlError(f"error: fake_kubectl: unreachable must be true or a number of calls > 0, not {down!r}")

@@ -353,7 +353,7 @@ def init_state(
 ) -> None:
     """Create a fresh fake cluster in ``state`` (called by tests/fakecluster.py); ``pods``: pods
     of other workloads already bound to nodes (apiserver.make_running_pod's shorthand)."""
-    from .apiserver import make_node, make_running_pod, make_runtimeclass, new_namespace
+    from .apiserver import make_node, make_running_pod, make_runtimeclass, new_namespace, serviceaccount_object
     from .common import DEFAULT_SERVER, new_uid, now_ts
 
     for sub in ("objects", "logs", "work", "controllers"):
@@ -375,7 +375,8 @@ def init_state(
         with open(name, "a", encoding="utf-8"):
             pass
     boot = time.time() - 3600
-    objs = [new_namespace(ns) for ns in ("default", "kube-node-lease", "kube-public", "kube-system")]
+    system = ("default", "kube-node-lease", "kube-public", "kube-system")
+    objs = [new_namespace(ns) for ns in system] + [serviceaccount_object(ns, boot) for ns in system]
     objs += [make_runtimeclass(name, spec) for name, spec in sorted(runtimeclasses.items())]
     objs += [make_node(node) for node in nodes]
     objs += [new_namespace(ns) for ns in sorted({pod.get("namespace", "default") for pod in pods} - {"default"})]
