@@ -156,6 +156,23 @@ JOB_FIELD_NEEDS = {
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
+
+# Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent
+# as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
+# cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
+# `artifacts` manifest.
+ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
+ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
+MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
+# The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
+# default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.
+MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
+ARTIFACTS_PER_EPISODE_LIMIT = 64
+ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
+ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
+ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)
 # The built-in worker's reward event names where its tests came from (`modules`): the runner's own
 # copy, given on its stdin, with the payload's TEST_SHA256 (tests/test_worker_grade.py checks both).
 BUILTIN_TEST_MODULE = {
@@ -688,6 +705,7 @@ class RunSettings:
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
@@ -879,6 +897,7 @@ class RoundCollected:
     max_failed_episodes: int = 0
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
 
 
 @dataclasses.dataclass
@@ -895,6 +914,23 @@ class PodLog:
     long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
     saved_bytes: int = 0
     dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT or the run's LOG_DIR_BUDGET: counted, not saved
+    # Its artifact frames (see ArtifactSink): each artifact saved whole, checked against its frames'
+    # sha256, as {name, bytes, sha256}; the first frame that broke a rule; whether frames were missing.
+    artifacts: Dict[str, ArtifactEntry] = dataclasses.field(default_factory=dict)
+    artifact_error: str = ""
+    artifact_frames_missing: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactFrame:
+    """One line of a pod's artifact frames, parsed (parse_artifact_frame): the `seq`-th of the
+    `total` frames of the artifact `name`, whose whole bytes have `sha256`; `data`, its piece."""
+
+    name: str
+    seq: int
+    total: int
+    sha256: str
+    data: bytes
 
 
 @dataclasses.dataclass(eq=False)
@@ -906,6 +942,10 @@ class LogBudgets:
     disk: int = LOG_DIR_BUDGET
     memory: int = KEPT_EVENT_BYTES_LIMIT
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
+    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take `disk`.
+    artifacts: Optional[Path] = None
+    artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
@@ -943,7 +983,17 @@ class LostAttempt(TypedDict):  # an episode's pod lost to the infrastructure and
     created_at: float  # its creationTimestamp (API server, whole seconds)
 
 
-class PodRow(TypedDict):  # one validated episode's figures: a row of results.json's `pods`
+class ArtifactEntry(TypedDict):  # a file an episode made, saved as DIR/artifacts/<pod>/<name>
+    name: str  # its path relative to the worker's RL_DEMO_ARTIFACTS, "/"-separated
+    bytes: int
+    sha256: str  # of its bytes, hex
+
+
+class PodArtifacts(TypedDict, total=False):  # absent from the results of versions before artifacts
+    artifacts: List[ArtifactEntry]  # sorted by name; saved and checked against the reward event's manifest
+
+
+class PodRow(PodArtifacts):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
@@ -1177,6 +1227,7 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
     lost_attempts: List[LostAttempt]
+    artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
 
 
 class GuideRow(TypedDict):
@@ -1650,8 +1701,12 @@ def job_manifest(
     indexed: bool = False,
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
+
+    Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
+    and their budget (MAX_ARTIFACT_BYTES_ENV).
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -1670,7 +1725,11 @@ def job_manifest(
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["python", "-B", "/demo/episode.py"],
-                "env": [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "env": [
+                    {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
+                    {"name": MAX_ARTIFACT_BYTES_ENV, "value": str(max_artifact_bytes)},
+                ],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -1728,20 +1787,24 @@ def pod_failure_policy(fail_index: bool) -> KubeObject:
     }
 
 
-def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
-    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
+def round_job_manifest(
+    settings: RunSettings, name: str, namespace: str, run_id: str, image: str, parallelism: Optional[int] = None
+) -> KubeObject:
+    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if
+    any), `parallelism` at once (--parallelism auto's choice; else the settings')."""
     return job_manifest(
         name=name,
         namespace=namespace,
         run_id=run_id,
         count=settings.count,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if parallelism is None else parallelism,
         image=image,
         runtime=settings.runtime,
         deadline_seconds=settings.deadline_seconds,
         indexed=settings.indexed,
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
+        max_artifact_bytes=settings.max_artifact_bytes,
     )
 
 
@@ -2373,6 +2436,70 @@ def parse_events(text: str) -> List[JsonObject]:
     if log.error:
         raise EventParseError(log.error)
     return logged_events(log)
+
+
+_ARTIFACT_FRAME = rb"rl-demo-artifact 1 ([0-9]{1,9}) ([0-9]{1,9}) ([0-9a-f]{64}) ([A-Za-z0-9_-]+=*) ([A-Za-z0-9+/]*=*)"
+
+
+def artifact_name_problem(name: str) -> str:
+    """What makes an artifact's name unsafe to save under DIR/artifacts/<pod>/ ("" if nothing):
+    it must be relative, "/"-separated, without empty, `.` or `..` segments, backslashes, NUL or
+    other control characters, and at most ARTIFACT_NAME_LIMIT bytes of UTF-8."""
+    if not name:
+        return "is empty"
+    if len(name.encode("utf-8", "surrogatepass")) > ARTIFACT_NAME_LIMIT:
+        return f"is longer than {ARTIFACT_NAME_LIMIT} bytes"
+    if any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff" for char in name):
+        return "has a control character"
+    if name.startswith("/"):
+        return "is absolute"
+    if "\\" in name:
+        return "has a backslash"
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        return "has an empty, '.' or '..' segment"
+    return ""
+
+
+def parse_artifact_frame(raw: bytes) -> ArtifactFrame:
+    """A frame line (ARTIFACT_FRAME_TAG ...), checked alone; ValueError says how it is malformed.
+    Whether it fits its neighbours (order, total, hash) is ArtifactSink's to check."""
+    import binascii  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+    match = re.fullmatch(_ARTIFACT_FRAME, raw)
+    if not match:
+        raise ValueError("is not a well-formed artifact frame")
+    seq, total = int(match.group(1)), int(match.group(2))
+    if not seq < total <= ARTIFACT_FRAMES_LIMIT:
+        raise ValueError(f"says it is frame {seq} of {total} (frames count from 0, at most {ARTIFACT_FRAMES_LIMIT})")
+    encoded_name, encoded_data = match.group(4), match.group(5)
+    try:
+        if len(encoded_name) % 4 or len(encoded_data) % 4:
+            raise binascii.Error("incorrect padding")
+        name_bytes = binascii.a2b_base64(encoded_name.replace(b"-", b"+").replace(b"_", b"/"))
+        data = binascii.a2b_base64(encoded_data)
+    except binascii.Error:
+        raise ValueError("is not well-formed base64") from None
+    try:
+        name = name_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"names an artifact that is not UTF-8 ({short_repr(name_bytes)})") from None
+    problem = artifact_name_problem(name)
+    if problem:
+        raise ValueError(f"names an artifact {short_repr(name)} that {problem}")
+    if len(data) > ARTIFACT_FRAME_DATA:
+        raise ValueError(f"carries {len(data):,} bytes, more than a frame's {ARTIFACT_FRAME_DATA:,}")
+    return ArtifactFrame(name, seq, total, match.group(3).decode(), data)
+
+
+def declares_artifacts(message: str) -> bool:
+    """Whether a termination message's reward event lists artifacts: then its pod's log must be
+    read, whatever the count, for the frames travel only there."""
+    log = scan_text(message)
+    reward = log.kept.get("reward")
+    if log.error or reward is None:
+        return False
+    event = parse_event_line(reward.decode("utf-8", "replace"))
+    return bool(event and event.get("artifacts"))
 
 
 def message_cut_at_front(message: str) -> bool:
@@ -3242,7 +3369,7 @@ def validate_episode(
 
 def reward_info(reward_event: JsonObject) -> JsonObject:
     """The reward event's other fields (the episode's `info`), or a note when they are too large."""
-    info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward")}
+    info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward", "artifacts")}
     size = len(json.dumps(info, sort_keys=True, allow_nan=False))
     if size > INFO_LIMIT:
         return {"info_dropped": f"{size} bytes of JSON, over the {INFO_LIMIT}-byte limit of rewards.jsonl"}
@@ -3250,6 +3377,97 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     if memory > INFO_MEMORY_LIMIT:
         return {"info_dropped": f"{memory} bytes in memory once parsed, over the {INFO_MEMORY_LIMIT}-byte limit"}
     return info
+
+
+ARTIFACT_ROTATION_HINT = (
+    "frames are missing from its log: the kubelet rotates a container's log file at 10 MiB by default and `kubectl "
+    "logs` returns only the current file, so the likely cause is rotation; keep the episode's output and artifacts "
+    "smaller"
+)
+
+
+def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
+    """The reward event's `artifacts`, checked (ValueError says which rule it breaks): a list of
+    {name, bytes, sha256}, each name safe (artifact_name_problem), sorted by name and each once, at
+    most ARTIFACTS_PER_EPISODE_LIMIT, their bytes within `budget` (--max-artifact-bytes)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"its reward event's artifacts is {json_kind(value)}, not a list")
+    if len(value) > ARTIFACTS_PER_EPISODE_LIMIT:
+        raise ValueError(f"its reward event lists {len(value)} artifacts, more than {ARTIFACTS_PER_EPISODE_LIMIT}")
+    entries: List[ArtifactEntry] = []
+    for item in value:
+        name = item.get("name") if isinstance(item, dict) else None
+        size = item.get("bytes") if isinstance(item, dict) else None
+        digest = item.get("sha256") if isinstance(item, dict) else None
+        if not (isinstance(name, str) and type(size) is int and size >= 0 and isinstance(digest, str)):
+            raise ValueError(
+                f"its reward event lists an artifact {short_repr(item)} that is not {{name, bytes, sha256}}"
+            )
+        problem = artifact_name_problem(name)
+        if problem:
+            raise ValueError(f"its reward event lists an artifact {short_repr(name)} whose name {problem}")
+        if not re.fullmatch("[0-9a-f]{64}", digest):
+            raise ValueError(
+                f"its artifact {short_repr(name)} has a sha256 {short_repr(digest)} that is not 64 hex digits"
+            )
+        entries.append({"name": name, "bytes": size, "sha256": digest})
+    names = [entry["name"] for entry in entries]
+    if names != sorted(set(names)):
+        raise ValueError("its reward event's artifacts are not sorted by name, each listed once")
+    total = sum(entry["bytes"] for entry in entries)
+    if total > budget:
+        raise ValueError(
+            f"its artifacts take {total:,} bytes, over the --max-artifact-bytes budget of {budget:,} bytes per episode"
+        )
+    return entries
+
+
+def episode_artifacts(
+    pod_name: str,
+    events: List[JsonObject],
+    log: Optional[PodLog],
+    log_error: Optional[str],
+    budget: int,
+    inspect: str,
+    received: bool = True,
+) -> List[ArtifactEntry]:
+    """A validated episode's artifacts: its reward event's manifest, and (`received`) each of them
+    saved from its log's frames, whole, with the bytes and sha256 the manifest lists, and nothing
+    else. Else the rule it breaks (EpisodeInvalid)."""
+    invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)
+    reward = next(event for event in events if event["event"] == "reward")
+    try:
+        declared = artifact_manifest(reward.get("artifacts"), budget)
+    except ValueError as error:
+        raise invalid(str(error)) from None
+    if not received:
+        return declared
+    if log is None:
+        if declared:
+            raise invalid(f"its artifacts could not be read: its log could not be read ({log_error})")
+        return []
+    if log.artifact_error:
+        hint = f"; {ARTIFACT_ROTATION_HINT}" if log.artifact_frames_missing else ""
+        raise invalid(f"its artifacts did not arrive whole: {log.artifact_error}{hint}")
+    for entry in declared:
+        got = log.artifacts.get(entry["name"])
+        if got is None:
+            raise invalid(
+                f"its artifact {short_repr(entry['name'])} never arrived: no frame of it is in its log; "
+                f"{ARTIFACT_ROTATION_HINT}"
+            )
+        if got != entry:
+            raise invalid(
+                f"its artifact {short_repr(entry['name'])} arrived as {got['bytes']:,} bytes with sha256 "
+                f"{got['sha256'][:12]}..., but its reward event lists {entry['bytes']:,} bytes with sha256 "
+                f"{entry['sha256'][:12]}..."
+            )
+    extra = sorted(set(log.artifacts) - {entry["name"] for entry in declared})
+    if extra:
+        raise invalid(f"it sent an artifact {short_repr(extra[0])} that its reward event does not list")
+    return declared
 
 
 def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
@@ -3266,6 +3484,7 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "retracted": False,
         "attempts": row["attempts"],
         "lost_attempts": row["lost_attempts"],
+        "artifacts": row.get("artifacts", []),
     }
 
 
@@ -3292,6 +3511,7 @@ def failure_line(
         "retracted": False,
         "attempts": len(lost) + 1,
         "lost_attempts": list(lost),
+        "artifacts": None,
     }
 
 
@@ -3539,6 +3759,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 pod_events=cluster_events.get(name, []),
                 batch_start=admitted_at,
             )
+            row["artifacts"] = episode_artifacts(
+                name,
+                events,
+                collected.logs.get(name),
+                collected.log_errors.get(name, "not read"),
+                collected.max_artifact_bytes,
+                pod_inspect,
+            )
         except (KeyError, TypeError, ValueError) as error:
             shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
             if not tolerated:
@@ -3611,7 +3839,13 @@ def log_figures(collected: RoundCollected) -> LogFigures:
 
 
 def provisional_episode(
-    pod: KubeObject, count: int, indexed: bool, job_created_at: float, builtin_worker: bool, inspect: str
+    pod: KubeObject,
+    count: int,
+    indexed: bool,
+    job_created_at: float,
+    builtin_worker: bool,
+    inspect: str,
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
 ) -> Optional[EpisodeRow]:
     """An episode's verdict as soon as the pod watch shows its pod terminated: its row, or the rule
     it breaks (EpisodeInvalid), judged as analyse_round judges it but from the pod's status and its
@@ -3622,7 +3856,8 @@ def provisional_episode(
     job, index and task_id are the caller's to set.
 
     A failure found here is final (the same rules see the same status and message later); a
-    reward is provisional: the log may disagree, the pod may be deleted, the round may fail."""
+    reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
+    arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
     phase = (pod.get("status") or {}).get("phase")
     if phase not in ("Succeeded", "Failed"):
@@ -3637,7 +3872,10 @@ def provisional_episode(
         if message_needs_log(message):  # empty, or cut at the front by the kubelet: its log decides
             return None
         events, _ = episode_events(name, None, "not read yet", message, False, inspect)
-        return validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
+        row = validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
+        # the manifest it promises; its files arrive with its log, once the Job has ended
+        row["artifacts"] = episode_artifacts(name, events, None, None, max_artifact_bytes, inspect, received=False)
+        return row
     except (KeyError, TypeError, ValueError) as error:
         raise EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", inspect) from None
 
@@ -3721,7 +3959,7 @@ def assemble_results(
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics); `capacity`: the nodes'
-    room (only with --parallelism auto)."""
+    room (only with --parallelism auto, whose parallelism is that room, at most the count)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
@@ -3746,7 +3984,7 @@ def assemble_results(
         run_id=run_id,
         image=settings.image,
         runtime=settings.runtime,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if capacity is None else min(capacity["parallelism_capacity"], settings.count),
         rounds=settings.rounds,
         episodes_per_round=settings.count,
         cache_state=cache_state_of(image_cache_counts(rows)),
@@ -6221,6 +6459,199 @@ def _named_write_error(error: OSError, path: Path) -> OSError:
     return error if error.filename else OSError(error.errno, error.strerror, str(path))
 
 
+# What a pod's artifact names can make the file system answer: the episode's fault, not the run's.
+_ARTIFACT_PATH_ERRORS = (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.ENOTEMPTY)
+
+
+@dataclasses.dataclass
+class _ArtifactFile:
+    """The artifact whose frames are arriving: its temporary file in its directory (both open)."""
+
+    name: str
+    total: int
+    sha256: str
+    directory: int  # a descriptor of the directory it goes to
+    temporary: str  # its name there until it is whole
+    descriptor: int
+    hasher: Any
+    next: int = 0  # the frame expected next
+    size: int = 0
+
+
+class ArtifactSink:
+    """One pod's artifact frames on their way to DIR/artifacts/<pod>/ (docs/own-episodes.md).
+
+    Frames are streamed: each one's bytes go to a temporary file and its hash as it arrives, so no
+    artifact is ever held whole, and count against the episode's budget (--max-artifact-bytes) and
+    the run's disk budget for what pods make. An artifact whose frames all came, in order, with the
+    sha256 they claim, is renamed into place; the first frame that breaks a rule stops the rest of
+    the pod's frames, and its partial file is removed. Nothing is written outside the pod's
+    directory: names are checked (artifact_name_problem), every directory is opened without
+    following a symlink (O_NOFOLLOW, relative to its parent's descriptor), files are created
+    exclusively and renamed within their directory."""
+
+    def __init__(self, root: Path, pod: str, budgets: LogBudgets) -> None:
+        self.root = root
+        self.pod = pod
+        self.budgets = budgets
+        self.saved: Dict[str, ArtifactEntry] = {}
+        self.error = ""
+        self.missing = False  # the error is frames that never came (rotation, most likely)
+        self.frames = 0
+        self.received = 0  # decoded bytes of this pod's frames so far
+        self.current: Optional[_ArtifactFile] = None
+
+    def frame(self, raw: bytes) -> None:
+        if self.error:
+            return
+        self.frames += 1
+        if self.frames > ARTIFACT_FRAMES_LIMIT:
+            return self._fail(f"it sent more than {ARTIFACT_FRAMES_LIMIT:,} artifact frames")
+        try:
+            frame = parse_artifact_frame(raw)
+        except ValueError as error:
+            return self._fail(f"its artifact frame {self.frames} {error}")
+        current, label = self.current, short_repr(frame.name)
+        if current is not None and frame.name != current.name:
+            return self._missing(current, f"a frame of {label} came before them")
+        if current is None:
+            if frame.name in self.saved:
+                return self._fail(f"frame {frame.seq} of artifact {label} came after the artifact was complete")
+            if frame.seq:
+                self.missing = True
+                return self._fail(f"frames 0 to {frame.seq - 1} of the {frame.total} of artifact {label} are missing")
+            if len(self.saved) >= ARTIFACTS_PER_EPISODE_LIMIT:
+                return self._fail(f"it sent more than {ARTIFACTS_PER_EPISODE_LIMIT} artifacts")
+            current = self._open(frame)
+            if current is None:
+                return None
+        elif frame.seq < current.next:
+            return self._fail(f"frame {frame.seq} of artifact {label} came after frame {current.next - 1}")
+        elif frame.seq > current.next:
+            self.missing = True
+            return self._fail(f"frames {current.next} to {frame.seq - 1} of artifact {label} are missing")
+        elif (frame.total, frame.sha256) != (current.total, current.sha256):
+            return self._fail(f"frame {frame.seq} of artifact {label} changes its total or sha256")
+        self._append(current, frame.data)
+        if not self.error and current.next == current.total:
+            self._complete(current)
+        return None
+
+    def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
+        import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+        *parents, base = frame.name.split("/")
+        directory = -1
+        try:
+            directory = self._directory([self.pod, *parents])
+            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
+        except OSError as error:
+            if directory >= 0:
+                os.close(directory)
+            self._path_error(error, frame.name)
+            return None
+        self.current = _ArtifactFile(
+            frame.name, frame.total, frame.sha256, directory, temporary, descriptor, hashlib.sha256()
+        )
+        return self.current
+
+    def _directory(self, parts: Sequence[str]) -> int:
+        """A descriptor of DIR/artifacts/<parts...>, each created if missing, none a symlink."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for part in parts:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=descriptor)
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=descriptor)
+                os.close(descriptor)
+                descriptor = inner
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return descriptor
+
+    def _append(self, current: _ArtifactFile, data: bytes) -> None:
+        if self.received + len(data) > self.budgets.artifact_bytes:
+            return self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes "
+                f"per episode (at frame {current.next} of {short_repr(current.name)})"
+            )
+        if self.budgets.take_disk(len(data), whole=True) < len(data):
+            return self._fail(
+                f"the run's budget of {LOG_DIR_BUDGET:,} bytes for what pods make in its directory is spent"
+            )
+        self.received += len(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(current.descriptor, view) :]
+        except OSError as error:
+            self.discard()
+            raise _named_write_error(error, self.root / self.pod / current.name) from None
+        current.hasher.update(data)
+        current.size += len(data)
+        current.next += 1
+        return None
+
+    def _complete(self, current: _ArtifactFile) -> None:
+        digest = current.hasher.hexdigest()
+        if digest != current.sha256:
+            return self._fail(
+                f"the data of artifact {short_repr(current.name)} has sha256 {digest[:12]}..., not the "
+                f"{current.sha256[:12]}... its frames claim"
+            )
+        base = current.name.rsplit("/", 1)[-1]
+        try:
+            os.close(current.descriptor)
+            current.descriptor = -1
+            os.replace(current.temporary, base, src_dir_fd=current.directory, dst_dir_fd=current.directory)
+        except OSError as error:
+            self._path_error(error, current.name)
+            return None
+        os.close(current.directory)
+        self.current = None
+        self.saved[current.name] = {"name": current.name, "bytes": current.size, "sha256": digest}
+        return None
+
+    def _path_error(self, error: OSError, name: str) -> None:
+        if error.errno not in _ARTIFACT_PATH_ERRORS:
+            self.discard()
+            raise _named_write_error(error, self.root / self.pod / name) from None
+        self._fail(f"its artifact {short_repr(name)} cannot be saved there ({error.strerror})")
+
+    def _missing(self, current: _ArtifactFile, why: str) -> None:
+        self.missing = True
+        self._fail(
+            f"frames {current.next} to {current.total - 1} of artifact {short_repr(current.name)} are missing ({why})"
+        )
+
+    def _fail(self, error: str) -> None:
+        self.error = self.error or error
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the partial artifact, if any."""
+        current, self.current = self.current, None
+        if current is None:
+            return
+        with contextlib.suppress(OSError):
+            if current.descriptor >= 0:
+                os.close(current.descriptor)
+        with contextlib.suppress(OSError):
+            os.unlink(current.temporary, dir_fd=current.directory)
+        with contextlib.suppress(OSError):
+            os.close(current.directory)
+
+    def finish(self, log: PodLog) -> None:
+        """The log has ended: an artifact still arriving lacks its last frames."""
+        if self.current is not None:
+            self._missing(self.current, "its log ended")
+        log.artifacts, log.artifact_error, log.artifact_frames_missing = dict(self.saved), self.error, self.missing
+
+
 class _PodLogFile:
     """One pod's log on its way to ROUND_DIR/<pod>.log: a temporary file renamed when complete.
 
@@ -6230,12 +6661,15 @@ class _PodLogFile:
 
     FLUSH_BYTES = 16 * 1024
 
-    def __init__(self, path: Path, budgets: LogBudgets) -> None:
+    def __init__(self, path: Path, budgets: LogBudgets, pod: str = "") -> None:
         self.path = path
         self.temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         self.budgets = budgets
         self.buffer = bytearray()
         self.scanner = EventScanner(budgets)
+        self.pod = pod
+        self.artifacts: Optional[ArtifactSink] = None  # from its first artifact frame on
+        self.frame_lines = 0
         self.saved = 0  # bytes in the file or its buffer
         self.dropped = 0
         self.skipped = 0  # of them, since the last line saved past the limits
@@ -6253,6 +6687,9 @@ class _PodLogFile:
         """One line (a log's last one may lack its newline): scanned, then saved within the
         limits; a kept event line is saved whole even past them."""
         data = body + b"\n" if ended else body
+        if self.budgets.artifacts is not None and self.pod and body.startswith(ARTIFACT_FRAME_TAG):
+            self.frame(body)
+            return
         if not self.scanner.line(body):
             self.text(data)
             return
@@ -6262,6 +6699,16 @@ class _PodLogFile:
         marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
         self._write(marker.encode() + data)
         self.skipped = 0
+
+    def frame(self, body: bytes) -> None:
+        """An artifact frame: to its file under DIR/artifacts/<pod>/, not to <pod>.log (whose
+        text it would double); the log says how many lines went there."""
+        self.scanner.lines += 1
+        self.frame_lines += 1
+        if self.artifacts is None:
+            assert self.budgets.artifacts is not None
+            self.artifacts = ArtifactSink(self.budgets.artifacts, self.pod, self.budgets)
+        self.artifacts.frame(body)
 
     def _room(self, wanted: int, whole: bool = False) -> int:
         """How many of `wanted` bytes may still be saved (all or none when `whole`); once fewer,
@@ -6296,6 +6743,9 @@ class _PodLogFile:
             stream.write(data)
 
     def finish(self) -> PodLog:
+        if self.frame_lines:
+            where = f"{self.budgets.artifacts}/{self.pod}/"
+            self.buffer += f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode()
         if self.dropped:
             self.buffer += (
                 f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
@@ -6303,9 +6753,14 @@ class _PodLogFile:
             ).encode()
         self.flush()
         os.replace(self.temporary, self.path)
-        return self.scanner.pod_log(self.saved, self.dropped)
+        log = self.scanner.pod_log(self.saved, self.dropped)
+        if self.artifacts is not None:
+            self.artifacts.finish(log)
+        return log
 
     def discard(self) -> None:
+        if self.artifacts is not None:
+            self.artifacts.discard()
         with contextlib.suppress(OSError):
             os.unlink(self.temporary)
 
@@ -6343,7 +6798,7 @@ class EpisodeLogReader:
             if self.gate is not None:
                 self.gate.wait()
             self.round_dir.mkdir(parents=True, exist_ok=True)
-            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log", self.budgets)
+            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log", self.budgets, name)
             self.order.append(name)
         return self.files[name]
 
@@ -7029,9 +7484,13 @@ def read_logs(
       of a Job without the label, with its own `kubectl logs POD`.
 
     Beyond the cross-check limit (`all_pods` False), only pods whose termination message cannot
-    carry their events are read. `gate`: set once the round's other diagnostics are on disk; no
-    log is written before."""
-    wanted = [pod["metadata"]["name"] for pod in pods if all_pods or message_needs_log(termination_message(pod))]
+    carry their events, or lists artifacts (their frames travel in the log alone), are read.
+    `gate`: set once the round's other diagnostics are on disk; no log is written before."""
+    wanted = [
+        pod["metadata"]["name"]
+        for pod in pods
+        if all_pods or message_needs_log(termination_message(pod)) or declares_artifacts(termination_message(pod))
+    ]
     logs: Dict[str, Optional[PodLog]] = {}
     errors: Dict[str, str] = {}
     budgets = budgets or LogBudgets()
@@ -7308,7 +7767,13 @@ class RoundRewards:
         lost = self._lost_before(name, index)
         try:
             row = provisional_episode(
-                pod, settings.count, settings.indexed, self.job_created_at, settings.builtin_worker, self._inspect(name)
+                pod,
+                settings.count,
+                settings.indexed,
+                self.job_created_at,
+                settings.builtin_worker,
+                self._inspect(name),
+                settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
             return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
@@ -7401,9 +7866,13 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.parallelism = settings.parallelism  # the Job's; with --parallelism auto, set from that room
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
-        self.log_budgets = LogBudgets()  # what all of the run's pods may make it keep, on disk and in memory
+        # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
+        self.log_budgets = LogBudgets(
+            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+        )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
@@ -7517,7 +7986,7 @@ class BatchRun:
                 EXIT_CLUSTER,
             )
         self.capacity = room
-        self.settings = dataclasses.replace(self.settings, parallelism=min(room, count))
+        self.parallelism = min(room, count)
         say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
 
     def create_namespace(self) -> None:
@@ -7595,7 +8064,7 @@ class BatchRun:
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
         self.current_dir, self.current_job = round_dir, None
-        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
+        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
         try:
             rows, figures = self.run_job(
@@ -7729,6 +8198,7 @@ class BatchRun:
             max_failed_episodes=settings.max_failed_episodes,
             events=events,
             infra_retries=settings.infra_retries,
+            max_artifact_bytes=settings.max_artifact_bytes,
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -8554,6 +9024,23 @@ def whole_number(minimum: int, limit: Optional[int] = None, unit: str = " second
     return parse
 
 
+def artifact_budget(text: str) -> int:
+    """An argparse type: --max-artifact-bytes, a whole number of bytes or a quantity (512Ki, 2Mi),
+    at most MAX_ARTIFACT_BYTES_LIMIT: more base64 in a log would near the kubelet's rotation."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes (such as 1048576 or 1Mi)") from None
+    if not (value >= 0 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
+    if value > MAX_ARTIFACT_BYTES_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {MAX_ARTIFACT_BYTES_LIMIT:,} bytes (4Mi): their frames in the log would near the "
+            "kubelet's 10 MiB log rotation, past which `kubectl logs` returns only the current file"
+        )
+    return int(value)
+
+
 def threshold(text: str) -> Tuple[str, float]:
     metric, separator, limit = text.partition("=")
     if not separator:
@@ -8825,6 +9312,15 @@ def build_parser(
                 "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
                 "later)",
             },
+            "--max-artifact-bytes": {
+                "type": artifact_budget,
+                "default": DEFAULT_MAX_ARTIFACT_BYTES,
+                "metavar": "BYTES",
+                "help": "the most bytes of artifacts one episode may save (files its worker writes under "
+                f"${ARTIFACTS_ENV}, sent through its log to DIR/artifacts/POD/); an episode over it fails (default "
+                f"{DEFAULT_MAX_ARTIFACT_BYTES:,} = 1Mi, at most {MAX_ARTIFACT_BYTES_LIMIT:,} = 4Mi, well under the "
+                "kubelet's 10 MiB log rotation)",
+            },
             "--dry-run": {"action": "store_true", "help": "write the manifests to DIR and contact no cluster"},
             "--quiet --json --kubelet-metrics": None,
             "--warmup": {
@@ -9002,6 +9498,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
         infra_retries=args.infra_retries,
+        max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
@@ -9343,6 +9840,7 @@ IMPORTS_DONE_AT = time.time()
 
 WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
 TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
+ARTIFACTS = pathlib.Path(os.environ.get("RL_DEMO_ARTIFACTS", str(WORKSPACE / "artifacts")))  # sent by send_artifacts
 TERMINATION_LIMIT = 4096
 EPISODE_ID = os.environ["EPISODE_ID"]
 DEFAULT_TEST_TIMEOUT = 20.0  # seconds per test run; RL_DEMO_TEST_TIMEOUT overrides it
@@ -9829,6 +10327,90 @@ def on_sigterm(signum, frame):
     raise Terminated(f"terminated by signal {signum}")
 
 
+def write_artifact(name, data):
+    """A file for the trainer: under ARTIFACTS, sent after the episode (send_artifacts)."""
+    path = ARTIFACTS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def save_patch(before, after):
+    """The agent's action as a unified diff of shipping.py (patch.diff, an artifact)."""
+    import difflib
+
+    lines = difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a/shipping.py", "b/shipping.py")
+    write_artifact("patch.diff", "".join(lines).encode())
+
+
+# Artifacts travel through the log, the channel the tool reads anyway: each file under ARTIFACTS
+# (symlinks and other non-regular files skipped, never followed) as lines
+# "rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA": frame SEQ (from 0) of TOTAL, the whole file's
+# sha256, its relative name in URL-safe base64 and up to FRAME_DATA bytes of it in base64. The
+# reward event's `artifacts` lists each file's {name, bytes, sha256}, sorted by name: the tool
+# saves what the frames carry and checks it against that list (docs/own-episodes.md, "Artifacts").
+FRAME_DATA = 24 * 1024
+MAX_ARTIFACTS = 64
+MAX_ARTIFACT_NAME = 255
+
+
+def artifact_files(root):
+    """(name, path) of each regular file under root, sorted by name; what cannot be sent is skipped."""
+    found = []
+    pending = [(str(root), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+                print("artifact skipped (not a regular file): " + printable(name, 200), file=sys.stderr)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, name + "/"))
+            elif printable(name, MAX_ARTIFACT_NAME + 1) != name or "\\" in name or len(name) > MAX_ARTIFACT_NAME:
+                print("artifact skipped (its name): " + printable(name, 200), file=sys.stderr)
+            else:
+                found.append((name, entry.path))
+    found.sort()
+    if len(found) > MAX_ARTIFACTS:
+        print(f"artifacts skipped: {len(found) - MAX_ARTIFACTS} beyond the first {MAX_ARTIFACTS}", file=sys.stderr)
+    return found[:MAX_ARTIFACTS]
+
+
+def read_chunks(path):
+    """The file's bytes in FRAME_DATA pieces, opened without following a symlink."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(descriptor, "rb") as stream:
+        while True:
+            chunk = stream.read(FRAME_DATA)
+            if not chunk:
+                return
+            yield chunk
+
+
+def send_artifacts():
+    """Print every artifact's frames on stdout; return the manifest for the reward event."""
+    import base64
+
+    manifest = []
+    for name, path in artifact_files(ARTIFACTS):
+        digest, size = hashlib.sha256(), 0
+        for chunk in read_chunks(path):
+            digest.update(chunk)
+            size += len(chunk)
+        sha256, total = digest.hexdigest(), max(1, -(-size // FRAME_DATA))
+        label = base64.urlsafe_b64encode(name.encode()).decode()
+        chunks = read_chunks(path) if size else iter([b""])
+        for seq, chunk in enumerate(chunks):
+            data = base64.b64encode(chunk).decode()
+            print(f"rl-demo-artifact 1 {seq} {total} {sha256} {label} {data}")
+        sys.stdout.flush()
+        manifest.append({"name": name, "bytes": size, "sha256": sha256})
+    return manifest
+
+
 def episode(fields):
     """Fill in the reward event's fields; raise EpisodeFailed (or anything) for reward 0."""
     timeout = test_timeout()
@@ -9848,7 +10430,9 @@ def episode(fields):
         raise EpisodeFailed("baseline: " + failure.reason) from None
     fields["baseline_exit"] = baseline.exit_code
     source = CODE_FILE.read_text(encoding="utf-8")
-    CODE_FILE.write_text(agent_action(source), encoding="utf-8")
+    fixed = agent_action(source)
+    CODE_FILE.write_text(fixed, encoding="utf-8")
+    save_patch(source, fixed)
     test_file = WORKSPACE.joinpath("test_shipping.py")
     unchanged_before = file_sha256(test_file) == TEST_SHA256
     try:
@@ -9861,6 +10445,7 @@ def episode(fields):
     unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
     fields["tests_exit"] = run.exit_code
     fields["tests_output"], _ = decode(run.stderr)
+    write_artifact("tests-output.txt", run.stderr)  # whole: the reward event's copy may be trimmed
     fields["reward"], reason, fields["tests"], fields["modules"] = grade(run, unchanged)
     if reason is not None:
         fields["reason"] = reason
@@ -9884,6 +10469,11 @@ def main():
     if fields["reward"] != 1:
         fields["reward"] = 0
         fields.setdefault("reason", "no reward")
+    try:
+        if os.environ.get("RL_DEMO_MAX_ARTIFACT_BYTES") != "0":  # --max-artifact-bytes 0: none wanted
+            fields["artifacts"] = send_artifacts()
+    except OSError as error:  # none listed: the client then refuses any frame already sent
+        print("artifacts not sent: " + printable(error, MAX_REASON), file=sys.stderr)
     emit("reward", **fields)
     if fields["baseline_exit"] == 0:
         print("baseline must fail the boundary test", file=sys.stderr)
@@ -9917,8 +10507,14 @@ The event protocol (what rl-batch-demo checks):
 * exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
   missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
 
+Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; send_artifacts() prints
+each as frames on stdout (lines "rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA", base64) and
+returns the manifest [{name, bytes, sha256}] that the reward event carries as `artifacts`. The
+tool saves them as DIR/artifacts/<pod>/<name>, byte for byte, within --max-artifact-bytes (1 MiB
+by default) per episode; a missing, altered or unlisted one fails the episode.
+
 Runs as UID 1000 with the standard library of the image's Python; /demo is read-only, the
-episode's own emptyDir is /workspace and goes with the pod: upload what you keep before exiting.
+episode's own emptyDir is /workspace and goes with the pod: send or upload what you keep.
 """
 
 import time
@@ -9935,8 +10531,10 @@ EPISODE_ID = os.environ["EPISODE_ID"]
 INDEX = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))  # set by Kubernetes in an Indexed Job
 TASKS = pathlib.Path(os.environ.get("RL_DEMO_TASKS", "/demo/tasks.jsonl"))  # from --tasks
 WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
+ARTIFACTS = pathlib.Path(os.environ.get("RL_DEMO_ARTIFACTS", str(WORKSPACE / "artifacts")))
 TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
 TERMINATION_LIMIT = 4096
+FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
 
 
@@ -9961,6 +10559,30 @@ def emit(event, **fields):
         pass  # no termination log outside Kubernetes
 
 
+def send_artifacts():
+    """Each regular file under ARTIFACTS (symlinks skipped, never followed) as frames on stdout,
+    sorted by name; returns the manifest for the reward event."""
+    import base64
+    import hashlib
+
+    files = sorted(
+        (path.relative_to(ARTIFACTS).as_posix(), path)
+        for path in ARTIFACTS.rglob("*")
+        if not path.is_symlink() and path.is_file()  # rglob never enters a symlinked directory
+    )
+    manifest = []
+    for name, path in files:
+        data = path.read_bytes()  # small files; stream a large one in FRAME_DATA pieces instead
+        sha256, total = hashlib.sha256(data).hexdigest(), max(1, -(-len(data) // FRAME_DATA))
+        label = base64.urlsafe_b64encode(name.encode()).decode()
+        for seq in range(total):
+            chunk = base64.b64encode(data[seq * FRAME_DATA : (seq + 1) * FRAME_DATA]).decode()
+            print(f"rl-demo-artifact 1 {seq} {total} {sha256} {label} {chunk}")
+        manifest.append({"name": name, "bytes": len(data), "sha256": sha256})
+    sys.stdout.flush()
+    return manifest
+
+
 def act(task):
     """The stand-in for your model and its tool calls: here, add the task's two numbers."""
     return task.get("a", 0) + task.get("b", 0)
@@ -9977,10 +10599,14 @@ def main():
     WORKSPACE.joinpath("task.json").write_text(json.dumps(task))  # prepare the environment
     emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
     try:
-        reward, info = grade(task, act(task))
+        answer = act(task)
+        reward, info = grade(task, answer)
     except Exception as error:  # the episode ran but the work failed: a reward of 0, with the reason
-        reward, info = 0.0, {"reason": f"{type(error).__name__}: {error}"[:300]}
-    emit("reward", reward=reward, **info)
+        answer, reward, info = None, 0.0, {"reason": f"{type(error).__name__}: {error}"[:300]}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # a trajectory for the trainer: DIR/artifacts/<pod>/
+    trajectory = {"task": task, "answer": answer, "reward": reward}
+    ARTIFACTS.joinpath("trajectory.json").write_text(json.dumps(trajectory, sort_keys=True))
+    emit("reward", reward=reward, artifacts=send_artifacts(), **info)
     return 0
 
 

@@ -925,6 +925,11 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
+        # The container's paths in env values the worker opens (RL_DEMO_ARTIFACTS, /workspace/...)
+        # are this pod's local workspace: the fake has no container filesystem.
+        for key in ("RL_DEMO_ARTIFACTS",):
+            if env.get(key, "").startswith("/workspace/") or env.get(key) == "/workspace":
+                env[key] = workspace + env[key][len("/workspace") :]
         env["RL_DEMO_TASKS"] = os.path.join(self.script_mount_dir(sim.workdir, container, spec), "tasks.jsonl")
         if self.faults.get("sandbox_kernel"):
             env["RL_DEMO_PROC"] = sandbox_proc(sim)
