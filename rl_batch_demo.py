@@ -2199,6 +2199,19 @@ def episode_attempts(
     return finals, last
 
 
+def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job_uid: str) -> List[KubeObject]:
+    """The Job's pods the watch last saw Failed and lost to the infrastructure that the listing
+    no longer has: a preempted pod, or one evicted through the eviction API, is deleted, and
+    goes once the job controller has counted it (its finalizer removed), so only the watch still
+    knows the attempt (as it was last seen)."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    return [
+        pod
+        for name, pod in observation.last_pods.items()
+        if name not in listed and pod_belongs_to(pod, job_uid) and infra_loss(pod)
+    ]
+
+
 def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
     """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
     too used up --infra-retries; one that failed otherwise says which attempt it was."""
@@ -8175,6 +8188,11 @@ class BatchRun:
             write_json(round_dir / "pods.json", pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
+        if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
+            vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
+            if vanished:
+                pods = sorted([*pods, *vanished], key=_attempt_order)
+                write_json(round_dir / "pods.json", pod_list(pods))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))

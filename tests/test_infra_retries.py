@@ -255,6 +255,23 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertEqual(job["status"]["failed"], 1)  # Count: the lost pod counts against backoffLimitPerIndex
         self.assertEqual(job["spec"]["podReplacementPolicy"], "Failed")
 
+    def test_a_preempted_pod_deleted_before_the_listing_is_still_an_attempt(self) -> None:
+        """Preemption: DisruptionTarget and exit code 143 (SIGTERM); the Count rule comes first, so
+        the exit code does not fail the Job; the pod is gone by the listing, the watch saw it."""
+        cluster = self.cluster(faults={"episode": {"1": "preempt"}, **FAST_BACKOFF})
+        self.run_tool(cluster, 0, "--count", "2", "--infra-retries", "1")
+        results = self.results()
+        row = next(row for row in results["pods"] if row["index"] == 1)
+        self.assertEqual(row["attempts"], 2)
+        [attempt] = row["lost_attempts"]
+        self.assertIn("DisruptionTarget PreemptionByScheduler", attempt["cause"])
+        listed = {p["metadata"]["name"]: p for p in self.pods()}
+        self.assertIn(attempt["pod"], listed)  # pods.json has it, as last watched
+        self.assertEqual(
+            listed[attempt["pod"]]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 143
+        )
+        self.assertNotIn(attempt["pod"], {p["metadata"]["name"] for p in cluster.objects("Pod")})
+
     def test_an_evicted_pod_without_retries_fails_the_run_as_before(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
         result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2")

@@ -1072,6 +1072,9 @@ class JobController:
         os.replace(tmp, lp)
         evicted = "evict" in sim.modes
         replaced = "replace" in sim.modes
+        preempted = "preempt" in sim.modes
+        if preempted:
+            rc = 143  # the kubelet's SIGTERM: python's default handler ends it with 128 + 15
         phase = "Succeeded" if rc == 0 and not evicted else "Failed"
         if replaced:
             phase = "Failed"
@@ -1143,6 +1146,23 @@ class JobController:
                         }
                     }
                 st["containerStatuses"] = [cstat]
+            if preempted:  # kube-scheduler's preemption of a victim: pkg/scheduler/framework/preemption/
+                # preemption.go prepareCandidate adds DisruptionTarget (PreemptionByScheduler) and deletes the
+                # pod; the kubelet stops its container (SIGTERM) and reports it Failed; once the job
+                # controller has removed its finalizer the pod is gone (no pod of the listing)
+                conds.insert(
+                    0,
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": t,
+                    },
+                )
+                p["metadata"]["deletionTimestamp"] = t
+                p["metadata"]["deletionGracePeriodSeconds"] = 30
             if replaced:
                 p["metadata"]["deletionTimestamp"] = t
                 p["metadata"]["deletionGracePeriodSeconds"] = 30
@@ -1188,7 +1208,13 @@ class JobController:
             sim.policy_action, sim.counted = action, counted
             sim.record.update(policy_action=action, policy_message=message)
         sim.finished_at = time.time()
-        self.update_pod(sim, lambda tx, p: p["metadata"].pop("finalizers", None))
+
+        def finalized(tx: Tx, p: dict) -> None:
+            p["metadata"].pop("finalizers", None)
+            if preempted:
+                tx.vanish_later(p)
+
+        self.update_pod(sim, finalized)
         sim.stage = "done"
 
     # -- job end ---------------------------------------------------------------------

@@ -97,6 +97,7 @@ EPISODE_MODES = {
     "skew",
     "restart",
     "evict",
+    "preempt",
     "replace",
     "pending",
     "no_message",
