@@ -40,7 +40,7 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ------
 ``episode``: ``{"INDEX": MODE or [MODES]}`` by pod creation order (0-based);
     MODE is one of ``exit1``, ``duplicate_ready``, ``drop_reward``, ``noise``,
-    ``malformed``, ``skew``, ``restart``, ``evict``, ``preempt``, ``replace``, ``pending``,
+    ``malformed``, ``skew``, ``restart``, ``evict``, ``preempt``, ``rejected``, ``replace``, ``pending``,
     ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``.
 ``no_pod_failure_policy``: the API server drops ``spec.podFailurePolicy`` (its gate off).
 ``pod_failure_backoff_seconds``: the job controller's first backoff before it replaces a failed

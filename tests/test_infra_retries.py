@@ -272,6 +272,16 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         )
         self.assertNotIn(attempt["pod"], {p["metadata"]["name"] for p in cluster.objects("Pod")})
 
+    def test_a_pod_failed_without_exit_code_or_disruption_is_retried_by_the_job_but_fails_the_run(self) -> None:
+        """No rule of the policy matches a pod the kubelet refused (no terminated container, no
+        DisruptionTarget), so the job controller counts it and runs its index again; the tool
+        cannot prove the infrastructure lost it, and fails the run naming it."""
+        cluster = self.cluster(faults={"episode": {"0": "rejected"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("no exit code, OutOfcpu", result.stderr)
+        self.assertIn("and the Job ran its index 0 again", result.stderr)
+        self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
+
     def test_an_evicted_pod_without_retries_fails_the_run_as_before(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
         result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2")

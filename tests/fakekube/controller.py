@@ -1073,9 +1073,10 @@ class JobController:
         evicted = "evict" in sim.modes
         replaced = "replace" in sim.modes
         preempted = "preempt" in sim.modes
+        rejected = "rejected" in sim.modes  # failed by the kubelet's admission: no exit code, no DisruptionTarget
         if preempted:
             rc = 143  # the kubelet's SIGTERM: python's default handler ends it with 128 + 15
-        phase = "Succeeded" if rc == 0 and not evicted else "Failed"
+        phase = "Succeeded" if rc == 0 and not evicted and not rejected else "Failed"
         if replaced:
             phase = "Failed"
             rc = 137
@@ -1146,6 +1147,11 @@ class JobController:
                         }
                     }
                 st["containerStatuses"] = [cstat]
+            if rejected:  # the kubelet's admission refused it: pkg/kubelet/kubelet.go rejectPod (phase Failed,
+                # the admit handler's reason and message, no container ever ran; no DisruptionTarget)
+                st["reason"] = "OutOfcpu"
+                st["message"] = "Pod was rejected: Node didn't have enough resource: cpu, requested: 100, used: 3900"
+                st.pop("containerStatuses", None)
             if preempted:  # kube-scheduler's preemption of a victim: pkg/scheduler/framework/preemption/
                 # preemption.go prepareCandidate adds DisruptionTarget (PreemptionByScheduler) and deletes the
                 # pod; the kubelet stops its container (SIGTERM) and reports it Failed; once the job

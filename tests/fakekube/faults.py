@@ -98,6 +98,7 @@ EPISODE_MODES = {
     "restart",
     "evict",
     "preempt",
+    "rejected",
     "replace",
     "pending",
     "no_message",
