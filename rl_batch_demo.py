@@ -3633,7 +3633,7 @@ def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episo
     if figures["lost_attempts"]:
         retried = sum(1 for row in rows if row["lost_attempts"])
         notes.append(
-            f"{figures['lost_attempts']} pods lost to the infrastructure were replaced (--infra-retries), in "
+            f"{figures['lost_attempts']} pod(s) lost to the infrastructure were replaced (--infra-retries), in "
             f"{retried} of {figures['successful_episodes']} validated episodes: the retries added "
             f"{figures['retry_seconds_sum']:g} s in all, at most {figures['retry_seconds_max']:g} s to one episode "
             "(first pod created -> last pod created), and the batch figures include them; pods[].lost_attempts names "
@@ -3832,7 +3832,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         client_admission_wait_seconds=None if admitted_seen is None else admitted_seen - collected.submitted_monotonic,
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
-        **log_figures(collected),
+        **log_figures(collected, pods),
     )
     return rows, figures
 
@@ -3844,9 +3844,12 @@ def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
     row["retry_seconds"] = max(0.0, row["created_at"] - lost[0]["created_at"]) if lost else 0.0
 
 
-def log_figures(collected: RoundCollected) -> LogFigures:
+def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = None) -> LogFigures:
+    """`pods`: the episodes' last attempts (a lost pod's status is its verdict: no message expected)."""
     return {
-        "pods_without_termination_message": sum(1 for pod in collected.pods if not termination_message(pod).strip()),
+        "pods_without_termination_message": sum(
+            1 for pod in (collected.pods if pods is None else pods) if not termination_message(pod).strip()
+        ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
 

@@ -248,6 +248,7 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertEqual(len(self.pods()), 3)  # the lost pod stays listed in pods.json
         self.assertIn(attempt["pod"], {p["metadata"]["name"] for p in self.pods()})
         self.assertTrue(any("lost to the infrastructure were replaced" in note for note in results["notes"]))
+        self.assertEqual(results["pods_without_termination_message"], 0)  # the lost pod's status is its verdict
         lines = records.written(self, self.out / demo.REWARDS_FILE, demo.RewardLine)
         self.assertEqual(sorted((line["index"], line["attempts"]) for line in lines), [(0, 2), (1, 1)])
         self.assertNotIn(attempt["pod"], {line["pod"] for line in lines})  # a lost pod has no line of its own
