@@ -283,6 +283,20 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("and the Job ran its index 0 again", result.stderr)
         self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
 
+    def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:
+        cluster = self.cluster(faults={"episode": {"0": "exit1", "1": "evict"}, **FAST_BACKOFF})
+        self.run_tool(cluster, 0, "--count", "3", "--infra-retries", "1", "--max-failed-episodes", "1")
+        job = self.job()
+        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count", "FailIndex"])
+        self.assertEqual((job["status"]["failedIndexes"], job["status"]["completedIndexes"]), ("0", "1-2"))
+        results = self.results()
+        [failed] = results["failed_episodes"]
+        self.assertEqual((failed["index"], failed["attempts"], failed["lost_attempts"]), (0, 1, []))
+        self.assertIn("exit code 1", failed["cause"])
+        rows = {row["index"]: row["attempts"] for row in results["pods"]}
+        self.assertEqual(rows, {1: 2, 2: 1})
+        self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 1)  # never rerun
+
     def test_an_evicted_pod_without_retries_fails_the_run_as_before(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
         result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2")
