@@ -2143,8 +2143,18 @@ def infra_loss(pod: KubeObject) -> str:
     return ""
 
 
-def _attempt_order(pod: KubeObject) -> Tuple[str, str]:
-    return str(pod["metadata"].get("creationTimestamp") or ""), str(pod["metadata"]["name"])
+INDEX_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"  # on each pod, with backoffLimitPerIndex
+
+
+def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
+    """An index's pods in the order the job controller made them: by the index's failures before
+    each (the annotation it sets on every pod of a Job with backoffLimitPerIndex, job_controller.go
+    addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
+    second tie there), then name."""
+    metadata = pod["metadata"]
+    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
+    return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
 
 
 def episode_attempts(
@@ -2168,8 +2178,9 @@ def episode_attempts(
     for index, group in groups.items():
         kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
         lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
-        if len(kept) > 1:
-            first, then = kept[0], kept[1]
+        if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
+            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            then = next(pod for pod in kept if pod is not first)
             rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
             raise EpisodeInvalid(
                 str(first["metadata"]["name"]),
@@ -2178,7 +2189,7 @@ def episode_attempts(
                 inspect,
             )
         final = kept[0] if kept else lost.pop()
-        late = [pod for pod in lost if _attempt_order(pod)[0] > _attempt_order(final)[0]]
+        late = [pod for pod in lost if _attempt_order(pod)[:2] > _attempt_order(final)[:2]]
         if late:
             raise EpisodeInvalid(
                 str(late[0]["metadata"]["name"]),
@@ -7288,6 +7299,8 @@ def wait_for_job(
                     on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
             deleted = True
+            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
+                last_pods[pod_name] = pod  # type: ignore[assignment]
 
     def take_job(obj: KubeObject, clock: float) -> None:
         """The Job as now seen; a queued Job's resumption moves the client's deadline."""

@@ -684,8 +684,9 @@ def watch_objects(
             elif obj is not None and old is not None:
                 if old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                     changes.append(("MODIFIED", obj))
-            elif old is not None:
-                changes.append(("DELETED", old))
+            elif old is not None:  # the object as it was deleted, not as this watch last sent it: the watch
+                # cache sends every change, the last one included (apiserver pkg/storage/cacher watchCache)
+                changes.append(("DELETED", follower.objects.get(key) or old))
             if obj is None:
                 seen.pop(key, None)
             else:
