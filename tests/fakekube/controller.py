@@ -291,7 +291,7 @@ class JobController:
         self.max_failed_indexes = spec.get("maxFailedIndexes")
         self.pod_failure_policy = spec.get("podFailurePolicy")
         # The delay before an index's pod that failed is replaced: 10 s, doubled for each further
-        # failure up to 6 minutes (pkg/controller/job/job_controller.go DefaultJobPodFailureBackOff,
+        # failure up to 10 minutes (pkg/controller/job/job_controller.go DefaultJobPodFailureBackOff,
         # MaxJobPodFailureBackOff; backoff_utils.go getRemainingTimePerIndex); fault
         # ``pod_failure_backoff_seconds`` shortens the first step for the tests.
         self.failure_backoff = float(self.faults.get("pod_failure_backoff_seconds", 10.0))
@@ -534,11 +534,11 @@ class JobController:
 
     def backed_off(self, index: int, now: float) -> bool:
         """Whether the index's backoff since its last counted failure is over (backoff_utils.go
-        getRemainingTimePerIndex: 10 s after the first failure, doubling, at most 6 minutes)."""
+        getRemainingTimePerIndex: 10 s after the first failure, doubling, at most 10 minutes)."""
         failed = [s for s in self.sims if s.completion_index == index and s.outcome == "Failed" and s.counted]
         if not failed:
             return True
-        delay = min(self.failure_backoff * 2 ** (len(failed) - 1), 360.0)
+        delay = min(self.failure_backoff * 2 ** (len(failed) - 1), 600.0)
         return now >= max(s.finished_at for s in failed) + delay
 
     # -- pod creation ------------------------------------------------------------
