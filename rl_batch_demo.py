@@ -94,6 +94,7 @@ CLEANUP_WAIT_SECONDS = 120
 # (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
 # more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
 GC_PODS_PER_SECOND = 20
+MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
@@ -126,10 +127,30 @@ PER_INDEX_BACKOFF = (
     "default: beta in 1.29 to 1.32, GA from 1.33)"
 )
 PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+# Infrastructure retries (--infra-retries K): the Job's own podFailurePolicy, never a resubmission.
+# The job controller matches a failed pod against the rules in order, the first match deciding
+# (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): a
+# DisruptionTarget condition (eviction, preemption, the taint manager or PodGC deleting a pod of a
+# lost node) is Counted against the index's backoffLimitPerIndex K, so it is retried at most K
+# times (Ignore would retry it without bound); any non-zero exit code fails the Job (FailJob), or
+# with --max-failed-episodes only its index (FailIndex), so a worker's own failure is never
+# retried. A pod that failed without an exit code and without DisruptionTarget matches no rule
+# and is Counted too (getMatchingContainerFromList skips containers without a terminated state):
+# the client proves each replaced pod was lost to the infrastructure (infra_loss). The fields need
+# per-index backoff limits (1.29+) and podFailurePolicy with FailIndex (beta and on by default from
+# 1.26, FailIndex from 1.29 with JobBackoffLimitPerIndex, GA 1.31; a 1.25 API server drops it, as
+# the alpha gate is off) and the pods' DisruptionTarget condition (PodDisruptionConditions, on by
+# default from 1.26, GA 1.31); podFailurePolicy needs restartPolicy Never, which the Job has.
+POD_FAILURE_POLICY = (
+    "pod failure policies (podFailurePolicy with FailIndex and the pods' DisruptionTarget condition: Kubernetes "
+    "1.29 or later, with per-index backoff limits)"
+)
+INFRA_RETRIES_INSTEAD = "; run without --infra-retries (an episode lost to the infrastructure then fails the run)"
 # The Job fields the tool may set that older API servers do not know, with what needs them.
 JOB_FIELD_NEEDS = {
     "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
     "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.podFailurePolicy": (POD_FAILURE_POLICY, "--infra-retries", INFRA_RETRIES_INSTEAD),
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
@@ -325,6 +346,8 @@ FIGURE_SOURCES = {
     },
     "runtime_operations": SOURCE_CLUSTER,  # the kubelets' histograms
     "client_first_reward_seconds": SOURCE_CLIENT,  # when the client knew it (the reward itself is the pod's)
+    # --infra-retries: between two creationTimestamps of an episode's pods (API server, whole seconds)
+    **dict.fromkeys(("retry_seconds", "retry_seconds_sum", "retry_seconds_max"), SOURCE_CLUSTER),
 }
 # pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
 SCHEDULED_BY_CONDITION = (
@@ -681,6 +704,7 @@ class RunSettings:
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
+    infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
@@ -708,8 +732,9 @@ class RunSettings:
 
     @property
     def indexed(self) -> bool:
-        """An Indexed Job: each episode has a task index, or failed episodes may be tolerated."""
-        return self.tasks is not None or self.max_failed_episodes > 0
+        """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
+        episode may be retried (its attempts share its index)."""
+        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
 
     @property
     def given_image(self) -> str:
@@ -871,6 +896,7 @@ class RoundCollected:
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
+    infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
 
 
@@ -951,6 +977,12 @@ class ImagePull(_ImagePull, total=False):
     seconds_including_waiting: Optional[float]  # only when pulled
 
 
+class LostAttempt(TypedDict):  # an episode's pod lost to the infrastructure and replaced (--infra-retries)
+    pod: str
+    cause: str  # its DisruptionTarget condition's reason and message, or its eviction (infra_loss)
+    created_at: float  # its creationTimestamp (API server, whole seconds)
+
+
 class ArtifactEntry(TypedDict):  # a file an episode made, saved as DIR/artifacts/<pod>/<name>
     name: str  # its path relative to the worker's RL_DEMO_ARTIFACTS, "/"-separated
     bytes: int
@@ -1004,6 +1036,9 @@ class PodRow(PodArtifacts):  # one validated episode's figures: a row of results
     image_pull: ImagePull
     container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
     log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
+    attempts: int  # pods that ran the episode: 1, plus one for each lost to the infrastructure (--infra-retries)
+    lost_attempts: List[LostAttempt]  # the pods before its last, in creation order
+    retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
 
 
 class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
@@ -1024,6 +1059,8 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     round: int
     job: str
     cause: str
+    attempts: int  # as in pods[]: its last pod's attempt
+    lost_attempts: List[LostAttempt]
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -1041,6 +1078,9 @@ class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round 
     reward_min: Optional[float]
     reward_max: Optional[float]
     masked_episodes: int  # failed, set aside under --max-failed-episodes: no reward figure counts them
+    lost_attempts: int  # the validated episodes' pods lost to the infrastructure and replaced (--infra-retries)
+    retry_seconds_sum: float  # what retries added to the validated episodes: their retry_seconds summed
+    retry_seconds_max: float  # and the longest
 
 
 class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
@@ -1153,6 +1193,7 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
+    infra_retries: int  # --infra-retries K
     worker: str
     tasks: Optional[int]
     context: str
@@ -1184,6 +1225,8 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     failure: Optional[str]
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
+    attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
+    lost_attempts: List[LostAttempt]
     artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
 
 
@@ -1657,6 +1700,7 @@ def job_manifest(
     deadline_seconds: int,
     indexed: bool = False,
     max_failed_episodes: int = 0,
+    infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
@@ -1664,10 +1708,13 @@ def job_manifest(
     Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
     and their budget (MAX_ARTIFACT_BYTES_ENV).
 
-    Indexed (with --tasks or --max-failed-episodes), each pod's completion index picks its task.
-    With --max-failed-episodes K, a failed index is never retried (backoffLimitPerIndex 0) and
-    the others go on until more than K failed (maxFailedIndexes, at most N); backoffLimit is
-    then left out, since it counts every failure of the Job."""
+    Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
+    picks its task. With --max-failed-episodes K, a failed index is never retried
+    (backoffLimitPerIndex 0) and the others go on until more than K failed (maxFailedIndexes, at
+    most N); backoffLimit is then left out, since it counts every failure of the Job. With
+    --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
+    (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
+    failed never does."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -1714,12 +1761,30 @@ def job_manifest(
         },
     }
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
     if max_failed_episodes > 0:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if infra_retries > 0:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
     return manifest
+
+
+def pod_failure_policy(fail_index: bool) -> KubeObject:
+    """--infra-retries' rules, first match first: a pod with DisruptionTarget counts against its
+    index's backoffLimitPerIndex (so it is retried, a bounded number of times); any non-zero exit
+    code of the episode container fails the Job, or with --max-failed-episodes only its index."""
+    return {
+        "rules": [
+            {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {
+                "action": "FailIndex" if fail_index else "FailJob",
+                "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+            },
+        ]
+    }
 
 
 def round_job_manifest(
@@ -1738,6 +1803,7 @@ def round_job_manifest(
         deadline_seconds=settings.deadline_seconds,
         indexed=settings.indexed,
         max_failed_episodes=settings.max_failed_episodes,
+        infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
     )
 
@@ -1745,17 +1811,20 @@ def round_job_manifest(
 def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
-    one_episode = dataclasses.replace(settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0)
+    one_episode = dataclasses.replace(
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+    )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
 
 _UNKNOWN_FIELD = r'unknown field "([^"]+)"'
 
 
-def strict_refusal(stderr: str, where: str) -> Optional[str]:
+def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Optional[str]:
     """The one line for a create that strict validation refused because the API server does not
     know a field the tool set (`strict decoding error: unknown field "spec.backoffLimitPerIndex"`:
-    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure."""
+    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure.
+    `infra_retries`: --infra-retries set the per-index fields (with or without --max-failed-episodes)."""
     if "strict decoding error" not in stderr:
         return None
     fields = sorted(set(re.findall(_UNKNOWN_FIELD, stderr)))
@@ -1763,6 +1832,8 @@ def strict_refusal(stderr: str, where: str) -> Optional[str]:
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
+    if infra_retries and flags == "--max-failed-episodes":
+        flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (
         f"the cluster's API server does not know {', '.join(fields)}, so it refused Job {where}; "
@@ -2033,16 +2104,138 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     return 3, ""
 
 
-def pod_count_problem(pods: List[KubeObject], count: int, inspect: str) -> Optional[DemoError]:
-    """The error when the Job's pods are not one per requested episode, else None."""
+def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced: int = 0) -> Optional[DemoError]:
+    """The error when the Job's pods are not one per requested episode, else None. `pods`: each
+    episode's last attempt; `replaced`: the pods lost to the infrastructure before them
+    (--infra-retries), which episode_attempts accounted for one by one."""
     if len(pods) == count:
         return None
     names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
+    besides = f" besides the {replaced} it replaced after the infrastructure lost them" if replaced else ""
     return DemoError(
-        f"the Job has {len(pods)} pods but {count} episodes were requested "
+        f"the Job has {len(pods)} pods{besides} but {count} episodes were requested "
         f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
         EXIT_EPISODE,
     )
+
+
+INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
+
+
+def infra_loss(pod: KubeObject) -> str:
+    """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
+    condition (eviction, preemption, the taint manager or PodGC deleting it with its node: the
+    condition's reason says which) or its status reason Evicted (the kubelet's node-pressure
+    eviction, on clusters without the condition); "" for a pod that did not fail, or failed any
+    other way (its own exit code, a kubelet admission refusal, a deletion by someone else)."""
+    status = pod.get("status")
+    if not isinstance(status, dict) or status.get("phase") != "Failed":
+        return ""
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (
+            "DisruptionTarget",
+            "True",
+        ):
+            text = f"DisruptionTarget {condition.get('reason')}: {condition.get('message')}"
+            return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
+    if status.get("reason") == "Evicted":
+        return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
+    return ""
+
+
+INDEX_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"  # on each pod, with backoffLimitPerIndex
+
+
+def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
+    """An index's pods in the order the job controller made them: by the index's failures before
+    each (the annotation it sets on every pod of a Job with backoffLimitPerIndex, job_controller.go
+    addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
+    second tie there), then name."""
+    metadata = pod["metadata"]
+    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
+    return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
+
+
+def episode_attempts(
+    pods: List[KubeObject], count: int, infra_retries: int, inspect: str
+) -> Tuple[List[KubeObject], Dict[str, List[LostAttempt]]]:
+    """--infra-retries K: each episode's last attempt (in the listing's order) and, by its pod's
+    name, the pods of its completion index that the Job replaced before it. Every replaced pod
+    must be one the infrastructure lost (infra_loss), at most K of them per index, all created
+    no later than the last attempt; otherwise the round fails naming the pod, since a retried
+    failure of the episode's own doing would bias the rewards. With K = 0, the pods as they are.
+
+    The last attempt is the index's one pod that was not lost; when all were lost (more losses
+    than K allowed), the latest of them, which analyse_round then fails with the losses' causes."""
+    if not infra_retries:
+        return pods, {}
+    groups: Dict[int, List[KubeObject]] = {}
+    for pod in pods:
+        name = str(pod["metadata"]["name"])
+        groups.setdefault(pod_index(pod, count, f"{inspect} ({name})"), []).append(pod)
+    last: Dict[str, List[LostAttempt]] = {}
+    for index, group in groups.items():
+        kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
+        lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
+        if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
+            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            then = next(pod for pod in kept if pod is not first)
+            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            raise EpisodeInvalid(
+                str(first["metadata"]["name"]),
+                f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
+                "to the infrastructure (DisruptionTarget, Evicted) may be retried, never an episode's own failure",
+                inspect,
+            )
+        final = kept[0] if kept else lost.pop()
+        late = [pod for pod in lost if _attempt_order(pod)[:2] > _attempt_order(final)[:2]]
+        if late:
+            raise EpisodeInvalid(
+                str(late[0]["metadata"]["name"]),
+                f"it was created after pod {final['metadata']['name']}, the last attempt of index {index}",
+                inspect,
+            )
+        if len(lost) > infra_retries:
+            raise EpisodeInvalid(
+                str(final["metadata"]["name"]),
+                f"the Job replaced {len(lost)} pods of its index {index}, more than --infra-retries {infra_retries}",
+                inspect,
+            )
+        last[str(final["metadata"]["name"])] = [
+            {"pod": str(pod["metadata"]["name"]), "cause": infra_loss(pod), "created_at": creation_time(pod, "a pod")}
+            for pod in lost
+        ]
+    finals = [pod for pod in pods if str(pod["metadata"]["name"]) in last]
+    return finals, last
+
+
+def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job_uid: str) -> List[KubeObject]:
+    """The Job's pods the watch last saw Failed and lost to the infrastructure that the listing
+    no longer has: a preempted pod, or one evicted through the eviction API, is deleted, and
+    goes once the job controller has counted it (its finalizer removed), so only the watch still
+    knows the attempt (as it was last seen)."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    return [
+        pod
+        for name, pod in observation.last_pods.items()
+        if name not in listed and pod_belongs_to(pod, job_uid) and infra_loss(pod)
+    ]
+
+
+def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
+    too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod)
+    if rule and infra_retries and infra_loss(pod):
+        causes = "; ".join(attempt["cause"] for attempt in lost)
+        rule = (
+            f"{rule}, the last of its {len(lost) + 1} attempts, all lost to the infrastructure: more than "
+            f"--infra-retries {infra_retries} allows{' (before: ' + causes + ')' if causes else ''}"
+        )
+    elif rule and lost:
+        rule = f"{rule} (its attempt {len(lost) + 1}, after {len(lost)} lost to the infrastructure)"
+    return rank, rule
 
 
 def termination_message(pod: KubeObject) -> str:
@@ -2968,13 +3161,24 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # the sections above.
 
 
-def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
-    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
-    broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
+def check_pod_set(
+    pods: List[KubeObject],
+    count: int,
+    inspect: str,
+    lost: Optional[Mapping[str, List[LostAttempt]]] = None,
+    infra_retries: int = 0,
+) -> None:
+    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
+    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    lost = lost or {}
+    broken = [
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        for pod in pods
+    ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
     if rule:
         raise EpisodeInvalid(name, rule, inspect)
-    problem = pod_count_problem(pods, count, inspect)
+    problem = pod_count_problem(pods, count, inspect, sum(len(attempts) for attempts in lost.values()))
     if problem is not None:
         raise problem
 
@@ -3181,6 +3385,9 @@ def validate_episode(
         interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
         image_pull=image_pull_of(pod_events or [], pod),
         log_notes=[],
+        attempts=1,
+        lost_attempts=[],
+        retry_seconds=0.0,
     )
 
 
@@ -3299,14 +3506,23 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "failure": None,
         "known_at": known_at,
         "retracted": False,
+        "attempts": row["attempts"],
+        "lost_attempts": row["lost_attempts"],
         "artifacts": row.get("artifacts", []),
     }
 
 
 def failure_line(
-    round_number: int, index: Optional[int], task_id: Any, pod: str, failure: str, known_at: float
+    round_number: int,
+    index: Optional[int],
+    task_id: Any,
+    pod: str,
+    failure: str,
+    known_at: float,
+    lost: Sequence[LostAttempt] = (),
 ) -> RewardLine:
-    """A failed episode's line: reward and info null and its failure, so a trainer can mask it."""
+    """A failed episode's line: reward and info null and its failure, so a trainer can mask it.
+    `lost`: the episode's pods lost to the infrastructure before this one (--infra-retries)."""
     return {
         "round": round_number,
         "index": index,
@@ -3317,13 +3533,17 @@ def failure_line(
         "failure": failure,
         "known_at": known_at,
         "retracted": False,
+        "attempts": len(lost) + 1,
+        "lost_attempts": list(lost),
         "artifacts": None,
     }
 
 
 def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
     """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
-    retraction = failure_line(line["round"], line["index"], line["task_id"], line["pod"], failure, known_at)
+    retraction = failure_line(
+        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"]
+    )
     retraction["retracted"] = True
     return retraction
 
@@ -3350,7 +3570,15 @@ def reconciling_lines(
         previous = last.get(entry["pod"])
         if previous is None:
             lines.append(
-                failure_line(entry["round"], entry["index"], entry["task_id"], entry["pod"], entry["cause"], known_at)
+                failure_line(
+                    entry["round"],
+                    entry["index"],
+                    entry["task_id"],
+                    entry["pod"],
+                    entry["cause"],
+                    known_at,
+                    entry["lost_attempts"],
+                )
             )
         elif stands_as_reward(previous):
             lines.append(retraction_of(previous, entry["cause"], known_at))
@@ -3394,6 +3622,9 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
         "reward_mean": math.fsum(rewards) / len(rewards),  # |r| <= 1e15: no overflow
         "reward_min": min(rewards),
         "reward_max": max(rewards),
+        "lost_attempts": sum(len(row["lost_attempts"]) for row in rows),
+        "retry_seconds_sum": math.fsum(row["retry_seconds"] for row in rows),
+        "retry_seconds_max": max(row["retry_seconds"] for row in rows),
     }
 
 
@@ -3409,6 +3640,15 @@ def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episo
             f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
             "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
             "episode, and rewards.jsonl gives it reward null"
+        )
+    if figures["lost_attempts"]:
+        retried = sum(1 for row in rows if row["lost_attempts"])
+        notes.append(
+            f"{figures['lost_attempts']} pod(s) lost to the infrastructure were replaced (--infra-retries), in "
+            f"{retried} of {figures['successful_episodes']} validated episodes: the retries added "
+            f"{figures['retry_seconds_sum']:g} s in all, at most {figures['retry_seconds_max']:g} s to one episode "
+            "(first pod created -> last pod created), and the batch figures include them; pods[].lost_attempts names "
+            "each lost pod and its cause"
         )
     disagree = [row for row in rows if row["clock_note"]]
     if disagree:
@@ -3502,8 +3742,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
     tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    retries = collected.infra_retries
+    pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(collected.pods, collected.count, inspect)
+        check_pod_set(pods, collected.count, inspect, lost, retries)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
@@ -3513,14 +3755,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
-    for position, pod in enumerate(collected.pods):
+    for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
         pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = pod_failure(pod)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -3563,8 +3805,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
         row["index"] = position if index is None else index
         row["task_id"] = task_id_for(collected, row["index"])
+        set_attempts(row, lost.get(name, []))
         rows.append(row)
-    set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
+    set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
     if observation.condition != "Complete" and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
@@ -3583,6 +3826,8 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 "round": collected.round_number,
                 "job": collected.job_name,
                 "cause": invalid.rule,
+                "attempts": len(lost.get(invalid.pod, [])) + 1,
+                "lost_attempts": lost.get(invalid.pod, []),
             }
             for invalid, index in failed
         ],
@@ -3598,14 +3843,24 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         client_admission_wait_seconds=None if admitted_seen is None else admitted_seen - collected.submitted_monotonic,
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
-        **log_figures(collected),
+        **log_figures(collected, pods),
     )
     return rows, figures
 
 
-def log_figures(collected: RoundCollected) -> LogFigures:
+def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
+    """A validated episode's attempts: its lost pods, and the time from the first one's creation to
+    its own pod's (what the retries added to it)."""
+    row["attempts"], row["lost_attempts"] = len(lost) + 1, lost
+    row["retry_seconds"] = max(0.0, row["created_at"] - lost[0]["created_at"]) if lost else 0.0
+
+
+def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = None) -> LogFigures:
+    """`pods`: the episodes' last attempts (a lost pod's status is its verdict: no message expected)."""
     return {
-        "pods_without_termination_message": sum(1 for pod in collected.pods if not termination_message(pod).strip()),
+        "pods_without_termination_message": sum(
+            1 for pod in (collected.pods if pods is None else pods) if not termination_message(pod).strip()
+        ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
 
@@ -3662,10 +3917,12 @@ def task_id_for(collected: RoundCollected, index: Optional[int]) -> Any:
 
 def check_failed_episodes(
     collected: RoundCollected,
+    pods: List[KubeObject],
     rows: List[EpisodeRow],
     failed: List[Tuple[EpisodeInvalid, Optional[int]]],
     where: str,
     inspect: str,
+    lost: Optional[Mapping[str, List[LostAttempt]]] = None,
 ) -> bool:
     """With --max-failed-episodes K: fail the round as before when more than K episodes failed,
     when pods are missing or share an index, or when the Job's own list of failed indexes names
@@ -3678,7 +3935,8 @@ def check_failed_episodes(
             f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
             first.inspect,
         )
-    problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
+    replaced = sum(len(attempts) for attempts in (lost or {}).values())
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if tolerated else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -3743,6 +4001,7 @@ def assemble_results(
         **(capacity or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
+        infra_retries=settings.infra_retries,
         pods_without_termination_message=sum(r["pods_without_termination_message"] for r in rounds),
         log_bytes_not_saved=sum(r["log_bytes_not_saved"] for r in rounds),
         worker=settings.worker_name,
@@ -7040,6 +7299,8 @@ def wait_for_job(
                     on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
             deleted = True
+            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
+                last_pods[pod_name] = pod  # type: ignore[assignment]
 
     def take_job(obj: KubeObject, clock: float) -> None:
         """The Job as now seen; a queued Job's resumption moves the client's deadline."""
@@ -7530,6 +7791,9 @@ class RoundRewards:
         settings = self.settings
         known_at = time.time()
         index, task_id = self._identity(name)
+        if settings.infra_retries and infra_loss(pod):
+            return None  # its index may run again: the analysis gives a last attempt lost too its line
+        lost = self._lost_before(name, index)
         try:
             row = provisional_episode(
                 pod,
@@ -7541,12 +7805,36 @@ class RoundRewards:
                 settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)
+            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
+        set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
+        """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
+        episode_attempts lists them (a replacement is created only once its predecessor has
+        failed, podReplacementPolicy Failed, so the watch has shown them all by now)."""
+        if not self.settings.infra_retries or index is None:
+            return []
+        lost = []
+        for other, pod in self.pods.items():
+            if other == name or not infra_loss(pod):
+                continue
+            try:
+                same = pod_index(pod, self.settings.count, self._inspect(other)) == index
+                if same:
+                    lost.append(
+                        (
+                            _attempt_order(pod),
+                            LostAttempt(pod=other, cause=infra_loss(pod), created_at=creation_time(pod, "a pod")),
+                        )
+                    )
+            except (EpisodeInvalid, DemoError, KeyError, TypeError, ValueError):
+                continue
+        return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
         for line in lines:  # recorded first: a line on disk is always one the run can retract
@@ -7579,9 +7867,9 @@ class RoundRewards:
         if isinstance(error, EpisodeInvalid):
             own = self.last.get(error.pod)
             if own is None:
-                lines.append(
-                    failure_line(self.round_number, *self._identity(error.pod), error.pod, error.rule, known_at)
-                )
+                index, task_id = self._identity(error.pod)
+                lost = self._lost_before(error.pod, index)
+                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
             elif stands_as_reward(own):
                 lines.append(retraction_of(own, error.rule, known_at))
         lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
@@ -7852,7 +8140,7 @@ class BatchRun:
         try:
             job = self.creator.create(manifest, "job")
         except KubectlFailure as failure:
-            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}")
+            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}", settings.infra_retries > 0)
             if refusal is None:
                 raise
             raise DemoError(refusal, EXIT_CLUSTER) from None
@@ -7900,6 +8188,8 @@ class BatchRun:
                 saved.set()  # the logs wait for it, whatever happened here
 
         def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
+            if settings.infra_retries:  # a pod lost to the infrastructure is judged by its status alone
+                pods = [pod for pod in pods if not infra_loss(pod)]
             return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, self.log_budgets, saved)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
@@ -7914,6 +8204,11 @@ class BatchRun:
             write_json(round_dir / "pods.json", pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
+        if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
+            vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
+            if vanished:
+                pods = sorted([*pods, *vanished], key=_attempt_order)
+                write_json(round_dir / "pods.json", pod_list(pods))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -7936,6 +8231,7 @@ class BatchRun:
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
             events=events,
+            infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
         )
         try:
@@ -7960,20 +8256,24 @@ class BatchRun:
 
     def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
-        backoff limits): without them, failed episodes would be retried (backoffLimit's default is
-        6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
+        backoff limits, the pod failure policy): without them, failed episodes would be retried
+        (backoffLimit's default is 6) or all episodes would run the same task. The Job is deleted
+        at once so no pod retries."""
         dropped = [
             key
-            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes")
+            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"] and (job.get("spec") or {}).get(key) != manifest["spec"][key]
         ]
         if not dropped:
             return
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
+        retries = "podFailurePolicy" in manifest["spec"]
         needs, instead = (
             ("Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs", "")
             if "completionMode" in dropped
+            else (f"{POD_FAILURE_POLICY}, which --infra-retries needs", INFRA_RETRIES_INSTEAD)
+            if retries
             else (f"{PER_INDEX_BACKOFF}, which --max-failed-episodes needs", PER_INDEX_BACKOFF_INSTEAD)
         )
         raise DemoError(
@@ -8738,9 +9038,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # included: it hands the worker's text to the commands.
 
 
-def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], int]:
+def whole_number(minimum: int, limit: Optional[int] = None, unit: str = " seconds") -> Callable[[str], int]:
     """An argparse type: a whole number of at least `minimum` (0 or 1), and with `limit`, a number
-    of seconds no larger than that (a longer wait is a typo)."""
+    (of seconds, or of `unit`) no larger than that (a longer wait is a typo)."""
 
     def parse(text: str) -> int:
         try:
@@ -8752,7 +9052,7 @@ def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], i
                 f"{text!r} must be at least 1" if minimum else f"{text!r} must be 0 or more"
             )
         if limit is not None and value > limit:
-            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit} seconds")
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit}{unit}")
         return value
 
     return parse
@@ -9037,6 +9337,15 @@ def build_parser(
                 "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
             },
+            "--infra-retries": {
+                "type": whole_number(0, MAX_INFRA_RETRIES, ""),
+                "default": 0,
+                "metavar": "K",
+                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node gone: "
+                "DisruptionTarget) again, up to K times, by the Job's podFailurePolicy; an episode that failed by its "
+                "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
+                "later)",
+            },
             "--max-artifact-bytes": {
                 "type": artifact_budget,
                 "default": DEFAULT_MAX_ARTIFACT_BYTES,
@@ -9222,6 +9531,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,
         pin_image=args.pin_image,

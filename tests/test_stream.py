@@ -74,7 +74,16 @@ def row(pod: str, index: int, reward: float = 1.0) -> Any:
 
 
 def failed(pod: str, index: int, cause: str) -> demo.FailedEpisode:
-    return {"pod": pod, "index": index, "task_id": index, "round": 1, "job": "rollout", "cause": cause}
+    return {
+        "pod": pod,
+        "index": index,
+        "task_id": index,
+        "round": 1,
+        "job": "rollout",
+        "cause": cause,
+        "attempts": 1,
+        "lost_attempts": [],
+    }
 
 
 class RulesTest(unittest.TestCase):
