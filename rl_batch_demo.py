@@ -7338,10 +7338,14 @@ def wait_for_job(
                 return ended
             if condition == "Complete":
                 return ended and final_pods_from_watch(observed(), job_uid) is not None
-            # a failure: every pod as watched has ended, so each ended pod's verdict is streamed
-            # (rewards.jsonl) before the round's failure retracts it, whichever watch came first
+            # a failure: every pod as watched has ended, and as many as the Job counted, so each
+            # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
+            # it, whichever watch came first (a counted pod since deleted costs the grace)
             phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
-            return ended and all(phase in ("Succeeded", "Failed") for phase in phases)
+            status = live.get("status") or {}
+            counts: List[Any] = [status.get("succeeded"), status.get("failed")]
+            counted = sum(value for value in counts if is_int(value))
+            return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
 
         while True:
             remaining = grace_ends - time.monotonic()
