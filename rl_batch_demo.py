@@ -5052,6 +5052,9 @@ def junit_suites(
                 if row.get("round", 1) == number:
                     taken = _finite_seconds(difference(row.get("finished_at"), row.get("created_at")))
                     cases.append(_case(classname, str(row["pod"]), taken))
+                    for lost in row.get("lost_attempts") or []:  # --infra-retries: run again, not judged
+                        why = f"lost to the infrastructure and run again as {row['pod']}: {lost.get('cause')}"
+                        cases.append(_case(classname, str(lost.get("pod")), 0.0, "skipped", why))
             # set aside under --max-failed-episodes: not judged, and the run did not fail for them
             for entry in results.get("failed_episodes") or []:
                 if entry.get("round", 1) == number:
@@ -5066,7 +5069,10 @@ def junit_suites(
             cases = []
             for pod in started.get("pods") or []:
                 name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
-                if not in_progress:
+                if not in_progress and infra_loss(pod):  # --infra-retries ran its episode again
+                    why = f"lost to the infrastructure and run again: {infra_loss(pod)}"
+                    cases.append(_case(classname, name, _pod_seconds(pod), "skipped", why))
+                elif not in_progress:
                     cases.append(_case(classname, name, _pod_seconds(pod)))
                 elif error is not None and name == error[2]:
                     cases.append(_case(classname, name, _pod_seconds(pod), "failure", error[1], error[1]))
