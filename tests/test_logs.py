@@ -57,12 +57,36 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertIn("-l", selector_read["argv"])
         self.assertEqual(self.results()["pods_without_termination_message"], 10)
 
-    def test_beyond_ten_pods_each_pod_is_read_alone_eight_at_once(self) -> None:
-        """kubectl reads a selector's logs one after another at 5 a second past a burst of 10: 25
-        pods by their own `logs POD` each, in a bounded pool, cost a few processes' time."""
+    def test_beyond_ten_pods_the_default_job_is_read_by_sets_of_ten_indexes(self) -> None:
+        """Every measured Job is Indexed, so a default run's 25 pods (each listing artifacts, as
+        the built-in worker's do) are read by 3 selectors of completion indexes: 3 processes, not
+        25 (main before this: `logs POD` each, a process per episode)."""
         batch = Batch(count=25, parallelism=25)
         for episode in batch.episodes:
             episode.message = ""
+        self.expect(*RunPlan(batch).run())
+        self.run_ok("run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out()))
+        self.assertEqual(self.read_json("job-submitted.json")["spec"]["completionMode"], "Indexed")
+        selectors = sorted(call["argv"][call["argv"].index("-l") + 1] for call in self.log_calls())
+        index = demo.INDEX_LABEL
+        self.assertEqual(
+            selectors,
+            sorted(
+                f"{batch.selector},{index} in ({','.join(map(str, range(start, min(start + 10, 25))))})"
+                for start in (0, 10, 20)
+            ),
+        )
+        self.assertEqual(self.results()["reward_sum"], 25)
+
+    def test_beyond_ten_pods_without_the_index_label_each_pod_is_read_alone_eight_at_once(self) -> None:
+        """Before Kubernetes 1.28 an Indexed Job's pods carry their index as an annotation only,
+        no label a selector could choose: kubectl reads a selector's logs one after another at 5 a
+        second past a burst of 10, so 25 pods are read by their own `logs POD` each, in a bounded
+        pool, at the cost of a few processes' time."""
+        batch = Batch(count=25, parallelism=25)
+        for episode in batch.episodes:
+            episode.message = ""
+            episode.unlabelled = True
         self.expect(*RunPlan(batch).run())
         result = self.run_ok(
             "run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out())
@@ -99,7 +123,14 @@ class LogsAtScaleTest(CallPlanTestCase):
         bad = batch.episodes[6]
         bad.log = bad.message = log_of([bad.events[0], *bad.events])  # a duplicate ready
         plan = RunPlan(batch)
-        self.expect(*plan.run(), *[plan.cluster.logs_of(episode.name, episode.log) for episode in batch.episodes])
+        saved = [
+            plan.cluster.logs_by_selector(
+                f"{batch.selector},{demo.INDEX_LABEL} in ({','.join(str(e.index) for e in chosen)})",
+                batch.prefixed_logs(chosen),
+            )
+            for chosen in (batch.episodes[:10], batch.episodes[10:20], batch.episodes[20:])
+        ]
+        self.expect(*plan.run(), *saved)  # every pod's log by sets of 10 completion indexes
         result = self.tool("run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_EPISODE, bad.name, "found 2 ready")
         for episode in batch.episodes:
