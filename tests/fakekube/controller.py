@@ -66,6 +66,7 @@ from .faults import (
     STAND_IN_WORKER,
     apply_episode_faults,
     episode_modes,
+    killed_mid_run,
     load_faults,
 )
 from .kubelet import record_runtime_operations
@@ -1066,16 +1067,23 @@ class JobController:
             message = termination_message(message.encode("utf-8", errors="replace"), containers)
         if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = "\n".join(log.splitlines()[-80:])[-2048:]
-        tmp = lp + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(log.encode("utf-8", errors="surrogateescape"))
-        os.replace(tmp, lp)
         evicted = "evict" in sim.modes
         replaced = "replace" in sim.modes
         preempted = "preempt" in sim.modes
         rejected = "rejected" in sim.modes  # failed by the kubelet's admission: no exit code, no DisruptionTarget
+        if evicted:  # the kubelet killed the worker mid-run: its log ends where it was, mid-frame
+            log, message = killed_mid_run(log), ""
+        tmp = lp + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(log.encode("utf-8", errors="surrogateescape"))
+        os.replace(tmp, lp)
+        if rejected:  # no container ever ran (kubelet.go rejectPod before any sync): no log, no message
+            os.unlink(lp)
+            message = ""
         if preempted:
             rc = 143  # the kubelet's SIGTERM: python's default handler ends it with 128 + 15
+        if evicted:
+            rc = 137  # a hard eviction kills at once (grace period 0): SIGKILL, 128 + 9
         phase = "Succeeded" if rc == 0 and not evicted and not rejected else "Failed"
         if replaced:
             phase = "Failed"
@@ -1099,7 +1107,9 @@ class JobController:
                 conds.append(c)
             if evicted:  # the kubelet's node-pressure eviction: pkg/kubelet/eviction/eviction_manager.go
                 # evictPod (status reason Evicted, condition DisruptionTarget TerminationByKubelet, the
-                # PodDisruptionConditions gate: on from 1.26); phase Failed, no terminated container kept
+                # PodDisruptionConditions gate: on from 1.26); phase Failed. Its container was killed,
+                # and the kubelet reports it terminated (exit code 137) with its container ID, so its
+                # log, cut where the kill fell (killed_mid_run), is served until the container is removed
                 st["reason"] = "Evicted"
                 st["message"] = "The node was low on resource: memory."
                 conds.insert(
@@ -1113,40 +1123,38 @@ class JobController:
                         "lastTransitionTime": t,
                     },
                 )
-                st.pop("containerStatuses", None)
-            else:
-                term: Dict[str, Any] = {
-                    "exitCode": rc,
-                    "reason": "Completed" if rc == 0 else "Error",
-                    "startedAt": started,
-                    "finishedAt": t,
-                    "containerID": f"{RUNTIME_NAME}://" + hashlib.sha256(sim.name.encode()).hexdigest(),
-                }
-                if message:
-                    term["message"] = message
-                cstat: Dict[str, Any] = {
-                    "name": container.get("name", "episode"),
-                    "image": image,
-                    "imageID": self.image_id(image, sim.node),
-                    "containerID": term["containerID"],
-                    "restartCount": 0,
-                    "ready": False,
-                    "started": False,
-                    "state": {"terminated": term},
-                    "lastState": {},
-                }
-                if "restart" in sim.modes:
-                    cstat["restartCount"] = 1
-                    cstat["lastState"] = {
-                        "terminated": {
-                            "exitCode": 1,
-                            "reason": "Error",
-                            "startedAt": started,
-                            "finishedAt": started,
-                            "containerID": term["containerID"],
-                        }
+            term: Dict[str, Any] = {
+                "exitCode": rc,
+                "reason": "Completed" if rc == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": t,
+                "containerID": f"{RUNTIME_NAME}://" + hashlib.sha256(sim.name.encode()).hexdigest(),
+            }
+            if message:
+                term["message"] = message
+            cstat: Dict[str, Any] = {
+                "name": container.get("name", "episode"),
+                "image": image,
+                "imageID": self.image_id(image, sim.node),
+                "containerID": term["containerID"],
+                "restartCount": 0,
+                "ready": False,
+                "started": False,
+                "state": {"terminated": term},
+                "lastState": {},
+            }
+            if "restart" in sim.modes:
+                cstat["restartCount"] = 1
+                cstat["lastState"] = {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": started,
+                        "containerID": term["containerID"],
                     }
-                st["containerStatuses"] = [cstat]
+                }
+            st["containerStatuses"] = [cstat]
             if rejected:  # the kubelet's admission refused it: pkg/kubelet/kubelet.go rejectPod (phase Failed,
                 # the admit handler's reason and message, no container ever ran; no DisruptionTarget)
                 st["reason"] = "OutOfcpu"

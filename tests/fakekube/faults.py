@@ -269,6 +269,23 @@ def _json_line(line: str) -> Optional[dict]:
     return v if isinstance(v, dict) else None
 
 
+ARTIFACT_FRAME = "rl-demo-artifact "  # a worker's artifact frame line (rl_batch_demo.ARTIFACT_FRAME_TAG)
+
+
+def killed_mid_run(log: str) -> str:
+    """What is left of a worker's log when the kubelet killed it mid-run (eviction: the eviction
+    manager's killPodFunc, pkg/kubelet/eviction/eviction_manager.go evictPod): the runtime keeps
+    what the container wrote until then, and the last piece of a line written without its
+    newline is served as it is (kubectl then glues the next pod's prefix onto it). The cut falls
+    in the middle of its first artifact frame (a worker sends them before its reward event), else
+    in the middle of its last line, so neither the frame nor the reward arrives whole."""
+    lines = log.split("\n")
+    frames = [index for index, line in enumerate(lines) if line.startswith(ARTIFACT_FRAME)]
+    at = frames[0] if frames else max(0, len(lines) - (2 if lines[-1] == "" else 1))
+    kept = "\n".join(lines[:at])
+    return (kept + "\n" if at else "") + lines[at][: max(1, len(lines[at]) // 2)]
+
+
 def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> Tuple[str, str, int]:
     """Transform the real worker's outputs according to the episode fault modes.
 
