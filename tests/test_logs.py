@@ -163,6 +163,47 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertTrue((self.out() / "pods.json").exists() and (self.out() / "events.txt").exists())
 
 
+class IgnoredErrorsTest(unittest.TestCase):
+    """`logs -l --ignore-errors` (a selector that matches lost pods too): kubectl's unprefixed
+    error lines, judged by EpisodeLogReader."""
+
+    def read(self, output: bytes, wanted: List[str], ignored: List[str]) -> demo.EpisodeLogReader:
+        with tempfile.TemporaryDirectory() as scratch:
+            reader = demo.EpisodeLogReader(Path(scratch), wanted, ignored=ignored)
+            reader.feed(output)
+            reader.finish()
+        return reader
+
+    def test_a_lost_pods_error_puts_no_pod_in_doubt(self) -> None:
+        output = (
+            b"[pod/a/episode] line of a\n"
+            b'error: container "episode" in pod "lost-1" is not available\n'
+            b"[pod/lost-2/episode] its cut fr"  # a lost pod killed mid-line: b's first line is glued on
+            b"[pod/b/episode] line of b\n"
+            b"[pod/c/episode] line of c\n"
+        )
+        reader = self.read(output, ["a", "b", "c"], ["lost-1", "lost-2"])
+        self.assertEqual(reader.doubtful & {"a", "b", "c"}, {"b"})  # b alone is read again, by itself
+        self.assertEqual(sorted(reader.files), ["a", "c"])  # nothing of the lost pods is kept
+
+    def test_an_error_naming_no_pod_puts_the_pod_before_it_in_doubt(self) -> None:
+        """A transfer cut mid-stream (no pod in its message) follows the pod it cut short."""
+        output = b"[pod/a/episode] line of a\n[pod/b/episode] half of b\nerror: unexpected EOF\n[pod/c/episode] c\n"
+        self.assertEqual(self.read(output, ["a", "b", "c"], ["lost"]).doubtful, {"b"})
+
+    def test_an_error_naming_a_wanted_pod_puts_it_in_doubt(self) -> None:
+        output = b'[pod/a/episode] a\nerror: container "episode" in pod "b" is waiting to start: ContainerCreating\n'
+        self.assertEqual(self.read(output, ["a", "b"], ["lost"]).doubtful, {"b"})
+
+    def test_an_error_glued_onto_a_wanted_pods_last_line_puts_it_in_doubt(self) -> None:
+        output = b'[pod/a/episode] last line without newlineerror: container "episode" in pod "lost" is not available\n'
+        self.assertEqual(self.read(output, ["a"], ["lost"]).doubtful, {"a"})
+
+    def test_without_lost_pods_an_error_like_line_is_only_dropped(self) -> None:
+        output = b"[pod/a/episode] a said error: this\nerror: not kubectl's here\n"
+        self.assertEqual(self.read(output, ["a"], []).doubtful, set())
+
+
 class IndexedLogsEndToEndTest(unittest.TestCase):
     """Through the fake (its `logs -l` paced as kubectl's): an Indexed Job's 12 pods without
     termination messages are read by two selectors of completion indexes, 10 and 2."""
