@@ -227,15 +227,12 @@ class RetriesPlanTest(CallPlanTestCase):
     def lost_pod_unreadable(self, batch: Batch, lost: List[Any], kept: List[Any]) -> List[Any]:
         """The run's plan, its selector reads answering as kubectl does with --ignore-errors when
         a lost pod's log cannot be served (the kubelet's error, unprefixed, in kubectl's order)."""
-        calls = []
-        for call in RunPlan(batch).run():
-            if "logs" in call.argv and "--ignore-errors" in call.argv:
-                errors = "".join(f'error: container "episode" in pod "{e.name}" is not available\n' for e in lost)
-                call = dataclasses.replace(
-                    call, stdout=batch.prefixed_logs(kept[:2]) + errors + batch.prefixed_logs(kept[2:])
-                )
-            calls.append(call)
-        return calls
+        errors = "".join(f'error: container "episode" in pod "{e.name}" is not available\n' for e in lost)
+        stdout = batch.prefixed_logs(kept[:2]) + errors + batch.prefixed_logs(kept[2:])
+        return [
+            dataclasses.replace(call, stdout=stdout) if "--ignore-errors" in call.argv else call
+            for call in RunPlan(batch).run()
+        ]
 
     def test_a_lost_pod_whose_log_cannot_be_served_costs_no_process_more(self) -> None:
         """A lost pod's log the kubelet cannot serve (its container never created, or removed):
