@@ -63,6 +63,7 @@ from .containerlog import termination_message
 from .faults import (
     MAX_TERMINATION_MESSAGE,
     SIGTERM_IGNORING_WORKER,
+    STAND_IN_ARTIFACT_WORKER,
     STAND_IN_WORKER,
     apply_episode_faults,
     episode_modes,
@@ -612,7 +613,7 @@ class JobController:
                 meta["annotations"] = dict(annotations)
             spec = deep_copy(pspec)
             if completion_index is not None:
-                index_pod(meta, spec, completion_index)
+                index_pod(meta, spec, completion_index, label=not self.faults.get("no_pod_index_label"))
                 if self.per_index is not None:  # its failures so far (job_controller.go addIndexFailureCountAnnotation)
                     meta["annotations"][INDEX_FAILURE_COUNT] = str(self.index_failures(completion_index))
             if "pod_sidecar" in (self.faults.get("admission") or []):  # a mesh's injector (apiserver.py admit_job)
@@ -903,7 +904,7 @@ class JobController:
         os.makedirs(workspace, exist_ok=True)
         script_path = os.path.join(sim.workdir, "episode.py")
         if self.faults.get("stand_in_worker"):
-            script = STAND_IN_WORKER
+            script = STAND_IN_ARTIFACT_WORKER if self.faults.get("stand_in_artifacts") else STAND_IN_WORKER
         if "ignore_sigterm" in sim.modes:
             script = SIGTERM_IGNORING_WORKER
         with open(script_path, "w", encoding="utf-8") as f:
@@ -1463,12 +1464,15 @@ def match_pod_failure_policy(policy: Optional[dict], pod: dict) -> Tuple[Optiona
     return None, True, ""
 
 
-def index_pod(meta: dict, spec: dict, index: int) -> None:
+def index_pod(meta: dict, spec: dict, index: int, label: bool = True) -> None:
     """What the Job controller adds to the pod of completion index ``index`` of an Indexed Job:
     the index annotation and label, the pod's hostname, and env JOB_COMPLETION_INDEX (from
-    the annotation) in every container."""
+    the annotation) in every container. ``label`` False: a controller before Kubernetes 1.28,
+    which sets the annotation only (the label came with the PodIndexLabel feature, beta and on
+    from 1.28: pkg/controller/job/indexed_job_utils.go addCompletionIndexLabel)."""
     meta.setdefault("annotations", {})[INDEX_KEY] = str(index)
-    meta["labels"][INDEX_KEY] = str(index)
+    if label:
+        meta["labels"][INDEX_KEY] = str(index)
     spec.setdefault("hostname", meta["generateName"].rstrip("-"))
     for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
         env = c.setdefault("env", [])
