@@ -198,7 +198,9 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
     )
     script = scratch / "episode.py"
     script.write_text(rl_batch_demo.WORKER_SOURCE)
-    subprocess.run([sys.executable, "-B", str(script)], env=env, check=True, capture_output=True)
+    episode = subprocess.run([sys.executable, "-B", str(script)], env=env, check=True, capture_output=True)
+    frames = [line for line in episode.stdout.splitlines(keepends=True) if line.startswith(b"rl-demo-artifact ")]
+    (scratch / f"frames-{count}").write_bytes(b"".join(frames))  # its artifacts, which every log carries
     ready, reward = rl_batch_demo.parse_events(message_file.read_text())
     created = float(int(ready["at"])) - 2
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
@@ -250,8 +252,9 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
 
 def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     """The client's work between seeing Complete and having results.json, without kubectl:
-    parse the listing, save diagnostics, validate every episode (the same `analyse_round` as
-    `run`), write results and timeline."""
+    parse the listing, save diagnostics, read every pod's log with its artifacts (as kubectl
+    prints them), validate every episode (the same `analyse_round` as `run`), write results and
+    timeline."""
     listing, job = synthetic_listing(count, scratch)
     output = scratch / f"analyse-{count}"
     output.mkdir()
@@ -264,11 +267,20 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
-    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
-    if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
-        for pod in pods:
-            text = rl_batch_demo.termination_message(pod) or ""
-            logs[pod["metadata"]["name"]] = rl_batch_demo.scan_text(text)
+    # Every log is read (the built-in worker's reward event lists its artifacts): the selector
+    # reads' output, each pod's artifact frames and then its events, through the reader `run` uses.
+    frames = (scratch / f"frames-{count}").read_bytes().splitlines(keepends=True)
+    names = [pod["metadata"]["name"] for pod in pods]
+    output_bytes = b"".join(
+        f"[pod/{pod['metadata']['name']}/episode] ".encode() + line
+        for pod in pods
+        for line in [*frames, *(rl_batch_demo.termination_message(pod) or "").encode().splitlines(keepends=True)]
+    )
+    budgets = rl_batch_demo.LogBudgets(artifacts=output / "artifacts")
+    reader = rl_batch_demo.EpisodeLogReader(output, names, budgets=budgets)
+    for start in range(0, len(output_bytes), 65536):  # kubectl's output as it arrives through the pipe
+        reader.feed(output_bytes[start : start + 65536])
+    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = dict(reader.finish())
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
@@ -750,7 +762,10 @@ def main() -> int:
             "before and per episode node after)"
         )
         print()
-        print("analysis only (parse the pod listing, save diagnostics, validate, write results and timeline):")
+        print(
+            "analysis only (parse the pod listing, save diagnostics, read the logs and their artifacts, validate, "
+            "write results and timeline):"
+        )
         for size in (int(size) for size in args.analyse.split(",") if size):
             timing = analyse_only(size, Path(scratch))
             print(f"{size:>19}  episodes: {timing['cpu']:.3f} s client CPU, {timing['wall']:.3f} s wall")
