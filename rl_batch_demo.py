@@ -943,12 +943,22 @@ class LogBudgets:
     memory: int = KEPT_EVENT_BYTES_LIMIT
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
-    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take `disk`.
+    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
+    # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
+    # and all of them together are at most the episodes times that allowance.
     artifacts: Optional[Path] = None
     artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    spends_from: Optional[LogBudgets] = None  # a view (saving_artifacts_in): the run's budgets it spends
+
+    def saving_artifacts_in(self, root: Path) -> LogBudgets:
+        """These budgets, spent as before, with the artifacts saved under `root` instead (a
+        warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
+        return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
+        if self.spends_from is not None:
+            return self.spends_from.take_disk(wanted, whole)
         with self.lock:
             granted = max(0, min(wanted, self.disk))
             granted = 0 if whole and granted < wanted else granted
@@ -957,6 +967,8 @@ class LogBudgets:
 
     def take_memory(self, wanted: int) -> bool:
         """All of `wanted` bytes of memory, or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_memory(wanted)
         with self.lock:
             if wanted > self.memory:
                 return False
@@ -6515,8 +6527,8 @@ class ArtifactSink:
     """One pod's artifact frames on their way to DIR/artifacts/<pod>/ (docs/own-episodes.md).
 
     Frames are streamed: each one's bytes go to a temporary file and its hash as it arrives, so no
-    artifact is ever held whole, and count against the episode's budget (--max-artifact-bytes) and
-    the run's disk budget for what pods make. An artifact whose frames all came, in order, with the
+    artifact is ever held whole, and count against the episode's own budget (--max-artifact-bytes),
+    never against what other pods may spend. An artifact whose frames all came, in order, with the
     sha256 they claim, is renamed into place; the first frame that breaks a rule stops the rest of
     the pod's frames, and its partial file is removed. Nothing is written outside the pod's
     directory: names are checked (artifact_name_problem), every directory is opened without
@@ -6611,10 +6623,6 @@ class ArtifactSink:
             return self._fail(
                 f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes "
                 f"per episode (at frame {current.next} of {short_repr(current.name)})"
-            )
-        if self.budgets.take_disk(len(data), whole=True) < len(data):
-            return self._fail(
-                f"the run's budget of {LOG_DIR_BUDGET:,} bytes for what pods make in its directory is spent"
             )
         self.received += len(data)
         try:
@@ -8138,8 +8146,9 @@ class BatchRun:
         rewards: Optional[RoundRewards] = None,
     ) -> Tuple[List[EpisodeRow], RoundResult]:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
-        analyse it."""
+        analyse it. A warm-up's or the probe's artifacts (round 0) stay in its own directory."""
         settings = self.settings
+        budgets = self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / "artifacts")
         self.stop_if_asked()
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
@@ -8200,7 +8209,7 @@ class BatchRun:
         def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
             if settings.infra_retries:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, self.log_budgets, saved)
+            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
