@@ -3868,10 +3868,14 @@ def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
 
 
 def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = None) -> LogFigures:
-    """`pods`: the episodes' last attempts (a lost pod's status is its verdict: no message expected)."""
+    """`pods`: the episodes' last attempts. Only a pod that succeeded counts as one without a
+    termination message: its log alone carried its events (the runtime shares no file); a failed
+    or lost pod's status is its verdict, and a killed worker leaves no message on any runtime."""
     return {
         "pods_without_termination_message": sum(
-            1 for pod in (collected.pods if pods is None else pods) if not termination_message(pod).strip()
+            1
+            for pod in (collected.pods if pods is None else pods)
+            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -4817,14 +4821,18 @@ def output_source_lines(results: Results) -> List[str]:
     not_saved = results.get("log_bytes_not_saved", 0)
     lines = []
     if missing or noted:
-        lines.append(
-            f"episode output: {missing} pod(s) without a termination message (their logs alone carried their events), "
-            f"{noted} episode(s) read with a note (pods[].log_notes in results.json)"
+        lines += wrap_text(
+            f"episode output: {missing} pod(s) succeeded without a termination message (their logs alone carried "
+            f"their events), {noted} episode(s) read with a note (pods[].log_notes in results.json)",
+            SUMMARY_WIDTH,
+            "  ",
         )
     if not_saved:
-        lines.append(
+        lines += wrap_text(
             f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
-            f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved"
+            f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved",
+            SUMMARY_WIDTH,
+            "  ",
         )
     return lines
 
