@@ -9144,9 +9144,10 @@ class CommandLineParser(argparse.ArgumentParser):
     def __init__(self, **options: Any) -> None:
         super().__init__(allow_abbrev=False, **options)
         self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
+        self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)\n")
 
     def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """parse_args, after the words are checked: a mistyped command or flag is named, with a
@@ -9183,7 +9184,12 @@ class CommandLineParser(argparse.ArgumentParser):
 
 def parallelism_arg(text: str) -> Any:
     """--parallelism's value: a whole number of at least 1, or "auto" (the preflight decides)."""
-    return "auto" if text == "auto" else whole_number(1)(text)
+    if text == "auto":
+        return text
+    try:
+        return whole_number(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of at least 1 nor auto") from None
 
 
 def pinned_image_arg(text: str) -> str:
@@ -9293,6 +9299,7 @@ def build_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction, nargs=0, help="show the version and this file's hash")
+    parser.help_command = tool or invoked_as()
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     shared = _shared_options()
@@ -9313,6 +9320,7 @@ def build_parser(
         for title, grouped in groups:
             _add_options(subparser.add_argument_group(title), shared, grouped)
         subparser.set_defaults(subparser=subparser)  # a usage error names the command's --help
+        subparser.help_command = f"{tool or invoked_as()} {name}"
         parser.commands[name] = subparser
 
     command(

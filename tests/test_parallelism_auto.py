@@ -213,7 +213,7 @@ class AutoRunTest(CallPlanTestCase):
     def test_usage(self) -> None:
         for argv, fragment in (
             (["--parallelism", "auto", "--dry-run"], "cannot count the nodes' room for --parallelism auto"),
-            (["--parallelism", "many"], "'many' is not a whole number"),
+            (["--parallelism", "many"], "'many' is neither a whole number of at least 1 nor auto"),
         ):
             with self.subTest(argv=argv):
                 result = self.tool("run", "--output", str(self.out()), *argv)
