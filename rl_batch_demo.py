@@ -2137,9 +2137,10 @@ INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in 
 def infra_loss(pod: KubeObject) -> str:
     """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
     condition (eviction, preemption, the taint manager or PodGC deleting it with its node: the
-    condition's reason says which) or its status reason Evicted (the kubelet's node-pressure
-    eviction, on clusters without the condition); "" for a pod that did not fail, or failed any
-    other way (its own exit code, a kubelet admission refusal, a deletion by someone else)."""
+    condition's reason says which), its status reason Evicted (the kubelet's node-pressure
+    eviction, on clusters without the condition), or the kubelet's admission refusal (a status
+    reason, and no container ever ran); "" for a pod that did not fail, or failed any other way
+    (its own exit code, a deletion by someone else)."""
     status = pod.get("status")
     if not isinstance(status, dict) or status.get("phase") != "Failed":
         return ""
@@ -2152,7 +2153,24 @@ def infra_loss(pod: KubeObject) -> str:
             return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
         return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
+    if status.get("reason") and not _container_ran(status):  # refused by the kubelet's admission
+        text = f"rejected by the kubelet before any container ran ({status.get('reason')}: {status.get('message')})"
+        return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     return ""
+
+
+def _container_ran(status: KubeObject) -> bool:
+    """Whether any container of the pod started (running, or terminated now or before). A pod the
+    kubelet refused at admission (pkg/kubelet/kubelet.go rejectPod: phase Failed, the admit
+    handler's reason such as OutOfcpu, NodeAffinity or UnexpectedAdmissionError) ran none, so
+    nothing of the episode's own doing failed it: retrying it cannot bias the rewards."""
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if not isinstance(container, dict):
+            return True  # unreadable: not proven unstarted
+        states = [container.get("state") or {}, container.get("lastState") or {}]
+        if container.get("started") or any(state.get("running") or state.get("terminated") for state in states):
+            return True
+    return False
 
 
 INDEX_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"  # on each pod, with backoffLimitPerIndex
