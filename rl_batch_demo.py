@@ -459,6 +459,8 @@ SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
 
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
+# --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process
+RUNTIMECLASS_LIST_PERMISSION = ("list", "runtimeclasses", "node.k8s.io", "", False)
 
 _TRANSIENT_MARKERS = (
     "connection refused",
@@ -4108,7 +4110,8 @@ def access_review_list(
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
     and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
     asked once."""
-    permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
+    permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
     permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
@@ -4149,6 +4152,15 @@ def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
         elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
             return True
     return False
+
+
+def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObject]:
+    """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
+    it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
+    for item in items:
+        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+            return item
+    return None
 
 
 def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) -> List[KubeObject]:
@@ -4294,7 +4306,14 @@ def preflight_findings(
     access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
 
     def failed(what: str, read: Read) -> Finding:
-        return Finding(what, False, f"failed: {read.failure}", problem=f"cannot {what} ({read.failure})")
+        return Finding(
+            what,
+            False,
+            f"failed: {read.failure}",
+            problem=f"cannot {what} ({read.failure})",
+            stop=f"cannot {what} in context {context} ({read.failure}); `check` shows every finding "
+            "(nothing was created)",
+        )
 
     findings = [Finding("context", True, f"{context} (API server {server or 'unknown'})")]
     if version is not None:
@@ -8013,10 +8032,13 @@ class BatchRun:
         reads: List[Callable[[], Any]] = (
             [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
         )
-        if auto:
-            reads.append(lambda: attempt(lambda: self.kubectl.get_list("nodes,pods", flags=EVERY_NAMESPACE)))
+        if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
+            kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
+            reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
         answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
-        runtimeclass = Read(answers[0]) if runtime is not None else None
+        runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
+        if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
+            runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         findings = preflight_findings(
             context=self.kubectl.context or "",
@@ -8035,7 +8057,7 @@ class BatchRun:
         if not self.watches_account:
             say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
-            self.set_parallelism(answers[-2])
+            self.set_parallelism(answers[0])
 
     def set_parallelism(self, listing: Read) -> None:
         """--parallelism auto: as many episodes at once as the eligible nodes have room for now
@@ -9358,7 +9380,7 @@ def build_parser(
                 "metavar": "P|auto",
                 "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another; "
                 "auto: as many as the eligible nodes have room for now, as `check` counts it, at most N; needs list "
-                "nodes and list pods in every namespace)",
+                "nodes, list pods in every namespace and, with a RuntimeClass, list runtimeclasses)",
             },
             "--rounds": {
                 "default": 1,
