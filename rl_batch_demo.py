@@ -5427,6 +5427,7 @@ class WatchStream:
         self.record = record  # its entry in kubectl-calls.json, completed by close()
         self.on_close = on_close  # told once the record is complete (-v shows the call)
         self.started = time.monotonic()
+        self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
@@ -5462,16 +5463,25 @@ class WatchStream:
             self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
+    def stop(self) -> None:
+        """Ask the stream's kubectl to end (SIGTERM) without waiting for it: streams stopped
+        together end together, and close() then waits for each."""
+        if self.stopped is None:
+            self.stopped = time.monotonic()
+            if self.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    self.process.terminate()
+
     def close(self) -> None:
+        self.stop()
         if self.process.poll() is None:
-            self.process.terminate()
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
         self.thread.join(timeout=5)
-        self.record["seconds"] = round(time.monotonic() - self.started, 3)
+        self.record["seconds"] = round((self.stopped or time.monotonic()) - self.started, 3)
         self.record["exit"] = self.process.returncode  # negative: ended by this tool's signal
         if self.stderr:
             self.record["stderr"] = self.stderr[-CALL_STDERR_LIMIT:]
@@ -6703,6 +6713,8 @@ def wait_for_job(
             now = time.monotonic()
             progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
     finally:
+        for watch in watches:  # both end at once: the round's next calls wait for neither in turn
+            watch.stop()
         for watch in watches:
             watch.close()
         progress.finish()
