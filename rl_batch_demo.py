@@ -5420,12 +5420,14 @@ class WatchStream:
         sink: queue.Queue[Any],
         record: Dict[str, Any],
         on_close: Callable[[], None] = lambda: None,
+        closing: Optional[List[threading.Thread]] = None,
     ) -> None:
         self.tag = tag
         self.process = process
         self.sink = sink
         self.record = record  # its entry in kubectl-calls.json, completed by close()
         self.on_close = on_close  # told once the record is complete (-v shows the call)
+        self.closing = closing if closing is not None else []  # end()'s threads (Kubectl.closing)
         self.started = time.monotonic()
         self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
@@ -5471,6 +5473,15 @@ class WatchStream:
             if self.process.poll() is None:
                 with contextlib.suppress(OSError):
                     self.process.terminate()
+
+    def end(self) -> None:
+        """close() without waiting for it: the stream is asked to end now, and a thread waits for
+        its process and completes its record (joined by Kubectl.wait_for_ended_watches before
+        kubectl-calls.json is written), so the run's next call starts at once."""
+        self.stop()
+        thread = threading.Thread(target=self.close, name=f"close-{self.tag}", daemon=True)
+        thread.start()
+        self.closing.append(thread)
 
     def close(self) -> None:
         self.stop()
@@ -5588,6 +5599,7 @@ class Kubectl:
     calls: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # kubectl-calls.json
     origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
     children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
+    closing: List[threading.Thread] = dataclasses.field(default_factory=list)  # watches ending (WatchStream.end)
 
     def __post_init__(self) -> None:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
@@ -5693,6 +5705,11 @@ class Kubectl:
             finally:
                 self.children.discard(process)
         return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    def wait_for_ended_watches(self) -> None:
+        """Until every watch ended with WatchStream.end has ended, its record complete."""
+        for thread in list(self.closing):
+            thread.join(timeout=10)
 
     def stop_children(self) -> None:
         """End every kubectl still running (calls made at once in other threads, streams), so an
@@ -5936,7 +5953,7 @@ class Kubectl:
         )
         record = self._record(argv, time.monotonic(), watch=True)
         process = self._start(argv, record)  # WatchStream.close ends it; stop_children too, after Ctrl-C
-        return WatchStream(tag, process, sink, record, on_close=lambda: self._ended(argv, record))
+        return WatchStream(tag, process, sink, record, lambda: self._ended(argv, record), self.closing)
 
 
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
@@ -6713,10 +6730,8 @@ def wait_for_job(
             now = time.monotonic()
             progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
     finally:
-        for watch in watches:  # both end at once: the round's next calls wait for neither in turn
-            watch.stop()
-        for watch in watches:
-            watch.close()
+        for watch in watches:  # both end at once, and the round's next calls wait for neither
+            watch.end()
         progress.finish()
 
 
@@ -7307,7 +7322,7 @@ class BatchRun:
                 self.wait_for_service_account(sink, watch)
         finally:
             if watch is not None:
-                watch.close()
+                watch.end()  # the Job's create waits for it no longer
 
     def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
@@ -7934,6 +7949,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
         error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
+        kubectl.wait_for_ended_watches()
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
         save_if_possible(
