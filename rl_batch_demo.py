@@ -94,6 +94,7 @@ CLEANUP_WAIT_SECONDS = 120
 # (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
 # more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
 GC_PODS_PER_SECOND = 20
+MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
@@ -126,15 +127,52 @@ PER_INDEX_BACKOFF = (
     "default: beta in 1.29 to 1.32, GA from 1.33)"
 )
 PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+# Infrastructure retries (--infra-retries K): the Job's own podFailurePolicy, never a resubmission.
+# The job controller matches a failed pod against the rules in order, the first match deciding
+# (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): a
+# DisruptionTarget condition (eviction, preemption, the taint manager or PodGC deleting a pod of a
+# lost node) is Counted against the index's backoffLimitPerIndex K, so it is retried at most K
+# times (Ignore would retry it without bound); any non-zero exit code fails the Job (FailJob), or
+# with --max-failed-episodes only its index (FailIndex), so a worker's own failure is never
+# retried. A pod that failed without an exit code and without DisruptionTarget matches no rule
+# and is Counted too (getMatchingContainerFromList skips containers without a terminated state):
+# the client proves each replaced pod was lost to the infrastructure (infra_loss). The fields need
+# per-index backoff limits (1.29+) and podFailurePolicy with FailIndex (beta and on by default from
+# 1.26, FailIndex from 1.29 with JobBackoffLimitPerIndex, GA 1.31; a 1.25 API server drops it, as
+# the alpha gate is off) and the pods' DisruptionTarget condition (PodDisruptionConditions, on by
+# default from 1.26, GA 1.31); podFailurePolicy needs restartPolicy Never, which the Job has.
+POD_FAILURE_POLICY = (
+    "pod failure policies (podFailurePolicy with FailIndex and the pods' DisruptionTarget condition: Kubernetes "
+    "1.29 or later, with per-index backoff limits)"
+)
+INFRA_RETRIES_INSTEAD = "; run without --infra-retries (an episode lost to the infrastructure then fails the run)"
 # The Job fields the tool may set that older API servers do not know, with what needs them.
 JOB_FIELD_NEEDS = {
     "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
     "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.podFailurePolicy": (POD_FAILURE_POLICY, "--infra-retries", INFRA_RETRIES_INSTEAD),
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
+
+# Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent
+# as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
+# cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
+# `artifacts` manifest.
+ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
+ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
+MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
+# The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
+# default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.
+MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
+ARTIFACTS_PER_EPISODE_LIMIT = 64
+ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
+ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
+ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)
 # The built-in worker's reward event names where its tests came from (`modules`): the runner's own
 # copy, given on its stdin, with the payload's TEST_SHA256 (tests/test_worker_grade.py checks both).
 BUILTIN_TEST_MODULE = {
@@ -308,6 +346,8 @@ FIGURE_SOURCES = {
     },
     "runtime_operations": SOURCE_CLUSTER,  # the kubelets' histograms
     "client_first_reward_seconds": SOURCE_CLIENT,  # when the client knew it (the reward itself is the pod's)
+    # --infra-retries: between two creationTimestamps of an episode's pods (API server, whole seconds)
+    **dict.fromkeys(("retry_seconds", "retry_seconds_sum", "retry_seconds_max"), SOURCE_CLUSTER),
 }
 # pod_to_scheduled_seconds when no episode had a Scheduled event: the PodScheduled condition's stamp.
 SCHEDULED_BY_CONDITION = (
@@ -664,6 +704,8 @@ class RunSettings:
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
+    infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
@@ -690,8 +732,9 @@ class RunSettings:
 
     @property
     def indexed(self) -> bool:
-        """An Indexed Job: each episode has a task index, or failed episodes may be tolerated."""
-        return self.tasks is not None or self.max_failed_episodes > 0
+        """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
+        episode may be retried (its attempts share its index)."""
+        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
 
     @property
     def given_image(self) -> str:
@@ -853,6 +896,8 @@ class RoundCollected:
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
+    infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
 
 
 @dataclasses.dataclass
@@ -869,6 +914,23 @@ class PodLog:
     long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
     saved_bytes: int = 0
     dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT or the run's LOG_DIR_BUDGET: counted, not saved
+    # Its artifact frames (see ArtifactSink): each artifact saved whole, checked against its frames'
+    # sha256, as {name, bytes, sha256}; the first frame that broke a rule; whether frames were missing.
+    artifacts: Dict[str, ArtifactEntry] = dataclasses.field(default_factory=dict)
+    artifact_error: str = ""
+    artifact_frames_missing: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactFrame:
+    """One line of a pod's artifact frames, parsed (parse_artifact_frame): the `seq`-th of the
+    `total` frames of the artifact `name`, whose whole bytes have `sha256`; `data`, its piece."""
+
+    name: str
+    seq: int
+    total: int
+    sha256: str
+    data: bytes
 
 
 @dataclasses.dataclass(eq=False)
@@ -880,6 +942,10 @@ class LogBudgets:
     disk: int = LOG_DIR_BUDGET
     memory: int = KEPT_EVENT_BYTES_LIMIT
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
+    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take `disk`.
+    artifacts: Optional[Path] = None
+    artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
@@ -911,7 +977,23 @@ class ImagePull(_ImagePull, total=False):
     seconds_including_waiting: Optional[float]  # only when pulled
 
 
-class PodRow(TypedDict):  # one validated episode's figures: a row of results.json's `pods`
+class LostAttempt(TypedDict):  # an episode's pod lost to the infrastructure and replaced (--infra-retries)
+    pod: str
+    cause: str  # its DisruptionTarget condition's reason and message, or its eviction (infra_loss)
+    created_at: float  # its creationTimestamp (API server, whole seconds)
+
+
+class ArtifactEntry(TypedDict):  # a file an episode made, saved as DIR/artifacts/<pod>/<name>
+    name: str  # its path relative to the worker's RL_DEMO_ARTIFACTS, "/"-separated
+    bytes: int
+    sha256: str  # of its bytes, hex
+
+
+class PodArtifacts(TypedDict, total=False):  # absent from the results of versions before artifacts
+    artifacts: List[ArtifactEntry]  # sorted by name; saved and checked against the reward event's manifest
+
+
+class PodRow(PodArtifacts):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
@@ -954,6 +1036,9 @@ class PodRow(TypedDict):  # one validated episode's figures: a row of results.js
     image_pull: ImagePull
     container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
     log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
+    attempts: int  # pods that ran the episode: 1, plus one for each lost to the infrastructure (--infra-retries)
+    lost_attempts: List[LostAttempt]  # the pods before its last, in creation order
+    retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
 
 
 class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
@@ -974,6 +1059,8 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     round: int
     job: str
     cause: str
+    attempts: int  # as in pods[]: its last pod's attempt
+    lost_attempts: List[LostAttempt]
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -991,6 +1078,9 @@ class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round 
     reward_min: Optional[float]
     reward_max: Optional[float]
     masked_episodes: int  # failed, set aside under --max-failed-episodes: no reward figure counts them
+    lost_attempts: int  # the validated episodes' pods lost to the infrastructure and replaced (--infra-retries)
+    retry_seconds_sum: float  # what retries added to the validated episodes: their retry_seconds summed
+    retry_seconds_max: float  # and the longest
 
 
 class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
@@ -1103,6 +1193,7 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
+    infra_retries: int  # --infra-retries K
     worker: str
     tasks: Optional[int]
     context: str
@@ -1134,6 +1225,9 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     failure: Optional[str]
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
+    attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
+    lost_attempts: List[LostAttempt]
+    artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
 
 
 class GuideRow(TypedDict):
@@ -1606,13 +1700,21 @@ def job_manifest(
     deadline_seconds: int,
     indexed: bool = False,
     max_failed_episodes: int = 0,
+    infra_retries: int = 0,
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
-    Indexed (with --tasks or --max-failed-episodes), each pod's completion index picks its task.
-    With --max-failed-episodes K, a failed index is never retried (backoffLimitPerIndex 0) and
-    the others go on until more than K failed (maxFailedIndexes, at most N); backoffLimit is
-    then left out, since it counts every failure of the Job."""
+    Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
+    and their budget (MAX_ARTIFACT_BYTES_ENV).
+
+    Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
+    picks its task. With --max-failed-episodes K, a failed index is never retried
+    (backoffLimitPerIndex 0) and the others go on until more than K failed (maxFailedIndexes, at
+    most N); backoffLimit is then left out, since it counts every failure of the Job. With
+    --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
+    (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
+    failed never does."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -1623,7 +1725,11 @@ def job_manifest(
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["python", "-B", "/demo/episode.py"],
-                "env": [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "env": [
+                    {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
+                    {"name": MAX_ARTIFACT_BYTES_ENV, "value": str(max_artifact_bytes)},
+                ],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -1655,44 +1761,70 @@ def job_manifest(
         },
     }
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
     if max_failed_episodes > 0:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if infra_retries > 0:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
     return manifest
 
 
-def round_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str, image: str) -> KubeObject:
-    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if any)."""
+def pod_failure_policy(fail_index: bool) -> KubeObject:
+    """--infra-retries' rules, first match first: a pod with DisruptionTarget counts against its
+    index's backoffLimitPerIndex (so it is retried, a bounded number of times); any non-zero exit
+    code of the episode container fails the Job, or with --max-failed-episodes only its index."""
+    return {
+        "rules": [
+            {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {
+                "action": "FailIndex" if fail_index else "FailJob",
+                "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+            },
+        ]
+    }
+
+
+def round_job_manifest(
+    settings: RunSettings, name: str, namespace: str, run_id: str, image: str, parallelism: Optional[int] = None
+) -> KubeObject:
+    """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if
+    any), `parallelism` at once (--parallelism auto's choice; else the settings')."""
     return job_manifest(
         name=name,
         namespace=namespace,
         run_id=run_id,
         count=settings.count,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if parallelism is None else parallelism,
         image=image,
         runtime=settings.runtime,
         deadline_seconds=settings.deadline_seconds,
         indexed=settings.indexed,
         max_failed_episodes=settings.max_failed_episodes,
+        infra_retries=settings.infra_retries,
+        max_artifact_bytes=settings.max_artifact_bytes,
     )
 
 
 def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, run_id: str) -> KubeObject:
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
-    one_episode = dataclasses.replace(settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0)
+    one_episode = dataclasses.replace(
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+    )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
 
 _UNKNOWN_FIELD = r'unknown field "([^"]+)"'
 
 
-def strict_refusal(stderr: str, where: str) -> Optional[str]:
+def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Optional[str]:
     """The one line for a create that strict validation refused because the API server does not
     know a field the tool set (`strict decoding error: unknown field "spec.backoffLimitPerIndex"`:
-    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure."""
+    a Kubernetes 1.27 API server): which Kubernetes version it needs; None for any other failure.
+    `infra_retries`: --infra-retries set the per-index fields (with or without --max-failed-episodes)."""
     if "strict decoding error" not in stderr:
         return None
     fields = sorted(set(re.findall(_UNKNOWN_FIELD, stderr)))
@@ -1700,6 +1832,8 @@ def strict_refusal(stderr: str, where: str) -> Optional[str]:
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
+    if infra_retries and flags == "--max-failed-episodes":
+        flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (
         f"the cluster's API server does not know {', '.join(fields)}, so it refused Job {where}; "
@@ -1970,16 +2104,138 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     return 3, ""
 
 
-def pod_count_problem(pods: List[KubeObject], count: int, inspect: str) -> Optional[DemoError]:
-    """The error when the Job's pods are not one per requested episode, else None."""
+def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced: int = 0) -> Optional[DemoError]:
+    """The error when the Job's pods are not one per requested episode, else None. `pods`: each
+    episode's last attempt; `replaced`: the pods lost to the infrastructure before them
+    (--infra-retries), which episode_attempts accounted for one by one."""
     if len(pods) == count:
         return None
     names = ", ".join(sorted(pod["metadata"]["name"] for pod in pods)) or "none"
+    besides = f" besides the {replaced} it replaced after the infrastructure lost them" if replaced else ""
     return DemoError(
-        f"the Job has {len(pods)} pods but {count} episodes were requested "
+        f"the Job has {len(pods)} pods{besides} but {count} episodes were requested "
         f"(pods: {names}); a pod was added, replaced or lost; inspect {inspect}",
         EXIT_EPISODE,
     )
+
+
+INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
+
+
+def infra_loss(pod: KubeObject) -> str:
+    """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
+    condition (eviction, preemption, the taint manager or PodGC deleting it with its node: the
+    condition's reason says which) or its status reason Evicted (the kubelet's node-pressure
+    eviction, on clusters without the condition); "" for a pod that did not fail, or failed any
+    other way (its own exit code, a kubelet admission refusal, a deletion by someone else)."""
+    status = pod.get("status")
+    if not isinstance(status, dict) or status.get("phase") != "Failed":
+        return ""
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (
+            "DisruptionTarget",
+            "True",
+        ):
+            text = f"DisruptionTarget {condition.get('reason')}: {condition.get('message')}"
+            return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
+    if status.get("reason") == "Evicted":
+        return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
+    return ""
+
+
+INDEX_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"  # on each pod, with backoffLimitPerIndex
+
+
+def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
+    """An index's pods in the order the job controller made them: by the index's failures before
+    each (the annotation it sets on every pod of a Job with backoffLimitPerIndex, job_controller.go
+    addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
+    second tie there), then name."""
+    metadata = pod["metadata"]
+    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
+    return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
+
+
+def episode_attempts(
+    pods: List[KubeObject], count: int, infra_retries: int, inspect: str
+) -> Tuple[List[KubeObject], Dict[str, List[LostAttempt]]]:
+    """--infra-retries K: each episode's last attempt (in the listing's order) and, by its pod's
+    name, the pods of its completion index that the Job replaced before it. Every replaced pod
+    must be one the infrastructure lost (infra_loss), at most K of them per index, all created
+    no later than the last attempt; otherwise the round fails naming the pod, since a retried
+    failure of the episode's own doing would bias the rewards. With K = 0, the pods as they are.
+
+    The last attempt is the index's one pod that was not lost; when all were lost (more losses
+    than K allowed), the latest of them, which analyse_round then fails with the losses' causes."""
+    if not infra_retries:
+        return pods, {}
+    groups: Dict[int, List[KubeObject]] = {}
+    for pod in pods:
+        name = str(pod["metadata"]["name"])
+        groups.setdefault(pod_index(pod, count, f"{inspect} ({name})"), []).append(pod)
+    last: Dict[str, List[LostAttempt]] = {}
+    for index, group in groups.items():
+        kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
+        lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
+        if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
+            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            then = next(pod for pod in kept if pod is not first)
+            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            raise EpisodeInvalid(
+                str(first["metadata"]["name"]),
+                f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
+                "to the infrastructure (DisruptionTarget, Evicted) may be retried, never an episode's own failure",
+                inspect,
+            )
+        final = kept[0] if kept else lost.pop()
+        late = [pod for pod in lost if _attempt_order(pod)[:2] > _attempt_order(final)[:2]]
+        if late:
+            raise EpisodeInvalid(
+                str(late[0]["metadata"]["name"]),
+                f"it was created after pod {final['metadata']['name']}, the last attempt of index {index}",
+                inspect,
+            )
+        if len(lost) > infra_retries:
+            raise EpisodeInvalid(
+                str(final["metadata"]["name"]),
+                f"the Job replaced {len(lost)} pods of its index {index}, more than --infra-retries {infra_retries}",
+                inspect,
+            )
+        last[str(final["metadata"]["name"])] = [
+            {"pod": str(pod["metadata"]["name"]), "cause": infra_loss(pod), "created_at": creation_time(pod, "a pod")}
+            for pod in lost
+        ]
+    finals = [pod for pod in pods if str(pod["metadata"]["name"]) in last]
+    return finals, last
+
+
+def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job_uid: str) -> List[KubeObject]:
+    """The Job's pods the watch last saw Failed and lost to the infrastructure that the listing
+    no longer has: a preempted pod, or one evicted through the eviction API, is deleted, and
+    goes once the job controller has counted it (its finalizer removed), so only the watch still
+    knows the attempt (as it was last seen)."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    return [
+        pod
+        for name, pod in observation.last_pods.items()
+        if name not in listed and pod_belongs_to(pod, job_uid) and infra_loss(pod)
+    ]
+
+
+def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
+    too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod)
+    if rule and infra_retries and infra_loss(pod):
+        causes = "; ".join(attempt["cause"] for attempt in lost)
+        rule = (
+            f"{rule}, the last of its {len(lost) + 1} attempts, all lost to the infrastructure: more than "
+            f"--infra-retries {infra_retries} allows{' (before: ' + causes + ')' if causes else ''}"
+        )
+    elif rule and lost:
+        rule = f"{rule} (its attempt {len(lost) + 1}, after {len(lost)} lost to the infrastructure)"
+    return rank, rule
 
 
 def termination_message(pod: KubeObject) -> str:
@@ -2204,6 +2460,70 @@ def parse_events(text: str) -> List[JsonObject]:
     if log.error:
         raise EventParseError(log.error)
     return logged_events(log)
+
+
+_ARTIFACT_FRAME = rb"rl-demo-artifact 1 ([0-9]{1,9}) ([0-9]{1,9}) ([0-9a-f]{64}) ([A-Za-z0-9_-]+=*) ([A-Za-z0-9+/]*=*)"
+
+
+def artifact_name_problem(name: str) -> str:
+    """What makes an artifact's name unsafe to save under DIR/artifacts/<pod>/ ("" if nothing):
+    it must be relative, "/"-separated, without empty, `.` or `..` segments, backslashes, NUL or
+    other control characters, and at most ARTIFACT_NAME_LIMIT bytes of UTF-8."""
+    if not name:
+        return "is empty"
+    if len(name.encode("utf-8", "surrogatepass")) > ARTIFACT_NAME_LIMIT:
+        return f"is longer than {ARTIFACT_NAME_LIMIT} bytes"
+    if any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff" for char in name):
+        return "has a control character"
+    if name.startswith("/"):
+        return "is absolute"
+    if "\\" in name:
+        return "has a backslash"
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        return "has an empty, '.' or '..' segment"
+    return ""
+
+
+def parse_artifact_frame(raw: bytes) -> ArtifactFrame:
+    """A frame line (ARTIFACT_FRAME_TAG ...), checked alone; ValueError says how it is malformed.
+    Whether it fits its neighbours (order, total, hash) is ArtifactSink's to check."""
+    import binascii  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+    match = re.fullmatch(_ARTIFACT_FRAME, raw)
+    if not match:
+        raise ValueError("is not a well-formed artifact frame")
+    seq, total = int(match.group(1)), int(match.group(2))
+    if not seq < total <= ARTIFACT_FRAMES_LIMIT:
+        raise ValueError(f"says it is frame {seq} of {total} (frames count from 0, at most {ARTIFACT_FRAMES_LIMIT})")
+    encoded_name, encoded_data = match.group(4), match.group(5)
+    try:
+        if len(encoded_name) % 4 or len(encoded_data) % 4:
+            raise binascii.Error("incorrect padding")
+        name_bytes = binascii.a2b_base64(encoded_name.replace(b"-", b"+").replace(b"_", b"/"))
+        data = binascii.a2b_base64(encoded_data)
+    except binascii.Error:
+        raise ValueError("is not well-formed base64") from None
+    try:
+        name = name_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"names an artifact that is not UTF-8 ({short_repr(name_bytes)})") from None
+    problem = artifact_name_problem(name)
+    if problem:
+        raise ValueError(f"names an artifact {short_repr(name)} that {problem}")
+    if len(data) > ARTIFACT_FRAME_DATA:
+        raise ValueError(f"carries {len(data):,} bytes, more than a frame's {ARTIFACT_FRAME_DATA:,}")
+    return ArtifactFrame(name, seq, total, match.group(3).decode(), data)
+
+
+def declares_artifacts(message: str) -> bool:
+    """Whether a termination message's reward event lists artifacts: then its pod's log must be
+    read, whatever the count, for the frames travel only there."""
+    log = scan_text(message)
+    reward = log.kept.get("reward")
+    if log.error or reward is None:
+        return False
+    event = parse_event_line(reward.decode("utf-8", "replace"))
+    return bool(event and event.get("artifacts"))
 
 
 def message_cut_at_front(message: str) -> bool:
@@ -2841,13 +3161,24 @@ _NODE_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 # the sections above.
 
 
-def check_pod_set(pods: List[KubeObject], count: int, inspect: str) -> None:
-    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch."""
-    broken = [(pod_failure(pod), pod["metadata"]["name"]) for pod in pods]
+def check_pod_set(
+    pods: List[KubeObject],
+    count: int,
+    inspect: str,
+    lost: Optional[Mapping[str, List[LostAttempt]]] = None,
+    infra_retries: int = 0,
+) -> None:
+    """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
+    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    lost = lost or {}
+    broken = [
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        for pod in pods
+    ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
     if rule:
         raise EpisodeInvalid(name, rule, inspect)
-    problem = pod_count_problem(pods, count, inspect)
+    problem = pod_count_problem(pods, count, inspect, sum(len(attempts) for attempts in lost.values()))
     if problem is not None:
         raise problem
 
@@ -3054,12 +3385,15 @@ def validate_episode(
         interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
         image_pull=image_pull_of(pod_events or [], pod),
         log_notes=[],
+        attempts=1,
+        lost_attempts=[],
+        retry_seconds=0.0,
     )
 
 
 def reward_info(reward_event: JsonObject) -> JsonObject:
     """The reward event's other fields (the episode's `info`), or a note when they are too large."""
-    info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward")}
+    info = {k: v for k, v in reward_event.items() if k not in ("event", "at", "episode_id", "reward", "artifacts")}
     size = len(json.dumps(info, sort_keys=True, allow_nan=False))
     if size > INFO_LIMIT:
         return {"info_dropped": f"{size} bytes of JSON, over the {INFO_LIMIT}-byte limit of rewards.jsonl"}
@@ -3067,6 +3401,97 @@ def reward_info(reward_event: JsonObject) -> JsonObject:
     if memory > INFO_MEMORY_LIMIT:
         return {"info_dropped": f"{memory} bytes in memory once parsed, over the {INFO_MEMORY_LIMIT}-byte limit"}
     return info
+
+
+ARTIFACT_ROTATION_HINT = (
+    "frames are missing from its log: the kubelet rotates a container's log file at 10 MiB by default and `kubectl "
+    "logs` returns only the current file, so the likely cause is rotation; keep the episode's output and artifacts "
+    "smaller"
+)
+
+
+def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
+    """The reward event's `artifacts`, checked (ValueError says which rule it breaks): a list of
+    {name, bytes, sha256}, each name safe (artifact_name_problem), sorted by name and each once, at
+    most ARTIFACTS_PER_EPISODE_LIMIT, their bytes within `budget` (--max-artifact-bytes)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"its reward event's artifacts is {json_kind(value)}, not a list")
+    if len(value) > ARTIFACTS_PER_EPISODE_LIMIT:
+        raise ValueError(f"its reward event lists {len(value)} artifacts, more than {ARTIFACTS_PER_EPISODE_LIMIT}")
+    entries: List[ArtifactEntry] = []
+    for item in value:
+        name = item.get("name") if isinstance(item, dict) else None
+        size = item.get("bytes") if isinstance(item, dict) else None
+        digest = item.get("sha256") if isinstance(item, dict) else None
+        if not (isinstance(name, str) and type(size) is int and size >= 0 and isinstance(digest, str)):
+            raise ValueError(
+                f"its reward event lists an artifact {short_repr(item)} that is not {{name, bytes, sha256}}"
+            )
+        problem = artifact_name_problem(name)
+        if problem:
+            raise ValueError(f"its reward event lists an artifact {short_repr(name)} whose name {problem}")
+        if not re.fullmatch("[0-9a-f]{64}", digest):
+            raise ValueError(
+                f"its artifact {short_repr(name)} has a sha256 {short_repr(digest)} that is not 64 hex digits"
+            )
+        entries.append({"name": name, "bytes": size, "sha256": digest})
+    names = [entry["name"] for entry in entries]
+    if names != sorted(set(names)):
+        raise ValueError("its reward event's artifacts are not sorted by name, each listed once")
+    total = sum(entry["bytes"] for entry in entries)
+    if total > budget:
+        raise ValueError(
+            f"its artifacts take {total:,} bytes, over the --max-artifact-bytes budget of {budget:,} bytes per episode"
+        )
+    return entries
+
+
+def episode_artifacts(
+    pod_name: str,
+    events: List[JsonObject],
+    log: Optional[PodLog],
+    log_error: Optional[str],
+    budget: int,
+    inspect: str,
+    received: bool = True,
+) -> List[ArtifactEntry]:
+    """A validated episode's artifacts: its reward event's manifest, and (`received`) each of them
+    saved from its log's frames, whole, with the bytes and sha256 the manifest lists, and nothing
+    else. Else the rule it breaks (EpisodeInvalid)."""
+    invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)
+    reward = next(event for event in events if event["event"] == "reward")
+    try:
+        declared = artifact_manifest(reward.get("artifacts"), budget)
+    except ValueError as error:
+        raise invalid(str(error)) from None
+    if not received:
+        return declared
+    if log is None:
+        if declared:
+            raise invalid(f"its artifacts could not be read: its log could not be read ({log_error})")
+        return []
+    if log.artifact_error:
+        hint = f"; {ARTIFACT_ROTATION_HINT}" if log.artifact_frames_missing else ""
+        raise invalid(f"its artifacts did not arrive whole: {log.artifact_error}{hint}")
+    for entry in declared:
+        got = log.artifacts.get(entry["name"])
+        if got is None:
+            raise invalid(
+                f"its artifact {short_repr(entry['name'])} never arrived: no frame of it is in its log; "
+                f"{ARTIFACT_ROTATION_HINT}"
+            )
+        if got != entry:
+            raise invalid(
+                f"its artifact {short_repr(entry['name'])} arrived as {got['bytes']:,} bytes with sha256 "
+                f"{got['sha256'][:12]}..., but its reward event lists {entry['bytes']:,} bytes with sha256 "
+                f"{entry['sha256'][:12]}..."
+            )
+    extra = sorted(set(log.artifacts) - {entry["name"] for entry in declared})
+    if extra:
+        raise invalid(f"it sent an artifact {short_repr(extra[0])} that its reward event does not list")
+    return declared
 
 
 def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
@@ -3081,13 +3506,23 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "failure": None,
         "known_at": known_at,
         "retracted": False,
+        "attempts": row["attempts"],
+        "lost_attempts": row["lost_attempts"],
+        "artifacts": row.get("artifacts", []),
     }
 
 
 def failure_line(
-    round_number: int, index: Optional[int], task_id: Any, pod: str, failure: str, known_at: float
+    round_number: int,
+    index: Optional[int],
+    task_id: Any,
+    pod: str,
+    failure: str,
+    known_at: float,
+    lost: Sequence[LostAttempt] = (),
 ) -> RewardLine:
-    """A failed episode's line: reward and info null and its failure, so a trainer can mask it."""
+    """A failed episode's line: reward and info null and its failure, so a trainer can mask it.
+    `lost`: the episode's pods lost to the infrastructure before this one (--infra-retries)."""
     return {
         "round": round_number,
         "index": index,
@@ -3098,12 +3533,17 @@ def failure_line(
         "failure": failure,
         "known_at": known_at,
         "retracted": False,
+        "attempts": len(lost) + 1,
+        "lost_attempts": list(lost),
+        "artifacts": None,
     }
 
 
 def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
     """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
-    retraction = failure_line(line["round"], line["index"], line["task_id"], line["pod"], failure, known_at)
+    retraction = failure_line(
+        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"]
+    )
     retraction["retracted"] = True
     return retraction
 
@@ -3130,7 +3570,15 @@ def reconciling_lines(
         previous = last.get(entry["pod"])
         if previous is None:
             lines.append(
-                failure_line(entry["round"], entry["index"], entry["task_id"], entry["pod"], entry["cause"], known_at)
+                failure_line(
+                    entry["round"],
+                    entry["index"],
+                    entry["task_id"],
+                    entry["pod"],
+                    entry["cause"],
+                    known_at,
+                    entry["lost_attempts"],
+                )
             )
         elif stands_as_reward(previous):
             lines.append(retraction_of(previous, entry["cause"], known_at))
@@ -3174,6 +3622,9 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
         "reward_mean": math.fsum(rewards) / len(rewards),  # |r| <= 1e15: no overflow
         "reward_min": min(rewards),
         "reward_max": max(rewards),
+        "lost_attempts": sum(len(row["lost_attempts"]) for row in rows),
+        "retry_seconds_sum": math.fsum(row["retry_seconds"] for row in rows),
+        "retry_seconds_max": max(row["retry_seconds"] for row in rows),
     }
 
 
@@ -3189,6 +3640,15 @@ def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episo
             f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
             "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
             "episode, and rewards.jsonl gives it reward null"
+        )
+    if figures["lost_attempts"]:
+        retried = sum(1 for row in rows if row["lost_attempts"])
+        notes.append(
+            f"{figures['lost_attempts']} pod(s) lost to the infrastructure were replaced (--infra-retries), in "
+            f"{retried} of {figures['successful_episodes']} validated episodes: the retries added "
+            f"{figures['retry_seconds_sum']:g} s in all, at most {figures['retry_seconds_max']:g} s to one episode "
+            "(first pod created -> last pod created), and the batch figures include them; pods[].lost_attempts names "
+            "each lost pod and its cause"
         )
     disagree = [row for row in rows if row["clock_note"]]
     if disagree:
@@ -3282,8 +3742,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
     tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    retries = collected.infra_retries
+    pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(collected.pods, collected.count, inspect)
+        check_pod_set(pods, collected.count, inspect, lost, retries)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
@@ -3293,14 +3755,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
-    for position, pod in enumerate(collected.pods):
+    for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
         pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = pod_failure(pod)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -3321,6 +3783,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 pod_events=cluster_events.get(name, []),
                 batch_start=admitted_at,
             )
+            row["artifacts"] = episode_artifacts(
+                name,
+                events,
+                collected.logs.get(name),
+                collected.log_errors.get(name, "not read"),
+                collected.max_artifact_bytes,
+                pod_inspect,
+            )
         except (KeyError, TypeError, ValueError) as error:
             shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
             if not tolerated:
@@ -3335,8 +3805,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
         row["index"] = position if index is None else index
         row["task_id"] = task_id_for(collected, row["index"])
+        set_attempts(row, lost.get(name, []))
         rows.append(row)
-    set_aside = check_failed_episodes(collected, rows, failed, where, inspect)
+    set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
     if observation.condition != "Complete" and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
@@ -3355,6 +3826,8 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
                 "round": collected.round_number,
                 "job": collected.job_name,
                 "cause": invalid.rule,
+                "attempts": len(lost.get(invalid.pod, [])) + 1,
+                "lost_attempts": lost.get(invalid.pod, []),
             }
             for invalid, index in failed
         ],
@@ -3370,20 +3843,36 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         client_admission_wait_seconds=None if admitted_seen is None else admitted_seen - collected.submitted_monotonic,
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
-        **log_figures(collected),
+        **log_figures(collected, pods),
     )
     return rows, figures
 
 
-def log_figures(collected: RoundCollected) -> LogFigures:
+def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
+    """A validated episode's attempts: its lost pods, and the time from the first one's creation to
+    its own pod's (what the retries added to it)."""
+    row["attempts"], row["lost_attempts"] = len(lost) + 1, lost
+    row["retry_seconds"] = max(0.0, row["created_at"] - lost[0]["created_at"]) if lost else 0.0
+
+
+def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = None) -> LogFigures:
+    """`pods`: the episodes' last attempts (a lost pod's status is its verdict: no message expected)."""
     return {
-        "pods_without_termination_message": sum(1 for pod in collected.pods if not termination_message(pod).strip()),
+        "pods_without_termination_message": sum(
+            1 for pod in (collected.pods if pods is None else pods) if not termination_message(pod).strip()
+        ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
 
 
 def provisional_episode(
-    pod: KubeObject, count: int, indexed: bool, job_created_at: float, builtin_worker: bool, inspect: str
+    pod: KubeObject,
+    count: int,
+    indexed: bool,
+    job_created_at: float,
+    builtin_worker: bool,
+    inspect: str,
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
 ) -> Optional[EpisodeRow]:
     """An episode's verdict as soon as the pod watch shows its pod terminated: its row, or the rule
     it breaks (EpisodeInvalid), judged as analyse_round judges it but from the pod's status and its
@@ -3394,7 +3883,8 @@ def provisional_episode(
     job, index and task_id are the caller's to set.
 
     A failure found here is final (the same rules see the same status and message later); a
-    reward is provisional: the log may disagree, the pod may be deleted, the round may fail."""
+    reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
+    arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
     phase = (pod.get("status") or {}).get("phase")
     if phase not in ("Succeeded", "Failed"):
@@ -3409,7 +3899,10 @@ def provisional_episode(
         if message_needs_log(message):  # empty, or cut at the front by the kubelet: its log decides
             return None
         events, _ = episode_events(name, None, "not read yet", message, False, inspect)
-        return validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
+        row = validate_episode(pod, events, job_created_at, None, inspect, builtin_worker)
+        # the manifest it promises; its files arrive with its log, once the Job has ended
+        row["artifacts"] = episode_artifacts(name, events, None, None, max_artifact_bytes, inspect, received=False)
+        return row
     except (KeyError, TypeError, ValueError) as error:
         raise EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", inspect) from None
 
@@ -3424,10 +3917,12 @@ def task_id_for(collected: RoundCollected, index: Optional[int]) -> Any:
 
 def check_failed_episodes(
     collected: RoundCollected,
+    pods: List[KubeObject],
     rows: List[EpisodeRow],
     failed: List[Tuple[EpisodeInvalid, Optional[int]]],
     where: str,
     inspect: str,
+    lost: Optional[Mapping[str, List[LostAttempt]]] = None,
 ) -> bool:
     """With --max-failed-episodes K: fail the round as before when more than K episodes failed,
     when pods are missing or share an index, or when the Job's own list of failed indexes names
@@ -3440,7 +3935,8 @@ def check_failed_episodes(
             f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
             first.inspect,
         )
-    problem = pod_count_problem(collected.pods, collected.count, inspect) if tolerated else None
+    replaced = sum(len(attempts) for attempts in (lost or {}).values())
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if tolerated else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -3490,7 +3986,7 @@ def assemble_results(
     """results.json: the guide's fields first, then phases, nodes, rounds and absolute stamps;
     `prepared`: the warm-up and the pinned image (none without --warmup and --pin-image);
     `kubelet`: the runtime operations (only with --kubelet-metrics); `capacity`: the nodes'
-    room (only with --parallelism auto)."""
+    room (only with --parallelism auto, whose parallelism is that room, at most the count)."""
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
@@ -3505,6 +4001,7 @@ def assemble_results(
         **(capacity or {}),
         failed_episodes=failed,
         max_failed_episodes=settings.max_failed_episodes,
+        infra_retries=settings.infra_retries,
         pods_without_termination_message=sum(r["pods_without_termination_message"] for r in rounds),
         log_bytes_not_saved=sum(r["log_bytes_not_saved"] for r in rounds),
         worker=settings.worker_name,
@@ -3514,7 +4011,7 @@ def assemble_results(
         run_id=run_id,
         image=settings.image,
         runtime=settings.runtime,
-        parallelism=settings.parallelism,
+        parallelism=settings.parallelism if capacity is None else min(capacity["parallelism_capacity"], settings.count),
         rounds=settings.rounds,
         episodes_per_round=settings.count,
         cache_state=cache_state_of(image_cache_counts(rows)),
@@ -4555,6 +5052,9 @@ def junit_suites(
                 if row.get("round", 1) == number:
                     taken = _finite_seconds(difference(row.get("finished_at"), row.get("created_at")))
                     cases.append(_case(classname, str(row["pod"]), taken))
+                    for lost in row.get("lost_attempts") or []:  # --infra-retries: run again, not judged
+                        why = f"lost to the infrastructure and run again as {row['pod']}: {lost.get('cause')}"
+                        cases.append(_case(classname, str(lost.get("pod")), 0.0, "skipped", why))
             # set aside under --max-failed-episodes: not judged, and the run did not fail for them
             for entry in results.get("failed_episodes") or []:
                 if entry.get("round", 1) == number:
@@ -4569,7 +5069,10 @@ def junit_suites(
             cases = []
             for pod in started.get("pods") or []:
                 name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
-                if not in_progress:
+                if not in_progress and infra_loss(pod):  # --infra-retries ran its episode again
+                    why = f"lost to the infrastructure and run again: {infra_loss(pod)}"
+                    cases.append(_case(classname, name, _pod_seconds(pod), "skipped", why))
+                elif not in_progress:
                     cases.append(_case(classname, name, _pod_seconds(pod)))
                 elif error is not None and name == error[2]:
                     cases.append(_case(classname, name, _pod_seconds(pod), "failure", error[1], error[1]))
@@ -6016,6 +6519,199 @@ def _named_write_error(error: OSError, path: Path) -> OSError:
     return error if error.filename else OSError(error.errno, error.strerror, str(path))
 
 
+# What a pod's artifact names can make the file system answer: the episode's fault, not the run's.
+_ARTIFACT_PATH_ERRORS = (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.ENOTEMPTY)
+
+
+@dataclasses.dataclass
+class _ArtifactFile:
+    """The artifact whose frames are arriving: its temporary file in its directory (both open)."""
+
+    name: str
+    total: int
+    sha256: str
+    directory: int  # a descriptor of the directory it goes to
+    temporary: str  # its name there until it is whole
+    descriptor: int
+    hasher: Any
+    next: int = 0  # the frame expected next
+    size: int = 0
+
+
+class ArtifactSink:
+    """One pod's artifact frames on their way to DIR/artifacts/<pod>/ (docs/own-episodes.md).
+
+    Frames are streamed: each one's bytes go to a temporary file and its hash as it arrives, so no
+    artifact is ever held whole, and count against the episode's budget (--max-artifact-bytes) and
+    the run's disk budget for what pods make. An artifact whose frames all came, in order, with the
+    sha256 they claim, is renamed into place; the first frame that breaks a rule stops the rest of
+    the pod's frames, and its partial file is removed. Nothing is written outside the pod's
+    directory: names are checked (artifact_name_problem), every directory is opened without
+    following a symlink (O_NOFOLLOW, relative to its parent's descriptor), files are created
+    exclusively and renamed within their directory."""
+
+    def __init__(self, root: Path, pod: str, budgets: LogBudgets) -> None:
+        self.root = root
+        self.pod = pod
+        self.budgets = budgets
+        self.saved: Dict[str, ArtifactEntry] = {}
+        self.error = ""
+        self.missing = False  # the error is frames that never came (rotation, most likely)
+        self.frames = 0
+        self.received = 0  # decoded bytes of this pod's frames so far
+        self.current: Optional[_ArtifactFile] = None
+
+    def frame(self, raw: bytes) -> None:
+        if self.error:
+            return
+        self.frames += 1
+        if self.frames > ARTIFACT_FRAMES_LIMIT:
+            return self._fail(f"it sent more than {ARTIFACT_FRAMES_LIMIT:,} artifact frames")
+        try:
+            frame = parse_artifact_frame(raw)
+        except ValueError as error:
+            return self._fail(f"its artifact frame {self.frames} {error}")
+        current, label = self.current, short_repr(frame.name)
+        if current is not None and frame.name != current.name:
+            return self._missing(current, f"a frame of {label} came before them")
+        if current is None:
+            if frame.name in self.saved:
+                return self._fail(f"frame {frame.seq} of artifact {label} came after the artifact was complete")
+            if frame.seq:
+                self.missing = True
+                return self._fail(f"frames 0 to {frame.seq - 1} of the {frame.total} of artifact {label} are missing")
+            if len(self.saved) >= ARTIFACTS_PER_EPISODE_LIMIT:
+                return self._fail(f"it sent more than {ARTIFACTS_PER_EPISODE_LIMIT} artifacts")
+            current = self._open(frame)
+            if current is None:
+                return None
+        elif frame.seq < current.next:
+            return self._fail(f"frame {frame.seq} of artifact {label} came after frame {current.next - 1}")
+        elif frame.seq > current.next:
+            self.missing = True
+            return self._fail(f"frames {current.next} to {frame.seq - 1} of artifact {label} are missing")
+        elif (frame.total, frame.sha256) != (current.total, current.sha256):
+            return self._fail(f"frame {frame.seq} of artifact {label} changes its total or sha256")
+        self._append(current, frame.data)
+        if not self.error and current.next == current.total:
+            self._complete(current)
+        return None
+
+    def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
+        import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+        *parents, base = frame.name.split("/")
+        directory = -1
+        try:
+            directory = self._directory([self.pod, *parents])
+            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
+        except OSError as error:
+            if directory >= 0:
+                os.close(directory)
+            self._path_error(error, frame.name)
+            return None
+        self.current = _ArtifactFile(
+            frame.name, frame.total, frame.sha256, directory, temporary, descriptor, hashlib.sha256()
+        )
+        return self.current
+
+    def _directory(self, parts: Sequence[str]) -> int:
+        """A descriptor of DIR/artifacts/<parts...>, each created if missing, none a symlink."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for part in parts:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=descriptor)
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=descriptor)
+                os.close(descriptor)
+                descriptor = inner
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return descriptor
+
+    def _append(self, current: _ArtifactFile, data: bytes) -> None:
+        if self.received + len(data) > self.budgets.artifact_bytes:
+            return self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes "
+                f"per episode (at frame {current.next} of {short_repr(current.name)})"
+            )
+        if self.budgets.take_disk(len(data), whole=True) < len(data):
+            return self._fail(
+                f"the run's budget of {LOG_DIR_BUDGET:,} bytes for what pods make in its directory is spent"
+            )
+        self.received += len(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(current.descriptor, view) :]
+        except OSError as error:
+            self.discard()
+            raise _named_write_error(error, self.root / self.pod / current.name) from None
+        current.hasher.update(data)
+        current.size += len(data)
+        current.next += 1
+        return None
+
+    def _complete(self, current: _ArtifactFile) -> None:
+        digest = current.hasher.hexdigest()
+        if digest != current.sha256:
+            return self._fail(
+                f"the data of artifact {short_repr(current.name)} has sha256 {digest[:12]}..., not the "
+                f"{current.sha256[:12]}... its frames claim"
+            )
+        base = current.name.rsplit("/", 1)[-1]
+        try:
+            os.close(current.descriptor)
+            current.descriptor = -1
+            os.replace(current.temporary, base, src_dir_fd=current.directory, dst_dir_fd=current.directory)
+        except OSError as error:
+            self._path_error(error, current.name)
+            return None
+        os.close(current.directory)
+        self.current = None
+        self.saved[current.name] = {"name": current.name, "bytes": current.size, "sha256": digest}
+        return None
+
+    def _path_error(self, error: OSError, name: str) -> None:
+        if error.errno not in _ARTIFACT_PATH_ERRORS:
+            self.discard()
+            raise _named_write_error(error, self.root / self.pod / name) from None
+        self._fail(f"its artifact {short_repr(name)} cannot be saved there ({error.strerror})")
+
+    def _missing(self, current: _ArtifactFile, why: str) -> None:
+        self.missing = True
+        self._fail(
+            f"frames {current.next} to {current.total - 1} of artifact {short_repr(current.name)} are missing ({why})"
+        )
+
+    def _fail(self, error: str) -> None:
+        self.error = self.error or error
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the partial artifact, if any."""
+        current, self.current = self.current, None
+        if current is None:
+            return
+        with contextlib.suppress(OSError):
+            if current.descriptor >= 0:
+                os.close(current.descriptor)
+        with contextlib.suppress(OSError):
+            os.unlink(current.temporary, dir_fd=current.directory)
+        with contextlib.suppress(OSError):
+            os.close(current.directory)
+
+    def finish(self, log: PodLog) -> None:
+        """The log has ended: an artifact still arriving lacks its last frames."""
+        if self.current is not None:
+            self._missing(self.current, "its log ended")
+        log.artifacts, log.artifact_error, log.artifact_frames_missing = dict(self.saved), self.error, self.missing
+
+
 class _PodLogFile:
     """One pod's log on its way to ROUND_DIR/<pod>.log: a temporary file renamed when complete.
 
@@ -6025,12 +6721,15 @@ class _PodLogFile:
 
     FLUSH_BYTES = 16 * 1024
 
-    def __init__(self, path: Path, budgets: LogBudgets) -> None:
+    def __init__(self, path: Path, budgets: LogBudgets, pod: str = "") -> None:
         self.path = path
         self.temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         self.budgets = budgets
         self.buffer = bytearray()
         self.scanner = EventScanner(budgets)
+        self.pod = pod
+        self.artifacts: Optional[ArtifactSink] = None  # from its first artifact frame on
+        self.frame_lines = 0
         self.saved = 0  # bytes in the file or its buffer
         self.dropped = 0
         self.skipped = 0  # of them, since the last line saved past the limits
@@ -6048,6 +6747,9 @@ class _PodLogFile:
         """One line (a log's last one may lack its newline): scanned, then saved within the
         limits; a kept event line is saved whole even past them."""
         data = body + b"\n" if ended else body
+        if self.budgets.artifacts is not None and self.pod and body.startswith(ARTIFACT_FRAME_TAG):
+            self.frame(body)
+            return
         if not self.scanner.line(body):
             self.text(data)
             return
@@ -6057,6 +6759,16 @@ class _PodLogFile:
         marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
         self._write(marker.encode() + data)
         self.skipped = 0
+
+    def frame(self, body: bytes) -> None:
+        """An artifact frame: to its file under DIR/artifacts/<pod>/, not to <pod>.log (whose
+        text it would double); the log says how many lines went there."""
+        self.scanner.lines += 1
+        self.frame_lines += 1
+        if self.artifacts is None:
+            assert self.budgets.artifacts is not None
+            self.artifacts = ArtifactSink(self.budgets.artifacts, self.pod, self.budgets)
+        self.artifacts.frame(body)
 
     def _room(self, wanted: int, whole: bool = False) -> int:
         """How many of `wanted` bytes may still be saved (all or none when `whole`); once fewer,
@@ -6091,6 +6803,9 @@ class _PodLogFile:
             stream.write(data)
 
     def finish(self) -> PodLog:
+        if self.frame_lines:
+            where = f"{self.budgets.artifacts}/{self.pod}/"
+            self.buffer += f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode()
         if self.dropped:
             self.buffer += (
                 f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
@@ -6098,9 +6813,14 @@ class _PodLogFile:
             ).encode()
         self.flush()
         os.replace(self.temporary, self.path)
-        return self.scanner.pod_log(self.saved, self.dropped)
+        log = self.scanner.pod_log(self.saved, self.dropped)
+        if self.artifacts is not None:
+            self.artifacts.finish(log)
+        return log
 
     def discard(self) -> None:
+        if self.artifacts is not None:
+            self.artifacts.discard()
         with contextlib.suppress(OSError):
             os.unlink(self.temporary)
 
@@ -6138,7 +6858,7 @@ class EpisodeLogReader:
             if self.gate is not None:
                 self.gate.wait()
             self.round_dir.mkdir(parents=True, exist_ok=True)
-            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log", self.budgets)
+            self.files[name] = _PodLogFile(self.round_dir / f"{name}.log", self.budgets, name)
             self.order.append(name)
         return self.files[name]
 
@@ -6612,6 +7332,8 @@ def wait_for_job(
                     on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
             deleted = True
+            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
+                last_pods[pod_name] = pod  # type: ignore[assignment]
 
     def take_job(obj: KubeObject, clock: float) -> None:
         """The Job as now seen; a queued Job's resumption moves the client's deadline."""
@@ -6649,10 +7371,14 @@ def wait_for_job(
                 return ended
             if condition == "Complete":
                 return ended and final_pods_from_watch(observed(), job_uid) is not None
-            # a failure: every pod as watched has ended, so each ended pod's verdict is streamed
-            # (rewards.jsonl) before the round's failure retracts it, whichever watch came first
+            # a failure: every pod as watched has ended, and as many as the Job counted, so each
+            # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
+            # it, whichever watch came first (a counted pod since deleted costs the grace)
             phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
-            return ended and all(phase in ("Succeeded", "Failed") for phase in phases)
+            status = live.get("status") or {}
+            counts: List[Any] = [status.get("succeeded"), status.get("failed")]
+            counted = sum(value for value in counts if is_int(value))
+            return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
 
         while True:
             remaining = grace_ends - time.monotonic()
@@ -6824,9 +7550,13 @@ def read_logs(
       of a Job without the label, with its own `kubectl logs POD`.
 
     Beyond the cross-check limit (`all_pods` False), only pods whose termination message cannot
-    carry their events are read. `gate`: set once the round's other diagnostics are on disk; no
-    log is written before."""
-    wanted = [pod["metadata"]["name"] for pod in pods if all_pods or message_needs_log(termination_message(pod))]
+    carry their events, or lists artifacts (their frames travel in the log alone), are read.
+    `gate`: set once the round's other diagnostics are on disk; no log is written before."""
+    wanted = [
+        pod["metadata"]["name"]
+        for pod in pods
+        if all_pods or message_needs_log(termination_message(pod)) or declares_artifacts(termination_message(pod))
+    ]
     logs: Dict[str, Optional[PodLog]] = {}
     errors: Dict[str, str] = {}
     budgets = budgets or LogBudgets()
@@ -7098,17 +7828,50 @@ class RoundRewards:
         settings = self.settings
         known_at = time.time()
         index, task_id = self._identity(name)
+        if settings.infra_retries and infra_loss(pod):
+            return None  # its index may run again: the analysis gives a last attempt lost too its line
+        lost = self._lost_before(name, index)
         try:
             row = provisional_episode(
-                pod, settings.count, settings.indexed, self.job_created_at, settings.builtin_worker, self._inspect(name)
+                pod,
+                settings.count,
+                settings.indexed,
+                self.job_created_at,
+                settings.builtin_worker,
+                self._inspect(name),
+                settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at)
+            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
+        set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
+        """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
+        episode_attempts lists them (a replacement is created only once its predecessor has
+        failed, podReplacementPolicy Failed, so the watch has shown them all by now)."""
+        if not self.settings.infra_retries or index is None:
+            return []
+        lost = []
+        for other, pod in self.pods.items():
+            if other == name or not infra_loss(pod):
+                continue
+            try:
+                same = pod_index(pod, self.settings.count, self._inspect(other)) == index
+                if same:
+                    lost.append(
+                        (
+                            _attempt_order(pod),
+                            LostAttempt(pod=other, cause=infra_loss(pod), created_at=creation_time(pod, "a pod")),
+                        )
+                    )
+            except (EpisodeInvalid, DemoError, KeyError, TypeError, ValueError):
+                continue
+        return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
         for line in lines:  # recorded first: a line on disk is always one the run can retract
@@ -7141,9 +7904,9 @@ class RoundRewards:
         if isinstance(error, EpisodeInvalid):
             own = self.last.get(error.pod)
             if own is None:
-                lines.append(
-                    failure_line(self.round_number, *self._identity(error.pod), error.pod, error.rule, known_at)
-                )
+                index, task_id = self._identity(error.pod)
+                lost = self._lost_before(error.pod, index)
+                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
             elif stands_as_reward(own):
                 lines.append(retraction_of(own, error.rule, known_at))
         lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
@@ -7169,9 +7932,13 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.parallelism = settings.parallelism  # the Job's; with --parallelism auto, set from that room
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
-        self.log_budgets = LogBudgets()  # what all of the run's pods may make it keep, on disk and in memory
+        # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
+        self.log_budgets = LogBudgets(
+            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+        )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
@@ -7285,7 +8052,7 @@ class BatchRun:
                 EXIT_CLUSTER,
             )
         self.capacity = room
-        self.settings = dataclasses.replace(self.settings, parallelism=min(room, count))
+        self.parallelism = min(room, count)
         say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
 
     def create_namespace(self) -> None:
@@ -7363,7 +8130,7 @@ class BatchRun:
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
         self.current_dir, self.current_job = round_dir, None
-        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image)
+        manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
         try:
             rows, figures = self.run_job(
@@ -7410,7 +8177,7 @@ class BatchRun:
         try:
             job = self.creator.create(manifest, "job")
         except KubectlFailure as failure:
-            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}")
+            refusal = strict_refusal(failure.stderr, f"{self.namespace}/{name}", settings.infra_retries > 0)
             if refusal is None:
                 raise
             raise DemoError(refusal, EXIT_CLUSTER) from None
@@ -7458,6 +8225,8 @@ class BatchRun:
                 saved.set()  # the logs wait for it, whatever happened here
 
         def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
+            if settings.infra_retries:  # a pod lost to the infrastructure is judged by its status alone
+                pods = [pod for pod in pods if not infra_loss(pod)]
             return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, self.log_budgets, saved)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
@@ -7472,6 +8241,11 @@ class BatchRun:
             write_json(round_dir / "pods.json", pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
+        if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
+            vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
+            if vanished:
+                pods = sorted([*pods, *vanished], key=_attempt_order)
+                write_json(round_dir / "pods.json", pod_list(pods))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -7494,6 +8268,8 @@ class BatchRun:
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
             events=events,
+            infra_retries=settings.infra_retries,
+            max_artifact_bytes=settings.max_artifact_bytes,
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -7517,20 +8293,24 @@ class BatchRun:
 
     def refuse_dropped_fields(self, manifest: KubeObject, job: KubeObject) -> None:
         """Stop when the API server dropped a Job field it does not know (Indexed mode, per-index
-        backoff limits): without them, failed episodes would be retried (backoffLimit's default is
-        6) or all episodes would run the same task. The Job is deleted at once so no pod retries."""
+        backoff limits, the pod failure policy): without them, failed episodes would be retried
+        (backoffLimit's default is 6) or all episodes would run the same task. The Job is deleted
+        at once so no pod retries."""
         dropped = [
             key
-            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes")
+            for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"] and (job.get("spec") or {}).get(key) != manifest["spec"][key]
         ]
         if not dropped:
             return
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
+        retries = "podFailurePolicy" in manifest["spec"]
         needs, instead = (
             ("Indexed Jobs (completionMode Indexed, Kubernetes 1.24), which --tasks needs", "")
             if "completionMode" in dropped
+            else (f"{POD_FAILURE_POLICY}, which --infra-retries needs", INFRA_RETRIES_INSTEAD)
+            if retries
             else (f"{PER_INDEX_BACKOFF}, which --max-failed-episodes needs", PER_INDEX_BACKOFF_INSTEAD)
         )
         raise DemoError(
@@ -8296,9 +9076,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # included: it hands the worker's text to the commands.
 
 
-def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], int]:
+def whole_number(minimum: int, limit: Optional[int] = None, unit: str = " seconds") -> Callable[[str], int]:
     """An argparse type: a whole number of at least `minimum` (0 or 1), and with `limit`, a number
-    of seconds no larger than that (a longer wait is a typo)."""
+    (of seconds, or of `unit`) no larger than that (a longer wait is a typo)."""
 
     def parse(text: str) -> int:
         try:
@@ -8310,10 +9090,27 @@ def whole_number(minimum: int, limit: Optional[int] = None) -> Callable[[str], i
                 f"{text!r} must be at least 1" if minimum else f"{text!r} must be 0 or more"
             )
         if limit is not None and value > limit:
-            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit} seconds")
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {limit}{unit}")
         return value
 
     return parse
+
+
+def artifact_budget(text: str) -> int:
+    """An argparse type: --max-artifact-bytes, a whole number of bytes or a quantity (512Ki, 2Mi),
+    at most MAX_ARTIFACT_BYTES_LIMIT: more base64 in a log would near the kubelet's rotation."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes (such as 1048576 or 1Mi)") from None
+    if not (value >= 0 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
+    if value > MAX_ARTIFACT_BYTES_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {MAX_ARTIFACT_BYTES_LIMIT:,} bytes (4Mi): their frames in the log would near the "
+            "kubelet's 10 MiB log rotation, past which `kubectl logs` returns only the current file"
+        )
+    return int(value)
 
 
 def threshold(text: str) -> Tuple[str, float]:
@@ -8578,6 +9375,24 @@ def build_parser(
                 "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
             },
+            "--infra-retries": {
+                "type": whole_number(0, MAX_INFRA_RETRIES, ""),
+                "default": 0,
+                "metavar": "K",
+                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node gone: "
+                "DisruptionTarget) again, up to K times, by the Job's podFailurePolicy; an episode that failed by its "
+                "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
+                "later)",
+            },
+            "--max-artifact-bytes": {
+                "type": artifact_budget,
+                "default": DEFAULT_MAX_ARTIFACT_BYTES,
+                "metavar": "BYTES",
+                "help": "the most bytes of artifacts one episode may save (files its worker writes under "
+                f"${ARTIFACTS_ENV}, sent through its log to DIR/artifacts/POD/); an episode over it fails (default "
+                f"{DEFAULT_MAX_ARTIFACT_BYTES:,} = 1Mi, at most {MAX_ARTIFACT_BYTES_LIMIT:,} = 4Mi, well under the "
+                "kubelet's 10 MiB log rotation)",
+            },
             "--dry-run": {"action": "store_true", "help": "write the manifests to DIR and contact no cluster"},
             "--quiet --json --kubelet-metrics": None,
             "--warmup": {
@@ -8754,6 +9569,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        infra_retries=args.infra_retries,
+        max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
@@ -9095,6 +9912,7 @@ IMPORTS_DONE_AT = time.time()
 
 WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
 TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
+ARTIFACTS = pathlib.Path(os.environ.get("RL_DEMO_ARTIFACTS", str(WORKSPACE / "artifacts")))  # sent by send_artifacts
 TERMINATION_LIMIT = 4096
 EPISODE_ID = os.environ["EPISODE_ID"]
 DEFAULT_TEST_TIMEOUT = 20.0  # seconds per test run; RL_DEMO_TEST_TIMEOUT overrides it
@@ -9581,6 +10399,90 @@ def on_sigterm(signum, frame):
     raise Terminated(f"terminated by signal {signum}")
 
 
+def write_artifact(name, data):
+    """A file for the trainer: under ARTIFACTS, sent after the episode (send_artifacts)."""
+    path = ARTIFACTS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def save_patch(before, after):
+    """The agent's action as a unified diff of shipping.py (patch.diff, an artifact)."""
+    import difflib
+
+    lines = difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a/shipping.py", "b/shipping.py")
+    write_artifact("patch.diff", "".join(lines).encode())
+
+
+# Artifacts travel through the log, the channel the tool reads anyway: each file under ARTIFACTS
+# (symlinks and other non-regular files skipped, never followed) as lines
+# "rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA": frame SEQ (from 0) of TOTAL, the whole file's
+# sha256, its relative name in URL-safe base64 and up to FRAME_DATA bytes of it in base64. The
+# reward event's `artifacts` lists each file's {name, bytes, sha256}, sorted by name: the tool
+# saves what the frames carry and checks it against that list (docs/own-episodes.md, "Artifacts").
+FRAME_DATA = 24 * 1024
+MAX_ARTIFACTS = 64
+MAX_ARTIFACT_NAME = 255
+
+
+def artifact_files(root):
+    """(name, path) of each regular file under root, sorted by name; what cannot be sent is skipped."""
+    found = []
+    pending = [(str(root), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+                print("artifact skipped (not a regular file): " + printable(name, 200), file=sys.stderr)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, name + "/"))
+            elif printable(name, MAX_ARTIFACT_NAME + 1) != name or "\\" in name or len(name) > MAX_ARTIFACT_NAME:
+                print("artifact skipped (its name): " + printable(name, 200), file=sys.stderr)
+            else:
+                found.append((name, entry.path))
+    found.sort()
+    if len(found) > MAX_ARTIFACTS:
+        print(f"artifacts skipped: {len(found) - MAX_ARTIFACTS} beyond the first {MAX_ARTIFACTS}", file=sys.stderr)
+    return found[:MAX_ARTIFACTS]
+
+
+def read_chunks(path):
+    """The file's bytes in FRAME_DATA pieces, opened without following a symlink."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(descriptor, "rb") as stream:
+        while True:
+            chunk = stream.read(FRAME_DATA)
+            if not chunk:
+                return
+            yield chunk
+
+
+def send_artifacts():
+    """Print every artifact's frames on stdout; return the manifest for the reward event."""
+    import base64
+
+    manifest = []
+    for name, path in artifact_files(ARTIFACTS):
+        digest, size = hashlib.sha256(), 0
+        for chunk in read_chunks(path):
+            digest.update(chunk)
+            size += len(chunk)
+        sha256, total = digest.hexdigest(), max(1, -(-size // FRAME_DATA))
+        label = base64.urlsafe_b64encode(name.encode()).decode()
+        chunks = read_chunks(path) if size else iter([b""])
+        for seq, chunk in enumerate(chunks):
+            data = base64.b64encode(chunk).decode()
+            print(f"rl-demo-artifact 1 {seq} {total} {sha256} {label} {data}")
+        sys.stdout.flush()
+        manifest.append({"name": name, "bytes": size, "sha256": sha256})
+    return manifest
+
+
 def episode(fields):
     """Fill in the reward event's fields; raise EpisodeFailed (or anything) for reward 0."""
     timeout = test_timeout()
@@ -9600,7 +10502,9 @@ def episode(fields):
         raise EpisodeFailed("baseline: " + failure.reason) from None
     fields["baseline_exit"] = baseline.exit_code
     source = CODE_FILE.read_text(encoding="utf-8")
-    CODE_FILE.write_text(agent_action(source), encoding="utf-8")
+    fixed = agent_action(source)
+    CODE_FILE.write_text(fixed, encoding="utf-8")
+    save_patch(source, fixed)
     test_file = WORKSPACE.joinpath("test_shipping.py")
     unchanged_before = file_sha256(test_file) == TEST_SHA256
     try:
@@ -9613,6 +10517,7 @@ def episode(fields):
     unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
     fields["tests_exit"] = run.exit_code
     fields["tests_output"], _ = decode(run.stderr)
+    write_artifact("tests-output.txt", run.stderr)  # whole: the reward event's copy may be trimmed
     fields["reward"], reason, fields["tests"], fields["modules"] = grade(run, unchanged)
     if reason is not None:
         fields["reason"] = reason
@@ -9636,6 +10541,11 @@ def main():
     if fields["reward"] != 1:
         fields["reward"] = 0
         fields.setdefault("reason", "no reward")
+    try:
+        if os.environ.get("RL_DEMO_MAX_ARTIFACT_BYTES") != "0":  # --max-artifact-bytes 0: none wanted
+            fields["artifacts"] = send_artifacts()
+    except OSError as error:  # none listed: the client then refuses any frame already sent
+        print("artifacts not sent: " + printable(error, MAX_REASON), file=sys.stderr)
     emit("reward", **fields)
     if fields["baseline_exit"] == 0:
         print("baseline must fail the boundary test", file=sys.stderr)
@@ -9669,8 +10579,14 @@ The event protocol (what rl-batch-demo checks):
 * exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
   missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
 
+Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; send_artifacts() prints
+each as frames on stdout (lines "rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA", base64) and
+returns the manifest [{name, bytes, sha256}] that the reward event carries as `artifacts`. The
+tool saves them as DIR/artifacts/<pod>/<name>, byte for byte, within --max-artifact-bytes (1 MiB
+by default) per episode; a missing, altered or unlisted one fails the episode.
+
 Runs as UID 1000 with the standard library of the image's Python; /demo is read-only, the
-episode's own emptyDir is /workspace and goes with the pod: upload what you keep before exiting.
+episode's own emptyDir is /workspace and goes with the pod: send or upload what you keep.
 """
 
 import time
@@ -9687,8 +10603,10 @@ EPISODE_ID = os.environ["EPISODE_ID"]
 INDEX = int(os.environ.get("JOB_COMPLETION_INDEX", "0"))  # set by Kubernetes in an Indexed Job
 TASKS = pathlib.Path(os.environ.get("RL_DEMO_TASKS", "/demo/tasks.jsonl"))  # from --tasks
 WORKSPACE = pathlib.Path(os.environ.get("RL_DEMO_WORKSPACE", "/workspace"))
+ARTIFACTS = pathlib.Path(os.environ.get("RL_DEMO_ARTIFACTS", str(WORKSPACE / "artifacts")))
 TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"))
 TERMINATION_LIMIT = 4096
+FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
 
 
@@ -9713,6 +10631,30 @@ def emit(event, **fields):
         pass  # no termination log outside Kubernetes
 
 
+def send_artifacts():
+    """Each regular file under ARTIFACTS (symlinks skipped, never followed) as frames on stdout,
+    sorted by name; returns the manifest for the reward event."""
+    import base64
+    import hashlib
+
+    files = sorted(
+        (path.relative_to(ARTIFACTS).as_posix(), path)
+        for path in ARTIFACTS.rglob("*")
+        if not path.is_symlink() and path.is_file()  # rglob never enters a symlinked directory
+    )
+    manifest = []
+    for name, path in files:
+        data = path.read_bytes()  # small files; stream a large one in FRAME_DATA pieces instead
+        sha256, total = hashlib.sha256(data).hexdigest(), max(1, -(-len(data) // FRAME_DATA))
+        label = base64.urlsafe_b64encode(name.encode()).decode()
+        for seq in range(total):
+            chunk = base64.b64encode(data[seq * FRAME_DATA : (seq + 1) * FRAME_DATA]).decode()
+            print(f"rl-demo-artifact 1 {seq} {total} {sha256} {label} {chunk}")
+        manifest.append({"name": name, "bytes": len(data), "sha256": sha256})
+    sys.stdout.flush()
+    return manifest
+
+
 def act(task):
     """The stand-in for your model and its tool calls: here, add the task's two numbers."""
     return task.get("a", 0) + task.get("b", 0)
@@ -9729,10 +10671,14 @@ def main():
     WORKSPACE.joinpath("task.json").write_text(json.dumps(task))  # prepare the environment
     emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
     try:
-        reward, info = grade(task, act(task))
+        answer = act(task)
+        reward, info = grade(task, answer)
     except Exception as error:  # the episode ran but the work failed: a reward of 0, with the reason
-        reward, info = 0.0, {"reason": f"{type(error).__name__}: {error}"[:300]}
-    emit("reward", reward=reward, **info)
+        answer, reward, info = None, 0.0, {"reason": f"{type(error).__name__}: {error}"[:300]}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # a trajectory for the trainer: DIR/artifacts/<pod>/
+    trajectory = {"task": task, "answer": answer, "reward": reward}
+    ARTIFACTS.joinpath("trajectory.json").write_text(json.dumps(trajectory, sort_keys=True))
+    emit("reward", reward=reward, artifacts=send_artifacts(), **info)
     return 0
 
 

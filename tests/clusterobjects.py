@@ -159,6 +159,7 @@ class Episode:
     deleted_at: Optional[float] = None  # deletionTimestamp: deleted mid-run
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
     uid: str = "44444444-4444-4444-8444-000000000000"
+    index: Optional[int] = None  # its completion index (a Batch with infra_retries: an Indexed Job)
 
     @property
     def events(self) -> List[Dict[str, Any]]:
@@ -181,8 +182,10 @@ class Batch:
         deadline_seconds: int = demo.DEFAULT_JOB_DEADLINE_SECONDS,
         legacy_labels: bool = False,
         image: str = demo.DEFAULT_IMAGE,
+        infra_retries: int = 0,
     ) -> None:
         self.count = count
+        self.infra_retries = infra_retries  # --infra-retries: an Indexed Job whose lost pods are replaced
         self.image = image  # --image: the Job's, and its pods' as the API server stores them
         self.parallelism = count if parallelism is None else parallelism
         self.job_name = job_name
@@ -221,11 +224,16 @@ class Batch:
             uid=f"44444444-4444-4444-8444-{index:012d}",
         )
         episode.log = episode.message = log_of(make_events(name, ready_at, reward_at, tests_output=TESTS_OUTPUT))
+        if self.infra_retries:
+            episode.index = index
         return episode
 
-    def add_episode(self) -> Episode:
-        """One pod more than the Job asked for (a replacement, or a stray)."""
+    def add_episode(self, index: Optional[int] = None) -> Episode:
+        """One pod more than the Job asked for (a replacement, or a stray); `index`: the
+        completion index it replaces a pod of (with infra_retries)."""
         episode = self._episode(len(self.episodes))
+        if index is not None:
+            episode.index = index
         self.episodes.append(episode)
         return episode
 
@@ -240,6 +248,7 @@ class Batch:
             image=self.image if image is None else image,
             runtime=self.runtime,
             deadline_seconds=self.deadline_seconds,
+            infra_retries=self.infra_retries,
         )
 
     def job(self, status: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -260,8 +269,15 @@ class Batch:
 
     def job_complete(self) -> Dict[str, Any]:
         done = stamp(max(episode.finished for episode in self.episodes) + 1)
+        retried: Dict[str, Any] = {}
+        if self.infra_retries:  # the lost pods counted (podFailurePolicy Count), every index complete
+            lost = sum(1 for episode in self.episodes if episode.phase == "Failed")
+            retried = {"completedIndexes": f"0-{self.count - 1}" if self.count > 1 else "0", "failedIndexes": ""}
+            if lost:
+                retried["failed"] = lost
         return self.job(
             {
+                **retried,
                 "startTime": stamp(self.created),
                 "completionTime": done,
                 "succeeded": self.count,
@@ -279,7 +295,8 @@ class Batch:
         """The Job once it ended: Failed (backoffLimit 0) as soon as one episode failed, else Complete."""
         if self.final is not None:
             return self.final
-        if any(episode.phase == "Failed" and episode.deleted_at is None for episode in self.episodes):
+        lost = self.infra_retries and all(episode.evicted for episode in self.episodes if episode.phase == "Failed")
+        if not lost and any(episode.phase == "Failed" and episode.deleted_at is None for episode in self.episodes):
             return self.job_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
         return self.job_complete()
 
@@ -320,6 +337,8 @@ class Batch:
         if not self.legacy_labels:
             labels.update({demo.UID_LABEL: self.uid, "batch.kubernetes.io/job-name": self.job_name})
         labels.update(episode.labels)
+        if episode.index is not None:
+            labels[demo.INDEX_LABEL] = str(episode.index)
         metadata: Dict[str, Any] = {
             "name": episode.name,
             "generateName": f"{self.job_name}-",
@@ -331,6 +350,8 @@ class Batch:
                 {"apiVersion": "batch/v1", "kind": "Job", "name": self.job_name, "uid": self.uid, "controller": True}
             ],
         }
+        if episode.index is not None:
+            metadata["annotations"] = {demo.INDEX_ANNOTATION: str(episode.index)}
         spec: Dict[str, Any] = copy.deepcopy(self.manifest()["spec"]["template"]["spec"])
         if self.runtime is not None:
             spec["overhead"] = {"cpu": "250m", "memory": "768Mi"}

@@ -40,8 +40,11 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ------
 ``episode``: ``{"INDEX": MODE or [MODES]}`` by pod creation order (0-based);
     MODE is one of ``exit1``, ``duplicate_ready``, ``drop_reward``, ``noise``,
-    ``malformed``, ``skew``, ``restart``, ``evict``, ``replace``, ``pending``,
+    ``malformed``, ``skew``, ``restart``, ``evict``, ``preempt``, ``rejected``, ``replace``, ``pending``,
     ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``.
+``no_pod_failure_policy``: the API server drops ``spec.podFailurePolicy`` (its gate off).
+``pod_failure_backoff_seconds``: the job controller's first backoff before it replaces a failed
+    pod of an index (default 10 s, as the real one's; doubled for each further failure).
 ``logs_unavailable``: ``[INDEX, ...]`` pods whose logs cannot be read.
 ``log_bytes_per_second``: each log response is written at this rate; with ``--request-timeout``
     a response that needs longer ends there, as kubectl's does (commands.transfer).

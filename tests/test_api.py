@@ -379,6 +379,26 @@ class TrainerDocTest(FakeClusterCase):
         self.assertEqual([line.split()[1] for line in result.stdout.splitlines()], ["1"] * 10)
         self.assertEqual(self.namespaces(), [])
 
+    def test_the_readmes_trainer_loop(self) -> None:
+        """README.md's "Feeding a trainer" block: every task's reward, in each of its steps."""
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        [loop] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        result = self.run_block(loop)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = sorted(tuple(line.split()) for line in result.stdout.splitlines())
+        self.assertEqual(rows, sorted((str(step), f"t{i}", "1") for step in range(2) for i in range(4)))
+        self.assertEqual(self.namespaces(), [])
+
+    def test_the_chinese_readmes_loop_is_the_same_code(self) -> None:
+        """README.zh-CN.md's loop differs from the one run above only in its comments."""
+
+        def code(name: str) -> List[str]:
+            text = (ROOT / name).read_text(encoding="utf-8")
+            [loop] = [lines for language, lines in code_blocks(text) if language == "python"]
+            return [line.split("  #")[0].rstrip() for line in loop]
+
+        self.assertEqual(code("README.zh-CN.md"), code("README.md"))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -12,10 +12,10 @@ import textwrap
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, List
+from typing import Any
 
 import rl_batch_demo as demo
-from tests.callplan import CONTEXT, SERVER, Call, CallPlanTestCase, RunPlan
+from tests.callplan import CONTEXT, SERVER, CallPlanTestCase, RunPlan
 from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, NAMESPACE_UID, RUN_ID, Batch
 from tests.fakecluster import ENVIRONMENT
 

@@ -292,10 +292,19 @@ class TemplateWorkerTest(unittest.TestCase):
             self.assertEqual(demo.parse_events(ran.termination), ran.events)
             self.assertLessEqual(len(ran.termination.encode()), MAX_TERMINATION_MESSAGE)
         pods = [pod_for(ran, ran.name, ran.index, job_created + 1) for ran in runs]
-        logs: Dict[str, Optional[demo.PodLog]] = {ran.name: pod_log_of(ran.events) for ran in runs}
-        rows, figures = demo.analyse_round(
-            collected_for(pods, logs, job_for(job_created), count=2, tasks=tasks), "ns/r"
-        )
+        with tempfile.TemporaryDirectory() as root:  # its output read as the tool reads a log: frames saved
+            budgets = demo.LogBudgets(artifacts=Path(root, "artifacts"))
+            logs: Dict[str, Optional[demo.PodLog]] = {}
+            for ran in runs:
+                reader = demo.EpisodeLogReader(Path(root), [ran.name], single_pod=ran.name, budgets=budgets)
+                reader.feed(ran.stdout.encode())
+                logs[ran.name] = reader.finish()[ran.name]
+            rows, figures = demo.analyse_round(
+                collected_for(pods, logs, job_for(job_created), count=2, tasks=tasks), "ns/r"
+            )
+            trajectory = json.loads(Path(root, "artifacts", "rollout-0-xyz", "trajectory.json").read_text())
+        self.assertEqual(trajectory, {"answer": 5, "reward": 1.0, "task": tasks[0]})
+        self.assertEqual([entry["name"] for entry in rows[0]["artifacts"]], ["trajectory.json"])
         self.assertEqual(
             [(row["task_id"], row["reward"]) for row in sorted(rows, key=lambda r: r["index"])],
             [("t0", 1.0), ("t1", 0.0)],

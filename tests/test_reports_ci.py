@@ -198,6 +198,33 @@ class JunitFailureTest(unittest.TestCase):
         self.assertNotIn("\x1b", text)
         self.assertIn("first invalid episode (rollout-1)", text)
 
+    def test_a_pod_lost_to_the_infrastructure_is_skipped_not_passed(self) -> None:
+        """--infra-retries: a lost attempt was run again, so it is no passing episode of its own,
+        whether the run ended (results.json's lost_attempts) or failed in a later round."""
+        results = passing_results(rounds=1, per_round=2)
+        cause = "DisruptionTarget EvictionByEvictionAPI: Eviction API: evicting"
+        results["pods"][0]["lost_attempts"] = [{"pod": "rollout-lost", "cause": cause, "created_at": JOB_CREATED_AT}]
+        root = parse_junit(demo.render_junit_xml(demo.junit_suites(results, [], {}, None), {}))
+        self.assertEqual(
+            [(c.get("name"), outcome(c)) for c in cases_of(root)],
+            [("rollout-0", "passed"), ("rollout-lost", "skipped"), ("rollout-1", "passed")],
+        )
+        self.assertIn(cause, demo.render_junit_xml(demo.junit_suites(results, [], {}, None), {}))
+        lost = make_pod("rollout-1-lost", phase="Failed", exit_code=143)
+        lost["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
+        rounds = [
+            {"round": 1, "job": "rollout-1", "pods": [lost, *self.pods("Succeeded")], "job_object": None},
+            {"round": 2, "job": "rollout-2", "pods": self.pods("Failed"), "job_object": None},
+        ]
+        root = parse_junit(demo.render_junit_xml(demo.junit_suites(None, rounds, {}, (1, "m", "rollout-0")), {}))
+        first = root.findall("testsuite")[0]
+        self.assertEqual(
+            [(c.get("name"), outcome(c)) for c in first.findall("testcase")],
+            [("rollout-1-lost", "skipped"), ("rollout-0", "passed")],
+        )
+
     def test_an_invalid_pod_missing_from_the_listing_still_has_its_case(self) -> None:
         rounds = [{"round": 1, "job": "rollout", "pods": None, "job_object": None}]
         root = parse_junit(demo.render_junit_xml(demo.junit_suites(None, rounds, {}, (1, "m", "rollout-x")), {}))

@@ -127,8 +127,15 @@ class RunEndToEndTest(ClusterTestCase):
         self.assertEqual(len(pods), count)
         events_text = (out / "events.txt").read_text()
         self.assertIn("SuccessfulCreate", events_text)
-        for name in pods:
-            self.assertEqual((out / f"{name}.log").read_text(), self.cluster.pod_log(namespace, name))
+        for name in pods:  # as served, but the artifact frames: they went to artifacts/<pod>/, a marker says
+            served = self.cluster.pod_log(namespace, name).splitlines(keepends=True)
+            frames = [line for line in served if line.startswith("rl-demo-artifact 1 ")]
+            saved, marker = (out / f"{name}.log").read_text().rsplit("\n[", 1)
+            self.assertEqual(saved + "\n", "".join(line for line in served if line not in frames))
+            self.assertEqual(
+                marker, f"rl-batch-demo: {len(frames)} artifact frame lines went to out/artifacts/{name}/]\n"
+            )
+            self.assertEqual(len(frames), 2)  # the built-in worker's patch.diff and tests-output.txt
 
         results = self.results()
         self.assertEqual(
@@ -155,7 +162,11 @@ class RunEndToEndTest(ClusterTestCase):
         expected_rows = {}
         records = self.cluster.pod_records(namespace, "rollout")
         for name, pod in pods.items():
-            ready, reward = (json.loads(line) for line in self.cluster.pod_log(namespace, name).splitlines())
+            ready, reward = (
+                json.loads(line)
+                for line in self.cluster.pod_log(namespace, name).splitlines()
+                if not line.startswith("rl-demo-artifact 1 ")  # the artifact frames, between the two
+            )
             created = demo.parse_timestamp(pod["metadata"]["creationTimestamp"])
             status = pod["status"]["containerStatuses"][0]
             expected_rows[name] = {

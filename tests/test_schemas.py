@@ -17,6 +17,7 @@ except ImportError:  # a fresh machine: the suite must still pass with nothing i
     kubernetes_validate = None
 
 OLDEST_VERSION = (1, 27)
+RETRIES_SINCE = (1, 29)  # --infra-retries: per-index backoff limits and FailIndex
 
 
 def schema_versions() -> list[str]:
@@ -68,6 +69,28 @@ class SchemaTest(unittest.TestCase):
             for manifest in manifests():
                 with self.subTest(version=version, kind=manifest["kind"]):
                     kubernetes_validate.validate(manifest, version, strict=True)
+
+    def test_the_retrying_job_is_valid_from_1_29(self) -> None:
+        """--infra-retries' Job (podFailurePolicy, backoffLimitPerIndex, with and without
+        --max-failed-episodes) on every version that has per-index backoff limits."""
+        versions = [version for version in schema_versions() if int(version.split(".")[1]) >= RETRIES_SINCE[1]]
+        self.assertGreaterEqual(len(versions), 6, versions)
+        for version in versions:
+            for max_failed in (0, 2):
+                job = demo.job_manifest(
+                    name="rollout",
+                    namespace="agc-rl-0123456789ab",
+                    run_id="0123456789ab",
+                    count=10,
+                    parallelism=10,
+                    image=demo.DEFAULT_IMAGE,
+                    runtime="cube",
+                    deadline_seconds=240,
+                    max_failed_episodes=max_failed,
+                    infra_retries=2,
+                )
+                with self.subTest(version=version, max_failed_episodes=max_failed):
+                    kubernetes_validate.validate(job, version, strict=True)
 
     def test_a_broken_manifest_is_caught(self) -> None:
         """The check itself works: a misspelt field fails strict validation."""

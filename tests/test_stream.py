@@ -74,7 +74,16 @@ def row(pod: str, index: int, reward: float = 1.0) -> Any:
 
 
 def failed(pod: str, index: int, cause: str) -> demo.FailedEpisode:
-    return {"pod": pod, "index": index, "task_id": index, "round": 1, "job": "rollout", "cause": cause}
+    return {
+        "pod": pod,
+        "index": index,
+        "task_id": index,
+        "round": 1,
+        "job": "rollout",
+        "cause": cause,
+        "attempts": 1,
+        "lost_attempts": [],
+    }
 
 
 class RulesTest(unittest.TestCase):
@@ -407,18 +416,24 @@ class StreamedRunTest(CallPlanTestCase):
                          [(names[1], False), (names[0], False), (names[2], False),
                           (names[0], True), (names[2], True)])  # fmt: skip
 
-    def test_a_pod_that_ends_after_the_jobs_failure_still_gets_its_line(self) -> None:
+    def failure_before_the_last_pod(self, last_pod_seen_before: bool) -> None:
         """The two watches are separate streams: here the Job's Failed is sent before the last
-        pod's end (once the first two lines are on disk), and the run waits a moment for that
-        pod, so its verdict is streamed, then retracted with the round, like the others'."""
+        pod's end (once the first two lines are on disk; `last_pod_seen_before`: that pod was
+        watched pending and running before, else not at all), and the run waits a moment for
+        it, so its verdict is streamed, then retracted with the round, like the others'."""
         batch = Batch(count=3)
         batch.episodes[1].phase, batch.episodes[1].exit_code = "Failed", 1
         plan = RunPlan(batch)
         path = str(self.out() / demo.REWARDS_FILE)
-        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
-        chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in batch.episodes]
+        early, late = batch.episodes[:2], batch.episodes[2]
+        after_failed = f"job-{batch.job_name}.done"
+        seen = [*early, late] if last_pod_seen_before else early
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in seen]
+        chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in seen]
         chunks += [watch_event("MODIFIED", batch.pod(batch.episodes[index])) for index in (1, 0)]
-        chunks.append(watch_event("MODIFIED", batch.pod(batch.episodes[2]), wait_for=f"job-{batch.job_name}.done"))
+        if not last_pod_seen_before:
+            chunks.append(watch_event("ADDED", batch.pod(late, "pending"), wait_for=after_failed, delay=0.05))
+        chunks.append(watch_event("MODIFIED", batch.pod(late), wait_for=after_failed))
         job_watch = plan.job_watch()
         added, failed = job_watch.chunks
         job_watch = dataclasses.replace(
@@ -434,6 +449,13 @@ class StreamedRunTest(CallPlanTestCase):
         self.assertEqual([(line["pod"], line["retracted"]) for line in lines],
                          [(names[1], False), (names[0], False), (names[2], False),
                           (names[0], True), (names[2], True)])  # fmt: skip
+
+    def test_a_pod_that_ends_after_the_jobs_failure_still_gets_its_line(self) -> None:
+        self.failure_before_the_last_pod(last_pod_seen_before=True)
+
+    def test_a_pod_first_watched_after_the_jobs_failure_still_gets_its_line(self) -> None:
+        """The Job counted three pods; the watch had shown two: the run waits for the third."""
+        self.failure_before_the_last_pod(last_pod_seen_before=False)
 
     def test_the_python_seam_is_told_of_every_line_once_it_is_on_disk(self) -> None:
         batch = Batch(count=3)

@@ -78,7 +78,12 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual(container["name"], "episode")
         self.assertEqual(container["command"], ["python", "-B", "/demo/episode.py"])
         self.assertEqual(
-            container["env"], [{"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+            container["env"],
+            [
+                {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "RL_DEMO_ARTIFACTS", "value": "/workspace/artifacts"},  # in the workspace's emptyDir
+                {"name": "RL_DEMO_MAX_ARTIFACT_BYTES", "value": "1048576"},  # --max-artifact-bytes
+            ],
         )
         self.assertEqual(
             container["securityContext"],

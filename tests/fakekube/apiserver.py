@@ -348,11 +348,16 @@ def default_pod_spec(spec: dict) -> None:
         default_container(c)
 
 
-def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) -> List[str]:
+def prepare_job(
+    obj: dict, uid: str, legacy: bool, old_job_api: bool = False, no_pod_failure_policy: bool = False
+) -> List[str]:
     """API-server defaulting and validation of a batch/v1 Job; returns problems.
 
     ``old_job_api``: a server before v1.29 (no backoffLimitPerIndex): it drops the per-index
-    fields it does not know, silently, as an API server drops unknown fields."""
+    fields it does not know, silently, as an API server drops unknown fields.
+    ``no_pod_failure_policy``: a server whose JobPodFailurePolicy gate is off (1.25's default, or
+    turned off before 1.31): it drops spec.podFailurePolicy (pkg/registry/batch/job/strategy.go,
+    dropDisabledFields)."""
     name = obj["metadata"].get("name", "")
     problems = validate_metadata(obj, label_name=True)
     spec = obj.setdefault("spec", {})
@@ -361,7 +366,10 @@ def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) ->
     if old_job_api:  # a server that drops the fields (1.27 without strict validation, 1.28, a gate turned off)
         spec.pop("backoffLimitPerIndex", None)
         spec.pop("maxFailedIndexes", None)
+    if no_pod_failure_policy:
+        spec.pop("podFailurePolicy", None)
     problems += indexed_job_problems(spec, pspec)
+    problems += pod_failure_policy_problems(spec, pspec)
     if pspec.get("restartPolicy") not in ("Never", "OnFailure"):
         problems.append('spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"')
     containers = pspec.get("containers") or []
@@ -397,7 +405,8 @@ def prepare_job(obj: dict, uid: str, legacy: bool, old_job_api: bool = False) ->
     spec.setdefault("backoffLimit", 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    # Failed with a podFailurePolicy: a replacement only once the pod is terminal (defaults.go SetDefaults_Job)
+    spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
     default_pod_spec(pspec)
     obj["metadata"]["generation"] = 1
     obj["status"] = {}
@@ -496,4 +505,35 @@ def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:
             problems.append(
                 f"spec.maxFailedIndexes: Invalid value: {max_failed}: must be less than or equal to completions"
             )
+    return problems
+
+
+def pod_failure_policy_problems(spec: dict, pspec: dict) -> List[str]:
+    """The parts of pkg/apis/batch/validation/validation.go validatePodFailurePolicy that the run's
+    Job may meet: restartPolicy Never, known actions, FailIndex only with backoffLimitPerIndex,
+    one requirement per rule, exit code 0 not with In."""
+    policy = spec.get("podFailurePolicy")
+    if policy is None:
+        return []
+    problems = []
+    if pspec.get("restartPolicy") != "Never":
+        problems.append(
+            'spec.template.spec.restartPolicy: Invalid value: "OnFailure": only "Never" is supported when '
+            "podFailurePolicy is specified"
+        )
+    for number, rule in enumerate(policy.get("rules") or []):
+        where = f"spec.podFailurePolicy.rules[{number}]"
+        action = rule.get("action")
+        if action not in ("FailJob", "FailIndex", "Ignore", "Count"):
+            problems.append(
+                f'{where}.action: Unsupported value: {json.dumps(action)}: supported values: "Count", "FailIndex", '
+                '"FailJob", "Ignore"'
+            )
+        if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+            problems.append(f'{where}.action: Invalid value: "FailIndex": requires the backoffLimitPerIndex to be set')
+        if (rule.get("onExitCodes") is None) == (rule.get("onPodConditions") is None):
+            problems.append(f"{where}: Invalid value: specifying one of OnExitCodes and OnPodConditions is required")
+        codes = rule.get("onExitCodes") or {}
+        if codes.get("operator") == "In" and 0 in (codes.get("values") or []):
+            problems.append(f"{where}.onExitCodes.values[0]: Invalid value: 0: must not be 0 for the In operator")
     return problems

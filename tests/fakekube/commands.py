@@ -684,8 +684,9 @@ def watch_objects(
             elif obj is not None and old is not None:
                 if old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                     changes.append(("MODIFIED", obj))
-            elif old is not None:
-                changes.append(("DELETED", old))
+            elif old is not None:  # the object as it was deleted, not as this watch last sent it: the watch
+                # cache sends every change, the last one included (apiserver pkg/storage/cacher watchCache)
+                changes.append(("DELETED", follower.objects.get(key) or old))
             if obj is None:
                 seen.pop(key, None)
             else:
@@ -838,7 +839,13 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         if unknown and strict:
             raise strict_decoding_error(unknown)
         dropped = bool(unknown) or minor < PER_INDEX_ON_BY_DEFAULT or bool(inv.faults.get("old_job_api"))
-        problems = prepare_job(obj, uid, bool(inv.faults.get("legacy_labels")), old_job_api=dropped)
+        problems = prepare_job(
+            obj,
+            uid,
+            bool(inv.faults.get("legacy_labels")),
+            old_job_api=dropped,
+            no_pod_failure_policy=bool(inv.faults.get("no_pod_failure_policy")),
+        )
         if not problems:
             admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":

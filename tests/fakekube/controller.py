@@ -112,6 +112,11 @@ class PodSim:
         self.workdir = ""
         self.mount_reported = False
         self.completion_index: Optional[int] = None  # an Indexed Job's pod
+        # The Job's podFailurePolicy's verdict on this pod once it Failed (match_pod_failure_policy):
+        # the matched rule's action (None: no rule matched) and whether it counts as a failure.
+        self.policy_action: Optional[str] = None
+        self.counted = True
+        self.finished_at = 0.0  # when it became terminal (the per-index backoff counts from it)
         self.created_at = 0.0
         self.record: Dict[str, Any] = {}  # what the simulation decided for this pod (stats.json "records")
 
@@ -278,10 +283,18 @@ class JobController:
         spec = job["spec"]
         self.completions = int(spec.get("completions", 1))
         self.parallelism = int(spec.get("parallelism", 1))
-        self.backoff_limit = int(spec.get("backoffLimit", 6))
         self.indexed = spec.get("completionMode") == "Indexed"
         self.per_index = spec.get("backoffLimitPerIndex")
+        # The API server's default for backoffLimit: 6, or MaxInt32 when backoffLimitPerIndex is
+        # set (pkg/apis/batch/v1/defaults.go, SetDefaults_Job).
+        self.backoff_limit = int(spec.get("backoffLimit", 6 if self.per_index is None else 2**31 - 1))
         self.max_failed_indexes = spec.get("maxFailedIndexes")
+        self.pod_failure_policy = spec.get("podFailurePolicy")
+        # The delay before an index's pod that failed is replaced: 10 s, doubled for each further
+        # failure up to 10 minutes (pkg/controller/job/job_controller.go DefaultJobPodFailureBackOff,
+        # MaxJobPodFailureBackOff; backoff_utils.go getRemainingTimePerIndex); fault
+        # ``pod_failure_backoff_seconds`` shortens the first step for the tests.
+        self.failure_backoff = float(self.faults.get("pod_failure_backoff_seconds", 10.0))
         deadline = self.faults.get("deadline_seconds", spec.get("activeDeadlineSeconds"))
         self.deadline = float(deadline) if deadline is not None else None
         self.template = job["spec"]["template"]
@@ -350,10 +363,14 @@ class JobController:
         if running > self.peak:
             self.peak = running
             self.write_stats()
+        fail_job = next((s for s in self.sims if s.policy_action == "FailJob"), None)
+        if fail_job is not None:
+            self.finish_failed("PodFailurePolicy", fail_job.record["policy_message"])
+            return True
         if self.indexed:
             return self.tick_indexed(now)
         succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
-        failed = sum(1 for s in self.sims if s.outcome == "Failed")
+        failed = sum(1 for s in self.sims if s.outcome == "Failed" and s.counted)
         if failed > self.backoff_limit:
             self.finish_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             return True
@@ -414,7 +431,7 @@ class JobController:
         active = sum(1 for s in self.sims if s.stage != "done")
         ready = sum(1 for s in self.sims if s.stage in ("running", "finishing"))
         succeeded = sum(1 for s in self.sims if s.outcome == "Succeeded")
-        failed = sum(1 for s in self.sims if s.outcome == "Failed")
+        failed = sum(1 for s in self.sims if s.outcome == "Failed" and s.counted)  # Ignore: not in status.failed
         indexes = self.index_status()
         if (active, ready, succeeded, failed, indexes) == self.synced:
             return  # only this controller writes the Job's status: nothing to do, no transaction
@@ -449,19 +466,29 @@ class JobController:
     # failed more than backoffLimitPerIndex times is failed for good (status.failedIndexes),
     # and more than maxFailedIndexes of them fail the Job (MaxFailedIndexesExceeded); once
     # every index is done the Job is Complete, or Failed (FailedIndexes) if one index failed.
+    # A pod the podFailurePolicy Ignores is not counted; one it sends to FailIndex fails its index
+    # at once (pkg/controller/job/indexed_job_utils.go isIndexFailed).
+
+    def index_failures(self, index: int) -> int:
+        """The index's counted failures so far (the job-index-failure-count its next pod carries)."""
+        return sum(1 for s in self.sims if s.completion_index == index and s.outcome == "Failed" and s.counted)
 
     def index_outcomes(self) -> Tuple[set, set]:
         succeeded, failures = set(), {}  # type: ignore[var-annotated]
+        fail_index = set()
         for sim in self.sims:
             if sim.completion_index is None:
                 continue
             if sim.outcome == "Succeeded":
                 succeeded.add(sim.completion_index)
-            elif sim.outcome == "Failed":
+            elif sim.outcome == "Failed" and sim.counted:
                 failures[sim.completion_index] = failures.get(sim.completion_index, 0) + 1
+                if sim.policy_action == "FailIndex":
+                    fail_index.add(sim.completion_index)
         failed = set()
         if self.per_index is not None:
             failed = {i for i, n in failures.items() if n > int(self.per_index) and i not in succeeded}
+            failed |= fail_index - succeeded
         return succeeded, failed
 
     def index_status(self) -> Dict[str, str]:
@@ -478,7 +505,7 @@ class JobController:
 
     def tick_indexed(self, now: float) -> bool:
         succeeded, failed = self.index_outcomes()
-        if sum(1 for s in self.sims if s.outcome == "Failed") > self.backoff_limit:
+        if sum(1 for s in self.sims if s.outcome == "Failed" and s.counted) > self.backoff_limit:
             self.finish_failed("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             return True
         if self.max_failed_indexes is not None and len(failed) > int(self.max_failed_indexes):
@@ -493,7 +520,9 @@ class JobController:
             self.finish_complete()
             return False
         active = {s.completion_index for s in self.sims if s.stage != "done"}
-        pending = [i for i in range(self.completions) if i not in succeeded | failed | active]
+        pending = [
+            i for i in range(self.completions) if i not in succeeded | failed | active and self.backed_off(i, now)
+        ]
         want = min(self.parallelism - len(active), len(pending))
         if want > 0 and now >= self.next_create_try:
             for index in pending[:want]:
@@ -502,6 +531,15 @@ class JobController:
                     break
         self.sync_status()
         return True
+
+    def backed_off(self, index: int, now: float) -> bool:
+        """Whether the index's backoff since its last counted failure is over (backoff_utils.go
+        getRemainingTimePerIndex: 10 s after the first failure, doubling, at most 10 minutes)."""
+        failed = [s for s in self.sims if s.completion_index == index and s.outcome == "Failed" and s.counted]
+        if not failed:
+            return True
+        delay = min(self.failure_backoff * 2 ** (len(failed) - 1), 600.0)
+        return now >= max(s.finished_at for s in failed) + delay
 
     # -- pod creation ------------------------------------------------------------
 
@@ -574,6 +612,8 @@ class JobController:
             spec = deep_copy(pspec)
             if completion_index is not None:
                 index_pod(meta, spec, completion_index)
+                if self.per_index is not None:  # its failures so far (job_controller.go addIndexFailureCountAnnotation)
+                    meta["annotations"][INDEX_FAILURE_COUNT] = str(self.index_failures(completion_index))
             if "pod_sidecar" in (self.faults.get("admission") or []):  # a mesh's injector (apiserver.py admit_job)
                 spec["containers"] = [*spec["containers"], deep_copy(SIDECAR)]
             default_pod_spec(spec)
@@ -885,6 +925,11 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
+        # The container's paths in env values the worker opens (RL_DEMO_ARTIFACTS, /workspace/...)
+        # are this pod's local workspace: the fake has no container filesystem.
+        for key in ("RL_DEMO_ARTIFACTS",):
+            if env.get(key, "").startswith("/workspace/") or env.get(key) == "/workspace":
+                env[key] = workspace + env[key][len("/workspace") :]
         env["RL_DEMO_TASKS"] = os.path.join(self.script_mount_dir(sim.workdir, container, spec), "tasks.jsonl")
         if self.faults.get("sandbox_kernel"):
             env["RL_DEMO_PROC"] = sandbox_proc(sim)
@@ -1027,7 +1072,11 @@ class JobController:
         os.replace(tmp, lp)
         evicted = "evict" in sim.modes
         replaced = "replace" in sim.modes
-        phase = "Succeeded" if rc == 0 and not evicted else "Failed"
+        preempted = "preempt" in sim.modes
+        rejected = "rejected" in sim.modes  # failed by the kubelet's admission: no exit code, no DisruptionTarget
+        if preempted:
+            rc = 143  # the kubelet's SIGTERM: python's default handler ends it with 128 + 15
+        phase = "Succeeded" if rc == 0 and not evicted and not rejected else "Failed"
         if replaced:
             phase = "Failed"
             rc = 137
@@ -1048,7 +1097,9 @@ class JobController:
                     if c["type"] != "PodReadyToStartContainers":
                         c["reason"] = reason
                 conds.append(c)
-            if evicted:
+            if evicted:  # the kubelet's node-pressure eviction: pkg/kubelet/eviction/eviction_manager.go
+                # evictPod (status reason Evicted, condition DisruptionTarget TerminationByKubelet, the
+                # PodDisruptionConditions gate: on from 1.26); phase Failed, no terminated container kept
                 st["reason"] = "Evicted"
                 st["message"] = "The node was low on resource: memory."
                 conds.insert(
@@ -1096,6 +1147,28 @@ class JobController:
                         }
                     }
                 st["containerStatuses"] = [cstat]
+            if rejected:  # the kubelet's admission refused it: pkg/kubelet/kubelet.go rejectPod (phase Failed,
+                # the admit handler's reason and message, no container ever ran; no DisruptionTarget)
+                st["reason"] = "OutOfcpu"
+                st["message"] = "Pod was rejected: Node didn't have enough resource: cpu, requested: 100, used: 3900"
+                st.pop("containerStatuses", None)
+            if preempted:  # kube-scheduler's preemption of a victim: pkg/scheduler/framework/preemption/
+                # preemption.go prepareCandidate adds DisruptionTarget (PreemptionByScheduler) and deletes the
+                # pod; the kubelet stops its container (SIGTERM) and reports it Failed; once the job
+                # controller has removed its finalizer the pod is gone (no pod of the listing)
+                conds.insert(
+                    0,
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": t,
+                    },
+                )
+                p["metadata"]["deletionTimestamp"] = t
+                p["metadata"]["deletionGracePeriodSeconds"] = 30
             if replaced:
                 p["metadata"]["deletionTimestamp"] = t
                 p["metadata"]["deletionGracePeriodSeconds"] = 30
@@ -1129,8 +1202,25 @@ class JobController:
         # know its reward then. `terminated_at`: just before that update (client clock): no client
         # can have seen the pod terminated earlier.
         sim.record["terminated_at"] = time.time()
-        self.update_pod(sim, final)
-        self.update_pod(sim, lambda tx, p: p["metadata"].pop("finalizers", None))
+        final_pod: Dict[str, Any] = {}
+
+        def final_kept(tx: Tx, p: dict) -> None:
+            final(tx, p)
+            final_pod.update(deep_copy(p))
+
+        self.update_pod(sim, final_kept)
+        if phase == "Failed":
+            action, counted, message = match_pod_failure_policy(self.pod_failure_policy, final_pod)
+            sim.policy_action, sim.counted = action, counted
+            sim.record.update(policy_action=action, policy_message=message)
+        sim.finished_at = time.time()
+
+        def finalized(tx: Tx, p: dict) -> None:
+            p["metadata"].pop("finalizers", None)
+            if preempted:
+                tx.vanish_later(p)
+
+        self.update_pod(sim, finalized)
         sim.stage = "done"
 
     # -- job end ---------------------------------------------------------------------
@@ -1318,6 +1408,51 @@ def compress_indexes(indexes: Any) -> str:
         else:
             runs.append([i, i])
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+
+
+def match_pod_failure_policy(policy: Optional[dict], pod: dict) -> Tuple[Optional[str], bool, str]:
+    """The job controller's verdict on a failed pod: (the first matching rule's action or None,
+    whether the failure counts against the backoff limits, FailJob's message), as
+    kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go matchPodFailurePolicy decides it:
+    rules in order; onExitCodes looks at each container (then init container) with a terminated
+    state and a non-zero exit code (getMatchingContainerFromList: a container without a
+    terminated state, an evicted pod's, never matches); onPodConditions at the pod's conditions
+    by type and status; Ignore does not count; no match counts."""
+    if not policy:
+        return None, True, ""
+    status = pod.get("status") or {}
+    name = f"{(pod.get('metadata') or {}).get('namespace')}/{(pod.get('metadata') or {}).get('name')}"
+    for number, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        if rule.get("onExitCodes") is not None:
+            codes = rule["onExitCodes"]
+            wanted = set(codes.get("values") or [])
+            for cstat in list(status.get("containerStatuses") or []) + list(status.get("initContainerStatuses") or []):
+                term = (cstat.get("state") or {}).get("terminated")
+                if term is None or codes.get("containerName") not in (None, cstat.get("name")):
+                    continue
+                code = term.get("exitCode", 0)
+                matched = (code in wanted) if codes.get("operator") == "In" else (code not in wanted)
+                if code != 0 and codes.get("operator") in ("In", "NotIn") and matched:
+                    message = (
+                        f"Container {cstat.get('name')} for pod {name} failed with exit code {code} "
+                        f"matching {action} rule at index {number}"
+                    )
+                    return action, action != "Ignore", message
+        elif rule.get("onPodConditions") is not None:
+            for condition in status.get("conditions") or []:
+                for pattern in rule["onPodConditions"]:
+                    if condition.get("type") == pattern.get("type") and condition.get("status") == pattern.get(
+                        "status", "True"
+                    ):
+                        message = (
+                            f"Pod {name} has condition {condition.get('type')} matching {action} rule at index {number}"
+                        )
+                        return action, action != "Ignore", message
+    return None, True, ""
 
 
 def index_pod(meta: dict, spec: dict, index: int) -> None:

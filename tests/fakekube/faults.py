@@ -40,6 +40,9 @@ FAULT_KEYS = {
     "mixed_digests",
     # Indexed Jobs (issue 12)
     "old_job_api",
+    # infrastructure retries (issue 21): a server that drops podFailurePolicy; the per-index backoff's first step
+    "no_pod_failure_policy",
+    "pod_failure_backoff_seconds",
     # sandbox start-up phases (issue 10)
     "scheduled_event_time",
     "image_pull",
@@ -94,6 +97,8 @@ EPISODE_MODES = {
     "skew",
     "restart",
     "evict",
+    "preempt",
+    "rejected",
     "replace",
     "pending",
     "no_message",

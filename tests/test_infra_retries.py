@@ -1,0 +1,350 @@
+"""--infra-retries: an episode whose pod the infrastructure lost runs again, by the Job's own
+podFailurePolicy, and one that failed by its own doing never does (issue 21, "Infrastructure
+retries, never reward retries").
+
+The pure rules (the manifest, each episode's attempts) as tables; the run through the fake
+cluster, whose job controller applies podFailurePolicy as the real one does
+(tests/fakekube/controller.py, match_pod_failure_policy)."""
+
+from __future__ import annotations
+
+import json
+import unittest
+from typing import Any, Dict, List
+
+import rl_batch_demo as demo
+from tests import records
+from tests.callplan import CallPlanTestCase, RunPlan
+from tests.clusterobjects import Batch
+from tests.test_sources_e2e import SourcesTestCase
+
+FAST_BACKOFF = {"pod_failure_backoff_seconds": 0.2}  # the real controller's first step is 10 s
+
+
+def pod(name: str, index: int, phase: str = "Succeeded", created: str = "2026-01-01T00:00:00Z", **status: Any) -> Any:
+    """A pod of an Indexed Job as the API server lists it."""
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "creationTimestamp": created,
+            "annotations": {demo.INDEX_ANNOTATION: str(index)},
+        },
+        "status": {"phase": phase, **status},
+    }
+
+
+def lost(name: str, index: int, created: str = "2026-01-01T00:00:00Z") -> Any:
+    """A pod the kubelet evicted: Failed, DisruptionTarget, no terminated container."""
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "low"}
+    return pod(name, index, "Failed", created, reason="Evicted", message="low", conditions=[condition])
+
+
+def own_failure(name: str, index: int, created: str = "2026-01-01T00:00:00Z") -> Any:
+    state = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    return pod(name, index, "Failed", created, containerStatuses=[{"name": "episode", "state": state}])
+
+
+class ManifestTest(unittest.TestCase):
+    def manifest(self, retries: int, max_failed: int = 0) -> Dict[str, Any]:
+        return demo.job_manifest(
+            name="rollout",
+            namespace="ns",
+            run_id="r",
+            count=3,
+            parallelism=3,
+            image="python:3.12-slim",
+            runtime=None,
+            deadline_seconds=60,
+            max_failed_episodes=max_failed,
+            infra_retries=retries,
+        )["spec"]
+
+    def test_without_retries_the_job_is_as_before(self) -> None:
+        spec = self.manifest(0)
+        self.assertEqual(spec["backoffLimit"], 0)
+        self.assertNotIn("podFailurePolicy", spec)
+        self.assertNotIn("completionMode", spec)
+
+    def test_retries_count_a_disruption_and_fail_the_job_on_any_exit_code(self) -> None:
+        spec = self.manifest(2)
+        self.assertEqual((spec["completionMode"], spec["backoffLimitPerIndex"]), ("Indexed", 2))
+        self.assertNotIn("backoffLimit", spec)  # it would count every failure of the Job together
+        self.assertNotIn("maxFailedIndexes", spec)
+        self.assertEqual(spec["template"]["spec"]["restartPolicy"], "Never")  # podFailurePolicy needs it
+        rules = spec["podFailurePolicy"]["rules"]
+        self.assertEqual(
+            rules,
+            [
+                {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": "episode", "operator": "NotIn", "values": [0]}},
+            ],
+        )
+
+    def test_with_max_failed_episodes_an_own_failure_fails_only_its_index(self) -> None:
+        spec = self.manifest(1, max_failed=2)
+        self.assertEqual((spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]), (1, 2))
+        self.assertEqual([rule["action"] for rule in spec["podFailurePolicy"]["rules"]], ["Count", "FailIndex"])
+
+    def test_warm_up_and_probe_jobs_never_retry(self) -> None:
+        settings = demo.RunSettings(
+            output=demo.Path("out"),
+            count=3,
+            parallelism=3,
+            rounds=1,
+            image="python:3.12-slim",
+            runtime=None,
+            deadline_seconds=60,
+            cleanup_policy="always",
+            thresholds={},
+            quiet=True,
+            json_summary=False,
+            kubectl_timeout=30.0,
+            worker_source=demo.WORKER_SOURCE,
+            infra_retries=2,
+        )
+        self.assertTrue(settings.indexed)
+        self.assertIn("podFailurePolicy", demo.round_job_manifest(settings, "rollout", "ns", "r", "img")["spec"])
+        one = demo.one_episode_job_manifest(settings, "probe", "ns", "r")["spec"]
+        self.assertEqual(one["backoffLimit"], 0)
+        self.assertNotIn("podFailurePolicy", one)
+
+    def test_a_1_27_server_refusing_the_fields_is_named_for_the_flag(self) -> None:
+        stderr = 'strict decoding error: unknown field "spec.backoffLimitPerIndex"'
+        line = demo.strict_refusal(stderr, "ns/rollout", infra_retries=True)
+        self.assertIn("set for --infra-retries", line or "")
+        self.assertIn("run without --infra-retries", line or "")
+        self.assertIn("set for --max-failed-episodes,", demo.strict_refusal(stderr, "ns/rollout") or "")
+
+
+class AttemptsTest(unittest.TestCase):
+    """episode_attempts: each episode's last pod, and the pods before it that the Job replaced."""
+
+    def test_without_retries_the_pods_stand_as_listed(self) -> None:
+        pods = [pod("a", 0), lost("b", 0)]
+        self.assertEqual(demo.episode_attempts(pods, 2, 0, "here"), (pods, {}))
+
+    def test_a_lost_pod_is_an_attempt_of_its_index(self) -> None:
+        pods = [lost("a", 0), pod("b", 1), pod("c", 0, created="2026-01-01T00:00:12Z")]
+        finals, attempts = demo.episode_attempts(pods, 2, 1, "here")
+        self.assertEqual([p["metadata"]["name"] for p in finals], ["b", "c"])
+        self.assertEqual(attempts["b"], [])
+        [attempt] = attempts["c"]
+        self.assertEqual(attempt["pod"], "a")
+        self.assertIn("DisruptionTarget TerminationByKubelet", attempt["cause"])
+        self.assertEqual(attempt["created_at"], demo.parse_timestamp("2026-01-01T00:00:00Z"))
+
+    def test_an_own_failure_that_was_run_again_fails_the_round(self) -> None:
+        pods = [own_failure("a", 0), pod("c", 0, created="2026-01-01T00:00:12Z")]
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "exit code 1.*ran its index 0 again .pod c.") as caught:
+            demo.episode_attempts(pods, 1, 3, "here")
+        self.assertEqual(caught.exception.pod, "a")
+
+    def test_attempts_of_one_second_are_ordered_by_the_index_failure_count(self) -> None:
+        """Whole-second creationTimestamps tie for a quick retry: the controller's
+        job-index-failure-count annotation orders them, and the pod named is the one that failed."""
+        first, second, third = lost("z-first", 0), lost("m-second", 0), pod("a-third", 0)
+        for number, each in enumerate((first, second, third)):
+            each["metadata"]["annotations"][demo.INDEX_FAILURE_COUNT_ANNOTATION] = str(number)
+        finals, attempts = demo.episode_attempts([third, second, first], 1, 2, "here")
+        self.assertEqual([p["metadata"]["name"] for p in finals], ["a-third"])
+        self.assertEqual([attempt["pod"] for attempt in attempts["a-third"]], ["z-first", "m-second"])
+        own, retried = own_failure("z-own", 0), pod("a-retried", 0)
+        retried["metadata"]["annotations"][demo.INDEX_FAILURE_COUNT_ANNOTATION] = "1"
+        with self.assertRaises(demo.EpisodeInvalid) as caught:
+            demo.episode_attempts([own, retried], 1, 1, "here")
+        self.assertEqual(caught.exception.pod, "z-own")
+
+    def test_more_lost_pods_than_allowed_fail_the_round(self) -> None:
+        pods = [lost("a", 0), lost("b", 0, "2026-01-01T00:00:10Z"), pod("c", 0, created="2026-01-01T00:00:30Z")]
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "replaced 2 pods of its index 0, more than --infra-retries 1"):
+            demo.episode_attempts(pods, 1, 1, "here")
+
+    def test_a_lost_pod_after_the_last_attempt_fails_the_round(self) -> None:
+        pods = [pod("a", 0), lost("b", 0, "2026-01-01T00:00:10Z")]
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "created after pod a"):
+            demo.episode_attempts(pods, 1, 2, "here")
+
+    def test_an_episode_lost_on_every_attempt_fails_with_each_cause(self) -> None:
+        pods = [lost("a", 0), lost("b", 0, "2026-01-01T00:00:10Z")]
+        finals, attempts = demo.episode_attempts(pods, 1, 1, "here")
+        self.assertEqual([p["metadata"]["name"] for p in finals], ["b"])
+        with self.assertRaisesRegex(
+            demo.EpisodeInvalid, r"evicted .low., the last of its 2 attempts, all lost .*--infra-retries 1 allows"
+        ):
+            demo.check_pod_set(finals, 1, "here", attempts, 1)
+
+    def test_the_pod_count_accounts_for_the_replaced_pods(self) -> None:
+        finals, attempts = demo.episode_attempts([lost("a", 0), pod("c", 0, created="2026-01-01T00:00:12Z")], 2, 1, "x")
+        with self.assertRaisesRegex(demo.DemoError, "has 1 pods besides the 1 it replaced .* but 2 episodes"):
+            demo.check_pod_set(finals, 2, "here", attempts, 1)
+        demo.check_pod_set(finals, 1, "here", attempts, 1)
+
+    def test_infra_loss_reads_only_the_cluster_s_signs(self) -> None:
+        self.assertEqual(demo.infra_loss(own_failure("a", 0)), "")
+        self.assertEqual(demo.infra_loss(pod("a", 0)), "")
+        self.assertEqual(demo.infra_loss(pod("a", 0, "Failed", reason="Evicted", message="m")), "evicted: m")
+        not_true = lost("a", 0)
+        not_true["status"]["conditions"][0]["status"] = "False"
+        not_true["status"].pop("reason")
+        self.assertEqual(demo.infra_loss(not_true), "")
+
+
+def evict(batch: Batch, position: int) -> None:
+    episode = batch.episodes[position]
+    episode.evicted, episode.phase = True, "Failed"
+
+
+class RetriesPlanTest(CallPlanTestCase):
+    """The run against a call plan: the Job the tool submits, and what it makes of the pods."""
+
+    def run_plan(self, batch: Batch, code: int, *argv: str) -> Any:
+        plan = RunPlan(batch)
+        self.expect(*plan.run())
+        count = str(batch.count)
+        return self.tool("run", "--count", count, "--output", str(self.out()), "--quiet", *argv), code
+
+    def test_a_lost_pod_replaced_within_k_is_an_attempt_and_no_process_more(self) -> None:
+        batch = Batch(count=10, infra_retries=2)
+        evict(batch, 3)
+        replacement = batch.add_episode(index=3)
+        result, _ = self.run_plan(batch, 0, "--infra-retries", "2")
+        self.assertEqual(result.code, 0, result.stderr)
+        self.assertEqual(self.read_json("job-submitted.json"), batch.manifest())
+        self.assertEqual(self.read_json("job-submitted.json")["spec"]["backoffLimitPerIndex"], 2)
+        results = self.results()
+        self.assertEqual((results["episodes"], results["lost_attempts"]), (10, 1))
+        rows = {row["index"]: row for row in results["pods"]}
+        self.assertEqual(rows[3]["pod"], replacement.name)
+        self.assertEqual(rows[3]["attempts"], 2)
+        self.assertEqual([attempt["pod"] for attempt in rows[3]["lost_attempts"]], [batch.episodes[3].name])
+        self.assertEqual(rows[3]["retry_seconds"], replacement.created - batch.episodes[3].created)
+        self.assertEqual(results["retry_seconds_sum"], rows[3]["retry_seconds"])
+        self.assertEqual(sum(row["attempts"] for row in results["pods"]), 11)
+        self.assertLessEqual(len(self.stub.calls()), 10)  # the 10-episode budget holds with a retry
+
+    def test_a_replaced_pod_that_failed_by_its_own_doing_fails_the_run(self) -> None:
+        batch = Batch(count=2, infra_retries=1)
+        own = batch.episodes[0]
+        own.phase, own.exit_code = "Failed", 1
+        batch.final = None
+        batch.add_episode(index=0)
+        batch.final = batch.job_complete()  # a controller that retried it anyway
+        result, _ = self.run_plan(batch, demo.EXIT_EPISODE, "--infra-retries", "1")
+        line = self.assert_fails(result, demo.EXIT_EPISODE, own.name, "exit code 1", "ran its index 0 again")
+        self.assertIn("never an episode's own failure", line)
+
+    def test_without_retries_an_extra_pod_fails_the_count_check_as_before(self) -> None:
+        batch = Batch(count=2)
+        evict(batch, 0)
+        batch.add_episode()
+        result, _ = self.run_plan(batch, demo.EXIT_EPISODE)
+        self.assert_fails(result, demo.EXIT_EPISODE, "evicted")
+
+
+class RetriesThroughTheFakeTest(SourcesTestCase):
+    """The run against the fake cluster, whose job controller applies the podFailurePolicy."""
+
+    def pods(self) -> List[Dict[str, Any]]:
+        return json.loads((self.out / "pods.json").read_text())["items"]
+
+    def test_an_evicted_pod_is_retried_and_its_episode_then_succeeds(self) -> None:
+        cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
+        self.run_tool(cluster, 0, "--count", "2", "--infra-retries", "1")
+        results = self.results()
+        self.assertEqual(results["infra_retries"], 1)
+        self.assertEqual((results["episodes"], results["successful_episodes"], results["lost_attempts"]), (2, 2, 1))
+        rows = {row["index"]: row for row in results["pods"]}
+        self.assertEqual((rows[0]["attempts"], rows[1]["attempts"]), (2, 1))
+        [attempt] = rows[0]["lost_attempts"]
+        self.assertIn("DisruptionTarget TerminationByKubelet", attempt["cause"])
+        self.assertGreaterEqual(rows[0]["retry_seconds"], 0.0)
+        self.assertEqual(results["retry_seconds_max"], rows[0]["retry_seconds"])
+        self.assertEqual(len(self.pods()), 3)  # the lost pod stays listed in pods.json
+        self.assertIn(attempt["pod"], {p["metadata"]["name"] for p in self.pods()})
+        self.assertTrue(any("lost to the infrastructure were replaced" in note for note in results["notes"]))
+        self.assertEqual(results["pods_without_termination_message"], 0)  # the lost pod's status is its verdict
+        lines = records.written(self, self.out / demo.REWARDS_FILE, demo.RewardLine)
+        self.assertEqual(sorted((line["index"], line["attempts"]) for line in lines), [(0, 2), (1, 1)])
+        self.assertNotIn(attempt["pod"], {line["pod"] for line in lines})  # a lost pod has no line of its own
+        job = self.job()
+        self.assertEqual(job["status"]["failed"], 1)  # Count: the lost pod counts against backoffLimitPerIndex
+        self.assertEqual(job["spec"]["podReplacementPolicy"], "Failed")
+
+    def test_a_preempted_pod_deleted_before_the_listing_is_still_an_attempt(self) -> None:
+        """Preemption: DisruptionTarget and exit code 143 (SIGTERM); the Count rule comes first, so
+        the exit code does not fail the Job; the pod is gone by the listing, the watch saw it."""
+        cluster = self.cluster(faults={"episode": {"1": "preempt"}, **FAST_BACKOFF})
+        self.run_tool(cluster, 0, "--count", "2", "--infra-retries", "1")
+        results = self.results()
+        row = next(row for row in results["pods"] if row["index"] == 1)
+        self.assertEqual(row["attempts"], 2)
+        [attempt] = row["lost_attempts"]
+        self.assertIn("DisruptionTarget PreemptionByScheduler", attempt["cause"])
+        listed = {p["metadata"]["name"]: p for p in self.pods()}
+        self.assertIn(attempt["pod"], listed)  # pods.json has it, as last watched
+        self.assertEqual(
+            listed[attempt["pod"]]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 143
+        )
+        self.assertNotIn(attempt["pod"], {p["metadata"]["name"] for p in cluster.objects("Pod")})
+
+    def test_a_pod_failed_without_exit_code_or_disruption_is_retried_by_the_job_but_fails_the_run(self) -> None:
+        """No rule of the policy matches a pod the kubelet refused (no terminated container, no
+        DisruptionTarget), so the job controller counts it and runs its index again; the tool
+        cannot prove the infrastructure lost it, and fails the run naming it."""
+        cluster = self.cluster(faults={"episode": {"0": "rejected"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("no exit code, OutOfcpu", result.stderr)
+        self.assertIn("and the Job ran its index 0 again", result.stderr)
+        self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
+
+    def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:
+        cluster = self.cluster(faults={"episode": {"0": "exit1", "1": "evict"}, **FAST_BACKOFF})
+        self.run_tool(cluster, 0, "--count", "3", "--infra-retries", "1", "--max-failed-episodes", "1")
+        job = self.job()
+        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count", "FailIndex"])
+        self.assertEqual((job["status"]["failedIndexes"], job["status"]["completedIndexes"]), ("0", "1-2"))
+        results = self.results()
+        [failed] = results["failed_episodes"]
+        self.assertEqual((failed["index"], failed["attempts"], failed["lost_attempts"]), (0, 1, []))
+        self.assertIn("exit code 1", failed["cause"])
+        rows = {row["index"]: row["attempts"] for row in results["pods"]}
+        self.assertEqual(rows, {1: 2, 2: 1})
+        self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 1)  # never rerun
+
+    def test_an_evicted_pod_without_retries_fails_the_run_as_before(self) -> None:
+        cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2")
+        self.assertIn("was evicted (The node was low on resource: memory.)", result.stderr)
+        self.assertEqual(len(self.records(cluster)), 2)  # backoffLimit 0: no replacement (the other pod may be gone)
+
+    def test_a_failing_worker_is_never_retried(self) -> None:
+        cluster = self.cluster(faults={"episode": {"0": "exit1"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "2")
+        self.assertIn("exit code 1", result.stderr)
+        created = sorted(self.records(cluster))  # every pod the fake's job controller made, deleted ones too
+        self.assertEqual(len(created), 2, created)  # one per index: nothing ran again
+        self.assertEqual(sum(1 for name in created if name.startswith("rollout-0-")), 1, created)
+        conditions = [c for c in self.job()["status"]["conditions"] if c["type"] == "Failed"]
+        self.assertEqual([c["reason"] for c in conditions], ["PodFailurePolicy"])
+        self.assertIn("failed with exit code 1 matching FailJob rule at index 1", conditions[0]["message"])
+
+    def test_more_evictions_than_allowed_fail_the_run_naming_each_cause(self) -> None:
+        # pods 0 and 1 first; index 0's replacement is the third pod created, and is evicted too
+        cluster = self.cluster(faults={"episode": {"0": "evict", "2": "evict"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("the last of its 2 attempts, all lost to the infrastructure", result.stderr)
+        self.assertIn("--infra-retries 1", result.stderr)
+        self.assertEqual(self.job()["status"]["failedIndexes"], "0")
+
+    def test_a_server_that_drops_the_policy_makes_the_run_delete_its_job(self) -> None:
+        cluster = self.cluster(faults={"no_pod_failure_policy": True})
+        result = self.run_tool(cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1")
+        self.assertIn("pod failure policies", result.stderr)
+        self.assertIn("lacks spec.podFailurePolicy", result.stderr)
+        self.assertIn("run without --infra-retries", result.stderr)
+        self.assertTrue(all(j["metadata"].get("deletionTimestamp") for j in cluster.objects("Job")))
+
+
+if __name__ == "__main__":
+    unittest.main()
