@@ -459,6 +459,8 @@ SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
 
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
+# --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process
+RUNTIMECLASS_LIST_PERMISSION = ("list", "runtimeclasses", "node.k8s.io", "", False)
 
 _TRANSIENT_MARKERS = (
     "connection refused",
@@ -943,12 +945,22 @@ class LogBudgets:
     memory: int = KEPT_EVENT_BYTES_LIMIT
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
-    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take `disk`.
+    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
+    # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
+    # and all of them together are at most the episodes times that allowance.
     artifacts: Optional[Path] = None
     artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    spends_from: Optional[LogBudgets] = None  # a view (saving_artifacts_in): the run's budgets it spends
+
+    def saving_artifacts_in(self, root: Path) -> LogBudgets:
+        """These budgets, spent as before, with the artifacts saved under `root` instead (a
+        warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
+        return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
+        if self.spends_from is not None:
+            return self.spends_from.take_disk(wanted, whole)
         with self.lock:
             granted = max(0, min(wanted, self.disk))
             granted = 0 if whole and granted < wanted else granted
@@ -957,6 +969,8 @@ class LogBudgets:
 
     def take_memory(self, wanted: int) -> bool:
         """All of `wanted` bytes of memory, or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_memory(wanted)
         with self.lock:
             if wanted > self.memory:
                 return False
@@ -2125,9 +2139,10 @@ INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in 
 def infra_loss(pod: KubeObject) -> str:
     """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
     condition (eviction, preemption, the taint manager or PodGC deleting it with its node: the
-    condition's reason says which) or its status reason Evicted (the kubelet's node-pressure
-    eviction, on clusters without the condition); "" for a pod that did not fail, or failed any
-    other way (its own exit code, a kubelet admission refusal, a deletion by someone else)."""
+    condition's reason says which), its status reason Evicted (the kubelet's node-pressure
+    eviction, on clusters without the condition), or the kubelet's admission refusal (a status
+    reason, and no container ever ran); "" for a pod that did not fail, or failed any other way
+    (its own exit code, a deletion by someone else)."""
     status = pod.get("status")
     if not isinstance(status, dict) or status.get("phase") != "Failed":
         return ""
@@ -2140,7 +2155,24 @@ def infra_loss(pod: KubeObject) -> str:
             return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
         return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
+    if status.get("reason") and not _container_ran(status):  # refused by the kubelet's admission
+        text = f"rejected by the kubelet before any container ran ({status.get('reason')}: {status.get('message')})"
+        return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     return ""
+
+
+def _container_ran(status: KubeObject) -> bool:
+    """Whether any container of the pod started (running, or terminated now or before). A pod the
+    kubelet refused at admission (pkg/kubelet/kubelet.go rejectPod: phase Failed, the admit
+    handler's reason such as OutOfcpu, NodeAffinity or UnexpectedAdmissionError) ran none, so
+    nothing of the episode's own doing failed it: retrying it cannot bias the rewards."""
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if not isinstance(container, dict):
+            return True  # unreadable: not proven unstarted
+        states = [container.get("state") or {}, container.get("lastState") or {}]
+        if container.get("started") or any(state.get("running") or state.get("terminated") for state in states):
+            return True
+    return False
 
 
 INDEX_FAILURE_COUNT_ANNOTATION = "batch.kubernetes.io/job-index-failure-count"  # on each pod, with backoffLimitPerIndex
@@ -3856,10 +3888,14 @@ def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
 
 
 def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = None) -> LogFigures:
-    """`pods`: the episodes' last attempts (a lost pod's status is its verdict: no message expected)."""
+    """`pods`: the episodes' last attempts. Only a pod that succeeded counts as one without a
+    termination message: its log alone carried its events (the runtime shares no file); a failed
+    or lost pod's status is its verdict, and a killed worker leaves no message on any runtime."""
     return {
         "pods_without_termination_message": sum(
-            1 for pod in (collected.pods if pods is None else pods) if not termination_message(pod).strip()
+            1
+            for pod in (collected.pods if pods is None else pods)
+            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -4074,7 +4110,8 @@ def access_review_list(
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
     and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
     asked once."""
-    permissions = list(REQUIRED_PERMISSIONS) + ([RUNTIMECLASS_PERMISSION] if with_runtimeclass else [])
+    runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
+    permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
     permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
@@ -4115,6 +4152,15 @@ def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
         elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
             return True
     return False
+
+
+def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObject]:
+    """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
+    it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
+    for item in items:
+        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+            return item
+    return None
 
 
 def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) -> List[KubeObject]:
@@ -4260,7 +4306,14 @@ def preflight_findings(
     access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
 
     def failed(what: str, read: Read) -> Finding:
-        return Finding(what, False, f"failed: {read.failure}", problem=f"cannot {what} ({read.failure})")
+        return Finding(
+            what,
+            False,
+            f"failed: {read.failure}",
+            problem=f"cannot {what} ({read.failure})",
+            stop=f"cannot {what} in context {context} ({read.failure}); `check` shows every finding "
+            "(nothing was created)",
+        )
 
     findings = [Finding("context", True, f"{context} (API server {server or 'unknown'})")]
     if version is not None:
@@ -4805,14 +4858,18 @@ def output_source_lines(results: Results) -> List[str]:
     not_saved = results.get("log_bytes_not_saved", 0)
     lines = []
     if missing or noted:
-        lines.append(
-            f"episode output: {missing} pod(s) without a termination message (their logs alone carried their events), "
-            f"{noted} episode(s) read with a note (pods[].log_notes in results.json)"
+        lines += wrap_text(
+            f"episode output: {missing} pod(s) succeeded without a termination message (their logs alone carried "
+            f"their events), {noted} episode(s) read with a note (pods[].log_notes in results.json)",
+            SUMMARY_WIDTH,
+            "  ",
         )
     if not_saved:
-        lines.append(
+        lines += wrap_text(
             f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
-            f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved"
+            f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved",
+            SUMMARY_WIDTH,
+            "  ",
         )
     return lines
 
@@ -6542,8 +6599,8 @@ class ArtifactSink:
     """One pod's artifact frames on their way to DIR/artifacts/<pod>/ (docs/own-episodes.md).
 
     Frames are streamed: each one's bytes go to a temporary file and its hash as it arrives, so no
-    artifact is ever held whole, and count against the episode's budget (--max-artifact-bytes) and
-    the run's disk budget for what pods make. An artifact whose frames all came, in order, with the
+    artifact is ever held whole, and count against the episode's own budget (--max-artifact-bytes),
+    never against what other pods may spend. An artifact whose frames all came, in order, with the
     sha256 they claim, is renamed into place; the first frame that breaks a rule stops the rest of
     the pod's frames, and its partial file is removed. Nothing is written outside the pod's
     directory: names are checked (artifact_name_problem), every directory is opened without
@@ -6638,10 +6695,6 @@ class ArtifactSink:
             return self._fail(
                 f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes "
                 f"per episode (at frame {current.next} of {short_repr(current.name)})"
-            )
-        if self.budgets.take_disk(len(data), whole=True) < len(data):
-            return self._fail(
-                f"the run's budget of {LOG_DIR_BUDGET:,} bytes for what pods make in its directory is spent"
             )
         self.received += len(data)
         try:
@@ -8006,10 +8059,13 @@ class BatchRun:
         reads: List[Callable[[], Any]] = (
             [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
         )
-        if auto:
-            reads.append(lambda: attempt(lambda: self.kubectl.get_list("nodes,pods", flags=EVERY_NAMESPACE)))
+        if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
+            kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
+            reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
         answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
-        runtimeclass = Read(answers[0]) if runtime is not None else None
+        runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
+        if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
+            runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         findings = preflight_findings(
             context=self.kubectl.context or "",
@@ -8028,7 +8084,7 @@ class BatchRun:
         if not self.watches_account:
             say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
-            self.set_parallelism(answers[-2])
+            self.set_parallelism(answers[0])
 
     def set_parallelism(self, listing: Read) -> None:
         """--parallelism auto: as many episodes at once as the eligible nodes have room for now
@@ -8165,8 +8221,9 @@ class BatchRun:
         rewards: Optional[RoundRewards] = None,
     ) -> Tuple[List[EpisodeRow], RoundResult]:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
-        analyse it."""
+        analyse it. A warm-up's or the probe's artifacts (round 0) stay in its own directory."""
         settings = self.settings
+        budgets = self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / "artifacts")
         self.stop_if_asked()
         write_json(round_dir / "job-submitted.json", manifest)
         entry = JobReceipt(name)
@@ -8227,7 +8284,7 @@ class BatchRun:
         def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
             if settings.infra_retries:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, self.log_budgets, saved)
+            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -9155,9 +9212,10 @@ class CommandLineParser(argparse.ArgumentParser):
     def __init__(self, **options: Any) -> None:
         super().__init__(allow_abbrev=False, **options)
         self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
+        self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)\n")
 
     def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """parse_args, after the words are checked: a mistyped command or flag is named, with a
@@ -9194,7 +9252,12 @@ class CommandLineParser(argparse.ArgumentParser):
 
 def parallelism_arg(text: str) -> Any:
     """--parallelism's value: a whole number of at least 1, or "auto" (the preflight decides)."""
-    return "auto" if text == "auto" else whole_number(1)(text)
+    if text == "auto":
+        return text
+    try:
+        return whole_number(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of at least 1 nor auto") from None
 
 
 def pinned_image_arg(text: str) -> str:
@@ -9304,6 +9367,7 @@ def build_parser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction, nargs=0, help="show the version and this file's hash")
+    parser.help_command = tool or invoked_as()
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     shared = _shared_options()
@@ -9324,6 +9388,7 @@ def build_parser(
         for title, grouped in groups:
             _add_options(subparser.add_argument_group(title), shared, grouped)
         subparser.set_defaults(subparser=subparser)  # a usage error names the command's --help
+        subparser.help_command = f"{tool or invoked_as()} {name}"
         parser.commands[name] = subparser
 
     command(
@@ -9343,7 +9408,7 @@ def build_parser(
                 "metavar": "P|auto",
                 "help": "episodes running at once: the Job's parallelism (default: N; 1 runs them one after another; "
                 "auto: as many as the eligible nodes have room for now, as `check` counts it, at most N; needs list "
-                "nodes and list pods in every namespace)",
+                "nodes, list pods in every namespace and, with a RuntimeClass, list runtimeclasses)",
             },
             "--rounds": {
                 "default": 1,

@@ -171,13 +171,28 @@ class SinkTest(unittest.TestCase):
         self.assertIn("'a/b' cannot be saved there", log.artifact_error)
         self.assertEqual((self.root / "pod-a" / "a").read_bytes(), b"x")
 
-    def test_the_disk_budget_counts_the_frames(self) -> None:
-        budgets = demo.LogBudgets(disk=1000, artifacts=self.root)
+    def test_no_pods_output_costs_another_episodes_artifacts(self) -> None:
+        """The run's budget for <pod>.log text spent by loud pods: an honest episode's artifact,
+        within its own --max-artifact-bytes, is still saved, and takes none of that budget."""
+        budgets = demo.LogBudgets(disk=0, artifacts=self.root)
         sink = demo.ArtifactSink(self.root, "pod-a", budgets)
         for line in frames("big", b"z" * 2000, size=500):
             sink.frame(line)
-        self.assertIn("for what pods make in its directory is spent", sink.error)
+        self.assertEqual(sink.error, "")
+        self.assertEqual((self.root / "pod-a" / "big").read_bytes(), b"z" * 2000)
         self.assertEqual(budgets.disk, 0)
+
+    def test_a_warm_ups_view_spends_the_runs_budgets(self) -> None:
+        run = demo.LogBudgets(disk=1000, memory=100, artifacts=self.root / "artifacts")
+        warmup = run.saving_artifacts_in(self.root / "warmup" / "artifacts")
+        self.assertEqual(
+            (warmup.artifacts, warmup.artifact_bytes), (self.root / "warmup" / "artifacts", run.artifact_bytes)
+        )
+        self.assertEqual(warmup.take_disk(600), 600)
+        self.assertEqual(warmup.saving_artifacts_in(self.root).take_disk(600), 400)  # a view of a view: the run's
+        self.assertFalse(warmup.take_memory(101))
+        self.assertTrue(warmup.take_memory(100))
+        self.assertEqual((run.disk, run.memory), (0, 0))
 
 
 class ReaderTest(unittest.TestCase):
@@ -341,6 +356,7 @@ class ArtifactRunTest(unittest.TestCase):
         try:
             result = subprocess.run(
                 [sys.executable, SCRIPT, "run", "--output", str(output), "--quiet", "--cleanup", "always", *options],
+                cwd=self.root,
                 env=cluster.env(),
                 capture_output=True,
                 text=True,
@@ -353,10 +369,16 @@ class ArtifactRunTest(unittest.TestCase):
         return result, output
 
     def test_the_built_in_worker_saves_its_patch_and_its_test_output(self) -> None:
-        result, output = self.run_tool("builtin", "--count", "2")
+        """Also with --warmup: DIR/artifacts holds the measured episodes' alone (a warm-up's are in
+        its own directory), one folder per pods[] row."""
+        result, output = self.run_tool("builtin", "--count", "2", "--warmup")
         self.assertEqual(result.returncode, 0, result.stderr)
         results = json.loads((output / "results.json").read_text())
         lines = demo.read_reward_lines(output / demo.REWARDS_FILE)
+        self.assertEqual(
+            sorted(path.name for path in (output / "artifacts").iterdir()), sorted(r["pod"] for r in results["pods"])
+        )
+        self.assertTrue(list((output / demo.WARMUP_DIR).glob("**/artifacts/*/patch.diff")), "no warm-up artifacts")
         for row in results["pods"]:
             folder = output / "artifacts" / row["pod"]
             self.assertEqual([a["name"] for a in row["artifacts"]], ["patch.diff", "tests-output.txt"])

@@ -418,7 +418,7 @@ class RunTest(RunPlanTestCase):
         self.assertEqual((results["reward_sum"], results["pods_without_termination_message"]), (25, 2))
         logs = [argv for argv in self.stub.calls() if "logs" in argv]
         self.assertEqual(sorted(argv[-3] for argv in logs), [batch.episodes[3].name, batch.episodes[7].name])
-        self.assertIn("episode output: 2 pod(s) without a termination message", result.stdout)
+        self.assertIn("episode output: 2 pod(s) succeeded without a termination message", result.stdout)
 
     def test_existing_output_touches_no_cluster(self) -> None:
         self.out().mkdir()

@@ -188,6 +188,17 @@ class AttemptsTest(unittest.TestCase):
         not_true["status"]["conditions"][0]["status"] = "False"
         not_true["status"].pop("reason")
         self.assertEqual(demo.infra_loss(not_true), "")
+        # the kubelet's admission refusal: a reason, and no container ever ran
+        rejected = pod("a", 0, "Failed", reason="OutOfcpu", message="no room")
+        self.assertEqual(
+            demo.infra_loss(rejected), "rejected by the kubelet before any container ran (OutOfcpu: no room)"
+        )
+        waiting = {"name": "episode", "state": {"waiting": {"reason": "ContainerCreating"}}}
+        self.assertTrue(demo.infra_loss(pod("a", 0, "Failed", reason="OutOfcpu", containerStatuses=[waiting])))
+        for ran in ({"state": {"terminated": {"exitCode": 1}}}, {"lastState": {"terminated": {"exitCode": 1}}}):
+            started = {"name": "episode", **ran}
+            self.assertEqual(demo.infra_loss(pod("a", 0, "Failed", reason="OutOfcpu", containerStatuses=[started])), "")
+        self.assertEqual(demo.infra_loss(pod("a", 0, "Failed")), "")  # no reason: not proven the kubelet's
 
 
 def evict(batch: Batch, position: int) -> None:
@@ -288,14 +299,15 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         )
         self.assertNotIn(attempt["pod"], {p["metadata"]["name"] for p in cluster.objects("Pod")})
 
-    def test_a_pod_failed_without_exit_code_or_disruption_is_retried_by_the_job_but_fails_the_run(self) -> None:
-        """No rule of the policy matches a pod the kubelet refused (no terminated container, no
-        DisruptionTarget), so the job controller counts it and runs its index again; the tool
-        cannot prove the infrastructure lost it, and fails the run naming it."""
+    def test_a_pod_the_kubelet_refused_is_lost_to_the_infrastructure_and_run_again(self) -> None:
+        """No rule of the policy matches a pod the kubelet refused at admission (no container ever
+        ran, no DisruptionTarget), so the job controller counts it and runs its index again; no
+        container ran, so it is no failure of the episode's own: a lost attempt, with its cause."""
         cluster = self.cluster(faults={"episode": {"0": "rejected"}, **FAST_BACKOFF})
-        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
-        self.assertIn("no exit code, OutOfcpu", result.stderr)
-        self.assertIn("and the Job ran its index 0 again", result.stderr)
+        self.run_tool(cluster, 0, "--count", "2", "--infra-retries", "1")
+        rows = {row["index"]: row for row in self.results()["pods"]}
+        [attempt] = rows[0]["lost_attempts"]
+        self.assertIn("rejected by the kubelet before any container ran (OutOfcpu", attempt["cause"])
         self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
 
     def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:

@@ -401,8 +401,9 @@ def everywhere_args() -> List[str]:
 
 
 def nodes_and_pods_args() -> List[str]:
-    """The arguments of Kubectl.get_list for the nodes and every pod (`run --parallelism auto`)."""
-    args, namespace, _ = tool_form(lambda k: k.get_list("nodes,pods", flags=demo.EVERY_NAMESPACE))
+    """The arguments of Kubectl.get_list for the RuntimeClasses, the nodes and every pod (`run
+    --parallelism auto`)."""
+    args, namespace, _ = tool_form(lambda k: k.get_list("runtimeclasses,nodes,pods", flags=demo.EVERY_NAMESPACE))
     assert namespace is None
     return args
 
@@ -1239,22 +1240,37 @@ class ObjectsContract(ContractCase):
         self.each_kubectl(contract)
 
     def test_get_of_nodes_and_every_pod_is_one_list_with_kind_on_each_item(self) -> None:
-        """`get nodes,pods --all-namespaces -o json` (BatchRun.set_parallelism): the nodes' list,
-        then the pods of every namespace (GET /api/v1/pods, no namespace in the path), each
-        limit=500; one List, every item with its kind (so the tool tells them apart)."""
+        """`get runtimeclasses,nodes,pods --all-namespaces -o json` (BatchRun.preflight with
+        --parallelism auto): the RuntimeClasses' list (cluster-scoped), the nodes' list, then the
+        pods of every namespace (GET /api/v1/pods, no namespace in the path), each limit=500; one
+        List, every item with its kind (so the tool tells them apart)."""
 
         def contract(session: Session) -> None:
             node = {"metadata": {"name": "node-a"}, "status": {"allocatable": {"cpu": "4"}}}
             nodes = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [node]}
+            runtimeclass = {"metadata": {"name": "cube"}, "handler": "cube"}
+            classes = {
+                "kind": "RuntimeClassList",
+                "apiVersion": "node.k8s.io/v1",
+                "metadata": {},
+                "items": [runtimeclass],
+            }
+            session.server.route("GET", "/apis/node.k8s.io/v1/runtimeclasses", always(Answer(200, classes)))
             session.server.route("GET", "/api/v1/nodes", always(Answer(200, nodes)))
             session.server.route("GET", "/api/v1/pods", always(Answer(200, pod_list([pod("p0", "Running")]))))
             outcome = session.run(nodes_and_pods_args(), namespace=None)
             self.assertEqual(outcome.returncode, 0, outcome)
             [printed] = outcome.documents()
             kinds = [(item["kind"], item["metadata"]["name"]) for item in printed["items"]]
-            self.assertEqual(kinds, [("Node", "node-a"), ("Pod", "p0")])
+            self.assertEqual(kinds, [("RuntimeClass", "cube"), ("Node", "node-a"), ("Pod", "p0")])
+            self.assertEqual(demo.named_runtimeclass(printed["items"], "cube"), printed["items"][0])
             requests = [(r.path, r.query.get("limit")) for r in session.api()]
-            self.assertEqual(requests, [("/api/v1/nodes", "500"), ("/api/v1/pods", "500")])
+            expected = [
+                ("/apis/node.k8s.io/v1/runtimeclasses", "500"),
+                ("/api/v1/nodes", "500"),
+                ("/api/v1/pods", "500"),
+            ]
+            self.assertEqual(requests, expected)
 
         self.each_kubectl(contract)
 

@@ -73,7 +73,7 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertLessEqual(most_at_once(calls), demo.LOG_READ_PROCESSES)
         self.assertGreater(most_at_once(calls), 1, "the reads run at once")
         self.assertEqual(self.results()["reward_sum"], 25)
-        self.assertIn("episode output: 25 pod(s) without a termination message", result.stdout)
+        self.assertIn("episode output: 25 pod(s) succeeded without a termination message", result.stdout)
 
     def test_a_message_cut_at_the_front_is_read_with_its_log(self) -> None:
         """Beyond 20 episodes the messages alone carry the rewards; one the kubelet cut at the

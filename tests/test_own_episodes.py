@@ -450,6 +450,8 @@ class MaxFailedEpisodesTest(unittest.TestCase):
                 self.assertIn("phase Failed", causes[1])
                 self.assertIn("found 1 ready and 0 reward", causes[3])
                 self.assertEqual(figures["job_complete_at"], None)  # the Job ended Failed (FailedIndexes)
+                # no pod has a message; the Failed one is not counted: its status is its verdict
+                self.assertEqual(figures["pods_without_termination_message"], 3)
 
     def test_results_rewards_and_summary_with_failed_episodes(self) -> None:
         rows, figures = self.analyse(2)

@@ -145,9 +145,16 @@ class AutoRunTest(CallPlanTestCase):
 
     NODES = (node_object("node-a", cpu="1", memory="4Gi"), node_object("node-b", cpu="1", memory="4Gi"))
 
-    def preflight(self, plan: RunPlan, pods: List[Dict[str, Any]], denied: tuple = ()) -> List[Call]:
-        cluster = plan.cluster  # one read of the nodes and every pod: a 10-episode run stays at 10 processes
-        listing = cluster.get_list("nodes,pods", [*self.NODES, *pods], namespace=None, flags=demo.EVERY_NAMESPACE)
+    def preflight(
+        self, plan: RunPlan, pods: List[Dict[str, Any]], denied: tuple = (), runtimeclass: bool = True
+    ) -> List[Call]:
+        """One read of the RuntimeClasses, the nodes and every pod, beside the reviews: a
+        10-episode run stays at 10 processes. `runtimeclass`: the listing holds the run's."""
+        cluster = plan.cluster
+        classes = [runtimeclass_object("cube")] if runtimeclass else [runtimeclass_object("other")]
+        listing = cluster.get_list(
+            "runtimeclasses,nodes,pods", [*classes, *self.NODES, *pods], namespace=None, flags=demo.EVERY_NAMESPACE
+        )
         if ("list", "nodes") in denied:
             listing = listing.failing(err_forbidden("list", "nodes", namespace=""))
         reviews = cluster.create(
@@ -155,7 +162,7 @@ class AutoRunTest(CallPlanTestCase):
             kubernetes_list(granted_reviews(NAMESPACE, denied)),
             validate="false",
         )
-        return [cluster.config_view(), plan.get_runtimeclass(), listing, reviews]
+        return [cluster.config_view(), listing, reviews]
 
     def test_the_jobs_parallelism_is_the_nodes_room(self) -> None:
         plan = RunPlan(Batch(count=5, parallelism=3))  # room: node-a 2, node-b 1 beside its 400m pod
@@ -179,13 +186,20 @@ class AutoRunTest(CallPlanTestCase):
         self.assertEqual((self.results()["parallelism"], self.results()["parallelism_capacity"]), (2, 4))
         self.assertIn('parallelism="auto"', metrics.read_text())
 
-    def test_a_ten_episode_run_starts_eleven_kubectl_processes(self) -> None:
-        """A plain 10-episode run's ten (docs/call-plan.md), and the one listing of the nodes and
-        what runs on them that --parallelism auto asks for."""
+    def test_a_ten_episode_run_starts_ten_kubectl_processes(self) -> None:
+        """A plain 10-episode run's ten (docs/call-plan.md): the listing of the RuntimeClasses, the
+        nodes and what runs on them takes the place of the RuntimeClass's read."""
         plan = RunPlan(Batch(count=10, parallelism=4))
         self.expect(*self.preflight(plan, []), *plan.run()[3:])
         self.run_ok("run", "--count", "10", "--parallelism", "auto", "--output", str(self.out()), "--quiet")
-        self.assertEqual(len(self.stub.calls()), len(RunPlan(Batch(count=10)).run()) + 1)
+        self.assertEqual(len(self.stub.calls()), 10)
+        self.assertEqual(len(self.stub.calls()), len(RunPlan(Batch(count=10)).run()))
+
+    def test_a_missing_runtimeclass_is_named_as_without_auto(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*self.preflight(plan, [], runtimeclass=False))
+        result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'cube' does not exist in context")
 
     def test_refused_in_one_line_when_not_one_episode_fits(self) -> None:
         plan = RunPlan(Batch(count=2))
@@ -213,7 +227,7 @@ class AutoRunTest(CallPlanTestCase):
     def test_usage(self) -> None:
         for argv, fragment in (
             (["--parallelism", "auto", "--dry-run"], "cannot count the nodes' room for --parallelism auto"),
-            (["--parallelism", "many"], "'many' is not a whole number"),
+            (["--parallelism", "many"], "'many' is neither a whole number of at least 1 nor auto"),
         ):
             with self.subTest(argv=argv):
                 result = self.tool("run", "--output", str(self.out()), *argv)
@@ -267,7 +281,8 @@ class AutoOnTheFakeTest(unittest.TestCase):
         self.assertEqual(cluster.max_concurrent_pods(namespace, "rollout"), 4)
         self.assertNotIn("FailedScheduling", (self.root / "out" / "events.txt").read_text())  # never one too many
         calls = [argv for argv in cluster.calls() if "--all-namespaces" in argv]
-        self.assertEqual([argv[argv.index("get") + 1] for argv in calls], ["pods", "nodes,pods"])  # check, run
+        listed = [argv[argv.index("get") + 1] for argv in calls]
+        self.assertEqual(listed, ["pods", "runtimeclasses,nodes,pods"])  # check, run
         # the room is exact: one episode more than it, and the scheduler holds one back
         more = self.tool(cluster, "run", "--count", "6", "--parallelism", "5", "--output", "more", "--quiet")
         self.assertEqual(more.returncode, 0, more.stderr)

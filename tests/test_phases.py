@@ -867,6 +867,18 @@ class PermissionTest(Case):
         )
         self.assertNotIn("kubelet metrics", {finding.name for finding in without})
 
+    def test_every_failed_read_has_a_sentence_to_stop_with(self) -> None:
+        """A run stops at the first finding that is not ok with its `stop`: a failed read's is
+        never empty (it was, and the run's one line said nothing)."""
+        failure = demo.Read(failure="Error from server (InternalError): boom")
+        findings = demo.preflight_findings(
+            context="ctx", server=None, runtime="cube", runtimeclass=failure, reviews=failure, nodes=failure
+        )
+        failed = [finding for finding in findings if not finding.ok]
+        self.assertEqual(len(failed), 3)
+        for finding in failed:
+            self.assertIn("in context ctx (Error from server (InternalError): boom)", finding.stop)
+
     def test_run_refuses_before_creating_anything(self) -> None:
         test = self
 

@@ -790,7 +790,7 @@ class CommandLineTest(unittest.TestCase):
                 self.assertEqual(code, demo.EXIT_USAGE)
                 self.assertTrue(err.startswith("rl-batch-demo: error: "), err)
                 self.assertIn(message, err)
-                self.assertTrue(err.endswith(" (see rl-batch-demo run --help)\n"), err)
+                self.assertTrue(err.endswith(f" (see {demo.invoked_as()} run --help)\n"), err)
                 self.assertEqual(err.count("\n"), 1, err)  # one line, no usage block
                 self.assertFalse(Path("unused").exists())
 
@@ -814,9 +814,21 @@ class CommandLineTest(unittest.TestCase):
             ([], "the following arguments are required: COMMAND "),
         ):
             command = argv[0] if argv and argv[0] in ("run", "compare", "check") else None
-            where = f"rl-batch-demo {command}" if command else "rl-batch-demo"
+            where = f"{demo.invoked_as()} {command}" if command else demo.invoked_as()  # as the user started it
             with self.subTest(argv=argv):
                 self.assert_usage_error(argv, f"{line}(see {where} --help)")
+
+    def test_the_help_to_read_is_named_as_the_tool_was_started(self) -> None:
+        for argv0, where in (
+            ("/usr/local/bin/rl-batch-demo", "rl-batch-demo run"),
+            ("/usr/local/bin/kubectl-rl_batch_demo", "kubectl rl-batch-demo run"),
+            ("rl_batch_demo.py", "python3 "),
+        ):
+            with self.subTest(argv0=argv0), unittest.mock.patch.object(sys, "argv", [argv0]):
+                code, _, err = self.run_main("run", "--output", "x", "--cuont", "5")
+                self.assertEqual(code, demo.EXIT_USAGE)
+                self.assertIn(f"(see {where}", err)
+                self.assertTrue(err.endswith(" run --help)\n"), err)
 
     def test_no_flag_is_taken_for_an_abbreviation(self) -> None:
         """allow_abbrev=False on every parser: a prefix of a flag is an unknown flag."""
