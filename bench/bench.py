@@ -177,9 +177,10 @@ def print_empty_messages(scratch: Path) -> None:
         )
 
 
-def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
+def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any], str]:
     """What `kubectl get pods,events -o json` prints for a finished Job of `count` episodes:
-    one real episode (the embedded worker, run here) cloned with shifted times."""
+    one real episode (the embedded worker, run here) cloned with shifted times; and that
+    episode's log (its events and its artifacts' frames), with EPISODE in place of its id."""
     workspace = scratch / f"workspace-{count}"
     workspace.mkdir()
     message_file = scratch / f"message-{count}"
@@ -188,7 +189,8 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
     )
     script = scratch / "episode.py"
     script.write_text(rl_batch_demo.WORKER_SOURCE)
-    subprocess.run([sys.executable, "-B", str(script)], env=env, check=True, capture_output=True)
+    episode = subprocess.run([sys.executable, "-B", str(script)], env=env, check=True, capture_output=True)
+    log = episode.stdout.decode("utf-8").replace('"episode_id": "template"', '"episode_id": "EPISODE"')
     ready, reward = rl_batch_demo.parse_events(message_file.read_text())
     created = float(int(ready["at"])) - 2
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
@@ -235,14 +237,14 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
                 "message": "Started container episode",
             }
         )
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), job
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), job, log
 
 
 def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     """The client's work between seeing Complete and having results.json, without kubectl:
     parse the listing, save diagnostics, validate every episode (the same `analyse_round` as
     `run`), write results and timeline."""
-    listing, job = synthetic_listing(count, scratch)
+    listing, job, log = synthetic_listing(count, scratch)
     output = scratch / f"analyse-{count}"
     output.mkdir()
     args = rl_batch_demo.build_parser().parse_args(
@@ -254,11 +256,19 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
+    # every log, as `run` reads them: the built-in worker's reward names artifacts, which only
+    # the log carries (and small runs cross-check the messages against the logs)
     logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
-    if count <= rl_batch_demo.LOG_CROSSCHECK_LIMIT:  # small runs read the logs too; they match the messages
-        for pod in pods:
-            text = rl_batch_demo.termination_message(pod) or ""
-            logs[pod["metadata"]["name"]] = rl_batch_demo.scan_text(text)
+    budgets = rl_batch_demo.LogBudgets(artifacts=output / "artifacts")
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        text = log.replace('"episode_id": "EPISODE"', f'"episode_id": "{name}"')
+        sink = rl_batch_demo.ArtifactSink(output / "artifacts", name, budgets)
+        for line in text.encode("utf-8").splitlines():
+            if line.startswith(rl_batch_demo.ARTIFACT_FRAME_TAG):
+                sink.frame(line)
+        logs[name] = rl_batch_demo.scan_text(text)
+        sink.finish(logs[name])
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
@@ -284,7 +294,7 @@ def stream_only(count: int, scratch: Path) -> Dict[str, float]:
     watch: validate it from its termination message and append its line to rewards.jsonl (one
     write and one fsync each), as RoundRewards does in `run`."""
     (scratch / "stream").mkdir(exist_ok=True)
-    listing, job = synthetic_listing(count, scratch / "stream")
+    listing, job, _ = synthetic_listing(count, scratch / "stream")
     output = scratch / f"stream-{count}"
     output.mkdir()
     args = rl_batch_demo.build_parser().parse_args(
