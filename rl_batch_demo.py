@@ -5986,13 +5986,16 @@ class WatchStream:
         sink: queue.Queue[Any],
         record: Dict[str, Any],
         on_close: Callable[[], None] = lambda: None,
+        closing: Optional[List[threading.Thread]] = None,
     ) -> None:
         self.tag = tag
         self.process = process
         self.sink = sink
         self.record = record  # its entry in kubectl-calls.json, completed by close()
         self.on_close = on_close  # told once the record is complete (-v shows the call)
+        self.closing = closing if closing is not None else []  # end()'s threads (Kubectl.closing)
         self.started = time.monotonic()
+        self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
@@ -6028,16 +6031,34 @@ class WatchStream:
             self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
+    def stop(self) -> None:
+        """Ask the stream's kubectl to end (SIGTERM) without waiting for it: streams stopped
+        together end together, and close() then waits for each."""
+        if self.stopped is None:
+            self.stopped = time.monotonic()
+            if self.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    self.process.terminate()
+
+    def end(self) -> None:
+        """close() without waiting for it: the stream is asked to end now, and a thread waits for
+        its process and completes its record (joined by Kubectl.wait_for_ended_watches before
+        kubectl-calls.json is written), so the run's next call starts at once."""
+        self.stop()
+        thread = threading.Thread(target=self.close, name=f"close-{self.tag}", daemon=True)
+        thread.start()
+        self.closing.append(thread)
+
     def close(self) -> None:
+        self.stop()
         if self.process.poll() is None:
-            self.process.terminate()
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
         self.thread.join(timeout=5)
-        self.record["seconds"] = round(time.monotonic() - self.started, 3)
+        self.record["seconds"] = round((self.stopped or time.monotonic()) - self.started, 3)
         self.record["exit"] = self.process.returncode  # negative: ended by this tool's signal
         if self.stderr:
             self.record["stderr"] = self.stderr[-CALL_STDERR_LIMIT:]
@@ -6144,6 +6165,7 @@ class Kubectl:
     calls: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # kubectl-calls.json
     origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
     children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
+    closing: List[threading.Thread] = dataclasses.field(default_factory=list)  # watches ending (WatchStream.end)
 
     def __post_init__(self) -> None:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
@@ -6249,6 +6271,11 @@ class Kubectl:
             finally:
                 self.children.discard(process)
         return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    def wait_for_ended_watches(self) -> None:
+        """Until every watch ended with WatchStream.end has ended, its record complete."""
+        for thread in list(self.closing):
+            thread.join(timeout=10)
 
     def stop_children(self) -> None:
         """End every kubectl still running (calls made at once in other threads, streams), so an
@@ -6492,7 +6519,7 @@ class Kubectl:
         )
         record = self._record(argv, time.monotonic(), watch=True)
         process = self._start(argv, record)  # WatchStream.close ends it; stop_children too, after Ctrl-C
-        return WatchStream(tag, process, sink, record, on_close=lambda: self._ended(argv, record))
+        return WatchStream(tag, process, sink, record, lambda: self._ended(argv, record), self.closing)
 
 
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
@@ -7526,8 +7553,8 @@ def wait_for_job(
             now = time.monotonic()
             progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
     finally:
-        for watch in watches:
-            watch.close()
+        for watch in watches:  # both end at once, and the round's next calls wait for neither
+            watch.end()
         progress.finish()
 
 
@@ -8184,7 +8211,7 @@ class BatchRun:
                 self.wait_for_service_account(sink, watch)
         finally:
             if watch is not None:
-                watch.close()
+                watch.end()  # the Job's create waits for it no longer
 
     def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
@@ -8829,6 +8856,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
         error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
+        kubectl.wait_for_ended_watches()
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
     if error is not None:
         save_if_possible(

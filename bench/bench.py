@@ -187,9 +187,10 @@ def print_empty_messages(scratch: Path) -> None:
         )
 
 
-def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
+def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any], str]:
     """What `kubectl get pods,events -o json` prints for a finished Job of `count` episodes:
-    one real episode (the embedded worker, run here) cloned with shifted times."""
+    one real episode (the embedded worker, run here) cloned with shifted times; and that
+    episode's log (its events and its artifacts' frames), with EPISODE in place of its id."""
     workspace = scratch / f"workspace-{count}"
     workspace.mkdir()
     message_file = scratch / f"message-{count}"
@@ -199,8 +200,7 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
     script = scratch / "episode.py"
     script.write_text(rl_batch_demo.WORKER_SOURCE)
     episode = subprocess.run([sys.executable, "-B", str(script)], env=env, check=True, capture_output=True)
-    frames = [line for line in episode.stdout.splitlines(keepends=True) if line.startswith(b"rl-demo-artifact ")]
-    (scratch / f"frames-{count}").write_bytes(b"".join(frames))  # its artifacts, which every log carries
+    log = episode.stdout.decode("utf-8").replace('"episode_id": "template"', '"episode_id": "EPISODE"')
     ready, reward = rl_batch_demo.parse_events(message_file.read_text())
     created = float(int(ready["at"])) - 2
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
@@ -247,15 +247,14 @@ def synthetic_listing(count: int, scratch: Path) -> Tuple[str, Dict[str, Any]]:
                 "message": "Started container episode",
             }
         )
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), job
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), job, log
 
 
 def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     """The client's work between seeing Complete and having results.json, without kubectl:
-    parse the listing, save diagnostics, read every pod's log with its artifacts (as kubectl
-    prints them), validate every episode (the same `analyse_round` as `run`), write results and
-    timeline."""
-    listing, job = synthetic_listing(count, scratch)
+    parse the listing, save diagnostics, validate every episode (the same `analyse_round` as
+    `run`), write results and timeline."""
+    listing, job, log = synthetic_listing(count, scratch)
     output = scratch / f"analyse-{count}"
     output.mkdir()
     args = rl_batch_demo.build_parser().parse_args(
@@ -267,20 +266,19 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     pods, events = rl_batch_demo.split_pods_and_events(rl_batch_demo.parse_json_documents(listing), job)
     rl_batch_demo.write_json(output / "pods.json", rl_batch_demo.pod_list(pods))
     rl_batch_demo.write_atomic(output / "events.txt", rl_batch_demo.render_events_text(events))
-    # Every log is read (the built-in worker's reward event lists its artifacts): the selector
-    # reads' output, each pod's artifact frames and then its events, through the reader `run` uses.
-    frames = (scratch / f"frames-{count}").read_bytes().splitlines(keepends=True)
-    names = [pod["metadata"]["name"] for pod in pods]
-    output_bytes = b"".join(
-        f"[pod/{pod['metadata']['name']}/episode] ".encode() + line
-        for pod in pods
-        for line in [*frames, *(rl_batch_demo.termination_message(pod) or "").encode().splitlines(keepends=True)]
-    )
+    # every log, as `run` reads them: the built-in worker's reward names artifacts, which only
+    # the log carries (and small runs cross-check the messages against the logs)
+    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = {}
     budgets = rl_batch_demo.LogBudgets(artifacts=output / "artifacts")
-    reader = rl_batch_demo.EpisodeLogReader(output, names, budgets=budgets)
-    for start in range(0, len(output_bytes), 65536):  # kubectl's output as it arrives through the pipe
-        reader.feed(output_bytes[start : start + 65536])
-    logs: Dict[str, Optional[rl_batch_demo.PodLog]] = dict(reader.finish())
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        text = log.replace('"episode_id": "EPISODE"', f'"episode_id": "{name}"')
+        sink = rl_batch_demo.ArtifactSink(output / "artifacts", name, budgets)
+        for line in text.encode("utf-8").splitlines():
+            if line.startswith(rl_batch_demo.ARTIFACT_FRAME_TAG):
+                sink.frame(line)
+        logs[name] = rl_batch_demo.scan_text(text)
+        sink.finish(logs[name])
     collected = rl_batch_demo.RoundCollected(
         round_number=1,
         job_name=job["metadata"]["name"],
@@ -306,7 +304,7 @@ def stream_only(count: int, scratch: Path) -> Dict[str, float]:
     watch: validate it from its termination message and append its line to rewards.jsonl (one
     write and one fsync each), as RoundRewards does in `run`."""
     (scratch / "stream").mkdir(exist_ok=True)
-    listing, job = synthetic_listing(count, scratch / "stream")
+    listing, job, _ = synthetic_listing(count, scratch / "stream")
     output = scratch / f"stream-{count}"
     output.mkdir()
     args = rl_batch_demo.build_parser().parse_args(

@@ -239,7 +239,7 @@ class IndexedLogsEndToEndTest(unittest.TestCase):
 
 # A kubectl that prints a line every 0.1 s for `seconds` (argv's last word), then exits; or, with
 # "stall", prints one line and then nothing for 3 s.
-SLOW_KUBECTL = """#!{python}
+SLOW_KUBECTL = """#!{python} -SE
 import sys, time
 if sys.argv[-1] == "stall":
     print("first", flush=True)

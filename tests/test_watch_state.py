@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import queue
+import subprocess
+import sys
+import time
 import unittest
 from typing import Any
 
@@ -70,6 +74,41 @@ class ConcurrentlyTest(unittest.TestCase):
 
         with self.assertRaisesRegex(demo.DemoError, "first"):
             demo.concurrently([lambda: 1, lambda: fail("first"), lambda: fail("second")])
+
+
+# A watch's kubectl that takes a while to end after SIGTERM (as one flushing its last events does).
+SLOW_TO_END = """
+import signal, sys, time
+def stop(*_):
+    time.sleep(0.4)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, stop)
+print('{"type": "ADDED", "object": {}}', flush=True)
+time.sleep(60)
+"""
+
+
+class WatchEndTest(unittest.TestCase):
+    """WatchStream.end: the next call need not wait for a watch to end (time to result), and
+    kubectl-calls.json still gets the watch's whole record (Kubectl.wait_for_ended_watches)."""
+
+    def test_end_returns_at_once_and_the_record_completes_once_waited_for(self) -> None:
+        kubectl = demo.Kubectl(sys.executable, context=None, kubeconfig=None)
+        argv = [sys.executable, "-SE", "-c", SLOW_TO_END]
+        record = kubectl._record(argv, time.monotonic(), watch=True)
+        sink: queue.Queue[Any] = queue.Queue()
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        watch = demo.WatchStream("job", process, sink, record, closing=kubectl.closing)
+        self.addCleanup(lambda: process.poll() is None and process.kill())
+        self.assertEqual(sink.get(timeout=30)[3], {"type": "ADDED", "object": {}})  # running, its handler set
+        asked = time.monotonic()
+        watch.end()
+        self.assertLess(time.monotonic() - asked, 0.3)  # not the 0.4 s the process takes to end
+        self.assertNotIn("exit", record)
+        kubectl.wait_for_ended_watches()
+        self.assertGreaterEqual(time.monotonic() - asked, 0.4)
+        self.assertEqual(record["exit"], 3)
+        self.assertLess(record["seconds"], time.monotonic() - watch.started)  # until asked to end, not until it did
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .apiserver import forbidden_text, is_forbidden, settle_serviceaccounts
 from .common import (
@@ -44,7 +43,6 @@ from .common import (
     STATE_ENV,
     KubectlError,
     ResType,
-    Selector,
     deep_copy,
     err,
     go_json,
@@ -67,6 +65,13 @@ from .common import (
 from .containerlog import CONTAINER_LOG_MAX_SIZE, served_log
 from .faults import API_ERRORS, FaultCounters, hang_rules, op_matches
 from .store import Store, Tx
+
+# typing for the annotations only (postponed, never evaluated): not imported by each kubectl call (2 ms)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
+
+    from .common import Selector
 
 DELETE_WAIT_CAP_SECONDS = 300.0
 CLIENT_GO_MAX_RETRIES = 10  # client-go rest/request.go: retries of an answer with Retry-After
@@ -522,7 +527,8 @@ POD_FIELDS = {
     "status.podIP": ("status", "podIP"),
     "status.nominatedNodeName": ("status", "nominatedNodeName"),
 }
-FieldRequirement = Tuple[Tuple[str, str], str, str]  # (where, operator, value)
+if TYPE_CHECKING:
+    FieldRequirement = Tuple[Tuple[str, str], str, str]  # (where, operator, value)
 
 
 def parse_field_selector(rts: List[Tuple[ResType, Optional[str]]], text: str) -> List[FieldRequirement]:
