@@ -1805,7 +1805,13 @@ def round_job_manifest(
     settings: RunSettings, name: str, namespace: str, run_id: str, image: str, parallelism: Optional[int] = None
 ) -> KubeObject:
     """A measured round's Job: the settings' episodes, running `image` (the pinned digest, if
-    any), `parallelism` at once (--parallelism auto's choice; else the settings')."""
+    any), `parallelism` at once (--parallelism auto's choice; else the settings').
+
+    Always Indexed, whatever the flags: each pod then carries its completion index, as a label
+    from Kubernetes 1.28, so the logs of a large round are read by sets of indexes, one process
+    per LOG_SELECTOR_PODS pods (read_logs), not one per pod. The pods run as in the guide's
+    NonIndexed Job (same template, same backoffLimit 0); the episodes are numbered by the index
+    only where it picks the task (RunSettings.indexed)."""
     return job_manifest(
         name=name,
         namespace=namespace,
@@ -1815,7 +1821,7 @@ def round_job_manifest(
         image=image,
         runtime=settings.runtime,
         deadline_seconds=settings.deadline_seconds,
-        indexed=settings.indexed,
+        indexed=True,
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
@@ -6568,6 +6574,10 @@ def write_json(path: Path, data: Any) -> None:
 
 _PREFIX = rb"^\[pod/([^/\]]+)/[^\]]+\] ?"
 _EMBEDDED_PREFIX = rb"\[pod/([^/\]]+)/[^\]]+\] "
+# `kubectl logs -l --ignore-errors`: a pod whose log request failed gets this unprefixed line on
+# stdout instead of ending the read (kubectl pkg/cmd/logs/logs.go sequentialConsumeRequest, or
+# consumeWithRetry from 1.36: `"error: " + err.Error() + "\n"`, err being the server's message).
+_KUBECTL_LOG_ERROR = b"error: "
 PREFIX_LIMIT = 512  # bytes of kubectl's "[pod/NAME/CONTAINER] ": a pod name is at most 253, a container's 63
 
 
@@ -6891,9 +6901,15 @@ class EpisodeLogReader:
         single_pod: Optional[str] = None,
         budgets: Optional[LogBudgets] = None,
         gate: Optional[threading.Event] = None,
+        ignored: Iterable[str] = (),
     ) -> None:
         self.round_dir = round_dir
         self.allowed = set(pod_names)
+        # Pods the selector also matches whose logs nobody wants (lost to the infrastructure): with
+        # them the read runs with --ignore-errors, and kubectl's error lines are judged here.
+        self.ignored = set(ignored) - self.allowed
+        self.last_pod: Optional[str] = None  # the pod whose line came last
+        self.error_in_last_line: Dict[str, bool] = {}  # --ignore-errors: kubectl's error may be glued there
         self.single_pod = single_pod  # `kubectl logs POD`: no prefixes, every line is this pod's
         self.budgets = budgets or LogBudgets()
         self.files: Dict[str, _PodLogFile] = {}
@@ -6934,8 +6950,31 @@ class EpisodeLogReader:
             return self.single_pod, line
         match = re.match(_PREFIX, line)
         if not match:
-            return None, line  # not a pod's line (kubectl's own warning): dropped
-        return match.group(1).decode("utf-8", "replace"), line[match.end() :]
+            if self.ignored and line.startswith(_KUBECTL_LOG_ERROR):
+                self._kubectl_error(line)
+            return None, line  # not a pod's line (kubectl's own warning or error): dropped
+        name = match.group(1).decode("utf-8", "replace")
+        self.last_pod = name
+        if self.ignored:
+            self.error_in_last_line[name] = _KUBECTL_LOG_ERROR in line
+        return name, line[match.end() :]
+
+    def _kubectl_error(self, line: bytes) -> None:
+        """With --ignore-errors, kubectl's line for a log request that failed. The kubelet's and
+        the API server's messages name the pod (`container "episode" in pod "NAME" is not
+        available`, kubelet_pods.go validateContainerLogStatus; a node's URL .../containerLogs/
+        NS/NAME/...): a lost pod's is expected, a wanted pod's log is read again by itself. One
+        that names none may have cut short the pod printed just before it."""
+        text = line.decode("utf-8", "replace")
+        named = {
+            name
+            for name in self.allowed | self.ignored
+            if re.search(rf"(?<![A-Za-z0-9.-]){re.escape(name)}(?![A-Za-z0-9.-])", text)
+        }
+        if named:
+            self.doubtful.update(named & self.allowed)
+        elif self.last_pod in self.allowed:
+            self.doubtful.add(str(self.last_pod))
 
     def feed(self, chunk: bytes) -> None:
         *lines, rest = chunk.split(b"\n")
@@ -6946,6 +6985,8 @@ class EpisodeLogReader:
     def _piece(self, piece: bytes, ends_line: bool) -> None:
         if self.long_line_pod is not None:  # the rest of an over-long line: to the file, never kept
             self._check_glued(self.long_line_pod, self.long_line_tail + piece)
+            if self.ignored and self.long_line_pod:
+                self.error_in_last_line[self.long_line_pod] = _KUBECTL_LOG_ERROR in self.long_line_tail + piece
             self.long_line_tail = (self.long_line_tail + piece)[-PREFIX_LIMIT:]
             target = self._file(self.long_line_pod)
             if target is not None:
@@ -6985,6 +7026,9 @@ class EpisodeLogReader:
             if target is not None:
                 target.scanner.long_line()
         self.long_line_pod = None
+        # kubectl writes a pod's last line without a newline as it came: an error line for the next
+        # request is then glued onto it, in that pod's text
+        self.doubtful.update(name for name, glued in self.error_in_last_line.items() if glued and name in self.allowed)
         return {name: log_file.finish() for name, log_file in sorted(self.files.items())}
 
     def discard(self) -> None:
@@ -7536,15 +7580,22 @@ def logs_by_selector(
     timeout: Optional[float] = None,
     budgets: Optional[LogBudgets] = None,
     gate: Optional[threading.Event] = None,
+    ignored: Sequence[str] = (),
 ) -> Dict[str, PodLog]:
     """The logs of the pods the selector matches, in one streamed call, saved as <pod>.log for
     the named pods. kubectl reads them one after another, each request through client-go's token
     bucket (5 a second after a burst of 10), so this suits up to LOG_SELECTOR_PODS pods. A single
     unreadable log makes kubectl stop with an error; the pods it printed before that are kept.
+    `ignored`: pods the selector matches too whose logs are not wanted (lost to the
+    infrastructure: a rejected or evicted pod's log may be unreadable); with them, kubectl goes on
+    past a failed request (--ignore-errors) and EpisodeLogReader judges its error line.
     `timeout`: the whole call's limit (after Ctrl-C); without it, the call ends only when it has
     printed nothing for the kubectl timeout (see Kubectl.stream)."""
     args = ["logs", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1"]
-    reader = EpisodeLogReader(round_dir, pod_names, budgets=budgets, gate=gate)
+    ignored = [name for name in ignored if name not in pod_names]
+    if ignored:
+        args.append("--ignore-errors")
+    reader = EpisodeLogReader(round_dir, pod_names, budgets=budgets, gate=gate, ignored=ignored)
     complete = True
     try:
         kubectl.stream(
@@ -7591,16 +7642,23 @@ def read_logs(
     round_dir: Path,
     budgets: Optional[LogBudgets] = None,
     gate: Optional[threading.Event] = None,
+    lost: Sequence[KubeObject] = (),
 ) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
     """The pods' container logs, in time that grows gently with their number, with a bounded
     number of kubectl processes at once (LOG_READ_PROCESSES; each has its own token bucket):
 
     * up to LOG_SELECTOR_PODS pods, one `kubectl logs -l` of `selector` (which matches exactly
-      `pods`; None: never);
-    * beyond that, in an Indexed Job whose pods carry the completion-index label (1.28+), one
-      `logs -l` per set of up to LOG_SELECTOR_PODS indexes (`SELECTOR,INDEX in (0,1,...)`);
+      `pods` and `lost`; None: never);
+    * beyond that, in an Indexed Job whose pods carry the completion-index label (1.28+: every
+      measured Job is Indexed), one `logs -l` per set of up to LOG_SELECTOR_PODS indexes
+      (`SELECTOR,INDEX in (0,1,...)`);
     * then each pod those calls missed (an unreadable log stops a selector read), or every pod
       of a Job without the label, with its own `kubectl logs POD`.
+
+    `lost`: the Job's pods lost to the infrastructure (--infra-retries), whose logs are not read
+    but which the selectors match too (a replacement shares its index): a selector that matches
+    one runs with --ignore-errors, their output and errors ignored (logs_by_selector), so a lost
+    pod whose log cannot be served costs no process more.
 
     Beyond the cross-check limit (`all_pods` False), only pods whose termination message cannot
     carry their events, or lists artifacts (their frames travel in the log alone), are read.
@@ -7613,20 +7671,28 @@ def read_logs(
     logs: Dict[str, Optional[PodLog]] = {}
     errors: Dict[str, str] = {}
     budgets = budgets or LogBudgets()
-    sets: List[Tuple[str, List[str]]] = []  # (selector, the pods it matches)
+    sets: List[Tuple[str, List[str], List[str]]] = []  # (selector, the pods wanted, the lost pods it matches too)
+    lost_names = [pod["metadata"]["name"] for pod in lost]
     if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
-        sets.append((selector, wanted))
+        sets.append((selector, wanted, lost_names))
     elif selector is not None and len(wanted) > 1:
-        labels = {pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in pods}
+        labels = {
+            pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in [*pods, *lost]
+        }
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
             by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
             for start in range(0, len(by_index), LOG_SELECTOR_PODS):
                 names = by_index[start : start + LOG_SELECTOR_PODS]
-                indexes = ",".join(sorted({str(labels[name]) for name in names}, key=int))
-                sets.append((f"{selector},{INDEX_LABEL} in ({indexes})", names))
+                chosen = {str(labels[name]) for name in names}
+                indexes = ",".join(sorted(chosen, key=int))
+                # a lost pod without a valid label is matched by no index set
+                matched_lost = [name for name in lost_names if str(labels[name]) in chosen]
+                sets.append((f"{selector},{INDEX_LABEL} in ({indexes})", names, matched_lost))
 
-    def read_set(chosen: str, names: List[str]) -> None:
-        logs.update(logs_by_selector(kubectl, namespace, chosen, names, round_dir, budgets=budgets, gate=gate))
+    def read_set(chosen: str, names: List[str], ignored: List[str]) -> None:
+        logs.update(
+            logs_by_selector(kubectl, namespace, chosen, names, round_dir, budgets=budgets, gate=gate, ignored=ignored)
+        )
 
     def read_pod(name: str) -> None:
         try:
@@ -8282,9 +8348,10 @@ class BatchRun:
                 saved.set()  # the logs wait for it, whatever happened here
 
         def read(pods: List[KubeObject]) -> Tuple[Dict[str, Optional[PodLog]], Dict[str, str]]:
-            if settings.infra_retries:  # a pod lost to the infrastructure is judged by its status alone
+            lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
+            if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved)
+            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -8356,7 +8423,10 @@ class BatchRun:
         dropped = [
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
-            if key in manifest["spec"] and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            if key in manifest["spec"]
+            and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            # a run whose episodes need no index reads its logs one pod at a time without it
+            and (key != "completionMode" or self.settings.indexed)
         ]
         if not dropped:
             return

@@ -274,11 +274,12 @@ class Cluster:
         )
         return Call(argv, chunks=tuple(chunks), hold=hold, name=name, counts_down=True)
 
-    def logs_by_selector(self, selector: str, text: str) -> Call:
-        """Up to 10 pods' logs at once (no --request-timeout: it would limit each log's transfer)."""
+    def logs_by_selector(self, selector: str, text: str, ignore_errors: bool = False) -> Call:
+        """Up to 10 pods' logs at once (no --request-timeout: it would limit each log's transfer);
+        `ignore_errors`: the selector matches pods lost to the infrastructure too."""
         argv = self.args(
-            "logs", "-l", selector, "-c", demo.CONTAINER_NAME, "--prefix", "--tail=-1", namespace=NAMESPACE,
-            request_timeout=None,
+            "logs", "-l", selector, "-c", demo.CONTAINER_NAME, "--prefix", "--tail=-1",
+            *(["--ignore-errors"] if ignore_errors else []), namespace=NAMESPACE, request_timeout=None,
         )  # fmt: skip
         return Call(argv, stdout=text)
 
@@ -460,16 +461,32 @@ class RunPlan:
 
     def log_reads(self, batch: Batch) -> List[Call]:
         """The logs a round reads: up to the cross-check limit every pod's, with one `logs -l`
-        up to 10 pods, else one `logs POD` each; beyond it, those of the pods whose termination
-        message cannot carry their events (empty, or cut at the front)."""
+        up to 10 pods, else one `logs -l` per 10 completion indexes (every measured Job is
+        Indexed; a pod without the index label, as on Kubernetes 1.27, is read by `logs POD`);
+        beyond it, those of the pods whose termination message cannot carry their events (empty,
+        or cut at the front). A pod lost to the infrastructure (--infra-retries) is never read,
+        but a selector that matches it runs with --ignore-errors."""
+        lost = [e for e in batch.episodes if batch.infra_retries and demo.infra_loss(batch.pod(e))]
+        kept = [episode for episode in batch.episodes if episode not in lost]
         if 1 < batch.count <= demo.LOG_SELECTOR_PODS:
-            return [self.logs(batch)]
+            return [self.cluster.logs_by_selector(batch.selector, batch.prefixed_logs(), bool(lost))]
         wanted = [
             episode
-            for episode in batch.episodes
+            for episode in kept
             if batch.count <= demo.LOG_CROSSCHECK_LIMIT or demo.message_needs_log(episode.message)
         ]
-        return [self.cluster.logs_of(episode.name, episode.log) for episode in wanted]
+        if len(wanted) < 2 or any(episode.index is None or episode.unlabelled for episode in wanted):
+            return [self.cluster.logs_of(episode.name, episode.log) for episode in wanted]
+        by_index = sorted(wanted, key=lambda episode: int(str(episode.index)))
+        reads = []
+        for start in range(0, len(by_index), demo.LOG_SELECTOR_PODS):
+            chosen = by_index[start : start + demo.LOG_SELECTOR_PODS]
+            indexes = sorted({int(str(episode.index)) for episode in chosen})
+            matched_lost = [episode for episode in lost if episode.index in indexes and not episode.unlabelled]
+            selector = f"{batch.selector},{demo.INDEX_LABEL} in ({','.join(map(str, indexes))})"
+            text = batch.prefixed_logs([*chosen, *matched_lost])
+            reads.append(self.cluster.logs_by_selector(selector, text, bool(matched_lost)))
+        return reads
 
     def round(self, batch: Batch) -> List[Call]:
         """Create one Job, watch it and its pods, then read the events and the logs at once (or,

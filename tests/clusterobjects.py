@@ -159,7 +159,8 @@ class Episode:
     deleted_at: Optional[float] = None  # deletionTimestamp: deleted mid-run
     labels: Dict[str, str] = dataclasses.field(default_factory=dict)
     uid: str = "44444444-4444-4444-8444-000000000000"
-    index: Optional[int] = None  # its completion index (a Batch with infra_retries: an Indexed Job)
+    index: Optional[int] = None  # its completion index (every measured Job is Indexed); None: a stray pod
+    unlabelled: bool = False  # the index as an annotation only, no label (Kubernetes before 1.28)
 
     @property
     def events(self) -> List[Dict[str, Any]]:
@@ -224,16 +225,14 @@ class Batch:
             uid=f"44444444-4444-4444-8444-{index:012d}",
         )
         episode.log = episode.message = log_of(make_events(name, ready_at, reward_at, tests_output=TESTS_OUTPUT))
-        if self.infra_retries:
-            episode.index = index
+        episode.index = index  # every measured Job is Indexed (rl_batch_demo.round_job_manifest)
         return episode
 
     def add_episode(self, index: Optional[int] = None) -> Episode:
         """One pod more than the Job asked for (a replacement, or a stray); `index`: the
         completion index it replaces a pod of (with infra_retries)."""
         episode = self._episode(len(self.episodes))
-        if index is not None:
-            episode.index = index
+        episode.index = index
         self.episodes.append(episode)
         return episode
 
@@ -248,6 +247,7 @@ class Batch:
             image=self.image if image is None else image,
             runtime=self.runtime,
             deadline_seconds=self.deadline_seconds,
+            indexed=True,
             infra_retries=self.infra_retries,
         )
 
@@ -337,7 +337,7 @@ class Batch:
         if not self.legacy_labels:
             labels.update({demo.UID_LABEL: self.uid, "batch.kubernetes.io/job-name": self.job_name})
         labels.update(episode.labels)
-        if episode.index is not None:
+        if episode.index is not None and not episode.unlabelled:
             labels[demo.INDEX_LABEL] = str(episode.index)
         metadata: Dict[str, Any] = {
             "name": episode.name,

@@ -46,6 +46,10 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ``pod_failure_backoff_seconds``: the job controller's first backoff before it replaces a failed
     pod of an index (default 10 s, as the real one's; doubled for each further failure).
 ``logs_unavailable``: ``[INDEX, ...]`` pods whose logs cannot be read.
+``no_pod_index_label``: the job controller of Kubernetes before 1.28 (no PodIndexLabel): an
+    Indexed Job's pods carry their completion index as an annotation only, not as a label.
+``stand_in_artifacts``: with ``stand_in_worker``, each pod also sends the built-in worker's two
+    artifacts (framed in its log, listed by its reward event), so every log is read.
 ``log_bytes_per_second``: each log response is written at this rate; with ``--request-timeout``
     a response that needs longer ends there, as kubectl's does (commands.transfer).
 ``container_log_max_size``: the kubelet's ``containerLogMaxSize`` in bytes (default 10 MiB):

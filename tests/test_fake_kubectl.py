@@ -18,6 +18,7 @@ import unittest
 from typing import Any, ClassVar, Dict, List, Optional
 
 from tests.fakecluster import FakeCluster, fake_module
+from tests.fakekube.faults import killed_mid_run
 
 WORKER = r"""
 import json, os, time
@@ -273,7 +274,6 @@ class StrictnessTest(FakeKubectlTestCase):
             ),
             (["delete", "job", "x", "--ignore-not-found"], "kubectl delete --ignore-not-found"),
             (["delete", "pods", "x"], "delete pods"),
-            (["logs", "x", "-c", "episode", "--ignore-errors"], "kubectl logs --ignore-errors"),
             (["logs", "x"], "logs without -c CONTAINER"),
             (["logs", "x", "episode"], "logs POD CONTAINER (use -c CONTAINER)"),
         ):
@@ -718,6 +718,58 @@ class FaultTest(FakeKubectlTestCase):
             f"of pod {pod['metadata']['name']}",
         )
         self.assertIn('"event": "reward"', self.cluster.pod_log(NS, pod["metadata"]["name"]))
+
+    def test_a_rejected_pods_log_is_not_available_and_ignore_errors_goes_on(self) -> None:
+        """The kubelet's admission refused the pod: no container ever ran, so there is no log;
+        `kubectl logs` fails as the kubelet answers (validateContainerLogStatus), and
+        `logs -l --ignore-errors` prints that error unprefixed on stdout and reads the others."""
+        self.cluster.set_faults({"episode": {"0": "rejected"}})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=2, parallelism=2))
+        self.cluster.wait_idle(10)
+        pods = {p["metadata"]["name"]: p for p in self.cluster.objects("Pod", NS)}
+        rejected = next(name for name, p in pods.items() if p["status"].get("reason") == "OutOfcpu")
+        other = next(name for name in pods if name != rejected)
+        error = f'container "episode" in pod "{rejected}" is not available'
+        self.fails("logs", rejected, "-c", "episode", "-n", NS, stderr=f"Error from server (BadRequest): {error}")
+        out = self.ok("logs", "-l", "job-name=rollout", "-c", "episode", "--prefix", "--ignore-errors", "-n", NS)
+        self.assertIn(f"error: {error}\n", out)
+        self.assertNotIn(f"[pod/{rejected}/", out)
+        self.assertIn(f'[pod/{other}/episode] {{"event": "ready"', out)
+        # without it, the read stops at the rejected pod, wherever kubectl's order put it
+        self.fails(
+            "logs",
+            "-l",
+            "job-name=rollout",
+            "-c",
+            "episode",
+            "--prefix",
+            "-n",
+            NS,
+            stderr=f"Error from server (BadRequest): {error}",
+        )
+
+    def test_an_evicted_pods_log_ends_where_the_kill_fell(self) -> None:
+        """A hard eviction kills the worker mid-run: its container is reported terminated (137),
+        and its log, served, ends inside a line (its reward never written whole)."""
+        self.cluster.set_faults({"episode": {"0": "evict"}})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
+        self.cluster.wait_idle(10)
+        [pod] = self.cluster.objects("Pod", NS)
+        self.assertEqual(pod["status"]["reason"], "Evicted")
+        self.assertEqual(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137)
+        served = self.ok("logs", pod["metadata"]["name"], "-c", "episode", "-n", NS)
+        self.assertTrue(served.startswith('{"event": "ready"'), served)
+        self.assertFalse(served.endswith("\n"), served)
+        self.assertNotIn('"reward": 1.5', served)
+
+    def test_killed_mid_run_cuts_the_first_artifact_frame(self) -> None:
+        log = "ready\nrl-demo-artifact 1 0 1 abc bmFtZQ== " + "A" * 40 + "\nreward\n"
+        cut = killed_mid_run(log)
+        self.assertTrue(cut.startswith("ready\nrl-demo-artifact 1 0 1 "), cut)
+        self.assertLess(len(cut), log.index("\nreward"))
+        self.assertEqual(killed_mid_run("ready\nreward 12345678\n"), "ready\nreward ")
 
     def first_pod(self) -> dict:
         waited_until = time.monotonic() + 10  # the controller's first pass, however loaded the machine

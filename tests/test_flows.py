@@ -412,12 +412,12 @@ class RunTest(RunPlanTestCase):
         for index in (3, 7):
             batch.episodes[index].message = ""
         plan = RunPlan(batch)
-        self.expect(*plan.run())  # their own `logs POD` each: a selector would read all 25, at 5 a second
+        self.expect(*plan.run())  # one selector of their two completion indexes, not the Job's 25 pods
         result = self.run_ok("run", "--count", "25", "--allow-large", "--output", str(self.out()))
         results = self.results()
         self.assertEqual((results["reward_sum"], results["pods_without_termination_message"]), (25, 2))
-        logs = [argv for argv in self.stub.calls() if "logs" in argv]
-        self.assertEqual(sorted(argv[-3] for argv in logs), [batch.episodes[3].name, batch.episodes[7].name])
+        [logs] = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertEqual(logs[logs.index("-l") + 1], f"{batch.selector},{demo.INDEX_LABEL} in (3,7)")
         self.assertIn("episode output: 2 pod(s) succeeded without a termination message", result.stdout)
 
     def test_existing_output_touches_no_cluster(self) -> None:

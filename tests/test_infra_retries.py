@@ -8,6 +8,7 @@ cluster, whose job controller applies podFailurePolicy as the real one does
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import unittest
 from typing import Any, Dict, List
@@ -234,6 +235,54 @@ class RetriesPlanTest(CallPlanTestCase):
         self.assertEqual(sum(row["attempts"] for row in results["pods"]), 11)
         self.assertLessEqual(len(self.stub.calls()), 10)  # the 10-episode budget holds with a retry
 
+    def lost_pod_unreadable(self, batch: Batch, lost: List[Any], kept: List[Any]) -> List[Any]:
+        """The run's plan, its selector reads answering as kubectl does with --ignore-errors when
+        a lost pod's log cannot be served (the kubelet's error, unprefixed, in kubectl's order)."""
+        errors = "".join(f'error: container "episode" in pod "{e.name}" is not available\n' for e in lost)
+        stdout = batch.prefixed_logs(kept[:2]) + errors + batch.prefixed_logs(kept[2:])
+        return [
+            dataclasses.replace(call, stdout=stdout) if "--ignore-errors" in call.argv else call
+            for call in RunPlan(batch).run()
+        ]
+
+    def test_a_lost_pod_whose_log_cannot_be_served_costs_no_process_more(self) -> None:
+        """A lost pod's log the kubelet cannot serve (its container never created, or removed):
+        the selector read matches it all the same; with --ignore-errors kubectl goes on past it,
+        and its error line is the lost pod's, so no other pod is read again (main before this:
+        the read stopped there, and every pod after it was read alone, 10 processes more)."""
+        batch = Batch(count=10, infra_retries=1)
+        evict(batch, 3)
+        replacement = batch.add_episode(index=3)
+        kept = [episode for episode in batch.episodes if not episode.evicted]
+        self.expect(*self.lost_pod_unreadable(batch, [batch.episodes[3]], kept))
+        result = self.tool("run", "--count", "10", "--output", str(self.out()), "--quiet", "--infra-retries", "1")
+        self.assertEqual(result.code, 0, result.stderr)
+        self.assertLessEqual(len(self.stub.calls()), 10)  # the 10-episode budget holds
+        [read] = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertIn("--ignore-errors", read)
+        rows = {row["index"]: row for row in self.results()["pods"]}
+        self.assertEqual((rows[3]["pod"], rows[3]["attempts"]), (replacement.name, 2))
+        self.assertFalse((self.out() / f"{batch.episodes[3].name}.log").exists())
+
+    def test_beyond_ten_pods_only_the_index_set_with_a_lost_pod_ignores_errors(self) -> None:
+        batch = Batch(count=25, infra_retries=1)
+        for episode in batch.episodes:
+            episode.message = ""  # every log read
+        evict(batch, 12)
+        batch.add_episode(index=12).message = ""
+        kept = [episode for episode in batch.episodes if not episode.evicted]
+        self.expect(
+            *self.lost_pod_unreadable(batch, [batch.episodes[12]], [e for e in kept if e.index in range(10, 20)])
+        )
+        result = self.tool(
+            "run", "--count", "25", "--allow-large", "--output", str(self.out()), "--quiet", "--infra-retries", "1"
+        )
+        self.assertEqual(result.code, 0, result.stderr)
+        reads = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertEqual(len(reads), 3)
+        ignoring = [argv[argv.index("-l") + 1] for argv in reads if "--ignore-errors" in argv]
+        self.assertEqual(ignoring, [f"{batch.selector},{demo.INDEX_LABEL} in ({','.join(map(str, range(10, 20)))})"])
+
     def test_a_replaced_pod_that_failed_by_its_own_doing_fails_the_run(self) -> None:
         batch = Batch(count=2, infra_retries=1)
         own = batch.episodes[0]
@@ -282,6 +331,40 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertEqual(job["status"]["failed"], 1)  # Count: the lost pod counts against backoffLimitPerIndex
         self.assertEqual(job["spec"]["podReplacementPolicy"], "Failed")
 
+    def test_a_pod_evicted_mid_frame_leaves_no_artifact_and_costs_at_most_one_read_more(self) -> None:
+        """The kubelet killed the evicted worker inside its first artifact frame: the selector
+        read still matches that pod (its replacement shares its index), so its cut frame and any
+        error are ignored; the replacement's artifacts are saved whole. The pod kubectl printed
+        right after the cut line has its first line glued onto it and is read again alone: one
+        `logs` process more at most."""
+        cluster = self.cluster(faults={"episode": {"1": "evict"}, **FAST_BACKOFF})
+        self.run_tool(cluster, 0, "--count", "3", "--infra-retries", "1")
+        results = self.results()
+        self.assertEqual((results["successful_episodes"], results["lost_attempts"]), (3, 1))
+        [lost] = [attempt["pod"] for row in results["pods"] for attempt in row["lost_attempts"]]
+        self.assertFalse(cluster.pod_log(cluster_namespace(results), lost).endswith("\n"))  # cut mid-line
+        self.assertIn("rl-demo-artifact 1 ", cluster.pod_log(cluster_namespace(results), lost))
+        self.assertFalse((self.out / "artifacts" / lost).exists())
+        self.assertFalse((self.out / f"{lost}.log").exists())
+        for row in results["pods"]:
+            names = sorted(entry["name"] for entry in row["artifacts"])
+            self.assertEqual(names, ["patch.diff", "tests-output.txt"], row["pod"])
+        reads = [argv for argv in cluster.calls() if "logs" in argv]
+        selector_reads = [argv for argv in reads if "-l" in argv]
+        self.assertEqual(len(selector_reads), 1, reads)
+        self.assertIn("--ignore-errors", selector_reads[0])
+        self.assertLessEqual(len(reads), 2, reads)
+
+    def test_a_pod_evicted_mid_frame_without_retries_fails_the_run_with_its_cut_log_saved(self) -> None:
+        cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2")
+        self.assertIn("was evicted", result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        evicted = [p["metadata"]["name"] for p in self.pods() if p["status"].get("reason") == "Evicted"]
+        self.assertEqual(len(evicted), 1)
+        self.assertTrue((self.out / f"{evicted[0]}.log").exists())  # beside the error, as the guide keeps them
+        self.assertFalse((self.out / "artifacts" / evicted[0] / "patch.diff").exists())  # no half file as a whole
+
     def test_a_preempted_pod_deleted_before_the_listing_is_still_an_attempt(self) -> None:
         """Preemption: DisruptionTarget and exit code 143 (SIGTERM); the Count rule comes first, so
         the exit code does not fail the Job; the pod is gone by the listing, the watch saw it."""
@@ -309,6 +392,11 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         [attempt] = rows[0]["lost_attempts"]
         self.assertIn("rejected by the kubelet before any container ran (OutOfcpu", attempt["cause"])
         self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
+        # It has no log (`container "episode" in pod ... is not available`), yet the one selector
+        # read that matches it beside its replacement goes on past it (--ignore-errors)
+        [read] = [argv for argv in cluster.calls() if "logs" in argv]
+        self.assertIn("--ignore-errors", read)
+        self.assertFalse((self.out / f"{attempt['pod']}.log").exists())
 
     def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "exit1", "1": "evict"}, **FAST_BACKOFF})
@@ -360,3 +448,7 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def cluster_namespace(results: Dict[str, Any]) -> str:
+    return str(results["namespace"])

@@ -358,12 +358,15 @@ def tool_form(call: Callable[[demo.Kubectl], Any]) -> Form:
     raise AssertionError("the tool's call ran no kubectl")
 
 
-def selector_args(count: int, follow: bool = False, selector: str = SELECTOR) -> List[str]:
+def selector_args(count: int, follow: bool = False, selector: str = SELECTOR, ignored: Sequence[str] = ()) -> List[str]:
     """The arguments of rl_batch_demo.logs_by_selector for `count` pods (plus -f, with the
-    --max-log-requests it needs). A log read carries no --request-timeout (run them with
-    request_timeout=None, as the tool does)."""
-    names = [f"p{index}" for index in range(count)]
-    args, namespace, timeout = tool_form(lambda k: demo.logs_by_selector(k, NAMESPACE, selector, names, Path("unused")))
+    --max-log-requests it needs); `ignored`: pods the selector matches too whose logs are not
+    wanted (lost pods: the tool adds --ignore-errors). A log read carries no --request-timeout
+    (run them with request_timeout=None, as the tool does)."""
+    names = [f"p{index}" for index in range(count) if f"p{index}" not in ignored]
+    args, namespace, timeout = tool_form(
+        lambda k: demo.logs_by_selector(k, NAMESPACE, selector, names, Path("unused"), ignored=ignored)
+    )
     assert namespace == NAMESPACE and "-f" not in args and timeout is None
     return [*args, "-f", f"--max-log-requests={count}"] if follow else args
 
@@ -584,6 +587,33 @@ class LogsContract(ContractCase):
             )
             failure = demo.KubectlFailure(outcome.argv, outcome.returncode, outcome.stderr)
             self.assertTrue(failure.transient)
+
+        self.each_kubectl(contract)
+
+    def test_with_lost_pods_an_unreadable_log_is_an_error_line_and_the_read_goes_on(self) -> None:
+        """logs_by_selector with lost pods passes --ignore-errors: a failed log request prints
+        `error: MESSAGE` (the server's message, no prefix) on stdout, and kubectl reads every other
+        pod and exits 0 (logs.go sequentialConsumeRequest, consumeWithRetry from 1.36); the
+        reader keeps the others' logs whole and puts none in doubt."""
+        logs = {f"p{index}": f"line of p{index}\n".encode() for index in range(6)}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs, failing=["p3"])
+            args = selector_args(len(logs), ignored=["p3"])
+            self.assertIn("--ignore-errors", args)
+            outcome = session.run(args, request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            order = [pod_of(r) for r in log_reads(session)]
+            self.assertEqual(sorted(order), sorted(logs))
+            error = b"error: Internal error occurred: failed to read the log of p3\n"
+            expected = b"".join(error if name == "p3" else with_prefixes([name], logs) for name in order)
+            self.assertEqual(outcome.stdout, expected)
+            with tempfile.TemporaryDirectory() as scratch:
+                wanted = [name for name in logs if name != "p3"]
+                reader = demo.EpisodeLogReader(Path(scratch), wanted, ignored=["p3"])
+                reader.feed(outcome.stdout)
+                self.assertEqual(sorted(reader.finish()), wanted)
+                self.assertEqual(reader.doubtful, set())
 
         self.each_kubectl(contract)
 

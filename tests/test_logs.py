@@ -57,12 +57,36 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertIn("-l", selector_read["argv"])
         self.assertEqual(self.results()["pods_without_termination_message"], 10)
 
-    def test_beyond_ten_pods_each_pod_is_read_alone_eight_at_once(self) -> None:
-        """kubectl reads a selector's logs one after another at 5 a second past a burst of 10: 25
-        pods by their own `logs POD` each, in a bounded pool, cost a few processes' time."""
+    def test_beyond_ten_pods_the_default_job_is_read_by_sets_of_ten_indexes(self) -> None:
+        """Every measured Job is Indexed, so a default run's 25 pods (each listing artifacts, as
+        the built-in worker's do) are read by 3 selectors of completion indexes: 3 processes, not
+        25 (main before this: `logs POD` each, a process per episode)."""
         batch = Batch(count=25, parallelism=25)
         for episode in batch.episodes:
             episode.message = ""
+        self.expect(*RunPlan(batch).run())
+        self.run_ok("run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out()))
+        self.assertEqual(self.read_json("job-submitted.json")["spec"]["completionMode"], "Indexed")
+        selectors = sorted(call["argv"][call["argv"].index("-l") + 1] for call in self.log_calls())
+        index = demo.INDEX_LABEL
+        self.assertEqual(
+            selectors,
+            sorted(
+                f"{batch.selector},{index} in ({','.join(map(str, range(start, min(start + 10, 25))))})"
+                for start in (0, 10, 20)
+            ),
+        )
+        self.assertEqual(self.results()["reward_sum"], 25)
+
+    def test_beyond_ten_pods_without_the_index_label_each_pod_is_read_alone_eight_at_once(self) -> None:
+        """Before Kubernetes 1.28 an Indexed Job's pods carry their index as an annotation only,
+        no label a selector could choose: kubectl reads a selector's logs one after another at 5 a
+        second past a burst of 10, so 25 pods are read by their own `logs POD` each, in a bounded
+        pool, at the cost of a few processes' time."""
+        batch = Batch(count=25, parallelism=25)
+        for episode in batch.episodes:
+            episode.message = ""
+            episode.unlabelled = True
         self.expect(*RunPlan(batch).run())
         result = self.run_ok(
             "run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out())
@@ -99,7 +123,14 @@ class LogsAtScaleTest(CallPlanTestCase):
         bad = batch.episodes[6]
         bad.log = bad.message = log_of([bad.events[0], *bad.events])  # a duplicate ready
         plan = RunPlan(batch)
-        self.expect(*plan.run(), *[plan.cluster.logs_of(episode.name, episode.log) for episode in batch.episodes])
+        saved = [
+            plan.cluster.logs_by_selector(
+                f"{batch.selector},{demo.INDEX_LABEL} in ({','.join(str(e.index) for e in chosen)})",
+                batch.prefixed_logs(chosen),
+            )
+            for chosen in (batch.episodes[:10], batch.episodes[10:20], batch.episodes[20:])
+        ]
+        self.expect(*plan.run(), *saved)  # every pod's log by sets of 10 completion indexes
         result = self.tool("run", "--count", "25", "--parallelism", "25", "--allow-large", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_EPISODE, bad.name, "found 2 ready")
         for episode in batch.episodes:
@@ -130,6 +161,47 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertLess(saved.index("pods.json"), first_log)
         self.assertLess(saved.index("events.txt"), first_log)
         self.assertTrue((self.out() / "pods.json").exists() and (self.out() / "events.txt").exists())
+
+
+class IgnoredErrorsTest(unittest.TestCase):
+    """`logs -l --ignore-errors` (a selector that matches lost pods too): kubectl's unprefixed
+    error lines, judged by EpisodeLogReader."""
+
+    def read(self, output: bytes, wanted: List[str], ignored: List[str]) -> demo.EpisodeLogReader:
+        with tempfile.TemporaryDirectory() as scratch:
+            reader = demo.EpisodeLogReader(Path(scratch), wanted, ignored=ignored)
+            reader.feed(output)
+            reader.finish()
+        return reader
+
+    def test_a_lost_pods_error_puts_no_pod_in_doubt(self) -> None:
+        output = (
+            b"[pod/a/episode] line of a\n"
+            b'error: container "episode" in pod "lost-1" is not available\n'
+            b"[pod/lost-2/episode] its cut fr"  # a lost pod killed mid-line: b's first line is glued on
+            b"[pod/b/episode] line of b\n"
+            b"[pod/c/episode] line of c\n"
+        )
+        reader = self.read(output, ["a", "b", "c"], ["lost-1", "lost-2"])
+        self.assertEqual(reader.doubtful & {"a", "b", "c"}, {"b"})  # b alone is read again, by itself
+        self.assertEqual(sorted(reader.files), ["a", "c"])  # nothing of the lost pods is kept
+
+    def test_an_error_naming_no_pod_puts_the_pod_before_it_in_doubt(self) -> None:
+        """A transfer cut mid-stream (no pod in its message) follows the pod it cut short."""
+        output = b"[pod/a/episode] line of a\n[pod/b/episode] half of b\nerror: unexpected EOF\n[pod/c/episode] c\n"
+        self.assertEqual(self.read(output, ["a", "b", "c"], ["lost"]).doubtful, {"b"})
+
+    def test_an_error_naming_a_wanted_pod_puts_it_in_doubt(self) -> None:
+        output = b'[pod/a/episode] a\nerror: container "episode" in pod "b" is waiting to start: ContainerCreating\n'
+        self.assertEqual(self.read(output, ["a", "b"], ["lost"]).doubtful, {"b"})
+
+    def test_an_error_glued_onto_a_wanted_pods_last_line_puts_it_in_doubt(self) -> None:
+        output = b'[pod/a/episode] last line without newlineerror: container "episode" in pod "lost" is not available\n'
+        self.assertEqual(self.read(output, ["a"], ["lost"]).doubtful, {"a"})
+
+    def test_without_lost_pods_an_error_like_line_is_only_dropped(self) -> None:
+        output = b"[pod/a/episode] a said error: this\nerror: not kubectl's here\n"
+        self.assertEqual(self.read(output, ["a"], []).doubtful, set())
 
 
 class IndexedLogsEndToEndTest(unittest.TestCase):

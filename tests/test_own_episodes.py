@@ -714,10 +714,10 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
 class OldClusterTest(unittest.TestCase):
     """An API server that drops the per-index fields: the Job is deleted at once, exit 3."""
 
-    def fake_run(self) -> Any:
+    def fake_run(self, settings: Any = None) -> Any:
         calls: List[List[str]] = []
         kubectl = types.SimpleNamespace(run=lambda args, namespace=None: calls.append(list(args)) or "")
-        batch = types.SimpleNamespace(kubectl=kubectl, namespace="ns")
+        batch = types.SimpleNamespace(kubectl=kubectl, namespace="ns", settings=settings or settings_for(4))
         batch.delete_refused_job = lambda name, before: demo.BatchRun.delete_refused_job(batch, name, before)
         return batch, calls
 
@@ -738,8 +738,19 @@ class OldClusterTest(unittest.TestCase):
         batch, calls = self.fake_run()
         demo.BatchRun.refuse_dropped_fields(batch, manifest, json.loads(json.dumps(manifest)))
         plain = round_job(settings_for(4))
-        demo.BatchRun.refuse_dropped_fields(batch, plain, {"spec": {}})  # nothing was asked for
+        # nothing needed: a plain run's Job is Indexed only for its log reads, which go pod by pod without it
+        demo.BatchRun.refuse_dropped_fields(batch, plain, {"spec": {}})
         self.assertEqual(calls, [])
+
+    def test_a_dropped_completion_mode_stops_a_run_with_tasks(self) -> None:
+        settings = settings_for(4, tasks=[{"id": index} for index in range(4)])
+        manifest = round_job(settings)
+        created = json.loads(json.dumps(manifest))
+        del created["spec"]["completionMode"]
+        batch, calls = self.fake_run(settings)
+        with self.assertRaisesRegex(demo.DemoError, "does not support Indexed Jobs"):
+            demo.BatchRun.refuse_dropped_fields(batch, manifest, created)
+        self.assertEqual(len(calls), 1)
 
 
 class DocumentedExampleTest(unittest.TestCase):

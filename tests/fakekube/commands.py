@@ -1192,7 +1192,17 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         name = pod["metadata"]["name"]
         limiter.wait()
         inv.check_rbac("get", "pods/log", prt, name, inv.namespace)
-        data = read_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable)
+        try:
+            data = read_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable)
+        except KubectlError as failure:
+            if not flags.get("ignore-errors"):
+                raise
+            # --ignore-errors: the request's error on stdout, unprefixed, and the read goes on
+            # (kubectl logs.go sequentialConsumeRequest: `fmt.Fprintf(o.Out, "error: %v\n", err)`,
+            # err.Error() being the server's message without kubectl's "Error from server (...)")
+            message = re.sub(r"^Error from server \([^)]*\): ", "", str(failure).splitlines()[0])
+            transfer(inv, f"error: {message}\n".encode())
+            continue
         # Like kubectl: bytes as the kubelet serves them, lines split at b"\n" only (a CR or a
         # U+2028 inside a line is just data), the prefix written once per such line.
         lines = data.split(b"\n")
@@ -1314,6 +1324,15 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
         for c in (pod.get("status") or {}).get("containerStatuses") or []
     )
     if not started and not os.path.exists(path):
+        # The kubelet answers from the pod's container status (pkg/kubelet/kubelet_pods.go
+        # validateContainerLogStatus, via GetKubeletContainerLogs; the API server passes its 400 on):
+        # a pod that ended without any (a pod the kubelet's admission rejected, kubelet.go rejectPod:
+        # no container ever ran) is `container %q in pod %q is not available`; one still being set
+        # up is waiting to start.
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            raise KubectlError(
+                f'Error from server (BadRequest): container "{container}" in pod "{name}" is not available'
+            )
         raise KubectlError(
             f'Error from server (BadRequest): container "{container}" in pod "{name}" is '
             "waiting to start: ContainerCreating"

@@ -63,9 +63,11 @@ from .containerlog import termination_message
 from .faults import (
     MAX_TERMINATION_MESSAGE,
     SIGTERM_IGNORING_WORKER,
+    STAND_IN_ARTIFACT_WORKER,
     STAND_IN_WORKER,
     apply_episode_faults,
     episode_modes,
+    killed_mid_run,
     load_faults,
 )
 from .kubelet import record_runtime_operations
@@ -611,7 +613,7 @@ class JobController:
                 meta["annotations"] = dict(annotations)
             spec = deep_copy(pspec)
             if completion_index is not None:
-                index_pod(meta, spec, completion_index)
+                index_pod(meta, spec, completion_index, label=not self.faults.get("no_pod_index_label"))
                 if self.per_index is not None:  # its failures so far (job_controller.go addIndexFailureCountAnnotation)
                     meta["annotations"][INDEX_FAILURE_COUNT] = str(self.index_failures(completion_index))
             if "pod_sidecar" in (self.faults.get("admission") or []):  # a mesh's injector (apiserver.py admit_job)
@@ -902,7 +904,7 @@ class JobController:
         os.makedirs(workspace, exist_ok=True)
         script_path = os.path.join(sim.workdir, "episode.py")
         if self.faults.get("stand_in_worker"):
-            script = STAND_IN_WORKER
+            script = STAND_IN_ARTIFACT_WORKER if self.faults.get("stand_in_artifacts") else STAND_IN_WORKER
         if "ignore_sigterm" in sim.modes:
             script = SIGTERM_IGNORING_WORKER
         with open(script_path, "w", encoding="utf-8") as f:
@@ -1066,16 +1068,23 @@ class JobController:
             message = termination_message(message.encode("utf-8", errors="replace"), containers)
         if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = "\n".join(log.splitlines()[-80:])[-2048:]
-        tmp = lp + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(log.encode("utf-8", errors="surrogateescape"))
-        os.replace(tmp, lp)
         evicted = "evict" in sim.modes
         replaced = "replace" in sim.modes
         preempted = "preempt" in sim.modes
         rejected = "rejected" in sim.modes  # failed by the kubelet's admission: no exit code, no DisruptionTarget
+        if evicted:  # the kubelet killed the worker mid-run: its log ends where it was, mid-frame
+            log, message = killed_mid_run(log), ""
+        tmp = lp + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(log.encode("utf-8", errors="surrogateescape"))
+        os.replace(tmp, lp)
+        if rejected:  # no container ever ran (kubelet.go rejectPod before any sync): no log, no message
+            os.unlink(lp)
+            message = ""
         if preempted:
             rc = 143  # the kubelet's SIGTERM: python's default handler ends it with 128 + 15
+        if evicted:
+            rc = 137  # a hard eviction kills at once (grace period 0): SIGKILL, 128 + 9
         phase = "Succeeded" if rc == 0 and not evicted and not rejected else "Failed"
         if replaced:
             phase = "Failed"
@@ -1099,7 +1108,9 @@ class JobController:
                 conds.append(c)
             if evicted:  # the kubelet's node-pressure eviction: pkg/kubelet/eviction/eviction_manager.go
                 # evictPod (status reason Evicted, condition DisruptionTarget TerminationByKubelet, the
-                # PodDisruptionConditions gate: on from 1.26); phase Failed, no terminated container kept
+                # PodDisruptionConditions gate: on from 1.26); phase Failed. Its container was killed,
+                # and the kubelet reports it terminated (exit code 137) with its container ID, so its
+                # log, cut where the kill fell (killed_mid_run), is served until the container is removed
                 st["reason"] = "Evicted"
                 st["message"] = "The node was low on resource: memory."
                 conds.insert(
@@ -1113,40 +1124,38 @@ class JobController:
                         "lastTransitionTime": t,
                     },
                 )
-                st.pop("containerStatuses", None)
-            else:
-                term: Dict[str, Any] = {
-                    "exitCode": rc,
-                    "reason": "Completed" if rc == 0 else "Error",
-                    "startedAt": started,
-                    "finishedAt": t,
-                    "containerID": f"{RUNTIME_NAME}://" + hashlib.sha256(sim.name.encode()).hexdigest(),
-                }
-                if message:
-                    term["message"] = message
-                cstat: Dict[str, Any] = {
-                    "name": container.get("name", "episode"),
-                    "image": image,
-                    "imageID": self.image_id(image, sim.node),
-                    "containerID": term["containerID"],
-                    "restartCount": 0,
-                    "ready": False,
-                    "started": False,
-                    "state": {"terminated": term},
-                    "lastState": {},
-                }
-                if "restart" in sim.modes:
-                    cstat["restartCount"] = 1
-                    cstat["lastState"] = {
-                        "terminated": {
-                            "exitCode": 1,
-                            "reason": "Error",
-                            "startedAt": started,
-                            "finishedAt": started,
-                            "containerID": term["containerID"],
-                        }
+            term: Dict[str, Any] = {
+                "exitCode": rc,
+                "reason": "Completed" if rc == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": t,
+                "containerID": f"{RUNTIME_NAME}://" + hashlib.sha256(sim.name.encode()).hexdigest(),
+            }
+            if message:
+                term["message"] = message
+            cstat: Dict[str, Any] = {
+                "name": container.get("name", "episode"),
+                "image": image,
+                "imageID": self.image_id(image, sim.node),
+                "containerID": term["containerID"],
+                "restartCount": 0,
+                "ready": False,
+                "started": False,
+                "state": {"terminated": term},
+                "lastState": {},
+            }
+            if "restart" in sim.modes:
+                cstat["restartCount"] = 1
+                cstat["lastState"] = {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": started,
+                        "containerID": term["containerID"],
                     }
-                st["containerStatuses"] = [cstat]
+                }
+            st["containerStatuses"] = [cstat]
             if rejected:  # the kubelet's admission refused it: pkg/kubelet/kubelet.go rejectPod (phase Failed,
                 # the admit handler's reason and message, no container ever ran; no DisruptionTarget)
                 st["reason"] = "OutOfcpu"
@@ -1455,12 +1464,15 @@ def match_pod_failure_policy(policy: Optional[dict], pod: dict) -> Tuple[Optiona
     return None, True, ""
 
 
-def index_pod(meta: dict, spec: dict, index: int) -> None:
+def index_pod(meta: dict, spec: dict, index: int, label: bool = True) -> None:
     """What the Job controller adds to the pod of completion index ``index`` of an Indexed Job:
     the index annotation and label, the pod's hostname, and env JOB_COMPLETION_INDEX (from
-    the annotation) in every container."""
+    the annotation) in every container. ``label`` False: a controller before Kubernetes 1.28,
+    which sets the annotation only (the label came with the PodIndexLabel feature, beta and on
+    from 1.28: pkg/controller/job/indexed_job_utils.go addCompletionIndexLabel)."""
     meta.setdefault("annotations", {})[INDEX_KEY] = str(index)
-    meta["labels"][INDEX_KEY] = str(index)
+    if label:
+        meta["labels"][INDEX_KEY] = str(index)
     spec.setdefault("hostname", meta["generateName"].rstrip("-"))
     for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
         env = c.setdefault("env", [])

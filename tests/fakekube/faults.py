@@ -41,6 +41,8 @@ FAULT_KEYS = {
     "admission",
     "termination_grace_seconds",
     "stand_in_worker",
+    "stand_in_artifacts",
+    "no_pod_index_label",  # a job controller before 1.28: an Indexed Job's pods lack the index label
     "mixed_digests",
     # Indexed Jobs (issue 12)
     "old_job_api",
@@ -82,6 +84,24 @@ sha256 = "b7c043fc5be7621e78434454b15ad720d958d26656e72d3ccbb0dc1d761147eb"
 modules = {"test_shipping": {"origin": "runner stdin", "sha256": sha256}}
 emit("reward", reward=1, baseline_exit=1, tests_exit=0, tests_output="OK (stand-in)\\n", tests={}, modules=modules)
 """
+# With fault "stand_in_artifacts" too, the stand-in also sends artifacts as the built-in worker does
+# (its patch.diff and tests-output.txt, framed on stdout before the reward event that lists them,
+# rl_batch_demo.WORKER_SOURCE send_artifacts), so every pod's log must be read, as in a default run.
+STAND_IN_ARTIFACT_WORKER = STAND_IN_WORKER.replace(
+    'emit("reward", reward=1,',
+    """import base64, hashlib
+files = {
+    "patch.diff": b"--- a/shipping.py\\n+++ b/shipping.py\\n@@ -1 +1 @@\\n-bug\\n+fix\\n",
+    "tests-output.txt": b"OK (stand-in)\\n",
+}
+artifacts = []
+for name, data in sorted(files.items()):
+    sha256 = hashlib.sha256(data).hexdigest()
+    label = base64.urlsafe_b64encode(name.encode()).decode()
+    print(f"rl-demo-artifact 1 0 1 {sha256} {label} {base64.b64encode(data).decode()}", flush=True)
+    artifacts.append({"name": name, "bytes": len(data), "sha256": sha256})
+emit("reward", artifacts=artifacts, reward=1,""",
+)
 # Episode mode "ignore_sigterm": a stuck episode that ignores SIGTERM, so only the grace period's
 # SIGKILL ends it (controller.py finish_failed).
 SIGTERM_IGNORING_WORKER = """\
@@ -271,6 +291,23 @@ def _json_line(line: str) -> Optional[dict]:
     except ValueError:
         return None
     return v if isinstance(v, dict) else None
+
+
+ARTIFACT_FRAME = "rl-demo-artifact "  # a worker's artifact frame line (rl_batch_demo.ARTIFACT_FRAME_TAG)
+
+
+def killed_mid_run(log: str) -> str:
+    """What is left of a worker's log when the kubelet killed it mid-run (eviction: the eviction
+    manager's killPodFunc, pkg/kubelet/eviction/eviction_manager.go evictPod): the runtime keeps
+    what the container wrote until then, and the last piece of a line written without its
+    newline is served as it is (kubectl then glues the next pod's prefix onto it). The cut falls
+    in the middle of its first artifact frame (a worker sends them before its reward event), else
+    in the middle of its last line, so neither the frame nor the reward arrives whole."""
+    lines = log.split("\n")
+    frames = [index for index, line in enumerate(lines) if line.startswith(ARTIFACT_FRAME)]
+    at = frames[0] if frames else max(0, len(lines) - (2 if lines[-1] == "" else 1))
+    kept = "\n".join(lines[:at])
+    return (kept + "\n" if at else "") + lines[at][: max(1, len(lines[at]) // 2)]
 
 
 def apply_episode_faults(modes: List[str], log: str, message: str, rc: int) -> Tuple[str, str, int]:
