@@ -10543,7 +10543,7 @@ def write_artifact(name, data):
 
 def save_patch(before, after):
     """The agent's action as a unified diff of shipping.py (patch.diff, an artifact)."""
-    import difflib
+    import difflib  # noqa: PLC0415 - after `ready`: the measured import phase stays the guide's
 
     lines = difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a/shipping.py", "b/shipping.py")
     write_artifact("patch.diff", "".join(lines).encode())
@@ -10599,7 +10599,7 @@ def read_chunks(path):
 
 def send_artifacts():
     """Print every artifact's frames on stdout; return the manifest for the reward event."""
-    import base64
+    import base64  # noqa: PLC0415 - after `ready`: the measured import phase stays the guide's
 
     manifest = []
     for name, path in artifact_files(ARTIFACTS):
@@ -10769,8 +10769,8 @@ def emit(event, **fields):
 def send_artifacts():
     """Each regular file under ARTIFACTS (symlinks skipped, never followed) as frames on stdout,
     sorted by name; returns the manifest for the reward event."""
-    import base64
-    import hashlib
+    import base64  # noqa: PLC0415 - only a worker that sends artifacts needs them
+    import hashlib  # noqa: PLC0415 - only a worker that sends artifacts needs them
 
     files = sorted(
         (path.relative_to(ARTIFACTS).as_posix(), path)

@@ -761,9 +761,10 @@ class LogTransferContract(ContractCase):
             self.assertEqual(cut.returncode, 1, cut)
             self.assertTrue(whole_log.startswith(cut.stdout) and len(cut.stdout) < len(whole_log), cut)
             # what the fake prints (commands.transfer), or the same with net/http's other words for
-            # it, by which of its timers fires first
+            # it, by which of its timers fires first; or the request context's own deadline, bare,
+            # when it fires first (seen once from v1.35.2 in CI at load 10)
             other = BODY_TIMEOUT.replace("context deadline exceeded", "net/http: request canceled")
-            self.assertIn(cut.stderr.strip(), (BODY_TIMEOUT, other))
+            self.assertIn(cut.stderr.strip(), (BODY_TIMEOUT, other, "error: context deadline exceeded"))
             read = session.run(pod_log_args("p0"), request_timeout=None)
             self.assertEqual((read.returncode, read.stdout), (0, whole_log), read)
 
