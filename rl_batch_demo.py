@@ -2240,6 +2240,14 @@ def episode_attempts(
                 f"the Job replaced {len(lost)} pods of its index {index}, more than --infra-retries {infra_retries}",
                 inspect,
             )
+        counted = _attempt_order(final)[0]  # the failures of the index the job controller counted before it
+        if counted > len(lost):  # gone before the pod watch could show them: nothing proves them lost
+            raise EpisodeInvalid(
+                str(final["metadata"]["name"]),
+                f"the job controller counted {counted} failed pod(s) of its index {index} before it, and the run saw "
+                f"{len(lost)}: the others were gone before the pod watch could prove them lost to the infrastructure",
+                inspect,
+            )
         last[str(final["metadata"]["name"])] = [
             {"pod": str(pod["metadata"]["name"]), "cause": infra_loss(pod), "created_at": creation_time(pod, "a pod")}
             for pod in lost

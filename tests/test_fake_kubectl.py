@@ -725,11 +725,13 @@ class FaultTest(FakeKubectlTestCase):
         `logs -l --ignore-errors` prints that error unprefixed on stdout and reads the others."""
         self.cluster.set_faults({"episode": {"0": "rejected"}})
         self.create(setup_manifest())
-        self.create(job_manifest(completions=2, parallelism=2))
+        job = job_manifest(completions=2, parallelism=2)
+        job["spec"]["backoffLimit"] = 1  # the Job does not fail at the rejection and kill the other pod mid-run
+        self.create(job)
         self.cluster.wait_idle(10)
         pods = {p["metadata"]["name"]: p for p in self.cluster.objects("Pod", NS)}
         rejected = next(name for name, p in pods.items() if p["status"].get("reason") == "OutOfcpu")
-        other = next(name for name in pods if name != rejected)
+        other = next(name for name, p in pods.items() if p["status"].get("phase") == "Succeeded")
         error = f'container "episode" in pod "{rejected}" is not available'
         self.fails("logs", rejected, "-c", "episode", "-n", NS, stderr=f"Error from server (BadRequest): {error}")
         out = self.ok("logs", "-l", "job-name=rollout", "-c", "episode", "--prefix", "--ignore-errors", "-n", NS)

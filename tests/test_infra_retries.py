@@ -181,6 +181,20 @@ class AttemptsTest(unittest.TestCase):
             demo.check_pod_set(finals, 2, "here", attempts, 1)
         demo.check_pod_set(finals, 1, "here", attempts, 1)
 
+    def test_a_counted_failure_the_run_never_saw_fails_the_round(self) -> None:
+        """The index's failure count on its last pod says 2 pods failed before it; the run saw 1:
+        the other cannot be proven lost to the infrastructure, so the round fails naming it."""
+        final = pod("c", 0, created="2026-01-01T00:00:30Z")
+        final["metadata"]["annotations"][demo.INDEX_FAILURE_COUNT_ANNOTATION] = "2"
+        with self.assertRaisesRegex(
+            demo.EpisodeInvalid, "counted 2 failed pod.s. of its index 0 before it, and the run saw 1"
+        ):
+            demo.episode_attempts([lost("a", 0), final], 1, 2, "here")
+        final["metadata"]["annotations"][demo.INDEX_FAILURE_COUNT_ANNOTATION] = "1"
+        [kept], attempts = demo.episode_attempts([lost("a", 0), final], 1, 2, "here")
+        self.assertIs(kept, final)
+        self.assertEqual([attempt["pod"] for attempt in attempts["c"]], ["a"])
+
     def test_infra_loss_reads_only_the_cluster_s_signs(self) -> None:
         self.assertEqual(demo.infra_loss(own_failure("a", 0)), "")
         self.assertEqual(demo.infra_loss(pod("a", 0)), "")

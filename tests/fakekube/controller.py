@@ -97,6 +97,9 @@ def job_condition(kind: str, reason: str, message: str, t: str) -> dict:
     }
 
 
+PREEMPTED_POD_LINGERS = 0.3  # seconds a preempted pod stays Terminating, its end reported, before it is gone
+
+
 class PodSim:
     """One pod of a Job as the job controller + scheduler + kubelet see it."""
 
@@ -1226,8 +1229,10 @@ class JobController:
 
         def finalized(tx: Tx, p: dict) -> None:
             p["metadata"].pop("finalizers", None)
-            if preempted:
-                tx.vanish_later(p)
+            if preempted:  # gone once the kubelet confirms the end (the API server then removes it):
+                # a moment, not at once (pkg/registry/core/pod/strategy.go: a graceful delete waits
+                # for the kubelet's final status), so a watch started after the create sees it end
+                tx.vanish_later(p, PREEMPTED_POD_LINGERS)
 
         self.update_pod(sim, finalized)
         sim.stage = "done"
