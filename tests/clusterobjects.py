@@ -588,3 +588,23 @@ def results_of(rows: List[demo.EpisodeRow], **fields: Any) -> Dict[str, Any]:
     )
     results.update(fields)
     return results
+
+
+def settings_for(count: int, **extra: Any) -> demo.RunSettings:
+    """A run's settings for `count` episodes as the tests need them; `extra` sets any other field."""
+    fields: Dict[str, Any] = {
+        "output": Path("DIR"),
+        "count": count,
+        "parallelism": count,
+        "rounds": 1,
+        "image": demo.DEFAULT_IMAGE,
+        "runtime": None,
+        "deadline_seconds": 240,
+        "cleanup_policy": "never",
+        "thresholds": {},
+        "quiet": True,
+        "json_summary": False,
+        "kubectl_timeout": 60.0,
+        "worker_source": demo.WORKER_SOURCE,
+    }
+    return demo.RunSettings(**{**fields, **extra})

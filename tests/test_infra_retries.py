@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import rl_batch_demo as demo
 from tests import records
 from tests.callplan import CallPlanTestCase, RunPlan
-from tests.clusterobjects import Batch
+from tests.clusterobjects import Batch, settings_for
 from tests.test_sources_e2e import SourcesTestCase
 
 FAST_BACKOFF = {"pod_failure_backoff_seconds": 0.2}  # the real controller's first step is 10 s
@@ -88,21 +88,8 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual([rule["action"] for rule in spec["podFailurePolicy"]["rules"]], ["Count", "FailIndex"])
 
     def test_warm_up_and_probe_jobs_never_retry(self) -> None:
-        settings = demo.RunSettings(
-            output=demo.Path("out"),
-            count=3,
-            parallelism=3,
-            rounds=1,
-            image="python:3.12-slim",
-            runtime=None,
-            deadline_seconds=60,
-            cleanup_policy="always",
-            thresholds={},
-            quiet=True,
-            json_summary=False,
-            kubectl_timeout=30.0,
-            worker_source=demo.WORKER_SOURCE,
-            infra_retries=2,
+        settings = settings_for(
+            3, image="python:3.12-slim", deadline_seconds=60, cleanup_policy="always", infra_retries=2
         )
         self.assertTrue(settings.indexed)
         self.assertIn("podFailurePolicy", demo.round_job_manifest(settings, "rollout", "ns", "r", "img")["spec"])

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
-from tests.clusterobjects import pod_log_of
+from tests.clusterobjects import pod_log_of, settings_for
 from tests.fakecluster import write_executable
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
@@ -175,24 +175,6 @@ def collected_for(
         task_ids=[demo.task_id_of(task, i) for i, task in enumerate(tasks)] if tasks is not None else None,
         builtin_worker=builtin,
         max_failed_episodes=max_failed,
-    )
-
-
-def settings_for(count: int, **extra: Any) -> demo.RunSettings:
-    return demo.RunSettings(
-        output=Path("DIR"),
-        count=count,
-        parallelism=count,
-        rounds=1,
-        image=demo.DEFAULT_IMAGE,
-        runtime=None,
-        deadline_seconds=240,
-        cleanup_policy="never",
-        thresholds={},
-        quiet=True,
-        json_summary=False,
-        kubectl_timeout=60.0,
-        **{"worker_source": demo.WORKER_SOURCE, **extra},
     )
 
 

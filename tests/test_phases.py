@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 from xml.etree import ElementTree
 
 import rl_batch_demo as demo
-from tests.clusterobjects import results_of
+from tests.clusterobjects import results_of, settings_for
 
 
 class Case(unittest.TestCase):
@@ -895,22 +895,7 @@ class PermissionTest(Case):
                 return test.reviews(False)
 
         with tempfile.TemporaryDirectory() as root:
-            settings = demo.RunSettings(
-                output=Path(root, "out"),
-                count=1,
-                parallelism=1,
-                rounds=1,
-                image="img",
-                runtime="cube",
-                deadline_seconds=60,
-                cleanup_policy="never",
-                thresholds={},
-                quiet=True,
-                json_summary=False,
-                kubectl_timeout=10.0,
-                worker_source=demo.WORKER_SOURCE,
-                kubelet_metrics=True,
-            )
+            settings = settings_for(1, output=Path(root, "out"), image="img", runtime="cube", kubelet_metrics=True)
             receipt = demo.Receipt(context="ctx", namespace="agc-rl-x", run_id="x")
             batch = demo.BatchRun(Kubectl(), receipt, settings, demo.Progress(enabled=False))  # type: ignore[arg-type]
             with self.assertRaises(demo.DemoError) as raised:

@@ -9,7 +9,7 @@ import unittest
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
-from tests.clusterobjects import JOB_CREATED_AT, make_events, make_pod, results_of
+from tests.clusterobjects import JOB_CREATED_AT, make_events, make_pod, results_of, settings_for
 
 
 class FigureTextTest(unittest.TestCase):
@@ -222,21 +222,7 @@ class LastLinesTest(unittest.TestCase):
                 self.assertEqual(demo.verdict_line(results, breaches), text)
 
     def test_settings_name_the_reports_asked_for(self) -> None:
-        settings = demo.RunSettings(
-            output=demo.Path("out"),
-            count=1,
-            parallelism=1,
-            rounds=1,
-            image="i",
-            runtime=None,
-            deadline_seconds=1,
-            cleanup_policy="never",
-            thresholds={},
-            quiet=False,
-            json_summary=False,
-            kubectl_timeout=1.0,
-            worker_source="",
-        )
+        settings = settings_for(1, output=demo.Path("out"), image="i", quiet=False, worker_source="")
         names: List[Optional[str]] = [what for what, _ in demo.summary_files(settings)]
         self.assertEqual(names, ["results", "timeline"])
         reported = demo.dataclasses.replace(settings, junit="j.xml", metrics_file="m.prom")
