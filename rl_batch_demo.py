@@ -7717,8 +7717,8 @@ def read_logs(
     return {name: logs[name] for name in wanted if name in logs}, errors
 
 
-def in_pool(tasks: Sequence[Callable[[], None]]) -> None:
-    """Run the tasks, at most LOG_READ_PROCESSES at once; the first that raised raises here."""
+def in_pool(tasks: Sequence[Callable[[], None]], limit: int = LOG_READ_PROCESSES) -> None:
+    """Run the tasks, at most `limit` at once; the first that raised raises here."""
     pending: queue.Queue[Callable[[], None]] = queue.Queue()
     for task in tasks:
         pending.put(task)
@@ -7732,36 +7732,25 @@ def in_pool(tasks: Sequence[Callable[[], None]]) -> None:
             task()
 
     if tasks:
-        concurrently([work] * min(LOG_READ_PROCESSES, len(tasks)))
+        concurrently([work] * min(limit, len(tasks)))
 
 
 def read_kubelet_metrics(kubectl: Kubectl, nodes: Sequence[str], handler: str) -> Dict[str, KubeletReading]:
     """Each node's runtime histograms through the API server's node proxy, nodes read in
     parallel (at most KUBELET_READ_THREADS kubectl processes at once). Best effort: a node that
     cannot be read gets its reason, and the run goes on."""
-    readings: Dict[str, KubeletReading] = {}
-    pending: queue.Queue[str] = queue.Queue()
-    for node in nodes:
-        if re.match(_NODE_NAME, node):
-            pending.put(node)
-        else:
-            readings[node] = KubeletReading({}, "not a valid node name")
+    readings = {node: KubeletReading({}, "not a valid node name") for node in nodes if not re.match(_NODE_NAME, node)}
     families = {HANDLER_SANDBOX_FAMILY, *(family for _, family, _, _ in KUBELET_OPERATIONS)}
 
-    def work() -> None:
-        while True:
-            try:
-                node = pending.get_nowait()
-            except queue.Empty:
-                return
-            scanner = MetricsScanner(families)
-            try:
-                kubectl.stream(["get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics"], scanner.feed)
-                readings[node] = kubelet_reading(scanner.finish(), handler, scanner.error)
-            except DemoError as error:
-                readings[node] = KubeletReading({}, str(error).splitlines()[0] if str(error) else "failed")
+    def read(node: str) -> None:
+        scanner = MetricsScanner(families)
+        try:
+            kubectl.stream(["get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics"], scanner.feed)
+            readings[node] = kubelet_reading(scanner.finish(), handler, scanner.error)
+        except DemoError as error:
+            readings[node] = KubeletReading({}, str(error).splitlines()[0] if str(error) else "failed")
 
-    concurrently([work] * max(1, min(KUBELET_READ_THREADS, pending.qsize())))
+    in_pool([functools.partial(read, node) for node in nodes if node not in readings], KUBELET_READ_THREADS)
     return dict(sorted(readings.items()))
 
 

@@ -436,8 +436,11 @@ class StreamedRunTest(CallPlanTestCase):
         chunks.append(watch_event("MODIFIED", batch.pod(late), wait_for=after_failed))
         job_watch = plan.job_watch()
         added, failed = job_watch.chunks
+        # the lines on disk before the Job's Failed: both ended pods', or, with the last pod unseen,
+        # none (an episode's place in creation order, its line's index, waits for every pod)
+        lines = 2 if last_pod_seen_before else 0
         job_watch = dataclasses.replace(
-            job_watch, chunks=[added, dataclasses.replace(failed, wait_for=None, snapshot=(path, 2, "failed"))]
+            job_watch, chunks=[added, dataclasses.replace(failed, wait_for=None, snapshot=(path, lines, "failed"))]
         )
         calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
         calls += [job_watch, plan.pod_watch(chunks=chunks), plan.pods_and_events(), plan.logs()]
