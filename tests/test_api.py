@@ -29,6 +29,7 @@ from tests.clusterobjects import Batch
 from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.test_readme_help import code_blocks
 from tests.test_stream import SLEEPING_WORKER
+from tests.tiers import end_to_end
 
 ROOT = Path(rbd.__file__).resolve().parent
 
@@ -231,6 +232,7 @@ DRIVER = textwrap.dedent(
 )
 
 
+@end_to_end
 class FakeClusterCase(unittest.TestCase):
     """A fresh fake cluster and a scratch directory per test; Python run in it as a trainer would."""
 

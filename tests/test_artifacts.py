@@ -25,6 +25,7 @@ from unittest import mock
 
 import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster
+from tests.tiers import end_to_end
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -340,6 +341,7 @@ HOSTILE_CAUSES = {  # index -> what its failed_episodes cause says
 }
 
 
+@end_to_end
 class ArtifactRunTest(unittest.TestCase):
     """Runs through the fake cluster (`kubectl logs` as the kubelet serves it)."""
 

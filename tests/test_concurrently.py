@@ -12,9 +12,9 @@ import types
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import List, Tuple, Type
+from typing import List, Optional, Tuple, Type
 
-from tests import concurrently
+from tests import concurrently, tiers
 
 
 def sample_classes(
@@ -205,6 +205,38 @@ class BesideSuiteTest(unittest.TestCase):
         with self.assertRaises(SystemExit) as raised:
             concurrently.threads()
         self.assertIn(concurrently.THREADS_ENV, str(raised.exception))
+
+
+class EndToEndTierTest(unittest.TestCase):
+    """tests/tiers.py: an end-to-end class or method is skipped, with the line naming the
+    variable, unless RL_DEMO_END_TO_END=1; then it runs as it is."""
+
+    def outcome(self, value: Optional[str]) -> unittest.TestResult:
+        environment = {} if value is None else {tiers.END_TO_END_ENV: value}
+        with unittest.mock.patch.dict(os.environ, environment, clear=False):
+            if value is None:
+                os.environ.pop(tiers.END_TO_END_ENV, None)
+
+            @tiers.end_to_end
+            class Marked(unittest.TestCase):
+                def test_it(self) -> None:
+                    self.assertTrue(True)
+
+            class Partly(unittest.TestCase):
+                @tiers.end_to_end
+                def test_it(self) -> None:
+                    raise AssertionError("ran")
+
+        result = unittest.TestResult()
+        unittest.TestSuite([Marked("test_it"), Partly("test_it")]).run(result)
+        return result
+
+    def test_skipped_without_the_variable_run_with_it(self) -> None:
+        skipped = self.outcome(None)
+        self.assertEqual((skipped.testsRun, len(skipped.skipped), len(skipped.failures)), (2, 2, 0))
+        self.assertIn(f"set {tiers.END_TO_END_ENV}=1", skipped.skipped[0][1])
+        ran = self.outcome("1")
+        self.assertEqual((len(ran.skipped), len(ran.failures)), (0, 1))  # Partly's method ran, and failed
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from tests.callplan import (
 )
 from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, Batch, stamp
 from tests.test_run import ClusterTestCase
+from tests.tiers import end_to_end
 
 WATCH_SECONDS = RunPlan().watch_seconds
 
@@ -325,6 +326,7 @@ class CleanupWaitTest(CallPlanTestCase):
         self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 1.5 s")  # 1 s + 10 pods / 20 a second
 
 
+@end_to_end
 class FakeControlPlaneTest(ClusterTestCase):
     """End to end through the fake, which models each behaviour as the upstream source does."""
 
@@ -413,6 +415,7 @@ class FakeControlPlaneTest(ClusterTestCase):
         self.assertEqual([call["exit"] for call in listings], [0])  # no retry of the tool's own
 
 
+@end_to_end
 class FakeKubectlWordingTest(ClusterTestCase):
     """The fake's own words where the tool's reads depend on them (contract tests, tests/test_kubectl_contract.py)."""
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 
 from tests.fakecluster import FakeCluster, fake_module
 from tests.fakekube.faults import killed_mid_run
+from tests.tiers import end_to_end
 
 WORKER = r"""
 import json, os, time
@@ -489,6 +490,7 @@ with open(os.environ["RL_DEMO_TERMINATION_LOG"], "w") as f:
 """
 
 
+@end_to_end
 class NodeLogsTest(FakeKubectlTestCase):
     """The container log and termination message as the real node serves them (W5, W6, W18)."""
 
@@ -663,6 +665,7 @@ class GuideFormsTest(FakeKubectlTestCase):
                 self.assertEqual(human_duration(seconds), text)
 
 
+@end_to_end
 class FaultTest(FakeKubectlTestCase):
     def test_ambiguous_create_then_already_exists(self) -> None:
         self.cluster.set_faults(

@@ -11,8 +11,10 @@ from typing import Any
 
 import rl_batch_demo as demo
 from tests.test_run import ClusterTestCase
+from tests.tiers import end_to_end
 
 
+@end_to_end
 class FaultTestCase(ClusterTestCase):
     def run_with(self, faults: dict[str, Any], *argv: str, count: int = 2) -> Any:
         self.cluster.set_faults(faults)

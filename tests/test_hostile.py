@@ -19,6 +19,7 @@ from typing import Any
 
 import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster
+from tests.tiers import end_to_end
 
 SCRIPT = str(Path(demo.__file__).resolve())
 LOG_FILE_LIMIT = demo.LOG_FILE_LIMIT  # read once: a test in the main thread patches it (tests/concurrently.py)
@@ -121,6 +122,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} in a JSON output")
 
 
+@end_to_end
 class HostileRunTestCase(unittest.TestCase):
     """Runs of the tool on a fresh fake cluster each, and what every one of them must hold."""
 

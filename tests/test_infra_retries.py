@@ -18,6 +18,7 @@ from tests import records
 from tests.callplan import CallPlanTestCase, RunPlan
 from tests.clusterobjects import Batch, settings_for
 from tests.test_sources_e2e import SourcesTestCase
+from tests.tiers import end_to_end
 
 FAST_BACKOFF = {"pod_failure_backoff_seconds": 0.2}  # the real controller's first step is 10 s
 
@@ -303,6 +304,7 @@ class RetriesPlanTest(CallPlanTestCase):
         self.assert_fails(result, demo.EXIT_EPISODE, "evicted")
 
 
+@end_to_end
 class RetriesThroughTheFakeTest(SourcesTestCase):
     """The run against the fake cluster, whose job controller applies the podFailurePolicy."""
 

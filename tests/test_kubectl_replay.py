@@ -27,6 +27,7 @@ from typing import Any
 import rl_batch_demo as demo
 from tests.callplan import FAST
 from tests.test_run import ClusterTestCase
+from tests.tiers import end_to_end
 
 REAL_KUBECTL = shutil.which("kubectl")
 UNREACHABLE = "https://127.0.0.1:1"
@@ -38,6 +39,7 @@ REJECTED = re.compile(
 REACHED_NETWORK = re.compile(r"connection refused|was refused|Unable to connect|dial tcp|connect: ")
 
 
+@end_to_end
 class ReplayTest(ClusterTestCase):
     runs_concurrently = False  # runs the tool in this process, with os.environ patched
 

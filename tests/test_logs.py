@@ -20,6 +20,7 @@ import rl_batch_demo as demo
 from tests.callplan import CallPlanTestCase, RunPlan
 from tests.clusterobjects import Batch, log_of
 from tests.fakecluster import FakeCluster, write_executable
+from tests.tiers import end_to_end
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -204,6 +205,7 @@ class IgnoredErrorsTest(unittest.TestCase):
         self.assertEqual(self.read(output, ["a"], []).doubtful, set())
 
 
+@end_to_end
 class IndexedLogsEndToEndTest(unittest.TestCase):
     """Through the fake (its `logs -l` paced as kubectl's): an Indexed Job's 12 pods without
     termination messages are read by two selectors of completion indexes, 10 and 2."""

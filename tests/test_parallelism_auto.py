@@ -20,6 +20,7 @@ import rl_batch_demo as demo
 from tests.callplan import Call, CallPlanTestCase, RunPlan, err_forbidden
 from tests.clusterobjects import NAMESPACE, Batch, kubernetes_list, node_object, runtimeclass_object
 from tests.fakecluster import FakeCluster
+from tests.tiers import end_to_end
 
 SCRIPT = str(Path(demo.__file__).resolve())
 MI = 2**20
@@ -235,6 +236,7 @@ class AutoRunTest(CallPlanTestCase):
                 self.assertIn(fragment, result.stderr)
 
 
+@end_to_end
 class AutoOnTheFakeTest(unittest.TestCase):
     """End to end: the fake's scheduler holds pods by their requests and the RuntimeClass's
     overhead, on nodes sized so that 4 of 6 episodes fit (node-b also runs another team's pod)."""

@@ -26,6 +26,7 @@ import rl_batch_demo as demo
 from tests.clusterobjects import JOB_CREATED_AT, make_events, make_pod, results_of
 from tests.fakecluster import write_executable
 from tests.test_run import SCRIPT, ClusterTestCase
+from tests.tiers import end_to_end
 
 ROOT = Path(demo.__file__).resolve().parent
 
@@ -389,6 +390,7 @@ class PluginTest(unittest.TestCase):
             self.assertIn("--junit FILE", result.stdout)
 
 
+@end_to_end
 class RunWritesReportsTest(ClusterTestCase):
     """Two real runs against the fake: the files exist and say what happened."""
 

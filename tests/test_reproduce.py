@@ -27,6 +27,7 @@ from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
 from tests.records import written, written_results
 from tests.test_run import SCRIPT, run_script
+from tests.tiers import end_to_end
 
 GUIDE = Path(__file__).resolve().parents[1] / ".." / "shared" / "seed" / "000_89e6d74ee1c6c1ae.txt"
 
@@ -436,6 +437,7 @@ class ReproduceOutputTest(unittest.TestCase):
             self.assertEqual(re.findall(r"(?<=[\u3400-\u9fff])[,;:]|[,;:](?=[\u3400-\u9fff])", line), [], line)
 
 
+@end_to_end
 class FakeClusterCase(unittest.TestCase):
     """The real script as a subprocess against a fake cluster, in a scratch directory."""
 

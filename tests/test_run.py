@@ -23,6 +23,7 @@ import rl_batch_demo as demo
 from tests import records
 from tests.clusterobjects import check_rows_and_batch_figures
 from tests.fakecluster import FakeCluster
+from tests.tiers import end_to_end
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -217,6 +218,7 @@ class RunEndToEndTest(ClusterTestCase):
             else:
                 self.assertIn("--request-timeout=30s" if "--watch" not in argv else "--watch", argv)
 
+    @end_to_end
     def test_sequential_rounds_and_their_cleanup(self) -> None:
         """Two rounds of two at parallelism 1: each Job really serialised, both recorded, both
         cleaned up. The pods run the fake's stand-in worker: the order is under test, not the
@@ -240,6 +242,7 @@ class RunEndToEndTest(ClusterTestCase):
         self.run_ok("cleanup", "--output", "out")
         self.assertEqual(self.namespaces(), [])
 
+    @end_to_end
     def test_allow_large_reads_rewards_from_termination_messages(self) -> None:
         """Past the cross-check limit no log is read. The stand-in worker writes its termination
         message as the real one does; test_parallel_ten checks the real worker's message
@@ -262,6 +265,7 @@ class CheckTest(ClusterTestCase):
         self.assertEqual(self.namespaces(), [])
 
 
+@end_to_end
 class InterruptTest(ClusterTestCase):
     """A real signal to a real process mid-run (SIGTERM, as a CI runner sends, which the tool
     turns into Ctrl-C's KeyboardInterrupt), with --cleanup always. tests/test_flows.py

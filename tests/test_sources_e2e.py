@@ -21,11 +21,13 @@ import rl_batch_demo as demo
 from tests import records
 from tests.fakecluster import FakeCluster
 from tests.test_run import run_script
+from tests.tiers import end_to_end
 
 NODES = ("node-a", "node-b")
 TASKS = [{"a": 1, "b": 2, "expected": 3}, {"a": 2, "b": 2, "expected": 5}, {"a": 5, "b": 5, "expected": 10}]
 
 
+@end_to_end
 class SourcesTestCase(unittest.TestCase):
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 

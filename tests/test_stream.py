@@ -26,6 +26,7 @@ from tests.callplan import CallPlanTestCase, RunPlan, watch_event
 from tests.clusterobjects import JOB_CREATED_AT, TESTS_OUTPUT, Batch, log_of, make_events
 from tests.fakecluster import FakeCluster
 from tests.test_run import run_script
+from tests.tiers import end_to_end
 
 
 def lines_of(data: Optional[bytes]) -> List[Dict[str, Any]]:
@@ -492,6 +493,7 @@ RANKS = [3, 8, 0, 5, 9, 1, 7, 2, 6, 4]
 SLEEPS = [0.0 if rank == 0 else 2.0 + 0.25 * rank for rank in RANKS]
 
 
+@end_to_end
 class StreamedThroughTheFakeTest(unittest.TestCase):
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 

@@ -21,6 +21,7 @@ import rl_batch_demo as demo
 from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.test_run import run_script
+from tests.tiers import end_to_end
 
 MAIN_GUARD = 'if __name__ == "__main__":\n'
 FIXED = "def shipping(total):\n    return 0 if total >= 99 else 10\n"
@@ -419,6 +420,7 @@ class WorkerGradeTest(unittest.TestCase):
             self.assertIn("terminated by signal", rewards[0]["reason"])
 
 
+@end_to_end
 class WorkerOnTheFakeTest(unittest.TestCase):
     """Workers end to end, as `run --worker` on the fake cluster (whose kubelet runs the
     ConfigMap's episode.py for real)."""
