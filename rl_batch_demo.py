@@ -1801,6 +1801,12 @@ def pod_failure_policy(fail_index: bool) -> KubeObject:
     }
 
 
+def job_parallelism(settings: RunSettings, capacity: Optional[int]) -> int:
+    """The Job's parallelism: the settings', or with --parallelism auto the nodes' room (`capacity`,
+    as the preflight counted it), at most the count."""
+    return settings.parallelism if capacity is None else min(capacity, settings.count)
+
+
 def round_job_manifest(
     settings: RunSettings, name: str, namespace: str, run_id: str, image: str, parallelism: Optional[int] = None
 ) -> KubeObject:
@@ -4061,7 +4067,7 @@ def assemble_results(
         run_id=run_id,
         image=settings.image,
         runtime=settings.runtime,
-        parallelism=settings.parallelism if capacity is None else min(capacity["parallelism_capacity"], settings.count),
+        parallelism=job_parallelism(settings, None if capacity is None else capacity["parallelism_capacity"]),
         rounds=settings.rounds,
         episodes_per_round=settings.count,
         cache_state=cache_state_of(image_cache_counts(rows)),
@@ -8048,7 +8054,6 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
-        self.parallelism = settings.parallelism  # the Job's; with --parallelism auto, set from that room
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
@@ -8171,8 +8176,12 @@ class BatchRun:
                 EXIT_CLUSTER,
             )
         self.capacity = room
-        self.parallelism = min(room, count)
-        say_stderr(f"parallelism auto: {min(room, count)} of {count} episodes at once ({text})")
+        say_stderr(f"parallelism auto: {self.parallelism} of {count} episodes at once ({text})")
+
+    @property
+    def parallelism(self) -> int:
+        """The Job's (job_parallelism), derived from the settings and the room the preflight read."""
+        return job_parallelism(self.settings, self.capacity)
 
     def create_namespace(self) -> None:
         """The namespace and the ConfigMap with the worker, in one create, while a watch waits for
