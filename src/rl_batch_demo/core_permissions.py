@@ -1,0 +1,482 @@
+"""Pure core: permissions and capacity, and the ownership proof that cleanup relies on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .constants import (
+    APP_LABEL_VALUE,
+    CAPACITY_PERMISSIONS,
+    DEFAULT_COUNT,
+    JOB_NAME,
+    KUBELET_METRICS_PERMISSIONS,
+    NODE_LIST_PERMISSION,
+    POD_REQUESTS,
+    REQUIRED_PERMISSIONS,
+    RUN_LABEL,
+    RUNTIMECLASS_LIST_PERMISSION,
+    RUNTIMECLASS_PERMISSION,
+    SERVICEACCOUNT_PERMISSIONS,
+    SERVICEACCOUNT_WAIT,
+)
+from .core_basics import parse_quantity, short_repr
+from .records import Finding, JobReceipt, KubeObject, Read, Receipt
+
+# Pure core: permissions and capacity ##########################################
+# What `check` and the preflight decide from access reviews, nodes and the RuntimeClass. Uses
+# the records and the numbers above.
+
+
+def permission_name(verb: str, resource: str, group: str, subresource: str, *_: object) -> str:
+    name = f"{resource}.{group}" if group else resource
+    return f"{verb} {name}/{subresource}" if subresource else f"{verb} {name}"
+
+
+def access_review_list(
+    namespace: str,
+    with_runtimeclass: bool,
+    kubelet_metrics: bool = False,
+    lists_nodes: bool = False,
+    capacity: bool = False,
+) -> KubeObject:
+    """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
+    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
+    asked once."""
+    runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
+    permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
+    permissions += list(SERVICEACCOUNT_PERMISSIONS)
+    permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
+    permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
+    permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
+    items = []
+    for verb, resource, group, subresource, namespaced in permissions:
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if subresource:
+            attributes["subresource"] = subresource
+        if namespaced:
+            attributes["namespace"] = namespace
+        items.append(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            }
+        )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def denied_permissions(reviews: List[KubeObject]) -> List[str]:
+    denied = [review for review in reviews if review.get("status", {}).get("allowed") is not True]
+    asked = [review.get("spec", {}).get("resourceAttributes", {}) for review in denied]
+    return sorted(
+        permission_name(a.get("verb", "?"), a.get("resource", "?"), a.get("group", ""), a.get("subresource", ""))
+        for a in asked
+    )
+
+
+def _tolerates(taint: KubeObject, tolerations: List[KubeObject]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration["key"] == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObject]:
+    """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
+    it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
+    for item in items:
+        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+            return item
+    return None
+
+
+def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) -> List[KubeObject]:
+    """Ready, schedulable nodes that the RuntimeClass's scheduling rules admit."""
+    scheduling = (runtimeclass or {}).get("scheduling") or {}
+    selector = scheduling.get("nodeSelector") or {}
+    tolerations = scheduling.get("tolerations") or []
+    eligible = []
+    for node in nodes:
+        if node.get("spec", {}).get("unschedulable"):
+            continue
+        conditions = {c.get("type"): c.get("status") for c in node.get("status", {}).get("conditions", []) or []}
+        if conditions.get("Ready", "True") != "True":
+            continue
+        labels = node.get("metadata", {}).get("labels", {}) or {}
+        if any(labels.get(key) != value for key, value in selector.items()):
+            continue
+        taints = [
+            t for t in node.get("spec", {}).get("taints", []) or [] if t.get("effect") in ("NoSchedule", "NoExecute")
+        ]
+        if all(_tolerates(taint, tolerations) for taint in taints):
+            eligible.append(node)
+    return eligible
+
+
+_RESOURCES = ("cpu", "memory")
+
+
+def pod_requests(pod: KubeObject) -> Dict[str, float]:
+    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    requests summed, or what its init containers need if that is more (a sidecar, an init
+    container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
+    where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
+    staging/src/k8s.io/component-helpers/resource/helpers.go PodRequests computes it."""
+    spec = pod.get("spec") or {}
+
+    def requested(resources: Any) -> Dict[str, float]:
+        asked = (resources or {}).get("requests") or {} if isinstance(resources, dict) else {}
+        return {resource: parse_quantity(str(asked.get(resource, "0"))) for resource in _RESOURCES}
+
+    total = dict.fromkeys(_RESOURCES, 0.0)
+    for container in spec.get("containers") or []:
+        total = {resource: total[resource] + value for resource, value in requested(container.get("resources")).items()}
+    sidecars, init_peak = dict.fromkeys(_RESOURCES, 0.0), dict.fromkeys(_RESOURCES, 0.0)
+    for container in spec.get("initContainers") or []:
+        own = requested(container.get("resources"))
+        if container.get("restartPolicy") == "Always":
+            total = {resource: total[resource] + own[resource] for resource in _RESOURCES}
+            sidecars = {resource: sidecars[resource] + own[resource] for resource in _RESOURCES}
+            using = sidecars
+        else:
+            using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
+        init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
+    total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
+    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    total.update(
+        {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
+    )
+    overhead = spec.get("overhead") or {}
+    return {resource: total[resource] + parse_quantity(str(overhead.get(resource, "0"))) for resource in _RESOURCES}
+
+
+def episode_room(
+    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+) -> Tuple[int, str]:
+    """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
+    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
+    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
+    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
+    `check` and `run --parallelism auto` both read this."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
+    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
+    eligible = eligible_nodes(nodes, runtimeclass)
+    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
+    running = dict.fromkeys(names, 0)
+    for pod in pods or []:
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            running[node_name] += 1
+            used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
+    room = 0
+    have = dict.fromkeys(_RESOURCES, 0.0)
+    for node in eligible:
+        name = str((node.get("metadata") or {}).get("name"))
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        free = {
+            resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
+        }
+        have = {resource: have[resource] + parse_quantity(allocatable.get(resource, "0")) for resource in _RESOURCES}
+        fits = min(math.floor(free[resource] / need[resource] + 1e-9) for resource in _RESOURCES)
+        if "pods" in allocatable:
+            fits = min(fits, int(parse_quantity(allocatable["pods"])) - running[name])
+        room += max(fits, 0)
+    taken = {resource: sum(node_used[resource] for node_used in used.values()) for resource in _RESOURCES}
+    there = (
+        " (before what already runs there)"
+        if pods is None
+        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
+        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+    )
+    text = (
+        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
+        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+    )
+    return room, text
+
+
+def capacity_verdict(
+    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+) -> Tuple[bool, str]:
+    """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
+    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
+    room, room_text = episode_room(runtimeclass, nodes, pods)
+    text = (
+        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
+        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
+    )
+    return room >= count, text
+
+
+def preflight_findings(
+    *,
+    context: str,
+    server: Optional[str],
+    runtime: Optional[str],
+    runtimeclass: Optional[Read] = None,
+    reviews: Optional[Read] = None,
+    version: Optional[Read] = None,
+    nodes: Optional[Read] = None,
+    pods: Optional[Read] = None,
+    image: Optional[str] = None,
+    count: int = DEFAULT_COUNT,
+    kubelet_metrics: bool = False,
+    capacity: bool = False,
+) -> List[Finding]:
+    """Everything the reads say about running the batch, in `check`'s order. A read that a
+    command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
+
+    def failed(what: str, read: Read) -> Finding:
+        return Finding(
+            what,
+            False,
+            f"failed: {read.failure}",
+            problem=f"cannot {what} ({read.failure})",
+            stop=f"cannot {what} in context {context} ({read.failure}); `check` shows every finding "
+            "(nothing was created)",
+        )
+
+    findings = [Finding("context", True, f"{context} (API server {server or 'unknown'})")]
+    if version is not None:
+        if version.failure:
+            findings.append(failed("read the server version", version))
+        else:
+            git_version = ((version.value or {}).get("serverVersion") or {}).get("gitVersion", "unknown")
+            findings.append(Finding("server version", True, str(git_version)))
+    runtimeclass_known = runtime is None
+    if runtime is None:
+        findings.append(Finding("runtime", True, "none (the cluster's default runtime; no RuntimeClass)"))
+    elif runtimeclass is not None:
+        if runtimeclass.failure:
+            findings.append(failed(f"read RuntimeClass {runtime}", runtimeclass))
+        elif runtimeclass.value is None:
+            findings.append(
+                Finding(
+                    f"RuntimeClass {runtime}",
+                    False,
+                    "missing",
+                    problem=f"RuntimeClass {runtime!r} does not exist",
+                    stop=f"RuntimeClass {runtime!r} does not exist in context {context}; list them with "
+                    "`kubectl get runtimeclass`, pass --runtime NAME, or --runtime none for the default runtime",
+                )
+            )
+        else:
+            runtimeclass_known = True
+            scheduling = runtimeclass.value.get("scheduling") or {}
+            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
+            detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
+            tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
+            findings.append(Finding(f"RuntimeClass {runtime}", True, detail + tolerations))
+    if image is not None:
+        findings.append(Finding("image", True, f"{image} (pulled by the nodes; not checked from here)"))
+    if nodes is not None:
+        if nodes.failure:
+            findings.append(failed("list nodes", nodes))
+        elif runtimeclass_known:
+            running = pods.value if pods is not None and not pods.failure else None
+            try:
+                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+            except ValueError as error:
+                fits, text = False, f"cannot be computed ({error})"
+            if pods is not None and pods.failure:
+                text += f"; what runs there is unknown (cannot list the pods of every namespace: {pods.failure})"
+            findings.append(
+                Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
+            )
+    if reviews is not None:
+        if reviews.failure:
+            findings.append(failed("review permissions", reviews))
+        else:
+            kubelet_reviews = [r for r in reviews.value if kubelet_metrics and _asks(r, KUBELET_METRICS_PERMISSIONS)]
+            capacity_reviews = [r for r in reviews.value if capacity and _is_capacity_review(r)]
+            account_reviews = [r for r in reviews.value if _asks(r, SERVICEACCOUNT_PERMISSIONS)]
+            others = [r for r in reviews.value if r not in kubelet_reviews + capacity_reviews + account_reviews]
+            denied = denied_permissions(others)
+            findings.append(
+                Finding(
+                    "permissions",
+                    not denied,
+                    "all granted" if not denied else "denied: " + ", ".join(denied),
+                    problem="missing permissions: " + ", ".join(denied),
+                    stop=f"context {context} lacks permissions this run needs: {', '.join(denied)}; "
+                    "ask the cluster admin or use another context (nothing was created)",
+                )
+            )
+            findings.append(serviceaccount_finding(account_reviews))
+            if kubelet_metrics:
+                findings.append(kubelet_metrics_finding(context, kubelet_reviews))
+            if capacity:
+                findings.append(capacity_permissions_finding(context, capacity_reviews))
+    return findings
+
+
+def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
+    """Whether an access review asks for one of these permissions."""
+    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    return any(
+        (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
+        for verb, resource, _, sub, _ in permissions
+    )
+
+
+def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
+    """Whether the run may watch for the namespace's default ServiceAccount before its first Job;
+    never a problem: without it the run only skips that wait."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in SERVICEACCOUNT_PERMISSIONS]
+    return Finding(
+        SERVICEACCOUNT_WAIT,
+        True,
+        "granted: list, watch serviceaccounts (the first Job waits for the namespace's default ServiceAccount)"
+        if not denied
+        else f"denied: {', '.join(denied)}; a run creates its first Job without waiting for the namespace's default "
+        "ServiceAccount, so that Job's figures may include the wait for it",
+    )
+
+
+def _is_capacity_review(review: KubeObject) -> bool:
+    """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
+    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
+    return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
+
+
+def capacity_permissions_finding(context: str, reviews: List[KubeObject]) -> Finding:
+    """Whether --parallelism auto may read the nodes and what runs on them: list nodes, and list
+    pods in every namespace (the requests of other namespaces' pods take room too)."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in CAPACITY_PERMISSIONS]
+    named = ", ".join(f"{name} (every namespace)" if name == "list pods" else name for name in denied)
+    return Finding(
+        "parallelism auto",
+        not denied,
+        "granted: list nodes, list pods in every namespace" if not denied else f"denied: {named}",
+        problem=f"--parallelism auto lacks: {named}",
+        stop=f"--parallelism auto needs {named} in context {context} (what the nodes hold and what already runs "
+        "there); pass --parallelism P instead, or ask the cluster admin (nothing was created)",
+    )
+
+
+def kubelet_metrics_finding(context: str, reviews: List[KubeObject]) -> Finding:
+    """Whether --kubelet-metrics may read the kubelets' /metrics: get nodes/proxy (a powerful
+    permission: it also allows exec into any pod on the node) and list nodes."""
+    denied = denied_permissions(reviews) if reviews else [permission_name(*p) for p in KUBELET_METRICS_PERMISSIONS]
+    return Finding(
+        "kubelet metrics",
+        not denied,
+        "granted: get nodes/proxy (powerful: it also allows exec into pods on the node), list nodes"
+        if not denied
+        else "denied: " + ", ".join(denied),
+        problem="--kubelet-metrics lacks: " + ", ".join(denied),
+        stop=f"--kubelet-metrics needs {', '.join(denied)} in context {context} (the kubelets' /metrics through "
+        "the API server); run without --kubelet-metrics, or ask the cluster admin (nothing was created)",
+    )
+
+
+# Pure core: ownership proof ##################################################
+# What cleanup may delete, decided from the receipt and live reads alone. Uses the records and
+# the numbers above.
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanupPlan:
+    """What cleanup may delete, or why it must refuse; decided from the receipt and live reads only."""
+
+    refusal: Optional[str] = None  # set: delete nothing, exit EXIT_REFUSED with this sentence
+    namespace_absent: bool = False
+    adopted_namespace_uid: Optional[str] = None  # the receipt lacked it; the run's labels prove it
+    jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
+
+
+def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
+    """The Jobs a receipt names; a guide-era receipt names the one Job by its job_uid or job.json."""
+    if receipt.jobs:
+        return list(receipt.jobs)
+    return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+
+
+# Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
+_RUN_NAMESPACE = r"^agc-rl-[0-9a-f]{12}\Z"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
+
+
+def receipt_names_problem(receipt: Receipt) -> str:
+    """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
+    if not re.match(_RUN_NAMESPACE, receipt.namespace):
+        return (
+            f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
+        )
+    for job in receipt.jobs:
+        if not re.match(_DNS_LABEL, job.name):
+            return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
+    return ""
+
+
+def plan_cleanup(
+    receipt: Receipt,
+    jobs: List[JobReceipt],
+    current_context: Optional[str],
+    current_server: Optional[str],
+    live_namespace: Optional[KubeObject],
+    live_jobs: Dict[str, Optional[KubeObject]],
+) -> CleanupPlan:
+    """Prove that the namespace and every live Job are this run's: the same API server, the
+    namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
+    namespace = receipt.namespace
+    if receipt.server and current_server != receipt.server:
+        return CleanupPlan(
+            refusal=f"refusing to clean up: the run used the API server {receipt.server}, but context "
+            f"{current_context} now points at {current_server}; use the kubeconfig the run used (--kubeconfig); "
+            "nothing was deleted"
+        )
+    if live_namespace is None:
+        return CleanupPlan(namespace_absent=True)
+    live_uid = (live_namespace.get("metadata") or {}).get("uid")
+    labels = (live_namespace.get("metadata") or {}).get("labels") or {}
+    live_label = labels.get(RUN_LABEL)
+    recorded_uid = receipt.namespace_uid
+    adopted = None
+    if not recorded_uid:
+        # The run stopped while creating the namespace. Its random run id in the label, set by
+        # this tool, proves the namespace is the run's; anything else is refused.
+        if live_label != receipt.run_id or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+            return CleanupPlan(
+                refusal=f"namespace {namespace} exists but the receipt has no namespace UID and the namespace "
+                f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
+                f"`kubectl get namespace {namespace} -o yaml`"
+            )
+        adopted = recorded_uid = live_uid
+    if live_uid != recorded_uid or live_label != receipt.run_id:
+        return CleanupPlan(
+            refusal=f"refusing to clean up namespace {namespace}: its UID {live_uid} / label "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt.run_id}); "
+            "nothing was deleted"
+        )
+    doomed = []
+    for job in jobs:
+        live_job = live_jobs.get(job.name)
+        if live_job is None:
+            continue
+        job_uid = (live_job.get("metadata") or {}).get("uid")
+        job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if not (job_uid == job.uid if job.uid else job_label == receipt.run_id):
+            return CleanupPlan(
+                refusal=f"refusing to clean up: Job {namespace}/{job.name} has UID {job_uid}, not the "
+                f"one this run recorded ({job.uid}); nothing was deleted"
+            )
+        doomed.append(job.name)
+    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))

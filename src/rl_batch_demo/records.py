@@ -1,0 +1,707 @@
+"""Typed records: the settings, rows and files that the layers pass between them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
+
+from .constants import (
+    BUILTIN_WORKER,
+    CLIENT_GRACE_SECONDS,
+    DEFAULT_MAX_ARTIFACT_BYTES,
+    EXIT_USAGE,
+    KEPT_EVENT_BYTES_LIMIT,
+    LOG_DIR_BUDGET,
+)
+from .errors import DemoError
+
+# Typed records ################################################################
+# The records the layers hand each other: timings, a run's settings, the receipt, what a round
+# observed and collected, and the schema of results.json and the files beside it. Uses the
+# constants and the errors.
+
+# Kubernetes objects and what a pod or a user hands in stay loose JSON, each under its own name.
+KubeObject = Dict[str, Any]  # an object as kubectl prints it, or a manifest: a Job, a pod, an event, a node
+JsonObject = Dict[str, Any]  # JSON whose keys are not this tool's: a task, a worker's event, its info
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Every wait of the tool in one place, so that tests shrink them all and never sleep."""
+
+    retry_delays: Tuple[float, ...] = (0.5, 1.0, 2.0)  # backoff for reads that are safe to repeat
+    retry_budget_seconds: float = 20.0  # no retry starts later than this after the first attempt
+    watch_tick_seconds: float = 0.5  # longest wait for a watch event before the loop looks around
+    poll_interval: float = 1.0  # polling the Job once its watch has ended early
+    blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
+    final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
+    serviceaccount_wait_seconds: float = 10.0  # after the namespace's create, for its default ServiceAccount
+    cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
+    cleanup_max_poll: float = 2.0  # ... up to this
+    interrupt_save_timeout: float = 5.0  # each kubectl call that saves diagnostics after Ctrl-C
+    progress_log_interval: float = 1.0  # at most one progress line a second in a log
+
+
+TIMING = Timing()  # flows read it when they start; tests replace it
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """What a `run` was asked to do, read from the command line once, before any work starts."""
+
+    output: Path
+    count: int
+    parallelism: int
+    rounds: int
+    image: str
+    runtime: Optional[str]  # None: the cluster's default runtime, no RuntimeClass
+    deadline_seconds: int  # the Job's activeDeadlineSeconds
+    cleanup_policy: str
+    thresholds: Dict[str, float]
+    quiet: bool
+    json_summary: bool
+    kubectl_timeout: float
+    worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
+    tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
+    max_failed_episodes: int = 0  # --max-failed-episodes
+    infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
+    kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
+    warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
+    pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
+    dry_run: bool = False  # write the manifests, contact no cluster
+    junit: Optional[str] = None  # --junit FILE
+    metrics_file: Optional[str] = None  # --metrics-file FILE
+    # The Python API's seams (run_batch, stream_batch); the command line leaves them unset.
+    # on_reward (docs/outputs.md, "rewards.jsonl"): told of every line of rewards.jsonl, retractions
+    # too, once it is on disk, in the thread that waits for the Job.
+    on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
+    # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
+    stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def builtin_worker(self) -> bool:
+        """The built-in task's own rules (reward 1, baseline fails, tests pass) apply only to it."""
+        return self.worker_file is None
+
+    @property
+    def worker_name(self) -> str:
+        """results.json's `worker`: the --worker file's name, else "built-in"."""
+        return self.worker_file or BUILTIN_WORKER
+
+    @property
+    def indexed(self) -> bool:
+        """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
+        episode may be retried (its attempts share its index)."""
+        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
+
+    @property
+    def given_image(self) -> str:
+        """The image before any digest is resolved: --pin-image's digest when given, else --image."""
+        return self.pin_image or self.image
+
+    @property
+    def client_wait_seconds(self) -> int:
+        return self.deadline_seconds + CLIENT_GRACE_SECONDS
+
+    def round_dir(self, round_number: int) -> Path:
+        return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
+
+
+@dataclasses.dataclass
+class JobReceipt:
+    name: str
+    uid: Optional[str] = None  # None until the create answered
+
+
+class ReceiptJob(TypedDict):
+    name: str
+    uid: Optional[str]  # None until the create answered
+
+
+class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+    context: str
+    server: Optional[str]
+    namespace: str
+    run_id: str
+    kubeconfig: Optional[str]
+    kubectl: Optional[str]
+    created_at: Optional[float]
+    tool_version: Optional[str]
+    jobs: List[ReceiptJob]
+
+
+class ReceiptFile(_ReceiptFile, total=False):
+    uid: str  # the namespace's, once it exists (the guide's key)
+    job_uid: str  # the guide's key: the one Job's UID
+
+
+@dataclasses.dataclass
+class Receipt:
+    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
+
+    Written before the first mutation and rewritten as soon as each UID is known. Receipts of
+    the guide's script (context, namespace, uid, run_id, job_uid) load too."""
+
+    context: str
+    namespace: str
+    run_id: str
+    server: Optional[str] = None
+    kubeconfig: Optional[str] = None
+    kubectl: Optional[str] = None
+    created_at: Optional[float] = None
+    tool_version: Optional[str] = None
+    namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
+    jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
+    guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
+
+    def to_json(self) -> ReceiptFile:
+        data: ReceiptFile = {
+            "context": self.context,
+            "server": self.server,
+            "namespace": self.namespace,
+            "run_id": self.run_id,
+            "kubeconfig": self.kubeconfig,
+            "kubectl": self.kubectl,
+            "created_at": self.created_at,
+            "tool_version": self.tool_version,
+            "jobs": [{"name": job.name, "uid": job.uid} for job in self.jobs],
+        }
+        if self.namespace_uid is not None:
+            data["uid"] = self.namespace_uid
+        if len(self.jobs) == 1 and self.jobs[0].uid:
+            data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
+        elif self.guide_job_uid:
+            data["job_uid"] = self.guide_job_uid
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Receipt:
+        """A receipt read back; a malformed one is bad input, named with the file to inspect."""
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
+        ):
+            raise DemoError(f"the receipt {where} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
+        jobs = data.get("jobs") or []
+        if not isinstance(jobs, list) or not all(
+            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
+            for job in jobs
+        ):
+            raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
+
+        def text(key: str) -> Optional[str]:
+            value = data.get(key)
+            return value if isinstance(value, str) and value else None
+
+        created_at = data.get("created_at")
+        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
+            try:
+                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
+            except OverflowError:
+                created_at = math.nan
+            if not math.isfinite(created_at):
+                raise DemoError(
+                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
+                    EXIT_USAGE,
+                )
+        return cls(
+            context=data["context"],
+            namespace=data["namespace"],
+            run_id=data["run_id"],
+            server=text("server"),
+            kubeconfig=text("kubeconfig"),
+            kubectl=text("kubectl"),
+            created_at=created_at,
+            tool_version=text("tool_version"),
+            namespace_uid=text("uid"),
+            jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
+            guide_job_uid=None if jobs else text("job_uid"),
+        )
+
+
+@dataclasses.dataclass
+class RoundObservation:
+    """What the client saw while it waited for one Job (client clock)."""
+
+    job: KubeObject  # the Job as last seen
+    condition: Optional[str]  # "Complete" or "Failed"; None when the wait ended without one
+    condition_seen_wall: Optional[float] = None  # when the condition reached the client
+    condition_seen_monotonic: Optional[float] = None
+    pod_sightings: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # see record_pod_sighting
+    blocked: str = ""  # why the Job cannot create pods, e.g. a Pod Security rejection
+    last_pods: Dict[str, KubeObject] = dataclasses.field(default_factory=dict)  # each pod as last watched
+    pod_deleted: bool = False  # the pod watch reported a deletion
+    queued: bool = False  # the Job was created suspended (a queue such as Kueue admits it later)
+    admitted_seen_monotonic: Optional[float] = None  # when the client saw a queued Job resumed
+
+
+@dataclasses.dataclass
+class RoundCollected:
+    """Everything read about one finished round: the input of `analyse_round`."""
+
+    round_number: int
+    job_name: str
+    job: KubeObject  # as created (its UID and creation time)
+    observation: RoundObservation
+    pods: List[KubeObject]  # the Job's own pods, by its UID label
+    logs: Dict[str, Optional[PodLog]]  # None: unreadable (see log_errors)
+    log_errors: Dict[str, str]
+    count: int  # episodes requested
+    round_dir: Path
+    submitted_wall: float  # client clock just before the create
+    submitted_monotonic: float
+    indexed: bool = False  # an Indexed Job: each pod's index is its completion-index annotation
+    task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
+    builtin_worker: bool = True  # the built-in task's rules apply
+    max_failed_episodes: int = 0
+    events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
+    infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+
+
+@dataclasses.dataclass
+class PodLog:
+    """What one pod printed, as far as the tool keeps it in memory: the first line of each of
+    KEPT_EVENTS, as the bytes it printed (parsed again only when the episode is validated, so a
+    line that swells when parsed costs its bytes, not its objects), and how many events of each
+    kind it printed; not its text (that goes to <pod>.log on disk, up to LOG_FILE_LIMIT)."""
+
+    kept: Dict[str, bytes] = dataclasses.field(default_factory=dict)  # "ready", "reward": its first line
+    counts: Dict[str, int] = dataclasses.field(default_factory=dict)  # events by name: KEPT_EVENTS and "other"
+    error: str = ""  # the first bad event line, if any
+    lines: int = 0
+    long_lines: int = 0  # lines over EVENT_LINE_LIMIT, ignored as noise
+    saved_bytes: int = 0
+    dropped_bytes: int = 0  # beyond LOG_FILE_LIMIT or the run's LOG_DIR_BUDGET: counted, not saved
+    # Its artifact frames (see ArtifactSink): each artifact saved whole, checked against its frames'
+    # sha256, as {name, bytes, sha256}; the first frame that broke a rule; whether frames were missing.
+    artifacts: Dict[str, ArtifactEntry] = dataclasses.field(default_factory=dict)
+    artifact_error: str = ""
+    artifact_frames_missing: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactFrame:
+    """One line of a pod's artifact frames, parsed (parse_artifact_frame): the `seq`-th of the
+    `total` frames of the artifact `name`, whose whole bytes have `sha256`; `data`, its piece."""
+
+    name: str
+    seq: int
+    total: int
+    sha256: str
+    data: bytes
+
+
+@dataclasses.dataclass(eq=False)
+class LogBudgets:
+    """What a run may still spend on what pods print, shared by every thread that reads logs:
+    bytes of <pod>.log text on disk (LOG_DIR_BUDGET) and bytes of kept event lines in memory
+    (KEPT_EVENT_BYTES_LIMIT)."""
+
+    disk: int = LOG_DIR_BUDGET
+    memory: int = KEPT_EVENT_BYTES_LIMIT
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
+    # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
+    # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
+    # and all of them together are at most the episodes times that allowance.
+    artifacts: Optional[Path] = None
+    artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    spends_from: Optional[LogBudgets] = None  # a view (saving_artifacts_in): the run's budgets it spends
+
+    def saving_artifacts_in(self, root: Path) -> LogBudgets:
+        """These budgets, spent as before, with the artifacts saved under `root` instead (a
+        warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
+        return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
+
+    def take_disk(self, wanted: int, whole: bool = False) -> int:
+        """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
+        if self.spends_from is not None:
+            return self.spends_from.take_disk(wanted, whole)
+        with self.lock:
+            granted = max(0, min(wanted, self.disk))
+            granted = 0 if whole and granted < wanted else granted
+            self.disk -= granted
+            return granted
+
+    def take_memory(self, wanted: int) -> bool:
+        """All of `wanted` bytes of memory, or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_memory(wanted)
+        with self.lock:
+            if wanted > self.memory:
+                return False
+            self.memory -= wanted
+            return True
+
+
+# The schema of results.json (and rewards.jsonl, warmup.json, reproduce's report.json) as TypedDicts:
+# plain dicts at run time, every key checked by mypy. The writer builds them, every reader reads
+# them, a file read back is checked against them first (schema_problem), and the documents' field
+# tables list exactly their keys (docs/development.md, "Field tables").
+class _ImagePull(TypedDict):
+    state: str  # "cached", "pulled" or "unknown"
+    seconds: Optional[float]
+
+
+class ImagePull(_ImagePull, total=False):
+    seconds_including_waiting: Optional[float]  # only when pulled
+
+
+class LostAttempt(TypedDict):  # an episode's pod lost to the infrastructure and replaced (--infra-retries)
+    pod: str
+    cause: str  # its DisruptionTarget condition's reason and message, or its eviction (infra_loss)
+    created_at: float  # its creationTimestamp (API server, whole seconds)
+
+
+class ArtifactEntry(TypedDict):  # a file an episode made, saved as DIR/artifacts/<pod>/<name>
+    name: str  # its path relative to the worker's RL_DEMO_ARTIFACTS, "/"-separated
+    bytes: int
+    sha256: str  # of its bytes, hex
+
+
+class PodArtifacts(TypedDict, total=False):  # absent from the results of versions before artifacts
+    artifacts: List[ArtifactEntry]  # sorted by name; saved and checked against the reward event's manifest
+
+
+class PodRow(PodArtifacts):  # one validated episode's figures: a row of results.json's `pods`
+    pod: str
+    node: Optional[str]
+    image_id: Optional[str]
+    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
+    pod_to_ready_seconds: float
+    batch_to_ready_seconds: float
+    batch_to_reward_seconds: float
+    pod_to_scheduled_seconds: Optional[float]
+    pod_to_container_started_seconds: Optional[float]
+    python_import_seconds: Optional[float]
+    import_to_ready_seconds: Optional[float]
+    ready_to_reward_seconds: float
+    reward_to_finished_seconds: Optional[float]
+    pod_observed_to_ready_seconds: Optional[float]
+    overhead: Optional[KubeObject]
+    created_at: float
+    scheduled_at: Optional[float]
+    container_started_at: Optional[float]
+    ready_at: float
+    reward_at: float
+    finished_at: Optional[float]
+    observed_first_seen_at: Optional[float]
+    observed_running_at: Optional[float]
+    observed_succeeded_at: Optional[float]
+    batch_start: float  # the Job's creation: the origin of the batch_to_* figures
+    round: int
+    job: str
+    index: int  # the completion index (Indexed Jobs), else the pod's place in creation order
+    task_id: Any  # the task's "id", else the index
+    scheduled_source: Optional[str]  # "event" (Scheduled, microseconds) or "condition" (whole seconds)
+    process_started_at: Optional[float]  # /proc/self/stat starttime on the kernel's boot clock
+    first_statement_at: Optional[float]  # the worker's first statement (node wall clock)
+    kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
+    kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say (or its clocks disagree)
+    clock_note: Optional[str]  # why the /proc figures are unknown though the sandbox reported them (this tool's words)
+    pod_to_process_start_seconds: Optional[float]
+    pod_to_kernel_boot_seconds: Optional[float]
+    kernel_boot_to_process_start_seconds: Optional[float]
+    interpreter_start_seconds: Optional[float]
+    image_pull: ImagePull
+    container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
+    log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
+    attempts: int  # pods that ran the episode: 1, plus one for each lost to the infrastructure (--infra-retries)
+    lost_attempts: List[LostAttempt]  # the pods before its last, in creation order
+    retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
+
+
+class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
+    info: JsonObject  # the reward event's other fields: untrusted, possibly large
+
+
+class PhaseStats(TypedDict):
+    samples: int
+    p50: float
+    p95: float
+    max: float
+
+
+class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+    cause: str
+    attempts: int  # as in pods[]: its last pod's attempt
+    lost_attempts: List[LostAttempt]
+
+
+class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
+    episodes: int
+    successful_episodes: int
+    reward_sum: float
+    batch_to_all_ready_seconds: float
+    batch_to_all_rewards_seconds: float
+    batch_to_all_started_seconds: Optional[float]  # the cluster's: null when a container's startedAt is missing
+    batch_to_all_finished_seconds: Optional[float]  # the cluster's: null when a container's finishedAt is missing
+    pod_to_ready_p50_seconds: float
+    pod_to_ready_p95_seconds: float
+    pod_to_ready_max_seconds: float
+    reward_mean: Optional[float]
+    reward_min: Optional[float]
+    reward_max: Optional[float]
+    masked_episodes: int  # failed, set aside under --max-failed-episodes: no reward figure counts them
+    lost_attempts: int  # the validated episodes' pods lost to the infrastructure and replaced (--infra-retries)
+    retry_seconds_sum: float  # what retries added to the validated episodes: their retry_seconds summed
+    retry_seconds_max: float  # and the longest
+
+
+class JobTimes(TypedDict):  # a round's Job (a run's: the slowest, first and last round's)
+    failed_episodes: List[FailedEpisode]
+    client_job_complete_seconds: float
+    client_submitted_at: float
+    client_observed_complete_at: Optional[float]
+    job_created_at: float
+    job_admitted_at: Optional[float]  # its creation unless a queue held it suspended; None: the Job does not say
+    admission_wait_seconds: Optional[float]  # job_admitted_at - job_created_at
+    client_admission_wait_seconds: Optional[float]  # None unless the Job was created suspended
+    job_complete_at: Optional[float]
+    job_success_criteria_met_at: Optional[float]
+
+
+class LogFigures(TypedDict):  # how the episodes' output was read (of one round, or of the whole run)
+    pods_without_termination_message: int  # their logs alone carried their events
+    log_bytes_not_saved: int  # read and scanned, not saved: past LOG_FILE_LIMIT or the run's LOG_DIR_BUDGET
+
+
+class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and probe Jobs write no rewards)
+    client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
+
+
+class RoundResult(
+    BatchFigures, JobTimes, FirstReward, LogFigures
+):  # a row of round_results; a warm-up's or probe's Job too
+    round: int
+    job: str
+    job_uid: str
+
+
+class WarmupNode(TypedDict):
+    job: str
+    job_uid: str
+    pod: str
+    pod_to_ready_seconds: float
+    image_id: Optional[str]
+    image_pull: str  # the episode's image_pull state
+
+
+class Warmup(TypedDict):  # results.json's `warmup`, also warmup/warmup.json
+    nodes: List[str]
+    per_node: Dict[str, WarmupNode]
+    image: str
+    pod_to_ready_max_seconds: float
+
+
+class _PreparedImage(TypedDict):  # what --warmup and --pin-image settled before the measured rounds
+    image_pinned: Optional[str]
+    warmup: Optional[Warmup]
+
+
+class PreparedImage(_PreparedImage, total=False):
+    image_pinned_from: Dict[str, Optional[str]]  # --pin-image only: node -> the imageID read there
+
+
+Bucket = List[Optional[float]]  # [lower, upper]; upper None for +Inf
+
+
+class OperationFigures(TypedDict):
+    count: int
+    mean_seconds: Optional[float]
+    p50_seconds: Optional[float]
+    p95_seconds: Optional[float]
+    p50_bucket: Optional[Bucket]
+    p95_bucket: Optional[Bucket]
+
+
+class Operations(TypedDict):  # the guide's runtime operations (KUBELET_OPERATIONS), pooled or on one node
+    RunPodSandbox: Optional[OperationFigures]
+    CreateContainer: Optional[OperationFigures]
+    StartContainer: Optional[OperationFigures]
+    PullImage: Optional[OperationFigures]
+
+
+class NodeOperations(Operations):
+    foreign_operations: int
+    note: str
+
+
+class SandboxCrosscheck(TypedDict):  # RunPodSandbox by the handler (HANDLER_SANDBOX_FAMILY), pooled
+    handler_figures: Optional[OperationFigures]
+    note: str  # "" unless it is implausibly small beside run_podsandbox's (kubelets before 1.36)
+
+
+class RuntimeOperations(TypedDict):
+    handler: str
+    pooled: Operations
+    nodes: Dict[str, NodeOperations]
+    sandbox_crosscheck: SandboxCrosscheck
+
+
+class KubeletFigures(TypedDict, total=False):
+    runtime_operations: RuntimeOperations  # --kubelet-metrics only
+
+
+class ImageCache(TypedDict):
+    cached: int
+    pulled: int
+    unknown: int
+
+
+class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
+    parallelism_capacity: int  # episodes the eligible nodes could start at once when the run began
+
+
+# results.json
+class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, KubeletFigures, AutoParallelism):
+    figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
+    notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
+    max_failed_episodes: int
+    infra_retries: int  # --infra-retries K
+    worker: str
+    tasks: Optional[int]
+    context: str
+    namespace: str
+    run_id: str
+    image: str
+    runtime: Optional[str]
+    parallelism: int
+    rounds: int
+    episodes_per_round: int
+    cache_state: str
+    image_cache: ImageCache
+    phases: Dict[str, Optional[PhaseStats]]  # one per PHASES
+    nodes: Dict[str, int]
+    image_ids: List[str]
+    container_runtimes: List[str]  # distinct, as the kubelet names them in containerID
+    round_results: List[RoundResult]
+    tool_version: str
+    pods: List[PodRow]
+
+
+class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+    round: int
+    index: Optional[int]
+    task_id: Any
+    pod: str
+    reward: Optional[float]
+    info: Optional[JsonObject]
+    failure: Optional[str]
+    known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
+    retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
+    attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
+    lost_attempts: List[LostAttempt]
+    artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
+
+
+class GuideRow(TypedDict):
+    row: str
+    cells: List[str]
+
+
+class GuideReference(TypedDict):
+    date: str
+    conditions: List[str]
+
+
+class _GuideTable(TypedDict):  # the guide's section 六 table (compare --format guide, report.json)
+    lang: str
+    header: List[str]
+    rows: List[GuideRow]
+
+
+class GuideTable(_GuideTable, total=False):
+    reference: GuideReference  # --reference guide
+
+
+class _ReproduceGroup(TypedDict):
+    name: str
+    directory: str
+    argv: List[str]
+    exit_code: Optional[int]  # None while it runs
+
+
+class ReproduceGroup(_ReproduceGroup, total=False):
+    error: str  # why its run failed
+    namespace: Optional[str]  # from its receipt, once its run ended
+
+
+class _ReproduceReport(TypedDict):  # reproduce's report.json
+    context: str
+    image: str
+    image_pinned: Optional[str]
+    count: int
+    rounds: int
+    groups: List[ReproduceGroup]
+    complete: bool
+    tool_version: str
+
+
+class ReproduceReport(_ReproduceReport, total=False):
+    table: Optional[GuideTable]  # once the experiment ended (None: no group finished)
+
+
+class ComparisonRow(TypedDict):  # compare --format json's figures
+    figure: str
+    label: str
+    values: List[Optional[float]]
+    ratios: List[Optional[float]]
+
+
+class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
+    round: int
+    job: str
+    pods: Optional[List[KubeObject]]
+    job_object: Optional[KubeObject]
+
+
+class JUnitCase(TypedDict):
+    classname: str
+    name: str
+    time: float
+    outcome: str  # "passed", "failure", "error" or "skipped"
+    message: str
+    text: str
+
+
+class JUnitSuite(TypedDict):
+    round: Optional[int]
+    job: Optional[str]
+    time: float
+    cases: List[JUnitCase]
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """One preflight read: its value (None: the object does not exist), or why it failed."""
+
+    value: Any = None
+    failure: str = ""  # kubectl's first line when the read failed
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One preflight finding: `check` prints every one, `run` stops at the first that is not ok."""
+
+    name: str
+    ok: bool
+    detail: str
+    problem: str = ""  # what `check`'s verdict lists when not ok
+    stop: str = ""  # the sentence `run` stops with when not ok
+
+
+# A one-episode Job before the measured rounds (a warm-up or the probe), run by the batch: its name,
+# directory and manifest, and where an interruption saves the namespace's events; its rows and figures.
+OneEpisodeJob = Callable[[str, Path, KubeObject, Path], Tuple[List[EpisodeRow], RoundResult]]
