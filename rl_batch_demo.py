@@ -59,7 +59,21 @@ import threading
 import time
 import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    NoReturn,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypedDict,
+)
 
 __version__ = "0.2.0"
 
@@ -554,6 +568,50 @@ class DemoError(Exception):
 def bug_message(bug: BaseException) -> str:
     """An unexpected exception, a bug, as error.json, the CI reports and stderr name it (exit 3)."""
     return f"unexpected error (a bug in rl-batch-demo): {bug!r}"
+
+
+# The kinds of Outcome: how a command ended when something was raised.
+EXPECTED = "expected"  # a DemoError, or the run's output directory that could not be written
+BUG = "bug"  # any other Exception: exit 3, and its traceback shows
+INTERRUPTED = "interrupted"  # KeyboardInterrupt (Ctrl-C, SIGTERM), or what the API caller's handler raised
+STDOUT_CLOSED = "stdout closed"  # the reader of stdout went away (`| head`): the work itself is done
+
+
+class Outcome(NamedTuple):
+    """What a raised exception ends a command with: its exit code, its one sentence (as error.json
+    and stderr give it), and its kind. pre-commit's error_handler is the model: one place maps
+    an exception to the documented exit code, so that every command and the API agree."""
+
+    exit_code: int
+    message: str
+    kind: str
+    raised: BaseException
+
+    def error(self) -> DemoError:
+        """The DemoError it counts as: the one raised, or one with this outcome's code and sentence."""
+        if isinstance(self.raised, DemoError):
+            return self.raised
+        return DemoError(self.message, self.exit_code)
+
+
+def outcome_of(raised: BaseException, output: Optional[Path] = None, printing: bool = False) -> Outcome:
+    """Classify what was raised. With `output` (a run writing its directory), an OSError is that
+    directory's (a full disk, lost permissions: exit 2); for the command line (`printing`), a
+    BrokenPipeError is stdout's reader gone (exit 0); any other OSError is a bug like any other
+    Exception (exit 3). Every BaseException that is not an Exception is an interruption (exit 130)."""
+    if isinstance(raised, DemoError):
+        return Outcome(raised.exit_code, str(raised), EXPECTED, raised)
+    if isinstance(raised, OSError) and output is not None:
+        message = (
+            f"cannot write the run's output ({raised.strerror or raised}: {raised.filename}); "
+            f"check the free space and permissions of {output}"
+        )
+        return Outcome(EXIT_USAGE, message, EXPECTED, raised)
+    if isinstance(raised, BrokenPipeError) and printing:
+        return Outcome(EXIT_OK, "the reader of stdout went away", STDOUT_CLOSED, raised)
+    if isinstance(raised, Exception):
+        return Outcome(EXIT_CLUSTER, bug_message(raised), BUG, raised)
+    return Outcome(EXIT_INTERRUPTED, "interrupted", INTERRUPTED, raised)
 
 
 class EpisodeInvalid(DemoError):
@@ -5904,6 +5962,12 @@ def render_guide_table(table: GuideTable, style: str) -> str:
 # the reports' escaping.
 
 
+def discard_stdout() -> None:
+    """Point stdout at /dev/null once its reader went away (`| head`), so that no later write,
+    Python's own flush at exit included, raises BrokenPipeError again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def say_stderr(message: str) -> None:
     print(printable(message), file=sys.stderr, flush=True)
 
@@ -8838,29 +8902,24 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     try:
         results = batch.execute()
         error = publish(results, settings, print_summary)
-    except DemoError as failure:
-        error = failure
-    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
-        error = DemoError(
-            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
-            f"check the free space and permissions of {output}",
-            EXIT_USAGE,
-        )
-    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
-        reraise, bug = unexpected, True
-        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
-    except BaseException as interruption:  # Ctrl-C, SIGTERM; through the API, what the caller's handler raised
-        reraise = None if isinstance(interruption, KeyboardInterrupt) else interruption
-        kubectl.stop_children()  # calls still running in other threads, or streams
-        progress.finish()
-        if batch.create_sent:
-            say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
-        try:
-            batch.save_after_interrupt()
-        except KeyboardInterrupt:
-            say_stderr("skipped saving diagnostics")
-        where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
-        error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
+    except BaseException as raised:  # an OSError here is the output directory's, not the cluster's
+        outcome = outcome_of(raised, output)
+        error = outcome.error()
+        bug = outcome.kind == BUG  # recorded and cleaned up as asked, then it shows
+        # Ctrl-C and SIGTERM end in their exit code; through the API, what the caller's handler raised shows
+        if bug or (outcome.kind == INTERRUPTED and not isinstance(raised, KeyboardInterrupt)):
+            reraise = raised
+        if outcome.kind == INTERRUPTED:
+            kubectl.stop_children()  # calls still running in other threads, or streams
+            progress.finish()
+            if batch.create_sent:
+                say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+            try:
+                batch.save_after_interrupt()
+            except KeyboardInterrupt:
+                say_stderr("skipped saving diagnostics")
+            where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+            error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
@@ -8911,7 +8970,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
             sys.stdout.write(printable(summary, keep_newlines=True))
             sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()
     append_step_summary(markdown_summary(results))
     if breaches:
         return DemoError(
@@ -9054,12 +9113,8 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str, print_s
     error: Optional[DemoError] = None
     try:
         code = cmd_run(settings, unbound, tool, print_summary)
-    except DemoError as failure:
-        stopped = error = failure
-    except Exception as bug:  # a bug: the reports still say the run failed, then it shows
-        stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
-    except BaseException as interrupt:  # Ctrl-C, SIGTERM, or what the API's caller's own handler raised
-        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
+    except BaseException as raised:  # the reports say how the run ended (a bug: failed), then it shows
+        stopped, error = raised, outcome_of(raised).error()
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -9795,25 +9850,23 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
         tool = invoked_as(plugin)
         args = build_parser(tool).parse_command_line(argv)
         return int(prepared_command(args, tool)())
-    except BrokenPipeError:
-        # The reader of stdout went away (`| head`); the work itself is done.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except DemoError as error:
-        print(f"rl-batch-demo: error: {printable(str(error))}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("rl-batch-demo: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as bug:  # a bug: its traceback for the report, then the exit code error.json gives it
-        import traceback  # noqa: PLC0415 - only a bug needs it
+    except (Exception, KeyboardInterrupt) as raised:  # SystemExit (argparse's usage errors) passes through
+        outcome = outcome_of(raised, printing=True)
+        if outcome.kind == STDOUT_CLOSED:  # `| head`: the work itself is done
+            discard_stdout()
+        elif outcome.kind == INTERRUPTED:
+            print("rl-batch-demo: interrupted", file=sys.stderr)
+        elif outcome.kind == BUG:  # its traceback for the report, then the exit code error.json gives it
+            import traceback  # noqa: PLC0415 - only a bug needs it
 
-        traceback.print_exception(type(bug), bug, bug.__traceback__, file=sys.stderr)
-        print(
-            f"rl-batch-demo: error: {printable(bug_message(bug))}; the traceback above is for a bug report",
-            file=sys.stderr,
-        )
-        return EXIT_CLUSTER
+            traceback.print_exception(type(raised), raised, raised.__traceback__, file=sys.stderr)
+            print(
+                f"rl-batch-demo: error: {printable(outcome.message)}; the traceback above is for a bug report",
+                file=sys.stderr,
+            )
+        else:
+            print(f"rl-batch-demo: error: {printable(outcome.message)}", file=sys.stderr)
+        return outcome.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -9922,12 +9975,13 @@ def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResul
     bug as DemoError (exit 3), its traceback chained."""
     try:
         cmd_run_reported(settings, make_kubectl(args), invoked_as(), print_summary=False)
-    except DemoError as error:
-        if error.exit_code == EXIT_INTERRUPTED:
-            raise KeyboardInterrupt(str(error)) from error
-        raise
-    except Exception as bug:
-        raise DemoError(bug_message(bug), EXIT_CLUSTER) from bug
+    except Exception as raised:  # an interruption that is not a DemoError passes through as it is
+        outcome = outcome_of(raised)
+        if outcome.exit_code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt(outcome.message) from raised
+        if isinstance(raised, DemoError):
+            raise
+        raise outcome.error() from raised
     return BatchResult.read(settings.output)
 
 

@@ -21,6 +21,49 @@ from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_event
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 
 
+class OutcomeTest(unittest.TestCase):
+    """outcome_of, the one classifier every command, main() and the API end through: what was
+    raised, where, to the exit code of --help's table and the one sentence."""
+
+    def test_table(self) -> None:
+        output = Path("out")
+        full_disk = OSError(28, "No space left on device", "out/results.json")
+        episode = demo.DemoError("episode failed", demo.EXIT_EPISODE)
+        rows = [
+            # raised, output, printing: exit code, kind, sentence
+            (episode, None, False, demo.EXIT_EPISODE, demo.EXPECTED, "episode failed"),
+            (episode, output, True, demo.EXIT_EPISODE, demo.EXPECTED, "episode failed"),
+            (
+                full_disk,
+                output,
+                False,
+                demo.EXIT_USAGE,
+                demo.EXPECTED,
+                "cannot write the run's output (No space left on device: out/results.json); "
+                "check the free space and permissions of out",
+            ),
+            (full_disk, None, True, demo.EXIT_CLUSTER, demo.BUG, demo.bug_message(full_disk)),
+            (BrokenPipeError(), None, True, demo.EXIT_OK, demo.STDOUT_CLOSED, "the reader of stdout went away"),
+            (BrokenPipeError(), None, False, demo.EXIT_CLUSTER, demo.BUG, demo.bug_message(BrokenPipeError())),
+            (ValueError("x"), output, True, demo.EXIT_CLUSTER, demo.BUG, demo.bug_message(ValueError("x"))),
+            (KeyboardInterrupt(), output, True, demo.EXIT_INTERRUPTED, demo.INTERRUPTED, "interrupted"),
+            (GeneratorExit(), None, False, demo.EXIT_INTERRUPTED, demo.INTERRUPTED, "interrupted"),
+        ]
+        for raised, where, printing, code, kind, sentence in rows:
+            with self.subTest(raised=raised, output=where, printing=printing):
+                outcome = demo.outcome_of(raised, where, printing)
+                self.assertEqual((outcome.exit_code, outcome.kind, outcome.message), (code, kind, sentence))
+                error = outcome.error()
+                self.assertEqual((error.exit_code, str(error)), (code, sentence))
+        self.assertIs(demo.outcome_of(episode).error(), episode)  # a DemoError keeps its kind (EpisodeInvalid...)
+
+    def test_every_code_is_documented(self) -> None:
+        for raised in (BrokenPipeError(), ValueError(), KeyboardInterrupt(), OSError("x")):
+            with self.subTest(raised=raised):
+                code = demo.outcome_of(raised, Path("out"), printing=True).exit_code
+                self.assertRegex(demo.EXIT_CODES_HELP, rf"(?m)^  {code} ")
+
+
 class TimestampAndStatisticsTest(unittest.TestCase):
     def test_parse_timestamp_forms(self) -> None:
         self.assertEqual(demo.parse_timestamp("1970-01-01T00:00:10Z"), 10.0)

@@ -24,10 +24,7 @@ from .constants import (
     DEFAULT_JOB_DEADLINE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
     DEFAULT_RUNTIME,
-    EXIT_CLUSTER,
     EXIT_CODES_HELP,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     EXIT_THRESHOLD,
     EXIT_USAGE,
     INSTALLED_COMMAND,
@@ -56,11 +53,12 @@ from .core_basics import (
 )
 from .core_guide import _DIGEST, GUIDE_REFERENCE
 from .core_reports import printable
-from .errors import DemoError, bug_message
+from .errors import BUG, INTERRUPTED, STDOUT_CLOSED, DemoError, outcome_of
 from .kubectl import make_kubectl
 from .payloads import WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
 from .records import RunSettings
+from .status import discard_stdout
 
 # Command line #################################################################
 # Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
@@ -653,25 +651,23 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
         tool = invoked_as(plugin)
         args = build_parser(tool).parse_command_line(argv)
         return int(prepared_command(args, tool)())
-    except BrokenPipeError:
-        # The reader of stdout went away (`| head`); the work itself is done.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except DemoError as error:
-        print(f"rl-batch-demo: error: {printable(str(error))}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("rl-batch-demo: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as bug:  # a bug: its traceback for the report, then the exit code error.json gives it
-        import traceback  # noqa: PLC0415 - only a bug needs it
+    except (Exception, KeyboardInterrupt) as raised:  # SystemExit (argparse's usage errors) passes through
+        outcome = outcome_of(raised, printing=True)
+        if outcome.kind == STDOUT_CLOSED:  # `| head`: the work itself is done
+            discard_stdout()
+        elif outcome.kind == INTERRUPTED:
+            print("rl-batch-demo: interrupted", file=sys.stderr)
+        elif outcome.kind == BUG:  # its traceback for the report, then the exit code error.json gives it
+            import traceback  # noqa: PLC0415 - only a bug needs it
 
-        traceback.print_exception(type(bug), bug, bug.__traceback__, file=sys.stderr)
-        print(
-            f"rl-batch-demo: error: {printable(bug_message(bug))}; the traceback above is for a bug report",
-            file=sys.stderr,
-        )
-        return EXIT_CLUSTER
+            traceback.print_exception(type(raised), raised, raised.__traceback__, file=sys.stderr)
+            print(
+                f"rl-batch-demo: error: {printable(outcome.message)}; the traceback above is for a bug report",
+                file=sys.stderr,
+            )
+        else:
+            print(f"rl-batch-demo: error: {printable(outcome.message)}", file=sys.stderr)
+        return outcome.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -47,7 +46,7 @@ from .core_reports import (
     render_timeline_svg,
 )
 from .core_validation import check_thresholds
-from .errors import DemoError, EpisodeInvalid, KubectlFailure, bug_message
+from .errors import BUG, INTERRUPTED, DemoError, EpisodeInvalid, KubectlFailure, outcome_of
 from .flow_run import (
     BatchRun,
     cleanup_reproduce,
@@ -78,7 +77,7 @@ from .persistence import (
     write_receipt,
 )
 from .records import Read, Receipt, ReproduceGroup, ReproduceReport, Results, RunSettings
-from .status import Progress, say_stderr
+from .status import Progress, discard_stdout, say_stderr
 
 # Commands #####################################################################
 # One function per command, given typed settings and a kubectl; each returns an exit code or
@@ -136,29 +135,24 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     try:
         results = batch.execute()
         error = publish(results, settings, print_summary)
-    except DemoError as failure:
-        error = failure
-    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
-        error = DemoError(
-            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
-            f"check the free space and permissions of {output}",
-            EXIT_USAGE,
-        )
-    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
-        reraise, bug = unexpected, True
-        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
-    except BaseException as interruption:  # Ctrl-C, SIGTERM; through the API, what the caller's handler raised
-        reraise = None if isinstance(interruption, KeyboardInterrupt) else interruption
-        kubectl.stop_children()  # calls still running in other threads, or streams
-        progress.finish()
-        if batch.create_sent:
-            say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
-        try:
-            batch.save_after_interrupt()
-        except KeyboardInterrupt:
-            say_stderr("skipped saving diagnostics")
-        where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
-        error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
+    except BaseException as raised:  # an OSError here is the output directory's, not the cluster's
+        outcome = outcome_of(raised, output)
+        error = outcome.error()
+        bug = outcome.kind == BUG  # recorded and cleaned up as asked, then it shows
+        # Ctrl-C and SIGTERM end in their exit code; through the API, what the caller's handler raised shows
+        if bug or (outcome.kind == INTERRUPTED and not isinstance(raised, KeyboardInterrupt)):
+            reraise = raised
+        if outcome.kind == INTERRUPTED:
+            kubectl.stop_children()  # calls still running in other threads, or streams
+            progress.finish()
+            if batch.create_sent:
+                say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+            try:
+                batch.save_after_interrupt()
+            except KeyboardInterrupt:
+                say_stderr("skipped saving diagnostics")
+            where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+            error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
         save_if_possible(output / "kubectl-calls.json", kubectl.calls)
@@ -209,7 +203,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
             sys.stdout.write(printable(summary, keep_newlines=True))
             sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()
     append_step_summary(markdown_summary(results))
     if breaches:
         return DemoError(
@@ -352,12 +346,8 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str, print_s
     error: Optional[DemoError] = None
     try:
         code = cmd_run(settings, unbound, tool, print_summary)
-    except DemoError as failure:
-        stopped = error = failure
-    except Exception as bug:  # a bug: the reports still say the run failed, then it shows
-        stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
-    except BaseException as interrupt:  # Ctrl-C, SIGTERM, or what the API's caller's own handler raised
-        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
+    except BaseException as raised:  # the reports say how the run ended (a bug: failed), then it shows
+        stopped, error = raised, outcome_of(raised).error()
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Optional, Sequence, Tuple
+from pathlib import Path
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (
     _KLOG_LINE,
@@ -14,6 +15,9 @@ from .constants import (
     _WARNING_PREFIX,
     EXIT_CLUSTER,
     EXIT_EPISODE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
 )
 
 # Errors #######################################################################
@@ -32,6 +36,50 @@ class DemoError(Exception):
 def bug_message(bug: BaseException) -> str:
     """An unexpected exception, a bug, as error.json, the CI reports and stderr name it (exit 3)."""
     return f"unexpected error (a bug in rl-batch-demo): {bug!r}"
+
+
+# The kinds of Outcome: how a command ended when something was raised.
+EXPECTED = "expected"  # a DemoError, or the run's output directory that could not be written
+BUG = "bug"  # any other Exception: exit 3, and its traceback shows
+INTERRUPTED = "interrupted"  # KeyboardInterrupt (Ctrl-C, SIGTERM), or what the API caller's handler raised
+STDOUT_CLOSED = "stdout closed"  # the reader of stdout went away (`| head`): the work itself is done
+
+
+class Outcome(NamedTuple):
+    """What a raised exception ends a command with: its exit code, its one sentence (as error.json
+    and stderr give it), and its kind. pre-commit's error_handler is the model: one place maps
+    an exception to the documented exit code, so that every command and the API agree."""
+
+    exit_code: int
+    message: str
+    kind: str
+    raised: BaseException
+
+    def error(self) -> DemoError:
+        """The DemoError it counts as: the one raised, or one with this outcome's code and sentence."""
+        if isinstance(self.raised, DemoError):
+            return self.raised
+        return DemoError(self.message, self.exit_code)
+
+
+def outcome_of(raised: BaseException, output: Optional[Path] = None, printing: bool = False) -> Outcome:
+    """Classify what was raised. With `output` (a run writing its directory), an OSError is that
+    directory's (a full disk, lost permissions: exit 2); for the command line (`printing`), a
+    BrokenPipeError is stdout's reader gone (exit 0); any other OSError is a bug like any other
+    Exception (exit 3). Every BaseException that is not an Exception is an interruption (exit 130)."""
+    if isinstance(raised, DemoError):
+        return Outcome(raised.exit_code, str(raised), EXPECTED, raised)
+    if isinstance(raised, OSError) and output is not None:
+        message = (
+            f"cannot write the run's output ({raised.strerror or raised}: {raised.filename}); "
+            f"check the free space and permissions of {output}"
+        )
+        return Outcome(EXIT_USAGE, message, EXPECTED, raised)
+    if isinstance(raised, BrokenPipeError) and printing:
+        return Outcome(EXIT_OK, "the reader of stdout went away", STDOUT_CLOSED, raised)
+    if isinstance(raised, Exception):
+        return Outcome(EXIT_CLUSTER, bug_message(raised), BUG, raised)
+    return Outcome(EXIT_INTERRUPTED, "interrupted", INTERRUPTED, raised)
 
 
 class EpisodeInvalid(DemoError):

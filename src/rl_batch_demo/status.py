@@ -17,6 +17,12 @@ from .records import TIMING
 # the reports' escaping.
 
 
+def discard_stdout() -> None:
+    """Point stdout at /dev/null once its reader went away (`| head`), so that no later write,
+    Python's own flush at exit included, raises BrokenPipeError again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def say_stderr(message: str) -> None:
     print(printable(message), file=sys.stderr, flush=True)
 
