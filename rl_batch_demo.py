@@ -1623,7 +1623,7 @@ def file_fingerprint() -> str:
         return "unknown"
 
 
-def tool_version() -> str:
+def release_and_fingerprint() -> str:
     """The version results, receipts and reports record: the release and this file's hash."""
     return f"{__version__}+{file_fingerprint()}"
 
@@ -2040,7 +2040,7 @@ def job_suspended(job: KubeObject) -> bool:
     return (job.get("spec") or {}).get("suspend") is True
 
 
-def job_admitted_at(job: KubeObject) -> Optional[float]:
+def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
     for condition in (job.get("status") or {}).get("conditions") or []:
@@ -3137,7 +3137,7 @@ def no_operations() -> Operations:
     return {"RunPodSandbox": None, "CreateContainer": None, "StartContainer": None, "PullImage": None}
 
 
-def runtime_operations(
+def count_runtime_operations(
     before: Dict[str, KubeletReading],
     after: Dict[str, KubeletReading],
     handler: str,
@@ -3860,7 +3860,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
     # A queued Job's figures start when it was admitted: its wait in the queue is its own figure.
-    admitted_at = job_admitted_at(observation.job) if observation.queued else job_created_at
+    admitted_at = job_admission_time(observation.job) if observation.queued else job_created_at
     admitted_seen = observation.admitted_seen_monotonic
     cluster_events = events_by_pod(collected.events)
     rows = []
@@ -4144,7 +4144,7 @@ def assemble_results(
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
         container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
         pods=[pod_row(row) for row in rows],
     )
 
@@ -8149,7 +8149,9 @@ class BatchRun:
             after = (
                 read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
             )
-            kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+            kubelet["runtime_operations"] = count_runtime_operations(
+                kubelets_before, after, self.runtime_handler, expected
+            )
         context = self.kubectl.context or ""
         capacity: Optional[AutoParallelism] = None if self.capacity is None else {"parallelism_capacity": self.capacity}
         return assemble_results(
@@ -8851,7 +8853,7 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 # raises DemoError. Uses everything above.
 
 
-def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
+def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
     manifests = [
@@ -8879,7 +8881,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
-        return dry_run(settings, namespace, run_id, print_summary)
+        return write_dry_run(settings, namespace, run_id, print_summary)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context, server)
     claim_output(output)
@@ -8891,7 +8893,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         kubeconfig=kubectl.kubeconfig,
         kubectl=kubectl.executable,
         created_at=time.time(),
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
@@ -9012,7 +9014,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "rounds": args.rounds,
         "groups": [],
         "complete": False,
-        "tool_version": tool_version(),
+        "tool_version": release_and_fingerprint(),
     }
     alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None

@@ -64,6 +64,22 @@ class OutcomeTest(unittest.TestCase):
                 self.assertRegex(demo.EXIT_CODES_HELP, rf"(?m)^  {code} ")
 
 
+class DistinctNamesTest(unittest.TestCase):
+    def test_no_function_is_named_as_a_record_field(self) -> None:
+        """`receipt.tool_version` and a function tool_version() read alike and are not alike: a
+        function is named for what it does, a field for what it holds."""
+        functions = {
+            name
+            for name, value in vars(demo).items()
+            if callable(value) and getattr(value, "__module__", "") == demo.__name__
+        }
+        fields = set()
+        for value in vars(demo).values():
+            if isinstance(value, type) and value.__module__ == demo.__name__:
+                fields |= set(getattr(value, "__annotations__", {}))
+        self.assertEqual(sorted(functions & fields), [])
+
+
 class TimestampAndStatisticsTest(unittest.TestCase):
     def test_parse_timestamp_forms(self) -> None:
         self.assertEqual(demo.parse_timestamp("1970-01-01T00:00:10Z"), 10.0)

@@ -26,8 +26,8 @@ from .core_basics import (
     job_name_for,
     namespace_manifest,
     new_run_id,
+    release_and_fingerprint,
     round_job_manifest,
-    tool_version,
 )
 from .core_guide import REPRODUCE_GROUPS, guide_table, render_guide_table
 from .core_permissions import access_review_list, preflight_findings
@@ -84,7 +84,7 @@ from .status import Progress, discard_stdout, say_stderr
 # raises DemoError. Uses everything above.
 
 
-def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
+def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
     manifests = [
@@ -112,7 +112,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
-        return dry_run(settings, namespace, run_id, print_summary)
+        return write_dry_run(settings, namespace, run_id, print_summary)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context, server)
     claim_output(output)
@@ -124,7 +124,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         kubeconfig=kubectl.kubeconfig,
         kubectl=kubectl.executable,
         created_at=time.time(),
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
@@ -245,7 +245,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "rounds": args.rounds,
         "groups": [],
         "complete": False,
-        "tool_version": tool_version(),
+        "tool_version": release_and_fingerprint(),
     }
     alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None

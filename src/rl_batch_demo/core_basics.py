@@ -263,7 +263,7 @@ def file_fingerprint() -> str:
         return "unknown"
 
 
-def tool_version() -> str:
+def release_and_fingerprint() -> str:
     """The version results, receipts and reports record: the release and this file's hash."""
     return f"{__version__}+{file_fingerprint()}"
 

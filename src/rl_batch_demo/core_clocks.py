@@ -491,7 +491,7 @@ def no_operations() -> Operations:
     return {"RunPodSandbox": None, "CreateContainer": None, "StartContainer": None, "PullImage": None}
 
 
-def runtime_operations(
+def count_runtime_operations(
     before: Dict[str, KubeletReading],
     after: Dict[str, KubeletReading],
     handler: str,

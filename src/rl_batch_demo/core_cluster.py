@@ -123,7 +123,7 @@ def job_suspended(job: KubeObject) -> bool:
     return (job.get("spec") or {}).get("suspend") is True
 
 
-def job_admitted_at(job: KubeObject) -> Optional[float]:
+def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
     for condition in (job.get("status") or {}).get("conditions") or []:

@@ -38,9 +38,9 @@ from .core_basics import (
     optional_timestamp,
     parse_timestamp,
     percentile,
+    release_and_fingerprint,
     short_repr,
     summarise,
-    tool_version,
 )
 from .core_clocks import (
     cache_state_of,
@@ -64,7 +64,7 @@ from .core_cluster import (
     episode_failure,
     failed_condition_reason,
     failed_condition_text,
-    job_admitted_at,
+    job_admission_time,
     logged_events,
     message_cut_at_front,
     message_needs_log,
@@ -695,7 +695,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
     # A queued Job's figures start when it was admitted: its wait in the queue is its own figure.
-    admitted_at = job_admitted_at(observation.job) if observation.queued else job_created_at
+    admitted_at = job_admission_time(observation.job) if observation.queued else job_created_at
     admitted_seen = observation.admitted_seen_monotonic
     cluster_events = events_by_pod(collected.events)
     rows = []
@@ -979,7 +979,7 @@ def assemble_results(
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
         container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
         pods=[pod_row(row) for row in rows],
     )
 

@@ -45,7 +45,7 @@ from .core_basics import (
     strict_refusal,
     task_id_of,
 )
-from .core_clocks import KubeletReading, expected_operations, runtime_operations
+from .core_clocks import KubeletReading, count_runtime_operations, expected_operations
 from .core_cluster import (
     _attempt_order,
     creation_time,
@@ -359,7 +359,9 @@ class BatchRun:
             after = (
                 read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
             )
-            kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+            kubelet["runtime_operations"] = count_runtime_operations(
+                kubelets_before, after, self.runtime_handler, expected
+            )
         context = self.kubectl.context or ""
         capacity: Optional[AutoParallelism] = None if self.capacity is None else {"parallelism_capacity": self.capacity}
         return assemble_results(
