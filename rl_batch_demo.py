@@ -8694,19 +8694,10 @@ def reproduce_column_name(group: str, count: int, lang: str) -> str:
     return names[lang][group]
 
 
-def reproduce_group_settings(base: RunSettings, group: str, pinned: Optional[str]) -> RunSettings:
-    """One group's `run` of the experiment, in DIR/<group>: the first resolves the image digest,
-    the others run that digest, one at a time, or after a warm-up in K rounds."""
-    output = base.output / group
-    if group == "parallel":
-        return dataclasses.replace(base, output=output, rounds=1, pin_image="")
-    if group == "sequential":
-        return dataclasses.replace(base, output=output, rounds=1, parallelism=1, pin_image=pinned)
-    return dataclasses.replace(base, output=output, warmup=True, pin_image=pinned)
-
-
 def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
-    """The `run` command line equivalent to one group's settings, as report.json records it."""
+    """One group's `run` of the experiment, in DIR/<group>, as report.json records it and as the
+    group runs it (the command line's run_settings parses it): the first resolves the image digest,
+    the others run that digest, one at a time, or after a warm-up in K rounds."""
     argv = [
         "run",
         "--output", str(Path(args.output) / group),
@@ -8761,12 +8752,15 @@ def reproduce_junit(
     )
 
 
-def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
+def reproduce_metrics(
+    output: Path, report: ReproduceReport, settings_of: Callable[[Sequence[str]], RunSettings], finished_at: float
+) -> str:
     """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
-    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    them, labelled with its group (a group still running when the experiment stopped: exit 130);
+    `settings_of` reads a group's settings from the command line report.json records."""
     runs: List[MetricRun] = []
     for entry in report["groups"]:
-        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        labels = metrics_labels(settings_of(entry["argv"]))
         code = entry.get("exit_code")
         results = saved_results(output / entry["directory"])
         runs.append(({**labels, "group": entry["name"]}, results, EXIT_INTERRUPTED if code is None else code))
@@ -8996,12 +8990,15 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     return files
 
 
-def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
+def cmd_reproduce(
+    args: argparse.Namespace, base: RunSettings, tool: str, settings_of: Callable[[Sequence[str]], RunSettings]
+) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
     its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
-    --json, nothing else on stdout). `base` holds what every group's run shares (see
-    reproduce_group_settings); a breached --threshold lets the experiment go on."""
+    --json, nothing else on stdout). `base` holds what every group's run shares; each group runs
+    the settings `settings_of` reads from its command line (reproduce_group_argv, as report.json
+    records it); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
@@ -9026,7 +9023,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
             entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
-            settings = reproduce_group_settings(base, group, report["image_pinned"])
+            settings = settings_of(argv)
             try:
                 entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
@@ -9046,11 +9043,11 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
+        write_reproduce_reports(args, base, settings_of, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    problems = write_reproduce_reports(args, base, report, failure)
+    problems = write_reproduce_reports(args, base, settings_of, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
         sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
@@ -9090,14 +9087,18 @@ def write_reports(reports: Sequence[Tuple[str, Optional[str], Callable[[], str]]
 
 
 def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+    args: argparse.Namespace,
+    base: RunSettings,
+    settings_of: Callable[[Sequence[str]], RunSettings],
+    report: ReproduceReport,
+    failure: Optional[DemoError],
 ) -> List[str]:
     """The experiment's --junit and --metrics-file; returns what could not be written."""
     output = base.output
     return write_reports(
         [
             ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
-            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, settings_of, time.time())),
         ]
     )
 
@@ -9779,9 +9780,15 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
-    """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
+    """What every group of `reproduce` shares (each group's own: reproduce_group_settings)."""
     check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
     return _flag_settings(args, args.count, args.count)
+
+
+def reproduce_group_settings(argv: Sequence[str]) -> RunSettings:
+    """A group's settings, read from the `run` command line reproduce_group_argv spells, which
+    report.json records: one spelling of each group, parsed as `run` parses it."""
+    return run_settings(build_parser().parse_args(list(argv)))
 
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
@@ -9827,7 +9834,7 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
         return lambda: cmd_run_reported(settings, make_kubectl(args), tool)
     if args.command == "reproduce":
         base = reproduce_settings(args)
-        return lambda: cmd_reproduce(args, base, tool)
+        return lambda: cmd_reproduce(args, base, tool, reproduce_group_settings)
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)

@@ -578,9 +578,15 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
-    """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
+    """What every group of `reproduce` shares (each group's own: reproduce_group_settings)."""
     check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
     return _flag_settings(args, args.count, args.count)
+
+
+def reproduce_group_settings(argv: Sequence[str]) -> RunSettings:
+    """A group's settings, read from the `run` command line reproduce_group_argv spells, which
+    report.json records: one spelling of each group, parsed as `run` parses it."""
+    return run_settings(build_parser().parse_args(list(argv)))
 
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
@@ -626,7 +632,7 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
         return lambda: cmd_run_reported(settings, make_kubectl(args), tool)
     if args.command == "reproduce":
         base = reproduce_settings(args)
-        return lambda: cmd_reproduce(args, base, tool)
+        return lambda: cmd_reproduce(args, base, tool, reproduce_group_settings)
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)

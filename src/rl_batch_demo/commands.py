@@ -53,7 +53,6 @@ from .flow_run import (
     cleanup_run,
     reproduce_group_argv,
     reproduce_group_dirs,
-    reproduce_group_settings,
     reproduce_junit,
     reproduce_metrics,
     reproduce_verdict,
@@ -227,12 +226,15 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     return files
 
 
-def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
+def cmd_reproduce(
+    args: argparse.Namespace, base: RunSettings, tool: str, settings_of: Callable[[Sequence[str]], RunSettings]
+) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
     its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
-    --json, nothing else on stdout). `base` holds what every group's run shares (see
-    reproduce_group_settings); a breached --threshold lets the experiment go on."""
+    --json, nothing else on stdout). `base` holds what every group's run shares; each group runs
+    the settings `settings_of` reads from its command line (reproduce_group_argv, as report.json
+    records it); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
@@ -257,7 +259,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
             entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
-            settings = reproduce_group_settings(base, group, report["image_pinned"])
+            settings = settings_of(argv)
             try:
                 entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
@@ -277,11 +279,11 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
+        write_reproduce_reports(args, base, settings_of, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    problems = write_reproduce_reports(args, base, report, failure)
+    problems = write_reproduce_reports(args, base, settings_of, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
         sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
@@ -321,14 +323,18 @@ def write_reports(reports: Sequence[Tuple[str, Optional[str], Callable[[], str]]
 
 
 def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+    args: argparse.Namespace,
+    base: RunSettings,
+    settings_of: Callable[[Sequence[str]], RunSettings],
+    report: ReproduceReport,
+    failure: Optional[DemoError],
 ) -> List[str]:
     """The experiment's --junit and --metrics-file; returns what could not be written."""
     output = base.output
     return write_reports(
         [
             ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
-            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, settings_of, time.time())),
         ]
     )
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import queue
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
@@ -904,19 +903,10 @@ def reproduce_column_name(group: str, count: int, lang: str) -> str:
     return names[lang][group]
 
 
-def reproduce_group_settings(base: RunSettings, group: str, pinned: Optional[str]) -> RunSettings:
-    """One group's `run` of the experiment, in DIR/<group>: the first resolves the image digest,
-    the others run that digest, one at a time, or after a warm-up in K rounds."""
-    output = base.output / group
-    if group == "parallel":
-        return dataclasses.replace(base, output=output, rounds=1, pin_image="")
-    if group == "sequential":
-        return dataclasses.replace(base, output=output, rounds=1, parallelism=1, pin_image=pinned)
-    return dataclasses.replace(base, output=output, warmup=True, pin_image=pinned)
-
-
 def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
-    """The `run` command line equivalent to one group's settings, as report.json records it."""
+    """One group's `run` of the experiment, in DIR/<group>, as report.json records it and as the
+    group runs it (the command line's run_settings parses it): the first resolves the image digest,
+    the others run that digest, one at a time, or after a warm-up in K rounds."""
     argv = [
         "run",
         "--output", str(Path(args.output) / group),
@@ -971,12 +961,15 @@ def reproduce_junit(
     )
 
 
-def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
+def reproduce_metrics(
+    output: Path, report: ReproduceReport, settings_of: Callable[[Sequence[str]], RunSettings], finished_at: float
+) -> str:
     """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
-    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    them, labelled with its group (a group still running when the experiment stopped: exit 130);
+    `settings_of` reads a group's settings from the command line report.json records."""
     runs: List[MetricRun] = []
     for entry in report["groups"]:
-        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        labels = metrics_labels(settings_of(entry["argv"]))
         code = entry.get("exit_code")
         results = saved_results(output / entry["directory"])
         runs.append(({**labels, "group": entry["name"]}, results, EXIT_INTERRUPTED if code is None else code))
