@@ -168,7 +168,30 @@ JOB_FIELD_NEEDS = {
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
-REWARDS_FILE = "rewards.jsonl"
+
+
+class RunFiles(NamedTuple):
+    """The names of what a run writes in its output directory (a round's, a warm-up's and the
+    probe's Job files in that Job's directory), each spelt here once; docs/outputs.md's Files
+    table lists each of them and nothing else with a fixed name (tests/test_docs.py checks)."""
+
+    receipt: str = "receipt.json"
+    job_submitted: str = "job-submitted.json"
+    job: str = "job.json"
+    pods: str = "pods.json"
+    events: str = "events.txt"
+    artifacts: str = "artifacts"  # a directory: one folder per episode
+    results: str = "results.json"
+    rewards: str = "rewards.jsonl"
+    timeline: str = "timeline.svg"
+    kubectl_calls: str = "kubectl-calls.json"
+    error: str = "error.json"
+    warmup: str = "warmup"  # a directory: each warm-up Job's, and the warm-up block
+    warmup_block: str = "warmup.json"  # in the warm-up directory
+
+
+RUN_FILES = RunFiles()
+REWARDS_FILE = RUN_FILES.rewards
 BUILTIN_WORKER = "built-in"
 
 # Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent
@@ -5622,7 +5645,7 @@ def _axis_step(span: float) -> float:
 # sections above.
 
 
-WARMUP_DIR = "warmup"
+WARMUP_DIR = RUN_FILES.warmup
 WARMUP_JOB_PREFIX = "warmup"
 PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
@@ -7142,11 +7165,11 @@ def save_if_possible(path: Path, data: Any) -> None:
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / "receipt.json", receipt.to_json())
+    write_json(output / RUN_FILES.receipt, receipt.to_json())
 
 
 def read_receipt(output: Path) -> Receipt:
-    path = output / "receipt.json"
+    path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -7184,7 +7207,7 @@ def claim_output(output: Path) -> None:
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
-PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+PREFLIGHT_FILES = (RUN_FILES.receipt, RUN_FILES.kubectl_calls, RUN_FILES.error)
 
 
 def release_output(output: Path) -> None:
@@ -7275,7 +7298,7 @@ def read_reward_lines(path: Path) -> List[RewardLine]:
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
-    path = directory / "results.json"
+    path = directory / RUN_FILES.results
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
@@ -7307,7 +7330,7 @@ def _read_json_file(path: Path) -> Any:
 
 def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
+    receipt = _read_json_file(output / RUN_FILES.receipt)
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
@@ -7315,9 +7338,9 @@ def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
+        listing = _read_json_file(round_dir / RUN_FILES.pods)
         items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
+        job_object = _read_json_file(round_dir / RUN_FILES.job)
         started.append(
             {
                 "round": number,
@@ -7348,7 +7371,7 @@ def cleanup_command(tool: str, output: Path) -> str:
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
     try:
-        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+        return str(json.loads((output / RUN_FILES.job).read_text(encoding="utf-8"))["metadata"]["uid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -7893,7 +7916,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / "warmup.json", block)
+    write_json(warm_dir / RUN_FILES.warmup_block, block)
     return image_ids, block
 
 
@@ -8122,7 +8145,7 @@ class BatchRun:
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
-            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+            artifacts=settings.output / RUN_FILES.artifacts, artifact_bytes=settings.max_artifact_bytes
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -8361,9 +8384,11 @@ class BatchRun:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
         analyse it. A warm-up's or the probe's artifacts (round 0) stay in its own directory."""
         settings = self.settings
-        budgets = self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / "artifacts")
+        budgets = (
+            self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / RUN_FILES.artifacts)
+        )
         self.stop_if_asked()
-        write_json(round_dir / "job-submitted.json", manifest)
+        write_json(round_dir / RUN_FILES.job_submitted, manifest)
         entry = JobReceipt(name)
         with self.receipt_lock:
             self.receipt.jobs.append(entry)
@@ -8402,7 +8427,7 @@ class BatchRun:
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
-        write_json(round_dir / "job.json", observation.job)
+        write_json(round_dir / RUN_FILES.job, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
@@ -8414,7 +8439,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", render_events_text(events))
+                write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -8427,21 +8452,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / RUN_FILES.pods, pod_list(pods))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -8553,13 +8578,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", render_events_text(events))
+            write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
-                write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / RUN_FILES.job, live)
+            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
@@ -8679,7 +8704,7 @@ def cleanup_run(
 
 def reproduce_group_dirs(output: Path) -> List[Path]:
     """The group directories of a `reproduce` output that hold a receipt, in the guide's order."""
-    return [output / name for name in REPRODUCE_GROUPS if (output / name / "receipt.json").is_file()]
+    return [output / name for name in REPRODUCE_GROUPS if (output / name / RUN_FILES.receipt).is_file()]
 
 
 def reproduce_column_name(group: str, count: int, lang: str) -> str:
@@ -8918,10 +8943,10 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
-        save_if_possible(output / "kubectl-calls.json", kubectl.calls)
+        save_if_possible(output / RUN_FILES.kubectl_calls, kubectl.calls)
     if error is not None:
         save_if_possible(
-            output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
+            output / RUN_FILES.error, {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
         )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     if error is not None and not bug and not batch.create_sent:
@@ -8953,8 +8978,8 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
-    write_json(output / "results.json", results)
-    write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
     breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
@@ -8970,7 +8995,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     append_step_summary(markdown_summary(results))
     if breaches:
         return DemoError(
-            f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
+            f"latency budget breached: {'; '.join(breaches)}; results are in {output / RUN_FILES.results}",
             EXIT_THRESHOLD,
         )
     return None
@@ -8980,8 +9005,8 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
     output = settings.output
     files = [
-        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
-        ("timeline", str(output / "timeline.svg")),
+        ("results", f"{output / RUN_FILES.results} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / RUN_FILES.timeline)),
     ]
     reports = [f"JUnit {settings.junit}"] if settings.junit else []
     reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
@@ -9029,7 +9054,7 @@ def cmd_reproduce(
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
                 failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
-            receipt = _read_json_file(output / group / "receipt.json")
+            receipt = _read_json_file(output / group / RUN_FILES.receipt)
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
                 break
@@ -9137,7 +9162,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
-        receipt = _read_json_file(output / "receipt.json") if output is not None else None
+        receipt = _read_json_file(output / RUN_FILES.receipt) if output is not None else None
         properties = {"exit_code": str(exit_code)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
@@ -9164,7 +9189,7 @@ def cmd_show_worker(source: str) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     groups = reproduce_group_dirs(output)
-    if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
+    if not (output / RUN_FILES.receipt).exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
     cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
@@ -9913,7 +9938,7 @@ class BatchResult:
     @classmethod
     def read(cls, output: Path) -> BatchResult:
         rewards_file = output / REWARDS_FILE
-        if not (output / "results.json").exists():  # a dry run: manifests only
+        if not (output / RUN_FILES.results).exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
 

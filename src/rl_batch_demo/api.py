@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from .cli import CommandLineParser, build_parser, did_you_mean, invoked_as, run_settings
 from .commands import cmd_run_reported
-from .constants import EXIT_INTERRUPTED, EXIT_USAGE, REWARDS_FILE
+from .constants import EXIT_INTERRUPTED, EXIT_USAGE, REWARDS_FILE, RUN_FILES
 from .core_basics import short_repr
 from .core_reports import printable
 from .errors import DemoError, outcome_of
@@ -54,7 +54,7 @@ class BatchResult:
     @classmethod
     def read(cls, output: Path) -> BatchResult:
         rewards_file = output / REWARDS_FILE
-        if not (output / "results.json").exists():  # a dry run: manifests only
+        if not (output / RUN_FILES.results).exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
 

@@ -20,6 +20,7 @@ from .constants import (
     NO_RUNTIME,
     NON_TERMINATED_PODS,
     REWARDS_FILE,
+    RUN_FILES,
 )
 from .core_basics import (
     configmap_manifest,
@@ -154,10 +155,10 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
-        save_if_possible(output / "kubectl-calls.json", kubectl.calls)
+        save_if_possible(output / RUN_FILES.kubectl_calls, kubectl.calls)
     if error is not None:
         save_if_possible(
-            output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
+            output / RUN_FILES.error, {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
         )
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     if error is not None and not bug and not batch.create_sent:
@@ -189,8 +190,8 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
-    write_json(output / "results.json", results)
-    write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
     breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
@@ -206,7 +207,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     append_step_summary(markdown_summary(results))
     if breaches:
         return DemoError(
-            f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
+            f"latency budget breached: {'; '.join(breaches)}; results are in {output / RUN_FILES.results}",
             EXIT_THRESHOLD,
         )
     return None
@@ -216,8 +217,8 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
     output = settings.output
     files = [
-        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
-        ("timeline", str(output / "timeline.svg")),
+        ("results", f"{output / RUN_FILES.results} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / RUN_FILES.timeline)),
     ]
     reports = [f"JUnit {settings.junit}"] if settings.junit else []
     reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
@@ -265,7 +266,7 @@ def cmd_reproduce(
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
                 failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
-            receipt = _read_json_file(output / group / "receipt.json")
+            receipt = _read_json_file(output / group / RUN_FILES.receipt)
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
                 break
@@ -373,7 +374,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
-        receipt = _read_json_file(output / "receipt.json") if output is not None else None
+        receipt = _read_json_file(output / RUN_FILES.receipt) if output is not None else None
         properties = {"exit_code": str(exit_code)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
@@ -400,7 +401,7 @@ def cmd_show_worker(source: str) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     groups = reproduce_group_dirs(output)
-    if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
+    if not (output / RUN_FILES.receipt).exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
     cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import typing
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 __version__ = "0.2.0"
 
@@ -100,7 +100,30 @@ JOB_FIELD_NEEDS = {
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
-REWARDS_FILE = "rewards.jsonl"
+
+
+class RunFiles(NamedTuple):
+    """The names of what a run writes in its output directory (a round's, a warm-up's and the
+    probe's Job files in that Job's directory), each spelt here once; docs/outputs.md's Files
+    table lists each of them and nothing else with a fixed name (tests/test_docs.py checks)."""
+
+    receipt: str = "receipt.json"
+    job_submitted: str = "job-submitted.json"
+    job: str = "job.json"
+    pods: str = "pods.json"
+    events: str = "events.txt"
+    artifacts: str = "artifacts"  # a directory: one folder per episode
+    results: str = "results.json"
+    rewards: str = "rewards.jsonl"
+    timeline: str = "timeline.svg"
+    kubectl_calls: str = "kubectl-calls.json"
+    error: str = "error.json"
+    warmup: str = "warmup"  # a directory: each warm-up Job's, and the warm-up block
+    warmup_block: str = "warmup.json"  # in the warm-up directory
+
+
+RUN_FILES = RunFiles()
+REWARDS_FILE = RUN_FILES.rewards
 BUILTIN_WORKER = "built-in"
 
 # Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent

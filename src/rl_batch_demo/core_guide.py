@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .constants import EXIT_CLUSTER, SUMMARY_WIDTH
+from .constants import EXIT_CLUSTER, RUN_FILES, SUMMARY_WIDTH
 from .core_basics import finite_number, one_episode_job_manifest
 from .core_reports import printable, render_table, wrap_text
 from .errors import DemoError
@@ -16,7 +16,7 @@ from .records import GuideRow, GuideTable, JsonObject, KubeObject, Results, RunS
 # sections above.
 
 
-WARMUP_DIR = "warmup"
+WARMUP_DIR = RUN_FILES.warmup
 WARMUP_JOB_PREFIX = "warmup"
 PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)

@@ -22,6 +22,7 @@ from .constants import (
     KUBELET_READ_THREADS,
     LOG_READ_PROCESSES,
     LOG_SELECTOR_PODS,
+    RUN_FILES,
     RUN_LABEL,
 )
 from .core_basics import is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
@@ -598,7 +599,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / "warmup.json", block)
+    write_json(warm_dir / RUN_FILES.warmup_block, block)
     return image_ids, block
 
 

@@ -29,6 +29,7 @@ from .constants import (
     PER_INDEX_BACKOFF_INSTEAD,
     POD_FAILURE_POLICY,
     REWARDS_FILE,
+    RUN_FILES,
     SERVICEACCOUNT_PERMISSIONS,
     SERVICEACCOUNT_WAIT,
 )
@@ -331,7 +332,7 @@ class BatchRun:
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
-            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+            artifacts=settings.output / RUN_FILES.artifacts, artifact_bytes=settings.max_artifact_bytes
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -570,9 +571,11 @@ class BatchRun:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
         analyse it. A warm-up's or the probe's artifacts (round 0) stay in its own directory."""
         settings = self.settings
-        budgets = self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / "artifacts")
+        budgets = (
+            self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / RUN_FILES.artifacts)
+        )
         self.stop_if_asked()
-        write_json(round_dir / "job-submitted.json", manifest)
+        write_json(round_dir / RUN_FILES.job_submitted, manifest)
         entry = JobReceipt(name)
         with self.receipt_lock:
             self.receipt.jobs.append(entry)
@@ -611,7 +614,7 @@ class BatchRun:
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
-        write_json(round_dir / "job.json", observation.job)
+        write_json(round_dir / RUN_FILES.job, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
@@ -623,7 +626,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", render_events_text(events))
+                write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -636,21 +639,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / RUN_FILES.pods, pod_list(pods))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -762,13 +765,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", render_events_text(events))
+            write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
-                write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / RUN_FILES.job, live)
+            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
@@ -888,7 +891,7 @@ def cleanup_run(
 
 def reproduce_group_dirs(output: Path) -> List[Path]:
     """The group directories of a `reproduce` output that hold a receipt, in the guide's order."""
-    return [output / name for name in REPRODUCE_GROUPS if (output / name / "receipt.json").is_file()]
+    return [output / name for name in REPRODUCE_GROUPS if (output / name / RUN_FILES.receipt).is_file()]
 
 
 def reproduce_column_name(group: str, count: int, lang: str) -> str:

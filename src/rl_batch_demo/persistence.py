@@ -23,6 +23,7 @@ from .constants import (
     EXIT_USAGE,
     LOG_DIR_BUDGET,
     LOG_FILE_LIMIT,
+    RUN_FILES,
 )
 from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
 from .core_cluster import EventScanner, parse_artifact_frame
@@ -547,11 +548,11 @@ def save_if_possible(path: Path, data: Any) -> None:
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / "receipt.json", receipt.to_json())
+    write_json(output / RUN_FILES.receipt, receipt.to_json())
 
 
 def read_receipt(output: Path) -> Receipt:
-    path = output / "receipt.json"
+    path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -589,7 +590,7 @@ def claim_output(output: Path) -> None:
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
-PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+PREFLIGHT_FILES = (RUN_FILES.receipt, RUN_FILES.kubectl_calls, RUN_FILES.error)
 
 
 def release_output(output: Path) -> None:
@@ -680,7 +681,7 @@ def read_reward_lines(path: Path) -> List[RewardLine]:
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
-    path = directory / "results.json"
+    path = directory / RUN_FILES.results
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
@@ -712,7 +713,7 @@ def _read_json_file(path: Path) -> Any:
 
 def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
+    receipt = _read_json_file(output / RUN_FILES.receipt)
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
@@ -720,9 +721,9 @@ def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
+        listing = _read_json_file(round_dir / RUN_FILES.pods)
         items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
+        job_object = _read_json_file(round_dir / RUN_FILES.job)
         started.append(
             {
                 "round": number,
@@ -753,6 +754,6 @@ def cleanup_command(tool: str, output: Path) -> str:
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
     try:
-        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+        return str(json.loads((output / RUN_FILES.job).read_text(encoding="utf-8"))["metadata"]["uid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
