@@ -838,18 +838,12 @@ class RunSettings:
         return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
 
 
-@dataclasses.dataclass
-class JobReceipt:
-    name: str
-    uid: Optional[str] = None  # None until the create answered
-
-
 class ReceiptJob(TypedDict):
     name: str
     uid: Optional[str]  # None until the create answered
 
 
-class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+class _Receipt(TypedDict):
     context: str
     server: Optional[str]
     namespace: str
@@ -861,92 +855,15 @@ class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
     jobs: List[ReceiptJob]
 
 
-class ReceiptFile(_ReceiptFile, total=False):
+class Receipt(_Receipt, total=False):
+    """receipt.json, and the run's one record of it: everything cleanup needs to reach the same
+    cluster and prove ownership. Written before the first mutation and rewritten as soon as each
+    UID is known; write_receipt and read_receipt (persistence) are its one writer and reader, and
+    the reader checks it against this record as results.json is checked (schema_problem).
+    Receipts of the guide's script (context, namespace, uid, run_id, job_uid) load too."""
+
     uid: str  # the namespace's, once it exists (the guide's key)
     job_uid: str  # the guide's key: the one Job's UID
-
-
-@dataclasses.dataclass
-class Receipt:
-    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
-
-    Written before the first mutation and rewritten as soon as each UID is known. Receipts of
-    the guide's script (context, namespace, uid, run_id, job_uid) load too."""
-
-    context: str
-    namespace: str
-    run_id: str
-    server: Optional[str] = None
-    kubeconfig: Optional[str] = None
-    kubectl: Optional[str] = None
-    created_at: Optional[float] = None
-    tool_version: Optional[str] = None
-    namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
-    jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
-    guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
-
-    def to_json(self) -> ReceiptFile:
-        data: ReceiptFile = {
-            "context": self.context,
-            "server": self.server,
-            "namespace": self.namespace,
-            "run_id": self.run_id,
-            "kubeconfig": self.kubeconfig,
-            "kubectl": self.kubectl,
-            "created_at": self.created_at,
-            "tool_version": self.tool_version,
-            "jobs": [{"name": job.name, "uid": job.uid} for job in self.jobs],
-        }
-        if self.namespace_uid is not None:
-            data["uid"] = self.namespace_uid
-        if len(self.jobs) == 1 and self.jobs[0].uid:
-            data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
-        elif self.guide_job_uid:
-            data["job_uid"] = self.guide_job_uid
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Receipt:
-        """A receipt read back; a malformed one is bad input, named with the file to inspect."""
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
-        ):
-            raise DemoError(f"the receipt {where} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
-        jobs = data.get("jobs") or []
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
-            for job in jobs
-        ):
-            raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
-
-        def text(key: str) -> Optional[str]:
-            value = data.get(key)
-            return value if isinstance(value, str) and value else None
-
-        created_at = data.get("created_at")
-        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
-            try:
-                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
-            except OverflowError:
-                created_at = math.nan
-            if not math.isfinite(created_at):
-                raise DemoError(
-                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
-                    EXIT_USAGE,
-                )
-        return cls(
-            context=data["context"],
-            namespace=data["namespace"],
-            run_id=data["run_id"],
-            server=text("server"),
-            kubeconfig=text("kubeconfig"),
-            kubectl=text("kubectl"),
-            created_at=created_at,
-            tool_version=text("tool_version"),
-            namespace_uid=text("uid"),
-            jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
-            guide_job_uid=None if jobs else text("job_uid"),
-        )
 
 
 @dataclasses.dataclass
@@ -4578,11 +4495,11 @@ class CleanupPlan:
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
 
 
-def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
+def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[ReceiptJob]:
     """The Jobs a receipt names; a guide-era receipt names the one Job by its job_uid or job.json."""
-    if receipt.jobs:
-        return list(receipt.jobs)
-    return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+    if receipt["jobs"]:
+        return list(receipt["jobs"])
+    return [{"name": JOB_NAME, "uid": receipt.get("job_uid") or job_json_uid}]
 
 
 # Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
@@ -4592,19 +4509,18 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 
 def receipt_names_problem(receipt: Receipt) -> str:
     """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
-    if not re.match(_RUN_NAMESPACE, receipt.namespace):
-        return (
-            f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
-        )
-    for job in receipt.jobs:
-        if not re.match(_DNS_LABEL, job.name):
-            return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
+    if not re.match(_RUN_NAMESPACE, receipt["namespace"]):
+        named = short_repr(receipt["namespace"])
+        return f"the receipt names namespace {named}, not one this tool creates (agc-rl-<12 hex>)"
+    for job in receipt["jobs"]:
+        if not re.match(_DNS_LABEL, job["name"]):
+            return f"the receipt names Job {short_repr(job['name'])}, not a name this tool gives"
     return ""
 
 
 def plan_cleanup(
     receipt: Receipt,
-    jobs: List[JobReceipt],
+    jobs: List[ReceiptJob],
     current_context: Optional[str],
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
@@ -4612,10 +4528,10 @@ def plan_cleanup(
 ) -> CleanupPlan:
     """Prove that the namespace and every live Job are this run's: the same API server, the
     namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
-    namespace = receipt.namespace
-    if receipt.server and current_server != receipt.server:
+    namespace = receipt["namespace"]
+    if receipt["server"] and current_server != receipt["server"]:
         return CleanupPlan(
-            refusal=f"refusing to clean up: the run used the API server {receipt.server}, but context "
+            refusal=f"refusing to clean up: the run used the API server {receipt['server']}, but context "
             f"{current_context} now points at {current_server}; use the kubeconfig the run used (--kubeconfig); "
             "nothing was deleted"
         )
@@ -4624,37 +4540,37 @@ def plan_cleanup(
     live_uid = (live_namespace.get("metadata") or {}).get("uid")
     labels = (live_namespace.get("metadata") or {}).get("labels") or {}
     live_label = labels.get(RUN_LABEL)
-    recorded_uid = receipt.namespace_uid
+    recorded_uid = receipt.get("uid")
     adopted = None
     if not recorded_uid:
         # The run stopped while creating the namespace. Its random run id in the label, set by
         # this tool, proves the namespace is the run's; anything else is refused.
-        if live_label != receipt.run_id or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+        if live_label != receipt["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
             return CleanupPlan(
                 refusal=f"namespace {namespace} exists but the receipt has no namespace UID and the namespace "
                 f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
                 f"`kubectl get namespace {namespace} -o yaml`"
             )
         adopted = recorded_uid = live_uid
-    if live_uid != recorded_uid or live_label != receipt.run_id:
+    if live_uid != recorded_uid or live_label != receipt["run_id"]:
         return CleanupPlan(
             refusal=f"refusing to clean up namespace {namespace}: its UID {live_uid} / label "
-            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt.run_id}); "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt['run_id']}); "
             "nothing was deleted"
         )
     doomed = []
     for job in jobs:
-        live_job = live_jobs.get(job.name)
+        live_job = live_jobs.get(job["name"])
         if live_job is None:
             continue
         job_uid = (live_job.get("metadata") or {}).get("uid")
         job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
-        if not (job_uid == job.uid if job.uid else job_label == receipt.run_id):
+        if not (job_uid == job["uid"] if job["uid"] else job_label == receipt["run_id"]):
             return CleanupPlan(
-                refusal=f"refusing to clean up: Job {namespace}/{job.name} has UID {job_uid}, not the "
-                f"one this run recorded ({job.uid}); nothing was deleted"
+                refusal=f"refusing to clean up: Job {namespace}/{job['name']} has UID {job_uid}, not the "
+                f"one this run recorded ({job['uid']}); nothing was deleted"
             )
-        doomed.append(job.name)
+        doomed.append(job["name"])
     return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
 
 
@@ -6641,7 +6557,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt["kubectl"] if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -6650,13 +6566,13 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
         kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
+        kubeconfig, kubeconfig_from = receipt["kubeconfig"], "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
         kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=args.context or (receipt.context if receipt else None),
+        context=args.context or (receipt["context"] if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,
@@ -7181,10 +7097,23 @@ def save_if_possible(path: Path, data: Any) -> None:
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / RUN_FILES.receipt, receipt.to_json())
+    data: Receipt = {**receipt}
+    data.pop("job_uid", None)
+    jobs = receipt["jobs"]
+    if len(jobs) == 1 and jobs[0]["uid"]:
+        data["job_uid"] = str(jobs[0]["uid"])  # the guide's key, kept for older tooling
+    elif not jobs and receipt.get("job_uid"):
+        data["job_uid"] = receipt["job_uid"]  # a guide-era receipt's one Job
+    write_json(output / RUN_FILES.receipt, data)
+
+
+# What a receipt of the guide's script lacks (it has only context, namespace, uid, run_id and job_uid).
+_GUIDE_RECEIPT_LACKS = ("server", "kubeconfig", "kubectl", "created_at", "tool_version")
 
 
 def read_receipt(output: Path) -> Receipt:
+    """receipt.json, checked against the Receipt record as results.json is checked: a malformed
+    one is bad input, named with the key and the file to inspect."""
     path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -7195,7 +7124,24 @@ def read_receipt(output: Path) -> Receipt:
         ) from None
     except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-    return Receipt.from_json(data, str(path))
+    if isinstance(data, dict):
+        jobs = data.get("jobs") or []
+        if isinstance(jobs, list):  # a Job whose create never answered may lack its uid
+            jobs = [{"uid": None, **job} if isinstance(job, dict) else job for job in jobs]
+        data = {**{key: None for key in _GUIDE_RECEIPT_LACKS}, **data, "jobs": jobs}
+        for key in ("server", "kubeconfig", "kubectl", "tool_version", "uid", "job_uid"):
+            if data.get(key) == "":  # "" is no value
+                data[key] = None
+        for key in ("uid", "job_uid"):  # the guide's keys: absent, or a UID
+            if data.get(key) is None:
+                data.pop(key, None)
+    problem = schema_problem(data, Receipt)
+    if problem:
+        raise DemoError(f"the receipt {path} is not one this tool writes: {problem}; inspect the file", EXIT_USAGE)
+    receipt: Receipt = data
+    if receipt["created_at"] is not None:
+        receipt["created_at"] = float(receipt["created_at"])  # a whole number of seconds, as written back
+    return receipt
 
 
 def refuse_existing_output(output: Path) -> None:
@@ -8150,9 +8096,9 @@ class BatchRun:
         self.receipt = receipt
         self.settings = settings
         self.progress = progress
-        self.creator = OwnedCreator(kubectl, receipt.run_id)
-        self.run_id = receipt.run_id
-        self.namespace = receipt.namespace
+        self.creator = OwnedCreator(kubectl, receipt["run_id"])
+        self.run_id = receipt["run_id"]
+        self.namespace = receipt["namespace"]
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
@@ -8244,7 +8190,7 @@ class BatchRun:
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         findings = preflight_findings(
             context=self.kubectl.context or "",
-            server=self.receipt.server,
+            server=self.receipt["server"],
             runtime=runtime,
             runtimeclass=runtimeclass,
             reviews=Read(answers[-1]),
@@ -8356,7 +8302,7 @@ class BatchRun:
         )
 
     def record_namespace(self, namespace: KubeObject) -> None:
-        self.receipt.namespace_uid = namespace["metadata"]["uid"]
+        self.receipt["uid"] = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
@@ -8407,9 +8353,9 @@ class BatchRun:
         )
         self.stop_if_asked()
         write_json(round_dir / RUN_FILES.job_submitted, manifest)
-        entry = JobReceipt(name)
+        entry: ReceiptJob = {"name": name, "uid": None}
         with self.receipt_lock:
-            self.receipt.jobs.append(entry)
+            self.receipt["jobs"].append(entry)
             write_receipt(settings.output, self.receipt)
         submitted_wall, submitted = time.time(), time.monotonic()
         try:
@@ -8422,7 +8368,7 @@ class BatchRun:
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
-            entry.uid = job["metadata"]["uid"]
+            entry["uid"] = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
@@ -8669,18 +8615,18 @@ def cleanup_run(
     wait_seconds: float = CLEANUP_WAIT_SECONDS,
 ) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
-    namespace = receipt.namespace
+    namespace = receipt["namespace"]
     names_problem = receipt_names_problem(receipt)
     if names_problem:
         raise DemoError(
             f"refusing to clean up: {names_problem}; nothing was deleted; inspect receipt.json", EXIT_REFUSED
         )
-    current_server = kubectl.cluster_identity()[1] if receipt.server else None
+    current_server = kubectl.cluster_identity()[1] if receipt["server"] else None
     live_namespace = kubectl.get("namespace", namespace)
     if live_namespace is not None:
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
-    live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
+    live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
     plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
@@ -8689,7 +8635,7 @@ def cleanup_run(
         return
     if plan.adopted_namespace_uid:
         say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
-        receipt.namespace_uid = plan.adopted_namespace_uid
+        receipt["uid"] = plan.adopted_namespace_uid
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
@@ -8932,6 +8878,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         kubectl=kubectl.executable,
         created_at=time.time(),
         tool_version=release_and_fingerprint(),
+        jobs=[],
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)

@@ -647,8 +647,9 @@ class CleanupTest(CallPlanTestCase):
                 kubectl=self.stub.kubectl,
                 created_at=JOB_CREATED_AT - 5,
                 tool_version="0.1.0+test",
-                namespace_uid=NAMESPACE_UID,
-                jobs=[demo.JobReceipt("rollout", self.plan.batch.uid)],
+                kubeconfig=None,
+                uid=NAMESPACE_UID,
+                jobs=[{"name": "rollout", "uid": self.plan.batch.uid}],
             ),
         )
 
@@ -722,7 +723,9 @@ class CleanupTest(CallPlanTestCase):
 
     def test_malformed_jobs_in_the_receipt(self) -> None:
         self.edit_receipt(jobs=[{"uid": "x"}])
-        self.assert_fails(self.cleanup(), demo.EXIT_USAGE, "malformed 'jobs' list")
+        self.assert_fails(
+            self.cleanup(), demo.EXIT_USAGE, "receipt.json is not one this tool writes: jobs[0].name is missing"
+        )
 
     def test_older_receipt_uses_job_json(self) -> None:
         self.edit_receipt(jobs=None, job_uid=None)

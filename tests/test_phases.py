@@ -900,7 +900,17 @@ class PermissionTest(Case):
 
         with tempfile.TemporaryDirectory() as root:
             settings = settings_for(1, output=Path(root, "out"), image="img", runtime="cube", kubelet_metrics=True)
-            receipt = demo.Receipt(context="ctx", namespace="agc-rl-x", run_id="x")
+            receipt = demo.Receipt(
+                context="ctx",
+                namespace="agc-rl-x",
+                run_id="x",
+                server=None,
+                kubeconfig=None,
+                kubectl=None,
+                created_at=None,
+                tool_version=None,
+                jobs=[],
+            )
             batch = demo.BatchRun(Kubectl(), receipt, settings, demo.Progress(enabled=False))  # type: ignore[arg-type]
             with self.assertRaises(demo.DemoError) as raised:
                 batch.execute()

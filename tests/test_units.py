@@ -80,6 +80,36 @@ class DistinctNamesTest(unittest.TestCase):
         self.assertEqual(sorted(functions & fields), [])
 
 
+class ReceiptReadTest(unittest.TestCase):
+    """read_receipt checks receipt.json against the Receipt record, as results.json is checked."""
+
+    def read(self, data: Any) -> Any:
+        with tempfile.TemporaryDirectory() as root:
+            Path(root, "receipt.json").write_text(json.dumps(data), encoding="utf-8")
+            return demo.read_receipt(Path(root))
+
+    def test_the_guides_receipt_loads_with_the_keys_it_lacks_null(self) -> None:
+        guide = {"context": "ctx", "namespace": "agc-rl-0123456789ab", "uid": "ns-uid", "run_id": "r", "job_uid": "j"}
+        receipt = self.read(guide)
+        self.assertEqual(receipt, {**guide, **dict.fromkeys(("server", "kubeconfig", "kubectl"), None),
+                                   "created_at": None, "tool_version": None, "jobs": []})  # fmt: skip
+        self.assertEqual(records.exact_problem(receipt, demo.Receipt), "")
+
+    def test_a_malformed_receipt_names_its_key(self) -> None:
+        good = {"context": "c", "namespace": "n", "run_id": "r", "jobs": [{"name": "rollout", "uid": None}]}
+        rows = [
+            ({**good, "run_id": 5}, "run_id is a number, not a string"),
+            ({**good, "jobs": [{"uid": "x"}]}, "jobs[0].name is missing"),
+            ({**good, "created_at": "yesterday"}, "created_at is a string, not a finite number"),
+            ([good], "the top level is a list, not an object"),
+        ]
+        for data, problem in rows:
+            with self.subTest(problem=problem), self.assertRaises(demo.DemoError) as raised:
+                self.read(data)
+            self.assertEqual(raised.exception.exit_code, demo.EXIT_USAGE)
+            self.assertIn(f"is not one this tool writes: {problem}; inspect the file", str(raised.exception))
+
+
 class TimestampAndStatisticsTest(unittest.TestCase):
     def test_parse_timestamp_forms(self) -> None:
         self.assertEqual(demo.parse_timestamp("1970-01-01T00:00:10Z"), 10.0)

@@ -125,6 +125,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         kubectl=kubectl.executable,
         created_at=time.time(),
         tool_version=release_and_fingerprint(),
+        jobs=[],
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)

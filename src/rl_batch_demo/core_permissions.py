@@ -24,7 +24,7 @@ from .constants import (
     SERVICEACCOUNT_WAIT,
 )
 from .core_basics import parse_quantity, short_repr
-from .records import Finding, JobReceipt, KubeObject, Read, Receipt
+from .records import Finding, KubeObject, Read, Receipt, ReceiptJob
 
 # Pure core: permissions and capacity ##########################################
 # What `check` and the preflight decide from access reviews, nodes and the RuntimeClass. Uses
@@ -402,11 +402,11 @@ class CleanupPlan:
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
 
 
-def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
+def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[ReceiptJob]:
     """The Jobs a receipt names; a guide-era receipt names the one Job by its job_uid or job.json."""
-    if receipt.jobs:
-        return list(receipt.jobs)
-    return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+    if receipt["jobs"]:
+        return list(receipt["jobs"])
+    return [{"name": JOB_NAME, "uid": receipt.get("job_uid") or job_json_uid}]
 
 
 # Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
@@ -416,19 +416,18 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 
 def receipt_names_problem(receipt: Receipt) -> str:
     """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
-    if not re.match(_RUN_NAMESPACE, receipt.namespace):
-        return (
-            f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
-        )
-    for job in receipt.jobs:
-        if not re.match(_DNS_LABEL, job.name):
-            return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
+    if not re.match(_RUN_NAMESPACE, receipt["namespace"]):
+        named = short_repr(receipt["namespace"])
+        return f"the receipt names namespace {named}, not one this tool creates (agc-rl-<12 hex>)"
+    for job in receipt["jobs"]:
+        if not re.match(_DNS_LABEL, job["name"]):
+            return f"the receipt names Job {short_repr(job['name'])}, not a name this tool gives"
     return ""
 
 
 def plan_cleanup(
     receipt: Receipt,
-    jobs: List[JobReceipt],
+    jobs: List[ReceiptJob],
     current_context: Optional[str],
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
@@ -436,10 +435,10 @@ def plan_cleanup(
 ) -> CleanupPlan:
     """Prove that the namespace and every live Job are this run's: the same API server, the
     namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
-    namespace = receipt.namespace
-    if receipt.server and current_server != receipt.server:
+    namespace = receipt["namespace"]
+    if receipt["server"] and current_server != receipt["server"]:
         return CleanupPlan(
-            refusal=f"refusing to clean up: the run used the API server {receipt.server}, but context "
+            refusal=f"refusing to clean up: the run used the API server {receipt['server']}, but context "
             f"{current_context} now points at {current_server}; use the kubeconfig the run used (--kubeconfig); "
             "nothing was deleted"
         )
@@ -448,35 +447,35 @@ def plan_cleanup(
     live_uid = (live_namespace.get("metadata") or {}).get("uid")
     labels = (live_namespace.get("metadata") or {}).get("labels") or {}
     live_label = labels.get(RUN_LABEL)
-    recorded_uid = receipt.namespace_uid
+    recorded_uid = receipt.get("uid")
     adopted = None
     if not recorded_uid:
         # The run stopped while creating the namespace. Its random run id in the label, set by
         # this tool, proves the namespace is the run's; anything else is refused.
-        if live_label != receipt.run_id or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+        if live_label != receipt["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
             return CleanupPlan(
                 refusal=f"namespace {namespace} exists but the receipt has no namespace UID and the namespace "
                 f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
                 f"`kubectl get namespace {namespace} -o yaml`"
             )
         adopted = recorded_uid = live_uid
-    if live_uid != recorded_uid or live_label != receipt.run_id:
+    if live_uid != recorded_uid or live_label != receipt["run_id"]:
         return CleanupPlan(
             refusal=f"refusing to clean up namespace {namespace}: its UID {live_uid} / label "
-            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt.run_id}); "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt['run_id']}); "
             "nothing was deleted"
         )
     doomed = []
     for job in jobs:
-        live_job = live_jobs.get(job.name)
+        live_job = live_jobs.get(job["name"])
         if live_job is None:
             continue
         job_uid = (live_job.get("metadata") or {}).get("uid")
         job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
-        if not (job_uid == job.uid if job.uid else job_label == receipt.run_id):
+        if not (job_uid == job["uid"] if job["uid"] else job_label == receipt["run_id"]):
             return CleanupPlan(
-                refusal=f"refusing to clean up: Job {namespace}/{job.name} has UID {job_uid}, not the "
-                f"one this run recorded ({job.uid}); nothing was deleted"
+                refusal=f"refusing to clean up: Job {namespace}/{job['name']} has UID {job_uid}, not the "
+                f"one this run recorded ({job['uid']}); nothing was deleted"
             )
-        doomed.append(job.name)
+        doomed.append(job["name"])
     return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))

@@ -121,7 +121,6 @@ from .persistence import (
 from .records import (
     AutoParallelism,
     EpisodeRow,
-    JobReceipt,
     JUnitSuite,
     KubeletFigures,
     KubeObject,
@@ -130,6 +129,7 @@ from .records import (
     PodLog,
     Read,
     Receipt,
+    ReceiptJob,
     ReproduceReport,
     Results,
     RewardLine,
@@ -319,9 +319,9 @@ class BatchRun:
         self.receipt = receipt
         self.settings = settings
         self.progress = progress
-        self.creator = OwnedCreator(kubectl, receipt.run_id)
-        self.run_id = receipt.run_id
-        self.namespace = receipt.namespace
+        self.creator = OwnedCreator(kubectl, receipt["run_id"])
+        self.run_id = receipt["run_id"]
+        self.namespace = receipt["namespace"]
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
@@ -413,7 +413,7 @@ class BatchRun:
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         findings = preflight_findings(
             context=self.kubectl.context or "",
-            server=self.receipt.server,
+            server=self.receipt["server"],
             runtime=runtime,
             runtimeclass=runtimeclass,
             reviews=Read(answers[-1]),
@@ -525,7 +525,7 @@ class BatchRun:
         )
 
     def record_namespace(self, namespace: KubeObject) -> None:
-        self.receipt.namespace_uid = namespace["metadata"]["uid"]
+        self.receipt["uid"] = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
@@ -576,9 +576,9 @@ class BatchRun:
         )
         self.stop_if_asked()
         write_json(round_dir / RUN_FILES.job_submitted, manifest)
-        entry = JobReceipt(name)
+        entry: ReceiptJob = {"name": name, "uid": None}
         with self.receipt_lock:
-            self.receipt.jobs.append(entry)
+            self.receipt["jobs"].append(entry)
             write_receipt(settings.output, self.receipt)
         submitted_wall, submitted = time.time(), time.monotonic()
         try:
@@ -591,7 +591,7 @@ class BatchRun:
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
-            entry.uid = job["metadata"]["uid"]
+            entry["uid"] = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
@@ -838,18 +838,18 @@ def cleanup_run(
     wait_seconds: float = CLEANUP_WAIT_SECONDS,
 ) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
-    namespace = receipt.namespace
+    namespace = receipt["namespace"]
     names_problem = receipt_names_problem(receipt)
     if names_problem:
         raise DemoError(
             f"refusing to clean up: {names_problem}; nothing was deleted; inspect receipt.json", EXIT_REFUSED
         )
-    current_server = kubectl.cluster_identity()[1] if receipt.server else None
+    current_server = kubectl.cluster_identity()[1] if receipt["server"] else None
     live_namespace = kubectl.get("namespace", namespace)
     if live_namespace is not None:
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
-    live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
+    live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
     plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
@@ -858,7 +858,7 @@ def cleanup_run(
         return
     if plan.adopted_namespace_uid:
         say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
-        receipt.namespace_uid = plan.adopted_namespace_uid
+        receipt["uid"] = plan.adopted_namespace_uid
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:

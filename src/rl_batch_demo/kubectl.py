@@ -590,7 +590,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt["kubectl"] if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -599,13 +599,13 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
         kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
+        kubeconfig, kubeconfig_from = receipt["kubeconfig"], "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
         kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=args.context or (receipt.context if receipt else None),
+        context=args.context or (receipt["context"] if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,

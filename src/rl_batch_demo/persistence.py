@@ -548,10 +548,23 @@ def save_if_possible(path: Path, data: Any) -> None:
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / RUN_FILES.receipt, receipt.to_json())
+    data: Receipt = {**receipt}
+    data.pop("job_uid", None)
+    jobs = receipt["jobs"]
+    if len(jobs) == 1 and jobs[0]["uid"]:
+        data["job_uid"] = str(jobs[0]["uid"])  # the guide's key, kept for older tooling
+    elif not jobs and receipt.get("job_uid"):
+        data["job_uid"] = receipt["job_uid"]  # a guide-era receipt's one Job
+    write_json(output / RUN_FILES.receipt, data)
+
+
+# What a receipt of the guide's script lacks (it has only context, namespace, uid, run_id and job_uid).
+_GUIDE_RECEIPT_LACKS = ("server", "kubeconfig", "kubectl", "created_at", "tool_version")
 
 
 def read_receipt(output: Path) -> Receipt:
+    """receipt.json, checked against the Receipt record as results.json is checked: a malformed
+    one is bad input, named with the key and the file to inspect."""
     path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -562,7 +575,24 @@ def read_receipt(output: Path) -> Receipt:
         ) from None
     except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-    return Receipt.from_json(data, str(path))
+    if isinstance(data, dict):
+        jobs = data.get("jobs") or []
+        if isinstance(jobs, list):  # a Job whose create never answered may lack its uid
+            jobs = [{"uid": None, **job} if isinstance(job, dict) else job for job in jobs]
+        data = {**{key: None for key in _GUIDE_RECEIPT_LACKS}, **data, "jobs": jobs}
+        for key in ("server", "kubeconfig", "kubectl", "tool_version", "uid", "job_uid"):
+            if data.get(key) == "":  # "" is no value
+                data[key] = None
+        for key in ("uid", "job_uid"):  # the guide's keys: absent, or a UID
+            if data.get(key) is None:
+                data.pop(key, None)
+    problem = schema_problem(data, Receipt)
+    if problem:
+        raise DemoError(f"the receipt {path} is not one this tool writes: {problem}; inspect the file", EXIT_USAGE)
+    receipt: Receipt = data
+    if receipt["created_at"] is not None:
+        receipt["created_at"] = float(receipt["created_at"])  # a whole number of seconds, as written back
+    return receipt
 
 
 def refuse_existing_output(output: Path) -> None:
