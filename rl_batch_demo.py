@@ -7096,6 +7096,54 @@ def save_if_possible(path: Path, data: Any) -> None:
         say_stderr(f"warning: could not write {path} ({error.strerror or error})")
 
 
+# The files of a run's directory are written here, and only here, under RUN_FILES' names.
+
+
+def write_manifests(output: Path, manifests: List[Tuple[str, KubeObject]]) -> None:
+    """A dry run's manifests, each under its numbered file name."""
+    for file_name, manifest in manifests:
+        write_json(output / file_name, manifest)
+
+
+def write_results_files(output: Path, results: Results) -> None:
+    """results.json and timeline.svg, once the run is analysed."""
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+
+
+def save_kubectl_calls(output: Path, calls: Any) -> None:
+    save_if_possible(output / RUN_FILES.kubectl_calls, calls)
+
+
+def save_error(output: Path, message: str, exit_code: int, at: float) -> None:
+    save_if_possible(output / RUN_FILES.error, {"message": message, "exit_code": exit_code, "at": at})
+
+
+def write_job_submitted(job_dir: Path, manifest: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job_submitted, manifest)
+
+
+def write_job(job_dir: Path, job: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job, job)
+
+
+def write_pods(job_dir: Path, pods: List[KubeObject]) -> None:
+    write_json(job_dir / RUN_FILES.pods, pod_list(pods))
+
+
+def write_events(job_dir: Path, events: List[KubeObject]) -> None:
+    write_atomic(job_dir / RUN_FILES.events, render_events_text(events))
+
+
+def write_empty_log(job_dir: Path, pod: str) -> None:
+    """The log of a pod that could not be read: there, and empty."""
+    write_atomic(job_dir / f"{pod}.log", "")
+
+
+def write_warmup_block(output: Path, block: Any) -> None:
+    write_json(output / RUN_FILES.warmup / RUN_FILES.warmup_block, block)
+
+
 def write_receipt(output: Path, receipt: Receipt) -> None:
     data: Receipt = {**receipt}
     data.pop("job_uid", None)
@@ -7766,7 +7814,7 @@ def read_logs(
             errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             if gate is not None:
                 gate.wait()
-            write_atomic(round_dir / f"{name}.log", "")
+            write_empty_log(round_dir, name)
 
     in_pool([functools.partial(read_set, *entry) for entry in sets])
     in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
@@ -7879,7 +7927,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / RUN_FILES.warmup_block, block)
+    write_warmup_block(settings.output, block)
     return image_ids, block
 
 
@@ -8352,7 +8400,7 @@ class BatchRun:
             self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / RUN_FILES.artifacts)
         )
         self.stop_if_asked()
-        write_json(round_dir / RUN_FILES.job_submitted, manifest)
+        write_job_submitted(round_dir, manifest)
         entry: ReceiptJob = {"name": name, "uid": None}
         with self.receipt_lock:
             self.receipt["jobs"].append(entry)
@@ -8391,7 +8439,7 @@ class BatchRun:
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
-        write_json(round_dir / RUN_FILES.job, observation.job)
+        write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
@@ -8403,7 +8451,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
+                write_events(round_dir, events)
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -8416,21 +8464,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+            write_pods(round_dir, pods)
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+            write_pods(round_dir, pods)
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+                write_pods(round_dir, pods)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -8542,13 +8590,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
+            write_events(round_dir, events)
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
-                write_json(round_dir / RUN_FILES.job, live)
-            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+                write_job(round_dir, live)
+            write_pods(round_dir, pods)
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
@@ -8848,8 +8896,7 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
         name = job_name_for(round_number, settings.rounds)
         manifest = round_job_manifest(settings, name, namespace, run_id, settings.given_image)
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
-    for file_name, manifest in manifests:
-        write_json(settings.output / file_name, manifest)
+    write_manifests(settings.output, manifests)
     if print_summary:
         print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
@@ -8909,11 +8956,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
-        save_if_possible(output / RUN_FILES.kubectl_calls, kubectl.calls)
+        save_kubectl_calls(output, kubectl.calls)
     if error is not None:
-        save_if_possible(
-            output / RUN_FILES.error, {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
-        )
+        save_error(output, str(error), error.exit_code, time.time())
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     if error is not None and not bug and not batch.create_sent:
         release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
@@ -8944,8 +8989,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
-    write_json(output / RUN_FILES.results, results)
-    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+    write_results_files(output, results)
     breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"

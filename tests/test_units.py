@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -108,6 +109,29 @@ class ReceiptReadTest(unittest.TestCase):
                 self.read(data)
             self.assertEqual(raised.exception.exit_code, demo.EXIT_USAGE)
             self.assertIn(f"is not one this tool writes: {problem}; inspect the file", str(raised.exception))
+
+
+class RunDirectoryWritersTest(unittest.TestCase):
+    """Every file of a run's directory is written by persistence (its writers name the files by
+    RUN_FILES); elsewhere only the experiment's report files and the CI reports' own paths are."""
+
+    def test_only_persistence_writes_a_runs_files(self) -> None:
+        writers = {"write_json", "write_atomic", "save_if_possible"}
+        found = set()
+        for path in sorted((Path(__file__).resolve().parent.parent / "src" / "rl_batch_demo").glob("*.py")):
+            if path.name == "persistence.py":
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in writers:
+                    found.add((path.stem, ast.unparse(node.args[0])))
+        outside_a_run = {
+            ("commands", "output / 'report.json'"),  # reproduce's experiment directory
+            ("commands", "Path(path)"),  # --junit and --metrics-file, where the user asked
+            ("flow_run", "output / 'report.json'"),
+            ("flow_run", "output / 'report.md'"),
+        }
+        self.assertEqual(sorted(found - outside_a_run), [])
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):

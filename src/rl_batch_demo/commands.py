@@ -44,7 +44,6 @@ from .core_reports import (
     render_junit_xml,
     render_metrics,
     render_summary,
-    render_timeline_svg,
 )
 from .core_validation import check_thresholds
 from .errors import BUG, INTERRUPTED, DemoError, EpisodeInvalid, KubectlFailure, outcome_of
@@ -70,11 +69,14 @@ from .persistence import (
     refuse_existing_output,
     release_output,
     rounds_on_disk,
-    save_if_possible,
+    save_error,
+    save_kubectl_calls,
     saved_results,
     write_atomic,
     write_json,
+    write_manifests,
     write_receipt,
+    write_results_files,
 )
 from .records import Read, Receipt, ReproduceGroup, ReproduceReport, Results, RunSettings
 from .status import Progress, discard_stdout, say_stderr
@@ -95,8 +97,7 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
         name = job_name_for(round_number, settings.rounds)
         manifest = round_job_manifest(settings, name, namespace, run_id, settings.given_image)
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
-    for file_name, manifest in manifests:
-        write_json(settings.output / file_name, manifest)
+    write_manifests(settings.output, manifests)
     if print_summary:
         print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
@@ -156,11 +157,9 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
-        save_if_possible(output / RUN_FILES.kubectl_calls, kubectl.calls)
+        save_kubectl_calls(output, kubectl.calls)
     if error is not None:
-        save_if_possible(
-            output / RUN_FILES.error, {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
-        )
+        save_error(output, str(error), error.exit_code, time.time())
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     if error is not None and not bug and not batch.create_sent:
         release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
@@ -191,8 +190,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
-    write_json(output / RUN_FILES.results, results)
-    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+    write_results_files(output, results)
     breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"

@@ -22,7 +22,6 @@ from .constants import (
     KUBELET_READ_THREADS,
     LOG_READ_PROCESSES,
     LOG_SELECTOR_PODS,
-    RUN_FILES,
     RUN_LABEL,
 )
 from .core_basics import is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
@@ -43,7 +42,7 @@ from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_P
 from .core_permissions import eligible_nodes
 from .errors import DemoError, JobRefused, KubectlFailure, KubectlTimeout
 from .kubectl import Kubectl, concurrently
-from .persistence import EpisodeLogReader, write_atomic, write_json
+from .persistence import EpisodeLogReader, write_empty_log, write_warmup_block
 from .records import (
     EpisodeRow,
     KubeObject,
@@ -486,7 +485,7 @@ def read_logs(
             errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             if gate is not None:
                 gate.wait()
-            write_atomic(round_dir / f"{name}.log", "")
+            write_empty_log(round_dir, name)
 
     in_pool([functools.partial(read_set, *entry) for entry in sets])
     in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
@@ -599,7 +598,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / RUN_FILES.warmup_block, block)
+    write_warmup_block(settings.output, block)
     return image_ids, block
 
 

@@ -54,7 +54,6 @@ from .core_cluster import (
     infra_loss,
     latest_warning,
     pod_index,
-    pod_list,
     split_pods_and_events,
     template_changes,
     vanished_attempts,
@@ -78,7 +77,6 @@ from .core_reports import (
     junit_suites,
     metrics_labels,
     printable,
-    render_events_text,
     render_junit_xml,
     render_metrics_of_runs,
 )
@@ -115,7 +113,11 @@ from .persistence import (
     rounds_on_disk,
     saved_results,
     write_atomic,
+    write_events,
+    write_job,
+    write_job_submitted,
     write_json,
+    write_pods,
     write_receipt,
 )
 from .records import (
@@ -575,7 +577,7 @@ class BatchRun:
             self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / RUN_FILES.artifacts)
         )
         self.stop_if_asked()
-        write_json(round_dir / RUN_FILES.job_submitted, manifest)
+        write_job_submitted(round_dir, manifest)
         entry: ReceiptJob = {"name": name, "uid": None}
         with self.receipt_lock:
             self.receipt["jobs"].append(entry)
@@ -614,7 +616,7 @@ class BatchRun:
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
-        write_json(round_dir / RUN_FILES.job, observation.job)
+        write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
@@ -626,7 +628,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
+                write_events(round_dir, events)
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -639,21 +641,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+            write_pods(round_dir, pods)
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+            write_pods(round_dir, pods)
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+                write_pods(round_dir, pods)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -765,13 +767,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / RUN_FILES.events, render_events_text(events))
+            write_events(round_dir, events)
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
-                write_json(round_dir / RUN_FILES.job, live)
-            write_json(round_dir / RUN_FILES.pods, pod_list(pods))
+                write_job(round_dir, live)
+            write_pods(round_dir, pods)
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:

@@ -26,10 +26,21 @@ from .constants import (
     RUN_FILES,
 )
 from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
-from .core_cluster import EventScanner, parse_artifact_frame
+from .core_cluster import EventScanner, parse_artifact_frame, pod_list
 from .core_guide import NOT_ROUNDS
+from .core_reports import render_events_text, render_timeline_svg
 from .errors import DemoError
-from .records import ArtifactEntry, ArtifactFrame, LogBudgets, PodLog, Receipt, Results, RewardLine, StartedRound
+from .records import (
+    ArtifactEntry,
+    ArtifactFrame,
+    KubeObject,
+    LogBudgets,
+    PodLog,
+    Receipt,
+    Results,
+    RewardLine,
+    StartedRound,
+)
 from .status import say_stderr
 
 # Persistence: receipt and output files ########################################
@@ -545,6 +556,54 @@ def save_if_possible(path: Path, data: Any) -> None:
         write_json(path, data)
     except OSError as error:
         say_stderr(f"warning: could not write {path} ({error.strerror or error})")
+
+
+# The files of a run's directory are written here, and only here, under RUN_FILES' names.
+
+
+def write_manifests(output: Path, manifests: List[Tuple[str, KubeObject]]) -> None:
+    """A dry run's manifests, each under its numbered file name."""
+    for file_name, manifest in manifests:
+        write_json(output / file_name, manifest)
+
+
+def write_results_files(output: Path, results: Results) -> None:
+    """results.json and timeline.svg, once the run is analysed."""
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+
+
+def save_kubectl_calls(output: Path, calls: Any) -> None:
+    save_if_possible(output / RUN_FILES.kubectl_calls, calls)
+
+
+def save_error(output: Path, message: str, exit_code: int, at: float) -> None:
+    save_if_possible(output / RUN_FILES.error, {"message": message, "exit_code": exit_code, "at": at})
+
+
+def write_job_submitted(job_dir: Path, manifest: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job_submitted, manifest)
+
+
+def write_job(job_dir: Path, job: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job, job)
+
+
+def write_pods(job_dir: Path, pods: List[KubeObject]) -> None:
+    write_json(job_dir / RUN_FILES.pods, pod_list(pods))
+
+
+def write_events(job_dir: Path, events: List[KubeObject]) -> None:
+    write_atomic(job_dir / RUN_FILES.events, render_events_text(events))
+
+
+def write_empty_log(job_dir: Path, pod: str) -> None:
+    """The log of a pod that could not be read: there, and empty."""
+    write_atomic(job_dir / f"{pod}.log", "")
+
+
+def write_warmup_block(output: Path, block: Any) -> None:
+    write_json(output / RUN_FILES.warmup / RUN_FILES.warmup_block, block)
 
 
 def write_receipt(output: Path, receipt: Receipt) -> None:
