@@ -1355,6 +1355,15 @@ OneEpisodeJob = Callable[[str, Path, KubeObject, Path], Tuple[List[EpisodeRow], 
 # picture. Uses the constants.
 
 
+def dig(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]..., where a missing or empty level reads as {}: what `(obj.get(k1) or {}).get(k2)`
+    spells, for the loose JSON of Kubernetes objects."""
+    value = obj
+    for key in keys[:-1]:
+        value = value.get(key) or {}
+    return value.get(keys[-1])
+
+
 def parse_timestamp(text: str) -> float:
     """Kubernetes RFC 3339 time (usually whole seconds, 'Z') to epoch seconds."""
     match = re.match(_RFC3339, text.strip())
@@ -1874,7 +1883,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
 
 def required_uid(obj: KubeObject, what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
-    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+    uid = dig(obj, "metadata", "uid") if isinstance(obj, dict) else None
     if not isinstance(uid, str) or not uid:
         raise DemoError(
             f"kubectl returned {what} without metadata.uid; inspect the API server's response", EXIT_CLUSTER
@@ -1884,7 +1893,7 @@ def required_uid(obj: KubeObject, what: str) -> str:
 
 def pod_selector(job: KubeObject) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
-    match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    match_labels = dig(job, "spec", "selector", "matchLabels") or {}
     uid = required_uid(job, "a Job")
     for label in (UID_LABEL, LEGACY_UID_LABEL):
         if match_labels.get(label) == uid:
@@ -1905,7 +1914,7 @@ def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
 
 def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    text = dig(obj, "metadata", "creationTimestamp")
     try:
         return parse_timestamp(str(text))
     except ValueError:
@@ -1985,22 +1994,22 @@ JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job 
 
 
 def job_suspended(job: KubeObject) -> bool:
-    return (job.get("spec") or {}).get("suspend") is True
+    return dig(job, "spec", "suspend") is True
 
 
 def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
+    for condition in dig(job, "status", "conditions") or []:
         if condition.get("type") == "Suspended" and condition.get("status") == "False":
             return optional_timestamp(condition.get("lastTransitionTime"))
-    return None if job_suspended(job) else optional_timestamp((job.get("status") or {}).get("startTime"))
+    return None if job_suspended(job) else optional_timestamp(dig(job, "status", "startTime"))
 
 
 def foreign_manager(job: KubeObject) -> Optional[str]:
     """The controller named by the Job's spec.managedBy when it is not the job controller (MultiKueue's
     kueue.x-k8s.io/multikueue): that one runs the Job, elsewhere, and the tool cannot measure it."""
-    managed_by = (job.get("spec") or {}).get("managedBy")
+    managed_by = dig(job, "spec", "managedBy")
     return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
 
 
@@ -2097,7 +2106,7 @@ def parse_index_set(text: Any) -> List[int]:
 
 def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
+    text = dig(pod, "metadata", "annotations", INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
@@ -2202,7 +2211,7 @@ def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
     addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
     second tie there), then name."""
     metadata = pod["metadata"]
-    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    count = dig(metadata, "annotations", INDEX_FAILURE_COUNT_ANNOTATION)
     failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
     return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
 
@@ -2229,7 +2238,7 @@ def episode_attempts(
         kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
         lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
-            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
             rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
             raise EpisodeInvalid(
@@ -2327,7 +2336,7 @@ def pod_list(pods: List[KubeObject]) -> KubeObject:
 
 def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    name = (dig(pod, "metadata", "name") if isinstance(pod, dict) else None) or ""
     if not name:
         return
     record = sightings.setdefault(name, {"first_seen_at": wall})
@@ -2366,7 +2375,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
         if JOB_TRACKING_FINALIZER in (metadata.get("finalizers") or []):
             return None
-        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
@@ -2400,7 +2409,7 @@ def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
         event
         for event in events
         if event.get("type") == "Warning"
-        and (event.get("involvedObject") or {}).get("name") in wanted
+        and dig(event, "involvedObject", "name") in wanted
         and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
     ]
     if not warnings:
@@ -2719,7 +2728,7 @@ def image_pull_of(events: List[KubeObject], pod: KubeObject) -> ImagePull:
     for event in events:
         if event.get("reason") != "Pulled" or not involves_pod(event, pod):
             continue
-        field_path = (event.get("involvedObject") or {}).get("fieldPath")
+        field_path = dig(event, "involvedObject", "fieldPath")
         if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
             continue  # another container's image
         message = str(event.get("message") or "")
@@ -3923,7 +3932,7 @@ def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = No
         "pods_without_termination_message": sum(
             1
             for pod in (collected.pods if pods is None else pods)
-            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
+            if dig(pod, "status", "phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -3950,7 +3959,7 @@ def provisional_episode(
     reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
     arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
-    phase = (pod.get("status") or {}).get("phase")
+    phase = dig(pod, "status", "phase")
     if phase not in ("Succeeded", "Failed"):
         return None
     try:
@@ -4187,7 +4196,7 @@ def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObjec
     """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
     it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
     for item in items:
-        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+        if item.get("kind") == "RuntimeClass" and dig(item, "metadata", "name") == name:
             return item
     return None
 
@@ -4244,7 +4253,7 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
             using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
         init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
     total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
-    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    pod_level = (dig(spec, "resources", "requests") or {}) if isinstance(spec.get("resources"), dict) else {}
     total.update(
         {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
     )
@@ -4264,19 +4273,19 @@ def episode_room(
     extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
     need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
     eligible = eligible_nodes(nodes, runtimeclass)
-    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    names = {str(dig(node, "metadata", "name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
     running = dict.fromkeys(names, 0)
     for pod in pods or []:
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        node_name = str(dig(pod, "spec", "nodeName") or "")
+        if node_name in names and dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             running[node_name] += 1
             used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
     room = 0
     have = dict.fromkeys(_RESOURCES, 0.0)
     for node in eligible:
-        name = str((node.get("metadata") or {}).get("name"))
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        name = str(dig(node, "metadata", "name"))
+        allocatable = dig(node, "status", "allocatable") or {}
         free = {
             resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
         }
@@ -4371,7 +4380,7 @@ def preflight_findings(
         else:
             runtimeclass_known = True
             scheduling = runtimeclass.value.get("scheduling") or {}
-            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            overhead = json.dumps(dig(runtimeclass.value, "overhead", "podFixed") or {}, sort_keys=True)
             selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
             detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
             tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
@@ -4421,7 +4430,7 @@ def preflight_findings(
 
 def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
     """Whether an access review asks for one of these permissions."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
         for verb, resource, _, sub, _ in permissions
@@ -4444,7 +4453,7 @@ def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
 
 def _is_capacity_review(review: KubeObject) -> bool:
     """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
     return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
 
@@ -4537,8 +4546,8 @@ def plan_cleanup(
         )
     if live_namespace is None:
         return CleanupPlan(namespace_absent=True)
-    live_uid = (live_namespace.get("metadata") or {}).get("uid")
-    labels = (live_namespace.get("metadata") or {}).get("labels") or {}
+    live_uid = dig(live_namespace, "metadata", "uid")
+    labels = dig(live_namespace, "metadata", "labels") or {}
     live_label = labels.get(RUN_LABEL)
     recorded_uid = receipt.get("uid")
     adopted = None
@@ -4563,8 +4572,8 @@ def plan_cleanup(
         live_job = live_jobs.get(job["name"])
         if live_job is None:
             continue
-        job_uid = (live_job.get("metadata") or {}).get("uid")
-        job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        job_uid = dig(live_job, "metadata", "uid")
+        job_label = dig(live_job, "metadata", "labels", RUN_LABEL)
         if not (job_uid == job["uid"] if job["uid"] else job_label == receipt["run_id"]):
             return CleanupPlan(
                 refusal=f"refusing to clean up: Job {namespace}/{job['name']} has UID {job_uid}, not the "
@@ -5088,7 +5097,7 @@ def _finite_seconds(value: Any) -> float:
 def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
-        created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
         terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
@@ -5101,7 +5110,7 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
     if not job:
         return 0.0
     try:
-        created = optional_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(job, "metadata", "creationTimestamp"))
         ended = _condition_time(job, "Complete") or _condition_time(job, "Failed")
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -5154,7 +5163,7 @@ def junit_suites(
             classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
             cases = []
             for pod in started.get("pods") or []:
-                name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
+                name = str(dig(pod, "metadata", "name") or "(unnamed pod)")
                 if not in_progress and infra_loss(pod):  # --infra-retries ran its episode again
                     why = f"lost to the infrastructure and run again: {infra_loss(pod)}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", why))
@@ -7419,7 +7428,7 @@ class OwnedCreator:
         except KubectlTimeout as error:
             failure = error
         objects = []
-        names = [(item.get("kind"), (item.get("metadata") or {}).get("name")) for item in answered]
+        names = [(item.get("kind"), dig(item, "metadata", "name")) for item in answered]
         for manifest, resource in zip(manifests, resources):
             kind, name = manifest["kind"], manifest["metadata"]["name"]
             match = answered[names.index((kind, name))] if (kind, name) in names else None
@@ -7467,7 +7476,7 @@ class OwnedCreator:
                 "nothing was repeated; run cleanup, then try again",
                 EXIT_CLUSTER,
             )
-        owner = ((live.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        owner = dig(live, "metadata", "labels", RUN_LABEL)
         if owner != self.run_id:
             raise DemoError(
                 f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
@@ -7526,7 +7535,7 @@ def wait_for_job(
     def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted
         pod = event.get("object")
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
                 changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -7583,7 +7592,7 @@ def wait_for_job(
             # a failure: every pod as watched has ended, and as many as the Job counted, so each
             # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
             # it, whichever watch came first (a counted pod since deleted costs the grace)
-            phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
+            phases = [dig(pod, "status", "phase") for pod in last_pods.values()]
             status = live.get("status") or {}
             counts: List[Any] = [status.get("succeeded"), status.get("failed")]
             counted = sum(value for value in counts if is_int(value))
@@ -7678,7 +7687,7 @@ def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
         for event in kubectl.get_list("events", namespace=namespace)
         if event.get("kind", "Event") == "Event"
         and event.get("reason") == "FailedCreate"
-        and (event.get("involvedObject") or {}).get("name") == name
+        and dig(event, "involvedObject", "name") == name
     ]
     return " ".join(str(refusals[-1].get("message", "")).split()) if refusals else ""
 
@@ -7788,9 +7797,7 @@ def read_logs(
     if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
         sets.append((selector, wanted, lost_names))
     elif selector is not None and len(wanted) > 1:
-        labels = {
-            pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in [*pods, *lost]
-        }
+        labels = {pod["metadata"]["name"]: dig(pod["metadata"], "labels", INDEX_LABEL) for pod in [*pods, *lost]}
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
             by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
             for start in range(0, len(by_index), LOG_SELECTOR_PODS):
@@ -7894,7 +7901,7 @@ def warm_up(
     plan = []
     for number, node in enumerate(eligible, 1):
         node_name = str(node["metadata"]["name"])
-        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        hostname = str(dig(node["metadata"], "labels", HOSTNAME_LABEL) or node_name)
         name = f"{WARMUP_JOB_PREFIX}-{number}"
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
@@ -8030,7 +8037,7 @@ class RoundRewards:
         if self.settings.indexed:
             judged = [self._judge(name, pod)]
         else:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
                 self.waiting[name] = pod
             if new and len(self.pods) >= self.settings.count:
                 order = sorted(
@@ -8205,7 +8212,7 @@ class BatchRun:
         except DemoError as error:  # best effort: the run goes on, and every node's figures say why
             say_stderr(f"warning: --kubelet-metrics cannot list the nodes ({error}); no runtime operations")
             return {}
-        names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
+        names = [str(dig(node, "metadata", "name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     def preflight(self) -> None:
@@ -8341,7 +8348,7 @@ class BatchRun:
                 reason = f"its watch ended ({kubectl_message(watch.stderr) if watch.stderr else 'no message'})"
                 break
             obj = event.get("object")
-            named = isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == DEFAULT_SERVICEACCOUNT
+            named = isinstance(obj, dict) and dig(obj, "metadata", "name") == DEFAULT_SERVICEACCOUNT
             if event.get("type") in ("ADDED", "MODIFIED") and named:
                 return
         say_stderr(
@@ -8568,7 +8575,7 @@ class BatchRun:
                 "job controller, so its pods would run elsewhere and unmeasured; run it in a namespace the queue "
                 "does not manage"
             )
-        changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+        changes = template_changes(pod_spec, dig(job, "spec", "template", "spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
 

@@ -111,6 +111,24 @@ class ReceiptReadTest(unittest.TestCase):
             self.assertIn(f"is not one this tool writes: {problem}; inspect the file", str(raised.exception))
 
 
+class DigTest(unittest.TestCase):
+    def test_reads_as_the_chain_it_replaces(self) -> None:
+        rows = [
+            ({"metadata": {"labels": {"a": "1"}}}, ("metadata", "labels", "a"), "1"),
+            ({"metadata": None}, ("metadata", "labels", "a"), None),
+            ({"metadata": {}}, ("metadata", "uid"), None),
+            ({}, ("status",), None),
+            ({"status": {"phase": ""}}, ("status", "phase"), ""),
+        ]
+        for obj, keys, expected in rows:
+            with self.subTest(obj=obj, keys=keys):
+                self.assertEqual(demo.dig(obj, *keys), expected)
+                chain = obj
+                for key in keys[:-1]:
+                    chain = chain.get(key) or {}
+                self.assertEqual(chain.get(keys[-1]), expected)
+
+
 class RunDirectoryWritersTest(unittest.TestCase):
     """Every file of a run's directory is written by persistence (its writers name the files by
     RUN_FILES); elsewhere only the experiment's report files and the CI reports' own paths are."""

@@ -48,6 +48,15 @@ from .records import JsonObject, KubeObject, PhaseStats, RunSettings
 # picture. Uses the constants.
 
 
+def dig(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]..., where a missing or empty level reads as {}: what `(obj.get(k1) or {}).get(k2)`
+    spells, for the loose JSON of Kubernetes objects."""
+    value = obj
+    for key in keys[:-1]:
+        value = value.get(key) or {}
+    return value.get(keys[-1])
+
+
 def parse_timestamp(text: str) -> float:
     """Kubernetes RFC 3339 time (usually whole seconds, 'Z') to epoch seconds."""
     match = re.match(_RFC3339, text.strip())
@@ -567,7 +576,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
 
 def required_uid(obj: KubeObject, what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
-    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+    uid = dig(obj, "metadata", "uid") if isinstance(obj, dict) else None
     if not isinstance(uid, str) or not uid:
         raise DemoError(
             f"kubectl returned {what} without metadata.uid; inspect the API server's response", EXIT_CLUSTER
@@ -577,7 +586,7 @@ def required_uid(obj: KubeObject, what: str) -> str:
 
 def pod_selector(job: KubeObject) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
-    match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    match_labels = dig(job, "spec", "selector", "matchLabels") or {}
     uid = required_uid(job, "a Job")
     for label in (UID_LABEL, LEGACY_UID_LABEL):
         if match_labels.get(label) == uid:

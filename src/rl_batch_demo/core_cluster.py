@@ -23,6 +23,7 @@ from .constants import (
 )
 from .core_basics import (
     _reject_constant,
+    dig,
     finite_number,
     is_int,
     optional_timestamp,
@@ -40,7 +41,7 @@ from .records import ArtifactFrame, JsonObject, KubeObject, LogBudgets, LostAtte
 
 def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    text = dig(obj, "metadata", "creationTimestamp")
     try:
         return parse_timestamp(str(text))
     except ValueError:
@@ -120,22 +121,22 @@ JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job 
 
 
 def job_suspended(job: KubeObject) -> bool:
-    return (job.get("spec") or {}).get("suspend") is True
+    return dig(job, "spec", "suspend") is True
 
 
 def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
+    for condition in dig(job, "status", "conditions") or []:
         if condition.get("type") == "Suspended" and condition.get("status") == "False":
             return optional_timestamp(condition.get("lastTransitionTime"))
-    return None if job_suspended(job) else optional_timestamp((job.get("status") or {}).get("startTime"))
+    return None if job_suspended(job) else optional_timestamp(dig(job, "status", "startTime"))
 
 
 def foreign_manager(job: KubeObject) -> Optional[str]:
     """The controller named by the Job's spec.managedBy when it is not the job controller (MultiKueue's
     kueue.x-k8s.io/multikueue): that one runs the Job, elsewhere, and the tool cannot measure it."""
-    managed_by = (job.get("spec") or {}).get("managedBy")
+    managed_by = dig(job, "spec", "managedBy")
     return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
 
 
@@ -232,7 +233,7 @@ def parse_index_set(text: Any) -> List[int]:
 
 def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
+    text = dig(pod, "metadata", "annotations", INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
@@ -337,7 +338,7 @@ def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
     addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
     second tie there), then name."""
     metadata = pod["metadata"]
-    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    count = dig(metadata, "annotations", INDEX_FAILURE_COUNT_ANNOTATION)
     failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
     return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
 
@@ -364,7 +365,7 @@ def episode_attempts(
         kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
         lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
-            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
             rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
             raise EpisodeInvalid(
@@ -462,7 +463,7 @@ def pod_list(pods: List[KubeObject]) -> KubeObject:
 
 def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    name = (dig(pod, "metadata", "name") if isinstance(pod, dict) else None) or ""
     if not name:
         return
     record = sightings.setdefault(name, {"first_seen_at": wall})
@@ -501,7 +502,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
         if JOB_TRACKING_FINALIZER in (metadata.get("finalizers") or []):
             return None
-        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
@@ -535,7 +536,7 @@ def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
         event
         for event in events
         if event.get("type") == "Warning"
-        and (event.get("involvedObject") or {}).get("name") in wanted
+        and dig(event, "involvedObject", "name") in wanted
         and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
     ]
     if not warnings:

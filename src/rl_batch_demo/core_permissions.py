@@ -23,7 +23,7 @@ from .constants import (
     SERVICEACCOUNT_PERMISSIONS,
     SERVICEACCOUNT_WAIT,
 )
-from .core_basics import parse_quantity, short_repr
+from .core_basics import dig, parse_quantity, short_repr
 from .records import Finding, KubeObject, Read, Receipt, ReceiptJob
 
 # Pure core: permissions and capacity ##########################################
@@ -94,7 +94,7 @@ def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObjec
     """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
     it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
     for item in items:
-        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+        if item.get("kind") == "RuntimeClass" and dig(item, "metadata", "name") == name:
             return item
     return None
 
@@ -151,7 +151,7 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
             using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
         init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
     total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
-    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    pod_level = (dig(spec, "resources", "requests") or {}) if isinstance(spec.get("resources"), dict) else {}
     total.update(
         {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
     )
@@ -171,19 +171,19 @@ def episode_room(
     extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
     need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
     eligible = eligible_nodes(nodes, runtimeclass)
-    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    names = {str(dig(node, "metadata", "name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
     running = dict.fromkeys(names, 0)
     for pod in pods or []:
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        node_name = str(dig(pod, "spec", "nodeName") or "")
+        if node_name in names and dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             running[node_name] += 1
             used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
     room = 0
     have = dict.fromkeys(_RESOURCES, 0.0)
     for node in eligible:
-        name = str((node.get("metadata") or {}).get("name"))
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        name = str(dig(node, "metadata", "name"))
+        allocatable = dig(node, "status", "allocatable") or {}
         free = {
             resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
         }
@@ -278,7 +278,7 @@ def preflight_findings(
         else:
             runtimeclass_known = True
             scheduling = runtimeclass.value.get("scheduling") or {}
-            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            overhead = json.dumps(dig(runtimeclass.value, "overhead", "podFixed") or {}, sort_keys=True)
             selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
             detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
             tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
@@ -328,7 +328,7 @@ def preflight_findings(
 
 def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
     """Whether an access review asks for one of these permissions."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
         for verb, resource, _, sub, _ in permissions
@@ -351,7 +351,7 @@ def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
 
 def _is_capacity_review(review: KubeObject) -> bool:
     """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
     return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
 
@@ -444,8 +444,8 @@ def plan_cleanup(
         )
     if live_namespace is None:
         return CleanupPlan(namespace_absent=True)
-    live_uid = (live_namespace.get("metadata") or {}).get("uid")
-    labels = (live_namespace.get("metadata") or {}).get("labels") or {}
+    live_uid = dig(live_namespace, "metadata", "uid")
+    labels = dig(live_namespace, "metadata", "labels") or {}
     live_label = labels.get(RUN_LABEL)
     recorded_uid = receipt.get("uid")
     adopted = None
@@ -470,8 +470,8 @@ def plan_cleanup(
         live_job = live_jobs.get(job["name"])
         if live_job is None:
             continue
-        job_uid = (live_job.get("metadata") or {}).get("uid")
-        job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        job_uid = dig(live_job, "metadata", "uid")
+        job_label = dig(live_job, "metadata", "labels", RUN_LABEL)
         if not (job_uid == job["uid"] if job["uid"] else job_label == receipt["run_id"]):
             return CleanupPlan(
                 refusal=f"refusing to clean up: Job {namespace}/{job['name']} has UID {job_uid}, not the "

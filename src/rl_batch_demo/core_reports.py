@@ -40,7 +40,7 @@ from .constants import (
     TIMELINE_DETAIL_BARS,
     TimelineStep,
 )
-from .core_basics import difference, finite_number, json_number, json_stat, optional_timestamp, percentile
+from .core_basics import difference, dig, finite_number, json_number, json_stat, optional_timestamp, percentile
 from .core_cluster import _condition_time, _container_status, infra_loss
 from .core_validation import check_thresholds
 from .records import (
@@ -568,7 +568,7 @@ def _finite_seconds(value: Any) -> float:
 def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
-        created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
         terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
@@ -581,7 +581,7 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
     if not job:
         return 0.0
     try:
-        created = optional_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(job, "metadata", "creationTimestamp"))
         ended = _condition_time(job, "Complete") or _condition_time(job, "Failed")
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -634,7 +634,7 @@ def junit_suites(
             classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
             cases = []
             for pod in started.get("pods") or []:
-                name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
+                name = str(dig(pod, "metadata", "name") or "(unnamed pod)")
                 if not in_progress and infra_loss(pod):  # --infra-retries ran its episode again
                     why = f"lost to the infrastructure and run again: {infra_loss(pod)}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", why))

@@ -28,6 +28,7 @@ from .constants import (
 )
 from .core_basics import (
     difference,
+    dig,
     finite_number,
     is_int,
     job_parallelism,
@@ -808,7 +809,7 @@ def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = No
         "pods_without_termination_message": sum(
             1
             for pod in (collected.pods if pods is None else pods)
-            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
+            if dig(pod, "status", "phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -835,7 +836,7 @@ def provisional_episode(
     reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
     arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
-    phase = (pod.get("status") or {}).get("phase")
+    phase = dig(pod, "status", "phase")
     if phase not in ("Succeeded", "Failed"):
         return None
     try:

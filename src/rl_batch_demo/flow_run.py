@@ -35,6 +35,7 @@ from .constants import (
 )
 from .core_basics import (
     configmap_manifest,
+    dig,
     job_name_for,
     job_parallelism,
     namespace_manifest,
@@ -207,7 +208,7 @@ class RoundRewards:
         if self.settings.indexed:
             judged = [self._judge(name, pod)]
         else:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
                 self.waiting[name] = pod
             if new and len(self.pods) >= self.settings.count:
                 order = sorted(
@@ -382,7 +383,7 @@ class BatchRun:
         except DemoError as error:  # best effort: the run goes on, and every node's figures say why
             say_stderr(f"warning: --kubelet-metrics cannot list the nodes ({error}); no runtime operations")
             return {}
-        names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
+        names = [str(dig(node, "metadata", "name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     def preflight(self) -> None:
@@ -518,7 +519,7 @@ class BatchRun:
                 reason = f"its watch ended ({kubectl_message(watch.stderr) if watch.stderr else 'no message'})"
                 break
             obj = event.get("object")
-            named = isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == DEFAULT_SERVICEACCOUNT
+            named = isinstance(obj, dict) and dig(obj, "metadata", "name") == DEFAULT_SERVICEACCOUNT
             if event.get("type") in ("ADDED", "MODIFIED") and named:
                 return
         say_stderr(
@@ -745,7 +746,7 @@ class BatchRun:
                 "job controller, so its pods would run elsewhere and unmeasured; run it in a namespace the queue "
                 "does not manage"
             )
-        changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+        changes = template_changes(pod_spec, dig(job, "spec", "template", "spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
 
