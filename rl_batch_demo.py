@@ -170,6 +170,14 @@ DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one epi
 MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
 ARTIFACTS_PER_EPISODE_LIMIT = 64
 ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_NAME_DEPTH_LIMIT = 8  # "/"-separated segments of an artifact's name: at most 7 directories deep
+# What each directory an episode's artifact names make costs its --max-artifact-bytes budget: one
+# block of a directory on ext4 and XFS (4 KiB), so that names cannot buy disk with no bytes listed.
+ARTIFACT_DIRECTORY_BYTES = 4096
+# The kubelet's default containerLogMaxSize (pkg/kubelet/apis/config/v1beta1/defaults.go: 10Mi):
+# a container's log file is rotated only once it is this large, and `kubectl logs` then returns
+# only the current file (pkg/kubelet/kuberuntime/logs/logs.go).
+CONTAINER_LOG_MAX_SIZE = 10 * 2**20
 ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
 ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
 ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)
@@ -900,6 +908,9 @@ class RoundCollected:
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    # The failures rewards.jsonl already holds, by pod (RoundRewards: provisional_episode's verdict
+    # as the pod watch saw it end): final, so the analysis fails these episodes with the same cause.
+    provisional_failures: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -2517,22 +2528,70 @@ def parse_events(text: str) -> List[JsonObject]:
 _ARTIFACT_FRAME = rb"rl-demo-artifact 1 ([0-9]{1,9}) ([0-9]{1,9}) ([0-9a-f]{64}) ([A-Za-z0-9_-]+=*) ([A-Za-z0-9+/]*=*)"
 
 
-def artifact_name_problem(name: str) -> str:
+def artifact_name_key(name: str) -> str:
+    """The name as a filesystem that ignores case or Unicode normalisation sees it (macOS's APFS
+    and HFS+, Windows' NTFS): Unicode's canonical caseless match, NFD(casefold(NFD(name)))."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def artifact_directories(names: Iterable[str]) -> List[str]:
+    """The directories under DIR/artifacts/<pod>/ that these artifact names make, each once."""
+    made = {"/".join(parts[:depth]) for parts in (name.split("/") for name in names) for depth in range(1, len(parts))}
+    return sorted(made)
+
+
+def artifact_name_problem(name: str, earlier: Iterable[str] = ()) -> str:
     """What makes an artifact's name unsafe to save under DIR/artifacts/<pod>/ ("" if nothing):
-    it must be relative, "/"-separated, without empty, `.` or `..` segments, backslashes, NUL or
-    other control characters, and at most ARTIFACT_NAME_LIMIT bytes of UTF-8."""
+    it must be relative, "/"-separated, at most ARTIFACT_NAME_DEPTH_LIMIT segments, without empty,
+    `.` or `..` segments, backslashes, or a segment that starts with `-` (a shell loop's `rm $f`
+    takes it for an option), at most ARTIFACT_NAME_LIMIT bytes of UTF-8, and without a character
+    that hides or disguises what a file browser shows: control characters, Unicode's format
+    characters (Cf: the right-to-left override U+202E, zero-width U+200B, the BOM) and its line and
+    paragraph separators (U+2028, U+2029). `earlier`: the names of the same episode before it; a
+    name one filesystem would store as the same file as an earlier one, or whose directory it
+    would take for an earlier one's (case-insensitive, or NFC against NFD), is refused, so no
+    artifact overwrites another."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
     if not name:
         return "is empty"
     if len(name.encode("utf-8", "surrogatepass")) > ARTIFACT_NAME_LIMIT:
         return f"is longer than {ARTIFACT_NAME_LIMIT} bytes"
     if any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff" for char in name):
         return "has a control character"
+    hidden = next((char for char in name if unicodedata.category(char) in ("Cf", "Zl", "Zp")), None)
+    if hidden is not None:
+        return (
+            f"has U+{ord(hidden):04X} ({unicodedata.name(hidden, 'a format character')}), which file browsers and "
+            "terminals do not show as itself"
+        )
     if name.startswith("/"):
         return "is absolute"
     if "\\" in name:
         return "has a backslash"
-    if any(part in ("", ".", "..") for part in name.split("/")):
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
         return "has an empty, '.' or '..' segment"
+    if len(parts) > ARTIFACT_NAME_DEPTH_LIMIT:
+        return f"has {len(parts)} segments, more than {ARTIFACT_NAME_DEPTH_LIMIT}"
+    if any(part.startswith("-") for part in parts):
+        return "has a segment that starts with '-', which a command would take for an option"
+    taken: Dict[str, str] = {}
+    for other in earlier:
+        other_parts = other.split("/")
+        for depth in range(1, len(other_parts) + 1):
+            prefix = "/".join(other_parts[:depth])
+            taken.setdefault(artifact_name_key(prefix), prefix)
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        same = taken.get(artifact_name_key(prefix))
+        if same is not None and same != prefix:
+            return (
+                f"would be stored as {short_repr(same)} on a filesystem that ignores case or Unicode normalisation "
+                "(macOS, Windows), the path of an earlier artifact"
+            )
     return ""
 
 
@@ -2597,26 +2656,34 @@ def complete_lines(message: str) -> str:
     return message.partition("\n")[2]
 
 
-def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
-    """Events without the test output, which the termination message may have trimmed."""
+def comparable_events(events: List[JsonObject]) -> List[str]:
+    """Events without the test output, which the termination message may have trimmed, each as
+    its canonical JSON: compared so, `true`, `1` and `1.0` differ, as they do to every rule and
+    every reader of rewards.jsonl (Python's `==` holds True == 1 == 1.0)."""
     ignored = ("tests_output", "tests_output_truncated")
-    return [{k: v for k, v in event.items() if k not in ignored} for event in events]
+    return [canonical_json({k: v for k, v in event.items() if k not in ignored}) for event in events]
+
+
+def canonical_json(value: Any) -> str:
+    """One JSON text per value, whatever the key order: `true`, `1` and `1.0` stay three."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def describe_event_difference(log_events: List[JsonObject], message_events: List[JsonObject]) -> str:
     """What differs between the log's events and the termination message's, in words."""
-    log_side, message_side = comparable_events(log_events), comparable_events(message_events)
+    log_side, message_side = log_events, message_events
     names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
     for name in names:
         in_log = sum(1 for e in log_side if e.get("event") == name)
         in_message = sum(1 for e in message_side if e.get("event") == name)
         if in_log != in_message:
             return f"the log has {in_log} {short_repr(name)} events, the termination message {in_message}"
+    ignored = ("tests_output", "tests_output_truncated")
     for log_event, message_event in zip(log_side, message_side):
         if log_event.get("event") != message_event.get("event"):
             return "the two report the same events in a different order"
-        for key in sorted(set(log_event) | set(message_event)):
-            if log_event.get(key, "(absent)") != message_event.get(key, "(absent)"):
+        for key in sorted((set(log_event) | set(message_event)) - set(ignored)):
+            if canonical_json(log_event.get(key, "(absent)")) != canonical_json(message_event.get(key, "(absent)")):
                 return (
                     f"their {short_repr(log_event.get('event'))} events differ in {short_repr(key)}: the log has "
                     f"{short_repr(log_event.get(key, '(absent)'))}, the termination message "
@@ -3243,7 +3310,10 @@ def episode_events(
 
     A message the kubelet may have cut at the front counts by its complete lines alone, which
     must then end the log's events. A log that lacks the message's first events looks rotated
-    (`kubectl logs` returns only the kubelet's current file): the message's events count."""
+    (`kubectl logs` returns only the kubelet's current file), and the message's events count, only
+    when it still shows the message's later events or is as large as the kubelet rotates at
+    (CONTAINER_LOG_MAX_SIZE); else the two disagree. Events are compared by their canonical JSON
+    (comparable_events): `true`, `1` and `1.0` differ."""
     invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
     notes: List[str] = []
     cut = bool(message_text.strip()) and message_cut_at_front(message_text)
@@ -3282,7 +3352,11 @@ def episode_events(
     if not cut and in_log == in_message and others[0] == others[1]:
         return log_events, notes
     lacks_ready = not log.counts.get("ready") and message.counts.get("ready")
-    if not cut and lacks_ready and in_message[len(in_message) - len(in_log) :] == in_log:
+    # Rotation leaves the current file, which holds the message's later events (a worker prints
+    # its reward last), or is itself as large as the kubelet rotates at: a log with neither, an
+    # empty one above all, is one that disagrees with its message, not one rotated away.
+    rotated = bool(in_log) or log.saved_bytes + log.dropped_bytes >= CONTAINER_LOG_MAX_SIZE
+    if not cut and lacks_ready and rotated and in_message[len(in_message) - len(in_log) :] == in_log:
         lost = len(in_message) - len(in_log)
         notes.append(
             f"its log lacks the first {lost} of the termination message's events, its ready event among them, and "
@@ -3294,6 +3368,12 @@ def episode_events(
         difference = f"the log has {others[0]} other events, the termination message {others[1]}"
     if cut:
         difference += "; the termination message was cut at the front, and its complete lines do not end the log"
+    elif lacks_ready and not in_log:
+        difference += (
+            f" and the log, {log.saved_bytes + log.dropped_bytes:,} bytes, is too small to have been rotated (the "
+            f"kubelet rotates a container's log only past its containerLogMaxSize, {CONTAINER_LOG_MAX_SIZE:,} bytes by "
+            "default)"
+        )
     raise invalid(f"its log and its termination message report different events ({difference})")
 
 
@@ -3464,8 +3544,10 @@ ARTIFACT_ROTATION_HINT = (
 
 def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     """The reward event's `artifacts`, checked (ValueError says which rule it breaks): a list of
-    {name, bytes, sha256}, each name safe (artifact_name_problem), sorted by name and each once, at
-    most ARTIFACTS_PER_EPISODE_LIMIT, their bytes within `budget` (--max-artifact-bytes)."""
+    {name, bytes, sha256}, each name safe (artifact_name_problem, beside the names before it),
+    sorted by name and each once, at most ARTIFACTS_PER_EPISODE_LIMIT, their bytes and the
+    directories their names make (ARTIFACT_DIRECTORY_BYTES each) within `budget`
+    (--max-artifact-bytes), as ArtifactSink counts them while saving."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -3481,7 +3563,7 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
             raise ValueError(
                 f"its reward event lists an artifact {short_repr(item)} that is not {{name, bytes, sha256}}"
             )
-        problem = artifact_name_problem(name)
+        problem = artifact_name_problem(name, [entry["name"] for entry in entries])
         if problem:
             raise ValueError(f"its reward event lists an artifact {short_repr(name)} whose name {problem}")
         if not re.fullmatch("[0-9a-f]{64}", digest):
@@ -3492,10 +3574,17 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     names = [entry["name"] for entry in entries]
     if names != sorted(set(names)):
         raise ValueError("its reward event's artifacts are not sorted by name, each listed once")
-    total = sum(entry["bytes"] for entry in entries)
+    directories = artifact_directories(names)
+    total = sum(entry["bytes"] for entry in entries) + len(directories) * ARTIFACT_DIRECTORY_BYTES
     if total > budget:
+        made = (
+            f" ({len(directories)} directories among them, {ARTIFACT_DIRECTORY_BYTES:,} bytes each)"
+            if directories
+            else ""
+        )
         raise ValueError(
-            f"its artifacts take {total:,} bytes, over the --max-artifact-bytes budget of {budget:,} bytes per episode"
+            f"its artifacts take {total:,} bytes{made}, over the --max-artifact-bytes budget of {budget:,} bytes per "
+            "episode"
         )
     return entries
 
@@ -3617,7 +3706,9 @@ def reconciling_lines(
     for each failed episode without a line, and a retraction of each reward line the analysis did
     not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
     no line written yet, these are the round's lines as a whole file would hold them."""
-    lines = [reward_line(row, known_at) for row in rows if not stands_as_reward(last.get(row["pod"]))]
+    # A reward only for a pod without a line: after its failure line, none may stand (a failure
+    # found early is final; analyse_round fails it with that cause).
+    lines = [reward_line(row, known_at) for row in rows if row["pod"] not in last]
     for entry in failed:
         previous = last.get(entry["pod"])
         if previous is None:
@@ -3815,6 +3906,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
             rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -6639,7 +6731,8 @@ class ArtifactSink:
         self.error = ""
         self.missing = False  # the error is frames that never came (rotation, most likely)
         self.frames = 0
-        self.received = 0  # decoded bytes of this pod's frames so far
+        self.received = 0  # decoded bytes of this pod's frames so far, and its directories' (ARTIFACT_DIRECTORY_BYTES)
+        self.directories: Set[str] = set()  # the directories its artifact names made, under its folder
         self.current: Optional[_ArtifactFile] = None
 
     def frame(self, raw: bytes) -> None:
@@ -6681,11 +6774,26 @@ class ArtifactSink:
     def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
         import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
 
+        problem = artifact_name_problem(frame.name, self.saved)
+        if problem:
+            self._fail(f"its artifact frame {self.frames} names an artifact {short_repr(frame.name)} that {problem}")
+            return None
         *parents, base = frame.name.split("/")
+        new = [path for path in artifact_directories([frame.name]) if path not in self.directories]
+        if self.received + len(new) * ARTIFACT_DIRECTORY_BYTES > self.budgets.artifact_bytes:
+            self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes per "
+                f"episode (artifact {short_repr(frame.name)} would make {len(new)} more directories, "
+                f"{ARTIFACT_DIRECTORY_BYTES:,} bytes each, after {len(self.directories)})"
+            )
+            return None
+        self.received += len(new) * ARTIFACT_DIRECTORY_BYTES  # counted before they exist: a failure cannot undo them
+        self.directories.update(new)
         directory = -1
         try:
             directory = self._directory([self.pod, *parents])
-            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            # Its first 100 bytes (whole characters): a file name holds 255 bytes, not characters.
+            temporary = f".{base.encode('utf-8')[:100].decode('utf-8', 'ignore')}.{os.urandom(4).hex()}.part"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
             descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
         except OSError as error:
@@ -8002,6 +8110,14 @@ class RoundRewards:
                 self.reward_known.setdefault(line["pod"], known)
         self.writer.append(lines)
 
+    def failures(self) -> Dict[str, str]:
+        """The failure lines written so far, by pod: final (provisional_episode)."""
+        return {
+            pod: line["failure"]
+            for pod, line in self.last.items()
+            if line["failure"] is not None and not line["retracted"]
+        }
+
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
         known_at, known = time.time(), time.monotonic()
@@ -8400,6 +8516,7 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
             rows, figures = analyse_round(collected, where)

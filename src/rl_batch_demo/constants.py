@@ -116,6 +116,14 @@ DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one epi
 MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
 ARTIFACTS_PER_EPISODE_LIMIT = 64
 ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_NAME_DEPTH_LIMIT = 8  # "/"-separated segments of an artifact's name: at most 7 directories deep
+# What each directory an episode's artifact names make costs its --max-artifact-bytes budget: one
+# block of a directory on ext4 and XFS (4 KiB), so that names cannot buy disk with no bytes listed.
+ARTIFACT_DIRECTORY_BYTES = 4096
+# The kubelet's default containerLogMaxSize (pkg/kubelet/apis/config/v1beta1/defaults.go: 10Mi):
+# a container's log file is rotated only once it is this large, and `kubectl logs` then returns
+# only the current file (pkg/kubelet/kuberuntime/logs/logs.go).
+CONTAINER_LOG_MAX_SIZE = 10 * 2**20
 ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
 ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
 ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)

@@ -276,6 +276,14 @@ class RoundRewards:
                 self.reward_known.setdefault(line["pod"], known)
         self.writer.append(lines)
 
+    def failures(self) -> Dict[str, str]:
+        """The failure lines written so far, by pod: final (provisional_episode)."""
+        return {
+            pod: line["failure"]
+            for pod, line in self.last.items()
+            if line["failure"] is not None and not line["retracted"]
+        }
+
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
         known_at, known = time.time(), time.monotonic()
@@ -674,6 +682,7 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
             rows, figures = analyse_round(collected, where)

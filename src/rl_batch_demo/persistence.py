@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
+    ARTIFACT_DIRECTORY_BYTES,
     ARTIFACT_FRAME_TAG,
     ARTIFACT_FRAMES_LIMIT,
     ARTIFACTS_PER_EPISODE_LIMIT,
@@ -25,7 +26,7 @@ from .constants import (
     LOG_FILE_LIMIT,
 )
 from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
-from .core_cluster import EventScanner, parse_artifact_frame
+from .core_cluster import EventScanner, artifact_directories, artifact_name_problem, parse_artifact_frame
 from .core_guide import NOT_ROUNDS
 from .errors import DemoError
 from .records import ArtifactEntry, ArtifactFrame, LogBudgets, PodLog, Receipt, Results, RewardLine, StartedRound
@@ -108,7 +109,8 @@ class ArtifactSink:
         self.error = ""
         self.missing = False  # the error is frames that never came (rotation, most likely)
         self.frames = 0
-        self.received = 0  # decoded bytes of this pod's frames so far
+        self.received = 0  # decoded bytes of this pod's frames so far, and its directories' (ARTIFACT_DIRECTORY_BYTES)
+        self.directories: Set[str] = set()  # the directories its artifact names made, under its folder
         self.current: Optional[_ArtifactFile] = None
 
     def frame(self, raw: bytes) -> None:
@@ -150,11 +152,26 @@ class ArtifactSink:
     def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
         import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
 
+        problem = artifact_name_problem(frame.name, self.saved)
+        if problem:
+            self._fail(f"its artifact frame {self.frames} names an artifact {short_repr(frame.name)} that {problem}")
+            return None
         *parents, base = frame.name.split("/")
+        new = [path for path in artifact_directories([frame.name]) if path not in self.directories]
+        if self.received + len(new) * ARTIFACT_DIRECTORY_BYTES > self.budgets.artifact_bytes:
+            self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes per "
+                f"episode (artifact {short_repr(frame.name)} would make {len(new)} more directories, "
+                f"{ARTIFACT_DIRECTORY_BYTES:,} bytes each, after {len(self.directories)})"
+            )
+            return None
+        self.received += len(new) * ARTIFACT_DIRECTORY_BYTES  # counted before they exist: a failure cannot undo them
+        self.directories.update(new)
         directory = -1
         try:
             directory = self._directory([self.pod, *parents])
-            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            # Its first 100 bytes (whole characters): a file name holds 255 bytes, not characters.
+            temporary = f".{base.encode('utf-8')[:100].decode('utf-8', 'ignore')}.{os.urandom(4).hex()}.part"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
             descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
         except OSError as error:

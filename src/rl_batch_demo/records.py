@@ -262,6 +262,9 @@ class RoundCollected:
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    # The failures rewards.jsonl already holds, by pod (RoundRewards: provisional_episode's verdict
+    # as the pod watch saw it end): final, so the analysis fails these episodes with the same cause.
+    provisional_failures: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
