@@ -1989,6 +1989,33 @@ def failed_condition_reason(job: KubeObject) -> Optional[str]:
 JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job the job controller runs
 
 
+def watched_object_problem(obj: Any) -> str:
+    """What in a watched Job or pod has a shape the API server never sends ("" if nothing): the
+    fields the waiter reads (metadata, spec, status, its conditions and counts) must be what
+    the API's types say (batch/v1 Job, core/v1 Pod), else the watch cannot be trusted to say when
+    the Job ends, and the waiter polls instead."""
+    if not isinstance(obj, dict):
+        return f"the object is {json_kind(obj)}"
+    for field in ("metadata", "spec", "status"):
+        if not isinstance(obj.get(field, {}), dict):
+            return f"its {field} is {json_kind(obj[field])}"
+    metadata, status = obj.get("metadata", {}), obj.get("status", {}) or {}
+    if not isinstance(metadata.get("name"), str) or not isinstance(metadata.get("labels", {}), dict):
+        return "its metadata lacks a name, or its labels are not an object"
+    conditions = status.get("conditions", [])
+    if not isinstance(conditions or [], list) or not all(isinstance(each, dict) for each in conditions or []):
+        return "its status.conditions is not a list of objects"
+    for condition in conditions or []:
+        if not all(isinstance(condition.get(key, ""), str) for key in ("type", "status", "reason", "message")):
+            return "a condition's type, status, reason or message is not a string"
+    counts = ("active", "succeeded", "failed", "ready", "terminating")
+    if not all(status.get(key) is None or is_int(status.get(key)) for key in counts):
+        return "a count in its status is not an integer"
+    if not isinstance(status.get("phase", ""), str):
+        return "its status.phase is not a string"
+    return ""
+
+
 def job_suspended(job: KubeObject) -> bool:
     return (job.get("spec") or {}).get("suspend") is True
 
@@ -6103,6 +6130,7 @@ class WatchStream:
         self.started = time.monotonic()
         self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
+        self.garbled = ""  # what ended the stream when its bytes were no watch events, in words
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
 
@@ -6117,24 +6145,32 @@ class WatchStream:
             received_at, received_clock = time.time(), time.monotonic()
             if not chunk:
                 break
-            buffer += text_decoder.decode(chunk)
+            try:
+                buffer += text_decoder.decode(chunk)
+            except UnicodeDecodeError as error:  # kubectl's encoder writes UTF-8 only: something else spoke
+                where = short_repr(error.object[error.start : error.start + 8])
+                return self._garbled(f"bytes that are not UTF-8 ({error.reason} at {where})")
             while True:
                 buffer = buffer.lstrip()
                 if not buffer:
                     break
                 try:
                     event, end = decoder.raw_decode(buffer)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     if buffer.startswith("{") and len(buffer) < WATCH_BUFFER_LIMIT:
                         break  # incomplete: wait for more bytes
-                    self.process.kill()  # garbled: end the stream, so the waiter falls back to polling
-                    self.sink.put((self.tag, time.time(), time.monotonic(), None))
-                    return
+                    return self._garbled(f"text that is not a JSON watch event ({short_repr(buffer[:40])})")
                 buffer = buffer[end:]
                 if isinstance(event, dict):
                     self.sink.put((self.tag, received_at, received_clock, event))
         if self.process.stderr is not None:
             self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
+        self.sink.put((self.tag, time.time(), time.monotonic(), None))
+
+    def _garbled(self, what: str) -> None:
+        """End the stream, so the waiter falls back to polling, saying what it printed."""
+        self.garbled = f"it printed {what}"
+        self.process.kill()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
     def stop(self) -> None:
@@ -7524,6 +7560,7 @@ def wait_for_job(
     sightings: Dict[str, Dict[str, Any]] = {}
     last_pods: Dict[str, KubeObject] = {}
     deleted = False
+    pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
     live = job
     admitted_seen: Optional[float] = None
     job_stream_open = pod_stream_open = True
@@ -7534,8 +7571,11 @@ def wait_for_job(
     job_uid = job["metadata"]["uid"]
 
     def pod_event(event: KubeObject, wall: float) -> None:
-        nonlocal deleted
+        nonlocal deleted, pods_doubtful
         pod = event.get("object")
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
+            pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
+            return
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
@@ -7566,7 +7606,7 @@ def wait_for_job(
         condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
     ) -> RoundObservation:
         return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted, queued, admitted_seen
+            live, condition, wall, clock, sightings, blocked, last_pods, deleted or pods_doubtful, queued, admitted_seen
         )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
@@ -7609,7 +7649,7 @@ def wait_for_job(
                 return observed()
             if tag == "job" and event is None:
                 job_stream_open = False
-            elif tag == "job" and event.get("type") == "MODIFIED" and isinstance(event.get("object"), dict):
+            elif tag == "job" and event.get("type") == "MODIFIED" and not watched_object_problem(event.get("object")):
                 take_job(event["object"], received_clock)
             elif tag == "pods" and event is None:
                 pod_stream_open = False
@@ -7633,12 +7673,19 @@ def wait_for_job(
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
             except queue.Empty:
                 tag = None
+            shape = watched_object_problem(event.get("object")) if tag == "job" and event is not None else ""
+            if shape and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
+                watches[0].stop()
+                event = None
             if tag == "job":
                 if event is None:
+                    if not job_stream_open:
+                        continue  # the end of a watch the run had stopped reading
                     job_stream_open = False
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = watch_error or (lines[-1] if lines else "no message")  # kubectl's error, or a crash's
+                    reason = watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
@@ -7664,6 +7711,13 @@ def wait_for_job(
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
+                shape = watched_object_problem(polled)
+                if shape:
+                    raise DemoError(
+                        f"kubectl printed Job {label} with an unexpected shape ({shape}); run kubectl -n {namespace} "
+                        f"get job {name} -o json to see it",
+                        EXIT_CLUSTER,
+                    )
                 take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
             waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)

@@ -381,7 +381,7 @@ else:
 emit("reward", reward=1.0, artifacts=manifest)
 """
 HOSTILE_CAUSES = {  # index -> what its failed_episodes cause says
-    1: "its artifacts take 100,000 bytes, over the --max-artifact-bytes budget of 80,000 bytes per episode",
+    1: "its artifacts take 100,000 bytes, over the --max-artifact-bytes budget of 90,000 bytes per episode",
     2: "'..' segment",
     3: "is absolute",
     4: "its frames claim",
@@ -451,7 +451,8 @@ class ArtifactRunTest(unittest.TestCase):
         result, output = self.run_tool(
             "hostile",
             *("--count", str(count), "--worker", str(worker), "--max-failed-episodes", str(count - 1)),
-            *("--max-artifact-bytes", "80000"),  # index 0's 76,800 bytes fit, index 1's 100,000 do not
+            # index 0's 76,800 bytes and 2 directories (8,192) fit, index 1's 100,000 bytes do not
+            *("--max-artifact-bytes", "90000"),
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(all(ch.isprintable() or ch == "\n" for ch in result.stderr), result.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 import time
 import unittest
 import unittest.mock
@@ -351,6 +352,18 @@ class FakeControlPlaneTest(ClusterTestCase):
         result = self.run_in({"watch_error": ["jobs"], "episode_seconds": 2})  # the Job is not done when watched
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("ended early (ERROR 410: Expired: too old resource version", result.stderr)
+
+    def test_a_jobs_watch_printing_what_is_no_watch_event_falls_back_to_polling(self) -> None:
+        """Issue 27: bytes that are not UTF-8, or a Job of a shape no API server sends, on the
+        Job's watch: the run polls and succeeds (never exit 4 at its deadline, nor a traceback)."""
+        rows = (("not_utf8", "it printed bytes that are not UTF-8"), ("odd_shape", "an object of an unexpected shape"))
+        for garbage, reason in rows:
+            with self.subTest(garbage):
+                result = self.run_in({"watch_garbage": {"jobs": garbage}, "episode_seconds": 2}, "--timeout", "20")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn("Traceback", result.stderr)
+                self.assertIn(f"ended early ({reason}", result.stderr)
+                shutil.rmtree(self.out())
 
     def test_a_worker_deaf_to_sigterm_still_hits_its_deadline(self) -> None:
         """W11: FailureTarget at the deadline; Failed only when the pod is gone, 40 s later."""

@@ -506,6 +506,33 @@ class ApiFaultTest(FaultTestCase):
         self.assertEqual(result.code, 0, result)
         self.assertIn("ended early", result.stderr)
 
+    def watch_prints(self, data: Callable[[Batch], str], reason: str) -> None:
+        """Issue 27: the Job's watch prints `data` after its first event; the run polls and sees
+        the Job complete: never exit 4 at its deadline, nor a traceback."""
+        plan = RunPlan(Batch(count=2))
+        batch = plan.batch
+        calls = plan.run()
+        calls[5] = dataclasses.replace(
+            calls[5], chunks=(calls[5].chunks[0], dataclasses.replace(calls[5].chunks[0], data=data(batch)))
+        )
+        calls[7:7] = [dataclasses.replace(plan.get_job(batch.job_complete()), wait_for="pods-rollout.done")]
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn(f"warning: the watch of Job {NAMESPACE}/rollout ended early ({reason}", result.stderr)
+        self.assertEqual(self.read_json("job.json"), batch.job_complete())
+
+    def test_a_watch_printing_bytes_that_are_not_utf8_falls_back_to_polling(self) -> None:
+        self.watch_prints(lambda batch: "\udcff\udcfe{}\n", "it printed bytes that are not UTF-8")
+
+    def test_a_watch_sending_a_job_of_an_unexpected_shape_falls_back_to_polling(self) -> None:
+        def odd(batch: Batch) -> str:
+            return as_json(
+                {"type": "MODIFIED", "object": {**batch.job_running(), "status": {"conditions": "Complete"}}}
+            )
+
+        self.watch_prints(odd, "an object of an unexpected shape: its status.conditions is not a list")
+
     def test_legacy_job_labels(self) -> None:
         plan = RunPlan(Batch(count=2, legacy_labels=True))
         self.expect(*plan.run())

@@ -26,6 +26,7 @@ from .core_basics import (
     _reject_constant,
     finite_number,
     is_int,
+    json_kind,
     optional_timestamp,
     parse_timestamp,
     pod_belongs_to,
@@ -118,6 +119,33 @@ def failed_condition_reason(job: KubeObject) -> Optional[str]:
 # leaves a Job managed by another alone. A mutating webhook may add a sidecar or change what a
 # container runs.
 JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job the job controller runs
+
+
+def watched_object_problem(obj: Any) -> str:
+    """What in a watched Job or pod has a shape the API server never sends ("" if nothing): the
+    fields the waiter reads (metadata, spec, status, its conditions and counts) must be what
+    the API's types say (batch/v1 Job, core/v1 Pod), else the watch cannot be trusted to say when
+    the Job ends, and the waiter polls instead."""
+    if not isinstance(obj, dict):
+        return f"the object is {json_kind(obj)}"
+    for field in ("metadata", "spec", "status"):
+        if not isinstance(obj.get(field, {}), dict):
+            return f"its {field} is {json_kind(obj[field])}"
+    metadata, status = obj.get("metadata", {}), obj.get("status", {}) or {}
+    if not isinstance(metadata.get("name"), str) or not isinstance(metadata.get("labels", {}), dict):
+        return "its metadata lacks a name, or its labels are not an object"
+    conditions = status.get("conditions", [])
+    if not isinstance(conditions or [], list) or not all(isinstance(each, dict) for each in conditions or []):
+        return "its status.conditions is not a list of objects"
+    for condition in conditions or []:
+        if not all(isinstance(condition.get(key, ""), str) for key in ("type", "status", "reason", "message")):
+            return "a condition's type, status, reason or message is not a string"
+    counts = ("active", "succeeded", "failed", "ready", "terminating")
+    if not all(status.get(key) is None or is_int(status.get(key)) for key in counts):
+        return "a count in its status is not an integer"
+    if not isinstance(status.get("phase", ""), str):
+        return "its status.phase is not a string"
+    return ""
 
 
 def job_suspended(job: KubeObject) -> bool:
