@@ -114,7 +114,10 @@ LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this man
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
-CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
+# The API server refuses a ConfigMap whose data's values take more than 1 MiB (core.MaxSecretSize,
+# pkg/apis/core/validation ValidateConfigMap), and any request body over 3 MiB (MaxRequestBodyBytes).
+CONFIGMAP_OBJECT_LIMIT = 2**20
+CONFIGMAP_REQUEST_LIMIT = 3 * 2**20
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
 INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
@@ -1701,16 +1704,25 @@ def check_worker_source(data: bytes, where: str) -> str:
 
 
 def configmap_size_problem(manifest: KubeObject) -> str:
-    """Why the ConfigMap would be refused for its size, or empty: its JSON must stay under the
-    API server's 1 MiB object limit (metadata the server adds comes on top, so stay well below)."""
-    size = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
-    if size < CONFIGMAP_OBJECT_LIMIT:
-        return ""
-    return (
-        f"the ConfigMap with the worker and the tasks would be {size:,} bytes as JSON, over the API server's "
-        f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) object size limit for a ConfigMap; shorten the tasks "
-        "(put large inputs in an image or object storage and reference them)"
-    )
+    """Why the ConfigMap would be refused for its size, or empty. The API server counts what
+    ValidateConfigMap counts (pkg/apis/core/validation/validation.go): the bytes of its data's
+    values, not its keys nor their JSON-escaped form, at most core.MaxSecretSize (1 MiB). The
+    request that carries it, as JSON, must also fit the API server's request body limit
+    (MaxRequestBodyBytes, 3 MiB: k8s.io/apiserver pkg/server/config.go)."""
+    size = sum(len(str(value).encode("utf-8", "surrogatepass")) for value in (manifest.get("data") or {}).values())
+    request = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
+    shorten = "shorten the tasks (put large inputs in an image or object storage and reference them)"
+    if size > CONFIGMAP_OBJECT_LIMIT:
+        return (
+            f"the ConfigMap's data, the worker and the tasks, would be {size:,} bytes, over the API server's "
+            f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) limit on a ConfigMap's data; {shorten}"
+        )
+    if request > CONFIGMAP_REQUEST_LIMIT:
+        return (
+            f"the ConfigMap's create request would be {request:,} bytes as JSON (its data escaped), over the API "
+            f"server's 3 MiB ({CONFIGMAP_REQUEST_LIMIT:,} bytes) limit on a request body; {shorten}"
+        )
+    return ""
 
 
 def job_manifest(

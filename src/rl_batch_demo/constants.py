@@ -60,7 +60,10 @@ LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this man
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
-CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
+# The API server refuses a ConfigMap whose data's values take more than 1 MiB (core.MaxSecretSize,
+# pkg/apis/core/validation ValidateConfigMap), and any request body over 3 MiB (MaxRequestBodyBytes).
+CONFIGMAP_OBJECT_LIMIT = 2**20
+CONFIGMAP_REQUEST_LIMIT = 3 * 2**20
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
 INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
