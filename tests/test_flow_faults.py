@@ -204,7 +204,8 @@ class EpisodeFaultTest(FaultTestCase):
     def test_termination_message_disagrees_with_the_log(self) -> None:
         batch = Batch(count=2)
         episode = batch.episodes[0]
-        episode.message = log_of([*demo.parse_events(episode.message)[:1], dict(episode.events[1], reward=0)])
+        # a message that passes every rule alone (a failure found from it would be final: issue 29)
+        episode.message = log_of([*demo.parse_events(episode.message)[:1], dict(episode.events[1], note="forged")])
         self.assert_run_failed(self.run_batch(batch), demo.EXIT_EPISODE, "different events")
 
     def test_runtime_without_termination_message_falls_back_to_logs(self) -> None:
@@ -590,7 +591,8 @@ class WatchedStateTest(FaultTestCase):
         last = batch.pod(batch.episodes[1])
         seen = copy.deepcopy(last)  # terminal, but the Job controller's finalizer removal is still to come
         seen["metadata"]["finalizers"] = [demo.JOB_TRACKING_FINALIZER]
-        seen["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "stale"
+        # a terminal pod's status never changes again; its metadata may (the annotation stands for it)
+        seen["metadata"].setdefault("annotations", {})["stale"] = "the watch's copy"
         chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
         chunks += [watch_event("MODIFIED", batch.pod(batch.episodes[0])), watch_event("MODIFIED", seen)]
         calls = plan.run()

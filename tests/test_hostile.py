@@ -131,6 +131,13 @@ reward = line("reward", reward=1.0, artifacts=manifest)
 out.write(reward)
 message(ready + reward)
 """,
+    # issue 27: the worker kills itself with SIGKILL; the runtime reports exit code 128 + 9
+    "killed_by_signal": """
+import signal
+out.write(line("ready", process_started_at=first, imports_done_at=first))
+out.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+""",
 }
 # What each episode of "spoof_names" sends, and the cause its failure names (None: it validates).
 SPOOF_NAMES = (
@@ -416,6 +423,22 @@ class IntegrityRoundThreeTest(HostileRunTestCase):
         for path in saved:  # nothing spoofing was written under any pod's folder
             self.assertFalse(any(ch in str(path) for ch in "\u202e\u200b\u2028"), path)
             self.assertFalse(any(part.startswith("-") for part in path.parts), path)
+
+
+class RuntimeTest(HostileRunTestCase):
+    """Issue 27: what a container runtime reports, as the fake reports it."""
+
+    def test_a_worker_killed_by_a_signal_exits_128_plus_its_number(self) -> None:
+        result, output, left = self.run_worker("killed_by_signal", 1)
+        stderr = result.stderr.decode("utf-8")
+        self.assertEqual(result.returncode, demo.EXIT_EPISODE, stderr)
+        self.assert_contained(result, output, left)
+        [pod] = json.loads((output / "pods.json").read_text())["items"]
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        self.assertEqual(terminated["exitCode"], 137)
+        [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("137", error)
+        self.assertNotIn("-9", error)
 
 
 if __name__ == "__main__":
