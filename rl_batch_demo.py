@@ -316,7 +316,16 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
-    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    # The PodScheduled condition is the API server's own stamp at binding (pkg/registry/core/pod/storage
+    # storage.go setPodNodeAndMetadata), whole seconds like the creation: one clock truncated cannot
+    # reverse their order, so a negative figure from it means two API-server replicas' clocks.
+    "pod_to_scheduled_seconds": (
+        "created_at",
+        "scheduled_at",
+        "from the PodScheduled condition (the API server's stamp at binding, whole seconds) two API-server replicas' "
+        "clocks disagree; from a Scheduled event (its eventTime is the scheduler's clock) the scheduler's clock is "
+        "behind the API server's",
+    ),
     "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
     "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
     "pod_to_container_started_seconds": (
@@ -364,7 +373,8 @@ FIGURE_SOURCES = {
 SCHEDULED_BY_CONDITION = (
     CLOCK_API,
     CLOCK_API,
-    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+    "the condition, like creationTimestamp, is the API server's stamp (set when it binds the pod to its node), both "
+    "whole seconds, which one clock cannot put out of order: two API-server replicas' clocks disagree",
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")

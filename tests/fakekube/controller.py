@@ -760,6 +760,8 @@ class JobController:
         sim.node = node_name
 
         def bind(tx: Tx, p: dict) -> None:
+            # the binding's PodScheduled condition is the API server's stamp (its clock: tx.now), not
+            # the scheduler's (pkg/registry/core/pod/storage/storage.go setPodNodeAndMetadata)
             p["spec"]["nodeName"] = node_name
             p["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now_ts(tx.now)}
