@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import contextlib
+import copy
 import dataclasses
 import datetime
 import errno
@@ -111,7 +112,9 @@ KEPT_EVENTS = ("ready", "reward")  # the events the validation reads: each one's
 KEPT_EVENT_BYTES_LIMIT = 64 * 2**20  # bytes of those lines a run holds in memory, all pods together
 INFO_MEMORY_LIMIT = 64 * 1024  # bytes of memory a reward's parsed `info` may take; a larger one is dropped
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
+# Bytes of everything a run writes for its pods (LogBudgets, its ledger): the <pod>.log files, and the
+# pod-made strings of pods.json and events.txt; past it only the ready and reward lines are saved.
+LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
@@ -967,13 +970,25 @@ class ArtifactFrame:
 
 @dataclasses.dataclass(eq=False)
 class LogBudgets:
-    """What a run may still spend on what pods print, shared by every thread that reads logs:
-    bytes of <pod>.log text on disk (LOG_DIR_BUDGET) and bytes of kept event lines in memory
-    (KEPT_EVENT_BYTES_LIMIT)."""
+    """The run's one ledger of what its pods may make it keep, shared by every thread that reads
+    logs, with a disk side and a memory side.
 
-    disk: int = LOG_DIR_BUDGET
+    The disk side holds LOG_DIR_BUDGET for every byte the tool writes for pods: the <pod>.log
+    text, the kept event lines and the notes saved past a cut, and the pod-made strings of
+    pods.json and events.txt. Of it, `reserve` (as much as the memory side) is kept for what is
+    always saved: each kept line was paid from `memory` when it was kept, so the reserve can
+    always pay for writing it, and a marker or a closing note is paid from both sides at once
+    (take_note); the rest, `disk`, is the text's, spent as it comes (take_disk). So the two never
+    overdraw: what the run writes for pods is at most disk + reserve. The memory side holds
+    KEPT_EVENT_BYTES_LIMIT for the kept event lines."""
+
+    disk: int = LOG_DIR_BUDGET - KEPT_EVENT_BYTES_LIMIT
     memory: int = KEPT_EVENT_BYTES_LIMIT
+    reserve: int = -1  # -1: as much as `memory`
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # A pod-made string of pods.json or events.txt, by what it is of, as granted once (granted_text):
+    # a file written again spends nothing again.
+    granted: Dict[Tuple[str, ...], str] = dataclasses.field(default_factory=dict)
     # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
     # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
     # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
@@ -986,6 +1001,54 @@ class LogBudgets:
         """These budgets, spent as before, with the artifacts saved under `root` instead (a
         warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
         return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
+
+    def __post_init__(self) -> None:
+        if self.reserve < 0:
+            self.reserve = self.memory
+
+    def take_reserved(self, wanted: int) -> None:
+        """Disk for a kept line saved past a cut: its bytes were paid from `memory` when it was
+        kept, so the reserve holds them (never below zero)."""
+        if self.spends_from is not None:
+            return self.spends_from.take_reserved(wanted)
+        with self.lock:
+            assert wanted <= self.reserve, "a kept line the memory side did not pay for"
+            self.reserve -= wanted
+        return None
+
+    def take_note(self, wanted: int) -> bool:
+        """All of `wanted` bytes for a line the tool adds (a marker, a closing note): from the
+        text's disk while it lasts, else from both the memory side and the reserve; or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_note(wanted)
+        with self.lock:
+            if wanted <= self.disk:
+                self.disk -= wanted
+                return True
+            if wanted > min(self.memory, self.reserve):
+                return False
+            self.memory -= wanted
+            self.reserve -= wanted
+            return True
+
+    def granted_text(self, key: Tuple[str, ...], text: str, cut_note: str) -> str:
+        """A pod-made string for pods.json or events.txt, as much of it as the text's disk grants
+        (the first time; the same answer after), ending with `cut_note` when it was cut."""
+        if self.spends_from is not None:
+            return self.spends_from.granted_text(key, text, cut_note)
+        import hashlib  # noqa: PLC0415 - only what writes pods.json or events.txt needs it
+
+        key = (*key, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())  # the same text again
+        with self.lock:
+            if key in self.granted:
+                return self.granted[key]
+        data = text.encode("utf-8", "surrogatepass")
+        granted = self.take_disk(len(data))
+        if granted < len(data):
+            room = max(0, granted - len(cut_note.encode()))
+            text = data[:room].decode("utf-8", "ignore") + (cut_note if granted >= len(cut_note.encode()) else "")
+        with self.lock:
+            return self.granted.setdefault(key, text)
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
@@ -7015,8 +7078,15 @@ class _PodLogFile:
         if not self.cut_by and self._room(len(data), whole=True) == len(data):
             self._write(data)
             return
-        marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
-        self._write(marker.encode() + data)
+        # past a cut: the line from the ledger's reserve (its memory side paid for it when kept),
+        # its marker as a note (left out only when both sides are spent)
+        marker = (
+            f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n".encode() if self.skipped else b""
+        )
+        if marker and not self.budgets.take_note(len(marker)):
+            marker = b""
+        self.budgets.take_reserved(len(data))
+        self._write(marker + data)
         self.skipped = 0
 
     def frame(self, body: bytes) -> None:
@@ -7062,14 +7132,19 @@ class _PodLogFile:
             stream.write(data)
 
     def finish(self) -> PodLog:
+        notes = []
         if self.frame_lines:
             where = f"{self.budgets.artifacts}/{self.pod}/"
-            self.buffer += f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode()
+            notes.append(f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode())
         if self.dropped:
-            self.buffer += (
+            notes.append(
                 f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
-                "were read and scanned for events but not saved; its ready and reward lines were saved]\n"
-            ).encode()
+                "were read and scanned for events but not saved; its ready and reward lines were saved]\n".encode()
+            )
+        for note in notes:  # the ledger's too: every byte the run writes for a pod counts
+            if self.budgets.take_note(len(note)):
+                self.buffer += note
+                self.saved += len(note)
         self.flush()
         os.replace(self.temporary, self.path)
         log = self.scanner.pod_log(self.saved, self.dropped)
@@ -7248,6 +7323,51 @@ def read_input_file(path: Path, flag: str) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
+
+
+POD_TEXT_CUT = " [rl-batch-demo: cut here: the run's budget for what its pods make it write is spent]"
+
+
+def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObject:
+    """pods.json's listing, each termination message (the pod's own text, up to 4 KiB a container)
+    as much as the ledger's disk side grants it (LogBudgets.granted_text), so pods.json counts
+    against the run's budget for what pods make it write."""
+    items = []
+    for pod in pods:
+        saved = pod
+        status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        for field in ("initContainerStatuses", "containerStatuses"):
+            statuses = status.get(field)
+            for position, container in enumerate(statuses if isinstance(statuses, list) else []):
+                for when in ("state", "lastState"):
+                    state = container.get(when) if isinstance(container, dict) else None
+                    terminated = state.get("terminated") if isinstance(state, dict) else None
+                    message = terminated.get("message") if isinstance(terminated, dict) else None
+                    if not isinstance(message, str) or not message:
+                        continue
+                    key = ("pod", uid, field, str(container.get("name")), when)
+                    granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+                    if granted != message:
+                        saved = copy.deepcopy(saved) if saved is pod else saved
+                        saved["status"][field][position][when]["terminated"]["message"] = granted
+        items.append(saved)
+    return pod_list(items)
+
+
+def events_text_within(events: List[KubeObject], budgets: LogBudgets) -> str:
+    """events.txt, each event's message as much as the ledger's disk side grants it."""
+    kept = []
+    for event in events:
+        message = event.get("message")
+        if isinstance(message, str) and message:
+            metadata = event.get("metadata") or {}
+            key = ("event", str(metadata.get("uid") or metadata.get("name")))
+            granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+            kept.append(event if granted == message else {**event, "message": granted})
+            continue
+        kept.append(event)
+    return render_events_text(kept)
 
 
 def save_if_possible(path: Path, data: Any) -> None:
@@ -8558,7 +8678,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", render_events_text(events))
+                write_atomic(round_dir / "events.txt", events_text_within(events, budgets))
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -8571,21 +8691,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -8698,13 +8818,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", render_events_text(events))
+            write_atomic(round_dir / "events.txt", events_text_within(events, self.log_budgets))
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
                 write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, self.log_budgets))
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:

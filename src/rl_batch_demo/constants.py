@@ -53,7 +53,9 @@ KEPT_EVENTS = ("ready", "reward")  # the events the validation reads: each one's
 KEPT_EVENT_BYTES_LIMIT = 64 * 2**20  # bytes of those lines a run holds in memory, all pods together
 INFO_MEMORY_LIMIT = 64 * 1024  # bytes of memory a reward's parsed `info` may take; a larger one is dropped
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
+# Bytes of everything a run writes for its pods (LogBudgets, its ledger): the <pod>.log files, and the
+# pod-made strings of pods.json and events.txt; past it only the ready and reward lines are saved.
+LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
