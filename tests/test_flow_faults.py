@@ -604,6 +604,24 @@ class WatchedStateTest(FaultTestCase):
         self.assertEqual(listed, demo.pod_list(batch.pods())["items"])  # the listing's state, not the watch's
         self.assertNotIn(["get", "events", "-o", "json"], [argv[-4:] for argv in self.stub.calls()])
 
+    def test_a_pod_event_of_an_unexpected_shape_is_ignored_and_the_pods_are_listed(self) -> None:
+        """Issue 27: a pod whose status is a list on the pod watch (no API server sends one): the
+        event is ignored, never a traceback, and the pods' final state comes from a listing."""
+        plan = RunPlan(Batch(count=2))
+        batch = plan.batch
+        odd = copy.deepcopy(batch.pod(batch.episodes[1]))
+        odd["status"] = ["Succeeded"]
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", odd)]
+        chunks += [watch_event("MODIFIED", batch.pod(episode)) for episode in batch.episodes]
+        calls = plan.run()
+        calls[6] = plan.pod_watch(chunks=chunks)
+        calls[7] = plan.pods_and_events()
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(self.read_json("pods.json")["items"], demo.pod_list(batch.pods())["items"])
+
     def test_a_pods_last_event_just_after_the_jobs_complete_is_waited_for(self) -> None:
         """The two watches are separate streams: the Job's Complete may come first. The tool
         waits a moment (Timing.final_pods_grace_seconds) for the pods to prove final."""
