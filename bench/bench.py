@@ -509,8 +509,8 @@ def print_disk_budget(scratch: Path) -> None:
     directory = sum(path.stat().st_size for path in figures["output"].rglob("*") if path.is_file())
     print(
         f"disk: {LOUD_PODS} pods printing {LOUD_PODS * 9.2:.0f} MB in all: {saved / 2**20:.1f} MiB of <pod>.log saved "
-        f"(budget {budget:.0f} MiB for all written for pods, 8 MiB a pod), the output directory {directory / 2**20:.1f} "
-        f"MiB in all, {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of {len(logs)} logs hold their ready "
+        f"(budget {budget:.0f} MiB for all written for pods, 8 MiB a pod), the output directory "
+        f"{directory / 2**20:.1f} MiB in all, {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of {len(logs)} logs hold their ready "
         f"and reward lines; exit {figures['exit']}"
     )
 
