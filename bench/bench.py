@@ -510,8 +510,8 @@ def print_disk_budget(scratch: Path) -> None:
     print(
         f"disk: {LOUD_PODS} pods printing {LOUD_PODS * 9.2:.0f} MB in all: {saved / 2**20:.1f} MiB of <pod>.log saved "
         f"(budget {budget:.0f} MiB for all written for pods, 8 MiB a pod), the output directory "
-        f"{directory / 2**20:.1f} MiB in all, {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of {len(logs)} logs hold their ready "
-        f"and reward lines; exit {figures['exit']}"
+        f"{directory / 2**20:.1f} MiB in all, {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of "
+        f"{len(logs)} logs hold their ready and reward lines; exit {figures['exit']}"
     )
 
 
