@@ -279,6 +279,14 @@ class RoundRewards:
                 self.reward_known.setdefault(line["pod"], known)
         self.writer.append(lines)
 
+    def failures(self) -> Dict[str, str]:
+        """The failure lines written so far, by pod: final (provisional_episode)."""
+        return {
+            pod: line["failure"]
+            for pod, line in self.last.items()
+            if line["failure"] is not None and not line["retracted"]
+        }
+
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
         known_at, known = time.time(), time.monotonic()
@@ -629,7 +637,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_events(round_dir, events)
+                write_events(round_dir, events, budgets)
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -642,21 +650,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_pods(round_dir, pods)
+            write_pods(round_dir, pods, budgets)
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_pods(round_dir, pods)
+            write_pods(round_dir, pods, budgets)
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_pods(round_dir, pods)
+                write_pods(round_dir, pods, budgets)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -681,6 +689,7 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -768,13 +777,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_events(round_dir, events)
+            write_events(round_dir, events, self.log_budgets)
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
                 write_job(round_dir, live)
-            write_pods(round_dir, pods)
+            write_pods(round_dir, pods, self.log_budgets)
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
