@@ -357,7 +357,8 @@ SCHEDULED_BY_CONDITION = (
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
-SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
+SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
+TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
 TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
@@ -4638,6 +4639,33 @@ def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     return lines
 
 
+def fit_lines(text: str, width: Optional[int]) -> str:
+    """`text` with each line wrapped to `width` terminal columns (wrap_text; a continuation
+    indented two more than its line), for a terminal that would otherwise break it anywhere;
+    `width` None (not a terminal: a CI log, a file): unchanged, full lines."""
+    if width is None:
+        return text
+    fitted = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        fitted += wrap_text(line, width, indent + "  ") if _display_width(line) > width else [line]
+    return "\n".join(fitted)
+
+
+def shorten(text: str, width: int, mark: str = "...") -> str:
+    """`text` cut at its tail to `width` terminal columns (CJK characters count two), `mark`
+    where it was cut; whole when it fits."""
+    if _display_width(text) <= width:
+        return text
+    kept, used = "", _display_width(mark)
+    for character in text:
+        used += _display_width(character)
+        if used > width:
+            break
+        kept += character
+    return (kept + mark)[: max(width, 0)] if width < len(mark) else kept + mark
+
+
 def _longest_piece(text: str) -> int:
     """The narrowest a column holding `text` can be without breaking a name inside its parts."""
     return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
@@ -5904,8 +5932,33 @@ def render_guide_table(table: GuideTable, style: str) -> str:
 # the reports' escaping.
 
 
+def terminal_width(stream: Any, environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """The columns a line written to `stream` may take: None when it is not a terminal (a CI log,
+    a file, a pipe keep full lines); else COLUMNS when it holds a positive number (as the shells
+    and Python's shutil read it), else the terminal's own size, else 80."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
+    environ = os.environ if environ is None else environ
+    columns = environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or TERMINAL_COLUMNS_UNKNOWN
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return TERMINAL_COLUMNS_UNKNOWN
+
+
+def say(message: str, stream: Any = None) -> None:
+    """One message on `stream` (stdout by default) with its control characters escaped, each
+    line wrapped at spaces to fit a terminal (fit_lines), whole elsewhere."""
+    stream = sys.stdout if stream is None else stream
+    stream.write(fit_lines(printable(message, keep_newlines=True), terminal_width(stream)) + "\n")
+    stream.flush()
+
+
 def say_stderr(message: str) -> None:
-    print(printable(message), file=sys.stderr, flush=True)
+    """A one-line message on stderr: escaped, wrapped to fit a terminal (say)."""
+    say(printable(message), sys.stderr)
 
 
 def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
@@ -5935,6 +5988,7 @@ class Progress:
         self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
+        self.environ = environ
         self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
@@ -5952,17 +6006,19 @@ class Progress:
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
+        # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
+        line = f"{state}; {times}; {label}"
         if self.interactive:
-            columns = self.columns or shutil.get_terminal_size().columns
-            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
-            self.stream.write(f"\r\033[K{line}")
+            columns = self.columns or terminal_width(self.stream, self.environ) or TERMINAL_COLUMNS_UNKNOWN
+            # one column short of the width: a line filling the last column wraps on some terminals
+            self.stream.write(f"\r\033[K{shorten(printable(line), max(columns - 1, 1))}")
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label} ({times}): {state}\n")
+        self.pending = (state, printable(line) + "\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 

@@ -333,7 +333,7 @@ class RunTest(RunPlanTestCase):
         result = self.run_batch(RunPlan(Batch(count=2)))
         self.assertRegex(
             result.stderr,
-            rf"{NAMESPACE}/rollout \(\d+\.\d s elapsed, \d+ s left\): 2 created, 0 running, 2 succeeded, 0 failed",
+            rf"2 created, 0 running, 2 succeeded, 0 failed; \d+\.\d s elapsed, \d+ s left; {NAMESPACE}/rollout",
         )
 
     def test_progress_ends_with_the_final_state_when_the_pods_last_events_come_after_complete(self) -> None:

@@ -563,8 +563,8 @@ class ProgressTest(unittest.TestCase):
         self.assertEqual(
             lines,  # the first change, then the last state at finish
             [
-                "ns/rollout (1.0 s elapsed, 269 s left): 1 created, 0 running, 0 succeeded, 0 failed",
-                "ns/rollout (1.0 s elapsed, 269 s left): 2 created, 0 running, 2 succeeded, 0 failed",
+                "1 created, 0 running, 0 succeeded, 0 failed; 1.0 s elapsed, 269 s left; ns/rollout",
+                "2 created, 0 running, 2 succeeded, 0 failed; 1.0 s elapsed, 269 s left; ns/rollout",
             ],
         )
 
@@ -577,14 +577,44 @@ class ProgressTest(unittest.TestCase):
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
         self.assertTrue(
-            text.endswith("ns/rollout (2.0 s elapsed, 31 s left): 2 created, 0 running, 2 succeeded, 0 failed\n"), text
+            text.endswith("2 created, 0 running, 2 succeeded, 0 failed; 2.0 s elapsed, 31 s left; ns/rollout\n"), text
         )
 
     def test_terminal_line_never_wraps(self) -> None:
         stream = FakeStream(tty=True)
         progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=40)
         progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
-        self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
+        self.assertEqual(stream.getvalue(), "\r\033[K10 created, 0 running, 0 succeeded, ...")
+
+    def test_the_counts_and_times_come_first_and_only_the_name_is_cut(self) -> None:
+        label = "agc-rl-3837462f437d/rollout"
+        expected = {  # the width: one column is left free, so the line never reaches the margin
+            80: "10 created, 8 running, 0 succeeded, 0 failed; 2.5 s elapsed, 268 s left; agc...",
+            60: "10 created, 8 running, 0 succeeded, 0 failed; 2.5 s elap...",
+        }
+        for columns, line in expected.items():
+            for given in ({"columns": columns}, {"environ": {**self.TERMINAL, "COLUMNS": str(columns)}}):
+                with self.subTest(columns=columns, given=given):
+                    stream = FakeStream(tty=True)
+                    progress = demo.Progress(enabled=True, stream=stream, **{"environ": self.TERMINAL, **given})
+                    progress.update(label, 2.5, {"created": 10, "running": 8}, 268.0)
+                    self.assertEqual(stream.getvalue(), "\r\033[K" + line)
+                    self.assertEqual(len(line), columns - 1)
+        wide = FakeStream(tty=True)
+        demo.Progress(enabled=True, stream=wide, environ=self.TERMINAL, columns=120).update(
+            label, 2.5, {"created": 10, "running": 8}, 268.0
+        )
+        self.assertTrue(wide.getvalue().endswith("268 s left; agc-rl-3837462f437d/rollout"), wide.getvalue())
+
+    def test_a_log_keeps_the_whole_line_whatever_its_width(self) -> None:
+        stream = FakeStream(tty=False)
+        progress = demo.Progress(enabled=True, stream=stream, environ={**self.TERMINAL, "COLUMNS": "40"})
+        progress.update("agc-rl-3837462f437d/rollout", 2.5, {"created": 10}, 268.0)
+        progress.finish()
+        self.assertEqual(
+            stream.getvalue(),
+            "10 created, 0 running, 0 succeeded, 0 failed; 2.5 s elapsed, 268 s left; agc-rl-3837462f437d/rollout\n",
+        )
 
     def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
         for tty, environ in (
@@ -603,7 +633,7 @@ class ProgressTest(unittest.TestCase):
                 self.assertNotIn("\033", text)
                 self.assertNotIn("\r", text)
                 self.assertIn(
-                    "ns/rollout (2.0 s elapsed, 10 s left): 2 created, 0 running, 2 succeeded, 0 failed\n", text
+                    "2 created, 0 running, 2 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout\n", text
                 )
 
     def test_which_streams_rewrite_in_place(self) -> None:

@@ -127,6 +127,33 @@ def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     return lines
 
 
+def fit_lines(text: str, width: Optional[int]) -> str:
+    """`text` with each line wrapped to `width` terminal columns (wrap_text; a continuation
+    indented two more than its line), for a terminal that would otherwise break it anywhere;
+    `width` None (not a terminal: a CI log, a file): unchanged, full lines."""
+    if width is None:
+        return text
+    fitted = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        fitted += wrap_text(line, width, indent + "  ") if _display_width(line) > width else [line]
+    return "\n".join(fitted)
+
+
+def shorten(text: str, width: int, mark: str = "...") -> str:
+    """`text` cut at its tail to `width` terminal columns (CJK characters count two), `mark`
+    where it was cut; whole when it fits."""
+    if _display_width(text) <= width:
+        return text
+    kept, used = "", _display_width(mark)
+    for character in text:
+        used += _display_width(character)
+        if used > width:
+            break
+        kept += character
+    return (kept + mark)[: max(width, 0)] if width < len(mark) else kept + mark
+
+
 def _longest_piece(text: str) -> int:
     """The narrowest a column holding `text` can be without breaking a name inside its parts."""
     return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)

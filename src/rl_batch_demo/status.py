@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import sys
 import time
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .core_reports import printable
+from .constants import TERMINAL_COLUMNS_UNKNOWN
+from .core_reports import fit_lines, printable, shorten
 from .records import TIMING
 
 # Status on stderr #############################################################
@@ -17,8 +17,33 @@ from .records import TIMING
 # the reports' escaping.
 
 
+def terminal_width(stream: Any, environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """The columns a line written to `stream` may take: None when it is not a terminal (a CI log,
+    a file, a pipe keep full lines); else COLUMNS when it holds a positive number (as the shells
+    and Python's shutil read it), else the terminal's own size, else 80."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
+    environ = os.environ if environ is None else environ
+    columns = environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or TERMINAL_COLUMNS_UNKNOWN
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return TERMINAL_COLUMNS_UNKNOWN
+
+
+def say(message: str, stream: Any = None) -> None:
+    """One message on `stream` (stdout by default) with its control characters escaped, each
+    line wrapped at spaces to fit a terminal (fit_lines), whole elsewhere."""
+    stream = sys.stdout if stream is None else stream
+    stream.write(fit_lines(printable(message, keep_newlines=True), terminal_width(stream)) + "\n")
+    stream.flush()
+
+
 def say_stderr(message: str) -> None:
-    print(printable(message), file=sys.stderr, flush=True)
+    """A one-line message on stderr: escaped, wrapped to fit a terminal (say)."""
+    say(printable(message), sys.stderr)
 
 
 def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
@@ -48,6 +73,7 @@ class Progress:
         self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
+        self.environ = environ
         self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
@@ -65,17 +91,19 @@ class Progress:
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
+        # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
+        line = f"{state}; {times}; {label}"
         if self.interactive:
-            columns = self.columns or shutil.get_terminal_size().columns
-            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
-            self.stream.write(f"\r\033[K{line}")
+            columns = self.columns or terminal_width(self.stream, self.environ) or TERMINAL_COLUMNS_UNKNOWN
+            # one column short of the width: a line filling the last column wraps on some terminals
+            self.stream.write(f"\r\033[K{shorten(printable(line), max(columns - 1, 1))}")
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label} ({times}): {state}\n")
+        self.pending = (state, printable(line) + "\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
