@@ -962,8 +962,10 @@ class CompareTest(RunPlanTestCase):
         self.run_batch(RunPlan(Batch(count=3, parallelism=1)), "--parallelism", "1", "--quiet", directory="sequential")
         parallel, sequential = str(self.out("parallel")), str(self.out("sequential"))
         text = self.run_ok("compare", parallel, sequential).stdout
-        self.assertIn("all rewards (s)", text)
-        self.assertRegex(text, r"all rewards \(s\)\s+\d+\.\d+\s+\d+\.\d+ \(x\d+\.\d\d\)")
+        # each value as precise as its clocks (the API server's whole seconds + the node's: tenths)
+        self.assertRegex(text, r"\nall rewards\s+\d+\.\d s\s+\d+\.\d s \(x\d+\.\d\d\)\n")
+        self.assertRegex(text, r"\nall finished \(cluster\)\s+\d+ s\s+\d+ s \(x\d+\.\d\d\)\n")
+        self.assertRegex(text, r"\nreward -> container finished p50\s+< 1 s\s+< 1 s\n")  # no ratio, no negative
         markdown = self.run_ok("compare", parallel, sequential, "--format", "markdown").stdout
         self.assertTrue(markdown.startswith(f"| figure | {parallel} | {sequential} |"))
         data = json.loads(self.run_ok("compare", parallel, sequential, "--format", "json").stdout)

@@ -57,7 +57,10 @@ class TerminalHabitsTest(CallPlanTestCase):
                 for stream in (result.stdout, result.stderr):
                     self.assertNotIn("\033", stream)
                     self.assertNotIn("\r", stream)
-                self.assertRegex(result.stderr, r"2 created, \d+ running, \d+ succeeded, 0 failed; \d+\.\d s elapsed, \d+ s left; agc-rl-")
+                self.assertRegex(
+                    result.stderr,
+                    r"2 created, \d+ running, \d+ succeeded, 0 failed; \d+\.\d s elapsed, \d+ s left; agc-rl-",
+                )
                 self.assertIn("verdict: 2/2 episodes valid", result.stdout)
 
 

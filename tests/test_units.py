@@ -704,7 +704,32 @@ class CompareTest(unittest.TestCase):
         rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
         self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
         self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
-        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [None, None])  # below its 1 s clock
+
+    def test_each_value_as_precise_as_its_clocks(self) -> None:
+        first = {"episodes": 10, "batch_to_all_finished_seconds": 3.0, "client_job_complete_seconds": 2.71234}
+        second = {"episodes": 10, "batch_to_all_finished_seconds": 0.0, "client_job_complete_seconds": 0.0441}
+        first["phases"] = {"reward_to_finished_seconds": {"p50": -0.3, "p95": 1.55, "max": 2.0, "samples": 3}}
+        second["phases"] = {"reward_to_finished_seconds": {"p50": 2.0, "p95": -1.2, "max": 2.0, "samples": 3}}
+        rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
+        for figure, texts, ratios, clock, resolution in (
+            ("episodes", ["10", "10"], [1.0, 1.0], None, None),
+            ("batch_to_all_finished_seconds", ["3 s", "< 1 s"], [1.0, None], "mixed: API server 1 s + runtime 1 s", 1),
+            ("client_job_complete_seconds", ["2.71 s", "44.1 ms"], [1.0, 0.0441 / 2.71234], "client clock", 1e-6),
+            ("reward_to_finished_seconds:p50", ["< 1 s", "2.0 s"], [None, None], "mixed: node + runtime 1 s", 1),
+            ("reward_to_finished_seconds:p95", ["1.6 s", "-1.2 s"], [1.0, None], "mixed: node + runtime 1 s", 1),
+        ):
+            with self.subTest(figure=figure):
+                row = rows[figure]
+                self.assertEqual((row["texts"], row["clock"], row["resolution_seconds"]), (texts, clock, resolution))
+                self.assertEqual(row["ratios"], ratios)
+        text = demo.render_comparison(["a", "b"], list(rows.values()), "text")
+        self.assertRegex(text, r"\nall finished \(cluster\)\s+3 s\s+< 1 s\n")
+        self.assertNotIn(".000", text)
+        self.assertIn(
+            "| reward -> container finished p50 | < 1 s | 2.0 s |",
+            demo.render_comparison(["a", "b"], list(rows.values()), "markdown"),
+        )
 
 
 class SchemaTest(unittest.TestCase):

@@ -55,12 +55,13 @@ from .core_basics import (
     parse_tasks,
 )
 from .core_guide import _DIGEST, GUIDE_REFERENCE
-from .core_reports import printable
+from .core_reports import fit_lines, printable
 from .errors import DemoError, bug_message
 from .kubectl import make_kubectl
 from .payloads import WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
 from .records import RunSettings
+from .status import say_stderr, terminal_width
 
 # Command line #################################################################
 # Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
@@ -149,7 +150,8 @@ class CommandLineParser(argparse.ArgumentParser):
         self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)\n")
+        line = f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)"
+        self.exit(EXIT_USAGE, fit_lines(line, terminal_width(sys.stderr)) + "\n")
 
     def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """parse_args, after the words are checked: a mistyped command or flag is named, with a
@@ -658,7 +660,7 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except DemoError as error:
-        print(f"rl-batch-demo: error: {printable(str(error))}", file=sys.stderr)
+        say_stderr(f"rl-batch-demo: error: {error}")  # wrapped at spaces on a terminal, whole in a log
         return error.exit_code
     except KeyboardInterrupt:
         print("rl-batch-demo: interrupted", file=sys.stderr)

@@ -78,7 +78,7 @@ from .persistence import (
     write_receipt,
 )
 from .records import Read, Receipt, ReproduceGroup, ReproduceReport, Results, RunSettings
-from .status import Progress, say_stderr
+from .status import Progress, say, say_stderr, terminal_width
 
 # Commands #####################################################################
 # One function per command, given typed settings and a kubectl; each returns an exit code or
@@ -99,7 +99,7 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: b
     for file_name, manifest in manifests:
         write_json(settings.output / file_name, manifest)
     if print_summary:
-        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+        say(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
@@ -184,7 +184,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
+        command = cleanup_command(tool, output)
+        say_stderr(f"namespace {namespace} is kept; delete it with: {command}", whole=command)
     if reraise is not None:
         raise reraise
     if error is not None:
@@ -202,7 +203,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results, summary_files(settings), breaches)
+        else render_summary(results, summary_files(settings), breaches, terminal_width(sys.stdout))
     )
     try:
         if print_summary:
@@ -287,6 +288,9 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    table, width = report.get("table"), terminal_width(sys.stdout)
+    if text is not None and table and width is not None:  # report.md keeps full lines; a terminal, its width
+        text = render_guide_table(table, "text", width)
     problems = write_reproduce_reports(args, base, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
@@ -407,7 +411,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, say, wait_seconds=args.timeout)
     return EXIT_OK
 
 
@@ -475,8 +479,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         return code
     for finding in findings:
-        print(printable(f"{finding.name}: {finding.detail}"))
-    print(printable(f"verdict: {verdict}"))
+        say(f"{finding.name}: {finding.detail}")
+    say(f"verdict: {verdict}")
     return code
 
 
@@ -491,12 +495,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.format == "guide":
         table = guide_table(runs, args.lang, args.reference == "guide")
-        print(render_guide_table(table, "text"), end="")
+        print(render_guide_table(table, "text", terminal_width(sys.stdout)), end="")
         return EXIT_OK
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(render_comparison(names, rows, args.format), end="")
+        width = terminal_width(sys.stdout) if args.format == "text" else None
+        print(render_comparison(names, rows, args.format, width), end="")
     return EXIT_OK

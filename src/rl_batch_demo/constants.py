@@ -315,12 +315,12 @@ COMPARE_FIGURES = (
     ("episodes", "episodes"),
     ("parallelism", "parallelism"),
     ("rounds", "rounds"),
-    ("batch_to_all_ready_seconds", "all ready (s)"),
-    ("batch_to_all_rewards_seconds", "all rewards (s)"),
-    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
-    ("client_job_complete_seconds", "client saw Complete (s)"),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
+    ("batch_to_all_ready_seconds", "all ready"),
+    ("batch_to_all_rewards_seconds", "all rewards"),
+    ("batch_to_all_finished_seconds", "all finished (cluster)"),
+    ("client_job_complete_seconds", "client saw Complete"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95"),
 )
 
 TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key

@@ -235,32 +235,115 @@ def clock_text(figure: str) -> str:
     return clocks_text(FIGURE_CLOCKS[figure])
 
 
+def below_resolution_text(values: Sequence[Optional[float]], clocks: Clocks) -> Optional[str]:
+    """What a row says when every value it has is below its clocks' resolution (a second, or a
+    10 ms tick), where the digits carry no information and a negative one only misleads:
+    "< 1 s (1 s clock)"; None when a value is not, or the clocks are fine."""
+    resolution = _resolution(clocks)
+    known = [value for value in values if value is not None]
+    if resolution < 0.01 or not known or any(abs(value) >= resolution for value in known):
+        return None
+    return f"< {_exact_duration(resolution)} ({_exact_duration(resolution)} clock)"
+
+
+TableRow = Tuple[List[str], Optional[str]]  # a row's cells, or its first cell and one spanning every value column
+
+
+def _lay_out(
+    rows: Sequence[TableRow], widths: List[int], right: Sequence[bool], gaps: Sequence[int], values: range
+) -> List[str]:
+    """Rows as lines: each cell wrapped within its column's width (wrap_text, so a row may take
+    several lines and no line breaks inside another cell), left or right aligned, `gaps[i]`
+    spaces before column i; a spanning row's text right-aligned across the `values` columns."""
+    out = []
+    for given, span in rows:
+        cells, layout, aligned, spacing = list(given), list(widths), list(right), list(gaps)
+        if span is not None:  # one cell across the value columns, right-aligned
+            across = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+            cells = [given[0], span, *given[values.stop :]]
+            layout = [widths[0], across, *widths[values.stop :]]
+            aligned = [right[0], True, *right[values.stop :]]
+            spacing = [gaps[0], gaps[values.start], *gaps[values.stop :]]
+        parts = [wrap_text(cell, column) for cell, column in zip(cells, layout)]
+        for index in range(max(len(part) for part in parts)):
+            line = ""
+            for part, column, to_right, gap in zip(parts, layout, aligned, spacing):
+                text = part[index] if index < len(part) else ""
+                pad = " " * max(column - _display_width(text), 0)
+                line += " " * gap + (pad + text if to_right else text + pad)
+            out.append(line.rstrip())
+    return out
+
+
+def _fit_columns(widths: List[int], floors: Sequence[int], gaps: Sequence[int], width: int) -> List[int]:
+    """Column widths narrowed, the widest first and none below its floor, until a line fits `width`."""
+    widths = list(widths)
+    while sum(widths) + sum(gaps) > width:
+        narrowable = [i for i in range(len(widths)) if widths[i] > floors[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable, key=lambda i: widths[i])] -= 1
+    return widths
+
+
 def _figure_table(
     header: Sequence[str],
     rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]],
     sources: Optional[Sequence[str]] = None,
+    width: Optional[int] = None,
 ) -> List[str]:
     """Lines of figures: a label, each value formatted by its clocks, who measured it (`sources`,
-    when given: FIGURE_SOURCES), then its clocks; a row with a negative value is marked "*", and a
-    note under the table says why it can be."""
-    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
-    width = max(len(line[0]) for line in [list(header), *cells]) + 1
-    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
-    by = [f"  {source:<{max(len(s) for s in [*sources, 'by'])}}" for source in ["by", *sources]] if sources else []
-    lines = [
-        "".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), *by[:1], "  clock"])
-    ]
+    when given: FIGURE_SOURCES), then its clocks; a row whose values are all below its clocks'
+    resolution says so across its value columns (below_resolution_text); a row with a negative
+    value is marked "*", and a note under the table says why it can be. `width`: the terminal's
+    columns, which the label and clock columns are narrowed and wrapped to fit (values never
+    break); None: natural widths, notes wrapped at SUMMARY_WIDTH."""
+    count = len(header) - 1
+    table: List[TableRow] = [([*header[:1], *header[1:], *(["by"] if sources else []), "clock"], None)]
     notes: List[str] = []
-    for number, ((label, clocks, _), line) in enumerate(zip(rows, cells)):
-        negative = any(text.startswith("-") and text != "-" for text in line[1:])
-        lines.append(
-            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
-            + (by[number + 1] if by else "")
-            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
-        )
+    for number, (label, clocks, values) in enumerate(rows):
+        texts = [clocked_text(value, clocks) for value in values]
+        span = below_resolution_text(values, clocks)
+        negative = span is None and any(text.startswith("-") and text != "-" for text in texts)
+        by = [sources[number]] if sources else []
+        table.append(([label, *texts, *by, clocks_text(clocks) + (" *" if negative else "")], span))
         if negative:
             why = clocks[2] or "its clock cannot give a negative value: results.json was changed"
-            notes += wrap_text(f"* {label}: negative because {why}", SUMMARY_WIDTH, "  ")
+            notes += wrap_text(f"* {label}: negative because {why}", width or SUMMARY_WIDTH, "  ")
+    values = range(1, 1 + count)
+    columns = len(table[0][0])
+    natural = [max(_display_width(cells[i]) for cells, span in table if span is None) for i in range(columns)]
+    right = [i in values for i in range(columns)]
+    # the layout of old: labels one wider than the longest, each value in its width plus two
+    widths = [natural[0] + 1, *(natural[i] + 2 for i in values), *natural[values.stop :]]
+    gaps = [0] * (1 + count) + [2] * (columns - 1 - count)
+    fitted = width is not None and sum(widths) + sum(gaps) > width
+    if fitted:  # a terminal too narrow: two spaces between columns, the words then the names broken
+        widths, gaps = list(natural), [0] + [2] * (columns - 1)
+    room = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+    # "< 1 s (1 s clock)" where the value columns hold it, else "< 1 s" (the clock column says the rest)
+    table = [
+        (cells, span if span is None or _display_width(span) <= room else span.split(" (")[0]) for cells, span in table
+    ]
+    spans = [_display_width(span) for _, span in table if span is not None]
+    widths[values.stop - 1] += max(max(spans, default=0) - room, 0)  # a spanning text widens the last value
+    if not fitted or width is None:
+        return _lay_out(table, widths, right, gaps, values) + notes
+    # A terminal too narrow: the label and the clock narrowed, each to its longest word
+    words = [max(_longest_piece(cells[i]) for cells, _ in table) for i in range(columns)]
+    narrow = {0, columns - 1}  # values and sources stay whole
+    floors = [min(words[i], widths[i]) if i in narrow else widths[i] for i in range(columns)]
+    beside = _fit_columns(widths, floors, gaps, width)
+    if sum(beside) + sum(gaps) <= width:
+        return _lay_out(table, beside, right, gaps, values) + notes
+    # Still too narrow: each row's clock goes on a line of its own under it, and only the label narrows
+    grid = [(cells[:-1], span) for cells, span in table]
+    widths, gaps, right = widths[:-1], gaps[:-1], right[:-1]
+    for limit in (words[0], TABLE_COLUMN_MIN):
+        widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+    lines = _lay_out(grid[:1], widths, right, gaps, values)
+    for (cells, _), row in zip(table[1:], grid[1:]):
+        lines += _lay_out([row], widths, right, gaps, values) + wrap_text(f"  clock: {cells[-1]}", width, "    ")
     return lines + notes
 
 
@@ -288,10 +371,15 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     return text
 
 
-def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+def render_summary(
+    results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = (), width: Optional[int] = None
+) -> str:
     """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
     mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
-    values; where the files are (`files`: what, path); the verdict last."""
+    values; where the files are (`files`: what, path); the verdict last. `width`: a terminal's
+    columns, which every line fits (the tables narrowed by column, the rest wrapped at spaces);
+    None (a log, a file): full lines, notes wrapped at SUMMARY_WIDTH."""
+    wrap = width or SUMMARY_WIDTH
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -306,7 +394,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
         )
     for note in results.get("notes") or []:
-        lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
+        lines += wrap_text(f"note: {note}", wrap, "  ")
     queued_for, client_queued_for = (json_number(results.get(key)) for key in QUEUE_FIGURES)
     if client_queued_for is not None or (queued_for or 0) > 0:
         api_wait = "unknown" if queued_for is None else f"{queued_for:.0f} s"
@@ -326,6 +414,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         ["batch figure", "value"],
         [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
         [FIGURE_SOURCES[key] for _, key in batch],
+        width,
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
@@ -339,10 +428,10 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             clocks = SCHEDULED_BY_CONDITION
         rows.append((PHASE_LABELS[phase], clocks, values))
     header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
-    lines += ["", *_figure_table(header, rows)]
-    lines += startup_source_lines(results)
-    lines += output_source_lines(results)
-    lines += runtime_operation_lines(results.get("runtime_operations"))
+    lines += ["", *_figure_table(header, rows, width=width)]
+    lines += startup_source_lines(results, wrap)
+    lines += output_source_lines(results, wrap)
+    lines += runtime_operation_lines(results.get("runtime_operations"), width)
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     if results.get("image_pinned"):
@@ -354,41 +443,46 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     if files:
         lines += ["", *(f"{what}: {path}" for what, path in files)]
     lines.append(verdict_line(results, breaches))
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines), width) + "\n"
 
 
-def startup_source_lines(results: Results) -> List[str]:
-    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
+def startup_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
+    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel;
+    wrapped to `width` columns."""
     rows = results.get("pods") or []
     lines = [""]
     cache = results.get("image_cache")
     if cache:
         pulls = [seconds for row in rows if (seconds := row["image_pull"]["seconds"]) is not None]
         pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
-        lines.append(
+        lines += wrap_text(
             f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
-            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}"
+            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}",
+            width,
+            "  ",
         )
     sources = [row.get("scheduled_source") for row in rows]
     kernels = [row.get("kernel") for row in rows]
-    lines.append(
+    lines += wrap_text(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)",
+        width,
+        "  ",
     )
     disagree = sum(1 for row in rows if row.get("clock_note"))
     lines += wrap_text(
         f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
         f"the pod, or restored from a snapshot), {kernels.count(None)} unknown"
         + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
-        SUMMARY_WIDTH,
+        width,
         "  ",
     )
     return lines
 
 
-def output_source_lines(results: Results) -> List[str]:
+def output_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
     """How the episodes' output was read, when not all plainly: pods without a termination
-    message, episodes read with a note, pod output that was not saved."""
+    message, episodes read with a note, pod output that was not saved; wrapped to `width`."""
     missing = results.get("pods_without_termination_message", 0)
     noted = sum(1 for row in results.get("pods") or [] if row.get("log_notes"))
     not_saved = results.get("log_bytes_not_saved", 0)
@@ -397,14 +491,14 @@ def output_source_lines(results: Results) -> List[str]:
         lines += wrap_text(
             f"episode output: {missing} pod(s) succeeded without a termination message (their logs alone carried "
             f"their events), {noted} episode(s) read with a note (pods[].log_notes in results.json)",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     if not_saved:
         lines += wrap_text(
             f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
             f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     return lines
@@ -417,35 +511,60 @@ def _bucket_text(bucket: Any) -> str:
     return f"({_exact_duration(lower)}, {_exact_duration(upper) if upper is not None else '+Inf'}]"
 
 
-def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
+def runtime_operation_lines(operations: Optional[RuntimeOperations], width: Optional[int] = None) -> List[str]:
     """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
-    quantile with the bucket it lies in; an interpolated value is never more precise than that."""
+    quantile with the bucket it lies in; an interpolated value is never more precise than that.
+    `width`: a terminal's columns, which the table fits by narrowing and wrapping its label and
+    bucket columns; None: the natural layout."""
     if not operations:
         return []
-    lines = [
-        "",
-        f"{'runtime operation (kubelet)':<44}"
-        f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
-    ]
+    header = ["runtime operation (kubelet)", "count", "mean", "p50 ~", "p50 bucket", "p95 ~", "p95 bucket"]
+    table: List[List[str]] = [header]
     pooled = operations.get("pooled") or {}
     crosscheck = operations.get("sandbox_crosscheck")
     handler = f"{HANDLER_SANDBOX} {operations.get('handler') or '(default)'} (cross-check)"
     rows = [(operation, pooled.get(operation)) for operation, *_ in KUBELET_OPERATIONS]
     for label, figures in [*rows, (handler, crosscheck["handler_figures"] if crosscheck else None)]:
         if not figures:
-            lines.append(f"{label:<44}{'-':>7}")
+            table.append([label, "-", "", "", "", "", ""])
             continue
-        lines.append(
-            f"{label:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
-            f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
-            f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
+        table.append(
+            [
+                label,
+                str(figures["count"]),
+                _seconds(figures["mean_seconds"]),
+                _seconds(figures["p50_seconds"]),
+                _bucket_text(figures["p50_bucket"]),
+                _seconds(figures["p95_seconds"]),
+                _bucket_text(figures["p95_bucket"]),
+            ]
         )
+    right = [False, True, True, True, False, True, False]
+    widths, gaps = [44, 7, 11, 11, 20, 10, 0], [0, 0, 0, 0, 2, 0, 2]  # the natural layout
+    widths[-1] = max(_display_width(line[-1]) for line in table)
+    lines = [""]
+    if width is None or sum(widths) + sum(gaps) <= width:
+        lines += _lay_out([(line, None) for line in table], widths, right, gaps, range(1, 2))
+    else:  # a terminal too narrow: the buckets on a line under each row, the operation's name narrowed
+        grid = [[line[0], line[1], line[2], line[3], line[5]] for line in table]
+        widths = [max(_display_width(line[i]) for line in grid) for i in range(5)]
+        gaps, right = [0, 2, 2, 2, 2], [False, True, True, True, True]
+        for limit in (max(_longest_piece(line[0]) for line in grid), TABLE_COLUMN_MIN):
+            widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+        lines += _lay_out([(grid[0], None)], widths, right, gaps, range(1, 2))
+        for line, row in zip(table[1:], grid[1:]):
+            lines += _lay_out([(row, None)], widths, right, gaps, range(1, 2))
+            if line[4]:
+                lines += wrap_text(f"  p50 in {line[4]}, p95 in {line[6]}", width, "    ")
+    wrap = width or SUMMARY_WIDTH
     if crosscheck and crosscheck["note"]:
-        lines += wrap_text(f"  note: {crosscheck['note']}", SUMMARY_WIDTH, "    ")
+        lines += wrap_text(f"  note: {crosscheck['note']}", wrap, "    ")
     for node, entry in sorted((operations.get("nodes") or {}).items()):
         if entry.get("note"):
-            lines.append(f"  node {node}: {entry['note']}")
-    lines.append("  (node-wide counters, read before and after the run; quantiles interpolated within buckets)")
+            lines += wrap_text(f"  node {node}: {entry['note']}", wrap, "    ")
+    lines += wrap_text(
+        "  (node-wide counters, read before and after the run; quantiles interpolated within buckets)", wrap, "    "
+    )
     return lines
 
 
@@ -499,11 +618,19 @@ def _ratio(value: float, base: float) -> Optional[float]:
         return None
 
 
+def _compare_clocks(figure: str) -> Optional[Clocks]:
+    """The clocks of a compared figure ("phase:stat" for a phase); None for a count or a
+    kubelet histogram's mean (exact, in its own unit)."""
+    key = figure.split(":", maxsplit=1)[0]
+    return FIGURE_CLOCKS.get(key) if key != "runtime_operations" else None
+
+
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
-    """One row per figure: each run's value and its ratio to the first run's."""
+    """One row per figure: each run's value (as results.json holds it), its ratio to the first
+    run's, each value as the summary shows it (as precise as its clocks), and that resolution."""
     figures = list(COMPARE_FIGURES)
-    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat} (s)") for phase in PHASES for stat in ("p50", "p95")]
-    figures += [(f"runtime_operations:{name}", f"{name} mean (s, kubelet)") for name, *_ in KUBELET_OPERATIONS]
+    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat}") for phase in PHASES for stat in ("p50", "p95")]
+    figures += [(f"runtime_operations:{name}", f"{name} mean (kubelet)") for name, *_ in KUBELET_OPERATIONS]
     rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
@@ -518,28 +645,57 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
+        clocks = _compare_clocks(key)
+        resolution = _resolution(clocks) if clocks is not None else None
         base = values[0]
-        # A ratio only means something between two positive durations, and only when a float holds it.
+        # A ratio only means something between two positive durations that their clocks can tell
+        # apart from zero, and only when a float holds it.
+        floor = resolution if resolution is not None and resolution >= 0.01 else 0.0
         ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else _ratio(value, base)
+            None
+            if (base is None or base <= 0 or base < floor or value is None or value < 0 or value < floor)
+            else _ratio(value, base)
             for value in values
         ]
-        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
+        texts = [_compare_text(value, key, clocks) for value in values]
+        rows.append(
+            {
+                "figure": key,
+                "label": label,
+                "values": values,
+                "ratios": ratios,
+                "texts": texts,
+                "clock": clocks_text(clocks) if clocks is not None else None,
+                "resolution_seconds": resolution,
+            }
+        )
     return rows
 
 
-def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -> str:
-    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
-        if value is None:
-            return "-"
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+def _compare_text(value: Optional[float], figure: str, clocks: Optional[Clocks]) -> str:
+    """A compared value as the summary shows it: a count whole, a duration as precise as its
+    clocks ("< 1 s" below a whole-second clock's resolution, never a bare negative), a kubelet
+    mean in its unit."""
+    if value is None:
+        return "-"
+    if clocks is None:
+        return _seconds(value) if figure.startswith("runtime_operations:") else f"{value:g}"
+    below = below_resolution_text([value], clocks)
+    return below.split(" (")[0] if below else clocked_text(value, clocks)
+
+
+def render_comparison(names: List[str], rows: List[ComparisonRow], style: str, width: Optional[int] = None) -> str:
+    """The compared figures as a table (render_table): each value as precise as its clocks, and
+    its ratio to the first run's; `width`: a terminal's columns, which the table fits."""
+
+    def cell(text: str, ratio: Optional[float], first: bool) -> str:
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
     table = [
-        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
+        [row["label"]] + [cell(t, r, i == 0) for i, (t, r) in enumerate(zip(row["texts"], row["ratios"]))]
         for row in rows
     ]
-    return render_table([["figure", *names], *table], style)
+    return render_table([["figure", *names], *table], style, width)
 
 
 def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:

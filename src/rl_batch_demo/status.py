@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import sys
 import time
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .constants import TERMINAL_COLUMNS_UNKNOWN
-from .core_reports import fit_lines, printable, shorten
+from .core_reports import _display_width, fit_lines, printable, shorten
 from .records import TIMING
 
 # Status on stderr #############################################################
@@ -33,17 +34,42 @@ def terminal_width(stream: Any, environ: Optional[Mapping[str, str]] = None) -> 
         return TERMINAL_COLUMNS_UNKNOWN
 
 
-def say(message: str, stream: Any = None) -> None:
+def say(message: str, stream: Any = None, whole: Optional[str] = None) -> None:
     """One message on `stream` (stdout by default) with its control characters escaped, each
-    line wrapped at spaces to fit a terminal (fit_lines), whole elsewhere."""
+    line wrapped at spaces to fit a terminal (fit_lines), whole elsewhere. `whole`, a command
+    the message ends with, is never broken (a command copied from two lines would run its first
+    half): when the line does not fit, it starts a line of its own."""
     stream = sys.stdout if stream is None else stream
-    stream.write(fit_lines(printable(message, keep_newlines=True), terminal_width(stream)) + "\n")
+    text, width = printable(message, keep_newlines=True), terminal_width(stream)
+    command = printable(whole) if whole is not None else None
+    if command and width is not None and fit_lines(text, width) != text and text.endswith(command):
+        text = fit_lines(text[: -len(command)].rstrip(), width) + "\n" + shell_lines(command, width)
+    else:
+        text = fit_lines(text, width)
+    stream.write(text + "\n")
     stream.flush()
 
 
-def say_stderr(message: str) -> None:
+def shell_lines(command: str, width: int) -> str:
+    """A shell command indented on lines of at most `width` columns, broken only between its
+    words with a backslash-newline (the shell joins them back), so it can be copied as shown; a
+    word wider than the line stays whole."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not one a shell reads: shown whole
+        return "  " + command
+    lines, line = [], "  "
+    for word in map(shlex.quote, words):
+        if line.strip() and _display_width(f"{line} {word} \\") > width:
+            lines.append(line + " \\")
+            line = "      "
+        line += ("" if not line.strip() else " ") + word
+    return "\n".join([*lines, line])
+
+
+def say_stderr(message: str, whole: Optional[str] = None) -> None:
     """A one-line message on stderr: escaped, wrapped to fit a terminal (say)."""
-    say(printable(message), sys.stderr)
+    say(printable(message), sys.stderr, whole)
 
 
 def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
