@@ -40,7 +40,23 @@ from .constants import (
     TIMELINE_DETAIL_BARS,
     TimelineStep,
 )
-from .core_basics import difference, finite_number, json_number, json_stat, optional_timestamp, percentile
+from .core_basics import (
+    Clocks,
+    _exact_duration,
+    _resolution,
+    _seconds,
+    below_resolution_text,
+    clock_text,
+    clocked_text,
+    clocks_text,
+    difference,
+    figure_text,
+    finite_number,
+    json_number,
+    json_stat,
+    optional_timestamp,
+    percentile,
+)
 from .core_cluster import _condition_time, _container_status, infra_loss
 from .core_validation import check_thresholds
 from .records import (
@@ -165,85 +181,6 @@ def markdown_literal(text: str) -> str:
     longest = max((len(run) for run in re.findall("`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{printable(text)}\n{fence}\n"
-
-
-def _number(value: float, decimals: int) -> str:
-    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
-    text = f"{value:.{decimals}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
-
-
-def _seconds(value: Optional[float]) -> str:
-    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
-    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
-    if value is None:
-        return "-"
-    if abs(value) < 0.9995:
-        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
-    return f"{_number(value, 2)} s"
-
-
-Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
-
-
-def _resolution(clocks: Clocks) -> float:
-    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
-
-
-def clocked_text(value: Optional[float], clocks: Clocks) -> str:
-    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
-    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
-    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
-    if value is None:
-        return "-"
-    resolution = _resolution(clocks)
-    if resolution >= 1:
-        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
-        return f"{_number(value, 0 if whole else 1)} s"
-    if resolution >= 0.01:
-        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
-    return _seconds(value)
-
-
-def figure_text(value: Optional[float], figure: str) -> str:
-    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
-    return clocked_text(value, FIGURE_CLOCKS[figure])
-
-
-def _exact_duration(seconds: float) -> str:
-    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
-    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
-
-
-def clocks_text(clocks: Clocks) -> str:
-    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
-    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
-    start, end, _ = clocks
-    if start == end:
-        resolution = CLOCK_RESOLUTION[start]
-        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
-    coarse = _resolution(clocks)
-    named = [
-        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
-        for clock in (start, end)
-    ]
-    return "mixed: " + " + ".join(named)
-
-
-def clock_text(figure: str) -> str:
-    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
-    return clocks_text(FIGURE_CLOCKS[figure])
-
-
-def below_resolution_text(values: Sequence[Optional[float]], clocks: Clocks) -> Optional[str]:
-    """What a row says when every value it has is below its clocks' resolution (a second, or a
-    10 ms tick), where the digits carry no information and a negative one only misleads:
-    "< 1 s (1 s clock)"; None when a value is not, or the clocks are fine."""
-    resolution = _resolution(clocks)
-    known = [value for value in values if value is not None]
-    if resolution < 0.01 or not known or any(abs(value) >= resolution for value in known):
-        return None
-    return f"< {_exact_duration(resolution)} ({_exact_duration(resolution)} clock)"
 
 
 TableRow = Tuple[List[str], Optional[str]]  # a row's cells, or its first cell and one spanning every value column
@@ -774,7 +711,17 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
 def _case(
     classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
 ) -> JUnitCase:
-    return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
+    """A test case; its time is the pod's creation (API server) to its container's finishedAt
+    (the runtime), two whole-second stamps, or 0 where nothing was timed: whole seconds."""
+    return {
+        "classname": classname,
+        "name": name,
+        "time": seconds,
+        "whole_seconds": True,
+        "outcome": outcome,
+        "message": message,
+        "text": text,
+    }
 
 
 def junit_suites(
@@ -810,7 +757,8 @@ def junit_suites(
                     why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
                     cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
-            suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
+            # the client's own clock: milliseconds
+            suites.append({"round": number, "job": job, "time": seconds, "whole_seconds": False, "cases": cases})
     else:
         for index, started in enumerate(rounds):
             in_progress = error is not None and index == len(rounds) - 1
@@ -836,9 +784,17 @@ def junit_suites(
                     reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
             seconds = _job_seconds(started.get("job_object"))
-            suites.append({"round": started["round"], "job": started["job"], "time": seconds, "cases": cases})
+            suites.append(  # the job controller's whole-second condition
+                {
+                    "round": started["round"],
+                    "job": started["job"],
+                    "time": seconds,
+                    "whole_seconds": True,
+                    "cases": cases,
+                }
+            )
     if not suites:
-        suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
+        suites.append({"round": None, "job": None, "time": 0.0, "whole_seconds": True, "cases": []})
     last = suites[-1]["cases"]
     episode_failed = error is not None and error[2] is not None and results is None
     if (
@@ -861,7 +817,7 @@ def junit_suites(
             last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breach}", breach))
         else:
             breaches = check_thresholds(results, {metric: limit})
-            figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
+            figure = f"{metric} = {figure_text(finite_number(value), metric)}, budget {limit:g} s"
             if breaches:
                 last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breaches[0]}", figure))
             else:
@@ -874,22 +830,26 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def attributes(cases: List[JUnitCase], seconds: float) -> Dict[str, str]:  # of <testsuites> and <testsuite>
+    def seconds_text(seconds: float, whole: bool) -> str:  # as precise as the clock it came from
+        return f"{seconds:.0f}" if whole else f"{seconds:.3f}"
+
+    def attributes(cases: List[JUnitCase], seconds: float, whole: bool) -> Dict[str, str]:  # of <testsuite(s)>
         outcomes = [case["outcome"] for case in cases]
         counted = {"tests": None, "failures": "failure", "errors": "error", "skipped": "skipped"}
         totals = {key: str(len(outcomes) if of is None else outcomes.count(of)) for key, of in counted.items()}
-        return {"name": JUNIT_SUITE_NAME, **totals, "time": f"{seconds:.3f}"}
+        return {"name": JUNIT_SUITE_NAME, **totals, "time": seconds_text(seconds, whole)}
 
     def short(message: str) -> str:
         text = xml_safe(message)
         return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
 
     every_case = [case for suite in suites for case in suite["cases"]]
-    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites)))
+    whole = all(suite["whole_seconds"] for suite in suites)
+    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites), whole))
     seen: Dict[Tuple[str, str], int] = {}
     for suite in suites:
         cases = suite["cases"]
-        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"]))
+        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"], suite["whole_seconds"]))
         suite_properties = dict(properties)
         if suite["round"] is not None:
             suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
@@ -902,7 +862,11 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
             if seen[(classname, name)] > 1:  # test names must be unique
                 name = f"{name} #{seen[(classname, name)]}"
             testcase = ElementTree.SubElement(
-                element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
+                element,
+                "testcase",
+                classname=classname,
+                name=name,
+                time=seconds_text(case["time"], case["whole_seconds"]),
             )
             if case["outcome"] != "passed":  # <failure>, <error> or <skipped>; a skipped case has no text
                 outcome = ElementTree.SubElement(testcase, case["outcome"], message=short(case["message"]))
@@ -970,7 +934,11 @@ def _metric_families(
         ]
         for metric in THRESHOLD_METRICS:
             families.append(
-                (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
+                (
+                    metric,
+                    f"results.json {metric}, seconds; {_precision(FIGURE_CLOCKS[metric])}.",
+                    [({}, results.get(metric))],
+                )
             )
         phases = results.get("phases") or {}
         for stat in ("p50", "p95", "max", "samples"):
@@ -978,8 +946,24 @@ def _metric_families(
             if stat == "samples":
                 families.append(("phase_samples", "Episodes with a value for each phase.", samples))
             else:
-                families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
+                precisions = "; ".join(
+                    f"{phase[: -len('_seconds')]} {_precision(FIGURE_CLOCKS[phase])}" for phase in PHASES
+                )
+                families.append(
+                    (
+                        f"phase_{stat}_seconds",
+                        f"{stat} of each per-episode phase, seconds; by phase: {precisions}.",
+                        samples,
+                    )
+                )
     return families
+
+
+def _precision(clocks: Clocks) -> str:
+    """A gauge's clocks and the resolution its value has, for its HELP line (the sample itself
+    is written as results.json holds it): "mixed: API server 1 s + node, to 1 s", "client clock,
+    to 0.001 ms"."""
+    return f"{clocks_text(clocks)}, to {_exact_duration(_resolution(clocks))}"
 
 
 def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
@@ -1026,11 +1010,14 @@ def _xml(text: str) -> str:
 TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
 
 
+def _stamp_clock(row: PodRow, key: str) -> str:
+    """The clock of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is the API server's."""
+    return CLOCK_API if key == "scheduled_at" and row.get("scheduled_source") == "condition" else STAMP_CLOCKS[key]
+
+
 def _stamp_resolution(row: PodRow, key: str) -> float:
-    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
-    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
-        return CLOCK_RESOLUTION[CLOCK_API]
-    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+    """The resolution of one of a row's stamps: a PodScheduled condition is whole seconds."""
+    return CLOCK_RESOLUTION[_stamp_clock(row, key)]
 
 
 def _timeline_step(
@@ -1054,12 +1041,14 @@ def _timeline_step(
         return TIMELINE_LABEL_WIDTH + (at - origin) * scale
 
     css = "bar" if height > 4 else "detail"
-    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    stamp_clocks: Clocks = (_stamp_clock(row, start_key), _stamp_clock(row, end_key), None)
+    clocks = clocks_text(stamp_clocks)
     if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
         return [
             f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
             f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {clocked_text(span, stamp_clocks)} "
+            f"({_xml(clocks)})</title></rect>"
         ], False
     if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
         low = max(stop, start) if start_res < 1 else stop

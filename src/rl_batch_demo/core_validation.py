@@ -28,6 +28,7 @@ from .constants import (
 )
 from .core_basics import (
     difference,
+    figure_text,
     finite_number,
     is_int,
     job_parallelism,
@@ -999,5 +1000,5 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
         if value is None:  # a budget is never met by a figure nobody measured
             breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
         elif value > limit:
-            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+            breaches.append(f"{metric} = {figure_text(value, metric)} > {limit:g} s")  # as precise as its clocks
     return breaches

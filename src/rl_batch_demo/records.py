@@ -674,6 +674,7 @@ class JUnitCase(TypedDict):
     classname: str
     name: str
     time: float
+    whole_seconds: bool  # `time` is between two whole-second stamps (or none): written without decimals
     outcome: str  # "passed", "failure", "error" or "skipped"
     message: str
     text: str
@@ -683,6 +684,7 @@ class JUnitSuite(TypedDict):
     round: Optional[int]
     job: Optional[str]
     time: float
+    whole_seconds: bool  # as JUnitCase's
     cases: List[JUnitCase]
 
 
