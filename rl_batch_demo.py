@@ -4385,7 +4385,7 @@ def episode_room(
         f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
         f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
         f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
     )
@@ -4421,10 +4421,14 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    parallelism: Optional[int] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room).
+    The capacity is planned as `run` runs the batch: `parallelism` episodes at once (the
+    default: all `count`), or with --parallelism auto (`capacity` in `check`) as many as there
+    is room for, which needs room for one."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(
@@ -4475,8 +4479,21 @@ def preflight_findings(
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
+            chosen = runtimeclass.value if runtimeclass else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
+                    room, room_text = episode_room(chosen, nodes.value, running)
+                    fits = room >= 1
+                    text = (
+                        f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
+                        if fits
+                        else f"--parallelism auto: not even one episode fits now; {room_text}"
+                    )
+                else:
+                    at_once = count if parallelism is None else min(parallelism, count)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    if at_once < count:
+                        text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:
@@ -9438,7 +9455,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews. Its
+    --count and --parallelism are held to `run`'s limits before (cli.check_settings), and the
+    capacity is planned as `run` would run them.
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
@@ -9480,6 +9499,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        capacity=args.parallelism == "auto",
+        parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -9489,6 +9510,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "context": context,
             "server": server,
             "count": args.count,
+            "parallelism": args.parallelism or args.count,
             "findings": [
                 {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
                 for finding in findings
@@ -10684,8 +10706,8 @@ def build_parser(
             },
             "--tasks": {
                 "metavar": "FILE.jsonl",
-                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
-                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); episode i "
+                f"(its completion index: every Job is Indexed) reads line i of /demo/{TASKS_KEY}",
             },
             "--max-failed-episodes": {
                 "type": whole_number(0),
@@ -10759,7 +10781,14 @@ def build_parser(
         "preflight: can this cluster run the batch? (creates nothing)",
         None,
         {
-            "--count": "episodes to plan capacity for",
+            "--count": f"episodes to plan capacity for (default {DEFAULT_COUNT}, at most {MAX_COUNT}, as `run`)",
+            "--parallelism": {
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes at once, as `run --parallelism` (default: N): the capacity is planned for P; auto: "
+                "room for at least one, as `run --parallelism auto` needs",
+            },
+            "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
@@ -10786,7 +10815,8 @@ def build_parser(
             "--lang --reference": None,
             "--allow-different-counts": {
                 "action": "store_true",
-                "help": "compare runs with different episode counts anyway",
+                "help": "compare runs with different episode counts anyway (refused by default, as the guide advises: "
+                "a batch figure grows with the batch, a p95 of more episodes reaches further into the tail)",
             },
         },
     )
@@ -10954,6 +10984,9 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)
+    if args.command == "check":  # held to run's limits, so that a ready check means run would start
+        parallelism = args.count if args.parallelism in (None, "auto") else args.parallelism
+        check_counts(args.subparser, args.count, parallelism, 1, args.allow_large, f"--count {args.count}")
     command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
     return lambda: command(args)
 

@@ -901,6 +901,53 @@ class CheckTest(CallPlanTestCase):
         self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
         self.assertIn("not enough allocatable capacity", result.stdout)
 
+    def test_run_limits_hold_before_any_call(self) -> None:
+        """`check` refuses what `run` refuses, with run's words and exit 2, before any kubectl
+        call (the plan is empty): a ready check means that the same run would start."""
+        for argv, message in (
+            (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
+            (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "1001"], "--count 1001 is more than 20; pass --allow-large"),
+            (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
+        ):
+            with self.subTest(argv=argv):
+                self.assert_fails(self.tool("check", *argv), demo.EXIT_USAGE, message)
+        self.expect(*self.check_calls(Cluster()))
+        self.assertIn(
+            "verdict: ready to run 21 episodes", self.run_ok("check", "--count", "21", "--allow-large").stdout
+        )
+
+    def test_capacity_is_planned_for_the_parallelism(self) -> None:
+        """Room for 2 episodes at once (1 CPU, 2 GiB; each 0.35 CPU and 0.81 GiB with the overhead):
+        10 at once do not fit, 2 at a time do, and auto would run 2."""
+        tiny = [node_object("tiny", cpu="1", memory="2Gi")]
+        for argv, ready, detail, parallelism in (
+            ([], False, "10 pods need 3.5 CPU", 10),
+            (["--parallelism", "3"], False, "3 of 10 episodes at once (--parallelism 3): 3 pods need 1.0 CPU", 3),
+            (["--parallelism", "2"], True, "2 of 10 episodes at once (--parallelism 2): 2 pods need 0.7 CPU", 2),
+            (
+                ["--parallelism", "auto"],
+                True,
+                "--parallelism auto would run 2 of 10 episodes at once; 1 eligible",
+                "auto",
+            ),
+        ):
+            with self.subTest(argv=argv):
+                self.fresh_stub()
+                self.expect(*self.check_calls(Cluster(), nodes=tiny))
+                result = self.tool("check", "--count", "10", *argv, "--json")
+                self.verify_plan()
+                report = json.loads(result.stdout)
+                [capacity] = [finding for finding in report["findings"] if finding["name"] == "capacity"]
+                self.assertEqual((capacity["ok"], report["ready"]), (ready, ready), capacity)
+                self.assertTrue(capacity["detail"].startswith(detail), capacity["detail"])
+                self.assertEqual(report["parallelism"], parallelism)
+        self.fresh_stub()
+        self.expect(*self.check_calls(Cluster(), nodes=[node_object("tiny", cpu="100m", memory="2Gi")]))
+        result = self.tool("check", "--parallelism", "auto")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        self.assertIn("capacity: --parallelism auto: not even one episode fits now; 1 eligible node has", result.stdout)
+
     def test_forbidden_read_is_a_problem_of_the_verdict(self) -> None:
         calls = self.check_calls(Cluster())
         calls[3] = calls[3].failing(err_forbidden("list", "nodes", namespace=""))
@@ -930,7 +977,8 @@ class CheckTest(CallPlanTestCase):
             result.stdout, json.dumps(report, indent=2, sort_keys=True) + "\n"
         )  # sorted keys, nothing else
         self.assertEqual(
-            sorted(report), ["context", "count", "exit_code", "findings", "problems", "ready", "server", "verdict"]
+            sorted(report),
+            ["context", "count", "exit_code", "findings", "parallelism", "problems", "ready", "server", "verdict"],
         )
         self.assertEqual((report["context"], report["server"], report["count"]), (CONTEXT, SERVER, 10))
         self.assertEqual((report["ready"], report["problems"], report["exit_code"]), (True, [], 0))

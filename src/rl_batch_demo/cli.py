@@ -364,8 +364,8 @@ def build_parser(
             },
             "--tasks": {
                 "metavar": "FILE.jsonl",
-                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
-                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); episode i "
+                f"(its completion index: every Job is Indexed) reads line i of /demo/{TASKS_KEY}",
             },
             "--max-failed-episodes": {
                 "type": whole_number(0),
@@ -439,7 +439,14 @@ def build_parser(
         "preflight: can this cluster run the batch? (creates nothing)",
         None,
         {
-            "--count": "episodes to plan capacity for",
+            "--count": f"episodes to plan capacity for (default {DEFAULT_COUNT}, at most {MAX_COUNT}, as `run`)",
+            "--parallelism": {
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes at once, as `run --parallelism` (default: N): the capacity is planned for P; auto: "
+                "room for at least one, as `run --parallelism auto` needs",
+            },
+            "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
@@ -466,7 +473,8 @@ def build_parser(
             "--lang --reference": None,
             "--allow-different-counts": {
                 "action": "store_true",
-                "help": "compare runs with different episode counts anyway",
+                "help": "compare runs with different episode counts anyway (refused by default, as the guide advises: "
+                "a batch figure grows with the batch, a p95 of more episodes reaches further into the tail)",
             },
         },
     )
@@ -634,6 +642,9 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)
+    if args.command == "check":  # held to run's limits, so that a ready check means run would start
+        parallelism = args.count if args.parallelism in (None, "auto") else args.parallelism
+        check_counts(args.subparser, args.count, parallelism, 1, args.allow_large, f"--count {args.count}")
     command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
     return lambda: command(args)
 

@@ -416,7 +416,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews. Its
+    --count and --parallelism are held to `run`'s limits before (cli.check_settings), and the
+    capacity is planned as `run` would run them.
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
@@ -458,6 +460,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        capacity=args.parallelism == "auto",
+        parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -467,6 +471,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "context": context,
             "server": server,
             "count": args.count,
+            "parallelism": args.parallelism or args.count,
             "findings": [
                 {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
                 for finding in findings
