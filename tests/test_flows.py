@@ -1147,6 +1147,30 @@ class InterruptTest(RunPlanTestCase):
         self.expect(*plan.cleanup())
         self.run_ok("cleanup", "--output", str(self.out()))
 
+    def test_a_second_ctrl_c_skips_the_saving_and_the_last_line_says_so(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        for target, name in ((demo, "record_pod_sighting"), (demo.BatchRun, "save_after_interrupt")):
+            patcher = unittest.mock.patch.object(target, name, side_effect=KeyboardInterrupt)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        job_watch = plan.job_watch(final=plan.batch.job_running())
+        job_watch = dataclasses.replace(job_watch, chunks=job_watch.chunks[:1])
+        pod_watch = plan.pod_watch(chunks=list(plan.pod_watch().chunks[:1]))
+        self.expect(*plan.run()[:5], job_watch, pod_watch, plan.serviceaccount_watch())
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; saving diagnostics was skipped, so")
+        lines = result.stderr.splitlines()
+        self.assertIn("skipped saving diagnostics", lines)
+        self.assertNotIn("diagnostics are in", result.stderr)
+        self.assertEqual(
+            lines[-1],
+            f"rl-batch-demo: error: interrupted; saving diagnostics was skipped, so {self.out()} holds only what "
+            "the run wrote before (receipt.json, for cleanup)",
+        )
+        self.assertIn(f"cleanup --output {self.out()}", result.stderr)
+        self.assertFalse((self.out() / "pods.json").exists())
+        self.assertTrue((self.out() / "receipt.json").exists())
+
     def test_mid_run_with_cleanup_always(self) -> None:
         _, result = self.mid_run("--cleanup", "always", cleanup=True)
         self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)

@@ -153,11 +153,18 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         progress.finish()
         if batch.create_sent:
             say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+        skipped = False
         try:
             batch.save_after_interrupt()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
+            skipped = True
             say_stderr("skipped saving diagnostics")
         where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+        if skipped:
+            where = (
+                f"saving diagnostics was skipped, so {output} holds only what the run wrote before "
+                "(receipt.json, for cleanup)"
+            )
         error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
