@@ -3887,6 +3887,20 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
+def episode_inspect_hint(round_dir: Path, name: str, log: Optional[PodLog], log_error: Optional[str]) -> str:
+    """What an episode's failure tells the user to inspect: its <pod>.log only where one was
+    saved (the reader writes the file with the pod's first line), else why there is none."""
+    if log is not None and (log.lines or log.saved_bytes or log.dropped_bytes):
+        return f"{round_dir}/{name}.log and pods.json"
+    if log is not None:
+        why = f"{name} printed nothing, so no {name}.log was saved"
+    elif log_error and log_error != "not read":
+        why = f"its log could not be read ({log_error})"
+    else:
+        why = "its log was not read: its termination message carried its events"
+    return f"{round_dir}/pods.json and events.txt ({why})"
+
+
 def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
@@ -3909,7 +3923,9 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
-        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        pod_inspect = episode_inspect_hint(
+            collected.round_dir, name, collected.logs.get(name), collected.log_errors.get(name)
+        )
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:

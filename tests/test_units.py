@@ -698,6 +698,32 @@ class OddPodShapeTest(unittest.TestCase):
             demo.analyse_round(collected, "ns/rollout")
 
 
+class InspectHintTest(unittest.TestCase):
+    """A failed episode's message names its <pod>.log only where one was saved."""
+
+    def test_a_pod_that_printed_nothing_is_not_sent_to_a_log_that_does_not_exist(self) -> None:
+        pod = make_pod()  # no termination message
+        for logs, errors, inspect in (
+            (
+                {"rollout-abcde": demo.PodLog()},
+                {},
+                "out/pods.json and events.txt (rollout-abcde printed nothing, so no rollout-abcde.log was saved)",
+            ),
+            ({"rollout-abcde": demo.scan_text("hello\n")}, {}, "out/rollout-abcde.log and pods.json"),
+            (
+                {},
+                {"rollout-abcde": "error: timed out"},
+                "out/pods.json and events.txt (its log could not be read (error: timed out))",
+            ),
+            ({}, {}, "out/pods.json and events.txt (its log was not read: its termination message carried its events)"),
+        ):
+            with self.subTest(inspect=inspect):
+                collected = demo.dataclasses.replace(collected_round([pod], logs=logs), log_errors=errors)
+                with self.assertRaises(demo.EpisodeInvalid) as caught:
+                    demo.analyse_round(collected, "ns/rollout")
+                self.assertTrue(str(caught.exception).endswith(f"; inspect {inspect}"), str(caught.exception))
+
+
 class CompareTest(unittest.TestCase):
     def test_ratios_only_between_positive_durations(self) -> None:
         first = {"episodes": 10, "batch_to_all_rewards_seconds": 2.0, "phases": {}}
