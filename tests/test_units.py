@@ -283,6 +283,50 @@ class ValidationTest(unittest.TestCase):
         late = make_events("rollout-abcde", JOB_CREATED_AT - 0.1, JOB_CREATED_AT + 0.6)  # 1.1 s before it
         self.assert_refused(make_pod(started=started), late, "out of order.*1 s apart at most")
 
+    def test_a_pod_the_failed_jobs_controller_deleted_says_so(self) -> None:
+        """The job controller deletes a failed Job's active pods (job_controller.go, deleteActivePods):
+        a pod whose deletion was asked for once the Job had failed is recorded as such; one deleted
+        before (perhaps what failed the Job) and one with a DisruptionTarget stay as they were."""
+        job = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "FailureTarget",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                        "lastTransitionTime": "2026-11-29T10:00:05Z",
+                    }
+                ]
+            }
+        }
+        for deleted_at, grace, expected in (
+            (
+                "2026-11-29T10:00:35Z",
+                30,
+                "the pod was deleted mid-run by the job controller because the Job failed "
+                "(BackoffLimitExceeded: Job has reached the specified backoff limit; deletionTimestamp "
+                "2026-11-29T10:00:35Z)",
+            ),
+            ("2026-11-29T10:00:34Z", 30, "the pod was deleted mid-run (deletionTimestamp 2026-11-29T10:00:34Z)"),
+        ):
+            with self.subTest(deleted_at=deleted_at):
+                pod = make_pod(phase="Failed", exit_code=143)
+                pod["metadata"].update(deletionTimestamp=deleted_at, deletionGracePeriodSeconds=grace)
+                self.assertEqual(demo.pod_failure(pod, job), (2, expected))
+                self.assertEqual(
+                    demo.pod_failure(pod)[1], f"the pod was deleted mid-run (deletionTimestamp {deleted_at})"
+                )
+                with self.assertRaises(demo.EpisodeInvalid) as caught:
+                    demo.check_pod_set([pod], 1, "here", job=job)
+                self.assertIn(expected, str(caught.exception))
+        disrupted = make_pod(phase="Failed", exit_code=143)
+        disrupted["metadata"].update(deletionTimestamp="2026-11-29T10:00:40Z", deletionGracePeriodSeconds=30)
+        disrupted["status"]["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted"}
+        )
+        self.assertIn("; PreemptionByScheduler: preempted)", demo.pod_failure(disrupted, job)[1])
+
     def test_pod_set_names_deleted_evicted_and_extra_pods(self) -> None:
         deleted = make_pod()
         deleted["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:05Z"

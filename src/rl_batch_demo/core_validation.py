@@ -113,12 +113,13 @@ def check_pod_set(
     inspect: str,
     lost: Optional[Mapping[str, List[LostAttempt]]] = None,
     infra_retries: int = 0,
+    job: Optional[KubeObject] = None,
 ) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
-    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    each episode's last attempt, `lost` the attempts before (episode_attempts); `job` the Job."""
     lost = lost or {}
     broken = [
-        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries, job), pod["metadata"]["name"])
         for pod in pods
     ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -705,7 +706,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(pods, collected.count, inspect, lost, retries)
+        check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
@@ -724,7 +725,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
