@@ -19,7 +19,7 @@ import time
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 import rl_batch_demo as demo
 from tests.callplan import (
@@ -947,6 +947,42 @@ class CheckTest(CallPlanTestCase):
         result = self.tool("check", "--parallelism", "auto")
         self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
         self.assertIn("capacity: --parallelism auto: not even one episode fits now; 1 eligible node has", result.stdout)
+
+    # What the real kubectl 1.32 prints when every path answers 404 with a plain-text body, as an
+    # HTTP proxy or another web server does (tests/test_kubectl_contract.py, ForeignServerContract).
+    DISCOVERY_404 = (
+        'E1202 00:13:51.437281   11058 memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+        'group list: the server could not find the requested resource"'
+    )
+    FOREIGN: ClassVar[Dict[str, str]] = {
+        "version": "Error from server (NotFound): the server could not find the requested resource",
+        "get": "\n".join(
+            [DISCOVERY_404] * 4 + ["Error from server (NotFound): the server could not find the requested resource"]
+        ),
+        "create": DISCOVERY_404
+        + '\nerror: unable to recognize "STDIN": the server could not find the requested resource',
+    }
+
+    def foreign(self, call: Call) -> Call:
+        """The call answered as a server that is not a Kubernetes API server answers it."""
+        verb = next(word for word in call.argv if word in self.FOREIGN)
+        return call.failing(self.FOREIGN[verb])
+
+    def test_a_url_that_is_not_an_api_server_is_one_sentence_in_check_and_run(self) -> None:
+        calls = self.check_calls(Cluster())
+        self.expect(calls[0], *map(self.foreign, calls[1:]))
+        result = self.tool("check")
+        sentence = demo.not_an_api_server_message(SERVER, CONTEXT)
+        self.assert_fails(result, demo.EXIT_CLUSTER, sentence)
+        self.assertEqual(result.stdout, "")  # no finding line, no raw kubectl error
+        self.assertEqual(result.stderr, f"rl-batch-demo: error: {sentence}\n")
+        self.assertNotIn("Error from server", result.stderr)
+        preflight = RunPlan().preflight()
+        self.expect(preflight[0], *map(self.foreign, preflight[1:]))
+        run = self.tool("run", "--output", str(self.out()))
+        self.assert_fails(run, demo.EXIT_CLUSTER, sentence)
+        self.assertEqual(run.stderr, f"rl-batch-demo: error: {sentence}\n")
+        self.assertFalse(self.out().exists())  # nothing was created; the same --output works again
 
     def test_forbidden_read_is_a_problem_of_the_verdict(self) -> None:
         calls = self.check_calls(Cluster())

@@ -456,6 +456,20 @@ _UNREACHABLE_MESSAGES = (
     r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
 )
 
+# kubectl's words when an HTTP server answered, but 404 to the paths every Kubernetes API server
+# serves: a proxy, or another web server at the context's URL. client-go's generic NotFound (a 404
+# without a metav1.Status body: "the server could not find the requested resource",
+# k8s.io/apimachinery pkg/api/errors NewGenericServerResponse) for the discovery of /api and /apis
+# (client-go discovery/cached/memory memcache.go), for the OpenAPI document `create -f -` validates
+# against, and for /version (`kubectl version`). Seen with the real kubectl 1.32 against
+# tests/recordingserver.py answering every path 404 (tests/test_kubectl_contract.py).
+_GENERIC_NOT_FOUND = "the server could not find the requested resource"
+_NOT_AN_API_SERVER_MARKERS = (
+    f"couldn't get current server API group list: {_GENERIC_NOT_FOUND}",
+    f"error validating data: {_GENERIC_NOT_FOUND}",
+    f"failed to download openapi: {_GENERIC_NOT_FOUND}",
+)
+
 
 # Regular expressions are kept as their source: `re` compiles each on first use and caches it, so that
 # `--help` compiles none.
