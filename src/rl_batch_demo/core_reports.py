@@ -414,6 +414,15 @@ def startup_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[s
         width,
         "  ",
     )
+    unstarted = sum(1 for row in rows if row.get("process_started_at") is None)
+    if unstarted and results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:  # the built-in reads /proc itself
+        lines += wrap_text(
+            f"process start: unknown for {unstarted} of {len(rows)} episode(s): their ready event carries no "
+            "process_started_at or kernel_booted_at, which a custom worker reports itself (docs/own-episodes.md), "
+            "so the rows from the process start show - and the kernel is unknown",
+            width,
+            "  ",
+        )
     return lines
 
 
