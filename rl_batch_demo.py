@@ -6295,6 +6295,7 @@ def say(message: str, stream: Any = None, whole: Optional[str] = None) -> None:
     the message ends with, is never broken (a command copied from two lines would run its first
     half): when the line does not fit, it starts a line of its own."""
     stream = sys.stdout if stream is None else stream
+    clear_progress(stream)
     text, width = printable(message, keep_newlines=True), terminal_width(stream)
     command = printable(whole) if whole is not None else None
     if command and width is not None and fit_lines(text, width) != text and text.endswith(command):
@@ -6305,20 +6306,34 @@ def say(message: str, stream: Any = None, whole: Optional[str] = None) -> None:
     stream.flush()
 
 
-def shell_lines(command: str, width: int) -> str:
-    """A shell command indented on lines of at most `width` columns, broken only between its
-    words with a backslash-newline (the shell joins them back), so it can be copied as shown; a
-    word wider than the line stays whole."""
+def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "") -> str:
+    """A shell command after `prefix` on lines of at most `width` columns, broken only between
+    its words with a backslash-newline (the shell joins them back), so it can be copied as shown;
+    a word wider than the line is cut the same way inside it, unless it is quoted. `comment`
+    ("# ...") ends the last line, or has a line of its own when it does not fit there."""
     try:
-        words = shlex.split(command)
+        words = [shlex.quote(word) for word in shlex.split(command)]
     except ValueError:  # not one a shell reads: shown whole
-        return "  " + command
-    lines, line = [], "  "
-    for word in map(shlex.quote, words):
+        words = [command]
+    lines, line = [], prefix
+    indent = " " * (len(prefix) + 4)
+    for word in words:
         if line.strip() and _display_width(f"{line} {word} \\") > width:
             lines.append(line + " \\")
-            line = "      "
-        line += ("" if not line.strip() else " ") + word
+            line = indent
+        line += ("" if line == prefix or not line.strip() else " ") + word
+        # An unquoted word too long for a line is cut with a backslash-newline inside it, which the
+        # shell removes (POSIX "Escape Character"), its rest at the start of the next line (an indent
+        # there would split the word); inside quotes it would not be removed, so those stay whole.
+        while _display_width(line) > width and not word.startswith(("'", '"')) and width > len(indent) + 2:
+            room = width - 1
+            lines.append(line[:room] + "\\")
+            line = line[room:]
+    if comment and _display_width(f"{line}  {comment}") > width:
+        lines.append(line)
+        line = " " * len(prefix) + comment
+    elif comment:
+        line += f"  {comment}"
     return "\n".join([*lines, line])
 
 
@@ -6337,10 +6352,21 @@ def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) 
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+def clear_progress(stream: Any) -> None:
+    """Before a message on `stream`: erase the progress line being rewritten there, if any, so the
+    message starts its own line instead of being glued to it (the next update draws it again)."""
+    shown = Progress.on_screen
+    if shown is not None and shown.dirty and shown.stream is stream:
+        stream.write("\r\033[K")
+        shown.dirty = False
+
+
 class Progress:
     """One rewriting line on a terminal; in a log (or under TERM=dumb or NO_COLOR), a line per
     change, at most one a second (so 1,000 pods do not print 3,000 lines) plus the final state;
     silent with --quiet. Each says the counts, the time elapsed and the time left to the deadline."""
+
+    on_screen: Optional[Progress] = None  # the line being rewritten on a terminal (one screen, one line)
 
     def __init__(
         self,
@@ -6378,6 +6404,7 @@ class Progress:
             columns = self.columns or terminal_width(self.stream, self.environ) or TERMINAL_COLUMNS_UNKNOWN
             # one column short of the width: a line filling the last column wraps on some terminals
             self.stream.write(f"\r\033[K{shorten(printable(line), max(columns - 1, 1))}")
+            Progress.on_screen = self
             self.stream.flush()
             self.dirty = True
             return
@@ -6633,10 +6660,18 @@ class Kubectl:
         self.calls.append(record)
         return record
 
-    def note(self, message: str) -> None:
-        """A line on stderr that only -v shows (a retry, a call)."""
+    def note(self, message: str, command: Optional[str] = None, comment: str = "") -> None:
+        """A line on stderr that only -v shows (a retry; a call: `command` and its `comment`),
+        wrapped to a terminal's width (a command broken between its words, as a shell reads it)."""
         if self.verbose:
-            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            width = terminal_width(sys.stderr)
+            text = printable(message) if command is None else printable(f"{message}{command}  {comment}")
+            if width is not None and command is not None and _display_width(text) > width:
+                text = shell_lines(printable(command), width, printable(message), printable(comment))
+            elif width is not None:
+                text = fit_lines(text, width)
+            clear_progress(sys.stderr)
+            sys.stderr.write(text + "\n")  # one write: calls end in several threads
             sys.stderr.flush()
 
     def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
@@ -6645,7 +6680,7 @@ class Kubectl:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
         else:
             ending = f"exit {record.get('exit')}"
-        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+        self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
 
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)

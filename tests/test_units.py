@@ -653,6 +653,20 @@ class ProgressTest(unittest.TestCase):
         )
         self.assertTrue(wide.getvalue().endswith("268 s left; agc-rl-3837462f437d/rollout"), wide.getvalue())
 
+    def test_a_message_erases_the_progress_line_instead_of_being_glued_to_it(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=120)
+        progress.update("ns/rollout", 2.0, {"created": 1}, 10.0)
+        demo.say("warning: something", stream)
+        demo.say("and again", stream)  # the line is already erased: nothing more to erase
+        progress.update("ns/rollout", 2.0, {"created": 2}, 10.0)  # drawn again, on a line of its own
+        self.assertEqual(
+            stream.getvalue(),
+            "\r\033[K1 created, 0 running, 0 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout"
+            "\r\033[Kwarning: something\nand again\n"
+            "\r\033[K2 created, 0 running, 0 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout",
+        )
+
     def test_a_log_keeps_the_whole_line_whatever_its_width(self) -> None:
         stream = FakeStream(tty=False)
         progress = demo.Progress(enabled=True, stream=stream, environ={**self.TERMINAL, "COLUMNS": "40"})

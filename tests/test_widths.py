@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
@@ -147,13 +148,13 @@ def shown_lines(text: str) -> List[str]:
 
 
 class RunWidthTest(CallPlanTestCase):
-    def run_on(self, tty: bool, columns: str) -> Result:
+    def run_on(self, tty: bool, columns: str, *argv: str) -> Result:
         self.fresh_stub()
         self.expect(*RunPlan(Batch(count=2)).run())
         out, err = Terminal(tty), Terminal(tty)
         environment = unittest.mock.patch.dict(os.environ, {"TERM": "xterm-256color", "COLUMNS": columns})
         with environment, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = demo.main(["run", "--count", "2", "--output", str(self.out())])
+            code = demo.main(["run", "--count", "2", "--output", str(self.out()), *argv])
         self.verify_plan()
         result = Result(code, out.getvalue(), err.getvalue())
         self.assertEqual(code, 0, result)
@@ -174,6 +175,30 @@ class RunWidthTest(CallPlanTestCase):
                 self.assertEqual(
                     shlex.split(command), ["python3", "rl_batch_demo.py", "cleanup", "--output", str(self.out())]
                 )
+
+    def test_each_verbose_call_fits_and_reads_back_as_its_command(self) -> None:
+        result = self.run_on(True, "60", "-v")
+        lines = shown_lines(result.stderr)
+        for line in lines:
+            self.assertLessEqual(cells(line), 60, line)
+        # each call read back as a shell reads it: backslash-newlines removed, then split into words
+        blocks, block = [], []
+        for number, line in enumerate(lines):
+            if line.startswith("+ ") or block:
+                block.append(line)
+                if not line.endswith("\\"):
+                    joined = "\n".join(block).replace("\\\n", "")
+                    if "  # " not in joined:  # the comment did not fit: it has a line of its own
+                        joined += lines[number + 1]
+                    blocks.append(joined)
+                    block = []
+        shown = []
+        for text in blocks:
+            command, comment = text[2:].split("  # ")
+            self.assertRegex(comment.strip(), r"^exit -?\d+, \d+\.\d{3} s$", text)  # -15: a watch it ended
+            shown.append(shlex.split(command))
+        recorded = json.loads((self.out() / "kubectl-calls.json").read_text())
+        self.assertEqual(sorted(words[1:] for words in shown), sorted(call["argv"] for call in recorded))
 
     def test_a_log_keeps_full_lines_whatever_columns_says(self) -> None:
         result = self.run_on(False, "60")
