@@ -10623,6 +10623,11 @@ class CommandLineParser(argparse.ArgumentParser):
         self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
         self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
+    def format_help(self) -> str:
+        """argparse's help, each line then fitted to a terminal's width: argparse wraps the flags'
+        help, not the description and the exit codes written out as they are (--help goes to stdout)."""
+        return fit_lines(super().format_help().rstrip("\n"), terminal_width(sys.stdout)) + "\n"
+
     def error(self, message: str) -> NoReturn:
         line = f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)"
         self.exit(EXIT_USAGE, fit_lines(line, terminal_width(sys.stderr)) + "\n")

@@ -131,6 +131,26 @@ class OtherTablesWidthTest(unittest.TestCase):
                         self.assertRegex(text, "[\u4e00-\u9fff]")
 
 
+class HelpWidthTest(unittest.TestCase):
+    @staticmethod
+    def help_text(command: List[str], stream: io.StringIO, columns: int) -> str:
+        environment = unittest.mock.patch.dict(os.environ, {"COLUMNS": str(columns)})
+        with environment, contextlib.redirect_stdout(stream), contextlib.suppress(SystemExit):
+            demo.main([*command, "--help"])
+        return stream.getvalue()
+
+    def test_every_help_fits_a_terminal_and_a_pipe_keeps_argparse_s_lines(self) -> None:
+        for command in ([], ["run"], ["check"], ["compare"], ["reproduce"], ["cleanup"]):
+            for width in WIDTHS:
+                with self.subTest(command=command, width=width):
+                    text = self.help_text(command, Terminal(True), width)
+                    self.assertIn("usage:", text)
+                    for line in text.splitlines():
+                        self.assertLessEqual(cells(line), width, line)
+        piped = self.help_text(["run"], io.StringIO(), 60)
+        self.assertIn("Create a namespace, a ConfigMap with the episode worker and a Job of N episodes; wait", piped)
+
+
 class Terminal(io.StringIO):
     """A stream that says whether it is a terminal: only isatty differs."""
 
