@@ -347,7 +347,7 @@ class RunTest(RunPlanTestCase):
         calls[6] = dataclasses.replace(pod_watch, chunks=(*pod_watch.chunks[:-2], *finals))
         self.expect(*calls)
         result = self.run_ok("run", "--count", "2", "--output", str(self.out()))
-        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout (")][-1]
+        last = [line for line in result.stderr.splitlines() if line.endswith(f" left; {NAMESPACE}/rollout")][-1]
         self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", last)
 
     def test_runtime_none(self) -> None:
