@@ -363,7 +363,8 @@ SCHEDULED_BY_CONDITION = (
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
 SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
 TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
-TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit its width, below this only if it must
+TABLE_COLUMN_NARROWEST = 4  # never below this: two wide characters, or one and its closing mark
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
 SIMULATED_RUNTIME = "rl-batch-demo-simulation"
@@ -5353,7 +5354,10 @@ def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None
     natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
     widths = list(natural)
     words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
-    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+    # no name broken, if possible; then columns of TABLE_COLUMN_MIN; then, on a terminal too narrow
+    # even for that (many runs side by side), as narrow as a wide character and its mark
+    narrowest = [TABLE_COLUMN_NARROWEST] * len(widths)
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths), narrowest):
         floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
         while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
             widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])

@@ -121,7 +121,8 @@ class OtherTablesWidthTest(unittest.TestCase):
 
     def test_the_guide_table_fits_in_english_and_chinese(self) -> None:
         for lang in ("en", "zh"):
-            table = demo.guide_table([("10 in parallel", synthetic_results())], lang, reference=True)
+            runs = [(name, synthetic_results()) for name in ("parallel", "sequential", "warm")]
+            table = demo.guide_table(runs, lang, reference=True)  # seven columns, as reproduce's
             for width in WIDTHS:
                 with self.subTest(lang=lang, width=width):
                     text = demo.render_guide_table(table, "text", width)

@@ -305,7 +305,8 @@ SCHEDULED_BY_CONDITION = (
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
 SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
 TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
-TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit its width, below this only if it must
+TABLE_COLUMN_NARROWEST = 4  # never below this: two wide characters, or one and its closing mark
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
 SIMULATED_RUNTIME = "rl-batch-demo-simulation"

@@ -35,6 +35,7 @@ from .constants import (
     STAMP_CLOCKS,
     SUMMARY_WIDTH,
     TABLE_COLUMN_MIN,
+    TABLE_COLUMN_NARROWEST,
     THRESHOLD_METRICS,
     TIMELINE_BARS,
     TIMELINE_DETAIL_BARS,
@@ -658,7 +659,10 @@ def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None
     natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
     widths = list(natural)
     words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
-    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+    # no name broken, if possible; then columns of TABLE_COLUMN_MIN; then, on a terminal too narrow
+    # even for that (many runs side by side), as narrow as a wide character and its mark
+    narrowest = [TABLE_COLUMN_NARROWEST] * len(widths)
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths), narrowest):
         floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
         while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
             widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
