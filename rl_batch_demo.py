@@ -422,8 +422,10 @@ SCHEDULED_BY_CONDITION = (
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
-SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
-TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
+TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit its width, below this only if it must
+TABLE_COLUMN_NARROWEST = 4  # never below this: two wide characters, or one and its closing mark
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
 SIMULATED_RUNTIME = "rl-batch-demo-simulation"
@@ -433,12 +435,12 @@ COMPARE_FIGURES = (
     ("episodes", "episodes"),
     ("parallelism", "parallelism"),
     ("rounds", "rounds"),
-    ("batch_to_all_ready_seconds", "all ready (s)"),
-    ("batch_to_all_rewards_seconds", "all rewards (s)"),
-    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
-    ("client_job_complete_seconds", "client saw Complete (s)"),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
+    ("batch_to_all_ready_seconds", "all ready"),
+    ("batch_to_all_rewards_seconds", "all rewards"),
+    ("batch_to_all_finished_seconds", "all finished (cluster)"),
+    ("client_job_complete_seconds", "client saw Complete"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95"),
 )
 
 TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key
@@ -572,6 +574,20 @@ _UNREACHABLE_MESSAGES = (
     r'^error: error validating "[^"]*": error validating data: (?:failed to download openapi: )?Get "(?P<url>[^"]+)": '
     r"(?P<reason>.+); if you choose to ignore these errors, turn validation off with --validate=false$",
     r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
+)
+
+# kubectl's words when an HTTP server answered, but 404 to the paths every Kubernetes API server
+# serves: a proxy, or another web server at the context's URL. client-go's generic NotFound (a 404
+# without a metav1.Status body: "the server could not find the requested resource",
+# k8s.io/apimachinery pkg/api/errors NewGenericServerResponse) for the discovery of /api and /apis
+# (client-go discovery/cached/memory memcache.go), for the OpenAPI document `create -f -` validates
+# against, and for /version (`kubectl version`). Seen with the real kubectl 1.32 against
+# tests/recordingserver.py answering every path 404 (tests/test_kubectl_contract.py).
+_GENERIC_NOT_FOUND = "the server could not find the requested resource"
+_NOT_AN_API_SERVER_MARKERS = (
+    f"couldn't get current server API group list: {_GENERIC_NOT_FOUND}",
+    f"error validating data: {_GENERIC_NOT_FOUND}",
+    f"failed to download openapi: {_GENERIC_NOT_FOUND}",
 )
 
 
@@ -718,6 +734,28 @@ def unreachable_message(server: Optional[str], context: Optional[str], reason: s
     return f"cannot reach {where}{named} ({reason}); check the network/VPN and that the cluster runs, or `{probe}`"
 
 
+def not_an_api_server(argv: Sequence[str], stderr: str) -> bool:
+    """Whether kubectl's stderr says that the server answered, but not as a Kubernetes API server:
+    404 to API discovery or to the OpenAPI document (_NOT_AN_API_SERVER_MARKERS), or to /version
+    (`kubectl version`), which every API server serves."""
+    if any(marker in stderr for marker in _NOT_AN_API_SERVER_MARKERS):
+        return True
+    version = "version" in argv[1:] and not any(arg in ("get", "create", "logs") for arg in argv[1:])
+    return version and kubectl_message(stderr) == f"Error from server (NotFound): {_GENERIC_NOT_FOUND}"
+
+
+def not_an_api_server_message(server: Optional[str], context: Optional[str]) -> str:
+    """One line for a URL that answers HTTP but is no Kubernetes API server."""
+    where = f"the server {server}" if server else "the context's server"
+    named = f" of context {context}" if context else ""
+    probe = shlex.join(["kubectl", *(["--context", context] if context else []), "cluster-info"])
+    return (
+        f"{where}{named} answers, but not as a Kubernetes API server (404 Not Found for the API's own paths, "
+        f"such as /version and /api: an HTTP proxy or another web server at that URL?); check the server URL "
+        f"and port of the context's cluster in the kubeconfig, and any proxy settings (HTTPS_PROXY), or `{probe}`"
+    )
+
+
 class KubectlFailure(DemoError):
     """kubectl ran and exited non-zero. When no answer came from the API server, the message says
     so in one line naming the server (`server`, else the host kubectl names) and the context."""
@@ -730,10 +768,14 @@ class KubectlFailure(DemoError):
         self.first_line = kubectl_message(stderr)
         self.command = shlex.join(["kubectl", *argv[1:]])
         unreachable = unreachable_reason(self.first_line)
-        self.unreachable = unreachable is not None
+        foreign = unreachable is None and not_an_api_server(argv, stderr)
+        # either way no call can succeed: the caller stops at the first, with this one line
+        self.unreachable = unreachable is not None or foreign
+        context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
         if unreachable is not None:
-            context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
             message = unreachable_message(server or unreachable[0], context, unreachable[1])
+        elif foreign:
+            message = not_an_api_server_message(server, context)
         else:
             message = f"`{self.command}` failed (exit {returncode}): {self.first_line}"
         super().__init__(message, EXIT_CLUSTER)
@@ -1385,8 +1427,11 @@ class ReproduceReport(_ReproduceReport, total=False):
 class ComparisonRow(TypedDict):  # compare --format json's figures
     figure: str
     label: str
-    values: List[Optional[float]]
+    values: List[Optional[float]]  # as each results.json holds it
     ratios: List[Optional[float]]
+    texts: List[str]  # each value as the table shows it: as precise as its clocks
+    clock: Optional[str]  # the clocks it comes from (clocks_text); None for a count or a kubelet mean
+    resolution_seconds: Optional[float]  # the coarser clock's resolution; None for a count or a kubelet mean
 
 
 class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
@@ -1400,6 +1445,7 @@ class JUnitCase(TypedDict):
     classname: str
     name: str
     time: float
+    whole_seconds: bool  # `time` is between two whole-second stamps (or none): written without decimals
     outcome: str  # "passed", "failure", "error" or "skipped"
     message: str
     text: str
@@ -1409,6 +1455,7 @@ class JUnitSuite(TypedDict):
     round: Optional[int]
     job: Optional[str]
     time: float
+    whole_seconds: bool  # as JUnitCase's
     cases: List[JUnitCase]
 
 
@@ -2002,6 +2049,90 @@ def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
     return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
 
 
+# Pure core: figures as precise as their clocks ################################
+# A duration's text by the clocks of its two ends (FIGURE_CLOCKS, CLOCK_RESOLUTION): the summary,
+# compare, the CI reports and the budgets' messages all say a figure this way. Uses the constants.
+
+
+def _number(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _seconds(value: Optional[float]) -> str:
+    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
+    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
+    if value is None:
+        return "-"
+    if abs(value) < 0.9995:
+        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
+    return f"{_number(value, 2)} s"
+
+
+Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
+
+
+def _resolution(clocks: Clocks) -> float:
+    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
+
+
+def clocked_text(value: Optional[float], clocks: Clocks) -> str:
+    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
+    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
+    if value is None:
+        return "-"
+    resolution = _resolution(clocks)
+    if resolution >= 1:
+        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
+        return f"{_number(value, 0 if whole else 1)} s"
+    if resolution >= 0.01:
+        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
+    return _seconds(value)
+
+
+def figure_text(value: Optional[float], figure: str) -> str:
+    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
+    return clocked_text(value, FIGURE_CLOCKS[figure])
+
+
+def _exact_duration(seconds: float) -> str:
+    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
+
+
+def clocks_text(clocks: Clocks) -> str:
+    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks
+    if start == end:
+        resolution = CLOCK_RESOLUTION[start]
+        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+    coarse = _resolution(clocks)
+    named = [
+        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        for clock in (start, end)
+    ]
+    return "mixed: " + " + ".join(named)
+
+
+def clock_text(figure: str) -> str:
+    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
+    return clocks_text(FIGURE_CLOCKS[figure])
+
+
+def below_resolution_text(values: Sequence[Optional[float]], clocks: Clocks) -> Optional[str]:
+    """What a row says when every value it has is below its clocks' resolution (a second, or a
+    10 ms tick), where the digits carry no information and a negative one only misleads:
+    "< 1 s (1 s clock)"; None when a value is not, or the clocks are fine."""
+    resolution = _resolution(clocks)
+    known = [value for value in values if value is not None]
+    if resolution < 0.01 or not known or any(abs(value) >= resolution for value in known):
+        return None
+    return f"< {_exact_duration(resolution)} ({_exact_duration(resolution)} clock)"
+
+
 # Begin src/rl_batch_demo/core_cluster.py ######################################
 # Pure core: what the cluster reports ##########################################
 # Conditions, pod failures, indexes and sightings, read out of the API server's objects. Uses
@@ -2247,10 +2378,27 @@ def _phase_failure(pod: KubeObject) -> str:
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
 
 
-def pod_failure(pod: KubeObject) -> Tuple[int, str]:
+def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
+    """Whether a pod's deletion was asked for no earlier than the second the Job failed (both
+    whole-second stamps of the API server); False when either is unknown."""
+    try:
+        failed = [_condition_time(job, kind) for kind in FAILURE_CONDITIONS]
+        deleted = optional_timestamp(metadata.get("deletionTimestamp"))
+        grace = finite_number(metadata.get("deletionGracePeriodSeconds")) or 0.0
+        known = [at for at in failed if at is not None]
+    except (TypeError, ValueError):
+        return False
+    return deleted is not None and bool(known) and deleted - grace >= min(known)
+
+
+def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
-    deletes the others); (3, "") for a pod that broke none of them."""
+    deletes the others); (3, "") for a pod that broke none of them. `job`, the Job as last read:
+    a pod whose deletion was asked for (deletionTimestamp less deletionGracePeriodSeconds) once
+    the Job had failed, without a DisruptionTarget condition, was deleted by the job controller
+    with the Job's other active pods (job_controller.go, deleteActivePods), and its rule says so,
+    with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
@@ -2264,6 +2412,11 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         ]
         detail = f"; {disruption[0]}" if disruption else ""
+        if not disruption and job is not None and _deleted_after_the_job_failed(metadata, job):
+            return 2, (
+                f"the pod was deleted mid-run by the job controller because the Job failed "
+                f"({failed_condition_text(job)}; deletionTimestamp {deleted})"
+            )
         return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
     return 3, ""
 
@@ -2413,10 +2566,12 @@ def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job
     ]
 
 
-def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
-    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
-    too used up --infra-retries; one that failed otherwise says which attempt it was."""
-    rank, rule = pod_failure(pod)
+def episode_failure(
+    pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int, job: Optional[KubeObject] = None
+) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts (and of the Job, `job`): a last attempt that the
+    infrastructure lost too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod, job)
     if rule and infra_retries and infra_loss(pod):
         causes = "; ".join(attempt["cause"] for attempt in lost)
         rule = (
@@ -3415,12 +3570,13 @@ def check_pod_set(
     inspect: str,
     lost: Optional[Mapping[str, List[LostAttempt]]] = None,
     infra_retries: int = 0,
+    job: Optional[KubeObject] = None,
 ) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
-    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    each episode's last attempt, `lost` the attempts before (episode_attempts); `job` the Job."""
     lost = lost or {}
     broken = [
-        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries, job), pod["metadata"]["name"])
         for pod in pods
     ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -4007,6 +4163,20 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
+def episode_inspect_hint(round_dir: Path, name: str, log: Optional[PodLog], log_error: Optional[str]) -> str:
+    """What an episode's failure tells the user to inspect: its <pod>.log only where one was
+    saved (the reader writes the file with the pod's first line), else why there is none."""
+    if log is not None and (log.lines or log.saved_bytes or log.dropped_bytes):
+        return f"{round_dir}/{name}.log and pods.json"
+    if log is not None:
+        why = f"{name} printed nothing, so no {name}.log was saved"
+    elif log_error and log_error != "not read":
+        why = f"its log could not be read ({log_error})"
+    else:
+        why = "its log was not read: its termination message carried its events"
+    return f"{round_dir}/pods.json and events.txt ({why})"
+
+
 def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
@@ -4017,7 +4187,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(pods, collected.count, inspect, lost, retries)
+        check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
@@ -4029,12 +4199,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
-        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        pod_inspect = episode_inspect_hint(
+            collected.round_dir, name, collected.logs.get(name), collected.log_errors.get(name)
+        )
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
             rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
@@ -4327,7 +4499,7 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
         if value is None:  # a budget is never met by a figure nobody measured
             breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
         elif value > limit:
-            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+            breaches.append(f"{metric} = {figure_text(value, metric)} > {limit:g} s")  # as precise as its clocks
     return breaches
 
 
@@ -4506,7 +4678,7 @@ def episode_room(
         f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
         f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
         f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
     )
@@ -4542,10 +4714,14 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    parallelism: Optional[int] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room).
+    The capacity is planned as `run` runs the batch: `parallelism` episodes at once (the
+    default: all `count`), or with --parallelism auto (`capacity` in `check`) as many as there
+    is room for, which needs room for one."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(
@@ -4596,8 +4772,21 @@ def preflight_findings(
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
+            chosen = runtimeclass.value if runtimeclass else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
+                    room, room_text = episode_room(chosen, nodes.value, running)
+                    fits = room >= 1
+                    text = (
+                        f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
+                        if fits
+                        else f"--parallelism auto: not even one episode fits now; {room_text}"
+                    )
+                else:
+                    at_once = count if parallelism is None else min(parallelism, count)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    if at_once < count:
+                        text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:
@@ -4860,6 +5049,33 @@ def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     return lines
 
 
+def fit_lines(text: str, width: Optional[int]) -> str:
+    """`text` with each line wrapped to `width` terminal columns (wrap_text; a continuation
+    indented two more than its line), for a terminal that would otherwise break it anywhere;
+    `width` None (not a terminal: a CI log, a file): unchanged, full lines."""
+    if width is None:
+        return text
+    fitted = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        fitted += wrap_text(line, width, indent + "  ") if _display_width(line) > width else [line]
+    return "\n".join(fitted)
+
+
+def shorten(text: str, width: int, mark: str = "...") -> str:
+    """`text` cut at its tail to `width` terminal columns (CJK characters count two), `mark`
+    where it was cut; whole when it fits."""
+    if _display_width(text) <= width:
+        return text
+    kept, used = "", _display_width(mark)
+    for character in text:
+        used += _display_width(character)
+        if used > width:
+            break
+        kept += character
+    return (kept + mark)[: max(width, 0)] if width < len(mark) else kept + mark
+
+
 def _longest_piece(text: str) -> int:
     """The narrowest a column holding `text` can be without breaking a name inside its parts."""
     return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
@@ -4873,100 +5089,104 @@ def markdown_literal(text: str) -> str:
     return f"{fence}text\n{printable(text)}\n{fence}\n"
 
 
-def _number(value: float, decimals: int) -> str:
-    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
-    text = f"{value:.{decimals}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
+TableRow = Tuple[List[str], Optional[str]]  # a row's cells, or its first cell and one spanning every value column
 
 
-def _seconds(value: Optional[float]) -> str:
-    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
-    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
-    if value is None:
-        return "-"
-    if abs(value) < 0.9995:
-        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
-    return f"{_number(value, 2)} s"
+def _lay_out(
+    rows: Sequence[TableRow], widths: List[int], right: Sequence[bool], gaps: Sequence[int], values: range
+) -> List[str]:
+    """Rows as lines: each cell wrapped within its column's width (wrap_text, so a row may take
+    several lines and no line breaks inside another cell), left or right aligned, `gaps[i]`
+    spaces before column i; a spanning row's text right-aligned across the `values` columns."""
+    out = []
+    for given, span in rows:
+        cells, layout, aligned, spacing = list(given), list(widths), list(right), list(gaps)
+        if span is not None:  # one cell across the value columns, right-aligned
+            across = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+            cells = [given[0], span, *given[values.stop :]]
+            layout = [widths[0], across, *widths[values.stop :]]
+            aligned = [right[0], True, *right[values.stop :]]
+            spacing = [gaps[0], gaps[values.start], *gaps[values.stop :]]
+        parts = [wrap_text(cell, column) for cell, column in zip(cells, layout)]
+        for index in range(max(len(part) for part in parts)):
+            line = ""
+            for part, column, to_right, gap in zip(parts, layout, aligned, spacing):
+                text = part[index] if index < len(part) else ""
+                pad = " " * max(column - _display_width(text), 0)
+                line += " " * gap + (pad + text if to_right else text + pad)
+            out.append(line.rstrip())
+    return out
 
 
-Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
-
-
-def _resolution(clocks: Clocks) -> float:
-    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
-
-
-def clocked_text(value: Optional[float], clocks: Clocks) -> str:
-    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
-    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
-    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
-    if value is None:
-        return "-"
-    resolution = _resolution(clocks)
-    if resolution >= 1:
-        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
-        return f"{_number(value, 0 if whole else 1)} s"
-    if resolution >= 0.01:
-        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
-    return _seconds(value)
-
-
-def figure_text(value: Optional[float], figure: str) -> str:
-    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
-    return clocked_text(value, FIGURE_CLOCKS[figure])
-
-
-def _exact_duration(seconds: float) -> str:
-    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
-    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
-
-
-def clocks_text(clocks: Clocks) -> str:
-    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
-    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
-    start, end, _ = clocks
-    if start == end:
-        resolution = CLOCK_RESOLUTION[start]
-        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
-    coarse = _resolution(clocks)
-    named = [
-        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
-        for clock in (start, end)
-    ]
-    return "mixed: " + " + ".join(named)
-
-
-def clock_text(figure: str) -> str:
-    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
-    return clocks_text(FIGURE_CLOCKS[figure])
+def _fit_columns(widths: List[int], floors: Sequence[int], gaps: Sequence[int], width: int) -> List[int]:
+    """Column widths narrowed, the widest first and none below its floor, until a line fits `width`."""
+    widths = list(widths)
+    while sum(widths) + sum(gaps) > width:
+        narrowable = [i for i in range(len(widths)) if widths[i] > floors[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable, key=lambda i: widths[i])] -= 1
+    return widths
 
 
 def _figure_table(
     header: Sequence[str],
     rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]],
     sources: Optional[Sequence[str]] = None,
+    width: Optional[int] = None,
 ) -> List[str]:
     """Lines of figures: a label, each value formatted by its clocks, who measured it (`sources`,
-    when given: FIGURE_SOURCES), then its clocks; a row with a negative value is marked "*", and a
-    note under the table says why it can be."""
-    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
-    width = max(len(line[0]) for line in [list(header), *cells]) + 1
-    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
-    by = [f"  {source:<{max(len(s) for s in [*sources, 'by'])}}" for source in ["by", *sources]] if sources else []
-    lines = [
-        "".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), *by[:1], "  clock"])
-    ]
+    when given: FIGURE_SOURCES), then its clocks; a row whose values are all below its clocks'
+    resolution says so across its value columns (below_resolution_text); a row with a negative
+    value is marked "*", and a note under the table says why it can be. `width`: the terminal's
+    columns, which the label and clock columns are narrowed and wrapped to fit (values never
+    break); None: natural widths, notes wrapped at SUMMARY_WIDTH."""
+    count = len(header) - 1
+    table: List[TableRow] = [([*header[:1], *header[1:], *(["by"] if sources else []), "clock"], None)]
     notes: List[str] = []
-    for number, ((label, clocks, _), line) in enumerate(zip(rows, cells)):
-        negative = any(text.startswith("-") and text != "-" for text in line[1:])
-        lines.append(
-            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
-            + (by[number + 1] if by else "")
-            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
-        )
+    for number, (label, clocks, values) in enumerate(rows):
+        texts = [clocked_text(value, clocks) for value in values]
+        span = below_resolution_text(values, clocks)
+        negative = span is None and any(text.startswith("-") and text != "-" for text in texts)
+        by = [sources[number]] if sources else []
+        table.append(([label, *texts, *by, clocks_text(clocks) + (" *" if negative else "")], span))
         if negative:
             why = clocks[2] or "its clock cannot give a negative value: results.json was changed"
-            notes += wrap_text(f"* {label}: negative because {why}", SUMMARY_WIDTH, "  ")
+            notes += wrap_text(f"* {label}: negative because {why}", width or SUMMARY_WIDTH, "  ")
+    values = range(1, 1 + count)
+    columns = len(table[0][0])
+    natural = [max(_display_width(cells[i]) for cells, span in table if span is None) for i in range(columns)]
+    right = [i in values for i in range(columns)]
+    # the layout of old: labels one wider than the longest, each value in its width plus two
+    widths = [natural[0] + 1, *(natural[i] + 2 for i in values), *natural[values.stop :]]
+    gaps = [0] * (1 + count) + [2] * (columns - 1 - count)
+    fitted = width is not None and sum(widths) + sum(gaps) > width
+    if fitted:  # a terminal too narrow: two spaces between columns, the words then the names broken
+        widths, gaps = list(natural), [0] + [2] * (columns - 1)
+    room = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+    # "< 1 s (1 s clock)" where the value columns hold it, else "< 1 s" (the clock column says the rest)
+    table = [
+        (cells, span if span is None or _display_width(span) <= room else span.split(" (")[0]) for cells, span in table
+    ]
+    spans = [_display_width(span) for _, span in table if span is not None]
+    widths[values.stop - 1] += max(max(spans, default=0) - room, 0)  # a spanning text widens the last value
+    if not fitted or width is None:
+        return _lay_out(table, widths, right, gaps, values) + notes
+    # A terminal too narrow: the label and the clock narrowed, each to its longest word
+    words = [max(_longest_piece(cells[i]) for cells, _ in table) for i in range(columns)]
+    narrow = {0, columns - 1}  # values and sources stay whole
+    floors = [min(words[i], widths[i]) if i in narrow else widths[i] for i in range(columns)]
+    beside = _fit_columns(widths, floors, gaps, width)
+    if sum(beside) + sum(gaps) <= width:
+        return _lay_out(table, beside, right, gaps, values) + notes
+    # Still too narrow: each row's clock goes on a line of its own under it, and only the label narrows
+    grid = [(cells[:-1], span) for cells, span in table]
+    widths, gaps, right = widths[:-1], gaps[:-1], right[:-1]
+    for limit in (words[0], TABLE_COLUMN_MIN):
+        widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+    lines = _lay_out(grid[:1], widths, right, gaps, values)
+    for (cells, _), row in zip(table[1:], grid[1:]):
+        lines += _lay_out([row], widths, right, gaps, values) + wrap_text(f"  clock: {cells[-1]}", width, "    ")
     return lines + notes
 
 
@@ -4994,10 +5214,15 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     return text
 
 
-def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+def render_summary(
+    results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = (), width: Optional[int] = None
+) -> str:
     """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
     mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
-    values; where the files are (`files`: what, path); the verdict last."""
+    values; where the files are (`files`: what, path); the verdict last. `width`: a terminal's
+    columns, which every line fits (the tables narrowed by column, the rest wrapped at spaces);
+    None (a log, a file): full lines, notes wrapped at SUMMARY_WIDTH."""
+    wrap = width or SUMMARY_WIDTH
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -5012,7 +5237,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
         )
     for note in results.get("notes") or []:
-        lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
+        lines += wrap_text(f"note: {note}", wrap, "  ")
     queued_for, client_queued_for = (json_number(results.get(key)) for key in QUEUE_FIGURES)
     if client_queued_for is not None or (queued_for or 0) > 0:
         api_wait = "unknown" if queued_for is None else f"{queued_for:.0f} s"
@@ -5032,6 +5257,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         ["batch figure", "value"],
         [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
         [FIGURE_SOURCES[key] for _, key in batch],
+        width,
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
@@ -5045,10 +5271,10 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             clocks = SCHEDULED_BY_CONDITION
         rows.append((PHASE_LABELS[phase], clocks, values))
     header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
-    lines += ["", *_figure_table(header, rows)]
-    lines += startup_source_lines(results)
-    lines += output_source_lines(results)
-    lines += runtime_operation_lines(results.get("runtime_operations"))
+    lines += ["", *_figure_table(header, rows, width=width)]
+    lines += startup_source_lines(results, wrap)
+    lines += output_source_lines(results, wrap)
+    lines += runtime_operation_lines(results.get("runtime_operations"), width)
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     if results.get("image_pinned"):
@@ -5060,41 +5286,55 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     if files:
         lines += ["", *(f"{what}: {path}" for what, path in files)]
     lines.append(verdict_line(results, breaches))
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines), width) + "\n"
 
 
-def startup_source_lines(results: Results) -> List[str]:
-    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
+def startup_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
+    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel;
+    wrapped to `width` columns."""
     rows = results.get("pods") or []
     lines = [""]
     cache = results.get("image_cache")
     if cache:
         pulls = [seconds for row in rows if (seconds := row["image_pull"]["seconds"]) is not None]
         pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
-        lines.append(
+        lines += wrap_text(
             f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
-            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}"
+            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}",
+            width,
+            "  ",
         )
     sources = [row.get("scheduled_source") for row in rows]
     kernels = [row.get("kernel") for row in rows]
-    lines.append(
+    lines += wrap_text(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)",
+        width,
+        "  ",
     )
     disagree = sum(1 for row in rows if row.get("clock_note"))
     lines += wrap_text(
         f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
         f"the pod, or restored from a snapshot), {kernels.count(None)} unknown"
         + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
-        SUMMARY_WIDTH,
+        width,
         "  ",
     )
+    unstarted = sum(1 for row in rows if row.get("process_started_at") is None)
+    if unstarted and results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:  # the built-in reads /proc itself
+        lines += wrap_text(
+            f"process start: unknown for {unstarted} of {len(rows)} episode(s): their ready event carries no "
+            "process_started_at or kernel_booted_at, which a custom worker reports itself (docs/own-episodes.md), "
+            "so the rows from the process start show - and the kernel is unknown",
+            width,
+            "  ",
+        )
     return lines
 
 
-def output_source_lines(results: Results) -> List[str]:
+def output_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
     """How the episodes' output was read, when not all plainly: pods without a termination
-    message, episodes read with a note, pod output that was not saved."""
+    message, episodes read with a note, pod output that was not saved; wrapped to `width`."""
     missing = results.get("pods_without_termination_message", 0)
     noted = sum(1 for row in results.get("pods") or [] if row.get("log_notes"))
     not_saved = results.get("log_bytes_not_saved", 0)
@@ -5103,14 +5343,14 @@ def output_source_lines(results: Results) -> List[str]:
         lines += wrap_text(
             f"episode output: {missing} pod(s) succeeded without a termination message (their logs alone carried "
             f"their events), {noted} episode(s) read with a note (pods[].log_notes in results.json)",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     if not_saved:
         lines += wrap_text(
             f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
             f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     return lines
@@ -5123,35 +5363,60 @@ def _bucket_text(bucket: Any) -> str:
     return f"({_exact_duration(lower)}, {_exact_duration(upper) if upper is not None else '+Inf'}]"
 
 
-def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
+def runtime_operation_lines(operations: Optional[RuntimeOperations], width: Optional[int] = None) -> List[str]:
     """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
-    quantile with the bucket it lies in; an interpolated value is never more precise than that."""
+    quantile with the bucket it lies in; an interpolated value is never more precise than that.
+    `width`: a terminal's columns, which the table fits by narrowing and wrapping its label and
+    bucket columns; None: the natural layout."""
     if not operations:
         return []
-    lines = [
-        "",
-        f"{'runtime operation (kubelet)':<44}"
-        f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
-    ]
+    header = ["runtime operation (kubelet)", "count", "mean", "p50 ~", "p50 bucket", "p95 ~", "p95 bucket"]
+    table: List[List[str]] = [header]
     pooled = operations.get("pooled") or {}
     crosscheck = operations.get("sandbox_crosscheck")
     handler = f"{HANDLER_SANDBOX} {operations.get('handler') or '(default)'} (cross-check)"
     rows = [(operation, pooled.get(operation)) for operation, *_ in KUBELET_OPERATIONS]
     for label, figures in [*rows, (handler, crosscheck["handler_figures"] if crosscheck else None)]:
         if not figures:
-            lines.append(f"{label:<44}{'-':>7}")
+            table.append([label, "-", "", "", "", "", ""])
             continue
-        lines.append(
-            f"{label:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
-            f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
-            f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
+        table.append(
+            [
+                label,
+                str(figures["count"]),
+                _seconds(figures["mean_seconds"]),
+                _seconds(figures["p50_seconds"]),
+                _bucket_text(figures["p50_bucket"]),
+                _seconds(figures["p95_seconds"]),
+                _bucket_text(figures["p95_bucket"]),
+            ]
         )
+    right = [False, True, True, True, False, True, False]
+    widths, gaps = [44, 7, 11, 11, 20, 10, 0], [0, 0, 0, 0, 2, 0, 2]  # the natural layout
+    widths[-1] = max(_display_width(line[-1]) for line in table)
+    lines = [""]
+    if width is None or sum(widths) + sum(gaps) <= width:
+        lines += _lay_out([(line, None) for line in table], widths, right, gaps, range(1, 2))
+    else:  # a terminal too narrow: the buckets on a line under each row, the operation's name narrowed
+        grid = [[line[0], line[1], line[2], line[3], line[5]] for line in table]
+        widths = [max(_display_width(line[i]) for line in grid) for i in range(5)]
+        gaps, right = [0, 2, 2, 2, 2], [False, True, True, True, True]
+        for limit in (max(_longest_piece(line[0]) for line in grid), TABLE_COLUMN_MIN):
+            widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+        lines += _lay_out([(grid[0], None)], widths, right, gaps, range(1, 2))
+        for line, row in zip(table[1:], grid[1:]):
+            lines += _lay_out([(row, None)], widths, right, gaps, range(1, 2))
+            if line[4]:
+                lines += wrap_text(f"  p50 in {line[4]}, p95 in {line[6]}", width, "    ")
+    wrap = width or SUMMARY_WIDTH
     if crosscheck and crosscheck["note"]:
-        lines += wrap_text(f"  note: {crosscheck['note']}", SUMMARY_WIDTH, "    ")
+        lines += wrap_text(f"  note: {crosscheck['note']}", wrap, "    ")
     for node, entry in sorted((operations.get("nodes") or {}).items()):
         if entry.get("note"):
-            lines.append(f"  node {node}: {entry['note']}")
-    lines.append("  (node-wide counters, read before and after the run; quantiles interpolated within buckets)")
+            lines += wrap_text(f"  node {node}: {entry['note']}", wrap, "    ")
+    lines += wrap_text(
+        "  (node-wide counters, read before and after the run; quantiles interpolated within buckets)", wrap, "    "
+    )
     return lines
 
 
@@ -5205,11 +5470,19 @@ def _ratio(value: float, base: float) -> Optional[float]:
         return None
 
 
+def _compare_clocks(figure: str) -> Optional[Clocks]:
+    """The clocks of a compared figure ("phase:stat" for a phase); None for a count or a
+    kubelet histogram's mean (exact, in its own unit)."""
+    key = figure.split(":", maxsplit=1)[0]
+    return FIGURE_CLOCKS.get(key) if key != "runtime_operations" else None
+
+
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
-    """One row per figure: each run's value and its ratio to the first run's."""
+    """One row per figure: each run's value (as results.json holds it), its ratio to the first
+    run's, each value as the summary shows it (as precise as its clocks), and that resolution."""
     figures = list(COMPARE_FIGURES)
-    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat} (s)") for phase in PHASES for stat in ("p50", "p95")]
-    figures += [(f"runtime_operations:{name}", f"{name} mean (s, kubelet)") for name, *_ in KUBELET_OPERATIONS]
+    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat}") for phase in PHASES for stat in ("p50", "p95")]
+    figures += [(f"runtime_operations:{name}", f"{name} mean (kubelet)") for name, *_ in KUBELET_OPERATIONS]
     rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
@@ -5224,28 +5497,57 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
+        clocks = _compare_clocks(key)
+        resolution = _resolution(clocks) if clocks is not None else None
         base = values[0]
-        # A ratio only means something between two positive durations, and only when a float holds it.
+        # A ratio only means something between two positive durations that their clocks can tell
+        # apart from zero, and only when a float holds it.
+        floor = resolution if resolution is not None and resolution >= 0.01 else 0.0
         ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else _ratio(value, base)
+            None
+            if (base is None or base <= 0 or base < floor or value is None or value < 0 or value < floor)
+            else _ratio(value, base)
             for value in values
         ]
-        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
+        texts = [_compare_text(value, key, clocks) for value in values]
+        rows.append(
+            {
+                "figure": key,
+                "label": label,
+                "values": values,
+                "ratios": ratios,
+                "texts": texts,
+                "clock": clocks_text(clocks) if clocks is not None else None,
+                "resolution_seconds": resolution,
+            }
+        )
     return rows
 
 
-def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -> str:
-    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
-        if value is None:
-            return "-"
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+def _compare_text(value: Optional[float], figure: str, clocks: Optional[Clocks]) -> str:
+    """A compared value as the summary shows it: a count whole, a duration as precise as its
+    clocks ("< 1 s" below a whole-second clock's resolution, never a bare negative), a kubelet
+    mean in its unit."""
+    if value is None:
+        return "-"
+    if clocks is None:
+        return _seconds(value) if figure.startswith("runtime_operations:") else f"{value:g}"
+    below = below_resolution_text([value], clocks)
+    return below.split(" (")[0] if below else clocked_text(value, clocks)
+
+
+def render_comparison(names: List[str], rows: List[ComparisonRow], style: str, width: Optional[int] = None) -> str:
+    """The compared figures as a table (render_table): each value as precise as its clocks, and
+    its ratio to the first run's; `width`: a terminal's columns, which the table fits."""
+
+    def cell(text: str, ratio: Optional[float], first: bool) -> str:
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
     table = [
-        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
+        [row["label"]] + [cell(t, r, i == 0) for i, (t, r) in enumerate(zip(row["texts"], row["ratios"]))]
         for row in rows
     ]
-    return render_table([["figure", *names], *table], style)
+    return render_table([["figure", *names], *table], style, width)
 
 
 def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:
@@ -5262,7 +5564,10 @@ def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None
     natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
     widths = list(natural)
     words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
-    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+    # no name broken, if possible; then columns of TABLE_COLUMN_MIN; then, on a terminal too narrow
+    # even for that (many runs side by side), as narrow as a wide character and its mark
+    narrowest = [TABLE_COLUMN_NARROWEST] * len(widths)
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths), narrowest):
         floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
         while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
             widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
@@ -5324,7 +5629,17 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
 def _case(
     classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
 ) -> JUnitCase:
-    return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
+    """A test case; its time is the pod's creation (API server) to its container's finishedAt
+    (the runtime), two whole-second stamps, or 0 where nothing was timed: whole seconds."""
+    return {
+        "classname": classname,
+        "name": name,
+        "time": seconds,
+        "whole_seconds": True,
+        "outcome": outcome,
+        "message": message,
+        "text": text,
+    }
 
 
 def junit_suites(
@@ -5360,7 +5675,8 @@ def junit_suites(
                     why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
                     cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
-            suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
+            # the client's own clock: milliseconds
+            suites.append({"round": number, "job": job, "time": seconds, "whole_seconds": False, "cases": cases})
     else:
         for index, started in enumerate(rounds):
             in_progress = error is not None and index == len(rounds) - 1
@@ -5386,9 +5702,17 @@ def junit_suites(
                     reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
             seconds = _job_seconds(started.get("job_object"))
-            suites.append({"round": started["round"], "job": started["job"], "time": seconds, "cases": cases})
+            suites.append(  # the job controller's whole-second condition
+                {
+                    "round": started["round"],
+                    "job": started["job"],
+                    "time": seconds,
+                    "whole_seconds": True,
+                    "cases": cases,
+                }
+            )
     if not suites:
-        suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
+        suites.append({"round": None, "job": None, "time": 0.0, "whole_seconds": True, "cases": []})
     last = suites[-1]["cases"]
     episode_failed = error is not None and error[2] is not None and results is None
     if (
@@ -5411,7 +5735,7 @@ def junit_suites(
             last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breach}", breach))
         else:
             breaches = check_thresholds(results, {metric: limit})
-            figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
+            figure = f"{metric} = {figure_text(finite_number(value), metric)}, budget {limit:g} s"
             if breaches:
                 last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breaches[0]}", figure))
             else:
@@ -5424,22 +5748,26 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def attributes(cases: List[JUnitCase], seconds: float) -> Dict[str, str]:  # of <testsuites> and <testsuite>
+    def seconds_text(seconds: float, whole: bool) -> str:  # as precise as the clock it came from
+        return f"{seconds:.0f}" if whole else f"{seconds:.3f}"
+
+    def attributes(cases: List[JUnitCase], seconds: float, whole: bool) -> Dict[str, str]:  # of <testsuite(s)>
         outcomes = [case["outcome"] for case in cases]
         counted = {"tests": None, "failures": "failure", "errors": "error", "skipped": "skipped"}
         totals = {key: str(len(outcomes) if of is None else outcomes.count(of)) for key, of in counted.items()}
-        return {"name": JUNIT_SUITE_NAME, **totals, "time": f"{seconds:.3f}"}
+        return {"name": JUNIT_SUITE_NAME, **totals, "time": seconds_text(seconds, whole)}
 
     def short(message: str) -> str:
         text = xml_safe(message)
         return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
 
     every_case = [case for suite in suites for case in suite["cases"]]
-    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites)))
+    whole = all(suite["whole_seconds"] for suite in suites)
+    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites), whole))
     seen: Dict[Tuple[str, str], int] = {}
     for suite in suites:
         cases = suite["cases"]
-        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"]))
+        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"], suite["whole_seconds"]))
         suite_properties = dict(properties)
         if suite["round"] is not None:
             suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
@@ -5452,7 +5780,11 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
             if seen[(classname, name)] > 1:  # test names must be unique
                 name = f"{name} #{seen[(classname, name)]}"
             testcase = ElementTree.SubElement(
-                element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
+                element,
+                "testcase",
+                classname=classname,
+                name=name,
+                time=seconds_text(case["time"], case["whole_seconds"]),
             )
             if case["outcome"] != "passed":  # <failure>, <error> or <skipped>; a skipped case has no text
                 outcome = ElementTree.SubElement(testcase, case["outcome"], message=short(case["message"]))
@@ -5520,7 +5852,11 @@ def _metric_families(
         ]
         for metric in THRESHOLD_METRICS:
             families.append(
-                (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
+                (
+                    metric,
+                    f"results.json {metric}, seconds; {_precision(FIGURE_CLOCKS[metric])}.",
+                    [({}, results.get(metric))],
+                )
             )
         phases = results.get("phases") or {}
         for stat in ("p50", "p95", "max", "samples"):
@@ -5528,8 +5864,24 @@ def _metric_families(
             if stat == "samples":
                 families.append(("phase_samples", "Episodes with a value for each phase.", samples))
             else:
-                families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
+                precisions = "; ".join(
+                    f"{phase[: -len('_seconds')]} {_precision(FIGURE_CLOCKS[phase])}" for phase in PHASES
+                )
+                families.append(
+                    (
+                        f"phase_{stat}_seconds",
+                        f"{stat} of each per-episode phase, seconds; by phase: {precisions}.",
+                        samples,
+                    )
+                )
     return families
+
+
+def _precision(clocks: Clocks) -> str:
+    """A gauge's clocks and the resolution its value has, for its HELP line (the sample itself
+    is written as results.json holds it): "mixed: API server 1 s + node, to 1 s", "client clock,
+    to 0.001 ms"."""
+    return f"{clocks_text(clocks)}, to {_exact_duration(_resolution(clocks))}"
 
 
 def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
@@ -5576,11 +5928,14 @@ def _xml(text: str) -> str:
 TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
 
 
+def _stamp_clock(row: PodRow, key: str) -> str:
+    """The clock of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is the API server's."""
+    return CLOCK_API if key == "scheduled_at" and row.get("scheduled_source") == "condition" else STAMP_CLOCKS[key]
+
+
 def _stamp_resolution(row: PodRow, key: str) -> float:
-    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
-    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
-        return CLOCK_RESOLUTION[CLOCK_API]
-    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+    """The resolution of one of a row's stamps: a PodScheduled condition is whole seconds."""
+    return CLOCK_RESOLUTION[_stamp_clock(row, key)]
 
 
 def _timeline_step(
@@ -5604,12 +5959,14 @@ def _timeline_step(
         return TIMELINE_LABEL_WIDTH + (at - origin) * scale
 
     css = "bar" if height > 4 else "detail"
-    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    stamp_clocks: Clocks = (_stamp_clock(row, start_key), _stamp_clock(row, end_key), None)
+    clocks = clocks_text(stamp_clocks)
     if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
         return [
             f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
             f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {clocked_text(span, stamp_clocks)} "
+            f"({_xml(clocks)})</title></rect>"
         ], False
     if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
         low = max(stop, start) if start_res < 1 else stop
@@ -6105,11 +6462,13 @@ def _guide_date(date: str, lang: str) -> str:
     return f"{year} 年 {int(month)} 月 {int(day)} 日"
 
 
-def render_guide_table(table: GuideTable, style: str) -> str:
-    """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
-    columns or wraps), then its reference's conditions in the table's language."""
+def render_guide_table(table: GuideTable, style: str, width: Optional[int] = None) -> str:
+    """The guide's table as aligned text or Markdown (render_table; text fits `width` columns, a
+    terminal's, or SUMMARY_WIDTH, or wraps by column), then its reference's conditions in the
+    table's language."""
+    width = width or SUMMARY_WIDTH
     lines = [table["header"]] + [row["cells"] for row in table["rows"]]
-    text = render_table(lines, style, SUMMARY_WIDTH if style == "text" else None)
+    text = render_table(lines, style, width if style == "text" else None)
     reference = table.get("reference")
     if reference:
         words = _WORDS[table["lang"]]
@@ -6117,7 +6476,7 @@ def render_guide_table(table: GuideTable, style: str) -> str:
             date=_guide_date(reference["date"], table["lang"]),
             conditions=words["separator"].join(reference["conditions"]),
         )
-        note_lines = wrap_text(printable(note), SUMMARY_WIDTH) if style == "text" else [printable(note)]
+        note_lines = wrap_text(printable(note), width) if style == "text" else [printable(note)]
         text += "\n" + "\n".join(note_lines) + "\n"
     return text
 
@@ -6134,8 +6493,73 @@ def discard_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def say_stderr(message: str) -> None:
-    print(printable(message), file=sys.stderr, flush=True)
+def terminal_width(stream: Any, environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """The columns a line written to `stream` may take: None when it is not a terminal (a CI log,
+    a file, a pipe keep full lines); else COLUMNS when it holds a positive number (as the shells
+    and Python's shutil read it), else the terminal's own size, else 80."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
+    environ = os.environ if environ is None else environ
+    columns = environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or TERMINAL_COLUMNS_UNKNOWN
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return TERMINAL_COLUMNS_UNKNOWN
+
+
+def say(message: str, stream: Any = None, whole: Optional[str] = None) -> None:
+    """One message on `stream` (stdout by default) with its control characters escaped, each
+    line wrapped at spaces to fit a terminal (fit_lines), whole elsewhere. `whole`, a command
+    the message ends with, is never broken (a command copied from two lines would run its first
+    half): when the line does not fit, it starts a line of its own."""
+    stream = sys.stdout if stream is None else stream
+    clear_progress(stream)
+    text, width = printable(message, keep_newlines=True), terminal_width(stream)
+    command = printable(whole) if whole is not None else None
+    if command and width is not None and fit_lines(text, width) != text and text.endswith(command):
+        text = fit_lines(text[: -len(command)].rstrip(), width) + "\n" + shell_lines(command, width)
+    else:
+        text = fit_lines(text, width)
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "") -> str:
+    """A shell command after `prefix` on lines of at most `width` columns, broken only between
+    its words with a backslash-newline (the shell joins them back), so it can be copied as shown;
+    a word wider than the line is cut the same way inside it, unless it is quoted. `comment`
+    ("# ...") ends the last line, or has a line of its own when it does not fit there."""
+    try:
+        words = [shlex.quote(word) for word in shlex.split(command)]
+    except ValueError:  # not one a shell reads: shown whole
+        words = [command]
+    lines, line = [], prefix
+    indent = " " * (len(prefix) + 4)
+    for word in words:
+        if line.strip() and _display_width(f"{line} {word} \\") > width:
+            lines.append(line + " \\")
+            line = indent
+        line += ("" if line == prefix or not line.strip() else " ") + word
+        # An unquoted word too long for a line is cut with a backslash-newline inside it, which the
+        # shell removes (POSIX "Escape Character"), its rest at the start of the next line (an indent
+        # there would split the word); inside quotes it would not be removed, so those stay whole.
+        while _display_width(line) > width and not word.startswith(("'", '"')) and width > len(indent) + 2:
+            room = width - 1
+            lines.append(line[:room] + "\\")
+            line = line[room:]
+    if comment and _display_width(f"{line}  {comment}") > width:
+        lines.append(line)
+        line = " " * len(prefix) + comment
+    elif comment:
+        line += f"  {comment}"
+    return "\n".join([*lines, line])
+
+
+def say_stderr(message: str, whole: Optional[str] = None) -> None:
+    """A one-line message on stderr: escaped, wrapped to fit a terminal (say)."""
+    say(printable(message), sys.stderr, whole)
 
 
 def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
@@ -6148,10 +6572,21 @@ def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) 
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+def clear_progress(stream: Any) -> None:
+    """Before a message on `stream`: erase the progress line being rewritten there, if any, so the
+    message starts its own line instead of being glued to it (the next update draws it again)."""
+    shown = Progress.on_screen
+    if shown is not None and shown.dirty and shown.stream is stream:
+        stream.write("\r\033[K")
+        shown.dirty = False
+
+
 class Progress:
     """One rewriting line on a terminal; in a log (or under TERM=dumb or NO_COLOR), a line per
     change, at most one a second (so 1,000 pods do not print 3,000 lines) plus the final state;
     silent with --quiet. Each says the counts, the time elapsed and the time left to the deadline."""
+
+    on_screen: Optional[Progress] = None  # the line being rewritten on a terminal (one screen, one line)
 
     def __init__(
         self,
@@ -6165,6 +6600,7 @@ class Progress:
         self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
+        self.environ = environ
         self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
@@ -6182,17 +6618,20 @@ class Progress:
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
+        # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
+        line = f"{state}; {times}; {label}"
         if self.interactive:
-            columns = self.columns or shutil.get_terminal_size().columns
-            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
-            self.stream.write(f"\r\033[K{line}")
+            columns = self.columns or terminal_width(self.stream, self.environ) or TERMINAL_COLUMNS_UNKNOWN
+            # one column short of the width: a line filling the last column wraps on some terminals
+            self.stream.write(f"\r\033[K{shorten(printable(line), max(columns - 1, 1))}")
+            Progress.on_screen = self
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label} ({times}): {state}\n")
+        self.pending = (state, printable(line) + "\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
@@ -6450,10 +6889,18 @@ class Kubectl:
         self.calls.append(record)
         return record
 
-    def note(self, message: str) -> None:
-        """A line on stderr that only -v shows (a retry, a call)."""
+    def note(self, message: str, command: Optional[str] = None, comment: str = "") -> None:
+        """A line on stderr that only -v shows (a retry; a call: `command` and its `comment`),
+        wrapped to a terminal's width (a command broken between its words, as a shell reads it)."""
         if self.verbose:
-            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            width = terminal_width(sys.stderr)
+            text = printable(message) if command is None else printable(f"{message}{command}  {comment}")
+            if width is not None and command is not None and _display_width(text) > width:
+                text = shell_lines(printable(command), width, printable(message), printable(comment))
+            elif width is not None:
+                text = fit_lines(text, width)
+            clear_progress(sys.stderr)
+            sys.stderr.write(text + "\n")  # one write: calls end in several threads
             sys.stderr.flush()
 
     def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
@@ -6462,7 +6909,7 @@ class Kubectl:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
         else:
             ending = f"exit {record.get('exit')}"
-        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+        self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
 
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)
@@ -9218,7 +9665,7 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
     write_manifests(settings.output, manifests)
     if print_summary:
-        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+        say(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
@@ -9268,11 +9715,18 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             progress.finish()
             if batch.create_sent:
                 say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+            skipped = False
             try:
                 batch.save_after_interrupt()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
+                skipped = True
                 say_stderr("skipped saving diagnostics")
             where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+            if skipped:
+                where = (
+                    f"saving diagnostics was skipped, so {output} holds only what the run wrote before "
+                    "(receipt.json, for cleanup)"
+                )
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
@@ -9297,7 +9751,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
+        command = cleanup_command(tool, output)
+        say_stderr(f"namespace {namespace} is kept; delete it with: {command}", whole=command)
     if reraise is not None:
         raise reraise
     if error is not None:
@@ -9314,7 +9769,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results, summary_files(settings), breaches)
+        else render_summary(results, summary_files(settings), breaches, terminal_width(sys.stdout))
     )
     try:
         if print_summary:
@@ -9402,6 +9857,9 @@ def cmd_reproduce(
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    table, width = report.get("table"), terminal_width(sys.stdout)
+    if text is not None and table and width is not None:  # report.md keeps full lines; a terminal, its width
+        text = render_guide_table(table, "text", width)
     problems = write_reproduce_reports(args, base, settings_of, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
@@ -9522,12 +9980,14 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not (output / RUN_FILES.receipt).exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, say, wait_seconds=args.timeout)
     return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews. Its
+    --count and --parallelism are held to `run`'s limits before (cli.check_settings), and the
+    capacity is planned as `run` would run them.
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
@@ -9569,6 +10029,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        capacity=args.parallelism == "auto",
+        parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -9578,6 +10040,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "context": context,
             "server": server,
             "count": args.count,
+            "parallelism": args.parallelism or args.count,
             "findings": [
                 {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
                 for finding in findings
@@ -9590,8 +10053,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         return code
     for finding in findings:
-        print(printable(f"{finding.name}: {finding.detail}"))
-    print(printable(f"verdict: {verdict}"))
+        say(f"{finding.name}: {finding.detail}")
+    say(f"verdict: {verdict}")
     return code
 
 
@@ -9606,14 +10069,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.format == "guide":
         table = guide_table(runs, args.lang, args.reference == "guide")
-        print(render_guide_table(table, "text"), end="")
+        print(render_guide_table(table, "text", terminal_width(sys.stdout)), end="")
         return EXIT_OK
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(render_comparison(names, rows, args.format), end="")
+        width = terminal_width(sys.stdout) if args.format == "text" else None
+        print(render_comparison(names, rows, args.format, width), end="")
     return EXIT_OK
 
 
@@ -10557,8 +11021,14 @@ class CommandLineParser(argparse.ArgumentParser):
         self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
         self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
+    def format_help(self) -> str:
+        """argparse's help, each line then fitted to a terminal's width: argparse wraps the flags'
+        help, not the description and the exit codes written out as they are (--help goes to stdout)."""
+        return fit_lines(super().format_help().rstrip("\n"), terminal_width(sys.stdout)) + "\n"
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)\n")
+        line = f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)"
+        self.exit(EXIT_USAGE, fit_lines(line, terminal_width(sys.stderr)) + "\n")
 
     def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """parse_args, after the words are checked: a mistyped command or flag is named, with a
@@ -10771,8 +11241,8 @@ def build_parser(
             },
             "--tasks": {
                 "metavar": "FILE.jsonl",
-                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
-                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); episode i "
+                f"(its completion index: every Job is Indexed) reads line i of /demo/{TASKS_KEY}",
             },
             "--max-failed-episodes": {
                 "type": whole_number(0),
@@ -10846,7 +11316,14 @@ def build_parser(
         "preflight: can this cluster run the batch? (creates nothing)",
         None,
         {
-            "--count": "episodes to plan capacity for",
+            "--count": f"episodes to plan capacity for (default {DEFAULT_COUNT}, at most {MAX_COUNT}, as `run`)",
+            "--parallelism": {
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes at once, as `run --parallelism` (default: N): the capacity is planned for P; auto: "
+                "room for at least one, as `run --parallelism auto` needs",
+            },
+            "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
@@ -10873,7 +11350,8 @@ def build_parser(
             "--lang --reference": None,
             "--allow-different-counts": {
                 "action": "store_true",
-                "help": "compare runs with different episode counts anyway",
+                "help": "compare runs with different episode counts anyway (refused by default, as the guide advises: "
+                "a batch figure grows with the batch, a p95 of more episodes reaches further into the tail)",
             },
         },
     )
@@ -11047,6 +11525,9 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)
+    if args.command == "check":  # held to run's limits, so that a ready check means run would start
+        parallelism = args.count if args.parallelism in (None, "auto") else args.parallelism
+        check_counts(args.subparser, args.count, parallelism, 1, args.allow_large, f"--count {args.count}")
     command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
     return lambda: command(args)
 
@@ -11082,8 +11563,8 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
                 f"rl-batch-demo: error: {printable(outcome.message)}; the traceback above is for a bug report",
                 file=sys.stderr,
             )
-        else:
-            print(f"rl-batch-demo: error: {printable(outcome.message)}", file=sys.stderr)
+        else:  # wrapped at spaces on a terminal, whole in a log
+            say_stderr(f"rl-batch-demo: error: {outcome.message}")
         return outcome.exit_code
     finally:
         if previous is not None:

@@ -414,6 +414,50 @@ class ValidationTest(unittest.TestCase):
         late = make_events("rollout-abcde", JOB_CREATED_AT - 0.1, JOB_CREATED_AT + 0.6)  # 1.1 s before it
         self.assert_refused(make_pod(started=started), late, "out of order.*1 s apart at most")
 
+    def test_a_pod_the_failed_jobs_controller_deleted_says_so(self) -> None:
+        """The job controller deletes a failed Job's active pods (job_controller.go, deleteActivePods):
+        a pod whose deletion was asked for once the Job had failed is recorded as such; one deleted
+        before (perhaps what failed the Job) and one with a DisruptionTarget stay as they were."""
+        job = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "FailureTarget",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                        "lastTransitionTime": "2026-11-29T10:00:05Z",
+                    }
+                ]
+            }
+        }
+        for deleted_at, grace, expected in (
+            (
+                "2026-11-29T10:00:35Z",
+                30,
+                "the pod was deleted mid-run by the job controller because the Job failed "
+                "(BackoffLimitExceeded: Job has reached the specified backoff limit; deletionTimestamp "
+                "2026-11-29T10:00:35Z)",
+            ),
+            ("2026-11-29T10:00:34Z", 30, "the pod was deleted mid-run (deletionTimestamp 2026-11-29T10:00:34Z)"),
+        ):
+            with self.subTest(deleted_at=deleted_at):
+                pod = make_pod(phase="Failed", exit_code=143)
+                pod["metadata"].update(deletionTimestamp=deleted_at, deletionGracePeriodSeconds=grace)
+                self.assertEqual(demo.pod_failure(pod, job), (2, expected))
+                self.assertEqual(
+                    demo.pod_failure(pod)[1], f"the pod was deleted mid-run (deletionTimestamp {deleted_at})"
+                )
+                with self.assertRaises(demo.EpisodeInvalid) as caught:
+                    demo.check_pod_set([pod], 1, "here", job=job)
+                self.assertIn(expected, str(caught.exception))
+        disrupted = make_pod(phase="Failed", exit_code=143)
+        disrupted["metadata"].update(deletionTimestamp="2026-11-29T10:00:40Z", deletionGracePeriodSeconds=30)
+        disrupted["status"]["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted"}
+        )
+        self.assertIn("; PreemptionByScheduler: preempted)", demo.pod_failure(disrupted, job)[1])
+
     def test_pod_set_names_deleted_evicted_and_extra_pods(self) -> None:
         deleted = make_pod()
         deleted["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:05Z"
@@ -618,7 +662,10 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(demo.check_thresholds(results, {"batch_to_all_ready_seconds": 10}), [])
         self.assertEqual(
             demo.check_thresholds(results, {"batch_to_all_ready_seconds": 4, "pod_to_ready_max_seconds": 1}),
-            ["batch_to_all_ready_seconds = 5.000 s > 4 s", "pod_to_ready_max_seconds = 2.000 s > 1 s"],
+            [
+                "batch_to_all_ready_seconds = 5.0 s > 4 s",
+                "pod_to_ready_max_seconds = 2.0 s > 1 s",
+            ],  # its clocks' tenths
         )
 
     def test_cluster_observed_batch_figures_and_their_budgets(self) -> None:
@@ -635,7 +682,7 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(demo.check_thresholds(results, {"batch_to_all_finished_seconds": finished}), [])
         self.assertEqual(
             demo.check_thresholds(results, {"batch_to_all_finished_seconds": finished - 1}),
-            [f"batch_to_all_finished_seconds = {finished:.3f} s > {finished - 1:g} s"],
+            [f"batch_to_all_finished_seconds = {finished:.0f} s > {finished - 1:g} s"],  # two whole-second stamps
         )
         rows[0]["finished_at"] = None
         figures = demo.batch_figures(rows)  # type: ignore[arg-type]
@@ -694,8 +741,8 @@ class ProgressTest(unittest.TestCase):
         self.assertEqual(
             lines,  # the first change, then the last state at finish
             [
-                "ns/rollout (1.0 s elapsed, 269 s left): 1 created, 0 running, 0 succeeded, 0 failed",
-                "ns/rollout (1.0 s elapsed, 269 s left): 2 created, 0 running, 2 succeeded, 0 failed",
+                "1 created, 0 running, 0 succeeded, 0 failed; 1.0 s elapsed, 269 s left; ns/rollout",
+                "2 created, 0 running, 2 succeeded, 0 failed; 1.0 s elapsed, 269 s left; ns/rollout",
             ],
         )
 
@@ -708,14 +755,58 @@ class ProgressTest(unittest.TestCase):
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
         self.assertTrue(
-            text.endswith("ns/rollout (2.0 s elapsed, 31 s left): 2 created, 0 running, 2 succeeded, 0 failed\n"), text
+            text.endswith("2 created, 0 running, 2 succeeded, 0 failed; 2.0 s elapsed, 31 s left; ns/rollout\n"), text
         )
 
     def test_terminal_line_never_wraps(self) -> None:
         stream = FakeStream(tty=True)
         progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=40)
         progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
-        self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
+        self.assertEqual(stream.getvalue(), "\r\033[K10 created, 0 running, 0 succeeded, ...")
+
+    def test_the_counts_and_times_come_first_and_only_the_name_is_cut(self) -> None:
+        label = "agc-rl-3837462f437d/rollout"
+        expected = {  # the width: one column is left free, so the line never reaches the margin
+            80: "10 created, 8 running, 0 succeeded, 0 failed; 2.5 s elapsed, 268 s left; agc...",
+            60: "10 created, 8 running, 0 succeeded, 0 failed; 2.5 s elap...",
+        }
+        for columns, line in expected.items():
+            for given in ({"columns": columns}, {"environ": {**self.TERMINAL, "COLUMNS": str(columns)}}):
+                with self.subTest(columns=columns, given=given):
+                    stream = FakeStream(tty=True)
+                    progress = demo.Progress(enabled=True, stream=stream, **{"environ": self.TERMINAL, **given})
+                    progress.update(label, 2.5, {"created": 10, "running": 8}, 268.0)
+                    self.assertEqual(stream.getvalue(), "\r\033[K" + line)
+                    self.assertEqual(len(line), columns - 1)
+        wide = FakeStream(tty=True)
+        demo.Progress(enabled=True, stream=wide, environ=self.TERMINAL, columns=120).update(
+            label, 2.5, {"created": 10, "running": 8}, 268.0
+        )
+        self.assertTrue(wide.getvalue().endswith("268 s left; agc-rl-3837462f437d/rollout"), wide.getvalue())
+
+    def test_a_message_erases_the_progress_line_instead_of_being_glued_to_it(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=120)
+        progress.update("ns/rollout", 2.0, {"created": 1}, 10.0)
+        demo.say("warning: something", stream)
+        demo.say("and again", stream)  # the line is already erased: nothing more to erase
+        progress.update("ns/rollout", 2.0, {"created": 2}, 10.0)  # drawn again, on a line of its own
+        self.assertEqual(
+            stream.getvalue(),
+            "\r\033[K1 created, 0 running, 0 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout"
+            "\r\033[Kwarning: something\nand again\n"
+            "\r\033[K2 created, 0 running, 0 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout",
+        )
+
+    def test_a_log_keeps_the_whole_line_whatever_its_width(self) -> None:
+        stream = FakeStream(tty=False)
+        progress = demo.Progress(enabled=True, stream=stream, environ={**self.TERMINAL, "COLUMNS": "40"})
+        progress.update("agc-rl-3837462f437d/rollout", 2.5, {"created": 10}, 268.0)
+        progress.finish()
+        self.assertEqual(
+            stream.getvalue(),
+            "10 created, 0 running, 0 succeeded, 0 failed; 2.5 s elapsed, 268 s left; agc-rl-3837462f437d/rollout\n",
+        )
 
     def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
         for tty, environ in (
@@ -734,7 +825,7 @@ class ProgressTest(unittest.TestCase):
                 self.assertNotIn("\033", text)
                 self.assertNotIn("\r", text)
                 self.assertIn(
-                    "ns/rollout (2.0 s elapsed, 10 s left): 2 created, 0 running, 2 succeeded, 0 failed\n", text
+                    "2 created, 0 running, 2 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout\n", text
                 )
 
     def test_which_streams_rewrite_in_place(self) -> None:
@@ -796,6 +887,32 @@ class OddPodShapeTest(unittest.TestCase):
             demo.analyse_round(collected, "ns/rollout")
 
 
+class InspectHintTest(unittest.TestCase):
+    """A failed episode's message names its <pod>.log only where one was saved."""
+
+    def test_a_pod_that_printed_nothing_is_not_sent_to_a_log_that_does_not_exist(self) -> None:
+        pod = make_pod()  # no termination message
+        for logs, errors, inspect in (
+            (
+                {"rollout-abcde": demo.PodLog()},
+                {},
+                "out/pods.json and events.txt (rollout-abcde printed nothing, so no rollout-abcde.log was saved)",
+            ),
+            ({"rollout-abcde": demo.scan_text("hello\n")}, {}, "out/rollout-abcde.log and pods.json"),
+            (
+                {},
+                {"rollout-abcde": "error: timed out"},
+                "out/pods.json and events.txt (its log could not be read (error: timed out))",
+            ),
+            ({}, {}, "out/pods.json and events.txt (its log was not read: its termination message carried its events)"),
+        ):
+            with self.subTest(inspect=inspect):
+                collected = demo.dataclasses.replace(collected_round([pod], logs=logs), log_errors=errors)
+                with self.assertRaises(demo.EpisodeInvalid) as caught:
+                    demo.analyse_round(collected, "ns/rollout")
+                self.assertTrue(str(caught.exception).endswith(f"; inspect {inspect}"), str(caught.exception))
+
+
 class CompareTest(unittest.TestCase):
     def test_ratios_only_between_positive_durations(self) -> None:
         first = {"episodes": 10, "batch_to_all_rewards_seconds": 2.0, "phases": {}}
@@ -805,7 +922,32 @@ class CompareTest(unittest.TestCase):
         rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
         self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
         self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
-        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [None, None])  # below its 1 s clock
+
+    def test_each_value_as_precise_as_its_clocks(self) -> None:
+        first = {"episodes": 10, "batch_to_all_finished_seconds": 3.0, "client_job_complete_seconds": 2.71234}
+        second = {"episodes": 10, "batch_to_all_finished_seconds": 0.0, "client_job_complete_seconds": 0.0441}
+        first["phases"] = {"reward_to_finished_seconds": {"p50": -0.3, "p95": 1.55, "max": 2.0, "samples": 3}}
+        second["phases"] = {"reward_to_finished_seconds": {"p50": 2.0, "p95": -1.2, "max": 2.0, "samples": 3}}
+        rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
+        for figure, texts, ratios, clock, resolution in (
+            ("episodes", ["10", "10"], [1.0, 1.0], None, None),
+            ("batch_to_all_finished_seconds", ["3 s", "< 1 s"], [1.0, None], "mixed: API server 1 s + runtime 1 s", 1),
+            ("client_job_complete_seconds", ["2.71 s", "44.1 ms"], [1.0, 0.0441 / 2.71234], "client clock", 1e-6),
+            ("reward_to_finished_seconds:p50", ["< 1 s", "2.0 s"], [None, None], "mixed: node + runtime 1 s", 1),
+            ("reward_to_finished_seconds:p95", ["1.6 s", "-1.2 s"], [1.0, None], "mixed: node + runtime 1 s", 1),
+        ):
+            with self.subTest(figure=figure):
+                row = rows[figure]
+                self.assertEqual((row["texts"], row["clock"], row["resolution_seconds"]), (texts, clock, resolution))
+                self.assertEqual(row["ratios"], ratios)
+        text = demo.render_comparison(["a", "b"], list(rows.values()), "text")
+        self.assertRegex(text, r"\nall finished \(cluster\)\s+3 s\s+< 1 s\n")
+        self.assertNotIn(".000", text)
+        self.assertIn(
+            "| reward -> container finished p50 | < 1 s | 2.0 s |",
+            demo.render_comparison(["a", "b"], list(rows.values()), "markdown"),
+        )
 
 
 class SchemaTest(unittest.TestCase):

@@ -79,7 +79,7 @@ from .persistence import (
     write_results_files,
 )
 from .records import Read, Receipt, ReproduceGroup, ReproduceReport, Results, RunSettings
-from .status import Progress, discard_stdout, say_stderr
+from .status import Progress, discard_stdout, say, say_stderr, terminal_width
 
 # Commands #####################################################################
 # One function per command, given typed settings and a kubectl; each returns an exit code or
@@ -99,7 +99,7 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
     write_manifests(settings.output, manifests)
     if print_summary:
-        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+        say(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
@@ -149,11 +149,18 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
             progress.finish()
             if batch.create_sent:
                 say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+            skipped = False
             try:
                 batch.save_after_interrupt()
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
+                skipped = True
                 say_stderr("skipped saving diagnostics")
             where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+            if skipped:
+                where = (
+                    f"saving diagnostics was skipped, so {output} holds only what the run wrote before "
+                    "(receipt.json, for cleanup)"
+                )
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
@@ -178,7 +185,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
+        command = cleanup_command(tool, output)
+        say_stderr(f"namespace {namespace} is kept; delete it with: {command}", whole=command)
     if reraise is not None:
         raise reraise
     if error is not None:
@@ -195,7 +203,7 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results, summary_files(settings), breaches)
+        else render_summary(results, summary_files(settings), breaches, terminal_width(sys.stdout))
     )
     try:
         if print_summary:
@@ -283,6 +291,9 @@ def cmd_reproduce(
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
+    table, width = report.get("table"), terminal_width(sys.stdout)
+    if text is not None and table and width is not None:  # report.md keeps full lines; a terminal, its width
+        text = render_guide_table(table, "text", width)
     problems = write_reproduce_reports(args, base, settings_of, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
@@ -403,12 +414,14 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not (output / RUN_FILES.receipt).exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, say, wait_seconds=args.timeout)
     return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews. Its
+    --count and --parallelism are held to `run`'s limits before (cli.check_settings), and the
+    capacity is planned as `run` would run them.
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
@@ -450,6 +463,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        capacity=args.parallelism == "auto",
+        parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -459,6 +474,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "context": context,
             "server": server,
             "count": args.count,
+            "parallelism": args.parallelism or args.count,
             "findings": [
                 {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
                 for finding in findings
@@ -471,8 +487,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         return code
     for finding in findings:
-        print(printable(f"{finding.name}: {finding.detail}"))
-    print(printable(f"verdict: {verdict}"))
+        say(f"{finding.name}: {finding.detail}")
+    say(f"verdict: {verdict}")
     return code
 
 
@@ -487,12 +503,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.format == "guide":
         table = guide_table(runs, args.lang, args.reference == "guide")
-        print(render_guide_table(table, "text"), end="")
+        print(render_guide_table(table, "text", terminal_width(sys.stdout)), end="")
         return EXIT_OK
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(render_comparison(names, rows, args.format), end="")
+        width = terminal_width(sys.stdout) if args.format == "text" else None
+        print(render_comparison(names, rows, args.format, width), end="")
     return EXIT_OK

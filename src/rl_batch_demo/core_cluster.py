@@ -280,10 +280,27 @@ def _phase_failure(pod: KubeObject) -> str:
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
 
 
-def pod_failure(pod: KubeObject) -> Tuple[int, str]:
+def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
+    """Whether a pod's deletion was asked for no earlier than the second the Job failed (both
+    whole-second stamps of the API server); False when either is unknown."""
+    try:
+        failed = [_condition_time(job, kind) for kind in FAILURE_CONDITIONS]
+        deleted = optional_timestamp(metadata.get("deletionTimestamp"))
+        grace = finite_number(metadata.get("deletionGracePeriodSeconds")) or 0.0
+        known = [at for at in failed if at is not None]
+    except (TypeError, ValueError):
+        return False
+    return deleted is not None and bool(known) and deleted - grace >= min(known)
+
+
+def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
-    deletes the others); (3, "") for a pod that broke none of them."""
+    deletes the others); (3, "") for a pod that broke none of them. `job`, the Job as last read:
+    a pod whose deletion was asked for (deletionTimestamp less deletionGracePeriodSeconds) once
+    the Job had failed, without a DisruptionTarget condition, was deleted by the job controller
+    with the Job's other active pods (job_controller.go, deleteActivePods), and its rule says so,
+    with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
@@ -297,6 +314,11 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         ]
         detail = f"; {disruption[0]}" if disruption else ""
+        if not disruption and job is not None and _deleted_after_the_job_failed(metadata, job):
+            return 2, (
+                f"the pod was deleted mid-run by the job controller because the Job failed "
+                f"({failed_condition_text(job)}; deletionTimestamp {deleted})"
+            )
         return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
     return 3, ""
 
@@ -446,10 +468,12 @@ def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job
     ]
 
 
-def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
-    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
-    too used up --infra-retries; one that failed otherwise says which attempt it was."""
-    rank, rule = pod_failure(pod)
+def episode_failure(
+    pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int, job: Optional[KubeObject] = None
+) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts (and of the Job, `job`): a last attempt that the
+    infrastructure lost too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod, job)
     if rule and infra_retries and infra_loss(pod):
         causes = "; ".join(attempt["cause"] for attempt in lost)
         rule = (

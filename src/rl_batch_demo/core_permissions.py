@@ -200,7 +200,7 @@ def episode_room(
         f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
         f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
         f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
     )
@@ -236,10 +236,14 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    parallelism: Optional[int] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room).
+    The capacity is planned as `run` runs the batch: `parallelism` episodes at once (the
+    default: all `count`), or with --parallelism auto (`capacity` in `check`) as many as there
+    is room for, which needs room for one."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(
@@ -290,8 +294,21 @@ def preflight_findings(
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
+            chosen = runtimeclass.value if runtimeclass else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
+                    room, room_text = episode_room(chosen, nodes.value, running)
+                    fits = room >= 1
+                    text = (
+                        f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
+                        if fits
+                        else f"--parallelism auto: not even one episode fits now; {room_text}"
+                    )
+                else:
+                    at_once = count if parallelism is None else min(parallelism, count)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    if at_once < count:
+                        text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:

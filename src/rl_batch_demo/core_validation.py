@@ -31,6 +31,7 @@ from .constants import (
 from .core_basics import (
     difference,
     dig,
+    figure_text,
     finite_number,
     is_int,
     job_parallelism,
@@ -116,12 +117,13 @@ def check_pod_set(
     inspect: str,
     lost: Optional[Mapping[str, List[LostAttempt]]] = None,
     infra_retries: int = 0,
+    job: Optional[KubeObject] = None,
 ) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
-    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    each episode's last attempt, `lost` the attempts before (episode_attempts); `job` the Job."""
     lost = lost or {}
     broken = [
-        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries, job), pod["metadata"]["name"])
         for pod in pods
     ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -708,6 +710,20 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
+def episode_inspect_hint(round_dir: Path, name: str, log: Optional[PodLog], log_error: Optional[str]) -> str:
+    """What an episode's failure tells the user to inspect: its <pod>.log only where one was
+    saved (the reader writes the file with the pod's first line), else why there is none."""
+    if log is not None and (log.lines or log.saved_bytes or log.dropped_bytes):
+        return f"{round_dir}/{name}.log and pods.json"
+    if log is not None:
+        why = f"{name} printed nothing, so no {name}.log was saved"
+    elif log_error and log_error != "not read":
+        why = f"its log could not be read ({log_error})"
+    else:
+        why = "its log was not read: its termination message carried its events"
+    return f"{round_dir}/pods.json and events.txt ({why})"
+
+
 def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
@@ -718,7 +734,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(pods, collected.count, inspect, lost, retries)
+        check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
@@ -730,12 +746,14 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
-        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        pod_inspect = episode_inspect_hint(
+            collected.round_dir, name, collected.logs.get(name), collected.log_errors.get(name)
+        )
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
             rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
@@ -1028,5 +1046,5 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
         if value is None:  # a budget is never met by a figure nobody measured
             breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
         elif value > limit:
-            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+            breaches.append(f"{metric} = {figure_text(value, metric)} > {limit:g} s")  # as precise as its clocks
     return breaches

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (
+    _GENERIC_NOT_FOUND,
     _KLOG_LINE,
+    _NOT_AN_API_SERVER_MARKERS,
     _NOT_APPLIED_MARKERS,
     _TRANSIENT_MARKERS,
     _UNREACHABLE_MESSAGES,
@@ -134,6 +136,28 @@ def unreachable_message(server: Optional[str], context: Optional[str], reason: s
     return f"cannot reach {where}{named} ({reason}); check the network/VPN and that the cluster runs, or `{probe}`"
 
 
+def not_an_api_server(argv: Sequence[str], stderr: str) -> bool:
+    """Whether kubectl's stderr says that the server answered, but not as a Kubernetes API server:
+    404 to API discovery or to the OpenAPI document (_NOT_AN_API_SERVER_MARKERS), or to /version
+    (`kubectl version`), which every API server serves."""
+    if any(marker in stderr for marker in _NOT_AN_API_SERVER_MARKERS):
+        return True
+    version = "version" in argv[1:] and not any(arg in ("get", "create", "logs") for arg in argv[1:])
+    return version and kubectl_message(stderr) == f"Error from server (NotFound): {_GENERIC_NOT_FOUND}"
+
+
+def not_an_api_server_message(server: Optional[str], context: Optional[str]) -> str:
+    """One line for a URL that answers HTTP but is no Kubernetes API server."""
+    where = f"the server {server}" if server else "the context's server"
+    named = f" of context {context}" if context else ""
+    probe = shlex.join(["kubectl", *(["--context", context] if context else []), "cluster-info"])
+    return (
+        f"{where}{named} answers, but not as a Kubernetes API server (404 Not Found for the API's own paths, "
+        f"such as /version and /api: an HTTP proxy or another web server at that URL?); check the server URL "
+        f"and port of the context's cluster in the kubeconfig, and any proxy settings (HTTPS_PROXY), or `{probe}`"
+    )
+
+
 class KubectlFailure(DemoError):
     """kubectl ran and exited non-zero. When no answer came from the API server, the message says
     so in one line naming the server (`server`, else the host kubectl names) and the context."""
@@ -146,10 +170,14 @@ class KubectlFailure(DemoError):
         self.first_line = kubectl_message(stderr)
         self.command = shlex.join(["kubectl", *argv[1:]])
         unreachable = unreachable_reason(self.first_line)
-        self.unreachable = unreachable is not None
+        foreign = unreachable is None and not_an_api_server(argv, stderr)
+        # either way no call can succeed: the caller stops at the first, with this one line
+        self.unreachable = unreachable is not None or foreign
+        context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
         if unreachable is not None:
-            context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
             message = unreachable_message(server or unreachable[0], context, unreachable[1])
+        elif foreign:
+            message = not_an_api_server_message(server, context)
         else:
             message = f"`{self.command}` failed (exit {returncode}): {self.first_line}"
         super().__init__(message, EXIT_CLUSTER)

@@ -633,8 +633,11 @@ class ReproduceReport(_ReproduceReport, total=False):
 class ComparisonRow(TypedDict):  # compare --format json's figures
     figure: str
     label: str
-    values: List[Optional[float]]
+    values: List[Optional[float]]  # as each results.json holds it
     ratios: List[Optional[float]]
+    texts: List[str]  # each value as the table shows it: as precise as its clocks
+    clock: Optional[str]  # the clocks it comes from (clocks_text); None for a count or a kubelet mean
+    resolution_seconds: Optional[float]  # the coarser clock's resolution; None for a count or a kubelet mean
 
 
 class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
@@ -648,6 +651,7 @@ class JUnitCase(TypedDict):
     classname: str
     name: str
     time: float
+    whole_seconds: bool  # `time` is between two whole-second stamps (or none): written without decimals
     outcome: str  # "passed", "failure", "error" or "skipped"
     message: str
     text: str
@@ -657,6 +661,7 @@ class JUnitSuite(TypedDict):
     round: Optional[int]
     job: Optional[str]
     time: float
+    whole_seconds: bool  # as JUnitCase's
     cases: List[JUnitCase]
 
 
