@@ -491,6 +491,21 @@ class EpisodeSourcesTest(unittest.TestCase):
         with self.assertRaisesRegex(demo.EpisodeInvalid, "different events"):
             demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(other), True, "here")
 
+    def test_sources_that_differ_only_in_a_type_disagree(self) -> None:
+        """Issue 29: compared type-strictly (Python's == holds True == 1 == 1.0), in any field."""
+        artifact = {"name": "a.txt", "bytes": 1, "sha256": "0" * 64}
+        for field, logged, told in (
+            ("reward", 1, True),
+            ("reward", 1, 1.0),
+            ("tests_exit", 0, False),
+            ("artifacts", [artifact], [dict(artifact, bytes=True)]),
+        ):
+            with self.subTest(field=field, told=told):
+                log = [self.events[0], dict(self.events[1], **{field: logged})]
+                message = [self.events[0], dict(self.events[1], **{field: told})]
+                with self.assertRaisesRegex(demo.EpisodeInvalid, f"different events.*differ in '{field}'"):
+                    demo.episode_events("p", pod_log(log_of(log)), None, log_of(message), True, "here")
+
     def test_unreadable_log_says_why(self) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, r"log could not be read \(Error from server"):
             demo.episode_events("p", None, "Error from server (InternalError)", log_of(self.events), True, "here")
