@@ -910,7 +910,7 @@ class CheckTest(CallPlanTestCase):
         for argv, message in (
             (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
             (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
-            (["--count", "1001"], "--count 1001 is more than 20; pass --allow-large"),
+            (["--count", "1001"], "--count 1001 is more than 1000, the most --allow-large allows"),  # not "pass it"
             (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
         ):
             with self.subTest(argv=argv):

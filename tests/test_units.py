@@ -1066,6 +1066,7 @@ class CommandLineTest(unittest.TestCase):
         for argv, message in (
             (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
             (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "1001"], "--count 1001 is more than 1000, the most --allow-large allows"),
             (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
             (["--parallelism", "12"], "--parallelism 12 is more than --count 10 (the default)"),
             (["--count", "0"], "argument --count: '0' must be at least 1"),

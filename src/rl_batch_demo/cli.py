@@ -522,10 +522,11 @@ def check_counts(
 ) -> None:
     """The limits on a batch's size, checked before any work starts, each named by the flag the
     user gave (`given` says what set the count: "--count 25", "--tasks FILE (25 tasks)", ...)."""
-    if count > MAX_COUNT and not allow_large:
-        parser.error(f"{given} is more than {MAX_COUNT}; pass --allow-large for up to {MAX_COUNT_LARGE}")
+    # the hard limit first: past it, --allow-large would not help, so the fix must not suggest it
     if count > MAX_COUNT_LARGE:
         parser.error(f"{given} is more than {MAX_COUNT_LARGE}, the most --allow-large allows")
+    if count > MAX_COUNT and not allow_large:
+        parser.error(f"{given} is more than {MAX_COUNT}; pass --allow-large for up to {MAX_COUNT_LARGE}")
     if parallelism > count:
         parser.error(f"--parallelism {parallelism} is more than {given}")
     if rounds > MAX_ROUNDS:
