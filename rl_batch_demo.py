@@ -183,6 +183,19 @@ BUILTIN_TEST_MODULE = {
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 POD_LIMITS = {"cpu": "500m", "memory": "128Mi"}
+# The pod's own disk (--ephemeral-storage, --workspace-size). Without an ephemeral-storage limit a
+# worker that fills the disk drives its node into DiskPressure, and the kubelet's node-pressure
+# eviction then evicts it (and other tenants' pods) with DisruptionTarget, which --infra-retries'
+# podFailurePolicy would Count as a loss of the infrastructure. With a limit the kubelet evicts only
+# this pod, at its own limit (pkg/kubelet/eviction/eviction_manager.go localStorageEviction:
+# emptyDirLimitEviction, podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction,
+# without DisruptionTarget). The request equals the limit, so the scheduler reserves what the pod
+# may use. The container's log files count against it too (the kubelet keeps up to 5 files of
+# containerLogMaxSize 10 MiB), so the default leaves room for them beside /workspace.
+DEFAULT_EPHEMERAL_STORAGE = "512Mi"  # --ephemeral-storage: the episode container's request and limit
+DEFAULT_WORKSPACE_SIZE = "256Mi"  # --workspace-size: the sizeLimit of /workspace's emptyDir
+EPHEMERAL_STORAGE = "ephemeral-storage"
+WORKSPACE_VOLUME = "workspace"
 
 NAMESPACE_PREFIX = "agc-rl-"
 RUN_LABEL = "agc-demo-run"
@@ -708,6 +721,8 @@ class RunSettings:
     max_failed_episodes: int = 0  # --max-failed-episodes
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE  # --workspace-size: /workspace's sizeLimit
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
@@ -1716,11 +1731,16 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
-    and their budget (MAX_ARTIFACT_BYTES_ENV).
+    and their budget (MAX_ARTIFACT_BYTES_ENV). Its disk is bounded: an ephemeral-storage request
+    and limit (`ephemeral_storage`, --ephemeral-storage) and a sizeLimit on /workspace
+    (`workspace_size`, --workspace-size), so a worker that fills them is evicted alone, at its own
+    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE).
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -1749,16 +1769,22 @@ def job_manifest(
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "resources": {"requests": dict(POD_REQUESTS), "limits": dict(POD_LIMITS)},
+                "resources": {
+                    "requests": {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage},
+                    "limits": {**POD_LIMITS, EPHEMERAL_STORAGE: ephemeral_storage},
+                },
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [
                     {"name": "script", "mountPath": "/demo", "readOnly": True},
-                    {"name": "workspace", "mountPath": "/workspace"},
+                    {"name": WORKSPACE_VOLUME, "mountPath": "/workspace"},
                 ],
             }
         ],
-        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
+        "volumes": [
+            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
+            {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": workspace_size}},
+        ],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
@@ -1831,6 +1857,8 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        ephemeral_storage=settings.ephemeral_storage,
+        workspace_size=settings.workspace_size,
     )
 
 
@@ -2115,6 +2143,12 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     deletes the others); (3, "") for a pod that broke none of them."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
+    own_disk = own_disk_eviction(pod)
+    if own_disk:
+        return 1, (
+            f"the pod was evicted for its own disk use ({own_disk.strip()}): the episode's own failure, not the "
+            "infrastructure's (--ephemeral-storage, --workspace-size)"
+        )
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted:
@@ -2147,6 +2181,45 @@ def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced
 
 INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
 
+# The kubelet's words for an eviction over the pod's own disk use (kubernetes/kubernetes
+# pkg/kubelet/eviction/helpers.go: podEphemeralStorageMessageFmt, containerEphemeralStorageMessageFmt,
+# emptyDirMessageFmt, set by eviction_manager.go localStorageEviction without DisruptionTarget; and
+# evictionMessage's containerMessageFmt, "Container %s was using %s, request is %s, ..." (before
+# 1.32: "..., which exceeds its request of %s"), which a node-pressure eviction's message and its
+# DisruptionTarget condition carry for each container over its request). The container and the
+# volume are the run's own names; a pod cannot write its status, so none of this is the pod's text.
+_OWN_DISK_USE = (
+    "Pod ephemeral local storage usage exceeds the total limit of containers",
+    f"Container {CONTAINER_NAME} exceeded its local ephemeral storage limit",
+    f'Usage of EmptyDir volume "{WORKSPACE_VOLUME}" exceeds the limit',
+)
+_NODE_LOW_ON_DISK = ("The node was low on resource: ephemeral-storage.", "The node was low on resource: inodes.")
+_OWN_USE_OVER_REQUEST = f"Container {CONTAINER_NAME} was using "
+
+
+def own_disk_eviction(pod: KubeObject) -> str:
+    """The kubelet's message when it evicted this pod for its own use of the disk: over its
+    ephemeral-storage limit, over /workspace's sizeLimit, or, when the node ran low on disk, for
+    the episode container's use beyond its request; "" for any other pod. Such an eviction is the
+    episode's own failure, never a loss of the infrastructure (infra_loss): a retry would be one
+    the agent bought by filling the disk."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return ""
+    messages = [status.get("message")] if status.get("reason") == "Evicted" else []
+    messages += [
+        condition.get("message")
+        for condition in status.get("conditions") or []
+        if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget"
+    ]
+    for message in messages:
+        if not isinstance(message, str):
+            continue
+        own = any(message.startswith(words) for words in _OWN_DISK_USE)
+        if own or (message.startswith(_NODE_LOW_ON_DISK) and _OWN_USE_OVER_REQUEST in message):
+            return re.sub(r"[\x00-\x1f\x7f]", "?", message[:INFRA_CAUSE_LIMIT])
+    return ""
+
 
 def infra_loss(pod: KubeObject) -> str:
     """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
@@ -2154,9 +2227,10 @@ def infra_loss(pod: KubeObject) -> str:
     condition's reason says which), its status reason Evicted (the kubelet's node-pressure
     eviction, on clusters without the condition), or the kubelet's admission refusal (a status
     reason, and no container ever ran); "" for a pod that did not fail, or failed any other way
-    (its own exit code, a deletion by someone else)."""
+    (its own exit code, a deletion by someone else, an eviction for its own disk use:
+    own_disk_eviction)."""
     status = pod.get("status")
-    if not isinstance(status, dict) or status.get("phase") != "Failed":
+    if not isinstance(status, dict) or status.get("phase") != "Failed" or own_disk_eviction(pod):
         return ""
     for condition in status.get("conditions") or []:
         if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (
@@ -4206,11 +4280,29 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
     return eligible
 
 
-_RESOURCES = ("cpu", "memory")
+# The resources the scheduler's NodeResourcesFit counts that an episode requests. A node that
+# reports no allocatable ephemeral-storage has none for a pod that requests some
+# (pkg/scheduler/framework/plugins/noderesources/fit.go fitsRequest: "Insufficient ephemeral-storage").
+_RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
+
+
+def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
+    """What one episode's pod requests of each resource: the container's requests (with
+    --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
+    return {
+        resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
+        for resource in _RESOURCES
+    }
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
 
 
 def pod_requests(pod: KubeObject) -> Dict[str, float]:
-    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    """The CPU, memory and ephemeral storage a pod holds on its node, as the scheduler counts it: its containers'
     requests summed, or what its init containers need if that is more (a sidecar, an init
     container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
     where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
@@ -4244,16 +4336,18 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
 
 
 def episode_room(
-    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]],
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[int, str]:
     """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
-    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
-    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
-    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
-    `check` and `run --parallelism auto` both read this."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
+    its allocatable CPU, memory, ephemeral storage and pod slots less what its pods that are not
+    terminated request (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's
+    requests (`ephemeral_storage`: --ephemeral-storage) plus the RuntimeClass's overhead; the
+    nodes' rooms added up (a pod runs on one node, never across two). `check` and
+    `run --parallelism auto` both read this."""
+    need = episode_requests(ephemeral_storage, runtimeclass)
     eligible = eligible_nodes(nodes, runtimeclass)
     names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
@@ -4280,28 +4374,35 @@ def episode_room(
     there = (
         " (before what already runs there)"
         if pods is None
-        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
-        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+        else f", {taken['cpu']:.1f} CPU, {_gib(taken['memory'])} and {_gib(taken[EPHEMERAL_STORAGE])} of ephemeral "
+        f"storage of it requested by {sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} "
+        "already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
-        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
-        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU, "
+        f"{_gib(have['memory'])} and {_gib(have[EPHEMERAL_STORAGE])} of ephemeral storage allocatable{there}: "
+        f"room for {room} episode{'s' if room != 1 else ''} at once, each {need['cpu']:.2f} CPU and "
+        f"{need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead, and "
+        f"{need[EPHEMERAL_STORAGE] / 2**30:.2f} GiB of ephemeral storage (--ephemeral-storage)"
     )
     return room, text
 
 
 def capacity_verdict(
-    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+    count: int,
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]] = None,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
-    room, room_text = episode_room(runtimeclass, nodes, pods)
+    need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
+    room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
-        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
-        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
+        f"{count} pods need {need['cpu']:.1f} CPU and {_gib(need['memory'])} including "
+        f"{_gib(count * parse_quantity(str(overhead.get('memory', '0'))))} of RuntimeClass overhead, and "
+        f"{_gib(need[EPHEMERAL_STORAGE])} of ephemeral storage; {room_text}"
     )
     return room >= count, text
 
@@ -4320,6 +4421,7 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -4375,7 +4477,9 @@ def preflight_findings(
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                fits, text = capacity_verdict(
+                    count, runtimeclass.value if runtimeclass else None, nodes.value, running, ephemeral_storage
+                )
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:
@@ -8166,7 +8270,7 @@ class BatchRun:
         pods = [item for item in listing.value if item.get("kind") == "Pod"]
         count = self.settings.count
         try:
-            room, text = episode_room(self.runtimeclass, nodes, pods)
+            room, text = episode_room(self.runtimeclass, nodes, pods, self.settings.ephemeral_storage)
         except ValueError as error:
             raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
         if room < 1:
@@ -8654,6 +8758,12 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
+            argv += [flag, value]
+    for flag, value, default in (
+        ("--ephemeral-storage", args.ephemeral_storage, DEFAULT_EPHEMERAL_STORAGE),
+        ("--workspace-size", args.workspace_size, DEFAULT_WORKSPACE_SIZE),
+    ):
+        if value != default:  # given: the groups ran with it
             argv += [flag, value]
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
@@ -9156,6 +9266,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -9244,6 +9355,18 @@ def artifact_budget(text: str) -> int:
             "kubelet's 10 MiB log rotation, past which `kubectl logs` returns only the current file"
         )
     return int(value)
+
+
+def storage_quantity(text: str) -> str:
+    """An argparse type: --ephemeral-storage, --workspace-size, a positive whole number of bytes as a
+    Kubernetes quantity (512Mi, 2Gi, 1000000000), kept as given: the API server stores it so."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a quantity of bytes (such as 512Mi or 2Gi)") from None
+    if not (value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of bytes")
+    return text
 
 
 def threshold(text: str) -> Tuple[str, float]:
@@ -9366,6 +9489,21 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "metavar": "SECONDS",
             "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
             f"the client waits {CLIENT_GRACE_SECONDS} s longer",
+        },
+        "--ephemeral-storage": {
+            "type": storage_quantity,
+            "default": DEFAULT_EPHEMERAL_STORAGE,
+            "metavar": "QUANTITY",
+            "help": "each episode container's ephemeral-storage request and limit: its writable layer, its logs and "
+            f"/workspace together; a pod over it is evicted, the episode's own failure (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
+        },
+        "--workspace-size": {
+            "type": storage_quantity,
+            "default": DEFAULT_WORKSPACE_SIZE,
+            "metavar": "QUANTITY",
+            "help": f"the sizeLimit of the episode's /workspace emptyDir, at most --ephemeral-storage (default "
+            f"{DEFAULT_WORKSPACE_SIZE})",
         },
         "--allow-large": {
             "action": "store_true",
@@ -9490,7 +9628,7 @@ def build_parser(
                 "default": 1,
                 "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
             },
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
             "--cleanup": {
                 "choices": ("never", "on-success", "always"),
                 "default": "never",
@@ -9582,6 +9720,8 @@ def build_parser(
             "--count": "episodes to plan capacity for",
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
+            "--ephemeral-storage": "each episode's ephemeral-storage request, counted in the capacity (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
             "nodes)",
             "--json": "print one JSON object, every finding and the verdict, instead of the lines",
@@ -9626,7 +9766,7 @@ def build_parser(
             "--output": "new directory for the three groups",
             "--count": "tasks per group and round (default 10)",
             "--rounds": {"default": 3, "help": "rounds of the warm group (default 3)"},
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
             "--cleanup": {
                 "choices": ("on-success", "always"),
                 "default": "on-success",
@@ -9729,6 +9869,12 @@ def reproduce_settings(args: argparse.Namespace) -> RunSettings:
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
     """The settings `run` and `reproduce` read from the same flags, with the built-in worker."""
+    if parse_quantity(args.workspace_size) > parse_quantity(args.ephemeral_storage):
+        # /workspace is on the node's disk and counts against the pod's limit: the limit would evict first
+        args.subparser.error(
+            f"--workspace-size {args.workspace_size} is more than --ephemeral-storage {args.ephemeral_storage}: "
+            "/workspace counts against the pod's ephemeral storage, so the pod's limit would evict it first"
+        )
     return RunSettings(
         output=Path(args.output),
         count=count,
@@ -9744,6 +9890,8 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        workspace_size=args.workspace_size,
     )
 
 

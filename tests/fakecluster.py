@@ -41,7 +41,10 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ``episode``: ``{"INDEX": MODE or [MODES]}`` by pod creation order (0-based);
     MODE is one of ``exit1``, ``duplicate_ready``, ``drop_reward``, ``noise``,
     ``malformed``, ``skew``, ``restart``, ``evict``, ``preempt``, ``rejected``, ``replace``, ``pending``,
-    ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``.
+    ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``; ``disk_limit`` (the
+    kubelet evicts the pod over its own ephemeral-storage limit: no DisruptionTarget) and
+    ``disk_pressure_own`` (the node ran low on disk and the message names the episode container's
+    use over its request: DisruptionTarget), both from pkg/kubelet/eviction/eviction_manager.go.
 ``no_pod_failure_policy``: the API server drops ``spec.podFailurePolicy`` (its gate off).
 ``pod_failure_backoff_seconds``: the job controller's first backoff before it replaces a failed
     pod of an index (default 10 s, as the real one's; doubled for each further failure).

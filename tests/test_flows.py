@@ -885,7 +885,7 @@ class CheckTest(CallPlanTestCase):
         self.assertIn("server version: v1.31.1", result.stdout)
         self.assertIn('RuntimeClass cube: handler cube, overhead {"cpu": "250m", "memory": "768Mi"}', result.stdout)
         self.assertIn("10 pods need 3.5 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", result.stdout)
-        self.assertIn("2 eligible nodes have 128.0 CPU and 512.0 GiB", result.stdout)
+        self.assertIn("2 eligible nodes have 128.0 CPU, 512.0 GiB and 200.0 GiB of ephemeral storage", result.stdout)
         self.assertIn("permissions: all granted", result.stdout)
         self.assertIn("verdict: ready to run 10 episodes", result.stdout)
 

@@ -20,10 +20,12 @@ from .constants import (
     CLEANUP_WAIT_SECONDS,
     CLIENT_GRACE_SECONDS,
     DEFAULT_COUNT,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_IMAGE,
     DEFAULT_JOB_DEADLINE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
     DEFAULT_RUNTIME,
+    DEFAULT_WORKSPACE_SIZE,
     EXIT_CLUSTER,
     EXIT_CODES_HELP,
     EXIT_INTERRUPTED,
@@ -102,6 +104,18 @@ def artifact_budget(text: str) -> int:
             "kubelet's 10 MiB log rotation, past which `kubectl logs` returns only the current file"
         )
     return int(value)
+
+
+def storage_quantity(text: str) -> str:
+    """An argparse type: --ephemeral-storage, --workspace-size, a positive whole number of bytes as a
+    Kubernetes quantity (512Mi, 2Gi, 1000000000), kept as given: the API server stores it so."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a quantity of bytes (such as 512Mi or 2Gi)") from None
+    if not (value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of bytes")
+    return text
 
 
 def threshold(text: str) -> Tuple[str, float]:
@@ -224,6 +238,21 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "metavar": "SECONDS",
             "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
             f"the client waits {CLIENT_GRACE_SECONDS} s longer",
+        },
+        "--ephemeral-storage": {
+            "type": storage_quantity,
+            "default": DEFAULT_EPHEMERAL_STORAGE,
+            "metavar": "QUANTITY",
+            "help": "each episode container's ephemeral-storage request and limit: its writable layer, its logs and "
+            f"/workspace together; a pod over it is evicted, the episode's own failure (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
+        },
+        "--workspace-size": {
+            "type": storage_quantity,
+            "default": DEFAULT_WORKSPACE_SIZE,
+            "metavar": "QUANTITY",
+            "help": f"the sizeLimit of the episode's /workspace emptyDir, at most --ephemeral-storage (default "
+            f"{DEFAULT_WORKSPACE_SIZE})",
         },
         "--allow-large": {
             "action": "store_true",
@@ -348,7 +377,7 @@ def build_parser(
                 "default": 1,
                 "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
             },
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
             "--cleanup": {
                 "choices": ("never", "on-success", "always"),
                 "default": "never",
@@ -440,6 +469,8 @@ def build_parser(
             "--count": "episodes to plan capacity for",
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
+            "--ephemeral-storage": "each episode's ephemeral-storage request, counted in the capacity (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
             "nodes)",
             "--json": "print one JSON object, every finding and the verdict, instead of the lines",
@@ -484,7 +515,7 @@ def build_parser(
             "--output": "new directory for the three groups",
             "--count": "tasks per group and round (default 10)",
             "--rounds": {"default": 3, "help": "rounds of the warm group (default 3)"},
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
             "--cleanup": {
                 "choices": ("on-success", "always"),
                 "default": "on-success",
@@ -587,6 +618,12 @@ def reproduce_settings(args: argparse.Namespace) -> RunSettings:
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
     """The settings `run` and `reproduce` read from the same flags, with the built-in worker."""
+    if parse_quantity(args.workspace_size) > parse_quantity(args.ephemeral_storage):
+        # /workspace is on the node's disk and counts against the pod's limit: the limit would evict first
+        args.subparser.error(
+            f"--workspace-size {args.workspace_size} is more than --ephemeral-storage {args.ephemeral_storage}: "
+            "/workspace counts against the pod's ephemeral storage, so the pod's limit would evict it first"
+        )
     return RunSettings(
         output=Path(args.output),
         count=count,
@@ -602,6 +639,8 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        workspace_size=args.workspace_size,
     )
 
 

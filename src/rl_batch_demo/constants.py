@@ -129,6 +129,19 @@ BUILTIN_TEST_MODULE = {
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 POD_LIMITS = {"cpu": "500m", "memory": "128Mi"}
+# The pod's own disk (--ephemeral-storage, --workspace-size). Without an ephemeral-storage limit a
+# worker that fills the disk drives its node into DiskPressure, and the kubelet's node-pressure
+# eviction then evicts it (and other tenants' pods) with DisruptionTarget, which --infra-retries'
+# podFailurePolicy would Count as a loss of the infrastructure. With a limit the kubelet evicts only
+# this pod, at its own limit (pkg/kubelet/eviction/eviction_manager.go localStorageEviction:
+# emptyDirLimitEviction, podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction,
+# without DisruptionTarget). The request equals the limit, so the scheduler reserves what the pod
+# may use. The container's log files count against it too (the kubelet keeps up to 5 files of
+# containerLogMaxSize 10 MiB), so the default leaves room for them beside /workspace.
+DEFAULT_EPHEMERAL_STORAGE = "512Mi"  # --ephemeral-storage: the episode container's request and limit
+DEFAULT_WORKSPACE_SIZE = "256Mi"  # --workspace-size: the sizeLimit of /workspace's emptyDir
+EPHEMERAL_STORAGE = "ephemeral-storage"
+WORKSPACE_VOLUME = "workspace"
 
 NAMESPACE_PREFIX = "agc-rl-"
 RUN_LABEL = "agc-demo-run"

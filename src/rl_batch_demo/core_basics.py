@@ -24,7 +24,10 @@ from .constants import (
     CONFIGMAP_NAME,
     CONFIGMAP_OBJECT_LIMIT,
     CONTAINER_NAME,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_MAX_ARTIFACT_BYTES,
+    DEFAULT_WORKSPACE_SIZE,
+    EPHEMERAL_STORAGE,
     EXIT_CLUSTER,
     EXIT_USAGE,
     INFRA_RETRIES_INSTEAD,
@@ -38,6 +41,7 @@ from .constants import (
     RUN_LABEL,
     TASKS_KEY,
     UID_LABEL,
+    WORKSPACE_VOLUME,
     __version__,
 )
 from .errors import DemoError
@@ -414,11 +418,16 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
-    and their budget (MAX_ARTIFACT_BYTES_ENV).
+    and their budget (MAX_ARTIFACT_BYTES_ENV). Its disk is bounded: an ephemeral-storage request
+    and limit (`ephemeral_storage`, --ephemeral-storage) and a sizeLimit on /workspace
+    (`workspace_size`, --workspace-size), so a worker that fills them is evicted alone, at its own
+    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE).
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -447,16 +456,22 @@ def job_manifest(
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "resources": {"requests": dict(POD_REQUESTS), "limits": dict(POD_LIMITS)},
+                "resources": {
+                    "requests": {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage},
+                    "limits": {**POD_LIMITS, EPHEMERAL_STORAGE: ephemeral_storage},
+                },
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [
                     {"name": "script", "mountPath": "/demo", "readOnly": True},
-                    {"name": "workspace", "mountPath": "/workspace"},
+                    {"name": WORKSPACE_VOLUME, "mountPath": "/workspace"},
                 ],
             }
         ],
-        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
+        "volumes": [
+            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
+            {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": workspace_size}},
+        ],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
@@ -529,6 +544,8 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        ephemeral_storage=settings.ephemeral_storage,
+        workspace_size=settings.workspace_size,
     )
 
 

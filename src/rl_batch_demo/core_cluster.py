@@ -20,6 +20,7 @@ from .constants import (
     KEPT_EVENTS,
     MAX_COUNT_LARGE,
     TERMINATION_MESSAGE_LIMIT,
+    WORKSPACE_VOLUME,
 )
 from .core_basics import (
     _reject_constant,
@@ -256,6 +257,12 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     deletes the others); (3, "") for a pod that broke none of them."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
+    own_disk = own_disk_eviction(pod)
+    if own_disk:
+        return 1, (
+            f"the pod was evicted for its own disk use ({own_disk.strip()}): the episode's own failure, not the "
+            "infrastructure's (--ephemeral-storage, --workspace-size)"
+        )
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted:
@@ -288,6 +295,45 @@ def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced
 
 INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
 
+# The kubelet's words for an eviction over the pod's own disk use (kubernetes/kubernetes
+# pkg/kubelet/eviction/helpers.go: podEphemeralStorageMessageFmt, containerEphemeralStorageMessageFmt,
+# emptyDirMessageFmt, set by eviction_manager.go localStorageEviction without DisruptionTarget; and
+# evictionMessage's containerMessageFmt, "Container %s was using %s, request is %s, ..." (before
+# 1.32: "..., which exceeds its request of %s"), which a node-pressure eviction's message and its
+# DisruptionTarget condition carry for each container over its request). The container and the
+# volume are the run's own names; a pod cannot write its status, so none of this is the pod's text.
+_OWN_DISK_USE = (
+    "Pod ephemeral local storage usage exceeds the total limit of containers",
+    f"Container {CONTAINER_NAME} exceeded its local ephemeral storage limit",
+    f'Usage of EmptyDir volume "{WORKSPACE_VOLUME}" exceeds the limit',
+)
+_NODE_LOW_ON_DISK = ("The node was low on resource: ephemeral-storage.", "The node was low on resource: inodes.")
+_OWN_USE_OVER_REQUEST = f"Container {CONTAINER_NAME} was using "
+
+
+def own_disk_eviction(pod: KubeObject) -> str:
+    """The kubelet's message when it evicted this pod for its own use of the disk: over its
+    ephemeral-storage limit, over /workspace's sizeLimit, or, when the node ran low on disk, for
+    the episode container's use beyond its request; "" for any other pod. Such an eviction is the
+    episode's own failure, never a loss of the infrastructure (infra_loss): a retry would be one
+    the agent bought by filling the disk."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return ""
+    messages = [status.get("message")] if status.get("reason") == "Evicted" else []
+    messages += [
+        condition.get("message")
+        for condition in status.get("conditions") or []
+        if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget"
+    ]
+    for message in messages:
+        if not isinstance(message, str):
+            continue
+        own = any(message.startswith(words) for words in _OWN_DISK_USE)
+        if own or (message.startswith(_NODE_LOW_ON_DISK) and _OWN_USE_OVER_REQUEST in message):
+            return re.sub(r"[\x00-\x1f\x7f]", "?", message[:INFRA_CAUSE_LIMIT])
+    return ""
+
 
 def infra_loss(pod: KubeObject) -> str:
     """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
@@ -295,9 +341,10 @@ def infra_loss(pod: KubeObject) -> str:
     condition's reason says which), its status reason Evicted (the kubelet's node-pressure
     eviction, on clusters without the condition), or the kubelet's admission refusal (a status
     reason, and no container ever ran); "" for a pod that did not fail, or failed any other way
-    (its own exit code, a deletion by someone else)."""
+    (its own exit code, a deletion by someone else, an eviction for its own disk use:
+    own_disk_eviction)."""
     status = pod.get("status")
-    if not isinstance(status, dict) or status.get("phase") != "Failed":
+    if not isinstance(status, dict) or status.get("phase") != "Failed" or own_disk_eviction(pod):
         return ""
     for condition in status.get("conditions") or []:
         if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (

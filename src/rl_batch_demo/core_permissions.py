@@ -12,6 +12,8 @@ from .constants import (
     APP_LABEL_VALUE,
     CAPACITY_PERMISSIONS,
     DEFAULT_COUNT,
+    DEFAULT_EPHEMERAL_STORAGE,
+    EPHEMERAL_STORAGE,
     JOB_NAME,
     KUBELET_METRICS_PERMISSIONS,
     NODE_LIST_PERMISSION,
@@ -122,11 +124,29 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
     return eligible
 
 
-_RESOURCES = ("cpu", "memory")
+# The resources the scheduler's NodeResourcesFit counts that an episode requests. A node that
+# reports no allocatable ephemeral-storage has none for a pod that requests some
+# (pkg/scheduler/framework/plugins/noderesources/fit.go fitsRequest: "Insufficient ephemeral-storage").
+_RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
+
+
+def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
+    """What one episode's pod requests of each resource: the container's requests (with
+    --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
+    return {
+        resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
+        for resource in _RESOURCES
+    }
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
 
 
 def pod_requests(pod: KubeObject) -> Dict[str, float]:
-    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    """The CPU, memory and ephemeral storage a pod holds on its node, as the scheduler counts it: its containers'
     requests summed, or what its init containers need if that is more (a sidecar, an init
     container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
     where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
@@ -160,16 +180,18 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
 
 
 def episode_room(
-    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]],
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[int, str]:
     """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
-    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
-    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
-    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
-    `check` and `run --parallelism auto` both read this."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
+    its allocatable CPU, memory, ephemeral storage and pod slots less what its pods that are not
+    terminated request (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's
+    requests (`ephemeral_storage`: --ephemeral-storage) plus the RuntimeClass's overhead; the
+    nodes' rooms added up (a pod runs on one node, never across two). `check` and
+    `run --parallelism auto` both read this."""
+    need = episode_requests(ephemeral_storage, runtimeclass)
     eligible = eligible_nodes(nodes, runtimeclass)
     names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
@@ -196,28 +218,35 @@ def episode_room(
     there = (
         " (before what already runs there)"
         if pods is None
-        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
-        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+        else f", {taken['cpu']:.1f} CPU, {_gib(taken['memory'])} and {_gib(taken[EPHEMERAL_STORAGE])} of ephemeral "
+        f"storage of it requested by {sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} "
+        "already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
-        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
-        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU, "
+        f"{_gib(have['memory'])} and {_gib(have[EPHEMERAL_STORAGE])} of ephemeral storage allocatable{there}: "
+        f"room for {room} episode{'s' if room != 1 else ''} at once, each {need['cpu']:.2f} CPU and "
+        f"{need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead, and "
+        f"{need[EPHEMERAL_STORAGE] / 2**30:.2f} GiB of ephemeral storage (--ephemeral-storage)"
     )
     return room, text
 
 
 def capacity_verdict(
-    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+    count: int,
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]] = None,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
-    room, room_text = episode_room(runtimeclass, nodes, pods)
+    need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
+    room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
-        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
-        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
+        f"{count} pods need {need['cpu']:.1f} CPU and {_gib(need['memory'])} including "
+        f"{_gib(count * parse_quantity(str(overhead.get('memory', '0'))))} of RuntimeClass overhead, and "
+        f"{_gib(need[EPHEMERAL_STORAGE])} of ephemeral storage; {room_text}"
     )
     return room >= count, text
 
@@ -236,6 +265,7 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -291,7 +321,9 @@ def preflight_findings(
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                fits, text = capacity_verdict(
+                    count, runtimeclass.value if runtimeclass else None, nodes.value, running, ephemeral_storage
+                )
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:

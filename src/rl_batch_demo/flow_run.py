@@ -14,7 +14,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_SERVICEACCOUNT,
+    DEFAULT_WORKSPACE_SIZE,
     EVERY_NAMESPACE,
     EXIT_CLUSTER,
     EXIT_INTERRUPTED,
@@ -440,7 +442,7 @@ class BatchRun:
         pods = [item for item in listing.value if item.get("kind") == "Pod"]
         count = self.settings.count
         try:
-            room, text = episode_room(self.runtimeclass, nodes, pods)
+            room, text = episode_room(self.runtimeclass, nodes, pods, self.settings.ephemeral_storage)
         except ValueError as error:
             raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
         if room < 1:
@@ -928,6 +930,12 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
+            argv += [flag, value]
+    for flag, value, default in (
+        ("--ephemeral-storage", args.ephemeral_storage, DEFAULT_EPHEMERAL_STORAGE),
+        ("--workspace-size", args.workspace_size, DEFAULT_WORKSPACE_SIZE),
+    ):
+        if value != default:  # given: the groups ran with it
             argv += [flag, value]
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]

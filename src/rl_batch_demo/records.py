@@ -11,7 +11,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 from .constants import (
     BUILTIN_WORKER,
     CLIENT_GRACE_SECONDS,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_MAX_ARTIFACT_BYTES,
+    DEFAULT_WORKSPACE_SIZE,
     EXIT_USAGE,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
@@ -70,6 +72,8 @@ class RunSettings:
     max_failed_episodes: int = 0  # --max-failed-episodes
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE  # --workspace-size: /workspace's sizeLimit
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds

@@ -68,6 +68,9 @@ def make_node(spec: dict) -> dict:
         return node
     name = spec["name"]
     alloc = dict(spec.get("allocatable") or {"cpu": "64", "memory": "256Gi", "pods": "110"})
+    # a kubelet always reports its root filesystem as ephemeral-storage (pkg/kubelet/nodestatus/
+    # setters.go MachineInfo, from the rootfs' capacity less the reserved): a shorthand without it gets 100Gi
+    alloc.setdefault("ephemeral-storage", "100Gi")
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
     labels.update(spec.get("labels") or {})
     ready = spec.get("ready", True)

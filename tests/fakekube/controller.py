@@ -807,9 +807,9 @@ class JobController:
             node = o["spec"].get("nodeName")
             if node and (o.get("status") or {}).get("phase") in ("Pending", "Running"):
                 r = self.pod_requests(o)
-                u = used.setdefault(node, {"cpu": 0.0, "memory": 0.0})
-                u["cpu"] += r["cpu"]
-                u["memory"] += r["memory"]
+                u = used.setdefault(node, dict.fromkeys(SCHEDULED_RESOURCES, 0.0))
+                for res in SCHEDULED_RESOURCES:
+                    u[res] += r[res]
         return used
 
     def pick_node(self, pod: dict) -> Tuple[Optional[str], Optional[str]]:
@@ -841,11 +841,14 @@ class JobController:
                 )
                 continue
             alloc = (node.get("status") or {}).get("allocatable") or {}
-            used = usage.get(node["metadata"]["name"], {"cpu": 0.0, "memory": 0.0})
+            used = usage.get(node["metadata"]["name"], dict.fromkeys(SCHEDULED_RESOURCES, 0.0))
+            # ephemeral-storage as pkg/scheduler/framework/plugins/noderesources/fit.go fitsRequest counts
+            # it: a pod that requests some does not fit a node that reports none
             short = [
                 res
-                for res in ("cpu", "memory")
-                if res in alloc and used[res] + need[res] > parse_quantity(alloc[res]) + 1e-9
+                for res in SCHEDULED_RESOURCES
+                if (res in alloc or (res == "ephemeral-storage" and need[res] > 0))
+                and used[res] + need[res] > parse_quantity(alloc.get(res, "0")) + 1e-9
             ]
             if short:
                 for res in short:
@@ -1071,7 +1074,23 @@ class JobController:
             message = termination_message(message.encode("utf-8", errors="replace"), containers)
         if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = "\n".join(log.splitlines()[-80:])[-2048:]
-        evicted = "evict" in sim.modes
+        # the kubelet's evictions (pkg/kubelet/eviction/eviction_manager.go, messages from helpers.go):
+        # "evict" and "disk_pressure_own" the node-pressure eviction (synchronize: evictPod with
+        # DisruptionTarget TerminationByKubelet, evictionMessage naming each container over its
+        # request), "disk_limit" the pod over its own ephemeral-storage limit (localStorageEviction,
+        # podEphemeralStorageLimitEviction: evictPod without a condition)
+        limits = (container.get("resources") or {}).get("limits") or {}
+        requests = (container.get("resources") or {}).get("requests") or {}
+        eviction_message = {
+            "evict": "The node was low on resource: memory.",
+            "disk_pressure_own": "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, "
+            f"available: 9Gi. Container {container.get('name', 'episode')} was using 3Gi, request is "
+            f"{requests.get('ephemeral-storage', '0')}, has larger consumption of ephemeral-storage. ",
+            "disk_limit": "Pod ephemeral local storage usage exceeds the total limit of containers "
+            f"{limits.get('ephemeral-storage', '0')}. ",
+        }
+        eviction = next((mode for mode in ("evict", "disk_pressure_own", "disk_limit") if mode in sim.modes), "")
+        evicted = bool(eviction)
         replaced = "replace" in sim.modes
         preempted = "preempt" in sim.modes
         rejected = "rejected" in sim.modes  # failed by the kubelet's admission: no exit code, no DisruptionTarget
@@ -1115,18 +1134,19 @@ class JobController:
                 # and the kubelet reports it terminated (exit code 137) with its container ID, so its
                 # log, cut where the kill fell (killed_mid_run), is served until the container is removed
                 st["reason"] = "Evicted"
-                st["message"] = "The node was low on resource: memory."
-                conds.insert(
-                    0,
-                    {
-                        "type": "DisruptionTarget",
-                        "status": "True",
-                        "reason": "TerminationByKubelet",
-                        "message": "The node was low on resource: memory.",
-                        "lastProbeTime": None,
-                        "lastTransitionTime": t,
-                    },
-                )
+                st["message"] = eviction_message[eviction]
+                if eviction != "disk_limit":  # a limit's eviction adds no condition
+                    conds.insert(
+                        0,
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "TerminationByKubelet",
+                            "message": eviction_message[eviction],
+                            "lastProbeTime": None,
+                            "lastTransitionTime": t,
+                        },
+                    )
             term: Dict[str, Any] = {
                 "exitCode": rc,
                 "reason": "Completed" if rc == 0 else "Error",
@@ -1508,8 +1528,11 @@ def qos_class(spec: dict) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+SCHEDULED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
 def pod_requests(spec: dict) -> Dict[str, float]:
-    total = {"cpu": 0.0, "memory": 0.0}
+    total = dict.fromkeys(SCHEDULED_RESOURCES, 0.0)
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
         req = dict(res.get("limits") or {})

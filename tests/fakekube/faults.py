@@ -121,6 +121,8 @@ EPISODE_MODES = {
     "skew",
     "restart",
     "evict",
+    "disk_pressure_own",
+    "disk_limit",
     "preempt",
     "rejected",
     "replace",
