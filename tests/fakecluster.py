@@ -113,7 +113,10 @@ order, which is index order while parallelism lets every pending index start (a 
 replaced index gets the next creation index).  The worker finds the ConfigMap's
 ``tasks.jsonl`` through env RL_DEMO_TASKS.
 ``old_job_api``: the API server drops ``backoffLimitPerIndex`` and ``maxFailedIndexes`` (a
-    server without the JobBackoffLimitPerIndex feature), so backoffLimit defaults to 6.
+    server without the JobBackoffLimitPerIndex feature), so backoffLimit defaults to 6, and the
+    podFailurePolicy's FailIndex rules with them (pkg/registry/batch/job/strategy.go
+    PrepareForCreate); ``server_version`` v1.28 does the same, and before 1.28 a FailIndex rule
+    is refused (422, an unsupported action).
 
 Sandbox start-up (``pod_records`` shows what the fake decided for each pod):
 ``scheduled_event_time``: ``"event_time"`` (default: the scheduler's events.k8s.io Event, with

@@ -496,6 +496,24 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("--infra-retries 1", result.stderr)
         self.assertEqual(self.job()["status"]["failedIndexes"], "0")
 
+    def test_kubernetes_1_28_drops_the_fail_index_rules_and_the_run_deletes_its_job(self) -> None:
+        """1.28 with JobBackoffLimitPerIndex off (its default) stores the Job without
+        backoffLimitPerIndex, maxFailedIndexes and the FailIndex rule (strategy.go PrepareForCreate):
+        the run sees what was dropped in the create's answer and deletes the Job before any pod retries."""
+        cluster = self.cluster(faults={"server_version": "v1.28.15"})
+        result = self.run_tool(
+            cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1", "--max-failed-episodes", "1"
+        )
+        self.assertIn(
+            "lacks spec.backoffLimitPerIndex, spec.maxFailedIndexes, spec.podFailurePolicy's FailIndex rule",
+            result.stderr,
+        )
+        self.assertIn("run without --infra-retries", result.stderr)
+        [job] = cluster.objects("Job")
+        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count"])
+        self.assertNotIn("backoffLimitPerIndex", job["spec"])
+        self.assertTrue(job["metadata"].get("deletionTimestamp"))
+
     def test_a_server_that_drops_the_policy_makes_the_run_delete_its_job(self) -> None:
         cluster = self.cluster(faults={"no_pod_failure_policy": True})
         result = self.run_tool(cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1")

@@ -712,6 +712,15 @@ class BatchRun:
         ]
         if not dropped:
             return
+        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
+            # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
+            # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
+            kept = {str(rule.get("action")) for rule in stored_policy.get("rules") or [] if isinstance(rule, dict)}
+            sent = [str(rule["action"]) for rule in manifest["spec"]["podFailurePolicy"]["rules"]]
+            missing = sorted({action for action in sent if action not in kept})
+            where = f"podFailurePolicy's {', '.join(missing)} rule" if missing else "podFailurePolicy as sent"
+            dropped = [where if key == "podFailurePolicy" else key for key in dropped]
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
         retries = "podFailurePolicy" in manifest["spec"]

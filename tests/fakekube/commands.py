@@ -816,6 +816,7 @@ def create_one(inv: Invocation, obj: dict) -> dict:
 
 def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     from .apiserver import (
+        JOB_FIELD_SINCE,
         PER_INDEX_ON_BY_DEFAULT,
         admit_job,
         default_serviceaccount_later,
@@ -851,6 +852,7 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
             bool(inv.faults.get("legacy_labels")),
             old_job_api=dropped,
             no_pod_failure_policy=bool(inv.faults.get("no_pod_failure_policy")),
+            knows_fail_index=minor >= JOB_FIELD_SINCE["backoffLimitPerIndex"],
         )
         if not problems:
             admit_job(obj, inv.faults)
