@@ -90,10 +90,15 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
-# The garbage collector deletes a Job's pods at the controller manager's client rate, kubeAPIQPS 20
-# (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
-# more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
-GC_PODS_PER_SECOND = 20
+# The garbage collector deletes a Job's pods within the controller manager's client rate, kubeAPIQPS
+# 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go), and each pod costs it
+# about 3 requests: a live GET of the pod, a live GET of its owner, then the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem, isDangling): about 7 pods
+# a second, so 1,000 pods take 150 s or more, and cleanup waits for a Job that much longer than
+# CLEANUP_WAIT_SECONDS.
+GC_REQUESTS_PER_POD = 3
+KUBE_API_QPS = 20
+GC_PODS_PER_SECOND = KUBE_API_QPS / GC_REQUESTS_PER_POD  # 6.67
 MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"

@@ -75,10 +75,12 @@ if TYPE_CHECKING:
 
 DELETE_WAIT_CAP_SECONDS = 300.0
 CLIENT_GO_MAX_RETRIES = 10  # client-go rest/request.go: retries of an answer with Retry-After
-# The garbage collector deletes a foreground-deleted Job's pods at the controller manager's client
-# rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): the
-# fake lets the Job's pods go at that rate, the Job after the last of them.
-GC_PODS_PER_SECOND = 20.0
+# The garbage collector deletes a foreground-deleted Job's pods within the controller manager's
+# client rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go),
+# at about 3 requests a pod: a live GET of the pod, a live GET of its owner (isDangling), the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem): the fake lets the
+# Job's pods go at 20 / 3 a second, the Job after the last of them.
+GC_PODS_PER_SECOND = 20.0 / 3
 # The formats real kubectl's printers know; the fake prints only json.
 OUTPUT_FORMATS = (
     "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
