@@ -778,7 +778,7 @@ class CleanupTest(CallPlanTestCase):
         self.assert_fails(
             result,
             demo.EXIT_TIMEOUT,
-            "still Terminating after 1.1 s",  # 1 s and the garbage collector's time for the Job's 2 pods
+            "still Terminating after 1.3 s",  # 1 s and the garbage collector's time for the Job's 2 pods (0.3 s)
             "finalizers ['kubernetes']",
             "example.com/hold",
             "never removed",
@@ -787,8 +787,8 @@ class CleanupTest(CallPlanTestCase):
         deleted = next(i for i, argv in enumerate(calls_made) if argv[-3:-1] == ["namespace", NAMESPACE])
         polls = calls_made[deleted + 1 :]
         # A poll at once, then after each wait: 0.25 s, doubling, only the last one cut short by
-        # the deadline (1.1 s: 1 s and the garbage collector's time for the 2 pods). On an idle
-        # machine that is 0, 0.25, 0.75 and 1.1 s; a loaded one, whose calls take longer, reaches
+        # the deadline (1.3 s: 1 s and the garbage collector's time for the 2 pods). On an idle
+        # machine that is 0, 0.25, 0.75 and 1.3 s; a loaded one, whose calls take longer, reaches
         # the deadline after fewer waits, on the same schedule.
         self.assertEqual(len(polls), len(waits.seconds) + 1, f"a poll after each wait: {polls}, {waits.seconds}")
         self.assertGreaterEqual(len(waits.seconds), 1)
