@@ -476,6 +476,25 @@ SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the
 # `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
 
+# Kueue (--queue CLUSTERQUEUE). Kueue manages only a Job labelled kueue.x-k8s.io/queue-name with the
+# name of a LocalQueue in the Job's own namespace (Kueue docs, "Run a Kubernetes Job"); a labelled
+# Job whose namespace has no such LocalQueue stays suspended ("LocalQueue X doesn't exist": Kueue
+# pkg/controller/core/workload_controller.go), and with manageJobsWithoutQueueName true an
+# unlabelled Job is suspended and never admitted (Kueue docs, "Setup manageJobsWithoutQueueName").
+# Every run makes a fresh namespace, so with --queue it creates its own LocalQueue there, pointing
+# at the ClusterQueue given, in the version the API server prefers of those this tool knows.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # LocalQueue's versions this tool writes, newest first
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE_NAME = "rl-batch-demo"
+LOCALQUEUE_RESOURCE = "localqueues.kueue.x-k8s.io"
+CLUSTERQUEUE_RESOURCE = "clusterqueues.kueue.x-k8s.io"
+LOCALQUEUE_PERMISSIONS = (
+    ("create", "localqueues", KUEUE_GROUP, "", True),
+    ("get", "localqueues", KUEUE_GROUP, "", True),  # adoption after an ambiguous create, and cleanup
+    ("delete", "localqueues", KUEUE_GROUP, "", True),
+)
+
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 # --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process
 RUNTIMECLASS_LIST_PERMISSION = ("list", "runtimeclasses", "node.k8s.io", "", False)
@@ -729,6 +748,7 @@ class RunSettings:
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
     workspace_size: str = DEFAULT_WORKSPACE_SIZE  # --workspace-size: /workspace's sizeLimit
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    queue: Optional[str] = None  # --queue: the Kueue ClusterQueue the run's LocalQueue points at
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
@@ -777,8 +797,21 @@ class JobReceipt:
     uid: Optional[str] = None  # None until the create answered
 
 
+@dataclasses.dataclass
+class LocalQueueReceipt:  # --queue: the run's Kueue LocalQueue in its namespace
+    name: str
+    cluster_queue: str  # the ClusterQueue it points at
+    uid: Optional[str] = None  # None until the create answered
+
+
 class ReceiptJob(TypedDict):
     name: str
+    uid: Optional[str]  # None until the create answered
+
+
+class ReceiptLocalQueue(TypedDict):
+    name: str
+    cluster_queue: str
     uid: Optional[str]  # None until the create answered
 
 
@@ -796,6 +829,7 @@ class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
 
 class ReceiptFile(_ReceiptFile, total=False):
     uid: str  # the namespace's, once it exists (the guide's key)
+    local_queue: ReceiptLocalQueue  # --queue: the run's LocalQueue, its ClusterQueue and (once created) UID
     job_uid: str  # the guide's key: the one Job's UID
 
 
@@ -817,6 +851,7 @@ class Receipt:
     namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
     jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
     guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
+    local_queue: Optional[LocalQueueReceipt] = None  # --queue: the run's LocalQueue (its name, then its UID)
 
     def to_json(self) -> ReceiptFile:
         data: ReceiptFile = {
@@ -832,6 +867,9 @@ class Receipt:
         }
         if self.namespace_uid is not None:
             data["uid"] = self.namespace_uid
+        if self.local_queue is not None:
+            queue = self.local_queue
+            data["local_queue"] = {"name": queue.name, "cluster_queue": queue.cluster_queue, "uid": queue.uid}
         if len(self.jobs) == 1 and self.jobs[0].uid:
             data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
         elif self.guide_job_uid:
@@ -851,6 +889,14 @@ class Receipt:
             for job in jobs
         ):
             raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
+        queue = data.get("local_queue")
+        if queue is not None and not (
+            isinstance(queue, dict)
+            and isinstance(queue.get("name"), str)
+            and isinstance(queue.get("cluster_queue"), str)
+            and isinstance(queue.get("uid"), (str, type(None)))
+        ):
+            raise DemoError(f"the receipt {where} has a malformed 'local_queue'; inspect the file", EXIT_USAGE)
 
         def text(key: str) -> Optional[str]:
             value = data.get(key)
@@ -879,6 +925,11 @@ class Receipt:
             namespace_uid=text("uid"),
             jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
             guide_job_uid=None if jobs else text("job_uid"),
+            local_queue=(
+                LocalQueueReceipt(queue["name"], queue["cluster_queue"], queue.get("uid"))
+                if queue is not None
+                else None
+            ),
         )
 
 
@@ -1636,6 +1687,38 @@ def configmap_manifest(
     return manifest
 
 
+def local_queue_manifest(namespace: str, run_id: str, cluster_queue: str, version: str) -> KubeObject:
+    """--queue: the run's Kueue LocalQueue in its own namespace, pointing at the ClusterQueue given
+    (spec.clusterQueue, in v1beta1 and v1beta2 alike), so that Kueue manages the run's Jobs."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{version}",
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": LOCAL_QUEUE_NAME,
+            "namespace": namespace,
+            "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": APP_LABEL_VALUE},
+        },
+        "spec": {"clusterQueue": cluster_queue},
+    }
+
+
+def served_kueue_version(group: Any) -> Optional[str]:
+    """Of the LocalQueue versions this tool writes (KUEUE_VERSIONS), the one the API server's
+    discovery document of the kueue.x-k8s.io group (GET /apis/kueue.x-k8s.io, an APIGroup) prefers,
+    else the newest it serves; None when it serves none of them."""
+    if not isinstance(group, dict):
+        return None
+    served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
+    preferred = (
+        (group.get("preferredVersion") or {}).get("version")
+        if isinstance(group.get("preferredVersion"), dict)
+        else None
+    )
+    if preferred in KUEUE_VERSIONS and preferred in served:
+        return str(preferred)
+    return next((version for version in KUEUE_VERSIONS if version in served), None)
+
+
 def tasks_text(tasks: Sequence[JsonObject]) -> str:
     """/demo/tasks.jsonl: line i (from 0) is index i's task, re-serialised as one ASCII line."""
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
@@ -1738,6 +1821,7 @@ def job_manifest(
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
     workspace_size: str = DEFAULT_WORKSPACE_SIZE,
+    local_queue: Optional[str] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -1745,7 +1829,8 @@ def job_manifest(
     and their budget (MAX_ARTIFACT_BYTES_ENV). Its disk is bounded: an ephemeral-storage request
     and limit (`ephemeral_storage`, --ephemeral-storage) and a sizeLimit on /workspace
     (`workspace_size`, --workspace-size), so a worker that fills them is evicted alone, at its own
-    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE).
+    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE). With
+    `local_queue` (--queue) the Job carries Kueue's queue-name label, so Kueue manages it.
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -1805,6 +1890,8 @@ def job_manifest(
             "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
+    if local_queue is not None:
+        manifest["metadata"]["labels"][QUEUE_NAME_LABEL] = local_queue
     spec = manifest["spec"]
     if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
@@ -1864,6 +1951,7 @@ def round_job_manifest(
         max_artifact_bytes=settings.max_artifact_bytes,
         ephemeral_storage=settings.ephemeral_storage,
         workspace_size=settings.workspace_size,
+        local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
     )
 
 
@@ -3837,6 +3925,18 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
+    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
+        # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
+        # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
+        # manageJobsWithoutQueueName"); a LocalQueue and the label are what it waits for
+        return DemoError(
+            f"Job {where} was never admitted: it stayed suspended (spec.suspend) for {settings.client_wait_seconds} s "
+            f"without a {QUEUE_NAME_LABEL} label; Kueue holds unlabelled Jobs here (manageJobsWithoutQueueName) and "
+            "never admits them: pass --queue CLUSTERQUEUE (`kubectl get clusterqueues` lists them) so that the run "
+            f"makes its own LocalQueue and labels its Jobs; inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
+        )
     if outcome == ROUND_NOT_ADMITTED:
         return DemoError(
             f"Job {where} was never admitted: it stayed suspended (spec.suspend, set by a queue such as Kueue) for "
@@ -4205,16 +4305,18 @@ def access_review_list(
     kubelet_metrics: bool = False,
     lists_nodes: bool = False,
     capacity: bool = False,
+    local_queue: bool = False,
 ) -> KubeObject:
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
-    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
-    asked once."""
+    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room;
+    `local_queue`: --queue creates, reads and deletes a LocalQueue), each asked once."""
     runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
     permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
     permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
     permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
+    permissions += list(LOCALQUEUE_PERMISSIONS) if local_queue else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -4230,6 +4332,48 @@ def access_review_list(
             }
         )
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def kueue_findings(context: str, queue: str, kueue: Optional[Read], cluster_queue: Optional[Read]) -> List[Finding]:
+    """--queue: whether the API server serves Kueue's LocalQueue in a version this tool writes
+    (`kueue`: GET /apis/kueue.x-k8s.io), and whether the ClusterQueue exists (`cluster_queue`:
+    the object, None when absent; a refused read says the run cannot tell, and is no problem)."""
+    findings: List[Finding] = []
+    version = served_kueue_version(kueue.value) if kueue is not None and not kueue.failure else None
+    if kueue is not None:
+        if version is None:
+            why = kueue.failure or f"it serves none of {', '.join(KUEUE_VERSIONS)}"
+            findings.append(
+                Finding(
+                    "Kueue",
+                    False,
+                    f"not served ({why})",
+                    problem=f"--queue needs Kueue's API ({KUEUE_GROUP}), which the cluster does not serve ({why})",
+                    stop=f"--queue needs Kueue's API ({KUEUE_GROUP} {', '.join(KUEUE_VERSIONS)}), which context "
+                    f"{context} does not serve ({why}); install Kueue, or run without --queue (nothing was created)",
+                )
+            )
+        else:
+            findings.append(Finding("Kueue", True, f"{KUEUE_GROUP}/{version} (the run's LocalQueue is written so)"))
+    if cluster_queue is not None:
+        name = f"ClusterQueue {queue}"
+        if cluster_queue.failure:
+            findings.append(Finding(name, True, f"cannot tell whether it exists ({cluster_queue.failure})"))
+        elif cluster_queue.value is None:
+            findings.append(
+                Finding(
+                    name,
+                    False,
+                    "missing",
+                    problem=f"ClusterQueue {queue!r} does not exist",
+                    stop=f"ClusterQueue {queue!r} does not exist in context {context}, so Kueue would never admit the "
+                    "run's Jobs; list them with `kubectl get clusterqueues`, or pass another --queue (nothing was "
+                    "created)",
+                )
+            )
+        else:
+            findings.append(Finding(name, True, "exists"))
+    return findings
 
 
 def denied_permissions(reviews: List[KubeObject]) -> List[str]:
@@ -4427,6 +4571,9 @@ def preflight_findings(
     kubelet_metrics: bool = False,
     capacity: bool = False,
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    queue: Optional[str] = None,
+    kueue: Optional[Read] = None,
+    cluster_queue: Optional[Read] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -4492,6 +4639,8 @@ def preflight_findings(
             findings.append(
                 Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
             )
+    if queue is not None:
+        findings += kueue_findings(context, queue, kueue, cluster_queue)
     if reviews is not None:
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
@@ -4593,6 +4742,9 @@ class CleanupPlan:
     namespace_absent: bool = False
     adopted_namespace_uid: Optional[str] = None  # the receipt lacked it; the run's labels prove it
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
+    local_queue: Optional[str] = (
+        None  # --queue: the live LocalQueue proven to be the run's, deleted before the namespace
+    )
 
 
 def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
@@ -4626,9 +4778,11 @@ def plan_cleanup(
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
     live_jobs: Dict[str, Optional[KubeObject]],
+    live_local_queue: Optional[KubeObject] = None,
 ) -> CleanupPlan:
-    """Prove that the namespace and every live Job are this run's: the same API server, the
-    namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
+    """Prove that the namespace, every live Job and the live LocalQueue (--queue) are this run's:
+    the same API server, the namespace's UID and run label, each Job's and the LocalQueue's UID
+    (or, without one recorded, its run label)."""
     namespace = receipt.namespace
     if receipt.server and current_server != receipt.server:
         return CleanupPlan(
@@ -4672,7 +4826,17 @@ def plan_cleanup(
                 f"one this run recorded ({job.uid}); nothing was deleted"
             )
         doomed.append(job.name)
-    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
+    queue = receipt.local_queue
+    if queue is not None and live_local_queue is not None:
+        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
+        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if not (queue_uid == queue.uid if queue.uid else queue_label == receipt.run_id):
+            return CleanupPlan(
+                refusal=f"refusing to clean up: LocalQueue {namespace}/{queue.name} has UID {queue_uid} and label "
+                f"{RUN_LABEL}={queue_label}, not this run's ({queue.uid} / {receipt.run_id}); nothing was deleted"
+            )
+    local_queue = queue.name if queue is not None and live_local_queue is not None else None
+    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed), local_queue=local_queue)
 
 
 # Pure core: reports ###########################################################
@@ -8145,6 +8309,14 @@ class RoundRewards:
             self._write(lines, time.monotonic())
 
 
+def read_kueue_group(kubectl: Kubectl) -> KubeObject:
+    """The API server's discovery document of Kueue's group (an APIGroup: its versions and the
+    preferred one), in one request without discovery (`get --raw`); NotFound where Kueue is not
+    installed."""
+    path = f"/apis/{KUEUE_GROUP}"
+    return kubectl.decode_json(kubectl.run(["get", "--raw", path], read_only=True), f"get --raw {path}")
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -8163,6 +8335,7 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
@@ -8221,8 +8394,14 @@ class BatchRun:
         with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
         kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        queue = self.settings.queue
         reviews = access_review_list(
-            self.namespace, runtime is not None, kubelet_metrics, self.settings.warmup, capacity=auto
+            self.namespace,
+            runtime is not None,
+            kubelet_metrics,
+            self.settings.warmup,
+            capacity=auto,
+            local_queue=queue is not None,
         )
 
         def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
@@ -8239,7 +8418,18 @@ class BatchRun:
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
-        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue_reads: List[Callable[[], Any]] = (
+            [
+                lambda: attempt(lambda: read_kueue_group(self.kubectl)),
+                lambda: attempt(lambda: self.kubectl.get(CLUSTERQUEUE_RESOURCE, queue or "")),
+            ]
+            if queue is not None
+            else []
+        )
+        answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
+        if kueue is not None and not kueue.failure:
+            self.kueue_version = served_kueue_version(kueue.value)
         runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
         if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
             runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
@@ -8252,6 +8442,9 @@ class BatchRun:
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
             capacity=auto,
+            queue=queue,
+            kueue=kueue,
+            cluster_queue=cluster_queue,
         )
         for finding in findings:
             if not finding.ok:
@@ -8301,6 +8494,12 @@ class BatchRun:
             namespace_manifest(self.namespace, self.run_id),
             configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
+        resources = ["namespace", "configmap"]
+        if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
+            manifests.append(local_queue_manifest(self.namespace, self.run_id, self.settings.queue, self.kueue_version))
+            resources.append(LOCALQUEUE_RESOURCE)
+            self.receipt.local_queue = LocalQueueReceipt(LOCAL_QUEUE_NAME, self.settings.queue)
+            write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
@@ -8311,7 +8510,7 @@ class BatchRun:
         )
         try:
             try:
-                namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
+                namespace, _, *local_queue = self.creator.create_together(manifests, resources)
             except DemoError as error:
                 settled = self.creator.settled.get(("Namespace", self.namespace))
                 if settled is None:
@@ -8321,6 +8520,8 @@ class BatchRun:
                 else:
                     self.record_namespace(settled)
                 raise
+            if local_queue and self.receipt.local_queue is not None:
+                self.receipt.local_queue.uid = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
                 self.wait_for_service_account(sink, watch)
@@ -8690,7 +8891,9 @@ def cleanup_run(
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
     live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
-    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
+    queue = receipt.local_queue
+    live_queue = kubectl.get(LOCALQUEUE_RESOURCE, queue.name, namespace) if queue and live_namespace else None
+    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs, live_queue)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
     if plan.namespace_absent:
@@ -8712,6 +8915,9 @@ def cleanup_run(
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
+    if plan.local_queue is not None:  # its Jobs are gone: Kueue holds no workload of it any more
+        kubectl.run(["delete", LOCALQUEUE_RESOURCE, plan.local_queue, "--wait=false"], namespace=namespace)
+        say(f"deleted LocalQueue {namespace}/{plan.local_queue}")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
     namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
     remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
@@ -9256,8 +9462,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 raise
             return Read(failure=failure.first_line)
 
-    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True)
-    version, runtimeclass, nodes, pods, granted = concurrently(
+    queue = args.queue
+    reviews = access_review_list(
+        NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True, local_queue=queue is not None
+    )
+    version, runtimeclass, nodes, pods, granted, kueue, cluster_queue = concurrently(
         [
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
@@ -9266,6 +9475,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
+            lambda: attempt(lambda: read_kueue_group(kubectl)) if queue is not None else None,
+            lambda: attempt(lambda: kubectl.get(CLUSTERQUEUE_RESOURCE, queue)) if queue is not None else None,
         ]
     )
     findings = preflight_findings(
@@ -9281,6 +9492,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         count=args.count,
         kubelet_metrics=kubelet_metrics,
         ephemeral_storage=args.ephemeral_storage,
+        queue=queue,
+        kueue=kueue,
+        cluster_queue=cluster_queue,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -9519,6 +9733,11 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "help": f"the sizeLimit of the episode's /workspace emptyDir, at most --ephemeral-storage (default "
             f"{DEFAULT_WORKSPACE_SIZE})",
         },
+        "--queue": {
+            "metavar": "CLUSTERQUEUE",
+            "help": "run through Kueue: create a LocalQueue in the run's namespace pointing at this ClusterQueue and "
+            "label every Job with it (kueue.x-k8s.io/queue-name); needs create, get and delete localqueues",
+        },
         "--allow-large": {
             "action": "store_true",
             "help": f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}",
@@ -9642,7 +9861,7 @@ def build_parser(
                 "default": 1,
                 "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
             },
-            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size --queue": None,
             "--cleanup": {
                 "choices": ("never", "on-success", "always"),
                 "default": "never",
@@ -9736,6 +9955,8 @@ def build_parser(
             "--image": "image the run would use (reported only)",
             "--ephemeral-storage": "each episode's ephemeral-storage request, counted in the capacity (default "
             f"{DEFAULT_EPHEMERAL_STORAGE})",
+            "--queue": "also review the permissions `run --queue` needs (create, get, delete localqueues) and say "
+            "whether this Kueue ClusterQueue exists",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
             "nodes)",
             "--json": "print one JSON object, every finding and the verdict, instead of the lines",
@@ -9866,6 +10087,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         max_failed_episodes=args.max_failed_episodes,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
+        queue=args.queue,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,

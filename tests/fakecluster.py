@@ -85,7 +85,14 @@ The control plane as it is (issue 19):
 ``watch_error``: ``["jobs", ...]``: those resources' watches end with an ERROR event (410 Expired).
 ``serviceaccount_delay``: seconds after a namespace's creation before its ``default``
     ServiceAccount exists; until then ServiceAccount admission refuses its pods (FailedCreate).
-``queue``: ``{"admit_after": SECONDS}`` (null: never): Jobs are created suspended and resumed then.
+``queue``: Kueue installed: ``{"admit_after": SECONDS (null: never), "versions": ["v1beta1"],
+    "cluster_queues": ["team-a"], "manage_jobs_without_queue_name": false}``: its CRDs served in
+    those versions (``get --raw /apis/kueue.x-k8s.io``, LocalQueue creates), its webhook suspends
+    only a Job labelled ``kueue.x-k8s.io/queue-name`` (or, with manage_jobs_without_queue_name,
+    an unlabelled one too), and it resumes after admit_after only a labelled Job whose LocalQueue
+    exists in its namespace and points at an existing ClusterQueue; any other stays suspended
+    forever (Kueue docs, "Run a Kubernetes Job", "Setup manageJobsWithoutQueueName"; Kueue
+    pkg/controller/core/workload_controller.go, "LocalQueue X doesn't exist").
 ``admission``: ``["managed_by", "sidecar", "security_context", "pod_sidecar", "queue"]``: mutating
     admission of the Job (apiserver.py admit_job).
 ``termination_grace_seconds``: a failed Job's pods' grace period (else the pod's

@@ -361,7 +361,7 @@ class FakeControlPlaneTest(ClusterTestCase):
         self.assertEqual([c["type"] for c in job["status"]["conditions"]], ["FailureTarget"])  # Failed still waits
 
     def test_a_queued_job_is_waited_for_and_its_figures_start_at_admission(self) -> None:
-        result = self.run_in({"queue": {"admit_after": 2}})
+        result = self.run_in({"queue": {"admit_after": 2}}, "--queue", "team-a")
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("queued: suspended until a queue admits it", result.stderr)
         results = self.results()

@@ -254,6 +254,11 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "help": f"the sizeLimit of the episode's /workspace emptyDir, at most --ephemeral-storage (default "
             f"{DEFAULT_WORKSPACE_SIZE})",
         },
+        "--queue": {
+            "metavar": "CLUSTERQUEUE",
+            "help": "run through Kueue: create a LocalQueue in the run's namespace pointing at this ClusterQueue and "
+            "label every Job with it (kueue.x-k8s.io/queue-name); needs create, get and delete localqueues",
+        },
         "--allow-large": {
             "action": "store_true",
             "help": f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}",
@@ -377,7 +382,7 @@ def build_parser(
                 "default": 1,
                 "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
             },
-            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size --queue": None,
             "--cleanup": {
                 "choices": ("never", "on-success", "always"),
                 "default": "never",
@@ -471,6 +476,8 @@ def build_parser(
             "--image": "image the run would use (reported only)",
             "--ephemeral-storage": "each episode's ephemeral-storage request, counted in the capacity (default "
             f"{DEFAULT_EPHEMERAL_STORAGE})",
+            "--queue": "also review the permissions `run --queue` needs (create, get, delete localqueues) and say "
+            "whether this Kueue ClusterQueue exists",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
             "nodes)",
             "--json": "print one JSON object, every finding and the verdict, instead of the lines",
@@ -601,6 +608,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         max_failed_episodes=args.max_failed_episodes,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
+        queue=args.queue,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,

@@ -422,6 +422,25 @@ SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the
 # `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
 
+# Kueue (--queue CLUSTERQUEUE). Kueue manages only a Job labelled kueue.x-k8s.io/queue-name with the
+# name of a LocalQueue in the Job's own namespace (Kueue docs, "Run a Kubernetes Job"); a labelled
+# Job whose namespace has no such LocalQueue stays suspended ("LocalQueue X doesn't exist": Kueue
+# pkg/controller/core/workload_controller.go), and with manageJobsWithoutQueueName true an
+# unlabelled Job is suspended and never admitted (Kueue docs, "Setup manageJobsWithoutQueueName").
+# Every run makes a fresh namespace, so with --queue it creates its own LocalQueue there, pointing
+# at the ClusterQueue given, in the version the API server prefers of those this tool knows.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # LocalQueue's versions this tool writes, newest first
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE_NAME = "rl-batch-demo"
+LOCALQUEUE_RESOURCE = "localqueues.kueue.x-k8s.io"
+CLUSTERQUEUE_RESOURCE = "clusterqueues.kueue.x-k8s.io"
+LOCALQUEUE_PERMISSIONS = (
+    ("create", "localqueues", KUEUE_GROUP, "", True),
+    ("get", "localqueues", KUEUE_GROUP, "", True),  # adoption after an ambiguous create, and cleanup
+    ("delete", "localqueues", KUEUE_GROUP, "", True),
+)
+
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 # --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process
 RUNTIMECLASS_LIST_PERMISSION = ("list", "runtimeclasses", "node.k8s.io", "", False)

@@ -16,6 +16,9 @@ from .constants import (
     EPHEMERAL_STORAGE,
     JOB_NAME,
     KUBELET_METRICS_PERMISSIONS,
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
+    LOCALQUEUE_PERMISSIONS,
     NODE_LIST_PERMISSION,
     POD_REQUESTS,
     REQUIRED_PERMISSIONS,
@@ -25,7 +28,7 @@ from .constants import (
     SERVICEACCOUNT_PERMISSIONS,
     SERVICEACCOUNT_WAIT,
 )
-from .core_basics import parse_quantity, short_repr
+from .core_basics import parse_quantity, served_kueue_version, short_repr
 from .records import Finding, JobReceipt, KubeObject, Read, Receipt
 
 # Pure core: permissions and capacity ##########################################
@@ -44,16 +47,18 @@ def access_review_list(
     kubelet_metrics: bool = False,
     lists_nodes: bool = False,
     capacity: bool = False,
+    local_queue: bool = False,
 ) -> KubeObject:
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
-    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
-    asked once."""
+    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room;
+    `local_queue`: --queue creates, reads and deletes a LocalQueue), each asked once."""
     runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
     permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
     permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
     permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
+    permissions += list(LOCALQUEUE_PERMISSIONS) if local_queue else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -69,6 +74,48 @@ def access_review_list(
             }
         )
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def kueue_findings(context: str, queue: str, kueue: Optional[Read], cluster_queue: Optional[Read]) -> List[Finding]:
+    """--queue: whether the API server serves Kueue's LocalQueue in a version this tool writes
+    (`kueue`: GET /apis/kueue.x-k8s.io), and whether the ClusterQueue exists (`cluster_queue`:
+    the object, None when absent; a refused read says the run cannot tell, and is no problem)."""
+    findings: List[Finding] = []
+    version = served_kueue_version(kueue.value) if kueue is not None and not kueue.failure else None
+    if kueue is not None:
+        if version is None:
+            why = kueue.failure or f"it serves none of {', '.join(KUEUE_VERSIONS)}"
+            findings.append(
+                Finding(
+                    "Kueue",
+                    False,
+                    f"not served ({why})",
+                    problem=f"--queue needs Kueue's API ({KUEUE_GROUP}), which the cluster does not serve ({why})",
+                    stop=f"--queue needs Kueue's API ({KUEUE_GROUP} {', '.join(KUEUE_VERSIONS)}), which context "
+                    f"{context} does not serve ({why}); install Kueue, or run without --queue (nothing was created)",
+                )
+            )
+        else:
+            findings.append(Finding("Kueue", True, f"{KUEUE_GROUP}/{version} (the run's LocalQueue is written so)"))
+    if cluster_queue is not None:
+        name = f"ClusterQueue {queue}"
+        if cluster_queue.failure:
+            findings.append(Finding(name, True, f"cannot tell whether it exists ({cluster_queue.failure})"))
+        elif cluster_queue.value is None:
+            findings.append(
+                Finding(
+                    name,
+                    False,
+                    "missing",
+                    problem=f"ClusterQueue {queue!r} does not exist",
+                    stop=f"ClusterQueue {queue!r} does not exist in context {context}, so Kueue would never admit the "
+                    "run's Jobs; list them with `kubectl get clusterqueues`, or pass another --queue (nothing was "
+                    "created)",
+                )
+            )
+        else:
+            findings.append(Finding(name, True, "exists"))
+    return findings
 
 
 def denied_permissions(reviews: List[KubeObject]) -> List[str]:
@@ -266,6 +313,9 @@ def preflight_findings(
     kubelet_metrics: bool = False,
     capacity: bool = False,
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    queue: Optional[str] = None,
+    kueue: Optional[Read] = None,
+    cluster_queue: Optional[Read] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -331,6 +381,8 @@ def preflight_findings(
             findings.append(
                 Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
             )
+    if queue is not None:
+        findings += kueue_findings(context, queue, kueue, cluster_queue)
     if reviews is not None:
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
@@ -432,6 +484,9 @@ class CleanupPlan:
     namespace_absent: bool = False
     adopted_namespace_uid: Optional[str] = None  # the receipt lacked it; the run's labels prove it
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
+    local_queue: Optional[str] = (
+        None  # --queue: the live LocalQueue proven to be the run's, deleted before the namespace
+    )
 
 
 def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
@@ -465,9 +520,11 @@ def plan_cleanup(
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
     live_jobs: Dict[str, Optional[KubeObject]],
+    live_local_queue: Optional[KubeObject] = None,
 ) -> CleanupPlan:
-    """Prove that the namespace and every live Job are this run's: the same API server, the
-    namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
+    """Prove that the namespace, every live Job and the live LocalQueue (--queue) are this run's:
+    the same API server, the namespace's UID and run label, each Job's and the LocalQueue's UID
+    (or, without one recorded, its run label)."""
     namespace = receipt.namespace
     if receipt.server and current_server != receipt.server:
         return CleanupPlan(
@@ -511,4 +568,14 @@ def plan_cleanup(
                 f"one this run recorded ({job.uid}); nothing was deleted"
             )
         doomed.append(job.name)
-    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
+    queue = receipt.local_queue
+    if queue is not None and live_local_queue is not None:
+        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
+        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if not (queue_uid == queue.uid if queue.uid else queue_label == receipt.run_id):
+            return CleanupPlan(
+                refusal=f"refusing to clean up: LocalQueue {namespace}/{queue.name} has UID {queue_uid} and label "
+                f"{RUN_LABEL}={queue_label}, not this run's ({queue.uid} / {receipt.run_id}); nothing was deleted"
+            )
+    local_queue = queue.name if queue is not None and live_local_queue is not None else None
+    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed), local_queue=local_queue)

@@ -22,6 +22,7 @@ from .constants import (
     JOB_NAME,
     LOG_CROSSCHECK_LIMIT,
     PHASES,
+    QUEUE_NAME_LABEL,
     REWARD_LIMIT,
     TERMINATION_MESSAGE_LIMIT,
     TIMESTAMP_SLACK,
@@ -650,6 +651,18 @@ def round_stopper(
         return DemoError(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
+        )
+    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
+        # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
+        # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
+        # manageJobsWithoutQueueName"); a LocalQueue and the label are what it waits for
+        return DemoError(
+            f"Job {where} was never admitted: it stayed suspended (spec.suspend) for {settings.client_wait_seconds} s "
+            f"without a {QUEUE_NAME_LABEL} label; Kueue holds unlabelled Jobs here (manageJobsWithoutQueueName) and "
+            "never admits them: pass --queue CLUSTERQUEUE (`kubectl get clusterqueues` lists them) so that the run "
+            f"makes its own LocalQueue and labels its Jobs; inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
         )
     if outcome == ROUND_NOT_ADMITTED:
         return DemoError(

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
+    CLUSTERQUEUE_RESOURCE,
     DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_SERVICEACCOUNT,
     DEFAULT_WORKSPACE_SIZE,
@@ -27,6 +28,9 @@ from .constants import (
     GC_PODS_PER_SECOND,
     INFRA_RETRIES_INSTEAD,
     JUNIT_SUITE_NAME,
+    KUEUE_GROUP,
+    LOCAL_QUEUE_NAME,
+    LOCALQUEUE_RESOURCE,
     LOG_CROSSCHECK_LIMIT,
     PER_INDEX_BACKOFF,
     PER_INDEX_BACKOFF_INSTEAD,
@@ -39,11 +43,13 @@ from .core_basics import (
     configmap_manifest,
     job_name_for,
     job_parallelism,
+    local_queue_manifest,
     namespace_manifest,
     pod_belongs_to,
     pod_selector,
     required_uid,
     round_job_manifest,
+    served_kueue_version,
     strict_refusal,
     task_id_of,
 )
@@ -127,6 +133,7 @@ from .records import (
     JUnitSuite,
     KubeletFigures,
     KubeObject,
+    LocalQueueReceipt,
     LogBudgets,
     LostAttempt,
     PodLog,
@@ -312,6 +319,14 @@ class RoundRewards:
             self._write(lines, time.monotonic())
 
 
+def read_kueue_group(kubectl: Kubectl) -> KubeObject:
+    """The API server's discovery document of Kueue's group (an APIGroup: its versions and the
+    preferred one), in one request without discovery (`get --raw`); NotFound where Kueue is not
+    installed."""
+    path = f"/apis/{KUEUE_GROUP}"
+    return kubectl.decode_json(kubectl.run(["get", "--raw", path], read_only=True), f"get --raw {path}")
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -330,6 +345,7 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
@@ -388,8 +404,14 @@ class BatchRun:
         with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
         kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        queue = self.settings.queue
         reviews = access_review_list(
-            self.namespace, runtime is not None, kubelet_metrics, self.settings.warmup, capacity=auto
+            self.namespace,
+            runtime is not None,
+            kubelet_metrics,
+            self.settings.warmup,
+            capacity=auto,
+            local_queue=queue is not None,
         )
 
         def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
@@ -406,7 +428,18 @@ class BatchRun:
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
-        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue_reads: List[Callable[[], Any]] = (
+            [
+                lambda: attempt(lambda: read_kueue_group(self.kubectl)),
+                lambda: attempt(lambda: self.kubectl.get(CLUSTERQUEUE_RESOURCE, queue or "")),
+            ]
+            if queue is not None
+            else []
+        )
+        answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
+        if kueue is not None and not kueue.failure:
+            self.kueue_version = served_kueue_version(kueue.value)
         runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
         if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
             runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
@@ -419,6 +452,9 @@ class BatchRun:
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
             capacity=auto,
+            queue=queue,
+            kueue=kueue,
+            cluster_queue=cluster_queue,
         )
         for finding in findings:
             if not finding.ok:
@@ -468,6 +504,12 @@ class BatchRun:
             namespace_manifest(self.namespace, self.run_id),
             configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
+        resources = ["namespace", "configmap"]
+        if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
+            manifests.append(local_queue_manifest(self.namespace, self.run_id, self.settings.queue, self.kueue_version))
+            resources.append(LOCALQUEUE_RESOURCE)
+            self.receipt.local_queue = LocalQueueReceipt(LOCAL_QUEUE_NAME, self.settings.queue)
+            write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
@@ -478,7 +520,7 @@ class BatchRun:
         )
         try:
             try:
-                namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
+                namespace, _, *local_queue = self.creator.create_together(manifests, resources)
             except DemoError as error:
                 settled = self.creator.settled.get(("Namespace", self.namespace))
                 if settled is None:
@@ -488,6 +530,8 @@ class BatchRun:
                 else:
                     self.record_namespace(settled)
                 raise
+            if local_queue and self.receipt.local_queue is not None:
+                self.receipt.local_queue.uid = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
                 self.wait_for_service_account(sink, watch)
@@ -857,7 +901,9 @@ def cleanup_run(
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
     live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
-    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
+    queue = receipt.local_queue
+    live_queue = kubectl.get(LOCALQUEUE_RESOURCE, queue.name, namespace) if queue and live_namespace else None
+    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs, live_queue)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
     if plan.namespace_absent:
@@ -879,6 +925,9 @@ def cleanup_run(
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
+    if plan.local_queue is not None:  # its Jobs are gone: Kueue holds no workload of it any more
+        kubectl.run(["delete", LOCALQUEUE_RESOURCE, plan.local_queue, "--wait=false"], namespace=namespace)
+        say(f"deleted LocalQueue {namespace}/{plan.local_queue}")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
     namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
     remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)

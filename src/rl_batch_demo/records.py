@@ -75,6 +75,7 @@ class RunSettings:
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
     workspace_size: str = DEFAULT_WORKSPACE_SIZE  # --workspace-size: /workspace's sizeLimit
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    queue: Optional[str] = None  # --queue: the Kueue ClusterQueue the run's LocalQueue points at
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
@@ -123,8 +124,21 @@ class JobReceipt:
     uid: Optional[str] = None  # None until the create answered
 
 
+@dataclasses.dataclass
+class LocalQueueReceipt:  # --queue: the run's Kueue LocalQueue in its namespace
+    name: str
+    cluster_queue: str  # the ClusterQueue it points at
+    uid: Optional[str] = None  # None until the create answered
+
+
 class ReceiptJob(TypedDict):
     name: str
+    uid: Optional[str]  # None until the create answered
+
+
+class ReceiptLocalQueue(TypedDict):
+    name: str
+    cluster_queue: str
     uid: Optional[str]  # None until the create answered
 
 
@@ -142,6 +156,7 @@ class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
 
 class ReceiptFile(_ReceiptFile, total=False):
     uid: str  # the namespace's, once it exists (the guide's key)
+    local_queue: ReceiptLocalQueue  # --queue: the run's LocalQueue, its ClusterQueue and (once created) UID
     job_uid: str  # the guide's key: the one Job's UID
 
 
@@ -163,6 +178,7 @@ class Receipt:
     namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
     jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
     guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
+    local_queue: Optional[LocalQueueReceipt] = None  # --queue: the run's LocalQueue (its name, then its UID)
 
     def to_json(self) -> ReceiptFile:
         data: ReceiptFile = {
@@ -178,6 +194,9 @@ class Receipt:
         }
         if self.namespace_uid is not None:
             data["uid"] = self.namespace_uid
+        if self.local_queue is not None:
+            queue = self.local_queue
+            data["local_queue"] = {"name": queue.name, "cluster_queue": queue.cluster_queue, "uid": queue.uid}
         if len(self.jobs) == 1 and self.jobs[0].uid:
             data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
         elif self.guide_job_uid:
@@ -197,6 +216,14 @@ class Receipt:
             for job in jobs
         ):
             raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
+        queue = data.get("local_queue")
+        if queue is not None and not (
+            isinstance(queue, dict)
+            and isinstance(queue.get("name"), str)
+            and isinstance(queue.get("cluster_queue"), str)
+            and isinstance(queue.get("uid"), (str, type(None)))
+        ):
+            raise DemoError(f"the receipt {where} has a malformed 'local_queue'; inspect the file", EXIT_USAGE)
 
         def text(key: str) -> Optional[str]:
             value = data.get(key)
@@ -225,6 +252,11 @@ class Receipt:
             namespace_uid=text("uid"),
             jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
             guide_job_uid=None if jobs else text("job_uid"),
+            local_queue=(
+                LocalQueueReceipt(queue["name"], queue["cluster_queue"], queue.get("uid"))
+                if queue is not None
+                else None
+            ),
         )
 
 

@@ -476,7 +476,13 @@ def admit_job(obj: dict, faults: dict) -> None:
     admission = faults.get("admission") or []
     spec = obj["spec"]
     pspec = spec["template"]["spec"]
-    if "queue" in admission or faults.get("queue"):
+    queue = faults.get("queue")
+    labelled = "kueue.x-k8s.io/queue-name" in (obj["metadata"].get("labels") or {})
+    # Kueue's webhook suspends only a Job labelled kueue.x-k8s.io/queue-name (Kueue docs, "Run a
+    # Kubernetes Job"), and with manageJobsWithoutQueueName an unlabelled one too (Kueue docs,
+    # "Setup manageJobsWithoutQueueName"): controller.py tick_suspended admits only the first
+    kueue_manages = isinstance(queue, dict) and (labelled or bool(queue.get("manage_jobs_without_queue_name")))
+    if "queue" in admission or kueue_manages:
         spec["suspend"] = True
     if "managed_by" in admission:
         spec["managedBy"] = MULTIKUEUE

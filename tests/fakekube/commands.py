@@ -122,6 +122,30 @@ class Invocation:
         timeout = flags.get("request-timeout")
         self.request_timeout = parse_duration(timeout) if timeout is not None else None
         self.contexts, self.current_context = self._load_kubeconfig()
+        self.install_kueue()
+
+    def install_kueue(self) -> None:
+        """Fault ``queue`` installs Kueue: its CRDs served (common.SERVED_KUEUE_VERSIONS) and its
+        ClusterQueues (``"cluster_queues"``, default ``["team-a"]``), made by the cluster's admin."""
+        from . import common
+
+        common.SERVED_KUEUE_VERSIONS[:] = common.kueue_versions(self.faults)
+        if not common.SERVED_KUEUE_VERSIONS:
+            return
+        names = (self.faults.get("queue") or {}).get("cluster_queues", ["team-a"])
+        missing = [name for name in names if self.store.get("ClusterQueue", None, name) is None]
+        if not missing:
+            return
+        with self.store.tx() as tx:
+            for name in missing:
+                tx.put(
+                    {
+                        "apiVersion": f"{common.KUEUE_GROUP}/{common.SERVED_KUEUE_VERSIONS[0]}",
+                        "kind": "ClusterQueue",
+                        "metadata": {"name": name, "uid": new_uid(), "creationTimestamp": now_ts(tx.now)},
+                        "spec": {"namespaceSelector": {}},
+                    }
+                )
 
     def _load_kubeconfig(self) -> Tuple[List[str], Optional[str]]:
         """The contexts are reachable only through the kubeconfig cluster.json requires (if any).
@@ -591,6 +615,23 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         raise KubectlError(f'error: --raw must be a valid URL path: parse "{raw}": invalid URI for request')
     if flags.get("output-watch-events"):
         raise KubectlError("error: --output-watch-events option can only be used with --watch or --watch-only")
+    if raw == "/apis/kueue.x-k8s.io":  # discovery of Kueue's group: an APIGroup, or NotFound without Kueue
+        inv.check_context()
+        inv.api_call(("get", "--raw /apis/kueue.x-k8s.io"), rbac=False)
+        versions = served_kueue_versions()
+        if not versions:
+            raise KubectlError("Error from server (NotFound): the server could not find the requested resource")
+        entries = [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in versions]
+        print_json(
+            {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": "kueue.x-k8s.io",
+                "versions": entries,
+                "preferredVersion": entries[0],
+            }
+        )
+        return 0
     m = RAW_NODE_METRICS.fullmatch(raw)
     if m is None:
         raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics)")
@@ -772,6 +813,12 @@ REAL_KINDS = {
 }
 
 
+def served_kueue_versions() -> List[str]:
+    from . import common
+
+    return list(common.SERVED_KUEUE_VERSIONS)
+
+
 def create_one(inv: Invocation, obj: dict) -> dict:
     if not isinstance(obj, dict):
         raise KubectlError('error: unable to decode "STDIN": object is not a JSON object')
@@ -784,7 +831,8 @@ def create_one(inv: Invocation, obj: dict) -> dict:
     obj = deep_copy(obj)
     md = obj.setdefault("metadata", {})
     name = md.get("name", "")
-    if CREATABLE.get(kind) != api_version:
+    kueue_kind = kind == "LocalQueue" and api_version in [f"kueue.x-k8s.io/{v}" for v in served_kueue_versions()]
+    if CREATABLE.get(kind) != api_version and not kueue_kind:
         if REAL_KINDS.get(kind) == api_version:
             raise not_supported(f"creating kind {kind!r}")
         raise KubectlError(
@@ -860,6 +908,10 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
             admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":
         problems = validate_metadata(obj, label_name=True)
+    elif rt.kind == "LocalQueue":  # Kueue's CRD schema: spec.clusterQueue is required
+        problems = validate_metadata(obj, label_name=True)
+        if not ((obj.get("spec") or {}).get("clusterQueue")):
+            problems.append("spec.clusterQueue: Required value")
     else:
         problems = validate_configmap(obj)
     if problems:
@@ -994,7 +1046,7 @@ def cmd_delete(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
             if rt is None:
                 inv.api_call(("delete", t))
                 rt = resolve_type(t)
-            if rt.kind not in ("Job", "Namespace"):
+            if rt.kind not in ("Job", "Namespace", "LocalQueue"):
                 raise not_supported(f"delete {rt.resource}")
             if rt.kind == "Job" and cascade != "foreground":
                 raise not_supported(f"delete job --cascade={cascade} (only --cascade=foreground)")
@@ -1046,6 +1098,8 @@ def delete_object(inv: Invocation, rt: ResType, name: str) -> bool:
                     "this namespace will automatically be purged by the system."
                 )
             delete_namespace(tx, obj, bool(inv.faults.get("namespace_stuck")))
+        elif rt.kind == "LocalQueue":
+            tx.vanish_later(obj)
         else:
             delete_job_foreground(tx, obj)
     return True

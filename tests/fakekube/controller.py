@@ -392,6 +392,22 @@ class JobController:
         self.sync_status()
         return True
 
+    def kueue_admits(self, job: dict) -> bool:
+        """Whether Kueue would ever admit this Job: only one labelled kueue.x-k8s.io/queue-name
+        with a LocalQueue of that name in its namespace whose ClusterQueue exists; a labelled Job
+        without it stays suspended, its Workload inadmissible ("LocalQueue X doesn't exist", Kueue
+        pkg/controller/core/workload_controller.go), and an unlabelled one that
+        manageJobsWithoutQueueName suspended is "not considered for admission" (Kueue docs,
+        "Setup manageJobsWithoutQueueName")."""
+        name = (job["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        if not name:
+            return False
+        local_queue = self.store.get("LocalQueue", self.ns, name)  # read live, as Kueue's cache follows it
+        if local_queue is None or local_queue["metadata"].get("deletionTimestamp"):
+            return False
+        cluster_queue = (local_queue.get("spec") or {}).get("clusterQueue")
+        return self.store.get("ClusterQueue", None, str(cluster_queue)) is not None
+
     def tick_suspended(self, job: dict, now: float) -> bool:
         """A suspended Job: no pods. Fault ``queue``, ``{"admit_after": SECONDS}`` (null: never),
         plays Kueue's controller, which resumes the Job once its Workload is admitted (Kueue docs,
@@ -399,6 +415,8 @@ class JobController:
         (JobResumed), sets startTime anew, from which the deadline counts, and makes the pods
         (job_controller.go, syncJob)."""
         admit_after = (self.faults.get("queue") or {}).get("admit_after")
+        if admit_after is not None and not self.kueue_admits(job):
+            admit_after = None  # held forever
         if job["spec"].get("suspend") and admit_after is not None and now - self.started >= float(admit_after):
             with self.store.tx() as tx:
                 j = tx.get("Job", self.ns, self.job_name)
