@@ -412,10 +412,11 @@ def build_parser(
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
                 "default": 0,
                 "metavar": "K",
-                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node gone: "
-                "DisruptionTarget) again, up to K times, by the Job's podFailurePolicy; an episode that failed by its "
-                "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
-                "later)",
+                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node deleted "
+                "or tainted node.kubernetes.io/out-of-service: DisruptionTarget; not a node that only stopped "
+                "answering, whose pod stays Running) again, up to K times, by the Job's podFailurePolicy; an episode "
+                "that failed by its own doing is never retried (default 0: a lost pod fails the run; K > 0 needs "
+                "Kubernetes 1.29 or later)",
             },
             "--max-artifact-bytes": {
                 "type": artifact_budget,
