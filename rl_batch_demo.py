@@ -953,6 +953,10 @@ class RoundObservation:
     pod_deleted: bool = False  # the pod watch reported a deletion
     queued: bool = False  # the Job was created suspended (a queue such as Kueue admits it later)
     admitted_seen_monotonic: Optional[float] = None  # when the client saw a queued Job resumed
+    # pods still Running on a node that stopped answering (unanswered_node): pod -> node, and each
+    # such node's state as read when it was first seen so (node_state)
+    lost_pods: Dict[str, str] = dataclasses.field(default_factory=dict)
+    node_states: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -2281,6 +2285,83 @@ def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced
 
 
 INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
+
+# A node whose kubelet stopped answering. Nothing sets its pods' phase: the node lifecycle
+# controller marks the Node Ready Unknown (after the node-monitor grace period) and its pods Ready
+# False (pkg/controller/util/node/controller_utils.go MarkPodsNotReady: the condition alone, no
+# reason), the taint manager deletes them only after their tolerationSeconds for the unreachable
+# or not-ready taint, 300 s by default (plugin/pkg/admission/defaulttolerationseconds), and PodGC
+# marks them Failed only when the Node object is deleted or tainted out-of-service
+# (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating, markFailedAndDeletePodWithCondition).
+# With a podFailurePolicy the job controller replaces a pod only once it is Failed
+# (pkg/controller/job/job_controller.go isPodFailed, onlyReplaceFailedPods): until then the episode
+# is neither finished nor retried.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+LOST_NODE_RULE = (
+    "a pod of a node that stopped answering stays Running (no kubelet sets its phase), so the job controller "
+    "neither counts nor replaces it until PodGC marks it Failed, which it does only once the Node is deleted or "
+    f"tainted {OUT_OF_SERVICE_TAINT} (`kubectl taint nodes NODE {OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute`, "
+    "for a node known to be down)"
+)
+
+
+def unanswered_node(pod: KubeObject) -> str:
+    """The node of a pod whose kubelet seems to have stopped answering, else "": a pod bound to a
+    node, not terminal, whose episode container runs yet whose Ready condition is False without
+    the kubelet's reason (the node lifecycle controller's MarkPodsNotReady; the episode has no
+    readiness probe, so its own kubelet would say ContainersNotReady), or that the taint manager
+    is deleting (DisruptionTarget DeletionByTaintManager) while it still runs."""
+    status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+    spec: KubeObject = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
+        return ""
+    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, dict):
+            continue
+        kind, state, reason = condition.get("type"), condition.get("status"), condition.get("reason")
+        if kind == "Ready" and state == "False" and running and reason != "ContainersNotReady":
+            return node
+        if kind == "DisruptionTarget" and state == "True" and reason == "DeletionByTaintManager":
+            return node
+    return ""
+
+
+def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
+    """A node's state in words, as the run names it: its Ready condition (NotReady, Unknown: the
+    kubelet stopped posting its status) with reason and time, the out-of-service taint; gone when
+    the Node object was deleted; unknown when it could not be read (`failure`)."""
+    if failure:
+        return f"node {name}: state unknown (cannot read it: {failure})"
+    if node is None:
+        return f"node {name}: deleted"
+    status: KubeObject = node["status"] if isinstance(node.get("status"), dict) else {}
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), {})
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
+    detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
+    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
+    text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
+
+
+def lost_node_note(lost_pods: Dict[str, str], node_states: Dict[str, str]) -> str:
+    """The words a progress line or a failure adds for the pods on nodes that stopped answering
+    (`lost_pods`: pod -> node; `node_states`: node -> node_state), "" when there are none."""
+    if not lost_pods:
+        return ""
+    by_node: Dict[str, List[str]] = {}
+    for pod, node in sorted(lost_pods.items()):
+        by_node.setdefault(node, []).append(pod)
+    parts = [
+        f"{node_states.get(node, f'node {node}')}, its pod{'s' if len(pods) > 1 else ''} {', '.join(pods)} "
+        f"still Running there"
+        for node, pods in sorted(by_node.items())
+    ]
+    return "; ".join(parts)
+
 
 # The kubelet's words for an eviction over the pod's own disk use (kubernetes/kubernetes
 # pkg/kubelet/eviction/helpers.go: podEphemeralStorageMessageFmt, containerEphemeralStorageMessageFmt,
@@ -3954,6 +4035,9 @@ def round_stopper(
             f"{where.split('/', 1)[0]} get workloads`), or raise --timeout; inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
         )
+    lost = lost_node_note(observation.lost_pods, observation.node_states)
+    if lost and outcome in (ROUND_TIMEOUT, ROUND_DEADLINE):  # a node stopped answering: say so, and why no retry
+        warning = f"{warning}; {lost}: {LOST_NODE_RULE}"
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(
@@ -6229,15 +6313,23 @@ class Progress:
         self.dirty = False
 
     def update(
-        self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None, queued: bool = False
+        self,
+        label: str,
+        elapsed: float,
+        counts: Dict[str, int],
+        left: Optional[float] = None,
+        queued: bool = False,
+        note: str = "",
     ) -> None:
         """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
         until the client stops waiting (None: no deadline to show); `queued`: the Job waits,
-        suspended, for a queue to admit it."""
+        suspended, for a queue to admit it; `note`: what else the line must say (a node that
+        stopped answering, lost_node_note)."""
         if not self.enabled:
             return
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
+        state = f"{state}; {note}" if note else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         if self.interactive:
             columns = self.columns or shutil.get_terminal_size().columns
@@ -7714,6 +7806,22 @@ def wait_for_job(
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
     job_uid = job["metadata"]["uid"]
+    lost_pods: Dict[str, str] = {}  # pods still Running on a node that stopped answering -> the node
+    node_states: Dict[str, str] = {}
+
+    def watch_node(pod_name: str, pod: KubeObject) -> None:
+        """A pod whose node stopped answering (unanswered_node): its node read once, for its
+        state in the progress line and in the failure; a pod that ended since is no longer lost."""
+        node = unanswered_node(pod)
+        if not node:
+            lost_pods.pop(pod_name, None)
+            return
+        lost_pods[pod_name] = node
+        if node not in node_states:
+            try:
+                node_states[node] = node_state(node, kubectl.get("node", node))
+            except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
+                node_states[node] = node_state(node, None, failure.first_line)
 
     def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted
@@ -7729,6 +7837,7 @@ def wait_for_job(
             record_pod_sighting(sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 last_pods[pod_name] = pod  # type: ignore[assignment]
+                watch_node(pod_name, pod)  # type: ignore[arg-type]
                 if on_pod is not None:
                     on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
@@ -7748,7 +7857,18 @@ def wait_for_job(
         condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
     ) -> RoundObservation:
         return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted, queued, admitted_seen
+            live,
+            condition,
+            wall,
+            clock,
+            sightings,
+            blocked,
+            last_pods,
+            deleted,
+            queued,
+            admitted_seen,
+            dict(lost_pods),
+            dict(node_states),
         )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
@@ -7855,7 +7975,10 @@ def wait_for_job(
                     return observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
+            note = lost_node_note(lost_pods, node_states)
+            progress.update(
+                label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live), note
+            )
     finally:
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()
@@ -8889,6 +9012,39 @@ def _stuck_namespace_detail(namespace: KubeObject) -> str:
     return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
+def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> str:
+    """Why a Job's deletion waits, when its pods are stuck Terminating on nodes that no longer
+    answer (best effort: "" when the pods or nodes cannot be read, or none is so): no kubelet
+    there confirms their end, so only PodGC removes them, once the Node is deleted or tainted
+    out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
+    try:
+        pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
+        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
+        nodes = sorted(
+            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
+        )
+        states = {node: kubectl.get("node", node) for node in nodes}
+    except (KubectlFailure, KubectlTimeout, ValueError):
+        return ""
+    lost = {}
+    for node, live in states.items():
+        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        if live is not None and not (ready and ready[0].get("status") == "True"):
+            lost[node] = node_state(node, live)
+    names = {
+        str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
+        for pod in stuck
+        if (pod.get("spec") or {}).get("nodeName") in lost
+    }
+    if not names:
+        return ""
+    return (
+        f": {lost_node_note(names, lost).replace(' still Running there', ' stuck Terminating there')}, where no "
+        f"kubelet answers to confirm its end; it goes only once the Node is deleted or tainted "
+        f"{OUT_OF_SERVICE_TAINT} (PodGC)"
+    )
+
+
 def cleanup_run(
     kubectl: Kubectl,
     receipt: Receipt,
@@ -8927,9 +9083,10 @@ def cleanup_run(
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
+            stuck = _stuck_on_lost_nodes(kubectl, remaining, namespace)
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s{stuck}; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")

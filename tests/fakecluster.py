@@ -119,6 +119,14 @@ with failed indexes is ``Failed`` (``FailedIndexes``).  ``episode`` faults stay 
 order, which is index order while parallelism lets every pending index start (a retried or
 replaced index gets the next creation index).  The worker finds the ConfigMap's
 ``tasks.jsonl`` through env RL_DEMO_TASKS.
+``node_lost``: ``{"node": NAME, "after": SECONDS, "toleration_seconds": 300, "then": null | "delete"
+    | "out_of_service", "then_after": SECONDS}``: that node's kubelet stops answering SECONDS after a
+    pod started there: the pod stays Running (nothing sets its phase), the Node turns Ready Unknown
+    with the unreachable taints and the pod Ready False (node lifecycle controller, MarkPodsNotReady);
+    the taint manager deletes it after toleration_seconds (DefaultTolerationSeconds), and it stays
+    Terminating; PodGC marks it Failed only once the Node is deleted (gcOrphaned) or tainted
+    node.kubernetes.io/out-of-service (gcTerminating), ``then`` after ``then_after`` s. Its log cannot
+    be read (no kubelet); a foreground delete of its Job waits for it (controller.py lose, tick_lost).
 ``old_job_api``: the API server drops ``backoffLimitPerIndex`` and ``maxFailedIndexes`` (a
     server without the JobBackoffLimitPerIndex feature), so backoffLimit defaults to 6, and the
     podFailurePolicy's FailIndex rules with them (pkg/registry/batch/job/strategy.go

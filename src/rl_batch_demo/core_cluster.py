@@ -295,6 +295,83 @@ def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced
 
 INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
 
+# A node whose kubelet stopped answering. Nothing sets its pods' phase: the node lifecycle
+# controller marks the Node Ready Unknown (after the node-monitor grace period) and its pods Ready
+# False (pkg/controller/util/node/controller_utils.go MarkPodsNotReady: the condition alone, no
+# reason), the taint manager deletes them only after their tolerationSeconds for the unreachable
+# or not-ready taint, 300 s by default (plugin/pkg/admission/defaulttolerationseconds), and PodGC
+# marks them Failed only when the Node object is deleted or tainted out-of-service
+# (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating, markFailedAndDeletePodWithCondition).
+# With a podFailurePolicy the job controller replaces a pod only once it is Failed
+# (pkg/controller/job/job_controller.go isPodFailed, onlyReplaceFailedPods): until then the episode
+# is neither finished nor retried.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+LOST_NODE_RULE = (
+    "a pod of a node that stopped answering stays Running (no kubelet sets its phase), so the job controller "
+    "neither counts nor replaces it until PodGC marks it Failed, which it does only once the Node is deleted or "
+    f"tainted {OUT_OF_SERVICE_TAINT} (`kubectl taint nodes NODE {OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute`, "
+    "for a node known to be down)"
+)
+
+
+def unanswered_node(pod: KubeObject) -> str:
+    """The node of a pod whose kubelet seems to have stopped answering, else "": a pod bound to a
+    node, not terminal, whose episode container runs yet whose Ready condition is False without
+    the kubelet's reason (the node lifecycle controller's MarkPodsNotReady; the episode has no
+    readiness probe, so its own kubelet would say ContainersNotReady), or that the taint manager
+    is deleting (DisruptionTarget DeletionByTaintManager) while it still runs."""
+    status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+    spec: KubeObject = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
+        return ""
+    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, dict):
+            continue
+        kind, state, reason = condition.get("type"), condition.get("status"), condition.get("reason")
+        if kind == "Ready" and state == "False" and running and reason != "ContainersNotReady":
+            return node
+        if kind == "DisruptionTarget" and state == "True" and reason == "DeletionByTaintManager":
+            return node
+    return ""
+
+
+def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
+    """A node's state in words, as the run names it: its Ready condition (NotReady, Unknown: the
+    kubelet stopped posting its status) with reason and time, the out-of-service taint; gone when
+    the Node object was deleted; unknown when it could not be read (`failure`)."""
+    if failure:
+        return f"node {name}: state unknown (cannot read it: {failure})"
+    if node is None:
+        return f"node {name}: deleted"
+    status: KubeObject = node["status"] if isinstance(node.get("status"), dict) else {}
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), {})
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
+    detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
+    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
+    text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
+
+
+def lost_node_note(lost_pods: Dict[str, str], node_states: Dict[str, str]) -> str:
+    """The words a progress line or a failure adds for the pods on nodes that stopped answering
+    (`lost_pods`: pod -> node; `node_states`: node -> node_state), "" when there are none."""
+    if not lost_pods:
+        return ""
+    by_node: Dict[str, List[str]] = {}
+    for pod, node in sorted(lost_pods.items()):
+        by_node.setdefault(node, []).append(pod)
+    parts = [
+        f"{node_states.get(node, f'node {node}')}, its pod{'s' if len(pods) > 1 else ''} {', '.join(pods)} "
+        f"still Running there"
+        for node, pods in sorted(by_node.items())
+    ]
+    return "; ".join(parts)
+
+
 # The kubelet's words for an eviction over the pod's own disk use (kubernetes/kubernetes
 # pkg/kubelet/eviction/helpers.go: podEphemeralStorageMessageFmt, containerEphemeralStorageMessageFmt,
 # emptyDirMessageFmt, set by eviction_manager.go localStorageEviction without DisruptionTarget; and

@@ -52,6 +52,7 @@ from .core_clocks import (
     scheduled_event_time,
 )
 from .core_cluster import (
+    LOST_NODE_RULE,
     _condition_time,
     _container_status,
     _phase_failure,
@@ -67,6 +68,7 @@ from .core_cluster import (
     failed_condition_text,
     job_admitted_at,
     logged_events,
+    lost_node_note,
     message_cut_at_front,
     message_needs_log,
     parse_index_set,
@@ -671,6 +673,9 @@ def round_stopper(
             f"{where.split('/', 1)[0]} get workloads`), or raise --timeout; inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
         )
+    lost = lost_node_note(observation.lost_pods, observation.node_states)
+    if lost and outcome in (ROUND_TIMEOUT, ROUND_DEADLINE):  # a node stopped answering: say so, and why no retry
+        warning = f"{warning}; {lost}: {LOST_NODE_RULE}"
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(

@@ -55,12 +55,15 @@ from .core_basics import (
 )
 from .core_clocks import KubeletReading, expected_operations, runtime_operations
 from .core_cluster import (
+    OUT_OF_SERVICE_TAINT,
     _attempt_order,
     creation_time,
     final_pods_from_watch,
     foreign_manager,
     infra_loss,
     latest_warning,
+    lost_node_note,
+    node_state,
     pod_index,
     pod_list,
     split_pods_and_events,
@@ -881,6 +884,39 @@ def _stuck_namespace_detail(namespace: KubeObject) -> str:
     return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
+def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> str:
+    """Why a Job's deletion waits, when its pods are stuck Terminating on nodes that no longer
+    answer (best effort: "" when the pods or nodes cannot be read, or none is so): no kubelet
+    there confirms their end, so only PodGC removes them, once the Node is deleted or tainted
+    out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
+    try:
+        pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
+        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
+        nodes = sorted(
+            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
+        )
+        states = {node: kubectl.get("node", node) for node in nodes}
+    except (KubectlFailure, KubectlTimeout, ValueError):
+        return ""
+    lost = {}
+    for node, live in states.items():
+        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        if live is not None and not (ready and ready[0].get("status") == "True"):
+            lost[node] = node_state(node, live)
+    names = {
+        str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
+        for pod in stuck
+        if (pod.get("spec") or {}).get("nodeName") in lost
+    }
+    if not names:
+        return ""
+    return (
+        f": {lost_node_note(names, lost).replace(' still Running there', ' stuck Terminating there')}, where no "
+        f"kubelet answers to confirm its end; it goes only once the Node is deleted or tainted "
+        f"{OUT_OF_SERVICE_TAINT} (PodGC)"
+    )
+
+
 def cleanup_run(
     kubectl: Kubectl,
     receipt: Receipt,
@@ -919,9 +955,10 @@ def cleanup_run(
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
+            stuck = _stuck_on_lost_nodes(kubectl, remaining, namespace)
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s{stuck}; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")

@@ -274,6 +274,10 @@ class RoundObservation:
     pod_deleted: bool = False  # the pod watch reported a deletion
     queued: bool = False  # the Job was created suspended (a queue such as Kueue admits it later)
     admitted_seen_monotonic: Optional[float] = None  # when the client saw a queued Job resumed
+    # pods still Running on a node that stopped answering (unanswered_node): pod -> node, and each
+    # such node's state as read when it was first seen so (node_state)
+    lost_pods: Dict[str, str] = dataclasses.field(default_factory=dict)
+    node_states: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

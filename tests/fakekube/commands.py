@@ -1166,11 +1166,34 @@ def delete_job_foreground(tx: Tx, job: dict) -> None:
         for p in tx.list("Pod", job["metadata"]["namespace"])
         if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
     ]
+    stuck = False
     for position, p in enumerate(owned):
+        if not node_answers(tx, p):  # no kubelet confirms the kill: it stays Terminating, and the Job with it
+            p["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+            tx.put(p)
+            stuck = True
+            continue
         p["metadata"].pop("finalizers", None)
         tx.vanish_later(p, position / GC_PODS_PER_SECOND)
     job["metadata"]["finalizers"] = ["foregroundDeletion"]
+    if stuck:  # the garbage collector waits for every dependent (foreground deletion)
+        job["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+        tx.put(job)
+        return
     tx.vanish_later(job, len(owned) / GC_PODS_PER_SECOND + 0.05)
+
+
+def node_answers(tx: Any, pod: dict) -> bool:
+    """Whether the kubelet of the pod's node still answers (fault ``node_lost``: its Node is Ready
+    Unknown): a deleted pod goes only once its kubelet has stopped it and confirmed (a graceful
+    delete waits for the kubelet's final status, pkg/registry/core/pod/strategy.go), or PodGC
+    force-deletes it. A pod never bound, or of a node that no longer exists, goes."""
+    name = (pod.get("spec") or {}).get("nodeName")
+    node = tx.get("Node", None, name) if name else None
+    if node is None:
+        return True
+    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return not ready or ready[0].get("status") == "True"
 
 
 def wait_gone(inv: Invocation, rt: ResType, name: str) -> None:
@@ -1375,6 +1398,14 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
     if index is not None and index in unavailable:
         raise KubectlError(
             f"Error from server (InternalError): Internal error occurred: failed to read log of pod {name}"
+        )
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node_answers(
+        inv.store, pod
+    ):  # the API server proxies a log read to the pod's kubelet, which no longer answers
+        raise KubectlError(
+            f'Error from server: Get "https://{node}:10250/containerLogs/{inv.namespace}/{name}/{container}": '
+            f"dial tcp {node}:10250: connect: no route to host"
         )
     path = log_path(inv.state, inv.namespace, name)
     started = any(
