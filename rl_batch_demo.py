@@ -1200,8 +1200,12 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class LostNodes(TypedDict, total=False):  # only when a node of the round's pods stopped answering
+    lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, JobTimes, FirstReward, LogFigures, LostNodes
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -4169,7 +4173,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
         **log_figures(collected, pods),
+        **LostNodes(),  # named below when a node stopped answering
     )
+    if observation.node_states:  # a node stopped answering: its pods were not retried while it did
+        figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
 
 

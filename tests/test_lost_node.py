@@ -117,6 +117,9 @@ class LostNodeThroughTheFakeTest(SourcesTestCase):
         [attempt] = [attempt for row in results["pods"] for attempt in row["lost_attempts"]]
         self.assertIn("DisruptionTarget DeletionByPodGC: PodGC: node no longer exists", attempt["cause"])
         self.assertEqual([n["metadata"]["name"] for n in cluster.objects("Node")], ["node-b"])
+        [round_result] = results["round_results"]
+        self.assertIn("node node-a: Unknown since", round_result["lost_nodes"]["node-a"])  # named in results.json
+        self.assertIn("Kubelet stopped posting node status.", round_result["lost_nodes"]["node-a"])
 
     def test_an_out_of_service_taint_lets_podgc_fail_the_pod_and_the_job_retry_it(self) -> None:
         lost = {"node": "node-a", "after": 0, "then": "out_of_service", "then_after": 0.5}

@@ -92,6 +92,7 @@ from .records import (
     KubeObject,
     LogFigures,
     LostAttempt,
+    LostNodes,
     PhaseStats,
     PodLog,
     PodRow,
@@ -807,7 +808,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
         **log_figures(collected, pods),
+        **LostNodes(),  # named below when a node stopped answering
     )
+    if observation.node_states:  # a node stopped answering: its pods were not retried while it did
+        figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
 
 

@@ -521,8 +521,12 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class LostNodes(TypedDict, total=False):  # only when a node of the round's pods stopped answering
+    lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, JobTimes, FirstReward, LogFigures, LostNodes
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
