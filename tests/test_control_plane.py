@@ -25,7 +25,7 @@ from tests.callplan import (
     RunPlan,
     watch_event,
 )
-from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, Batch, stamp
+from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, Batch, node_object, stamp
 from tests.test_run import ClusterTestCase
 from tests.tiers import end_to_end
 
@@ -321,9 +321,46 @@ class CleanupWaitTest(CallPlanTestCase):
             plan.get_job(plan.batch.job_complete()),
             plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
             still_there,
+            # what holds it: its pods (none stuck on a node that stopped answering here)
+            plan.cluster.get_list("pods", plan.batch.pods(), flags=["-l", plan.batch.selector]),
         )
         result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
-        self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 2.5 s")  # 1 s + 10 pods at 20/3 a second
+        line = self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 2.5 s")  # 1 s + 10 pods at 20/3/s
+        self.assertNotIn("stuck Terminating", line)
+
+    def test_a_pod_stuck_terminating_on_a_node_that_stopped_answering_is_named(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        still_there = dataclasses.replace(plan.get_job(plan.batch.job_complete()), repeat=True)
+        stuck = plan.batch.pods()
+        stuck[0]["metadata"]["deletionTimestamp"] = "2026-01-01T00:10:00Z"
+        stuck[0]["spec"]["nodeName"] = "node-a"
+        lost = node_object("node-a")
+        lost["status"]["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "lastTransitionTime": "2026-01-01T00:09:00Z",
+            }
+        ]
+        self.expect(
+            plan.cluster.config_view(bound=True),
+            plan.get_namespace(),
+            plan.get_job(plan.batch.job_complete()),
+            plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
+            still_there,
+            plan.cluster.get_list("pods", stuck, flags=["-l", plan.batch.selector]),
+            plan.cluster.get("node", "node-a", lost, namespace=None),
+        )
+        result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
+        line = self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 1.3 s")
+        name = stuck[0]["metadata"]["name"]
+        self.assertIn(
+            f"node node-a: Unknown since 2026-01-01T00:09:00Z (NodeStatusUnknown), its pod {name} stuck", line
+        )
+        self.assertIn("goes only once the Node is deleted or tainted node.kubernetes.io/out-of-service (PodGC)", line)
 
 
 @end_to_end
