@@ -509,10 +509,7 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
             result.stderr,
         )
         self.assertIn("run without --infra-retries", result.stderr)
-        [job] = cluster.objects("Job")
-        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count"])
-        self.assertNotIn("backoffLimitPerIndex", job["spec"])
-        self.assertTrue(job["metadata"].get("deletionTimestamp"))
+        self.assertTrue(all(job["metadata"].get("deletionTimestamp") for job in cluster.objects("Job")))  # or gone
 
     def test_a_server_that_drops_the_policy_makes_the_run_delete_its_job(self) -> None:
         cluster = self.cluster(faults={"no_pod_failure_policy": True})
@@ -521,6 +518,41 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("lacks spec.podFailurePolicy", result.stderr)
         self.assertIn("run without --infra-retries", result.stderr)
         self.assertTrue(all(j["metadata"].get("deletionTimestamp") for j in cluster.objects("Job")))
+
+
+class FakeApiServerJobFieldsTest(unittest.TestCase):
+    """The fake API server's Job fields by version (tests/fakekube/apiserver.py prepare_job)."""
+
+    def manifest(self) -> Dict[str, Any]:
+        return demo.job_manifest(
+            name="rollout",
+            namespace="ns",
+            run_id="r",
+            count=2,
+            parallelism=2,
+            image="img",
+            runtime=None,
+            deadline_seconds=60,
+            max_failed_episodes=1,
+            infra_retries=1,
+        )
+
+    def test_1_28_drops_the_fail_index_rules_with_the_per_index_fields(self) -> None:
+        from tests.fakekube.apiserver import prepare_job
+
+        job = self.manifest()
+        self.assertEqual(prepare_job(job, "uid", False, old_job_api=True), [])  # stored, not refused (was 422)
+        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count"])
+        self.assertNotIn("backoffLimitPerIndex", job["spec"])
+        self.assertNotIn("maxFailedIndexes", job["spec"])
+        before = self.manifest()  # a 1.27 server knows no FailIndex action at all: refused
+        problems = prepare_job(before, "uid", False, old_job_api=True, knows_fail_index=False)
+        self.assertIn('Unsupported value: "FailIndex"', " ".join(problems))
+        current = self.manifest()
+        self.assertEqual(prepare_job(current, "uid", False), [])
+        self.assertEqual(
+            [rule["action"] for rule in current["spec"]["podFailurePolicy"]["rules"]], ["Count", "FailIndex"]
+        )
 
 
 if __name__ == "__main__":
