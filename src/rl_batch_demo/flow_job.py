@@ -212,6 +212,8 @@ def wait_for_job(
                 node_states[node] = node_state(node, kubectl.get("node", node))
             except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
                 node_states[node] = node_state(node, None, failure.first_line)
+            except KubectlTimeout as timeout:
+                node_states[node] = node_state(node, None, str(timeout))
 
     def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted
