@@ -239,7 +239,17 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         self.assertEqual(results["worker"], "task_worker.py")
         self.assertEqual(results["tasks"], 4)
         self.assertEqual((results["episodes"], results["successful_episodes"]), (4, 4))
-        self.assertIn("worker task_worker.py: reward mean 0.75", demo.render_summary(results))
+        summary = demo.render_summary(results)
+        self.assertIn("worker task_worker.py: reward mean 0.75", summary)
+        # its ready events carry no process start: the summary says why its rows show -
+        self.assertTrue(all(row["process_started_at"] is None for row in results["pods"]))
+        self.assertIn(
+            "process start: unknown for 4 of 4 episode(s): their ready event carries no process_started_at or "
+            "kernel_booted_at, which a custom worker reports itself (docs/own-episodes.md), so the rows from the "
+            "process start show - and the kernel is unknown",
+            " ".join(summary.split()),
+        )
+        self.assertNotIn("process start: unknown", demo.render_summary({**results, "worker": demo.BUILTIN_WORKER}))
         json.dumps(results, allow_nan=False)
 
     def test_the_built_in_rules_would_refuse_the_same_episodes(self) -> None:
@@ -617,8 +627,20 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
         line = json.dumps({"prompt": "x" * 300_000}).encode() + b"\n"
         tasks = self.write("tasks.jsonl", line * 4)
         message = self.refused("--tasks", tasks)
-        self.assertIn("1 MiB (1,048,576 bytes) object size limit", message)
-        self.assertRegex(message, r"would be 1,2\d\d,\d{3} bytes as JSON")
+        self.assertIn("1 MiB (1,048,576 bytes) limit on a ConfigMap's data", message)
+        self.assertRegex(message, r"data, the worker and the tasks, would be 1,2\d\d,\d{3} bytes")
+
+    def test_a_tasks_file_counted_as_the_api_server_counts_it(self) -> None:
+        """Issue 27: the API server counts the data's values (ValidateConfigMap), not their JSON
+        form: 726 KB of quotes, which JSON doubles, fit."""
+        line = json.dumps({"prompt": '"' * 90_000}).encode() + b"\n"
+        tasks = self.write("tasks.jsonl", line * 4)
+        manifest = demo.configmap_manifest("ns", "0" * 12, "print()", demo.parse_tasks(line * 4, "tasks.jsonl"))
+        self.assertGreater(len(json.dumps(manifest)), 2**20)  # over 1 MiB as JSON
+        self.assertEqual(demo.configmap_size_problem(manifest), "")
+        args = ["run", "--tasks", tasks, "--worker", self.write("w.py", b"print()\n"), "--dry-run"]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(demo.main([*args, "--output", str(self.output), "--quiet"]), 0)
 
     def test_a_count_that_does_not_match(self) -> None:
         tasks = self.write("tasks.jsonl", b"{}\n{}\n")
