@@ -109,10 +109,15 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
-# The garbage collector deletes a Job's pods at the controller manager's client rate, kubeAPIQPS 20
-# (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
-# more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
-GC_PODS_PER_SECOND = 20
+# The garbage collector deletes a Job's pods within the controller manager's client rate, kubeAPIQPS
+# 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go), and each pod costs it
+# about 3 requests: a live GET of the pod, a live GET of its owner, then the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem, isDangling): about 7 pods
+# a second, so 1,000 pods take 150 s or more, and cleanup waits for a Job that much longer than
+# CLEANUP_WAIT_SECONDS.
+GC_REQUESTS_PER_POD = 3
+KUBE_API_QPS = 20
+GC_PODS_PER_SECOND = KUBE_API_QPS / GC_REQUESTS_PER_POD  # 6.67
 MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
@@ -238,6 +243,19 @@ BUILTIN_TEST_MODULE = {
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 POD_LIMITS = {"cpu": "500m", "memory": "128Mi"}
+# The pod's own disk (--ephemeral-storage, --workspace-size). Without an ephemeral-storage limit a
+# worker that fills the disk drives its node into DiskPressure, and the kubelet's node-pressure
+# eviction then evicts it (and other tenants' pods) with DisruptionTarget, which --infra-retries'
+# podFailurePolicy would Count as a loss of the infrastructure. With a limit the kubelet evicts only
+# this pod, at its own limit (pkg/kubelet/eviction/eviction_manager.go localStorageEviction:
+# emptyDirLimitEviction, podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction,
+# without DisruptionTarget). The request equals the limit, so the scheduler reserves what the pod
+# may use. The container's log files count against it too (the kubelet keeps up to 5 files of
+# containerLogMaxSize 10 MiB), so the default leaves room for them beside /workspace.
+DEFAULT_EPHEMERAL_STORAGE = "512Mi"  # --ephemeral-storage: the episode container's request and limit
+DEFAULT_WORKSPACE_SIZE = "256Mi"  # --workspace-size: the sizeLimit of /workspace's emptyDir
+EPHEMERAL_STORAGE = "ephemeral-storage"
+WORKSPACE_VOLUME = "workspace"
 
 NAMESPACE_PREFIX = "agc-rl-"
 RUN_LABEL = "agc-demo-run"
@@ -524,6 +542,25 @@ SERVICEACCOUNT_PERMISSIONS = (("list", "serviceaccounts", "", "", True), ("watch
 SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the run may wait for the account
 # `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
+
+# Kueue (--queue CLUSTERQUEUE). Kueue manages only a Job labelled kueue.x-k8s.io/queue-name with the
+# name of a LocalQueue in the Job's own namespace (Kueue docs, "Run a Kubernetes Job"); a labelled
+# Job whose namespace has no such LocalQueue stays suspended ("LocalQueue X doesn't exist": Kueue
+# pkg/controller/core/workload_controller.go), and with manageJobsWithoutQueueName true an
+# unlabelled Job is suspended and never admitted (Kueue docs, "Setup manageJobsWithoutQueueName").
+# Every run makes a fresh namespace, so with --queue it creates its own LocalQueue there, pointing
+# at the ClusterQueue given, in the version the API server prefers of those this tool knows.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # LocalQueue's versions this tool writes, newest first
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE_NAME = "rl-batch-demo"
+LOCALQUEUE_RESOURCE = "localqueues.kueue.x-k8s.io"
+CLUSTERQUEUE_RESOURCE = "clusterqueues.kueue.x-k8s.io"
+LOCALQUEUE_PERMISSIONS = (
+    ("create", "localqueues", KUEUE_GROUP, "", True),
+    ("get", "localqueues", KUEUE_GROUP, "", True),  # adoption after an ambiguous create, and cleanup
+    ("delete", "localqueues", KUEUE_GROUP, "", True),
+)
 
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 # --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process
@@ -861,7 +898,10 @@ class RunSettings:
     max_failed_episodes: int = 0  # --max-failed-episodes
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE  # --workspace-size: /workspace's sizeLimit
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    queue: Optional[str] = None  # --queue: the Kueue ClusterQueue the run's LocalQueue points at
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
@@ -909,6 +949,12 @@ class ReceiptJob(TypedDict):
     uid: Optional[str]  # None until the create answered
 
 
+class ReceiptLocalQueue(TypedDict):  # --queue: the run's Kueue LocalQueue in its namespace
+    name: str
+    cluster_queue: str  # the ClusterQueue it points at
+    uid: Optional[str]  # None until the create answered
+
+
 class _Receipt(TypedDict):
     context: str
     server: Optional[str]
@@ -929,6 +975,7 @@ class Receipt(_Receipt, total=False):
     Receipts of the guide's script (context, namespace, uid, run_id, job_uid) load too."""
 
     uid: str  # the namespace's, once it exists (the guide's key)
+    local_queue: ReceiptLocalQueue  # --queue: the run's LocalQueue, its ClusterQueue and (once created) UID
     job_uid: str  # the guide's key: the one Job's UID
 
 
@@ -946,6 +993,10 @@ class RoundObservation:
     pod_deleted: bool = False  # the pod watch reported a deletion
     queued: bool = False  # the Job was created suspended (a queue such as Kueue admits it later)
     admitted_seen_monotonic: Optional[float] = None  # when the client saw a queued Job resumed
+    # pods still Running on a node that stopped answering (unanswered_node): pod -> node, and each
+    # such node's state as read when it was first seen so (node_state)
+    lost_pods: Dict[str, str] = dataclasses.field(default_factory=dict)
+    node_states: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -1252,8 +1303,12 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class LostNodes(TypedDict, total=False):  # only when a node of the round's pods stopped answering
+    lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, JobTimes, FirstReward, LogFigures, LostNodes
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -1764,6 +1819,38 @@ def configmap_manifest(
     return manifest
 
 
+def local_queue_manifest(namespace: str, run_id: str, cluster_queue: str, version: str) -> KubeObject:
+    """--queue: the run's Kueue LocalQueue in its own namespace, pointing at the ClusterQueue given
+    (spec.clusterQueue, in v1beta1 and v1beta2 alike), so that Kueue manages the run's Jobs."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{version}",
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": LOCAL_QUEUE_NAME,
+            "namespace": namespace,
+            "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": APP_LABEL_VALUE},
+        },
+        "spec": {"clusterQueue": cluster_queue},
+    }
+
+
+def served_kueue_version(group: Any) -> Optional[str]:
+    """Of the LocalQueue versions this tool writes (KUEUE_VERSIONS), the one the API server's
+    discovery document of the kueue.x-k8s.io group (GET /apis/kueue.x-k8s.io, an APIGroup) prefers,
+    else the newest it serves; None when it serves none of them."""
+    if not isinstance(group, dict):
+        return None
+    served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
+    preferred = (
+        (group.get("preferredVersion") or {}).get("version")
+        if isinstance(group.get("preferredVersion"), dict)
+        else None
+    )
+    if preferred in KUEUE_VERSIONS and preferred in served:
+        return str(preferred)
+    return next((version for version in KUEUE_VERSIONS if version in served), None)
+
+
 def tasks_text(tasks: Sequence[JsonObject]) -> str:
     """/demo/tasks.jsonl: line i (from 0) is index i's task, re-serialised as one ASCII line."""
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
@@ -1873,11 +1960,18 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE,
+    local_queue: Optional[str] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
-    and their budget (MAX_ARTIFACT_BYTES_ENV).
+    and their budget (MAX_ARTIFACT_BYTES_ENV). Its disk is bounded: an ephemeral-storage request
+    and limit (`ephemeral_storage`, --ephemeral-storage) and a sizeLimit on /workspace
+    (`workspace_size`, --workspace-size), so a worker that fills them is evicted alone, at its own
+    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE). With
+    `local_queue` (--queue) the Job carries Kueue's queue-name label, so Kueue manages it.
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -1906,16 +2000,22 @@ def job_manifest(
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "resources": {"requests": dict(POD_REQUESTS), "limits": dict(POD_LIMITS)},
+                "resources": {
+                    "requests": {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage},
+                    "limits": {**POD_LIMITS, EPHEMERAL_STORAGE: ephemeral_storage},
+                },
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [
                     {"name": "script", "mountPath": "/demo", "readOnly": True},
-                    {"name": "workspace", "mountPath": "/workspace"},
+                    {"name": WORKSPACE_VOLUME, "mountPath": "/workspace"},
                 ],
             }
         ],
-        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
+        "volumes": [
+            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
+            {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": workspace_size}},
+        ],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
@@ -1931,6 +2031,8 @@ def job_manifest(
             "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
+    if local_queue is not None:
+        manifest["metadata"]["labels"][QUEUE_NAME_LABEL] = local_queue
     spec = manifest["spec"]
     if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
@@ -1988,6 +2090,9 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        ephemeral_storage=settings.ephemeral_storage,
+        workspace_size=settings.workspace_size,
+        local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
     )
 
 
@@ -2401,6 +2506,12 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
     with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
+    own_disk = own_disk_eviction(pod)
+    if own_disk:
+        return 1, (
+            f"the pod was evicted for its own disk use ({own_disk.strip()}): the episode's own failure, not the "
+            "infrastructure's (--ephemeral-storage, --workspace-size)"
+        )
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted:
@@ -2438,6 +2549,122 @@ def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced
 
 INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
 
+# A node whose kubelet stopped answering. Nothing sets its pods' phase: the node lifecycle
+# controller marks the Node Ready Unknown (after the node-monitor grace period) and its pods Ready
+# False (pkg/controller/util/node/controller_utils.go MarkPodsNotReady: the condition alone, no
+# reason), the taint manager deletes them only after their tolerationSeconds for the unreachable
+# or not-ready taint, 300 s by default (plugin/pkg/admission/defaulttolerationseconds), and PodGC
+# marks them Failed only when the Node object is deleted or tainted out-of-service
+# (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating, markFailedAndDeletePodWithCondition).
+# With a podFailurePolicy the job controller replaces a pod only once it is Failed
+# (pkg/controller/job/job_controller.go isPodFailed, onlyReplaceFailedPods): until then the episode
+# is neither finished nor retried.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+LOST_NODE_RULE = (
+    "a pod of a node that stopped answering stays Running (no kubelet sets its phase), so the job controller "
+    "neither counts nor replaces it until PodGC marks it Failed, which it does only once the Node is deleted or "
+    f"tainted {OUT_OF_SERVICE_TAINT} (`kubectl taint nodes NODE {OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute`, "
+    "for a node known to be down)"
+)
+
+
+def unanswered_node(pod: KubeObject) -> str:
+    """The node of a pod whose kubelet seems to have stopped answering, else "": a pod bound to a
+    node, not terminal, whose episode container runs yet whose Ready condition is False without
+    the kubelet's reason (the node lifecycle controller's MarkPodsNotReady; the episode has no
+    readiness probe, so its own kubelet would say ContainersNotReady), or that the taint manager
+    is deleting (DisruptionTarget DeletionByTaintManager) while it still runs."""
+    status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+    spec: KubeObject = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
+        return ""
+    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, dict):
+            continue
+        kind, state, reason = condition.get("type"), condition.get("status"), condition.get("reason")
+        if kind == "Ready" and state == "False" and running and reason != "ContainersNotReady":
+            return node
+        if kind == "DisruptionTarget" and state == "True" and reason == "DeletionByTaintManager":
+            return node
+    return ""
+
+
+def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
+    """A node's state in words, as the run names it: its Ready condition (NotReady, Unknown: the
+    kubelet stopped posting its status) with reason and time, the out-of-service taint; gone when
+    the Node object was deleted; unknown when it could not be read (`failure`)."""
+    if failure:
+        return f"node {name}: state unknown (cannot read it: {failure})"
+    if node is None:
+        return f"node {name}: deleted"
+    status: KubeObject = node["status"] if isinstance(node.get("status"), dict) else {}
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), {})
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
+    detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
+    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
+    text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
+
+
+def lost_node_note(lost_pods: Dict[str, str], node_states: Dict[str, str]) -> str:
+    """The words a progress line or a failure adds for the pods on nodes that stopped answering
+    (`lost_pods`: pod -> node; `node_states`: node -> node_state), "" when there are none."""
+    if not lost_pods:
+        return ""
+    by_node: Dict[str, List[str]] = {}
+    for pod, node in sorted(lost_pods.items()):
+        by_node.setdefault(node, []).append(pod)
+    parts = [
+        f"{node_states.get(node, f'node {node}')}, its pod{'s' if len(pods) > 1 else ''} {', '.join(pods)} "
+        f"still Running there"
+        for node, pods in sorted(by_node.items())
+    ]
+    return "; ".join(parts)
+
+
+# The kubelet's words for an eviction over the pod's own disk use (kubernetes/kubernetes
+# pkg/kubelet/eviction/helpers.go: podEphemeralStorageMessageFmt, containerEphemeralStorageMessageFmt,
+# emptyDirMessageFmt, set by eviction_manager.go localStorageEviction without DisruptionTarget; and
+# evictionMessage's containerMessageFmt, "Container %s was using %s, request is %s, ..." (before
+# 1.32: "..., which exceeds its request of %s"), which a node-pressure eviction's message and its
+# DisruptionTarget condition carry for each container over its request). The container and the
+# volume are the run's own names; a pod cannot write its status, so none of this is the pod's text.
+_OWN_DISK_USE = (
+    "Pod ephemeral local storage usage exceeds the total limit of containers",
+    f"Container {CONTAINER_NAME} exceeded its local ephemeral storage limit",
+    f'Usage of EmptyDir volume "{WORKSPACE_VOLUME}" exceeds the limit',
+)
+_NODE_LOW_ON_DISK = ("The node was low on resource: ephemeral-storage.", "The node was low on resource: inodes.")
+_OWN_USE_OVER_REQUEST = f"Container {CONTAINER_NAME} was using "
+
+
+def own_disk_eviction(pod: KubeObject) -> str:
+    """The kubelet's message when it evicted this pod for its own use of the disk: over its
+    ephemeral-storage limit, over /workspace's sizeLimit, or, when the node ran low on disk, for
+    the episode container's use beyond its request; "" for any other pod. Such an eviction is the
+    episode's own failure, never a loss of the infrastructure (infra_loss): a retry would be one
+    the agent bought by filling the disk."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return ""
+    messages = [status.get("message")] if status.get("reason") == "Evicted" else []
+    messages += [
+        condition.get("message")
+        for condition in status.get("conditions") or []
+        if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget"
+    ]
+    for message in messages:
+        if not isinstance(message, str):
+            continue
+        own = any(message.startswith(words) for words in _OWN_DISK_USE)
+        if own or (message.startswith(_NODE_LOW_ON_DISK) and _OWN_USE_OVER_REQUEST in message):
+            return re.sub(r"[\x00-\x1f\x7f]", "?", message[:INFRA_CAUSE_LIMIT])
+    return ""
+
 
 def infra_loss(pod: KubeObject) -> str:
     """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
@@ -2445,9 +2672,10 @@ def infra_loss(pod: KubeObject) -> str:
     condition's reason says which), its status reason Evicted (the kubelet's node-pressure
     eviction, on clusters without the condition), or the kubelet's admission refusal (a status
     reason, and no container ever ran); "" for a pod that did not fail, or failed any other way
-    (its own exit code, a deletion by someone else)."""
+    (its own exit code, a deletion by someone else, an eviction for its own disk use:
+    own_disk_eviction)."""
     status = pod.get("status")
-    if not isinstance(status, dict) or status.get("phase") != "Failed":
+    if not isinstance(status, dict) or status.get("phase") != "Failed" or own_disk_eviction(pod):
         return ""
     for condition in status.get("conditions") or []:
         if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (
@@ -4134,6 +4362,18 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
+    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
+        # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
+        # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
+        # manageJobsWithoutQueueName"); a LocalQueue and the label are what it waits for
+        return DemoError(
+            f"Job {where} was never admitted: it stayed suspended (spec.suspend) for {settings.client_wait_seconds} s "
+            f"without a {QUEUE_NAME_LABEL} label; Kueue holds unlabelled Jobs here (manageJobsWithoutQueueName) and "
+            "never admits them: pass --queue CLUSTERQUEUE (`kubectl get clusterqueues` lists them) so that the run "
+            f"makes its own LocalQueue and labels its Jobs; inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
+        )
     if outcome == ROUND_NOT_ADMITTED:
         return DemoError(
             f"Job {where} was never admitted: it stayed suspended (spec.suspend, set by a queue such as Kueue) for "
@@ -4141,6 +4381,9 @@ def round_stopper(
             f"{where.split('/', 1)[0]} get workloads`), or raise --timeout; inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
         )
+    lost = lost_node_note(observation.lost_pods, observation.node_states)
+    if lost and outcome in (ROUND_TIMEOUT, ROUND_DEADLINE):  # a node stopped answering: say so, and why no retry
+        warning = f"{warning}; {lost}: {LOST_NODE_RULE}"
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(
@@ -4289,7 +4532,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
         **log_figures(collected, pods),
+        **LostNodes(),  # named below when a node stopped answering
     )
+    if observation.node_states:  # a node stopped answering: its pods were not retried while it did
+        figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
 
 
@@ -4520,16 +4766,18 @@ def access_review_list(
     kubelet_metrics: bool = False,
     lists_nodes: bool = False,
     capacity: bool = False,
+    local_queue: bool = False,
 ) -> KubeObject:
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
-    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
-    asked once."""
+    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room;
+    `local_queue`: --queue creates, reads and deletes a LocalQueue), each asked once."""
     runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
     permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
     permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
     permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
+    permissions += list(LOCALQUEUE_PERMISSIONS) if local_queue else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -4545,6 +4793,48 @@ def access_review_list(
             }
         )
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def kueue_findings(context: str, queue: str, kueue: Optional[Read], cluster_queue: Optional[Read]) -> List[Finding]:
+    """--queue: whether the API server serves Kueue's LocalQueue in a version this tool writes
+    (`kueue`: GET /apis/kueue.x-k8s.io), and whether the ClusterQueue exists (`cluster_queue`:
+    the object, None when absent; a refused read says the run cannot tell, and is no problem)."""
+    findings: List[Finding] = []
+    version = served_kueue_version(kueue.value) if kueue is not None and not kueue.failure else None
+    if kueue is not None:
+        if version is None:
+            why = kueue.failure or f"it serves none of {', '.join(KUEUE_VERSIONS)}"
+            findings.append(
+                Finding(
+                    "Kueue",
+                    False,
+                    f"not served ({why})",
+                    problem=f"--queue needs Kueue's API ({KUEUE_GROUP}), which the cluster does not serve ({why})",
+                    stop=f"--queue needs Kueue's API ({KUEUE_GROUP} {', '.join(KUEUE_VERSIONS)}), which context "
+                    f"{context} does not serve ({why}); install Kueue, or run without --queue (nothing was created)",
+                )
+            )
+        else:
+            findings.append(Finding("Kueue", True, f"{KUEUE_GROUP}/{version} (the run's LocalQueue is written so)"))
+    if cluster_queue is not None:
+        name = f"ClusterQueue {queue}"
+        if cluster_queue.failure:
+            findings.append(Finding(name, True, f"cannot tell whether it exists ({cluster_queue.failure})"))
+        elif cluster_queue.value is None:
+            findings.append(
+                Finding(
+                    name,
+                    False,
+                    "missing",
+                    problem=f"ClusterQueue {queue!r} does not exist",
+                    stop=f"ClusterQueue {queue!r} does not exist in context {context}, so Kueue would never admit the "
+                    "run's Jobs; list them with `kubectl get clusterqueues`, or pass another --queue (nothing was "
+                    "created)",
+                )
+            )
+        else:
+            findings.append(Finding(name, True, "exists"))
+    return findings
 
 
 def denied_permissions(reviews: List[KubeObject]) -> List[str]:
@@ -4600,11 +4890,29 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
     return eligible
 
 
-_RESOURCES = ("cpu", "memory")
+# The resources the scheduler's NodeResourcesFit counts that an episode requests. A node that
+# reports no allocatable ephemeral-storage has none for a pod that requests some
+# (pkg/scheduler/framework/plugins/noderesources/fit.go fitsRequest: "Insufficient ephemeral-storage").
+_RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
+
+
+def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
+    """What one episode's pod requests of each resource: the container's requests (with
+    --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
+    return {
+        resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
+        for resource in _RESOURCES
+    }
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
 
 
 def pod_requests(pod: KubeObject) -> Dict[str, float]:
-    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    """The CPU, memory and ephemeral storage a pod holds on its node, as the scheduler counts it: its containers'
     requests summed, or what its init containers need if that is more (a sidecar, an init
     container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
     where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
@@ -4638,16 +4946,18 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
 
 
 def episode_room(
-    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]],
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[int, str]:
     """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
-    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
-    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
-    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
-    `check` and `run --parallelism auto` both read this."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
+    its allocatable CPU, memory, ephemeral storage and pod slots less what its pods that are not
+    terminated request (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's
+    requests (`ephemeral_storage`: --ephemeral-storage) plus the RuntimeClass's overhead; the
+    nodes' rooms added up (a pod runs on one node, never across two). `check` and
+    `run --parallelism auto` both read this."""
+    need = episode_requests(ephemeral_storage, runtimeclass)
     eligible = eligible_nodes(nodes, runtimeclass)
     names = {str(dig(node, "metadata", "name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
@@ -4674,28 +4984,35 @@ def episode_room(
     there = (
         " (before what already runs there)"
         if pods is None
-        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
-        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+        else f", {taken['cpu']:.1f} CPU, {_gib(taken['memory'])} and {_gib(taken[EPHEMERAL_STORAGE])} of ephemeral "
+        f"storage of it requested by {sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} "
+        "already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
-        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
-        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU, "
+        f"{_gib(have['memory'])} and {_gib(have[EPHEMERAL_STORAGE])} of ephemeral storage allocatable{there}: "
+        f"room for {room} episode{'s' if room != 1 else ''} at once, each {need['cpu']:.2f} CPU and "
+        f"{need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead, and "
+        f"{need[EPHEMERAL_STORAGE] / 2**30:.2f} GiB of ephemeral storage (--ephemeral-storage)"
     )
     return room, text
 
 
 def capacity_verdict(
-    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+    count: int,
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]] = None,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
-    room, room_text = episode_room(runtimeclass, nodes, pods)
+    need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
+    room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
-        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
-        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
+        f"{count} pods need {need['cpu']:.1f} CPU and {_gib(need['memory'])} including "
+        f"{_gib(count * parse_quantity(str(overhead.get('memory', '0'))))} of RuntimeClass overhead, and "
+        f"{_gib(need[EPHEMERAL_STORAGE])} of ephemeral storage; {room_text}"
     )
     return room >= count, text
 
@@ -4715,6 +5032,10 @@ def preflight_findings(
     kubelet_metrics: bool = False,
     capacity: bool = False,
     parallelism: Optional[int] = None,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    queue: Optional[str] = None,
+    kueue: Optional[Read] = None,
+    cluster_queue: Optional[Read] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -4775,7 +5096,7 @@ def preflight_findings(
             chosen = runtimeclass.value if runtimeclass else None
             try:
                 if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
-                    room, room_text = episode_room(chosen, nodes.value, running)
+                    room, room_text = episode_room(chosen, nodes.value, running, ephemeral_storage)
                     fits = room >= 1
                     text = (
                         f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
@@ -4784,7 +5105,7 @@ def preflight_findings(
                     )
                 else:
                     at_once = count if parallelism is None else min(parallelism, count)
-                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running, ephemeral_storage)
                     if at_once < count:
                         text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
@@ -4794,6 +5115,8 @@ def preflight_findings(
             findings.append(
                 Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
             )
+    if queue is not None:
+        findings += kueue_findings(context, queue, kueue, cluster_queue)
     if reviews is not None:
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
@@ -4895,6 +5218,9 @@ class CleanupPlan:
     namespace_absent: bool = False
     adopted_namespace_uid: Optional[str] = None  # the receipt lacked it; the run's labels prove it
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
+    local_queue: Optional[str] = (
+        None  # --queue: the live LocalQueue proven to be the run's, deleted before the namespace
+    )
 
 
 def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[ReceiptJob]:
@@ -4927,9 +5253,11 @@ def plan_cleanup(
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
     live_jobs: Dict[str, Optional[KubeObject]],
+    live_local_queue: Optional[KubeObject] = None,
 ) -> CleanupPlan:
-    """Prove that the namespace and every live Job are this run's: the same API server, the
-    namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
+    """Prove that the namespace, every live Job and the live LocalQueue (--queue) are this run's:
+    the same API server, the namespace's UID and run label, each Job's and the LocalQueue's UID
+    (or, without one recorded, its run label)."""
     namespace = receipt["namespace"]
     if receipt["server"] and current_server != receipt["server"]:
         return CleanupPlan(
@@ -4973,7 +5301,17 @@ def plan_cleanup(
                 f"one this run recorded ({job['uid']}); nothing was deleted"
             )
         doomed.append(job["name"])
-    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
+    queue = receipt.get("local_queue")
+    if queue is not None and live_local_queue is not None:
+        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
+        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if not (queue_uid == queue["uid"] if queue["uid"] else queue_label == receipt["run_id"]):
+            return CleanupPlan(
+                refusal=f"refusing to clean up: LocalQueue {namespace}/{queue['name']} has UID {queue_uid} and label "
+                f"{RUN_LABEL}={queue_label}, not this run's ({queue['uid']} / {receipt['run_id']}); nothing was deleted"
+            )
+    local_queue = queue["name"] if queue is not None and live_local_queue is not None else None
+    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed), local_queue=local_queue)
 
 
 # Begin src/rl_batch_demo/core_reports.py ######################################
@@ -6608,15 +6946,23 @@ class Progress:
         self.dirty = False
 
     def update(
-        self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None, queued: bool = False
+        self,
+        label: str,
+        elapsed: float,
+        counts: Dict[str, int],
+        left: Optional[float] = None,
+        queued: bool = False,
+        note: str = "",
     ) -> None:
         """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
         until the client stops waiting (None: no deadline to show); `queued`: the Job waits,
-        suspended, for a queue to admit it."""
+        suspended, for a queue to admit it; `note`: what else the line must say (a node that
+        stopped answering, lost_node_note)."""
         if not self.enabled:
             return
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
+        state = f"{state}; {note}" if note else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
         line = f"{state}; {times}; {label}"
@@ -8265,6 +8611,24 @@ def wait_for_job(
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
     job_uid = job["metadata"]["uid"]
+    lost_pods: Dict[str, str] = {}  # pods still Running on a node that stopped answering -> the node
+    node_states: Dict[str, str] = {}
+
+    def watch_node(pod_name: str, pod: KubeObject) -> None:
+        """A pod whose node stopped answering (unanswered_node): its node read once, for its
+        state in the progress line and in the failure; a pod that ended since is no longer lost."""
+        node = unanswered_node(pod)
+        if not node:
+            lost_pods.pop(pod_name, None)
+            return
+        lost_pods[pod_name] = node
+        if node not in node_states:
+            try:
+                node_states[node] = node_state(node, kubectl.get("node", node))
+            except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
+                node_states[node] = node_state(node, None, failure.first_line)
+            except KubectlTimeout as timeout:
+                node_states[node] = node_state(node, None, str(timeout))
 
     def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted, pods_doubtful
@@ -8283,6 +8647,7 @@ def wait_for_job(
             record_pod_sighting(sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 last_pods[pod_name] = pod  # type: ignore[assignment]
+                watch_node(pod_name, pod)  # type: ignore[arg-type]
                 if on_pod is not None:
                     on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
@@ -8302,7 +8667,18 @@ def wait_for_job(
         condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
     ) -> RoundObservation:
         return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted or pods_doubtful, queued, admitted_seen
+            live,
+            condition,
+            wall,
+            clock,
+            sightings,
+            blocked,
+            last_pods,
+            deleted or pods_doubtful,
+            queued,
+            admitted_seen,
+            dict(lost_pods),
+            dict(node_states),
         )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
@@ -8423,7 +8799,10 @@ def wait_for_job(
                     return observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
+            note = lost_node_note(lost_pods, node_states)
+            progress.update(
+                label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live), note
+            )
     finally:
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()
@@ -8901,6 +9280,14 @@ class RoundRewards:
             self._write(lines, time.monotonic())
 
 
+def read_kueue_group(kubectl: Kubectl) -> KubeObject:
+    """The API server's discovery document of Kueue's group (an APIGroup: its versions and the
+    preferred one), in one request without discovery (`get --raw`); NotFound where Kueue is not
+    installed."""
+    path = f"/apis/{KUEUE_GROUP}"
+    return kubectl.decode_json(kubectl.run(["get", "--raw", path], read_only=True), f"get --raw {path}")
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -8919,6 +9306,7 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
@@ -8979,8 +9367,14 @@ class BatchRun:
         with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
         kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        queue = self.settings.queue
         reviews = access_review_list(
-            self.namespace, runtime is not None, kubelet_metrics, self.settings.warmup, capacity=auto
+            self.namespace,
+            runtime is not None,
+            kubelet_metrics,
+            self.settings.warmup,
+            capacity=auto,
+            local_queue=queue is not None,
         )
 
         def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
@@ -8997,7 +9391,18 @@ class BatchRun:
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
-        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue_reads: List[Callable[[], Any]] = (
+            [
+                lambda: attempt(lambda: read_kueue_group(self.kubectl)),
+                lambda: attempt(lambda: self.kubectl.get(CLUSTERQUEUE_RESOURCE, queue or "")),
+            ]
+            if queue is not None
+            else []
+        )
+        answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
+        if kueue is not None and not kueue.failure:
+            self.kueue_version = served_kueue_version(kueue.value)
         runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
         if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
             runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
@@ -9010,6 +9415,9 @@ class BatchRun:
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
             capacity=auto,
+            queue=queue,
+            kueue=kueue,
+            cluster_queue=cluster_queue,
         )
         for finding in findings:
             if not finding.ok:
@@ -9033,7 +9441,7 @@ class BatchRun:
         pods = [item for item in listing.value if item.get("kind") == "Pod"]
         count = self.settings.count
         try:
-            room, text = episode_room(self.runtimeclass, nodes, pods)
+            room, text = episode_room(self.runtimeclass, nodes, pods, self.settings.ephemeral_storage)
         except ValueError as error:
             raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
         if room < 1:
@@ -9059,6 +9467,12 @@ class BatchRun:
             namespace_manifest(self.namespace, self.run_id),
             configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
+        resources = ["namespace", "configmap"]
+        if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
+            manifests.append(local_queue_manifest(self.namespace, self.run_id, self.settings.queue, self.kueue_version))
+            resources.append(LOCALQUEUE_RESOURCE)
+            self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
+            write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
@@ -9069,7 +9483,7 @@ class BatchRun:
         )
         try:
             try:
-                namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
+                namespace, _, *local_queue = self.creator.create_together(manifests, resources)
             except DemoError as error:
                 settled = self.creator.settled.get(("Namespace", self.namespace))
                 if settled is None:
@@ -9079,6 +9493,8 @@ class BatchRun:
                 else:
                     self.record_namespace(settled)
                 raise
+            if local_queue and "local_queue" in self.receipt:
+                self.receipt["local_queue"]["uid"] = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
                 self.wait_for_service_account(sink, watch)
@@ -9306,6 +9722,15 @@ class BatchRun:
         ]
         if not dropped:
             return
+        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
+            # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
+            # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
+            kept = {str(rule.get("action")) for rule in stored_policy.get("rules") or [] if isinstance(rule, dict)}
+            sent = [str(rule["action"]) for rule in manifest["spec"]["podFailurePolicy"]["rules"]]
+            missing = sorted({action for action in sent if action not in kept})
+            where = f"podFailurePolicy's {', '.join(missing)} rule" if missing else "podFailurePolicy as sent"
+            dropped = [where if key == "podFailurePolicy" else key for key in dropped]
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
         retries = "podFailurePolicy" in manifest["spec"]
@@ -9422,6 +9847,39 @@ def _stuck_namespace_detail(namespace: KubeObject) -> str:
     return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
+def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> str:
+    """Why a Job's deletion waits, when its pods are stuck Terminating on nodes that no longer
+    answer (best effort: "" when the pods or nodes cannot be read, or none is so): no kubelet
+    there confirms their end, so only PodGC removes them, once the Node is deleted or tainted
+    out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
+    try:
+        pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
+        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
+        nodes = sorted(
+            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
+        )
+        states = {node: kubectl.get("node", node) for node in nodes}
+    except (KubectlFailure, KubectlTimeout, ValueError):
+        return ""
+    lost = {}
+    for node, live in states.items():
+        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        if live is not None and not (ready and ready[0].get("status") == "True"):
+            lost[node] = node_state(node, live)
+    names = {
+        str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
+        for pod in stuck
+        if (pod.get("spec") or {}).get("nodeName") in lost
+    }
+    if not names:
+        return ""
+    return (
+        f": {lost_node_note(names, lost).replace(' still Running there', ' stuck Terminating there')}, where no "
+        f"kubelet answers to confirm its end; it goes only once the Node is deleted or tainted "
+        f"{OUT_OF_SERVICE_TAINT} (PodGC)"
+    )
+
+
 def cleanup_run(
     kubectl: Kubectl,
     receipt: Receipt,
@@ -9442,7 +9900,9 @@ def cleanup_run(
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
     live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
-    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
+    queue = receipt.get("local_queue")
+    live_queue = kubectl.get(LOCALQUEUE_RESOURCE, queue["name"], namespace) if queue and live_namespace else None
+    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs, live_queue)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
     if plan.namespace_absent:
@@ -9458,12 +9918,16 @@ def cleanup_run(
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
+            stuck = _stuck_on_lost_nodes(kubectl, remaining, namespace)
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s{stuck}; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
+    if plan.local_queue is not None:  # its Jobs are gone: Kueue holds no workload of it any more
+        kubectl.run(["delete", LOCALQUEUE_RESOURCE, plan.local_queue, "--wait=false"], namespace=namespace)
+        say(f"deleted LocalQueue {namespace}/{plan.local_queue}")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
     namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
     remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
@@ -9515,6 +9979,12 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
+            argv += [flag, value]
+    for flag, value, default in (
+        ("--ephemeral-storage", args.ephemeral_storage, DEFAULT_EPHEMERAL_STORAGE),
+        ("--workspace-size", args.workspace_size, DEFAULT_WORKSPACE_SIZE),
+    ):
+        if value != default:  # given: the groups ran with it
             argv += [flag, value]
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]
@@ -10005,8 +10475,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 raise
             return Read(failure=failure.first_line)
 
-    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True)
-    version, runtimeclass, nodes, pods, granted = concurrently(
+    queue = args.queue
+    reviews = access_review_list(
+        NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True, local_queue=queue is not None
+    )
+    version, runtimeclass, nodes, pods, granted, kueue, cluster_queue = concurrently(
         [
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
@@ -10015,6 +10488,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
+            lambda: attempt(lambda: read_kueue_group(kubectl)) if queue is not None else None,
+            lambda: attempt(lambda: kubectl.get(CLUSTERQUEUE_RESOURCE, queue)) if queue is not None else None,
         ]
     )
     findings = preflight_findings(
@@ -10029,6 +10504,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        queue=queue,
+        kueue=kueue,
+        cluster_queue=cluster_queue,
         capacity=args.parallelism == "auto",
         parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
@@ -10977,6 +11456,18 @@ def artifact_budget(text: str) -> int:
     return int(value)
 
 
+def storage_quantity(text: str) -> str:
+    """An argparse type: --ephemeral-storage, --workspace-size, a positive whole number of bytes as a
+    Kubernetes quantity (512Mi, 2Gi, 1000000000), kept as given: the API server stores it so."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a quantity of bytes (such as 512Mi or 2Gi)") from None
+    if not (value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of bytes")
+    return text
+
+
 def threshold(text: str) -> Tuple[str, float]:
     metric, separator, limit = text.partition("=")
     if not separator:
@@ -11104,6 +11595,26 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
             f"the client waits {CLIENT_GRACE_SECONDS} s longer",
         },
+        "--ephemeral-storage": {
+            "type": storage_quantity,
+            "default": DEFAULT_EPHEMERAL_STORAGE,
+            "metavar": "QUANTITY",
+            "help": "each episode container's ephemeral-storage request and limit: its writable layer, its logs and "
+            f"/workspace together; a pod over it is evicted, the episode's own failure (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
+        },
+        "--workspace-size": {
+            "type": storage_quantity,
+            "default": DEFAULT_WORKSPACE_SIZE,
+            "metavar": "QUANTITY",
+            "help": f"the sizeLimit of the episode's /workspace emptyDir, at most --ephemeral-storage (default "
+            f"{DEFAULT_WORKSPACE_SIZE})",
+        },
+        "--queue": {
+            "metavar": "CLUSTERQUEUE",
+            "help": "run through Kueue: create a LocalQueue in the run's namespace pointing at this ClusterQueue and "
+            "label every Job with it (kueue.x-k8s.io/queue-name); needs create, get and delete localqueues",
+        },
         "--allow-large": {
             "action": "store_true",
             "help": f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}",
@@ -11227,7 +11738,7 @@ def build_parser(
                 "default": 1,
                 "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
             },
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size --queue": None,
             "--cleanup": {
                 "choices": ("never", "on-success", "always"),
                 "default": "never",
@@ -11257,10 +11768,11 @@ def build_parser(
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
                 "default": 0,
                 "metavar": "K",
-                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node gone: "
-                "DisruptionTarget) again, up to K times, by the Job's podFailurePolicy; an episode that failed by its "
-                "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
-                "later)",
+                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node deleted "
+                "or tainted node.kubernetes.io/out-of-service: DisruptionTarget; not a node that only stopped "
+                "answering, whose pod stays Running) again, up to K times, by the Job's podFailurePolicy; an episode "
+                "that failed by its own doing is never retried (default 0: a lost pod fails the run; K > 0 needs "
+                "Kubernetes 1.29 or later)",
             },
             "--max-artifact-bytes": {
                 "type": artifact_budget,
@@ -11326,6 +11838,10 @@ def build_parser(
             "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
+            "--ephemeral-storage": "each episode's ephemeral-storage request, counted in the capacity (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
+            "--queue": "also review the permissions `run --queue` needs (create, get, delete localqueues) and say "
+            "whether this Kueue ClusterQueue exists",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
             "nodes)",
             "--json": "print one JSON object, every finding and the verdict, instead of the lines",
@@ -11371,7 +11887,7 @@ def build_parser(
             "--output": "new directory for the three groups",
             "--count": "tasks per group and round (default 10)",
             "--rounds": {"default": 3, "help": "rounds of the warm group (default 3)"},
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
             "--cleanup": {
                 "choices": ("on-success", "always"),
                 "default": "on-success",
@@ -11458,6 +11974,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         max_failed_episodes=args.max_failed_episodes,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
+        queue=args.queue,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
@@ -11481,6 +11998,12 @@ def reproduce_group_settings(argv: Sequence[str]) -> RunSettings:
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
     """The settings `run` and `reproduce` read from the same flags, with the built-in worker."""
+    if parse_quantity(args.workspace_size) > parse_quantity(args.ephemeral_storage):
+        # /workspace is on the node's disk and counts against the pod's limit: the limit would evict first
+        args.subparser.error(
+            f"--workspace-size {args.workspace_size} is more than --ephemeral-storage {args.ephemeral_storage}: "
+            "/workspace counts against the pod's ephemeral storage, so the pod's limit would evict it first"
+        )
     return RunSettings(
         output=Path(args.output),
         count=count,
@@ -11496,6 +12019,8 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        workspace_size=args.workspace_size,
     )
 
 

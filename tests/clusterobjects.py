@@ -511,7 +511,7 @@ def node_object(name: str, cpu: str = "64", memory: str = "256Gi") -> Dict[str, 
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "spec": {},
         "status": {
-            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "ephemeral-storage": "100Gi", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }

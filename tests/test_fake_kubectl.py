@@ -1000,5 +1000,33 @@ def read_watch_until(proc: subprocess.Popen, done: Any, timeout: float = 15) -> 
     raise AssertionError(f"watch ended without the expected event: {events}")
 
 
+class GarbageCollectorPaceTest(unittest.TestCase):
+    """The fake's garbage collector lets a foreground-deleted Job's pods go at about 7 a second
+    (3 requests a pod within kubeAPIQPS 20: garbagecollector.go attemptToDeleteItem, isDangling),
+    the Job after the last of them."""
+
+    def test_ten_pods_go_over_a_second_and_a_half(self) -> None:
+        from tests.fakekube.commands import delete_job_foreground
+
+        class Tx:
+            def __init__(self, pods: List[Dict[str, Any]]) -> None:
+                self.pods, self.later = pods, []  # type: ignore[var-annotated]
+
+            def list(self, kind: str, namespace: str) -> List[Dict[str, Any]]:
+                return self.pods
+
+            def vanish_later(self, obj: Dict[str, Any], delay: float) -> None:
+                self.later.append((obj["metadata"]["name"], delay))
+
+        owner = [{"uid": "job-uid"}]
+        pods = [{"metadata": {"name": f"p{i}", "ownerReferences": owner}} for i in range(10)]
+        job = {"metadata": {"name": "rollout", "namespace": "ns", "uid": "job-uid"}}
+        tx = Tx(pods)
+        delete_job_foreground(tx, job)  # type: ignore[arg-type]
+        delays = dict(tx.later)
+        self.assertAlmostEqual(delays["p9"], 9 * 3 / 20)
+        self.assertAlmostEqual(delays["rollout"], 10 * 3 / 20 + 0.05)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -781,7 +781,7 @@ class CleanupTest(CallPlanTestCase):
         self.assert_fails(
             result,
             demo.EXIT_TIMEOUT,
-            "still Terminating after 1.1 s",  # 1 s and the garbage collector's time for the Job's 2 pods
+            "still Terminating after 1.3 s",  # 1 s and the garbage collector's time for the Job's 2 pods (0.3 s)
             "finalizers ['kubernetes']",
             "example.com/hold",
             "never removed",
@@ -790,8 +790,8 @@ class CleanupTest(CallPlanTestCase):
         deleted = next(i for i, argv in enumerate(calls_made) if argv[-3:-1] == ["namespace", NAMESPACE])
         polls = calls_made[deleted + 1 :]
         # A poll at once, then after each wait: 0.25 s, doubling, only the last one cut short by
-        # the deadline (1.1 s: 1 s and the garbage collector's time for the 2 pods). On an idle
-        # machine that is 0, 0.25, 0.75 and 1.1 s; a loaded one, whose calls take longer, reaches
+        # the deadline (1.3 s: 1 s and the garbage collector's time for the 2 pods). On an idle
+        # machine that is 0, 0.25, 0.75 and 1.3 s; a loaded one, whose calls take longer, reaches
         # the deadline after fewer waits, on the same schedule.
         self.assertEqual(len(polls), len(waits.seconds) + 1, f"a poll after each wait: {polls}, {waits.seconds}")
         self.assertGreaterEqual(len(waits.seconds), 1)
@@ -888,7 +888,7 @@ class CheckTest(CallPlanTestCase):
         self.assertIn("server version: v1.31.1", result.stdout)
         self.assertIn('RuntimeClass cube: handler cube, overhead {"cpu": "250m", "memory": "768Mi"}', result.stdout)
         self.assertIn("10 pods need 3.5 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", result.stdout)
-        self.assertIn("2 eligible nodes have 128.0 CPU and 512.0 GiB", result.stdout)
+        self.assertIn("2 eligible nodes have 128.0 CPU, 512.0 GiB and 200.0 GiB of ephemeral storage", result.stdout)
         self.assertIn("permissions: all granted", result.stdout)
         self.assertIn("verdict: ready to run 10 episodes", result.stdout)
 

@@ -183,6 +183,43 @@ class AttemptsTest(unittest.TestCase):
         self.assertIs(kept, final)
         self.assertEqual([attempt["pod"] for attempt in attempts["c"]], ["a"])
 
+    def test_an_eviction_for_the_pod_s_own_disk_use_is_the_episode_s_own_failure(self) -> None:
+        """The kubelet's words (pkg/kubelet/eviction/helpers.go): over the pod's own limit, the
+        container's, /workspace's sizeLimit, or the node low on disk naming the episode container's
+        use: never a loss of the infrastructure, so a retry of it fails the round."""
+        own_words = [
+            "Pod ephemeral local storage usage exceeds the total limit of containers 512Mi. ",
+            'Container episode exceeded its local ephemeral storage limit "512Mi". ',
+            'Usage of EmptyDir volume "workspace" exceeds the limit "256Mi". ',
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. Container "
+            "episode was using 3Gi, request is 512Mi, has larger consumption of ephemeral-storage. ",
+            "The node was low on resource: ephemeral-storage. Container episode was using 3Gi, which exceeds its "
+            "request of 512Mi. ",  # before 1.32
+        ]
+        for words in own_words:
+            with self.subTest(words=words):
+                at_limit = pod("a", 0, "Failed", reason="Evicted", message=words)
+                self.assertEqual(demo.infra_loss(at_limit), "")
+                self.assertIn(words.strip(), demo.own_disk_eviction(at_limit))
+                rank, rule = demo.pod_failure({**at_limit, "metadata": {"name": "a"}})
+                self.assertEqual(rank, 1)
+                self.assertIn("evicted for its own disk use", rule)
+                self.assertIn("the episode's own failure", rule)
+                condition = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+                pressed = pod("a", 0, "Failed", conditions=[dict(condition, message=words)])
+                self.assertEqual(demo.infra_loss(pressed), "")
+        # another tenant filled the disk: the message names no container of ours
+        others = "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. "
+        self.assertEqual(demo.infra_loss(pod("a", 0, "Failed", reason="Evicted", message=others)), f"evicted: {others}")
+        self.assertEqual(demo.own_disk_eviction(pod("a", 0, "Failed", reason="Evicted", message=others)), "")
+        # memory pressure naming our container is not about the disk
+        memory = "The node was low on resource: memory. Container episode was using 1Gi, request is 64Mi, ..."
+        self.assertTrue(demo.infra_loss(pod("a", 0, "Failed", reason="Evicted", message=memory)))
+        first = pod("a", 0, "Failed", reason="Evicted", message=own_words[0])
+        retried = [first, pod("c", 0, created="2026-01-01T00:00:12Z")]
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "own disk use.*ran its index 0 again .pod c.*never an"):
+            demo.episode_attempts(retried, 1, 1, "here")
+
     def test_infra_loss_reads_only_the_cluster_s_signs(self) -> None:
         self.assertEqual(demo.infra_loss(own_failure("a", 0)), "")
         self.assertEqual(demo.infra_loss(pod("a", 0)), "")
@@ -432,6 +469,25 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertEqual([c["reason"] for c in conditions], ["PodFailurePolicy"])
         self.assertIn("failed with exit code 1 matching FailJob rule at index 1", conditions[0]["message"])
 
+    def test_a_pod_over_its_own_disk_limit_is_never_retried(self) -> None:
+        """Evicted at its own ephemeral-storage limit (no DisruptionTarget, exit code 137): the
+        Job's FailJob rule ends it, and the run names the episode's own failure."""
+        cluster = self.cluster(faults={"episode": {"0": "disk_limit"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("evicted for its own disk use (Pod ephemeral local storage usage exceeds", result.stderr)
+        self.assertIn("total limit of containers 512Mi", result.stderr)
+        self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 1)  # never rerun
+        [container] = self.job()["spec"]["template"]["spec"]["containers"]
+        self.assertEqual(container["resources"]["limits"]["ephemeral-storage"], "512Mi")
+
+    def test_a_node_pressure_eviction_for_the_pod_s_own_use_that_the_job_retried_fails_the_run(self) -> None:
+        """The node ran low on disk and the kubelet names the episode container's use: the Job's
+        Count rule retried it (DisruptionTarget), and the run refuses the retry as bought by the agent."""
+        cluster = self.cluster(faults={"episode": {"0": "disk_pressure_own"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("evicted for its own disk use", result.stderr)
+        self.assertIn("never an episode's own failure", result.stderr)
+
     def test_more_evictions_than_allowed_fail_the_run_naming_each_cause(self) -> None:
         # pods 0 and 1 first; index 0's replacement is the third pod created, and is evicted too
         cluster = self.cluster(faults={"episode": {"0": "evict", "2": "evict"}, **FAST_BACKOFF})
@@ -440,6 +496,21 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("--infra-retries 1", result.stderr)
         self.assertEqual(self.job()["status"]["failedIndexes"], "0")
 
+    def test_kubernetes_1_28_drops_the_fail_index_rules_and_the_run_deletes_its_job(self) -> None:
+        """1.28 with JobBackoffLimitPerIndex off (its default) stores the Job without
+        backoffLimitPerIndex, maxFailedIndexes and the FailIndex rule (strategy.go PrepareForCreate):
+        the run sees what was dropped in the create's answer and deletes the Job before any pod retries."""
+        cluster = self.cluster(faults={"server_version": "v1.28.15"})
+        result = self.run_tool(
+            cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1", "--max-failed-episodes", "1"
+        )
+        self.assertIn(
+            "lacks spec.backoffLimitPerIndex, spec.maxFailedIndexes, spec.podFailurePolicy's FailIndex rule",
+            result.stderr,
+        )
+        self.assertIn("run without --infra-retries", result.stderr)
+        self.assertTrue(all(job["metadata"].get("deletionTimestamp") for job in cluster.objects("Job")))  # or gone
+
     def test_a_server_that_drops_the_policy_makes_the_run_delete_its_job(self) -> None:
         cluster = self.cluster(faults={"no_pod_failure_policy": True})
         result = self.run_tool(cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1")
@@ -447,6 +518,41 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("lacks spec.podFailurePolicy", result.stderr)
         self.assertIn("run without --infra-retries", result.stderr)
         self.assertTrue(all(j["metadata"].get("deletionTimestamp") for j in cluster.objects("Job")))
+
+
+class FakeApiServerJobFieldsTest(unittest.TestCase):
+    """The fake API server's Job fields by version (tests/fakekube/apiserver.py prepare_job)."""
+
+    def manifest(self) -> Dict[str, Any]:
+        return demo.job_manifest(
+            name="rollout",
+            namespace="ns",
+            run_id="r",
+            count=2,
+            parallelism=2,
+            image="img",
+            runtime=None,
+            deadline_seconds=60,
+            max_failed_episodes=1,
+            infra_retries=1,
+        )
+
+    def test_1_28_drops_the_fail_index_rules_with_the_per_index_fields(self) -> None:
+        from tests.fakekube.apiserver import prepare_job
+
+        job = self.manifest()
+        self.assertEqual(prepare_job(job, "uid", False, old_job_api=True), [])  # stored, not refused (was 422)
+        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count"])
+        self.assertNotIn("backoffLimitPerIndex", job["spec"])
+        self.assertNotIn("maxFailedIndexes", job["spec"])
+        before = self.manifest()  # a 1.27 server knows no FailIndex action at all: refused
+        problems = prepare_job(before, "uid", False, old_job_api=True, knows_fail_index=False)
+        self.assertIn('Unsupported value: "FailIndex"', " ".join(problems))
+        current = self.manifest()
+        self.assertEqual(prepare_job(current, "uid", False), [])
+        self.assertEqual(
+            [rule["action"] for rule in current["spec"]["podFailurePolicy"]["rules"]], ["Count", "FailIndex"]
+        )
 
 
 if __name__ == "__main__":

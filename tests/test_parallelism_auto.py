@@ -124,8 +124,10 @@ class EpisodeRoomTest(unittest.TestCase):
         _, text = demo.episode_room(self.runtimeclass, nodes, [running_pod("b", "400m", "1Gi")])
         self.assertEqual(
             text,
-            "2 eligible nodes have 2.0 CPU and 8.0 GiB allocatable, 0.4 CPU and 1.0 GiB of it requested by 1 pod "
-            "already there: room for 3 episodes at once, each 0.35 CPU and 0.81 GiB with the RuntimeClass's overhead",
+            "2 eligible nodes have 2.0 CPU, 8.0 GiB and 200.0 GiB of ephemeral storage allocatable, 0.4 CPU, 1.0 GiB "
+            "and 0.0 GiB of ephemeral storage of it requested by 1 pod already there: room for 3 episodes at once, "
+            "each 0.35 CPU and 0.81 GiB with the RuntimeClass's overhead, and 0.50 GiB of ephemeral storage "
+            "(--ephemeral-storage)",
         )
         _, unknown = demo.episode_room(self.runtimeclass, nodes, None)
         self.assertIn("allocatable (before what already runs there): room for 4 episodes", unknown)

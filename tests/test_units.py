@@ -226,7 +226,10 @@ class ManifestTest(unittest.TestCase):
         )
         self.assertEqual(
             container["resources"],
-            {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+            {  # the disk as well (--ephemeral-storage): a worker that fills it is evicted alone, at its own limit
+                "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "512Mi"},
+                "limits": {"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "512Mi"},
+            },
         )
         self.assertEqual(
             container["volumeMounts"],
@@ -237,7 +240,10 @@ class ManifestTest(unittest.TestCase):
         )
         self.assertEqual(
             pod["volumes"],
-            [{"name": "script", "configMap": {"name": "episode"}}, {"name": "workspace", "emptyDir": {}}],
+            [  # --workspace-size
+                {"name": "script", "configMap": {"name": "episode"}},
+                {"name": "workspace", "emptyDir": {"sizeLimit": "256Mi"}},
+            ],
         )
         self.assertEqual(job["metadata"]["labels"][demo.RUN_LABEL], "0123456789ab")
 
@@ -1020,7 +1026,7 @@ class CapacityTest(unittest.TestCase):
             "metadata": {"name": name, "labels": {"sandbox": "yes"}},
             "spec": spec,
             "status": {
-                "allocatable": {"cpu": "4", "memory": "8Gi"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "50Gi"},
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
@@ -1029,7 +1035,21 @@ class CapacityTest(unittest.TestCase):
         fits, text = demo.capacity_verdict(10, self.runtimeclass, [self.node("a"), self.node("b")])
         self.assertTrue(fits)
         self.assertIn("10 pods need 1.0 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", text)
-        self.assertIn("2 eligible nodes have 8.0 CPU and 16.0 GiB", text)
+        self.assertIn("2 eligible nodes have 8.0 CPU, 16.0 GiB and 100.0 GiB of ephemeral storage", text)
+        self.assertIn("and 5.0 GiB of ephemeral storage", text)  # 10 x --ephemeral-storage 512Mi
+
+    def test_ephemeral_storage_is_counted_as_the_scheduler_counts_it(self) -> None:
+        """Each episode requests --ephemeral-storage; a node that reports none has no room (fit.go)."""
+        small = self.node("a")
+        small["status"]["allocatable"]["ephemeral-storage"] = "2Gi"
+        self.assertEqual(demo.episode_room(self.runtimeclass, [small], [])[0], 4)  # 4 x 512Mi
+        self.assertEqual(demo.episode_room(self.runtimeclass, [small], [], "1Gi")[0], 2)
+        fits, text = demo.capacity_verdict(3, self.runtimeclass, [small], [], "1Gi")
+        self.assertFalse(fits)
+        self.assertIn("3.0 GiB of ephemeral storage", text)
+        silent = self.node("b")
+        del silent["status"]["allocatable"]["ephemeral-storage"]
+        self.assertEqual(demo.episode_room(self.runtimeclass, [silent], [])[0], 0)
 
     def test_too_little_memory(self) -> None:
         fits, _ = demo.capacity_verdict(20, self.runtimeclass, [self.node("a")])

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .constants import (
+    CLUSTERQUEUE_RESOURCE,
     EXIT_CLUSTER,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -51,6 +52,7 @@ from .flow_run import (
     BatchRun,
     cleanup_reproduce,
     cleanup_run,
+    read_kueue_group,
     reproduce_group_argv,
     reproduce_group_dirs,
     reproduce_junit,
@@ -439,8 +441,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 raise
             return Read(failure=failure.first_line)
 
-    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True)
-    version, runtimeclass, nodes, pods, granted = concurrently(
+    queue = args.queue
+    reviews = access_review_list(
+        NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True, local_queue=queue is not None
+    )
+    version, runtimeclass, nodes, pods, granted, kueue, cluster_queue = concurrently(
         [
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
@@ -449,6 +454,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
+            lambda: attempt(lambda: read_kueue_group(kubectl)) if queue is not None else None,
+            lambda: attempt(lambda: kubectl.get(CLUSTERQUEUE_RESOURCE, queue)) if queue is not None else None,
         ]
     )
     findings = preflight_findings(
@@ -463,6 +470,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        queue=queue,
+        kueue=kueue,
+        cluster_queue=cluster_queue,
         capacity=args.parallelism == "auto",
         parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )

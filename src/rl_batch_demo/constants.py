@@ -36,10 +36,15 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
-# The garbage collector deletes a Job's pods at the controller manager's client rate, kubeAPIQPS 20
-# (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
-# more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
-GC_PODS_PER_SECOND = 20
+# The garbage collector deletes a Job's pods within the controller manager's client rate, kubeAPIQPS
+# 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go), and each pod costs it
+# about 3 requests: a live GET of the pod, a live GET of its owner, then the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem, isDangling): about 7 pods
+# a second, so 1,000 pods take 150 s or more, and cleanup waits for a Job that much longer than
+# CLEANUP_WAIT_SECONDS.
+GC_REQUESTS_PER_POD = 3
+KUBE_API_QPS = 20
+GC_PODS_PER_SECOND = KUBE_API_QPS / GC_REQUESTS_PER_POD  # 6.67
 MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
@@ -165,6 +170,19 @@ BUILTIN_TEST_MODULE = {
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 POD_LIMITS = {"cpu": "500m", "memory": "128Mi"}
+# The pod's own disk (--ephemeral-storage, --workspace-size). Without an ephemeral-storage limit a
+# worker that fills the disk drives its node into DiskPressure, and the kubelet's node-pressure
+# eviction then evicts it (and other tenants' pods) with DisruptionTarget, which --infra-retries'
+# podFailurePolicy would Count as a loss of the infrastructure. With a limit the kubelet evicts only
+# this pod, at its own limit (pkg/kubelet/eviction/eviction_manager.go localStorageEviction:
+# emptyDirLimitEviction, podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction,
+# without DisruptionTarget). The request equals the limit, so the scheduler reserves what the pod
+# may use. The container's log files count against it too (the kubelet keeps up to 5 files of
+# containerLogMaxSize 10 MiB), so the default leaves room for them beside /workspace.
+DEFAULT_EPHEMERAL_STORAGE = "512Mi"  # --ephemeral-storage: the episode container's request and limit
+DEFAULT_WORKSPACE_SIZE = "256Mi"  # --workspace-size: the sizeLimit of /workspace's emptyDir
+EPHEMERAL_STORAGE = "ephemeral-storage"
+WORKSPACE_VOLUME = "workspace"
 
 NAMESPACE_PREFIX = "agc-rl-"
 RUN_LABEL = "agc-demo-run"
@@ -451,6 +469,25 @@ SERVICEACCOUNT_PERMISSIONS = (("list", "serviceaccounts", "", "", True), ("watch
 SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the run may wait for the account
 # `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
+
+# Kueue (--queue CLUSTERQUEUE). Kueue manages only a Job labelled kueue.x-k8s.io/queue-name with the
+# name of a LocalQueue in the Job's own namespace (Kueue docs, "Run a Kubernetes Job"); a labelled
+# Job whose namespace has no such LocalQueue stays suspended ("LocalQueue X doesn't exist": Kueue
+# pkg/controller/core/workload_controller.go), and with manageJobsWithoutQueueName true an
+# unlabelled Job is suspended and never admitted (Kueue docs, "Setup manageJobsWithoutQueueName").
+# Every run makes a fresh namespace, so with --queue it creates its own LocalQueue there, pointing
+# at the ClusterQueue given, in the version the API server prefers of those this tool knows.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # LocalQueue's versions this tool writes, newest first
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE_NAME = "rl-batch-demo"
+LOCALQUEUE_RESOURCE = "localqueues.kueue.x-k8s.io"
+CLUSTERQUEUE_RESOURCE = "clusterqueues.kueue.x-k8s.io"
+LOCALQUEUE_PERMISSIONS = (
+    ("create", "localqueues", KUEUE_GROUP, "", True),
+    ("get", "localqueues", KUEUE_GROUP, "", True),  # adoption after an ambiguous create, and cleanup
+    ("delete", "localqueues", KUEUE_GROUP, "", True),
+)
 
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 # --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process

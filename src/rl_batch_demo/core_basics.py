@@ -26,21 +26,29 @@ from .constants import (
     CONFIGMAP_OBJECT_LIMIT,
     CONFIGMAP_REQUEST_LIMIT,
     CONTAINER_NAME,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_MAX_ARTIFACT_BYTES,
+    DEFAULT_WORKSPACE_SIZE,
+    EPHEMERAL_STORAGE,
     EXIT_CLUSTER,
     EXIT_USAGE,
     FIGURE_CLOCKS,
     INFRA_RETRIES_INSTEAD,
     JOB_FIELD_NEEDS,
     JOB_NAME,
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
     LEGACY_UID_LABEL,
+    LOCAL_QUEUE_NAME,
     MAX_ARTIFACT_BYTES_ENV,
     POD_LIMITS,
     POD_REQUESTS,
     PSA_ENFORCE_LABEL,
+    QUEUE_NAME_LABEL,
     RUN_LABEL,
     TASKS_KEY,
     UID_LABEL,
+    WORKSPACE_VOLUME,
     __version__,
 )
 from .errors import DemoError
@@ -326,6 +334,38 @@ def configmap_manifest(
     return manifest
 
 
+def local_queue_manifest(namespace: str, run_id: str, cluster_queue: str, version: str) -> KubeObject:
+    """--queue: the run's Kueue LocalQueue in its own namespace, pointing at the ClusterQueue given
+    (spec.clusterQueue, in v1beta1 and v1beta2 alike), so that Kueue manages the run's Jobs."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{version}",
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": LOCAL_QUEUE_NAME,
+            "namespace": namespace,
+            "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": APP_LABEL_VALUE},
+        },
+        "spec": {"clusterQueue": cluster_queue},
+    }
+
+
+def served_kueue_version(group: Any) -> Optional[str]:
+    """Of the LocalQueue versions this tool writes (KUEUE_VERSIONS), the one the API server's
+    discovery document of the kueue.x-k8s.io group (GET /apis/kueue.x-k8s.io, an APIGroup) prefers,
+    else the newest it serves; None when it serves none of them."""
+    if not isinstance(group, dict):
+        return None
+    served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
+    preferred = (
+        (group.get("preferredVersion") or {}).get("version")
+        if isinstance(group.get("preferredVersion"), dict)
+        else None
+    )
+    if preferred in KUEUE_VERSIONS and preferred in served:
+        return str(preferred)
+    return next((version for version in KUEUE_VERSIONS if version in served), None)
+
+
 def tasks_text(tasks: Sequence[JsonObject]) -> str:
     """/demo/tasks.jsonl: line i (from 0) is index i's task, re-serialised as one ASCII line."""
     return "".join(json.dumps(task, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n" for task in tasks)
@@ -435,11 +475,18 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE,
+    local_queue: Optional[str] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
-    and their budget (MAX_ARTIFACT_BYTES_ENV).
+    and their budget (MAX_ARTIFACT_BYTES_ENV). Its disk is bounded: an ephemeral-storage request
+    and limit (`ephemeral_storage`, --ephemeral-storage) and a sizeLimit on /workspace
+    (`workspace_size`, --workspace-size), so a worker that fills them is evicted alone, at its own
+    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE). With
+    `local_queue` (--queue) the Job carries Kueue's queue-name label, so Kueue manages it.
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -468,16 +515,22 @@ def job_manifest(
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "resources": {"requests": dict(POD_REQUESTS), "limits": dict(POD_LIMITS)},
+                "resources": {
+                    "requests": {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage},
+                    "limits": {**POD_LIMITS, EPHEMERAL_STORAGE: ephemeral_storage},
+                },
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [
                     {"name": "script", "mountPath": "/demo", "readOnly": True},
-                    {"name": "workspace", "mountPath": "/workspace"},
+                    {"name": WORKSPACE_VOLUME, "mountPath": "/workspace"},
                 ],
             }
         ],
-        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
+        "volumes": [
+            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
+            {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": workspace_size}},
+        ],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
@@ -493,6 +546,8 @@ def job_manifest(
             "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
+    if local_queue is not None:
+        manifest["metadata"]["labels"][QUEUE_NAME_LABEL] = local_queue
     spec = manifest["spec"]
     if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
@@ -550,6 +605,9 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        ephemeral_storage=settings.ephemeral_storage,
+        workspace_size=settings.workspace_size,
+        local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
     )
 
 

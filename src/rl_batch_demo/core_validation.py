@@ -24,6 +24,7 @@ from .constants import (
     JOB_NAME,
     LOG_CROSSCHECK_LIMIT,
     PHASES,
+    QUEUE_NAME_LABEL,
     REWARD_LIMIT,
     TERMINATION_MESSAGE_LIMIT,
     TIMESTAMP_SLACK,
@@ -55,6 +56,7 @@ from .core_clocks import (
     scheduled_event_time,
 )
 from .core_cluster import (
+    LOST_NODE_RULE,
     _condition_time,
     _container_status,
     _phase_failure,
@@ -71,6 +73,7 @@ from .core_cluster import (
     failed_condition_text,
     job_admission_time,
     logged_events,
+    lost_node_note,
     message_cut_at_front,
     message_needs_log,
     parse_index_set,
@@ -94,6 +97,7 @@ from .records import (
     KubeObject,
     LogFigures,
     LostAttempt,
+    LostNodes,
     PhaseStats,
     PodLog,
     PodRow,
@@ -681,6 +685,18 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
+    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
+        # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
+        # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
+        # manageJobsWithoutQueueName"); a LocalQueue and the label are what it waits for
+        return DemoError(
+            f"Job {where} was never admitted: it stayed suspended (spec.suspend) for {settings.client_wait_seconds} s "
+            f"without a {QUEUE_NAME_LABEL} label; Kueue holds unlabelled Jobs here (manageJobsWithoutQueueName) and "
+            "never admits them: pass --queue CLUSTERQUEUE (`kubectl get clusterqueues` lists them) so that the run "
+            f"makes its own LocalQueue and labels its Jobs; inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
+        )
     if outcome == ROUND_NOT_ADMITTED:
         return DemoError(
             f"Job {where} was never admitted: it stayed suspended (spec.suspend, set by a queue such as Kueue) for "
@@ -688,6 +704,9 @@ def round_stopper(
             f"{where.split('/', 1)[0]} get workloads`), or raise --timeout; inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
         )
+    lost = lost_node_note(observation.lost_pods, observation.node_states)
+    if lost and outcome in (ROUND_TIMEOUT, ROUND_DEADLINE):  # a node stopped answering: say so, and why no retry
+        warning = f"{warning}; {lost}: {LOST_NODE_RULE}"
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(
@@ -836,7 +855,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
         **log_figures(collected, pods),
+        **LostNodes(),  # named below when a node stopped answering
     )
+    if observation.node_states:  # a node stopped answering: its pods were not retried while it did
+        figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
 
 

@@ -32,11 +32,14 @@ from .core_cluster import (
     final_pods_from_watch,
     job_condition,
     job_suspended,
+    lost_node_note,
     message_needs_log,
+    node_state,
     pod_counts,
     record_pod_sighting,
     template_changes,
     termination_message,
+    unanswered_node,
     watched_object_problem,
 )
 from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_PREFIX, pinned_image, warmup_job_manifest
@@ -195,6 +198,24 @@ def wait_for_job(
     next_blocked_check = submitted + timing.blocked_check_seconds
     label = f"{namespace}/{name}"
     job_uid = job["metadata"]["uid"]
+    lost_pods: Dict[str, str] = {}  # pods still Running on a node that stopped answering -> the node
+    node_states: Dict[str, str] = {}
+
+    def watch_node(pod_name: str, pod: KubeObject) -> None:
+        """A pod whose node stopped answering (unanswered_node): its node read once, for its
+        state in the progress line and in the failure; a pod that ended since is no longer lost."""
+        node = unanswered_node(pod)
+        if not node:
+            lost_pods.pop(pod_name, None)
+            return
+        lost_pods[pod_name] = node
+        if node not in node_states:
+            try:
+                node_states[node] = node_state(node, kubectl.get("node", node))
+            except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
+                node_states[node] = node_state(node, None, failure.first_line)
+            except KubectlTimeout as timeout:
+                node_states[node] = node_state(node, None, str(timeout))
 
     def pod_event(event: KubeObject, wall: float) -> None:
         nonlocal deleted, pods_doubtful
@@ -213,6 +234,7 @@ def wait_for_job(
             record_pod_sighting(sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 last_pods[pod_name] = pod  # type: ignore[assignment]
+                watch_node(pod_name, pod)  # type: ignore[arg-type]
                 if on_pod is not None:
                     on_pod(pod)  # type: ignore[arg-type]
         elif event.get("type") == "DELETED":
@@ -232,7 +254,18 @@ def wait_for_job(
         condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
     ) -> RoundObservation:
         return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted or pods_doubtful, queued, admitted_seen
+            live,
+            condition,
+            wall,
+            clock,
+            sightings,
+            blocked,
+            last_pods,
+            deleted or pods_doubtful,
+            queued,
+            admitted_seen,
+            dict(lost_pods),
+            dict(node_states),
         )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
@@ -353,7 +386,10 @@ def wait_for_job(
                     return observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
+            note = lost_node_note(lost_pods, node_states)
+            progress.update(
+                label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live), note
+            )
     finally:
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()

@@ -13,7 +13,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
+    CLUSTERQUEUE_RESOURCE,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_SERVICEACCOUNT,
+    DEFAULT_WORKSPACE_SIZE,
     EVERY_NAMESPACE,
     EXIT_CLUSTER,
     EXIT_INTERRUPTED,
@@ -24,6 +27,9 @@ from .constants import (
     GC_PODS_PER_SECOND,
     INFRA_RETRIES_INSTEAD,
     JUNIT_SUITE_NAME,
+    KUEUE_GROUP,
+    LOCAL_QUEUE_NAME,
+    LOCALQUEUE_RESOURCE,
     LOG_CROSSCHECK_LIMIT,
     PER_INDEX_BACKOFF,
     PER_INDEX_BACKOFF_INSTEAD,
@@ -38,22 +44,27 @@ from .core_basics import (
     dig,
     job_name_for,
     job_parallelism,
+    local_queue_manifest,
     namespace_manifest,
     pod_belongs_to,
     pod_selector,
     required_uid,
     round_job_manifest,
+    served_kueue_version,
     strict_refusal,
     task_id_of,
 )
 from .core_clocks import KubeletReading, count_runtime_operations, expected_operations
 from .core_cluster import (
+    OUT_OF_SERVICE_TAINT,
     _attempt_order,
     creation_time,
     final_pods_from_watch,
     foreign_manager,
     infra_loss,
     latest_warning,
+    lost_node_note,
+    node_state,
     pod_index,
     split_pods_and_events,
     template_changes,
@@ -321,6 +332,14 @@ class RoundRewards:
             self._write(lines, time.monotonic())
 
 
+def read_kueue_group(kubectl: Kubectl) -> KubeObject:
+    """The API server's discovery document of Kueue's group (an APIGroup: its versions and the
+    preferred one), in one request without discovery (`get --raw`); NotFound where Kueue is not
+    installed."""
+    path = f"/apis/{KUEUE_GROUP}"
+    return kubectl.decode_json(kubectl.run(["get", "--raw", path], read_only=True), f"get --raw {path}")
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -339,6 +358,7 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
@@ -399,8 +419,14 @@ class BatchRun:
         with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
         kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        queue = self.settings.queue
         reviews = access_review_list(
-            self.namespace, runtime is not None, kubelet_metrics, self.settings.warmup, capacity=auto
+            self.namespace,
+            runtime is not None,
+            kubelet_metrics,
+            self.settings.warmup,
+            capacity=auto,
+            local_queue=queue is not None,
         )
 
         def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
@@ -417,7 +443,18 @@ class BatchRun:
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
-        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue_reads: List[Callable[[], Any]] = (
+            [
+                lambda: attempt(lambda: read_kueue_group(self.kubectl)),
+                lambda: attempt(lambda: self.kubectl.get(CLUSTERQUEUE_RESOURCE, queue or "")),
+            ]
+            if queue is not None
+            else []
+        )
+        answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
+        if kueue is not None and not kueue.failure:
+            self.kueue_version = served_kueue_version(kueue.value)
         runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
         if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
             runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
@@ -430,6 +467,9 @@ class BatchRun:
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
             capacity=auto,
+            queue=queue,
+            kueue=kueue,
+            cluster_queue=cluster_queue,
         )
         for finding in findings:
             if not finding.ok:
@@ -453,7 +493,7 @@ class BatchRun:
         pods = [item for item in listing.value if item.get("kind") == "Pod"]
         count = self.settings.count
         try:
-            room, text = episode_room(self.runtimeclass, nodes, pods)
+            room, text = episode_room(self.runtimeclass, nodes, pods, self.settings.ephemeral_storage)
         except ValueError as error:
             raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
         if room < 1:
@@ -479,6 +519,12 @@ class BatchRun:
             namespace_manifest(self.namespace, self.run_id),
             configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
+        resources = ["namespace", "configmap"]
+        if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
+            manifests.append(local_queue_manifest(self.namespace, self.run_id, self.settings.queue, self.kueue_version))
+            resources.append(LOCALQUEUE_RESOURCE)
+            self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
+            write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
@@ -489,7 +535,7 @@ class BatchRun:
         )
         try:
             try:
-                namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
+                namespace, _, *local_queue = self.creator.create_together(manifests, resources)
             except DemoError as error:
                 settled = self.creator.settled.get(("Namespace", self.namespace))
                 if settled is None:
@@ -499,6 +545,8 @@ class BatchRun:
                 else:
                     self.record_namespace(settled)
                 raise
+            if local_queue and "local_queue" in self.receipt:
+                self.receipt["local_queue"]["uid"] = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
                 self.wait_for_service_account(sink, watch)
@@ -726,6 +774,15 @@ class BatchRun:
         ]
         if not dropped:
             return
+        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
+            # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
+            # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
+            kept = {str(rule.get("action")) for rule in stored_policy.get("rules") or [] if isinstance(rule, dict)}
+            sent = [str(rule["action"]) for rule in manifest["spec"]["podFailurePolicy"]["rules"]]
+            missing = sorted({action for action in sent if action not in kept})
+            where = f"podFailurePolicy's {', '.join(missing)} rule" if missing else "podFailurePolicy as sent"
+            dropped = [where if key == "podFailurePolicy" else key for key in dropped]
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
         retries = "podFailurePolicy" in manifest["spec"]
@@ -842,6 +899,39 @@ def _stuck_namespace_detail(namespace: KubeObject) -> str:
     return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
+def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> str:
+    """Why a Job's deletion waits, when its pods are stuck Terminating on nodes that no longer
+    answer (best effort: "" when the pods or nodes cannot be read, or none is so): no kubelet
+    there confirms their end, so only PodGC removes them, once the Node is deleted or tainted
+    out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
+    try:
+        pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
+        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
+        nodes = sorted(
+            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
+        )
+        states = {node: kubectl.get("node", node) for node in nodes}
+    except (KubectlFailure, KubectlTimeout, ValueError):
+        return ""
+    lost = {}
+    for node, live in states.items():
+        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        if live is not None and not (ready and ready[0].get("status") == "True"):
+            lost[node] = node_state(node, live)
+    names = {
+        str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
+        for pod in stuck
+        if (pod.get("spec") or {}).get("nodeName") in lost
+    }
+    if not names:
+        return ""
+    return (
+        f": {lost_node_note(names, lost).replace(' still Running there', ' stuck Terminating there')}, where no "
+        f"kubelet answers to confirm its end; it goes only once the Node is deleted or tainted "
+        f"{OUT_OF_SERVICE_TAINT} (PodGC)"
+    )
+
+
 def cleanup_run(
     kubectl: Kubectl,
     receipt: Receipt,
@@ -862,7 +952,9 @@ def cleanup_run(
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
     live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
-    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
+    queue = receipt.get("local_queue")
+    live_queue = kubectl.get(LOCALQUEUE_RESOURCE, queue["name"], namespace) if queue and live_namespace else None
+    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs, live_queue)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
     if plan.namespace_absent:
@@ -878,12 +970,16 @@ def cleanup_run(
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
+            stuck = _stuck_on_lost_nodes(kubectl, remaining, namespace)
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s{stuck}; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
+    if plan.local_queue is not None:  # its Jobs are gone: Kueue holds no workload of it any more
+        kubectl.run(["delete", LOCALQUEUE_RESOURCE, plan.local_queue, "--wait=false"], namespace=namespace)
+        say(f"deleted LocalQueue {namespace}/{plan.local_queue}")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
     namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
     remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
@@ -935,6 +1031,12 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
+            argv += [flag, value]
+    for flag, value, default in (
+        ("--ephemeral-storage", args.ephemeral_storage, DEFAULT_EPHEMERAL_STORAGE),
+        ("--workspace-size", args.workspace_size, DEFAULT_WORKSPACE_SIZE),
+    ):
+        if value != default:  # given: the groups ran with it
             argv += [flag, value]
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]

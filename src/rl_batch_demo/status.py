@@ -139,15 +139,23 @@ class Progress:
         self.dirty = False
 
     def update(
-        self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None, queued: bool = False
+        self,
+        label: str,
+        elapsed: float,
+        counts: Dict[str, int],
+        left: Optional[float] = None,
+        queued: bool = False,
+        note: str = "",
     ) -> None:
         """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
         until the client stops waiting (None: no deadline to show); `queued`: the Job waits,
-        suspended, for a queue to admit it."""
+        suspended, for a queue to admit it; `note`: what else the line must say (a node that
+        stopped answering, lost_node_note)."""
         if not self.enabled:
             return
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
+        state = f"{state}; {note}" if note else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
         line = f"{state}; {times}; {label}"

@@ -75,10 +75,12 @@ if TYPE_CHECKING:
 
 DELETE_WAIT_CAP_SECONDS = 300.0
 CLIENT_GO_MAX_RETRIES = 10  # client-go rest/request.go: retries of an answer with Retry-After
-# The garbage collector deletes a foreground-deleted Job's pods at the controller manager's client
-# rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): the
-# fake lets the Job's pods go at that rate, the Job after the last of them.
-GC_PODS_PER_SECOND = 20.0
+# The garbage collector deletes a foreground-deleted Job's pods within the controller manager's
+# client rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go),
+# at about 3 requests a pod: a live GET of the pod, a live GET of its owner (isDangling), the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem): the fake lets the
+# Job's pods go at 20 / 3 a second, the Job after the last of them.
+GC_PODS_PER_SECOND = 20.0 / 3
 # The formats real kubectl's printers know; the fake prints only json.
 OUTPUT_FORMATS = (
     "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
@@ -120,6 +122,30 @@ class Invocation:
         timeout = flags.get("request-timeout")
         self.request_timeout = parse_duration(timeout) if timeout is not None else None
         self.contexts, self.current_context = self._load_kubeconfig()
+        self.install_kueue()
+
+    def install_kueue(self) -> None:
+        """Fault ``queue`` installs Kueue: its CRDs served (common.SERVED_KUEUE_VERSIONS) and its
+        ClusterQueues (``"cluster_queues"``, default ``["team-a"]``), made by the cluster's admin."""
+        from . import common
+
+        common.SERVED_KUEUE_VERSIONS[:] = common.kueue_versions(self.faults)
+        if not common.SERVED_KUEUE_VERSIONS:
+            return
+        names = (self.faults.get("queue") or {}).get("cluster_queues", ["team-a"])
+        missing = [name for name in names if self.store.get("ClusterQueue", None, name) is None]
+        if not missing:
+            return
+        with self.store.tx() as tx:
+            for name in missing:
+                tx.put(
+                    {
+                        "apiVersion": f"{common.KUEUE_GROUP}/{common.SERVED_KUEUE_VERSIONS[0]}",
+                        "kind": "ClusterQueue",
+                        "metadata": {"name": name, "uid": new_uid(), "creationTimestamp": now_ts(tx.now)},
+                        "spec": {"namespaceSelector": {}},
+                    }
+                )
 
     def _load_kubeconfig(self) -> Tuple[List[str], Optional[str]]:
         """The contexts are reachable only through the kubeconfig cluster.json requires (if any).
@@ -589,6 +615,23 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         raise KubectlError(f'error: --raw must be a valid URL path: parse "{raw}": invalid URI for request')
     if flags.get("output-watch-events"):
         raise KubectlError("error: --output-watch-events option can only be used with --watch or --watch-only")
+    if raw == "/apis/kueue.x-k8s.io":  # discovery of Kueue's group: an APIGroup, or NotFound without Kueue
+        inv.check_context()
+        inv.api_call(("get", "--raw /apis/kueue.x-k8s.io"), rbac=False)
+        versions = served_kueue_versions()
+        if not versions:
+            raise KubectlError("Error from server (NotFound): the server could not find the requested resource")
+        entries = [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in versions]
+        print_json(
+            {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": "kueue.x-k8s.io",
+                "versions": entries,
+                "preferredVersion": entries[0],
+            }
+        )
+        return 0
     m = RAW_NODE_METRICS.fullmatch(raw)
     if m is None:
         raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics)")
@@ -783,6 +826,12 @@ REAL_KINDS = {
 }
 
 
+def served_kueue_versions() -> List[str]:
+    from . import common
+
+    return list(common.SERVED_KUEUE_VERSIONS)
+
+
 def create_one(inv: Invocation, obj: dict) -> dict:
     if not isinstance(obj, dict):
         raise KubectlError('error: unable to decode "STDIN": object is not a JSON object')
@@ -795,7 +844,8 @@ def create_one(inv: Invocation, obj: dict) -> dict:
     obj = deep_copy(obj)
     md = obj.setdefault("metadata", {})
     name = md.get("name", "")
-    if CREATABLE.get(kind) != api_version:
+    kueue_kind = kind == "LocalQueue" and api_version in [f"kueue.x-k8s.io/{v}" for v in served_kueue_versions()]
+    if CREATABLE.get(kind) != api_version and not kueue_kind:
         if REAL_KINDS.get(kind) == api_version:
             raise not_supported(f"creating kind {kind!r}")
         raise KubectlError(
@@ -829,6 +879,7 @@ def create_one(inv: Invocation, obj: dict) -> dict:
 
 def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     from .apiserver import (
+        JOB_FIELD_SINCE,
         PER_INDEX_ON_BY_DEFAULT,
         admit_job,
         default_serviceaccount_later,
@@ -864,11 +915,16 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
             bool(inv.faults.get("legacy_labels")),
             old_job_api=dropped,
             no_pod_failure_policy=bool(inv.faults.get("no_pod_failure_policy")),
+            knows_fail_index=minor >= JOB_FIELD_SINCE["backoffLimitPerIndex"],
         )
         if not problems:
             admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":
         problems = validate_metadata(obj, label_name=True)
+    elif rt.kind == "LocalQueue":  # Kueue's CRD schema: spec.clusterQueue is required
+        problems = validate_metadata(obj, label_name=True)
+        if not ((obj.get("spec") or {}).get("clusterQueue")):
+            problems.append("spec.clusterQueue: Required value")
     else:
         problems = validate_configmap(obj)
     if problems:
@@ -1003,7 +1059,7 @@ def cmd_delete(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
             if rt is None:
                 inv.api_call(("delete", t))
                 rt = resolve_type(t)
-            if rt.kind not in ("Job", "Namespace"):
+            if rt.kind not in ("Job", "Namespace", "LocalQueue"):
                 raise not_supported(f"delete {rt.resource}")
             if rt.kind == "Job" and cascade != "foreground":
                 raise not_supported(f"delete job --cascade={cascade} (only --cascade=foreground)")
@@ -1055,6 +1111,8 @@ def delete_object(inv: Invocation, rt: ResType, name: str) -> bool:
                     "this namespace will automatically be purged by the system."
                 )
             delete_namespace(tx, obj, bool(inv.faults.get("namespace_stuck")))
+        elif rt.kind == "LocalQueue":
+            tx.vanish_later(obj)
         else:
             delete_job_foreground(tx, obj)
     return True
@@ -1121,11 +1179,34 @@ def delete_job_foreground(tx: Tx, job: dict) -> None:
         for p in tx.list("Pod", job["metadata"]["namespace"])
         if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
     ]
+    stuck = False
     for position, p in enumerate(owned):
+        if not node_answers(tx, p):  # no kubelet confirms the kill: it stays Terminating, and the Job with it
+            p["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+            tx.put(p)
+            stuck = True
+            continue
         p["metadata"].pop("finalizers", None)
         tx.vanish_later(p, position / GC_PODS_PER_SECOND)
     job["metadata"]["finalizers"] = ["foregroundDeletion"]
+    if stuck:  # the garbage collector waits for every dependent (foreground deletion)
+        job["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+        tx.put(job)
+        return
     tx.vanish_later(job, len(owned) / GC_PODS_PER_SECOND + 0.05)
+
+
+def node_answers(tx: Any, pod: dict) -> bool:
+    """Whether the kubelet of the pod's node still answers (fault ``node_lost``: its Node is Ready
+    Unknown): a deleted pod goes only once its kubelet has stopped it and confirmed (a graceful
+    delete waits for the kubelet's final status, pkg/registry/core/pod/strategy.go), or PodGC
+    force-deletes it. A pod never bound, or of a node that no longer exists, goes."""
+    name = (pod.get("spec") or {}).get("nodeName")
+    node = tx.get("Node", None, name) if name else None
+    if node is None:
+        return True
+    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return not ready or ready[0].get("status") == "True"
 
 
 def wait_gone(inv: Invocation, rt: ResType, name: str) -> None:
@@ -1330,6 +1411,14 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
     if index is not None and index in unavailable:
         raise KubectlError(
             f"Error from server (InternalError): Internal error occurred: failed to read log of pod {name}"
+        )
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node_answers(
+        inv.store, pod
+    ):  # the API server proxies a log read to the pod's kubelet, which no longer answers
+        raise KubectlError(
+            f'Error from server: Get "https://{node}:10250/containerLogs/{inv.namespace}/{name}/{container}": '
+            f"dial tcp {node}:10250: connect: no route to host"
         )
     path = log_path(inv.state, inv.namespace, name)
     started = any(
