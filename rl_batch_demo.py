@@ -58,6 +58,7 @@ import sys
 import threading
 import time
 import typing
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
 
@@ -1582,6 +1583,31 @@ def new_run_id() -> str:
 
 def job_name_for(round_number: int, rounds: int) -> str:
     return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
+
+
+# Where `kubectl create --raw PATH -f -` POSTs each kind the run creates: the object's collection
+# (its API group and version, its namespace), asking the API server to validate it strictly, as
+# `--validate=strict` would without kubectl's OpenAPI download (apiserver handlers/create.go reads
+# fieldValidation from the query; fieldManager names the writer as `kubectl create` does).
+_COLLECTIONS = {"Namespace": "/api/v1", "ConfigMap": "/api/v1", "Job": "/apis/batch/v1"}
+_RAW_CREATE_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
+
+
+def create_path(manifest: KubeObject) -> str:
+    """The API path a raw create of `manifest` (a Namespace, a ConfigMap or a Job) is sent to."""
+    kind = str(manifest.get("kind"))
+    metadata = manifest.get("metadata") or {}
+    prefix = _COLLECTIONS[kind]
+    resource = kind.lower() + "s"
+    if kind == "Namespace":
+        return f"{prefix}/{resource}{_RAW_CREATE_QUERY}"
+    return f"{prefix}/namespaces/{url_segment(str(metadata['namespace']))}/{resource}{_RAW_CREATE_QUERY}"
+
+
+def url_segment(name: str) -> str:
+    """A name as one segment of a raw request's path: a name the tool did not make (a RuntimeClass
+    from --runtime) can neither leave its segment nor add a query."""
+    return urllib.parse.quote(name, safe="")
 
 
 def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
@@ -6510,6 +6536,34 @@ class Kubectl:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
 
+    def create_raw(self, path: str, manifest: KubeObject) -> KubeObject:
+        """Create one object with `create --raw PATH -f -`: one POST of the manifest to `path`
+        with the kubeconfig's credentials, and no discovery nor OpenAPI download, which a cold
+        kubectl cache (a fresh CI runner) pays before any other create (kubectl
+        pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
+        its RESTMapper). The server's answer, the stored object, is printed as it is."""
+        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest))
+        return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
+
+    def get_raw(self, path: str, **kwargs: Any) -> str:
+        """`get --raw PATH`: one GET, no discovery (kubectl pkg/cmd/get/get.go, rawhttp.RawGet),
+        the body as it is; a read, so retried on transient failures."""
+        return self.run(["get", "--raw", path], read_only=True, **kwargs)
+
+    def runtimeclass(self, name: str) -> Optional[KubeObject]:
+        """The RuntimeClass `name`, or None when the API server answers that it does not exist:
+        one GET of its path (RuntimeClasses are cluster-scoped, node.k8s.io/v1 from Kubernetes
+        1.20), which needs no discovery. The raw read prints no object for a missing one and exits
+        1 with the server's NotFound status (apimachinery errors.NewNotFound: `<resource>.<group>
+        "<name>" not found`); any other failure is raised as it is."""
+        try:
+            raw = self.get_raw(f"/apis/node.k8s.io/v1/runtimeclasses/{url_segment(name)}")
+        except KubectlFailure as failure:
+            if failure.first_line == f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found':
+                return None
+            raise
+        return self.decode_json(raw, f"get runtimeclass {name}")
+
     @staticmethod
     def decode_json(raw: str, what: str) -> KubeObject:
         """kubectl's output as one JSON object, or an error naming the call that printed it."""
@@ -7345,7 +7399,7 @@ class OwnedCreator:
         delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
-                created = self.kubectl.create(manifest)[0]
+                created = self.kubectl.create_raw(create_path(manifest), manifest)
                 required_uid(created, f"the created {kind} {name}")
                 return created
             except KubectlTimeout as timeout:
@@ -7781,7 +7835,7 @@ def warm_up(
     nodes, runtimeclass = concurrently(
         [
             lambda: kubectl.get_list("nodes"),
-            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+            lambda: kubectl.runtimeclass(runtime) if runtime is not None else None,
         ]
     )
     eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
@@ -8125,7 +8179,7 @@ class BatchRun:
                 return Read(failure=failure.first_line)
 
         reads: List[Callable[[], Any]] = (
-            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
+            [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
         )
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
@@ -9138,7 +9192,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
             ),
-            lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+            lambda: attempt(lambda: kubectl.runtimeclass(runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),

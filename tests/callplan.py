@@ -261,6 +261,20 @@ class Cluster:
         stdout = "".join(as_json(item) for item in answer) if isinstance(answer, list) else as_json(answer)
         return Call(argv, stdout=stdout, stdin_json=manifest)
 
+    def create_raw(self, manifest: Dict[str, Any], answer: Dict[str, Any]) -> Call:
+        """`create --raw PATH -f -` of one of the run's objects: the manifest on stdin, POSTed to
+        its collection (create_path); answers the stored object as the server wrote it."""
+        argv = self.args("create", "--raw", demo.create_path(manifest), "-f", "-")
+        return Call(argv, stdout=json.dumps(answer), stdin_json=manifest)
+
+    def get_runtimeclass(self, name: str, answer: Optional[Dict[str, Any]]) -> Call:
+        """`get --raw` of the RuntimeClass: the object, or the server's NotFound, exit 1."""
+        argv = self.args("get", "--raw", f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
+        if answer is None:
+            missing = f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found\n'
+            return Call(argv, exit=1, stderr=missing)
+        return Call(argv, stdout=json.dumps(answer))
+
     def watch(self, args: Sequence[str], chunks: Sequence[Chunk], seconds: int, name: str, hold: bool = True) -> Call:
         argv = self.args(
             "get",
@@ -336,7 +350,7 @@ class RunPlan:
 
     def get_runtimeclass(self, exists: bool = True) -> Call:
         assert self.runtime is not None
-        return self.cluster.get("runtimeclass", self.runtime, runtimeclass_object(self.runtime) if exists else None)
+        return self.cluster.get_runtimeclass(self.runtime, runtimeclass_object(self.runtime) if exists else None)
 
     def create_namespace_and_configmap(self) -> Call:
         """One `create` of a List: the namespace, then the ConfigMap with the worker."""
@@ -363,14 +377,16 @@ class RunPlan:
 
     def create_namespace(self) -> Call:
         """The namespace alone: after a combined create that never reached the server."""
-        return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
+        return self.cluster.create_raw(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object())
+        return self.cluster.create_raw(
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object()
+        )
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
-        return self.cluster.create(batch.manifest(), batch.job())
+        return self.cluster.create_raw(batch.manifest(), batch.job())
 
     def get_namespace(self, present: bool = True) -> Call:
         return self.cluster.get("namespace", NAMESPACE, namespace_object() if present else None)

@@ -183,10 +183,11 @@ class TranscriptTest(RunPlanTestCase):
         watching = [f"--context={CONTEXT}", "--request-timeout=275s", f"--namespace={NAMESPACE}"]
         reading = [f"--context={CONTEXT}", f"--namespace={NAMESPACE}"]
         selector = f"batch.kubernetes.io/controller-uid={uid}"
+        RAW_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
         steps = [
             [["config", "view", "--minify", "-o", "json"]],
             [
-                [*base, "get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
+                [*base, "get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"],
                 [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
             ],
             [
@@ -199,7 +200,9 @@ class TranscriptTest(RunPlanTestCase):
                     *("-o", "json", "--output-watch-events", "--watch"),
                 ],
             ],
-            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the Job
+            [  # the Job, one POST: no discovery, no OpenAPI download, strict validation by the server
+                [*base, "create", "--raw", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs{RAW_QUERY}", "-f", "-"]
+            ],
             [
                 [
                     *watching,
@@ -357,7 +360,7 @@ class RunTest(RunPlanTestCase):
         self.assertIsNone(self.results()["runtime"])
         [job] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Job"' in r["stdin"]]
         self.assertNotIn("runtimeClassName", job["spec"]["template"]["spec"])
-        self.assertFalse([argv for argv in self.stub.calls() if "runtimeclass" in argv])
+        self.assertFalse([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)])
         [reviews] = [
             json.loads(r["stdin"])
             for r in self.stub.records()
@@ -869,7 +872,7 @@ class CheckTest(CallPlanTestCase):
         version = {"clientVersion": {"gitVersion": "v1.31.2"}, "serverVersion": {"gitVersion": "v1.31.1"}}
         calls = [cluster.config_view(), Call(cluster.args("version", "-o", "json"), stdout=as_json(version))]
         if runtime is not None:
-            calls.append(cluster.get("runtimeclass", runtime, runtimeclass_object() if runtime == "cube" else None))
+            calls.append(cluster.get_runtimeclass(runtime, runtimeclass_object() if runtime == "cube" else None))
         nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
         calls.append(cluster.get_list("nodes", nodes, namespace=None))
         calls.append(cluster.running_pods([]))
@@ -1034,7 +1037,7 @@ class InterruptTest(RunPlanTestCase):
 
     def test_before_the_namespace_exists(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.interrupt_at(lambda argv, stdin: "runtimeclass" in argv)
+        self.interrupt_at(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
         self.expect(plan.cluster.config_view(), plan.preflight()[2])  # the access reviews run beside it
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; nothing was created in the cluster")

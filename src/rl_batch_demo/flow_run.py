@@ -399,7 +399,7 @@ class BatchRun:
                 return Read(failure=failure.first_line)
 
         reads: List[Callable[[], Any]] = (
-            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
+            [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
         )
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
