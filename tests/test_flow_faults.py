@@ -443,7 +443,9 @@ class ApiFaultTest(FaultTestCase):
             [plan.cluster.config_view(), *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4, plan.preflight()[2]],
             "-v",
         )
-        self.assert_fails(result, demo.EXIT_CLUSTER, "get --raw /apis/node.k8s.io/v1/runtimeclasses/cube", "InternalError")
+        self.assert_fails(
+            result, demo.EXIT_CLUSTER, "get --raw /apis/node.k8s.io/v1/runtimeclasses/cube", "InternalError"
+        )
         self.assertFalse(self.out().exists())  # a failed preflight leaves no output directory
         self.assertEqual(result.stderr.count("warning: retrying"), 3)
 
@@ -472,7 +474,13 @@ class ApiFaultTest(FaultTestCase):
             f"check that the API server {plan.cluster.server} of context {plan.cluster.context} is reachable",
         )
         self.assertFalse(self.out().exists())  # no namespace was created: the preflight's files are gone
-        self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and ("--validate=strict" in argv or "--raw" in argv)])
+        self.assertFalse(
+            [
+                argv
+                for argv in self.stub.calls()
+                if "create" in argv and ("--validate=strict" in argv or "--raw" in argv)
+            ]
+        )
 
     def test_watch_ending_early_falls_back_to_polling(self) -> None:
         plan = RunPlan(Batch(count=2))

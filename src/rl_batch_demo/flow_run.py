@@ -398,9 +398,7 @@ class BatchRun:
                     raise
                 return Read(failure=failure.first_line)
 
-        reads: List[Callable[[], Any]] = (
-            [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
-        )
+        reads: List[Callable[[], Any]] = [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]

@@ -777,7 +777,9 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
 
 
 # The collections ``create --raw`` may POST to: path -> (kind, apiVersion), the namespace from the path.
-RAW_COLLECTION = re.compile(r"/api/v1/namespaces|/api/v1/namespaces/([^/?]+)/configmaps|/apis/batch/v1/namespaces/([^/?]+)/jobs")
+RAW_COLLECTION = re.compile(
+    r"/api/v1/namespaces|/api/v1/namespaces/([^/?]+)/configmaps|/apis/batch/v1/namespaces/([^/?]+)/jobs"
+)
 
 
 def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], files: List[str]) -> int:
@@ -810,11 +812,17 @@ def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], fi
     except ValueError:
         obj = None
     kind, api_version = (
-        ("Namespace", "v1") if path == "/api/v1/namespaces" else ("ConfigMap", "v1") if match.group(1) else ("Job", "batch/v1")
+        ("Namespace", "v1")
+        if path == "/api/v1/namespaces"
+        else ("ConfigMap", "v1")
+        if match.group(1)
+        else ("Job", "batch/v1")
     )
     if not isinstance(obj, dict) or obj.get("kind") != kind or obj.get("apiVersion") != api_version:
         # apiserver handlers/create.go: the decoder refuses another kind than the endpoint's
-        raise KubectlError(f"Error from server (BadRequest): the body of the request was in an unknown format for {kind}")
+        raise KubectlError(
+            f"Error from server (BadRequest): the body of the request was in an unknown format for {kind}"
+        )
     obj = deep_copy(obj)
     md = obj.setdefault("metadata", {})
     namespace = match.group(1) or match.group(2)
