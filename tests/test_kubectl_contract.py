@@ -1381,7 +1381,10 @@ class ObjectsContract(ContractCase):
                 refused.exception.stderr, f'Error from server (AlreadyExists): jobs.batch "{JOB}" already exists\n'
             )
             self.assertTrue(refused.exception.already_exists)
-            strict = 'Job in version "v1" cannot be handled as a Job: strict decoding error: unknown field "spec.backoffLimitPerIndex"'
+            strict = (
+                'Job in version "v1" cannot be handled as a Job: strict decoding error: '
+                'unknown field "spec.backoffLimitPerIndex"'
+            )
             session.server.route("POST", JOBS_PATH, always(status_answer(400, "BadRequest", strict)))
             with self.assertRaises(demo.KubectlFailure) as unknown:
                 kubectl.create_raw(demo.create_path(manifest), manifest)

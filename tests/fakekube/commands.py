@@ -829,7 +829,7 @@ def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], fi
     if namespace is not None:
         namespace = urllib.parse.unquote(namespace)
         if md.get("namespace", namespace) != namespace:
-            # apiserver handlers/rest.go: "the namespace of the provided object does not match the namespace sent on the request"
+            # apiserver handlers/rest.go (the object's namespace against the request's)
             raise KubectlError(
                 "Error from server (BadRequest): the namespace of the provided object does not match the namespace "
                 "sent on the request"
