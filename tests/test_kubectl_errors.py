@@ -70,6 +70,14 @@ NAMESPACE_JSON = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata"
 LIST_JSON = json.dumps({"apiVersion": "v1", "kind": "List", "items": [json.loads(NAMESPACE_JSON)]})
 REVIEWS_JSON = json.dumps(demo.access_review_list("agc-rl-0", True))
 TIMEOUT = "--request-timeout=30s"
+# The raw forms (Kubectl.runtimeclass, Kubectl.create_raw): one request, no discovery, so no klog lines.
+RUNTIMECLASS_PATH = "/apis/node.k8s.io/v1/runtimeclasses/cube"
+NAMESPACES_PATH = demo.create_path(json.loads(NAMESPACE_JSON))
+
+
+def refused_raw_localhost() -> str:
+    return refused("localhost:8080", "http", "127.0.0.1:8080", 0)
+
 
 # (setup, argv after `kubectl`, stdin): kubectl's stderr, exit 1. Setups: "closed" (the
 # kubeconfig's server is a closed port), "empty" (no kubeconfig at all), "missing" (--kubeconfig
@@ -126,6 +134,9 @@ EXPECTED: List[Tuple[str, Tuple[str, ...], Optional[str], str]] = [
     ),
     ("closed", ("delete", "namespace", "agc-rl-0", "--wait=false"), None, refused(CLOSED, "https", CLOSED, 5)),
     ("closed", ("get", "--raw", "/api/v1/nodes/node-a/proxy/metrics"), None, refused(CLOSED, "https", CLOSED, 0)),
+    ("closed", ("get", "--raw", RUNTIMECLASS_PATH), None, refused(CLOSED, "https", CLOSED, 0)),
+    ("closed", ("create", "--raw", NAMESPACES_PATH, "-f", "-"), NAMESPACE_JSON, refused(CLOSED, "https", CLOSED, 0)),
+    ("empty", ("create", "--raw", NAMESPACES_PATH, "-f", "-"), NAMESPACE_JSON, refused_raw_localhost()),
     (
         "empty",
         ("config", "view", "--minify", "-o", "json"),
@@ -185,6 +196,7 @@ EXPECTED: List[Tuple[str, Tuple[str, ...], Optional[str], str]] = [
     ),
     ("bogus", ("version", "-o", "json"), None, 'error: context "bogus" does not exist'),
     ("bogus", ("get", "--raw", "/api/v1/nodes/node-a/proxy/metrics"), None, 'error: context "bogus" does not exist'),
+    ("bogus", ("create", "--raw", NAMESPACES_PATH, "-f", "-"), NAMESPACE_JSON, 'error: context "bogus" does not exist'),
     ("gone", ("config", "view", "--minify", "-o", "json"), None, "error: cannot locate context gone"),
     (
         "gone",

@@ -319,7 +319,7 @@ def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, obj
             f'E{stamp} {os.getpid():7d} memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
             f'group list: Get \\"{api}\\": {dial}"'
         )
-    if inv.cmdpath == "create":
+    if inv.cmdpath == "create" and not inv.flags.get("raw"):  # a raw create maps nothing: the POST's own error
         lines.append(f'error: unable to recognize "STDIN": Get "{api}": {dial}')
     else:
         lines.append(refused)
