@@ -8127,6 +8127,7 @@ class BatchRun:
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
+        self.account_watch: Optional[WatchStream] = None  # started by the preflight, ended once the account is seen
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
@@ -8138,7 +8139,11 @@ class BatchRun:
 
     def execute(self) -> Results:
         self.preflight()
-        self.stop_if_asked()
+        try:
+            self.stop_if_asked()
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
@@ -8200,7 +8205,17 @@ class BatchRun:
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
-        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        # The namespace's ServiceAccount is watched from here, before the namespace exists (a list
+        # of a namespace that does not exist is empty, and its watch sees the account's creation):
+        # its kubectl starts beside the preflight's reads instead of beside the namespace's create,
+        # so its start is not part of that step. It creates nothing; a preflight that fails, or
+        # denies list and watch serviceaccounts, ends it.
+        self.account_watch = self.watch_service_account()
+        try:
+            answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
         if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
             runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
@@ -8216,10 +8231,12 @@ class BatchRun:
         )
         for finding in findings:
             if not finding.ok:
+                self.end_service_account_watch()
                 raise DemoError(finding.stop, EXIT_CLUSTER)
         account_reviews = [review for review in answers[-1] if _asks(review, SERVICEACCOUNT_PERMISSIONS)]
         self.watches_account = not denied_permissions(account_reviews)
         if not self.watches_account:
+            self.end_service_account_watch()
             say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
             self.set_parallelism(answers[0])
@@ -8262,14 +8279,7 @@ class BatchRun:
             namespace_manifest(self.namespace, self.run_id),
             configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
         ]
-        sink: queue.Queue[Any] = queue.Queue()
-        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
-        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
-        watch = (
-            self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
-            if self.watches_account
-            else None
-        )
+        watch = self.account_watch
         try:
             try:
                 namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
@@ -8284,20 +8294,32 @@ class BatchRun:
                 raise
             self.record_namespace(namespace)
             if watch is not None:
-                self.wait_for_service_account(sink, watch)
+                self.wait_for_service_account(watch)
         finally:
-            if watch is not None:
-                watch.end()  # the Job's create waits for it no longer
+            self.end_service_account_watch()  # the Job's create waits for it no longer
 
-    def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
+    def watch_service_account(self) -> WatchStream:
+        """The watch of the namespace's `default` ServiceAccount (wait_for_service_account), as
+        long as the namespace's create may take and the wait for the account after it."""
+        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
+        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
+        return self.kubectl.watch("serviceaccount", by_name, self.namespace, queue.Queue(), seconds)
+
+    def end_service_account_watch(self) -> None:
+        if self.account_watch is not None:
+            self.account_watch.end()
+            self.account_watch = None
+
+    def wait_for_service_account(self, watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
         ServiceAccount admission looks it up for about 1.5 s, then the job controller records
         FailedCreate and backs off (plugin/pkg/admission/serviceaccount/admission.go; the
         serviceaccounts controller creates it soon after the namespace), which would count in
         the first Job's figures. So the first Job is created once it is seen, by the watch started
-        with the namespace's create (no process more, no wait when it came meanwhile); after
+        with the preflight (no process more, no wait when it came meanwhile); after
         Timing.serviceaccount_wait_seconds the run goes on without it, and says so."""
         limit = time.monotonic() + self.kubectl.timing.serviceaccount_wait_seconds
+        sink = watch.sink
         while True:
             try:
                 _, _, _, event = sink.get(timeout=max(0.0, min(limit - time.monotonic(), 0.5)))

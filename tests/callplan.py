@@ -365,8 +365,9 @@ class RunPlan:
     def serviceaccount_watch(
         self, present: bool = True, ended_early: bool = False, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT
     ) -> Call:
-        """The watch of the namespace's default ServiceAccount, started with the namespace's create
-        and lasting as long as that create may (`kubectl_timeout`) and the wait for the account:
+        """The watch of the namespace's default ServiceAccount, started with the preflight (before
+        the namespace exists) and lasting as long as the namespace's create may take
+        (`kubectl_timeout`) and the wait for the account:
         the account ADDED once the namespace exists (`present`), else nothing; held until the tool
         ends it. `ended_early`: the create fails, and the tool may end the watch before it starts."""
         seconds = math.ceil(kubectl_timeout + demo.TIMING.serviceaccount_wait_seconds)
@@ -374,6 +375,11 @@ class RunPlan:
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={demo.DEFAULT_SERVICEACCOUNT}"]
         watch = self.cluster.watch(by_name, chunks, seconds, "serviceaccount")
         return dataclasses.replace(watch, optional=ended_early)
+
+    def refused_watch(self, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT) -> Call:
+        """The account's watch of a run whose preflight fails: started beside the preflight's
+        reads, before any namespace exists, and ended by the refusal (perhaps before it started)."""
+        return self.serviceaccount_watch(present=False, ended_early=True, kubectl_timeout=kubectl_timeout)
 
     def create_namespace(self) -> Call:
         """The namespace alone: after a combined create that never reached the server."""

@@ -440,7 +440,12 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         result = self.run_plan(  # the access reviews run beside the RuntimeClass read
             plan,
-            [plan.cluster.config_view(), *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4, plan.preflight()[2]],
+            [
+                plan.cluster.config_view(),
+                *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4,
+                plan.preflight()[2],
+                plan.refused_watch(),
+            ],
             "-v",
         )
         self.assert_fails(
@@ -453,7 +458,13 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         forbidden = err_forbidden("get", "runtimeclasses", "node.k8s.io", namespace="")
         result = self.run_plan(
-            plan, [plan.cluster.config_view(), plan.get_runtimeclass().failing(forbidden), plan.preflight()[2]]
+            plan,
+            [
+                plan.cluster.config_view(),
+                plan.get_runtimeclass().failing(forbidden),
+                plan.preflight()[2],
+                plan.refused_watch(),
+            ],
         )
         self.assert_fails(result, demo.EXIT_CLUSTER, "Forbidden")
         self.assertEqual(len([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)]), 1)
@@ -464,7 +475,10 @@ class ApiFaultTest(FaultTestCase):
         hanging = dataclasses.replace(plan.get_runtimeclass(), sleep=10)
         self.shorten_process_timeouts(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
         result = self.run_plan(
-            plan, [plan.cluster.config_view(), hanging, plan.preflight()[2]], "--kubectl-timeout", "30"
+            plan,
+            [plan.cluster.config_view(), hanging, plan.preflight()[2], plan.refused_watch(kubectl_timeout=30)],
+            "--kubectl-timeout",
+            "30",
         )  # the hang is cut at 0.5 s; the other calls keep 30 s, however loaded the machine
         self.assert_fails(
             result,

@@ -187,19 +187,17 @@ class TranscriptTest(RunPlanTestCase):
         steps = [
             [["config", "view", "--minify", "-o", "json"]],
             [
-                [*base, "get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"],
-                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
-            ],
-            [
-                [*base, "create", "-f", "-", "-o", "json", "--validate=strict"],  # the namespace and the ConfigMap
-                [  # and, at once, the watch for the namespace's default ServiceAccount
+                [  # first, the watch for the namespace's default ServiceAccount, before the namespace exists
                     f"--context={CONTEXT}",
                     "--request-timeout=62s",
                     f"--namespace={NAMESPACE}",
                     *("get", "serviceaccounts", "--field-selector", "metadata.name=default"),
                     *("-o", "json", "--output-watch-events", "--watch"),
                 ],
+                [*base, "get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"],  # one request each
+                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
             ],
+            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the namespace and the ConfigMap
             [  # the Job, one POST: no discovery, no OpenAPI download, strict validation by the server
                 [*base, "create", "--raw", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs{RAW_QUERY}", "-f", "-"]
             ],
@@ -244,7 +242,9 @@ class TranscriptTest(RunPlanTestCase):
             self.assertGreaterEqual(
                 min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
             )
-            previous_end = max(call["started"] + call["seconds"] for call in calls)
+            # the account's watch goes on beside the step after its own, until the account is seen
+            ending = [call for call in calls if "serviceaccounts" not in call["argv"]]
+            previous_end = max(call["started"] + call["seconds"] for call in ending)
         kinds = [json.loads(record["stdin"])["kind"] for record in self.stub.records() if record["stdin"]]
         self.assertCountEqual(kinds[:1] + kinds[1:2], ["List", "List"])  # access reviews, namespace + ConfigMap
         self.assertEqual(kinds[2], "Job")
@@ -430,7 +430,9 @@ class RunTest(RunPlanTestCase):
 
     def test_missing_runtime_class_creates_nothing(self) -> None:
         plan = RunPlan(runtime="gvisor")
-        self.expect(*plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:])
+        self.expect(
+            *plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:], plan.refused_watch()
+        )
         result = self.tool("run", "--runtime", "gvisor", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'gvisor' does not exist", "--runtime none")
         self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and argv != plan.preflight()[2].argv])
@@ -546,6 +548,7 @@ class ClusterAccessTest(RunPlanTestCase):
             config,
             *[runtimeclass.failing(err_unreachable("get"))] * 4,  # a read: tried, then retried 3 times
             *[reviews.failing(err_unreachable("review"))] * 4,
+            plan.refused_watch(),
         )
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
@@ -918,7 +921,7 @@ class CheckTest(CallPlanTestCase):
         result = self.tool("check")
         self.assertEqual(result.code, demo.EXIT_CLUSTER)
         self.assertIn("denied: create jobs.batch, get pods/log", result.stdout)
-        self.expect(*RunPlan().preflight(denied=denied))
+        self.expect(*RunPlan().preflight(denied=denied), RunPlan().refused_watch())
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, "lacks permissions", "create jobs.batch", "nothing was created")
         self.assertFalse([argv for argv in self.stub.records() if argv["stdin"] and '"Namespace"' in argv["stdin"]])
@@ -1038,7 +1041,7 @@ class InterruptTest(RunPlanTestCase):
     def test_before_the_namespace_exists(self) -> None:
         plan = RunPlan(Batch(count=2))
         self.interrupt_at(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
-        self.expect(plan.cluster.config_view(), plan.preflight()[2])  # the access reviews run beside it
+        self.expect(plan.cluster.config_view(), plan.preflight()[2], plan.refused_watch())  # beside it: the reviews
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; nothing was created in the cluster")
         self.assertNotIn("cleanup --output", result.stderr)  # nothing exists to clean up
