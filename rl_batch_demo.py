@@ -8206,7 +8206,8 @@ class BatchRun:
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
         # The namespace's ServiceAccount is watched from here, before the namespace exists (a list
-        # of a namespace that does not exist is empty, and its watch sees the account's creation):
+        # of a namespace that does not exist is empty, not an error, by design: kubernetes/kubernetes
+        # issue 75537; its watch then sees the account's creation):
         # its kubectl starts beside the preflight's reads instead of beside the namespace's create,
         # so its start is not part of that step. It creates nothing; a preflight that fails, or
         # denies list and watch serviceaccounts, ends it.
