@@ -10767,6 +10767,21 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def run_as_script() -> typing.NoReturn:
+    """`python3 rl_batch_demo.py ...`: main(), then the process ends at once. By then every file is
+    written and closed, every kubectl has been waited for and every thread that mattered joined;
+    what the interpreter's own teardown would still do is free this module's objects one by one
+    and run nothing the tool registered (it registers no atexit handler), which took 30 to 100 ms
+    on a loaded 2-core machine (docs/benchmark.md): the run's end, as a user or CI sees it."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone (`| head`), or the stream closed: nothing left to say
+            pass
+    os._exit(code)
+
+
 # Begin src/rl_batch_demo/api.py ###############################################
 # Python API ###################################################################
 # `import rl_batch_demo as rbd`: run_batch and stream_batch, a `run` from Python. Uses the command
@@ -10934,4 +10949,4 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_as_script()
