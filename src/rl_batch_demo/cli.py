@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -685,8 +686,6 @@ def run_as_script() -> typing.NoReturn:
     on a loaded 2-core machine (docs/benchmark.md): the run's end, as a user or CI sees it."""
     code = main()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), or the stream closed
             stream.flush()
-        except (OSError, ValueError):  # a reader gone (`| head`), or the stream closed: nothing left to say
-            pass
     os._exit(code)
