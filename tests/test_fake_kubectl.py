@@ -347,6 +347,33 @@ class RawFormsTest(FakeKubectlTestCase):
             stderr="error: --raw and --output are mutually exclusive",
         )
 
+    def test_a_watch_in_a_namespace_not_created_yet_sees_its_account(self) -> None:
+        """The run's ServiceAccount watch starts before its namespace exists (BatchRun.preflight)."""
+        watch = subprocess.Popen(
+            ["kubectl", "get", "serviceaccounts", "--field-selector", "metadata.name=default", "-n", NS]
+            + ["-w", "-o", "json", "--output-watch-events", "--request-timeout=20s"],
+            env=self.cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.addCleanup(watch.wait)
+        self.addCleanup(watch.kill)
+        time.sleep(0.3)  # listed (nothing) and watching before the namespace is created
+        self.ok("create", "-f", "-", "-o", "json", input=json.dumps(setup_manifest()))
+        assert watch.stdout is not None
+        text = ""
+        while True:  # kubectl prints each event indented, over several lines
+            line = watch.stdout.readline()
+            self.assertTrue(line, "the watch ended without an event")
+            text += line
+            try:
+                event = json.loads(text)
+                break
+            except ValueError:
+                continue
+        self.assertEqual((event["type"], event["object"]["metadata"]["name"]), ("ADDED", "default"))
+
     def test_raw_read_of_a_runtimeclass(self) -> None:
         stored = json.loads(self.ok("get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"))
         self.assertEqual((stored["kind"], stored["handler"]), ("RuntimeClass", "cube"))

@@ -658,7 +658,10 @@ def watch_objects(
     --request-timeout. With ``first_event_dropped`` (watch_one_object), what exists now is taken
     in without being printed. Fault ``watch_error``: ``["jobs", ...]``: the watch of these
     resources ends with an ERROR event (410 Expired, as an API server sends when the watch's
-    resourceVersion is too old) after the list; kubectl prints it and exits 0 (get.go)."""
+    resourceVersion is too old) after the list; kubectl prints it and exits 0 (get.go). A
+    namespace that does not exist is no error: its list is empty, and the watch sees what is
+    created there later (by design, so that a namespace's existence does not leak:
+    kubernetes/kubernetes issue 75537)."""
     start = time.monotonic()
     ns = inv.namespace if rt.namespaced else None
     if rt.kind == "ServiceAccount":
