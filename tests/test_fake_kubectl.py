@@ -350,8 +350,10 @@ class RawFormsTest(FakeKubectlTestCase):
     def test_a_watch_in_a_namespace_not_created_yet_sees_its_account(self) -> None:
         """The run's ServiceAccount watch starts before its namespace exists (BatchRun.preflight)."""
         watch = subprocess.Popen(
-            ["kubectl", "get", "serviceaccounts", "--field-selector", "metadata.name=default", "-n", NS]
-            + ["-w", "-o", "json", "--output-watch-events", "--request-timeout=20s"],
+            [
+                *("kubectl", "get", "serviceaccounts", "--field-selector", "metadata.name=default", "-n", NS),
+                *("-w", "-o", "json", "--output-watch-events", "--request-timeout=20s"),
+            ],
             env=self.cluster.env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
