@@ -366,11 +366,12 @@ class RunPlan:
         self, present: bool = True, ended_early: bool = False, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT
     ) -> Call:
         """The watch of the namespace's default ServiceAccount, started with the preflight (before
-        the namespace exists) and lasting as long as the namespace's create may take
-        (`kubectl_timeout`) and the wait for the account:
+        the namespace exists) and lasting as long as the preflight's reads (with their retries)
+        and the namespace's create may take (`kubectl_timeout` each) and the wait for the account:
         the account ADDED once the namespace exists (`present`), else nothing; held until the tool
         ends it. `ended_early`: the create fails, and the tool may end the watch before it starts."""
-        seconds = math.ceil(kubectl_timeout + demo.TIMING.serviceaccount_wait_seconds)
+        timing = demo.TIMING
+        seconds = math.ceil(2 * kubectl_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds)
         chunks = [watch_event("ADDED", serviceaccount_object(), wait_for="namespace.done")] if present else []
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={demo.DEFAULT_SERVICEACCOUNT}"]
         watch = self.cluster.watch(by_name, chunks, seconds, "serviceaccount")

@@ -189,7 +189,7 @@ class TranscriptTest(RunPlanTestCase):
             [
                 [  # first, the watch for the namespace's default ServiceAccount, before the namespace exists
                     f"--context={CONTEXT}",
-                    "--request-timeout=62s",
+                    "--request-timeout=142s",  # the preflight's reads, the namespace's create, the wait after
                     f"--namespace={NAMESPACE}",
                     *("get", "serviceaccounts", "--field-selector", "metadata.name=default"),
                     *("-o", "json", "--output-watch-events", "--watch"),

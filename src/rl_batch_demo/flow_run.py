@@ -503,8 +503,10 @@ class BatchRun:
 
     def watch_service_account(self) -> WatchStream:
         """The watch of the namespace's `default` ServiceAccount (wait_for_service_account), as
-        long as the namespace's create may take and the wait for the account after it."""
-        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
+        long as the preflight's reads may take (with their retries), then the namespace's create,
+        then the wait for the account after it."""
+        timing = self.kubectl.timing
+        seconds = 2 * self.kubectl.process_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
         return self.kubectl.watch("serviceaccount", by_name, self.namespace, queue.Queue(), seconds)
 
