@@ -751,12 +751,13 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
         )
 
 
-def cold_cache_forms(repeats: int) -> None:
+def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
     """What a cold kubectl cache (a fresh CI runner's empty $HOME) costs each form of the calls
     before the Job: the real kubectl on PATH against the recording API server on 127.0.0.1
     (tests/recordingserver.py, which answers at once: on a real API server each request also costs
-    its round trip), each form in a fresh HOME, the forms alternating, `repeats` times. The raw
-    forms are what the run sends since issue 26; the others what it sent before."""
+    its round trip: `latency` seconds are added before every answer to stand for it), each form in
+    a fresh HOME, the forms alternating, `repeats` times. The raw forms are what the run sends
+    since issue 26; the others what it sent before."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         print("cold cache: no kubectl on PATH; skipped")
@@ -778,6 +779,14 @@ def cold_cache_forms(repeats: int) -> None:
         server.route("POST", "/apis/batch/v1/namespaces/demo/jobs", lambda r, m: Answer(201, r.json()))
         server.route("GET", "/apis/node.k8s.io/v1/runtimeclasses/cube", lambda r, m: Answer(200, runtimeclass))
         kubeconfig = server.kubeconfig(Path(scratch))
+        answer = server.answer
+
+        def slowed(record: Any) -> Answer:
+            given = answer(record)
+            given.delay += latency
+            return given
+
+        server.answer = slowed  # type: ignore[method-assign]
         for repeat in range(repeats):
             for number, (label, argv, stdin) in enumerate(forms):
                 home = Path(scratch) / f"home-{repeat}-{number}"  # a cold cache every time
@@ -797,7 +806,10 @@ def cold_cache_forms(repeats: int) -> None:
         [kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True, check=False
     ).stdout
     client = json.loads(version or "{}").get("clientVersion", {}).get("gitVersion", "?")
-    print(f"cold kubectl cache, {kubectl} ({client}) against the recording server, median of {repeats}, alternating:")
+    print(
+        f"cold kubectl cache, {kubectl} ({client}) against the recording server answering after "
+        f"{latency * 1000:.0f} ms, median of {repeats}, alternating:"
+    )
     for label, _, _ in forms:
         seconds = statistics.median(s for s, _ in samples[label])
         requests = statistics.median(n for _, n in samples[label])
@@ -821,9 +833,15 @@ def main() -> int:
         choices=("side-by-side", "cold-cache"),
         help="print only the side by side with the guide (needs --guide) or the cold-cache figure",
     )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=20.0,
+        help="with --only cold-cache: milliseconds the recording server waits before each answer (default 20)",
+    )
     args = parser.parse_args()
     if args.only == "cold-cache":
-        cold_cache_forms(args.repeats)
+        cold_cache_forms(args.repeats, args.latency_ms / 1000)
         return 0
     if args.only == "side-by-side":
         if not args.guide or not Path(args.guide).is_file():
