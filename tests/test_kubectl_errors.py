@@ -377,21 +377,26 @@ class ClusterAccessTest(unittest.TestCase):
         lines = stderr.splitlines()
         self.assertEqual((code, lines[-1]), (demo.EXIT_CLUSTER, f"rl-batch-demo: error: {line}"))
         calls = [entry for entry in lines if entry.startswith("+ ")]
-        self.assertEqual(len(calls), 1 + 2 * 4, stderr)  # config view, then each preflight read and its 3 retries
+        # config view, then each preflight read and its 3 retries, and the account's watch beside them
+        self.assertEqual(len(calls), 1 + 2 * 4 + 1, stderr)
         kubectl = shutil.which("kubectl", path=self.cluster.env()["PATH"])
         self.assertEqual(
             calls[0],
             f"+ {kubectl} --kubeconfig={self.setups.kubeconfig} config view --minify -o json  # exit 0, "
             + calls[0].rsplit(", ", 1)[1],
         )
+        [watch] = [call for call in calls if " serviceaccounts " in call]  # refused too, or ended by the failure
+        self.assertRegex(watch, r" get serviceaccounts .* --watch  # exit (1|-15), \d+\.\d{3} s$")
         for call in calls[1:]:
+            if call == watch:
+                continue
             self.assertRegex(
                 call,
                 r"^\+ \S+ --kubeconfig=\S+ --context=prod --request-timeout=30s (get|create) .*"
                 r"  # exit 1, \d+\.\d{3} s$",
             )
         self.assertEqual(len([entry for entry in lines if entry.startswith("warning: retrying `kubectl")]), 6)
-        self.assertEqual(len(lines), 1 + 9 + 6)
+        self.assertEqual(len(lines), 1 + 10 + 6)
         # The server answers again: the same command works, in the same --output.
         self.cluster.set_faults({"stand_in_worker": True})
         code, stderr = self.tool("run", "--count", "2", "--output", str(self.output), "--quiet", *flags)
