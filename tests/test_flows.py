@@ -987,7 +987,7 @@ class CheckTest(CallPlanTestCase):
         self.assertEqual(result.stderr, f"rl-batch-demo: error: {sentence}\n")
         self.assertNotIn("Error from server", result.stderr)
         preflight = RunPlan().preflight()
-        self.expect(preflight[0], *map(self.foreign, preflight[1:]))
+        self.expect(preflight[0], *map(self.foreign, preflight[1:]), RunPlan().refused_watch())
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, sentence)
         self.assertEqual(run.stderr, f"rl-batch-demo: error: {sentence}\n")
