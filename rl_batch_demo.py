@@ -62,6 +62,7 @@ import sys
 import threading
 import time
 import typing
+import urllib.parse
 from pathlib import Path
 from typing import (
     Any,
@@ -1785,6 +1786,31 @@ def new_run_id() -> str:
 
 def job_name_for(round_number: int, rounds: int) -> str:
     return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
+
+
+# Where `kubectl create --raw PATH -f -` POSTs each kind the run creates: the object's collection
+# (its API group and version, its namespace), asking the API server to validate it strictly, as
+# `--validate=strict` would without kubectl's OpenAPI download (apiserver handlers/create.go reads
+# fieldValidation from the query; fieldManager names the writer as `kubectl create` does).
+_COLLECTIONS = {"Namespace": "/api/v1", "ConfigMap": "/api/v1", "Job": "/apis/batch/v1"}
+_RAW_CREATE_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
+
+
+def create_path(manifest: KubeObject) -> str:
+    """The API path a raw create of `manifest` (a Namespace, a ConfigMap or a Job) is sent to."""
+    kind = str(manifest.get("kind"))
+    metadata = manifest.get("metadata") or {}
+    prefix = _COLLECTIONS[kind]
+    resource = kind.lower() + "s"
+    if kind == "Namespace":
+        return f"{prefix}/{resource}{_RAW_CREATE_QUERY}"
+    return f"{prefix}/namespaces/{url_segment(str(metadata['namespace']))}/{resource}{_RAW_CREATE_QUERY}"
+
+
+def url_segment(name: str) -> str:
+    """A name as one segment of a raw request's path: a name the tool did not make (a RuntimeClass
+    from --runtime) can neither leave its segment nor add a query."""
+    return urllib.parse.quote(name, safe="")
 
 
 def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
@@ -6887,6 +6913,21 @@ def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "")
             room = width - 1
             lines.append(line[:room] + "\\")
             line = line[room:]
+        # A single-quoted word (shlex.quote's, without a quote of its own inside) too long for a line
+        # is cut the same way between two quoted pieces: its quote closed before the backslash-newline
+        # and opened again at the start of the next line; the shell joins the adjacent pieces.
+        start = len(line) - len(word)
+        while (
+            _display_width(line) > width
+            and word.startswith("'")
+            and word.count("'") == 2
+            and width - 2 > start + 1
+            and width > len(indent) + 4
+        ):
+            room = width - 2
+            lines.append(line[:room] + "'\\")
+            line = "'" + line[room:]
+            start = 0
     if comment and _display_width(f"{line}  {comment}") > width:
         lines.append(line)
         line = " " * len(prefix) + comment
@@ -7542,6 +7583,34 @@ class Kubectl:
         if not created:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
+
+    def create_raw(self, path: str, manifest: KubeObject) -> KubeObject:
+        """Create one object with `create --raw PATH -f -`: one POST of the manifest to `path`
+        with the kubeconfig's credentials, and no discovery nor OpenAPI download, which a cold
+        kubectl cache (a fresh CI runner) pays before any other create (kubectl
+        pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
+        its RESTMapper). The server's answer, the stored object, is printed as it is."""
+        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest))
+        return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
+
+    def get_raw(self, path: str, **kwargs: Any) -> str:
+        """`get --raw PATH`: one GET, no discovery (kubectl pkg/cmd/get/get.go, rawhttp.RawGet),
+        the body as it is; a read, so retried on transient failures."""
+        return self.run(["get", "--raw", path], read_only=True, **kwargs)
+
+    def runtimeclass(self, name: str) -> Optional[KubeObject]:
+        """The RuntimeClass `name`, or None when the API server answers that it does not exist:
+        one GET of its path (RuntimeClasses are cluster-scoped, node.k8s.io/v1 from Kubernetes
+        1.20), which needs no discovery. The raw read prints no object for a missing one and exits
+        1 with the server's NotFound status (apimachinery errors.NewNotFound: `<resource>.<group>
+        "<name>" not found`); any other failure is raised as it is."""
+        try:
+            raw = self.get_raw(f"/apis/node.k8s.io/v1/runtimeclasses/{url_segment(name)}")
+        except KubectlFailure as failure:
+            if failure.first_line == f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found':
+                return None
+            raise
+        return self.decode_json(raw, f"get runtimeclass {name}")
 
     @staticmethod
     def decode_json(raw: str, what: str) -> KubeObject:
@@ -8531,7 +8600,7 @@ class OwnedCreator:
         delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
-                created = self.kubectl.create(manifest)[0]
+                created = self.kubectl.create_raw(create_path(manifest), manifest)
                 required_uid(created, f"the created {kind} {name}")
                 return created
             except KubectlTimeout as timeout:
@@ -9016,7 +9085,7 @@ def warm_up(
     nodes, runtimeclass = concurrently(
         [
             lambda: kubectl.get_list("nodes"),
-            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+            lambda: kubectl.runtimeclass(runtime) if runtime is not None else None,
         ]
     )
     eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))
@@ -9308,6 +9377,7 @@ class BatchRun:
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
+        self.account_watch: Optional[WatchStream] = None  # started by the preflight, ended once the account is seen
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
@@ -9319,7 +9389,11 @@ class BatchRun:
 
     def execute(self) -> Results:
         self.preflight()
-        self.stop_if_asked()
+        try:
+            self.stop_if_asked()
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
@@ -9385,9 +9459,7 @@ class BatchRun:
                     raise
                 return Read(failure=failure.first_line)
 
-        reads: List[Callable[[], Any]] = (
-            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
-        )
+        reads: List[Callable[[], Any]] = [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
@@ -9399,7 +9471,18 @@ class BatchRun:
             if queue is not None
             else []
         )
-        answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        # The namespace's ServiceAccount is watched from here, before the namespace exists (a list
+        # of a namespace that does not exist is empty, not an error, by design: kubernetes/kubernetes
+        # issue 75537; its watch then sees the account's creation):
+        # its kubectl starts beside the preflight's reads instead of beside the namespace's create,
+        # so its start is not part of that step. It creates nothing; a preflight that fails, or
+        # denies list and watch serviceaccounts, ends it.
+        self.account_watch = self.watch_service_account()
+        try:
+            answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
         if kueue is not None and not kueue.failure:
             self.kueue_version = served_kueue_version(kueue.value)
@@ -9421,10 +9504,12 @@ class BatchRun:
         )
         for finding in findings:
             if not finding.ok:
+                self.end_service_account_watch()
                 raise DemoError(finding.stop, EXIT_CLUSTER)
         account_reviews = [review for review in answers[-1] if _asks(review, SERVICEACCOUNT_PERMISSIONS)]
         self.watches_account = not denied_permissions(account_reviews)
         if not self.watches_account:
+            self.end_service_account_watch()
             say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
             self.set_parallelism(answers[0])
@@ -9473,14 +9558,7 @@ class BatchRun:
             resources.append(LOCALQUEUE_RESOURCE)
             self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
             write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
-        sink: queue.Queue[Any] = queue.Queue()
-        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
-        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
-        watch = (
-            self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
-            if self.watches_account
-            else None
-        )
+        watch = self.account_watch
         try:
             try:
                 namespace, _, *local_queue = self.creator.create_together(manifests, resources)
@@ -9497,20 +9575,34 @@ class BatchRun:
                 self.receipt["local_queue"]["uid"] = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
-                self.wait_for_service_account(sink, watch)
+                self.wait_for_service_account(watch)
         finally:
-            if watch is not None:
-                watch.end()  # the Job's create waits for it no longer
+            self.end_service_account_watch()  # the Job's create waits for it no longer
 
-    def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
+    def watch_service_account(self) -> WatchStream:
+        """The watch of the namespace's `default` ServiceAccount (wait_for_service_account), as
+        long as the preflight's reads may take (with their retries), then the namespace's create,
+        then the wait for the account after it."""
+        timing = self.kubectl.timing
+        seconds = 2 * self.kubectl.process_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds
+        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
+        return self.kubectl.watch("serviceaccount", by_name, self.namespace, queue.Queue(), seconds)
+
+    def end_service_account_watch(self) -> None:
+        if self.account_watch is not None:
+            self.account_watch.end()
+            self.account_watch = None
+
+    def wait_for_service_account(self, watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
         ServiceAccount admission looks it up for about 1.5 s, then the job controller records
         FailedCreate and backs off (plugin/pkg/admission/serviceaccount/admission.go; the
         serviceaccounts controller creates it soon after the namespace), which would count in
         the first Job's figures. So the first Job is created once it is seen, by the watch started
-        with the namespace's create (no process more, no wait when it came meanwhile); after
+        with the preflight (no process more, no wait when it came meanwhile); after
         Timing.serviceaccount_wait_seconds the run goes on without it, and says so."""
         limit = time.monotonic() + self.kubectl.timing.serviceaccount_wait_seconds
+        sink = watch.sink
         while True:
             try:
                 _, _, _, event = sink.get(timeout=max(0.0, min(limit - time.monotonic(), 0.5)))
@@ -10484,7 +10576,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
             ),
-            lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+            lambda: attempt(lambda: kubectl.runtimeclass(runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
@@ -12097,6 +12189,19 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def run_as_script() -> typing.NoReturn:
+    """`python3 rl_batch_demo.py ...`: main(), then the process ends at once. By then every file is
+    written and closed, every kubectl has been waited for and every thread that mattered joined;
+    what the interpreter's own teardown would still do is free this module's objects one by one
+    and run nothing the tool registered (it registers no atexit handler), which took 30 to 100 ms
+    on a loaded 2-core machine (docs/benchmark.md): the run's end, as a user or CI sees it."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), or the stream closed
+            stream.flush()
+    os._exit(code)
+
+
 # Begin src/rl_batch_demo/api.py ###############################################
 # Python API ###################################################################
 # `import rl_batch_demo as rbd`: run_batch and stream_batch, a `run` from Python. Uses the command
@@ -12265,4 +12370,4 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_as_script()

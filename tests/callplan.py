@@ -261,6 +261,20 @@ class Cluster:
         stdout = "".join(as_json(item) for item in answer) if isinstance(answer, list) else as_json(answer)
         return Call(argv, stdout=stdout, stdin_json=manifest)
 
+    def create_raw(self, manifest: Dict[str, Any], answer: Dict[str, Any]) -> Call:
+        """`create --raw PATH -f -` of one of the run's objects: the manifest on stdin, POSTed to
+        its collection (create_path); answers the stored object as the server wrote it."""
+        argv = self.args("create", "--raw", demo.create_path(manifest), "-f", "-")
+        return Call(argv, stdout=json.dumps(answer), stdin_json=manifest)
+
+    def get_runtimeclass(self, name: str, answer: Optional[Dict[str, Any]]) -> Call:
+        """`get --raw` of the RuntimeClass: the object, or the server's NotFound, exit 1."""
+        argv = self.args("get", "--raw", f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
+        if answer is None:
+            missing = f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found\n'
+            return Call(argv, exit=1, stderr=missing)
+        return Call(argv, stdout=json.dumps(answer))
+
     def watch(self, args: Sequence[str], chunks: Sequence[Chunk], seconds: int, name: str, hold: bool = True) -> Call:
         argv = self.args(
             "get",
@@ -336,7 +350,7 @@ class RunPlan:
 
     def get_runtimeclass(self, exists: bool = True) -> Call:
         assert self.runtime is not None
-        return self.cluster.get("runtimeclass", self.runtime, runtimeclass_object(self.runtime) if exists else None)
+        return self.cluster.get_runtimeclass(self.runtime, runtimeclass_object(self.runtime) if exists else None)
 
     def create_namespace_and_configmap(self) -> Call:
         """One `create` of a List: the namespace, then the ConfigMap with the worker."""
@@ -351,26 +365,35 @@ class RunPlan:
     def serviceaccount_watch(
         self, present: bool = True, ended_early: bool = False, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT
     ) -> Call:
-        """The watch of the namespace's default ServiceAccount, started with the namespace's create
-        and lasting as long as that create may (`kubectl_timeout`) and the wait for the account:
+        """The watch of the namespace's default ServiceAccount, started with the preflight (before
+        the namespace exists) and lasting as long as the preflight's reads (with their retries)
+        and the namespace's create may take (`kubectl_timeout` each) and the wait for the account:
         the account ADDED once the namespace exists (`present`), else nothing; held until the tool
         ends it. `ended_early`: the create fails, and the tool may end the watch before it starts."""
-        seconds = math.ceil(kubectl_timeout + demo.TIMING.serviceaccount_wait_seconds)
+        timing = demo.TIMING
+        seconds = math.ceil(2 * kubectl_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds)
         chunks = [watch_event("ADDED", serviceaccount_object(), wait_for="namespace.done")] if present else []
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={demo.DEFAULT_SERVICEACCOUNT}"]
         watch = self.cluster.watch(by_name, chunks, seconds, "serviceaccount")
         return dataclasses.replace(watch, optional=ended_early)
 
+    def refused_watch(self, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT) -> Call:
+        """The account's watch of a run whose preflight fails: started beside the preflight's
+        reads, before any namespace exists, and ended by the refusal (perhaps before it started)."""
+        return self.serviceaccount_watch(present=False, ended_early=True, kubectl_timeout=kubectl_timeout)
+
     def create_namespace(self) -> Call:
         """The namespace alone: after a combined create that never reached the server."""
-        return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
+        return self.cluster.create_raw(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object())
+        return self.cluster.create_raw(
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object()
+        )
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
-        return self.cluster.create(batch.manifest(), batch.job())
+        return self.cluster.create_raw(batch.manifest(), batch.job())
 
     def get_namespace(self, present: bool = True) -> Call:
         return self.cluster.get("namespace", NAMESPACE, namespace_object() if present else None)

@@ -435,16 +435,23 @@ class ApiFaultTest(FaultTestCase):
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertEqual(self.results()["reward_sum"], 2)
-        self.assertEqual(len([argv for argv in self.stub.calls() if "runtimeclass" in argv]), 3)
+        self.assertEqual(len([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)]), 3)
 
     def test_retries_stop_after_three(self) -> None:
         plan = RunPlan(Batch(count=2))
         result = self.run_plan(  # the access reviews run beside the RuntimeClass read
             plan,
-            [plan.cluster.config_view(), *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4, plan.preflight()[2]],
+            [
+                plan.cluster.config_view(),
+                *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4,
+                plan.preflight()[2],
+                plan.refused_watch(),
+            ],
             "-v",
         )
-        self.assert_fails(result, demo.EXIT_CLUSTER, "get runtimeclass cube", "InternalError")
+        self.assert_fails(
+            result, demo.EXIT_CLUSTER, "get --raw /apis/node.k8s.io/v1/runtimeclasses/cube", "InternalError"
+        )
         self.assertFalse(self.out().exists())  # a failed preflight leaves no output directory
         self.assertEqual(result.stderr.count("warning: retrying"), 3)
 
@@ -452,28 +459,43 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         forbidden = err_forbidden("get", "runtimeclasses", "node.k8s.io", namespace="")
         result = self.run_plan(
-            plan, [plan.cluster.config_view(), plan.get_runtimeclass().failing(forbidden), plan.preflight()[2]]
+            plan,
+            [
+                plan.cluster.config_view(),
+                plan.get_runtimeclass().failing(forbidden),
+                plan.preflight()[2],
+                plan.refused_watch(),
+            ],
         )
         self.assert_fails(result, demo.EXIT_CLUSTER, "Forbidden")
-        self.assertEqual(len([argv for argv in self.stub.calls() if "runtimeclass" in argv]), 1)
+        self.assertEqual(len([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)]), 1)
         self.assertNotIn("retrying", result.stderr)
 
     def test_kubectl_hanging_past_its_timeout(self) -> None:
         plan = RunPlan(Batch(count=2))
         hanging = dataclasses.replace(plan.get_runtimeclass(), sleep=10)
-        self.shorten_process_timeouts(lambda argv, stdin: "runtimeclass" in argv)
+        self.shorten_process_timeouts(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
         result = self.run_plan(
-            plan, [plan.cluster.config_view(), hanging, plan.preflight()[2]], "--kubectl-timeout", "30"
+            plan,
+            [plan.cluster.config_view(), hanging, plan.preflight()[2], plan.refused_watch(kubectl_timeout=30)],
+            "--kubectl-timeout",
+            "30",
         )  # the hang is cut at 0.5 s; the other calls keep 30 s, however loaded the machine
         self.assert_fails(
             result,
             demo.EXIT_TIMEOUT,
             "did not answer within 30 s",
-            "get runtimeclass cube",
+            "get --raw /apis/node.k8s.io/v1/runtimeclasses/cube",
             f"check that the API server {plan.cluster.server} of context {plan.cluster.context} is reachable",
         )
         self.assertFalse(self.out().exists())  # no namespace was created: the preflight's files are gone
-        self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and "--validate=strict" in argv])
+        self.assertFalse(
+            [
+                argv
+                for argv in self.stub.calls()
+                if "create" in argv and ("--validate=strict" in argv or "--raw" in argv)
+            ]
+        )
 
     def test_watch_ending_early_falls_back_to_polling(self) -> None:
         plan = RunPlan(Batch(count=2))

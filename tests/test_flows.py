@@ -183,23 +183,24 @@ class TranscriptTest(RunPlanTestCase):
         watching = [f"--context={CONTEXT}", "--request-timeout=275s", f"--namespace={NAMESPACE}"]
         reading = [f"--context={CONTEXT}", f"--namespace={NAMESPACE}"]
         selector = f"batch.kubernetes.io/controller-uid={uid}"
+        RAW_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
         steps = [
             [["config", "view", "--minify", "-o", "json"]],
             [
-                [*base, "get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
-                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
-            ],
-            [
-                [*base, "create", "-f", "-", "-o", "json", "--validate=strict"],  # the namespace and the ConfigMap
-                [  # and, at once, the watch for the namespace's default ServiceAccount
+                [  # first, the watch for the namespace's default ServiceAccount, before the namespace exists
                     f"--context={CONTEXT}",
-                    "--request-timeout=62s",
+                    "--request-timeout=142s",  # the preflight's reads, the namespace's create, the wait after
                     f"--namespace={NAMESPACE}",
                     *("get", "serviceaccounts", "--field-selector", "metadata.name=default"),
                     *("-o", "json", "--output-watch-events", "--watch"),
                 ],
+                [*base, "get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"],  # one request each
+                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
             ],
-            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the Job
+            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the namespace and the ConfigMap
+            [  # the Job, one POST: no discovery, no OpenAPI download, strict validation by the server
+                [*base, "create", "--raw", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs{RAW_QUERY}", "-f", "-"]
+            ],
             [
                 [
                     *watching,
@@ -241,7 +242,9 @@ class TranscriptTest(RunPlanTestCase):
             self.assertGreaterEqual(
                 min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
             )
-            previous_end = max(call["started"] + call["seconds"] for call in calls)
+            # the account's watch goes on beside the step after its own, until the account is seen
+            ending = [call for call in calls if "serviceaccounts" not in call["argv"]]
+            previous_end = max(call["started"] + call["seconds"] for call in ending)
         kinds = [json.loads(record["stdin"])["kind"] for record in self.stub.records() if record["stdin"]]
         self.assertCountEqual(kinds[:1] + kinds[1:2], ["List", "List"])  # access reviews, namespace + ConfigMap
         self.assertEqual(kinds[2], "Job")
@@ -357,7 +360,7 @@ class RunTest(RunPlanTestCase):
         self.assertIsNone(self.results()["runtime"])
         [job] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Job"' in r["stdin"]]
         self.assertNotIn("runtimeClassName", job["spec"]["template"]["spec"])
-        self.assertFalse([argv for argv in self.stub.calls() if "runtimeclass" in argv])
+        self.assertFalse([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)])
         [reviews] = [
             json.loads(r["stdin"])
             for r in self.stub.records()
@@ -427,7 +430,9 @@ class RunTest(RunPlanTestCase):
 
     def test_missing_runtime_class_creates_nothing(self) -> None:
         plan = RunPlan(runtime="gvisor")
-        self.expect(*plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:])
+        self.expect(
+            *plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:], plan.refused_watch()
+        )
         result = self.tool("run", "--runtime", "gvisor", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'gvisor' does not exist", "--runtime none")
         self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and argv != plan.preflight()[2].argv])
@@ -543,6 +548,7 @@ class ClusterAccessTest(RunPlanTestCase):
             config,
             *[runtimeclass.failing(err_unreachable("get"))] * 4,  # a read: tried, then retried 3 times
             *[reviews.failing(err_unreachable("review"))] * 4,
+            plan.refused_watch(),
         )
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
@@ -872,7 +878,7 @@ class CheckTest(CallPlanTestCase):
         version = {"clientVersion": {"gitVersion": "v1.31.2"}, "serverVersion": {"gitVersion": "v1.31.1"}}
         calls = [cluster.config_view(), Call(cluster.args("version", "-o", "json"), stdout=as_json(version))]
         if runtime is not None:
-            calls.append(cluster.get("runtimeclass", runtime, runtimeclass_object() if runtime == "cube" else None))
+            calls.append(cluster.get_runtimeclass(runtime, runtimeclass_object() if runtime == "cube" else None))
         nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
         calls.append(cluster.get_list("nodes", nodes, namespace=None))
         calls.append(cluster.running_pods([]))
@@ -981,7 +987,7 @@ class CheckTest(CallPlanTestCase):
         self.assertEqual(result.stderr, f"rl-batch-demo: error: {sentence}\n")
         self.assertNotIn("Error from server", result.stderr)
         preflight = RunPlan().preflight()
-        self.expect(preflight[0], *map(self.foreign, preflight[1:]))
+        self.expect(preflight[0], *map(self.foreign, preflight[1:]), RunPlan().refused_watch())
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, sentence)
         self.assertEqual(run.stderr, f"rl-batch-demo: error: {sentence}\n")
@@ -1001,7 +1007,7 @@ class CheckTest(CallPlanTestCase):
         result = self.tool("check")
         self.assertEqual(result.code, demo.EXIT_CLUSTER)
         self.assertIn("denied: create jobs.batch, get pods/log", result.stdout)
-        self.expect(*RunPlan().preflight(denied=denied))
+        self.expect(*RunPlan().preflight(denied=denied), RunPlan().refused_watch())
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, "lacks permissions", "create jobs.batch", "nothing was created")
         self.assertFalse([argv for argv in self.stub.records() if argv["stdin"] and '"Namespace"' in argv["stdin"]])
@@ -1123,8 +1129,8 @@ class InterruptTest(RunPlanTestCase):
 
     def test_before_the_namespace_exists(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.interrupt_at(lambda argv, stdin: "runtimeclass" in argv)
-        self.expect(plan.cluster.config_view(), plan.preflight()[2])  # the access reviews run beside it
+        self.interrupt_at(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
+        self.expect(plan.cluster.config_view(), plan.preflight()[2], plan.refused_watch())  # beside it: the reviews
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; nothing was created in the cluster")
         self.assertNotIn("cleanup --output", result.stderr)  # nothing exists to clean up

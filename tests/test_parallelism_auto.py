@@ -200,14 +200,14 @@ class AutoRunTest(CallPlanTestCase):
 
     def test_a_missing_runtimeclass_is_named_as_without_auto(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.expect(*self.preflight(plan, [], runtimeclass=False))
+        self.expect(*self.preflight(plan, [], runtimeclass=False), plan.refused_watch())
         result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'cube' does not exist in context")
 
     def test_refused_in_one_line_when_not_one_episode_fits(self) -> None:
         plan = RunPlan(Batch(count=2))
         full = [running_pod("node-a", "800m", name="a"), running_pod("node-b", "900m", name="b")]
-        self.expect(*self.preflight(plan, full))
+        self.expect(*self.preflight(plan, full), plan.refused_watch())
         result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
         self.assert_fails(
             result,
@@ -220,7 +220,7 @@ class AutoRunTest(CallPlanTestCase):
 
     def test_refused_without_the_permission_to_list_nodes(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.expect(*self.preflight(plan, [], denied=(("list", "nodes"),)))
+        self.expect(*self.preflight(plan, [], denied=(("list", "nodes"),)), plan.refused_watch())
         result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
         self.assert_fails(
             result, demo.EXIT_CLUSTER, "--parallelism auto needs list nodes in context", "--parallelism P"

@@ -450,7 +450,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
             ),
-            lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+            lambda: attempt(lambda: kubectl.runtimeclass(runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),

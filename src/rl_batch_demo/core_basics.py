@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import typing
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -300,6 +301,31 @@ def new_run_id() -> str:
 
 def job_name_for(round_number: int, rounds: int) -> str:
     return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
+
+
+# Where `kubectl create --raw PATH -f -` POSTs each kind the run creates: the object's collection
+# (its API group and version, its namespace), asking the API server to validate it strictly, as
+# `--validate=strict` would without kubectl's OpenAPI download (apiserver handlers/create.go reads
+# fieldValidation from the query; fieldManager names the writer as `kubectl create` does).
+_COLLECTIONS = {"Namespace": "/api/v1", "ConfigMap": "/api/v1", "Job": "/apis/batch/v1"}
+_RAW_CREATE_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
+
+
+def create_path(manifest: KubeObject) -> str:
+    """The API path a raw create of `manifest` (a Namespace, a ConfigMap or a Job) is sent to."""
+    kind = str(manifest.get("kind"))
+    metadata = manifest.get("metadata") or {}
+    prefix = _COLLECTIONS[kind]
+    resource = kind.lower() + "s"
+    if kind == "Namespace":
+        return f"{prefix}/{resource}{_RAW_CREATE_QUERY}"
+    return f"{prefix}/namespaces/{url_segment(str(metadata['namespace']))}/{resource}{_RAW_CREATE_QUERY}"
+
+
+def url_segment(name: str) -> str:
+    """A name as one segment of a raw request's path: a name the tool did not make (a RuntimeClass
+    from --runtime) can neither leave its segment nor add a query."""
+    return urllib.parse.quote(name, safe="")
 
 
 def namespace_manifest(namespace: str, run_id: str) -> KubeObject:

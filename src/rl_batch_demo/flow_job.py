@@ -24,7 +24,15 @@ from .constants import (
     LOG_SELECTOR_PODS,
     RUN_LABEL,
 )
-from .core_basics import dig, is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
+from .core_basics import (
+    create_path,
+    dig,
+    is_int,
+    one_episode_job_manifest,
+    parse_json_documents,
+    pod_selector,
+    required_uid,
+)
 from .core_clocks import _NODE_NAME, KubeletReading, MetricsScanner, kubelet_reading
 from .core_cluster import (
     _true_condition,
@@ -118,7 +126,7 @@ class OwnedCreator:
         delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
-                created = self.kubectl.create(manifest)[0]
+                created = self.kubectl.create_raw(create_path(manifest), manifest)
                 required_uid(created, f"the created {kind} {name}")
                 return created
             except KubectlTimeout as timeout:
@@ -603,7 +611,7 @@ def warm_up(
     nodes, runtimeclass = concurrently(
         [
             lambda: kubectl.get_list("nodes"),
-            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+            lambda: kubectl.runtimeclass(runtime) if runtime is not None else None,
         ]
     )
     eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))

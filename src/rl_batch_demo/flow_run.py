@@ -360,6 +360,7 @@ class BatchRun:
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
+        self.account_watch: Optional[WatchStream] = None  # started by the preflight, ended once the account is seen
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
@@ -371,7 +372,11 @@ class BatchRun:
 
     def execute(self) -> Results:
         self.preflight()
-        self.stop_if_asked()
+        try:
+            self.stop_if_asked()
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
@@ -437,9 +442,7 @@ class BatchRun:
                     raise
                 return Read(failure=failure.first_line)
 
-        reads: List[Callable[[], Any]] = (
-            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
-        )
+        reads: List[Callable[[], Any]] = [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
@@ -451,7 +454,18 @@ class BatchRun:
             if queue is not None
             else []
         )
-        answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        # The namespace's ServiceAccount is watched from here, before the namespace exists (a list
+        # of a namespace that does not exist is empty, not an error, by design: kubernetes/kubernetes
+        # issue 75537; its watch then sees the account's creation):
+        # its kubectl starts beside the preflight's reads instead of beside the namespace's create,
+        # so its start is not part of that step. It creates nothing; a preflight that fails, or
+        # denies list and watch serviceaccounts, ends it.
+        self.account_watch = self.watch_service_account()
+        try:
+            answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
         if kueue is not None and not kueue.failure:
             self.kueue_version = served_kueue_version(kueue.value)
@@ -473,10 +487,12 @@ class BatchRun:
         )
         for finding in findings:
             if not finding.ok:
+                self.end_service_account_watch()
                 raise DemoError(finding.stop, EXIT_CLUSTER)
         account_reviews = [review for review in answers[-1] if _asks(review, SERVICEACCOUNT_PERMISSIONS)]
         self.watches_account = not denied_permissions(account_reviews)
         if not self.watches_account:
+            self.end_service_account_watch()
             say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
             self.set_parallelism(answers[0])
@@ -525,14 +541,7 @@ class BatchRun:
             resources.append(LOCALQUEUE_RESOURCE)
             self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
             write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
-        sink: queue.Queue[Any] = queue.Queue()
-        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
-        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
-        watch = (
-            self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
-            if self.watches_account
-            else None
-        )
+        watch = self.account_watch
         try:
             try:
                 namespace, _, *local_queue = self.creator.create_together(manifests, resources)
@@ -549,20 +558,34 @@ class BatchRun:
                 self.receipt["local_queue"]["uid"] = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
-                self.wait_for_service_account(sink, watch)
+                self.wait_for_service_account(watch)
         finally:
-            if watch is not None:
-                watch.end()  # the Job's create waits for it no longer
+            self.end_service_account_watch()  # the Job's create waits for it no longer
 
-    def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
+    def watch_service_account(self) -> WatchStream:
+        """The watch of the namespace's `default` ServiceAccount (wait_for_service_account), as
+        long as the preflight's reads may take (with their retries), then the namespace's create,
+        then the wait for the account after it."""
+        timing = self.kubectl.timing
+        seconds = 2 * self.kubectl.process_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds
+        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
+        return self.kubectl.watch("serviceaccount", by_name, self.namespace, queue.Queue(), seconds)
+
+    def end_service_account_watch(self) -> None:
+        if self.account_watch is not None:
+            self.account_watch.end()
+            self.account_watch = None
+
+    def wait_for_service_account(self, watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
         ServiceAccount admission looks it up for about 1.5 s, then the job controller records
         FailedCreate and backs off (plugin/pkg/admission/serviceaccount/admission.go; the
         serviceaccounts controller creates it soon after the namespace), which would count in
         the first Job's figures. So the first Job is created once it is seen, by the watch started
-        with the namespace's create (no process more, no wait when it came meanwhile); after
+        with the preflight (no process more, no wait when it came meanwhile); after
         Timing.serviceaccount_wait_seconds the run goes on without it, and says so."""
         limit = time.monotonic() + self.kubectl.timing.serviceaccount_wait_seconds
+        sink = watch.sink
         while True:
             try:
                 _, _, _, event = sink.get(timeout=max(0.0, min(limit - time.monotonic(), 0.5)))

@@ -28,7 +28,7 @@ from .constants import (
     REQUEST_TIMEOUT,
     WATCH_BUFFER_LIMIT,
 )
-from .core_basics import parse_json_documents, short_repr
+from .core_basics import parse_json_documents, short_repr, url_segment
 from .core_reports import _display_width, fit_lines, printable
 from .errors import DemoError, KubectlFailure, KubectlTimeout, kubectl_message
 from .records import TIMING, KubeObject, Receipt, Timing
@@ -578,6 +578,34 @@ class Kubectl:
         if not created:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
+
+    def create_raw(self, path: str, manifest: KubeObject) -> KubeObject:
+        """Create one object with `create --raw PATH -f -`: one POST of the manifest to `path`
+        with the kubeconfig's credentials, and no discovery nor OpenAPI download, which a cold
+        kubectl cache (a fresh CI runner) pays before any other create (kubectl
+        pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
+        its RESTMapper). The server's answer, the stored object, is printed as it is."""
+        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest))
+        return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
+
+    def get_raw(self, path: str, **kwargs: Any) -> str:
+        """`get --raw PATH`: one GET, no discovery (kubectl pkg/cmd/get/get.go, rawhttp.RawGet),
+        the body as it is; a read, so retried on transient failures."""
+        return self.run(["get", "--raw", path], read_only=True, **kwargs)
+
+    def runtimeclass(self, name: str) -> Optional[KubeObject]:
+        """The RuntimeClass `name`, or None when the API server answers that it does not exist:
+        one GET of its path (RuntimeClasses are cluster-scoped, node.k8s.io/v1 from Kubernetes
+        1.20), which needs no discovery. The raw read prints no object for a missing one and exits
+        1 with the server's NotFound status (apimachinery errors.NewNotFound: `<resource>.<group>
+        "<name>" not found`); any other failure is raised as it is."""
+        try:
+            raw = self.get_raw(f"/apis/node.k8s.io/v1/runtimeclasses/{url_segment(name)}")
+        except KubectlFailure as failure:
+            if failure.first_line == f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found':
+                return None
+            raise
+        return self.decode_json(raw, f"get runtimeclass {name}")
 
     @staticmethod
     def decode_json(raw: str, what: str) -> KubeObject:

@@ -456,10 +456,11 @@ def unknown_job_fields(obj: dict, minor: int) -> List[str]:
     return [f"spec.{field}" for field, since in JOB_FIELD_SINCE.items() if field in spec and minor < since]
 
 
-def strict_decoding_error(fields: List[str]) -> KubectlError:
+def strict_decoding_error(fields: List[str], ctx: str = 'error when creating "STDIN": ') -> KubectlError:
+    """`ctx`: what kubectl puts before the server's message (a raw create names no file)."""
     unknown = ", ".join(f'unknown field "{field}"' for field in fields)
     return KubectlError(
-        'Error from server (BadRequest): error when creating "STDIN": Job in version "v1" cannot be handled as a '
+        f'Error from server (BadRequest): {ctx}Job in version "v1" cannot be handled as a '
         f"Job: strict decoding error: {unknown}"
     )
 

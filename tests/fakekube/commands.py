@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import time
+import urllib.parse
 
 from .apiserver import forbidden_text, is_forbidden, settle_serviceaccounts
 from .common import (
@@ -344,7 +345,7 @@ def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, obj
             f'E{stamp} {os.getpid():7d} memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
             f'group list: Get \\"{api}\\": {dial}"'
         )
-    if inv.cmdpath == "create":
+    if inv.cmdpath == "create" and not inv.flags.get("raw"):  # a raw create maps nothing: the POST's own error
         lines.append(f'error: unable to recognize "STDIN": Get "{api}": {dial}')
     else:
         lines.append(refused)
@@ -632,9 +633,12 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
             }
         )
         return 0
+    runtimeclass = RAW_RUNTIMECLASS.fullmatch(raw)
+    if runtimeclass is not None:
+        return get_raw_runtimeclass(inv, urllib.parse.unquote(runtimeclass.group(1)))
     m = RAW_NODE_METRICS.fullmatch(raw)
     if m is None:
-        raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics)")
+        raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics and a RuntimeClass)")
     node = m.group(1)
     inv.check_context()
     nrt = BY_KIND["Node"]
@@ -646,6 +650,24 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     handlers = sorted({str(rc.get("handler", "")) for rc in inv.store.list("RuntimeClass", None)})
     version = str(((found.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or DEFAULT_SERVER_VERSION)
     out(metrics_text(inv.state, node, handlers, inv.faults, version))
+    return 0
+
+
+RAW_RUNTIMECLASS = re.compile(r"/apis/node\.k8s\.io/v1/runtimeclasses/([^/?]+)")
+
+
+def get_raw_runtimeclass(inv: Invocation, name: str) -> int:
+    """``get --raw /apis/node.k8s.io/v1/runtimeclasses/NAME``: one GET, no discovery; the stored
+    object as the server writes it, or the server's NotFound status, printed by kubectl's
+    CheckErr as ``Error from server (NotFound): runtimeclasses.node.k8s.io "NAME" not found``
+    (apimachinery errors.NewNotFound), exit 1."""
+    inv.check_context()
+    rt = BY_KIND["RuntimeClass"]
+    inv.api_call(("get", "RuntimeClass"), verb="get", rt=rt, name=name)
+    found = inv.store.get("RuntimeClass", None, name)
+    if found is None:
+        raise KubectlError(f'Error from server (NotFound): {rt.qualified} "{name}" not found')
+    out(json.dumps(found))
     return 0
 
 
@@ -684,7 +706,9 @@ def watch_objects(
     UTF-8, or each object again with a status no API server sends (conditions a string), then the
     watch goes on. Real kubectl never prints either (Go's encoding/json writes only valid UTF-8,
     and the API server only objects of its types): this is what a broken proxy or a wrapper in
-    front of kubectl may print, which the reader must survive."""
+    front of kubectl may print, which the reader must survive. A namespace that does not exist is
+    no error: its list is empty, and the watch sees what is created there later (by design, so that
+    a namespace's existence does not leak: kubernetes/kubernetes issue 75537)."""
     start = time.monotonic()
     ns = inv.namespace if rt.namespaced else None
     if rt.kind == "ServiceAccount":
@@ -763,6 +787,8 @@ def watch_objects(
 
 def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
     files = flags.get("filename") or []
+    if flags.get("raw") is not None:
+        return create_raw(inv, flags, positional, files)
     if positional:
         raise KubectlError(f"Unexpected args: [{' '.join(positional)}]\nSee 'kubectl create -h' for help and examples")
     if not files:
@@ -805,6 +831,77 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
             errors.append(e.message)
     if errors:
         raise KubectlError("\n".join(errors))
+    return 0
+
+
+# The collections ``create --raw`` may POST to: path -> (kind, apiVersion), the namespace from the path.
+RAW_COLLECTION = re.compile(
+    r"/api/v1/namespaces|/api/v1/namespaces/([^/?]+)/configmaps|/apis/batch/v1/namespaces/([^/?]+)/jobs"
+)
+
+
+def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], files: List[str]) -> int:
+    """``create --raw PATH -f -`` (kubectl pkg/cmd/create/create.go, ValidateArgs, then
+    RunCreate -> rawhttp.RawPost): the file's bytes POSTed as they are to PATH, one request, no
+    discovery and no client-side validation; the server's answer printed as it is. The API
+    server decodes the body as JSON when no Content-Type is sent (apiserver handlers/negotiation
+    NegotiateInputSerializerForMediaType: the first supported type), checks that it is the
+    collection's kind, and validates as the path's ``fieldValidation`` says (absent: Warn,
+    handlers/rest.go fieldValidation); errors are printed without the ``error when creating
+    "STDIN"`` of a plain create (there is no file name), as ``Error from server (Reason): message``."""
+    raw = flags["raw"]
+    if flags.get("output"):
+        raise KubectlError("error: --raw and --output are mutually exclusive")
+    if len(files) != 1:
+        raise KubectlError("error: --raw can only use a single local file or stdin")
+    if files[0] != "-":
+        raise not_supported("create --raw -f FILE (only -f - is implemented)")
+    if positional:
+        raise KubectlError(f"Unexpected args: [{' '.join(positional)}]\nSee 'kubectl create -h' for help and examples")
+    path, _, query = raw.partition("?")
+    params = dict(urllib.parse.parse_qsl(query))
+    match = RAW_COLLECTION.fullmatch(path)
+    if match is None:
+        raise not_supported(f"create --raw {raw} (only the namespaces, configmaps and jobs collections)")
+    stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
+    inv.check_context()
+    try:
+        obj = json.loads(stdin)
+    except ValueError:
+        obj = None
+    kind, api_version = (
+        ("Namespace", "v1")
+        if path == "/api/v1/namespaces"
+        else ("ConfigMap", "v1")
+        if match.group(1)
+        else ("Job", "batch/v1")
+    )
+    if not isinstance(obj, dict) or obj.get("kind") != kind or obj.get("apiVersion") != api_version:
+        # apiserver handlers/create.go: the decoder refuses another kind than the endpoint's
+        raise KubectlError(
+            f"Error from server (BadRequest): the body of the request was in an unknown format for {kind}"
+        )
+    obj = deep_copy(obj)
+    md = obj.setdefault("metadata", {})
+    namespace = match.group(1) or match.group(2)
+    if namespace is not None:
+        namespace = urllib.parse.unquote(namespace)
+        if md.get("namespace", namespace) != namespace:
+            # apiserver handlers/rest.go (the object's namespace against the request's)
+            raise KubectlError(
+                "Error from server (BadRequest): the namespace of the provided object does not match the namespace "
+                "sent on the request"
+            )
+        md["namespace"] = namespace
+    rt = BY_KIND[kind]
+    inv.flags = {**inv.flags, "validate": "strict" if params.get("fieldValidation") == "Strict" else "warn"}
+    result: Dict[str, dict] = {}
+
+    def apply() -> None:
+        result["obj"] = store_new_object(inv, rt, obj, "")
+
+    inv.api_call(("create", kind), verb="create", rt=rt, namespace=md.get("namespace", ""), apply=apply)
+    out(json.dumps(result["obj"]))
     return 0
 
 
@@ -907,7 +1004,7 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         unknown = unknown_job_fields(obj, minor)
         strict = inv.flags.get("validate", "strict") in ("strict", "true")
         if unknown and strict:
-            raise strict_decoding_error(unknown)
+            raise strict_decoding_error(unknown, ctx)
         dropped = bool(unknown) or minor < PER_INDEX_ON_BY_DEFAULT or bool(inv.faults.get("old_job_api"))
         problems = prepare_job(
             obj,
