@@ -110,6 +110,11 @@ LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is 
 LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
+# The last line the episode's launcher prints, after the artifacts it framed (docs/own-episodes.md):
+# a followed log (LogFollower) that printed it is whole once its pod has ended, so its read can stop
+# without waiting for the kubelet to end the stream (it looks every 5 s: kuberuntime/logs/logs.go
+# waitLogs, stateCheckPeriod). An episode that prints it itself only cuts its own log short.
+LOG_END_LINE = b"rl-demo-end 1"
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
@@ -676,6 +681,9 @@ class Timing:
     poll_interval: float = 1.0  # polling the Job once its watch has ended early
     blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
     final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
+    # after the decision, for the logs followed while the pods ran to end by themselves (a stopped
+    # pod's stream ends with its container; the kubelet notices an exited one within 5 s)
+    follow_grace_seconds: float = 6.0
     serviceaccount_wait_seconds: float = 10.0  # after the namespace's create, for its default ServiceAccount
     cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
     cleanup_max_poll: float = 2.0  # ... up to this
@@ -2590,6 +2598,26 @@ def message_needs_log(message: str) -> bool:
     """A termination message that cannot carry the episode's events alone: empty (some runtimes
     never share the file), or possibly cut at the front."""
     return not message.strip() or message_cut_at_front(message)
+
+
+def with_watched_pods(pods: List[KubeObject], observation: RoundObservation, job: KubeObject) -> List[KubeObject]:
+    """The listed pods and, as the watch last saw them, the Job's pods the listing no longer has
+    (deleted since: a failed Job's stopped pods, a preempted one), in creation order."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    uid = str(job["metadata"]["uid"])
+    gone = [pod for name, pod in observation.last_pods.items() if name not in listed and pod_belongs_to(pod, uid)]
+    if not gone:
+        return pods
+    return sorted(
+        [*pods, *gone], key=lambda pod: (str(pod["metadata"].get("creationTimestamp") or ""), pod["metadata"]["name"])
+    )
+
+
+def log_wanted(pod: KubeObject) -> bool:
+    """Beyond the cross-check limit, whether a pod's log is read: its termination message cannot
+    carry its events, or it lists artifacts (their frames travel in the log alone)."""
+    message = termination_message(pod)
+    return message_needs_log(message) or declares_artifacts(message)
 
 
 def complete_lines(message: str) -> str:
@@ -6353,6 +6381,7 @@ class Kubectl:
         timeout: Optional[float] = None,
         request_timeout: Optional[str] = REQUEST_TIMEOUT,
         idle: bool = False,
+        on_start: Optional[Callable[[subprocess.Popen[bytes]], None]] = None,
     ) -> None:
         """A read whose output may be large (logs): handed to consume as bytes, chunk by chunk as
         it arrives, never held whole. Repeated after a transient failure only while nothing has
@@ -6362,7 +6391,8 @@ class Kubectl:
         client's timeout (rest.Config.Timeout -> http.Client.Timeout), which also covers reading
         the response, so it would end a large log's transfer. With `idle`, the call ends when it
         has printed nothing for `timeout` seconds, however long it keeps printing; else
-        `timeout` seconds after it started."""
+        `timeout` seconds after it started. `on_start` is given each process as it starts (a
+        followed log's reader ends it once every log it follows is whole)."""
         argv = self.argv(args, namespace, request_timeout)
         delays = list(self.timing.retry_delays)
         first_attempt = time.monotonic()
@@ -6372,6 +6402,8 @@ class Kubectl:
             record = self._record(argv, started)
             process = self._start(argv, record)
             assert process.stdout is not None and process.stderr is not None
+            if on_start is not None:
+                on_start(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
@@ -6916,6 +6948,8 @@ class EpisodeLogReader:
         budgets: Optional[LogBudgets] = None,
         gate: Optional[threading.Event] = None,
         ignored: Iterable[str] = (),
+        errors_inline: bool = False,
+        on_progress: Optional[Callable[[str], None]] = None,
     ) -> None:
         self.round_dir = round_dir
         self.allowed = set(pod_names)
@@ -6933,6 +6967,12 @@ class EpisodeLogReader:
         self.long_line_pod: Optional[str] = None  # inside an over-long line of this pod ("" if unknown)
         self.long_line_tail = b""  # its last bytes, where a prefix cut by a chunk's end begins
         self.gate = gate  # no file is written before it is set (kubectl's output waits in the pipe)
+        # --ignore-errors without lost pods (a followed read, LogFollower): kubectl's error lines
+        # are judged too, so a pod whose stream failed is read again
+        self.errors_inline = errors_inline
+        # told a pod's name when one of its artifacts is saved or refused, or its end line came
+        self.on_progress = on_progress
+        self.ended: Set[str] = set()  # pods whose log printed the launcher's end line (LOG_END_LINE)
 
     def _file(self, name: Optional[str]) -> Optional[_PodLogFile]:
         if name is None or name not in self.allowed:
@@ -6964,7 +7004,7 @@ class EpisodeLogReader:
             return self.single_pod, line
         match = re.match(_PREFIX, line)
         if not match:
-            if self.ignored and line.startswith(_KUBECTL_LOG_ERROR):
+            if (self.ignored or self.errors_inline) and line.startswith(_KUBECTL_LOG_ERROR):
                 self._kubectl_error(line)
             return None, line  # not a pod's line (kubectl's own warning or error): dropped
         name = match.group(1).decode("utf-8", "replace")
@@ -7024,7 +7064,20 @@ class EpisodeLogReader:
                 target.text(body)
             return
         if target is not None:
+            frames = target.frame_lines
             target.line(body, True)
+            assert name is not None
+            if body == LOG_END_LINE:
+                self.ended.add(name)
+            if self.on_progress is not None and (frames != target.frame_lines or body == LOG_END_LINE):
+                self.on_progress(name)
+
+    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str]:
+        """The artifacts of this pod saved so far (each whole and hash-checked) and the first
+        rule its frames broke ("" while none)."""
+        log_file = self.files.get(name)
+        sink = log_file.artifacts if log_file is not None else None
+        return (dict(sink.saved), sink.error) if sink is not None else ({}, "")
 
     def finish(self) -> Dict[str, PodLog]:
         """Every pod that printed something: its PodLog, its file complete on disk."""
@@ -7572,6 +7625,219 @@ def wait_for_job(
         progress.finish()
 
 
+@dataclasses.dataclass
+class FollowedRead:
+    """One `kubectl logs -f` of a set of the Job's pods (LogFollower)."""
+
+    pods: List[str]  # the pods it reads (the selector may match a replaced attempt too: not read)
+    reader: EpisodeLogReader
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    process: Optional[subprocess.Popen[bytes]] = None
+    ended_by_us: bool = False  # stopped once every log it reads was whole (or at the wait's end)
+    failed: str = ""  # why kubectl stopped, when it stopped on an error
+    logs: Dict[str, PodLog] = dataclasses.field(default_factory=dict)
+    error: Optional[BaseException] = None  # a disk's failure while saving: the run's, raised by finish
+
+
+def container_started(pod: KubeObject) -> bool:
+    """Whether the episode container has started (running or terminated): only then can its log
+    be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
+    kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
+    (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
+            state = status.get("state") or {}
+            return isinstance(state, dict) and ("running" in state or "terminated" in state)
+    return False
+
+
+class LogFollower:
+    """Reads the Job's pods' logs while they run, so each pod's output (its artifacts above all)
+    is saved as it ends, and a pod the job controller stops and deletes keeps what it printed:
+    once its object is gone its log cannot be read (the API server looks the pod up first,
+    pkg/registry/core/pod/strategy.go LogLocation; the kubelet removes a deleted pod's containers
+    with their logs, kuberuntime_container.go removeContainer -> removeContainerLog).
+
+    Each read is one `kubectl logs -f -l SELECTOR,INDEX in (...)` of up to LOG_SELECTOR_PODS
+    started pods, chosen by their completion-index label (Kubernetes 1.28+: every measured Job is
+    Indexed). kubectl lists the pods once and follows each log in parallel (logs.go
+    parallelConsumeRequest, at most --max-log-requests streams); with --ignore-errors a stream that
+    fails prints `error: ...` and the others go on, on every minor from 1.27 to 1.37 (from 1.36,
+    consumeWithRetry does not retry with it). A set is started once it has LOG_SELECTOR_PODS pods,
+    once one of its pods has ended or is being deleted, or once every pod of the Job has started:
+    so a 10-episode round has one read and a round of N pods about N/10. A pod without the label,
+    or that no read proved whole, is read after the decision as before (read_logs).
+
+    `pod_seen` is wait_for_job's hook (the watch's thread); each read runs in a thread of its own;
+    `on_progress(pod)` is told of each saved artifact, end line and finished read (RoundRewards)."""
+
+    def __init__(
+        self,
+        kubectl: Kubectl,
+        namespace: str,
+        selector: str,
+        count: int,
+        round_dir: Path,
+        budgets: LogBudgets,
+        seconds: float,
+        retries: int = 0,
+        on_progress: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.kubectl = kubectl
+        self.namespace = namespace
+        self.selector = selector
+        self.count = count
+        self.round_dir = round_dir
+        self.budgets = budgets
+        self.seconds = seconds  # each read's limit: the round's client wait
+        self.streams = LOG_SELECTOR_PODS * (1 + retries)  # an index's attempts share its label
+        self.on_progress = on_progress
+        self.lock = threading.RLock()
+        self.waiting: Dict[str, int] = {}  # started pods not followed yet -> their completion index
+        self.read_of: Dict[str, FollowedRead] = {}
+        self.reads: List[FollowedRead] = []
+        self.ended: Set[str] = set()  # pods the watch has shown terminated
+        self.closed = False
+
+    def pod_seen(self, pod: KubeObject) -> None:
+        metadata = pod.get("metadata") or {}
+        name = metadata.get("name")
+        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
+            return
+        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        with self.lock:
+            if ending:
+                self.ended.add(name)
+            read = self.read_of.get(name)
+            if read is not None:
+                if ending:
+                    self._end_if_whole(read)
+                return
+            if self.closed or not container_started(pod):
+                return
+            self.waiting[name] = int(label)
+            if (
+                len(self.waiting) >= LOG_SELECTOR_PODS
+                or ending
+                or metadata.get("deletionTimestamp")
+                or len(self.read_of) + len(self.waiting) >= self.count
+            ):
+                self._follow()
+
+    def _follow(self) -> None:
+        names = sorted(self.waiting, key=lambda each: (self.waiting[each], each))
+        indexes = ",".join(str(index) for index in sorted(set(self.waiting.values())))
+        self.waiting.clear()
+        read = FollowedRead(names, EpisodeLogReader(self.round_dir, names, budgets=self.budgets, errors_inline=True))
+        read.reader.on_progress = functools.partial(self._progress, read)
+        for name in names:
+            self.read_of[name] = read
+        self.reads.append(read)
+        args = ["logs", "-f", "-l", f"{self.selector},{INDEX_LABEL} in ({indexes})", "-c", CONTAINER_NAME]
+        args += ["--prefix", "--tail=-1", "--ignore-errors", f"--max-log-requests={self.streams}"]
+        threading.Thread(target=self._run, args=(read, args), daemon=True).start()
+
+    def _run(self, read: FollowedRead, args: List[str]) -> None:
+        def started(process: subprocess.Popen[bytes]) -> None:
+            with self.lock:
+                read.process = process
+                if read.ended_by_us:  # finish() came first
+                    process.terminate()
+
+        try:
+            self.kubectl.stream(
+                args,
+                read.reader.feed,
+                namespace=self.namespace,
+                timeout=self.seconds,
+                request_timeout=None,
+                on_start=started,
+            )
+        except (KubectlFailure, KubectlTimeout) as failure:
+            if not read.ended_by_us:
+                read.failed = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+        except BaseException as error:  # a disk's failure: finish() raises it in the run's thread
+            read.error = error
+        try:
+            read.logs = read.reader.finish()
+        except BaseException as error:  # as above
+            read.reader.discard()
+            read.error = read.error or error
+        read.done.set()
+        for name in read.pods:
+            self._tell(name)
+
+    def _progress(self, read: FollowedRead, name: str) -> None:
+        with self.lock:
+            if name in self.ended:
+                self._end_if_whole(read)
+        self._tell(name)
+
+    def _tell(self, name: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(name)
+
+    def _end_if_whole(self, read: FollowedRead) -> None:
+        """Stop a read once each of its pods has ended and printed the end line: nothing more can
+        come, and the kubelet would hold each stream open for up to 5 s more."""
+        if not read.ended_by_us and all(name in self.ended and name in read.reader.ended for name in read.pods):
+            read.ended_by_us = True
+            if read.process is not None:
+                read.process.terminate()
+
+    def artifacts_of(self, name: str) -> Optional[Tuple[Dict[str, ArtifactEntry], str, bool]]:
+        """A followed pod's artifacts saved so far, the rule its frames broke ("" if none), and
+        whether its read is over; None when no read follows it."""
+        with self.lock:
+            read = self.read_of.get(name)
+        if read is None:
+            return None
+        saved, error = read.reader.artifacts_of(name)
+        return saved, error, read.done.is_set()
+
+    def finish(self, grace: float) -> Dict[str, PodLog]:
+        """After the decision: follow what started but was never followed, give the reads up to
+        `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
+        and return the logs proven whole. A log is whole when its read ended by itself without
+        kubectl's error for it, or when its pod ended and printed the end line."""
+        with self.lock:
+            self.closed = True
+            if self.waiting:
+                self._follow()
+            reads = list(self.reads)
+        until = time.monotonic() + grace
+        for read in reads:
+            read.done.wait(max(0.0, until - time.monotonic()))
+        for read in reads:
+            with self.lock:
+                if not read.done.is_set():
+                    read.ended_by_us = True
+                    if read.process is not None:
+                        read.process.terminate()
+        for read in reads:
+            read.done.wait(5.0)
+        logs: Dict[str, PodLog] = {}
+        for read in reads:
+            if read.error is not None:
+                raise read.error
+            natural = read.done.is_set() and not read.ended_by_us and not read.failed
+            for name in read.pods:
+                whole = natural or (name in self.ended and name in read.reader.ended)
+                if whole and name in read.logs and name not in read.reader.doubtful:
+                    logs[name] = read.logs[name]
+        return logs
+
+    def stop(self) -> None:
+        """End every read at once (the run stops): what they saved stays."""
+        with self.lock:
+            self.closed = True
+            for read in self.reads:
+                read.ended_by_us = True
+                if read.process is not None and read.process.poll() is None:
+                    read.process.terminate()
+
+
 def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
     """Why the Job has made no pod yet, if the cluster refused them (FailedCreate: a Pod
     Security rejection, a quota, a missing RuntimeClass); empty if nothing says so."""
@@ -7894,9 +8160,17 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.indexed = settings.indexed  # until job_created reads the Job
+        # The round's LogFollower: a terminated pod whose reward event lists artifacts gets its line
+        # only once each of them is saved and hash-checked under DIR/artifacts/<pod>/ (held till then)
+        self.follower: Optional[LogFollower] = None
+        self.held: Dict[str, KubeObject] = {}
+        self.lock = threading.RLock()  # the watch's thread and the log readers' threads
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        # every measured Job is Indexed: its episodes are numbered by completion index as each ends
+        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -7907,7 +8181,7 @@ class RoundRewards:
         """An episode's index and task id, as far as the watched pods tell (None: not known)."""
         index = self.positions.get(name)
         pod = self.pods.get(name)
-        if self.settings.indexed and pod is not None:
+        if self.indexed and pod is not None:
             try:
                 index = pod_index(pod, self.settings.count, self._inspect(name))
             except EpisodeInvalid:
@@ -7919,6 +8193,18 @@ class RoundRewards:
 
     def pod_seen(self, pod: KubeObject) -> None:
         """wait_for_job's hook: each pod as the watch delivers it."""
+        with self.lock:
+            self._pod_seen(pod)
+
+    def log_progress(self, name: str) -> None:
+        """LogFollower's hook: an artifact of this pod was saved (or refused), or its read ended."""
+        with self.lock:
+            pod = self.held.pop(name, None)
+            if pod is not None:
+                judged = self._judge(name, pod)
+                self._write([judged] if judged is not None else [], time.monotonic())
+
+    def _pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata")
         if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
             return
@@ -7928,7 +8214,8 @@ class RoundRewards:
         new = name not in self.pods
         self.pods[name] = pod
         known = time.monotonic()
-        if self.settings.indexed:
+        self.held.pop(name, None)
+        if self.indexed:
             judged = [self._judge(name, pod)]
         else:
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -7957,7 +8244,7 @@ class RoundRewards:
             row = provisional_episode(
                 pod,
                 settings.count,
-                settings.indexed,
+                self.indexed,
                 self.job_created_at,
                 settings.builtin_worker,
                 self._inspect(name),
@@ -7967,10 +8254,31 @@ class RoundRewards:
             return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
+        if row["artifacts"]:
+            arrived = self._artifacts_arrived(name, row["artifacts"])
+            if arrived is None:
+                self.held[name] = pod
+                return None
+            if arrived:
+                return failure_line(self.round_number, index, task_id, name, arrived, known_at, lost)
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
+        """ "" once every artifact the reward event lists is saved as listed; the rule its frames
+        broke; None while that is not known yet (the line waits: the round's analysis decides
+        when no read brings them)."""
+        state = self.follower.artifacts_of(name) if self.follower is not None else None
+        if state is None:
+            return None
+        saved, error, _ = state
+        if error:
+            return f"its artifacts did not arrive whole: {error}"
+        if all(saved.get(entry["name"]) == entry for entry in listed):
+            return ""
+        return None
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -8004,6 +8312,11 @@ class RoundRewards:
 
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
+        with self.lock:
+            self.held.clear()
+            self._analysed(rows, figures)
+
+    def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -8014,6 +8327,11 @@ class RoundRewards:
         """The round failed, or the run stopped, before its analysis accepted it: retract its
         reward lines (the episode the failure names with its own rule). Best effort: the error
         that got here is the one the run reports."""
+        with self.lock:
+            self.held.clear()
+            self._failed(error)
+
+    def _failed(self, error: BaseException) -> None:
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -8318,9 +8636,30 @@ class BatchRun:
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
         pod_spec = manifest["spec"]["template"]["spec"]
+        selector = pod_selector(job)
+        # each pod's log read while it runs (LogFollower), so its row's files are on disk with its
+        # row and a pod the job controller stops keeps what it printed
+        follower = LogFollower(
+            self.kubectl,
+            self.namespace,
+            selector,
+            count,
+            round_dir,
+            budgets,
+            2 * settings.client_wait_seconds + 60,  # a queued Job waits, then has the whole wait again
+            settings.infra_retries,
+            on_progress=rewards.log_progress if rewards is not None else None,
+        )
+
+        def pod_seen(pod: KubeObject) -> None:
+            follower.pod_seen(pod)  # first: a pod that ended starts its set's read before its row is judged
+            if rewards is not None:
+                rewards.pod_seen(pod)
+
         try:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
+                rewards.follower = follower
                 rewards.job_created(job, submitted)
             observation = wait_for_job(
                 self.kubectl,
@@ -8330,16 +8669,20 @@ class BatchRun:
                 submitted,
                 progress,
                 self.stop,
-                on_pod=rewards.pod_seen if rewards is not None else None,
+                on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds)
         except JobRefused as refused:
+            follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
+        except BaseException:
+            follower.stop()
+            raise
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
-        selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
@@ -8357,7 +8700,16 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
+            have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
+            rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
+            # what the reads while the pods ran proved whole is kept; the rest is read as before
+            # (the Job's selector matches the rest only when nothing was)
+            chosen = selector if not have else None
+            logs, errors = read_logs(
+                self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
+            )
+            return {**have, **logs}, errors
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -8368,14 +8720,16 @@ class BatchRun:
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
+            # as the watch last saw them
+            write_json(round_dir / "pods.json", pod_list(with_watched_pods(pods, observation, job)))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / "pods.json", pod_list(with_watched_pods(pods, observation, job)))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -8393,7 +8747,8 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
-            indexed=settings.indexed,
+            # every measured Job is Indexed: its episodes are numbered by completion index
+            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,

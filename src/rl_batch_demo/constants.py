@@ -56,6 +56,11 @@ LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is 
 LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
+# The last line the episode's launcher prints, after the artifacts it framed (docs/own-episodes.md):
+# a followed log (LogFollower) that printed it is whole once its pod has ended, so its read can stop
+# without waiting for the kubelet to end the stream (it looks every 5 s: kuberuntime/logs/logs.go
+# waitLogs, stateCheckPeriod). An episode that prints it itself only cuts its own log short.
+LOG_END_LINE = b"rl-demo-end 1"
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import queue
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
     CONTAINER_NAME,
@@ -44,6 +46,7 @@ from .errors import DemoError, JobRefused, KubectlFailure, KubectlTimeout
 from .kubectl import Kubectl, concurrently
 from .persistence import EpisodeLogReader, write_atomic, write_json
 from .records import (
+    ArtifactEntry,
     EpisodeRow,
     KubeObject,
     LogBudgets,
@@ -339,6 +342,219 @@ def wait_for_job(
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()
         progress.finish()
+
+
+@dataclasses.dataclass
+class FollowedRead:
+    """One `kubectl logs -f` of a set of the Job's pods (LogFollower)."""
+
+    pods: List[str]  # the pods it reads (the selector may match a replaced attempt too: not read)
+    reader: EpisodeLogReader
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    process: Optional[subprocess.Popen[bytes]] = None
+    ended_by_us: bool = False  # stopped once every log it reads was whole (or at the wait's end)
+    failed: str = ""  # why kubectl stopped, when it stopped on an error
+    logs: Dict[str, PodLog] = dataclasses.field(default_factory=dict)
+    error: Optional[BaseException] = None  # a disk's failure while saving: the run's, raised by finish
+
+
+def container_started(pod: KubeObject) -> bool:
+    """Whether the episode container has started (running or terminated): only then can its log
+    be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
+    kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
+    (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
+            state = status.get("state") or {}
+            return isinstance(state, dict) and ("running" in state or "terminated" in state)
+    return False
+
+
+class LogFollower:
+    """Reads the Job's pods' logs while they run, so each pod's output (its artifacts above all)
+    is saved as it ends, and a pod the job controller stops and deletes keeps what it printed:
+    once its object is gone its log cannot be read (the API server looks the pod up first,
+    pkg/registry/core/pod/strategy.go LogLocation; the kubelet removes a deleted pod's containers
+    with their logs, kuberuntime_container.go removeContainer -> removeContainerLog).
+
+    Each read is one `kubectl logs -f -l SELECTOR,INDEX in (...)` of up to LOG_SELECTOR_PODS
+    started pods, chosen by their completion-index label (Kubernetes 1.28+: every measured Job is
+    Indexed). kubectl lists the pods once and follows each log in parallel (logs.go
+    parallelConsumeRequest, at most --max-log-requests streams); with --ignore-errors a stream that
+    fails prints `error: ...` and the others go on, on every minor from 1.27 to 1.37 (from 1.36,
+    consumeWithRetry does not retry with it). A set is started once it has LOG_SELECTOR_PODS pods,
+    once one of its pods has ended or is being deleted, or once every pod of the Job has started:
+    so a 10-episode round has one read and a round of N pods about N/10. A pod without the label,
+    or that no read proved whole, is read after the decision as before (read_logs).
+
+    `pod_seen` is wait_for_job's hook (the watch's thread); each read runs in a thread of its own;
+    `on_progress(pod)` is told of each saved artifact, end line and finished read (RoundRewards)."""
+
+    def __init__(
+        self,
+        kubectl: Kubectl,
+        namespace: str,
+        selector: str,
+        count: int,
+        round_dir: Path,
+        budgets: LogBudgets,
+        seconds: float,
+        retries: int = 0,
+        on_progress: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.kubectl = kubectl
+        self.namespace = namespace
+        self.selector = selector
+        self.count = count
+        self.round_dir = round_dir
+        self.budgets = budgets
+        self.seconds = seconds  # each read's limit: the round's client wait
+        self.streams = LOG_SELECTOR_PODS * (1 + retries)  # an index's attempts share its label
+        self.on_progress = on_progress
+        self.lock = threading.RLock()
+        self.waiting: Dict[str, int] = {}  # started pods not followed yet -> their completion index
+        self.read_of: Dict[str, FollowedRead] = {}
+        self.reads: List[FollowedRead] = []
+        self.ended: Set[str] = set()  # pods the watch has shown terminated
+        self.closed = False
+
+    def pod_seen(self, pod: KubeObject) -> None:
+        metadata = pod.get("metadata") or {}
+        name = metadata.get("name")
+        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
+            return
+        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        with self.lock:
+            if ending:
+                self.ended.add(name)
+            read = self.read_of.get(name)
+            if read is not None:
+                if ending:
+                    self._end_if_whole(read)
+                return
+            if self.closed or not container_started(pod):
+                return
+            self.waiting[name] = int(label)
+            if (
+                len(self.waiting) >= LOG_SELECTOR_PODS
+                or ending
+                or metadata.get("deletionTimestamp")
+                or len(self.read_of) + len(self.waiting) >= self.count
+            ):
+                self._follow()
+
+    def _follow(self) -> None:
+        names = sorted(self.waiting, key=lambda each: (self.waiting[each], each))
+        indexes = ",".join(str(index) for index in sorted(set(self.waiting.values())))
+        self.waiting.clear()
+        read = FollowedRead(names, EpisodeLogReader(self.round_dir, names, budgets=self.budgets, errors_inline=True))
+        read.reader.on_progress = functools.partial(self._progress, read)
+        for name in names:
+            self.read_of[name] = read
+        self.reads.append(read)
+        args = ["logs", "-f", "-l", f"{self.selector},{INDEX_LABEL} in ({indexes})", "-c", CONTAINER_NAME]
+        args += ["--prefix", "--tail=-1", "--ignore-errors", f"--max-log-requests={self.streams}"]
+        threading.Thread(target=self._run, args=(read, args), daemon=True).start()
+
+    def _run(self, read: FollowedRead, args: List[str]) -> None:
+        def started(process: subprocess.Popen[bytes]) -> None:
+            with self.lock:
+                read.process = process
+                if read.ended_by_us:  # finish() came first
+                    process.terminate()
+
+        try:
+            self.kubectl.stream(
+                args,
+                read.reader.feed,
+                namespace=self.namespace,
+                timeout=self.seconds,
+                request_timeout=None,
+                on_start=started,
+            )
+        except (KubectlFailure, KubectlTimeout) as failure:
+            if not read.ended_by_us:
+                read.failed = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+        except BaseException as error:  # a disk's failure: finish() raises it in the run's thread
+            read.error = error
+        try:
+            read.logs = read.reader.finish()
+        except BaseException as error:  # as above
+            read.reader.discard()
+            read.error = read.error or error
+        read.done.set()
+        for name in read.pods:
+            self._tell(name)
+
+    def _progress(self, read: FollowedRead, name: str) -> None:
+        with self.lock:
+            if name in self.ended:
+                self._end_if_whole(read)
+        self._tell(name)
+
+    def _tell(self, name: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(name)
+
+    def _end_if_whole(self, read: FollowedRead) -> None:
+        """Stop a read once each of its pods has ended and printed the end line: nothing more can
+        come, and the kubelet would hold each stream open for up to 5 s more."""
+        if not read.ended_by_us and all(name in self.ended and name in read.reader.ended for name in read.pods):
+            read.ended_by_us = True
+            if read.process is not None:
+                read.process.terminate()
+
+    def artifacts_of(self, name: str) -> Optional[Tuple[Dict[str, ArtifactEntry], str, bool]]:
+        """A followed pod's artifacts saved so far, the rule its frames broke ("" if none), and
+        whether its read is over; None when no read follows it."""
+        with self.lock:
+            read = self.read_of.get(name)
+        if read is None:
+            return None
+        saved, error = read.reader.artifacts_of(name)
+        return saved, error, read.done.is_set()
+
+    def finish(self, grace: float) -> Dict[str, PodLog]:
+        """After the decision: follow what started but was never followed, give the reads up to
+        `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
+        and return the logs proven whole. A log is whole when its read ended by itself without
+        kubectl's error for it, or when its pod ended and printed the end line."""
+        with self.lock:
+            self.closed = True
+            if self.waiting:
+                self._follow()
+            reads = list(self.reads)
+        until = time.monotonic() + grace
+        for read in reads:
+            read.done.wait(max(0.0, until - time.monotonic()))
+        for read in reads:
+            with self.lock:
+                if not read.done.is_set():
+                    read.ended_by_us = True
+                    if read.process is not None:
+                        read.process.terminate()
+        for read in reads:
+            read.done.wait(5.0)
+        logs: Dict[str, PodLog] = {}
+        for read in reads:
+            if read.error is not None:
+                raise read.error
+            natural = read.done.is_set() and not read.ended_by_us and not read.failed
+            for name in read.pods:
+                whole = natural or (name in self.ended and name in read.reader.ended)
+                if whole and name in read.logs and name not in read.reader.doubtful:
+                    logs[name] = read.logs[name]
+        return logs
+
+    def stop(self) -> None:
+        """End every read at once (the run stops): what they saved stays."""
+        with self.lock:
+            self.closed = True
+            for read in self.reads:
+                read.ended_by_us = True
+                if read.process is not None and read.process.poll() is None:
+                    read.process.terminate()
 
 
 def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:

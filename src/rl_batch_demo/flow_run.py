@@ -53,11 +53,13 @@ from .core_cluster import (
     foreign_manager,
     infra_loss,
     latest_warning,
+    log_wanted,
     pod_index,
     pod_list,
     split_pods_and_events,
     template_changes,
     vanished_attempts,
+    with_watched_pods,
 )
 from .core_guide import _WORDS, REPRODUCE_GROUPS, guide_table, render_guide_table
 from .core_permissions import (
@@ -100,6 +102,7 @@ from .core_validation import (
 )
 from .errors import DemoError, EpisodeInvalid, JobRefused, KubectlFailure, KubectlTimeout, kubectl_message
 from .flow_job import (
+    LogFollower,
     OwnedCreator,
     logs_by_selector,
     prepare_measured_image,
@@ -119,6 +122,7 @@ from .persistence import (
     write_receipt,
 )
 from .records import (
+    ArtifactEntry,
     AutoParallelism,
     EpisodeRow,
     JobReceipt,
@@ -168,9 +172,17 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.indexed = settings.indexed  # until job_created reads the Job
+        # The round's LogFollower: a terminated pod whose reward event lists artifacts gets its line
+        # only once each of them is saved and hash-checked under DIR/artifacts/<pod>/ (held till then)
+        self.follower: Optional[LogFollower] = None
+        self.held: Dict[str, KubeObject] = {}
+        self.lock = threading.RLock()  # the watch's thread and the log readers' threads
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        # every measured Job is Indexed: its episodes are numbered by completion index as each ends
+        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -181,7 +193,7 @@ class RoundRewards:
         """An episode's index and task id, as far as the watched pods tell (None: not known)."""
         index = self.positions.get(name)
         pod = self.pods.get(name)
-        if self.settings.indexed and pod is not None:
+        if self.indexed and pod is not None:
             try:
                 index = pod_index(pod, self.settings.count, self._inspect(name))
             except EpisodeInvalid:
@@ -193,6 +205,18 @@ class RoundRewards:
 
     def pod_seen(self, pod: KubeObject) -> None:
         """wait_for_job's hook: each pod as the watch delivers it."""
+        with self.lock:
+            self._pod_seen(pod)
+
+    def log_progress(self, name: str) -> None:
+        """LogFollower's hook: an artifact of this pod was saved (or refused), or its read ended."""
+        with self.lock:
+            pod = self.held.pop(name, None)
+            if pod is not None:
+                judged = self._judge(name, pod)
+                self._write([judged] if judged is not None else [], time.monotonic())
+
+    def _pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata")
         if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
             return
@@ -202,7 +226,8 @@ class RoundRewards:
         new = name not in self.pods
         self.pods[name] = pod
         known = time.monotonic()
-        if self.settings.indexed:
+        self.held.pop(name, None)
+        if self.indexed:
             judged = [self._judge(name, pod)]
         else:
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -231,7 +256,7 @@ class RoundRewards:
             row = provisional_episode(
                 pod,
                 settings.count,
-                settings.indexed,
+                self.indexed,
                 self.job_created_at,
                 settings.builtin_worker,
                 self._inspect(name),
@@ -241,10 +266,31 @@ class RoundRewards:
             return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
+        if row["artifacts"]:
+            arrived = self._artifacts_arrived(name, row["artifacts"])
+            if arrived is None:
+                self.held[name] = pod
+                return None
+            if arrived:
+                return failure_line(self.round_number, index, task_id, name, arrived, known_at, lost)
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
+        """ "" once every artifact the reward event lists is saved as listed; the rule its frames
+        broke; None while that is not known yet (the line waits: the round's analysis decides
+        when no read brings them)."""
+        state = self.follower.artifacts_of(name) if self.follower is not None else None
+        if state is None:
+            return None
+        saved, error, _ = state
+        if error:
+            return f"its artifacts did not arrive whole: {error}"
+        if all(saved.get(entry["name"]) == entry for entry in listed):
+            return ""
+        return None
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -278,6 +324,11 @@ class RoundRewards:
 
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
+        with self.lock:
+            self.held.clear()
+            self._analysed(rows, figures)
+
+    def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -288,6 +339,11 @@ class RoundRewards:
         """The round failed, or the run stopped, before its analysis accepted it: retract its
         reward lines (the episode the failure names with its own rule). Best effort: the error
         that got here is the one the run reports."""
+        with self.lock:
+            self.held.clear()
+            self._failed(error)
+
+    def _failed(self, error: BaseException) -> None:
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -592,9 +648,30 @@ class BatchRun:
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
         pod_spec = manifest["spec"]["template"]["spec"]
+        selector = pod_selector(job)
+        # each pod's log read while it runs (LogFollower), so its row's files are on disk with its
+        # row and a pod the job controller stops keeps what it printed
+        follower = LogFollower(
+            self.kubectl,
+            self.namespace,
+            selector,
+            count,
+            round_dir,
+            budgets,
+            2 * settings.client_wait_seconds + 60,  # a queued Job waits, then has the whole wait again
+            settings.infra_retries,
+            on_progress=rewards.log_progress if rewards is not None else None,
+        )
+
+        def pod_seen(pod: KubeObject) -> None:
+            follower.pod_seen(pod)  # first: a pod that ended starts its set's read before its row is judged
+            if rewards is not None:
+                rewards.pod_seen(pod)
+
         try:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
+                rewards.follower = follower
                 rewards.job_created(job, submitted)
             observation = wait_for_job(
                 self.kubectl,
@@ -604,16 +681,20 @@ class BatchRun:
                 submitted,
                 progress,
                 self.stop,
-                on_pod=rewards.pod_seen if rewards is not None else None,
+                on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds)
         except JobRefused as refused:
+            follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
+        except BaseException:
+            follower.stop()
+            raise
         write_json(round_dir / "job.json", observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
-        selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
@@ -631,7 +712,16 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
+            have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
+            rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
+            # what the reads while the pods ran proved whole is kept; the rest is read as before
+            # (the Job's selector matches the rest only when nothing was)
+            chosen = selector if not have else None
+            logs, errors = read_logs(
+                self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
+            )
+            return {**have, **logs}, errors
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -642,14 +732,16 @@ class BatchRun:
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
+            # as the watch last saw them
+            write_json(round_dir / "pods.json", pod_list(with_watched_pods(pods, observation, job)))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / "pods.json", pod_list(with_watched_pods(pods, observation, job)))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -667,7 +759,8 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
-            indexed=settings.indexed,
+            # every measured Job is Indexed: its episodes are numbered by completion index
+            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,

@@ -1000,7 +1000,11 @@ class JobController:
             )
 
         sim.started = now
-        with open(lp, "wb") as log:
+        # The worker's output goes to the pod's log as it prints it, so `kubectl logs -f` follows it
+        # (the kubelet's ReadLogs with follow). A pod with episode fault modes writes elsewhere and
+        # its log appears whole at its end, as the modes have rewritten it (apply_episode_faults):
+        # no client can have followed the output the modes replace.
+        with open(worker_output(lp, sim), "wb") as log:
             sim.proc = subprocess.Popen(
                 [os.path.join(sim.workdir, "bin", "python"), "-B", script_path],  # mount_container_paths
                 cwd=workspace,
@@ -1056,7 +1060,7 @@ class JobController:
         """The worker has exited: publish log, termination message and final pod status."""
         rc = sim.proc.returncode if sim.proc is not None else 1
         lp = log_path(self.state, self.ns, sim.name)
-        with open(lp, "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
+        with open(worker_output(lp, sim), "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
             log = f.read().decode("utf-8", errors="surrogateescape")
         term_path = os.path.join(sim.workdir, "termination-log")
         with open(term_path, "rb") as f:  # the kubelet reads the file's last 4 KiB (containerlog.py)
@@ -1325,6 +1329,9 @@ class JobController:
                 if now < sim.next_try:
                     continue
                 self.kill(sim)
+            lp = log_path(self.state, self.ns, sim.name)
+            if worker_output(lp, sim) != lp and os.path.exists(worker_output(lp, sim)):
+                os.replace(worker_output(lp, sim), lp)  # a stopped pod's modes rewrite nothing: its output as printed
             code = sim.proc.returncode if sim.proc is not None else None
             terminated = {
                 "exitCode": 128 - code if isinstance(code, int) and code < 0 else (code or 137),
@@ -1355,6 +1362,12 @@ class JobController:
             j["status"]["terminating"] = 0
             tx.put(j)
         return False
+
+
+def worker_output(log: str, sim: PodSim) -> str:
+    """Where the worker's stdout and stderr go: the pod's log itself, or beside it when episode
+    fault modes rewrite the log at the worker's end (see the worker's start)."""
+    return log + ".worker" if sim.modes else log
 
 
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
