@@ -468,18 +468,21 @@ class RunPlan:
         batch = batch or self.batch
         return self.cluster.logs_by_selector(batch.selector, batch.prefixed_logs())
 
-    def follow_sets(self, batch: Batch) -> List[List[Any]]:
+    def follow_sets(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[List[Any]]:
         """The sets of episodes whose logs are followed while they run, as the default pod watch
         (pod_watch) delivers them: a set of labelled pods whose container has started closes at
         10 pods, when one of its pods ends or is being deleted, or once every pod has started
         (docs/call-plan.md)."""
-        stages = [(episode, "running") for episode in batch.episodes] + [(e, "final") for e in batch.episodes]
+        if watched is None:
+            stages = [(episode, "running") for episode in batch.episodes] + [(e, "final") for e in batch.episodes]
+            watched = [batch.pod(episode, stage) for episode, stage in stages]
+        by_name = {episode.name: episode for episode in batch.episodes}
         sets: List[List[Any]] = []
         waiting: List[Any] = []
         followed: set = set()
         ended: set = set()
-        for episode, stage in stages:
-            pod = batch.pod(episode, stage)
+        for pod in watched:
+            episode = by_name[pod["metadata"]["name"]]
             if episode.index is None or episode.unlabelled:
                 continue
             ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
@@ -503,10 +506,11 @@ class RunPlan:
             sets.append(sorted(waiting, key=lambda each: (int(str(each.index)), each.name)))
         return sets
 
-    def follows(self, batch: Batch) -> List[Call]:
-        """The calls that follow the pods' logs while they run (follow_sets)."""
+    def follows(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[Call]:
+        """The calls that follow the pods' logs while they run (follow_sets), for the default pod
+        watch or the pods in the order a test's watch delivers them (`watched`)."""
         calls = []
-        for chosen in self.follow_sets(batch):
+        for chosen in self.follow_sets(batch, watched):
             indexes = ",".join(str(index) for index in sorted({int(str(episode.index)) for episode in chosen}))
             selector = f"{batch.selector},{demo.INDEX_LABEL} in ({indexes})"
             streams = demo.LOG_SELECTOR_PODS * (1 + batch.infra_retries)
@@ -562,9 +566,11 @@ class RunPlan:
     def round(self, batch: Batch) -> List[Call]:
         """Create one Job, watch it and its pods, then read the events and the logs at once (or,
         when the watch does not prove the pods final, list pods and events, then the logs)."""
-        calls = [self.create_job(batch), self.job_watch(batch), self.pod_watch(batch), *self.follows(batch)]
+        calls = [self.create_job(batch), self.job_watch(batch), self.pod_watch(batch)]
         calls.append(self.events(batch) if self.watch_is_final(batch) else self.pods_and_events(batch))
-        return calls + self.log_reads(batch)
+        # the logs followed while the pods ran are planned last (the stub matches calls by their
+        # arguments), so the round's other calls keep their places
+        return calls + self.log_reads(batch) + self.follows(batch)
 
     def run(self) -> List[Call]:
         """The whole happy path: preflight, namespace with ConfigMap (and the watch of its account,

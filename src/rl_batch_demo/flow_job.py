@@ -538,14 +538,23 @@ class LogFollower:
             read.done.wait(5.0)
         logs: Dict[str, PodLog] = {}
         for read in reads:
-            if read.error is not None:
-                raise read.error
             natural = read.done.is_set() and not read.ended_by_us and not read.failed
             for name in read.pods:
                 whole = natural or (name in self.ended and name in read.reader.ended)
                 if whole and name in read.logs and name not in read.reader.doubtful:
                     logs[name] = read.logs[name]
         return logs
+
+    @property
+    def failed_to_save(self) -> bool:
+        return any(read.error is not None for read in self.reads)
+
+    def raise_failure(self) -> None:
+        """A read's failure to save (a full disk), raised once the round's other diagnostics are
+        on disk: the run stops on it, as when any log cannot be saved."""
+        for read in self.reads:
+            if read.error is not None:
+                raise read.error
 
     def stop(self) -> None:
         """End every read at once (the run stops): what they saved stays."""

@@ -712,6 +712,8 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
+            if follower.failed_to_save:  # the disk: nothing more is read, the run stops on it
+                return {}, {}
             wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
             have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
             rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
@@ -737,6 +739,8 @@ class BatchRun:
             write_json(round_dir / "pods.json", pod_list(with_watched_pods(pods, observation, job)))
             events = save_events(listing)
             logs, log_errors = read(pods)
+        follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
+        saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
@@ -771,10 +775,11 @@ class BatchRun:
         try:
             rows, figures = analyse_round(collected, where)
         except EpisodeInvalid:  # the round fails: every pod's log beside its error, as the guide keeps them
-            self.save_missing_logs(pods, logs, round_dir, selector)
+            self.save_missing_logs(pods, saved_logs, round_dir, selector)
             raise
         set_aside = {entry["pod"] for entry in figures["failed_episodes"]}
-        self.save_missing_logs([pod for pod in pods if pod["metadata"]["name"] in set_aside], logs, round_dir)
+        set_aside_pods = [pod for pod in pods if pod["metadata"]["name"] in set_aside]
+        self.save_missing_logs(set_aside_pods, saved_logs, round_dir)
         return rows, figures
 
     def save_missing_logs(
