@@ -517,11 +517,11 @@ class RunPlan:
             calls.append(self.cluster.follow_logs(selector, batch.prefixed_logs(chosen), streams))
         return calls
 
-    def log_reads(self, batch: Batch) -> List[Call]:
+    def log_reads(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[Call]:
         """The logs read after the decision: those no followed read brought (follow_sets: an
         episode that printed nothing, or was never followed), each with its own `logs POD`; when
         nothing was followed, as before (unfollowed_log_reads)."""
-        followed = [episode for chosen in self.follow_sets(batch) for episode in chosen if episode.log]
+        followed = [episode for chosen in self.follow_sets(batch, watched) for episode in chosen if episode.log]
         if not followed:
             return self.unfollowed_log_reads(batch)
         lost = [e for e in batch.episodes if batch.infra_retries and demo.infra_loss(batch.pod(e))]
