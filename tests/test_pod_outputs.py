@@ -76,8 +76,16 @@ class StoppedPodsTest(SourcesTestCase):
             self.assertIn(f"episode {index} started\n", (self.out / f"{name}.log").read_text(), name)
             if index != 3:
                 stopped += 1
-                # the fake no longer has it: only the followed read kept it
-                self.assertFalse((cluster.state_dir / "logs" / namespace / f"{name}.log").exists(), name)
+                # the cluster no longer has it: only the followed read kept it
+                again = subprocess.run(
+                    ["kubectl", "--context=fake-ctx", f"--namespace={namespace}", "logs", name, "-c", "episode"],
+                    env=cluster.env(),
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                self.assertEqual(again.returncode, 1, again.stdout)
+                self.assertIn(f'pods "{name}" not found', again.stderr)
         self.assertEqual(stopped, 9)
 
     def test_followed_logs_keep_a_ten_episode_run_within_ten_processes(self) -> None:

@@ -172,7 +172,7 @@ class RoundRewardsTest(unittest.TestCase):
         numbered by its completion index, though the other pod does not exist yet."""
         batch = Batch(count=2, parallelism=1)
         rewards = self.rewards(batch)
-        first, second = batch.episodes
+        first = batch.episodes[0]
         rewards.pod_seen(batch.pod(first, "pending"))
         rewards.pod_seen(batch.pod(first))
         self.assertEqual([(line["pod"], line["index"]) for line in self.on_disk()], [(first.name, 0)])
