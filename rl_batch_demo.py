@@ -7651,6 +7651,13 @@ def container_started(pod: KubeObject) -> bool:
     return False
 
 
+def follow_args(selector: str, streams: int) -> List[str]:
+    """A followed read of the pods `selector` matches, up to `streams` at once (LogFollower; no
+    --request-timeout: it would end each stream's transfer)."""
+    args = ["logs", "-f", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1", "--ignore-errors"]
+    return [*args, f"--max-log-requests={streams}"]
+
+
 class LogFollower:
     """Reads the Job's pods' logs while they run, so each pod's output (its artifacts above all)
     is saved as it ends, and a pod the job controller stops and deletes keeps what it printed:
@@ -7734,8 +7741,7 @@ class LogFollower:
         for name in names:
             self.read_of[name] = read
         self.reads.append(read)
-        args = ["logs", "-f", "-l", f"{self.selector},{INDEX_LABEL} in ({indexes})", "-c", CONTAINER_NAME]
-        args += ["--prefix", "--tail=-1", "--ignore-errors", f"--max-log-requests={self.streams}"]
+        args = follow_args(f"{self.selector},{INDEX_LABEL} in ({indexes})", self.streams)
         threading.Thread(target=self._run, args=(read, args), daemon=True).start()
 
     def _run(self, read: FollowedRead, args: List[str]) -> None:
