@@ -166,6 +166,10 @@ BUILTIN_WORKER = "built-in"
 # as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
 # cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
 # `artifacts` manifest.
+ARTIFACTS_DIR_NAME = "artifacts"  # DIR/artifacts/<pod>/: the artifacts of the episodes that stand
+# DIR/artifacts-set-aside/<pod>/: those of a failed, lost or retracted episode, moved out of the way
+# of a trainer that globs DIR/artifacts/ (docs/outputs.md)
+ARTIFACTS_SET_ASIDE_DIR_NAME = "artifacts-set-aside"
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
@@ -7802,11 +7806,12 @@ class LogFollower:
         saved, error = read.reader.artifacts_of(name)
         return saved, error, read.done.is_set()
 
-    def finish(self, grace: float) -> Dict[str, PodLog]:
+    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
-        kubectl's error for it, or when its pod ended and printed the end line."""
+        kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
         with self.lock:
             self.closed = True
             if self.waiting:
@@ -7814,7 +7819,12 @@ class LogFollower:
             reads = list(self.reads)
         until = time.monotonic() + grace
         for read in reads:
-            read.done.wait(max(0.0, until - time.monotonic()))
+            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+                if stop is not None and stop.is_set():
+                    self.stop()
+                    raise KeyboardInterrupt
+                if time.monotonic() >= until:
+                    break
         for read in reads:
             with self.lock:
                 if not read.done.is_set():
@@ -8331,7 +8341,24 @@ class RoundRewards:
             self.held.clear()
             self._analysed(rows, figures)
 
+    def set_aside_artifacts(self, keep: Set[str]) -> None:
+        """Move the artifacts of this round's pods whose episode does not stand (failed, set
+        aside, lost, or retracted with its round) from DIR/artifacts/<pod>/ to
+        DIR/artifacts-set-aside/<pod>/: kept for inspection, never found by a trainer that globs
+        DIR/artifacts/. Best effort: the run's own outcome is what counts."""
+        root = self.settings.output / ARTIFACTS_DIR_NAME
+        for name in sorted(set(self.pods) | set(self.last)):
+            source = root / name
+            if name in keep or not source.is_dir() or source.is_symlink():
+                continue
+            target = self.settings.output / ARTIFACTS_SET_ASIDE_DIR_NAME / name
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(exist_ok=True)
+                if not target.exists():
+                    os.replace(source, target)
+
     def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        self.set_aside_artifacts({row["pod"] for row in rows})
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -8347,6 +8374,7 @@ class RoundRewards:
             self._failed(error)
 
     def _failed(self, error: BaseException) -> None:
+        self.set_aside_artifacts(set())
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -8391,7 +8419,7 @@ class BatchRun:
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
-            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+            artifacts=settings.output / ARTIFACTS_DIR_NAME, artifact_bytes=settings.max_artifact_bytes
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -8688,7 +8716,7 @@ class BatchRun:
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds)
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None

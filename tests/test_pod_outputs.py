@@ -21,12 +21,37 @@ from tests.tiers import end_to_end
 STOPPED_ROUND_MAIN = """
 def main():
     print(f"episode {INDEX} started", flush=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    ARTIFACTS.joinpath("note.txt").write_text(f"episode {INDEX}")
+    send_artifacts()  # early: the round fails, so these must not look like a good episode's
     if INDEX == 3:
         time.sleep(3)  # the others start meanwhile; their logs are followed once all have
         print("episode 3 gives up", flush=True)
         return 1
     time.sleep(60)  # stopped by the job controller long before
     return 0
+"""
+
+# Index 0 ends at once; the others sleep a minute: a loop that leaves after the first row.
+SLEEPERS_MAIN = """
+def main():
+    task = read_task()
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    if INDEX:
+        time.sleep(60)
+    emit("reward", reward=1.0, artifacts=[])
+    return 0
+"""
+LEAVE_EARLY = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import rl_batch_demo as demo
+rows = demo.stream_batch(Path(sys.argv[2]), count=3, worker=sys.argv[3], quiet=True, cleanup="always")
+first = next(rows)
+started = time.monotonic()
+rows.close()
+print(json.dumps({"first": first["pod"], "close_seconds": time.monotonic() - started}))
 """
 
 # A script beside the run: stream_batch's rows, and for each row whether every artifact it lists
@@ -87,6 +112,12 @@ class StoppedPodsTest(SourcesTestCase):
                 self.assertEqual(again.returncode, 1, again.stdout)
                 self.assertIn(f'pods "{name}" not found', again.stderr)
         self.assertEqual(stopped, 9)
+        # no artifact of the failed round is where a trainer looks for good episodes' files
+        self.assertEqual(list((self.out / demo.ARTIFACTS_DIR_NAME).glob("*/*")), [])
+        set_aside = sorted(
+            path.parent.name for path in (self.out / demo.ARTIFACTS_SET_ASIDE_DIR_NAME).glob("*/note.txt")
+        )
+        self.assertEqual(set_aside, sorted(pod["metadata"]["name"] for pod in pods))
 
     def test_followed_logs_keep_a_ten_episode_run_within_ten_processes(self) -> None:
         """The ten logs are followed by one `kubectl logs -f` while the pods run; nothing is read
@@ -103,6 +134,38 @@ class StoppedPodsTest(SourcesTestCase):
 
 @end_to_end
 class RowsWithTheirFilesTest(SourcesTestCase):
+    def script(self, cluster: Any, text: str, *argv: str) -> subprocess.CompletedProcess:
+        script = self.root / "script.py"
+        script.write_text(text)
+        source = str(Path(demo.__file__).resolve().parent)
+        result = subprocess.run(
+            [sys.executable, str(script), source, *argv],
+            cwd=str(self.root),
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        cluster.wait_idle()
+        return result
+
+    def test_leaving_the_loop_while_logs_are_read_stops_the_run(self) -> None:
+        """The first row comes while two episodes still run (and their logs are followed);
+        close() stops the run then, as a Ctrl-C would: it does not wait for them (a minute) and
+        the run ends interrupted, without results.json. How long close() took is printed, not
+        asserted (bench/bench.py's kind of figure)."""
+        cluster = self.cluster()
+        worker = self.root / "sleepers.py"
+        worker.write_text(template_with_main(SLEEPERS_MAIN))
+        result = self.script(cluster, LEAVE_EARLY, str(self.out), str(worker))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        left = json.loads(result.stdout.splitlines()[-1])
+        self.assertFalse((self.out / "results.json").exists())
+        error = json.loads((self.out / "error.json").read_text())
+        self.assertEqual(error["exit_code"], demo.EXIT_INTERRUPTED, error)
+        self.assertLess(left["close_seconds"], 60)  # it did not wait for the sleeping episodes
+
     def test_each_streamed_row_has_its_artifacts_on_disk(self) -> None:
         """stream_batch: when a row is yielded, every artifact it lists is saved under
         DIR/artifacts/<pod>/ and has the sha256 it lists."""

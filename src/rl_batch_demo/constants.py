@@ -112,6 +112,10 @@ BUILTIN_WORKER = "built-in"
 # as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
 # cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
 # `artifacts` manifest.
+ARTIFACTS_DIR_NAME = "artifacts"  # DIR/artifacts/<pod>/: the artifacts of the episodes that stand
+# DIR/artifacts-set-aside/<pod>/: those of a failed, lost or retracted episode, moved out of the way
+# of a trainer that globs DIR/artifacts/ (docs/outputs.md)
+ARTIFACTS_SET_ASIDE_DIR_NAME = "artifacts-set-aside"
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too

@@ -521,11 +521,12 @@ class LogFollower:
         saved, error = read.reader.artifacts_of(name)
         return saved, error, read.done.is_set()
 
-    def finish(self, grace: float) -> Dict[str, PodLog]:
+    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
-        kubectl's error for it, or when its pod ended and printed the end line."""
+        kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
         with self.lock:
             self.closed = True
             if self.waiting:
@@ -533,7 +534,12 @@ class LogFollower:
             reads = list(self.reads)
         until = time.monotonic() + grace
         for read in reads:
-            read.done.wait(max(0.0, until - time.monotonic()))
+            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+                if stop is not None and stop.is_set():
+                    self.stop()
+                    raise KeyboardInterrupt
+                if time.monotonic() >= until:
+                    break
         for read in reads:
             with self.lock:
                 if not read.done.is_set():

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import queue
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .constants import (
+    ARTIFACTS_DIR_NAME,
+    ARTIFACTS_SET_ASIDE_DIR_NAME,
     CLEANUP_WAIT_SECONDS,
     DEFAULT_SERVICEACCOUNT,
     EVERY_NAMESPACE,
@@ -328,7 +331,24 @@ class RoundRewards:
             self.held.clear()
             self._analysed(rows, figures)
 
+    def set_aside_artifacts(self, keep: Set[str]) -> None:
+        """Move the artifacts of this round's pods whose episode does not stand (failed, set
+        aside, lost, or retracted with its round) from DIR/artifacts/<pod>/ to
+        DIR/artifacts-set-aside/<pod>/: kept for inspection, never found by a trainer that globs
+        DIR/artifacts/. Best effort: the run's own outcome is what counts."""
+        root = self.settings.output / ARTIFACTS_DIR_NAME
+        for name in sorted(set(self.pods) | set(self.last)):
+            source = root / name
+            if name in keep or not source.is_dir() or source.is_symlink():
+                continue
+            target = self.settings.output / ARTIFACTS_SET_ASIDE_DIR_NAME / name
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(exist_ok=True)
+                if not target.exists():
+                    os.replace(source, target)
+
     def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        self.set_aside_artifacts({row["pod"] for row in rows})
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -344,6 +364,7 @@ class RoundRewards:
             self._failed(error)
 
     def _failed(self, error: BaseException) -> None:
+        self.set_aside_artifacts(set())
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -388,7 +409,7 @@ class BatchRun:
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
-            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+            artifacts=settings.output / ARTIFACTS_DIR_NAME, artifact_bytes=settings.max_artifact_bytes
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -685,7 +706,7 @@ class BatchRun:
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds)
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
