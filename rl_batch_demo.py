@@ -7438,6 +7438,137 @@ class OwnedCreator:
         return live
 
 
+class JobWatch:
+    """What wait_for_job knows of one Job and its pods, changed only by `take` (one event of
+    either watch): pure, so table tests drive it without threads or processes (the pod hook
+    aside, which the caller gives).
+
+    A Job created suspended (`job`, as the API server stored it) waits in its queue; once
+    resumed it has `run_seconds` more (activeDeadlineSeconds counts from then), so the client's
+    `deadline` moves. `pod_spec` is the pod spec the run submitted: a pod that runs something else
+    (a sidecar injected, a container changed) raises JobRefused. `on_pod` is told of each pod as
+    the watch delivers it."""
+
+    def __init__(
+        self,
+        job: KubeObject,
+        deadline: float,
+        run_seconds: float = 0.0,
+        pod_spec: Optional[KubeObject] = None,
+        on_pod: Optional[Callable[[KubeObject], None]] = None,
+        label: str = "",
+    ) -> None:
+        self.live = job
+        self.job_uid = str(job["metadata"]["uid"])
+        self.label = label or f"{job['metadata'].get('namespace')}/{job['metadata']['name']}"
+        self.queued = job_suspended(job)
+        self.deadline = deadline
+        self.run_seconds = run_seconds
+        self.pod_spec = pod_spec
+        self.on_pod = on_pod
+        self.sightings: Dict[str, Dict[str, Any]] = {}
+        self.last_pods: Dict[str, KubeObject] = {}
+        self.deleted = False  # a pod was deleted during the watch
+        self.admitted_seen: Optional[float] = None
+        self.job_stream_open = self.pod_stream_open = True
+        self.watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
+
+    def take(self, tag: str, wall: float, clock: float, event: Optional[KubeObject], decided: bool = False) -> None:
+        """One event of the Job's watch (`tag` "job") or the pods' ("pods"), None when that watch
+        ended; `wall` and `clock` its arrival on the client's clocks. Before the decision, the
+        Job's deletion raises DemoError; after it (`decided`), only the Job's new states count."""
+        if event is None:
+            if tag == "job":
+                self.job_stream_open = False
+            else:
+                self.pod_stream_open = False  # the Job's watch, or polling, still says when it ends
+            return
+        kind, obj = event.get("type"), event.get("object")
+        if tag == "pods":
+            self._pod_event(kind, obj, wall)
+        elif kind == "DELETED" and not decided:
+            raise DemoError(
+                f"Job {self.label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
+            )
+        elif kind == "ERROR" and not decided:
+            status = obj if isinstance(obj, dict) else {}
+            self.watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
+        elif kind in (("MODIFIED",) if decided else ("ADDED", "MODIFIED")) and isinstance(obj, dict):
+            self.take_job(obj, clock)
+
+    def take_job(self, obj: KubeObject, clock: float) -> None:
+        """The Job as now seen (an event, or a poll); a queued Job's resumption moves the deadline."""
+        self.live = obj
+        if self.queued and self.admitted_seen is None and not job_suspended(obj):
+            self.admitted_seen = clock
+            self.deadline = max(self.deadline, clock + self.run_seconds)
+
+    def _pod_event(self, kind: Any, pod: Any, wall: float) -> None:
+        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        if kind in ("ADDED", "MODIFIED"):
+            if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
+                changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
+                if changes:
+                    raise JobRefused(
+                        f"the cluster changed what pod {pod_name} of Job {self.label} runs: " + "; ".join(changes)
+                    )
+            record_pod_sighting(self.sightings, pod, wall)
+            if isinstance(pod_name, str) and pod_name:
+                self.last_pods[pod_name] = pod
+                if self.on_pod is not None:
+                    self.on_pod(pod)
+        elif kind == "DELETED":
+            self.deleted = True
+            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
+                self.last_pods[pod_name] = pod
+
+    @property
+    def condition(self) -> Optional[str]:
+        """The job controller's decision, once the Job shows one (job_condition)."""
+        return job_condition(self.live)
+
+    def observation(
+        self,
+        condition: Optional[str] = None,
+        wall: Optional[float] = None,
+        clock: Optional[float] = None,
+        blocked: str = "",
+    ) -> RoundObservation:
+        return RoundObservation(
+            self.live,
+            condition,
+            wall,
+            clock,
+            self.sightings,
+            blocked,
+            self.last_pods,
+            self.deleted,
+            self.queued,
+            self.admitted_seen,
+        )
+
+    def settled(self, condition: str) -> bool:
+        """After the decision, whether nothing more is worth waiting for: the Job has its terminal
+        condition (Complete after SuccessCriteriaMet, Failed after FailureTarget: job.json then
+        shows both) and, after a success, the pods as watched prove their final state (the two
+        watches are separate streams: the pods' last events may arrive just after the Job's,
+        which spares the listing of every pod, see final_pods_from_watch); after a failure, every
+        pod as watched has ended, as many as the Job counted, so each ended pod's verdict is
+        streamed (rewards.jsonl) before the round's failure retracts it. A watch that ended brings
+        nothing more either."""
+        terminal = "Complete" if condition == "Complete" else "Failed"
+        ended = bool(_true_condition(self.live, (terminal,))) or not self.job_stream_open
+        if self.deleted or not self.pod_stream_open:
+            return ended
+        if condition == "Complete":
+            return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
+        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        status = self.live.get("status") or {}
+        counts: List[Any] = [status.get("succeeded"), status.get("failed")]
+        counted = sum(value for value in counts if is_int(value))
+        return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
+
+
 def wait_for_job(
     kubectl: Kubectl,
     namespace: str,
@@ -7451,178 +7582,90 @@ def wait_for_job(
     run_seconds: float = 0.0,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
-    Job's watch ends early.
+    Job's watch ends early. What the events mean is JobWatch's; this loop owns the watches, the
+    polls, the progress line and the time.
 
     The Job's watch is a list watch by name (`get jobs --field-selector metadata.name=NAME`): it
     prints every event, where a single object's watch drops its first one (kubectl get.go watch()),
     and with it a change made between its GET and its watch, such as a quick Job's Complete. The
     events carry the client clock of their arrival, so the decision is seen within milliseconds of
     the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
-    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
-    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
-    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
-    that runs something else (a sidecar injected, a container changed) raises JobRefused."""
+    a terminated pod's reward is known from its status). A queued Job is shown as queued."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
+    label = f"{namespace}/{name}"
+    state = JobWatch(job, deadline, run_seconds, pod_spec, on_pod, label)
     sink: queue.Queue[Any] = queue.Queue()
-    queued = job_suspended(job)
-    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if queued else 0.0) + 5
+    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if state.queued else 0.0) + 5
     by_name = ["jobs", "--field-selector", f"metadata.name={name}"]
     watches = [kubectl.watch("job", by_name, namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
-    sightings: Dict[str, Dict[str, Any]] = {}
-    last_pods: Dict[str, KubeObject] = {}
-    deleted = False
-    live = job
-    admitted_seen: Optional[float] = None
-    job_stream_open = pod_stream_open = True
-    watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
-    label = f"{namespace}/{name}"
-    job_uid = job["metadata"]["uid"]
-
-    def pod_event(event: KubeObject, wall: float) -> None:
-        nonlocal deleted
-        pod = event.get("object")
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
-                changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
-                if changes:
-                    raise JobRefused(
-                        f"the cluster changed what pod {pod_name} of Job {label} runs: " + "; ".join(changes)
-                    )
-            record_pod_sighting(sightings, pod, wall)
-            if isinstance(pod_name, str) and pod_name:
-                last_pods[pod_name] = pod  # type: ignore[assignment]
-                if on_pod is not None:
-                    on_pod(pod)  # type: ignore[arg-type]
-        elif event.get("type") == "DELETED":
-            deleted = True
-            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
-                last_pods[pod_name] = pod  # type: ignore[assignment]
-
-    def take_job(obj: KubeObject, clock: float) -> None:
-        """The Job as now seen; a queued Job's resumption moves the client's deadline."""
-        nonlocal live, admitted_seen, deadline
-        live = obj
-        if queued and admitted_seen is None and not job_suspended(live):
-            admitted_seen = clock
-            deadline = max(deadline, clock + run_seconds)
-
-    def observation(
-        condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
-    ) -> RoundObservation:
-        return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted, queued, admitted_seen
-        )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
-        """The job controller decided: take in the events already received, then report. Wait a
-        moment for more while the Job lacks its terminal condition (Complete after
-        SuccessCriteriaMet, Failed after FailureTarget: job.json then shows both) or, after a
-        success, the pods as watched do not yet prove their final state: the two watches are
-        separate streams, and the pods' last events may arrive just after the Job's, which spares
-        the listing of every pod (see final_pods_from_watch); after a failure, while a watched pod
-        has not yet ended. The decision's own arrival is what the figures keep."""
-        nonlocal pod_stream_open, job_stream_open
+        """The job controller decided: take in the events already received, then wait a moment
+        for more while JobWatch.settled says so. The decision's own arrival is what the figures
+        keep."""
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
-        terminal = "Complete" if condition == "Complete" else "Failed"
-
-        def observed() -> RoundObservation:
-            return observation(condition, wall, clock)
-
-        def settled() -> bool:  # nothing more to wait for: it all came, or never will
-            ended = bool(_true_condition(live, (terminal,))) or not job_stream_open
-            if deleted or not pod_stream_open:
-                return ended
-            if condition == "Complete":
-                return ended and final_pods_from_watch(observed(), job_uid) is not None
-            # a failure: every pod as watched has ended, and as many as the Job counted, so each
-            # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
-            # it, whichever watch came first (a counted pod since deleted costs the grace)
-            phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
-            status = live.get("status") or {}
-            counts: List[Any] = [status.get("succeeded"), status.get("failed")]
-            counted = sum(value for value in counts if is_int(value))
-            return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
-
         while True:
             remaining = grace_ends - time.monotonic()
-            waiting = not settled() and remaining > 0
+            waiting = not state.settled(condition) and remaining > 0
             try:
                 tag, received_at, received_clock, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
-                return observed()
-            if tag == "job" and event is None:
-                job_stream_open = False
-            elif tag == "job" and event.get("type") == "MODIFIED" and isinstance(event.get("object"), dict):
-                take_job(event["object"], received_clock)
-            elif tag == "pods" and event is None:
-                pod_stream_open = False
-            elif tag == "pods":
-                pod_event(event, received_at)
+                counts = pod_counts(state.sightings, state.live)
+                progress.update(label, clock - submitted, counts, state.deadline - clock)  # the last
+                return state.observation(condition, wall, clock)
+            state.take(tag, received_at, received_clock, event, decided=True)
 
     try:
         while True:
             if stop is not None and stop.is_set():  # the run was interrupted while this thread waited
                 raise KeyboardInterrupt
-            condition = job_condition(live)
+            condition = state.condition
             now = time.monotonic()
             if condition is not None:
                 return finished(condition, time.time(), now)
-            if now >= deadline:
-                return observation()
-            timeout = min(timing.watch_tick_seconds, deadline - now)
-            if not job_stream_open:
+            if now >= state.deadline:
+                return state.observation()
+            timeout = min(timing.watch_tick_seconds, state.deadline - now)
+            if not state.job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
             try:
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
             except queue.Empty:
                 tag = None
-            if tag == "job":
-                if event is None:
-                    job_stream_open = False
+            if tag is not None:
+                state.take(tag, wall, clock, event)
+                if tag == "job" and event is None:
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = watch_error or (lines[-1] if lines else "no message")  # kubectl's error, or a crash's
+                    reason = state.watch_error or (
+                        lines[-1] if lines else "no message"
+                    )  # kubectl's error, or a crash's
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
                     )
-                elif event.get("type") == "DELETED":
-                    raise DemoError(
-                        f"Job {label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
-                    )
-                elif event.get("type") == "ERROR":
-                    status = event.get("object") if isinstance(event.get("object"), dict) else {}
-                    watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
-                elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
-                    take_job(event["object"], clock)
-                    condition = job_condition(live)
-                    if condition is not None:
-                        return finished(condition, wall, clock)
-            elif tag == "pods":
-                if event is None:
-                    pod_stream_open = False  # the Job's watch, or polling, still says when it ends
-                else:
-                    pod_event(event, wall)
-            if not job_stream_open and time.monotonic() >= next_poll:
+                elif tag == "job" and state.condition is not None:
+                    return finished(state.condition, wall, clock)
+            if not state.job_stream_open and time.monotonic() >= next_poll:
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
-                take_job(polled, time.monotonic())
+                state.take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
-            waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
+            live = state.live
+            waiting_for_pods = not state.sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
             if waiting_for_pods and time.monotonic() >= next_blocked_check:
                 blocked = creation_blocked(kubectl, namespace, name)
                 if blocked:
-                    return observation(blocked=blocked)
+                    return state.observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
+            counts = pod_counts(state.sightings, live)
+            progress.update(label, now - submitted, counts, state.deadline - now, job_suspended(live))
     finally:
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()
