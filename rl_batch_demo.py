@@ -174,6 +174,8 @@ ARTIFACTS_DIR_NAME = "artifacts"  # DIR/artifacts/<pod>/: the artifacts of the e
 # DIR/artifacts-set-aside/<pod>/: those of a failed, lost or retracted episode, moved out of the way
 # of a trainer that globs DIR/artifacts/ (docs/outputs.md)
 ARTIFACTS_SET_ASIDE_DIR_NAME = "artifacts-set-aside"
+LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
+ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
@@ -721,6 +723,9 @@ class RunSettings:
     json_summary: bool
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    # the launcher that runs it in the pod and sends what it leaves under RL_DEMO_ARTIFACTS
+    # (sandbox/launcher.py; "": the worker is the pod's command itself)
+    launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
@@ -1621,15 +1626,22 @@ def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+    namespace: str,
+    run_id: str,
+    worker_source: str,
+    tasks: Optional[Sequence[JsonObject]] = None,
+    launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
+    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
+    one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
         "data": {"episode.py": worker_source},
     }
+    if launcher_source:
+        manifest["data"][LAUNCHER_KEY] = launcher_source
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
     return manifest
@@ -1735,6 +1747,7 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    launcher: bool = False,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -1757,7 +1770,8 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["python", "-B", "/demo/episode.py"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
+                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
@@ -1850,6 +1864,7 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        launcher=bool(settings.launcher_source),
     )
 
 
@@ -3542,6 +3557,19 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
+def refused_artifacts_text(refused: Any) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+    items = refused if isinstance(refused, list) else [refused]
+    named = [
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        if isinstance(item, dict)
+        else short_repr(item)
+        for item in items[:5]
+    ]
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return "; ".join(named) + more
+
+
 def episode_artifacts(
     pod_name: str,
     events: List[JsonObject],
@@ -3560,6 +3588,9 @@ def episode_artifacts(
         declared = artifact_manifest(reward.get("artifacts"), budget)
     except ValueError as error:
         raise invalid(str(error)) from None
+    refused = reward.get(ARTIFACTS_REFUSED_FIELD)
+    if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
     if not received:
         return declared
     if log is None:
@@ -8612,7 +8643,13 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(
+                self.namespace,
+                self.run_id,
+                self.settings.worker_source,
+                self.settings.tasks,
+                self.settings.launcher_source,
+            ),
         ]
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
@@ -9257,7 +9294,10 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: b
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
+        (
+            "01-configmap.json",
+            configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks, settings.launcher_source),
+        ),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
@@ -10396,6 +10436,198 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
+# The pod's command: runs the worker, then frames what it left under RL_DEMO_ARTIFACTS
+# (docs/own-episodes.md, "Artifacts"); mounted beside it as /demo/launcher.py.
+LAUNCHER_SOURCE = r'''"""The episode's launcher: the pod's command (`python -B /demo/launcher.py`), mounted from the
+ConfigMap beside the worker (/demo/episode.py, the built-in one or --worker's).
+
+It runs the worker, passes its output on line by line, and once it has exited sends whatever the
+worker left under RL_DEMO_ARTIFACTS that it did not send itself (send_artifacts), so artifacts
+need no call: each file as frames on stdout ("rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA",
+docs/own-episodes.md), the worker's reward event then printed (held back until now) and rewritten
+in the termination message with those files added to its `artifacts` list. Files are found with
+lstat and never followed: a symlink, a file that is not a regular one, one that cannot be read, one
+past the episode's budget (RL_DEMO_MAX_ARTIFACT_BYTES) or past 64 files is not sent but listed in
+the reward event's `artifacts_refused` ({name, why}), which fails the episode with a cause that
+names them. Its last line is "rl-demo-end 1": the tool knows the log is whole.
+
+SIGTERM (the kubelet stopping the pod) is passed on to the worker; the launcher then ends as the
+worker did (a signal's exit code stays 128 + N). Standard library only, any Python 3.9+.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "episode.py")
+WORKSPACE = os.environ.get("RL_DEMO_WORKSPACE", "/workspace")
+ARTIFACTS = os.environ.get("RL_DEMO_ARTIFACTS", os.path.join(WORKSPACE, "artifacts"))
+TERMINATION_LOG = os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log")
+TERMINATION_LIMIT = 4096
+FRAME_DATA = 24 * 1024
+MAX_ARTIFACTS = 64
+MAX_NAME = 255
+LINE_LIMIT = 64 * 1024  # a longer line is passed on as it comes, never held or parsed
+END_LINE = b"rl-demo-end 1\n"
+
+
+def budget():
+    try:
+        return max(0, int(os.environ.get("RL_DEMO_MAX_ARTIFACT_BYTES", "")))
+    except ValueError:
+        return 2**20
+
+
+def reward_event(line):
+    """The event of a line that is the worker's reward event (a JSON object), else None."""
+    if len(line) > LINE_LIMIT or not line.lstrip().startswith(b"{"):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and event.get("event") == "reward" else None
+
+
+def left_files(root):
+    """(name, path, problem) of each entry under root, by name; problem "" for a regular file."""
+    found = []
+    pending = [(root, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as error:
+            if prefix:
+                found.append((prefix.rstrip("/"), directory, "its directory cannot be read: " + str(error.strerror)))
+            continue
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_symlink():
+                found.append((name, entry.path, "a symlink (never followed)"))
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, name + "/"))
+            elif not entry.is_file(follow_symlinks=False):
+                found.append((name, entry.path, "not a regular file"))
+            else:
+                found.append((name, entry.path, ""))
+    return sorted(found)
+
+
+def read_file(path):
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(descriptor, "rb") as stream:
+        return stream.read()
+
+
+def printable(text, limit=200):
+    text = "".join(c if " " <= c <= "~" else "?" for c in str(text))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def send_left(out, sent):
+    """Frame every file left under ARTIFACTS and not in `sent` (the worker's own manifest):
+    (the entries sent, the ones refused)."""
+    entries, refused = [], []
+    spent = sum(entry.get("bytes", 0) for entry in sent if isinstance(entry, dict))
+    names = {entry.get("name") for entry in sent if isinstance(entry, dict)}
+    count = len(names)
+    if not os.path.isdir(ARTIFACTS) or os.path.islink(ARTIFACTS):
+        return entries, refused
+    for name, path, found in left_files(ARTIFACTS):
+        problem = found
+        if name in names:
+            continue
+        if not problem and (len(name.encode("utf-8", "replace")) > MAX_NAME or printable(name, MAX_NAME + 1) != name):
+            problem = "its name is not printable ASCII of at most 255 bytes"
+        data = b""
+        if not problem:
+            try:
+                data = read_file(path)
+            except OSError as error:
+                problem = "it cannot be read: " + str(error.strerror)
+        if not problem and count >= MAX_ARTIFACTS:
+            problem = f"more than {MAX_ARTIFACTS} artifacts"
+        if not problem and spent + len(data) > budget():
+            problem = f"over the budget of {budget()} bytes per episode"
+        if problem:
+            refused.append({"name": printable(name), "why": problem})
+            continue
+        digest, total = hashlib.sha256(data).hexdigest(), max(1, -(-len(data) // FRAME_DATA))
+        label = base64.urlsafe_b64encode(name.encode()).decode()
+        for seq in range(total):
+            chunk = base64.b64encode(data[seq * FRAME_DATA : (seq + 1) * FRAME_DATA]).decode()
+            out.write(f"rl-demo-artifact 1 {seq} {total} {digest} {label} {chunk}\n".encode())
+        out.flush()
+        entries.append({"name": name, "bytes": len(data), "sha256": digest})
+        spent += len(data)
+        count += 1
+    return entries, refused
+
+
+def rewrite_termination_message(old, new):
+    """The termination message with the worker's reward event replaced by `new` (emptied if it no
+    longer fits: the log then counts alone)."""
+    try:
+        with open(TERMINATION_LOG, "rb") as stream:
+            lines = stream.read().splitlines()
+    except OSError:
+        return
+    text = b""
+    for line in lines:
+        event = reward_event(line)
+        same = event is not None and event.get("at") == old.get("at")
+        text += (json.dumps(new, sort_keys=True).encode() if same else line) + b"\n"
+    try:
+        with open(TERMINATION_LOG, "wb") as stream:
+            stream.write(text if len(text) <= TERMINATION_LIMIT else b"")
+    except OSError:
+        pass
+
+
+def main():
+    out = sys.stdout.buffer
+    worker = subprocess.Popen([sys.executable, "-B", WORKER, *sys.argv[1:]], stdout=subprocess.PIPE)
+    signal.signal(signal.SIGTERM, lambda number, frame: worker.send_signal(signal.SIGTERM))
+    held = []  # the worker's reward event lines: printed once its left files are sent
+    continuing = False  # inside a line longer than LINE_LIMIT: passed on piece by piece
+    for piece in iter(lambda: worker.stdout.readline(LINE_LIMIT + 1), b""):
+        if not continuing and reward_event(piece) is not None:
+            held.append(piece if piece.endswith(b"\n") else piece + b"\n")
+        else:
+            out.write(piece)
+            out.flush()
+        continuing = not piece.endswith(b"\n")
+    code = worker.wait()
+    if held:
+        event = reward_event(held[-1])
+        listed = event.get("artifacts") if isinstance(event.get("artifacts"), list) else []
+        entries, refused = send_left(out, listed)
+        if entries or refused:
+            new = dict(event, artifacts=sorted([*listed, *entries], key=lambda entry: str(entry.get("name"))))
+            if refused:
+                new["artifacts_refused"] = refused
+            held[-1] = json.dumps(new, sort_keys=True).encode() + b"\n"
+            rewrite_termination_message(event, new)
+        for line in held:
+            out.write(line)
+    out.write(END_LINE)
+    out.flush()
+    if code < 0:  # ended by a signal: end by the same one, so the runtime reports 128 + N
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
 # A minimal custom worker (`show-worker --template`): the starting point for `run --worker`.
 # The README's "Plugging in a real model" explains the protocol it follows.
 WORKER_TEMPLATE = r'''"""One episode of your own: read this episode's task, act, emit `ready` and `reward`.
@@ -11004,7 +11236,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks, LAUNCHER_SOURCE)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -11026,6 +11258,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
         worker_source=worker_source,
+        launcher_source=LAUNCHER_SOURCE,
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
@@ -11062,6 +11295,7 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
+        launcher_source=LAUNCHER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
     )
 

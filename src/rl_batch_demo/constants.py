@@ -116,6 +116,8 @@ ARTIFACTS_DIR_NAME = "artifacts"  # DIR/artifacts/<pod>/: the artifacts of the e
 # DIR/artifacts-set-aside/<pod>/: those of a failed, lost or retracted episode, moved out of the way
 # of a trainer that globs DIR/artifacts/ (docs/outputs.md)
 ARTIFACTS_SET_ASIDE_DIR_NAME = "artifacts-set-aside"
+LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
+ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too

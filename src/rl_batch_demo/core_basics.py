@@ -30,6 +30,7 @@ from .constants import (
     INFRA_RETRIES_INSTEAD,
     JOB_FIELD_NEEDS,
     JOB_NAME,
+    LAUNCHER_KEY,
     LEGACY_UID_LABEL,
     MAX_ARTIFACT_BYTES_ENV,
     POD_LIMITS,
@@ -300,15 +301,22 @@ def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+    namespace: str,
+    run_id: str,
+    worker_source: str,
+    tasks: Optional[Sequence[JsonObject]] = None,
+    launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
+    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
+    one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
         "data": {"episode.py": worker_source},
     }
+    if launcher_source:
+        manifest["data"][LAUNCHER_KEY] = launcher_source
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
     return manifest
@@ -414,6 +422,7 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    launcher: bool = False,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -436,7 +445,8 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["python", "-B", "/demo/episode.py"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
+                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
@@ -529,6 +539,7 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        launcher=bool(settings.launcher_source),
     )
 
 

@@ -541,7 +541,13 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(
+                self.namespace,
+                self.run_id,
+                self.settings.worker_source,
+                self.settings.tasks,
+                self.settings.launcher_source,
+            ),
         ]
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds

@@ -68,6 +68,9 @@ class RunSettings:
     json_summary: bool
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    # the launcher that runs it in the pod and sends what it leaves under RL_DEMO_ARTIFACTS
+    # (sandbox/launcher.py; "": the worker is the pod's command itself)
+    launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes

@@ -930,6 +930,16 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
+        # The container's command, as the kubelet runs it: a /demo/X.py of the ConfigMap (the
+        # tool's launcher.py, which runs episode.py beside it), else the worker itself. A worker the
+        # faults replace (the stand-in, a SIGTERM-ignoring one) replaces episode.py there too.
+        command = [str(part) for part in container.get("command") or []]
+        mounted = self.script_mount_dir(sim.workdir, container, spec)
+        entry = os.path.basename(command[-1]) if command and command[-1].endswith(".py") else "episode.py"
+        if entry != "episode.py" and os.path.isfile(os.path.join(mounted, entry)):
+            with open(os.path.join(mounted, "episode.py"), "w", encoding="utf-8") as f:
+                f.write(script or "")
+            script_path = os.path.join(mounted, entry)
         # The container's paths in env values the worker opens (RL_DEMO_ARTIFACTS, /workspace/...)
         # are this pod's local workspace: the fake has no container filesystem.
         for key in ("RL_DEMO_ARTIFACTS",):
@@ -1007,6 +1017,7 @@ class JobController:
         with open(worker_output(lp, sim), "wb") as log:
             sim.proc = subprocess.Popen(
                 [os.path.join(sim.workdir, "bin", "python"), "-B", script_path],  # mount_container_paths
+                start_new_session=True,  # the container's processes: a SIGKILL ends them all (kill)
                 cwd=workspace,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -1049,9 +1060,11 @@ class JobController:
         return f'Container image "{image}" already present on machine'
 
     def kill(self, sim: PodSim) -> None:
+        """SIGKILL to the container: every process in it (its own session), as the runtime kills
+        the container's cgroup; SIGTERM (terminate) goes to its first process alone."""
         if sim.proc is not None and sim.proc.poll() is None:
             try:
-                sim.proc.kill()
+                os.killpg(sim.proc.pid, signal.SIGKILL)
                 sim.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
