@@ -6,6 +6,7 @@ it while it ran."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -29,6 +30,29 @@ def main():
         print("episode 3 gives up", flush=True)
         return 1
     time.sleep(60)  # stopped by the job controller long before
+    return 0
+"""
+
+# A worker that only writes files: no send_artifacts() call, its reward event lists none.
+WRITES_ONLY_MAIN = """
+def main():
+    task = read_task()
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    ARTIFACTS.joinpath("steps").mkdir(parents=True, exist_ok=True)
+    ARTIFACTS.joinpath("trajectory.json").write_text(json.dumps({"index": INDEX}))
+    ARTIFACTS.joinpath("steps", "0.txt").write_bytes(b"first step\\n" * INDEX)
+    emit("reward", reward=1.0)
+    return 0
+"""
+# ... and one that leaves what cannot be sent: a symlink, and a file over --max-artifact-bytes.
+LEAVES_REFUSED_MAIN = """
+def main():
+    task = read_task()
+    emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    ARTIFACTS.joinpath("big.bin").write_bytes(b"x" * 5000)
+    os.symlink("/etc/passwd", str(ARTIFACTS / "link"))
+    emit("reward", reward=1.0)
     return 0
 """
 
@@ -149,6 +173,37 @@ class RowsWithTheirFilesTest(SourcesTestCase):
         )
         cluster.wait_idle()
         return result
+
+    def test_a_worker_that_only_writes_files_has_them_saved(self) -> None:
+        """Artifacts need no call: the launcher sends what the worker left under
+        RL_DEMO_ARTIFACTS once it exits, and adds them to its reward event."""
+        cluster = self.cluster()
+        worker = self.root / "writer.py"
+        worker.write_text(template_with_main(WRITES_ONLY_MAIN))
+        self.run_tool(cluster, 0, "--count", "2", "--worker", str(worker))
+        for row in self.results()["pods"]:
+            self.assertEqual([entry["name"] for entry in row["artifacts"]], ["steps/0.txt", "trajectory.json"], row)
+            for entry in row["artifacts"]:
+                data = (self.out / "artifacts" / row["pod"] / entry["name"]).read_bytes()
+                self.assertEqual((len(data), hashlib.sha256(data).hexdigest()), (entry["bytes"], entry["sha256"]))
+            trajectory = json.loads((self.out / "artifacts" / row["pod"] / "trajectory.json").read_text())
+            self.assertEqual(trajectory, {"index": row["index"]})
+
+    def test_files_that_cannot_be_sent_fail_the_episode_naming_them(self) -> None:
+        """A symlink (never followed) and a file over --max-artifact-bytes: not sent, and the
+        episode fails with a cause that names both, never silence."""
+        cluster = self.cluster()
+        worker = self.root / "refused.py"
+        worker.write_text(template_with_main(LEAVES_REFUSED_MAIN))
+        result = self.tool(
+            cluster, "run", "--count", "1", "--worker", str(worker), "--max-artifact-bytes", "4096",
+            "--output", str(self.out), "--quiet",
+        )  # fmt: skip
+        self.assertEqual(result.returncode, demo.EXIT_EPISODE, result.stderr)
+        self.assertIn("its artifacts could not all be sent", result.stderr)
+        self.assertIn("'big.bin' ('over the budget of 4096 bytes per episode')", result.stderr)
+        self.assertIn("'link' ('a symlink (never followed)')", result.stderr)
+        self.assertFalse(list(self.out.glob("artifacts/*/link")))
 
     def test_leaving_the_loop_while_logs_are_read_stops_the_run(self) -> None:
         """The first row comes while two episodes still run (and their logs are followed);
