@@ -163,6 +163,8 @@ def main():
             out.write(piece)
             out.flush()
         continuing = not piece.endswith(b"\n")
+    if continuing:  # the worker's last line lacks its newline: the frames and the end line start their own
+        out.write(b"\n")
     code = worker.wait()
     if held:
         event = reward_event(held[-1])
