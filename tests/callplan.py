@@ -351,7 +351,7 @@ class RunPlan:
         """One `create` of a List: the namespace, then the ConfigMap with the worker."""
         manifests = [
             demo.namespace_manifest(NAMESPACE, RUN_ID),
-            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE),
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
         ]
         listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
         created = self.cluster.create(listing, [namespace_object(), configmap_object()])
@@ -375,7 +375,7 @@ class RunPlan:
         return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object())
+        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE), configmap_object())
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
