@@ -166,7 +166,8 @@ class RunEndToEndTest(ClusterTestCase):
             ready, reward = (
                 json.loads(line)
                 for line in self.cluster.pod_log(namespace, name).splitlines()
-                if not line.startswith("rl-demo-artifact 1 ")  # the artifact frames, between the two
+                # the artifact frames, between the two, and the launcher's last line
+                if not line.startswith("rl-demo-artifact 1 ") and line != demo.LOG_END_LINE.decode()
             )
             created = demo.parse_timestamp(pod["metadata"]["creationTimestamp"])
             status = pod["status"]["containerStatuses"][0]
