@@ -375,7 +375,10 @@ class RunPlan:
         return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE), configmap_object())
+        return self.cluster.create(
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
+            configmap_object(),
+        )
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch

@@ -355,15 +355,14 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertFalse(cluster.pod_log(cluster_namespace(results), lost).endswith("\n"))  # cut mid-line
         self.assertIn("rl-demo-artifact 1 ", cluster.pod_log(cluster_namespace(results), lost))
         self.assertFalse((self.out / "artifacts" / lost).exists())
-        self.assertFalse((self.out / f"{lost}.log").exists())
         for row in results["pods"]:
             names = sorted(entry["name"] for entry in row["artifacts"])
             self.assertEqual(names, ["patch.diff", "tests-output.txt"], row["pod"])
+        # followed reads: the first three pods', then the replacement's; one `logs POD` more at most
         reads = [argv for argv in cluster.calls() if "logs" in argv]
         selector_reads = [argv for argv in reads if "-l" in argv]
-        self.assertEqual(len(selector_reads), 1, reads)
-        self.assertIn("--ignore-errors", selector_reads[0])
-        self.assertLessEqual(len(reads), 2, reads)
+        self.assertTrue(all("--ignore-errors" in read and "-f" in read for read in selector_reads), reads)
+        self.assertLessEqual(len(reads), 3, reads)
 
     def test_a_pod_evicted_mid_frame_without_retries_fails_the_run_with_its_cut_log_saved(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
@@ -402,10 +401,10 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         [attempt] = rows[0]["lost_attempts"]
         self.assertIn("rejected by the kubelet before any container ran (OutOfcpu", attempt["cause"])
         self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
-        # It has no log (`container "episode" in pod ... is not available`), yet the one selector
-        # read that matches it beside its replacement goes on past it (--ignore-errors)
-        [read] = [argv for argv in cluster.calls() if "logs" in argv]
-        self.assertIn("--ignore-errors", read)
+        # It has no log (`container "episode" in pod ... is not available`), never started, so no
+        # followed read waits for it; every read goes on past a pod it cannot read (--ignore-errors)
+        reads = [argv for argv in cluster.calls() if "logs" in argv]
+        self.assertTrue(reads and all("--ignore-errors" in read for read in reads), reads)
         self.assertFalse((self.out / f"{attempt['pod']}.log").exists())
 
     def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:

@@ -190,8 +190,8 @@ class RowsWithTheirFilesTest(SourcesTestCase):
             self.assertEqual(trajectory, {"index": row["index"]})
 
     def test_files_that_cannot_be_sent_fail_the_episode_naming_them(self) -> None:
-        """A symlink (never followed) and a file over --max-artifact-bytes: not sent, and the
-        episode fails with a cause that names both, never silence."""
+        """A file over --max-artifact-bytes is not sent, and the episode fails with a cause that
+        names it, never silence; a symlink beside it is skipped, never followed."""
         cluster = self.cluster()
         worker = self.root / "refused.py"
         worker.write_text(template_with_main(LEAVES_REFUSED_MAIN))
@@ -202,8 +202,10 @@ class RowsWithTheirFilesTest(SourcesTestCase):
         self.assertEqual(result.returncode, demo.EXIT_EPISODE, result.stderr)
         self.assertIn("its artifacts could not all be sent", result.stderr)
         self.assertIn("'big.bin' ('over the budget of 4096 bytes per episode')", result.stderr)
-        self.assertIn("'link' ('a symlink (never followed)')", result.stderr)
-        self.assertFalse(list(self.out.glob("artifacts/*/link")))
+        self.assertNotIn("'link'", result.stderr)
+        self.assertFalse(list(self.out.glob("artifacts*/*/link")))
+        [log] = self.out.glob("rollout-*.log")
+        self.assertIn("artifact skipped (not a regular file): link", log.read_text())
 
     def test_leaving_the_loop_while_logs_are_read_stops_the_run(self) -> None:
         """The first row comes while two episodes still run (and their logs are followed);

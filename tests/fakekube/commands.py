@@ -1320,8 +1320,12 @@ def follow_pod_log(
             else:
                 emit(read_logs(cri_records(raw))[sent:])
             return
-        text = read_logs(cri_records(raw[: raw.rfind(b"\n") + 1]))
-        if len(text) > sent:
+        complete = raw[: raw.rfind(b"\n") + 1]
+        text = read_logs(cri_records(complete))
+        if sent == 0 and text:  # a stream's start: the kubelet's current file only (rotation)
+            emit(served_log(complete, int(inv.faults.get("container_log_max_size") or CONTAINER_LOG_MAX_SIZE)))
+            sent = len(text)
+        elif len(text) > sent:  # then each line as it comes, across rotations (logs.go waitLogs reopens)
             emit(text[sent:])
             sent = len(text)
         time.sleep(FOLLOW_POLL_SECONDS)

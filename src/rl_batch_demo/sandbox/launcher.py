@@ -6,10 +6,11 @@ worker left under RL_DEMO_ARTIFACTS that it did not send itself (send_artifacts)
 need no call: each file as frames on stdout ("rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA",
 docs/own-episodes.md), the worker's reward event then printed (held back until now) and rewritten
 in the termination message with those files added to its `artifacts` list. Files are found with
-lstat and never followed: a symlink, a file that is not a regular one, one that cannot be read, one
-past the episode's budget (RL_DEMO_MAX_ARTIFACT_BYTES) or past 64 files is not sent but listed in
-the reward event's `artifacts_refused` ({name, why}), which fails the episode with a cause that
-names them. Its last line is "rl-demo-end 1": the tool knows the log is whole.
+lstat and never followed: a symlink or anything else that is not a regular file is skipped with a
+line on stderr, as send_artifacts skips it; a file that cannot be read, one past the episode's
+budget (RL_DEMO_MAX_ARTIFACT_BYTES) or past 64 files is not sent but listed in the reward event's
+`artifacts_refused` ({name, why}), which fails the episode with a cause that names them. Its last
+line is "rl-demo-end 1": the tool knows the log is whole.
 
 SIGTERM (the kubelet stopping the pod) is passed on to the worker; the launcher then ends as the
 worker did (a signal's exit code stays 128 + N). Standard library only, any Python 3.9+.
@@ -68,12 +69,11 @@ def left_files(root):
             continue
         for entry in entries:
             name = prefix + entry.name
-            if entry.is_symlink():
-                found.append((name, entry.path, "a symlink (never followed)"))
+            if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+                # never followed, as send_artifacts skips it: no file of the episode's own
+                print("artifact skipped (not a regular file): " + printable(name), file=sys.stderr)
             elif entry.is_dir(follow_symlinks=False):
                 pending.append((entry.path, name + "/"))
-            elif not entry.is_file(follow_symlinks=False):
-                found.append((name, entry.path, "not a regular file"))
             else:
                 found.append((name, entry.path, ""))
     return sorted(found)
