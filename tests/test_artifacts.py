@@ -432,7 +432,8 @@ class ArtifactRunTest(unittest.TestCase):
         rotating = HOSTILE_WORKER.replace("if INDEX == 0:", "if INDEX == -1:").replace(
             "elif INDEX == 1:", "elif INDEX == 0:"
         )
-        worker.write_text(rotating.replace('b"b" * 100_000', "os.urandom(300_000)"))
+        # written 2 s after the start, when the log is followed (from the container's start on)
+        worker.write_text(rotating.replace('b"b" * 100_000', "(time.sleep(2), os.urandom(300_000))[1]"))
         result, output = self.run_tool(
             "rotated",
             *("--count", "1", "--worker", str(worker), "--tasks", str(self.tasks(1))),
