@@ -39,6 +39,7 @@ from .core_cluster import (
     record_pod_sighting,
     template_changes,
     termination_message,
+    watched_object_problem,
 )
 from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_PREFIX, pinned_image, warmup_job_manifest
 from .core_permissions import eligible_nodes
@@ -184,6 +185,7 @@ class JobWatch:
         self.sightings: Dict[str, Dict[str, Any]] = {}
         self.last_pods: Dict[str, KubeObject] = {}
         self.deleted = False  # a pod was deleted during the watch
+        self.pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
         self.admitted_seen: Optional[float] = None
         self.job_stream_open = self.pod_stream_open = True
         self.watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
@@ -208,7 +210,8 @@ class JobWatch:
         elif kind == "ERROR" and not decided:
             status = obj if isinstance(obj, dict) else {}
             self.watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
-        elif kind in (("MODIFIED",) if decided else ("ADDED", "MODIFIED")) and isinstance(obj, dict):
+        elif kind in (("MODIFIED",) if decided else ("ADDED", "MODIFIED")) and not watched_object_problem(obj):
+            assert isinstance(obj, dict)  # watched_object_problem: a dict of the Job's shape
             self.take_job(obj, clock)
 
     def take_job(self, obj: KubeObject, clock: float) -> None:
@@ -219,6 +222,9 @@ class JobWatch:
             self.deadline = max(self.deadline, clock + self.run_seconds)
 
     def _pod_event(self, kind: Any, pod: Any, wall: float) -> None:
+        if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
+            self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
+            return
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
         if kind in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
@@ -257,7 +263,7 @@ class JobWatch:
             self.sightings,
             blocked,
             self.last_pods,
-            self.deleted,
+            self.deleted or self.pods_doubtful,
             self.queued,
             self.admitted_seen,
         )
@@ -351,14 +357,20 @@ def wait_for_job(
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
             except queue.Empty:
                 tag = None
+            shape = watched_object_problem(event.get("object")) if tag == "job" and event is not None else ""
+            if shape and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                state.watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
+                watches[0].stop()
+                event = None
+            if tag == "job" and event is None and not state.job_stream_open:
+                continue  # the end of a watch the run had stopped reading
             if tag is not None:
                 state.take(tag, wall, clock, event)
                 if tag == "job" and event is None:
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = state.watch_error or (
-                        lines[-1] if lines else "no message"
-                    )  # kubectl's error, or a crash's
+                    # the watch's own error event, what it printed instead of events, kubectl's error
+                    reason = state.watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
@@ -369,6 +381,13 @@ def wait_for_job(
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
+                shape = watched_object_problem(polled)
+                if shape:
+                    raise DemoError(
+                        f"kubectl printed Job {label} with an unexpected shape ({shape}); run kubectl -n {namespace} "
+                        f"get job {name} -o json to see it",
+                        EXIT_CLUSTER,
+                    )
                 state.take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
             live = state.live
