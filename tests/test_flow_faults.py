@@ -620,6 +620,9 @@ class WatchedStateTest(FaultTestCase):
         calls = plan.run()
         calls[6] = plan.pod_watch(chunks=chunks)
         calls[7] = plan.pods_and_events()
+        watched = [batch.pod(episode, "pending") for episode in batch.episodes]  # the odd event is ignored
+        watched += [batch.pod(episode) for episode in batch.episodes]
+        calls[-len(plan.follows(batch)) - 1 : -1] = plan.follows(batch, watched)
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertNotIn("Traceback", result.stderr)
