@@ -7364,12 +7364,12 @@ class EpisodeLogReader:
             if self.on_progress is not None and (frames != target.frame_lines or body == LOG_END_LINE):
                 self.on_progress(name)
 
-    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str]:
-        """The artifacts of this pod saved so far (each whole and hash-checked) and the first
-        rule its frames broke ("" while none)."""
+    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str, bool]:
+        """The artifacts of this pod saved so far (each whole and hash-checked), the first rule
+        its frames broke ("" while none), and whether that rule is frames that never came."""
         log_file = self.files.get(name)
         sink = log_file.artifacts if log_file is not None else None
-        return (dict(sink.saved), sink.error) if sink is not None else ({}, "")
+        return (dict(sink.saved), sink.error, sink.missing) if sink is not None else ({}, "", False)
 
     def finish(self) -> Dict[str, PodLog]:
         """Every pod that printed something: its PodLog, its file complete on disk."""
@@ -8193,13 +8193,12 @@ class LogFollower:
 
     def artifacts_of(self, name: str) -> Optional[Tuple[Dict[str, ArtifactEntry], str, bool]]:
         """A followed pod's artifacts saved so far, the rule its frames broke ("" if none), and
-        whether its read is over; None when no read follows it."""
+        whether that rule is frames that never came; None when no read follows it."""
         with self.lock:
             read = self.read_of.get(name)
         if read is None:
             return None
-        saved, error = read.reader.artifacts_of(name)
-        return saved, error, read.done.is_set()
+        return read.reader.artifacts_of(name)
 
     def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
@@ -8694,9 +8693,9 @@ class RoundRewards:
         state = self.follower.artifacts_of(name) if self.follower is not None else None
         if state is None:
             return None
-        saved, error, _ = state
-        if error:
-            return f"its artifacts did not arrive whole: {error}"
+        saved, error, missing = state
+        if error:  # in the words of the round's analysis (episode_artifacts)
+            return f"its artifacts did not arrive whole: {error}" + (f"; {ARTIFACT_ROTATION_HINT}" if missing else "")
         if all(saved.get(entry["name"]) == entry for entry in listed):
             return ""
         return None
@@ -10935,8 +10934,12 @@ def main():
     out.write(END_LINE)
     out.flush()
     if code < 0:  # ended by a signal: end by the same one, so the runtime reports 128 + N
-        signal.signal(-code, signal.SIG_DFL)
+        try:  # noqa: SIM105 (contextlib would be one more import in the sandbox)
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP keep their default action anyway
         os.kill(os.getpid(), -code)
+        return 128 - code  # a signal whose default action is not to end the process
     return code
 
 

@@ -575,13 +575,12 @@ class LogFollower:
 
     def artifacts_of(self, name: str) -> Optional[Tuple[Dict[str, ArtifactEntry], str, bool]]:
         """A followed pod's artifacts saved so far, the rule its frames broke ("" if none), and
-        whether its read is over; None when no read follows it."""
+        whether that rule is frames that never came; None when no read follows it."""
         with self.lock:
             read = self.read_of.get(name)
         if read is None:
             return None
-        saved, error = read.reader.artifacts_of(name)
-        return saved, error, read.done.is_set()
+        return read.reader.artifacts_of(name)
 
     def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to

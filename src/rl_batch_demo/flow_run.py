@@ -86,6 +86,7 @@ from .core_reports import (
     render_metrics_of_runs,
 )
 from .core_validation import (
+    ARTIFACT_ROTATION_HINT,
     ROUND_COMPLETE,
     analyse_round,
     assemble_results,
@@ -288,9 +289,9 @@ class RoundRewards:
         state = self.follower.artifacts_of(name) if self.follower is not None else None
         if state is None:
             return None
-        saved, error, _ = state
-        if error:
-            return f"its artifacts did not arrive whole: {error}"
+        saved, error, missing = state
+        if error:  # in the words of the round's analysis (episode_artifacts)
+            return f"its artifacts did not arrive whole: {error}" + (f"; {ARTIFACT_ROTATION_HINT}" if missing else "")
         if all(saved.get(entry["name"]) == entry for entry in listed):
             return ""
         return None

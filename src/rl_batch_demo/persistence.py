@@ -551,12 +551,12 @@ class EpisodeLogReader:
             if self.on_progress is not None and (frames != target.frame_lines or body == LOG_END_LINE):
                 self.on_progress(name)
 
-    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str]:
-        """The artifacts of this pod saved so far (each whole and hash-checked) and the first
-        rule its frames broke ("" while none)."""
+    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str, bool]:
+        """The artifacts of this pod saved so far (each whole and hash-checked), the first rule
+        its frames broke ("" while none), and whether that rule is frames that never came."""
         log_file = self.files.get(name)
         sink = log_file.artifacts if log_file is not None else None
-        return (dict(sink.saved), sink.error) if sink is not None else ({}, "")
+        return (dict(sink.saved), sink.error, sink.missing) if sink is not None else ({}, "", False)
 
     def finish(self) -> Dict[str, PodLog]:
         """Every pod that printed something: its PodLog, its file complete on disk."""
