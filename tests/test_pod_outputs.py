@@ -137,9 +137,9 @@ class StoppedPodsTest(SourcesTestCase):
                 self.assertIn(f'pods "{name}" not found', again.stderr)
         self.assertEqual(stopped, 9)
         # no artifact of the failed round is where a trainer looks for good episodes' files
-        self.assertEqual(list((self.out / demo.ARTIFACTS_DIR_NAME).glob("*/*")), [])
+        self.assertEqual(list((self.out / demo.RUN_FILES.artifacts).glob("*/*")), [])
         set_aside = sorted(
-            path.parent.name for path in (self.out / demo.ARTIFACTS_SET_ASIDE_DIR_NAME).glob("*/note.txt")
+            path.parent.name for path in (self.out / demo.RUN_FILES.artifacts_set_aside).glob("*/note.txt")
         )
         self.assertEqual(set_aside, sorted(pod["metadata"]["name"] for pod in pods))
 

@@ -26,7 +26,7 @@ from .constants import (
     LOG_SELECTOR_PODS,
     RUN_LABEL,
 )
-from .core_basics import is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
+from .core_basics import dig, is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
 from .core_clocks import _NODE_NAME, KubeletReading, MetricsScanner, kubelet_reading
 from .core_cluster import (
     _true_condition,
@@ -45,7 +45,7 @@ from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_P
 from .core_permissions import eligible_nodes
 from .errors import DemoError, JobRefused, KubectlFailure, KubectlTimeout
 from .kubectl import Kubectl, concurrently
-from .persistence import EpisodeLogReader, write_atomic, write_json
+from .persistence import EpisodeLogReader, write_empty_log, write_warmup_block
 from .records import (
     ArtifactEntry,
     EpisodeRow,
@@ -94,7 +94,7 @@ class OwnedCreator:
         except KubectlTimeout as error:
             failure = error
         objects = []
-        names = [(item.get("kind"), (item.get("metadata") or {}).get("name")) for item in answered]
+        names = [(item.get("kind"), dig(item, "metadata", "name")) for item in answered]
         for manifest, resource in zip(manifests, resources):
             kind, name = manifest["kind"], manifest["metadata"]["name"]
             match = answered[names.index((kind, name))] if (kind, name) in names else None
@@ -142,7 +142,7 @@ class OwnedCreator:
                 "nothing was repeated; run cleanup, then try again",
                 EXIT_CLUSTER,
             )
-        owner = ((live.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        owner = dig(live, "metadata", "labels", RUN_LABEL)
         if owner != self.run_id:
             raise DemoError(
                 f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
@@ -647,7 +647,7 @@ def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
         for event in kubectl.get_list("events", namespace=namespace)
         if event.get("kind", "Event") == "Event"
         and event.get("reason") == "FailedCreate"
-        and (event.get("involvedObject") or {}).get("name") == name
+        and dig(event, "involvedObject", "name") == name
     ]
     return " ".join(str(refusals[-1].get("message", "")).split()) if refusals else ""
 
@@ -757,9 +757,7 @@ def read_logs(
     if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
         sets.append((selector, wanted, lost_names))
     elif selector is not None and len(wanted) > 1:
-        labels = {
-            pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in [*pods, *lost]
-        }
+        labels = {pod["metadata"]["name"]: dig(pod["metadata"], "labels", INDEX_LABEL) for pod in [*pods, *lost]}
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
             by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
             for start in range(0, len(by_index), LOG_SELECTOR_PODS):
@@ -783,7 +781,7 @@ def read_logs(
             errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             if gate is not None:
                 gate.wait()
-            write_atomic(round_dir / f"{name}.log", "")
+            write_empty_log(round_dir, name)
 
     in_pool([functools.partial(read_set, *entry) for entry in sets])
     in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
@@ -863,7 +861,7 @@ def warm_up(
     plan = []
     for number, node in enumerate(eligible, 1):
         node_name = str(node["metadata"]["name"])
-        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        hostname = str(dig(node["metadata"], "labels", HOSTNAME_LABEL) or node_name)
         name = f"{WARMUP_JOB_PREFIX}-{number}"
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
@@ -896,7 +894,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / "warmup.json", block)
+    write_warmup_block(settings.output, block)
     return image_ids, block
 
 
