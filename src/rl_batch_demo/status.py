@@ -80,6 +80,22 @@ def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "")
             room = width - 1
             lines.append(line[:room] + "\\")
             line = line[room:]
+        # A quoted word too wide (a label selector with spaces): cut into quoted pieces joined by
+        # backslash-newlines outside the quotes, which the shell removes: 'ab'\<newline>'cd' is abcd.
+        if _display_width(line) > width and word.startswith("'") and width > len(indent) + 8:
+            line = line[: len(line) - len(word)]
+            rest = shlex.split(word)[0]
+            while rest:
+                room = max(1, width - _display_width(line) - 4)
+                piece, rest = rest[:room], rest[room:]
+                line += (
+                    shlex.quote(piece)
+                    if piece.strip() and " " not in piece
+                    else "'" + piece.replace("'", "'\"'\"'") + "'"
+                )
+                if rest:
+                    lines.append(line + "\\")
+                    line = ""
     if comment and _display_width(f"{line}  {comment}") > width:
         lines.append(line)
         line = " " * len(prefix) + comment
