@@ -137,6 +137,11 @@ LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is 
 LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
+# The last line the episode's launcher prints, after the artifacts it framed (docs/own-episodes.md):
+# a followed log (LogFollower) that printed it is whole once its pod has ended, so its read can stop
+# without waiting for the kubelet to end the stream (it looks every 5 s: kuberuntime/logs/logs.go
+# waitLogs, stateCheckPeriod). An episode that prints it itself only cuts its own log short.
+LOG_END_LINE = b"rl-demo-end 1"
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
@@ -197,6 +202,9 @@ class RunFiles(NamedTuple):
     pods: str = "pods.json"
     events: str = "events.txt"
     artifacts: str = "artifacts"  # a directory: one folder per episode
+    # a directory: the artifacts of a failed, lost or retracted episode, moved out of the way of
+    # a trainer that globs artifacts/
+    artifacts_set_aside: str = "artifacts-set-aside"
     results: str = "results.json"
     rewards: str = "rewards.jsonl"
     timeline: str = "timeline.svg"
@@ -214,6 +222,8 @@ BUILTIN_WORKER = "built-in"
 # as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
 # cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
 # `artifacts` manifest.
+LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
+ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
@@ -867,6 +877,9 @@ class Timing:
     poll_interval: float = 1.0  # polling the Job once its watch has ended early
     blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
     final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
+    # after the decision, for the logs followed while the pods ran to end by themselves (a stopped
+    # pod's stream ends with its container; the kubelet notices an exited one within 5 s)
+    follow_grace_seconds: float = 6.0
     serviceaccount_wait_seconds: float = 10.0  # after the namespace's create, for its default ServiceAccount
     cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
     cleanup_max_poll: float = 2.0  # ... up to this
@@ -894,6 +907,9 @@ class RunSettings:
     json_summary: bool
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    # the launcher that runs it in the pod and sends what it leaves under RL_DEMO_ARTIFACTS
+    # (sandbox/launcher.py; "": the worker is the pod's command itself)
+    launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
@@ -1831,15 +1847,22 @@ def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+    namespace: str,
+    run_id: str,
+    worker_source: str,
+    tasks: Optional[Sequence[JsonObject]] = None,
+    launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
+    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
+    one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
         "data": {"episode.py": worker_source},
     }
+    if launcher_source:
+        manifest["data"][LAUNCHER_KEY] = launcher_source
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
     return manifest
@@ -1989,6 +2012,7 @@ def job_manifest(
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
     workspace_size: str = DEFAULT_WORKSPACE_SIZE,
     local_queue: Optional[str] = None,
+    launcher: bool = False,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -2015,7 +2039,8 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["python", "-B", "/demo/episode.py"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
+                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
@@ -2119,6 +2144,7 @@ def round_job_manifest(
         ephemeral_storage=settings.ephemeral_storage,
         workspace_size=settings.workspace_size,
         local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
+        launcher=bool(settings.launcher_source),
     )
 
 
@@ -3187,6 +3213,26 @@ def message_needs_log(message: str) -> bool:
     return not message.strip() or message_cut_at_front(message)
 
 
+def with_watched_pods(pods: List[KubeObject], observation: RoundObservation, job: KubeObject) -> List[KubeObject]:
+    """The listed pods and, as the watch last saw them, the Job's pods the listing no longer has
+    (deleted since: a failed Job's stopped pods, a preempted one), in creation order."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    uid = str(job["metadata"]["uid"])
+    gone = [pod for name, pod in observation.last_pods.items() if name not in listed and pod_belongs_to(pod, uid)]
+    if not gone:
+        return pods
+    return sorted(
+        [*pods, *gone], key=lambda pod: (str(pod["metadata"].get("creationTimestamp") or ""), pod["metadata"]["name"])
+    )
+
+
+def log_wanted(pod: KubeObject) -> bool:
+    """Beyond the cross-check limit, whether a pod's log is read: its termination message cannot
+    carry its events, or it lists artifacts (their frames travel in the log alone)."""
+    message = termination_message(pod)
+    return message_needs_log(message) or declares_artifacts(message)
+
+
 def complete_lines(message: str) -> str:
     """A message cut at the front without its first line, which may be the end of a longer one."""
     return message.partition("\n")[2]
@@ -4128,6 +4174,19 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
+def refused_artifacts_text(refused: Any) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+    items = refused if isinstance(refused, list) else [refused]
+    named = [
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        if isinstance(item, dict)
+        else short_repr(item)
+        for item in items[:5]
+    ]
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return "; ".join(named) + more
+
+
 def episode_artifacts(
     pod_name: str,
     events: List[JsonObject],
@@ -4146,6 +4205,9 @@ def episode_artifacts(
         declared = artifact_manifest(reward.get("artifacts"), budget)
     except ValueError as error:
         raise invalid(str(error)) from None
+    refused = reward.get(ARTIFACTS_REFUSED_FIELD)
+    if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
     if not received:
         return declared
     if log is None:
@@ -6913,21 +6975,22 @@ def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "")
             room = width - 1
             lines.append(line[:room] + "\\")
             line = line[room:]
-        # A single-quoted word (shlex.quote's, without a quote of its own inside) too long for a line
-        # is cut the same way between two quoted pieces: its quote closed before the backslash-newline
-        # and opened again at the start of the next line; the shell joins the adjacent pieces.
-        start = len(line) - len(word)
-        while (
-            _display_width(line) > width
-            and word.startswith("'")
-            and word.count("'") == 2
-            and width - 2 > start + 1
-            and width > len(indent) + 4
-        ):
-            room = width - 2
-            lines.append(line[:room] + "'\\")
-            line = "'" + line[room:]
-            start = 0
+        # A quoted word too wide (a label selector with spaces): cut into quoted pieces joined by
+        # backslash-newlines outside the quotes, which the shell removes: 'ab'\<newline>'cd' is abcd.
+        if _display_width(line) > width and word.startswith("'") and width > len(indent) + 8:
+            line = line[: len(line) - len(word)]
+            rest = shlex.split(word)[0]
+            while rest:
+                room = max(1, width - _display_width(line) - 4)
+                piece, rest = rest[:room], rest[room:]
+                line += (
+                    shlex.quote(piece)
+                    if piece.strip() and " " not in piece
+                    else "'" + piece.replace("'", "'\"'\"'") + "'"
+                )
+                if rest:
+                    lines.append(line + "\\")
+                    line = ""
     if comment and _display_width(f"{line}  {comment}") > width:
         lines.append(line)
         line = " " * len(prefix) + comment
@@ -7427,6 +7490,7 @@ class Kubectl:
         timeout: Optional[float] = None,
         request_timeout: Optional[str] = REQUEST_TIMEOUT,
         idle: bool = False,
+        on_start: Optional[Callable[[subprocess.Popen[bytes]], None]] = None,
     ) -> None:
         """A read whose output may be large (logs): handed to consume as bytes, chunk by chunk as
         it arrives, never held whole. Repeated after a transient failure only while nothing has
@@ -7436,7 +7500,8 @@ class Kubectl:
         client's timeout (rest.Config.Timeout -> http.Client.Timeout), which also covers reading
         the response, so it would end a large log's transfer. With `idle`, the call ends when it
         has printed nothing for `timeout` seconds, however long it keeps printing; else
-        `timeout` seconds after it started."""
+        `timeout` seconds after it started. `on_start` is given each process as it starts (a
+        followed log's reader ends it once every log it follows is whole)."""
         argv = self.argv(args, namespace, request_timeout)
         delays = list(self.timing.retry_delays)
         first_attempt = time.monotonic()
@@ -7446,6 +7511,8 @@ class Kubectl:
             record = self._record(argv, started)
             process = self._start(argv, record)
             assert process.stdout is not None and process.stderr is not None
+            if on_start is not None:
+                on_start(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
@@ -8047,6 +8114,8 @@ class EpisodeLogReader:
         budgets: Optional[LogBudgets] = None,
         gate: Optional[threading.Event] = None,
         ignored: Iterable[str] = (),
+        errors_inline: bool = False,
+        on_progress: Optional[Callable[[str], None]] = None,
     ) -> None:
         self.round_dir = round_dir
         self.allowed = set(pod_names)
@@ -8064,6 +8133,12 @@ class EpisodeLogReader:
         self.long_line_pod: Optional[str] = None  # inside an over-long line of this pod ("" if unknown)
         self.long_line_tail = b""  # its last bytes, where a prefix cut by a chunk's end begins
         self.gate = gate  # no file is written before it is set (kubectl's output waits in the pipe)
+        # --ignore-errors without lost pods (a followed read, LogFollower): kubectl's error lines
+        # are judged too, so a pod whose stream failed is read again
+        self.errors_inline = errors_inline
+        # told a pod's name when one of its artifacts is saved or refused, or its end line came
+        self.on_progress = on_progress
+        self.ended: Set[str] = set()  # pods whose log printed the launcher's end line (LOG_END_LINE)
 
     def _file(self, name: Optional[str]) -> Optional[_PodLogFile]:
         if name is None or name not in self.allowed:
@@ -8095,7 +8170,7 @@ class EpisodeLogReader:
             return self.single_pod, line
         match = re.match(_PREFIX, line)
         if not match:
-            if self.ignored and line.startswith(_KUBECTL_LOG_ERROR):
+            if (self.ignored or self.errors_inline) and line.startswith(_KUBECTL_LOG_ERROR):
                 self._kubectl_error(line)
             return None, line  # not a pod's line (kubectl's own warning or error): dropped
         name = match.group(1).decode("utf-8", "replace")
@@ -8155,7 +8230,20 @@ class EpisodeLogReader:
                 target.text(body)
             return
         if target is not None:
+            frames = target.frame_lines
             target.line(body, True)
+            assert name is not None
+            if body == LOG_END_LINE:
+                self.ended.add(name)
+            if self.on_progress is not None and (frames != target.frame_lines or body == LOG_END_LINE):
+                self.on_progress(name)
+
+    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str, bool]:
+        """The artifacts of this pod saved so far (each whole and hash-checked), the first rule
+        its frames broke ("" while none), and whether that rule is frames that never came."""
+        log_file = self.files.get(name)
+        sink = log_file.artifacts if log_file is not None else None
+        return (dict(sink.saved), sink.error, sink.missing) if sink is not None else ({}, "", False)
 
     def finish(self) -> Dict[str, PodLog]:
         """Every pod that printed something: its PodLog, its file complete on disk."""
@@ -8636,6 +8724,160 @@ class OwnedCreator:
         return live
 
 
+class JobWatch:
+    """What wait_for_job knows of one Job and its pods, changed only by `take` (one event of
+    either watch): pure, so table tests drive it without threads or processes (the pod hook
+    aside, which the caller gives).
+
+    A Job created suspended (`job`, as the API server stored it) waits in its queue; once
+    resumed it has `run_seconds` more (activeDeadlineSeconds counts from then), so the client's
+    `deadline` moves. `pod_spec` is the pod spec the run submitted: a pod that runs something else
+    (a sidecar injected, a container changed) raises JobRefused. `on_pod` is told of each pod as
+    the watch delivers it."""
+
+    def __init__(
+        self,
+        job: KubeObject,
+        deadline: float,
+        run_seconds: float = 0.0,
+        pod_spec: Optional[KubeObject] = None,
+        on_pod: Optional[Callable[[KubeObject], None]] = None,
+        label: str = "",
+        read_node: Optional[Callable[[str], str]] = None,
+    ) -> None:
+        self.live = job
+        self.job_uid = str(job["metadata"]["uid"])
+        self.label = label or f"{job['metadata'].get('namespace')}/{job['metadata']['name']}"
+        self.queued = job_suspended(job)
+        self.deadline = deadline
+        self.run_seconds = run_seconds
+        self.pod_spec = pod_spec
+        self.on_pod = on_pod
+        self.sightings: Dict[str, Dict[str, Any]] = {}
+        self.last_pods: Dict[str, KubeObject] = {}
+        self.deleted = False  # a pod was deleted during the watch
+        self.pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
+        self.admitted_seen: Optional[float] = None
+        self.job_stream_open = self.pod_stream_open = True
+        self.watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
+        self.read_node = read_node  # a node's state (node_state), read once per node by the caller's kubectl
+        self.lost_pods: Dict[str, str] = {}  # pods still Running on a node that stopped answering -> the node
+        self.node_states: Dict[str, str] = {}
+
+    def take(self, tag: str, wall: float, clock: float, event: Optional[KubeObject], decided: bool = False) -> None:
+        """One event of the Job's watch (`tag` "job") or the pods' ("pods"), None when that watch
+        ended; `wall` and `clock` its arrival on the client's clocks. Before the decision, the
+        Job's deletion raises DemoError; after it (`decided`), only the Job's new states count."""
+        if event is None:
+            if tag == "job":
+                self.job_stream_open = False
+            else:
+                self.pod_stream_open = False  # the Job's watch, or polling, still says when it ends
+            return
+        kind, obj = event.get("type"), event.get("object")
+        if tag == "pods":
+            self._pod_event(kind, obj, wall)
+        elif kind == "DELETED" and not decided:
+            raise DemoError(
+                f"Job {self.label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
+            )
+        elif kind == "ERROR" and not decided:
+            status = obj if isinstance(obj, dict) else {}
+            self.watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
+        elif kind in (("MODIFIED",) if decided else ("ADDED", "MODIFIED")) and not watched_object_problem(obj):
+            assert isinstance(obj, dict)  # watched_object_problem: a dict of the Job's shape
+            self.take_job(obj, clock)
+
+    def take_job(self, obj: KubeObject, clock: float) -> None:
+        """The Job as now seen (an event, or a poll); a queued Job's resumption moves the deadline."""
+        self.live = obj
+        if self.queued and self.admitted_seen is None and not job_suspended(obj):
+            self.admitted_seen = clock
+            self.deadline = max(self.deadline, clock + self.run_seconds)
+
+    def _pod_event(self, kind: Any, pod: Any, wall: float) -> None:
+        if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
+            self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
+            return
+        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        if kind in ("ADDED", "MODIFIED"):
+            if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
+                changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
+                if changes:
+                    raise JobRefused(
+                        f"the cluster changed what pod {pod_name} of Job {self.label} runs: " + "; ".join(changes)
+                    )
+            record_pod_sighting(self.sightings, pod, wall)
+            if isinstance(pod_name, str) and pod_name:
+                self.last_pods[pod_name] = pod
+                self._watch_node(pod_name, pod)
+                if self.on_pod is not None:
+                    self.on_pod(pod)
+        elif kind == "DELETED":
+            self.deleted = True
+            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
+                self.last_pods[pod_name] = pod
+
+    def _watch_node(self, pod_name: str, pod: KubeObject) -> None:
+        """A pod whose node stopped answering (unanswered_node): its node read once, for its
+        state in the progress line and in the failure; a pod that ended since is no longer lost."""
+        node = unanswered_node(pod)
+        if not node:
+            self.lost_pods.pop(pod_name, None)
+            return
+        self.lost_pods[pod_name] = node
+        if node not in self.node_states:
+            self.node_states[node] = self.read_node(node) if self.read_node is not None else node_state(node, None)
+
+    @property
+    def condition(self) -> Optional[str]:
+        """The job controller's decision, once the Job shows one (job_condition)."""
+        return job_condition(self.live)
+
+    def observation(
+        self,
+        condition: Optional[str] = None,
+        wall: Optional[float] = None,
+        clock: Optional[float] = None,
+        blocked: str = "",
+    ) -> RoundObservation:
+        return RoundObservation(
+            self.live,
+            condition,
+            wall,
+            clock,
+            self.sightings,
+            blocked,
+            self.last_pods,
+            self.deleted or self.pods_doubtful,
+            self.queued,
+            self.admitted_seen,
+            dict(self.lost_pods),
+            dict(self.node_states),
+        )
+
+    def settled(self, condition: str) -> bool:
+        """After the decision, whether nothing more is worth waiting for: the Job has its terminal
+        condition (Complete after SuccessCriteriaMet, Failed after FailureTarget: job.json then
+        shows both) and, after a success, the pods as watched prove their final state (the two
+        watches are separate streams: the pods' last events may arrive just after the Job's,
+        which spares the listing of every pod, see final_pods_from_watch); after a failure, every
+        pod as watched has ended, as many as the Job counted, so each ended pod's verdict is
+        streamed (rewards.jsonl) before the round's failure retracts it. A watch that ended brings
+        nothing more either."""
+        terminal = "Complete" if condition == "Complete" else "Failed"
+        ended = bool(_true_condition(self.live, (terminal,))) or not self.job_stream_open
+        if self.deleted or not self.pod_stream_open:
+            return ended
+        if condition == "Complete":
+            return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
+        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        status = self.live.get("status") or {}
+        counts: List[Any] = [status.get("succeeded"), status.get("failed")]
+        counted = sum(value for value in counts if is_int(value))
+        return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
+
+
 def wait_for_job(
     kubectl: Kubectl,
     namespace: str,
@@ -8649,166 +8891,64 @@ def wait_for_job(
     run_seconds: float = 0.0,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
-    Job's watch ends early.
+    Job's watch ends early. What the events mean is JobWatch's; this loop owns the watches, the
+    polls, the progress line and the time.
 
     The Job's watch is a list watch by name (`get jobs --field-selector metadata.name=NAME`): it
     prints every event, where a single object's watch drops its first one (kubectl get.go watch()),
     and with it a change made between its GET and its watch, such as a quick Job's Complete. The
     events carry the client clock of their arrival, so the decision is seen within milliseconds of
     the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
-    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
-    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
-    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
-    that runs something else (a sidecar injected, a container changed) raises JobRefused."""
+    a terminated pod's reward is known from its status). A queued Job is shown as queued."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
+    label = f"{namespace}/{name}"
+
+    def read_node(node: str) -> str:
+        try:
+            return node_state(node, kubectl.get("node", node))
+        except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
+            return node_state(node, None, failure.first_line)
+        except KubectlTimeout as timeout:
+            return node_state(node, None, str(timeout))
+
+    state = JobWatch(job, deadline, run_seconds, pod_spec, on_pod, label, read_node)
     sink: queue.Queue[Any] = queue.Queue()
-    queued = job_suspended(job)
-    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if queued else 0.0) + 5
+    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if state.queued else 0.0) + 5
     by_name = ["jobs", "--field-selector", f"metadata.name={name}"]
     watches = [kubectl.watch("job", by_name, namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
-    sightings: Dict[str, Dict[str, Any]] = {}
-    last_pods: Dict[str, KubeObject] = {}
-    deleted = False
-    pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
-    live = job
-    admitted_seen: Optional[float] = None
-    job_stream_open = pod_stream_open = True
-    watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
-    label = f"{namespace}/{name}"
-    job_uid = job["metadata"]["uid"]
-    lost_pods: Dict[str, str] = {}  # pods still Running on a node that stopped answering -> the node
-    node_states: Dict[str, str] = {}
-
-    def watch_node(pod_name: str, pod: KubeObject) -> None:
-        """A pod whose node stopped answering (unanswered_node): its node read once, for its
-        state in the progress line and in the failure; a pod that ended since is no longer lost."""
-        node = unanswered_node(pod)
-        if not node:
-            lost_pods.pop(pod_name, None)
-            return
-        lost_pods[pod_name] = node
-        if node not in node_states:
-            try:
-                node_states[node] = node_state(node, kubectl.get("node", node))
-            except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
-                node_states[node] = node_state(node, None, failure.first_line)
-            except KubectlTimeout as timeout:
-                node_states[node] = node_state(node, None, str(timeout))
-
-    def pod_event(event: KubeObject, wall: float) -> None:
-        nonlocal deleted, pods_doubtful
-        pod = event.get("object")
-        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
-            pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
-            return
-        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
-                changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
-                if changes:
-                    raise JobRefused(
-                        f"the cluster changed what pod {pod_name} of Job {label} runs: " + "; ".join(changes)
-                    )
-            record_pod_sighting(sightings, pod, wall)
-            if isinstance(pod_name, str) and pod_name:
-                last_pods[pod_name] = pod  # type: ignore[assignment]
-                watch_node(pod_name, pod)  # type: ignore[arg-type]
-                if on_pod is not None:
-                    on_pod(pod)  # type: ignore[arg-type]
-        elif event.get("type") == "DELETED":
-            deleted = True
-            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
-                last_pods[pod_name] = pod  # type: ignore[assignment]
-
-    def take_job(obj: KubeObject, clock: float) -> None:
-        """The Job as now seen; a queued Job's resumption moves the client's deadline."""
-        nonlocal live, admitted_seen, deadline
-        live = obj
-        if queued and admitted_seen is None and not job_suspended(live):
-            admitted_seen = clock
-            deadline = max(deadline, clock + run_seconds)
-
-    def observation(
-        condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
-    ) -> RoundObservation:
-        return RoundObservation(
-            live,
-            condition,
-            wall,
-            clock,
-            sightings,
-            blocked,
-            last_pods,
-            deleted or pods_doubtful,
-            queued,
-            admitted_seen,
-            dict(lost_pods),
-            dict(node_states),
-        )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
-        """The job controller decided: take in the events already received, then report. Wait a
-        moment for more while the Job lacks its terminal condition (Complete after
-        SuccessCriteriaMet, Failed after FailureTarget: job.json then shows both) or, after a
-        success, the pods as watched do not yet prove their final state: the two watches are
-        separate streams, and the pods' last events may arrive just after the Job's, which spares
-        the listing of every pod (see final_pods_from_watch); after a failure, while a watched pod
-        has not yet ended. The decision's own arrival is what the figures keep."""
-        nonlocal pod_stream_open, job_stream_open
+        """The job controller decided: take in the events already received, then wait a moment
+        for more while JobWatch.settled says so. The decision's own arrival is what the figures
+        keep."""
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
-        terminal = "Complete" if condition == "Complete" else "Failed"
-
-        def observed() -> RoundObservation:
-            return observation(condition, wall, clock)
-
-        def settled() -> bool:  # nothing more to wait for: it all came, or never will
-            ended = bool(_true_condition(live, (terminal,))) or not job_stream_open
-            if deleted or not pod_stream_open:
-                return ended
-            if condition == "Complete":
-                return ended and final_pods_from_watch(observed(), job_uid) is not None
-            # a failure: every pod as watched has ended, and as many as the Job counted, so each
-            # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
-            # it, whichever watch came first (a counted pod since deleted costs the grace)
-            phases = [dig(pod, "status", "phase") for pod in last_pods.values()]
-            status = live.get("status") or {}
-            counts: List[Any] = [status.get("succeeded"), status.get("failed")]
-            counted = sum(value for value in counts if is_int(value))
-            return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
-
         while True:
             remaining = grace_ends - time.monotonic()
-            waiting = not settled() and remaining > 0
+            waiting = not state.settled(condition) and remaining > 0
             try:
                 tag, received_at, received_clock, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
-                return observed()
-            if tag == "job" and event is None:
-                job_stream_open = False
-            elif tag == "job" and event.get("type") == "MODIFIED" and not watched_object_problem(event.get("object")):
-                take_job(event["object"], received_clock)
-            elif tag == "pods" and event is None:
-                pod_stream_open = False
-            elif tag == "pods":
-                pod_event(event, received_at)
+                counts = pod_counts(state.sightings, state.live)
+                progress.update(label, clock - submitted, counts, state.deadline - clock)  # the last
+                return state.observation(condition, wall, clock)
+            state.take(tag, received_at, received_clock, event, decided=True)
 
     try:
         while True:
             if stop is not None and stop.is_set():  # the run was interrupted while this thread waited
                 raise KeyboardInterrupt
-            condition = job_condition(live)
+            condition = state.condition
             now = time.monotonic()
             if condition is not None:
                 return finished(condition, time.time(), now)
-            if now >= deadline:
-                return observation()
-            timeout = min(timing.watch_tick_seconds, deadline - now)
-            if not job_stream_open:
+            if now >= state.deadline:
+                return state.observation()
+            timeout = min(timing.watch_tick_seconds, state.deadline - now)
+            if not state.job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
             try:
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
@@ -8816,39 +8956,25 @@ def wait_for_job(
                 tag = None
             shape = watched_object_problem(event.get("object")) if tag == "job" and event is not None else ""
             if shape and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
-                watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
+                state.watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
                 watches[0].stop()
                 event = None
-            if tag == "job":
-                if event is None:
-                    if not job_stream_open:
-                        continue  # the end of a watch the run had stopped reading
-                    job_stream_open = False
+            if tag == "job" and event is None and not state.job_stream_open:
+                continue  # the end of a watch the run had stopped reading
+            if tag is not None:
+                state.take(tag, wall, clock, event)
+                if tag == "job" and event is None:
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
+                    # the watch's own error event, what it printed instead of events, kubectl's error
+                    reason = state.watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
                     )
-                elif event.get("type") == "DELETED":
-                    raise DemoError(
-                        f"Job {label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
-                    )
-                elif event.get("type") == "ERROR":
-                    status = event.get("object") if isinstance(event.get("object"), dict) else {}
-                    watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
-                elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
-                    take_job(event["object"], clock)
-                    condition = job_condition(live)
-                    if condition is not None:
-                        return finished(condition, wall, clock)
-            elif tag == "pods":
-                if event is None:
-                    pod_stream_open = False  # the Job's watch, or polling, still says when it ends
-                else:
-                    pod_event(event, wall)
-            if not job_stream_open and time.monotonic() >= next_poll:
+                elif tag == "job" and state.condition is not None:
+                    return finished(state.condition, wall, clock)
+            if not state.job_stream_open and time.monotonic() >= next_poll:
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
@@ -8859,23 +8985,255 @@ def wait_for_job(
                         f"get job {name} -o json to see it",
                         EXIT_CLUSTER,
                     )
-                take_job(polled, time.monotonic())
+                state.take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
-            waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
+            live = state.live
+            waiting_for_pods = not state.sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
             if waiting_for_pods and time.monotonic() >= next_blocked_check:
                 blocked = creation_blocked(kubectl, namespace, name)
                 if blocked:
-                    return observation(blocked=blocked)
+                    return state.observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            note = lost_node_note(lost_pods, node_states)
-            progress.update(
-                label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live), note
-            )
+            counts, note = pod_counts(state.sightings, live), lost_node_note(state.lost_pods, state.node_states)
+            progress.update(label, now - submitted, counts, state.deadline - now, job_suspended(live), note)
     finally:
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()
         progress.finish()
+
+
+@dataclasses.dataclass
+class FollowedRead:
+    """One `kubectl logs -f` of a set of the Job's pods (LogFollower)."""
+
+    pods: List[str]  # the pods it reads (the selector may match a replaced attempt too: not read)
+    reader: EpisodeLogReader
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    process: Optional[subprocess.Popen[bytes]] = None
+    ended_by_us: bool = False  # stopped once every log it reads was whole (or at the wait's end)
+    failed: str = ""  # why kubectl stopped, when it stopped on an error
+    logs: Dict[str, PodLog] = dataclasses.field(default_factory=dict)
+    error: Optional[BaseException] = None  # a disk's failure while saving: the run's, raised by finish
+
+
+def container_started(pod: KubeObject) -> bool:
+    """Whether the episode container has started (running or terminated): only then can its log
+    be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
+    kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
+    (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
+            state = status.get("state") or {}
+            return isinstance(state, dict) and ("running" in state or "terminated" in state)
+    return False
+
+
+def follow_args(selector: str, streams: int) -> List[str]:
+    """A followed read of the pods `selector` matches, up to `streams` at once (LogFollower; no
+    --request-timeout: it would end each stream's transfer)."""
+    args = ["logs", "-f", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1", "--ignore-errors"]
+    return [*args, f"--max-log-requests={streams}"]
+
+
+class LogFollower:
+    """Reads the Job's pods' logs while they run, so each pod's output (its artifacts above all)
+    is saved as it ends, and a pod the job controller stops and deletes keeps what it printed:
+    once its object is gone its log cannot be read (the API server looks the pod up first,
+    pkg/registry/core/pod/strategy.go LogLocation; the kubelet removes a deleted pod's containers
+    with their logs, kuberuntime_container.go removeContainer -> removeContainerLog).
+
+    Each read is one `kubectl logs -f -l SELECTOR,INDEX in (...)` of up to LOG_SELECTOR_PODS
+    started pods, chosen by their completion-index label (Kubernetes 1.28+: every measured Job is
+    Indexed). kubectl lists the pods once and follows each log in parallel (logs.go
+    parallelConsumeRequest, at most --max-log-requests streams); with --ignore-errors a stream that
+    fails prints `error: ...` and the others go on, on every minor from 1.27 to 1.37 (from 1.36,
+    consumeWithRetry does not retry with it). A set is started once it has LOG_SELECTOR_PODS pods,
+    once one of its pods has ended or is being deleted, or once every pod of the Job has started:
+    so a 10-episode round has one read and a round of N pods about N/10. A pod without the label,
+    or that no read proved whole, is read after the decision as before (read_logs).
+
+    `pod_seen` is wait_for_job's hook (the watch's thread); each read runs in a thread of its own;
+    `on_progress(pod)` is told of each saved artifact, end line and finished read (RoundRewards)."""
+
+    def __init__(
+        self,
+        kubectl: Kubectl,
+        namespace: str,
+        selector: str,
+        count: int,
+        round_dir: Path,
+        budgets: LogBudgets,
+        seconds: float,
+        retries: int = 0,
+        on_progress: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.kubectl = kubectl
+        self.namespace = namespace
+        self.selector = selector
+        self.count = count
+        self.round_dir = round_dir
+        self.budgets = budgets
+        self.seconds = seconds  # each read's limit: the round's client wait
+        self.streams = LOG_SELECTOR_PODS * (1 + retries)  # an index's attempts share its label
+        self.on_progress = on_progress
+        self.lock = threading.RLock()
+        self.waiting: Dict[str, int] = {}  # started pods not followed yet -> their completion index
+        self.read_of: Dict[str, FollowedRead] = {}
+        self.reads: List[FollowedRead] = []
+        self.ended: Set[str] = set()  # pods the watch has shown terminated
+        self.closed = False
+
+    def pod_seen(self, pod: KubeObject) -> None:
+        metadata = pod.get("metadata") or {}
+        name = metadata.get("name")
+        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
+            return
+        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        with self.lock:
+            if ending:
+                self.ended.add(name)
+            read = self.read_of.get(name)
+            if read is not None:
+                if ending:
+                    self._end_if_whole(read)
+                return
+            if self.closed or not container_started(pod):
+                return
+            self.waiting[name] = int(label)
+            if (
+                len(self.waiting) >= LOG_SELECTOR_PODS
+                or ending
+                or metadata.get("deletionTimestamp")
+                or len(self.read_of) + len(self.waiting) >= self.count
+            ):
+                self._follow()
+
+    def _follow(self) -> None:
+        names = sorted(self.waiting, key=lambda each: (self.waiting[each], each))
+        indexes = ",".join(str(index) for index in sorted(set(self.waiting.values())))
+        self.waiting.clear()
+        read = FollowedRead(names, EpisodeLogReader(self.round_dir, names, budgets=self.budgets, errors_inline=True))
+        read.reader.on_progress = functools.partial(self._progress, read)
+        for name in names:
+            self.read_of[name] = read
+        self.reads.append(read)
+        args = follow_args(f"{self.selector},{INDEX_LABEL} in ({indexes})", self.streams)
+        threading.Thread(target=self._run, args=(read, args), daemon=True).start()
+
+    def _run(self, read: FollowedRead, args: List[str]) -> None:
+        def started(process: subprocess.Popen[bytes]) -> None:
+            with self.lock:
+                read.process = process
+                if read.ended_by_us:  # finish() came first
+                    process.terminate()
+
+        try:
+            self.kubectl.stream(
+                args,
+                read.reader.feed,
+                namespace=self.namespace,
+                timeout=self.seconds,
+                request_timeout=None,
+                on_start=started,
+            )
+        except (KubectlFailure, KubectlTimeout) as failure:
+            if not read.ended_by_us:
+                read.failed = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+        except BaseException as error:  # a disk's failure: finish() raises it in the run's thread
+            read.error = error
+        try:
+            read.logs = read.reader.finish()
+        except BaseException as error:  # as above
+            read.reader.discard()
+            read.error = read.error or error
+        read.done.set()
+        for name in read.pods:
+            self._tell(name)
+
+    def _progress(self, read: FollowedRead, name: str) -> None:
+        with self.lock:
+            if name in self.ended:
+                self._end_if_whole(read)
+        self._tell(name)
+
+    def _tell(self, name: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(name)
+
+    def _end_if_whole(self, read: FollowedRead) -> None:
+        """Stop a read once each of its pods has ended and printed the end line: nothing more can
+        come, and the kubelet would hold each stream open for up to 5 s more."""
+        if not read.ended_by_us and all(name in self.ended and name in read.reader.ended for name in read.pods):
+            read.ended_by_us = True
+            if read.process is not None:
+                read.process.terminate()
+
+    def artifacts_of(self, name: str) -> Optional[Tuple[Dict[str, ArtifactEntry], str, bool]]:
+        """A followed pod's artifacts saved so far, the rule its frames broke ("" if none), and
+        whether that rule is frames that never came; None when no read follows it."""
+        with self.lock:
+            read = self.read_of.get(name)
+        if read is None:
+            return None
+        return read.reader.artifacts_of(name)
+
+    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
+        """After the decision: follow what started but was never followed, give the reads up to
+        `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
+        and return the logs proven whole. A log is whole when its read ended by itself without
+        kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
+        with self.lock:
+            self.closed = True
+            if self.waiting:
+                self._follow()
+            reads = list(self.reads)
+        until = time.monotonic() + grace
+        for read in reads:
+            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+                if stop is not None and stop.is_set():
+                    self.stop()
+                    raise KeyboardInterrupt
+                if time.monotonic() >= until:
+                    break
+        for read in reads:
+            with self.lock:
+                if not read.done.is_set():
+                    read.ended_by_us = True
+                    if read.process is not None:
+                        read.process.terminate()
+        for read in reads:
+            read.done.wait(5.0)
+        logs: Dict[str, PodLog] = {}
+        for read in reads:
+            natural = read.done.is_set() and not read.ended_by_us and not read.failed
+            for name in read.pods:
+                whole = natural or (name in self.ended and name in read.reader.ended)
+                if whole and name in read.logs and name not in read.reader.doubtful:
+                    logs[name] = read.logs[name]
+        return logs
+
+    @property
+    def failed_to_save(self) -> bool:
+        return any(read.error is not None for read in self.reads)
+
+    def raise_failure(self) -> None:
+        """A read's failure to save (a full disk), raised once the round's other diagnostics are
+        on disk: the run stops on it, as when any log cannot be saved."""
+        for read in self.reads:
+            if read.error is not None:
+                raise read.error
+
+    def stop(self) -> None:
+        """End every read at once (the run stops): what they saved stays."""
+        with self.lock:
+            self.closed = True
+            for read in self.reads:
+                read.ended_by_us = True
+                if read.process is not None and read.process.poll() is None:
+                    read.process.terminate()
 
 
 def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
@@ -9199,9 +9557,17 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.indexed = settings.indexed  # until job_created reads the Job
+        # The round's LogFollower: a terminated pod whose reward event lists artifacts gets its line
+        # only once each of them is saved and hash-checked under DIR/artifacts/<pod>/ (held till then)
+        self.follower: Optional[LogFollower] = None
+        self.held: Dict[str, KubeObject] = {}
+        self.lock = threading.RLock()  # the watch's thread and the log readers' threads
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        # every measured Job is Indexed: its episodes are numbered by completion index as each ends
+        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -9212,7 +9578,7 @@ class RoundRewards:
         """An episode's index and task id, as far as the watched pods tell (None: not known)."""
         index = self.positions.get(name)
         pod = self.pods.get(name)
-        if self.settings.indexed and pod is not None:
+        if self.indexed and pod is not None:
             try:
                 index = pod_index(pod, self.settings.count, self._inspect(name))
             except EpisodeInvalid:
@@ -9224,6 +9590,18 @@ class RoundRewards:
 
     def pod_seen(self, pod: KubeObject) -> None:
         """wait_for_job's hook: each pod as the watch delivers it."""
+        with self.lock:
+            self._pod_seen(pod)
+
+    def log_progress(self, name: str) -> None:
+        """LogFollower's hook: an artifact of this pod was saved (or refused), or its read ended."""
+        with self.lock:
+            pod = self.held.pop(name, None)
+            if pod is not None:
+                judged = self._judge(name, pod)
+                self._write([judged] if judged is not None else [], time.monotonic())
+
+    def _pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata")
         if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
             return
@@ -9233,7 +9611,8 @@ class RoundRewards:
         new = name not in self.pods
         self.pods[name] = pod
         known = time.monotonic()
-        if self.settings.indexed:
+        self.held.pop(name, None)
+        if self.indexed:
             judged = [self._judge(name, pod)]
         else:
             if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
@@ -9262,7 +9641,7 @@ class RoundRewards:
             row = provisional_episode(
                 pod,
                 settings.count,
-                settings.indexed,
+                self.indexed,
                 self.job_created_at,
                 settings.builtin_worker,
                 self._inspect(name),
@@ -9272,10 +9651,31 @@ class RoundRewards:
             return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
+        if row["artifacts"]:
+            arrived = self._artifacts_arrived(name, row["artifacts"])
+            if arrived is None:
+                self.held[name] = pod
+                return None
+            if arrived:
+                return failure_line(self.round_number, index, task_id, name, arrived, known_at, lost)
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
+        """ "" once every artifact the reward event lists is saved as listed; the rule its frames
+        broke; None while that is not known yet (the line waits: the round's analysis decides
+        when no read brings them)."""
+        state = self.follower.artifacts_of(name) if self.follower is not None else None
+        if state is None:
+            return None
+        saved, error, missing = state
+        if error:  # in the words of the round's analysis (episode_artifacts)
+            return f"its artifacts did not arrive whole: {error}" + (f"; {ARTIFACT_ROTATION_HINT}" if missing else "")
+        if all(saved.get(entry["name"]) == entry for entry in listed):
+            return ""
+        return None
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -9317,6 +9717,28 @@ class RoundRewards:
 
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
+        with self.lock:
+            self.held.clear()
+            self._analysed(rows, figures)
+
+    def set_aside_artifacts(self, keep: Set[str]) -> None:
+        """Move the artifacts of this round's pods whose episode does not stand (failed, set
+        aside, lost, or retracted with its round) from DIR/artifacts/<pod>/ to
+        DIR/artifacts-set-aside/<pod>/: kept for inspection, never found by a trainer that globs
+        DIR/artifacts/. Best effort: the run's own outcome is what counts."""
+        root = self.settings.output / RUN_FILES.artifacts
+        for name in sorted(set(self.pods) | set(self.last)):
+            source = root / name
+            if name in keep or not source.is_dir() or source.is_symlink():
+                continue
+            target = self.settings.output / RUN_FILES.artifacts_set_aside / name
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(exist_ok=True)
+                if not target.exists():
+                    os.replace(source, target)
+
+    def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        self.set_aside_artifacts({row["pod"] for row in rows})
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -9327,6 +9749,12 @@ class RoundRewards:
         """The round failed, or the run stopped, before its analysis accepted it: retract its
         reward lines (the episode the failure names with its own rule). Best effort: the error
         that got here is the one the run reports."""
+        with self.lock:
+            self.held.clear()
+            self._failed(error)
+
+    def _failed(self, error: BaseException) -> None:
+        self.set_aside_artifacts(set())
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -9550,7 +9978,13 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(
+                self.namespace,
+                self.run_id,
+                self.settings.worker_source,
+                self.settings.tasks,
+                self.settings.launcher_source,
+            ),
         ]
         resources = ["namespace", "configmap"]
         if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
@@ -9695,9 +10129,30 @@ class BatchRun:
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
         pod_spec = manifest["spec"]["template"]["spec"]
+        selector = pod_selector(job)
+        # each pod's log read while it runs (LogFollower), so its row's files are on disk with its
+        # row and a pod the job controller stops keeps what it printed
+        follower = LogFollower(
+            self.kubectl,
+            self.namespace,
+            selector,
+            count,
+            round_dir,
+            budgets,
+            2 * settings.client_wait_seconds + 60,  # a queued Job waits, then has the whole wait again
+            settings.infra_retries,
+            on_progress=rewards.log_progress if rewards is not None else None,
+        )
+
+        def pod_seen(pod: KubeObject) -> None:
+            follower.pod_seen(pod)  # first: a pod that ended starts its set's read before its row is judged
+            if rewards is not None:
+                rewards.pod_seen(pod)
+
         try:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
+                rewards.follower = follower
                 rewards.job_created(job, submitted)
             observation = wait_for_job(
                 self.kubectl,
@@ -9707,16 +10162,20 @@ class BatchRun:
                 submitted,
                 progress,
                 self.stop,
-                on_pod=rewards.pod_seen if rewards is not None else None,
+                on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
+            follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
+        except BaseException:
+            follower.stop()
+            raise
         write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
-        selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
@@ -9734,7 +10193,18 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            if follower.failed_to_save:  # the disk: nothing more is read, the run stops on it
+                return {}, {}
+            wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
+            have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
+            rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
+            # what the reads while the pods ran proved whole is kept; the rest is read as before
+            # (the Job's selector matches the rest only when nothing was)
+            chosen = selector if not have else None
+            logs, errors = read_logs(
+                self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
+            )
+            return {**have, **logs}, errors
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -9745,14 +10215,18 @@ class BatchRun:
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_pods(round_dir, pods, budgets)
+            # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
+            # as the watch last saw them
+            write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
             logs, log_errors = read(pods)
+        follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
+        saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_pods(round_dir, pods, budgets)
+                write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -9770,7 +10244,8 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
-            indexed=settings.indexed,
+            # every measured Job is Indexed: its episodes are numbered by completion index
+            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -9782,10 +10257,11 @@ class BatchRun:
         try:
             rows, figures = analyse_round(collected, where)
         except EpisodeInvalid:  # the round fails: every pod's log beside its error, as the guide keeps them
-            self.save_missing_logs(pods, logs, round_dir, selector)
+            self.save_missing_logs(pods, saved_logs, round_dir, selector)
             raise
         set_aside = {entry["pod"] for entry in figures["failed_episodes"]}
-        self.save_missing_logs([pod for pod in pods if pod["metadata"]["name"] in set_aside], logs, round_dir)
+        set_aside_pods = [pod for pod in pods if pod["metadata"]["name"] in set_aside]
+        self.save_missing_logs(set_aside_pods, saved_logs, round_dir)
         return rows, figures
 
     def save_missing_logs(
@@ -10219,7 +10695,10 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
+        (
+            "01-configmap.json",
+            configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks, settings.launcher_source),
+        ),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
@@ -11379,6 +11858,204 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
+# The pod's command: runs the worker, then frames what it left under RL_DEMO_ARTIFACTS
+# (docs/own-episodes.md, "Artifacts"); mounted beside it as /demo/launcher.py.
+LAUNCHER_SOURCE = r'''"""The episode's launcher: the pod's command (`python -B /demo/launcher.py`), mounted from the
+ConfigMap beside the worker (/demo/episode.py, the built-in one or --worker's).
+
+It runs the worker, passes its output on line by line, and once it has exited sends whatever the
+worker left under RL_DEMO_ARTIFACTS that it did not send itself (send_artifacts), so artifacts
+need no call: each file as frames on stdout ("rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA",
+docs/own-episodes.md), the worker's reward event then printed (held back until now) and rewritten
+in the termination message with those files added to its `artifacts` list. Files are found with
+lstat and never followed: a symlink or anything else that is not a regular file is skipped with a
+line on stderr, as send_artifacts skips it; a file that cannot be read, one past the episode's
+budget (RL_DEMO_MAX_ARTIFACT_BYTES) or past 64 files is not sent but listed in the reward event's
+`artifacts_refused` ({name, why}), which fails the episode with a cause that names them. Its last
+line is "rl-demo-end 1": the tool knows the log is whole.
+
+SIGTERM (the kubelet stopping the pod) is passed on to the worker; the launcher then ends as the
+worker did (a signal's exit code stays 128 + N). Standard library only, any Python 3.9+.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "episode.py")
+WORKSPACE = os.environ.get("RL_DEMO_WORKSPACE", "/workspace")
+ARTIFACTS = os.environ.get("RL_DEMO_ARTIFACTS", os.path.join(WORKSPACE, "artifacts"))
+TERMINATION_LOG = os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log")
+TERMINATION_LIMIT = 4096
+FRAME_DATA = 24 * 1024
+MAX_ARTIFACTS = 64
+MAX_NAME = 255
+LINE_LIMIT = 64 * 1024  # a longer line is passed on as it comes, never held or parsed
+END_LINE = b"rl-demo-end 1\n"
+
+
+def budget():
+    try:
+        return max(0, int(os.environ.get("RL_DEMO_MAX_ARTIFACT_BYTES", "")))
+    except ValueError:
+        return 2**20
+
+
+def reward_event(line):
+    """The event of a line that is the worker's reward event (a JSON object), else None."""
+    if len(line) > LINE_LIMIT or not line.lstrip().startswith(b"{"):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and event.get("event") == "reward" else None
+
+
+def left_files(root):
+    """(name, path, problem) of each entry under root, by name; problem "" for a regular file."""
+    found = []
+    pending = [(root, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as error:
+            if prefix:
+                found.append((prefix.rstrip("/"), directory, "its directory cannot be read: " + str(error.strerror)))
+            continue
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+                # never followed, as send_artifacts skips it: no file of the episode's own
+                print("artifact skipped (not a regular file): " + printable(name), file=sys.stderr)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, name + "/"))
+            else:
+                found.append((name, entry.path, ""))
+    return sorted(found)
+
+
+def read_file(path):
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(descriptor, "rb") as stream:
+        return stream.read()
+
+
+def printable(text, limit=200):
+    text = "".join(c if " " <= c <= "~" else "?" for c in str(text))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def send_left(out, sent):
+    """Frame every file left under ARTIFACTS and not in `sent` (the worker's own manifest):
+    (the entries sent, the ones refused)."""
+    entries, refused = [], []
+    spent = sum(entry.get("bytes", 0) for entry in sent if isinstance(entry, dict))
+    names = {entry.get("name") for entry in sent if isinstance(entry, dict)}
+    count = len(names)
+    if not os.path.isdir(ARTIFACTS) or os.path.islink(ARTIFACTS):
+        return entries, refused
+    for name, path, found in left_files(ARTIFACTS):
+        problem = found
+        if name in names:
+            continue
+        if not problem and (len(name.encode("utf-8", "replace")) > MAX_NAME or printable(name, MAX_NAME + 1) != name):
+            problem = "its name is not printable ASCII of at most 255 bytes"
+        data = b""
+        if not problem:
+            try:
+                data = read_file(path)
+            except OSError as error:
+                problem = "it cannot be read: " + str(error.strerror)
+        if not problem and count >= MAX_ARTIFACTS:
+            problem = f"more than {MAX_ARTIFACTS} artifacts"
+        if not problem and spent + len(data) > budget():
+            problem = f"over the budget of {budget()} bytes per episode"
+        if problem:
+            refused.append({"name": printable(name), "why": problem})
+            continue
+        digest, total = hashlib.sha256(data).hexdigest(), max(1, -(-len(data) // FRAME_DATA))
+        label = base64.urlsafe_b64encode(name.encode()).decode()
+        for seq in range(total):
+            chunk = base64.b64encode(data[seq * FRAME_DATA : (seq + 1) * FRAME_DATA]).decode()
+            out.write(f"rl-demo-artifact 1 {seq} {total} {digest} {label} {chunk}\n".encode())
+        out.flush()
+        entries.append({"name": name, "bytes": len(data), "sha256": digest})
+        spent += len(data)
+        count += 1
+    return entries, refused
+
+
+def rewrite_termination_message(old, new):
+    """The termination message with the worker's reward event replaced by `new` (emptied if it no
+    longer fits: the log then counts alone)."""
+    try:
+        with open(TERMINATION_LOG, "rb") as stream:
+            lines = stream.read().splitlines()
+    except OSError:
+        return
+    text = b""
+    for line in lines:
+        event = reward_event(line)
+        same = event is not None and event.get("at") == old.get("at")
+        text += (json.dumps(new, sort_keys=True).encode() if same else line) + b"\n"
+    try:
+        with open(TERMINATION_LOG, "wb") as stream:
+            stream.write(text if len(text) <= TERMINATION_LIMIT else b"")
+    except OSError:
+        pass
+
+
+def main():
+    out = sys.stdout.buffer
+    worker = subprocess.Popen([sys.executable, "-B", WORKER, *sys.argv[1:]], stdout=subprocess.PIPE)
+    signal.signal(signal.SIGTERM, lambda number, frame: worker.send_signal(signal.SIGTERM))
+    held = []  # the worker's reward event lines: printed once its left files are sent
+    continuing = False  # inside a line longer than LINE_LIMIT: passed on piece by piece
+    for piece in iter(lambda: worker.stdout.readline(LINE_LIMIT + 1), b""):
+        if not continuing and reward_event(piece) is not None:
+            held.append(piece if piece.endswith(b"\n") else piece + b"\n")
+        else:
+            out.write(piece)
+            out.flush()
+        continuing = not piece.endswith(b"\n")
+    if continuing:  # the worker's last line lacks its newline: the frames and the end line start their own
+        out.write(b"\n")
+    code = worker.wait()
+    if held:
+        event = reward_event(held[-1])
+        listed = event.get("artifacts") if isinstance(event.get("artifacts"), list) else []
+        entries, refused = send_left(out, listed)
+        if entries or refused:
+            new = dict(event, artifacts=sorted([*listed, *entries], key=lambda entry: str(entry.get("name"))))
+            if refused:
+                new["artifacts_refused"] = refused
+            held[-1] = json.dumps(new, sort_keys=True).encode() + b"\n"
+            rewrite_termination_message(event, new)
+        for line in held:
+            out.write(line)
+    out.write(END_LINE)
+    out.flush()
+    if code < 0:  # ended by a signal: end by the same one, so the runtime reports 128 + N
+        try:  # noqa: SIM105 (contextlib would be one more import in the sandbox)
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP keep their default action anyway
+        os.kill(os.getpid(), -code)
+        return 128 - code  # a signal whose default action is not to end the process
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
 # A minimal custom worker (`show-worker --template`): the starting point for `run --worker`.
 # The README's "Plugging in a real model" explains the protocol it follows.
 WORKER_TEMPLATE = r'''"""One episode of your own: read this episode's task, act, emit `ready` and `reward`.
@@ -11397,7 +12074,8 @@ The event protocol (what rl-batch-demo checks):
 * exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
   missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
 
-Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; send_artifacts() prints
+Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; whatever is left there
+when this worker exits is sent for it (the launcher that runs it), or send_artifacts() prints
 each as frames on stdout (lines "rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA", base64) and
 returns the manifest [{name, bytes, sha256}] that the reward event carries as `artifacts`. The
 tool saves them as DIR/artifacts/<pod>/<name>, byte for byte, within --max-artifact-bytes (1 MiB
@@ -12039,7 +12717,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks, LAUNCHER_SOURCE)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -12061,6 +12739,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
         worker_source=worker_source,
+        launcher_source=LAUNCHER_SOURCE,
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
@@ -12110,6 +12789,7 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
+        launcher_source=LAUNCHER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
         ephemeral_storage=args.ephemeral_storage,
         workspace_size=args.workspace_size,

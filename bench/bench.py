@@ -893,6 +893,12 @@ def main() -> int:
                 )
                 + ("  (stand-in worker)" if stand_in else "")
             )
+            if stand_in:  # issue 25: the first row within 1 s of the first pod's end, processes growing with N/10
+                print(
+                    f"{size:,} episodes (stand-in worker): the first row {figures['first_end_to_line_seconds']:.3f} s "
+                    f"after the first pod's end; {figures['kubectl_processes']} kubectl processes, of them "
+                    f"{figures['log_reads']} followed log reads (one per 10 pods: {size / 10:g})"
+                )
         print()
         plain = run_once(10, Path(scratch), tag="-plain")
         flagged = run_once(10, Path(scratch), kubelet_metrics=True, tag="-kubelet")

@@ -147,7 +147,7 @@ class DecisionTest(ControlPlaneCase):
             dataclasses.replace(plan.job_watch(final=target), hold=False),
             plan.pod_watch(chunks=[watch_event("ADDED", running), watch_event("MODIFIED", finished)]),
             plan.cluster.get_list("pods,events", [running, finished]),
-            plan.cluster.logs_by_selector(batch.selector, batch.prefixed_logs()),
+            *plan.follows(batch, [running, finished]),  # both followed once one has ended
             plan.serviceaccount_watch(),
         ]
         result = self.run_plan(calls, "--quiet")

@@ -179,16 +179,13 @@ class EpisodeFaultTest(FaultTestCase):
         batch = Batch(count=2)
         plan = RunPlan(batch)
         unreadable = batch.episodes[1].name
-        calls = plan.run()[:-2] + plan.run()[-1:]  # all but the logs read
-        # One unreadable log aborts `logs -l` after the logs it printed; a stream that already
-        # delivered output is not repeated. The missing pod is then read alone: InternalError is
+        calls = plan.run()[:-2] + plan.run()[-1:]  # all but the logs followed
+        # The followed read goes on past a stream that fails (--ignore-errors: kubectl's `error:`
+        # line instead, which names the pod). That pod is then read alone: InternalError is
         # transient, so that read is retried three times.
-        by_selector = plan.logs().failing(
-            err_log_unreadable(unreadable), stdout=batch.prefixed_logs(batch.episodes[:1])
-        )
-        calls += [by_selector]
-        # The pod kubectl was printing when it stopped may be cut short: read again alone.
-        calls += [plan.cluster.logs_of(batch.episodes[0].name, batch.episodes[0].log)]
+        message = err_log_unreadable(unreadable).split(": ", 1)[1]
+        [follow] = plan.follows(batch)
+        calls += [dataclasses.replace(follow, stdout=batch.prefixed_logs(batch.episodes[:1]) + f"error: {message}\n")]
         calls += [plan.cluster.logs_of(unreadable, "").failing(err_log_unreadable(unreadable))] * 4
         result = self.run_plan(plan, calls, "-v")
         self.assert_run_failed(
@@ -237,7 +234,7 @@ class EpisodeFaultTest(FaultTestCase):
                 chunks=[watch_event("ADDED", pending), watch_event("MODIFIED", batch.pod(batch.episodes[1]))]
             ),
             plan.cluster.get_list("pods,events", [pending, batch.pod(batch.episodes[1]), warning, deadline]),
-            plan.cluster.logs_by_selector(batch.selector, batch.prefixed_logs(batch.episodes[1:])),
+            *plan.follows(batch, [pending, batch.pod(batch.episodes[1])]),  # the one that ran: followed
             plan.cluster.logs_of(stuck.name, "").failing(
                 f'Error from server (BadRequest): container "episode" in pod "{stuck.name}" is waiting to start: '
                 "ContainerCreating"
@@ -561,7 +558,11 @@ class ApiFaultTest(FaultTestCase):
         self.expect(*plan.run())
         self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
         selectors = [argv[argv.index("-l") + 1] for argv in self.stub.calls() if "-l" in argv]
-        self.assertEqual(selectors, [f"controller-uid={plan.batch.uid}"] * 2)
+        # the pod watch, and the logs followed by completion index: the index label is the same
+        self.assertEqual(
+            selectors,
+            [f"controller-uid={plan.batch.uid}", f"controller-uid={plan.batch.uid},{demo.INDEX_LABEL} in (0,1)"],
+        )
 
     def test_pods_refused_by_the_cluster_fail_fast(self) -> None:
         """FailedCreate (a Pod Security rejection): no pod ever appears; the run stops with the
@@ -620,6 +621,8 @@ class WatchedStateTest(FaultTestCase):
         calls = plan.run()
         calls[6] = plan.pod_watch(chunks=chunks)
         calls[7] = plan.pods_and_events()  # the fallback: one listing of pods and events
+        watched = [batch.pod(episode, "pending") for episode in batch.episodes] + [batch.pod(batch.episodes[0]), seen]
+        calls[-len(plan.follows(batch)) - 1 : -1] = plan.follows(batch, watched)
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         listed = self.read_json("pods.json")["items"]
@@ -639,6 +642,9 @@ class WatchedStateTest(FaultTestCase):
         calls = plan.run()
         calls[6] = plan.pod_watch(chunks=chunks)
         calls[7] = plan.pods_and_events()
+        watched = [batch.pod(episode, "pending") for episode in batch.episodes]  # the odd event is ignored
+        watched += [batch.pod(episode) for episode in batch.episodes]
+        calls[-len(plan.follows(batch)) - 1 : -1] = plan.follows(batch, watched)
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertNotIn("Traceback", result.stderr)

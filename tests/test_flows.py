@@ -167,7 +167,7 @@ class TranscriptTest(RunPlanTestCase):
         # The two calls of a step that runs at once each answer only once the other has started:
         # made one after the other, the first would wait for a signal that never comes (a problem
         # the stub records), however fast or slow the machine.
-        for first, second in ((1, 2), (7, 8)):  # runtimeclass and access reviews; events and logs
+        for first, second in ((1, 2),):  # runtimeclass and access reviews
             self.assertEqual((calls[first].name, calls[second].name), ("", ""))
             calls[first] = dataclasses.replace(
                 calls[first], name=f"at-once-{first}", wait_for=f"at-once-{second}.started"
@@ -208,12 +208,15 @@ class TranscriptTest(RunPlanTestCase):
                     *("-o", "json", "--output-watch-events", "--watch"),
                 ],
                 [*watching, "get", "pods", "-l", selector, "-o", "json", "--output-watch-events", "--watch"],
+                # while the pods run, their logs followed (LogFollower): no --request-timeout, which
+                # would limit each log's transfer; ten streams at once
+                [
+                    *reading,
+                    *("logs", "-f", "-l", f"{selector},{demo.INDEX_LABEL} in (0,1,2,3,4,5,6,7,8,9)", "-c", "episode"),
+                    *("--prefix", "--tail=-1", "--ignore-errors", "--max-log-requests=10"),
+                ],
             ],
-            [
-                [*in_namespace, "get", "events", "-o", "json"],
-                # no --request-timeout: it would limit each log's transfer; 10 logs fit client-go's burst
-                [*reading, "logs", "-l", selector, "-c", "episode", "--prefix", "--tail=-1"],
-            ],
+            [[*in_namespace, "get", "events", "-o", "json"]],  # after the decision, nothing left to read
         ]
         recorded = self.recorded_calls()
         self.assertEqual(len(recorded), 10)
@@ -407,20 +410,26 @@ class RunTest(RunPlanTestCase):
         results = self.results()
         self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (30, 30, 30))
         calls = self.stub.calls()
-        self.assertFalse([argv for argv in calls if "logs" in argv], "logs are not read when messages carry rewards")
-        self.assertEqual(len(calls), 9)
+        # each log followed while its pod ran, by sets of 10 completion indexes; none read after
+        follows = [argv for argv in calls if "logs" in argv]
+        self.assertTrue(all("-f" in argv for argv in follows), follows)
+        self.assertEqual(len(follows), 3)
+        self.assertEqual(len(calls), 12)
 
     def test_large_run_reads_only_the_logs_of_pods_without_a_message(self) -> None:
         batch = Batch(count=25)
         for index in (3, 7):
             batch.episodes[index].message = ""
         plan = RunPlan(batch)
-        self.expect(*plan.run())  # one selector of their two completion indexes, not the Job's 25 pods
+        self.expect(*plan.run())  # their logs followed with the others', none read after the decision
         result = self.run_ok("run", "--count", "25", "--allow-large", "--output", str(self.out()))
         results = self.results()
         self.assertEqual((results["reward_sum"], results["pods_without_termination_message"]), (25, 2))
-        [logs] = [argv for argv in self.stub.calls() if "logs" in argv]
-        self.assertEqual(logs[logs.index("-l") + 1], f"{batch.selector},{demo.INDEX_LABEL} in (3,7)")
+        logs = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertEqual(
+            sorted(argv[argv.index("-l") + 1].split(" in ")[1] for argv in logs),
+            ["(0,1,2,3,4,5,6,7,8,9)", "(10,11,12,13,14,15,16,17,18,19)", "(20,21,22,23,24)"],
+        )
         self.assertIn("episode output: 2 pod(s) succeeded without a termination message", result.stdout)
 
     def test_existing_output_touches_no_cluster(self) -> None:

@@ -276,9 +276,17 @@ class PodLogs:
     list, each pod, and each pod's log (`follow=true`: the log, then the stream held open for
     `hold` seconds, as the kubelet does until it notices the container has ended)."""
 
-    def __init__(self, server: RecordingServer, logs: Dict[str, bytes], failing: Sequence[str] = (), hold: float = 0.0):
+    def __init__(
+        self,
+        server: RecordingServer,
+        logs: Dict[str, bytes],
+        failing: Sequence[str] = (),
+        hold: float = 0.0,
+        waiting: Sequence[str] = (),
+    ):
         self.logs = logs
         self.failing = set(failing)
+        self.waiting = set(waiting)  # pods whose container the kubelet reports still waiting to start
         self.hold = hold
         items = [pod(name) for name in logs]
         server.route("GET", PODS_PATH, lambda r, m: Answer(200, pod_list(items)))
@@ -293,6 +301,9 @@ class PodLogs:
         name = match.group(1)
         if name in self.failing:
             return status_answer(500, "InternalError", f"Internal error occurred: failed to read the log of {name}")
+        if name in self.waiting:  # kubelet_pods.go validateContainerLogStatus, passed on by the API server
+            message = f'container "{CONTAINER}" in pod "{name}" is waiting to start: ContainerCreating'
+            return status_answer(400, "BadRequest", message)
         if name not in self.logs:
             return not_found("pods", name)
         if request.query.get("follow") == "true":
@@ -648,6 +659,49 @@ class LogsContract(ContractCase):
                 "error: you are attempting to follow 6 log streams, but maximum allowed concurrency is 5, "
                 "use --max-log-requests to increase the limit\n",
             )
+
+        self.each_kubectl(contract)
+
+
+class FollowContract(ContractCase):
+    """What LogFollower depends on: `logs -f -l ... --ignore-errors` (follow_args)."""
+
+    def test_follow_goes_on_past_a_pod_still_waiting_and_exits_0(self) -> None:
+        """A stream that fails (a container still waiting to start: 400) is an unprefixed
+        `error: MESSAGE` line on stdout and the other streams go on, on every minor: up to 1.35
+        parallelConsumeRequest prints it; from 1.36 consumeWithRetry returns at once with
+        --ignore-errors (no retry until --pod-running-timeout). kubectl exits 0 once every
+        stream has ended; each pod's lines keep their prefix."""
+        logs = {"p0": b"first of p0\nlast of p0\n", "p1": b"", "p2": b"only line of p2\n"}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs, waiting=["p1"])
+            outcome = session.run(demo.follow_args(SELECTOR, demo.LOG_SELECTOR_PODS), request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            for read in log_reads(session):
+                self.assertEqual(read.query, {"container": CONTAINER, "follow": "true"})
+            self.assertCountEqual([pod_of(r) for r in log_reads(session)], logs)
+            lines = outcome.stdout.splitlines(keepends=True)
+            error = b'error: container "episode" in pod "p1" is waiting to start: ContainerCreating\n'
+            self.assertIn(error, lines)
+            for name in ("p0", "p2"):
+                own = b"".join(line[len(prefixed(name)) :] for line in lines if line.startswith(prefixed(name)))
+                self.assertEqual(own, logs[name])
+            self.assertEqual(len(lines), 4)
+
+        self.each_kubectl(contract)
+
+    def test_follow_lists_the_pods_once(self) -> None:
+        """The pods are listed once, before any stream: a pod created later is not followed
+        (why LogFollower starts a read only for pods whose container has started)."""
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, {"p0": b"x\n"})
+            outcome = session.run(demo.follow_args(SELECTOR, demo.LOG_SELECTOR_PODS), request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            listings = [r for r in session.api() if r.path.endswith("/pods")]
+            self.assertEqual(len(listings), 1)
+            self.assertEqual(listings[0].query.get("labelSelector"), SELECTOR)
 
         self.each_kubectl(contract)
 

@@ -58,7 +58,7 @@ from .core_guide import _DIGEST, GUIDE_REFERENCE
 from .core_reports import fit_lines, printable
 from .errors import BUG, INTERRUPTED, STDOUT_CLOSED, DemoError, outcome_of
 from .kubectl import make_kubectl
-from .payloads import WORKER_SOURCE, WORKER_TEMPLATE
+from .payloads import LAUNCHER_SOURCE, WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
 from .records import RunSettings
 from .status import discard_stdout, say_stderr, terminal_width
@@ -596,7 +596,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks, LAUNCHER_SOURCE)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -618,6 +618,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
         worker_source=worker_source,
+        launcher_source=LAUNCHER_SOURCE,
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
@@ -667,6 +668,7 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
+        launcher_source=LAUNCHER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
         ephemeral_storage=args.ephemeral_storage,
         workspace_size=args.workspace_size,

@@ -93,7 +93,10 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
+        (
+            "01-configmap.json",
+            configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks, settings.launcher_source),
+        ),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)

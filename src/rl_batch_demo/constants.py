@@ -63,6 +63,11 @@ LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is 
 LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
+# The last line the episode's launcher prints, after the artifacts it framed (docs/own-episodes.md):
+# a followed log (LogFollower) that printed it is whole once its pod has ended, so its read can stop
+# without waiting for the kubelet to end the stream (it looks every 5 s: kuberuntime/logs/logs.go
+# waitLogs, stateCheckPeriod). An episode that prints it itself only cuts its own log short.
+LOG_END_LINE = b"rl-demo-end 1"
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
@@ -123,6 +128,9 @@ class RunFiles(NamedTuple):
     pods: str = "pods.json"
     events: str = "events.txt"
     artifacts: str = "artifacts"  # a directory: one folder per episode
+    # a directory: the artifacts of a failed, lost or retracted episode, moved out of the way of
+    # a trainer that globs artifacts/
+    artifacts_set_aside: str = "artifacts-set-aside"
     results: str = "results.json"
     rewards: str = "rewards.jsonl"
     timeline: str = "timeline.svg"
@@ -140,6 +148,8 @@ BUILTIN_WORKER = "built-in"
 # as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
 # cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
 # `artifacts` manifest.
+LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
+ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too

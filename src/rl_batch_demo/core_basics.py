@@ -39,6 +39,7 @@ from .constants import (
     JOB_NAME,
     KUEUE_GROUP,
     KUEUE_VERSIONS,
+    LAUNCHER_KEY,
     LEGACY_UID_LABEL,
     LOCAL_QUEUE_NAME,
     MAX_ARTIFACT_BYTES_ENV,
@@ -346,15 +347,22 @@ def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+    namespace: str,
+    run_id: str,
+    worker_source: str,
+    tasks: Optional[Sequence[JsonObject]] = None,
+    launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
+    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
+    one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
         "data": {"episode.py": worker_source},
     }
+    if launcher_source:
+        manifest["data"][LAUNCHER_KEY] = launcher_source
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
     return manifest
@@ -504,6 +512,7 @@ def job_manifest(
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
     workspace_size: str = DEFAULT_WORKSPACE_SIZE,
     local_queue: Optional[str] = None,
+    launcher: bool = False,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -530,7 +539,8 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["python", "-B", "/demo/episode.py"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
+                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
@@ -634,6 +644,7 @@ def round_job_manifest(
         ephemeral_storage=settings.ephemeral_storage,
         workspace_size=settings.workspace_size,
         local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
+        launcher=bool(settings.launcher_source),
     )
 
 

@@ -959,6 +959,26 @@ def message_needs_log(message: str) -> bool:
     return not message.strip() or message_cut_at_front(message)
 
 
+def with_watched_pods(pods: List[KubeObject], observation: RoundObservation, job: KubeObject) -> List[KubeObject]:
+    """The listed pods and, as the watch last saw them, the Job's pods the listing no longer has
+    (deleted since: a failed Job's stopped pods, a preempted one), in creation order."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    uid = str(job["metadata"]["uid"])
+    gone = [pod for name, pod in observation.last_pods.items() if name not in listed and pod_belongs_to(pod, uid)]
+    if not gone:
+        return pods
+    return sorted(
+        [*pods, *gone], key=lambda pod: (str(pod["metadata"].get("creationTimestamp") or ""), pod["metadata"]["name"])
+    )
+
+
+def log_wanted(pod: KubeObject) -> bool:
+    """Beyond the cross-check limit, whether a pod's log is read: its termination message cannot
+    carry its events, or it lists artifacts (their frames travel in the log alone)."""
+    message = termination_message(pod)
+    return message_needs_log(message) or declares_artifacts(message)
+
+
 def complete_lines(message: str) -> str:
     """A message cut at the front without its first line, which may be the end of a longer one."""
     return message.partition("\n")[2]

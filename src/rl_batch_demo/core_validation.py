@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .constants import (
     ARTIFACT_DIRECTORY_BYTES,
     ARTIFACTS_PER_EPISODE_LIMIT,
+    ARTIFACTS_REFUSED_FIELD,
     BUILTIN_TEST_MODULE,
     CONTAINER_LOG_MAX_SIZE,
     DEFAULT_MAX_ARTIFACT_BYTES,
@@ -425,6 +426,19 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
+def refused_artifacts_text(refused: Any) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+    items = refused if isinstance(refused, list) else [refused]
+    named = [
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        if isinstance(item, dict)
+        else short_repr(item)
+        for item in items[:5]
+    ]
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return "; ".join(named) + more
+
+
 def episode_artifacts(
     pod_name: str,
     events: List[JsonObject],
@@ -443,6 +457,9 @@ def episode_artifacts(
         declared = artifact_manifest(reward.get("artifacts"), budget)
     except ValueError as error:
         raise invalid(str(error)) from None
+    refused = reward.get(ARTIFACTS_REFUSED_FIELD)
+    if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
     if not received:
         return declared
     if log is None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import queue
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
@@ -63,12 +64,14 @@ from .core_cluster import (
     foreign_manager,
     infra_loss,
     latest_warning,
+    log_wanted,
     lost_node_note,
     node_state,
     pod_index,
     split_pods_and_events,
     template_changes,
     vanished_attempts,
+    with_watched_pods,
 )
 from .core_guide import _WORDS, REPRODUCE_GROUPS, guide_table, render_guide_table
 from .core_permissions import (
@@ -93,6 +96,7 @@ from .core_reports import (
     render_metrics_of_runs,
 )
 from .core_validation import (
+    ARTIFACT_ROTATION_HINT,
     ROUND_COMPLETE,
     analyse_round,
     assemble_results,
@@ -110,6 +114,7 @@ from .core_validation import (
 )
 from .errors import DemoError, EpisodeInvalid, JobRefused, KubectlFailure, KubectlTimeout, kubectl_message
 from .flow_job import (
+    LogFollower,
     OwnedCreator,
     logs_by_selector,
     prepare_measured_image,
@@ -133,6 +138,7 @@ from .persistence import (
     write_receipt,
 )
 from .records import (
+    ArtifactEntry,
     AutoParallelism,
     EpisodeRow,
     JUnitSuite,
@@ -182,9 +188,17 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.indexed = settings.indexed  # until job_created reads the Job
+        # The round's LogFollower: a terminated pod whose reward event lists artifacts gets its line
+        # only once each of them is saved and hash-checked under DIR/artifacts/<pod>/ (held till then)
+        self.follower: Optional[LogFollower] = None
+        self.held: Dict[str, KubeObject] = {}
+        self.lock = threading.RLock()  # the watch's thread and the log readers' threads
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        # every measured Job is Indexed: its episodes are numbered by completion index as each ends
+        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -195,7 +209,7 @@ class RoundRewards:
         """An episode's index and task id, as far as the watched pods tell (None: not known)."""
         index = self.positions.get(name)
         pod = self.pods.get(name)
-        if self.settings.indexed and pod is not None:
+        if self.indexed and pod is not None:
             try:
                 index = pod_index(pod, self.settings.count, self._inspect(name))
             except EpisodeInvalid:
@@ -207,6 +221,18 @@ class RoundRewards:
 
     def pod_seen(self, pod: KubeObject) -> None:
         """wait_for_job's hook: each pod as the watch delivers it."""
+        with self.lock:
+            self._pod_seen(pod)
+
+    def log_progress(self, name: str) -> None:
+        """LogFollower's hook: an artifact of this pod was saved (or refused), or its read ended."""
+        with self.lock:
+            pod = self.held.pop(name, None)
+            if pod is not None:
+                judged = self._judge(name, pod)
+                self._write([judged] if judged is not None else [], time.monotonic())
+
+    def _pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata")
         if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
             return
@@ -216,7 +242,8 @@ class RoundRewards:
         new = name not in self.pods
         self.pods[name] = pod
         known = time.monotonic()
-        if self.settings.indexed:
+        self.held.pop(name, None)
+        if self.indexed:
             judged = [self._judge(name, pod)]
         else:
             if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
@@ -245,7 +272,7 @@ class RoundRewards:
             row = provisional_episode(
                 pod,
                 settings.count,
-                settings.indexed,
+                self.indexed,
                 self.job_created_at,
                 settings.builtin_worker,
                 self._inspect(name),
@@ -255,10 +282,31 @@ class RoundRewards:
             return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
+        if row["artifacts"]:
+            arrived = self._artifacts_arrived(name, row["artifacts"])
+            if arrived is None:
+                self.held[name] = pod
+                return None
+            if arrived:
+                return failure_line(self.round_number, index, task_id, name, arrived, known_at, lost)
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
+        """ "" once every artifact the reward event lists is saved as listed; the rule its frames
+        broke; None while that is not known yet (the line waits: the round's analysis decides
+        when no read brings them)."""
+        state = self.follower.artifacts_of(name) if self.follower is not None else None
+        if state is None:
+            return None
+        saved, error, missing = state
+        if error:  # in the words of the round's analysis (episode_artifacts)
+            return f"its artifacts did not arrive whole: {error}" + (f"; {ARTIFACT_ROTATION_HINT}" if missing else "")
+        if all(saved.get(entry["name"]) == entry for entry in listed):
+            return ""
+        return None
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -300,6 +348,28 @@ class RoundRewards:
 
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
+        with self.lock:
+            self.held.clear()
+            self._analysed(rows, figures)
+
+    def set_aside_artifacts(self, keep: Set[str]) -> None:
+        """Move the artifacts of this round's pods whose episode does not stand (failed, set
+        aside, lost, or retracted with its round) from DIR/artifacts/<pod>/ to
+        DIR/artifacts-set-aside/<pod>/: kept for inspection, never found by a trainer that globs
+        DIR/artifacts/. Best effort: the run's own outcome is what counts."""
+        root = self.settings.output / RUN_FILES.artifacts
+        for name in sorted(set(self.pods) | set(self.last)):
+            source = root / name
+            if name in keep or not source.is_dir() or source.is_symlink():
+                continue
+            target = self.settings.output / RUN_FILES.artifacts_set_aside / name
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(exist_ok=True)
+                if not target.exists():
+                    os.replace(source, target)
+
+    def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        self.set_aside_artifacts({row["pod"] for row in rows})
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -310,6 +380,12 @@ class RoundRewards:
         """The round failed, or the run stopped, before its analysis accepted it: retract its
         reward lines (the episode the failure names with its own rule). Best effort: the error
         that got here is the one the run reports."""
+        with self.lock:
+            self.held.clear()
+            self._failed(error)
+
+    def _failed(self, error: BaseException) -> None:
+        self.set_aside_artifacts(set())
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -533,7 +609,13 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(
+                self.namespace,
+                self.run_id,
+                self.settings.worker_source,
+                self.settings.tasks,
+                self.settings.launcher_source,
+            ),
         ]
         resources = ["namespace", "configmap"]
         if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
@@ -678,9 +760,30 @@ class BatchRun:
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
         pod_spec = manifest["spec"]["template"]["spec"]
+        selector = pod_selector(job)
+        # each pod's log read while it runs (LogFollower), so its row's files are on disk with its
+        # row and a pod the job controller stops keeps what it printed
+        follower = LogFollower(
+            self.kubectl,
+            self.namespace,
+            selector,
+            count,
+            round_dir,
+            budgets,
+            2 * settings.client_wait_seconds + 60,  # a queued Job waits, then has the whole wait again
+            settings.infra_retries,
+            on_progress=rewards.log_progress if rewards is not None else None,
+        )
+
+        def pod_seen(pod: KubeObject) -> None:
+            follower.pod_seen(pod)  # first: a pod that ended starts its set's read before its row is judged
+            if rewards is not None:
+                rewards.pod_seen(pod)
+
         try:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
+                rewards.follower = follower
                 rewards.job_created(job, submitted)
             observation = wait_for_job(
                 self.kubectl,
@@ -690,16 +793,20 @@ class BatchRun:
                 submitted,
                 progress,
                 self.stop,
-                on_pod=rewards.pod_seen if rewards is not None else None,
+                on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
+            follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
+        except BaseException:
+            follower.stop()
+            raise
         write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
-        selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
@@ -717,7 +824,18 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            if follower.failed_to_save:  # the disk: nothing more is read, the run stops on it
+                return {}, {}
+            wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
+            have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
+            rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
+            # what the reads while the pods ran proved whole is kept; the rest is read as before
+            # (the Job's selector matches the rest only when nothing was)
+            chosen = selector if not have else None
+            logs, errors = read_logs(
+                self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
+            )
+            return {**have, **logs}, errors
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -728,14 +846,18 @@ class BatchRun:
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_pods(round_dir, pods, budgets)
+            # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
+            # as the watch last saw them
+            write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
             logs, log_errors = read(pods)
+        follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
+        saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_pods(round_dir, pods, budgets)
+                write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -753,7 +875,8 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
-            indexed=settings.indexed,
+            # every measured Job is Indexed: its episodes are numbered by completion index
+            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -765,10 +888,11 @@ class BatchRun:
         try:
             rows, figures = analyse_round(collected, where)
         except EpisodeInvalid:  # the round fails: every pod's log beside its error, as the guide keeps them
-            self.save_missing_logs(pods, logs, round_dir, selector)
+            self.save_missing_logs(pods, saved_logs, round_dir, selector)
             raise
         set_aside = {entry["pod"] for entry in figures["failed_episodes"]}
-        self.save_missing_logs([pod for pod in pods if pod["metadata"]["name"] in set_aside], logs, round_dir)
+        set_aside_pods = [pod for pod in pods if pod["metadata"]["name"] in set_aside]
+        self.save_missing_logs(set_aside_pods, saved_logs, round_dir)
         return rows, figures
 
     def save_missing_logs(

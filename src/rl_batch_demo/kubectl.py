@@ -422,6 +422,7 @@ class Kubectl:
         timeout: Optional[float] = None,
         request_timeout: Optional[str] = REQUEST_TIMEOUT,
         idle: bool = False,
+        on_start: Optional[Callable[[subprocess.Popen[bytes]], None]] = None,
     ) -> None:
         """A read whose output may be large (logs): handed to consume as bytes, chunk by chunk as
         it arrives, never held whole. Repeated after a transient failure only while nothing has
@@ -431,7 +432,8 @@ class Kubectl:
         client's timeout (rest.Config.Timeout -> http.Client.Timeout), which also covers reading
         the response, so it would end a large log's transfer. With `idle`, the call ends when it
         has printed nothing for `timeout` seconds, however long it keeps printing; else
-        `timeout` seconds after it started."""
+        `timeout` seconds after it started. `on_start` is given each process as it starts (a
+        followed log's reader ends it once every log it follows is whole)."""
         argv = self.argv(args, namespace, request_timeout)
         delays = list(self.timing.retry_delays)
         first_attempt = time.monotonic()
@@ -441,6 +443,8 @@ class Kubectl:
             record = self._record(argv, started)
             process = self._start(argv, record)
             assert process.stdout is not None and process.stderr is not None
+            if on_start is not None:
+                on_start(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()

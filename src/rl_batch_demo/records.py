@@ -37,6 +37,9 @@ class Timing:
     poll_interval: float = 1.0  # polling the Job once its watch has ended early
     blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
     final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
+    # after the decision, for the logs followed while the pods ran to end by themselves (a stopped
+    # pod's stream ends with its container; the kubelet notices an exited one within 5 s)
+    follow_grace_seconds: float = 6.0
     serviceaccount_wait_seconds: float = 10.0  # after the namespace's create, for its default ServiceAccount
     cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
     cleanup_max_poll: float = 2.0  # ... up to this
@@ -64,6 +67,9 @@ class RunSettings:
     json_summary: bool
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    # the launcher that runs it in the pod and sends what it leaves under RL_DEMO_ARTIFACTS
+    # (sandbox/launcher.py; "": the worker is the pod's command itself)
+    launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes

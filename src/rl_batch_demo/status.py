@@ -80,21 +80,22 @@ def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "")
             room = width - 1
             lines.append(line[:room] + "\\")
             line = line[room:]
-        # A single-quoted word (shlex.quote's, without a quote of its own inside) too long for a line
-        # is cut the same way between two quoted pieces: its quote closed before the backslash-newline
-        # and opened again at the start of the next line; the shell joins the adjacent pieces.
-        start = len(line) - len(word)
-        while (
-            _display_width(line) > width
-            and word.startswith("'")
-            and word.count("'") == 2
-            and width - 2 > start + 1
-            and width > len(indent) + 4
-        ):
-            room = width - 2
-            lines.append(line[:room] + "'\\")
-            line = "'" + line[room:]
-            start = 0
+        # A quoted word too wide (a label selector with spaces): cut into quoted pieces joined by
+        # backslash-newlines outside the quotes, which the shell removes: 'ab'\<newline>'cd' is abcd.
+        if _display_width(line) > width and word.startswith("'") and width > len(indent) + 8:
+            line = line[: len(line) - len(word)]
+            rest = shlex.split(word)[0]
+            while rest:
+                room = max(1, width - _display_width(line) - 4)
+                piece, rest = rest[:room], rest[room:]
+                line += (
+                    shlex.quote(piece)
+                    if piece.strip() and " " not in piece
+                    else "'" + piece.replace("'", "'\"'\"'") + "'"
+                )
+                if rest:
+                    lines.append(line + "\\")
+                    line = ""
     if comment and _display_width(f"{line}  {comment}") > width:
         lines.append(line)
         line = " " * len(prefix) + comment

@@ -76,6 +76,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         Flag("tail", kind="int"),
         Flag("max-log-requests", kind="int"),
         Flag("ignore-errors", kind="bool"),
+        Flag("follow", "f", kind="bool"),
     ],
     "version": [Flag("output", "o")],
     "config view": [Flag("minify", kind="bool"), Flag("output", "o")],
@@ -87,7 +88,7 @@ UNSUPPORTED_FLAGS: Dict[str, set] = {
     "get": {"chunk-size", "all-namespaces", "-A", "show-labels", "watch-only"},
     "create": {"dry-run", "save-config", "edit", "selector", "-l"},
     "delete": {"ignore-not-found", "grace-period", "now", "force", "all", "selector", "-l", "filename", "-f"},
-    "logs": {"follow", "-f", "previous", "-p", "since", "timestamps", "all-containers"},
+    "logs": {"previous", "-p", "since", "timestamps", "all-containers"},
     "version": {"client"},
     "config view": {"raw", "flatten"},
 }

@@ -1369,6 +1369,8 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         pods = [pod]
     unavailable = {int(i) for i in inv.faults.get("logs_unavailable") or []}
     index_of = pod_indices(inv.state) if unavailable else {}
+    if flags.get("follow"):
+        return follow_logs(inv, flags, pods, container, unavailable, index_of)
     # kubectl ranges over a Go map of the pods' log requests (logs.go RunLogsContext ->
     # sequentialConsumeRequest, without -f): one pod after another, in random order ...
     import random  # here: every other command starts without it
@@ -1408,6 +1410,116 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
             lines = [f"[pod/{name}/{container}] ".encode() + line for line in lines]
         transfer(inv, b"".join(lines))
     return 0
+
+
+FOLLOW_POLL_SECONDS = 0.05  # how often a followed log looks for more output
+
+
+def follow_logs(
+    inv: Invocation, flags: Dict[str, Any], pods: List[dict], container: str, unavailable: set, index_of: dict
+) -> int:
+    """``logs -f``: kubectl pkg/cmd/logs/logs.go RunLogsContext. More streams than
+    --max-log-requests (default 5) are refused before any is read; several are read at once
+    (parallelConsumeRequest: one goroutine per pod writing prefix and line in one write to a pipe),
+    one alone as without -f. A stream that fails ends the whole read (exit 1, its error on stderr),
+    or with --ignore-errors prints ``error: MESSAGE`` on stdout and the others go on (1.36+
+    consumeWithRetry: no retry with --ignore-errors). Each stream is the kubelet's ReadLogs with
+    follow: the log so far, then each line as the container prints it, until the container has
+    ended (then the rest) or the pod is gone (the kubelet stopped and removed its container)."""
+    import threading  # here: every other command starts without it
+
+    limit = flags.get("max-log-requests")
+    limit = 5 if limit is None else int(limit)
+    if len(pods) > 1 and len(pods) > limit:
+        raise KubectlError(
+            f"error: you are attempting to follow {len(pods)} log streams, but maximum allowed concurrency is "
+            f"{limit}, use --max-log-requests to increase the limit"
+        )
+    prt = BY_KIND["Pod"]
+    limiter = TokenBucket(LOG_QPS, LOG_BURST)
+    lock, pacing = threading.Lock(), threading.Lock()
+    failed: List[str] = []
+    done = threading.Event()
+
+    def write(data: bytes) -> None:
+        with lock:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+
+    def stream(pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        prefix = f"[pod/{name}/{container}] ".encode() if flags.get("prefix") else b""
+        try:
+            with pacing:
+                limiter.wait()
+            inv.check_rbac("get", "pods/log", prt, name, inv.namespace)
+            follow_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable, prefix, write)
+        except KubectlError as failure:
+            if not flags.get("ignore-errors"):
+                with lock:
+                    failed.append(str(failure))
+                done.set()
+                return
+            message = re.sub(r"^Error from server \([^)]*\): ", "", str(failure).splitlines()[0])
+            write(f"error: {message}\n".encode())
+
+    threads = [threading.Thread(target=stream, args=(pod,), daemon=True) for pod in pods]
+    for thread in threads:
+        thread.start()
+    waiter = threading.Thread(target=lambda: [thread.join() for thread in threads] and None, daemon=True)
+    waiter.start()
+    while waiter.is_alive() and not done.is_set():
+        waiter.join(FOLLOW_POLL_SECONDS)
+    if failed:
+        raise KubectlError(failed[0])
+    return 0
+
+
+def follow_pod_log(
+    inv: Invocation, pod: dict, container: str, index: Optional[int], unavailable: set, prefix: bytes, write: Any
+) -> None:
+    """One followed stream (see follow_logs): lines as containerd has written them (whole lines
+    while the container runs, containerlog.py), each with kubectl's prefix (logs.go
+    DefaultConsumeRequest: one per bufio ReadBytes('\\n') piece)."""
+    from .containerlog import cri_records, read_logs
+
+    name = pod["metadata"]["name"]
+    read_pod_log(inv, pod, container, index, unavailable)  # the kubelet's refusals, as without -f
+    path = log_path(inv.state, inv.namespace, name)
+    sent = 0
+
+    def emit(text: bytes) -> None:
+        pieces = re.findall(rb"[^\n]*\n|[^\n]+$", text)
+        if pieces:
+            write(b"".join(prefix + piece for piece in pieces))
+
+    while True:
+        live = inv.store.get("Pod", inv.namespace, name)
+        if live is None:
+            return  # gone: the stream ends with what it carried
+        ended = not any(
+            "running" in (c.get("state") or {}) for c in (live.get("status") or {}).get("containerStatuses") or []
+        )
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        if ended:
+            if sent == 0:
+                emit(served_log(raw, int(inv.faults.get("container_log_max_size") or CONTAINER_LOG_MAX_SIZE)))
+            else:
+                emit(read_logs(cri_records(raw))[sent:])
+            return
+        complete = raw[: raw.rfind(b"\n") + 1]
+        text = read_logs(cri_records(complete))
+        if sent == 0 and text:  # a stream's start: the kubelet's current file only (rotation)
+            emit(served_log(complete, int(inv.faults.get("container_log_max_size") or CONTAINER_LOG_MAX_SIZE)))
+            sent = len(text)
+        elif len(text) > sent:  # then each line as it comes, across rotations (logs.go waitLogs reopens)
+            emit(text[sent:])
+            sent = len(text)
+        time.sleep(FOLLOW_POLL_SECONDS)
 
 
 LOG_QPS, LOG_BURST = 5.0, 10  # client-go rest.DefaultQPS, rest.DefaultBurst

@@ -1078,6 +1078,16 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
+        # The container's command, as the kubelet runs it: a /demo/X.py of the ConfigMap (the
+        # tool's launcher.py, which runs episode.py beside it), else the worker itself. A worker the
+        # faults replace (the stand-in, a SIGTERM-ignoring one) replaces episode.py there too.
+        command = [str(part) for part in container.get("command") or []]
+        mounted = self.script_mount_dir(sim.workdir, container, spec)
+        entry = os.path.basename(command[-1]) if command and command[-1].endswith(".py") else "episode.py"
+        if entry != "episode.py" and os.path.isfile(os.path.join(mounted, entry)):
+            with open(os.path.join(mounted, "episode.py"), "w", encoding="utf-8") as f:
+                f.write(script or "")
+            script_path = os.path.join(mounted, entry)
         # The container's paths in env values the worker opens (RL_DEMO_ARTIFACTS, /workspace/...)
         # are this pod's local workspace: the fake has no container filesystem.
         for key in ("RL_DEMO_ARTIFACTS",):
@@ -1148,9 +1158,14 @@ class JobController:
             )
 
         sim.started = now
-        with open(lp, "wb") as log:
+        # The worker's output goes to the pod's log as it prints it, so `kubectl logs -f` follows it
+        # (the kubelet's ReadLogs with follow). A pod with episode fault modes writes elsewhere and
+        # its log appears whole at its end, as the modes have rewritten it (apply_episode_faults):
+        # no client can have followed the output the modes replace.
+        with open(worker_output(lp, sim), "wb") as log:
             sim.proc = subprocess.Popen(
                 [os.path.join(sim.workdir, "bin", "python"), "-B", script_path],  # mount_container_paths
+                start_new_session=True,  # the container's processes: a SIGKILL ends them all (kill)
                 cwd=workspace,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -1193,9 +1208,11 @@ class JobController:
         return f'Container image "{image}" already present on machine'
 
     def kill(self, sim: PodSim) -> None:
+        """SIGKILL to the container: every process in it (its own session), as the runtime kills
+        the container's cgroup; SIGTERM (terminate) goes to its first process alone."""
         if sim.proc is not None and sim.proc.poll() is None:
             try:
-                sim.proc.kill()
+                os.killpg(sim.proc.pid, signal.SIGKILL)
                 sim.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -1206,7 +1223,7 @@ class JobController:
         if rc < 0:  # killed by signal N: the runtime reports 128 + N, never -N (containerd sys/reaper
             rc = 128 - rc  # reaper_unix.go exitStatus, exitSignalOffset; go-runc monitor.go alike)
         lp = log_path(self.state, self.ns, sim.name)
-        with open(lp, "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
+        with open(worker_output(lp, sim), "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
             log = f.read().decode("utf-8", errors="surrogateescape")
         term_path = os.path.join(sim.workdir, "termination-log")
         with open(term_path, "rb") as f:  # the kubelet reads the file's last 4 KiB (containerlog.py)
@@ -1501,6 +1518,9 @@ class JobController:
                 if now < sim.next_try:
                     continue
                 self.kill(sim)
+            lp = log_path(self.state, self.ns, sim.name)
+            if worker_output(lp, sim) != lp and os.path.exists(worker_output(lp, sim)):
+                os.replace(worker_output(lp, sim), lp)  # a stopped pod's modes rewrite nothing: its output as printed
             code = sim.proc.returncode if sim.proc is not None else None
             terminated = {
                 "exitCode": 128 - code if isinstance(code, int) and code < 0 else (code or 137),
@@ -1531,6 +1551,12 @@ class JobController:
             j["status"]["terminating"] = 0
             tx.put(j)
         return False
+
+
+def worker_output(log: str, sim: PodSim) -> str:
+    """Where the worker's stdout and stderr go: the pod's log itself, or beside it when episode
+    fault modes rewrite the log at the worker's end (see the worker's start)."""
+    return log + ".worker" if sim.modes else log
 
 
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
