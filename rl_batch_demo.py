@@ -126,7 +126,9 @@ PER_INDEX_BACKOFF = (
     "per-index backoff limits (Kubernetes 1.29 or later, where the JobBackoffLimitPerIndex feature gate is on by "
     "default: beta in 1.29 to 1.32, GA from 1.33)"
 )
-PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+PER_INDEX_BACKOFF_INSTEAD = (
+    "; run without --max-failed-episodes and --failed-episode-reward (any failed episode then fails the run)"
+)
 # Infrastructure retries (--infra-retries K): the Job's own podFailurePolicy, never a resubmission.
 # The job controller matches a failed pod against the rules in order, the first match deciding
 # (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): a
@@ -148,11 +150,26 @@ POD_FAILURE_POLICY = (
 INFRA_RETRIES_INSTEAD = "; run without --infra-retries (an episode lost to the infrastructure then fails the run)"
 # The Job fields the tool may set that older API servers do not know, with what needs them.
 JOB_FIELD_NEEDS = {
-    "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.backoffLimitPerIndex": (
+        PER_INDEX_BACKOFF,
+        "--max-failed-episodes and --failed-episode-reward",
+        PER_INDEX_BACKOFF_INSTEAD,
+    ),
     "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
     "spec.podFailurePolicy": (POD_FAILURE_POLICY, "--infra-retries", INFRA_RETRIES_INSTEAD),
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
+# Whose a failed episode's failure is (rewards.jsonl's and failed_episodes' failure_kind). Only a loss
+# the cluster proves is the infrastructure's (core_cluster.failure_kind): everything else, the
+# episode's exit code, a kill, its events, its own deadline, is the episode's, so a policy that
+# crashes can never be masked like a lost node (--max-failed-episodes sets aside only the
+# infrastructure's) and is scored as --failed-episode-reward R instead.
+FAILURE_EPISODE = "episode"
+# A pod past its own activeDeadlineSeconds (--episode-timeout): the kubelet fails it, phase Failed
+# and this status reason (pkg/kubelet/active_deadline.go; kubelet_pods.go generateAPIPodStatus).
+POD_DEADLINE_REASON = "DeadlineExceeded"
+EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
+FAILURE_INFRASTRUCTURE = "infrastructure"
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
@@ -705,7 +722,9 @@ class RunSettings:
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
-    max_failed_episodes: int = 0  # --max-failed-episodes
+    max_failed_episodes: int = 0  # --max-failed-episodes: infrastructure failures set aside, at most this many
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
+    episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -736,12 +755,26 @@ class RunSettings:
     def indexed(self) -> bool:
         """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
         episode may be retried (its attempts share its index)."""
-        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
+        return (
+            self.tasks is not None
+            or self.max_failed_episodes > 0
+            or self.infra_retries > 0
+            or self.failed_episode_reward is not None
+        )
 
     @property
     def given_image(self) -> str:
         """The image before any digest is resolved: --pin-image's digest when given, else --image."""
         return self.pin_image or self.image
+
+    @property
+    def episode_deadline_seconds(self) -> int:
+        """Each episode pod's own activeDeadlineSeconds: --episode-timeout, else a little under the
+        Job's (a tenth less, at most 30 s less), so that a hung episode fails alone, as its own
+        failure, before the Job's deadline would stop every episode."""
+        if self.episode_timeout is not None:
+            return self.episode_timeout
+        return max(1, self.deadline_seconds - min(EPISODE_DEADLINE_MARGIN_SECONDS, max(1, self.deadline_seconds // 10)))
 
     @property
     def client_wait_seconds(self) -> int:
@@ -897,6 +930,7 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward: episode failures score it
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
@@ -1066,7 +1100,7 @@ class PhaseStats(TypedDict):
     max: float
 
 
-class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+class _FailedEpisode(TypedDict):  # set aside (--max-failed-episodes) or scored (--failed-episode-reward)
     pod: str
     index: Optional[int]
     task_id: Any
@@ -1075,6 +1109,11 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     cause: str
     attempts: int  # as in pods[]: its last pod's attempt
     lost_attempts: List[LostAttempt]
+
+
+class FailedEpisode(_FailedEpisode, total=False):  # both absent from the results of versions before failure kinds
+    failure_kind: str  # FAILURE_EPISODE or FAILURE_INFRASTRUCTURE (constants)
+    reward: Optional[float]  # --failed-episode-reward's R for an episode failure it scored; None: set aside
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -1119,8 +1158,12 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class ScoredFigures(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    scored_episodes: int  # failed by their own doing, scored as --failed-episode-reward R: the reward figures count R
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, ScoredFigures, JobTimes, FirstReward, LogFigures
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -1203,7 +1246,21 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 
 
 # results.json
-class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, KubeletFigures, AutoParallelism):
+class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
+
+
+class Results(
+    BatchFigures,
+    ScoredFigures,
+    FailurePolicy,
+    JobTimes,
+    FirstReward,
+    LogFigures,
+    PreparedImage,
+    KubeletFigures,
+    AutoParallelism,
+):
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
@@ -1229,7 +1286,8 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     pods: List[PodRow]
 
 
-class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
+    # reward None, or --failed-episode-reward's R for a failure of the episode's own doing
     round: int
     index: Optional[int]
     task_id: Any
@@ -1237,6 +1295,7 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     reward: Optional[float]
     info: Optional[JsonObject]
     failure: Optional[str]
+    failure_kind: Optional[str]  # a failure's: FAILURE_EPISODE or FAILURE_INFRASTRUCTURE; None for a reward
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
@@ -1716,6 +1775,8 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    score_failures: bool = False,
+    episode_deadline_seconds: Optional[int] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -1728,7 +1789,12 @@ def job_manifest(
     most N); backoffLimit is then left out, since it counts every failure of the Job. With
     --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
     (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
-    failed never does."""
+    failed never does. With --failed-episode-reward (`score_failures`), an episode's own failure
+    fails only its index and never stops the others: backoffLimitPerIndex without maxFailedIndexes,
+    every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
+    `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
+    kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
+    reason DeadlineExceeded."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -1762,6 +1828,8 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
+    if episode_deadline_seconds is not None:
+        pod_spec["activeDeadlineSeconds"] = episode_deadline_seconds
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -1775,14 +1843,18 @@ def job_manifest(
         },
     }
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0 or infra_retries > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0 or score_failures:
         spec["completionMode"] = "Indexed"
-    if max_failed_episodes > 0:
+    if max_failed_episodes > 0 and not score_failures:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if score_failures:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=0)
     if infra_retries > 0:
         spec.pop("backoffLimit", None)
-        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
+        fail_index = max_failed_episodes > 0 or score_failures
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(fail_index))
     return manifest
 
 
@@ -1831,6 +1903,8 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        score_failures=settings.failed_episode_reward is not None,
+        episode_deadline_seconds=settings.episode_deadline_seconds,
     )
 
 
@@ -1838,7 +1912,7 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
     one_episode = dataclasses.replace(
-        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0, failed_episode_reward=None
     )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
@@ -1858,7 +1932,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
-    if infra_retries and flags == "--max-failed-episodes":
+    if infra_retries and flags.startswith("--max-failed-episodes"):
         flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (
@@ -2117,6 +2191,12 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
+    if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        return 1, (
+            f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
+            f"activeDeadlineSeconds; {_phase_failure(pod)})"
+        )
     if status.get("phase") == "Failed" and not deleted:
         return 1, _phase_failure(pod)
     if deleted:
@@ -2167,10 +2247,29 @@ def infra_loss(pod: KubeObject) -> str:
             return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
         return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
-    if status.get("reason") and not _container_ran(status):  # refused by the kubelet's admission
+    # refused by the kubelet's admission; never the pod's own activeDeadlineSeconds (the kubelet's
+    # DeadlineExceeded, pkg/kubelet/active_deadline.go), which counts from its admission and is the episode's
+    if status.get("reason") and status.get("reason") != POD_DEADLINE_REASON and not _container_ran(status):
         text = f"rejected by the kubelet before any container ran ({status.get('reason')}: {status.get('message')})"
         return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     return ""
+
+
+def failure_kind(pod: Optional[KubeObject]) -> str:
+    """Whose a failed episode's failure is: FAILURE_INFRASTRUCTURE only when the pod's status proves
+    a loss (infra_loss: DisruptionTarget, Evicted, the kubelet refusing it at admission; or a
+    deletion, which the episode cannot have asked for: its pod carries no ServiceAccount token),
+    else FAILURE_EPISODE: its exit code, a kill, its events, its own deadline, a pod never seen.
+    The episode's by default, so that no failure is masked unless the cluster says it lost it."""
+    if not isinstance(pod, dict):
+        return FAILURE_EPISODE
+    status = pod.get("status")
+    metadata = pod.get("metadata")
+    if infra_loss(pod) or (isinstance(status, dict) and status.get("reason") == "Evicted"):
+        return FAILURE_INFRASTRUCTURE
+    if isinstance(metadata, dict) and metadata.get("deletionTimestamp"):
+        return FAILURE_INFRASTRUCTURE
+    return FAILURE_EPISODE
 
 
 def _container_ran(status: KubeObject) -> bool:
@@ -3556,6 +3655,7 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "reward": row["reward"],
         "info": row.get("info", {}),
         "failure": None,
+        "failure_kind": None,
         "known_at": known_at,
         "retracted": False,
         "attempts": row["attempts"],
@@ -3572,17 +3672,21 @@ def failure_line(
     failure: str,
     known_at: float,
     lost: Sequence[LostAttempt] = (),
+    kind: str = FAILURE_EPISODE,
+    reward: Optional[float] = None,
 ) -> RewardLine:
-    """A failed episode's line: reward and info null and its failure, so a trainer can mask it.
+    """A failed episode's line: info null, its failure and whose it is (`kind`), and reward null,
+    or `reward` (--failed-episode-reward R) for a failure of its own doing, which then stands.
     `lost`: the episode's pods lost to the infrastructure before this one (--infra-retries)."""
     return {
         "round": round_number,
         "index": index,
         "task_id": task_id,
         "pod": pod,
-        "reward": None,
+        "reward": reward if kind == FAILURE_EPISODE else None,
         "info": None,
         "failure": failure,
+        "failure_kind": kind,
         "known_at": known_at,
         "retracted": False,
         "attempts": len(lost) + 1,
@@ -3591,18 +3695,46 @@ def failure_line(
     }
 
 
-def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
-    """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
+def retraction_of(line: RewardLine, failure: str, known_at: float, kind: str = FAILURE_EPISODE) -> RewardLine:
+    """The line that withdraws a pod's earlier reward line: a later check rejected the episode
+    (`kind`: whose doing that was); its reward is null."""
     retraction = failure_line(
-        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"]
+        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"], kind
     )
     retraction["retracted"] = True
     return retraction
 
 
 def stands_as_reward(line: Optional[RewardLine]) -> bool:
-    """Whether a pod's last line is a reward (a reader's rule: the last line of a pod is its verdict)."""
-    return line is not None and line["failure"] is None and not line["retracted"]
+    """Whether a pod's last line is a reward that stands (a reader's rule: the last line of a pod
+    is its verdict): a validated episode's, or an episode failure scored by --failed-episode-reward."""
+    return line is not None and line["reward"] is not None and not line["retracted"]
+
+
+def failed_episode_lines(entry: FailedEpisode, previous: Optional[RewardLine], known_at: float) -> List[RewardLine]:
+    """What rewards.jsonl needs for a failed episode, given the pod's last line so far: its failure
+    line when it has none; when a reward line of it stands, that line's retraction, then (scored by
+    --failed-episode-reward) the scored failure line; nothing when its verdict is written already."""
+    kind = entry.get("failure_kind", FAILURE_EPISODE)
+    verdict = failure_line(
+        entry["round"],
+        entry["index"],
+        entry["task_id"],
+        entry["pod"],
+        entry["cause"],
+        known_at,
+        entry["lost_attempts"],
+        kind,
+        entry.get("reward"),
+    )
+    if previous is None:
+        return [verdict]
+    if not stands_as_reward(previous):  # its failure is written: only a score it lacks is new
+        return [verdict] if verdict["reward"] is not None else []
+    if previous["failure"] is not None and previous["reward"] == verdict["reward"]:
+        return []  # its scored failure, written as the pod ended
+    retraction = retraction_of(previous, entry["cause"], known_at, kind)
+    return [retraction, verdict] if verdict["reward"] is not None else [retraction]
 
 
 def _index_order(line: RewardLine) -> Tuple[int, int, str]:
@@ -3617,23 +3749,13 @@ def reconciling_lines(
     for each failed episode without a line, and a retraction of each reward line the analysis did
     not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
     no line written yet, these are the round's lines as a whole file would hold them."""
-    lines = [reward_line(row, known_at) for row in rows if not stands_as_reward(last.get(row["pod"]))]
+    lines = [
+        reward_line(row, known_at)
+        for row in rows
+        if not stands_as_reward(last.get(row["pod"])) or last[row["pod"]]["failure"] is not None
+    ]
     for entry in failed:
-        previous = last.get(entry["pod"])
-        if previous is None:
-            lines.append(
-                failure_line(
-                    entry["round"],
-                    entry["index"],
-                    entry["task_id"],
-                    entry["pod"],
-                    entry["cause"],
-                    known_at,
-                    entry["lost_attempts"],
-                )
-            )
-        elif stands_as_reward(previous):
-            lines.append(retraction_of(previous, entry["cause"], known_at))
+        lines += failed_episode_lines(entry, last.get(entry["pod"]), known_at)
     analysed = {row["pod"] for row in rows} | {entry["pod"] for entry in failed}
     lines += [
         retraction_of(line, "its pod is not one of the Job's pods once the round was analysed", known_at)
@@ -3643,26 +3765,37 @@ def reconciling_lines(
     return sorted(lines, key=_index_order)
 
 
-def retracting_lines(last: Mapping[str, RewardLine], failure: str, known_at: float) -> List[RewardLine]:
+def retracting_lines(
+    last: Mapping[str, RewardLine], failure: str, known_at: float, kinds: Optional[Mapping[str, str]] = None
+) -> List[RewardLine]:
     """When a round fails (or the run stops) before its analysis accepted it: a retraction of each
-    of its reward lines, in the order they were written, with `failure` as the reason."""
-    return [retraction_of(line, failure, known_at) for line in last.values() if stands_as_reward(line)]
+    of its reward lines, in the order they were written, with `failure` as the reason and each
+    pod's failure kind (`kinds`, by pod: its pod as last watched; the episode's when unknown)."""
+    return [
+        retraction_of(line, failure, known_at, (kinds or {}).get(line["pod"], FAILURE_EPISODE))
+        for line in last.values()
+        if stands_as_reward(line)
+    ]
 
 
-def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
-    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes),
-    with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
+def batch_figures(rows: List[EpisodeRow], failed: Sequence[FailedEpisode] = ()) -> BatchFigures:
+    """The guide's whole-batch figures for one set of episodes, with the rewards' mean, min and max
+    beside the guide's reward_sum. `failed`: the failed episodes the round accepted, each left out
+    of every figure (masked: --max-failed-episodes) or, scored (--failed-episode-reward R), counted
+    in the reward figures with R and in no timing figure. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
-    rewards = [row["reward"] for row in rows]
+    scored = [entry["reward"] for entry in failed if entry.get("reward") is not None]
+    rewards = [row["reward"] for row in rows] + [reward for reward in scored if reward is not None]
+    masked = len(failed) - len(scored)
 
     def latest(ends: List[Optional[float]]) -> Optional[float]:  # the cluster's stamps: every episode's, else unknown
         known = [end for end in ends if end is not None]
         return max(known) if len(known) == len(ends) else None
 
     return {
-        "episodes": len(rows) + failed,
+        "episodes": len(rows) + len(failed),
         "successful_episodes": len(rows),
-        "masked_episodes": failed,
+        "masked_episodes": masked,
         "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
@@ -3680,18 +3813,24 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     }
 
 
-def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int) -> List[str]:
-    """results.json's `notes`, in this tool's words: episodes masked under --max-failed-episodes
-    (the reward figures leave them out), and episodes whose sandbox clocks disagree."""
+def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int, scored: int = 0) -> List[str]:
+    """results.json's `notes`, in this tool's words: episodes lost to the infrastructure and masked
+    under --max-failed-episodes (the reward figures leave them out), episode failures scored under
+    --failed-episode-reward, and episodes whose sandbox clocks disagree."""
     notes = []
     masked = figures["masked_episodes"]
     if masked:
         notes.append(
-            f"{masked} of {figures['episodes']} episodes masked: they failed and were set aside under "
-            f"--max-failed-episodes {max_failed_episodes}, so reward_sum ({figures['reward_sum']!r}) and reward_mean "
-            f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
-            "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
-            "episode, and rewards.jsonl gives it reward null"
+            f"{masked} of {figures['episodes']} episodes masked: the infrastructure lost them (failure_kind "
+            f"{FAILURE_INFRASTRUCTURE}) and they were set aside under --max-failed-episodes {max_failed_episodes}, "
+            f"so reward_sum ({figures['reward_sum']!r}) and reward_mean ({figures['reward_mean']!r}) leave them out; "
+            "failed_episodes names each masked episode, and rewards.jsonl gives it reward null"
+        )
+    if scored:
+        notes.append(
+            f"{scored} of {figures['episodes']} episodes failed by their own doing (failure_kind {FAILURE_EPISODE}) "
+            "and were scored as --failed-episode-reward: reward_sum, reward_mean, reward_min and reward_max count "
+            "that reward for each, and no timing figure counts them; failed_episodes names each with its cause"
         )
     if figures["lost_attempts"]:
         retried = sum(1 for row in rows if row["lost_attempts"])
@@ -3793,10 +3932,12 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     Every pod is validated on complete data: its status, its events from the log and the
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
-    tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    tolerated = collected.max_failed_episodes  # with K > 0, up to K infrastructure failures are set aside
+    scoring = collected.failed_episode_reward is not None  # an episode's own failure is scored, not fatal
+    collect = tolerated > 0 or scoring  # failures are gathered, each accepted or not by its kind
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
-    if not tolerated:
+    if not collect:
         check_pod_set(pods, collected.count, inspect, lost, retries)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
@@ -3814,7 +3955,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries)[1] if collect else ""
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -3845,13 +3986,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             )
         except (KeyError, TypeError, ValueError) as error:
             shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
-            if not tolerated:
-                raise shape from None
+            if not accepted_failure(collected, pod):
+                raise refused_failure(collected, shape) from None
             failed.append((shape, index))
             continue
         except EpisodeInvalid as invalid:
-            if not tolerated:
-                raise
+            if not accepted_failure(collected, pod):
+                raise refused_failure(collected, invalid) from None
             failed.append((invalid, index))
             continue
         row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
@@ -3867,22 +4008,29 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             EXIT_EPISODE,
         )
     assert observation.condition_seen_monotonic is not None
-    figures = RoundResult(
-        **batch_figures(rows, len(failed)),
-        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
-        failed_episodes=[
+    by_name = {str(pod["metadata"]["name"]): pod for pod in pods}
+    failed_episodes: List[FailedEpisode] = []
+    for failure, index in failed:
+        kind = failure_kind(by_name.get(failure.pod))
+        failed_episodes.append(
             {
-                "pod": invalid.pod,
+                "pod": failure.pod,
                 "index": index,
                 "task_id": task_id_for(collected, index),
                 "round": collected.round_number,
                 "job": collected.job_name,
-                "cause": invalid.rule,
-                "attempts": len(lost.get(invalid.pod, [])) + 1,
-                "lost_attempts": lost.get(invalid.pod, []),
+                "cause": failure.rule,
+                "attempts": len(lost.get(failure.pod, [])) + 1,
+                "lost_attempts": lost.get(failure.pod, []),
+                "failure_kind": kind,
+                "reward": collected.failed_episode_reward if kind == FAILURE_EPISODE else None,
             }
-            for invalid, index in failed
-        ],
+        )
+    figures = RoundResult(
+        **batch_figures(rows, failed_episodes),
+        scored_episodes=sum(1 for entry in failed_episodes if entry["reward"] is not None),
+        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
+        failed_episodes=failed_episodes,
         round=collected.round_number,
         job=collected.job_name,
         job_uid=collected.job["metadata"]["uid"],
@@ -3898,6 +4046,28 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         **log_figures(collected, pods),
     )
     return rows, figures
+
+
+def accepted_failure(collected: RoundCollected, pod: KubeObject) -> bool:
+    """Whether a round goes on past this failed episode: one the infrastructure lost, under
+    --max-failed-episodes (counted in check_failed_episodes), or one of the episode's own doing,
+    under --failed-episode-reward (scored). Otherwise it fails the round, as without either flag."""
+    if failure_kind(pod) == FAILURE_INFRASTRUCTURE:
+        return collected.max_failed_episodes > 0
+    return collected.failed_episode_reward is not None
+
+
+def refused_failure(collected: RoundCollected, invalid: EpisodeInvalid) -> EpisodeInvalid:
+    """The error of a failed episode no flag accepts: under --max-failed-episodes, an episode's own
+    failure says that only the infrastructure's are set aside, and how to score it instead."""
+    if not collected.max_failed_episodes:
+        return invalid
+    return EpisodeInvalid(
+        invalid.pod,
+        f"{invalid.rule} (a failure of the episode's own doing: --max-failed-episodes sets aside only failures of "
+        "the infrastructure; --failed-episode-reward R scores it as R instead)",
+        invalid.inspect,
+    )
 
 
 def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
@@ -3984,15 +4154,19 @@ def check_failed_episodes(
     when pods are missing or share an index, or when the Job's own list of failed indexes names
     an episode that validated. True when the Job's FailedIndexes verdict is accounted for."""
     tolerated = collected.max_failed_episodes
-    if len(failed) > tolerated:
-        first = failed[0][0]
+    kinds = {str(pod["metadata"]["name"]): failure_kind(pod) for pod in pods}
+    lost_ones = [invalid for invalid, _ in failed if kinds.get(invalid.pod) == FAILURE_INFRASTRUCTURE]
+    if len(lost_ones) > tolerated:
+        first = lost_ones[0]
         raise EpisodeInvalid(
             first.pod,
-            f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
+            f"{first.rule} ({len(lost_ones)} episodes lost to the infrastructure, more than --max-failed-episodes "
+            f"{tolerated})",
             first.inspect,
         )
     replaced = sum(len(attempts) for attempts in (lost or {}).values())
-    problem = pod_count_problem(pods, collected.count, inspect, replaced) if tolerated else None
+    collect = tolerated > 0 or collected.failed_episode_reward is not None
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if collect else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -4003,8 +4177,8 @@ def check_failed_episodes(
         )
     if not rows and failed:
         raise DemoError(
-            f"every episode of Job {where} failed ({len(failed)}, within --max-failed-episodes {tolerated}), so "
-            f"there is no reward to report; the first: {failed[0][0]}",
+            f"every episode of Job {where} failed ({len(failed)}), so there is no validated episode to time; the "
+            f"first: {failed[0][0]}",
             EXIT_EPISODE,
         )
     observation = collected.observation
@@ -4046,12 +4220,15 @@ def assemble_results(
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
-    figures = batch_figures(rows, len(failed))
+    figures = batch_figures(rows, failed)
+    scored = sum(1 for entry in failed if entry.get("reward") is not None)
     return Results(
         **figures,
+        scored_episodes=scored,
+        failed_episode_reward=settings.failed_episode_reward,
         **first_reward,
         figure_sources=dict(sorted(FIGURE_SOURCES.items())),
-        notes=figure_notes(figures, rows, settings.max_failed_episodes),
+        notes=figure_notes(figures, rows, settings.max_failed_episodes, scored),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         **(capacity or {}),
@@ -4758,10 +4935,14 @@ def _many_sample_figures(results: Results, phase: str) -> Tuple[Optional[float],
 
 def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
-    left_out = len(results.get("failed_episodes") or [])
+    failed = results.get("failed_episodes") or []
+    scored = sum(1 for entry in failed if entry.get("reward") is not None)
+    left_out = len(failed) - scored
     valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
     if left_out:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    if scored:
+        valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
         f"verdict: {valid}, reward_sum {results['reward_sum']}; all ready "
         f"{figure_text(results.get('batch_to_all_ready_seconds'), 'batch_to_all_ready_seconds')}, all rewards "
@@ -5132,11 +5313,17 @@ def junit_suites(
                     for lost in row.get("lost_attempts") or []:  # --infra-retries: run again, not judged
                         why = f"lost to the infrastructure and run again as {row['pod']}: {lost.get('cause')}"
                         cases.append(_case(classname, str(lost.get("pod")), 0.0, "skipped", why))
-            # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+            # set aside under --max-failed-episodes or scored under --failed-episode-reward: the run did
+            # not fail for them, so neither does the report (skipped, with why)
             for entry in results.get("failed_episodes") or []:
                 if entry.get("round", 1) == number:
-                    why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
-                    cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
+                    if entry.get("reward") is not None:
+                        how = f"failed by its own doing, scored {entry.get('reward')!r} (--failed-episode-reward)"
+                    else:
+                        how = "lost to the infrastructure, left out of the figures (--max-failed-episodes)"
+                    cases.append(
+                        _case(classname, str(entry.get("pod")), 0.0, "skipped", f"{how}: {entry.get('cause')}")
+                    )
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
             suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
     else:
@@ -7964,13 +8151,22 @@ class RoundRewards:
                 settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
+            return self._failure(index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _failure(
+        self, index: Optional[int], task_id: Any, name: str, rule: str, known_at: float, lost: List[LostAttempt]
+    ) -> RewardLine:
+        """A failed episode's line: whose failure it is, from its pod as last watched, and with
+        --failed-episode-reward its score when the failure is the episode's own."""
+        kind = failure_kind(self.pods.get(name))
+        reward = self.settings.failed_episode_reward
+        return failure_line(self.round_number, index, task_id, name, rule, known_at, lost, kind, reward)
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -8028,10 +8224,13 @@ class RoundRewards:
             if own is None:
                 index, task_id = self._identity(error.pod)
                 lost = self._lost_before(error.pod, index)
-                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
+                line = self._failure(index, task_id, error.pod, error.rule, known_at, lost)
+                line["reward"] = None  # its round failed: no score stands
+                lines.append(line)
             elif stands_as_reward(own):
-                lines.append(retraction_of(own, error.rule, known_at))
-        lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
+                lines.append(retraction_of(own, error.rule, known_at, failure_kind(self.pods.get(error.pod))))
+        kinds = {name: failure_kind(pod) for name, pod in self.pods.items()}
+        lines += [line for line in retracting_lines(self.last, failure, known_at, kinds) if line["pod"] != named]
         with contextlib.suppress(Exception):  # a disk that failed already, or the caller's on_reward
             self._write(lines, time.monotonic())
 
@@ -8397,6 +8596,7 @@ class BatchRun:
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
+            failed_episode_reward=settings.failed_episode_reward,
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
@@ -9336,6 +9536,17 @@ def parallelism_arg(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of at least 1 nor auto") from None
 
 
+def reward_arg(text: str) -> float:
+    """An argparse type: --failed-episode-reward, a finite number within a reward's limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > REWARD_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite reward of at most {REWARD_LIMIT:g} in size")
+    return value
+
+
 def pinned_image_arg(text: str) -> str:
     """--pin-image's value: empty (argparse's const: resolve the digest) or an image by digest."""
     if text and (not re.search(_DIGEST, text) or text.startswith("@")):
@@ -9511,10 +9722,24 @@ def build_parser(
                 "type": whole_number(0),
                 "default": 0,
                 "metavar": "K",
-                "help": "tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed "
-                "in results.json's failed_episodes and left out of the figures; never retried (default 0: any "
-                "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+                "help": "set aside up to K episodes the infrastructure lost (failure_kind infrastructure: evicted, "
+                "preempted, refused by the kubelet, deleted): listed in results.json's failed_episodes and left out "
+                "of the figures; never retried, and never an episode's own failure (default 0: any failure fails the "
+                "run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
+            },
+            "--failed-episode-reward": {
+                "type": reward_arg,
+                "metavar": "R",
+                "help": "score each episode that failed by its own doing (failure_kind episode: a non-zero exit, "
+                "killed, no or invalid events, its --episode-timeout) as reward R, your minimum reward, instead of "
+                "failing the run; the others run on (needs per-index backoff limits, as --max-failed-episodes)",
+            },
+            "--episode-timeout": {
+                "type": whole_number(1, MAX_WAIT_SECONDS),
+                "metavar": "SECONDS",
+                "help": "each episode pod's own activeDeadlineSeconds: a hung episode fails alone, as its own failure "
+                "(default: --timeout less a tenth, at most 30 s less; at most --timeout)",
             },
             "--infra-retries": {
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
@@ -9701,6 +9926,11 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.episode_timeout is not None and args.episode_timeout > args.timeout:
+        parser.error(
+            f"--episode-timeout {args.episode_timeout} is longer than --timeout {args.timeout}: the Job's deadline "
+            "would stop every episode first; give a shorter --episode-timeout or a longer --timeout"
+        )
     if args.dry_run and auto:
         parser.error("--dry-run contacts no cluster, so it cannot count the nodes' room for --parallelism auto")
     return dataclasses.replace(
@@ -9710,6 +9940,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        failed_episode_reward=args.failed_episode_reward,
+        episode_timeout=args.episode_timeout,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,

@@ -256,7 +256,8 @@ class HostileEpisodeTest(HostileRunTestCase):
     def test_each_invalid_input_fails_its_episode_by_name(self) -> None:
         """Two inputs end a run on their own (exit 1, the one error line naming the pod and the
         problem); all of them, in one run that sets each failed episode aside
-        (--max-failed-episodes), are each named with their cause beside one good episode."""
+        (--failed-episode-reward 0: each is the episode's own failure), are each named with their cause
+        and failure_kind episode beside one good episode."""
 
         def alone(row: tuple[str, str]) -> tuple[str, str, Any]:
             mode, expected = row
@@ -264,8 +265,8 @@ class HostileEpisodeTest(HostileRunTestCase):
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
             together = pool.submit(
-                self.run_hostile, "together", [mode for mode, _ in INVALID] + ["noise"], "--max-failed-episodes",
-                str(len(INVALID)),
+                self.run_hostile, "together", [mode for mode, _ in INVALID] + ["noise"], "--failed-episode-reward",
+                "0",
             )  # fmt: skip
             outcomes = list(pool.map(alone, [INVALID[0], INVALID[6]]))
             result, output, left = together.result()
@@ -285,6 +286,9 @@ class HostileEpisodeTest(HostileRunTestCase):
         self.assertEqual((results["successful_episodes"], results["reward_sum"]), (1, 1))
         causes = {entry["index"]: entry["cause"] for entry in results["failed_episodes"]}
         self.assertEqual(sorted(causes), list(range(len(INVALID))))
+        kinds = {(entry["failure_kind"], entry["reward"]) for entry in results["failed_episodes"]}
+        self.assertEqual(kinds, {(demo.FAILURE_EPISODE, 0.0)})
+        self.assertEqual((results["scored_episodes"], results["masked_episodes"]), (len(INVALID), 0))
         for index, (mode, expected) in enumerate(INVALID):
             with self.subTest(mode, together=True):
                 self.assertIn(expected, causes[index])

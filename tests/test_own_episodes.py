@@ -6,6 +6,7 @@ test_worker_grade does) whose output then goes through the same analysis a run u
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import io
 import json
@@ -153,6 +154,7 @@ def collected_for(
     *,
     count: int,
     max_failed: int = 0,
+    failed_reward: Optional[float] = None,
     builtin: bool = False,
     tasks: Optional[List[Dict[str, Any]]] = None,
     indexed: bool = True,
@@ -175,6 +177,7 @@ def collected_for(
         task_ids=[demo.task_id_of(task, i) for i, task in enumerate(tasks)] if tasks is not None else None,
         builtin_worker=builtin,
         max_failed_episodes=max_failed,
+        failed_episode_reward=failed_reward,
     )
 
 
@@ -382,8 +385,9 @@ class CustomRulesTest(unittest.TestCase):
 
 
 class MaxFailedEpisodesTest(unittest.TestCase):
-    """Four episodes, two of them failed (a Failed pod, a pod without a reward event): K below,
-    at and above two."""
+    """Four episodes, two of them failed by their own doing (a Failed pod, a pod without a reward
+    event), or lost to the infrastructure (lose()): --max-failed-episodes K sets aside only the
+    infrastructure's, --failed-episode-reward R scores the episodes' own."""
 
     def setUp(self) -> None:
         self.job_created = time.time() - 20
@@ -405,61 +409,149 @@ class MaxFailedEpisodesTest(unittest.TestCase):
             self.pods.append(pod)
             self.logs[name] = pod_log_of(events)
 
-    def analyse(self, k: int, job: Optional[Dict[str, Any]] = None) -> Tuple[List[demo.EpisodeRow], Dict[str, Any]]:
-        job = job or job_for(self.job_created, "Failed", "FailedIndexes", failedIndexes="1", completedIndexes="0,2-3")
-        return demo.analyse_round(collected_for(self.pods, self.logs, job, count=4, max_failed=k), "ns/rollout")
+    def lose(self, *indexes: int) -> None:
+        """The kubelet's node-pressure eviction of these episodes' pods (DisruptionTarget, Evicted)."""
+        for index in indexes:
+            status = self.pods[index]["status"]
+            status.update(phase="Failed", reason="Evicted", message="The node was low on resource: memory.")
+            status["conditions"].insert(
+                0, {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "low"}
+            )
+            status["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 137
+
+    def analyse(
+        self, k: int, job: Optional[Dict[str, Any]] = None, reward: Optional[float] = None
+    ) -> Tuple[List[demo.EpisodeRow], Dict[str, Any]]:
+        job = job or job_for(self.job_created, "Failed", "FailedIndexes", failedIndexes="1,3", completedIndexes="0,2")
+        collected = collected_for(self.pods, self.logs, job, count=4, max_failed=k, failed_reward=reward)
+        return demo.analyse_round(collected, "ns/rollout")
 
     def test_k_zero_fails_at_the_root_cause_as_before(self) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, "episode rollout-1-x: the pod ended in phase Failed"):
             self.analyse(0, job_for(self.job_created, "Failed", "BackoffLimitExceeded"))
 
-    def test_below_the_number_of_failed_episodes_fails(self) -> None:
+    def test_failure_kinds(self) -> None:
+        kinds = {pod["metadata"]["name"]: demo.failure_kind(pod) for pod in self.pods}
+        self.assertEqual(set(kinds.values()), {demo.FAILURE_EPISODE})  # exit 1, no reward event, succeeded
+        self.lose(1)
+        self.assertEqual(demo.failure_kind(self.pods[1]), demo.FAILURE_INFRASTRUCTURE)
+        deleted = copy.deepcopy(self.pods[0])
+        deleted["metadata"]["deletionTimestamp"] = iso(time.time())
+        self.assertEqual(demo.failure_kind(deleted), demo.FAILURE_INFRASTRUCTURE)  # it has no token to ask for it
+        own_deadline = copy.deepcopy(self.pods[2])
+        own_deadline["status"].update(phase="Failed", reason="DeadlineExceeded", message="Pod was active ...")
+        self.assertEqual(demo.failure_kind(own_deadline), demo.FAILURE_EPISODE)
+        own_deadline["status"].pop("containerStatuses")  # past its deadline before any container ran: still its own
+        self.assertEqual(demo.failure_kind(own_deadline), demo.FAILURE_EPISODE)
+        self.assertEqual(demo.infra_loss(own_deadline), "")
+        refused = copy.deepcopy(own_deadline)
+        refused["status"].update(reason="OutOfcpu", message="Pod was rejected")  # the kubelet's admission
+        self.assertEqual(demo.failure_kind(refused), demo.FAILURE_INFRASTRUCTURE)
+        self.assertEqual(demo.failure_kind(None), demo.FAILURE_EPISODE)  # never seen: nothing proves a loss
+
+    def test_k_never_sets_aside_an_episodes_own_failure(self) -> None:
+        for k in (1, 2, 10):
+            with (
+                self.subTest(k=k),
+                self.assertRaisesRegex(
+                    demo.EpisodeInvalid,
+                    r"rollout-1-x: .*phase Failed .*own doing: --max-failed-episodes sets aside only failures of the "
+                    r"infrastructure; --failed-episode-reward R scores it",
+                ),
+            ):
+                self.analyse(k)
+
+    def test_below_the_number_of_lost_episodes_fails(self) -> None:
+        self.lose(1, 3)
         with self.assertRaisesRegex(
             demo.EpisodeInvalid,
-            r"rollout-1-x: .*phase Failed .*\(2 episodes failed, more than --max-failed-episodes 1\)",
+            r"rollout-1-x: the pod was evicted .*\(2 episodes lost to the infrastructure, more than "
+            r"--max-failed-episodes 1\)",
         ):
             self.analyse(1, job_for(self.job_created, "Failed", "MaxFailedIndexesExceeded"))
 
-    def test_at_and_above_the_number_the_rest_is_reported(self) -> None:
+    def test_lost_episodes_within_k_are_masked(self) -> None:
+        self.lose(1, 3)
         for k in (2, 3, 10):
             with self.subTest(k=k):
                 rows, figures = self.analyse(k)
                 self.assertEqual(sorted(row["index"] for row in rows), [0, 2])
                 self.assertEqual((figures["episodes"], figures["successful_episodes"]), (4, 2))
+                self.assertEqual((figures["masked_episodes"], figures["scored_episodes"]), (2, 0))
                 self.assertEqual(figures["reward_sum"], 0 + 1.0)
-                causes = {entry["index"]: entry["cause"] for entry in figures["failed_episodes"]}
-                self.assertEqual(sorted(causes), [1, 3])
-                self.assertIn("phase Failed", causes[1])
-                self.assertIn("found 1 ready and 0 reward", causes[3])
+                entries = {entry["index"]: entry for entry in figures["failed_episodes"]}
+                self.assertEqual(sorted(entries), [1, 3])
+                self.assertEqual({entry["failure_kind"] for entry in entries.values()}, {demo.FAILURE_INFRASTRUCTURE})
+                self.assertEqual({entry["reward"] for entry in entries.values()}, {None})
+                self.assertIn("evicted", entries[1]["cause"])
                 self.assertEqual(figures["job_complete_at"], None)  # the Job ended Failed (FailedIndexes)
-                # no pod has a message; the Failed one is not counted: its status is its verdict
-                self.assertEqual(figures["pods_without_termination_message"], 3)
+
+    def test_an_episodes_own_failures_are_scored(self) -> None:
+        rows, figures = self.analyse(0, reward=-1.0)
+        self.assertEqual(sorted(row["index"] for row in rows), [0, 2])
+        self.assertEqual((figures["episodes"], figures["successful_episodes"]), (4, 2))
+        self.assertEqual((figures["masked_episodes"], figures["scored_episodes"]), (0, 2))
+        self.assertEqual(figures["reward_sum"], 0 + 1.0 - 1.0 - 1.0)  # R counts in every reward figure
+        self.assertEqual((figures["reward_min"], figures["reward_max"], figures["reward_mean"]), (-1.0, 1.0, -0.25))
+        entries = {entry["index"]: entry for entry in figures["failed_episodes"]}
+        self.assertEqual({entry["failure_kind"] for entry in entries.values()}, {demo.FAILURE_EPISODE})
+        self.assertEqual({entry["reward"] for entry in entries.values()}, {-1.0})
+        self.assertIn("phase Failed", entries[1]["cause"])
+        self.assertIn("found 1 ready and 0 reward", entries[3]["cause"])
+        # no pod has a message; the Failed one is not counted: its status is its verdict
+        self.assertEqual(figures["pods_without_termination_message"], 3)
+
+    def test_a_lost_episode_is_never_scored(self) -> None:
+        self.lose(1)
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "rollout-1-x: the pod was evicted"):
+            self.analyse(0, reward=0.0)  # K = 0: a loss still fails the run
+        _, figures = self.analyse(1, reward=0.0)
+        kinds = {entry["index"]: (entry["failure_kind"], entry["reward"]) for entry in figures["failed_episodes"]}
+        self.assertEqual(kinds, {1: (demo.FAILURE_INFRASTRUCTURE, None), 3: (demo.FAILURE_EPISODE, 0.0)})
+        self.assertEqual((figures["episodes"], figures["masked_episodes"], figures["scored_episodes"]), (4, 1, 1))
 
     def test_results_rewards_and_summary_with_failed_episodes(self) -> None:
-        rows, figures = self.analyse(2)
-        settings = settings_for(4, max_failed_episodes=2)
+        self.lose(1)
+        rows, figures = self.analyse(2, reward=-1.0)
+        settings = settings_for(4, max_failed_episodes=2, failed_episode_reward=-1.0)
         results = demo.assemble_results(settings, "ctx", "ns", "run", rows, [figures])
         self.assertEqual(len(results["failed_episodes"]), 2)
-        self.assertEqual(results["max_failed_episodes"], 2)
+        self.assertEqual((results["max_failed_episodes"], results["failed_episode_reward"]), (2, -1.0))
         self.assertEqual(results["worker"], demo.BUILTIN_WORKER)
         lines = demo.reconciling_lines({}, rows, results["failed_episodes"], 0.0)
         self.assertEqual([line["index"] for line in lines], [0, 1, 2, 3])
-        self.assertEqual([line["reward"] for line in lines], [0.0, None, 1.0, None])
+        self.assertEqual([line["reward"] for line in lines], [0.0, None, 1.0, -1.0])
         self.assertEqual([line["failure"] is None for line in lines], [True, False, True, False])
-        self.assertEqual(results["masked_episodes"], 2)
-        [note] = results["notes"]
-        self.assertIn("2 of 4 episodes masked", note)
-        self.assertIn("reward_mean (0.5) are over the 2 unmasked episodes only", note)
-        self.assertIn(f"note: {note}", " ".join(demo.render_summary(results).split()))
+        self.assertEqual(
+            [line["failure_kind"] for line in lines], [None, demo.FAILURE_INFRASTRUCTURE, None, demo.FAILURE_EPISODE]
+        )
+        self.assertEqual([demo.stands_as_reward(line) for line in lines], [True, False, True, True])
+        self.assertEqual((results["masked_episodes"], results["scored_episodes"]), (1, 1))
+        masked, scored = results["notes"]
+        self.assertIn("1 of 4 episodes masked: the infrastructure lost them", masked)
+        self.assertIn("1 of 4 episodes failed by their own doing", scored)
+        summary = " ".join(demo.render_summary(results).split())
+        self.assertIn(f"note: {masked}", summary)
+        self.assertIn("(1 failed and scored -1.0 under --failed-episode-reward)", summary)
         suites = demo.junit_suites(results, [], {}, None)
-        skipped = [case for case in suites[0]["cases"] if case["outcome"] == "skipped"]
-        self.assertEqual(sorted(case["name"] for case in skipped), ["rollout-1-x", "rollout-3-x"])
-        self.assertIn("--max-failed-episodes", skipped[0]["message"])
+        skipped = {case["name"]: case["message"] for case in suites[0]["cases"] if case["outcome"] == "skipped"}
+        self.assertEqual(sorted(skipped), ["rollout-1-x", "rollout-3-x"])
+        self.assertIn("lost to the infrastructure", skipped["rollout-1-x"])
+        self.assertIn("scored -1.0 (--failed-episode-reward)", skipped["rollout-3-x"])
 
-    def test_a_complete_job_with_invalid_events_is_also_accepted_within_k(self) -> None:
+    def test_a_reward_contradicted_later_is_retracted_then_scored(self) -> None:
+        rows, figures = self.analyse(0, reward=0.0)
+        provisional = demo.reward_line({**rows[0], "pod": "rollout-3-x", "index": 3}, 0.0)
+        lines = demo.reconciling_lines({"rollout-3-x": provisional}, rows, figures["failed_episodes"], 1.0)
+        mine = [line for line in lines if line["pod"] == "rollout-3-x"]
+        self.assertEqual([(line["retracted"], line["reward"]) for line in mine], [(True, None), (False, 0.0)])
+        written = {line["pod"]: line for line in lines}  # once written, nothing more is needed
+        self.assertEqual(demo.reconciling_lines(written, rows, figures["failed_episodes"], 2.0), [])
+
+    def test_a_complete_job_with_invalid_events_is_also_scored(self) -> None:
         self.pods[1]["status"]["phase"] = "Succeeded"
         self.pods[1]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 0
-        rows, figures = self.analyse(1, job_for(self.job_created))
+        rows, figures = self.analyse(0, job_for(self.job_created), reward=0.0)
         self.assertEqual(sorted(row["index"] for row in rows), [0, 1, 2])
         self.assertEqual([entry["index"] for entry in figures["failed_episodes"]], [3])
 
@@ -468,25 +560,25 @@ class MaxFailedEpisodesTest(unittest.TestCase):
         with self.assertRaisesRegex(
             demo.DemoError, "lists index 0 in status.failedIndexes, but that episode validated"
         ):
-            self.analyse(2, job)
+            self.analyse(0, job, reward=0.0)
 
     def test_another_failure_reason_still_fails(self) -> None:
         with self.assertRaisesRegex(demo.DemoError, "failed \\(BackoffLimitExceeded"):
-            self.analyse(2, job_for(self.job_created, "Failed", "BackoffLimitExceeded"))
+            self.analyse(0, job_for(self.job_created, "Failed", "BackoffLimitExceeded"), reward=0.0)
 
     def test_every_episode_failed(self) -> None:
         for pod in self.pods:
             pod["status"]["phase"] = "Failed"
         with self.assertRaisesRegex(demo.DemoError, "every episode of Job ns/rollout failed"):
-            self.analyse(4)
+            self.analyse(0, reward=0.0)
 
     def test_a_missing_or_repeated_index(self) -> None:
         self.pods[2]["metadata"]["annotations"][demo.INDEX_ANNOTATION] = "0"
         with self.assertRaisesRegex(demo.DemoError, "more than one pod for completion index 0"):
-            self.analyse(2)
+            self.analyse(0, reward=0.0)
         for bad in ("4", "-1", "01", "x", None):
             self.pods[2]["metadata"]["annotations"][demo.INDEX_ANNOTATION] = bad
-            _, figures = self.analyse(3)
+            _, figures = self.analyse(0, reward=0.0)
             causes = {entry["pod"]: entry["cause"] for entry in figures["failed_episodes"]}
             self.assertIn("annotation is", causes["rollout-2-x"])
 

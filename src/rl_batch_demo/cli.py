@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import shlex
@@ -42,6 +43,7 @@ from .constants import (
     NO_RUNTIME,
     PLUGIN_COMMAND,
     PLUGIN_FILE_NAMES,
+    REWARD_LIMIT,
     TASKS_KEY,
     THRESHOLD_METRICS,
     __version__,
@@ -192,6 +194,17 @@ def parallelism_arg(text: str) -> Any:
         return whole_number(1)(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of at least 1 nor auto") from None
+
+
+def reward_arg(text: str) -> float:
+    """An argparse type: --failed-episode-reward, a finite number within a reward's limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > REWARD_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite reward of at most {REWARD_LIMIT:g} in size")
+    return value
 
 
 def pinned_image_arg(text: str) -> str:
@@ -369,10 +382,24 @@ def build_parser(
                 "type": whole_number(0),
                 "default": 0,
                 "metavar": "K",
-                "help": "tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed "
-                "in results.json's failed_episodes and left out of the figures; never retried (default 0: any "
-                "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+                "help": "set aside up to K episodes the infrastructure lost (failure_kind infrastructure: evicted, "
+                "preempted, refused by the kubelet, deleted): listed in results.json's failed_episodes and left out "
+                "of the figures; never retried, and never an episode's own failure (default 0: any failure fails the "
+                "run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
+            },
+            "--failed-episode-reward": {
+                "type": reward_arg,
+                "metavar": "R",
+                "help": "score each episode that failed by its own doing (failure_kind episode: a non-zero exit, "
+                "killed, no or invalid events, its --episode-timeout) as reward R, your minimum reward, instead of "
+                "failing the run; the others run on (needs per-index backoff limits, as --max-failed-episodes)",
+            },
+            "--episode-timeout": {
+                "type": whole_number(1, MAX_WAIT_SECONDS),
+                "metavar": "SECONDS",
+                "help": "each episode pod's own activeDeadlineSeconds: a hung episode fails alone, as its own failure "
+                "(default: --timeout less a tenth, at most 30 s less; at most --timeout)",
             },
             "--infra-retries": {
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
@@ -559,6 +586,11 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.episode_timeout is not None and args.episode_timeout > args.timeout:
+        parser.error(
+            f"--episode-timeout {args.episode_timeout} is longer than --timeout {args.timeout}: the Job's deadline "
+            "would stop every episode first; give a shorter --episode-timeout or a longer --timeout"
+        )
     if args.dry_run and auto:
         parser.error("--dry-run contacts no cluster, so it cannot count the nodes' room for --parallelism auto")
     return dataclasses.replace(
@@ -568,6 +600,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        failed_episode_reward=args.failed_episode_reward,
+        episode_timeout=args.episode_timeout,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,

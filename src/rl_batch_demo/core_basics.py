@@ -414,6 +414,8 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    score_failures: bool = False,
+    episode_deadline_seconds: Optional[int] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -426,7 +428,12 @@ def job_manifest(
     most N); backoffLimit is then left out, since it counts every failure of the Job. With
     --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
     (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
-    failed never does."""
+    failed never does. With --failed-episode-reward (`score_failures`), an episode's own failure
+    fails only its index and never stops the others: backoffLimitPerIndex without maxFailedIndexes,
+    every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
+    `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
+    kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
+    reason DeadlineExceeded."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -460,6 +467,8 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
+    if episode_deadline_seconds is not None:
+        pod_spec["activeDeadlineSeconds"] = episode_deadline_seconds
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -473,14 +482,18 @@ def job_manifest(
         },
     }
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0 or infra_retries > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0 or score_failures:
         spec["completionMode"] = "Indexed"
-    if max_failed_episodes > 0:
+    if max_failed_episodes > 0 and not score_failures:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if score_failures:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=0)
     if infra_retries > 0:
         spec.pop("backoffLimit", None)
-        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
+        fail_index = max_failed_episodes > 0 or score_failures
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(fail_index))
     return manifest
 
 
@@ -529,6 +542,8 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        score_failures=settings.failed_episode_reward is not None,
+        episode_deadline_seconds=settings.episode_deadline_seconds,
     )
 
 
@@ -536,7 +551,7 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
     one_episode = dataclasses.replace(
-        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0, failed_episode_reward=None
     )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
@@ -556,7 +571,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
-    if infra_retries and flags == "--max-failed-episodes":
+    if infra_retries and flags.startswith("--max-failed-episodes"):
         flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (

@@ -15,10 +15,13 @@ from .constants import (
     EVENTS_PER_EPISODE_LIMIT,
     EXIT_CLUSTER,
     EXIT_EPISODE,
+    FAILURE_EPISODE,
+    FAILURE_INFRASTRUCTURE,
     INDEX_ANNOTATION,
     KEPT_EVENT_BYTES_LIMIT,
     KEPT_EVENTS,
     MAX_COUNT_LARGE,
+    POD_DEADLINE_REASON,
     TERMINATION_MESSAGE_LIMIT,
 )
 from .core_basics import (
@@ -258,6 +261,12 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
+    if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        return 1, (
+            f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
+            f"activeDeadlineSeconds; {_phase_failure(pod)})"
+        )
     if status.get("phase") == "Failed" and not deleted:
         return 1, _phase_failure(pod)
     if deleted:
@@ -308,10 +317,29 @@ def infra_loss(pod: KubeObject) -> str:
             return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
         return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
-    if status.get("reason") and not _container_ran(status):  # refused by the kubelet's admission
+    # refused by the kubelet's admission; never the pod's own activeDeadlineSeconds (the kubelet's
+    # DeadlineExceeded, pkg/kubelet/active_deadline.go), which counts from its admission and is the episode's
+    if status.get("reason") and status.get("reason") != POD_DEADLINE_REASON and not _container_ran(status):
         text = f"rejected by the kubelet before any container ran ({status.get('reason')}: {status.get('message')})"
         return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     return ""
+
+
+def failure_kind(pod: Optional[KubeObject]) -> str:
+    """Whose a failed episode's failure is: FAILURE_INFRASTRUCTURE only when the pod's status proves
+    a loss (infra_loss: DisruptionTarget, Evicted, the kubelet refusing it at admission; or a
+    deletion, which the episode cannot have asked for: its pod carries no ServiceAccount token),
+    else FAILURE_EPISODE: its exit code, a kill, its events, its own deadline, a pod never seen.
+    The episode's by default, so that no failure is masked unless the cluster says it lost it."""
+    if not isinstance(pod, dict):
+        return FAILURE_EPISODE
+    status = pod.get("status")
+    metadata = pod.get("metadata")
+    if infra_loss(pod) or (isinstance(status, dict) and status.get("reason") == "Evicted"):
+        return FAILURE_INFRASTRUCTURE
+    if isinstance(metadata, dict) and metadata.get("deletionTimestamp"):
+        return FAILURE_INFRASTRUCTURE
+    return FAILURE_EPISODE
 
 
 def _container_ran(status: KubeObject) -> bool:

@@ -49,6 +49,7 @@ from .core_clocks import KubeletReading, expected_operations, runtime_operations
 from .core_cluster import (
     _attempt_order,
     creation_time,
+    failure_kind,
     final_pods_from_watch,
     foreign_manager,
     infra_loss,
@@ -238,13 +239,22 @@ class RoundRewards:
                 settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
+            return self._failure(index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _failure(
+        self, index: Optional[int], task_id: Any, name: str, rule: str, known_at: float, lost: List[LostAttempt]
+    ) -> RewardLine:
+        """A failed episode's line: whose failure it is, from its pod as last watched, and with
+        --failed-episode-reward its score when the failure is the episode's own."""
+        kind = failure_kind(self.pods.get(name))
+        reward = self.settings.failed_episode_reward
+        return failure_line(self.round_number, index, task_id, name, rule, known_at, lost, kind, reward)
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -302,10 +312,13 @@ class RoundRewards:
             if own is None:
                 index, task_id = self._identity(error.pod)
                 lost = self._lost_before(error.pod, index)
-                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
+                line = self._failure(index, task_id, error.pod, error.rule, known_at, lost)
+                line["reward"] = None  # its round failed: no score stands
+                lines.append(line)
             elif stands_as_reward(own):
-                lines.append(retraction_of(own, error.rule, known_at))
-        lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
+                lines.append(retraction_of(own, error.rule, known_at, failure_kind(self.pods.get(error.pod))))
+        kinds = {name: failure_kind(pod) for name, pod in self.pods.items()}
+        lines += [line for line in retracting_lines(self.last, failure, known_at, kinds) if line["pod"] != named]
         with contextlib.suppress(Exception):  # a disk that failed already, or the caller's on_reward
             self._write(lines, time.monotonic())
 
@@ -671,6 +684,7 @@ class BatchRun:
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
+            failed_episode_reward=settings.failed_episode_reward,
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,

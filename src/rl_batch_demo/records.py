@@ -12,6 +12,7 @@ from .constants import (
     BUILTIN_WORKER,
     CLIENT_GRACE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
+    EPISODE_DEADLINE_MARGIN_SECONDS,
     EXIT_USAGE,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
@@ -67,7 +68,9 @@ class RunSettings:
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
-    max_failed_episodes: int = 0  # --max-failed-episodes
+    max_failed_episodes: int = 0  # --max-failed-episodes: infrastructure failures set aside, at most this many
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
+    episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -98,12 +101,26 @@ class RunSettings:
     def indexed(self) -> bool:
         """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
         episode may be retried (its attempts share its index)."""
-        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
+        return (
+            self.tasks is not None
+            or self.max_failed_episodes > 0
+            or self.infra_retries > 0
+            or self.failed_episode_reward is not None
+        )
 
     @property
     def given_image(self) -> str:
         """The image before any digest is resolved: --pin-image's digest when given, else --image."""
         return self.pin_image or self.image
+
+    @property
+    def episode_deadline_seconds(self) -> int:
+        """Each episode pod's own activeDeadlineSeconds: --episode-timeout, else a little under the
+        Job's (a tenth less, at most 30 s less), so that a hung episode fails alone, as its own
+        failure, before the Job's deadline would stop every episode."""
+        if self.episode_timeout is not None:
+            return self.episode_timeout
+        return max(1, self.deadline_seconds - min(EPISODE_DEADLINE_MARGIN_SECONDS, max(1, self.deadline_seconds // 10)))
 
     @property
     def client_wait_seconds(self) -> int:
@@ -259,6 +276,7 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward: episode failures score it
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
@@ -428,7 +446,7 @@ class PhaseStats(TypedDict):
     max: float
 
 
-class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+class _FailedEpisode(TypedDict):  # set aside (--max-failed-episodes) or scored (--failed-episode-reward)
     pod: str
     index: Optional[int]
     task_id: Any
@@ -437,6 +455,11 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     cause: str
     attempts: int  # as in pods[]: its last pod's attempt
     lost_attempts: List[LostAttempt]
+
+
+class FailedEpisode(_FailedEpisode, total=False):  # both absent from the results of versions before failure kinds
+    failure_kind: str  # FAILURE_EPISODE or FAILURE_INFRASTRUCTURE (constants)
+    reward: Optional[float]  # --failed-episode-reward's R for an episode failure it scored; None: set aside
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -481,8 +504,12 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class ScoredFigures(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    scored_episodes: int  # failed by their own doing, scored as --failed-episode-reward R: the reward figures count R
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, ScoredFigures, JobTimes, FirstReward, LogFigures
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -565,7 +592,21 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 
 
 # results.json
-class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, KubeletFigures, AutoParallelism):
+class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
+
+
+class Results(
+    BatchFigures,
+    ScoredFigures,
+    FailurePolicy,
+    JobTimes,
+    FirstReward,
+    LogFigures,
+    PreparedImage,
+    KubeletFigures,
+    AutoParallelism,
+):
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
@@ -591,7 +632,8 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     pods: List[PodRow]
 
 
-class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
+    # reward None, or --failed-episode-reward's R for a failure of the episode's own doing
     round: int
     index: Optional[int]
     task_id: Any
@@ -599,6 +641,7 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     reward: Optional[float]
     info: Optional[JsonObject]
     failure: Optional[str]
+    failure_kind: Optional[str]  # a failure's: FAILURE_EPISODE or FAILURE_INFRASTRUCTURE; None for a reward
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
