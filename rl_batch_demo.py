@@ -168,6 +168,9 @@ FAILURE_EPISODE = "episode"
 # A pod past its own activeDeadlineSeconds (--episode-timeout): the kubelet fails it, phase Failed
 # and this status reason (pkg/kubelet/active_deadline.go; kubelet_pods.go generateAPIPodStatus).
 POD_DEADLINE_REASON = "DeadlineExceeded"
+# A round stopped before its Job ended (--stop-after K, or stream_batch's loop left): wait_for_job's
+# observation carries this in place of the job controller's condition; the run deletes the Job.
+JOB_STOPPED = "Stopped"
 EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
 FAILURE_INFRASTRUCTURE = "infrastructure"
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
@@ -725,6 +728,7 @@ class RunSettings:
     max_failed_episodes: int = 0  # --max-failed-episodes: infrastructure failures set aside, at most this many
     failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
     episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
+    stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -740,6 +744,9 @@ class RunSettings:
     on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
     # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
     stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # finish_early: once set (stream_batch's loop was left), the round stops as --stop-after stops it:
+    # the episodes that ended are validated and kept, the rest stopped, no further round started.
+    finish_early: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def builtin_worker(self) -> bool:
@@ -931,6 +938,9 @@ class RoundCollected:
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
     failed_episode_reward: Optional[float] = None  # --failed-episode-reward: episode failures score it
+    stopped: bool = False  # stopped early (JOB_STOPPED): `pods` are the episodes that had ended ...
+    stopped_pods: List[KubeObject] = dataclasses.field(default_factory=list)  # ... these the rest, stopped
+    stopped_by: str = ""  # why: "--stop-after K", or "stream_batch's loop was left"
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
@@ -1158,12 +1168,25 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+
+
+class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
+
+
 class ScoredFigures(TypedDict, total=False):  # absent from the results of versions before failure kinds
     scored_episodes: int  # failed by their own doing, scored as --failed-episode-reward R: the reward figures count R
 
 
 class RoundResult(
-    BatchFigures, ScoredFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, ScoredFigures, StoppedFigures, JobTimes, FirstReward, LogFigures
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -1248,11 +1271,13 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 # results.json
 class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
     failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
+    stop_after: Optional[int]  # --stop-after K, or None
 
 
 class Results(
     BatchFigures,
     ScoredFigures,
+    StoppedFigures,
     FailurePolicy,
     JobTimes,
     FirstReward,
@@ -2463,6 +2488,36 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
+
+
+def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[List[KubeObject], List[KubeObject]]:
+    """A round stopped early (JOB_STOPPED): the Job's pods that had ended as the watch last showed
+    them (terminal, not being deleted: a terminal pod's status never changes again, so each is
+    final), and the others, which the Job's deletion stops; each list in creation order."""
+    ended: List[KubeObject] = []
+    stopped: List[KubeObject] = []
+    for pod in observation.last_pods.values():
+        if not pod_belongs_to(pod, job_uid):
+            continue
+        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+    for pods in (ended, stopped):
+        pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    return ended, stopped
+
+
+def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[KubeObject]) -> Optional[str]:
+    """A label selector that matches exactly the `ended` pods of a stopped round, and no pod it
+    stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
+    the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
+    reads each pod by name."""
+    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
+    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
+        return None
+    if others & set(indexes) or None in others:
+        return None
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
@@ -3870,6 +3925,7 @@ ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
 ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
 ROUND_NOT_ADMITTED = "not-admitted"  # the client's wait ran out while the Job was still suspended (queued)
 ROUND_FAILED_INDEXES = "failed-indexes"  # Failed (FailedIndexes): every index ran, at most maxFailedIndexes failed
+ROUND_STOPPED = "stopped"  # stopped early (--stop-after, a stream left): the episodes that ended are analysed
 
 
 def classify_round(observation: RoundObservation) -> str:
@@ -3880,6 +3936,8 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_NOT_ADMITTED
     if observation.condition is None:
         return ROUND_TIMEOUT
+    if observation.condition == JOB_STOPPED:
+        return ROUND_STOPPED
     if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
         return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
@@ -3937,7 +3995,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     collect = tolerated > 0 or scoring  # failures are gathered, each accepted or not by its kind
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
-    if not collect:
+    if not collect and not collected.stopped:  # a stopped round: only the episodes that ended
         check_pod_set(pods, collected.count, inspect, lost, retries)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
@@ -4001,7 +4059,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         set_attempts(row, lost.get(name, []))
         rows.append(row)
     set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
-    if observation.condition != "Complete" and not set_aside:
+    if collected.stopped and not rows:
+        raise DemoError(
+            f"Job {where} was stopped early ({collected.stopped_by}) before any episode ended with a reward; "
+            f"inspect {inspect}",
+            EXIT_INTERRUPTED,
+        )
+    if observation.condition not in ("Complete", JOB_STOPPED) and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
@@ -4030,6 +4094,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         **batch_figures(rows, failed_episodes),
         scored_episodes=sum(1 for entry in failed_episodes if entry["reward"] is not None),
         **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
+        **stopped_figures(collected),
         failed_episodes=failed_episodes,
         round=collected.round_number,
         job=collected.job_name,
@@ -4046,6 +4111,29 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         **log_figures(collected, pods),
     )
     return rows, figures
+
+
+def stopped_figures(collected: RoundCollected) -> StoppedFigures:
+    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    if not collected.stopped:
+        return {"stopped_episodes": [], "stopped_by": None}
+    episodes: List[StoppedEpisode] = []
+    for pod in collected.stopped_pods:
+        name = str(pod["metadata"]["name"])
+        try:
+            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+        except EpisodeInvalid:
+            index = None
+        episodes.append(
+            {
+                "pod": name,
+                "index": index,
+                "task_id": task_id_for(collected, index),
+                "round": collected.round_number,
+                "job": collected.job_name,
+            }
+        )
+    return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
 
 
 def accepted_failure(collected: RoundCollected, pod: KubeObject) -> bool:
@@ -4166,7 +4254,8 @@ def check_failed_episodes(
         )
     replaced = sum(len(attempts) for attempts in (lost or {}).values())
     collect = tolerated > 0 or collected.failed_episode_reward is not None
-    problem = pod_count_problem(pods, collected.count, inspect, replaced) if collect else None
+    whole = collect and not collected.stopped  # a stopped round has only the pods that ended
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if whole else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -4226,6 +4315,9 @@ def assemble_results(
         **figures,
         scored_episodes=scored,
         failed_episode_reward=settings.failed_episode_reward,
+        stop_after=settings.stop_after,
+        stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
+        stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,
         figure_sources=dict(sorted(FIGURE_SOURCES.items())),
         notes=figure_notes(figures, rows, settings.max_failed_episodes, scored),
@@ -4941,6 +5033,9 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
     if left_out:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    stopped = len(results.get("stopped_episodes") or [])
+    if stopped:
+        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
     if scored:
         valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
@@ -7579,6 +7674,7 @@ def wait_for_job(
     on_pod: Optional[Callable[[KubeObject], None]] = None,
     pod_spec: Optional[KubeObject] = None,
     run_seconds: float = 0.0,
+    enough: Optional[Callable[[], bool]] = None,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
     Job's watch ends early.
@@ -7591,7 +7687,9 @@ def wait_for_job(
     a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
     server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
     (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
-    that runs something else (a sidecar injected, a container changed) raises JobRefused."""
+    that runs something else (a sidecar injected, a container changed) raises JobRefused. `enough`
+    (--stop-after, a stream left early): once it says so, before the job controller decided, the
+    wait ends with the condition JOB_STOPPED, the pods as watched then."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
     sink: queue.Queue[Any] = queue.Queue()
@@ -7705,6 +7803,8 @@ def wait_for_job(
                 return finished(condition, time.time(), now)
             if now >= deadline:
                 return observation()
+            if enough is not None and enough():
+                return observation(JOB_STOPPED, time.time(), now)
             timeout = min(timing.watch_tick_seconds, deadline - now)
             if not job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
@@ -8082,6 +8182,11 @@ class RoundRewards:
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
 
+    def standing(self) -> int:
+        """How many of the round's episodes have a reward that stands (--stop-after counts them):
+        a validated reward as known when its pod ended, or a failure scored by --failed-episode-reward."""
+        return sum(1 for line in self.last.values() if stands_as_reward(line))
+
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
         self.job_created_at = creation_time(job, "the Job")
@@ -8262,8 +8367,31 @@ class BatchRun:
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
+        self.measuring = False  # a measured round's Job is being waited for: an early finish stops it
+        self.done = threading.Event()  # execute() has returned or raised
+        if settings.finish_early is not None:
+            threading.Thread(target=self.relay_early_finish, name="rl-batch-demo early finish", daemon=True).start()
+
+    def finishing_early(self) -> bool:
+        return self.settings.finish_early is not None and self.settings.finish_early.is_set()
+
+    def relay_early_finish(self) -> None:
+        """An early finish asked for (stream_batch's loop left) outside a measured round (preflight,
+        warm-up, between Jobs) has nothing to keep: it stops the run as a Ctrl-C would."""
+        early = self.settings.finish_early
+        assert early is not None
+        while not self.done.wait(0.25):
+            if early.is_set() and not self.measuring:
+                self.stop.set()
+                return
 
     def execute(self) -> Results:
+        try:
+            return self.execute_steps()
+        finally:
+            self.done.set()
+
+    def execute_steps(self) -> Results:
         self.preflight()
         self.stop_if_asked()
         self.create_namespace()
@@ -8272,10 +8400,15 @@ class BatchRun:
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         self.rewards.open()  # empty until the first measured round's first verdict
+        played: List[Tuple[List[EpisodeRow], RoundResult]] = []
         try:
-            played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+            for round_number in range(1, self.settings.rounds + 1):
+                if played and self.finishing_early():  # a stream left early: the rounds played stand
+                    break
+                played.append(self.run_round(round_number, image))
         finally:
             self.rewards.close()
+            self.measuring = False
         rows = [row for round_rows, _ in played for row in round_rows]
         rounds = [figures for _, figures in played]
         kubelet: KubeletFigures = {}
@@ -8459,6 +8592,7 @@ class BatchRun:
         self.current_dir, self.current_job = round_dir, None
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
+        self.measuring = True
         try:
             rows, figures = self.run_job(
                 round_number, name, round_dir, manifest, self.settings.count, self.progress, rewards
@@ -8466,6 +8600,8 @@ class BatchRun:
         except BaseException as error:
             rewards.failed(error)
             raise
+        finally:
+            self.measuring = False
         rewards.analysed(rows, figures)
         return rows, figures
 
@@ -8478,8 +8614,18 @@ class BatchRun:
 
     def stop_if_asked(self) -> None:
         """Before the next create: a stop asked for from another thread (the API's) is a Ctrl-C."""
-        if self.stop.is_set():
+        if self.stop.is_set() or self.finishing_early():
             raise KeyboardInterrupt
+
+    def stopped_by(self, rewards: RoundRewards) -> Optional[str]:
+        """Why a measured round stops before its Job ends, once it should: --stop-after K reached,
+        or stream_batch's loop left (the episodes that ended are kept); None while it goes on."""
+        if self.finishing_early():
+            return "stream_batch's loop was left"
+        stop_after = self.settings.stop_after
+        if stop_after is not None and rewards.standing() >= stop_after:
+            return f"--stop-after {stop_after}: {stop_after} episodes had a standing reward"
+        return None
 
     def run_job(
         self,
@@ -8521,6 +8667,14 @@ class BatchRun:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
                 rewards.job_created(job, submitted)
+            stop_reasons: List[str] = []
+
+            def enough() -> bool:  # --stop-after, or a stream left early: a measured round only
+                reason = self.stopped_by(rewards) if rewards is not None else None
+                if reason:
+                    stop_reasons.append(reason)
+                return reason is not None
+
             observation = wait_for_job(
                 self.kubectl,
                 self.namespace,
@@ -8532,6 +8686,7 @@ class BatchRun:
                 on_pod=rewards.pod_seen if rewards is not None else None,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
+                enough=enough if rewards is not None else None,
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
@@ -8539,7 +8694,13 @@ class BatchRun:
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
+        log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
+        stopped = outcome == ROUND_STOPPED
+        stopped_pods: List[KubeObject] = []
+        if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
+            watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
+            log_selector = ended_pods_selector(selector, watched, stopped_pods)
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
         saved = threading.Event()
@@ -8556,7 +8717,8 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            kubectl, namespace = self.kubectl, self.namespace
+            return read_logs(kubectl, namespace, pods, log_selector, all_logs, round_dir, budgets, saved, lost)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -8570,6 +8732,9 @@ class BatchRun:
             write_json(round_dir / "pods.json", pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
+        if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
+            write_json(round_dir / "pods.json", pod_list([*pods, *stopped_pods]))
+            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
@@ -8600,6 +8765,9 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            stopped=stopped,
+            stopped_pods=stopped_pods,
+            stopped_by=stop_reasons[0] if stop_reasons else "",
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -8668,6 +8836,20 @@ class BatchRun:
         changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
+
+    def delete_stopped_job(self, name: str, reason: str) -> None:
+        """A round stopped early: delete its Job, the run's own (created by this run, its UID in the
+        receipt, in the run's namespace), foreground, so the job controller's pods go first and no
+        pod is created any more; not waited for (--cleanup, or `cleanup`, waits for the namespace).
+        A failed delete leaves the stopped episodes running: the run says so and goes on."""
+        try:
+            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
+            say_stderr(f"stopped early ({reason}): Job {self.namespace}/{name} deleted with its pods")
+        except DemoError as error:
+            say_stderr(
+                f"warning: stopped early ({reason}), but deleting Job {self.namespace}/{name} failed ({error}); its "
+                "remaining episodes may still run: run cleanup"
+            )
 
     def delete_refused_job(self, name: str, before: str = "before its episodes could be measured") -> str:
         """Delete a Job the run created and will not wait for (it is the run's own: its UID is in the
@@ -9735,6 +9917,13 @@ def build_parser(
                 "killed, no or invalid events, its --episode-timeout) as reward R, your minimum reward, instead of "
                 "failing the run; the others run on (needs per-index backoff limits, as --max-failed-episodes)",
             },
+            "--stop-after": {
+                "type": whole_number(1),
+                "metavar": "K",
+                "help": "once K episodes of a round have a standing reward (known as their pods end), stop the rest: "
+                "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
+                "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
+            },
             "--episode-timeout": {
                 "type": whole_number(1, MAX_WAIT_SECONDS),
                 "metavar": "SECONDS",
@@ -9926,6 +10115,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.stop_after is not None and args.stop_after > count:
+        parser.error(f"--stop-after {args.stop_after} is more than the {count} episodes of a round ({given})")
     if args.episode_timeout is not None and args.episode_timeout > args.timeout:
         parser.error(
             f"--episode-timeout {args.episode_timeout} is longer than --timeout {args.timeout}: the Job's deadline "
@@ -9942,6 +10133,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         max_failed_episodes=args.max_failed_episodes,
         failed_episode_reward=args.failed_episode_reward,
         episode_timeout=args.episode_timeout,
+        stop_after=args.stop_after,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,
@@ -10190,11 +10382,13 @@ _DONE = object()  # stream_batch's last item: the run's thread has ended
 def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator[RewardLine, None, BatchResult]:
     rows: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
+    early = threading.Event()
     ended: Dict[str, Any] = {}
 
     def work() -> None:
         try:
-            ended["result"] = execute_batch(dataclasses.replace(settings, on_reward=rows.put, stop=stop), args)
+            seams = dataclasses.replace(settings, on_reward=rows.put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
         except BaseException as error:  # handed to the caller's thread below
             ended["error"] = error
         finally:
@@ -10205,8 +10399,12 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
     try:
         while (row := rows.get()) is not _DONE:
             yield row
-    except BaseException:  # KeyboardInterrupt while waiting, GeneratorExit, the loop's own exception
+    except KeyboardInterrupt:  # a Ctrl-C while waiting: the run is interrupted, as `run` is
         stop.set()
+        thread.join()
+        raise
+    except BaseException:  # the loop left early (GeneratorExit: break, close()), or its own exception
+        early.set()  # the round stops as --stop-after stops it: what ended is validated and kept
         thread.join()
         raise
     thread.join()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -113,6 +114,88 @@ class EpisodeTimeoutTest(TrainerTestCase):
         )
         self.assertIn("ran past its own deadline of 2 s", result.stderr)
         self.assertNotIn("hit its deadline", result.stderr)  # the Job's: never reached
+
+
+@end_to_end
+class StopAfterTest(TrainerTestCase):
+    def test_the_first_k_to_end_are_kept_and_the_rest_stopped(self) -> None:
+        """Episodes of different lengths: three end at once, two would take a minute. With
+        --stop-after 3 the run succeeds with the three, validated, and stops the two: the Job is
+        deleted (foreground) with its pods, and results.json names them."""
+        cluster = self.cluster()
+        worker = self.worker([0, 0.3, 0, 60, 60])
+        self.run_tool(cluster, 0, "--count", "5", "--worker", worker, "--stop-after", "3", "--timeout", "120")
+        results = self.results()
+        self.assertEqual((results["episodes"], results["successful_episodes"], results["reward_sum"]), (3, 3, 3.0))
+        self.assertEqual(sorted(row["index"] for row in results["pods"]), [0, 1, 2])
+        self.assertEqual(sorted(entry["index"] for entry in results["stopped_episodes"]), [3, 4])
+        self.assertEqual(results["stop_after"], 3)
+        self.assertIn("--stop-after 3", results["stopped_by"])
+        lines = self.lines()
+        self.assertEqual(sorted(line["index"] for line in lines if demo.stands_as_reward(line)), [0, 1, 2])
+        self.assertFalse([line for line in lines if line["index"] in (3, 4)])  # never ended: no verdict
+        deletes = [argv[-4:] for argv in cluster.calls() if "delete" in argv and "job" in argv]
+        self.assertEqual(deletes, [["job", "rollout", "--cascade=foreground", "--wait=false"]])
+        self.assertTrue(all(job["metadata"].get("deletionTimestamp") for job in cluster.objects("Job")))
+        pods = json.loads((self.out / "pods.json").read_text())["items"]
+        self.assertEqual(len(pods), 5)  # every pod the Job had, the stopped ones too
+        for row in results["pods"]:
+            self.assertTrue((self.out / f"{row['pod']}.log").read_text().strip())
+
+    def test_without_stop_after_the_same_run_waits_for_every_episode(self) -> None:
+        """The control: the same episodes without the flag end every one (a short length here)."""
+        cluster = self.cluster()
+        worker = self.worker([0, 0.3, 0, 1, 1])
+        self.run_tool(cluster, 0, "--count", "5", "--worker", worker)
+        results = self.results()
+        self.assertEqual((results["successful_episodes"], results["stopped_episodes"]), (5, []))
+        self.assertIsNone(results["stopped_by"])
+        self.assertFalse([argv for argv in cluster.calls() if "delete" in argv])
+
+
+# Run by a subprocess: stream_batch's loop left after the first row, in a fresh interpreter.
+STREAM_DRIVER = """
+import json, sys
+import rl_batch_demo as rbd
+output, worker = sys.argv[1], sys.argv[2]
+seen = []
+for row in rbd.stream_batch(output, count=4, worker=worker, quiet=True):
+    seen.append(row)
+    if len([r for r in seen if r["reward"] is not None]) == 2:
+        break
+print(json.dumps(seen))
+"""
+
+
+@end_to_end
+class StreamLeftEarlyTest(TrainerTestCase):
+    def test_the_rows_yielded_stand_and_the_rest_are_stopped(self) -> None:
+        cluster = self.cluster()
+        worker = self.worker([0, 0, 60, 60])
+        driver = self.root / "driver.py"
+        driver.write_text(STREAM_DRIVER)
+        env = {**cluster.env(), "PYTHONPATH": str(Path(demo.__file__).resolve().parent)}
+        result = subprocess.run(
+            [sys.executable, str(driver), str(self.out), worker],
+            env=env,
+            cwd=str(self.root),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        cluster.wait_idle()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        seen = json.loads(result.stdout)
+        results = self.results()  # the run finished: results.json covers what ended
+        self.assertEqual(sorted(row["index"] for row in results["pods"]), sorted(row["index"] for row in seen))
+        self.assertEqual(sorted(entry["index"] for entry in results["stopped_episodes"]), [2, 3])
+        self.assertEqual(results["stopped_by"], "stream_batch's loop was left")
+        standing = [line for line in self.lines() if demo.stands_as_reward(line)]
+        self.assertEqual(sorted(line["pod"] for line in standing), sorted(row["pod"] for row in seen))
+        self.assertFalse([line for line in self.lines() if line["retracted"]])  # nothing yielded was taken back
+        self.assertFalse((self.out / "error.json").exists())
 
 
 if __name__ == "__main__":

@@ -161,11 +161,13 @@ _DONE = object()  # stream_batch's last item: the run's thread has ended
 def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator[RewardLine, None, BatchResult]:
     rows: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
+    early = threading.Event()
     ended: Dict[str, Any] = {}
 
     def work() -> None:
         try:
-            ended["result"] = execute_batch(dataclasses.replace(settings, on_reward=rows.put, stop=stop), args)
+            seams = dataclasses.replace(settings, on_reward=rows.put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
         except BaseException as error:  # handed to the caller's thread below
             ended["error"] = error
         finally:
@@ -176,8 +178,12 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
     try:
         while (row := rows.get()) is not _DONE:
             yield row
-    except BaseException:  # KeyboardInterrupt while waiting, GeneratorExit, the loop's own exception
+    except KeyboardInterrupt:  # a Ctrl-C while waiting: the run is interrupted, as `run` is
         stop.set()
+        thread.join()
+        raise
+    except BaseException:  # the loop left early (GeneratorExit: break, close()), or its own exception
+        early.set()  # the round stops as --stop-after stops it: what ended is validated and kept
         thread.join()
         raise
     thread.join()

@@ -395,6 +395,13 @@ def build_parser(
                 "killed, no or invalid events, its --episode-timeout) as reward R, your minimum reward, instead of "
                 "failing the run; the others run on (needs per-index backoff limits, as --max-failed-episodes)",
             },
+            "--stop-after": {
+                "type": whole_number(1),
+                "metavar": "K",
+                "help": "once K episodes of a round have a standing reward (known as their pods end), stop the rest: "
+                "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
+                "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
+            },
             "--episode-timeout": {
                 "type": whole_number(1, MAX_WAIT_SECONDS),
                 "metavar": "SECONDS",
@@ -586,6 +593,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.stop_after is not None and args.stop_after > count:
+        parser.error(f"--stop-after {args.stop_after} is more than the {count} episodes of a round ({given})")
     if args.episode_timeout is not None and args.episode_timeout > args.timeout:
         parser.error(
             f"--episode-timeout {args.episode_timeout} is longer than --timeout {args.timeout}: the Job's deadline "
@@ -602,6 +611,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         max_failed_episodes=args.max_failed_episodes,
         failed_episode_reward=args.failed_episode_reward,
         episode_timeout=args.episode_timeout,
+        stop_after=args.stop_after,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,

@@ -114,6 +114,9 @@ FAILURE_EPISODE = "episode"
 # A pod past its own activeDeadlineSeconds (--episode-timeout): the kubelet fails it, phase Failed
 # and this status reason (pkg/kubelet/active_deadline.go; kubelet_pods.go generateAPIPodStatus).
 POD_DEADLINE_REASON = "DeadlineExceeded"
+# A round stopped before its Job ended (--stop-after K, or stream_batch's loop left): wait_for_job's
+# observation carries this in place of the job controller's condition; the run deletes the Job.
+JOB_STOPPED = "Stopped"
 EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
 FAILURE_INFRASTRUCTURE = "infrastructure"
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl

@@ -18,6 +18,7 @@ from .constants import (
     FAILURE_EPISODE,
     FAILURE_INFRASTRUCTURE,
     INDEX_ANNOTATION,
+    INDEX_LABEL,
     KEPT_EVENT_BYTES_LIMIT,
     KEPT_EVENTS,
     MAX_COUNT_LARGE,
@@ -533,6 +534,36 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
+
+
+def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[List[KubeObject], List[KubeObject]]:
+    """A round stopped early (JOB_STOPPED): the Job's pods that had ended as the watch last showed
+    them (terminal, not being deleted: a terminal pod's status never changes again, so each is
+    final), and the others, which the Job's deletion stops; each list in creation order."""
+    ended: List[KubeObject] = []
+    stopped: List[KubeObject] = []
+    for pod in observation.last_pods.values():
+        if not pod_belongs_to(pod, job_uid):
+            continue
+        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+    for pods in (ended, stopped):
+        pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    return ended, stopped
+
+
+def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[KubeObject]) -> Optional[str]:
+    """A label selector that matches exactly the `ended` pods of a stopped round, and no pod it
+    stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
+    the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
+    reads each pod by name."""
+    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
+    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
+        return None
+    if others & set(indexes) or None in others:
+        return None
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:

@@ -15,6 +15,7 @@ from .constants import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     EXIT_CLUSTER,
     EXIT_EPISODE,
+    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
     FAILURE_EPISODE,
     FAILURE_INFRASTRUCTURE,
@@ -22,6 +23,7 @@ from .constants import (
     INFO_LIMIT,
     INFO_MEMORY_LIMIT,
     JOB_NAME,
+    JOB_STOPPED,
     LOG_CROSSCHECK_LIMIT,
     PHASES,
     REWARD_LIMIT,
@@ -102,6 +104,8 @@ from .records import (
     RoundObservation,
     RoundResult,
     RunSettings,
+    StoppedEpisode,
+    StoppedFigures,
 )
 
 # Pure core: validation and figures ############################################
@@ -667,6 +671,7 @@ ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
 ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
 ROUND_NOT_ADMITTED = "not-admitted"  # the client's wait ran out while the Job was still suspended (queued)
 ROUND_FAILED_INDEXES = "failed-indexes"  # Failed (FailedIndexes): every index ran, at most maxFailedIndexes failed
+ROUND_STOPPED = "stopped"  # stopped early (--stop-after, a stream left): the episodes that ended are analysed
 
 
 def classify_round(observation: RoundObservation) -> str:
@@ -677,6 +682,8 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_NOT_ADMITTED
     if observation.condition is None:
         return ROUND_TIMEOUT
+    if observation.condition == JOB_STOPPED:
+        return ROUND_STOPPED
     if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
         return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
@@ -734,7 +741,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     collect = tolerated > 0 or scoring  # failures are gathered, each accepted or not by its kind
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
-    if not collect:
+    if not collect and not collected.stopped:  # a stopped round: only the episodes that ended
         check_pod_set(pods, collected.count, inspect, lost, retries)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
@@ -798,7 +805,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         set_attempts(row, lost.get(name, []))
         rows.append(row)
     set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
-    if observation.condition != "Complete" and not set_aside:
+    if collected.stopped and not rows:
+        raise DemoError(
+            f"Job {where} was stopped early ({collected.stopped_by}) before any episode ended with a reward; "
+            f"inspect {inspect}",
+            EXIT_INTERRUPTED,
+        )
+    if observation.condition not in ("Complete", JOB_STOPPED) and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
@@ -827,6 +840,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         **batch_figures(rows, failed_episodes),
         scored_episodes=sum(1 for entry in failed_episodes if entry["reward"] is not None),
         **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
+        **stopped_figures(collected),
         failed_episodes=failed_episodes,
         round=collected.round_number,
         job=collected.job_name,
@@ -843,6 +857,29 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         **log_figures(collected, pods),
     )
     return rows, figures
+
+
+def stopped_figures(collected: RoundCollected) -> StoppedFigures:
+    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    if not collected.stopped:
+        return {"stopped_episodes": [], "stopped_by": None}
+    episodes: List[StoppedEpisode] = []
+    for pod in collected.stopped_pods:
+        name = str(pod["metadata"]["name"])
+        try:
+            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+        except EpisodeInvalid:
+            index = None
+        episodes.append(
+            {
+                "pod": name,
+                "index": index,
+                "task_id": task_id_for(collected, index),
+                "round": collected.round_number,
+                "job": collected.job_name,
+            }
+        )
+    return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
 
 
 def accepted_failure(collected: RoundCollected, pod: KubeObject) -> bool:
@@ -963,7 +1000,8 @@ def check_failed_episodes(
         )
     replaced = sum(len(attempts) for attempts in (lost or {}).values())
     collect = tolerated > 0 or collected.failed_episode_reward is not None
-    problem = pod_count_problem(pods, collected.count, inspect, replaced) if collect else None
+    whole = collect and not collected.stopped  # a stopped round has only the pods that ended
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if whole else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -1023,6 +1061,9 @@ def assemble_results(
         **figures,
         scored_episodes=scored,
         failed_episode_reward=settings.failed_episode_reward,
+        stop_after=settings.stop_after,
+        stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
+        stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,
         figure_sources=dict(sorted(FIGURE_SOURCES.items())),
         notes=figure_notes(figures, rows, settings.max_failed_episodes, scored),

@@ -49,6 +49,7 @@ from .core_clocks import KubeletReading, expected_operations, runtime_operations
 from .core_cluster import (
     _attempt_order,
     creation_time,
+    ended_pods_selector,
     failure_kind,
     final_pods_from_watch,
     foreign_manager,
@@ -57,6 +58,7 @@ from .core_cluster import (
     pod_index,
     pod_list,
     split_pods_and_events,
+    stopped_round_pods,
     template_changes,
     vanished_attempts,
 )
@@ -85,6 +87,7 @@ from .core_reports import (
 )
 from .core_validation import (
     ROUND_COMPLETE,
+    ROUND_STOPPED,
     analyse_round,
     assemble_results,
     classify_round,
@@ -169,6 +172,11 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+
+    def standing(self) -> int:
+        """How many of the round's episodes have a reward that stands (--stop-after counts them):
+        a validated reward as known when its pod ended, or a failure scored by --failed-episode-reward."""
+        return sum(1 for line in self.last.values() if stands_as_reward(line))
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
@@ -350,8 +358,31 @@ class BatchRun:
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
         self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
+        self.measuring = False  # a measured round's Job is being waited for: an early finish stops it
+        self.done = threading.Event()  # execute() has returned or raised
+        if settings.finish_early is not None:
+            threading.Thread(target=self.relay_early_finish, name="rl-batch-demo early finish", daemon=True).start()
+
+    def finishing_early(self) -> bool:
+        return self.settings.finish_early is not None and self.settings.finish_early.is_set()
+
+    def relay_early_finish(self) -> None:
+        """An early finish asked for (stream_batch's loop left) outside a measured round (preflight,
+        warm-up, between Jobs) has nothing to keep: it stops the run as a Ctrl-C would."""
+        early = self.settings.finish_early
+        assert early is not None
+        while not self.done.wait(0.25):
+            if early.is_set() and not self.measuring:
+                self.stop.set()
+                return
 
     def execute(self) -> Results:
+        try:
+            return self.execute_steps()
+        finally:
+            self.done.set()
+
+    def execute_steps(self) -> Results:
         self.preflight()
         self.stop_if_asked()
         self.create_namespace()
@@ -360,10 +391,15 @@ class BatchRun:
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         self.rewards.open()  # empty until the first measured round's first verdict
+        played: List[Tuple[List[EpisodeRow], RoundResult]] = []
         try:
-            played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+            for round_number in range(1, self.settings.rounds + 1):
+                if played and self.finishing_early():  # a stream left early: the rounds played stand
+                    break
+                played.append(self.run_round(round_number, image))
         finally:
             self.rewards.close()
+            self.measuring = False
         rows = [row for round_rows, _ in played for row in round_rows]
         rounds = [figures for _, figures in played]
         kubelet: KubeletFigures = {}
@@ -547,6 +583,7 @@ class BatchRun:
         self.current_dir, self.current_job = round_dir, None
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
+        self.measuring = True
         try:
             rows, figures = self.run_job(
                 round_number, name, round_dir, manifest, self.settings.count, self.progress, rewards
@@ -554,6 +591,8 @@ class BatchRun:
         except BaseException as error:
             rewards.failed(error)
             raise
+        finally:
+            self.measuring = False
         rewards.analysed(rows, figures)
         return rows, figures
 
@@ -566,8 +605,18 @@ class BatchRun:
 
     def stop_if_asked(self) -> None:
         """Before the next create: a stop asked for from another thread (the API's) is a Ctrl-C."""
-        if self.stop.is_set():
+        if self.stop.is_set() or self.finishing_early():
             raise KeyboardInterrupt
+
+    def stopped_by(self, rewards: RoundRewards) -> Optional[str]:
+        """Why a measured round stops before its Job ends, once it should: --stop-after K reached,
+        or stream_batch's loop left (the episodes that ended are kept); None while it goes on."""
+        if self.finishing_early():
+            return "stream_batch's loop was left"
+        stop_after = self.settings.stop_after
+        if stop_after is not None and rewards.standing() >= stop_after:
+            return f"--stop-after {stop_after}: {stop_after} episodes had a standing reward"
+        return None
 
     def run_job(
         self,
@@ -609,6 +658,14 @@ class BatchRun:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
                 rewards.job_created(job, submitted)
+            stop_reasons: List[str] = []
+
+            def enough() -> bool:  # --stop-after, or a stream left early: a measured round only
+                reason = self.stopped_by(rewards) if rewards is not None else None
+                if reason:
+                    stop_reasons.append(reason)
+                return reason is not None
+
             observation = wait_for_job(
                 self.kubectl,
                 self.namespace,
@@ -620,6 +677,7 @@ class BatchRun:
                 on_pod=rewards.pod_seen if rewards is not None else None,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
+                enough=enough if rewards is not None else None,
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
@@ -627,7 +685,13 @@ class BatchRun:
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
+        log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
+        stopped = outcome == ROUND_STOPPED
+        stopped_pods: List[KubeObject] = []
+        if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
+            watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
+            log_selector = ended_pods_selector(selector, watched, stopped_pods)
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
         saved = threading.Event()
@@ -644,7 +708,8 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            kubectl, namespace = self.kubectl, self.namespace
+            return read_logs(kubectl, namespace, pods, log_selector, all_logs, round_dir, budgets, saved, lost)
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -658,6 +723,9 @@ class BatchRun:
             write_json(round_dir / "pods.json", pod_list(pods))
             events = save_events(listing)
             logs, log_errors = read(pods)
+        if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
+            write_json(round_dir / "pods.json", pod_list([*pods, *stopped_pods]))
+            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
@@ -688,6 +756,9 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            stopped=stopped,
+            stopped_pods=stopped_pods,
+            stopped_by=stop_reasons[0] if stop_reasons else "",
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -756,6 +827,20 @@ class BatchRun:
         changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
+
+    def delete_stopped_job(self, name: str, reason: str) -> None:
+        """A round stopped early: delete its Job, the run's own (created by this run, its UID in the
+        receipt, in the run's namespace), foreground, so the job controller's pods go first and no
+        pod is created any more; not waited for (--cleanup, or `cleanup`, waits for the namespace).
+        A failed delete leaves the stopped episodes running: the run says so and goes on."""
+        try:
+            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
+            say_stderr(f"stopped early ({reason}): Job {self.namespace}/{name} deleted with its pods")
+        except DemoError as error:
+            say_stderr(
+                f"warning: stopped early ({reason}), but deleting Job {self.namespace}/{name} failed ({error}); its "
+                "remaining episodes may still run: run cleanup"
+            )
 
     def delete_refused_job(self, name: str, before: str = "before its episodes could be measured") -> str:
         """Delete a Job the run created and will not wait for (it is the run's own: its UID is in the

@@ -71,6 +71,7 @@ class RunSettings:
     max_failed_episodes: int = 0  # --max-failed-episodes: infrastructure failures set aside, at most this many
     failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
     episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
+    stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -86,6 +87,9 @@ class RunSettings:
     on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
     # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
     stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # finish_early: once set (stream_batch's loop was left), the round stops as --stop-after stops it:
+    # the episodes that ended are validated and kept, the rest stopped, no further round started.
+    finish_early: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def builtin_worker(self) -> bool:
@@ -277,6 +281,9 @@ class RoundCollected:
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
     failed_episode_reward: Optional[float] = None  # --failed-episode-reward: episode failures score it
+    stopped: bool = False  # stopped early (JOB_STOPPED): `pods` are the episodes that had ended ...
+    stopped_pods: List[KubeObject] = dataclasses.field(default_factory=list)  # ... these the rest, stopped
+    stopped_by: str = ""  # why: "--stop-after K", or "stream_batch's loop was left"
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
@@ -504,12 +511,25 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+
+
+class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
+
+
 class ScoredFigures(TypedDict, total=False):  # absent from the results of versions before failure kinds
     scored_episodes: int  # failed by their own doing, scored as --failed-episode-reward R: the reward figures count R
 
 
 class RoundResult(
-    BatchFigures, ScoredFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, ScoredFigures, StoppedFigures, JobTimes, FirstReward, LogFigures
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -594,11 +614,13 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 # results.json
 class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
     failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
+    stop_after: Optional[int]  # --stop-after K, or None
 
 
 class Results(
     BatchFigures,
     ScoredFigures,
+    StoppedFigures,
     FailurePolicy,
     JobTimes,
     FirstReward,
