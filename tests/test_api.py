@@ -107,8 +107,11 @@ class ApiCallPlanTest(CallPlanTestCase):
             ({"cuont": 3}, "unknown option cuont; did you mean count?"),
             ({"max_failed": 1}, "did you mean max_failed_episodes?"),
             ({"help": True}, "unknown option help"),
-            ({"count": 0}, "'0' must be at least 1"),
-            ({"count": 25}, "--count 25 is more than 20; pass --allow-large"),
+            ({"count": 0}, "option count=: '0' must be at least 1"),
+            ({"count": "3"}, "option count= takes an int, not '3' (str)"),
+            ({"timeout": 2.5}, "option timeout= takes an int, not 2.5 (float)"),
+            ({"episode_timeout": 900}, "episode_timeout=900 is longer than timeout=240"),
+            ({"count": 25}, "count=25 is more than 20; pass allow_large=True"),
             ({"quiet": "yes"}, "option quiet takes True or False, not 'yes'"),
             ({"image": True}, "option image takes a value, not True"),
             ({"cleanup": "sometimes"}, "invalid choice: 'sometimes'"),
@@ -116,15 +119,18 @@ class ApiCallPlanTest(CallPlanTestCase):
             ({"tasks": [{"id": 1}, "two"]}, "tasks[1] is str, not a dict"),
             ({"tasks": [{"x": float("nan")}]}, "tasks[0] cannot be written as JSON"),
             ({"tasks": []}, "is empty"),
-            ({"tasks": str(tasks), "count": 3}, "--count 3 does not match the 2 tasks"),
+            ({"tasks": str(tasks), "count": 3}, "count=3 does not match the 2 tasks"),
         ):
             with self.subTest(options=options):
                 with self.assertRaises(rbd.DemoError) as raised:
                     self.quietly(lambda: rbd.run_batch(self.out(), **options))  # noqa: B023 - called at once
                 self.assertEqual(raised.exception.exit_code, rbd.EXIT_USAGE)
                 self.assertIn(fragment, str(raised.exception))
+                self.assertNotRegex(str(raised.exception), r"--[a-z]", "an API error names the keyword, not the flag")
                 self.assertEqual(self.stderr, "")
                 self.assertFalse(self.out().exists())
+        with self.assertRaisesRegex(rbd.DemoError, r"option output= takes a str or a path, not 3 \(int\)"):
+            rbd.run_batch(3)
         self.assertEqual(self.stub.calls(), [])
 
     def test_a_list_of_tasks_is_a_tasks_file(self) -> None:
@@ -233,6 +239,23 @@ DRIVER = textwrap.dedent(
 
 
 @end_to_end
+class VerdictsTest(unittest.TestCase):
+    """BatchResult.verdicts: each pod's last row, in index order, whatever order the pods ended in."""
+
+    def test_each_pods_last_row_in_index_order(self) -> None:
+        def row(index: Any, pod: str, reward: Any, retracted: bool = False, round_number: int = 1) -> Dict[str, Any]:
+            failure = "its log disagrees" if retracted else None
+            return {"round": round_number, "index": index, "pod": pod, "reward": reward, "retracted": retracted,
+                    "failure": failure}  # fmt: skip
+
+        rows = [row(2, "c", 1), row(0, "a", 1), row(1, "b", 0.5), row(0, "a", None, True), row(0, "z", 1, False, 2),
+                row(None, "y", None)]  # fmt: skip
+        result = rbd.BatchResult(Path("out"), None, rows)  # type: ignore[arg-type]
+        self.assertEqual([(r["round"], r["pod"]) for r in result.verdicts], [(1, "a"), (1, "b"), (1, "c"), (1, "y"),
+                                                                            (2, "z")])  # fmt: skip
+        self.assertTrue(result.verdicts[0]["retracted"])  # a's last row
+
+
 class FakeClusterCase(unittest.TestCase):
     """A fresh fake cluster and a scratch directory per test; Python run in it as a trainer would."""
 

@@ -237,7 +237,7 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
             )
             self.assertIsNone(line["failure"])
             self.assertEqual(line["info"]["seen_index"], line["index"])
-            self.assertNotIn("info", row)  # info lives in rewards.jsonl only
+            self.assertEqual(row["info"], line["info"])  # results.json's row carries it too
         self.assertEqual(sum(line["reward"] for line in lines), results["reward_sum"])
         self.assertEqual(results["worker"], "task_worker.py")
         self.assertEqual(results["tasks"], 4)

@@ -7,10 +7,11 @@ import dataclasses
 import json
 import os
 import queue
+import re
 import threading
 import typing
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from .cli import CommandLineParser, build_parser, did_you_mean, invoked_as, run_settings
 from .commands import cmd_run_reported
@@ -30,10 +31,70 @@ from .records import Results, RewardLine, RunSettings
 
 
 class OptionsParser(CommandLineParser):
-    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2)."""
+    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2),
+    worded for Python: each of run's flags it names is the keyword (`--timeout 0` is `timeout=0`)."""
 
     def error(self, message: str) -> NoReturn:
-        raise DemoError(printable(message), EXIT_USAGE)
+        run = run_parser(self)
+        switches = [action.dest for action in run._actions if action.nargs == 0] if run is not None else []
+        raise DemoError(printable(keyword_message(message, run_flags(self), switches)), EXIT_USAGE)
+
+
+def run_parser(parser: argparse.ArgumentParser) -> Optional[argparse.ArgumentParser]:
+    """`run`'s parser: the top parser's subcommand, or the parser itself when it is run's."""
+    commands = getattr(parser, "commands", {})
+    return commands.get("run") or (parser if parser.prog.endswith(" run") else None)
+
+
+def run_flags(parser: CommandLineParser) -> Dict[str, str]:
+    """run's flags (--max-failed-episodes) by their keyword (max_failed_episodes); {} for another parser."""
+    run = run_parser(parser)
+    if run is None:
+        return {}
+    return {
+        action.dest: max(action.option_strings, key=len)
+        for action in run._actions
+        if action.option_strings and action.dest != "help"
+    }
+
+
+PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+
+
+def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
+    """A usage error in the API's words: `argument --timeout: ...` becomes `option timeout=: ...`,
+    `--stop-after 9` (a flag and its value) `stop_after=9`, a switch (`switches`, by keyword)
+    `allow_large=True`; other text is left as it is."""
+    by_flag = {flag: name for name, flag in flags.items()}
+    switch_names = set(switches)
+
+    def keyword(match: re.Match[str]) -> str:
+        name, value = by_flag.get(match.group(1)), match.group(2)
+        if name is None:
+            return match.group(0)
+        if name in switch_names or value is None or value in PROSE:
+            return f"{name}={'True' if name in switch_names else ''}" + (f" {value}" if value else "")
+        return f"{name}={value}"
+
+    message = re.sub(r"\bargument (--[a-z][a-z0-9-]*)(?:/[^:]*)?:", r"option \1:", message)
+    return re.sub(r"(--[a-z][a-z0-9-]*)(?:[ =](?!-)([^\s:;,)]+))?", keyword, message)
+
+
+# What each kind of run's values takes from Python, by the function that parses its text (the
+# command line's type); a value of another type is refused (count="3": a str, not an int).
+API_TYPES: Dict[str, Tuple[type, ...]] = {
+    "whole_number.<locals>.parse": (int,),
+    "reward_arg": (int, float),
+    "parallelism_arg": (int, str),
+    "artifact_budget": (int, str),
+}
+
+
+def accepted_types(action: argparse.Action) -> Tuple[type, ...]:
+    """The Python types an option with a value takes: its parser's (API_TYPES), else a text or a path."""
+    if action.type is None:
+        return (str, os.PathLike)
+    return API_TYPES.get(getattr(action.type, "__qualname__", ""), (str,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +107,11 @@ class BatchResult:
 
     @property
     def verdicts(self) -> List[RewardLine]:
-        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in the order the
-        pods first appear: a reward that stands has `failure` null."""
+        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in index order
+        (round, then completion index; a row without an index last, by pod): a reward stands when
+        `reward` is not null and `retracted` is false."""
         last = {row["pod"]: row for row in self.rewards}
-        return list(last.values())
+        return sorted(last.values(), key=verdict_order)
 
     @classmethod
     def read(cls, output: Path) -> BatchResult:
@@ -57,6 +119,11 @@ class BatchResult:
         if not (output / "results.json").exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
+
+
+def verdict_order(row: RewardLine) -> Tuple[int, int, int, str]:
+    index = row["index"]
+    return row["round"], index is None, index if index is not None else 0, row["pod"]
 
 
 def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> List[str]:
@@ -82,6 +149,15 @@ def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> L
         elif value is not None:
             if isinstance(value, bool):
                 raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
+            kinds = accepted_types(action)
+            if not isinstance(value, kinds):
+                names = " or ".join(
+                    "a path" if kind is os.PathLike else f"an {kind.__name__}" if kind is int else f"a {kind.__name__}"
+                    for kind in kinds
+                )
+                raise DemoError(
+                    f"option {name}= takes {names}, not {short_repr(value)} ({type(value).__name__})", EXIT_USAGE
+                )
             argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
     return argv
 

@@ -1107,9 +1107,10 @@ def assemble_results(
 
 
 def pod_row(row: EpisodeRow) -> PodRow:
-    """A row as results.json keeps it: its `info` (untrusted, possibly large) stays in rewards.jsonl."""
+    """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
     copy = row.copy()
-    copy.pop("info", None)
+    copy["info"] = row.get("info", {})
     return copy
 
 

@@ -394,7 +394,11 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
     artifacts: List[ArtifactEntry]  # sorted by name; saved and checked against the reward event's manifest
 
 
-class PodRow(PodArtifacts):  # one validated episode's figures: a row of results.json's `pods`
+class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
+    info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
+
+
+class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
@@ -442,8 +446,8 @@ class PodRow(PodArtifacts):  # one validated episode's figures: a row of results
     retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
 
 
-class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
-    info: JsonObject  # the reward event's other fields: untrusted, possibly large
+class EpisodeRow(PodRow, total=False):  # a row as analysed
+    pass
 
 
 class PhaseStats(TypedDict):
