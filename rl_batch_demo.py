@@ -13,6 +13,8 @@ Usage:
     python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P|auto] [--rounds K]
                                        [--image I] [--runtime R|none] [--cleanup POLICY]
                                        [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
+                                       [--failed-episode-reward R] [--episode-timeout S] [--stop-after K]
+                                       [--tags JSON]
                                        [--warmup] [--pin-image[=DIGEST]] [--kubelet-metrics]
                                        [--junit FILE] [--metrics-file FILE]
     python3 rl_batch_demo.py reproduce --output DIR [--count N] [--rounds K] [--junit FILE]
@@ -22,8 +24,8 @@ Usage:
 
 From Python (docs/trainer.md): `import rl_batch_demo as rbd`, then `rbd.run_batch(DIR, count=N,
 cleanup="always", ...)` (run's flags with underscores) returns `.results` and `.rewards`, and
-`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written; errors raise
-rbd.DemoError with the exit code below.
+`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written (`astream_batch`,
+`arun_batch`: the same for asyncio); errors raise rbd.DemoError with the exit code below.
 
 Saved as `kubectl-rl_batch_demo` on PATH, it is also the kubectl plugin `kubectl rl-batch-demo`.
 Everything a pod prints is untrusted input: read as bytes, bounded, escaped before it is shown.
@@ -39,6 +41,7 @@ Exit codes (see --help): 0 success, 1 episode failed or invalid, 2 usage or bad 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import codecs
 import contextlib
 import dataclasses
@@ -173,6 +176,10 @@ POD_DEADLINE_REASON = "DeadlineExceeded"
 JOB_STOPPED = "Stopped"
 EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
 FAILURE_INFRASTRUCTURE = "infrastructure"
+# --tags (tags= in Python): the caller's own metadata, a policy version or a step, carried as given by
+# every rewards.jsonl line, results.json and the JUnit properties; bounded, since every line repeats it.
+TAGS_LIMIT = 2048  # bytes of the tags as JSON
+TAG_KEYS_LIMIT = 32
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"
@@ -729,6 +736,7 @@ class RunSettings:
     failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
     episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
     stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
+    tags: JsonObject = dataclasses.field(default_factory=dict)  # --tags: carried as given by rows, results, JUnit
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -1276,6 +1284,7 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
     failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
     stop_after: Optional[int]  # --stop-after K, or None
+    tags: JsonObject  # --tags, as given ({} without)
 
 
 class Results(
@@ -1315,7 +1324,7 @@ class Results(
     pods: List[PodRow]
 
 
-class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
+class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
     # reward None, or --failed-episode-reward's R for a failure of the episode's own doing
     round: int
     index: Optional[int]
@@ -1330,6 +1339,10 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, i
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
     lost_attempts: List[LostAttempt]
     artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
+
+
+class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
+    tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
 
 
 class GuideRow(TypedDict):
@@ -4320,6 +4333,7 @@ def assemble_results(
         scored_episodes=scored,
         failed_episode_reward=settings.failed_episode_reward,
         stop_after=settings.stop_after,
+        tags=settings.tags,
         stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
         stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,
@@ -5482,6 +5496,14 @@ def junit_suites(
             else:
                 last.append(_case(classname, name, 0.0, text=figure))
     return suites
+
+
+def junit_tag_properties(tags: Mapping[str, Any]) -> Dict[str, str]:
+    """--tags as JUnit properties, each `tag.KEY`: a string as it is, any other value as its JSON."""
+    return {
+        f"tag.{key}": value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in tags.items()
+    }
 
 
 def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> str:
@@ -7430,9 +7452,15 @@ class RewardsWriter:
     can be incomplete: it lacks its newline, and a reader skips it. After a failed write nothing
     more is written: the run ends with that error (an OSError naming the file)."""
 
-    def __init__(self, path: Path, on_reward: Optional[Callable[[RewardLine], None]] = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_reward: Optional[Callable[[RewardLine], None]] = None,
+        tags: Optional[JsonObject] = None,
+    ) -> None:
         self.path = path
         self.on_reward = on_reward
+        self.tags = dict(tags or {})  # --tags: on every line, as given
         self.descriptor: Optional[int] = None
         self.failed = False
         self.lock = threading.Lock()  # one writer at a time, whichever thread knows a verdict
@@ -7457,6 +7485,7 @@ class RewardsWriter:
                 raise OSError(errno.EIO, "an earlier write failed" if self.failed else "not open", str(self.path))
             try:
                 for line in lines:
+                    line["tags"] = self.tags
                     data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
                     while data:
                         data = data[os.write(self.descriptor, data) :]
@@ -7466,7 +7495,8 @@ class RewardsWriter:
                 raise OSError(error.errno, error.strerror, str(self.path)) from None
         if self.on_reward is not None:
             for line in lines:
-                self.on_reward(line.copy())  # the caller's own copy: the run keeps its record of each pod
+                # the caller's own copy (its tags too): the run keeps its record of each pod
+                self.on_reward({**line, "tags": json.loads(json.dumps(self.tags))})
 
     def close(self) -> None:
         if self.descriptor is not None:
@@ -8371,7 +8401,7 @@ class BatchRun:
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
-        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
+        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward, settings.tags)
         self.measuring = False  # a measured round's Job is being waited for: an early finish stops it
         self.done = threading.Event()  # execute() has returned or raised
         if settings.finish_early is not None:
@@ -9467,7 +9497,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
         receipt = _read_json_file(output / "receipt.json") if output is not None else None
-        properties = {"exit_code": str(exit_code)}
+        properties = {"exit_code": str(exit_code), **junit_tag_properties(settings.tags)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
         return render_junit_xml(junit_suites(results, started, settings.thresholds, failure), properties)
@@ -9646,6 +9676,20 @@ def threshold(text: str) -> Tuple[str, float]:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the limit must be positive")
     return metric, seconds
+
+
+def tags_arg(text: str) -> JsonObject:
+    """An argparse type: --tags, one JSON object (strict JSON: no NaN), at most TAG_KEYS_LIMIT keys
+    and TAGS_LIMIT bytes as JSON, carried as given."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:
+        raise argparse.ArgumentTypeError(f"is not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"is {type(value).__name__} in JSON, not an object of tags")
+    if len(value) > TAG_KEYS_LIMIT or len(json.dumps(value).encode()) > TAGS_LIMIT:
+        raise argparse.ArgumentTypeError(f"has more than {TAG_KEYS_LIMIT} keys or {TAGS_LIMIT} bytes of JSON")
+    return value
 
 
 class VersionAction(argparse.Action):
@@ -9929,6 +9973,14 @@ def build_parser(
                 "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
                 "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
             },
+            "--tags": {
+                "type": tags_arg,
+                "default": {},
+                "metavar": "JSON",
+                "help": 'your own metadata as one JSON object (a policy version, a step: \'{"policy": "v7"}\'), '
+                "carried as given by every rewards.jsonl line, results.json and the JUnit properties (tag.KEY); at "
+                f"most {TAG_KEYS_LIMIT} keys and {TAGS_LIMIT} bytes",
+            },
             "--episode-timeout": {
                 "type": whole_number(1, MAX_WAIT_SECONDS),
                 "metavar": "SECONDS",
@@ -10139,6 +10191,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         failed_episode_reward=args.failed_episode_reward,
         episode_timeout=args.episode_timeout,
         stop_after=args.stop_after,
+        tags=args.tags,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,
@@ -10371,6 +10424,11 @@ def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> L
         elif action.dest == "threshold":
             items = value.items() if isinstance(value, Mapping) else [value] if isinstance(value, str) else value
             argv += [f"{flag}={item}" if isinstance(item, str) else f"{flag}={item[0]}={item[1]}" for item in items]
+        elif action.dest == "tags" and isinstance(value, Mapping):  # a dict of tags, as --tags' JSON object
+            try:
+                argv.append(f"{flag}={json.dumps(dict(value), allow_nan=False)}")
+            except (TypeError, ValueError, RecursionError) as error:
+                raise DemoError(f"option tags= cannot be written as JSON ({error})", EXIT_USAGE) from None
         elif value is not None:
             if isinstance(value, bool):
                 raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
@@ -10492,6 +10550,62 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
         raise ended["error"]
     result: BatchResult = ended["result"]
     return result
+
+
+def astream_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> typing.AsyncIterator[RewardLine]:
+    """stream_batch for asyncio: an async generator over the same rows, each handed to the event
+    loop by the run's thread (loop.call_soon_threadsafe), so that waiting for the next row never
+    blocks the loop. Leaving the loop early (break and aclose(), an exception, a cancellation)
+    keeps what finished, as stream_batch's does; once the run has ended, its DemoError is raised
+    after the last row. Options are checked now, before the first row."""
+    settings, args = batch_settings(output, count, options)
+    return _astream(settings, args, {})
+
+
+async def arun_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> BatchResult:
+    """run_batch for asyncio: the batch runs in a thread of its own while the event loop goes on;
+    returns its BatchResult or raises its DemoError. A cancellation stops the run as leaving
+    astream_batch's loop early does, then is raised."""
+    settings, args = batch_settings(output, count, options)
+    ended: Dict[str, Any] = {}
+    async for _ in _astream(settings, args, ended):
+        pass
+    result: BatchResult = ended["result"]
+    return result
+
+
+async def _astream(
+    settings: RunSettings, args: argparse.Namespace, ended: Dict[str, Any]
+) -> typing.AsyncIterator[RewardLine]:
+    loop = asyncio.get_running_loop()
+    rows: asyncio.Queue[Any] = asyncio.Queue()
+    stop, early = threading.Event(), threading.Event()
+
+    def put(item: Any) -> None:  # from the run's thread; a loop already closed takes nothing more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(rows.put_nowait, item)
+
+    def work() -> None:
+        try:
+            seams = dataclasses.replace(settings, on_reward=put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
+        except BaseException as error:  # handed to the loop below
+            ended["error"] = error
+        finally:
+            put(_DONE)
+
+    thread = threading.Thread(target=work, name=f"rl-batch-demo {settings.output}")
+    thread.start()
+    try:
+        while (row := await rows.get()) is not _DONE:
+            yield row
+    except BaseException:  # aclose() (GeneratorExit), a cancellation, the loop's own exception
+        early.set()  # what ended is kept, as stream_batch's loop left early
+        await loop.run_in_executor(None, thread.join)  # the run's diagnostics and --cleanup, off the loop
+        raise
+    await loop.run_in_executor(None, thread.join)
+    if "error" in ended:
+        raise ended["error"]
 
 
 # The episode worker (payload) #################################################

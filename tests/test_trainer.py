@@ -198,5 +198,90 @@ class StreamLeftEarlyTest(TrainerTestCase):
         self.assertFalse((self.out / "error.json").exists())
 
 
+# asyncio: astream_batch beside a second task that ticks; then arun_batch. Prints what it saw.
+ASYNC_DRIVER = """
+import asyncio, json, sys
+import rl_batch_demo as rbd
+output, worker = sys.argv[1], sys.argv[2]
+ticks = 0
+
+async def ticker():
+    global ticks
+    while True:
+        ticks += 1
+        await asyncio.sleep(0.01)
+
+async def main():
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    seen = []
+    async for row in rbd.astream_batch(output + "-stream", count=3, worker=worker, quiet=True, tags={"policy": "v7"}):
+        seen.append({"pod": row["pod"], "tags": row["tags"], "ticks": ticks})
+    result = await rbd.arun_batch(output + "-run", count=2, worker=worker, quiet=True, tags={"step": 3})
+    at_end = ticks
+    task.cancel()
+    try:
+        rbd.astream_batch(output + "-bad", count="3")
+    except rbd.DemoError as error:
+        refused = str(error)
+    print(json.dumps({"seen": seen, "ticks_at_end": at_end, "result_tags": result.results["tags"],
+                      "verdicts": [v["index"] for v in result.verdicts], "refused": refused}))
+
+asyncio.run(main())
+"""
+
+
+@end_to_end
+class AsyncAndTagsTest(TrainerTestCase):
+    def test_astream_batch_never_blocks_the_loop_and_rows_carry_the_tags(self) -> None:
+        """Three episodes of different lengths streamed into an asyncio loop where a second task
+        ticks: it keeps ticking while the rows are awaited (its count grows from row to row), and
+        every row, results.json and the JUnit properties carry the tags as given."""
+        cluster = self.cluster()
+        worker = self.worker([0, 1, 2])
+        driver = self.root / "driver.py"
+        driver.write_text(ASYNC_DRIVER)
+        env = {**cluster.env(), "PYTHONPATH": str(Path(demo.__file__).resolve().parent)}
+        result = subprocess.run(
+            [sys.executable, str(driver), str(self.out), worker],
+            env=env,
+            cwd=str(self.root),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        cluster.wait_idle()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        report = json.loads(result.stdout)
+        seen = report["seen"]
+        self.assertEqual(len(seen), 3)
+        ticks = [row["ticks"] for row in seen]
+        self.assertGreater(ticks[0], 1)  # it ran while the batch was prepared
+        self.assertEqual(ticks, sorted(set(ticks)))  # and between every two rows: never blocked
+        self.assertGreater(report["ticks_at_end"], ticks[-1])  # and while arun_batch ran
+        self.assertEqual([row["tags"] for row in seen], [{"policy": "v7"}] * 3)
+        self.assertEqual(report["result_tags"], {"step": 3})
+        self.assertEqual(report["verdicts"], [0, 1])
+        self.assertEqual(report["refused"], "option count= takes an int, not '3' (str)")
+        stream = Path(f"{self.out}-stream")
+        results = records.written_results(self, stream)
+        self.assertEqual(results["tags"], {"policy": "v7"})
+        lines = records.written(self, stream / demo.REWARDS_FILE, demo.RewardLine)
+        self.assertEqual({json.dumps(line["tags"]) for line in lines}, {'{"policy": "v7"}'})
+
+    def test_the_junit_report_carries_the_tags(self) -> None:
+        cluster = self.cluster()
+        worker = self.worker([0])
+        junit = self.root / "junit.xml"
+        tags = '{"policy": "v7", "step": 12}'
+        self.run_tool(cluster, 0, "--count", "1", "--worker", worker, "--tags", tags, "--junit", str(junit))
+        text = junit.read_text()
+        self.assertIn('<property name="tag.policy" value="v7" />', text)
+        self.assertIn('<property name="tag.step" value="12" />', text)
+        self.assertEqual(self.results()["tags"], {"policy": "v7", "step": 12})
+        self.assertEqual([line["tags"] for line in self.lines()], [{"policy": "v7", "step": 12}])
+
+
 if __name__ == "__main__":
     unittest.main()

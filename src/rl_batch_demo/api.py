@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -146,6 +148,11 @@ def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> L
         elif action.dest == "threshold":
             items = value.items() if isinstance(value, Mapping) else [value] if isinstance(value, str) else value
             argv += [f"{flag}={item}" if isinstance(item, str) else f"{flag}={item[0]}={item[1]}" for item in items]
+        elif action.dest == "tags" and isinstance(value, Mapping):  # a dict of tags, as --tags' JSON object
+            try:
+                argv.append(f"{flag}={json.dumps(dict(value), allow_nan=False)}")
+            except (TypeError, ValueError, RecursionError) as error:
+                raise DemoError(f"option tags= cannot be written as JSON ({error})", EXIT_USAGE) from None
         elif value is not None:
             if isinstance(value, bool):
                 raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
@@ -267,3 +274,59 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
         raise ended["error"]
     result: BatchResult = ended["result"]
     return result
+
+
+def astream_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> typing.AsyncIterator[RewardLine]:
+    """stream_batch for asyncio: an async generator over the same rows, each handed to the event
+    loop by the run's thread (loop.call_soon_threadsafe), so that waiting for the next row never
+    blocks the loop. Leaving the loop early (break and aclose(), an exception, a cancellation)
+    keeps what finished, as stream_batch's does; once the run has ended, its DemoError is raised
+    after the last row. Options are checked now, before the first row."""
+    settings, args = batch_settings(output, count, options)
+    return _astream(settings, args, {})
+
+
+async def arun_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> BatchResult:
+    """run_batch for asyncio: the batch runs in a thread of its own while the event loop goes on;
+    returns its BatchResult or raises its DemoError. A cancellation stops the run as leaving
+    astream_batch's loop early does, then is raised."""
+    settings, args = batch_settings(output, count, options)
+    ended: Dict[str, Any] = {}
+    async for _ in _astream(settings, args, ended):
+        pass
+    result: BatchResult = ended["result"]
+    return result
+
+
+async def _astream(
+    settings: RunSettings, args: argparse.Namespace, ended: Dict[str, Any]
+) -> typing.AsyncIterator[RewardLine]:
+    loop = asyncio.get_running_loop()
+    rows: asyncio.Queue[Any] = asyncio.Queue()
+    stop, early = threading.Event(), threading.Event()
+
+    def put(item: Any) -> None:  # from the run's thread; a loop already closed takes nothing more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(rows.put_nowait, item)
+
+    def work() -> None:
+        try:
+            seams = dataclasses.replace(settings, on_reward=put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
+        except BaseException as error:  # handed to the loop below
+            ended["error"] = error
+        finally:
+            put(_DONE)
+
+    thread = threading.Thread(target=work, name=f"rl-batch-demo {settings.output}")
+    thread.start()
+    try:
+        while (row := await rows.get()) is not _DONE:
+            yield row
+    except BaseException:  # aclose() (GeneratorExit), a cancellation, the loop's own exception
+        early.set()  # what ended is kept, as stream_batch's loop left early
+        await loop.run_in_executor(None, thread.join)  # the run's diagnostics and --cleanup, off the loop
+        raise
+    await loop.run_in_executor(None, thread.join)
+    if "error" in ended:
+        raise ended["error"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import re
@@ -44,11 +45,14 @@ from .constants import (
     PLUGIN_COMMAND,
     PLUGIN_FILE_NAMES,
     REWARD_LIMIT,
+    TAG_KEYS_LIMIT,
+    TAGS_LIMIT,
     TASKS_KEY,
     THRESHOLD_METRICS,
     __version__,
 )
 from .core_basics import (
+    _reject_constant,
     check_worker_source,
     configmap_manifest,
     configmap_size_problem,
@@ -62,7 +66,7 @@ from .errors import DemoError, bug_message
 from .kubectl import make_kubectl
 from .payloads import WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
-from .records import RunSettings
+from .records import JsonObject, RunSettings
 
 # Command line #################################################################
 # Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
@@ -119,6 +123,20 @@ def threshold(text: str) -> Tuple[str, float]:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the limit must be positive")
     return metric, seconds
+
+
+def tags_arg(text: str) -> JsonObject:
+    """An argparse type: --tags, one JSON object (strict JSON: no NaN), at most TAG_KEYS_LIMIT keys
+    and TAGS_LIMIT bytes as JSON, carried as given."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:
+        raise argparse.ArgumentTypeError(f"is not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"is {type(value).__name__} in JSON, not an object of tags")
+    if len(value) > TAG_KEYS_LIMIT or len(json.dumps(value).encode()) > TAGS_LIMIT:
+        raise argparse.ArgumentTypeError(f"has more than {TAG_KEYS_LIMIT} keys or {TAGS_LIMIT} bytes of JSON")
+    return value
 
 
 class VersionAction(argparse.Action):
@@ -402,6 +420,14 @@ def build_parser(
                 "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
                 "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
             },
+            "--tags": {
+                "type": tags_arg,
+                "default": {},
+                "metavar": "JSON",
+                "help": 'your own metadata as one JSON object (a policy version, a step: \'{"policy": "v7"}\'), '
+                "carried as given by every rewards.jsonl line, results.json and the JUnit properties (tag.KEY); at "
+                f"most {TAG_KEYS_LIMIT} keys and {TAGS_LIMIT} bytes",
+            },
             "--episode-timeout": {
                 "type": whole_number(1, MAX_WAIT_SECONDS),
                 "metavar": "SECONDS",
@@ -612,6 +638,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         failed_episode_reward=args.failed_episode_reward,
         episode_timeout=args.episode_timeout,
         stop_after=args.stop_after,
+        tags=args.tags,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,

@@ -36,6 +36,7 @@ from .core_reports import (
     comparison,
     headline,
     junit_suites,
+    junit_tag_properties,
     markdown_literal,
     markdown_summary,
     metrics_labels,
@@ -378,7 +379,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
         receipt = _read_json_file(output / "receipt.json") if output is not None else None
-        properties = {"exit_code": str(exit_code)}
+        properties = {"exit_code": str(exit_code), **junit_tag_properties(settings.tags)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
         return render_junit_xml(junit_suites(results, started, settings.thresholds, failure), properties)

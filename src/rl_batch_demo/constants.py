@@ -119,6 +119,10 @@ POD_DEADLINE_REASON = "DeadlineExceeded"
 JOB_STOPPED = "Stopped"
 EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
 FAILURE_INFRASTRUCTURE = "infrastructure"
+# --tags (tags= in Python): the caller's own metadata, a policy version or a step, carried as given by
+# every rewards.jsonl line, results.json and the JUnit properties; bounded, since every line repeats it.
+TAGS_LIMIT = 2048  # bytes of the tags as JSON
+TAG_KEYS_LIMIT = 32
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 REWARDS_FILE = "rewards.jsonl"
 BUILTIN_WORKER = "built-in"

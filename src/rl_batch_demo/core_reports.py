@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .constants import (
     _XML_FORBIDDEN,
@@ -697,6 +698,14 @@ def junit_suites(
             else:
                 last.append(_case(classname, name, 0.0, text=figure))
     return suites
+
+
+def junit_tag_properties(tags: Mapping[str, Any]) -> Dict[str, str]:
+    """--tags as JUnit properties, each `tag.KEY`: a string as it is, any other value as its JSON."""
+    return {
+        f"tag.{key}": value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in tags.items()
+    }
 
 
 def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> str:

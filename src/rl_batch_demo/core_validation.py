@@ -1062,6 +1062,7 @@ def assemble_results(
         scored_episodes=scored,
         failed_episode_reward=settings.failed_episode_reward,
         stop_after=settings.stop_after,
+        tags=settings.tags,
         stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
         stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,

@@ -357,7 +357,7 @@ class BatchRun:
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
-        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
+        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward, settings.tags)
         self.measuring = False  # a measured round's Job is being waited for: an early finish stops it
         self.done = threading.Event()  # execute() has returned or raised
         if settings.finish_early is not None:

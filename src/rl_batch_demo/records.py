@@ -72,6 +72,7 @@ class RunSettings:
     failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
     episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
     stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
+    tags: JsonObject = dataclasses.field(default_factory=dict)  # --tags: carried as given by rows, results, JUnit
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -619,6 +620,7 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
     failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
     stop_after: Optional[int]  # --stop-after K, or None
+    tags: JsonObject  # --tags, as given ({} without)
 
 
 class Results(
@@ -658,7 +660,7 @@ class Results(
     pods: List[PodRow]
 
 
-class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
+class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
     # reward None, or --failed-episode-reward's R for a failure of the episode's own doing
     round: int
     index: Optional[int]
@@ -673,6 +675,10 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, i
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
     lost_attempts: List[LostAttempt]
     artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
+
+
+class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
+    tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
 
 
 class GuideRow(TypedDict):
