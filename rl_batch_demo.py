@@ -737,6 +737,7 @@ class RunSettings:
     episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
     stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
     tags: JsonObject = dataclasses.field(default_factory=dict)  # --tags: carried as given by rows, results, JUnit
+    private_fields: Tuple[str, ...] = ()  # --private-fields: task fields kept out of the ConfigMap, for the grader
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -755,6 +756,12 @@ class RunSettings:
     # finish_early: once set (stream_batch's loop was left), the round stops as --stop-after stops it:
     # the episodes that ended are validated and kept, the rest stopped, no further round started.
     finish_early: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # grade (grade= in Python, --grader FILE.py): each validated episode's reward, from its whole task (private
+    # fields too) and its row, on the client as the row is known; the pod's own reward is kept as pod_reward.
+    grade: Optional[Callable[[JsonObject, RewardLine], Any]] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    grader_name: Optional[str] = None  # --grader's file name, or the callable's name; None: the pod's reward stands
 
     @property
     def builtin_worker(self) -> bool:
@@ -781,6 +788,13 @@ class RunSettings:
     def given_image(self) -> str:
         """The image before any digest is resolved: --pin-image's digest when given, else --image."""
         return self.pin_image or self.image
+
+    @property
+    def public_tasks(self) -> Optional[Tuple[JsonObject, ...]]:
+        """The tasks as the ConfigMap holds them, every episode can read: without --private-fields."""
+        if self.tasks is None or not self.private_fields:
+            return self.tasks
+        return tuple({k: v for k, v in task.items() if k not in self.private_fields} for task in self.tasks)
 
     @property
     def episode_deadline_seconds(self) -> int:
@@ -1061,6 +1075,7 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
 
 class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
     info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
 
 
 class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
@@ -1285,6 +1300,8 @@ class FailurePolicy(TypedDict, total=False):  # absent from the results of versi
     failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
     stop_after: Optional[int]  # --stop-after K, or None
     tags: JsonObject  # --tags, as given ({} without)
+    grader: Optional[str]  # --grader's file name (grade= in Python: the callable's name); None: the pods' rewards
+    private_fields: List[str]  # --private-fields: the task fields no episode could read
 
 
 class Results(
@@ -1343,6 +1360,7 @@ class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, 
 
 class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
     tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
 
 
 class GuideRow(TypedDict):
@@ -3733,7 +3751,32 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "attempts": row["attempts"],
         "lost_attempts": row["lost_attempts"],
         "artifacts": row.get("artifacts", []),
+        **({"pod_reward": row["pod_reward"]} if "pod_reward" in row else {}),  # type: ignore[typeddict-item]
     }
+
+
+def graded_reward(settings: RunSettings, line: RewardLine) -> float:
+    """A grader's reward for a validated episode's line (settings.grade: grade= or --grader), from
+    its whole task (private fields too; {} without --tasks): a finite number within a reward's
+    limit, never a boolean; anything else, or an exception, fails the run in one sentence."""
+    assert settings.grade is not None
+    tasks, index = settings.tasks, line["index"]
+    task = dict(tasks[index]) if tasks is not None and index is not None and 0 <= index < len(tasks) else {}
+    name = settings.grader_name or "the grader"
+    where = f"episode {line['pod']} (task {short_repr(line['task_id'])})"
+    try:
+        value = settings.grade(task, dict(line))  # type: ignore[arg-type]
+    except Exception as error:
+        message = f"{name} raised {short_repr(error, 200)} grading {where}; fix the grader"
+        raise DemoError(message, EXIT_EPISODE) from None
+    number = finite_number(value) if not isinstance(value, bool) else None
+    if number is None or abs(number) > REWARD_LIMIT:
+        raise DemoError(
+            f"{name} returned {short_repr(value)} for {where}, not a finite number of at most {REWARD_LIMIT:g} in "
+            "size; fix the grader",
+            EXIT_EPISODE,
+        )
+    return value if isinstance(value, int) else number
 
 
 def failure_line(
@@ -4334,6 +4377,8 @@ def assemble_results(
         failed_episode_reward=settings.failed_episode_reward,
         stop_after=settings.stop_after,
         tags=settings.tags,
+        grader=settings.grader_name if settings.grade is not None else None,
+        private_fields=list(settings.private_fields),
         stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
         stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,
@@ -8216,6 +8261,7 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
 
     def standing(self) -> int:
         """How many of the round's episodes have a reward that stands (--stop-after counts them):
@@ -8297,7 +8343,29 @@ class RoundRewards:
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
-        return reward_line(row, known_at)
+        return self.graded(reward_line(row, known_at))
+
+    def graded(self, line: RewardLine) -> RewardLine:
+        """With a grader (grade=, --grader), the line's reward is the grader's, the pod's kept as
+        pod_reward; graded once per pod, so the round's rows get the same reward (grade_rows)."""
+        if self.settings.grade is None:
+            return line
+        if line["pod"] not in self.grades:
+            self.grades[line["pod"]] = graded_reward(self.settings, line)
+        line["pod_reward"], line["reward"] = line["reward"], self.grades[line["pod"]]  # type: ignore[typeddict-item]
+        return line
+
+    def grade_rows(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        """The analysed round's rows graded as their lines were (graded), and its reward figures
+        made again from the graded rewards, before its lines are reconciled."""
+        if self.settings.grade is None:
+            return
+        for row in rows:
+            line = self.graded(reward_line(row, time.time()))
+            row["pod_reward"], row["reward"] = line["pod_reward"], line["reward"]  # type: ignore[typeddict-item]
+        again = batch_figures(rows, figures["failed_episodes"])
+        for key in ("reward_sum", "reward_mean", "reward_min", "reward_max"):
+            figures[key] = again[key]
 
     def _failure(
         self, index: Optional[int], task_id: Any, name: str, rule: str, known_at: float, lost: List[LostAttempt]
@@ -8557,7 +8625,7 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.public_tasks),
         ]
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
@@ -8637,6 +8705,11 @@ class BatchRun:
             raise
         finally:
             self.measuring = False
+        try:
+            rewards.grade_rows(rows, figures)
+        except BaseException as error:
+            rewards.failed(error)
+            raise
         rewards.analysed(rows, figures)
         return rows, figures
 
@@ -9209,7 +9282,7 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: b
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
+        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.public_tasks)),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
@@ -9678,6 +9751,24 @@ def threshold(text: str) -> Tuple[str, float]:
     return metric, seconds
 
 
+def load_grader(path: Path) -> Callable[[JsonObject, Any], Any]:
+    """--grader FILE.py: your own Python file, run here on the client (never in a pod), that
+    defines grade(task, info) -> float; it grades each validated episode from its whole task
+    (--private-fields too) and its reward event's info. A file that cannot be read, compiled or
+    run, or defines no grade, is a usage error before anything is created."""
+    source = read_input_file(path, "--grader")
+    namespace: Dict[str, Any] = {"__name__": "rl_batch_demo_grader", "__file__": str(path)}
+    try:
+        # the user's own grader, run like their trainer's code on their machine: never in a pod
+        exec(compile(source, str(path), "exec"), namespace)
+    except Exception as error:  # its own error, in one line
+        raise DemoError(f"--grader {path} cannot be loaded: {type(error).__name__}: {error}", EXIT_USAGE) from None
+    grade = namespace.get("grade")
+    if not callable(grade):
+        raise DemoError(f"--grader {path} defines no function grade(task, info)", EXIT_USAGE)
+    return lambda task, row: grade(task, row.get("info") or {})
+
+
 def tags_arg(text: str) -> JsonObject:
     """An argparse type: --tags, one JSON object (strict JSON: no NaN), at most TAG_KEYS_LIMIT keys
     and TAGS_LIMIT bytes as JSON, carried as given."""
@@ -9973,6 +10064,17 @@ def build_parser(
                 "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
                 "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
             },
+            "--private-fields": {
+                "metavar": "FIELD,...",
+                "help": "task fields of --tasks kept out of the ConfigMap, so that no episode can read them (the "
+                "expected answer): only the client's grader (--grader) sees them",
+            },
+            "--grader": {
+                "metavar": "FILE.py",
+                "help": "grade each validated episode here, on the client, not in the pod: FILE.py defines "
+                "grade(task, info) -> float, given the episode's whole task (private fields too) and its reward "
+                "event's info; its result is the episode's reward, the pod's own kept as pod_reward",
+            },
             "--tags": {
                 "type": tags_arg,
                 "default": {},
@@ -10154,9 +10256,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                     EXIT_USAGE,
                 )
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
+        private = tuple(field for field in (args.private_fields or "").split(",") if field)
+        if private and tasks is None:
+            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+        public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
+        grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, public)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -10192,6 +10299,9 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         episode_timeout=args.episode_timeout,
         stop_after=args.stop_after,
         tags=args.tags,
+        private_fields=private,
+        grade=grade,
+        grader_name=Path(args.grader).name if args.grader else None,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,
@@ -10466,6 +10576,11 @@ def batch_settings(
     """The settings `run` would take from the flags that `options` name, checked by the same
     parser and rules: a usage error is a DemoError, raised before any work starts."""
     given = dict(options)
+    grade = given.pop("grade", None)  # grade=callable(task, row) -> float: no flag, the command line's --grader
+    if grade is not None and not callable(grade):
+        raise DemoError(f"option grade= takes a function grade(task, row), not {short_repr(grade)}", EXIT_USAGE)
+    if grade is not None and given.get("grader") is not None:
+        raise DemoError("give grade= or grader=, not both", EXIT_USAGE)
     tasks = given.get("tasks")
     listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
     if listed:
@@ -10475,7 +10590,11 @@ def batch_settings(
     args = parser.parse_command_line(["run", *argv])
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
-    return run_settings(args), args
+    settings = run_settings(args)
+    if grade is not None:
+        name = getattr(grade, "__qualname__", None) or type(grade).__name__
+        settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
+    return settings, args
 
 
 def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:

@@ -393,7 +393,7 @@ class TrainerDocTest(FakeClusterCase):
         )
 
     def test_the_trainer_loop(self) -> None:
-        loop, stream = self.blocks()
+        loop, stream = self.blocks()[:2]
         result = self.run_block(loop)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout, "step 0: 4 rewards, mean 1.00\nstep 1: 4 rewards, mean 1.00\n")

@@ -283,5 +283,74 @@ class AsyncAndTagsTest(TrainerTestCase):
         self.assertEqual([line["tags"] for line in self.lines()], [{"policy": "v7", "step": 12}])
 
 
+# A worker that answers its task (a + b) and says whether it could read the expected answer.
+ANSWERING_WORKER = """
+import json, os, sys, time
+first = time.time()
+ID = os.environ["EPISODE_ID"]
+INDEX = int(os.environ["JOB_COMPLETION_INDEX"])
+with open(os.environ.get("RL_DEMO_TASKS", "/demo/tasks.jsonl")) as stream:
+    lines = stream.read().splitlines()
+task = json.loads(lines[INDEX])
+seen = any("expected" in json.loads(line) for line in lines)
+def line(name, **fields):
+    return json.dumps(dict(fields, event=name, at=time.time(), episode_id=ID), sort_keys=True) + "\\n"
+out = line("ready", process_started_at=first, imports_done_at=first)
+out += line("reward", reward=0.5, answer=task["a"] + task["b"], saw_expected=seen)
+sys.stdout.write(out)
+with open(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-log"), "w") as stream:
+    stream.write(out)
+"""
+GRADER = """
+def grade(task, info):
+    return 1.0 if info["answer"] == task["expected"] else 0.0
+"""
+
+
+@end_to_end
+class GradingTest(TrainerTestCase):
+    def test_private_fields_stay_out_of_the_pods_and_the_grader_sets_the_reward(self) -> None:
+        cluster = self.cluster()
+        worker = self.root / "worker.py"
+        write_executable(worker, ANSWERING_WORKER)
+        (self.root / "grader.py").write_text(GRADER)
+        tasks = [{"id": "t0", "a": 1, "b": 2, "expected": 3}, {"id": "t1", "a": 2, "b": 2, "expected": 5}]
+        (self.root / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
+        self.run_tool(
+            cluster, 0, "--worker", str(worker), "--tasks", str(self.root / "tasks.jsonl"),
+            "--private-fields", "expected", "--grader", str(self.root / "grader.py"),
+        )  # fmt: skip
+        [configmap] = cluster.objects("ConfigMap")
+        self.assertNotIn("expected", configmap["data"][demo.TASKS_KEY])
+        self.assertEqual([json.loads(line) for line in configmap["data"][demo.TASKS_KEY].splitlines()],
+                         [{"a": 1, "b": 2, "id": "t0"}, {"a": 2, "b": 2, "id": "t1"}])  # fmt: skip
+        lines = {line["task_id"]: line for line in self.lines()}
+        self.assertEqual(
+            {k: (v["reward"], v["pod_reward"]) for k, v in lines.items()}, {"t0": (1.0, 0.5), "t1": (0.0, 0.5)}
+        )
+        self.assertEqual({v["info"]["saw_expected"] for v in lines.values()}, {False})
+        results = self.results()
+        self.assertEqual(
+            sorted((row["task_id"], row["reward"], row["pod_reward"]) for row in results["pods"]),
+            [("t0", 1.0, 0.5), ("t1", 0.0, 0.5)],
+        )
+        self.assertEqual(
+            (results["reward_sum"], results["grader"], results["private_fields"]), (1.0, "grader.py", ["expected"])
+        )
+
+    def test_a_grader_that_fails_fails_the_run_naming_the_episode(self) -> None:
+        cluster = self.cluster()
+        worker = self.root / "worker.py"
+        write_executable(worker, ANSWERING_WORKER)
+        (self.root / "grader.py").write_text("def grade(task, info):\n    return float('nan')\n")
+        (self.root / "tasks.jsonl").write_text('{"a": 1, "b": 2, "expected": 3}\n')
+        result = self.run_tool(
+            cluster, demo.EXIT_EPISODE, "--worker", str(worker), "--tasks", str(self.root / "tasks.jsonl"),
+            "--grader", str(self.root / "grader.py"),
+        )  # fmt: skip
+        self.assertIn("grader.py returned nan for episode rollout-0-", result.stderr)
+        self.assertFalse([line for line in self.lines() if demo.stands_as_reward(line)])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -190,6 +190,11 @@ def batch_settings(
     """The settings `run` would take from the flags that `options` name, checked by the same
     parser and rules: a usage error is a DemoError, raised before any work starts."""
     given = dict(options)
+    grade = given.pop("grade", None)  # grade=callable(task, row) -> float: no flag, the command line's --grader
+    if grade is not None and not callable(grade):
+        raise DemoError(f"option grade= takes a function grade(task, row), not {short_repr(grade)}", EXIT_USAGE)
+    if grade is not None and given.get("grader") is not None:
+        raise DemoError("give grade= or grader=, not both", EXIT_USAGE)
     tasks = given.get("tasks")
     listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
     if listed:
@@ -199,7 +204,11 @@ def batch_settings(
     args = parser.parse_command_line(["run", *argv])
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
-    return run_settings(args), args
+    settings = run_settings(args)
+    if grade is not None:
+        name = getattr(grade, "__qualname__", None) or type(grade).__name__
+        settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
+    return settings, args
 
 
 def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:

@@ -125,6 +125,24 @@ def threshold(text: str) -> Tuple[str, float]:
     return metric, seconds
 
 
+def load_grader(path: Path) -> Callable[[JsonObject, Any], Any]:
+    """--grader FILE.py: your own Python file, run here on the client (never in a pod), that
+    defines grade(task, info) -> float; it grades each validated episode from its whole task
+    (--private-fields too) and its reward event's info. A file that cannot be read, compiled or
+    run, or defines no grade, is a usage error before anything is created."""
+    source = read_input_file(path, "--grader")
+    namespace: Dict[str, Any] = {"__name__": "rl_batch_demo_grader", "__file__": str(path)}
+    try:
+        # the user's own grader, run like their trainer's code on their machine: never in a pod
+        exec(compile(source, str(path), "exec"), namespace)
+    except Exception as error:  # its own error, in one line
+        raise DemoError(f"--grader {path} cannot be loaded: {type(error).__name__}: {error}", EXIT_USAGE) from None
+    grade = namespace.get("grade")
+    if not callable(grade):
+        raise DemoError(f"--grader {path} defines no function grade(task, info)", EXIT_USAGE)
+    return lambda task, row: grade(task, row.get("info") or {})
+
+
 def tags_arg(text: str) -> JsonObject:
     """An argparse type: --tags, one JSON object (strict JSON: no NaN), at most TAG_KEYS_LIMIT keys
     and TAGS_LIMIT bytes as JSON, carried as given."""
@@ -420,6 +438,17 @@ def build_parser(
                 "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
                 "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
             },
+            "--private-fields": {
+                "metavar": "FIELD,...",
+                "help": "task fields of --tasks kept out of the ConfigMap, so that no episode can read them (the "
+                "expected answer): only the client's grader (--grader) sees them",
+            },
+            "--grader": {
+                "metavar": "FILE.py",
+                "help": "grade each validated episode here, on the client, not in the pod: FILE.py defines "
+                "grade(task, info) -> float, given the episode's whole task (private fields too) and its reward "
+                "event's info; its result is the episode's reward, the pod's own kept as pod_reward",
+            },
             "--tags": {
                 "type": tags_arg,
                 "default": {},
@@ -601,9 +630,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                     EXIT_USAGE,
                 )
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
+        private = tuple(field for field in (args.private_fields or "").split(",") if field)
+        if private and tasks is None:
+            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+        public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
+        grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, public)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -639,6 +673,9 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         episode_timeout=args.episode_timeout,
         stop_after=args.stop_after,
         tags=args.tags,
+        private_fields=private,
+        grade=grade,
+        grader_name=Path(args.grader).name if args.grader else None,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         warmup=args.warmup,

@@ -91,7 +91,7 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: b
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
+        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.public_tasks)),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)

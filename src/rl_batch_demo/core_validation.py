@@ -462,7 +462,32 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "attempts": row["attempts"],
         "lost_attempts": row["lost_attempts"],
         "artifacts": row.get("artifacts", []),
+        **({"pod_reward": row["pod_reward"]} if "pod_reward" in row else {}),  # type: ignore[typeddict-item]
     }
+
+
+def graded_reward(settings: RunSettings, line: RewardLine) -> float:
+    """A grader's reward for a validated episode's line (settings.grade: grade= or --grader), from
+    its whole task (private fields too; {} without --tasks): a finite number within a reward's
+    limit, never a boolean; anything else, or an exception, fails the run in one sentence."""
+    assert settings.grade is not None
+    tasks, index = settings.tasks, line["index"]
+    task = dict(tasks[index]) if tasks is not None and index is not None and 0 <= index < len(tasks) else {}
+    name = settings.grader_name or "the grader"
+    where = f"episode {line['pod']} (task {short_repr(line['task_id'])})"
+    try:
+        value = settings.grade(task, dict(line))  # type: ignore[arg-type]
+    except Exception as error:
+        message = f"{name} raised {short_repr(error, 200)} grading {where}; fix the grader"
+        raise DemoError(message, EXIT_EPISODE) from None
+    number = finite_number(value) if not isinstance(value, bool) else None
+    if number is None or abs(number) > REWARD_LIMIT:
+        raise DemoError(
+            f"{name} returned {short_repr(value)} for {where}, not a finite number of at most {REWARD_LIMIT:g} in "
+            "size; fix the grader",
+            EXIT_EPISODE,
+        )
+    return value if isinstance(value, int) else number
 
 
 def failure_line(
@@ -1063,6 +1088,8 @@ def assemble_results(
         failed_episode_reward=settings.failed_episode_reward,
         stop_after=settings.stop_after,
         tags=settings.tags,
+        grader=settings.grader_name if settings.grade is not None else None,
+        private_fields=list(settings.private_fields),
         stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
         stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,

@@ -90,8 +90,10 @@ from .core_validation import (
     ROUND_STOPPED,
     analyse_round,
     assemble_results,
+    batch_figures,
     classify_round,
     failure_line,
+    graded_reward,
     provisional_episode,
     reconciling_lines,
     retracting_lines,
@@ -172,6 +174,7 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
 
     def standing(self) -> int:
         """How many of the round's episodes have a reward that stands (--stop-after counts them):
@@ -253,7 +256,29 @@ class RoundRewards:
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
-        return reward_line(row, known_at)
+        return self.graded(reward_line(row, known_at))
+
+    def graded(self, line: RewardLine) -> RewardLine:
+        """With a grader (grade=, --grader), the line's reward is the grader's, the pod's kept as
+        pod_reward; graded once per pod, so the round's rows get the same reward (grade_rows)."""
+        if self.settings.grade is None:
+            return line
+        if line["pod"] not in self.grades:
+            self.grades[line["pod"]] = graded_reward(self.settings, line)
+        line["pod_reward"], line["reward"] = line["reward"], self.grades[line["pod"]]  # type: ignore[typeddict-item]
+        return line
+
+    def grade_rows(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        """The analysed round's rows graded as their lines were (graded), and its reward figures
+        made again from the graded rewards, before its lines are reconciled."""
+        if self.settings.grade is None:
+            return
+        for row in rows:
+            line = self.graded(reward_line(row, time.time()))
+            row["pod_reward"], row["reward"] = line["pod_reward"], line["reward"]  # type: ignore[typeddict-item]
+        again = batch_figures(rows, figures["failed_episodes"])
+        for key in ("reward_sum", "reward_mean", "reward_min", "reward_max"):
+            figures[key] = again[key]
 
     def _failure(
         self, index: Optional[int], task_id: Any, name: str, rule: str, known_at: float, lost: List[LostAttempt]
@@ -513,7 +538,7 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.public_tasks),
         ]
         sink: queue.Queue[Any] = queue.Queue()
         seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
@@ -593,6 +618,11 @@ class BatchRun:
             raise
         finally:
             self.measuring = False
+        try:
+            rewards.grade_rows(rows, figures)
+        except BaseException as error:
+            rewards.failed(error)
+            raise
         rewards.analysed(rows, figures)
         return rows, figures
 

@@ -73,6 +73,7 @@ class RunSettings:
     episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
     stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
     tags: JsonObject = dataclasses.field(default_factory=dict)  # --tags: carried as given by rows, results, JUnit
+    private_fields: Tuple[str, ...] = ()  # --private-fields: task fields kept out of the ConfigMap, for the grader
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
@@ -91,6 +92,12 @@ class RunSettings:
     # finish_early: once set (stream_batch's loop was left), the round stops as --stop-after stops it:
     # the episodes that ended are validated and kept, the rest stopped, no further round started.
     finish_early: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # grade (grade= in Python, --grader FILE.py): each validated episode's reward, from its whole task (private
+    # fields too) and its row, on the client as the row is known; the pod's own reward is kept as pod_reward.
+    grade: Optional[Callable[[JsonObject, RewardLine], Any]] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    grader_name: Optional[str] = None  # --grader's file name, or the callable's name; None: the pod's reward stands
 
     @property
     def builtin_worker(self) -> bool:
@@ -117,6 +124,13 @@ class RunSettings:
     def given_image(self) -> str:
         """The image before any digest is resolved: --pin-image's digest when given, else --image."""
         return self.pin_image or self.image
+
+    @property
+    def public_tasks(self) -> Optional[Tuple[JsonObject, ...]]:
+        """The tasks as the ConfigMap holds them, every episode can read: without --private-fields."""
+        if self.tasks is None or not self.private_fields:
+            return self.tasks
+        return tuple({k: v for k, v in task.items() if k not in self.private_fields} for task in self.tasks)
 
     @property
     def episode_deadline_seconds(self) -> int:
@@ -397,6 +411,7 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
 
 class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
     info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
 
 
 class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
@@ -621,6 +636,8 @@ class FailurePolicy(TypedDict, total=False):  # absent from the results of versi
     failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
     stop_after: Optional[int]  # --stop-after K, or None
     tags: JsonObject  # --tags, as given ({} without)
+    grader: Optional[str]  # --grader's file name (grade= in Python: the callable's name); None: the pods' rewards
+    private_fields: List[str]  # --private-fields: the task fields no episode could read
 
 
 class Results(
@@ -679,6 +696,7 @@ class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, 
 
 class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
     tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
 
 
 class GuideRow(TypedDict):
