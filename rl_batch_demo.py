@@ -669,6 +669,11 @@ class KubectlFailure(DemoError):
     def already_exists(self) -> bool:
         return "(AlreadyExists)" in self.stderr
 
+    @property
+    def not_found(self) -> bool:
+        """The object is gone (`Error from server (NotFound)`), e.g. deleted between a read and a delete."""
+        return "(NotFound)" in self.stderr
+
 
 class KubectlTimeout(DemoError):
     """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
@@ -9074,7 +9079,13 @@ def cleanup_run(
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
-        kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        try:
+            kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        except KubectlFailure as failure:  # gone since it was read: a round stopped early deletes its own Job
+            if not failure.not_found:
+                raise
+            say(f"Job {namespace}/{name} is already gone")
+            continue
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:

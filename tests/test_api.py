@@ -405,14 +405,33 @@ class TrainerDocTest(FakeClusterCase):
         self.assertEqual(self.namespaces(), [])
 
     def test_the_readmes_trainer_loop(self) -> None:
-        """README.md's "Feeding a trainer" block: every task's reward, in each of its steps."""
+        """README.md's "Feeding a trainer" block, async: in each step the first 4 of 6 episodes to
+        finish, graded on the client from the task's private field, each with the step's tags."""
         text = (ROOT / "README.md").read_text(encoding="utf-8")
         [loop] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        self.check_async_loop(loop)
+
+    def test_trainer_mds_async_loop(self) -> None:
+        """docs/trainer.md shows the same loop (its blank lines aside), and it runs the same way."""
+        loop = self.blocks()[2]
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        [readme] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        self.assertEqual([line for line in loop.splitlines() if line], [line for line in readme.splitlines() if line])
+        self.check_async_loop(loop)
+
+    def check_async_loop(self, loop: str) -> None:
         result = self.run_block(loop)
         self.assertEqual(result.returncode, 0, result.stderr)
-        rows = sorted(tuple(line.split()) for line in result.stdout.splitlines())
-        self.assertEqual(rows, sorted((str(step), f"t{i}", "1") for step in range(2) for i in range(4)))
-        self.assertEqual(self.namespaces(), [])
+        rows = [tuple(line.split()) for line in result.stdout.splitlines()]
+        for step in range(2):
+            mine = [row for row in rows if row[0] == str(step)]
+            self.assertEqual(len(mine), 4, rows)  # stop_after=4
+            self.assertEqual({(reward, tag) for _, _, reward, tag in mine}, {("1.0", str(step))})
+            self.assertEqual(len({task for _, task, _, _ in mine}), 4)
+            results = json.loads((self.root / f"runs/step-{step}/results.json").read_text())
+            self.assertEqual((results["successful_episodes"], len(results["stopped_episodes"])), (4, 2))
+            self.assertEqual(results["private_fields"], ["expected"])
+        self.assertEqual(self.namespaces(), [], result.stdout + result.stderr)
 
     def test_the_chinese_readmes_loop_is_the_same_code(self) -> None:
         """README.zh-CN.md's loop differs from the one run above only in its comments."""

@@ -987,7 +987,13 @@ def cleanup_run(
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
-        kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        try:
+            kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        except KubectlFailure as failure:  # gone since it was read: a round stopped early deletes its own Job
+            if not failure.not_found:
+                raise
+            say(f"Job {namespace}/{name} is already gone")
+            continue
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
