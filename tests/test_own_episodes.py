@@ -268,7 +268,7 @@ class TemplateWorkerTest(unittest.TestCase):
         compile(out.getvalue(), "template.py", "exec")
 
     def test_the_template_runs_and_its_events_are_accepted(self) -> None:
-        tasks = [{"id": "t0", "a": 2, "b": 3, "expected": 5}, {"id": "t1", "a": 2, "b": 2, "expected": 5}]
+        tasks = [{"id": "t0", "question": "2 + 3", "expected": 5}, {"id": "t1", "question": "2 * 2", "expected": 5}]
         job_created = time.time() - 2
         runs = [run_worker(demo.WORKER_TEMPLATE, tasks, i, f"rollout-{i}-xyz") for i in range(2)]
         for ran in runs:
@@ -297,10 +297,46 @@ class TemplateWorkerTest(unittest.TestCase):
         self.assertEqual(rows[0]["info"], {"answer": 5, "correct": True})
         self.assertEqual(figures["reward_sum"], 1.0)
 
-    def test_the_template_without_tasks_reads_an_empty_task(self) -> None:
-        ran = run_worker(demo.WORKER_TEMPLATE, None, 0, "rollout-abc")
+    def test_a_task_without_the_fields_the_template_reads_fails_naming_them(self) -> None:
+        """Not a silent reward of 0: a task of another shape (or none, without --tasks) fails its
+        episode, and the run's cause quotes the template's own words from its termination message."""
+        for tasks in (None, [{"id": "t0", "a": 2, "b": 3, "expected": 5}]):
+            with self.subTest(tasks=tasks):
+                ran = run_worker(demo.WORKER_TEMPLATE, tasks, 0, "rollout-0-abc")
+                self.assertEqual(ran.code, 1)
+                self.assertEqual(ran.events, [])
+                self.assertEqual(ran.termination, "task 0 lacks the field(s) question this worker reads\n")
+        pod = pod_for(ran, ran.name, 0, time.time() - 2, phase="Failed", exit_code=1, message=ran.termination)
+        rank, rule = demo.pod_failure(pod)
+        self.assertEqual(rank, 1)
+        self.assertIn("exit code 1", rule)
+        self.assertIn("its termination message ends 'task 0 lacks the field(s) question this worker reads'", rule)
+
+    def test_the_readmes_sample_tasks_fit_the_template(self) -> None:
+        """The README's sample tasks file, written by its own command, in the template's shape:
+        the template answers every task right (one shape for the template and the docs)."""
+        root = Path(demo.__file__).resolve().parent
+        for readme in ("README.md", "README.zh-CN.md"):
+            [line] = [
+                line for line in (root / readme).read_text(encoding="utf-8").splitlines() if line.startswith("printf ")
+            ]
+            with self.subTest(readme), tempfile.TemporaryDirectory() as scratch:
+                subprocess.run(["sh", "-c", line], cwd=scratch, check=True)
+                tasks = demo.parse_tasks(Path(scratch, "tasks.jsonl").read_bytes(), "tasks.jsonl")
+            self.assertGreaterEqual(len(tasks), 2)
+            for index in range(len(tasks)):
+                ran = run_worker(demo.WORKER_TEMPLATE, list(tasks), index, f"rollout-{index}-abc")
+                self.assertEqual((ran.code, ran.events[-1]["reward"]), (0, 1.0), ran)
+
+    def test_the_template_leaves_the_grade_to_the_client_without_the_expected_answer(self) -> None:
+        ran = run_worker(demo.WORKER_TEMPLATE, [{"id": "t0", "question": "4 * 5"}], 0, "rollout-0-abc")
         self.assertEqual(ran.code, 0)
-        self.assertEqual(ran.events[-1]["reward"], 0.0)
+        reward = ran.events[-1]
+        self.assertEqual((reward["reward"], reward["answer"]), (0.0, 20))
+        self.assertNotIn("correct", reward)
+        namespace: Dict[str, Any] = {}
+        exec(textwrap.dedent(demo.WORKER_TEMPLATE.split("such as\n\n", 1)[1].split("\n\n", 1)[0]), namespace)
+        self.assertEqual(namespace["grade"]({"question": "4 * 5", "expected": 20}, reward), 1.0)  # its grader
 
     def test_the_template_leaves_the_termination_message_empty_when_events_do_not_fit(self) -> None:
         source = demo.WORKER_TEMPLATE.replace(
@@ -308,7 +344,7 @@ class TemplateWorkerTest(unittest.TestCase):
             'return 0.5, {"blob": "x" * 5000}',
         )
         self.assertNotEqual(source, demo.WORKER_TEMPLATE)
-        ran = run_worker(source, [{}], 0, "rollout-0-big")
+        ran = run_worker(source, [{"question": "1 + 1", "expected": 2}], 0, "rollout-0-big")
         self.assertEqual(ran.termination, "")
         self.assertEqual(ran.events[-1]["reward"], 0.5)
 
@@ -759,7 +795,8 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
         self.assertEqual(code, 0)
         configmap = json.loads((self.output / "01-configmap.json").read_text(encoding="utf-8"))
         self.assertEqual(configmap["data"]["episode.py"], "\ufeff" + demo.WORKER_TEMPLATE)
-        ran = run_worker(configmap["data"]["episode.py"], None, 0, "rollout-bom")  # as the pod's Python reads it
+        task = [{"question": "1 + 1", "expected": 2}]
+        ran = run_worker(configmap["data"]["episode.py"], task, 0, "rollout-bom")  # as the pod's Python reads it
         self.assertEqual((ran.code, [event["event"] for event in ran.events]), (0, ["ready", "reward"]))
 
     def test_a_missing_file(self) -> None:

@@ -24,7 +24,11 @@ from tests.test_run import run_script
 from tests.tiers import end_to_end
 
 NODES = ("node-a", "node-b")
-TASKS = [{"a": 1, "b": 2, "expected": 3}, {"a": 2, "b": 2, "expected": 5}, {"a": 5, "b": 5, "expected": 10}]
+TASKS = [  # the template's task shape (show-worker --template, docs/own-episodes.md)
+    {"question": "1 + 2", "expected": 3},
+    {"question": "2 + 2", "expected": 5},
+    {"question": "5 + 5", "expected": 10},
+]
 
 
 @end_to_end

@@ -246,12 +246,24 @@ def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     return int(text)
 
 
+FAILED_MESSAGE_LIMIT = 200  # characters of a failed container's last message line kept in its cause
+
+
 def _phase_failure(pod: KubeObject) -> str:
+    """A pod that did not succeed, in one clause: its phase, exit code and reason, and the last
+    line of a failed container's termination message (the worker's own words for why, such as
+    the template's missing task fields: untrusted, so bounded and escaped)."""
     status = pod.get("status", {})
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
     reason = status.get("reason") or terminated.get("reason")
-    return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+    text = f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+    message = terminated.get("message")
+    lines = [line for line in message.splitlines() if line.strip()] if isinstance(message, str) else []
+    if status.get("phase") == "Failed" and lines and not lines[-1].lstrip().startswith("{"):  # words, not events
+        last = lines[-1][-FAILED_MESSAGE_LIMIT:]
+        text += f"; its termination message ends {short_repr(last, FAILED_MESSAGE_LIMIT + 20)}"
+    return text
 
 
 def pod_failure(pod: KubeObject) -> Tuple[int, str]:
