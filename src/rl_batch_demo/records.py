@@ -118,6 +118,7 @@ class RunSettings:
             or self.max_failed_episodes > 0
             or self.infra_retries > 0
             or self.failed_episode_reward is not None
+            or self.stop_after is not None  # a stopped round's episodes are those that ended: by their index
         )
 
     @property
