@@ -858,7 +858,6 @@ class CleanupPolicyTest(RunPlanTestCase):
         self.assertIn("is kept", result.stderr)
         self.assertTrue((self.out() / "results.json").exists())
 
-
     def test_a_job_gone_between_its_read_and_its_delete_is_already_gone(self) -> None:
         """A round stopped early deletes its own Job without waiting: cleanup may read it and then
         find it gone at its delete (NotFound), which is what it wanted, so it goes on."""
