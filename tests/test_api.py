@@ -356,8 +356,8 @@ class StreamedToTheTrainerTest(FakeClusterCase):
     def test_the_first_row_arrives_while_the_other_episode_still_runs(self) -> None:
         (self.root / "worker.py").write_text(SLEEPING_WORKER)
         tasks = [
-            {"id": "quick", "sleep": 0.0, "a": 1, "b": 1, "expected": 2},
-            {"id": "slow", "sleep": 3.0, "expected": 0},
+            {"id": "quick", "sleep": 0.0, "question": "1 + 1", "expected": 2},
+            {"id": "slow", "sleep": 3.0, "question": "0 + 0", "expected": 0},
         ]
         (self.root / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
         report = self.finish(

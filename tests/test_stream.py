@@ -484,9 +484,10 @@ class StreamedRunTest(CallPlanTestCase):
 
 # A worker of its own: each task sleeps its `sleep` seconds between `ready` and `reward`.
 SLEEPING_WORKER = demo.WORKER_TEMPLATE.replace(
-    '    return task.get("a", 0) + task.get("b", 0)\n',
-    '    time.sleep(task["sleep"])\n    return task.get("a", 0) + task.get("b", 0)\n',
+    '    a, op, b = task["question"].split()\n',
+    '    time.sleep(task["sleep"])\n    a, op, b = task["question"].split()\n',
 )
+assert SLEEPING_WORKER != demo.WORKER_TEMPLATE, "the template's act() changed: patch it anew"
 # Ten episodes of different lengths, the first to end by index 2; the others end at least 2 s
 # after it, a quarter of a second apart, so the orderings below leave room for a loaded machine.
 RANKS = [3, 8, 0, 5, 9, 1, 7, 2, 6, 4]
@@ -505,7 +506,7 @@ class StreamedThroughTheFakeTest(unittest.TestCase):
         (self.root / "worker.py").write_text(SLEEPING_WORKER)
         (self.root / "tasks.jsonl").write_text(
             "".join(
-                json.dumps({"id": f"t{i}", "sleep": s, "a": i, "b": 1, "expected": i + 1}) + "\n"
+                json.dumps({"id": f"t{i}", "sleep": s, "question": f"{i} + 1", "expected": i + 1}) + "\n"
                 for i, s in enumerate(SLEEPS)
             )
         )
