@@ -17,6 +17,7 @@ from typing import Any, Dict, List
 
 import rl_batch_demo as demo
 from tests import records
+from tests.clusterobjects import settings_for
 from tests.fakecluster import FakeCluster, write_executable
 from tests.test_run import run_script
 from tests.tiers import end_to_end
@@ -350,6 +351,98 @@ class GradingTest(TrainerTestCase):
         )  # fmt: skip
         self.assertIn("grader.py returned nan for episode rollout-0-", result.stderr)
         self.assertFalse([line for line in self.lines() if demo.stands_as_reward(line)])
+
+
+class PureTablesTest(unittest.TestCase):
+    """The decisions above as tables, without a cluster."""
+
+    def line(self, reward: Any = 0.5, index: Any = 0) -> demo.RewardLine:
+        row = {"round": 1, "index": index, "task_id": "t0", "pod": "rollout-0-abc", "reward": reward, "info": {},
+               "attempts": 1, "lost_attempts": [], "artifacts": []}  # fmt: skip
+        return demo.reward_line(row, 0.0)  # type: ignore[arg-type]
+
+    def test_a_grader_gives_a_finite_number_or_fails_the_run(self) -> None:
+        tasks = ({"id": "t0", "expected": 3},)
+
+        def settings(grade: Any) -> demo.RunSettings:
+            return settings_for(1, tasks=tasks, grade=grade, grader_name="grader.py")
+
+        self.assertEqual(demo.graded_reward(settings(lambda task, row: task["expected"] - 2), self.line()), 1)
+        seen: List[Any] = []
+        demo.graded_reward(settings(lambda task, row: seen.append((task, row["reward"])) or 0.0), self.line())
+        self.assertEqual(seen, [({"id": "t0", "expected": 3}, 0.5)])  # the whole task, the pod's reward
+        for grade, fragment in (
+            (lambda task, row: 1 / 0, "grader.py raised ZeroDivisionError('division by zero') grading episode "),
+            (lambda task, row: float("nan"), "grader.py returned nan for episode rollout-0-abc (task 't0')"),
+            (lambda task, row: True, "returned True"),
+            (lambda task, row: "1", "returned '1'"),
+            (lambda task, row: 1e16, "not a finite number of at most 1e+15 in size"),
+            (lambda task, row: None, "returned None"),
+        ):
+            with self.subTest(fragment), self.assertRaises(demo.DemoError) as raised:
+                demo.graded_reward(settings(grade), self.line())
+            self.assertIn(fragment, str(raised.exception))
+            self.assertEqual(raised.exception.exit_code, demo.EXIT_EPISODE)
+
+    def test_an_episode_without_a_task_is_graded_with_an_empty_one(self) -> None:
+        settings = settings_for(1, grade=lambda task, row: float(len(task)))
+        self.assertEqual(demo.graded_reward(settings, self.line()), 0.0)
+
+    def test_the_tasks_in_the_configmap_lack_the_private_fields(self) -> None:
+        tasks = ({"id": "t0", "question": "1 + 1", "expected": 2, "hint": "x"},)
+        settings = settings_for(1, tasks=tasks, private_fields=("expected", "hint"))
+        self.assertEqual(settings.public_tasks, ({"id": "t0", "question": "1 + 1"},))
+        self.assertEqual(settings.tasks, tasks)  # the client keeps them whole, for its grader
+        configmap = demo.configmap_manifest("ns", "r", "print()", settings.public_tasks)
+        self.assertNotIn("expected", configmap["data"][demo.TASKS_KEY])
+
+    def test_the_episode_deadline(self) -> None:
+        for timeout, given, expected in (
+            (240, None, 216),
+            (600, None, 570),
+            (20, None, 18),
+            (1, None, 1),
+            (240, 30, 30),
+        ):
+            with self.subTest(timeout=timeout, given=given):
+                settings = settings_for(1, deadline_seconds=timeout, episode_timeout=given)
+                self.assertEqual(settings.episode_deadline_seconds, expected)
+                spec = demo.round_job_manifest(settings, "rollout", "ns", "r", "img")["spec"]
+                self.assertEqual(spec["template"]["spec"]["activeDeadlineSeconds"], expected)
+                self.assertEqual(spec["activeDeadlineSeconds"], timeout)
+
+    def test_the_job_of_scored_failures_runs_every_index(self) -> None:
+        spec = demo.round_job_manifest(settings_for(4, failed_episode_reward=0.0), "rollout", "ns", "r", "img")["spec"]
+        self.assertEqual((spec["completionMode"], spec["backoffLimitPerIndex"]), ("Indexed", 0))
+        self.assertNotIn("maxFailedIndexes", spec)
+        self.assertNotIn("backoffLimit", spec)
+        both = settings_for(4, failed_episode_reward=0.0, max_failed_episodes=2, infra_retries=1)
+        spec = demo.round_job_manifest(both, "rollout", "ns", "r", "img")["spec"]
+        self.assertNotIn("maxFailedIndexes", spec)  # the client counts the infrastructure's losses
+        self.assertEqual([rule["action"] for rule in spec["podFailurePolicy"]["rules"]], ["Count", "FailIndex"])
+
+    def test_the_selector_of_a_stopped_rounds_ended_pods(self) -> None:
+        def pod(index: Any) -> Dict[str, Any]:
+            labels = {} if index is None else {demo.INDEX_LABEL: str(index)}
+            return {"metadata": {"name": f"p{index}", "labels": labels}}
+
+        select = demo.ended_pods_selector
+        self.assertEqual(select("uid=u", [pod(5), pod(0), pod(2)], [pod(1)]), f"uid=u,{demo.INDEX_LABEL} in (0,2,5)")
+        self.assertIsNone(select("uid=u", [pod(0), pod(None)], []))  # a pod without the label: read by name
+        self.assertIsNone(select("uid=u", [pod(0)], [pod(0)]))  # a stopped replacement shares the index
+        self.assertIsNone(select("uid=u", [], [pod(1)]))
+
+    def test_api_errors_name_the_keyword(self) -> None:
+        flags = {"timeout": "--timeout", "stop_after": "--stop-after", "allow_large": "--allow-large"}
+        for message, expected in (
+            ("argument --timeout: '0' must be at least 1", "option timeout=: '0' must be at least 1"),
+            ("--stop-after 9 is more than the 5 episodes", "stop_after=9 is more than the 5 episodes"),
+            ("pass --allow-large for up to 1000", "pass allow_large=True for up to 1000"),
+            ("give a shorter --timeout or a longer one", "give a shorter timeout= or a longer one"),
+            ("kubectl --context=x says", "kubectl --context=x says"),  # not one of run's flags: as it is
+        ):
+            with self.subTest(message):
+                self.assertEqual(demo.keyword_message(message, flags, ["allow_large"]), expected)
 
 
 if __name__ == "__main__":
