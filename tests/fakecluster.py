@@ -80,6 +80,8 @@ The control plane as it is (issue 19):
 ``watch_gap``: seconds between a single object's GET and its watch (``get KIND NAME -w``), whose
     first event kubectl drops: a change in that window is never printed.
 ``watch_error``: ``["jobs", ...]``: those resources' watches end with an ERROR event (410 Expired).
+``watch_garbage``: ``{"jobs": "not_utf8" | "odd_shape"}``: after the list, those watches print bytes
+that are not UTF-8, or each object again with `status.conditions` a string, and go on.
 ``serviceaccount_delay``: seconds after a namespace's creation before its ``default``
     ServiceAccount exists; until then ServiceAccount admission refuses its pods (FailedCreate).
 ``queue``: ``{"admit_after": SECONDS}`` (null: never): Jobs are created suspended and resumed then.
@@ -461,7 +463,7 @@ class FakeCluster:
 
 TOOL = FAKE_KUBECTL.parent.parent / "rl_batch_demo.py"
 DEMO_OUTPUT = "rl-fake-demo"  # not a name the README's real-cluster commands use
-SIMULATION = "a simulated cluster: episodes run on this machine; its figures describe no real cluster"
+SIMULATION = "a simulated cluster: episodes run here; its figures describe no real cluster"
 
 
 def shown(argv: Sequence[str]) -> str:
@@ -490,7 +492,8 @@ def demo(count: str, output: str) -> int:
     with tempfile.TemporaryDirectory(prefix="rl-fake-cluster-") as scratch:
         cluster = FakeCluster(pathlib.Path(scratch))
         try:
-            print(f"# {SIMULATION} (its state: {cluster.state_dir})", file=sys.stderr, flush=True)
+            # each line within 80 columns, as the tool's own on a terminal (a path is not broken)
+            print(f"# {SIMULATION}\n# its state: {cluster.state_dir}", file=sys.stderr, flush=True)
             code = run_tool(["run", "--count", count, "--output", output], cluster.env())
             if not existed and _receipt_kubectl(results) == str(cluster.bin_dir / "kubectl"):
                 cleaned = run_tool(["cleanup", "--output", output], cluster.env())  # what the run created
@@ -502,11 +505,15 @@ def demo(count: str, output: str) -> int:
     if existed:
         pass  # the tool said why
     elif (results / "results.json").exists():
-        print(f"results: {results / 'results.json'} (every figure), {results / 'timeline.svg'} (the run as a picture),")
-        print(f"         {results / 'rewards.jsonl'} (one reward per episode); docs/outputs.md describes every file")
+        print(f"results: {results / 'results.json'} (every figure),")
+        print(f"         {results / 'timeline.svg'} (the run as a picture),")
+        print(f"         {results / 'rewards.jsonl'} (one reward per episode);")
+        print("         docs/outputs.md describes every file")
     elif results.is_dir():
-        print(f"no results.json: the run did not succeed; its diagnostics are in {results} (error.json says why)")
-    print("the fake cluster is stopped and removed; for a real cluster, see the README's next section")
+        print(f"no results.json: the run did not succeed; its diagnostics are in {results}")
+        print("(error.json says why)")
+    print("the fake cluster is stopped and removed;")
+    print("for a real cluster, see the README's next section")
     return code
 
 

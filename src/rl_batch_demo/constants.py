@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import typing
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 __version__ = "0.2.0"
 
@@ -53,14 +53,19 @@ KEPT_EVENTS = ("ready", "reward")  # the events the validation reads: each one's
 KEPT_EVENT_BYTES_LIMIT = 64 * 2**20  # bytes of those lines a run holds in memory, all pods together
 INFO_MEMORY_LIMIT = 64 * 1024  # bytes of memory a reward's parsed `info` may take; a larger one is dropped
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
+# Bytes of everything a run writes for its pods (LogBudgets, its ledger): the <pod>.log files, and the
+# pod-made strings of pods.json and events.txt; past it only the ready and reward lines are saved.
+LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
-CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
+# The API server refuses a ConfigMap whose data's values take more than 1 MiB (core.MaxSecretSize,
+# pkg/apis/core/validation ValidateConfigMap), and any request body over 3 MiB (MaxRequestBodyBytes).
+CONFIGMAP_OBJECT_LIMIT = 2**20
+CONFIGMAP_REQUEST_LIMIT = 3 * 2**20
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
 INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
@@ -124,7 +129,30 @@ FAILURE_INFRASTRUCTURE = "infrastructure"
 TAGS_LIMIT = 2048  # bytes of the tags as JSON
 TAG_KEYS_LIMIT = 32
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
-REWARDS_FILE = "rewards.jsonl"
+
+
+class RunFiles(NamedTuple):
+    """The names of what a run writes in its output directory (a round's, a warm-up's and the
+    probe's Job files in that Job's directory), each spelt here once; docs/outputs.md's Files
+    table lists each of them and nothing else with a fixed name (tests/test_docs.py checks)."""
+
+    receipt: str = "receipt.json"
+    job_submitted: str = "job-submitted.json"
+    job: str = "job.json"
+    pods: str = "pods.json"
+    events: str = "events.txt"
+    artifacts: str = "artifacts"  # a directory: one folder per episode
+    results: str = "results.json"
+    rewards: str = "rewards.jsonl"
+    timeline: str = "timeline.svg"
+    kubectl_calls: str = "kubectl-calls.json"
+    error: str = "error.json"
+    warmup: str = "warmup"  # a directory: each warm-up Job's, and the warm-up block
+    warmup_block: str = "warmup.json"  # in the warm-up directory
+
+
+RUN_FILES = RunFiles()
+REWARDS_FILE = RUN_FILES.rewards
 BUILTIN_WORKER = "built-in"
 
 # Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent
@@ -140,6 +168,14 @@ DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one epi
 MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
 ARTIFACTS_PER_EPISODE_LIMIT = 64
 ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_NAME_DEPTH_LIMIT = 8  # "/"-separated segments of an artifact's name: at most 7 directories deep
+# What each directory an episode's artifact names make costs its --max-artifact-bytes budget: one
+# block of a directory on ext4 and XFS (4 KiB), so that names cannot buy disk with no bytes listed.
+ARTIFACT_DIRECTORY_BYTES = 4096
+# The kubelet's default containerLogMaxSize (pkg/kubelet/apis/config/v1beta1/defaults.go: 10Mi):
+# a container's log file is rotated only once it is this large, and `kubectl logs` then returns
+# only the current file (pkg/kubelet/kuberuntime/logs/logs.go).
+CONTAINER_LOG_MAX_SIZE = 10 * 2**20
 ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
 ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
 ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)
@@ -275,7 +311,16 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
-    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    # The PodScheduled condition is the API server's own stamp at binding (pkg/registry/core/pod/storage
+    # storage.go setPodNodeAndMetadata), whole seconds like the creation: one clock truncated cannot
+    # reverse their order, so a negative figure from it means two API-server replicas' clocks.
+    "pod_to_scheduled_seconds": (
+        "created_at",
+        "scheduled_at",
+        "from the PodScheduled condition (the API server's stamp at binding, whole seconds) two API-server replicas' "
+        "clocks disagree; from a Scheduled event (its eventTime is the scheduler's clock) the scheduler's clock is "
+        "behind the API server's",
+    ),
     "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
     "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
     "pod_to_container_started_seconds": (
@@ -323,12 +368,15 @@ FIGURE_SOURCES = {
 SCHEDULED_BY_CONDITION = (
     CLOCK_API,
     CLOCK_API,
-    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+    "the condition, like creationTimestamp, is the API server's stamp (set when it binds the pod to its node), both "
+    "whole seconds, which one clock cannot put out of order: two API-server replicas' clocks disagree",
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
-SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
-TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
+TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit its width, below this only if it must
+TABLE_COLUMN_NARROWEST = 4  # never below this: two wide characters, or one and its closing mark
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
 SIMULATED_RUNTIME = "rl-batch-demo-simulation"
@@ -338,12 +386,12 @@ COMPARE_FIGURES = (
     ("episodes", "episodes"),
     ("parallelism", "parallelism"),
     ("rounds", "rounds"),
-    ("batch_to_all_ready_seconds", "all ready (s)"),
-    ("batch_to_all_rewards_seconds", "all rewards (s)"),
-    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
-    ("client_job_complete_seconds", "client saw Complete (s)"),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
+    ("batch_to_all_ready_seconds", "all ready"),
+    ("batch_to_all_rewards_seconds", "all rewards"),
+    ("batch_to_all_finished_seconds", "all finished (cluster)"),
+    ("client_job_complete_seconds", "client saw Complete"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95"),
 )
 
 TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key
@@ -477,6 +525,20 @@ _UNREACHABLE_MESSAGES = (
     r'^error: error validating "[^"]*": error validating data: (?:failed to download openapi: )?Get "(?P<url>[^"]+)": '
     r"(?P<reason>.+); if you choose to ignore these errors, turn validation off with --validate=false$",
     r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
+)
+
+# kubectl's words when an HTTP server answered, but 404 to the paths every Kubernetes API server
+# serves: a proxy, or another web server at the context's URL. client-go's generic NotFound (a 404
+# without a metav1.Status body: "the server could not find the requested resource",
+# k8s.io/apimachinery pkg/api/errors NewGenericServerResponse) for the discovery of /api and /apis
+# (client-go discovery/cached/memory memcache.go), for the OpenAPI document `create -f -` validates
+# against, and for /version (`kubectl version`). Seen with the real kubectl 1.32 against
+# tests/recordingserver.py answering every path 404 (tests/test_kubectl_contract.py).
+_GENERIC_NOT_FOUND = "the server could not find the requested resource"
+_NOT_AN_API_SERVER_MARKERS = (
+    f"couldn't get current server API group list: {_GENERIC_NOT_FOUND}",
+    f"error validating data: {_GENERIC_NOT_FOUND}",
+    f"failed to download openapi: {_GENERIC_NOT_FOUND}",
 )
 
 

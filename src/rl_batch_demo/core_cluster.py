@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from .constants import (
     ARTIFACT_FRAME_DATA,
     ARTIFACT_FRAMES_LIMIT,
+    ARTIFACT_NAME_DEPTH_LIMIT,
     ARTIFACT_NAME_LIMIT,
     CONTAINER_NAME,
     EVENT_LINE_LIMIT,
@@ -27,8 +28,10 @@ from .constants import (
 )
 from .core_basics import (
     _reject_constant,
+    dig,
     finite_number,
     is_int,
+    json_kind,
     optional_timestamp,
     parse_timestamp,
     pod_belongs_to,
@@ -44,7 +47,7 @@ from .records import ArtifactFrame, JsonObject, KubeObject, LogBudgets, LostAtte
 
 def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    text = dig(obj, "metadata", "creationTimestamp")
     try:
         return parse_timestamp(str(text))
     except ValueError:
@@ -123,23 +126,50 @@ def failed_condition_reason(job: KubeObject) -> Optional[str]:
 JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job the job controller runs
 
 
+def watched_object_problem(obj: Any) -> str:
+    """What in a watched Job or pod has a shape the API server never sends ("" if nothing): the
+    fields the waiter reads (metadata, spec, status, its conditions and counts) must be what
+    the API's types say (batch/v1 Job, core/v1 Pod), else the watch cannot be trusted to say when
+    the Job ends, and the waiter polls instead."""
+    if not isinstance(obj, dict):
+        return f"the object is {json_kind(obj)}"
+    for field in ("metadata", "spec", "status"):
+        if not isinstance(obj.get(field, {}), dict):
+            return f"its {field} is {json_kind(obj[field])}"
+    metadata, status = obj.get("metadata", {}), obj.get("status", {}) or {}
+    if not isinstance(metadata.get("name"), str) or not isinstance(metadata.get("labels", {}), dict):
+        return "its metadata lacks a name, or its labels are not an object"
+    conditions = status.get("conditions", [])
+    if not isinstance(conditions or [], list) or not all(isinstance(each, dict) for each in conditions or []):
+        return "its status.conditions is not a list of objects"
+    for condition in conditions or []:
+        if not all(isinstance(condition.get(key, ""), str) for key in ("type", "status", "reason", "message")):
+            return "a condition's type, status, reason or message is not a string"
+    counts = ("active", "succeeded", "failed", "ready", "terminating")
+    if not all(status.get(key) is None or is_int(status.get(key)) for key in counts):
+        return "a count in its status is not an integer"
+    if not isinstance(status.get("phase", ""), str):
+        return "its status.phase is not a string"
+    return ""
+
+
 def job_suspended(job: KubeObject) -> bool:
-    return (job.get("spec") or {}).get("suspend") is True
+    return dig(job, "spec", "suspend") is True
 
 
-def job_admitted_at(job: KubeObject) -> Optional[float]:
+def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
+    for condition in dig(job, "status", "conditions") or []:
         if condition.get("type") == "Suspended" and condition.get("status") == "False":
             return optional_timestamp(condition.get("lastTransitionTime"))
-    return None if job_suspended(job) else optional_timestamp((job.get("status") or {}).get("startTime"))
+    return None if job_suspended(job) else optional_timestamp(dig(job, "status", "startTime"))
 
 
 def foreign_manager(job: KubeObject) -> Optional[str]:
     """The controller named by the Job's spec.managedBy when it is not the job controller (MultiKueue's
     kueue.x-k8s.io/multikueue): that one runs the Job, elsewhere, and the tool cannot measure it."""
-    managed_by = (job.get("spec") or {}).get("managedBy")
+    managed_by = dig(job, "spec", "managedBy")
     return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
 
 
@@ -236,7 +266,7 @@ def parse_index_set(text: Any) -> List[int]:
 
 def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
+    text = dig(pod, "metadata", "annotations", INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
@@ -266,10 +296,27 @@ def _phase_failure(pod: KubeObject) -> str:
     return text
 
 
-def pod_failure(pod: KubeObject) -> Tuple[int, str]:
+def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
+    """Whether a pod's deletion was asked for no earlier than the second the Job failed (both
+    whole-second stamps of the API server); False when either is unknown."""
+    try:
+        failed = [_condition_time(job, kind) for kind in FAILURE_CONDITIONS]
+        deleted = optional_timestamp(metadata.get("deletionTimestamp"))
+        grace = finite_number(metadata.get("deletionGracePeriodSeconds")) or 0.0
+        known = [at for at in failed if at is not None]
+    except (TypeError, ValueError):
+        return False
+    return deleted is not None and bool(known) and deleted - grace >= min(known)
+
+
+def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
-    deletes the others); (3, "") for a pod that broke none of them."""
+    deletes the others); (3, "") for a pod that broke none of them. `job`, the Job as last read:
+    a pod whose deletion was asked for (deletionTimestamp less deletionGracePeriodSeconds) once
+    the Job had failed, without a DisruptionTarget condition, was deleted by the job controller
+    with the Job's other active pods (job_controller.go, deleteActivePods), and its rule says so,
+    with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
@@ -289,6 +336,11 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         ]
         detail = f"; {disruption[0]}" if disruption else ""
+        if not disruption and job is not None and _deleted_after_the_job_failed(metadata, job):
+            return 2, (
+                f"the pod was deleted mid-run by the job controller because the Job failed "
+                f"({failed_condition_text(job)}; deletionTimestamp {deleted})"
+            )
         return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
     return 3, ""
 
@@ -338,7 +390,7 @@ def infra_loss(pod: KubeObject) -> str:
     return ""
 
 
-def failure_kind(pod: Optional[KubeObject]) -> str:
+def whose_failure(pod: Optional[KubeObject]) -> str:
     """Whose a failed episode's failure is: FAILURE_INFRASTRUCTURE only when the pod's status proves
     a loss (infra_loss: DisruptionTarget, Evicted, the kubelet refusing it at admission; or a
     deletion, which the episode cannot have asked for: its pod carries no ServiceAccount token),
@@ -378,7 +430,7 @@ def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
     addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
     second tie there), then name."""
     metadata = pod["metadata"]
-    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    count = dig(metadata, "annotations", INDEX_FAILURE_COUNT_ANNOTATION)
     failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
     return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
 
@@ -405,7 +457,7 @@ def episode_attempts(
         kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
         lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
-            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
             rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
             raise EpisodeInvalid(
@@ -457,10 +509,12 @@ def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job
     ]
 
 
-def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
-    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
-    too used up --infra-retries; one that failed otherwise says which attempt it was."""
-    rank, rule = pod_failure(pod)
+def episode_failure(
+    pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int, job: Optional[KubeObject] = None
+) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts (and of the Job, `job`): a last attempt that the
+    infrastructure lost too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod, job)
     if rule and infra_retries and infra_loss(pod):
         causes = "; ".join(attempt["cause"] for attempt in lost)
         rule = (
@@ -503,7 +557,7 @@ def pod_list(pods: List[KubeObject]) -> KubeObject:
 
 def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    name = (dig(pod, "metadata", "name") if isinstance(pod, dict) else None) or ""
     if not name:
         return
     record = sightings.setdefault(name, {"first_seen_at": wall})
@@ -542,7 +596,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
         if JOB_TRACKING_FINALIZER in (metadata.get("finalizers") or []):
             return None
-        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
@@ -606,7 +660,7 @@ def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
         event
         for event in events
         if event.get("type") == "Warning"
-        and (event.get("involvedObject") or {}).get("name") in wanted
+        and dig(event, "involvedObject", "name") in wanted
         and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
     ]
     if not warnings:
@@ -729,22 +783,70 @@ def parse_events(text: str) -> List[JsonObject]:
 _ARTIFACT_FRAME = rb"rl-demo-artifact 1 ([0-9]{1,9}) ([0-9]{1,9}) ([0-9a-f]{64}) ([A-Za-z0-9_-]+=*) ([A-Za-z0-9+/]*=*)"
 
 
-def artifact_name_problem(name: str) -> str:
+def artifact_name_key(name: str) -> str:
+    """The name as a filesystem that ignores case or Unicode normalisation sees it (macOS's APFS
+    and HFS+, Windows' NTFS): Unicode's canonical caseless match, NFD(casefold(NFD(name)))."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def artifact_directories(names: Iterable[str]) -> List[str]:
+    """The directories under DIR/artifacts/<pod>/ that these artifact names make, each once."""
+    made = {"/".join(parts[:depth]) for parts in (name.split("/") for name in names) for depth in range(1, len(parts))}
+    return sorted(made)
+
+
+def artifact_name_problem(name: str, earlier: Iterable[str] = ()) -> str:
     """What makes an artifact's name unsafe to save under DIR/artifacts/<pod>/ ("" if nothing):
-    it must be relative, "/"-separated, without empty, `.` or `..` segments, backslashes, NUL or
-    other control characters, and at most ARTIFACT_NAME_LIMIT bytes of UTF-8."""
+    it must be relative, "/"-separated, at most ARTIFACT_NAME_DEPTH_LIMIT segments, without empty,
+    `.` or `..` segments, backslashes, or a segment that starts with `-` (a shell loop's `rm $f`
+    takes it for an option), at most ARTIFACT_NAME_LIMIT bytes of UTF-8, and without a character
+    that hides or disguises what a file browser shows: control characters, Unicode's format
+    characters (Cf: the right-to-left override U+202E, zero-width U+200B, the BOM) and its line and
+    paragraph separators (U+2028, U+2029). `earlier`: the names of the same episode before it; a
+    name one filesystem would store as the same file as an earlier one, or whose directory it
+    would take for an earlier one's (case-insensitive, or NFC against NFD), is refused, so no
+    artifact overwrites another."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
     if not name:
         return "is empty"
     if len(name.encode("utf-8", "surrogatepass")) > ARTIFACT_NAME_LIMIT:
         return f"is longer than {ARTIFACT_NAME_LIMIT} bytes"
     if any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff" for char in name):
         return "has a control character"
+    hidden = next((char for char in name if unicodedata.category(char) in ("Cf", "Zl", "Zp")), None)
+    if hidden is not None:
+        return (
+            f"has U+{ord(hidden):04X} ({unicodedata.name(hidden, 'a format character')}), which file browsers and "
+            "terminals do not show as itself"
+        )
     if name.startswith("/"):
         return "is absolute"
     if "\\" in name:
         return "has a backslash"
-    if any(part in ("", ".", "..") for part in name.split("/")):
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
         return "has an empty, '.' or '..' segment"
+    if len(parts) > ARTIFACT_NAME_DEPTH_LIMIT:
+        return f"has {len(parts)} segments, more than {ARTIFACT_NAME_DEPTH_LIMIT}"
+    if any(part.startswith("-") for part in parts):
+        return "has a segment that starts with '-', which a command would take for an option"
+    taken: Dict[str, str] = {}
+    for other in earlier:
+        other_parts = other.split("/")
+        for depth in range(1, len(other_parts) + 1):
+            prefix = "/".join(other_parts[:depth])
+            taken.setdefault(artifact_name_key(prefix), prefix)
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        same = taken.get(artifact_name_key(prefix))
+        if same is not None and same != prefix:
+            return (
+                f"would be stored as {short_repr(same)} on a filesystem that ignores case or Unicode normalisation "
+                "(macOS, Windows), the path of an earlier artifact"
+            )
     return ""
 
 
@@ -809,26 +911,34 @@ def complete_lines(message: str) -> str:
     return message.partition("\n")[2]
 
 
-def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
-    """Events without the test output, which the termination message may have trimmed."""
+def comparable_events(events: List[JsonObject]) -> List[str]:
+    """Events without the test output, which the termination message may have trimmed, each as
+    its canonical JSON: compared so, `true`, `1` and `1.0` differ, as they do to every rule and
+    every reader of rewards.jsonl (Python's `==` holds True == 1 == 1.0)."""
     ignored = ("tests_output", "tests_output_truncated")
-    return [{k: v for k, v in event.items() if k not in ignored} for event in events]
+    return [canonical_json({k: v for k, v in event.items() if k not in ignored}) for event in events]
+
+
+def canonical_json(value: Any) -> str:
+    """One JSON text per value, whatever the key order: `true`, `1` and `1.0` stay three."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def describe_event_difference(log_events: List[JsonObject], message_events: List[JsonObject]) -> str:
     """What differs between the log's events and the termination message's, in words."""
-    log_side, message_side = comparable_events(log_events), comparable_events(message_events)
+    log_side, message_side = log_events, message_events
     names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
     for name in names:
         in_log = sum(1 for e in log_side if e.get("event") == name)
         in_message = sum(1 for e in message_side if e.get("event") == name)
         if in_log != in_message:
             return f"the log has {in_log} {short_repr(name)} events, the termination message {in_message}"
+    ignored = ("tests_output", "tests_output_truncated")
     for log_event, message_event in zip(log_side, message_side):
         if log_event.get("event") != message_event.get("event"):
             return "the two report the same events in a different order"
-        for key in sorted(set(log_event) | set(message_event)):
-            if log_event.get(key, "(absent)") != message_event.get(key, "(absent)"):
+        for key in sorted((set(log_event) | set(message_event)) - set(ignored)):
+            if canonical_json(log_event.get(key, "(absent)")) != canonical_json(message_event.get(key, "(absent)")):
                 return (
                     f"their {short_repr(log_event.get('event'))} events differ in {short_repr(key)}: the log has "
                     f"{short_repr(log_event.get(key, '(absent)'))}, the termination message "

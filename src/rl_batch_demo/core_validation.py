@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .constants import (
+    ARTIFACT_DIRECTORY_BYTES,
     ARTIFACTS_PER_EPISODE_LIMIT,
     BUILTIN_TEST_MODULE,
+    CONTAINER_LOG_MAX_SIZE,
     DEFAULT_MAX_ARTIFACT_BYTES,
     EXIT_CLUSTER,
     EXIT_EPISODE,
@@ -32,6 +34,8 @@ from .constants import (
 )
 from .core_basics import (
     difference,
+    dig,
+    figure_text,
     finite_number,
     is_int,
     job_parallelism,
@@ -42,9 +46,9 @@ from .core_basics import (
     optional_timestamp,
     parse_timestamp,
     percentile,
+    release_and_fingerprint,
     short_repr,
     summarise,
-    tool_version,
 )
 from .core_clocks import (
     cache_state_of,
@@ -58,6 +62,7 @@ from .core_cluster import (
     _condition_time,
     _container_status,
     _phase_failure,
+    artifact_directories,
     artifact_name_problem,
     comparable_events,
     complete_lines,
@@ -68,8 +73,7 @@ from .core_cluster import (
     episode_failure,
     failed_condition_reason,
     failed_condition_text,
-    failure_kind,
-    job_admitted_at,
+    job_admission_time,
     logged_events,
     message_cut_at_front,
     message_needs_log,
@@ -80,6 +84,7 @@ from .core_cluster import (
     pod_index,
     scan_text,
     termination_message,
+    whose_failure,
 )
 from .errors import DemoError, EpisodeInvalid
 from .records import (
@@ -119,12 +124,13 @@ def check_pod_set(
     inspect: str,
     lost: Optional[Mapping[str, List[LostAttempt]]] = None,
     infra_retries: int = 0,
+    job: Optional[KubeObject] = None,
 ) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
-    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    each episode's last attempt, `lost` the attempts before (episode_attempts); `job` the Job."""
     lost = lost or {}
     broken = [
-        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries, job), pod["metadata"]["name"])
         for pod in pods
     ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -143,7 +149,10 @@ def episode_events(
 
     A message the kubelet may have cut at the front counts by its complete lines alone, which
     must then end the log's events. A log that lacks the message's first events looks rotated
-    (`kubectl logs` returns only the kubelet's current file): the message's events count."""
+    (`kubectl logs` returns only the kubelet's current file), and the message's events count, only
+    when it still shows the message's later events or is as large as the kubelet rotates at
+    (CONTAINER_LOG_MAX_SIZE); else the two disagree. Events are compared by their canonical JSON
+    (comparable_events): `true`, `1` and `1.0` differ."""
     invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
     notes: List[str] = []
     cut = bool(message_text.strip()) and message_cut_at_front(message_text)
@@ -182,7 +191,11 @@ def episode_events(
     if not cut and in_log == in_message and others[0] == others[1]:
         return log_events, notes
     lacks_ready = not log.counts.get("ready") and message.counts.get("ready")
-    if not cut and lacks_ready and in_message[len(in_message) - len(in_log) :] == in_log:
+    # Rotation leaves the current file, which holds the message's later events (a worker prints
+    # its reward last), or is itself as large as the kubelet rotates at: a log with neither, an
+    # empty one above all, is one that disagrees with its message, not one rotated away.
+    rotated = bool(in_log) or log.saved_bytes + log.dropped_bytes >= CONTAINER_LOG_MAX_SIZE
+    if not cut and lacks_ready and rotated and in_message[len(in_message) - len(in_log) :] == in_log:
         lost = len(in_message) - len(in_log)
         notes.append(
             f"its log lacks the first {lost} of the termination message's events, its ready event among them, and "
@@ -194,6 +207,12 @@ def episode_events(
         difference = f"the log has {others[0]} other events, the termination message {others[1]}"
     if cut:
         difference += "; the termination message was cut at the front, and its complete lines do not end the log"
+    elif lacks_ready and not in_log:
+        difference += (
+            f" and the log, {log.saved_bytes + log.dropped_bytes:,} bytes, is too small to have been rotated (the "
+            f"kubelet rotates a container's log only past its containerLogMaxSize, {CONTAINER_LOG_MAX_SIZE:,} bytes by "
+            "default)"
+        )
     raise invalid(f"its log and its termination message report different events ({difference})")
 
 
@@ -364,8 +383,10 @@ ARTIFACT_ROTATION_HINT = (
 
 def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     """The reward event's `artifacts`, checked (ValueError says which rule it breaks): a list of
-    {name, bytes, sha256}, each name safe (artifact_name_problem), sorted by name and each once, at
-    most ARTIFACTS_PER_EPISODE_LIMIT, their bytes within `budget` (--max-artifact-bytes)."""
+    {name, bytes, sha256}, each name safe (artifact_name_problem, beside the names before it),
+    sorted by name and each once, at most ARTIFACTS_PER_EPISODE_LIMIT, their bytes and the
+    directories their names make (ARTIFACT_DIRECTORY_BYTES each) within `budget`
+    (--max-artifact-bytes), as ArtifactSink counts them while saving."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -381,7 +402,7 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
             raise ValueError(
                 f"its reward event lists an artifact {short_repr(item)} that is not {{name, bytes, sha256}}"
             )
-        problem = artifact_name_problem(name)
+        problem = artifact_name_problem(name, [entry["name"] for entry in entries])
         if problem:
             raise ValueError(f"its reward event lists an artifact {short_repr(name)} whose name {problem}")
         if not re.fullmatch("[0-9a-f]{64}", digest):
@@ -392,10 +413,17 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     names = [entry["name"] for entry in entries]
     if names != sorted(set(names)):
         raise ValueError("its reward event's artifacts are not sorted by name, each listed once")
-    total = sum(entry["bytes"] for entry in entries)
+    directories = artifact_directories(names)
+    total = sum(entry["bytes"] for entry in entries) + len(directories) * ARTIFACT_DIRECTORY_BYTES
     if total > budget:
+        made = (
+            f" ({len(directories)} directories among them, {ARTIFACT_DIRECTORY_BYTES:,} bytes each)"
+            if directories
+            else ""
+        )
         raise ValueError(
-            f"its artifacts take {total:,} bytes, over the --max-artifact-bytes budget of {budget:,} bytes per episode"
+            f"its artifacts take {total:,} bytes{made}, over the --max-artifact-bytes budget of {budget:,} bytes per "
+            "episode"
         )
     return entries
 
@@ -575,11 +603,9 @@ def reconciling_lines(
     for each failed episode without a line, and a retraction of each reward line the analysis did
     not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
     no line written yet, these are the round's lines as a whole file would hold them."""
-    lines = [
-        reward_line(row, known_at)
-        for row in rows
-        if not stands_as_reward(last.get(row["pod"])) or last[row["pod"]]["failure"] is not None
-    ]
+    # A reward only for a pod without a line: after its failure line, none may stand (a failure
+    # found early is final; analyse_round fails it with that cause).
+    lines = [reward_line(row, known_at) for row in rows if row["pod"] not in last]
     for entry in failed:
         lines += failed_episode_lines(entry, last.get(entry["pod"]), known_at)
     analysed = {row["pod"] for row in rows} | {entry["pod"] for entry in failed}
@@ -755,6 +781,20 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
+def episode_inspect_hint(round_dir: Path, name: str, log: Optional[PodLog], log_error: Optional[str]) -> str:
+    """What an episode's failure tells the user to inspect: its <pod>.log only where one was
+    saved (the reader writes the file with the pod's first line), else why there is none."""
+    if log is not None and (log.lines or log.saved_bytes or log.dropped_bytes):
+        return f"{round_dir}/{name}.log and pods.json"
+    if log is not None:
+        why = f"{name} printed nothing, so no {name}.log was saved"
+    elif log_error and log_error != "not read":
+        why = f"its log could not be read ({log_error})"
+    else:
+        why = "its log was not read: its termination message carried its events"
+    return f"{round_dir}/pods.json and events.txt ({why})"
+
+
 def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
@@ -767,24 +807,27 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not collect and not collected.stopped:  # a stopped round: only the episodes that ended
-        check_pod_set(pods, collected.count, inspect, lost, retries)
+        check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
     # A queued Job's figures start when it was admitted: its wait in the queue is its own figure.
-    admitted_at = job_admitted_at(observation.job) if observation.queued else job_created_at
+    admitted_at = job_admission_time(observation.job) if observation.queued else job_created_at
     admitted_seen = observation.admitted_seen_monotonic
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
-        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        pod_inspect = episode_inspect_hint(
+            collected.round_dir, name, collected.logs.get(name), collected.log_errors.get(name)
+        )
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if collect else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if collect else ""
+            rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -846,7 +889,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     by_name = {str(pod["metadata"]["name"]): pod for pod in pods}
     failed_episodes: List[FailedEpisode] = []
     for failure, index in failed:
-        kind = failure_kind(by_name.get(failure.pod))
+        kind = whose_failure(by_name.get(failure.pod))
         failed_episodes.append(
             {
                 "pod": failure.pod,
@@ -911,7 +954,7 @@ def accepted_failure(collected: RoundCollected, pod: KubeObject) -> bool:
     """Whether a round goes on past this failed episode: one the infrastructure lost, under
     --max-failed-episodes (counted in check_failed_episodes), or one of the episode's own doing,
     under --failed-episode-reward (scored). Otherwise it fails the round, as without either flag."""
-    if failure_kind(pod) == FAILURE_INFRASTRUCTURE:
+    if whose_failure(pod) == FAILURE_INFRASTRUCTURE:
         return collected.max_failed_episodes > 0
     return collected.failed_episode_reward is not None
 
@@ -944,7 +987,7 @@ def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = No
         "pods_without_termination_message": sum(
             1
             for pod in (collected.pods if pods is None else pods)
-            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
+            if dig(pod, "status", "phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -971,7 +1014,7 @@ def provisional_episode(
     reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
     arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
-    phase = (pod.get("status") or {}).get("phase")
+    phase = dig(pod, "status", "phase")
     if phase not in ("Succeeded", "Failed"):
         return None
     try:
@@ -1013,7 +1056,7 @@ def check_failed_episodes(
     when pods are missing or share an index, or when the Job's own list of failed indexes names
     an episode that validated. True when the Job's FailedIndexes verdict is accounted for."""
     tolerated = collected.max_failed_episodes
-    kinds = {str(pod["metadata"]["name"]): failure_kind(pod) for pod in pods}
+    kinds = {str(pod["metadata"]["name"]): whose_failure(pod) for pod in pods}
     lost_ones = [invalid for invalid, _ in failed if kinds.get(invalid.pod) == FAILURE_INFRASTRUCTURE]
     if len(lost_ones) > tolerated:
         first = lost_ones[0]
@@ -1129,7 +1172,7 @@ def assemble_results(
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
         container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
         pods=[pod_row(row) for row in rows],
     )
 
@@ -1150,5 +1193,5 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
         if value is None:  # a budget is never met by a figure nobody measured
             breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
         elif value > limit:
-            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+            breaches.append(f"{metric} = {figure_text(value, metric)} > {limit:g} s")  # as precise as its clocks
     return breaches

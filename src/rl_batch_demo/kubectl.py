@@ -28,10 +28,11 @@ from .constants import (
     REQUEST_TIMEOUT,
     WATCH_BUFFER_LIMIT,
 )
-from .core_basics import parse_json_documents
-from .core_reports import printable
+from .core_basics import parse_json_documents, short_repr
+from .core_reports import _display_width, fit_lines, printable
 from .errors import DemoError, KubectlFailure, KubectlTimeout, kubectl_message
 from .records import TIMING, KubeObject, Receipt, Timing
+from .status import clear_progress, shell_lines, terminal_width
 
 # The kubectl seam #############################################################
 # Every subprocess this tool starts goes through `Kubectl`: calls recorded, reads retried,
@@ -62,6 +63,7 @@ class WatchStream:
         self.started = time.monotonic()
         self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
+        self.garbled = ""  # what ended the stream when its bytes were no watch events, in words
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
 
@@ -76,24 +78,32 @@ class WatchStream:
             received_at, received_clock = time.time(), time.monotonic()
             if not chunk:
                 break
-            buffer += text_decoder.decode(chunk)
+            try:
+                buffer += text_decoder.decode(chunk)
+            except UnicodeDecodeError as error:  # kubectl's encoder writes UTF-8 only: something else spoke
+                where = short_repr(error.object[error.start : error.start + 8])
+                return self._garbled(f"bytes that are not UTF-8 ({error.reason} at {where})")
             while True:
                 buffer = buffer.lstrip()
                 if not buffer:
                     break
                 try:
                     event, end = decoder.raw_decode(buffer)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     if buffer.startswith("{") and len(buffer) < WATCH_BUFFER_LIMIT:
                         break  # incomplete: wait for more bytes
-                    self.process.kill()  # garbled: end the stream, so the waiter falls back to polling
-                    self.sink.put((self.tag, time.time(), time.monotonic(), None))
-                    return
+                    return self._garbled(f"text that is not a JSON watch event ({short_repr(buffer[:40])})")
                 buffer = buffer[end:]
                 if isinstance(event, dict):
                     self.sink.put((self.tag, received_at, received_clock, event))
         if self.process.stderr is not None:
             self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
+        self.sink.put((self.tag, time.time(), time.monotonic(), None))
+
+    def _garbled(self, what: str) -> None:
+        """End the stream, so the waiter falls back to polling, saying what it printed."""
+        self.garbled = f"it printed {what}"
+        self.process.kill()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
     def stop(self) -> None:
@@ -261,10 +271,18 @@ class Kubectl:
         self.calls.append(record)
         return record
 
-    def note(self, message: str) -> None:
-        """A line on stderr that only -v shows (a retry, a call)."""
+    def note(self, message: str, command: Optional[str] = None, comment: str = "") -> None:
+        """A line on stderr that only -v shows (a retry; a call: `command` and its `comment`),
+        wrapped to a terminal's width (a command broken between its words, as a shell reads it)."""
         if self.verbose:
-            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            width = terminal_width(sys.stderr)
+            text = printable(message) if command is None else printable(f"{message}{command}  {comment}")
+            if width is not None and command is not None and _display_width(text) > width:
+                text = shell_lines(printable(command), width, printable(message), printable(comment))
+            elif width is not None:
+                text = fit_lines(text, width)
+            clear_progress(sys.stderr)
+            sys.stderr.write(text + "\n")  # one write: calls end in several threads
             sys.stderr.flush()
 
     def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
@@ -273,7 +291,7 @@ class Kubectl:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
         else:
             ending = f"exit {record.get('exit')}"
-        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+        self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
 
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)
@@ -590,7 +608,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt["kubectl"] if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -599,13 +617,13 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
         kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
+        kubeconfig, kubeconfig_from = receipt["kubeconfig"], "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
         kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=args.context or (receipt.context if receipt else None),
+        context=args.context or (receipt["context"] if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
+    ARTIFACT_DIRECTORY_BYTES,
     ARTIFACT_FRAME_TAG,
     ARTIFACT_FRAMES_LIMIT,
     ARTIFACTS_PER_EPISODE_LIMIT,
@@ -23,15 +25,18 @@ from .constants import (
     EXIT_USAGE,
     LOG_DIR_BUDGET,
     LOG_FILE_LIMIT,
+    RUN_FILES,
 )
 from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
-from .core_cluster import EventScanner, parse_artifact_frame
+from .core_cluster import EventScanner, artifact_directories, artifact_name_problem, parse_artifact_frame, pod_list
 from .core_guide import NOT_ROUNDS
+from .core_reports import render_events_text, render_timeline_svg
 from .errors import DemoError
 from .records import (
     ArtifactEntry,
     ArtifactFrame,
     JsonObject,
+    KubeObject,
     LogBudgets,
     PodLog,
     Receipt,
@@ -118,7 +123,8 @@ class ArtifactSink:
         self.error = ""
         self.missing = False  # the error is frames that never came (rotation, most likely)
         self.frames = 0
-        self.received = 0  # decoded bytes of this pod's frames so far
+        self.received = 0  # decoded bytes of this pod's frames so far, and its directories' (ARTIFACT_DIRECTORY_BYTES)
+        self.directories: Set[str] = set()  # the directories its artifact names made, under its folder
         self.current: Optional[_ArtifactFile] = None
 
     def frame(self, raw: bytes) -> None:
@@ -160,11 +166,26 @@ class ArtifactSink:
     def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
         import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
 
+        problem = artifact_name_problem(frame.name, self.saved)
+        if problem:
+            self._fail(f"its artifact frame {self.frames} names an artifact {short_repr(frame.name)} that {problem}")
+            return None
         *parents, base = frame.name.split("/")
+        new = [path for path in artifact_directories([frame.name]) if path not in self.directories]
+        if self.received + len(new) * ARTIFACT_DIRECTORY_BYTES > self.budgets.artifact_bytes:
+            self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes per "
+                f"episode (artifact {short_repr(frame.name)} would make {len(new)} more directories, "
+                f"{ARTIFACT_DIRECTORY_BYTES:,} bytes each, after {len(self.directories)})"
+            )
+            return None
+        self.received += len(new) * ARTIFACT_DIRECTORY_BYTES  # counted before they exist: a failure cannot undo them
+        self.directories.update(new)
         directory = -1
         try:
             directory = self._directory([self.pod, *parents])
-            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            # Its first 100 bytes (whole characters): a file name holds 255 bytes, not characters.
+            temporary = f".{base.encode('utf-8')[:100].decode('utf-8', 'ignore')}.{os.urandom(4).hex()}.part"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
             descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
         except OSError as error:
@@ -312,8 +333,15 @@ class _PodLogFile:
         if not self.cut_by and self._room(len(data), whole=True) == len(data):
             self._write(data)
             return
-        marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
-        self._write(marker.encode() + data)
+        # past a cut: the line from the ledger's reserve (its memory side paid for it when kept),
+        # its marker as a note (left out only when both sides are spent)
+        marker = (
+            f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n".encode() if self.skipped else b""
+        )
+        if marker and not self.budgets.take_note(len(marker)):
+            marker = b""
+        self.budgets.take_reserved(len(data))
+        self._write(marker + data)
         self.skipped = 0
 
     def frame(self, body: bytes) -> None:
@@ -359,14 +387,19 @@ class _PodLogFile:
             stream.write(data)
 
     def finish(self) -> PodLog:
+        notes = []
         if self.frame_lines:
             where = f"{self.budgets.artifacts}/{self.pod}/"
-            self.buffer += f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode()
+            notes.append(f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode())
         if self.dropped:
-            self.buffer += (
+            notes.append(
                 f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
-                "were read and scanned for events but not saved; its ready and reward lines were saved]\n"
-            ).encode()
+                "were read and scanned for events but not saved; its ready and reward lines were saved]\n".encode()
+            )
+        for note in notes:  # the ledger's too: every byte the run writes for a pod counts
+            if self.budgets.take_note(len(note)):
+                self.buffer += note
+                self.saved += len(note)
         self.flush()
         os.replace(self.temporary, self.path)
         log = self.scanner.pod_log(self.saved, self.dropped)
@@ -547,6 +580,51 @@ def read_input_file(path: Path, flag: str) -> bytes:
         raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
 
 
+POD_TEXT_CUT = " [rl-batch-demo: cut here: the run's budget for what its pods make it write is spent]"
+
+
+def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObject:
+    """pods.json's listing, each termination message (the pod's own text, up to 4 KiB a container)
+    as much as the ledger's disk side grants it (LogBudgets.granted_text), so pods.json counts
+    against the run's budget for what pods make it write."""
+    items = []
+    for pod in pods:
+        saved = pod
+        status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        for field in ("initContainerStatuses", "containerStatuses"):
+            statuses = status.get(field)
+            for position, container in enumerate(statuses if isinstance(statuses, list) else []):
+                for when in ("state", "lastState"):
+                    state = container.get(when) if isinstance(container, dict) else None
+                    terminated = state.get("terminated") if isinstance(state, dict) else None
+                    message = terminated.get("message") if isinstance(terminated, dict) else None
+                    if not isinstance(message, str) or not message:
+                        continue
+                    key = ("pod", uid, field, str(container.get("name")), when)
+                    granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+                    if granted != message:
+                        saved = copy.deepcopy(saved) if saved is pod else saved
+                        saved["status"][field][position][when]["terminated"]["message"] = granted
+        items.append(saved)
+    return pod_list(items)
+
+
+def events_text_within(events: List[KubeObject], budgets: LogBudgets) -> str:
+    """events.txt, each event's message as much as the ledger's disk side grants it."""
+    kept = []
+    for event in events:
+        message = event.get("message")
+        if isinstance(message, str) and message:
+            metadata = event.get("metadata") or {}
+            key = ("event", str(metadata.get("uid") or metadata.get("name")))
+            granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+            kept.append(event if granted == message else {**event, "message": granted})
+            continue
+        kept.append(event)
+    return render_events_text(kept)
+
+
 def save_if_possible(path: Path, data: Any) -> None:
     """A diagnostic written on the way out: when the disk itself is the failure, say so and go on
     to the cleanup rather than stop there."""
@@ -556,12 +634,73 @@ def save_if_possible(path: Path, data: Any) -> None:
         say_stderr(f"warning: could not write {path} ({error.strerror or error})")
 
 
+# The files of a run's directory are written here, and only here, under RUN_FILES' names.
+
+
+def write_manifests(output: Path, manifests: List[Tuple[str, KubeObject]]) -> None:
+    """A dry run's manifests, each under its numbered file name."""
+    for file_name, manifest in manifests:
+        write_json(output / file_name, manifest)
+
+
+def write_results_files(output: Path, results: Results) -> None:
+    """results.json and timeline.svg, once the run is analysed."""
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+
+
+def save_kubectl_calls(output: Path, calls: Any) -> None:
+    save_if_possible(output / RUN_FILES.kubectl_calls, calls)
+
+
+def save_error(output: Path, message: str, exit_code: int, at: float) -> None:
+    save_if_possible(output / RUN_FILES.error, {"message": message, "exit_code": exit_code, "at": at})
+
+
+def write_job_submitted(job_dir: Path, manifest: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job_submitted, manifest)
+
+
+def write_job(job_dir: Path, job: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job, job)
+
+
+def write_pods(job_dir: Path, pods: List[KubeObject], budgets: LogBudgets) -> None:
+    write_json(job_dir / RUN_FILES.pods, pods_listing_within(pods, budgets))
+
+
+def write_events(job_dir: Path, events: List[KubeObject], budgets: LogBudgets) -> None:
+    write_atomic(job_dir / RUN_FILES.events, events_text_within(events, budgets))
+
+
+def write_empty_log(job_dir: Path, pod: str) -> None:
+    """The log of a pod that could not be read: there, and empty."""
+    write_atomic(job_dir / f"{pod}.log", "")
+
+
+def write_warmup_block(output: Path, block: Any) -> None:
+    write_json(output / RUN_FILES.warmup / RUN_FILES.warmup_block, block)
+
+
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / "receipt.json", receipt.to_json())
+    data: Receipt = {**receipt}
+    data.pop("job_uid", None)
+    jobs = receipt["jobs"]
+    if len(jobs) == 1 and jobs[0]["uid"]:
+        data["job_uid"] = str(jobs[0]["uid"])  # the guide's key, kept for older tooling
+    elif not jobs and receipt.get("job_uid"):
+        data["job_uid"] = receipt["job_uid"]  # a guide-era receipt's one Job
+    write_json(output / RUN_FILES.receipt, data)
+
+
+# What a receipt of the guide's script lacks (it has only context, namespace, uid, run_id and job_uid).
+_GUIDE_RECEIPT_LACKS = ("server", "kubeconfig", "kubectl", "created_at", "tool_version")
 
 
 def read_receipt(output: Path) -> Receipt:
-    path = output / "receipt.json"
+    """receipt.json, checked against the Receipt record as results.json is checked: a malformed
+    one is bad input, named with the key and the file to inspect."""
+    path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -571,7 +710,24 @@ def read_receipt(output: Path) -> Receipt:
         ) from None
     except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-    return Receipt.from_json(data, str(path))
+    if isinstance(data, dict):
+        jobs = data.get("jobs") or []
+        if isinstance(jobs, list):  # a Job whose create never answered may lack its uid
+            jobs = [{"uid": None, **job} if isinstance(job, dict) else job for job in jobs]
+        data = {**{key: None for key in _GUIDE_RECEIPT_LACKS}, **data, "jobs": jobs}
+        for key in ("server", "kubeconfig", "kubectl", "tool_version", "uid", "job_uid"):
+            if data.get(key) == "":  # "" is no value
+                data[key] = None
+        for key in ("uid", "job_uid"):  # the guide's keys: absent, or a UID
+            if data.get(key) is None:
+                data.pop(key, None)
+    problem = schema_problem(data, Receipt)
+    if problem:
+        raise DemoError(f"the receipt {path} is not one this tool writes: {problem}; inspect the file", EXIT_USAGE)
+    receipt: Receipt = data
+    if receipt["created_at"] is not None:
+        receipt["created_at"] = float(receipt["created_at"])  # a whole number of seconds, as written back
+    return receipt
 
 
 def refuse_existing_output(output: Path) -> None:
@@ -599,7 +755,7 @@ def claim_output(output: Path) -> None:
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
-PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+PREFLIGHT_FILES = (RUN_FILES.receipt, RUN_FILES.kubectl_calls, RUN_FILES.error)
 
 
 def release_output(output: Path) -> None:
@@ -698,7 +854,7 @@ def read_reward_lines(path: Path) -> List[RewardLine]:
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
-    path = directory / "results.json"
+    path = directory / RUN_FILES.results
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
@@ -730,7 +886,7 @@ def _read_json_file(path: Path) -> Any:
 
 def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
+    receipt = _read_json_file(output / RUN_FILES.receipt)
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
@@ -738,9 +894,9 @@ def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
+        listing = _read_json_file(round_dir / RUN_FILES.pods)
         items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
+        job_object = _read_json_file(round_dir / RUN_FILES.job)
         started.append(
             {
                 "round": number,
@@ -771,6 +927,6 @@ def cleanup_command(tool: str, output: Path) -> str:
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
     try:
-        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+        return str(json.loads((output / RUN_FILES.job).read_text(encoding="utf-8"))["metadata"]["uid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
@@ -13,11 +12,9 @@ from .constants import (
     CLIENT_GRACE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
     EPISODE_DEADLINE_MARGIN_SECONDS,
-    EXIT_USAGE,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
 )
-from .errors import DemoError
 
 # Typed records ################################################################
 # The records the layers hand each other: timings, a run's settings, the receipt, what a round
@@ -150,18 +147,12 @@ class RunSettings:
         return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
 
 
-@dataclasses.dataclass
-class JobReceipt:
-    name: str
-    uid: Optional[str] = None  # None until the create answered
-
-
 class ReceiptJob(TypedDict):
     name: str
     uid: Optional[str]  # None until the create answered
 
 
-class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+class _Receipt(TypedDict):
     context: str
     server: Optional[str]
     namespace: str
@@ -173,92 +164,15 @@ class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
     jobs: List[ReceiptJob]
 
 
-class ReceiptFile(_ReceiptFile, total=False):
+class Receipt(_Receipt, total=False):
+    """receipt.json, and the run's one record of it: everything cleanup needs to reach the same
+    cluster and prove ownership. Written before the first mutation and rewritten as soon as each
+    UID is known; write_receipt and read_receipt (persistence) are its one writer and reader, and
+    the reader checks it against this record as results.json is checked (schema_problem).
+    Receipts of the guide's script (context, namespace, uid, run_id, job_uid) load too."""
+
     uid: str  # the namespace's, once it exists (the guide's key)
     job_uid: str  # the guide's key: the one Job's UID
-
-
-@dataclasses.dataclass
-class Receipt:
-    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
-
-    Written before the first mutation and rewritten as soon as each UID is known. Receipts of
-    the guide's script (context, namespace, uid, run_id, job_uid) load too."""
-
-    context: str
-    namespace: str
-    run_id: str
-    server: Optional[str] = None
-    kubeconfig: Optional[str] = None
-    kubectl: Optional[str] = None
-    created_at: Optional[float] = None
-    tool_version: Optional[str] = None
-    namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
-    jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
-    guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
-
-    def to_json(self) -> ReceiptFile:
-        data: ReceiptFile = {
-            "context": self.context,
-            "server": self.server,
-            "namespace": self.namespace,
-            "run_id": self.run_id,
-            "kubeconfig": self.kubeconfig,
-            "kubectl": self.kubectl,
-            "created_at": self.created_at,
-            "tool_version": self.tool_version,
-            "jobs": [{"name": job.name, "uid": job.uid} for job in self.jobs],
-        }
-        if self.namespace_uid is not None:
-            data["uid"] = self.namespace_uid
-        if len(self.jobs) == 1 and self.jobs[0].uid:
-            data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
-        elif self.guide_job_uid:
-            data["job_uid"] = self.guide_job_uid
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Receipt:
-        """A receipt read back; a malformed one is bad input, named with the file to inspect."""
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
-        ):
-            raise DemoError(f"the receipt {where} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
-        jobs = data.get("jobs") or []
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
-            for job in jobs
-        ):
-            raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
-
-        def text(key: str) -> Optional[str]:
-            value = data.get(key)
-            return value if isinstance(value, str) and value else None
-
-        created_at = data.get("created_at")
-        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
-            try:
-                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
-            except OverflowError:
-                created_at = math.nan
-            if not math.isfinite(created_at):
-                raise DemoError(
-                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
-                    EXIT_USAGE,
-                )
-        return cls(
-            context=data["context"],
-            namespace=data["namespace"],
-            run_id=data["run_id"],
-            server=text("server"),
-            kubeconfig=text("kubeconfig"),
-            kubectl=text("kubectl"),
-            created_at=created_at,
-            tool_version=text("tool_version"),
-            namespace_uid=text("uid"),
-            jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
-            guide_job_uid=None if jobs else text("job_uid"),
-        )
 
 
 @dataclasses.dataclass
@@ -303,6 +217,9 @@ class RoundCollected:
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    # The failures rewards.jsonl already holds, by pod (RoundRewards: provisional_episode's verdict
+    # as the pod watch saw it end): final, so the analysis fails these episodes with the same cause.
+    provisional_failures: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -340,13 +257,25 @@ class ArtifactFrame:
 
 @dataclasses.dataclass(eq=False)
 class LogBudgets:
-    """What a run may still spend on what pods print, shared by every thread that reads logs:
-    bytes of <pod>.log text on disk (LOG_DIR_BUDGET) and bytes of kept event lines in memory
-    (KEPT_EVENT_BYTES_LIMIT)."""
+    """The run's one ledger of what its pods may make it keep, shared by every thread that reads
+    logs, with a disk side and a memory side.
 
-    disk: int = LOG_DIR_BUDGET
+    The disk side holds LOG_DIR_BUDGET for every byte the tool writes for pods: the <pod>.log
+    text, the kept event lines and the notes saved past a cut, and the pod-made strings of
+    pods.json and events.txt. Of it, `reserve` (as much as the memory side) is kept for what is
+    always saved: each kept line was paid from `memory` when it was kept, so the reserve can
+    always pay for writing it, and a marker or a closing note is paid from both sides at once
+    (take_note); the rest, `disk`, is the text's, spent as it comes (take_disk). So the two never
+    overdraw: what the run writes for pods is at most disk + reserve. The memory side holds
+    KEPT_EVENT_BYTES_LIMIT for the kept event lines."""
+
+    disk: int = LOG_DIR_BUDGET - KEPT_EVENT_BYTES_LIMIT
     memory: int = KEPT_EVENT_BYTES_LIMIT
+    reserve: int = -1  # -1: as much as `memory`
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # A pod-made string of pods.json or events.txt, by what it is of, as granted once (granted_text):
+    # a file written again spends nothing again.
+    granted: Dict[Tuple[str, ...], str] = dataclasses.field(default_factory=dict)
     # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
     # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
     # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
@@ -359,6 +288,54 @@ class LogBudgets:
         """These budgets, spent as before, with the artifacts saved under `root` instead (a
         warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
         return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
+
+    def __post_init__(self) -> None:
+        if self.reserve < 0:
+            self.reserve = self.memory
+
+    def take_reserved(self, wanted: int) -> None:
+        """Disk for a kept line saved past a cut: its bytes were paid from `memory` when it was
+        kept, so the reserve holds them (never below zero)."""
+        if self.spends_from is not None:
+            return self.spends_from.take_reserved(wanted)
+        with self.lock:
+            assert wanted <= self.reserve, "a kept line the memory side did not pay for"
+            self.reserve -= wanted
+        return None
+
+    def take_note(self, wanted: int) -> bool:
+        """All of `wanted` bytes for a line the tool adds (a marker, a closing note): from the
+        text's disk while it lasts, else from both the memory side and the reserve; or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_note(wanted)
+        with self.lock:
+            if wanted <= self.disk:
+                self.disk -= wanted
+                return True
+            if wanted > min(self.memory, self.reserve):
+                return False
+            self.memory -= wanted
+            self.reserve -= wanted
+            return True
+
+    def granted_text(self, key: Tuple[str, ...], text: str, cut_note: str) -> str:
+        """A pod-made string for pods.json or events.txt, as much of it as the text's disk grants
+        (the first time; the same answer after), ending with `cut_note` when it was cut."""
+        if self.spends_from is not None:
+            return self.spends_from.granted_text(key, text, cut_note)
+        import hashlib  # noqa: PLC0415 - only what writes pods.json or events.txt needs it
+
+        key = (*key, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())  # the same text again
+        with self.lock:
+            if key in self.granted:
+                return self.granted[key]
+        data = text.encode("utf-8", "surrogatepass")
+        granted = self.take_disk(len(data))
+        if granted < len(data):
+            room = max(0, granted - len(cut_note.encode()))
+            text = data[:room].decode("utf-8", "ignore") + (cut_note if granted >= len(cut_note.encode()) else "")
+        with self.lock:
+            return self.granted.setdefault(key, text)
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
@@ -750,8 +727,11 @@ class ReproduceReport(_ReproduceReport, total=False):
 class ComparisonRow(TypedDict):  # compare --format json's figures
     figure: str
     label: str
-    values: List[Optional[float]]
+    values: List[Optional[float]]  # as each results.json holds it
     ratios: List[Optional[float]]
+    texts: List[str]  # each value as the table shows it: as precise as its clocks
+    clock: Optional[str]  # the clocks it comes from (clocks_text); None for a count or a kubelet mean
+    resolution_seconds: Optional[float]  # the coarser clock's resolution; None for a count or a kubelet mean
 
 
 class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
@@ -765,6 +745,7 @@ class JUnitCase(TypedDict):
     classname: str
     name: str
     time: float
+    whole_seconds: bool  # `time` is between two whole-second stamps (or none): written without decimals
     outcome: str  # "passed", "failure", "error" or "skipped"
     message: str
     text: str
@@ -774,6 +755,7 @@ class JUnitSuite(TypedDict):
     round: Optional[int]
     job: Optional[str]
     time: float
+    whole_seconds: bool  # as JUnitCase's
     cases: List[JUnitCase]
 
 
