@@ -408,7 +408,7 @@ class IntegrityRoundThreeTest(HostileRunTestCase):
     def test_artifact_names_that_spoof_are_refused_and_a_long_non_ascii_one_is_saved(self) -> None:
         count = len(SPOOF_NAMES)
         result, output, left = self.run_worker(
-            "spoof_names", count, None, "--max-failed-episodes", str(count - 1), "--max-artifact-bytes", "65536"
+            "spoof_names", count, None, "--failed-episode-reward", "0", "--max-artifact-bytes", "65536"
         )
         self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
         self.assert_contained(result, output, left)
