@@ -16,6 +16,8 @@ Usage:
     python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P|auto] [--rounds K]
                                        [--image I] [--runtime R|none] [--cleanup POLICY]
                                        [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
+                                       [--failed-episode-reward R] [--episode-timeout S] [--stop-after K]
+                                       [--tags JSON]
                                        [--warmup] [--pin-image[=DIGEST]] [--kubelet-metrics]
                                        [--junit FILE] [--metrics-file FILE]
     python3 rl_batch_demo.py reproduce --output DIR [--count N] [--rounds K] [--junit FILE]
@@ -25,8 +27,8 @@ Usage:
 
 From Python (docs/trainer.md): `import rl_batch_demo as rbd`, then `rbd.run_batch(DIR, count=N,
 cleanup="always", ...)` (run's flags with underscores) returns `.results` and `.rewards`, and
-`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written; errors raise
-rbd.DemoError with the exit code below.
+`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written (`astream_batch`,
+`arun_batch`: the same for asyncio); errors raise rbd.DemoError with the exit code below.
 
 Saved as `kubectl-rl_batch_demo` on PATH, it is also the kubectl plugin `kubectl rl-batch-demo`.
 Everything a pod prints is untrusted input: read as bytes, bounded, escaped before it is shown.
@@ -42,6 +44,7 @@ Exit codes (see --help): 0 success, 1 episode failed or invalid, 2 usage or bad 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import codecs
 import contextlib
 import copy
@@ -161,7 +164,9 @@ PER_INDEX_BACKOFF = (
     "per-index backoff limits (Kubernetes 1.29 or later, where the JobBackoffLimitPerIndex feature gate is on by "
     "default: beta in 1.29 to 1.32, GA from 1.33)"
 )
-PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+PER_INDEX_BACKOFF_INSTEAD = (
+    "; run without --max-failed-episodes and --failed-episode-reward (any failed episode then fails the run)"
+)
 # Infrastructure retries (--infra-retries K): the Job's own podFailurePolicy, never a resubmission.
 # The job controller matches a failed pod against the rules in order, the first match deciding
 # (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): a
@@ -183,11 +188,33 @@ POD_FAILURE_POLICY = (
 INFRA_RETRIES_INSTEAD = "; run without --infra-retries (an episode lost to the infrastructure then fails the run)"
 # The Job fields the tool may set that older API servers do not know, with what needs them.
 JOB_FIELD_NEEDS = {
-    "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.backoffLimitPerIndex": (
+        PER_INDEX_BACKOFF,
+        "--max-failed-episodes and --failed-episode-reward",
+        PER_INDEX_BACKOFF_INSTEAD,
+    ),
     "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
     "spec.podFailurePolicy": (POD_FAILURE_POLICY, "--infra-retries", INFRA_RETRIES_INSTEAD),
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
+# Whose a failed episode's failure is (rewards.jsonl's and failed_episodes' failure_kind). Only a loss
+# the cluster proves is the infrastructure's (core_cluster.failure_kind): everything else, the
+# episode's exit code, a kill, its events, its own deadline, is the episode's, so a policy that
+# crashes can never be masked like a lost node (--max-failed-episodes sets aside only the
+# infrastructure's) and is scored as --failed-episode-reward R instead.
+FAILURE_EPISODE = "episode"
+# A pod past its own activeDeadlineSeconds (--episode-timeout): the kubelet fails it, phase Failed
+# and this status reason (pkg/kubelet/active_deadline.go; kubelet_pods.go generateAPIPodStatus).
+POD_DEADLINE_REASON = "DeadlineExceeded"
+# A round stopped before its Job ended (--stop-after K, or stream_batch's loop left): wait_for_job's
+# observation carries this in place of the job controller's condition; the run deletes the Job.
+JOB_STOPPED = "Stopped"
+EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
+FAILURE_INFRASTRUCTURE = "infrastructure"
+# --tags (tags= in Python): the caller's own metadata, a policy version or a step, carried as given by
+# every rewards.jsonl line, results.json and the JUnit properties; bounded, since every line repeats it.
+TAGS_LIMIT = 2048  # bytes of the tags as JSON
+TAG_KEYS_LIMIT = 32
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 
 
@@ -842,6 +869,11 @@ class KubectlFailure(DemoError):
     def already_exists(self) -> bool:
         return "(AlreadyExists)" in self.stderr
 
+    @property
+    def not_found(self) -> bool:
+        """The object is gone (`Error from server (NotFound)`), e.g. deleted between a read and a delete."""
+        return "(NotFound)" in self.stderr
+
 
 class KubectlTimeout(DemoError):
     """kubectl did not answer within its process timeout; whether the request took effect is unknown."""
@@ -912,7 +944,12 @@ class RunSettings:
     launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
-    max_failed_episodes: int = 0  # --max-failed-episodes
+    max_failed_episodes: int = 0  # --max-failed-episodes: infrastructure failures set aside, at most this many
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
+    episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
+    stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
+    tags: JsonObject = dataclasses.field(default_factory=dict)  # --tags: carried as given by rows, results, JUnit
+    private_fields: Tuple[str, ...] = ()  # --private-fields: task fields kept out of the ConfigMap, for the grader
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
@@ -931,6 +968,15 @@ class RunSettings:
     on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
     # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
     stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # finish_early: once set (stream_batch's loop was left), the round stops as --stop-after stops it:
+    # the episodes that ended are validated and kept, the rest stopped, no further round started.
+    finish_early: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # grade (grade= in Python, --grader FILE.py): each validated episode's reward, from its whole task (private
+    # fields too) and its row, on the client as the row is known; the pod's own reward is kept as pod_reward.
+    grade: Optional[Callable[[JsonObject, RewardLine], Any]] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    grader_name: Optional[str] = None  # --grader's file name, or the callable's name; None: the pod's reward stands
 
     @property
     def builtin_worker(self) -> bool:
@@ -946,12 +992,34 @@ class RunSettings:
     def indexed(self) -> bool:
         """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
         episode may be retried (its attempts share its index)."""
-        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
+        return (
+            self.tasks is not None
+            or self.max_failed_episodes > 0
+            or self.infra_retries > 0
+            or self.failed_episode_reward is not None
+            or self.stop_after is not None  # a stopped round's episodes are those that ended: by their index
+        )
 
     @property
     def given_image(self) -> str:
         """The image before any digest is resolved: --pin-image's digest when given, else --image."""
         return self.pin_image or self.image
+
+    @property
+    def public_tasks(self) -> Optional[Tuple[JsonObject, ...]]:
+        """The tasks as the ConfigMap holds them, every episode can read: without --private-fields."""
+        if self.tasks is None or not self.private_fields:
+            return self.tasks
+        return tuple({k: v for k, v in task.items() if k not in self.private_fields} for task in self.tasks)
+
+    @property
+    def episode_deadline_seconds(self) -> int:
+        """Each episode pod's own activeDeadlineSeconds: --episode-timeout, else a little under the
+        Job's (a tenth less, at most 30 s less), so that a hung episode fails alone, as its own
+        failure, before the Job's deadline would stop every episode."""
+        if self.episode_timeout is not None:
+            return self.episode_timeout
+        return max(1, self.deadline_seconds - min(EPISODE_DEADLINE_MARGIN_SECONDS, max(1, self.deadline_seconds // 10)))
 
     @property
     def client_wait_seconds(self) -> int:
@@ -1035,6 +1103,10 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward: episode failures score it
+    stopped: bool = False  # stopped early (JOB_STOPPED): `pods` are the episodes that had ended ...
+    stopped_pods: List[KubeObject] = dataclasses.field(default_factory=list)  # ... these the rest, stopped
+    stopped_by: str = ""  # why: "--stop-after K", or "stream_batch's loop was left"
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
@@ -1208,7 +1280,12 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
     artifacts: List[ArtifactEntry]  # sorted by name; saved and checked against the reward event's manifest
 
 
-class PodRow(PodArtifacts):  # one validated episode's figures: a row of results.json's `pods`
+class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
+    info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+
+
+class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
@@ -1256,8 +1333,8 @@ class PodRow(PodArtifacts):  # one validated episode's figures: a row of results
     retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
 
 
-class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
-    info: JsonObject  # the reward event's other fields: untrusted, possibly large
+class EpisodeRow(PodRow, total=False):  # a row as analysed
+    pass
 
 
 class PhaseStats(TypedDict):
@@ -1267,7 +1344,7 @@ class PhaseStats(TypedDict):
     max: float
 
 
-class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+class _FailedEpisode(TypedDict):  # set aside (--max-failed-episodes) or scored (--failed-episode-reward)
     pod: str
     index: Optional[int]
     task_id: Any
@@ -1276,6 +1353,11 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     cause: str
     attempts: int  # as in pods[]: its last pod's attempt
     lost_attempts: List[LostAttempt]
+
+
+class FailedEpisode(_FailedEpisode, total=False):  # both absent from the results of versions before failure kinds
+    failure_kind: str  # FAILURE_EPISODE or FAILURE_INFRASTRUCTURE (constants)
+    reward: Optional[float]  # --failed-episode-reward's R for an episode failure it scored; None: set aside
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -1324,8 +1406,25 @@ class LostNodes(TypedDict, total=False):  # only when a node of the round's pods
     lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
 
 
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+
+
+class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
+
+
+class ScoredFigures(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    scored_episodes: int  # failed by their own doing, scored as --failed-episode-reward R: the reward figures count R
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures, LostNodes
+    BatchFigures, ScoredFigures, StoppedFigures, JobTimes, FirstReward, LogFigures, LostNodes
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -1408,7 +1507,26 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 
 
 # results.json
-class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, KubeletFigures, AutoParallelism):
+class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
+    stop_after: Optional[int]  # --stop-after K, or None
+    tags: JsonObject  # --tags, as given ({} without)
+    grader: Optional[str]  # --grader's file name (grade= in Python: the callable's name); None: the pods' rewards
+    private_fields: List[str]  # --private-fields: the task fields no episode could read
+
+
+class Results(
+    BatchFigures,
+    ScoredFigures,
+    StoppedFigures,
+    FailurePolicy,
+    JobTimes,
+    FirstReward,
+    LogFigures,
+    PreparedImage,
+    KubeletFigures,
+    AutoParallelism,
+):
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
@@ -1434,7 +1552,8 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     pods: List[PodRow]
 
 
-class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
+    # reward None, or --failed-episode-reward's R for a failure of the episode's own doing
     round: int
     index: Optional[int]
     task_id: Any
@@ -1442,11 +1561,17 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     reward: Optional[float]
     info: Optional[JsonObject]
     failure: Optional[str]
+    failure_kind: Optional[str]  # a failure's: FAILURE_EPISODE or FAILURE_INFRASTRUCTURE; None for a reward
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
     lost_attempts: List[LostAttempt]
     artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
+
+
+class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
+    tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
 
 
 class GuideRow(TypedDict):
@@ -2013,6 +2138,8 @@ def job_manifest(
     workspace_size: str = DEFAULT_WORKSPACE_SIZE,
     local_queue: Optional[str] = None,
     launcher: bool = False,
+    score_failures: bool = False,
+    episode_deadline_seconds: Optional[int] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -2029,7 +2156,12 @@ def job_manifest(
     most N); backoffLimit is then left out, since it counts every failure of the Job. With
     --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
     (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
-    failed never does."""
+    failed never does. With --failed-episode-reward (`score_failures`), an episode's own failure
+    fails only its index and never stops the others: backoffLimitPerIndex without maxFailedIndexes,
+    every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
+    `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
+    kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
+    reason DeadlineExceeded."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -2070,6 +2202,8 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
+    if episode_deadline_seconds is not None:
+        pod_spec["activeDeadlineSeconds"] = episode_deadline_seconds
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -2085,14 +2219,18 @@ def job_manifest(
     if local_queue is not None:
         manifest["metadata"]["labels"][QUEUE_NAME_LABEL] = local_queue
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0 or infra_retries > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0 or score_failures:
         spec["completionMode"] = "Indexed"
-    if max_failed_episodes > 0:
+    if max_failed_episodes > 0 and not score_failures:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if score_failures:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=0)
     if infra_retries > 0:
         spec.pop("backoffLimit", None)
-        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
+        fail_index = max_failed_episodes > 0 or score_failures
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(fail_index))
     return manifest
 
 
@@ -2145,6 +2283,8 @@ def round_job_manifest(
         workspace_size=settings.workspace_size,
         local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
         launcher=bool(settings.launcher_source),
+        score_failures=settings.failed_episode_reward is not None,
+        episode_deadline_seconds=settings.episode_deadline_seconds,
     )
 
 
@@ -2152,7 +2292,7 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
     one_episode = dataclasses.replace(
-        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0, failed_episode_reward=None
     )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
@@ -2172,7 +2312,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
-    if infra_retries and flags == "--max-failed-episodes":
+    if infra_retries and flags.startswith("--max-failed-episodes"):
         flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (
@@ -2527,12 +2667,24 @@ def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     return int(text)
 
 
+FAILED_MESSAGE_LIMIT = 200  # characters of a failed container's last message line kept in its cause
+
+
 def _phase_failure(pod: KubeObject) -> str:
+    """A pod that did not succeed, in one clause: its phase, exit code and reason, and the last
+    line of a failed container's termination message (the worker's own words for why, such as
+    the template's missing task fields: untrusted, so bounded and escaped)."""
     status = pod.get("status", {})
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
     reason = status.get("reason") or terminated.get("reason")
-    return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+    text = f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+    message = terminated.get("message")
+    lines = [line for line in message.splitlines() if line.strip()] if isinstance(message, str) else []
+    if status.get("phase") == "Failed" and lines and not lines[-1].lstrip().startswith("{"):  # words, not events
+        last = lines[-1][-FAILED_MESSAGE_LIMIT:]
+        text += f"; its termination message ends {short_repr(last, FAILED_MESSAGE_LIMIT + 20)}"
+    return text
 
 
 def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
@@ -2566,6 +2718,12 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
         )
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
+    if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        return 1, (
+            f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
+            f"activeDeadlineSeconds; {_phase_failure(pod)})"
+        )
     if status.get("phase") == "Failed" and not deleted:
         return 1, _phase_failure(pod)
     if deleted:
@@ -2738,10 +2896,29 @@ def infra_loss(pod: KubeObject) -> str:
             return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
         return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
-    if status.get("reason") and not _container_ran(status):  # refused by the kubelet's admission
+    # refused by the kubelet's admission; never the pod's own activeDeadlineSeconds (the kubelet's
+    # DeadlineExceeded, pkg/kubelet/active_deadline.go), which counts from its admission and is the episode's
+    if status.get("reason") and status.get("reason") != POD_DEADLINE_REASON and not _container_ran(status):
         text = f"rejected by the kubelet before any container ran ({status.get('reason')}: {status.get('message')})"
         return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     return ""
+
+
+def whose_failure(pod: Optional[KubeObject]) -> str:
+    """Whose a failed episode's failure is: FAILURE_INFRASTRUCTURE only when the pod's status proves
+    a loss (infra_loss: DisruptionTarget, Evicted, the kubelet refusing it at admission; or a
+    deletion, which the episode cannot have asked for: its pod carries no ServiceAccount token),
+    else FAILURE_EPISODE: its exit code, a kill, its events, its own deadline, a pod never seen.
+    The episode's by default, so that no failure is masked unless the cluster says it lost it."""
+    if not isinstance(pod, dict):
+        return FAILURE_EPISODE
+    status = pod.get("status")
+    metadata = pod.get("metadata")
+    if infra_loss(pod) or (isinstance(status, dict) and status.get("reason") == "Evicted"):
+        return FAILURE_INFRASTRUCTURE
+    if isinstance(metadata, dict) and metadata.get("deletionTimestamp"):
+        return FAILURE_INFRASTRUCTURE
+    return FAILURE_EPISODE
 
 
 def _container_ran(status: KubeObject) -> bool:
@@ -2937,6 +3114,36 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
+
+
+def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[List[KubeObject], List[KubeObject]]:
+    """A round stopped early (JOB_STOPPED): the Job's pods that had ended as the watch last showed
+    them (terminal, not being deleted: a terminal pod's status never changes again, so each is
+    final), and the others, which the Job's deletion stops; each list in creation order."""
+    ended: List[KubeObject] = []
+    stopped: List[KubeObject] = []
+    for pod in observation.last_pods.values():
+        if not pod_belongs_to(pod, job_uid):
+            continue
+        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+    for pods in (ended, stopped):
+        pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    return ended, stopped
+
+
+def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[KubeObject]) -> Optional[str]:
+    """A label selector that matches exactly the `ended` pods of a stopped round, and no pod it
+    stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
+    the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
+    reads each pod by name."""
+    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
+    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
+        return None
+    if others & set(indexes) or None in others:
+        return None
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
@@ -4246,12 +4453,38 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "reward": row["reward"],
         "info": row.get("info", {}),
         "failure": None,
+        "failure_kind": None,
         "known_at": known_at,
         "retracted": False,
         "attempts": row["attempts"],
         "lost_attempts": row["lost_attempts"],
         "artifacts": row.get("artifacts", []),
+        **({"pod_reward": row["pod_reward"]} if "pod_reward" in row else {}),  # type: ignore[typeddict-item]
     }
+
+
+def graded_reward(settings: RunSettings, line: RewardLine) -> float:
+    """A grader's reward for a validated episode's line (settings.grade: grade= or --grader), from
+    its whole task (private fields too; {} without --tasks): a finite number within a reward's
+    limit, never a boolean; anything else, or an exception, fails the run in one sentence."""
+    assert settings.grade is not None
+    tasks, index = settings.tasks, line["index"]
+    task = dict(tasks[index]) if tasks is not None and index is not None and 0 <= index < len(tasks) else {}
+    name = settings.grader_name or "the grader"
+    where = f"episode {line['pod']} (task {short_repr(line['task_id'])})"
+    try:
+        value = settings.grade(task, dict(line))  # type: ignore[arg-type]
+    except Exception as error:
+        message = f"{name} raised {short_repr(error, 200)} grading {where}; fix the grader"
+        raise DemoError(message, EXIT_EPISODE) from None
+    number = finite_number(value) if not isinstance(value, bool) else None
+    if number is None or abs(number) > REWARD_LIMIT:
+        raise DemoError(
+            f"{name} returned {short_repr(value)} for {where}, not a finite number of at most {REWARD_LIMIT:g} in "
+            "size; fix the grader",
+            EXIT_EPISODE,
+        )
+    return value if isinstance(value, int) else number
 
 
 def failure_line(
@@ -4262,17 +4495,21 @@ def failure_line(
     failure: str,
     known_at: float,
     lost: Sequence[LostAttempt] = (),
+    kind: str = FAILURE_EPISODE,
+    reward: Optional[float] = None,
 ) -> RewardLine:
-    """A failed episode's line: reward and info null and its failure, so a trainer can mask it.
+    """A failed episode's line: info null, its failure and whose it is (`kind`), and reward null,
+    or `reward` (--failed-episode-reward R) for a failure of its own doing, which then stands.
     `lost`: the episode's pods lost to the infrastructure before this one (--infra-retries)."""
     return {
         "round": round_number,
         "index": index,
         "task_id": task_id,
         "pod": pod,
-        "reward": None,
+        "reward": reward if kind == FAILURE_EPISODE else None,
         "info": None,
         "failure": failure,
+        "failure_kind": kind,
         "known_at": known_at,
         "retracted": False,
         "attempts": len(lost) + 1,
@@ -4281,18 +4518,46 @@ def failure_line(
     }
 
 
-def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
-    """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
+def retraction_of(line: RewardLine, failure: str, known_at: float, kind: str = FAILURE_EPISODE) -> RewardLine:
+    """The line that withdraws a pod's earlier reward line: a later check rejected the episode
+    (`kind`: whose doing that was); its reward is null."""
     retraction = failure_line(
-        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"]
+        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"], kind
     )
     retraction["retracted"] = True
     return retraction
 
 
 def stands_as_reward(line: Optional[RewardLine]) -> bool:
-    """Whether a pod's last line is a reward (a reader's rule: the last line of a pod is its verdict)."""
-    return line is not None and line["failure"] is None and not line["retracted"]
+    """Whether a pod's last line is a reward that stands (a reader's rule: the last line of a pod
+    is its verdict): a validated episode's, or an episode failure scored by --failed-episode-reward."""
+    return line is not None and line["reward"] is not None and not line["retracted"]
+
+
+def failed_episode_lines(entry: FailedEpisode, previous: Optional[RewardLine], known_at: float) -> List[RewardLine]:
+    """What rewards.jsonl needs for a failed episode, given the pod's last line so far: its failure
+    line when it has none; when a reward line of it stands, that line's retraction, then (scored by
+    --failed-episode-reward) the scored failure line; nothing when its verdict is written already."""
+    kind = entry.get("failure_kind", FAILURE_EPISODE)
+    verdict = failure_line(
+        entry["round"],
+        entry["index"],
+        entry["task_id"],
+        entry["pod"],
+        entry["cause"],
+        known_at,
+        entry["lost_attempts"],
+        kind,
+        entry.get("reward"),
+    )
+    if previous is None:
+        return [verdict]
+    if not stands_as_reward(previous):  # its failure is written: only a score it lacks is new
+        return [verdict] if verdict["reward"] is not None else []
+    if previous["failure"] is not None and previous["reward"] == verdict["reward"]:
+        return []  # its scored failure, written as the pod ended
+    retraction = retraction_of(previous, entry["cause"], known_at, kind)
+    return [retraction, verdict] if verdict["reward"] is not None else [retraction]
 
 
 def _index_order(line: RewardLine) -> Tuple[int, int, str]:
@@ -4311,21 +4576,7 @@ def reconciling_lines(
     # found early is final; analyse_round fails it with that cause).
     lines = [reward_line(row, known_at) for row in rows if row["pod"] not in last]
     for entry in failed:
-        previous = last.get(entry["pod"])
-        if previous is None:
-            lines.append(
-                failure_line(
-                    entry["round"],
-                    entry["index"],
-                    entry["task_id"],
-                    entry["pod"],
-                    entry["cause"],
-                    known_at,
-                    entry["lost_attempts"],
-                )
-            )
-        elif stands_as_reward(previous):
-            lines.append(retraction_of(previous, entry["cause"], known_at))
+        lines += failed_episode_lines(entry, last.get(entry["pod"]), known_at)
     analysed = {row["pod"] for row in rows} | {entry["pod"] for entry in failed}
     lines += [
         retraction_of(line, "its pod is not one of the Job's pods once the round was analysed", known_at)
@@ -4335,26 +4586,37 @@ def reconciling_lines(
     return sorted(lines, key=_index_order)
 
 
-def retracting_lines(last: Mapping[str, RewardLine], failure: str, known_at: float) -> List[RewardLine]:
+def retracting_lines(
+    last: Mapping[str, RewardLine], failure: str, known_at: float, kinds: Optional[Mapping[str, str]] = None
+) -> List[RewardLine]:
     """When a round fails (or the run stops) before its analysis accepted it: a retraction of each
-    of its reward lines, in the order they were written, with `failure` as the reason."""
-    return [retraction_of(line, failure, known_at) for line in last.values() if stands_as_reward(line)]
+    of its reward lines, in the order they were written, with `failure` as the reason and each
+    pod's failure kind (`kinds`, by pod: its pod as last watched; the episode's when unknown)."""
+    return [
+        retraction_of(line, failure, known_at, (kinds or {}).get(line["pod"], FAILURE_EPISODE))
+        for line in last.values()
+        if stands_as_reward(line)
+    ]
 
 
-def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
-    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes),
-    with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
+def batch_figures(rows: List[EpisodeRow], failed: Sequence[FailedEpisode] = ()) -> BatchFigures:
+    """The guide's whole-batch figures for one set of episodes, with the rewards' mean, min and max
+    beside the guide's reward_sum. `failed`: the failed episodes the round accepted, each left out
+    of every figure (masked: --max-failed-episodes) or, scored (--failed-episode-reward R), counted
+    in the reward figures with R and in no timing figure. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
-    rewards = [row["reward"] for row in rows]
+    scored = [entry["reward"] for entry in failed if entry.get("reward") is not None]
+    rewards = [row["reward"] for row in rows] + [reward for reward in scored if reward is not None]
+    masked = len(failed) - len(scored)
 
     def latest(ends: List[Optional[float]]) -> Optional[float]:  # the cluster's stamps: every episode's, else unknown
         known = [end for end in ends if end is not None]
         return max(known) if len(known) == len(ends) else None
 
     return {
-        "episodes": len(rows) + failed,
+        "episodes": len(rows) + len(failed),
         "successful_episodes": len(rows),
-        "masked_episodes": failed,
+        "masked_episodes": masked,
         "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
@@ -4372,18 +4634,24 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     }
 
 
-def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int) -> List[str]:
-    """results.json's `notes`, in this tool's words: episodes masked under --max-failed-episodes
-    (the reward figures leave them out), and episodes whose sandbox clocks disagree."""
+def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int, scored: int = 0) -> List[str]:
+    """results.json's `notes`, in this tool's words: episodes lost to the infrastructure and masked
+    under --max-failed-episodes (the reward figures leave them out), episode failures scored under
+    --failed-episode-reward, and episodes whose sandbox clocks disagree."""
     notes = []
     masked = figures["masked_episodes"]
     if masked:
         notes.append(
-            f"{masked} of {figures['episodes']} episodes masked: they failed and were set aside under "
-            f"--max-failed-episodes {max_failed_episodes}, so reward_sum ({figures['reward_sum']!r}) and reward_mean "
-            f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
-            "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
-            "episode, and rewards.jsonl gives it reward null"
+            f"{masked} of {figures['episodes']} episodes masked: the infrastructure lost them (failure_kind "
+            f"{FAILURE_INFRASTRUCTURE}) and they were set aside under --max-failed-episodes {max_failed_episodes}, "
+            f"so reward_sum ({figures['reward_sum']!r}) and reward_mean ({figures['reward_mean']!r}) leave them out; "
+            "failed_episodes names each masked episode, and rewards.jsonl gives it reward null"
+        )
+    if scored:
+        notes.append(
+            f"{scored} of {figures['episodes']} episodes failed by their own doing (failure_kind {FAILURE_EPISODE}) "
+            "and were scored as --failed-episode-reward: reward_sum, reward_mean, reward_min and reward_max count "
+            "that reward for each, and no timing figure counts them; failed_episodes names each with its cause"
         )
     if figures["lost_attempts"]:
         retried = sum(1 for row in rows if row["lost_attempts"])
@@ -4423,6 +4691,7 @@ ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
 ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
 ROUND_NOT_ADMITTED = "not-admitted"  # the client's wait ran out while the Job was still suspended (queued)
 ROUND_FAILED_INDEXES = "failed-indexes"  # Failed (FailedIndexes): every index ran, at most maxFailedIndexes failed
+ROUND_STOPPED = "stopped"  # stopped early (--stop-after, a stream left): the episodes that ended are analysed
 
 
 def classify_round(observation: RoundObservation) -> str:
@@ -4433,6 +4702,8 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_NOT_ADMITTED
     if observation.condition is None:
         return ROUND_TIMEOUT
+    if observation.condition == JOB_STOPPED:
+        return ROUND_STOPPED
     if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
         return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
@@ -4514,10 +4785,12 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     Every pod is validated on complete data: its status, its events from the log and the
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
-    tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    tolerated = collected.max_failed_episodes  # with K > 0, up to K infrastructure failures are set aside
+    scoring = collected.failed_episode_reward is not None  # an episode's own failure is scored, not fatal
+    collect = tolerated > 0 or scoring  # failures are gathered, each accepted or not by its kind
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
-    if not tolerated:
+    if not collect and not collected.stopped:  # a stopped round: only the episodes that ended
         check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
@@ -4537,7 +4810,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if collect else ""
             rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
@@ -4569,13 +4842,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             )
         except (KeyError, TypeError, ValueError) as error:
             shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
-            if not tolerated:
-                raise shape from None
+            if not accepted_failure(collected, pod):
+                raise refused_failure(collected, shape) from None
             failed.append((shape, index))
             continue
         except EpisodeInvalid as invalid:
-            if not tolerated:
-                raise
+            if not accepted_failure(collected, pod):
+                raise refused_failure(collected, invalid) from None
             failed.append((invalid, index))
             continue
         row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
@@ -4584,29 +4857,43 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         set_attempts(row, lost.get(name, []))
         rows.append(row)
     set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
-    if observation.condition != "Complete" and not set_aside:
+    if collected.stopped and not rows:
+        raise DemoError(
+            f"Job {where} was stopped early ({collected.stopped_by}) before any episode ended with a reward; "
+            f"inspect {inspect}",
+            EXIT_INTERRUPTED,
+        )
+    if observation.condition not in ("Complete", JOB_STOPPED) and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
             EXIT_EPISODE,
         )
     assert observation.condition_seen_monotonic is not None
-    figures = RoundResult(
-        **batch_figures(rows, len(failed)),
-        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
-        failed_episodes=[
+    by_name = {str(pod["metadata"]["name"]): pod for pod in pods}
+    failed_episodes: List[FailedEpisode] = []
+    for failure, index in failed:
+        kind = whose_failure(by_name.get(failure.pod))
+        failed_episodes.append(
             {
-                "pod": invalid.pod,
+                "pod": failure.pod,
                 "index": index,
                 "task_id": task_id_for(collected, index),
                 "round": collected.round_number,
                 "job": collected.job_name,
-                "cause": invalid.rule,
-                "attempts": len(lost.get(invalid.pod, [])) + 1,
-                "lost_attempts": lost.get(invalid.pod, []),
+                "cause": failure.rule,
+                "attempts": len(lost.get(failure.pod, [])) + 1,
+                "lost_attempts": lost.get(failure.pod, []),
+                "failure_kind": kind,
+                "reward": collected.failed_episode_reward if kind == FAILURE_EPISODE else None,
             }
-            for invalid, index in failed
-        ],
+        )
+    figures = RoundResult(
+        **batch_figures(rows, failed_episodes),
+        scored_episodes=sum(1 for entry in failed_episodes if entry["reward"] is not None),
+        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
+        **stopped_figures(collected),
+        failed_episodes=failed_episodes,
         round=collected.round_number,
         job=collected.job_name,
         job_uid=collected.job["metadata"]["uid"],
@@ -4625,6 +4912,51 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     if observation.node_states:  # a node stopped answering: its pods were not retried while it did
         figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
+
+
+def stopped_figures(collected: RoundCollected) -> StoppedFigures:
+    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    if not collected.stopped:
+        return {"stopped_episodes": [], "stopped_by": None}
+    episodes: List[StoppedEpisode] = []
+    for pod in collected.stopped_pods:
+        name = str(pod["metadata"]["name"])
+        try:
+            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+        except EpisodeInvalid:
+            index = None
+        episodes.append(
+            {
+                "pod": name,
+                "index": index,
+                "task_id": task_id_for(collected, index),
+                "round": collected.round_number,
+                "job": collected.job_name,
+            }
+        )
+    return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
+
+
+def accepted_failure(collected: RoundCollected, pod: KubeObject) -> bool:
+    """Whether a round goes on past this failed episode: one the infrastructure lost, under
+    --max-failed-episodes (counted in check_failed_episodes), or one of the episode's own doing,
+    under --failed-episode-reward (scored). Otherwise it fails the round, as without either flag."""
+    if whose_failure(pod) == FAILURE_INFRASTRUCTURE:
+        return collected.max_failed_episodes > 0
+    return collected.failed_episode_reward is not None
+
+
+def refused_failure(collected: RoundCollected, invalid: EpisodeInvalid) -> EpisodeInvalid:
+    """The error of a failed episode no flag accepts: under --max-failed-episodes, an episode's own
+    failure says that only the infrastructure's are set aside, and how to score it instead."""
+    if not collected.max_failed_episodes:
+        return invalid
+    return EpisodeInvalid(
+        invalid.pod,
+        f"{invalid.rule} (a failure of the episode's own doing: --max-failed-episodes sets aside only failures of "
+        "the infrastructure; --failed-episode-reward R scores it as R instead)",
+        invalid.inspect,
+    )
 
 
 def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
@@ -4711,15 +5043,20 @@ def check_failed_episodes(
     when pods are missing or share an index, or when the Job's own list of failed indexes names
     an episode that validated. True when the Job's FailedIndexes verdict is accounted for."""
     tolerated = collected.max_failed_episodes
-    if len(failed) > tolerated:
-        first = failed[0][0]
+    kinds = {str(pod["metadata"]["name"]): whose_failure(pod) for pod in pods}
+    lost_ones = [invalid for invalid, _ in failed if kinds.get(invalid.pod) == FAILURE_INFRASTRUCTURE]
+    if len(lost_ones) > tolerated:
+        first = lost_ones[0]
         raise EpisodeInvalid(
             first.pod,
-            f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
+            f"{first.rule} ({len(lost_ones)} episodes lost to the infrastructure, more than --max-failed-episodes "
+            f"{tolerated})",
             first.inspect,
         )
     replaced = sum(len(attempts) for attempts in (lost or {}).values())
-    problem = pod_count_problem(pods, collected.count, inspect, replaced) if tolerated else None
+    collect = tolerated > 0 or collected.failed_episode_reward is not None
+    whole = collect and not collected.stopped  # a stopped round has only the pods that ended
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if whole else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -4730,8 +5067,8 @@ def check_failed_episodes(
         )
     if not rows and failed:
         raise DemoError(
-            f"every episode of Job {where} failed ({len(failed)}, within --max-failed-episodes {tolerated}), so "
-            f"there is no reward to report; the first: {failed[0][0]}",
+            f"every episode of Job {where} failed ({len(failed)}), so there is no validated episode to time; the "
+            f"first: {failed[0][0]}",
             EXIT_EPISODE,
         )
     observation = collected.observation
@@ -4773,12 +5110,21 @@ def assemble_results(
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
-    figures = batch_figures(rows, len(failed))
+    figures = batch_figures(rows, failed)
+    scored = sum(1 for entry in failed if entry.get("reward") is not None)
     return Results(
         **figures,
+        scored_episodes=scored,
+        failed_episode_reward=settings.failed_episode_reward,
+        stop_after=settings.stop_after,
+        tags=settings.tags,
+        grader=settings.grader_name if settings.grade is not None else None,
+        private_fields=list(settings.private_fields),
+        stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
+        stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,
         figure_sources=dict(sorted(FIGURE_SOURCES.items())),
-        notes=figure_notes(figures, rows, settings.max_failed_episodes),
+        notes=figure_notes(figures, rows, settings.max_failed_episodes, scored),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         **(capacity or {}),
@@ -4819,9 +5165,10 @@ def assemble_results(
 
 
 def pod_row(row: EpisodeRow) -> PodRow:
-    """A row as results.json keeps it: its `info` (untrusted, possibly large) stays in rewards.jsonl."""
+    """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
     copy = row.copy()
-    copy.pop("info", None)
+    copy["info"] = row.get("info", {})
     return copy
 
 
@@ -5626,10 +5973,17 @@ def _many_sample_figures(results: Results, phase: str) -> Tuple[Optional[float],
 
 def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
-    left_out = len(results.get("failed_episodes") or [])
+    failed = results.get("failed_episodes") or []
+    scored = sum(1 for entry in failed if entry.get("reward") is not None)
+    left_out = len(failed) - scored
     valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
     if left_out:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    stopped = len(results.get("stopped_episodes") or [])
+    if stopped:
+        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
+    if scored:
+        valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
         f"verdict: {valid}, reward_sum {results['reward_sum']}; all ready "
         f"{figure_text(results.get('batch_to_all_ready_seconds'), 'batch_to_all_ready_seconds')}, all rewards "
@@ -6095,11 +6449,17 @@ def junit_suites(
                     for lost in row.get("lost_attempts") or []:  # --infra-retries: run again, not judged
                         why = f"lost to the infrastructure and run again as {row['pod']}: {lost.get('cause')}"
                         cases.append(_case(classname, str(lost.get("pod")), 0.0, "skipped", why))
-            # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+            # set aside under --max-failed-episodes or scored under --failed-episode-reward: the run did
+            # not fail for them, so neither does the report (skipped, with why)
             for entry in results.get("failed_episodes") or []:
                 if entry.get("round", 1) == number:
-                    why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
-                    cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
+                    if entry.get("reward") is not None:
+                        how = f"failed by its own doing, scored {entry.get('reward')!r} (--failed-episode-reward)"
+                    else:
+                        how = "lost to the infrastructure, left out of the figures (--max-failed-episodes)"
+                    cases.append(
+                        _case(classname, str(entry.get("pod")), 0.0, "skipped", f"{how}: {entry.get('cause')}")
+                    )
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
             # the client's own clock: milliseconds
             suites.append({"round": number, "job": job, "time": seconds, "whole_seconds": False, "cases": cases})
@@ -6167,6 +6527,14 @@ def junit_suites(
             else:
                 last.append(_case(classname, name, 0.0, text=figure))
     return suites
+
+
+def junit_tag_properties(tags: Mapping[str, Any]) -> Dict[str, str]:
+    """--tags as JUnit properties, each `tag.KEY`: a string as it is, any other value as its JSON."""
+    return {
+        f"tag.{key}": value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in tags.items()
+    }
 
 
 def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> str:
@@ -8485,9 +8853,15 @@ class RewardsWriter:
     can be incomplete: it lacks its newline, and a reader skips it. After a failed write nothing
     more is written: the run ends with that error (an OSError naming the file)."""
 
-    def __init__(self, path: Path, on_reward: Optional[Callable[[RewardLine], None]] = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_reward: Optional[Callable[[RewardLine], None]] = None,
+        tags: Optional[JsonObject] = None,
+    ) -> None:
         self.path = path
         self.on_reward = on_reward
+        self.tags = dict(tags or {})  # --tags: on every line, as given
         self.descriptor: Optional[int] = None
         self.failed = False
         self.lock = threading.Lock()  # one writer at a time, whichever thread knows a verdict
@@ -8512,6 +8886,7 @@ class RewardsWriter:
                 raise OSError(errno.EIO, "an earlier write failed" if self.failed else "not open", str(self.path))
             try:
                 for line in lines:
+                    line["tags"] = self.tags
                     data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
                     while data:
                         data = data[os.write(self.descriptor, data) :]
@@ -8521,7 +8896,8 @@ class RewardsWriter:
                 raise OSError(error.errno, error.strerror, str(self.path)) from None
         if self.on_reward is not None:
             for line in lines:
-                self.on_reward(line.copy())  # the caller's own copy: the run keeps its record of each pod
+                # the caller's own copy (its tags too): the run keeps its record of each pod
+                self.on_reward({**line, "tags": json.loads(json.dumps(self.tags))})
 
     def close(self) -> None:
         if self.descriptor is not None:
@@ -8889,6 +9265,7 @@ def wait_for_job(
     on_pod: Optional[Callable[[KubeObject], None]] = None,
     pod_spec: Optional[KubeObject] = None,
     run_seconds: float = 0.0,
+    enough: Optional[Callable[[], bool]] = None,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
     Job's watch ends early. What the events mean is JobWatch's; this loop owns the watches, the
@@ -8899,7 +9276,12 @@ def wait_for_job(
     and with it a change made between its GET and its watch, such as a quick Job's Complete. The
     events carry the client clock of their arrival, so the decision is seen within milliseconds of
     the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
-    a terminated pod's reward is known from its status). A queued Job is shown as queued."""
+    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
+    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
+    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
+    that runs something else (a sidecar injected, a container changed) raises JobRefused. `enough`
+    (--stop-after, a stream left early): once it says so, before the job controller decided, the
+    wait ends with the condition JOB_STOPPED, the pods as watched then."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
     label = f"{namespace}/{name}"
@@ -8947,6 +9329,8 @@ def wait_for_job(
                 return finished(condition, time.time(), now)
             if now >= state.deadline:
                 return state.observation()
+            if enough is not None and enough():
+                return state.observation(JOB_STOPPED, time.time(), now)
             timeout = min(timing.watch_tick_seconds, state.deadline - now)
             if not state.job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
@@ -9563,6 +9947,12 @@ class RoundRewards:
         self.follower: Optional[LogFollower] = None
         self.held: Dict[str, KubeObject] = {}
         self.lock = threading.RLock()  # the watch's thread and the log readers' threads
+        self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
+
+    def standing(self) -> int:
+        """How many of the round's episodes have a reward that stands (--stop-after counts them):
+        a validated reward as known when its pod ended, or a failure scored by --failed-episode-reward."""
+        return sum(1 for line in self.last.values() if stands_as_reward(line))
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
@@ -9648,7 +10038,7 @@ class RoundRewards:
                 settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
+            return self._failure(index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         if row["artifacts"]:
@@ -9661,7 +10051,38 @@ class RoundRewards:
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
-        return reward_line(row, known_at)
+        return self.graded(reward_line(row, known_at))
+
+    def graded(self, line: RewardLine) -> RewardLine:
+        """With a grader (grade=, --grader), the line's reward is the grader's, the pod's kept as
+        pod_reward; graded once per pod, so the round's rows get the same reward (grade_rows)."""
+        if self.settings.grade is None:
+            return line
+        if line["pod"] not in self.grades:
+            self.grades[line["pod"]] = graded_reward(self.settings, line)
+        line["pod_reward"], line["reward"] = line["reward"], self.grades[line["pod"]]  # type: ignore[typeddict-item]
+        return line
+
+    def grade_rows(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        """The analysed round's rows graded as their lines were (graded), and its reward figures
+        made again from the graded rewards, before its lines are reconciled."""
+        if self.settings.grade is None:
+            return
+        for row in rows:
+            line = self.graded(reward_line(row, time.time()))
+            row["pod_reward"], row["reward"] = line["pod_reward"], line["reward"]  # type: ignore[typeddict-item]
+        again = batch_figures(rows, figures["failed_episodes"])
+        for key in ("reward_sum", "reward_mean", "reward_min", "reward_max"):
+            figures[key] = again[key]
+
+    def _failure(
+        self, index: Optional[int], task_id: Any, name: str, rule: str, known_at: float, lost: List[LostAttempt]
+    ) -> RewardLine:
+        """A failed episode's line: whose failure it is, from its pod as last watched, and with
+        --failed-episode-reward its score when the failure is the episode's own."""
+        kind = whose_failure(self.pods.get(name))
+        reward = self.settings.failed_episode_reward
+        return failure_line(self.round_number, index, task_id, name, rule, known_at, lost, kind, reward)
 
     def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
         """ "" once every artifact the reward event lists is saved as listed; the rule its frames
@@ -9701,11 +10122,16 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
+        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
+            first = line["pod"] not in self.last
+            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
+                continue  # --stop-after K keeps the first K standing rewards: this episode is stopped
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-        self.writer.append(lines)
+            kept.append(line)
+        self.writer.append(kept)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -9769,10 +10195,13 @@ class RoundRewards:
             if own is None:
                 index, task_id = self._identity(error.pod)
                 lost = self._lost_before(error.pod, index)
-                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
+                line = self._failure(index, task_id, error.pod, error.rule, known_at, lost)
+                line["reward"] = None  # its round failed: no score stands
+                lines.append(line)
             elif stands_as_reward(own):
-                lines.append(retraction_of(own, error.rule, known_at))
-        lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
+                lines.append(retraction_of(own, error.rule, known_at, whose_failure(self.pods.get(error.pod))))
+        kinds = {name: whose_failure(pod) for name, pod in self.pods.items()}
+        lines += [line for line in retracting_lines(self.last, failure, known_at, kinds) if line["pod"] != named]
         with contextlib.suppress(Exception):  # a disk that failed already, or the caller's on_reward
             self._write(lines, time.monotonic())
 
@@ -9813,9 +10242,32 @@ class BatchRun:
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
-        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
+        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward, settings.tags)
+        self.measuring = False  # a measured round's Job is being waited for: an early finish stops it
+        self.done = threading.Event()  # execute() has returned or raised
+        if settings.finish_early is not None:
+            threading.Thread(target=self.relay_early_finish, name="rl-batch-demo early finish", daemon=True).start()
+
+    def finishing_early(self) -> bool:
+        return self.settings.finish_early is not None and self.settings.finish_early.is_set()
+
+    def relay_early_finish(self) -> None:
+        """An early finish asked for (stream_batch's loop left) outside a measured round (preflight,
+        warm-up, between Jobs) has nothing to keep: it stops the run as a Ctrl-C would."""
+        early = self.settings.finish_early
+        assert early is not None
+        while not self.done.wait(0.25):
+            if early.is_set() and not self.measuring:
+                self.stop.set()
+                return
 
     def execute(self) -> Results:
+        try:
+            return self.execute_steps()
+        finally:
+            self.done.set()
+
+    def execute_steps(self) -> Results:
         self.preflight()
         try:
             self.stop_if_asked()
@@ -9828,10 +10280,15 @@ class BatchRun:
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         self.rewards.open()  # empty until the first measured round's first verdict
+        played: List[Tuple[List[EpisodeRow], RoundResult]] = []
         try:
-            played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+            for round_number in range(1, self.settings.rounds + 1):
+                if played and self.finishing_early():  # a stream left early: the rounds played stand
+                    break
+                played.append(self.run_round(round_number, image))
         finally:
             self.rewards.close()
+            self.measuring = False
         rows = [row for round_rows, _ in played for row in round_rows]
         rounds = [figures for _, figures in played]
         kubelet: KubeletFigures = {}
@@ -9982,7 +10439,7 @@ class BatchRun:
                 self.namespace,
                 self.run_id,
                 self.settings.worker_source,
-                self.settings.tasks,
+                self.settings.public_tasks,
                 self.settings.launcher_source,
             ),
         ]
@@ -10069,10 +10526,18 @@ class BatchRun:
         self.current_dir, self.current_job = round_dir, None
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
+        self.measuring = True
         try:
             rows, figures = self.run_job(
                 round_number, name, round_dir, manifest, self.settings.count, self.progress, rewards
             )
+        except BaseException as error:
+            rewards.failed(error)
+            raise
+        finally:
+            self.measuring = False
+        try:
+            rewards.grade_rows(rows, figures)
         except BaseException as error:
             rewards.failed(error)
             raise
@@ -10088,8 +10553,18 @@ class BatchRun:
 
     def stop_if_asked(self) -> None:
         """Before the next create: a stop asked for from another thread (the API's) is a Ctrl-C."""
-        if self.stop.is_set():
+        if self.stop.is_set() or self.finishing_early():
             raise KeyboardInterrupt
+
+    def stopped_by(self, rewards: RoundRewards) -> Optional[str]:
+        """Why a measured round stops before its Job ends, once it should: --stop-after K reached,
+        or stream_batch's loop left (the episodes that ended are kept); None while it goes on."""
+        if self.finishing_early():
+            return "stream_batch's loop was left"
+        stop_after = self.settings.stop_after
+        if stop_after is not None and rewards.standing() >= stop_after:
+            return f"--stop-after {stop_after}: {stop_after} episodes had a standing reward"
+        return None
 
     def run_job(
         self,
@@ -10154,6 +10629,14 @@ class BatchRun:
             if rewards is not None:
                 rewards.follower = follower
                 rewards.job_created(job, submitted)
+            stop_reasons: List[str] = []
+
+            def enough() -> bool:  # --stop-after, or a stream left early: a measured round only
+                reason = self.stopped_by(rewards) if rewards is not None else None
+                if reason:
+                    stop_reasons.append(reason)
+                return reason is not None
+
             observation = wait_for_job(
                 self.kubectl,
                 self.namespace,
@@ -10165,6 +10648,7 @@ class BatchRun:
                 on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
+                enough=enough if rewards is not None else None,
             )
             followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
@@ -10176,7 +10660,20 @@ class BatchRun:
         write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
+        selector = pod_selector(job)
+        log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
+        stopped = outcome == ROUND_STOPPED
+        stopped_pods: List[KubeObject] = []
+        if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
+            watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
+            if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
+                # exactly the first K standing rewards: an episode that ended without a line kept
+                # (beyond K, or its verdict not known from its status) is stopped with the rest
+                keep = set(rewards.last)
+                stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
+                watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
+            log_selector = ended_pods_selector(selector, watched, stopped_pods)
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
         saved = threading.Event()
@@ -10200,7 +10697,7 @@ class BatchRun:
             rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
             # what the reads while the pods ran proved whole is kept; the rest is read as before
             # (the Job's selector matches the rest only when nothing was)
-            chosen = selector if not have else None
+            chosen = log_selector if not have else None
             logs, errors = read_logs(
                 self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
             )
@@ -10222,6 +10719,9 @@ class BatchRun:
             logs, log_errors = read(pods)
         follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
+        if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
+            write_pods(round_dir, [*pods, *stopped_pods], budgets)
+            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
@@ -10249,9 +10749,13 @@ class BatchRun:
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
+            failed_episode_reward=settings.failed_episode_reward,
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            stopped=stopped,
+            stopped_pods=stopped_pods,
+            stopped_by=stop_reasons[0] if stop_reasons else "",
             provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
@@ -10331,6 +10835,20 @@ class BatchRun:
         changes = template_changes(pod_spec, dig(job, "spec", "template", "spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
+
+    def delete_stopped_job(self, name: str, reason: str) -> None:
+        """A round stopped early: delete its Job, the run's own (created by this run, its UID in the
+        receipt, in the run's namespace), foreground, so the job controller's pods go first and no
+        pod is created any more; not waited for (--cleanup, or `cleanup`, waits for the namespace).
+        A failed delete leaves the stopped episodes running: the run says so and goes on."""
+        try:
+            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
+            say_stderr(f"stopped early ({reason}): Job {self.namespace}/{name} deleted with its pods")
+        except DemoError as error:
+            say_stderr(
+                f"warning: stopped early ({reason}), but deleting Job {self.namespace}/{name} failed ({error}); its "
+                "remaining episodes may still run: run cleanup"
+            )
 
     def delete_refused_job(self, name: str, before: str = "before its episodes could be measured") -> str:
         """Delete a Job the run created and will not wait for (it is the run's own: its UID is in the
@@ -10482,7 +11000,13 @@ def cleanup_run(
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
-        kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        try:
+            kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        except KubectlFailure as failure:  # gone since it was read: a round stopped early deletes its own Job
+            if not failure.not_found:
+                raise
+            say(f"Job {namespace}/{name} is already gone")
+            continue
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
@@ -10697,7 +11221,9 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
         (
             "01-configmap.json",
-            configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks, settings.launcher_source),
+            configmap_manifest(
+                namespace, run_id, settings.worker_source, settings.public_tasks, settings.launcher_source
+            ),
         ),
     ]
     for round_number in range(1, settings.rounds + 1):
@@ -10992,7 +11518,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
         receipt = _read_json_file(output / RUN_FILES.receipt) if output is not None else None
-        properties = {"exit_code": str(exit_code)}
+        properties = {"exit_code": str(exit_code), **junit_tag_properties(settings.tags)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
         return render_junit_xml(junit_suites(results, started, settings.thresholds, failure), properties)
@@ -12062,6 +12588,20 @@ WORKER_TEMPLATE = r'''"""One episode of your own: read this episode's task, act,
 
     rl-batch-demo run --worker my_worker.py --tasks tasks.jsonl --output DIR
 
+Its tasks, one JSON object per line of tasks.jsonl (the shape of docs/own-episodes.md):
+
+    {"id": "add-1", "question": "2 + 3", "expected": 5}
+
+A task without a field act() reads (NEEDS) fails its episode, naming the field, rather than
+scoring it 0. Every episode can read /demo/, every line of tasks.jsonl included: to keep the
+answer from the code under test, run with --private-fields expected and grade on your machine
+with --grader grader.py, a file of your own such as
+
+    def grade(task, info):  # on the client, with the whole task
+        return 1.0 if info["answer"] == task["expected"] else 0.0
+
+(this worker then reports reward 0.0 and its answer; the grader's reward replaces it).
+
 The event protocol (what rl-batch-demo checks):
 * one `ready` event once the environment is prepared, then one `reward` event;
 * each carries `event`, `at` (time.time() on the node) and `episode_id` (the pod's name,
@@ -12072,7 +12612,8 @@ The event protocol (what rl-batch-demo checks):
   (/dev/termination-log, at most 4096 bytes; when they do not fit, leave it empty and the log
   alone counts), so that one `kubectl get pods` can return every reward;
 * exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
-  missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
+  missing reward event fails the episode by its own doing (failure_kind "episode"): the run fails,
+  or with --failed-episode-reward R scores it R; it is never masked like a lost node.
 
 Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; whatever is left there
 when this worker exits is sent for it (the launcher that runs it), or send_artifacts() prints
@@ -12104,6 +12645,7 @@ TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/t
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
+NEEDS = ("question",)  # the task fields act() reads; "expected" is grade()'s, and may be kept private
 
 
 def read_task():
@@ -12152,18 +12694,35 @@ def send_artifacts():
 
 
 def act(task):
-    """The stand-in for your model and its tool calls: here, add the task's two numbers."""
-    return task.get("a", 0) + task.get("b", 0)
+    """The stand-in for your model and its tool calls: here, work out "A OP B" (+, - or *)."""
+    a, op, b = task["question"].split()
+    return {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
 
 
 def grade(task, answer):
-    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl."""
-    correct = answer == task.get("expected")
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. Without the task's
+    `expected` (--private-fields expected), the client's --grader grades `answer` instead."""
+    if "expected" not in task:
+        return 0.0, {"answer": answer}
+    correct = answer == task["expected"]
     return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
+
+
+def refuse(text):
+    """Fail the episode (exit 1) saying why, on stderr and in the termination message."""
+    print(text, file=sys.stderr, flush=True)
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
+        TERMINATION_LOG.write_text(text + "\n")
+    except OSError:
+        pass  # no termination log outside Kubernetes
+    return 1
 
 
 def main():
     task = read_task()
+    missing = [field for field in NEEDS if field not in task]
+    if missing:  # a task of another shape: fail, named, never a silent reward of 0
+        return refuse(f"task {INDEX} lacks the field(s) {', '.join(missing)} this worker reads")
     WORKSPACE.joinpath("task.json").write_text(json.dumps(task))  # prepare the environment
     emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
     try:
@@ -12253,6 +12812,38 @@ def threshold(text: str) -> Tuple[str, float]:
     return metric, seconds
 
 
+def load_grader(path: Path) -> Callable[[JsonObject, Any], Any]:
+    """--grader FILE.py: your own Python file, run here on the client (never in a pod), that
+    defines grade(task, info) -> float; it grades each validated episode from its whole task
+    (--private-fields too) and its reward event's info. A file that cannot be read, compiled or
+    run, or defines no grade, is a usage error before anything is created."""
+    source = read_input_file(path, "--grader")
+    namespace: Dict[str, Any] = {"__name__": "rl_batch_demo_grader", "__file__": str(path)}
+    try:
+        # the user's own grader, run like their trainer's code on their machine: never in a pod
+        exec(compile(source, str(path), "exec"), namespace)
+    except Exception as error:  # its own error, in one line
+        raise DemoError(f"--grader {path} cannot be loaded: {type(error).__name__}: {error}", EXIT_USAGE) from None
+    grade = namespace.get("grade")
+    if not callable(grade):
+        raise DemoError(f"--grader {path} defines no function grade(task, info)", EXIT_USAGE)
+    return lambda task, row: grade(task, row.get("info") or {})
+
+
+def tags_arg(text: str) -> JsonObject:
+    """An argparse type: --tags, one JSON object (strict JSON: no NaN), at most TAG_KEYS_LIMIT keys
+    and TAGS_LIMIT bytes as JSON, carried as given."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:
+        raise argparse.ArgumentTypeError(f"is not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"is {type(value).__name__} in JSON, not an object of tags")
+    if len(value) > TAG_KEYS_LIMIT or len(json.dumps(value).encode()) > TAGS_LIMIT:
+        raise argparse.ArgumentTypeError(f"has more than {TAG_KEYS_LIMIT} keys or {TAGS_LIMIT} bytes of JSON")
+    return value
+
+
 class VersionAction(argparse.Action):
     """--version with the hash of this file, computed only when asked for."""
 
@@ -12332,6 +12923,17 @@ def parallelism_arg(text: str) -> Any:
         return whole_number(1)(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of at least 1 nor auto") from None
+
+
+def reward_arg(text: str) -> float:
+    """An argparse type: --failed-episode-reward, a finite number within a reward's limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > REWARD_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite reward of at most {REWARD_LIMIT:g} in size")
+    return value
 
 
 def pinned_image_arg(text: str) -> str:
@@ -12529,10 +13131,50 @@ def build_parser(
                 "type": whole_number(0),
                 "default": 0,
                 "metavar": "K",
-                "help": "tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed "
-                "in results.json's failed_episodes and left out of the figures; never retried (default 0: any "
-                "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+                "help": "set aside up to K episodes the infrastructure lost (failure_kind infrastructure: evicted, "
+                "preempted, refused by the kubelet, deleted): listed in results.json's failed_episodes and left out "
+                "of the figures; never retried, and never an episode's own failure (default 0: any failure fails the "
+                "run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
+            },
+            "--failed-episode-reward": {
+                "type": reward_arg,
+                "metavar": "R",
+                "help": "score each episode that failed by its own doing (failure_kind episode: a non-zero exit, "
+                "killed, no or invalid events, its --episode-timeout) as reward R, your minimum reward, instead of "
+                "failing the run; the others run on (needs per-index backoff limits, as --max-failed-episodes)",
+            },
+            "--stop-after": {
+                "type": whole_number(1),
+                "metavar": "K",
+                "help": "once K episodes of a round have a standing reward (known as their pods end), stop the rest: "
+                "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
+                "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
+            },
+            "--private-fields": {
+                "metavar": "FIELD,...",
+                "help": "task fields of --tasks kept out of the ConfigMap, so that no episode can read them (the "
+                "expected answer): only the client's grader (--grader) sees them",
+            },
+            "--grader": {
+                "metavar": "FILE.py",
+                "help": "grade each validated episode here, on the client, not in the pod: FILE.py defines "
+                "grade(task, info) -> float, given the episode's whole task (private fields too) and its reward "
+                "event's info; its result is the episode's reward, the pod's own kept as pod_reward",
+            },
+            "--tags": {
+                "type": tags_arg,
+                "default": {},
+                "metavar": "JSON",
+                "help": 'your own metadata as one JSON object (a policy version, a step: \'{"policy": "v7"}\'), '
+                "carried as given by every rewards.jsonl line, results.json and the JUnit properties (tag.KEY); at "
+                f"most {TAG_KEYS_LIMIT} keys and {TAGS_LIMIT} bytes",
+            },
+            "--episode-timeout": {
+                "type": whole_number(1, MAX_WAIT_SECONDS),
+                "metavar": "SECONDS",
+                "help": "each episode pod's own activeDeadlineSeconds: a hung episode fails alone, as its own failure "
+                "(default: --timeout less a tenth, at most 30 s less; at most --timeout)",
             },
             "--infra-retries": {
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
@@ -12715,9 +13357,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                     EXIT_USAGE,
                 )
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
+        private = tuple(field for field in (args.private_fields or "").split(",") if field)
+        if private and tasks is None:
+            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+        public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
+        grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks, LAUNCHER_SOURCE)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, public, LAUNCHER_SOURCE)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -12733,6 +13380,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.stop_after is not None and args.stop_after > count:
+        parser.error(f"--stop-after {args.stop_after} is more than the {count} episodes of a round ({given})")
+    if args.episode_timeout is not None and args.episode_timeout > args.timeout:
+        parser.error(
+            f"--episode-timeout {args.episode_timeout} is longer than --timeout {args.timeout}: the Job's deadline "
+            "would stop every episode first; give a shorter --episode-timeout or a longer --timeout"
+        )
     if args.dry_run and auto:
         parser.error("--dry-run contacts no cluster, so it cannot count the nodes' room for --parallelism auto")
     return dataclasses.replace(
@@ -12743,6 +13397,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        failed_episode_reward=args.failed_episode_reward,
+        episode_timeout=args.episode_timeout,
+        stop_after=args.stop_after,
+        tags=args.tags,
+        private_fields=private,
+        grade=grade,
+        grader_name=Path(args.grader).name if args.grader else None,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         queue=args.queue,
@@ -12891,10 +13552,70 @@ def run_as_script() -> typing.NoReturn:
 
 
 class OptionsParser(CommandLineParser):
-    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2)."""
+    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2),
+    worded for Python: each of run's flags it names is the keyword (`--timeout 0` is `timeout=0`)."""
 
     def error(self, message: str) -> NoReturn:
-        raise DemoError(printable(message), EXIT_USAGE)
+        run = run_parser(self)
+        switches = [action.dest for action in run._actions if action.nargs == 0] if run is not None else []
+        raise DemoError(printable(keyword_message(message, run_flags(self), switches)), EXIT_USAGE)
+
+
+def run_parser(parser: argparse.ArgumentParser) -> Optional[argparse.ArgumentParser]:
+    """`run`'s parser: the top parser's subcommand, or the parser itself when it is run's."""
+    commands = getattr(parser, "commands", {})
+    return commands.get("run") or (parser if parser.prog.endswith(" run") else None)
+
+
+def run_flags(parser: CommandLineParser) -> Dict[str, str]:
+    """run's flags (--max-failed-episodes) by their keyword (max_failed_episodes); {} for another parser."""
+    run = run_parser(parser)
+    if run is None:
+        return {}
+    return {
+        action.dest: max(action.option_strings, key=len)
+        for action in run._actions
+        if action.option_strings and action.dest != "help"
+    }
+
+
+PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+
+
+def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
+    """A usage error in the API's words: `argument --timeout: ...` becomes `option timeout=: ...`,
+    `--stop-after 9` (a flag and its value) `stop_after=9`, a switch (`switches`, by keyword)
+    `allow_large=True`; other text is left as it is."""
+    by_flag = {flag: name for name, flag in flags.items()}
+    switch_names = set(switches)
+
+    def keyword(match: re.Match[str]) -> str:
+        name, value = by_flag.get(match.group(1)), match.group(2)
+        if name is None:
+            return match.group(0)
+        if name in switch_names or value is None or value in PROSE:
+            return f"{name}={'True' if name in switch_names else ''}" + (f" {value}" if value else "")
+        return f"{name}={value}"
+
+    message = re.sub(r"\bargument (--[a-z][a-z0-9-]*)(?:/[^:]*)?:", r"option \1:", message)
+    return re.sub(r"(--[a-z][a-z0-9-]*)(?:[ =](?!-)([^\s:;,)]+))?", keyword, message)
+
+
+# What each kind of run's values takes from Python, by the function that parses its text (the
+# command line's type); a value of another type is refused (count="3": a str, not an int).
+API_TYPES: Dict[str, Tuple[type, ...]] = {
+    "whole_number.<locals>.parse": (int,),
+    "reward_arg": (int, float),
+    "parallelism_arg": (int, str),
+    "artifact_budget": (int, str),
+}
+
+
+def accepted_types(action: argparse.Action) -> Tuple[type, ...]:
+    """The Python types an option with a value takes: its parser's (API_TYPES), else a text or a path."""
+    if action.type is None:
+        return (str, os.PathLike)
+    return API_TYPES.get(getattr(action.type, "__qualname__", ""), (str,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12907,10 +13628,11 @@ class BatchResult:
 
     @property
     def verdicts(self) -> List[RewardLine]:
-        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in the order the
-        pods first appear: a reward that stands has `failure` null."""
+        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in index order
+        (round, then completion index; a row without an index last, by pod): a reward stands when
+        `reward` is not null and `retracted` is false."""
         last = {row["pod"]: row for row in self.rewards}
-        return list(last.values())
+        return sorted(last.values(), key=verdict_order)
 
     @classmethod
     def read(cls, output: Path) -> BatchResult:
@@ -12918,6 +13640,11 @@ class BatchResult:
         if not (output / RUN_FILES.results).exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
+
+
+def verdict_order(row: RewardLine) -> Tuple[int, int, int, str]:
+    index = row["index"]
+    return row["round"], index is None, index if index is not None else 0, row["pod"]
 
 
 def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> List[str]:
@@ -12940,9 +13667,23 @@ def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> L
         elif action.dest == "threshold":
             items = value.items() if isinstance(value, Mapping) else [value] if isinstance(value, str) else value
             argv += [f"{flag}={item}" if isinstance(item, str) else f"{flag}={item[0]}={item[1]}" for item in items]
+        elif action.dest == "tags" and isinstance(value, Mapping):  # a dict of tags, as --tags' JSON object
+            try:
+                argv.append(f"{flag}={json.dumps(dict(value), allow_nan=False)}")
+            except (TypeError, ValueError, RecursionError) as error:
+                raise DemoError(f"option tags= cannot be written as JSON ({error})", EXIT_USAGE) from None
         elif value is not None:
             if isinstance(value, bool):
                 raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
+            kinds = accepted_types(action)
+            if not isinstance(value, kinds):
+                names = " or ".join(
+                    "a path" if kind is os.PathLike else f"an {kind.__name__}" if kind is int else f"a {kind.__name__}"
+                    for kind in kinds
+                )
+                raise DemoError(
+                    f"option {name}= takes {names}, not {short_repr(value)} ({type(value).__name__})", EXIT_USAGE
+                )
             argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
     return argv
 
@@ -12968,6 +13709,11 @@ def batch_settings(
     """The settings `run` would take from the flags that `options` name, checked by the same
     parser and rules: a usage error is a DemoError, raised before any work starts."""
     given = dict(options)
+    grade = given.pop("grade", None)  # grade=callable(task, row) -> float: no flag, the command line's --grader
+    if grade is not None and not callable(grade):
+        raise DemoError(f"option grade= takes a function grade(task, row), not {short_repr(grade)}", EXIT_USAGE)
+    if grade is not None and given.get("grader") is not None:
+        raise DemoError("give grade= or grader=, not both", EXIT_USAGE)
     tasks = given.get("tasks")
     listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
     if listed:
@@ -12977,7 +13723,11 @@ def batch_settings(
     args = parser.parse_command_line(["run", *argv])
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
-    return run_settings(args), args
+    settings = run_settings(args)
+    if grade is not None:
+        name = getattr(grade, "__qualname__", None) or type(grade).__name__
+        settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
+    return settings, args
 
 
 def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:
@@ -13023,11 +13773,13 @@ _DONE = object()  # stream_batch's last item: the run's thread has ended
 def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator[RewardLine, None, BatchResult]:
     rows: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
+    early = threading.Event()
     ended: Dict[str, Any] = {}
 
     def work() -> None:
         try:
-            ended["result"] = execute_batch(dataclasses.replace(settings, on_reward=rows.put, stop=stop), args)
+            seams = dataclasses.replace(settings, on_reward=rows.put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
         except BaseException as error:  # handed to the caller's thread below
             ended["error"] = error
         finally:
@@ -13038,8 +13790,12 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
     try:
         while (row := rows.get()) is not _DONE:
             yield row
-    except BaseException:  # KeyboardInterrupt while waiting, GeneratorExit, the loop's own exception
+    except KeyboardInterrupt:  # a Ctrl-C while waiting: the run is interrupted, as `run` is
         stop.set()
+        thread.join()
+        raise
+    except BaseException:  # the loop left early (GeneratorExit: break, close()), or its own exception
+        early.set()  # the round stops as --stop-after stops it: what ended is validated and kept
         thread.join()
         raise
     thread.join()
@@ -13047,6 +13803,62 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
         raise ended["error"]
     result: BatchResult = ended["result"]
     return result
+
+
+def astream_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> typing.AsyncIterator[RewardLine]:
+    """stream_batch for asyncio: an async generator over the same rows, each handed to the event
+    loop by the run's thread (loop.call_soon_threadsafe), so that waiting for the next row never
+    blocks the loop. Leaving the loop early (break and aclose(), an exception, a cancellation)
+    keeps what finished, as stream_batch's does; once the run has ended, its DemoError is raised
+    after the last row. Options are checked now, before the first row."""
+    settings, args = batch_settings(output, count, options)
+    return _astream(settings, args, {})
+
+
+async def arun_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> BatchResult:
+    """run_batch for asyncio: the batch runs in a thread of its own while the event loop goes on;
+    returns its BatchResult or raises its DemoError. A cancellation stops the run as leaving
+    astream_batch's loop early does, then is raised."""
+    settings, args = batch_settings(output, count, options)
+    ended: Dict[str, Any] = {}
+    async for _ in _astream(settings, args, ended):
+        pass
+    result: BatchResult = ended["result"]
+    return result
+
+
+async def _astream(
+    settings: RunSettings, args: argparse.Namespace, ended: Dict[str, Any]
+) -> typing.AsyncIterator[RewardLine]:
+    loop = asyncio.get_running_loop()
+    rows: asyncio.Queue[Any] = asyncio.Queue()
+    stop, early = threading.Event(), threading.Event()
+
+    def put(item: Any) -> None:  # from the run's thread; a loop already closed takes nothing more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(rows.put_nowait, item)
+
+    def work() -> None:
+        try:
+            seams = dataclasses.replace(settings, on_reward=put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
+        except BaseException as error:  # handed to the loop below
+            ended["error"] = error
+        finally:
+            put(_DONE)
+
+    thread = threading.Thread(target=work, name=f"rl-batch-demo {settings.output}")
+    thread.start()
+    try:
+        while (row := await rows.get()) is not _DONE:
+            yield row
+    except BaseException:  # aclose() (GeneratorExit), a cancellation, the loop's own exception
+        early.set()  # what ended is kept, as stream_batch's loop left early
+        await loop.run_in_executor(None, thread.join)  # the run's diagnostics and --cleanup, off the loop
+        raise
+    await loop.run_in_executor(None, thread.join)
+    if "error" in ended:
+        raise ended["error"]
 
 
 if __name__ == "__main__":

@@ -250,6 +250,10 @@ class Batch:
             indexed=True,
             infra_retries=self.infra_retries,
             launcher=True,
+            # each pod's own deadline, --episode-timeout's default for this Job's deadline
+            episode_deadline_seconds=settings_for(
+                self.count, deadline_seconds=self.deadline_seconds
+            ).episode_deadline_seconds,
         )
 
     def job(self, status: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

@@ -107,8 +107,11 @@ class ApiCallPlanTest(CallPlanTestCase):
             ({"cuont": 3}, "unknown option cuont; did you mean count?"),
             ({"max_failed": 1}, "did you mean max_failed_episodes?"),
             ({"help": True}, "unknown option help"),
-            ({"count": 0}, "'0' must be at least 1"),
-            ({"count": 25}, "--count 25 is more than 20; pass --allow-large"),
+            ({"count": 0}, "option count=: '0' must be at least 1"),
+            ({"count": "3"}, "option count= takes an int, not '3' (str)"),
+            ({"timeout": 2.5}, "option timeout= takes an int, not 2.5 (float)"),
+            ({"episode_timeout": 900}, "episode_timeout=900 is longer than timeout=240"),
+            ({"count": 25}, "count=25 is more than 20; pass allow_large=True"),
             ({"quiet": "yes"}, "option quiet takes True or False, not 'yes'"),
             ({"image": True}, "option image takes a value, not True"),
             ({"cleanup": "sometimes"}, "invalid choice: 'sometimes'"),
@@ -116,15 +119,18 @@ class ApiCallPlanTest(CallPlanTestCase):
             ({"tasks": [{"id": 1}, "two"]}, "tasks[1] is str, not a dict"),
             ({"tasks": [{"x": float("nan")}]}, "tasks[0] cannot be written as JSON"),
             ({"tasks": []}, "is empty"),
-            ({"tasks": str(tasks), "count": 3}, "--count 3 does not match the 2 tasks"),
+            ({"tasks": str(tasks), "count": 3}, "count=3 does not match the 2 tasks"),
         ):
             with self.subTest(options=options):
                 with self.assertRaises(rbd.DemoError) as raised:
                     self.quietly(lambda: rbd.run_batch(self.out(), **options))  # noqa: B023 - called at once
                 self.assertEqual(raised.exception.exit_code, rbd.EXIT_USAGE)
                 self.assertIn(fragment, str(raised.exception))
+                self.assertNotRegex(str(raised.exception), r"--[a-z]", "an API error names the keyword, not the flag")
                 self.assertEqual(self.stderr, "")
                 self.assertFalse(self.out().exists())
+        with self.assertRaisesRegex(rbd.DemoError, r"option output= takes a str or a path, not 3 \(int\)"):
+            rbd.run_batch(3)
         self.assertEqual(self.stub.calls(), [])
 
     def test_a_list_of_tasks_is_a_tasks_file(self) -> None:
@@ -233,6 +239,23 @@ DRIVER = textwrap.dedent(
 
 
 @end_to_end
+class VerdictsTest(unittest.TestCase):
+    """BatchResult.verdicts: each pod's last row, in index order, whatever order the pods ended in."""
+
+    def test_each_pods_last_row_in_index_order(self) -> None:
+        def row(index: Any, pod: str, reward: Any, retracted: bool = False, round_number: int = 1) -> Dict[str, Any]:
+            failure = "its log disagrees" if retracted else None
+            return {"round": round_number, "index": index, "pod": pod, "reward": reward, "retracted": retracted,
+                    "failure": failure}  # fmt: skip
+
+        rows = [row(2, "c", 1), row(0, "a", 1), row(1, "b", 0.5), row(0, "a", None, True), row(0, "z", 1, False, 2),
+                row(None, "y", None)]  # fmt: skip
+        result = rbd.BatchResult(Path("out"), None, rows)  # type: ignore[arg-type]
+        self.assertEqual([(r["round"], r["pod"]) for r in result.verdicts], [(1, "a"), (1, "b"), (1, "c"), (1, "y"),
+                                                                            (2, "z")])  # fmt: skip
+        self.assertTrue(result.verdicts[0]["retracted"])  # a's last row
+
+
 class FakeClusterCase(unittest.TestCase):
     """A fresh fake cluster and a scratch directory per test; Python run in it as a trainer would."""
 
@@ -333,8 +356,8 @@ class StreamedToTheTrainerTest(FakeClusterCase):
     def test_the_first_row_arrives_while_the_other_episode_still_runs(self) -> None:
         (self.root / "worker.py").write_text(SLEEPING_WORKER)
         tasks = [
-            {"id": "quick", "sleep": 0.0, "a": 1, "b": 1, "expected": 2},
-            {"id": "slow", "sleep": 3.0, "expected": 0},
+            {"id": "quick", "sleep": 0.0, "question": "1 + 1", "expected": 2},
+            {"id": "slow", "sleep": 3.0, "question": "0 + 0", "expected": 0},
         ]
         (self.root / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
         report = self.finish(
@@ -370,7 +393,7 @@ class TrainerDocTest(FakeClusterCase):
         )
 
     def test_the_trainer_loop(self) -> None:
-        loop, stream = self.blocks()
+        loop, stream = self.blocks()[:2]
         result = self.run_block(loop)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout, "step 0: 4 rewards, mean 1.00\nstep 1: 4 rewards, mean 1.00\n")
@@ -382,14 +405,33 @@ class TrainerDocTest(FakeClusterCase):
         self.assertEqual(self.namespaces(), [])
 
     def test_the_readmes_trainer_loop(self) -> None:
-        """README.md's "Feeding a trainer" block: every task's reward, in each of its steps."""
+        """README.md's "Feeding a trainer" block, async: in each step the first 4 of 6 episodes to
+        finish, graded on the client from the task's private field, each with the step's tags."""
         text = (ROOT / "README.md").read_text(encoding="utf-8")
         [loop] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        self.check_async_loop(loop)
+
+    def test_trainer_mds_async_loop(self) -> None:
+        """docs/trainer.md shows the same loop (its blank lines aside), and it runs the same way."""
+        loop = self.blocks()[2]
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        [readme] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        self.assertEqual([line for line in loop.splitlines() if line], [line for line in readme.splitlines() if line])
+        self.check_async_loop(loop)
+
+    def check_async_loop(self, loop: str) -> None:
         result = self.run_block(loop)
         self.assertEqual(result.returncode, 0, result.stderr)
-        rows = sorted(tuple(line.split()) for line in result.stdout.splitlines())
-        self.assertEqual(rows, sorted((str(step), f"t{i}", "1") for step in range(2) for i in range(4)))
-        self.assertEqual(self.namespaces(), [])
+        rows = [tuple(line.split()) for line in result.stdout.splitlines()]
+        for step in range(2):
+            mine = [row for row in rows if row[0] == str(step)]
+            self.assertEqual(len(mine), 4, rows)  # stop_after=4
+            self.assertEqual({(reward, tag) for _, _, reward, tag in mine}, {("1.0", str(step))})
+            self.assertEqual(len({task for _, task, _, _ in mine}), 4)
+            results = json.loads((self.root / f"runs/step-{step}/results.json").read_text())
+            self.assertEqual((results["successful_episodes"], len(results["stopped_episodes"])), (4, 2))
+            self.assertEqual(results["private_fields"], ["expected"])
+        self.assertEqual(self.namespaces(), [], result.stdout + result.stderr)
 
     def test_the_chinese_readmes_loop_is_the_same_code(self) -> None:
         """README.zh-CN.md's loop differs from the one run above only in its comments."""

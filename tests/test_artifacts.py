@@ -4,7 +4,7 @@ through its log and saved as DIR/artifacts/<pod>/<name> (docs/own-episodes.md, "
 Three tiers: the frame parser and the manifest rules as pure tables; ArtifactSink and the log
 reader on a scratch directory (binary, nested, a forged hash, frames out of order or missing, a
 planted symlink, a frame glued to another pod's line); and runs through the fake cluster, one of
-them a matrix of hostile episodes set aside one by one (--max-failed-episodes), beside the
+them a matrix of hostile episodes failed and scored one by one (--failed-episode-reward), beside the
 built-in worker's patch."""
 
 from __future__ import annotations
@@ -450,7 +450,7 @@ class ArtifactRunTest(unittest.TestCase):
         count = 8
         result, output = self.run_tool(
             "hostile",
-            *("--count", str(count), "--worker", str(worker), "--max-failed-episodes", str(count - 1)),
+            *("--count", str(count), "--worker", str(worker), "--failed-episode-reward", "0"),
             # index 0's 76,800 bytes and 2 directories (8,192) fit, index 1's 100,000 bytes do not
             *("--max-artifact-bytes", "90000"),
         )

@@ -876,6 +876,18 @@ class CleanupPolicyTest(RunPlanTestCase):
         self.assertIn("is kept", result.stderr)
         self.assertTrue((self.out() / "results.json").exists())
 
+    def test_a_job_gone_between_its_read_and_its_delete_is_already_gone(self) -> None:
+        """A round stopped early deletes its own Job without waiting: cleanup may read it and then
+        find it gone at its delete (NotFound), which is what it wanted, so it goes on."""
+        plan = RunPlan(Batch(count=2))
+        cleanup = plan.cleanup()
+        not_found = 'Error from server (NotFound): jobs.batch "rollout" not found'
+        self.expect(*plan.run(), *cleanup[:3], cleanup[3].failing(not_found), *cleanup[5:])
+        result = self.tool("run", "--count", "2", "--output", str(self.out()), "--cleanup", "always")
+        self.assertEqual(result.code, 0, result)
+        self.assertIn(f"Job {NAMESPACE}/rollout is already gone", result.stderr)
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)
+
 
 class CheckTest(CallPlanTestCase):
     @staticmethod

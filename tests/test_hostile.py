@@ -310,7 +310,8 @@ class HostileEpisodeTest(HostileRunTestCase):
     def test_each_invalid_input_fails_its_episode_by_name(self) -> None:
         """Two inputs end a run on their own (exit 1, the one error line naming the pod and the
         problem); all of them, in one run that sets each failed episode aside
-        (--max-failed-episodes), are each named with their cause beside one good episode."""
+        (--failed-episode-reward 0: each is the episode's own failure), are each named with their cause
+        and failure_kind episode beside one good episode."""
 
         def alone(row: tuple[str, str]) -> tuple[str, str, Any]:
             mode, expected = row
@@ -318,8 +319,8 @@ class HostileEpisodeTest(HostileRunTestCase):
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
             together = pool.submit(
-                self.run_hostile, "together", [mode for mode, _ in INVALID] + ["noise"], "--max-failed-episodes",
-                str(len(INVALID)),
+                self.run_hostile, "together", [mode for mode, _ in INVALID] + ["noise"], "--failed-episode-reward",
+                "0",
             )  # fmt: skip
             outcomes = list(pool.map(alone, [INVALID[0], INVALID[6]]))
             result, output, left = together.result()
@@ -339,6 +340,9 @@ class HostileEpisodeTest(HostileRunTestCase):
         self.assertEqual((results["successful_episodes"], results["reward_sum"]), (1, 1))
         causes = {entry["index"]: entry["cause"] for entry in results["failed_episodes"]}
         self.assertEqual(sorted(causes), list(range(len(INVALID))))
+        kinds = {(entry["failure_kind"], entry["reward"]) for entry in results["failed_episodes"]}
+        self.assertEqual(kinds, {(demo.FAILURE_EPISODE, 0.0)})
+        self.assertEqual((results["scored_episodes"], results["masked_episodes"]), (len(INVALID), 0))
         for index, (mode, expected) in enumerate(INVALID):
             with self.subTest(mode, together=True):
                 self.assertIn(expected, causes[index])
@@ -404,7 +408,7 @@ class IntegrityRoundThreeTest(HostileRunTestCase):
     def test_artifact_names_that_spoof_are_refused_and_a_long_non_ascii_one_is_saved(self) -> None:
         count = len(SPOOF_NAMES)
         result, output, left = self.run_worker(
-            "spoof_names", count, None, "--max-failed-episodes", str(count - 1), "--max-artifact-bytes", "65536"
+            "spoof_names", count, None, "--failed-episode-reward", "0", "--max-artifact-bytes", "65536"
         )
         self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
         self.assert_contained(result, output, left)

@@ -103,7 +103,10 @@ class ManifestTest(unittest.TestCase):
         line = demo.strict_refusal(stderr, "ns/rollout", infra_retries=True)
         self.assertIn("set for --infra-retries", line or "")
         self.assertIn("run without --infra-retries", line or "")
-        self.assertIn("set for --max-failed-episodes,", demo.strict_refusal(stderr, "ns/rollout") or "")
+        self.assertIn(
+            "set for --max-failed-episodes and --failed-episode-reward,",
+            demo.strict_refusal(stderr, "ns/rollout") or "",
+        )
 
 
 class AttemptsTest(unittest.TestCase):
@@ -444,15 +447,16 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertTrue(reads and all("--ignore-errors" in read for read in reads), reads)
         self.assertFalse((self.out / f"{attempt['pod']}.log").exists())
 
-    def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:
+    def test_a_scored_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "exit1", "1": "evict"}, **FAST_BACKOFF})
-        self.run_tool(cluster, 0, "--count", "3", "--infra-retries", "1", "--max-failed-episodes", "1")
+        self.run_tool(cluster, 0, "--count", "3", "--infra-retries", "1", "--failed-episode-reward", "0")
         job = self.job()
         self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count", "FailIndex"])
         self.assertEqual((job["status"]["failedIndexes"], job["status"]["completedIndexes"]), ("0", "1-2"))
         results = self.results()
         [failed] = results["failed_episodes"]
         self.assertEqual((failed["index"], failed["attempts"], failed["lost_attempts"]), (0, 1, []))
+        self.assertEqual((failed["failure_kind"], failed["reward"]), (demo.FAILURE_EPISODE, 0.0))
         self.assertIn("exit code 1", failed["cause"])
         rows = {row["index"]: row["attempts"] for row in results["pods"]}
         self.assertEqual(rows, {1: 2, 2: 1})

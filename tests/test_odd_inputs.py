@@ -221,7 +221,7 @@ class ExitCodeTest(CallPlanTestCase):
             """
             import os, runpy, signal, sys
             # what the file imports, imported now: none of their code runs once the file runs
-            import argparse, codecs, contextlib, dataclasses, datetime, functools, json, math
+            import argparse, asyncio, codecs, contextlib, dataclasses, datetime, functools, json, math
             import queue, re, shlex, shutil, subprocess, threading, time, typing, pathlib
             script = sys.argv[1]
             seen = []

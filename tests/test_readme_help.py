@@ -49,6 +49,8 @@ UNCHECKED: Dict[str, str] = {
     r"pip install \.": "installs this clone with setuptools from a package index; "
     "test_the_installed_commands_exist checks the two commands it installs",
     r"export KUBECONFIG=\S+": "points kubectl at the reader's own cluster",
+    r"printf %s\\n \{.*\}": "writes the README's sample tasks; tests/test_own_episodes.py "
+    "runs it and the template on the tasks it writes (TemplateWorkerTest)",
     r"cat \S+/(results\.json|rewards\.jsonl)": "prints a file the run before it wrote; tests/test_demo.py "
     "reads the demo's results.json, tests/test_own_episodes.py checks the documented rewards.jsonl",
 }

@@ -24,7 +24,11 @@ from tests.test_run import run_script
 from tests.tiers import end_to_end
 
 NODES = ("node-a", "node-b")
-TASKS = [{"a": 1, "b": 2, "expected": 3}, {"a": 2, "b": 2, "expected": 5}, {"a": 5, "b": 5, "expected": 10}]
+TASKS = [  # the template's task shape (show-worker --template, docs/own-episodes.md)
+    {"question": "1 + 2", "expected": 3},
+    {"question": "2 + 2", "expected": 5},
+    {"question": "5 + 5", "expected": 10},
+]
 
 
 @end_to_end
@@ -61,6 +65,9 @@ class SourcesTestCase(unittest.TestCase):
 
     def job(self) -> Dict[str, Any]:
         return json.loads((self.out / "job.json").read_text())
+
+    def reward_lines(self) -> List[demo.RewardLine]:
+        return records.written(self, self.out / demo.REWARDS_FILE, demo.RewardLine)
 
     def records(self, cluster: FakeCluster) -> Dict[str, dict]:
         return cluster.pod_records(self.receipt()["namespace"], "rollout")
@@ -194,8 +201,9 @@ class IndexedJobTest(SourcesTestCase):
         calls = self.kubectl_calls()
         self.assertFalse([c for c in calls if "--raw" in c or c[-3:] == ["nodes", "-o", "json"]])
 
-    def test_a_failed_index_within_max_failed_episodes(self) -> None:
-        cluster = self.cluster(faults={"episode": {"1": "exit1"}})
+    def test_a_lost_index_within_max_failed_episodes_is_masked(self) -> None:
+        """failure_kind infrastructure: an evicted episode is set aside under --max-failed-episodes."""
+        cluster = self.cluster(faults={"episode": {"1": "evict"}})
         self.run_tool(cluster, 0, "--tasks", self.tasks_file(TASKS), "--max-failed-episodes", "1")
         job = self.job()
         self.assertEqual((job["spec"]["backoffLimitPerIndex"], job["spec"]["maxFailedIndexes"]), (0, 1))
@@ -204,13 +212,47 @@ class IndexedJobTest(SourcesTestCase):
         failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
         self.assertEqual([(c["reason"], c["message"]) for c in failed], [("FailedIndexes", "Job has failed indexes")])
         results = self.results()
-        self.assertEqual([(e["index"], e["task_id"]) for e in results["failed_episodes"]], [(1, 1)])
+        self.assertEqual(
+            [(e["index"], e["task_id"], e["failure_kind"], e["reward"]) for e in results["failed_episodes"]],
+            [(1, 1, demo.FAILURE_INFRASTRUCTURE, None)],
+        )
         self.assertEqual(sorted(row["index"] for row in results["pods"]), [0, 2])
+        self.assertEqual((results["masked_episodes"], results["scored_episodes"]), (1, 0))
+        [line] = [line for line in self.reward_lines() if line["index"] == 1]
+        self.assertEqual((line["reward"], line["failure_kind"]), (None, demo.FAILURE_INFRASTRUCTURE))
+
+    def test_an_own_failure_is_never_masked(self) -> None:
+        """failure_kind episode: a worker that exits 1 fails the run under --max-failed-episodes,
+        which names --failed-episode-reward; with it, the episode is scored and the others run on."""
+        cluster = self.cluster(faults={"episode": {"1": "exit1"}})
+        result = self.run_tool(cluster, 1, "--tasks", self.tasks_file(TASKS), "--max-failed-episodes", "1")
+        self.assertIn("sets aside only failures of the infrastructure; --failed-episode-reward R", result.stderr)
+        [line] = [line for line in self.reward_lines() if line["index"] == 1]
+        self.assertEqual((line["reward"], line["failure_kind"]), (None, demo.FAILURE_EPISODE))
+
+    def test_an_own_failure_is_scored_with_failed_episode_reward(self) -> None:
+        cluster = self.cluster(faults={"episode": {"1": "exit1"}})
+        self.run_tool(cluster, 0, "--tasks", self.tasks_file(TASKS), "--failed-episode-reward", "-1")
+        job = self.job()
+        self.assertEqual(job["spec"]["backoffLimitPerIndex"], 0)
+        self.assertNotIn("maxFailedIndexes", job["spec"])  # every index runs, whatever fails
+        self.assertEqual((job["status"]["failedIndexes"], job["status"]["completedIndexes"]), ("1", "0,2"))
+        results = self.results()
+        self.assertEqual(
+            [(e["index"], e["failure_kind"], e["reward"]) for e in results["failed_episodes"]],
+            [(1, demo.FAILURE_EPISODE, -1.0)],
+        )
+        self.assertEqual((results["episodes"], results["scored_episodes"], results["masked_episodes"]), (3, 1, 0))
+        self.assertEqual(results["reward_sum"], 1 + 1 - 1)
+        lines = {line["index"]: line for line in self.reward_lines()}
+        self.assertEqual((lines[1]["reward"], lines[1]["failure_kind"]), (-1.0, demo.FAILURE_EPISODE))
+        self.assertIn("exit code 1", lines[1]["failure"] or "")
+        self.assertEqual({lines[i]["failure_kind"] for i in (0, 2)}, {None})
 
     def test_more_failed_indexes_than_allowed_fail_the_run(self) -> None:
-        cluster = self.cluster(faults={"episode": {"0": "exit1", "2": "evict"}})
+        cluster = self.cluster(faults={"episode": {"0": "evict", "2": "evict"}})
         result = self.run_tool(cluster, 1, "--count", "3", "--max-failed-episodes", "1")
-        self.assertIn("more than --max-failed-episodes 1", result.stderr)
+        self.assertIn("lost to the infrastructure, more than --max-failed-episodes 1", result.stderr)
         job = self.job()
         # 0 and 2 failed; 1 may have been still running when the Job gave up (then the fake counts
         # it failed too, as its pod is stopped), so the set is 0,2 or 0-2.

@@ -507,9 +507,10 @@ class StreamedRunTest(CallPlanTestCase):
 
 # A worker of its own: each task sleeps its `sleep` seconds between `ready` and `reward`.
 SLEEPING_WORKER = demo.WORKER_TEMPLATE.replace(
-    '    return task.get("a", 0) + task.get("b", 0)\n',
-    '    time.sleep(task["sleep"])\n    return task.get("a", 0) + task.get("b", 0)\n',
+    '    a, op, b = task["question"].split()\n',
+    '    time.sleep(task["sleep"])\n    a, op, b = task["question"].split()\n',
 )
+assert SLEEPING_WORKER != demo.WORKER_TEMPLATE, "the template's act() changed: patch it anew"
 # Ten episodes of different lengths, the first to end by index 2; the others end at least 2 s
 # after it, a quarter of a second apart, so the orderings below leave room for a loaded machine.
 RANKS = [3, 8, 0, 5, 9, 1, 7, 2, 6, 4]
@@ -528,7 +529,7 @@ class StreamedThroughTheFakeTest(unittest.TestCase):
         (self.root / "worker.py").write_text(SLEEPING_WORKER)
         (self.root / "tasks.jsonl").write_text(
             "".join(
-                json.dumps({"id": f"t{i}", "sleep": s, "a": i, "b": 1, "expected": i + 1}) + "\n"
+                json.dumps({"id": f"t{i}", "sleep": s, "question": f"{i} + 1", "expected": i + 1}) + "\n"
                 for i, s in enumerate(SLEEPS)
             )
         )
@@ -565,22 +566,27 @@ class StreamedThroughTheFakeTest(unittest.TestCase):
         check_agrees_with_results(self, lines, results)
         self.assertLessEqual(len(cluster.calls()), 10, cluster.calls())  # the budget of a 10-episode run
 
-    def test_a_reward_contradicted_by_the_log_is_retracted_within_max_failed_episodes(self) -> None:
+    def test_a_reward_contradicted_by_the_log_is_retracted_then_scored(self) -> None:
         """The termination message's reward event says 0 where the log says 1: the line written as
-        the pod ended is retracted once the log is read, and the episode is set aside."""
+        the pod ended is retracted once the log is read, and the episode, failed by its own doing,
+        is scored as --failed-episode-reward's -1 (its last line, which stands)."""
         index = RANKS.index(0)  # the first to end
         cluster = FakeCluster(self.root / "cluster", faults={"episode": {str(index): "message_mismatch"}})
         self.addCleanup(cluster.close)
-        result, _ = self.run_tool(cluster, "--max-failed-episodes", "1")
+        result, _ = self.run_tool(cluster, "--failed-episode-reward", "-1")
         self.assertEqual(result.returncode, 0, result.stderr)
         results = records.written_results(self, self.output)
         lines = records.written(self, self.output / demo.REWARDS_FILE, demo.RewardLine)
         [entry] = results["failed_episodes"]
         mine = [line for line in lines if line["pod"] == entry["pod"]]
-        self.assertEqual([(line["reward"], line["retracted"]) for line in mine], [(0.0, False), (None, True)])
+        self.assertEqual(
+            [(line["reward"], line["retracted"]) for line in mine], [(0.0, False), (None, True), (-1.0, False)]
+        )
         self.assertIs(lines[0], mine[0])  # written first, as its pod ended first
         self.assertIn("report different events", mine[1]["failure"])
         self.assertEqual(mine[1]["failure"], entry["cause"])
+        self.assertEqual([line["failure_kind"] for line in mine], [None, demo.FAILURE_EPISODE, demo.FAILURE_EPISODE])
+        self.assertEqual((entry["failure_kind"], entry["reward"]), (demo.FAILURE_EPISODE, -1.0))
         check_agrees_with_results(self, lines, results)
 
 

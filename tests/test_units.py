@@ -1007,7 +1007,7 @@ class SchemaTest(unittest.TestCase):
         ]
         row = demo.pod_row(rows[0])
         self.assertEqual(records.exact_problem(row, demo.PodRow), "")
-        self.assertEqual(records.exact_problem({**row, "info": {}}, demo.PodRow), "info is not in the schema")
+        self.assertEqual(records.exact_problem({**row, "stray": {}}, demo.PodRow), "stray is not in the schema")
         bad = {**row, "image_pull": {**row["image_pull"], "size": 1}}
         self.assertEqual(records.exact_problem(bad, demo.PodRow), "image_pull.size is not in the schema")
         self.assertEqual(

@@ -13,6 +13,8 @@ Usage:
     python3 rl_batch_demo.py run       --output DIR [--count N] [--parallelism P|auto] [--rounds K]
                                        [--image I] [--runtime R|none] [--cleanup POLICY]
                                        [--worker FILE.py] [--tasks FILE.jsonl] [--max-failed-episodes K]
+                                       [--failed-episode-reward R] [--episode-timeout S] [--stop-after K]
+                                       [--tags JSON]
                                        [--warmup] [--pin-image[=DIGEST]] [--kubelet-metrics]
                                        [--junit FILE] [--metrics-file FILE]
     python3 rl_batch_demo.py reproduce --output DIR [--count N] [--rounds K] [--junit FILE]
@@ -22,8 +24,8 @@ Usage:
 
 From Python (docs/trainer.md): `import rl_batch_demo as rbd`, then `rbd.run_batch(DIR, count=N,
 cleanup="always", ...)` (run's flags with underscores) returns `.results` and `.rewards`, and
-`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written; errors raise
-rbd.DemoError with the exit code below.
+`rbd.stream_batch(DIR, ...)` yields each rewards.jsonl row as it is written (`astream_batch`,
+`arun_batch`: the same for asyncio); errors raise rbd.DemoError with the exit code below.
 
 Saved as `kubectl-rl_batch_demo` on PATH, it is also the kubectl plugin `kubectl rl-batch-demo`.
 Everything a pod prints is untrusted input: read as bytes, bounded, escaped before it is shown.

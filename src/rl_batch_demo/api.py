@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import queue
+import re
 import threading
 import typing
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from .cli import CommandLineParser, build_parser, did_you_mean, invoked_as, run_settings
 from .commands import cmd_run_reported
@@ -30,10 +33,70 @@ from .records import Results, RewardLine, RunSettings
 
 
 class OptionsParser(CommandLineParser):
-    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2)."""
+    """The command line's parser as the API uses it: a usage error raises DemoError (exit 2),
+    worded for Python: each of run's flags it names is the keyword (`--timeout 0` is `timeout=0`)."""
 
     def error(self, message: str) -> NoReturn:
-        raise DemoError(printable(message), EXIT_USAGE)
+        run = run_parser(self)
+        switches = [action.dest for action in run._actions if action.nargs == 0] if run is not None else []
+        raise DemoError(printable(keyword_message(message, run_flags(self), switches)), EXIT_USAGE)
+
+
+def run_parser(parser: argparse.ArgumentParser) -> Optional[argparse.ArgumentParser]:
+    """`run`'s parser: the top parser's subcommand, or the parser itself when it is run's."""
+    commands = getattr(parser, "commands", {})
+    return commands.get("run") or (parser if parser.prog.endswith(" run") else None)
+
+
+def run_flags(parser: CommandLineParser) -> Dict[str, str]:
+    """run's flags (--max-failed-episodes) by their keyword (max_failed_episodes); {} for another parser."""
+    run = run_parser(parser)
+    if run is None:
+        return {}
+    return {
+        action.dest: max(action.option_strings, key=len)
+        for action in run._actions
+        if action.option_strings and action.dest != "help"
+    }
+
+
+PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+
+
+def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
+    """A usage error in the API's words: `argument --timeout: ...` becomes `option timeout=: ...`,
+    `--stop-after 9` (a flag and its value) `stop_after=9`, a switch (`switches`, by keyword)
+    `allow_large=True`; other text is left as it is."""
+    by_flag = {flag: name for name, flag in flags.items()}
+    switch_names = set(switches)
+
+    def keyword(match: re.Match[str]) -> str:
+        name, value = by_flag.get(match.group(1)), match.group(2)
+        if name is None:
+            return match.group(0)
+        if name in switch_names or value is None or value in PROSE:
+            return f"{name}={'True' if name in switch_names else ''}" + (f" {value}" if value else "")
+        return f"{name}={value}"
+
+    message = re.sub(r"\bargument (--[a-z][a-z0-9-]*)(?:/[^:]*)?:", r"option \1:", message)
+    return re.sub(r"(--[a-z][a-z0-9-]*)(?:[ =](?!-)([^\s:;,)]+))?", keyword, message)
+
+
+# What each kind of run's values takes from Python, by the function that parses its text (the
+# command line's type); a value of another type is refused (count="3": a str, not an int).
+API_TYPES: Dict[str, Tuple[type, ...]] = {
+    "whole_number.<locals>.parse": (int,),
+    "reward_arg": (int, float),
+    "parallelism_arg": (int, str),
+    "artifact_budget": (int, str),
+}
+
+
+def accepted_types(action: argparse.Action) -> Tuple[type, ...]:
+    """The Python types an option with a value takes: its parser's (API_TYPES), else a text or a path."""
+    if action.type is None:
+        return (str, os.PathLike)
+    return API_TYPES.get(getattr(action.type, "__qualname__", ""), (str,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +109,11 @@ class BatchResult:
 
     @property
     def verdicts(self) -> List[RewardLine]:
-        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in the order the
-        pods first appear: a reward that stands has `failure` null."""
+        """Each pod's last row, its verdict (docs/outputs.md, "rewards.jsonl"), in index order
+        (round, then completion index; a row without an index last, by pod): a reward stands when
+        `reward` is not null and `retracted` is false."""
         last = {row["pod"]: row for row in self.rewards}
-        return list(last.values())
+        return sorted(last.values(), key=verdict_order)
 
     @classmethod
     def read(cls, output: Path) -> BatchResult:
@@ -57,6 +121,11 @@ class BatchResult:
         if not (output / RUN_FILES.results).exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
+
+
+def verdict_order(row: RewardLine) -> Tuple[int, int, int, str]:
+    index = row["index"]
+    return row["round"], index is None, index if index is not None else 0, row["pod"]
 
 
 def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> List[str]:
@@ -79,9 +148,23 @@ def option_arguments(options: Mapping[str, Any], parser: CommandLineParser) -> L
         elif action.dest == "threshold":
             items = value.items() if isinstance(value, Mapping) else [value] if isinstance(value, str) else value
             argv += [f"{flag}={item}" if isinstance(item, str) else f"{flag}={item[0]}={item[1]}" for item in items]
+        elif action.dest == "tags" and isinstance(value, Mapping):  # a dict of tags, as --tags' JSON object
+            try:
+                argv.append(f"{flag}={json.dumps(dict(value), allow_nan=False)}")
+            except (TypeError, ValueError, RecursionError) as error:
+                raise DemoError(f"option tags= cannot be written as JSON ({error})", EXIT_USAGE) from None
         elif value is not None:
             if isinstance(value, bool):
                 raise DemoError(f"option {name} takes a value, not {value}", EXIT_USAGE)
+            kinds = accepted_types(action)
+            if not isinstance(value, kinds):
+                names = " or ".join(
+                    "a path" if kind is os.PathLike else f"an {kind.__name__}" if kind is int else f"a {kind.__name__}"
+                    for kind in kinds
+                )
+                raise DemoError(
+                    f"option {name}= takes {names}, not {short_repr(value)} ({type(value).__name__})", EXIT_USAGE
+                )
             argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
     return argv
 
@@ -107,6 +190,11 @@ def batch_settings(
     """The settings `run` would take from the flags that `options` name, checked by the same
     parser and rules: a usage error is a DemoError, raised before any work starts."""
     given = dict(options)
+    grade = given.pop("grade", None)  # grade=callable(task, row) -> float: no flag, the command line's --grader
+    if grade is not None and not callable(grade):
+        raise DemoError(f"option grade= takes a function grade(task, row), not {short_repr(grade)}", EXIT_USAGE)
+    if grade is not None and given.get("grader") is not None:
+        raise DemoError("give grade= or grader=, not both", EXIT_USAGE)
     tasks = given.get("tasks")
     listed = tasks is not None and not isinstance(tasks, (str, os.PathLike))
     if listed:
@@ -116,7 +204,11 @@ def batch_settings(
     args = parser.parse_command_line(["run", *argv])
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
-    return run_settings(args), args
+    settings = run_settings(args)
+    if grade is not None:
+        name = getattr(grade, "__qualname__", None) or type(grade).__name__
+        settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
+    return settings, args
 
 
 def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:
@@ -162,11 +254,13 @@ _DONE = object()  # stream_batch's last item: the run's thread has ended
 def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator[RewardLine, None, BatchResult]:
     rows: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
+    early = threading.Event()
     ended: Dict[str, Any] = {}
 
     def work() -> None:
         try:
-            ended["result"] = execute_batch(dataclasses.replace(settings, on_reward=rows.put, stop=stop), args)
+            seams = dataclasses.replace(settings, on_reward=rows.put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
         except BaseException as error:  # handed to the caller's thread below
             ended["error"] = error
         finally:
@@ -177,8 +271,12 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
     try:
         while (row := rows.get()) is not _DONE:
             yield row
-    except BaseException:  # KeyboardInterrupt while waiting, GeneratorExit, the loop's own exception
+    except KeyboardInterrupt:  # a Ctrl-C while waiting: the run is interrupted, as `run` is
         stop.set()
+        thread.join()
+        raise
+    except BaseException:  # the loop left early (GeneratorExit: break, close()), or its own exception
+        early.set()  # the round stops as --stop-after stops it: what ended is validated and kept
         thread.join()
         raise
     thread.join()
@@ -186,3 +284,59 @@ def _stream(settings: RunSettings, args: argparse.Namespace) -> typing.Generator
         raise ended["error"]
     result: BatchResult = ended["result"]
     return result
+
+
+def astream_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> typing.AsyncIterator[RewardLine]:
+    """stream_batch for asyncio: an async generator over the same rows, each handed to the event
+    loop by the run's thread (loop.call_soon_threadsafe), so that waiting for the next row never
+    blocks the loop. Leaving the loop early (break and aclose(), an exception, a cancellation)
+    keeps what finished, as stream_batch's does; once the run has ended, its DemoError is raised
+    after the last row. Options are checked now, before the first row."""
+    settings, args = batch_settings(output, count, options)
+    return _astream(settings, args, {})
+
+
+async def arun_batch(output: Any, *, count: Optional[int] = None, **options: Any) -> BatchResult:
+    """run_batch for asyncio: the batch runs in a thread of its own while the event loop goes on;
+    returns its BatchResult or raises its DemoError. A cancellation stops the run as leaving
+    astream_batch's loop early does, then is raised."""
+    settings, args = batch_settings(output, count, options)
+    ended: Dict[str, Any] = {}
+    async for _ in _astream(settings, args, ended):
+        pass
+    result: BatchResult = ended["result"]
+    return result
+
+
+async def _astream(
+    settings: RunSettings, args: argparse.Namespace, ended: Dict[str, Any]
+) -> typing.AsyncIterator[RewardLine]:
+    loop = asyncio.get_running_loop()
+    rows: asyncio.Queue[Any] = asyncio.Queue()
+    stop, early = threading.Event(), threading.Event()
+
+    def put(item: Any) -> None:  # from the run's thread; a loop already closed takes nothing more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(rows.put_nowait, item)
+
+    def work() -> None:
+        try:
+            seams = dataclasses.replace(settings, on_reward=put, stop=stop, finish_early=early)
+            ended["result"] = execute_batch(seams, args)
+        except BaseException as error:  # handed to the loop below
+            ended["error"] = error
+        finally:
+            put(_DONE)
+
+    thread = threading.Thread(target=work, name=f"rl-batch-demo {settings.output}")
+    thread.start()
+    try:
+        while (row := await rows.get()) is not _DONE:
+            yield row
+    except BaseException:  # aclose() (GeneratorExit), a cancellation, the loop's own exception
+        early.set()  # what ended is kept, as stream_batch's loop left early
+        await loop.run_in_executor(None, thread.join)  # the run's diagnostics and --cleanup, off the loop
+        raise
+    await loop.run_in_executor(None, thread.join)
+    if "error" in ended:
+        raise ended["error"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
+import math
 import os
 import re
 import shlex
@@ -42,11 +44,15 @@ from .constants import (
     NO_RUNTIME,
     PLUGIN_COMMAND,
     PLUGIN_FILE_NAMES,
+    REWARD_LIMIT,
+    TAG_KEYS_LIMIT,
+    TAGS_LIMIT,
     TASKS_KEY,
     THRESHOLD_METRICS,
     __version__,
 )
 from .core_basics import (
+    _reject_constant,
     check_worker_source,
     configmap_manifest,
     configmap_size_problem,
@@ -60,7 +66,7 @@ from .errors import BUG, INTERRUPTED, STDOUT_CLOSED, DemoError, outcome_of
 from .kubectl import make_kubectl
 from .payloads import LAUNCHER_SOURCE, WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
-from .records import RunSettings
+from .records import JsonObject, RunSettings
 from .status import discard_stdout, say_stderr, terminal_width
 
 # Command line #################################################################
@@ -130,6 +136,38 @@ def threshold(text: str) -> Tuple[str, float]:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the limit must be positive")
     return metric, seconds
+
+
+def load_grader(path: Path) -> Callable[[JsonObject, Any], Any]:
+    """--grader FILE.py: your own Python file, run here on the client (never in a pod), that
+    defines grade(task, info) -> float; it grades each validated episode from its whole task
+    (--private-fields too) and its reward event's info. A file that cannot be read, compiled or
+    run, or defines no grade, is a usage error before anything is created."""
+    source = read_input_file(path, "--grader")
+    namespace: Dict[str, Any] = {"__name__": "rl_batch_demo_grader", "__file__": str(path)}
+    try:
+        # the user's own grader, run like their trainer's code on their machine: never in a pod
+        exec(compile(source, str(path), "exec"), namespace)
+    except Exception as error:  # its own error, in one line
+        raise DemoError(f"--grader {path} cannot be loaded: {type(error).__name__}: {error}", EXIT_USAGE) from None
+    grade = namespace.get("grade")
+    if not callable(grade):
+        raise DemoError(f"--grader {path} defines no function grade(task, info)", EXIT_USAGE)
+    return lambda task, row: grade(task, row.get("info") or {})
+
+
+def tags_arg(text: str) -> JsonObject:
+    """An argparse type: --tags, one JSON object (strict JSON: no NaN), at most TAG_KEYS_LIMIT keys
+    and TAGS_LIMIT bytes as JSON, carried as given."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:
+        raise argparse.ArgumentTypeError(f"is not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"is {type(value).__name__} in JSON, not an object of tags")
+    if len(value) > TAG_KEYS_LIMIT or len(json.dumps(value).encode()) > TAGS_LIMIT:
+        raise argparse.ArgumentTypeError(f"has more than {TAG_KEYS_LIMIT} keys or {TAGS_LIMIT} bytes of JSON")
+    return value
 
 
 class VersionAction(argparse.Action):
@@ -211,6 +249,17 @@ def parallelism_arg(text: str) -> Any:
         return whole_number(1)(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of at least 1 nor auto") from None
+
+
+def reward_arg(text: str) -> float:
+    """An argparse type: --failed-episode-reward, a finite number within a reward's limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > REWARD_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite reward of at most {REWARD_LIMIT:g} in size")
+    return value
 
 
 def pinned_image_arg(text: str) -> str:
@@ -408,10 +457,50 @@ def build_parser(
                 "type": whole_number(0),
                 "default": 0,
                 "metavar": "K",
-                "help": "tolerate up to K episodes that failed (pod failed or evicted, no or invalid events): listed "
-                "in results.json's failed_episodes and left out of the figures; never retried (default 0: any "
-                "failure fails the run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
+                "help": "set aside up to K episodes the infrastructure lost (failure_kind infrastructure: evicted, "
+                "preempted, refused by the kubelet, deleted): listed in results.json's failed_episodes and left out "
+                "of the figures; never retried, and never an episode's own failure (default 0: any failure fails the "
+                "run; K > 0 needs per-index backoff limits: Kubernetes 1.33, or 1.29-1.32 with the "
                 "JobBackoffLimitPerIndex feature gate, on by default there)",
+            },
+            "--failed-episode-reward": {
+                "type": reward_arg,
+                "metavar": "R",
+                "help": "score each episode that failed by its own doing (failure_kind episode: a non-zero exit, "
+                "killed, no or invalid events, its --episode-timeout) as reward R, your minimum reward, instead of "
+                "failing the run; the others run on (needs per-index backoff limits, as --max-failed-episodes)",
+            },
+            "--stop-after": {
+                "type": whole_number(1),
+                "metavar": "K",
+                "help": "once K episodes of a round have a standing reward (known as their pods end), stop the rest: "
+                "the Job is deleted with its pods (foreground) and the run succeeds with the episodes that had "
+                "ended, validated; results.json names the stopped ones (stopped_episodes); at most the count",
+            },
+            "--private-fields": {
+                "metavar": "FIELD,...",
+                "help": "task fields of --tasks kept out of the ConfigMap, so that no episode can read them (the "
+                "expected answer): only the client's grader (--grader) sees them",
+            },
+            "--grader": {
+                "metavar": "FILE.py",
+                "help": "grade each validated episode here, on the client, not in the pod: FILE.py defines "
+                "grade(task, info) -> float, given the episode's whole task (private fields too) and its reward "
+                "event's info; its result is the episode's reward, the pod's own kept as pod_reward",
+            },
+            "--tags": {
+                "type": tags_arg,
+                "default": {},
+                "metavar": "JSON",
+                "help": 'your own metadata as one JSON object (a policy version, a step: \'{"policy": "v7"}\'), '
+                "carried as given by every rewards.jsonl line, results.json and the JUnit properties (tag.KEY); at "
+                f"most {TAG_KEYS_LIMIT} keys and {TAGS_LIMIT} bytes",
+            },
+            "--episode-timeout": {
+                "type": whole_number(1, MAX_WAIT_SECONDS),
+                "metavar": "SECONDS",
+                "help": "each episode pod's own activeDeadlineSeconds: a hung episode fails alone, as its own failure "
+                "(default: --timeout less a tenth, at most 30 s less; at most --timeout)",
             },
             "--infra-retries": {
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
@@ -594,9 +683,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
                     EXIT_USAGE,
                 )
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
+        private = tuple(field for field in (args.private_fields or "").split(",") if field)
+        if private and tasks is None:
+            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+        public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
+        grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks, LAUNCHER_SOURCE)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, public, LAUNCHER_SOURCE)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -612,6 +706,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             "--dry-run contacts no cluster, so it cannot list the nodes to warm up or resolve a digest; "
             "pass --pin-image=REPO@sha256:DIGEST to see the pinned manifests"
         )
+    if args.stop_after is not None and args.stop_after > count:
+        parser.error(f"--stop-after {args.stop_after} is more than the {count} episodes of a round ({given})")
+    if args.episode_timeout is not None and args.episode_timeout > args.timeout:
+        parser.error(
+            f"--episode-timeout {args.episode_timeout} is longer than --timeout {args.timeout}: the Job's deadline "
+            "would stop every episode first; give a shorter --episode-timeout or a longer --timeout"
+        )
     if args.dry_run and auto:
         parser.error("--dry-run contacts no cluster, so it cannot count the nodes' room for --parallelism auto")
     return dataclasses.replace(
@@ -622,6 +723,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
+        failed_episode_reward=args.failed_episode_reward,
+        episode_timeout=args.episode_timeout,
+        stop_after=args.stop_after,
+        tags=args.tags,
+        private_fields=private,
+        grade=grade,
+        grader_name=Path(args.grader).name if args.grader else None,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
         queue=args.queue,

@@ -37,6 +37,7 @@ from .core_reports import (
     comparison,
     headline,
     junit_suites,
+    junit_tag_properties,
     markdown_literal,
     markdown_summary,
     metrics_labels,
@@ -95,7 +96,9 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
         (
             "01-configmap.json",
-            configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks, settings.launcher_source),
+            configmap_manifest(
+                namespace, run_id, settings.worker_source, settings.public_tasks, settings.launcher_source
+            ),
         ),
     ]
     for round_number in range(1, settings.rounds + 1):
@@ -390,7 +393,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
         receipt = _read_json_file(output / RUN_FILES.receipt) if output is not None else None
-        properties = {"exit_code": str(exit_code)}
+        properties = {"exit_code": str(exit_code), **junit_tag_properties(settings.tags)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
         return render_junit_xml(junit_suites(results, started, settings.thresholds, failure), properties)

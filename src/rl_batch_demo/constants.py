@@ -87,7 +87,9 @@ PER_INDEX_BACKOFF = (
     "per-index backoff limits (Kubernetes 1.29 or later, where the JobBackoffLimitPerIndex feature gate is on by "
     "default: beta in 1.29 to 1.32, GA from 1.33)"
 )
-PER_INDEX_BACKOFF_INSTEAD = "; run without --max-failed-episodes (any failed episode then fails the run)"
+PER_INDEX_BACKOFF_INSTEAD = (
+    "; run without --max-failed-episodes and --failed-episode-reward (any failed episode then fails the run)"
+)
 # Infrastructure retries (--infra-retries K): the Job's own podFailurePolicy, never a resubmission.
 # The job controller matches a failed pod against the rules in order, the first match deciding
 # (kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): a
@@ -109,11 +111,33 @@ POD_FAILURE_POLICY = (
 INFRA_RETRIES_INSTEAD = "; run without --infra-retries (an episode lost to the infrastructure then fails the run)"
 # The Job fields the tool may set that older API servers do not know, with what needs them.
 JOB_FIELD_NEEDS = {
-    "spec.backoffLimitPerIndex": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
+    "spec.backoffLimitPerIndex": (
+        PER_INDEX_BACKOFF,
+        "--max-failed-episodes and --failed-episode-reward",
+        PER_INDEX_BACKOFF_INSTEAD,
+    ),
     "spec.maxFailedIndexes": (PER_INDEX_BACKOFF, "--max-failed-episodes", PER_INDEX_BACKOFF_INSTEAD),
     "spec.podFailurePolicy": (POD_FAILURE_POLICY, "--infra-retries", INFRA_RETRIES_INSTEAD),
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
+# Whose a failed episode's failure is (rewards.jsonl's and failed_episodes' failure_kind). Only a loss
+# the cluster proves is the infrastructure's (core_cluster.failure_kind): everything else, the
+# episode's exit code, a kill, its events, its own deadline, is the episode's, so a policy that
+# crashes can never be masked like a lost node (--max-failed-episodes sets aside only the
+# infrastructure's) and is scored as --failed-episode-reward R instead.
+FAILURE_EPISODE = "episode"
+# A pod past its own activeDeadlineSeconds (--episode-timeout): the kubelet fails it, phase Failed
+# and this status reason (pkg/kubelet/active_deadline.go; kubelet_pods.go generateAPIPodStatus).
+POD_DEADLINE_REASON = "DeadlineExceeded"
+# A round stopped before its Job ended (--stop-after K, or stream_batch's loop left): wait_for_job's
+# observation carries this in place of the job controller's condition; the run deletes the Job.
+JOB_STOPPED = "Stopped"
+EPISODE_DEADLINE_MARGIN_SECONDS = 30  # --episode-timeout's default: the Job's deadline less a tenth, at most this
+FAILURE_INFRASTRUCTURE = "infrastructure"
+# --tags (tags= in Python): the caller's own metadata, a policy version or a step, carried as given by
+# every rewards.jsonl line, results.json and the JUnit properties; bounded, since every line repeats it.
+TAGS_LIMIT = 2048  # bytes of the tags as JSON
+TAG_KEYS_LIMIT = 32
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
 
 

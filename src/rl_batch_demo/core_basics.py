@@ -513,6 +513,8 @@ def job_manifest(
     workspace_size: str = DEFAULT_WORKSPACE_SIZE,
     local_queue: Optional[str] = None,
     launcher: bool = False,
+    score_failures: bool = False,
+    episode_deadline_seconds: Optional[int] = None,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -529,7 +531,12 @@ def job_manifest(
     most N); backoffLimit is then left out, since it counts every failure of the Job. With
     --infra-retries R, an index whose pod was lost to the infrastructure runs again up to R times
     (backoffLimitPerIndex R, podFailurePolicy: see POD_FAILURE_POLICY), and one whose worker
-    failed never does."""
+    failed never does. With --failed-episode-reward (`score_failures`), an episode's own failure
+    fails only its index and never stops the others: backoffLimitPerIndex without maxFailedIndexes,
+    every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
+    `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
+    kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
+    reason DeadlineExceeded."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -570,6 +577,8 @@ def job_manifest(
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
+    if episode_deadline_seconds is not None:
+        pod_spec["activeDeadlineSeconds"] = episode_deadline_seconds
     manifest: KubeObject = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -585,14 +594,18 @@ def job_manifest(
     if local_queue is not None:
         manifest["metadata"]["labels"][QUEUE_NAME_LABEL] = local_queue
     spec = manifest["spec"]
-    if indexed or max_failed_episodes > 0 or infra_retries > 0:
+    if indexed or max_failed_episodes > 0 or infra_retries > 0 or score_failures:
         spec["completionMode"] = "Indexed"
-    if max_failed_episodes > 0:
+    if max_failed_episodes > 0 and not score_failures:
         del spec["backoffLimit"]
         spec.update(backoffLimitPerIndex=0, maxFailedIndexes=min(max_failed_episodes, count))
+    if score_failures:
+        spec.pop("backoffLimit", None)
+        spec.update(backoffLimitPerIndex=0)
     if infra_retries > 0:
         spec.pop("backoffLimit", None)
-        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(max_failed_episodes > 0))
+        fail_index = max_failed_episodes > 0 or score_failures
+        spec.update(backoffLimitPerIndex=infra_retries, podFailurePolicy=pod_failure_policy(fail_index))
     return manifest
 
 
@@ -645,6 +658,8 @@ def round_job_manifest(
         workspace_size=settings.workspace_size,
         local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
         launcher=bool(settings.launcher_source),
+        score_failures=settings.failed_episode_reward is not None,
+        episode_deadline_seconds=settings.episode_deadline_seconds,
     )
 
 
@@ -652,7 +667,7 @@ def one_episode_job_manifest(settings: RunSettings, name: str, namespace: str, r
     """A Job of one episode (a warm-up or the probe), without tasks, running the image as given, before
     any digest is resolved."""
     one_episode = dataclasses.replace(
-        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0
+        settings, count=1, parallelism=1, tasks=None, max_failed_episodes=0, infra_retries=0, failed_episode_reward=None
     )
     return round_job_manifest(one_episode, name, namespace, run_id, settings.given_image)
 
@@ -672,7 +687,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
     if not known:
         return None
     needs, flags, instead = JOB_FIELD_NEEDS[known[0]]
-    if infra_retries and flags == "--max-failed-episodes":
+    if infra_retries and flags.startswith("--max-failed-episodes"):
         flags, instead = "--infra-retries (and --max-failed-episodes, if given)", INFRA_RETRIES_INSTEAD
     these = "these fields, set for {}, need" if len(fields) > 1 else "this field, set for {}, needs"
     return (

@@ -16,10 +16,14 @@ from .constants import (
     EVENTS_PER_EPISODE_LIMIT,
     EXIT_CLUSTER,
     EXIT_EPISODE,
+    FAILURE_EPISODE,
+    FAILURE_INFRASTRUCTURE,
     INDEX_ANNOTATION,
+    INDEX_LABEL,
     KEPT_EVENT_BYTES_LIMIT,
     KEPT_EVENTS,
     MAX_COUNT_LARGE,
+    POD_DEADLINE_REASON,
     TERMINATION_MESSAGE_LIMIT,
     WORKSPACE_VOLUME,
 )
@@ -273,12 +277,24 @@ def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     return int(text)
 
 
+FAILED_MESSAGE_LIMIT = 200  # characters of a failed container's last message line kept in its cause
+
+
 def _phase_failure(pod: KubeObject) -> str:
+    """A pod that did not succeed, in one clause: its phase, exit code and reason, and the last
+    line of a failed container's termination message (the worker's own words for why, such as
+    the template's missing task fields: untrusted, so bounded and escaped)."""
     status = pod.get("status", {})
     terminated = _container_status(pod).get("state", {}).get("terminated") or {}
     detail = f"exit code {terminated['exitCode']}" if "exitCode" in terminated else "no exit code"
     reason = status.get("reason") or terminated.get("reason")
-    return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+    text = f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
+    message = terminated.get("message")
+    lines = [line for line in message.splitlines() if line.strip()] if isinstance(message, str) else []
+    if status.get("phase") == "Failed" and lines and not lines[-1].lstrip().startswith("{"):  # words, not events
+        last = lines[-1][-FAILED_MESSAGE_LIMIT:]
+        text += f"; its termination message ends {short_repr(last, FAILED_MESSAGE_LIMIT + 20)}"
+    return text
 
 
 def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
@@ -312,6 +328,12 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
         )
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
+    if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        return 1, (
+            f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
+            f"activeDeadlineSeconds; {_phase_failure(pod)})"
+        )
     if status.get("phase") == "Failed" and not deleted:
         return 1, _phase_failure(pod)
     if deleted:
@@ -484,10 +506,29 @@ def infra_loss(pod: KubeObject) -> str:
             return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     if status.get("reason") == "Evicted":
         return re.sub(r"[\x00-\x1f\x7f]", "?", f"evicted: {status.get('message', 'no message')}"[:INFRA_CAUSE_LIMIT])
-    if status.get("reason") and not _container_ran(status):  # refused by the kubelet's admission
+    # refused by the kubelet's admission; never the pod's own activeDeadlineSeconds (the kubelet's
+    # DeadlineExceeded, pkg/kubelet/active_deadline.go), which counts from its admission and is the episode's
+    if status.get("reason") and status.get("reason") != POD_DEADLINE_REASON and not _container_ran(status):
         text = f"rejected by the kubelet before any container ran ({status.get('reason')}: {status.get('message')})"
         return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
     return ""
+
+
+def whose_failure(pod: Optional[KubeObject]) -> str:
+    """Whose a failed episode's failure is: FAILURE_INFRASTRUCTURE only when the pod's status proves
+    a loss (infra_loss: DisruptionTarget, Evicted, the kubelet refusing it at admission; or a
+    deletion, which the episode cannot have asked for: its pod carries no ServiceAccount token),
+    else FAILURE_EPISODE: its exit code, a kill, its events, its own deadline, a pod never seen.
+    The episode's by default, so that no failure is masked unless the cluster says it lost it."""
+    if not isinstance(pod, dict):
+        return FAILURE_EPISODE
+    status = pod.get("status")
+    metadata = pod.get("metadata")
+    if infra_loss(pod) or (isinstance(status, dict) and status.get("reason") == "Evicted"):
+        return FAILURE_INFRASTRUCTURE
+    if isinstance(metadata, dict) and metadata.get("deletionTimestamp"):
+        return FAILURE_INFRASTRUCTURE
+    return FAILURE_EPISODE
 
 
 def _container_ran(status: KubeObject) -> bool:
@@ -683,6 +724,36 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
+
+
+def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[List[KubeObject], List[KubeObject]]:
+    """A round stopped early (JOB_STOPPED): the Job's pods that had ended as the watch last showed
+    them (terminal, not being deleted: a terminal pod's status never changes again, so each is
+    final), and the others, which the Job's deletion stops; each list in creation order."""
+    ended: List[KubeObject] = []
+    stopped: List[KubeObject] = []
+    for pod in observation.last_pods.values():
+        if not pod_belongs_to(pod, job_uid):
+            continue
+        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+    for pods in (ended, stopped):
+        pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
+    return ended, stopped
+
+
+def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[KubeObject]) -> Optional[str]:
+    """A label selector that matches exactly the `ended` pods of a stopped round, and no pod it
+    stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
+    the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
+    reads each pod by name."""
+    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
+    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
+        return None
+    if others & set(indexes) or None in others:
+        return None
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .constants import (
     _XML_FORBIDDEN,
@@ -296,10 +297,17 @@ def _many_sample_figures(results: Results, phase: str) -> Tuple[Optional[float],
 
 def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     """One line: how many episodes validated, the reward, the two batch figures, and what failed."""
-    left_out = len(results.get("failed_episodes") or [])
+    failed = results.get("failed_episodes") or []
+    scored = sum(1 for entry in failed if entry.get("reward") is not None)
+    left_out = len(failed) - scored
     valid = f"{results['successful_episodes']}/{results['episodes']} episodes valid"
     if left_out:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
+    stopped = len(results.get("stopped_episodes") or [])
+    if stopped:
+        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
+    if scored:
+        valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
         f"verdict: {valid}, reward_sum {results['reward_sum']}; all ready "
         f"{figure_text(results.get('batch_to_all_ready_seconds'), 'batch_to_all_ready_seconds')}, all rewards "
@@ -765,11 +773,17 @@ def junit_suites(
                     for lost in row.get("lost_attempts") or []:  # --infra-retries: run again, not judged
                         why = f"lost to the infrastructure and run again as {row['pod']}: {lost.get('cause')}"
                         cases.append(_case(classname, str(lost.get("pod")), 0.0, "skipped", why))
-            # set aside under --max-failed-episodes: not judged, and the run did not fail for them
+            # set aside under --max-failed-episodes or scored under --failed-episode-reward: the run did
+            # not fail for them, so neither does the report (skipped, with why)
             for entry in results.get("failed_episodes") or []:
                 if entry.get("round", 1) == number:
-                    why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
-                    cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
+                    if entry.get("reward") is not None:
+                        how = f"failed by its own doing, scored {entry.get('reward')!r} (--failed-episode-reward)"
+                    else:
+                        how = "lost to the infrastructure, left out of the figures (--max-failed-episodes)"
+                    cases.append(
+                        _case(classname, str(entry.get("pod")), 0.0, "skipped", f"{how}: {entry.get('cause')}")
+                    )
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
             # the client's own clock: milliseconds
             suites.append({"round": number, "job": job, "time": seconds, "whole_seconds": False, "cases": cases})
@@ -837,6 +851,14 @@ def junit_suites(
             else:
                 last.append(_case(classname, name, 0.0, text=figure))
     return suites
+
+
+def junit_tag_properties(tags: Mapping[str, Any]) -> Dict[str, str]:
+    """--tags as JUnit properties, each `tag.KEY`: a string as it is, any other value as its JSON."""
+    return {
+        f"tag.{key}": value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in tags.items()
+    }
 
 
 def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> str:

@@ -18,11 +18,15 @@ from .constants import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     EXIT_CLUSTER,
     EXIT_EPISODE,
+    EXIT_INTERRUPTED,
     EXIT_TIMEOUT,
+    FAILURE_EPISODE,
+    FAILURE_INFRASTRUCTURE,
     FIGURE_SOURCES,
     INFO_LIMIT,
     INFO_MEMORY_LIMIT,
     JOB_NAME,
+    JOB_STOPPED,
     LOG_CROSSCHECK_LIMIT,
     PHASES,
     QUEUE_NAME_LABEL,
@@ -84,6 +88,7 @@ from .core_cluster import (
     pod_index,
     scan_text,
     termination_message,
+    whose_failure,
 )
 from .errors import DemoError, EpisodeInvalid
 from .records import (
@@ -109,6 +114,8 @@ from .records import (
     RoundObservation,
     RoundResult,
     RunSettings,
+    StoppedEpisode,
+    StoppedFigures,
 )
 
 # Pure core: validation and figures ############################################
@@ -498,12 +505,38 @@ def reward_line(row: EpisodeRow, known_at: float) -> RewardLine:
         "reward": row["reward"],
         "info": row.get("info", {}),
         "failure": None,
+        "failure_kind": None,
         "known_at": known_at,
         "retracted": False,
         "attempts": row["attempts"],
         "lost_attempts": row["lost_attempts"],
         "artifacts": row.get("artifacts", []),
+        **({"pod_reward": row["pod_reward"]} if "pod_reward" in row else {}),  # type: ignore[typeddict-item]
     }
+
+
+def graded_reward(settings: RunSettings, line: RewardLine) -> float:
+    """A grader's reward for a validated episode's line (settings.grade: grade= or --grader), from
+    its whole task (private fields too; {} without --tasks): a finite number within a reward's
+    limit, never a boolean; anything else, or an exception, fails the run in one sentence."""
+    assert settings.grade is not None
+    tasks, index = settings.tasks, line["index"]
+    task = dict(tasks[index]) if tasks is not None and index is not None and 0 <= index < len(tasks) else {}
+    name = settings.grader_name or "the grader"
+    where = f"episode {line['pod']} (task {short_repr(line['task_id'])})"
+    try:
+        value = settings.grade(task, dict(line))  # type: ignore[arg-type]
+    except Exception as error:
+        message = f"{name} raised {short_repr(error, 200)} grading {where}; fix the grader"
+        raise DemoError(message, EXIT_EPISODE) from None
+    number = finite_number(value) if not isinstance(value, bool) else None
+    if number is None or abs(number) > REWARD_LIMIT:
+        raise DemoError(
+            f"{name} returned {short_repr(value)} for {where}, not a finite number of at most {REWARD_LIMIT:g} in "
+            "size; fix the grader",
+            EXIT_EPISODE,
+        )
+    return value if isinstance(value, int) else number
 
 
 def failure_line(
@@ -514,17 +547,21 @@ def failure_line(
     failure: str,
     known_at: float,
     lost: Sequence[LostAttempt] = (),
+    kind: str = FAILURE_EPISODE,
+    reward: Optional[float] = None,
 ) -> RewardLine:
-    """A failed episode's line: reward and info null and its failure, so a trainer can mask it.
+    """A failed episode's line: info null, its failure and whose it is (`kind`), and reward null,
+    or `reward` (--failed-episode-reward R) for a failure of its own doing, which then stands.
     `lost`: the episode's pods lost to the infrastructure before this one (--infra-retries)."""
     return {
         "round": round_number,
         "index": index,
         "task_id": task_id,
         "pod": pod,
-        "reward": None,
+        "reward": reward if kind == FAILURE_EPISODE else None,
         "info": None,
         "failure": failure,
+        "failure_kind": kind,
         "known_at": known_at,
         "retracted": False,
         "attempts": len(lost) + 1,
@@ -533,18 +570,46 @@ def failure_line(
     }
 
 
-def retraction_of(line: RewardLine, failure: str, known_at: float) -> RewardLine:
-    """The line that withdraws a pod's earlier reward line: a later check rejected the episode."""
+def retraction_of(line: RewardLine, failure: str, known_at: float, kind: str = FAILURE_EPISODE) -> RewardLine:
+    """The line that withdraws a pod's earlier reward line: a later check rejected the episode
+    (`kind`: whose doing that was); its reward is null."""
     retraction = failure_line(
-        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"]
+        line["round"], line["index"], line["task_id"], line["pod"], failure, known_at, line["lost_attempts"], kind
     )
     retraction["retracted"] = True
     return retraction
 
 
 def stands_as_reward(line: Optional[RewardLine]) -> bool:
-    """Whether a pod's last line is a reward (a reader's rule: the last line of a pod is its verdict)."""
-    return line is not None and line["failure"] is None and not line["retracted"]
+    """Whether a pod's last line is a reward that stands (a reader's rule: the last line of a pod
+    is its verdict): a validated episode's, or an episode failure scored by --failed-episode-reward."""
+    return line is not None and line["reward"] is not None and not line["retracted"]
+
+
+def failed_episode_lines(entry: FailedEpisode, previous: Optional[RewardLine], known_at: float) -> List[RewardLine]:
+    """What rewards.jsonl needs for a failed episode, given the pod's last line so far: its failure
+    line when it has none; when a reward line of it stands, that line's retraction, then (scored by
+    --failed-episode-reward) the scored failure line; nothing when its verdict is written already."""
+    kind = entry.get("failure_kind", FAILURE_EPISODE)
+    verdict = failure_line(
+        entry["round"],
+        entry["index"],
+        entry["task_id"],
+        entry["pod"],
+        entry["cause"],
+        known_at,
+        entry["lost_attempts"],
+        kind,
+        entry.get("reward"),
+    )
+    if previous is None:
+        return [verdict]
+    if not stands_as_reward(previous):  # its failure is written: only a score it lacks is new
+        return [verdict] if verdict["reward"] is not None else []
+    if previous["failure"] is not None and previous["reward"] == verdict["reward"]:
+        return []  # its scored failure, written as the pod ended
+    retraction = retraction_of(previous, entry["cause"], known_at, kind)
+    return [retraction, verdict] if verdict["reward"] is not None else [retraction]
 
 
 def _index_order(line: RewardLine) -> Tuple[int, int, str]:
@@ -563,21 +628,7 @@ def reconciling_lines(
     # found early is final; analyse_round fails it with that cause).
     lines = [reward_line(row, known_at) for row in rows if row["pod"] not in last]
     for entry in failed:
-        previous = last.get(entry["pod"])
-        if previous is None:
-            lines.append(
-                failure_line(
-                    entry["round"],
-                    entry["index"],
-                    entry["task_id"],
-                    entry["pod"],
-                    entry["cause"],
-                    known_at,
-                    entry["lost_attempts"],
-                )
-            )
-        elif stands_as_reward(previous):
-            lines.append(retraction_of(previous, entry["cause"], known_at))
+        lines += failed_episode_lines(entry, last.get(entry["pod"]), known_at)
     analysed = {row["pod"] for row in rows} | {entry["pod"] for entry in failed}
     lines += [
         retraction_of(line, "its pod is not one of the Job's pods once the round was analysed", known_at)
@@ -587,26 +638,37 @@ def reconciling_lines(
     return sorted(lines, key=_index_order)
 
 
-def retracting_lines(last: Mapping[str, RewardLine], failure: str, known_at: float) -> List[RewardLine]:
+def retracting_lines(
+    last: Mapping[str, RewardLine], failure: str, known_at: float, kinds: Optional[Mapping[str, str]] = None
+) -> List[RewardLine]:
     """When a round fails (or the run stops) before its analysis accepted it: a retraction of each
-    of its reward lines, in the order they were written, with `failure` as the reason."""
-    return [retraction_of(line, failure, known_at) for line in last.values() if stands_as_reward(line)]
+    of its reward lines, in the order they were written, with `failure` as the reason and each
+    pod's failure kind (`kinds`, by pod: its pod as last watched; the episode's when unknown)."""
+    return [
+        retraction_of(line, failure, known_at, (kinds or {}).get(line["pod"], FAILURE_EPISODE))
+        for line in last.values()
+        if stands_as_reward(line)
+    ]
 
 
-def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
-    """The guide's whole-batch figures for one set of episodes (`failed`: left out, --max-failed-episodes),
-    with the rewards' mean, min and max beside the guide's reward_sum. `rows` is never empty."""
+def batch_figures(rows: List[EpisodeRow], failed: Sequence[FailedEpisode] = ()) -> BatchFigures:
+    """The guide's whole-batch figures for one set of episodes, with the rewards' mean, min and max
+    beside the guide's reward_sum. `failed`: the failed episodes the round accepted, each left out
+    of every figure (masked: --max-failed-episodes) or, scored (--failed-episode-reward R), counted
+    in the reward figures with R and in no timing figure. `rows` is never empty."""
     startup = [row["pod_to_ready_seconds"] for row in rows]
-    rewards = [row["reward"] for row in rows]
+    scored = [entry["reward"] for entry in failed if entry.get("reward") is not None]
+    rewards = [row["reward"] for row in rows] + [reward for reward in scored if reward is not None]
+    masked = len(failed) - len(scored)
 
     def latest(ends: List[Optional[float]]) -> Optional[float]:  # the cluster's stamps: every episode's, else unknown
         known = [end for end in ends if end is not None]
         return max(known) if len(known) == len(ends) else None
 
     return {
-        "episodes": len(rows) + failed,
+        "episodes": len(rows) + len(failed),
         "successful_episodes": len(rows),
-        "masked_episodes": failed,
+        "masked_episodes": masked,
         "reward_sum": sum(rewards),
         "batch_to_all_ready_seconds": max(row["batch_to_ready_seconds"] for row in rows),
         "batch_to_all_rewards_seconds": max(row["batch_to_reward_seconds"] for row in rows),
@@ -624,18 +686,24 @@ def batch_figures(rows: List[EpisodeRow], failed: int = 0) -> BatchFigures:
     }
 
 
-def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int) -> List[str]:
-    """results.json's `notes`, in this tool's words: episodes masked under --max-failed-episodes
-    (the reward figures leave them out), and episodes whose sandbox clocks disagree."""
+def figure_notes(figures: BatchFigures, rows: Sequence[PodRow], max_failed_episodes: int, scored: int = 0) -> List[str]:
+    """results.json's `notes`, in this tool's words: episodes lost to the infrastructure and masked
+    under --max-failed-episodes (the reward figures leave them out), episode failures scored under
+    --failed-episode-reward, and episodes whose sandbox clocks disagree."""
     notes = []
     masked = figures["masked_episodes"]
     if masked:
         notes.append(
-            f"{masked} of {figures['episodes']} episodes masked: they failed and were set aside under "
-            f"--max-failed-episodes {max_failed_episodes}, so reward_sum ({figures['reward_sum']!r}) and reward_mean "
-            f"({figures['reward_mean']!r}) are over the {figures['successful_episodes']} unmasked episodes only, and "
-            "a policy that crashes instead of earning 0 raises the mean; failed_episodes names each masked "
-            "episode, and rewards.jsonl gives it reward null"
+            f"{masked} of {figures['episodes']} episodes masked: the infrastructure lost them (failure_kind "
+            f"{FAILURE_INFRASTRUCTURE}) and they were set aside under --max-failed-episodes {max_failed_episodes}, "
+            f"so reward_sum ({figures['reward_sum']!r}) and reward_mean ({figures['reward_mean']!r}) leave them out; "
+            "failed_episodes names each masked episode, and rewards.jsonl gives it reward null"
+        )
+    if scored:
+        notes.append(
+            f"{scored} of {figures['episodes']} episodes failed by their own doing (failure_kind {FAILURE_EPISODE}) "
+            "and were scored as --failed-episode-reward: reward_sum, reward_mean, reward_min and reward_max count "
+            "that reward for each, and no timing figure counts them; failed_episodes names each with its cause"
         )
     if figures["lost_attempts"]:
         retried = sum(1 for row in rows if row["lost_attempts"])
@@ -675,6 +743,7 @@ ROUND_BLOCKED = "blocked"  # the cluster refused to create the Job's pods
 ROUND_TIMEOUT = "timeout"  # the client's wait ran out without a Job condition
 ROUND_NOT_ADMITTED = "not-admitted"  # the client's wait ran out while the Job was still suspended (queued)
 ROUND_FAILED_INDEXES = "failed-indexes"  # Failed (FailedIndexes): every index ran, at most maxFailedIndexes failed
+ROUND_STOPPED = "stopped"  # stopped early (--stop-after, a stream left): the episodes that ended are analysed
 
 
 def classify_round(observation: RoundObservation) -> str:
@@ -685,6 +754,8 @@ def classify_round(observation: RoundObservation) -> str:
         return ROUND_NOT_ADMITTED
     if observation.condition is None:
         return ROUND_TIMEOUT
+    if observation.condition == JOB_STOPPED:
+        return ROUND_STOPPED
     if observation.condition == "Failed" and failed_condition_reason(observation.job) == "FailedIndexes":
         return ROUND_FAILED_INDEXES  # analysed like a complete round; analyse_round checks the count
     if observation.condition == "Failed":
@@ -766,10 +837,12 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     Every pod is validated on complete data: its status, its events from the log and the
     termination message (which must agree for small runs), its clocks."""
     inspect = round_inspect_hint(collected.round_dir)
-    tolerated = collected.max_failed_episodes  # with K > 0, up to K failed episodes are set aside
+    tolerated = collected.max_failed_episodes  # with K > 0, up to K infrastructure failures are set aside
+    scoring = collected.failed_episode_reward is not None  # an episode's own failure is scored, not fatal
+    collect = tolerated > 0 or scoring  # failures are gathered, each accepted or not by its kind
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
-    if not tolerated:
+    if not collect and not collected.stopped:  # a stopped round: only the episodes that ended
         check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
@@ -789,7 +862,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if collect else ""
             rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
@@ -821,13 +894,13 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             )
         except (KeyError, TypeError, ValueError) as error:
             shape = EpisodeInvalid(name, f"its pod status or events have an unexpected shape ({error!r})", pod_inspect)
-            if not tolerated:
-                raise shape from None
+            if not accepted_failure(collected, pod):
+                raise refused_failure(collected, shape) from None
             failed.append((shape, index))
             continue
         except EpisodeInvalid as invalid:
-            if not tolerated:
-                raise
+            if not accepted_failure(collected, pod):
+                raise refused_failure(collected, invalid) from None
             failed.append((invalid, index))
             continue
         row["round"], row["job"], row["log_notes"] = collected.round_number, collected.job_name, notes
@@ -836,29 +909,43 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         set_attempts(row, lost.get(name, []))
         rows.append(row)
     set_aside = check_failed_episodes(collected, pods, rows, failed, where, inspect, lost)
-    if observation.condition != "Complete" and not set_aside:
+    if collected.stopped and not rows:
+        raise DemoError(
+            f"Job {where} was stopped early ({collected.stopped_by}) before any episode ended with a reward; "
+            f"inspect {inspect}",
+            EXIT_INTERRUPTED,
+        )
+    if observation.condition not in ("Complete", JOB_STOPPED) and not set_aside:
         raise DemoError(
             f"Job {where} failed ({failed_condition_text(observation.job)}) although every episode validated; "
             f"inspect {inspect}",
             EXIT_EPISODE,
         )
     assert observation.condition_seen_monotonic is not None
-    figures = RoundResult(
-        **batch_figures(rows, len(failed)),
-        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
-        failed_episodes=[
+    by_name = {str(pod["metadata"]["name"]): pod for pod in pods}
+    failed_episodes: List[FailedEpisode] = []
+    for failure, index in failed:
+        kind = whose_failure(by_name.get(failure.pod))
+        failed_episodes.append(
             {
-                "pod": invalid.pod,
+                "pod": failure.pod,
                 "index": index,
                 "task_id": task_id_for(collected, index),
                 "round": collected.round_number,
                 "job": collected.job_name,
-                "cause": invalid.rule,
-                "attempts": len(lost.get(invalid.pod, [])) + 1,
-                "lost_attempts": lost.get(invalid.pod, []),
+                "cause": failure.rule,
+                "attempts": len(lost.get(failure.pod, [])) + 1,
+                "lost_attempts": lost.get(failure.pod, []),
+                "failure_kind": kind,
+                "reward": collected.failed_episode_reward if kind == FAILURE_EPISODE else None,
             }
-            for invalid, index in failed
-        ],
+        )
+    figures = RoundResult(
+        **batch_figures(rows, failed_episodes),
+        scored_episodes=sum(1 for entry in failed_episodes if entry["reward"] is not None),
+        **FirstReward(),  # a measured round's, once its rewards are written (RoundRewards.analysed)
+        **stopped_figures(collected),
+        failed_episodes=failed_episodes,
         round=collected.round_number,
         job=collected.job_name,
         job_uid=collected.job["metadata"]["uid"],
@@ -877,6 +964,51 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     if observation.node_states:  # a node stopped answering: its pods were not retried while it did
         figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
+
+
+def stopped_figures(collected: RoundCollected) -> StoppedFigures:
+    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    if not collected.stopped:
+        return {"stopped_episodes": [], "stopped_by": None}
+    episodes: List[StoppedEpisode] = []
+    for pod in collected.stopped_pods:
+        name = str(pod["metadata"]["name"])
+        try:
+            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+        except EpisodeInvalid:
+            index = None
+        episodes.append(
+            {
+                "pod": name,
+                "index": index,
+                "task_id": task_id_for(collected, index),
+                "round": collected.round_number,
+                "job": collected.job_name,
+            }
+        )
+    return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
+
+
+def accepted_failure(collected: RoundCollected, pod: KubeObject) -> bool:
+    """Whether a round goes on past this failed episode: one the infrastructure lost, under
+    --max-failed-episodes (counted in check_failed_episodes), or one of the episode's own doing,
+    under --failed-episode-reward (scored). Otherwise it fails the round, as without either flag."""
+    if whose_failure(pod) == FAILURE_INFRASTRUCTURE:
+        return collected.max_failed_episodes > 0
+    return collected.failed_episode_reward is not None
+
+
+def refused_failure(collected: RoundCollected, invalid: EpisodeInvalid) -> EpisodeInvalid:
+    """The error of a failed episode no flag accepts: under --max-failed-episodes, an episode's own
+    failure says that only the infrastructure's are set aside, and how to score it instead."""
+    if not collected.max_failed_episodes:
+        return invalid
+    return EpisodeInvalid(
+        invalid.pod,
+        f"{invalid.rule} (a failure of the episode's own doing: --max-failed-episodes sets aside only failures of "
+        "the infrastructure; --failed-episode-reward R scores it as R instead)",
+        invalid.inspect,
+    )
 
 
 def set_attempts(row: EpisodeRow, lost: List[LostAttempt]) -> None:
@@ -963,15 +1095,20 @@ def check_failed_episodes(
     when pods are missing or share an index, or when the Job's own list of failed indexes names
     an episode that validated. True when the Job's FailedIndexes verdict is accounted for."""
     tolerated = collected.max_failed_episodes
-    if len(failed) > tolerated:
-        first = failed[0][0]
+    kinds = {str(pod["metadata"]["name"]): whose_failure(pod) for pod in pods}
+    lost_ones = [invalid for invalid, _ in failed if kinds.get(invalid.pod) == FAILURE_INFRASTRUCTURE]
+    if len(lost_ones) > tolerated:
+        first = lost_ones[0]
         raise EpisodeInvalid(
             first.pod,
-            f"{first.rule} ({len(failed)} episodes failed, more than --max-failed-episodes {tolerated})",
+            f"{first.rule} ({len(lost_ones)} episodes lost to the infrastructure, more than --max-failed-episodes "
+            f"{tolerated})",
             first.inspect,
         )
     replaced = sum(len(attempts) for attempts in (lost or {}).values())
-    problem = pod_count_problem(pods, collected.count, inspect, replaced) if tolerated else None
+    collect = tolerated > 0 or collected.failed_episode_reward is not None
+    whole = collect and not collected.stopped  # a stopped round has only the pods that ended
+    problem = pod_count_problem(pods, collected.count, inspect, replaced) if whole else None
     if problem is not None:
         raise problem
     indexes = [row["index"] for row in rows] + [index for _, index in failed if index is not None]
@@ -982,8 +1119,8 @@ def check_failed_episodes(
         )
     if not rows and failed:
         raise DemoError(
-            f"every episode of Job {where} failed ({len(failed)}, within --max-failed-episodes {tolerated}), so "
-            f"there is no reward to report; the first: {failed[0][0]}",
+            f"every episode of Job {where} failed ({len(failed)}), so there is no validated episode to time; the "
+            f"first: {failed[0][0]}",
             EXIT_EPISODE,
         )
     observation = collected.observation
@@ -1025,12 +1162,21 @@ def assemble_results(
     failed = [entry for figures in rounds for entry in figures["failed_episodes"]]
     first_rewards = [r["client_first_reward_seconds"] for r in rounds if "client_first_reward_seconds" in r]
     first_reward: FirstReward = {"client_first_reward_seconds": max(first_rewards)} if first_rewards else {}
-    figures = batch_figures(rows, len(failed))
+    figures = batch_figures(rows, failed)
+    scored = sum(1 for entry in failed if entry.get("reward") is not None)
     return Results(
         **figures,
+        scored_episodes=scored,
+        failed_episode_reward=settings.failed_episode_reward,
+        stop_after=settings.stop_after,
+        tags=settings.tags,
+        grader=settings.grader_name if settings.grade is not None else None,
+        private_fields=list(settings.private_fields),
+        stopped_episodes=[entry for r in rounds for entry in r.get("stopped_episodes", [])],
+        stopped_by=next((r.get("stopped_by") for r in rounds if r.get("stopped_by")), None),
         **first_reward,
         figure_sources=dict(sorted(FIGURE_SOURCES.items())),
-        notes=figure_notes(figures, rows, settings.max_failed_episodes),
+        notes=figure_notes(figures, rows, settings.max_failed_episodes, scored),
         **(prepared or {"image_pinned": None, "warmup": None}),
         **(kubelet or {}),
         **(capacity or {}),
@@ -1071,9 +1217,10 @@ def assemble_results(
 
 
 def pod_row(row: EpisodeRow) -> PodRow:
-    """A row as results.json keeps it: its `info` (untrusted, possibly large) stays in rewards.jsonl."""
+    """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
     copy = row.copy()
-    copy.pop("info", None)
+    copy["info"] = row.get("info", {})
     return copy
 
 

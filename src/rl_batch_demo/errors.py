@@ -196,6 +196,11 @@ class KubectlFailure(DemoError):
     def already_exists(self) -> bool:
         return "(AlreadyExists)" in self.stderr
 
+    @property
+    def not_found(self) -> bool:
+        """The object is gone (`Error from server (NotFound)`), e.g. deleted between a read and a delete."""
+        return "(NotFound)" in self.stderr
+
 
 class KubectlTimeout(DemoError):
     """kubectl did not answer within its process timeout; whether the request took effect is unknown."""

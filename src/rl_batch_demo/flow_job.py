@@ -20,6 +20,7 @@ from .constants import (
     EXIT_REFUSED,
     HANDLER_SANDBOX_FAMILY,
     INDEX_LABEL,
+    JOB_STOPPED,
     KUBELET_OPERATIONS,
     KUBELET_READ_THREADS,
     LOG_READ_PROCESSES,
@@ -330,6 +331,7 @@ def wait_for_job(
     on_pod: Optional[Callable[[KubeObject], None]] = None,
     pod_spec: Optional[KubeObject] = None,
     run_seconds: float = 0.0,
+    enough: Optional[Callable[[], bool]] = None,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
     Job's watch ends early. What the events mean is JobWatch's; this loop owns the watches, the
@@ -340,7 +342,12 @@ def wait_for_job(
     and with it a change made between its GET and its watch, such as a quick Job's Complete. The
     events carry the client clock of their arrival, so the decision is seen within milliseconds of
     the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
-    a terminated pod's reward is known from its status). A queued Job is shown as queued."""
+    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
+    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
+    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
+    that runs something else (a sidecar injected, a container changed) raises JobRefused. `enough`
+    (--stop-after, a stream left early): once it says so, before the job controller decided, the
+    wait ends with the condition JOB_STOPPED, the pods as watched then."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
     label = f"{namespace}/{name}"
@@ -388,6 +395,8 @@ def wait_for_job(
                 return finished(condition, time.time(), now)
             if now >= state.deadline:
                 return state.observation()
+            if enough is not None and enough():
+                return state.observation(JOB_STOPPED, time.time(), now)
             timeout = min(timing.watch_tick_seconds, state.deadline - now)
             if not state.job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))

@@ -60,6 +60,7 @@ from .core_cluster import (
     OUT_OF_SERVICE_TAINT,
     _attempt_order,
     creation_time,
+    ended_pods_selector,
     final_pods_from_watch,
     foreign_manager,
     infra_loss,
@@ -69,8 +70,10 @@ from .core_cluster import (
     node_state,
     pod_index,
     split_pods_and_events,
+    stopped_round_pods,
     template_changes,
     vanished_attempts,
+    whose_failure,
     with_watched_pods,
 )
 from .core_guide import _WORDS, REPRODUCE_GROUPS, guide_table, render_guide_table
@@ -98,10 +101,13 @@ from .core_reports import (
 from .core_validation import (
     ARTIFACT_ROTATION_HINT,
     ROUND_COMPLETE,
+    ROUND_STOPPED,
     analyse_round,
     assemble_results,
+    batch_figures,
     classify_round,
     failure_line,
+    graded_reward,
     provisional_episode,
     reconciling_lines,
     retracting_lines,
@@ -194,6 +200,12 @@ class RoundRewards:
         self.follower: Optional[LogFollower] = None
         self.held: Dict[str, KubeObject] = {}
         self.lock = threading.RLock()  # the watch's thread and the log readers' threads
+        self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
+
+    def standing(self) -> int:
+        """How many of the round's episodes have a reward that stands (--stop-after counts them):
+        a validated reward as known when its pod ended, or a failure scored by --failed-episode-reward."""
+        return sum(1 for line in self.last.values() if stands_as_reward(line))
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
@@ -279,7 +291,7 @@ class RoundRewards:
                 settings.max_artifact_bytes,
             )
         except EpisodeInvalid as invalid:
-            return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
+            return self._failure(index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
         if row["artifacts"]:
@@ -292,7 +304,38 @@ class RoundRewards:
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
-        return reward_line(row, known_at)
+        return self.graded(reward_line(row, known_at))
+
+    def graded(self, line: RewardLine) -> RewardLine:
+        """With a grader (grade=, --grader), the line's reward is the grader's, the pod's kept as
+        pod_reward; graded once per pod, so the round's rows get the same reward (grade_rows)."""
+        if self.settings.grade is None:
+            return line
+        if line["pod"] not in self.grades:
+            self.grades[line["pod"]] = graded_reward(self.settings, line)
+        line["pod_reward"], line["reward"] = line["reward"], self.grades[line["pod"]]  # type: ignore[typeddict-item]
+        return line
+
+    def grade_rows(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        """The analysed round's rows graded as their lines were (graded), and its reward figures
+        made again from the graded rewards, before its lines are reconciled."""
+        if self.settings.grade is None:
+            return
+        for row in rows:
+            line = self.graded(reward_line(row, time.time()))
+            row["pod_reward"], row["reward"] = line["pod_reward"], line["reward"]  # type: ignore[typeddict-item]
+        again = batch_figures(rows, figures["failed_episodes"])
+        for key in ("reward_sum", "reward_mean", "reward_min", "reward_max"):
+            figures[key] = again[key]
+
+    def _failure(
+        self, index: Optional[int], task_id: Any, name: str, rule: str, known_at: float, lost: List[LostAttempt]
+    ) -> RewardLine:
+        """A failed episode's line: whose failure it is, from its pod as last watched, and with
+        --failed-episode-reward its score when the failure is the episode's own."""
+        kind = whose_failure(self.pods.get(name))
+        reward = self.settings.failed_episode_reward
+        return failure_line(self.round_number, index, task_id, name, rule, known_at, lost, kind, reward)
 
     def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
         """ "" once every artifact the reward event lists is saved as listed; the rule its frames
@@ -332,11 +375,16 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
+        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
+            first = line["pod"] not in self.last
+            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
+                continue  # --stop-after K keeps the first K standing rewards: this episode is stopped
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-        self.writer.append(lines)
+            kept.append(line)
+        self.writer.append(kept)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -400,10 +448,13 @@ class RoundRewards:
             if own is None:
                 index, task_id = self._identity(error.pod)
                 lost = self._lost_before(error.pod, index)
-                lines.append(failure_line(self.round_number, index, task_id, error.pod, error.rule, known_at, lost))
+                line = self._failure(index, task_id, error.pod, error.rule, known_at, lost)
+                line["reward"] = None  # its round failed: no score stands
+                lines.append(line)
             elif stands_as_reward(own):
-                lines.append(retraction_of(own, error.rule, known_at))
-        lines += [line for line in retracting_lines(self.last, failure, known_at) if line["pod"] != named]
+                lines.append(retraction_of(own, error.rule, known_at, whose_failure(self.pods.get(error.pod))))
+        kinds = {name: whose_failure(pod) for name, pod in self.pods.items()}
+        lines += [line for line in retracting_lines(self.last, failure, known_at, kinds) if line["pod"] != named]
         with contextlib.suppress(Exception):  # a disk that failed already, or the caller's on_reward
             self._write(lines, time.monotonic())
 
@@ -444,9 +495,32 @@ class BatchRun:
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
-        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward)
+        self.rewards = RewardsWriter(settings.output / REWARDS_FILE, settings.on_reward, settings.tags)
+        self.measuring = False  # a measured round's Job is being waited for: an early finish stops it
+        self.done = threading.Event()  # execute() has returned or raised
+        if settings.finish_early is not None:
+            threading.Thread(target=self.relay_early_finish, name="rl-batch-demo early finish", daemon=True).start()
+
+    def finishing_early(self) -> bool:
+        return self.settings.finish_early is not None and self.settings.finish_early.is_set()
+
+    def relay_early_finish(self) -> None:
+        """An early finish asked for (stream_batch's loop left) outside a measured round (preflight,
+        warm-up, between Jobs) has nothing to keep: it stops the run as a Ctrl-C would."""
+        early = self.settings.finish_early
+        assert early is not None
+        while not self.done.wait(0.25):
+            if early.is_set() and not self.measuring:
+                self.stop.set()
+                return
 
     def execute(self) -> Results:
+        try:
+            return self.execute_steps()
+        finally:
+            self.done.set()
+
+    def execute_steps(self) -> Results:
         self.preflight()
         try:
             self.stop_if_asked()
@@ -459,10 +533,15 @@ class BatchRun:
         )
         kubelets_before = self.read_kubelets_before() if self.settings.kubelet_metrics else None
         self.rewards.open()  # empty until the first measured round's first verdict
+        played: List[Tuple[List[EpisodeRow], RoundResult]] = []
         try:
-            played = [self.run_round(round_number, image) for round_number in range(1, self.settings.rounds + 1)]
+            for round_number in range(1, self.settings.rounds + 1):
+                if played and self.finishing_early():  # a stream left early: the rounds played stand
+                    break
+                played.append(self.run_round(round_number, image))
         finally:
             self.rewards.close()
+            self.measuring = False
         rows = [row for round_rows, _ in played for row in round_rows]
         rounds = [figures for _, figures in played]
         kubelet: KubeletFigures = {}
@@ -613,7 +692,7 @@ class BatchRun:
                 self.namespace,
                 self.run_id,
                 self.settings.worker_source,
-                self.settings.tasks,
+                self.settings.public_tasks,
                 self.settings.launcher_source,
             ),
         ]
@@ -700,10 +779,18 @@ class BatchRun:
         self.current_dir, self.current_job = round_dir, None
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
+        self.measuring = True
         try:
             rows, figures = self.run_job(
                 round_number, name, round_dir, manifest, self.settings.count, self.progress, rewards
             )
+        except BaseException as error:
+            rewards.failed(error)
+            raise
+        finally:
+            self.measuring = False
+        try:
+            rewards.grade_rows(rows, figures)
         except BaseException as error:
             rewards.failed(error)
             raise
@@ -719,8 +806,18 @@ class BatchRun:
 
     def stop_if_asked(self) -> None:
         """Before the next create: a stop asked for from another thread (the API's) is a Ctrl-C."""
-        if self.stop.is_set():
+        if self.stop.is_set() or self.finishing_early():
             raise KeyboardInterrupt
+
+    def stopped_by(self, rewards: RoundRewards) -> Optional[str]:
+        """Why a measured round stops before its Job ends, once it should: --stop-after K reached,
+        or stream_batch's loop left (the episodes that ended are kept); None while it goes on."""
+        if self.finishing_early():
+            return "stream_batch's loop was left"
+        stop_after = self.settings.stop_after
+        if stop_after is not None and rewards.standing() >= stop_after:
+            return f"--stop-after {stop_after}: {stop_after} episodes had a standing reward"
+        return None
 
     def run_job(
         self,
@@ -785,6 +882,14 @@ class BatchRun:
             if rewards is not None:
                 rewards.follower = follower
                 rewards.job_created(job, submitted)
+            stop_reasons: List[str] = []
+
+            def enough() -> bool:  # --stop-after, or a stream left early: a measured round only
+                reason = self.stopped_by(rewards) if rewards is not None else None
+                if reason:
+                    stop_reasons.append(reason)
+                return reason is not None
+
             observation = wait_for_job(
                 self.kubectl,
                 self.namespace,
@@ -796,6 +901,7 @@ class BatchRun:
                 on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
+                enough=enough if rewards is not None else None,
             )
             followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
@@ -807,7 +913,20 @@ class BatchRun:
         write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
+        selector = pod_selector(job)
+        log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
+        stopped = outcome == ROUND_STOPPED
+        stopped_pods: List[KubeObject] = []
+        if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
+            watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
+            if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
+                # exactly the first K standing rewards: an episode that ended without a line kept
+                # (beyond K, or its verdict not known from its status) is stopped with the rest
+                keep = set(rewards.last)
+                stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
+                watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
+            log_selector = ended_pods_selector(selector, watched, stopped_pods)
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
         saved = threading.Event()
@@ -831,7 +950,7 @@ class BatchRun:
             rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
             # what the reads while the pods ran proved whole is kept; the rest is read as before
             # (the Job's selector matches the rest only when nothing was)
-            chosen = selector if not have else None
+            chosen = log_selector if not have else None
             logs, errors = read_logs(
                 self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
             )
@@ -853,6 +972,9 @@ class BatchRun:
             logs, log_errors = read(pods)
         follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
+        if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
+            write_pods(round_dir, [*pods, *stopped_pods], budgets)
+            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
@@ -880,9 +1002,13 @@ class BatchRun:
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
+            failed_episode_reward=settings.failed_episode_reward,
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            stopped=stopped,
+            stopped_pods=stopped_pods,
+            stopped_by=stop_reasons[0] if stop_reasons else "",
             provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
@@ -962,6 +1088,20 @@ class BatchRun:
         changes = template_changes(pod_spec, dig(job, "spec", "template", "spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
+
+    def delete_stopped_job(self, name: str, reason: str) -> None:
+        """A round stopped early: delete its Job, the run's own (created by this run, its UID in the
+        receipt, in the run's namespace), foreground, so the job controller's pods go first and no
+        pod is created any more; not waited for (--cleanup, or `cleanup`, waits for the namespace).
+        A failed delete leaves the stopped episodes running: the run says so and goes on."""
+        try:
+            self.kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=self.namespace)
+            say_stderr(f"stopped early ({reason}): Job {self.namespace}/{name} deleted with its pods")
+        except DemoError as error:
+            say_stderr(
+                f"warning: stopped early ({reason}), but deleting Job {self.namespace}/{name} failed ({error}); its "
+                "remaining episodes may still run: run cleanup"
+            )
 
     def delete_refused_job(self, name: str, before: str = "before its episodes could be measured") -> str:
         """Delete a Job the run created and will not wait for (it is the run's own: its UID is in the
@@ -1113,7 +1253,13 @@ def cleanup_run(
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
-        kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        try:
+            kubectl.run(["delete", "job", name, "--cascade=foreground", "--wait=false"], namespace=namespace)
+        except KubectlFailure as failure:  # gone since it was read: a round stopped early deletes its own Job
+            if not failure.not_found:
+                raise
+            say(f"Job {namespace}/{name} is already gone")
+            continue
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:

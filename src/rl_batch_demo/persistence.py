@@ -36,6 +36,7 @@ from .errors import DemoError
 from .records import (
     ArtifactEntry,
     ArtifactFrame,
+    JsonObject,
     KubeObject,
     LogBudgets,
     PodLog,
@@ -799,9 +800,15 @@ class RewardsWriter:
     can be incomplete: it lacks its newline, and a reader skips it. After a failed write nothing
     more is written: the run ends with that error (an OSError naming the file)."""
 
-    def __init__(self, path: Path, on_reward: Optional[Callable[[RewardLine], None]] = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_reward: Optional[Callable[[RewardLine], None]] = None,
+        tags: Optional[JsonObject] = None,
+    ) -> None:
         self.path = path
         self.on_reward = on_reward
+        self.tags = dict(tags or {})  # --tags: on every line, as given
         self.descriptor: Optional[int] = None
         self.failed = False
         self.lock = threading.Lock()  # one writer at a time, whichever thread knows a verdict
@@ -826,6 +833,7 @@ class RewardsWriter:
                 raise OSError(errno.EIO, "an earlier write failed" if self.failed else "not open", str(self.path))
             try:
                 for line in lines:
+                    line["tags"] = self.tags
                     data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
                     while data:
                         data = data[os.write(self.descriptor, data) :]
@@ -835,7 +843,8 @@ class RewardsWriter:
                 raise OSError(error.errno, error.strerror, str(self.path)) from None
         if self.on_reward is not None:
             for line in lines:
-                self.on_reward(line.copy())  # the caller's own copy: the run keeps its record of each pod
+                # the caller's own copy (its tags too): the run keeps its record of each pod
+                self.on_reward({**line, "tags": json.loads(json.dumps(self.tags))})
 
     def close(self) -> None:
         if self.descriptor is not None:

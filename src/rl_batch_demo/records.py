@@ -13,6 +13,7 @@ from .constants import (
     DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_MAX_ARTIFACT_BYTES,
     DEFAULT_WORKSPACE_SIZE,
+    EPISODE_DEADLINE_MARGIN_SECONDS,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
 )
@@ -72,7 +73,12 @@ class RunSettings:
     launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
-    max_failed_episodes: int = 0  # --max-failed-episodes
+    max_failed_episodes: int = 0  # --max-failed-episodes: infrastructure failures set aside, at most this many
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward R: an episode's own failure scores R
+    episode_timeout: Optional[int] = None  # --episode-timeout: each pod's activeDeadlineSeconds; None: the default
+    stop_after: Optional[int] = None  # --stop-after K: a round stops once K episodes have a standing reward
+    tags: JsonObject = dataclasses.field(default_factory=dict)  # --tags: carried as given by rows, results, JUnit
+    private_fields: Tuple[str, ...] = ()  # --private-fields: task fields kept out of the ConfigMap, for the grader
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
@@ -91,6 +97,15 @@ class RunSettings:
     on_reward: Optional[Callable[[RewardLine], None]] = dataclasses.field(default=None, compare=False, repr=False)
     # stop: once set (by another thread), the run stops as on Ctrl-C: diagnostics saved, --cleanup kept.
     stop: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # finish_early: once set (stream_batch's loop was left), the round stops as --stop-after stops it:
+    # the episodes that ended are validated and kept, the rest stopped, no further round started.
+    finish_early: Optional[threading.Event] = dataclasses.field(default=None, compare=False, repr=False)
+    # grade (grade= in Python, --grader FILE.py): each validated episode's reward, from its whole task (private
+    # fields too) and its row, on the client as the row is known; the pod's own reward is kept as pod_reward.
+    grade: Optional[Callable[[JsonObject, RewardLine], Any]] = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    grader_name: Optional[str] = None  # --grader's file name, or the callable's name; None: the pod's reward stands
 
     @property
     def builtin_worker(self) -> bool:
@@ -106,12 +121,34 @@ class RunSettings:
     def indexed(self) -> bool:
         """An Indexed Job: each episode has a task index, failed episodes may be tolerated, or an
         episode may be retried (its attempts share its index)."""
-        return self.tasks is not None or self.max_failed_episodes > 0 or self.infra_retries > 0
+        return (
+            self.tasks is not None
+            or self.max_failed_episodes > 0
+            or self.infra_retries > 0
+            or self.failed_episode_reward is not None
+            or self.stop_after is not None  # a stopped round's episodes are those that ended: by their index
+        )
 
     @property
     def given_image(self) -> str:
         """The image before any digest is resolved: --pin-image's digest when given, else --image."""
         return self.pin_image or self.image
+
+    @property
+    def public_tasks(self) -> Optional[Tuple[JsonObject, ...]]:
+        """The tasks as the ConfigMap holds them, every episode can read: without --private-fields."""
+        if self.tasks is None or not self.private_fields:
+            return self.tasks
+        return tuple({k: v for k, v in task.items() if k not in self.private_fields} for task in self.tasks)
+
+    @property
+    def episode_deadline_seconds(self) -> int:
+        """Each episode pod's own activeDeadlineSeconds: --episode-timeout, else a little under the
+        Job's (a tenth less, at most 30 s less), so that a hung episode fails alone, as its own
+        failure, before the Job's deadline would stop every episode."""
+        if self.episode_timeout is not None:
+            return self.episode_timeout
+        return max(1, self.deadline_seconds - min(EPISODE_DEADLINE_MARGIN_SECONDS, max(1, self.deadline_seconds // 10)))
 
     @property
     def client_wait_seconds(self) -> int:
@@ -195,6 +232,10 @@ class RoundCollected:
     task_ids: Optional[List[Any]] = None  # --tasks: each index's task_id
     builtin_worker: bool = True  # the built-in task's rules apply
     max_failed_episodes: int = 0
+    failed_episode_reward: Optional[float] = None  # --failed-episode-reward: episode failures score it
+    stopped: bool = False  # stopped early (JOB_STOPPED): `pods` are the episodes that had ended ...
+    stopped_pods: List[KubeObject] = dataclasses.field(default_factory=list)  # ... these the rest, stopped
+    stopped_by: str = ""  # why: "--stop-after K", or "stream_batch's loop was left"
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
@@ -368,7 +409,12 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
     artifacts: List[ArtifactEntry]  # sorted by name; saved and checked against the reward event's manifest
 
 
-class PodRow(PodArtifacts):  # one validated episode's figures: a row of results.json's `pods`
+class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
+    info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+
+
+class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
     pod: str
     node: Optional[str]
     image_id: Optional[str]
@@ -416,8 +462,8 @@ class PodRow(PodArtifacts):  # one validated episode's figures: a row of results
     retry_seconds: float  # first attempt's pod created -> last attempt's pod created (0 with one attempt)
 
 
-class EpisodeRow(PodRow, total=False):  # a row as analysed; pod_row leaves its info to rewards.jsonl
-    info: JsonObject  # the reward event's other fields: untrusted, possibly large
+class EpisodeRow(PodRow, total=False):  # a row as analysed
+    pass
 
 
 class PhaseStats(TypedDict):
@@ -427,7 +473,7 @@ class PhaseStats(TypedDict):
     max: float
 
 
-class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
+class _FailedEpisode(TypedDict):  # set aside (--max-failed-episodes) or scored (--failed-episode-reward)
     pod: str
     index: Optional[int]
     task_id: Any
@@ -436,6 +482,11 @@ class FailedEpisode(TypedDict):  # set aside under --max-failed-episodes
     cause: str
     attempts: int  # as in pods[]: its last pod's attempt
     lost_attempts: List[LostAttempt]
+
+
+class FailedEpisode(_FailedEpisode, total=False):  # both absent from the results of versions before failure kinds
+    failure_kind: str  # FAILURE_EPISODE or FAILURE_INFRASTRUCTURE (constants)
+    reward: Optional[float]  # --failed-episode-reward's R for an episode failure it scored; None: set aside
 
 
 class BatchFigures(TypedDict):  # the guide's whole-batch figures, of one round or of the whole run
@@ -484,8 +535,25 @@ class LostNodes(TypedDict, total=False):  # only when a node of the round's pods
     lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
 
 
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
+    pod: str
+    index: Optional[int]
+    task_id: Any
+    round: int
+    job: str
+
+
+class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
+
+
+class ScoredFigures(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    scored_episodes: int  # failed by their own doing, scored as --failed-episode-reward R: the reward figures count R
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures, LostNodes
+    BatchFigures, ScoredFigures, StoppedFigures, JobTimes, FirstReward, LogFigures, LostNodes
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str
@@ -568,7 +636,26 @@ class AutoParallelism(TypedDict, total=False):  # run --parallelism auto only
 
 
 # results.json
-class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, KubeletFigures, AutoParallelism):
+class FailurePolicy(TypedDict, total=False):  # absent from the results of versions before failure kinds
+    failed_episode_reward: Optional[float]  # --failed-episode-reward R, or None
+    stop_after: Optional[int]  # --stop-after K, or None
+    tags: JsonObject  # --tags, as given ({} without)
+    grader: Optional[str]  # --grader's file name (grade= in Python: the callable's name); None: the pods' rewards
+    private_fields: List[str]  # --private-fields: the task fields no episode could read
+
+
+class Results(
+    BatchFigures,
+    ScoredFigures,
+    StoppedFigures,
+    FailurePolicy,
+    JobTimes,
+    FirstReward,
+    LogFigures,
+    PreparedImage,
+    KubeletFigures,
+    AutoParallelism,
+):
     figure_sources: Dict[str, str]  # FIGURE_SOURCES: who measured each figure (client, cluster or pod)
     notes: List[str]  # what a reader must know to read the figures right (figure_notes), also in the summary
     max_failed_episodes: int
@@ -594,7 +681,8 @@ class Results(BatchFigures, JobTimes, FirstReward, LogFigures, PreparedImage, Ku
     pods: List[PodRow]
 
 
-class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and info None, and its failure
+class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, its failure and failure_kind, and
+    # reward None, or --failed-episode-reward's R for a failure of the episode's own doing
     round: int
     index: Optional[int]
     task_id: Any
@@ -602,11 +690,17 @@ class RewardLine(TypedDict):  # rewards.jsonl: a failed episode has reward and i
     reward: Optional[float]
     info: Optional[JsonObject]
     failure: Optional[str]
+    failure_kind: Optional[str]  # a failure's: FAILURE_EPISODE or FAILURE_INFRASTRUCTURE; None for a reward
     known_at: float  # client wall clock, epoch seconds: when the tool knew this verdict, just before writing it
     retracted: bool  # a later check rejected this pod's earlier reward line: `failure` says which
     attempts: int  # as in results.json's pods[]: 1, plus the episode's pods lost to the infrastructure before it
     lost_attempts: List[LostAttempt]
     artifacts: Optional[List[ArtifactEntry]]  # the reward event's manifest, sorted by name; None for a failure
+
+
+class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
+    tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
+    pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
 
 
 class GuideRow(TypedDict):

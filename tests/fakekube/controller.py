@@ -122,6 +122,7 @@ class PodSim:
         self.counted = True
         self.finished_at = 0.0  # when it became terminal (the per-index backoff counts from it)
         self.created_at = 0.0
+        self.deadline_kill_at: Optional[float] = None  # past its own activeDeadlineSeconds: SIGKILL then
         self.record: Dict[str, Any] = {}  # what the simulation decided for this pod (stats.json "records")
         self.lost_at = 0.0  # fault node_lost: when its node's kubelet stopped answering
         self.taint_deleted = False  # the taint manager has deleted it (it stays Running: no kubelet confirms)
@@ -724,6 +725,36 @@ class JobController:
 
     # -- pod lifecycle ---------------------------------------------------------------
 
+    def pod_deadline(self, sim: PodSim, now: float) -> None:
+        """The kubelet's activeDeadlineSeconds of a pod (pkg/kubelet/active_deadline.go,
+        pastActiveDeadline: counted from the pod's status.startTime, which the fake sets as its
+        container starts): once past it, ShouldEvict records the Normal event DeadlineExceeded
+        ("Pod was active on the node longer than the specified deadline"), and the kubelet stops
+        the container as for any pod that must not run (SIGTERM, SIGKILL after the grace period);
+        generateAPIPodStatus (pkg/kubelet/kubelet_pods.go) then reports phase Failed with that
+        reason and message, whatever the exit code (finish). No DisruptionTarget: the pod's own
+        deadline is not a disruption. The job controller counts it as any failed pod."""
+        deadline = (self.template.get("spec") or {}).get("activeDeadlineSeconds")
+        if sim.stage != "running" or deadline is None or sim.deadline_kill_at is not None:
+            if sim.deadline_kill_at is not None and now >= sim.deadline_kill_at:
+                self.kill(sim)  # the grace period is over
+            return
+        if now - sim.started < float(deadline):
+            return
+        grace = float(
+            self.faults.get("termination_grace_seconds")
+            or (self.template.get("spec") or {}).get("terminationGracePeriodSeconds")
+            or 30
+        )
+        sim.deadline_kill_at = now + grace
+        sim.record["deadline_exceeded_at"] = now
+        self.update_pod(
+            sim, lambda tx, p: self.event(tx, p, POD_DEADLINE_REASON, POD_DEADLINE_MESSAGE, "Normal", "kubelet")
+        )
+        if sim.proc is not None and sim.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                sim.proc.terminate()
+
     def node_lost_fault(self) -> Dict[str, Any]:
         """Fault ``node_lost``: ``{"node": NAME, "after": SECONDS (after the pod started there),
         "toleration_seconds": 300, "then": null | "delete" | "out_of_service", "then_after": SECONDS}``."""
@@ -849,6 +880,7 @@ class JobController:
         if sim.stage == "lost":
             self.tick_lost(sim, now)
             return
+        self.pod_deadline(sim, now)
         if sim.stage in ("created", "unschedulable"):
             if now >= sim.next_try:
                 self.schedule(sim, now)
@@ -1220,6 +1252,7 @@ class JobController:
     def finish(self, sim: PodSim) -> None:
         """The worker has exited: publish log, termination message and final pod status."""
         rc = sim.proc.returncode if sim.proc is not None else 1
+        deadline_exceeded = sim.deadline_kill_at is not None
         if rc < 0:  # killed by signal N: the runtime reports 128 + N, never -N (containerd sys/reaper
             rc = 128 - rc  # reaper_unix.go exitStatus, exitSignalOffset; go-runc monitor.go alike)
         lp = log_path(self.state, self.ns, sim.name)
@@ -1271,7 +1304,7 @@ class JobController:
             rc = 143  # the kubelet's SIGTERM: python's default handler ends it with 128 + 15
         if evicted:
             rc = 137  # a hard eviction kills at once (grace period 0): SIGKILL, 128 + 9
-        phase = "Succeeded" if rc == 0 and not evicted and not rejected else "Failed"
+        phase = "Succeeded" if rc == 0 and not evicted and not rejected and not deadline_exceeded else "Failed"
         if replaced:
             phase = "Failed"
             rc = 137
@@ -1343,6 +1376,9 @@ class JobController:
                     }
                 }
             st["containerStatuses"] = [cstat]
+            if deadline_exceeded:  # generateAPIPodStatus: ShouldEvict's reason and message (pod_deadline)
+                st["reason"] = POD_DEADLINE_REASON
+                st["message"] = POD_DEADLINE_MESSAGE
             if rejected:  # the kubelet's admission refused it: pkg/kubelet/kubelet.go rejectPod (phase Failed,
                 # the admit handler's reason and message, no container ever ran; no DisruptionTarget)
                 st["reason"] = "OutOfcpu"
@@ -1559,6 +1595,8 @@ def worker_output(log: str, sim: PodSim) -> str:
     return log + ".worker" if sim.modes else log
 
 
+POD_DEADLINE_REASON = "DeadlineExceeded"  # pkg/kubelet/active_deadline.go: reason and message
+POD_DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
 HOST_UPTIME = 259200.0  # fault lxcfs: the host booted three days before the worker started
 

@@ -2,6 +2,20 @@
 
     rl-batch-demo run --worker my_worker.py --tasks tasks.jsonl --output DIR
 
+Its tasks, one JSON object per line of tasks.jsonl (the shape of docs/own-episodes.md):
+
+    {"id": "add-1", "question": "2 + 3", "expected": 5}
+
+A task without a field act() reads (NEEDS) fails its episode, naming the field, rather than
+scoring it 0. Every episode can read /demo/, every line of tasks.jsonl included: to keep the
+answer from the code under test, run with --private-fields expected and grade on your machine
+with --grader grader.py, a file of your own such as
+
+    def grade(task, info):  # on the client, with the whole task
+        return 1.0 if info["answer"] == task["expected"] else 0.0
+
+(this worker then reports reward 0.0 and its answer; the grader's reward replaces it).
+
 The event protocol (what rl-batch-demo checks):
 * one `ready` event once the environment is prepared, then one `reward` event;
 * each carries `event`, `at` (time.time() on the node) and `episode_id` (the pod's name,
@@ -12,7 +26,8 @@ The event protocol (what rl-batch-demo checks):
   (/dev/termination-log, at most 4096 bytes; when they do not fit, leave it empty and the log
   alone counts), so that one `kubectl get pods` can return every reward;
 * exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
-  missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
+  missing reward event fails the episode by its own doing (failure_kind "episode"): the run fails,
+  or with --failed-episode-reward R scores it R; it is never masked like a lost node.
 
 Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; whatever is left there
 when this worker exits is sent for it (the launcher that runs it), or send_artifacts() prints
@@ -44,6 +59,7 @@ TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/t
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
+NEEDS = ("question",)  # the task fields act() reads; "expected" is grade()'s, and may be kept private
 
 
 def read_task():
@@ -92,18 +108,35 @@ def send_artifacts():
 
 
 def act(task):
-    """The stand-in for your model and its tool calls: here, add the task's two numbers."""
-    return task.get("a", 0) + task.get("b", 0)
+    """The stand-in for your model and its tool calls: here, work out "A OP B" (+, - or *)."""
+    a, op, b = task["question"].split()
+    return {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
 
 
 def grade(task, answer):
-    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl."""
-    correct = answer == task.get("expected")
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. Without the task's
+    `expected` (--private-fields expected), the client's --grader grades `answer` instead."""
+    if "expected" not in task:
+        return 0.0, {"answer": answer}
+    correct = answer == task["expected"]
     return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
+
+
+def refuse(text):
+    """Fail the episode (exit 1) saying why, on stderr and in the termination message."""
+    print(text, file=sys.stderr, flush=True)
+    try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
+        TERMINATION_LOG.write_text(text + "\n")
+    except OSError:
+        pass  # no termination log outside Kubernetes
+    return 1
 
 
 def main():
     task = read_task()
+    missing = [field for field in NEEDS if field not in task]
+    if missing:  # a task of another shape: fail, named, never a silent reward of 0
+        return refuse(f"task {INDEX} lacks the field(s) {', '.join(missing)} this worker reads")
     WORKSPACE.joinpath("task.json").write_text(json.dumps(task))  # prepare the environment
     emit("ready", process_started_at=STARTED_AT, imports_done_at=IMPORTS_DONE_AT)
     try:
