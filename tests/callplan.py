@@ -53,6 +53,7 @@ from tests.clusterobjects import (
     serviceaccount_object,
 )
 from tests.fakecluster import write_executable
+from tests.stubprocess import spawner, stub_processes
 
 STUB = Path(__file__).resolve().with_name("kubectl_stub.py")
 CONTEXT = "stub-ctx"
@@ -541,6 +542,18 @@ def stub_wrapper() -> Path:
         return _WRAPPER[0]
 
 
+def answered_in_process(make_kubectl: Callable[..., demo.Kubectl]) -> Callable[..., demo.Kubectl]:
+    """`make_kubectl` whose Kubectl answers the stub's calls in this process (its `spawner`),
+    through real pipes; any other program it runs is still a process."""
+
+    def made(*args: Any, **kwargs: Any) -> demo.Kubectl:
+        kubectl = make_kubectl(*args, **kwargs)
+        kubectl.spawner = spawner(stub_wrapper())
+        return kubectl
+
+    return made
+
+
 class KubectlStub:
     """A bin directory with the stub as `kubectl`, its plan, and the record of its calls."""
 
@@ -663,6 +676,10 @@ class CallPlanTestCase(unittest.TestCase):
         self.addCleanup(environment.stop)
         for target, value in (("new_run_id", lambda: RUN_ID), ("TIMING", self.timing)):
             patcher = unittest.mock.patch.object(demo, target, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        if not stub_processes():  # the stub answers in this process (tests/stubprocess.py)
+            patcher = unittest.mock.patch.object(demo, "make_kubectl", answered_in_process(demo.make_kubectl))
             patcher.start()
             self.addCleanup(patcher.stop)
         self.addCleanup(self.verify_plan)  # runs first: cleanups run last in, first out
