@@ -148,8 +148,8 @@ class StubProcess:
             call = kubectl_stub.Invocation(
                 environ=self._environ,
                 read_stdin=self._read_stdin,
-                out=_Stream(self, self._out_write),
-                err=_Stream(self, self._err_write),
+                out=_Stream(self, self._out_write, "surrogateescape"),
+                err=_Stream(self, self._err_write, "backslashreplace"),
                 sleep=self._sleep,
             )
             code = kubectl_stub.main(self.args[1:], call)
@@ -237,13 +237,14 @@ class StubProcess:
 
 
 class _Stream:
-    """The stub's sys.stdout or sys.stderr: text encoded as its (UTF-8) streams encode it, into a pipe."""
+    """The stub's sys.stdout or sys.stderr, into a pipe: text encoded as the stub process encodes
+    it (its sealed environment names no locale, so UTF-8, with `errors` as Python's own streams)."""
 
-    def __init__(self, process: StubProcess, descriptor: int) -> None:
-        self.process, self.descriptor = process, descriptor
+    def __init__(self, process: StubProcess, descriptor: int, errors: str) -> None:
+        self.process, self.descriptor, self.errors = process, descriptor, errors
 
     def write(self, text: str) -> int:
-        self.process._write(self.descriptor, text.encode("utf-8", "surrogateescape"))
+        self.process._write(self.descriptor, text.encode("utf-8", self.errors))
         return len(text)
 
     def flush(self) -> None:
