@@ -11,9 +11,10 @@ import time
 import unittest
 from typing import Any, Callable
 
+import rl_batch_demo as demo
 from tests.callplan import Call, CallPlanTestCase, Chunk, stub_wrapper
 from tests.kubectl_stub import SIGNAL_WAIT_ENV, matches
-from tests.stubprocess import StubProcess, spawner
+from tests.stubprocess import StubProcess, spawner, stub_processes
 
 
 class StubTest(CallPlanTestCase):
@@ -167,6 +168,22 @@ class StubTest(CallPlanTestCase):
         with self.start("get", "t", encoding="utf-8", errors="replace") as call:
             # stdout's lone surrogate as a byte (surrogateescape), stderr's escaped (backslashreplace)
             self.assertEqual(call.communicate(timeout=30), ("caf\u00e9\n\ufffd\n", "\\udcff oops\n"))
+
+
+class SpawnerTest(CallPlanTestCase):
+    def test_the_tools_kubectl_answers_in_process_unless_stub_processes_are_asked_for(self) -> None:
+        args = demo.build_parser("rl-batch-demo").parse_args(["check"])
+        kubectl = demo.make_kubectl(args)
+        if stub_processes():  # RL_DEMO_STUB_PROCESSES=1, as .ci/run's end-to-end pass sets it
+            self.assertIs(kubectl.spawner, subprocess.Popen)
+        else:
+            self.assertIsNot(kubectl.spawner, subprocess.Popen)
+            self.expect(Call(["get", "x"], stdout="x\n"))
+            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            with kubectl.spawner([kubectl.executable, "get", "x"], **pipes) as call:
+                self.assertIsInstance(call, StubProcess)
+                self.assertEqual(call.communicate(timeout=30), (b"x\n", b""))
+        self.assertIs(demo.Kubectl("kubectl", None, None).spawner, subprocess.Popen)  # the tool's own default
 
 
 class InProcessStubTest(StubTest):
