@@ -634,6 +634,40 @@ class KubectlStub:
         return [call for index, call in enumerate(self.plan) if index not in consumed and not call.optional]
 
 
+class MainThreadClock:
+    """rl_batch_demo's `time` module for a test whose waits run in the main thread (cleanup's
+    polls, on the tool's own schedule): there, sleep() returns at once, records what it was
+    asked, and moves this clock on by as much, so monotonic() and time() read that much later,
+    as after a real sleep, without the test waiting. Every other thread (the tool's watch
+    readers, a test running beside it, tests/concurrently.py) gets the real clock and real sleeps,
+    so it suits flows whose timed waits all run in the main thread."""
+
+    def __init__(self) -> None:
+        self.seconds: List[float] = []  # each sleep of the main thread, as asked
+        self.offset = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def _main() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    def sleep(self, seconds: float) -> None:
+        if not self._main():
+            time.sleep(seconds)
+            return
+        self.seconds.append(seconds)
+        self.offset += max(0.0, seconds)
+        time.sleep(0)  # let the other threads run, as a sleep would
+
+    def monotonic(self) -> float:
+        return time.monotonic() + (self.offset if self._main() else 0.0)
+
+    def time(self) -> float:
+        return time.time() + (self.offset if self._main() else 0.0)
+
+
 # The test case ################################################################
 
 
@@ -700,7 +734,9 @@ class CallPlanTestCase(unittest.TestCase):
         self.stub = KubectlStub(self.root / "stub")
         os.environ.update(self.stub.env())  # restored by setUp's patch
 
-    def shorten_process_timeouts(self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.5) -> None:
+    def shorten_process_timeouts(
+        self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.05
+    ) -> None:
         """The kubectl calls that `hangs(argv, stdin)` picks (a planned hang, Call.sleep) are
         killed after `seconds` whatever --kubectl-timeout says, as the tool would kill them, but
         without the test waiting for the real timeout; every other call keeps its own timeout,

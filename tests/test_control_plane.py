@@ -21,6 +21,7 @@ from tests.callplan import (
     Call,
     CallPlanTestCase,
     Cluster,
+    MainThreadClock,
     Result,
     RunPlan,
     watch_event,
@@ -322,8 +323,12 @@ class CleanupWaitTest(CallPlanTestCase):
             plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
             still_there,
         )
-        result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
+        self.set_timing(cleanup_first_poll=0.25, cleanup_max_poll=2.0)  # the tool's own schedule
+        clock = MainThreadClock()  # the waits take no time
+        with unittest.mock.patch.object(demo, "time", clock):
+            result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
         self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 1.5 s")  # 1 s + 10 pods / 20 a second
+        self.assertAlmostEqual(sum(clock.seconds), 1.5, delta=0.1)  # waited out on the clock
 
 
 @end_to_end
