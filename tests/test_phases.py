@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.clusterobjects import results_of, settings_for
+from tests.fakecluster import ENVIRONMENT
 
 
 class Case(unittest.TestCase):
@@ -412,7 +413,7 @@ def run_worker(**env_overrides: str) -> dict[str, Any]:
         script = Path(root, "episode.py")
         script.write_text(demo.WORKER_SOURCE)
         env = dict(
-            os.environ,
+            ENVIRONMENT,  # not os.environ: it runs beside the other tests (tests/concurrently.py)
             EPISODE_ID="rollout-xyz",
             RL_DEMO_WORKSPACE=str(workspace),
             RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
@@ -439,6 +440,8 @@ def run_worker(**env_overrides: str) -> dict[str, Any]:
 
 
 class WorkerClockTest(Case):
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
     def test_the_worker_reads_the_proc_it_is_given(self) -> None:
         ready = run_worker(RL_DEMO_PROC="{root}/proc")
         before, after = ready["test_window"]
