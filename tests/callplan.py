@@ -735,7 +735,7 @@ class CallPlanTestCase(unittest.TestCase):
         os.environ.update(self.stub.env())  # restored by setUp's patch
 
     def shorten_process_timeouts(
-        self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.05
+        self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.5
     ) -> None:
         """The kubectl calls that `hangs(argv, stdin)` picks (a planned hang, Call.sleep) are
         killed after `seconds` whatever --kubectl-timeout says, as the tool would kill them, but

@@ -325,7 +325,7 @@ class ApiFaultTest(FaultTestCase):
         # found (the killed create never says it is done, and the run would wait out the account).
         watch = plan.serviceaccount_watch(kubectl_timeout=30)
         calls[-1] = dataclasses.replace(watch, chunks=[dataclasses.replace(watch.chunks[0], wait_for="lookup.done")])
-        # Only the hanging create is cut short (at 0.05 s); every other call keeps the 30 s, which
+        # Only the hanging create is cut short (at 0.5 s); every other call keeps the 30 s, which
         # a loaded machine's slowest call stays far below (a 1 s timeout for all of them did not).
         self.shorten_process_timeouts(lambda argv, stdin: '"Namespace"' in (stdin or ""))
         result = self.run_plan(plan, calls, "--kubectl-timeout", "30")
