@@ -734,9 +734,7 @@ class CallPlanTestCase(unittest.TestCase):
         self.stub = KubectlStub(self.root / "stub")
         os.environ.update(self.stub.env())  # restored by setUp's patch
 
-    def shorten_process_timeouts(
-        self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.5
-    ) -> None:
+    def shorten_process_timeouts(self, hangs: Callable[[List[str], Optional[str]], bool], seconds: float = 0.5) -> None:
         """The kubectl calls that `hangs(argv, stdin)` picks (a planned hang, Call.sleep) are
         killed after `seconds` whatever --kubectl-timeout says, as the tool would kill them, but
         without the test waiting for the real timeout; every other call keeps its own timeout,

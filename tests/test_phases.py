@@ -8,7 +8,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -19,7 +18,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.clusterobjects import results_of, settings_for
-from tests.fakecluster import ENVIRONMENT
+from tests.fakecluster import ENVIRONMENT, image_python
 
 
 class Case(unittest.TestCase):
@@ -429,7 +428,7 @@ def run_worker(**env_overrides: str) -> dict[str, Any]:
         (proc / "self" / "stat").write_text("4242 (odd ) name) " + " ".join(fields) + "\n")
         before = time.time()
         result = subprocess.run(
-            [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
+            [image_python(), "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
         )
         after = time.time()
         if result.returncode != 0:
