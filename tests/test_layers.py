@@ -1,6 +1,8 @@
-"""The file's sections are layers in fact: a definition uses only names of its own section or of
-sections above it. rl_batch_demo.py is read as a syntax tree, never imported, so the check also
-holds for code that no test runs."""
+"""Inside each module, the sections are layers in fact: a definition uses only names of its own
+section or of sections above it. Between modules the build checks the order (tools/build.py
+refuses a relative import of a module that is not above it in MODULES); what only a syntax tree
+sees is the order of the sections that one module holds. The modules are read as syntax trees,
+never imported, so the check also holds for code that no test runs."""
 
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ import unittest
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterator, List, Sequence, Set, Tuple
 
-SCRIPT = Path(__file__).resolve().parent.parent / "rl_batch_demo.py"
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "rl_batch_demo"
+MODULES = sorted(path for path in PACKAGE.glob("*.py") if path.name != "__init__.py")
 BANNER = re.compile(r"^# (?P<name>\S.*?) #{4,}$")
 HEAD = "module head"  # the docstring and the imports, before the first banner
 
-# The top of the story may reach down: the command line builds every command's inputs and main()
-# dispatches to them. Nothing else is excepted.
-MAY_USE_ANYTHING = frozenset({"Command line"})
+# Sections that may use names of sections below them in their module: none.
+MAY_USE_ANYTHING: FrozenSet[str] = frozenset()
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -148,15 +150,20 @@ def layer_violations(source: str) -> List[str]:
 
 class LayerTest(unittest.TestCase):
     def test_no_definition_uses_a_later_section(self) -> None:
-        problems = layer_violations(SCRIPT.read_text(encoding="utf-8"))
-        self.assertEqual(problems, [], "move the definition to its layer, or pass the data or callable down")
+        self.assertGreater(len(MODULES), 10)
+        for module in MODULES:
+            with self.subTest(module=module.name):
+                problems = layer_violations(module.read_text(encoding="utf-8"))
+                self.assertEqual(problems, [], "move the definition to its layer, or pass the data or callable down")
 
     def test_every_section_opens_with_what_it_does(self) -> None:
-        lines = SCRIPT.read_text(encoding="utf-8").splitlines()
-        sections = banners(lines)[1:]
+        sections = []
+        for module in MODULES:
+            lines = module.read_text(encoding="utf-8").splitlines()
+            sections += [(module.name, lines, number, name) for number, name in banners(lines)[1:]]
         self.assertGreater(len(sections), 10)
-        for number, name in sections:
-            with self.subTest(section=name):
+        for module_name, lines, number, name in sections:
+            with self.subTest(module=module_name, section=name):
                 opening = lines[number : number + 2]  # the two lines right under the banner
                 self.assertRegex(opening[0], r"^# \S", f"line {number + 1}: the section's opening comment")
                 self.assertRegex(" ".join(opening), r"(?i)\buses?\b", "which sections it may use")

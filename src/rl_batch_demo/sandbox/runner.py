@@ -1,0 +1,129 @@
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import linecache
+import os
+import sys
+import traceback
+import unittest
+
+TEST_MODULE = "test_shipping"
+CODE_MODULE = "shipping"
+TEST_ORIGIN = "runner stdin"
+
+
+class RecordingResult(unittest.TextTestResult):
+    # Records one [test id, outcome] entry per test run, a failure never overwritten by a pass.
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.entries = []
+        self.current = None
+        self.outcome = None
+
+    def startTest(self, test):
+        super().startTest(test)
+        self.current, self.outcome = test, "unfinished"
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        if test is self.current:
+            self.entries.append([test.id(), self.outcome])
+        self.current, self.outcome = None, None
+
+    def note(self, test, outcome):
+        if test is self.current:
+            if self.outcome in ("unfinished", "passed"):
+                self.outcome = outcome
+        else:  # an error outside a test, such as in setUpClass
+            self.entries.append([test.id(), outcome])
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.note(test, "passed")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.note(test, "failed")
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.note(test, "error")
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.note(test, "skipped")
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self.note(test, "expected_failure")
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.note(test, "unexpected_success")
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.note(test, "failed" if issubclass(err[0], test.failureException) else "error")
+
+
+def load_module(name, source, origin, filename):
+    # A module compiled from source the runner holds, never found on sys.path nor read from a .pyc;
+    # its origin is the file it was read from (then also its __file__), or where it came from.
+    spec = importlib.machinery.ModuleSpec(name, None, origin=origin)
+    spec.has_location = origin == filename
+    module = importlib.util.module_from_spec(spec)
+    code = compile(source, filename, "exec", dont_inherit=True)
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module
+
+
+def origins(compiled):
+    # name -> the origin of the module sys.modules holds now, and the sha256 compiled under it.
+    found = {}
+    for name in (CODE_MODULE, TEST_MODULE):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        found[name] = {"origin": origin if isinstance(origin, str) else None, "sha256": compiled.get(name)}
+    return found
+
+
+def main():
+    channel = int(sys.argv[1])
+    os.set_inheritable(channel, False)
+    report = {"nonce": None, "tests": [], "error": None, "modules": {}}
+    compiled = {}
+    result = None
+    try:
+        message = json.loads(sys.stdin.readline())
+        report["nonce"] = message["nonce"]
+        test_source = message["test_source"].encode("utf-8")
+        if hashlib.sha256(test_source).hexdigest() != sys.argv[2]:
+            raise ValueError("the test source on stdin does not match its sha256")
+        sys.path.insert(0, os.getcwd())  # for modules the code under test imports itself
+        with open(message["code_path"], "rb") as stream:
+            code_source = stream.read()
+        compiled[CODE_MODULE] = hashlib.sha256(code_source).hexdigest()
+        load_module(CODE_MODULE, code_source, message["code_path"], message["code_path"])
+        filename = "test_shipping.py (" + TEST_ORIGIN + ")"
+        lines = message["test_source"].splitlines(True)
+        linecache.cache[filename] = (len(test_source), None, lines, filename)  # for tracebacks
+        compiled[TEST_MODULE] = sys.argv[2]
+        module = load_module(TEST_MODULE, test_source, TEST_ORIGIN, filename)
+        suite = unittest.defaultTestLoader.loadTestsFromModule(module)
+        result = unittest.TextTestRunner(stream=sys.stderr, resultclass=RecordingResult).run(suite)
+    except BaseException as error:  # SystemExit at import too: the report says so
+        traceback.print_exc()
+        report["error"] = (type(error).__name__ + ": " + str(error))[:200]
+    if result is not None:
+        report["tests"] = result.entries
+    report["modules"] = origins(compiled)
+    with os.fdopen(channel, "wb") as stream:
+        stream.write(json.dumps(report).encode())
+    return 0 if result is not None and report["error"] is None and result.wasSuccessful() else 1
+
+
+sys.exit(main())
