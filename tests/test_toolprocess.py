@@ -23,7 +23,7 @@ class ToolProcessTest(unittest.TestCase):
 
     def test_the_module_says_what_the_script_says(self) -> None:
         with tempfile.TemporaryDirectory() as cwd:
-            for argv in (["--version"], ["cleanup", "--output", "absent"]):  # its fingerprint; its name
+            for argv in (["--version"], ["run", "--cuont", "2"]):  # its fingerprint; its name in a usage error
                 with self.subTest(argv=argv):
                     script, module = self.run_both(*argv, cwd=cwd)
                     self.assertEqual((module.returncode, module.stdout, module.stderr), (
