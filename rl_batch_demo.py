@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import contextlib
+import copy
 import dataclasses
 import datetime
 import errno
@@ -111,14 +112,19 @@ KEPT_EVENTS = ("ready", "reward")  # the events the validation reads: each one's
 KEPT_EVENT_BYTES_LIMIT = 64 * 2**20  # bytes of those lines a run holds in memory, all pods together
 INFO_MEMORY_LIMIT = 64 * 1024  # bytes of memory a reward's parsed `info` may take; a larger one is dropped
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
+# Bytes of everything a run writes for its pods (LogBudgets, its ledger): the <pod>.log files, and the
+# pod-made strings of pods.json and events.txt; past it only the ready and reward lines are saved.
+LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
-CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
+# The API server refuses a ConfigMap whose data's values take more than 1 MiB (core.MaxSecretSize,
+# pkg/apis/core/validation ValidateConfigMap), and any request body over 3 MiB (MaxRequestBodyBytes).
+CONFIGMAP_OBJECT_LIMIT = 2**20
+CONFIGMAP_REQUEST_LIMIT = 3 * 2**20
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
 INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
@@ -174,6 +180,14 @@ DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one epi
 MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
 ARTIFACTS_PER_EPISODE_LIMIT = 64
 ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_NAME_DEPTH_LIMIT = 8  # "/"-separated segments of an artifact's name: at most 7 directories deep
+# What each directory an episode's artifact names make costs its --max-artifact-bytes budget: one
+# block of a directory on ext4 and XFS (4 KiB), so that names cannot buy disk with no bytes listed.
+ARTIFACT_DIRECTORY_BYTES = 4096
+# The kubelet's default containerLogMaxSize (pkg/kubelet/apis/config/v1beta1/defaults.go: 10Mi):
+# a container's log file is rotated only once it is this large, and `kubectl logs` then returns
+# only the current file (pkg/kubelet/kuberuntime/logs/logs.go).
+CONTAINER_LOG_MAX_SIZE = 10 * 2**20
 ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
 ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
 ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)
@@ -309,7 +323,16 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
-    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    # The PodScheduled condition is the API server's own stamp at binding (pkg/registry/core/pod/storage
+    # storage.go setPodNodeAndMetadata), whole seconds like the creation: one clock truncated cannot
+    # reverse their order, so a negative figure from it means two API-server replicas' clocks.
+    "pod_to_scheduled_seconds": (
+        "created_at",
+        "scheduled_at",
+        "from the PodScheduled condition (the API server's stamp at binding, whole seconds) two API-server replicas' "
+        "clocks disagree; from a Scheduled event (its eventTime is the scheduler's clock) the scheduler's clock is "
+        "behind the API server's",
+    ),
     "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
     "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
     "pod_to_container_started_seconds": (
@@ -357,7 +380,8 @@ FIGURE_SOURCES = {
 SCHEDULED_BY_CONDITION = (
     CLOCK_API,
     CLOCK_API,
-    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+    "the condition, like creationTimestamp, is the API server's stamp (set when it binds the pod to its node), both "
+    "whole seconds, which one clock cannot put out of order: two API-server replicas' clocks disagree",
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
@@ -906,6 +930,9 @@ class RoundCollected:
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    # The failures rewards.jsonl already holds, by pod (RoundRewards: provisional_episode's verdict
+    # as the pod watch saw it end): final, so the analysis fails these episodes with the same cause.
+    provisional_failures: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -943,13 +970,25 @@ class ArtifactFrame:
 
 @dataclasses.dataclass(eq=False)
 class LogBudgets:
-    """What a run may still spend on what pods print, shared by every thread that reads logs:
-    bytes of <pod>.log text on disk (LOG_DIR_BUDGET) and bytes of kept event lines in memory
-    (KEPT_EVENT_BYTES_LIMIT)."""
+    """The run's one ledger of what its pods may make it keep, shared by every thread that reads
+    logs, with a disk side and a memory side.
 
-    disk: int = LOG_DIR_BUDGET
+    The disk side holds LOG_DIR_BUDGET for every byte the tool writes for pods: the <pod>.log
+    text, the kept event lines and the notes saved past a cut, and the pod-made strings of
+    pods.json and events.txt. Of it, `reserve` (as much as the memory side) is kept for what is
+    always saved: each kept line was paid from `memory` when it was kept, so the reserve can
+    always pay for writing it, and a marker or a closing note is paid from both sides at once
+    (take_note); the rest, `disk`, is the text's, spent as it comes (take_disk). So the two never
+    overdraw: what the run writes for pods is at most disk + reserve. The memory side holds
+    KEPT_EVENT_BYTES_LIMIT for the kept event lines."""
+
+    disk: int = LOG_DIR_BUDGET - KEPT_EVENT_BYTES_LIMIT
     memory: int = KEPT_EVENT_BYTES_LIMIT
+    reserve: int = -1  # -1: as much as `memory`
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # A pod-made string of pods.json or events.txt, by what it is of, as granted once (granted_text):
+    # a file written again spends nothing again.
+    granted: Dict[Tuple[str, ...], str] = dataclasses.field(default_factory=dict)
     # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
     # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
     # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
@@ -962,6 +1001,54 @@ class LogBudgets:
         """These budgets, spent as before, with the artifacts saved under `root` instead (a
         warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
         return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
+
+    def __post_init__(self) -> None:
+        if self.reserve < 0:
+            self.reserve = self.memory
+
+    def take_reserved(self, wanted: int) -> None:
+        """Disk for a kept line saved past a cut: its bytes were paid from `memory` when it was
+        kept, so the reserve holds them (never below zero)."""
+        if self.spends_from is not None:
+            return self.spends_from.take_reserved(wanted)
+        with self.lock:
+            assert wanted <= self.reserve, "a kept line the memory side did not pay for"
+            self.reserve -= wanted
+        return None
+
+    def take_note(self, wanted: int) -> bool:
+        """All of `wanted` bytes for a line the tool adds (a marker, a closing note): from the
+        text's disk while it lasts, else from both the memory side and the reserve; or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_note(wanted)
+        with self.lock:
+            if wanted <= self.disk:
+                self.disk -= wanted
+                return True
+            if wanted > min(self.memory, self.reserve):
+                return False
+            self.memory -= wanted
+            self.reserve -= wanted
+            return True
+
+    def granted_text(self, key: Tuple[str, ...], text: str, cut_note: str) -> str:
+        """A pod-made string for pods.json or events.txt, as much of it as the text's disk grants
+        (the first time; the same answer after), ending with `cut_note` when it was cut."""
+        if self.spends_from is not None:
+            return self.spends_from.granted_text(key, text, cut_note)
+        import hashlib  # noqa: PLC0415 - only what writes pods.json or events.txt needs it
+
+        key = (*key, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())  # the same text again
+        with self.lock:
+            if key in self.granted:
+                return self.granted[key]
+        data = text.encode("utf-8", "surrogatepass")
+        granted = self.take_disk(len(data))
+        if granted < len(data):
+            room = max(0, granted - len(cut_note.encode()))
+            text = data[:room].decode("utf-8", "ignore") + (cut_note if granted >= len(cut_note.encode()) else "")
+        with self.lock:
+            return self.granted.setdefault(key, text)
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""
@@ -1697,16 +1784,25 @@ def check_worker_source(data: bytes, where: str) -> str:
 
 
 def configmap_size_problem(manifest: KubeObject) -> str:
-    """Why the ConfigMap would be refused for its size, or empty: its JSON must stay under the
-    API server's 1 MiB object limit (metadata the server adds comes on top, so stay well below)."""
-    size = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
-    if size < CONFIGMAP_OBJECT_LIMIT:
-        return ""
-    return (
-        f"the ConfigMap with the worker and the tasks would be {size:,} bytes as JSON, over the API server's "
-        f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) object size limit for a ConfigMap; shorten the tasks "
-        "(put large inputs in an image or object storage and reference them)"
-    )
+    """Why the ConfigMap would be refused for its size, or empty. The API server counts what
+    ValidateConfigMap counts (pkg/apis/core/validation/validation.go): the bytes of its data's
+    values, not its keys nor their JSON-escaped form, at most core.MaxSecretSize (1 MiB). The
+    request that carries it, as JSON, must also fit the API server's request body limit
+    (MaxRequestBodyBytes, 3 MiB: k8s.io/apiserver pkg/server/config.go)."""
+    size = sum(len(str(value).encode("utf-8", "surrogatepass")) for value in (manifest.get("data") or {}).values())
+    request = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
+    shorten = "shorten the tasks (put large inputs in an image or object storage and reference them)"
+    if size > CONFIGMAP_OBJECT_LIMIT:
+        return (
+            f"the ConfigMap's data, the worker and the tasks, would be {size:,} bytes, over the API server's "
+            f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) limit on a ConfigMap's data; {shorten}"
+        )
+    if request > CONFIGMAP_REQUEST_LIMIT:
+        return (
+            f"the ConfigMap's create request would be {request:,} bytes as JSON (its data escaped), over the API "
+            f"server's 3 MiB ({CONFIGMAP_REQUEST_LIMIT:,} bytes) limit on a request body; {shorten}"
+        )
+    return ""
 
 
 def job_manifest(
@@ -1984,6 +2080,33 @@ def failed_condition_reason(job: KubeObject) -> Optional[str]:
 # leaves a Job managed by another alone. A mutating webhook may add a sidecar or change what a
 # container runs.
 JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job the job controller runs
+
+
+def watched_object_problem(obj: Any) -> str:
+    """What in a watched Job or pod has a shape the API server never sends ("" if nothing): the
+    fields the waiter reads (metadata, spec, status, its conditions and counts) must be what
+    the API's types say (batch/v1 Job, core/v1 Pod), else the watch cannot be trusted to say when
+    the Job ends, and the waiter polls instead."""
+    if not isinstance(obj, dict):
+        return f"the object is {json_kind(obj)}"
+    for field in ("metadata", "spec", "status"):
+        if not isinstance(obj.get(field, {}), dict):
+            return f"its {field} is {json_kind(obj[field])}"
+    metadata, status = obj.get("metadata", {}), obj.get("status", {}) or {}
+    if not isinstance(metadata.get("name"), str) or not isinstance(metadata.get("labels", {}), dict):
+        return "its metadata lacks a name, or its labels are not an object"
+    conditions = status.get("conditions", [])
+    if not isinstance(conditions or [], list) or not all(isinstance(each, dict) for each in conditions or []):
+        return "its status.conditions is not a list of objects"
+    for condition in conditions or []:
+        if not all(isinstance(condition.get(key, ""), str) for key in ("type", "status", "reason", "message")):
+            return "a condition's type, status, reason or message is not a string"
+    counts = ("active", "succeeded", "failed", "ready", "terminating")
+    if not all(status.get(key) is None or is_int(status.get(key)) for key in counts):
+        return "a count in its status is not an integer"
+    if not isinstance(status.get("phase", ""), str):
+        return "its status.phase is not a string"
+    return ""
 
 
 def job_suspended(job: KubeObject) -> bool:
@@ -2525,22 +2648,70 @@ def parse_events(text: str) -> List[JsonObject]:
 _ARTIFACT_FRAME = rb"rl-demo-artifact 1 ([0-9]{1,9}) ([0-9]{1,9}) ([0-9a-f]{64}) ([A-Za-z0-9_-]+=*) ([A-Za-z0-9+/]*=*)"
 
 
-def artifact_name_problem(name: str) -> str:
+def artifact_name_key(name: str) -> str:
+    """The name as a filesystem that ignores case or Unicode normalisation sees it (macOS's APFS
+    and HFS+, Windows' NTFS): Unicode's canonical caseless match, NFD(casefold(NFD(name)))."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def artifact_directories(names: Iterable[str]) -> List[str]:
+    """The directories under DIR/artifacts/<pod>/ that these artifact names make, each once."""
+    made = {"/".join(parts[:depth]) for parts in (name.split("/") for name in names) for depth in range(1, len(parts))}
+    return sorted(made)
+
+
+def artifact_name_problem(name: str, earlier: Iterable[str] = ()) -> str:
     """What makes an artifact's name unsafe to save under DIR/artifacts/<pod>/ ("" if nothing):
-    it must be relative, "/"-separated, without empty, `.` or `..` segments, backslashes, NUL or
-    other control characters, and at most ARTIFACT_NAME_LIMIT bytes of UTF-8."""
+    it must be relative, "/"-separated, at most ARTIFACT_NAME_DEPTH_LIMIT segments, without empty,
+    `.` or `..` segments, backslashes, or a segment that starts with `-` (a shell loop's `rm $f`
+    takes it for an option), at most ARTIFACT_NAME_LIMIT bytes of UTF-8, and without a character
+    that hides or disguises what a file browser shows: control characters, Unicode's format
+    characters (Cf: the right-to-left override U+202E, zero-width U+200B, the BOM) and its line and
+    paragraph separators (U+2028, U+2029). `earlier`: the names of the same episode before it; a
+    name one filesystem would store as the same file as an earlier one, or whose directory it
+    would take for an earlier one's (case-insensitive, or NFC against NFD), is refused, so no
+    artifact overwrites another."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
     if not name:
         return "is empty"
     if len(name.encode("utf-8", "surrogatepass")) > ARTIFACT_NAME_LIMIT:
         return f"is longer than {ARTIFACT_NAME_LIMIT} bytes"
     if any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff" for char in name):
         return "has a control character"
+    hidden = next((char for char in name if unicodedata.category(char) in ("Cf", "Zl", "Zp")), None)
+    if hidden is not None:
+        return (
+            f"has U+{ord(hidden):04X} ({unicodedata.name(hidden, 'a format character')}), which file browsers and "
+            "terminals do not show as itself"
+        )
     if name.startswith("/"):
         return "is absolute"
     if "\\" in name:
         return "has a backslash"
-    if any(part in ("", ".", "..") for part in name.split("/")):
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
         return "has an empty, '.' or '..' segment"
+    if len(parts) > ARTIFACT_NAME_DEPTH_LIMIT:
+        return f"has {len(parts)} segments, more than {ARTIFACT_NAME_DEPTH_LIMIT}"
+    if any(part.startswith("-") for part in parts):
+        return "has a segment that starts with '-', which a command would take for an option"
+    taken: Dict[str, str] = {}
+    for other in earlier:
+        other_parts = other.split("/")
+        for depth in range(1, len(other_parts) + 1):
+            prefix = "/".join(other_parts[:depth])
+            taken.setdefault(artifact_name_key(prefix), prefix)
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        same = taken.get(artifact_name_key(prefix))
+        if same is not None and same != prefix:
+            return (
+                f"would be stored as {short_repr(same)} on a filesystem that ignores case or Unicode normalisation "
+                "(macOS, Windows), the path of an earlier artifact"
+            )
     return ""
 
 
@@ -2605,26 +2776,34 @@ def complete_lines(message: str) -> str:
     return message.partition("\n")[2]
 
 
-def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
-    """Events without the test output, which the termination message may have trimmed."""
+def comparable_events(events: List[JsonObject]) -> List[str]:
+    """Events without the test output, which the termination message may have trimmed, each as
+    its canonical JSON: compared so, `true`, `1` and `1.0` differ, as they do to every rule and
+    every reader of rewards.jsonl (Python's `==` holds True == 1 == 1.0)."""
     ignored = ("tests_output", "tests_output_truncated")
-    return [{k: v for k, v in event.items() if k not in ignored} for event in events]
+    return [canonical_json({k: v for k, v in event.items() if k not in ignored}) for event in events]
+
+
+def canonical_json(value: Any) -> str:
+    """One JSON text per value, whatever the key order: `true`, `1` and `1.0` stay three."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def describe_event_difference(log_events: List[JsonObject], message_events: List[JsonObject]) -> str:
     """What differs between the log's events and the termination message's, in words."""
-    log_side, message_side = comparable_events(log_events), comparable_events(message_events)
+    log_side, message_side = log_events, message_events
     names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
     for name in names:
         in_log = sum(1 for e in log_side if e.get("event") == name)
         in_message = sum(1 for e in message_side if e.get("event") == name)
         if in_log != in_message:
             return f"the log has {in_log} {short_repr(name)} events, the termination message {in_message}"
+    ignored = ("tests_output", "tests_output_truncated")
     for log_event, message_event in zip(log_side, message_side):
         if log_event.get("event") != message_event.get("event"):
             return "the two report the same events in a different order"
-        for key in sorted(set(log_event) | set(message_event)):
-            if log_event.get(key, "(absent)") != message_event.get(key, "(absent)"):
+        for key in sorted((set(log_event) | set(message_event)) - set(ignored)):
+            if canonical_json(log_event.get(key, "(absent)")) != canonical_json(message_event.get(key, "(absent)")):
                 return (
                     f"their {short_repr(log_event.get('event'))} events differ in {short_repr(key)}: the log has "
                     f"{short_repr(log_event.get(key, '(absent)'))}, the termination message "
@@ -3253,7 +3432,10 @@ def episode_events(
 
     A message the kubelet may have cut at the front counts by its complete lines alone, which
     must then end the log's events. A log that lacks the message's first events looks rotated
-    (`kubectl logs` returns only the kubelet's current file): the message's events count."""
+    (`kubectl logs` returns only the kubelet's current file), and the message's events count, only
+    when it still shows the message's later events or is as large as the kubelet rotates at
+    (CONTAINER_LOG_MAX_SIZE); else the two disagree. Events are compared by their canonical JSON
+    (comparable_events): `true`, `1` and `1.0` differ."""
     invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
     notes: List[str] = []
     cut = bool(message_text.strip()) and message_cut_at_front(message_text)
@@ -3292,7 +3474,11 @@ def episode_events(
     if not cut and in_log == in_message and others[0] == others[1]:
         return log_events, notes
     lacks_ready = not log.counts.get("ready") and message.counts.get("ready")
-    if not cut and lacks_ready and in_message[len(in_message) - len(in_log) :] == in_log:
+    # Rotation leaves the current file, which holds the message's later events (a worker prints
+    # its reward last), or is itself as large as the kubelet rotates at: a log with neither, an
+    # empty one above all, is one that disagrees with its message, not one rotated away.
+    rotated = bool(in_log) or log.saved_bytes + log.dropped_bytes >= CONTAINER_LOG_MAX_SIZE
+    if not cut and lacks_ready and rotated and in_message[len(in_message) - len(in_log) :] == in_log:
         lost = len(in_message) - len(in_log)
         notes.append(
             f"its log lacks the first {lost} of the termination message's events, its ready event among them, and "
@@ -3304,6 +3490,12 @@ def episode_events(
         difference = f"the log has {others[0]} other events, the termination message {others[1]}"
     if cut:
         difference += "; the termination message was cut at the front, and its complete lines do not end the log"
+    elif lacks_ready and not in_log:
+        difference += (
+            f" and the log, {log.saved_bytes + log.dropped_bytes:,} bytes, is too small to have been rotated (the "
+            f"kubelet rotates a container's log only past its containerLogMaxSize, {CONTAINER_LOG_MAX_SIZE:,} bytes by "
+            "default)"
+        )
     raise invalid(f"its log and its termination message report different events ({difference})")
 
 
@@ -3474,8 +3666,10 @@ ARTIFACT_ROTATION_HINT = (
 
 def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     """The reward event's `artifacts`, checked (ValueError says which rule it breaks): a list of
-    {name, bytes, sha256}, each name safe (artifact_name_problem), sorted by name and each once, at
-    most ARTIFACTS_PER_EPISODE_LIMIT, their bytes within `budget` (--max-artifact-bytes)."""
+    {name, bytes, sha256}, each name safe (artifact_name_problem, beside the names before it),
+    sorted by name and each once, at most ARTIFACTS_PER_EPISODE_LIMIT, their bytes and the
+    directories their names make (ARTIFACT_DIRECTORY_BYTES each) within `budget`
+    (--max-artifact-bytes), as ArtifactSink counts them while saving."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -3491,7 +3685,7 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
             raise ValueError(
                 f"its reward event lists an artifact {short_repr(item)} that is not {{name, bytes, sha256}}"
             )
-        problem = artifact_name_problem(name)
+        problem = artifact_name_problem(name, [entry["name"] for entry in entries])
         if problem:
             raise ValueError(f"its reward event lists an artifact {short_repr(name)} whose name {problem}")
         if not re.fullmatch("[0-9a-f]{64}", digest):
@@ -3502,10 +3696,17 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     names = [entry["name"] for entry in entries]
     if names != sorted(set(names)):
         raise ValueError("its reward event's artifacts are not sorted by name, each listed once")
-    total = sum(entry["bytes"] for entry in entries)
+    directories = artifact_directories(names)
+    total = sum(entry["bytes"] for entry in entries) + len(directories) * ARTIFACT_DIRECTORY_BYTES
     if total > budget:
+        made = (
+            f" ({len(directories)} directories among them, {ARTIFACT_DIRECTORY_BYTES:,} bytes each)"
+            if directories
+            else ""
+        )
         raise ValueError(
-            f"its artifacts take {total:,} bytes, over the --max-artifact-bytes budget of {budget:,} bytes per episode"
+            f"its artifacts take {total:,} bytes{made}, over the --max-artifact-bytes budget of {budget:,} bytes per "
+            "episode"
         )
     return entries
 
@@ -3627,7 +3828,9 @@ def reconciling_lines(
     for each failed episode without a line, and a retraction of each reward line the analysis did
     not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
     no line written yet, these are the round's lines as a whole file would hold them."""
-    lines = [reward_line(row, known_at) for row in rows if not stands_as_reward(last.get(row["pod"]))]
+    # A reward only for a pod without a line: after its failure line, none may stand (a failure
+    # found early is final; analyse_round fails it with that cause).
+    lines = [reward_line(row, known_at) for row in rows if row["pod"] not in last]
     for entry in failed:
         previous = last.get(entry["pod"])
         if previous is None:
@@ -3825,6 +4028,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
             rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(
@@ -6026,6 +6230,7 @@ class WatchStream:
         self.started = time.monotonic()
         self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
+        self.garbled = ""  # what ended the stream when its bytes were no watch events, in words
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
 
@@ -6040,24 +6245,32 @@ class WatchStream:
             received_at, received_clock = time.time(), time.monotonic()
             if not chunk:
                 break
-            buffer += text_decoder.decode(chunk)
+            try:
+                buffer += text_decoder.decode(chunk)
+            except UnicodeDecodeError as error:  # kubectl's encoder writes UTF-8 only: something else spoke
+                where = short_repr(error.object[error.start : error.start + 8])
+                return self._garbled(f"bytes that are not UTF-8 ({error.reason} at {where})")
             while True:
                 buffer = buffer.lstrip()
                 if not buffer:
                     break
                 try:
                     event, end = decoder.raw_decode(buffer)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     if buffer.startswith("{") and len(buffer) < WATCH_BUFFER_LIMIT:
                         break  # incomplete: wait for more bytes
-                    self.process.kill()  # garbled: end the stream, so the waiter falls back to polling
-                    self.sink.put((self.tag, time.time(), time.monotonic(), None))
-                    return
+                    return self._garbled(f"text that is not a JSON watch event ({short_repr(buffer[:40])})")
                 buffer = buffer[end:]
                 if isinstance(event, dict):
                     self.sink.put((self.tag, received_at, received_clock, event))
         if self.process.stderr is not None:
             self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
+        self.sink.put((self.tag, time.time(), time.monotonic(), None))
+
+    def _garbled(self, what: str) -> None:
+        """End the stream, so the waiter falls back to polling, saying what it printed."""
+        self.garbled = f"it printed {what}"
+        self.process.kill()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
     def stop(self) -> None:
@@ -6659,7 +6872,8 @@ class ArtifactSink:
         self.error = ""
         self.missing = False  # the error is frames that never came (rotation, most likely)
         self.frames = 0
-        self.received = 0  # decoded bytes of this pod's frames so far
+        self.received = 0  # decoded bytes of this pod's frames so far, and its directories' (ARTIFACT_DIRECTORY_BYTES)
+        self.directories: Set[str] = set()  # the directories its artifact names made, under its folder
         self.current: Optional[_ArtifactFile] = None
 
     def frame(self, raw: bytes) -> None:
@@ -6701,11 +6915,26 @@ class ArtifactSink:
     def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
         import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
 
+        problem = artifact_name_problem(frame.name, self.saved)
+        if problem:
+            self._fail(f"its artifact frame {self.frames} names an artifact {short_repr(frame.name)} that {problem}")
+            return None
         *parents, base = frame.name.split("/")
+        new = [path for path in artifact_directories([frame.name]) if path not in self.directories]
+        if self.received + len(new) * ARTIFACT_DIRECTORY_BYTES > self.budgets.artifact_bytes:
+            self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes per "
+                f"episode (artifact {short_repr(frame.name)} would make {len(new)} more directories, "
+                f"{ARTIFACT_DIRECTORY_BYTES:,} bytes each, after {len(self.directories)})"
+            )
+            return None
+        self.received += len(new) * ARTIFACT_DIRECTORY_BYTES  # counted before they exist: a failure cannot undo them
+        self.directories.update(new)
         directory = -1
         try:
             directory = self._directory([self.pod, *parents])
-            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            # Its first 100 bytes (whole characters): a file name holds 255 bytes, not characters.
+            temporary = f".{base.encode('utf-8')[:100].decode('utf-8', 'ignore')}.{os.urandom(4).hex()}.part"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
             descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
         except OSError as error:
@@ -6853,8 +7082,15 @@ class _PodLogFile:
         if not self.cut_by and self._room(len(data), whole=True) == len(data):
             self._write(data)
             return
-        marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
-        self._write(marker.encode() + data)
+        # past a cut: the line from the ledger's reserve (its memory side paid for it when kept),
+        # its marker as a note (left out only when both sides are spent)
+        marker = (
+            f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n".encode() if self.skipped else b""
+        )
+        if marker and not self.budgets.take_note(len(marker)):
+            marker = b""
+        self.budgets.take_reserved(len(data))
+        self._write(marker + data)
         self.skipped = 0
 
     def frame(self, body: bytes) -> None:
@@ -6900,14 +7136,19 @@ class _PodLogFile:
             stream.write(data)
 
     def finish(self) -> PodLog:
+        notes = []
         if self.frame_lines:
             where = f"{self.budgets.artifacts}/{self.pod}/"
-            self.buffer += f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode()
+            notes.append(f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode())
         if self.dropped:
-            self.buffer += (
+            notes.append(
                 f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
-                "were read and scanned for events but not saved; its ready and reward lines were saved]\n"
-            ).encode()
+                "were read and scanned for events but not saved; its ready and reward lines were saved]\n".encode()
+            )
+        for note in notes:  # the ledger's too: every byte the run writes for a pod counts
+            if self.budgets.take_note(len(note)):
+                self.buffer += note
+                self.saved += len(note)
         self.flush()
         os.replace(self.temporary, self.path)
         log = self.scanner.pod_log(self.saved, self.dropped)
@@ -7086,6 +7327,51 @@ def read_input_file(path: Path, flag: str) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
+
+
+POD_TEXT_CUT = " [rl-batch-demo: cut here: the run's budget for what its pods make it write is spent]"
+
+
+def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObject:
+    """pods.json's listing, each termination message (the pod's own text, up to 4 KiB a container)
+    as much as the ledger's disk side grants it (LogBudgets.granted_text), so pods.json counts
+    against the run's budget for what pods make it write."""
+    items = []
+    for pod in pods:
+        saved = pod
+        status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        for field in ("initContainerStatuses", "containerStatuses"):
+            statuses = status.get(field)
+            for position, container in enumerate(statuses if isinstance(statuses, list) else []):
+                for when in ("state", "lastState"):
+                    state = container.get(when) if isinstance(container, dict) else None
+                    terminated = state.get("terminated") if isinstance(state, dict) else None
+                    message = terminated.get("message") if isinstance(terminated, dict) else None
+                    if not isinstance(message, str) or not message:
+                        continue
+                    key = ("pod", uid, field, str(container.get("name")), when)
+                    granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+                    if granted != message:
+                        saved = copy.deepcopy(saved) if saved is pod else saved
+                        saved["status"][field][position][when]["terminated"]["message"] = granted
+        items.append(saved)
+    return pod_list(items)
+
+
+def events_text_within(events: List[KubeObject], budgets: LogBudgets) -> str:
+    """events.txt, each event's message as much as the ledger's disk side grants it."""
+    kept = []
+    for event in events:
+        message = event.get("message")
+        if isinstance(message, str) and message:
+            metadata = event.get("metadata") or {}
+            key = ("event", str(metadata.get("uid") or metadata.get("name")))
+            granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+            kept.append(event if granted == message else {**event, "message": granted})
+            continue
+        kept.append(event)
+    return render_events_text(kept)
 
 
 def save_if_possible(path: Path, data: Any) -> None:
@@ -7437,6 +7723,7 @@ def wait_for_job(
     sightings: Dict[str, Dict[str, Any]] = {}
     last_pods: Dict[str, KubeObject] = {}
     deleted = False
+    pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
     live = job
     admitted_seen: Optional[float] = None
     job_stream_open = pod_stream_open = True
@@ -7447,8 +7734,11 @@ def wait_for_job(
     job_uid = job["metadata"]["uid"]
 
     def pod_event(event: KubeObject, wall: float) -> None:
-        nonlocal deleted
+        nonlocal deleted, pods_doubtful
         pod = event.get("object")
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
+            pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
+            return
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
@@ -7479,7 +7769,7 @@ def wait_for_job(
         condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
     ) -> RoundObservation:
         return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted, queued, admitted_seen
+            live, condition, wall, clock, sightings, blocked, last_pods, deleted or pods_doubtful, queued, admitted_seen
         )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
@@ -7522,7 +7812,7 @@ def wait_for_job(
                 return observed()
             if tag == "job" and event is None:
                 job_stream_open = False
-            elif tag == "job" and event.get("type") == "MODIFIED" and isinstance(event.get("object"), dict):
+            elif tag == "job" and event.get("type") == "MODIFIED" and not watched_object_problem(event.get("object")):
                 take_job(event["object"], received_clock)
             elif tag == "pods" and event is None:
                 pod_stream_open = False
@@ -7546,12 +7836,19 @@ def wait_for_job(
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
             except queue.Empty:
                 tag = None
+            shape = watched_object_problem(event.get("object")) if tag == "job" and event is not None else ""
+            if shape and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
+                watches[0].stop()
+                event = None
             if tag == "job":
                 if event is None:
+                    if not job_stream_open:
+                        continue  # the end of a watch the run had stopped reading
                     job_stream_open = False
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = watch_error or (lines[-1] if lines else "no message")  # kubectl's error, or a crash's
+                    reason = watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
@@ -7577,6 +7874,13 @@ def wait_for_job(
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
+                shape = watched_object_problem(polled)
+                if shape:
+                    raise DemoError(
+                        f"kubectl printed Job {label} with an unexpected shape ({shape}); run kubectl -n {namespace} "
+                        f"get job {name} -o json to see it",
+                        EXIT_CLUSTER,
+                    )
                 take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
             waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
@@ -8024,6 +8328,14 @@ class RoundRewards:
                 self.reward_known.setdefault(line["pod"], known)
         self.writer.append(lines)
 
+    def failures(self) -> Dict[str, str]:
+        """The failure lines written so far, by pod: final (provisional_episode)."""
+        return {
+            pod: line["failure"]
+            for pod, line in self.last.items()
+            if line["failure"] is not None and not line["retracted"]
+        }
+
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
         known_at, known = time.time(), time.monotonic()
@@ -8370,7 +8682,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", render_events_text(events))
+                write_atomic(round_dir / "events.txt", events_text_within(events, budgets))
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -8383,21 +8695,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -8422,6 +8734,7 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -8509,13 +8822,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", render_events_text(events))
+            write_atomic(round_dir / "events.txt", events_text_within(events, self.log_budgets))
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
                 write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, self.log_budgets))
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:

@@ -506,9 +506,11 @@ def print_disk_budget(scratch: Path) -> None:
     )
     not_saved = (figures["results"] or {}).get("log_bytes_not_saved", 0)
     budget = rl_batch_demo.LOG_DIR_BUDGET / 2**20
+    directory = sum(path.stat().st_size for path in figures["output"].rglob("*") if path.is_file())
     print(
         f"disk: {LOUD_PODS} pods printing {LOUD_PODS * 9.2:.0f} MB in all: {saved / 2**20:.1f} MiB of <pod>.log saved "
-        f"(budget {budget:.0f} MiB, 8 MiB a pod), {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of "
+        f"(budget {budget:.0f} MiB for all written for pods, 8 MiB a pod), the output directory "
+        f"{directory / 2**20:.1f} MiB in all, {not_saved / 1e6:.0f} MB counted, not saved; {with_events} of "
         f"{len(logs)} logs hold their ready and reward lines; exit {figures['exit']}"
     )
 

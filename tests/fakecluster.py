@@ -80,6 +80,8 @@ The control plane as it is (issue 19):
 ``watch_gap``: seconds between a single object's GET and its watch (``get KIND NAME -w``), whose
     first event kubectl drops: a change in that window is never printed.
 ``watch_error``: ``["jobs", ...]``: those resources' watches end with an ERROR event (410 Expired).
+``watch_garbage``: ``{"jobs": "not_utf8" | "odd_shape"}``: after the list, those watches print bytes
+that are not UTF-8, or each object again with `status.conditions` a string, and go on.
 ``serviceaccount_delay``: seconds after a namespace's creation before its ``default``
     ServiceAccount exists; until then ServiceAccount admission refuses its pods (FailedCreate).
 ``queue``: ``{"admit_after": SECONDS}`` (null: never): Jobs are created suspended and resumed then.

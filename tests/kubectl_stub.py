@@ -218,8 +218,9 @@ def answer(directory: str, entry: dict, argv: list[str], call: Invocation) -> in
         snapshot(directory, chunk.get("snapshot"), call)
         if chunk.get("delay"):
             call.sleep(chunk["delay"])
-        out.write(chunk.get("data", ""))
-        out.flush()
+        # bytes as planned: a lone surrogate (surrogateescape) is the byte that is not UTF-8
+        out.buffer.write(chunk.get("data", "").encode("utf-8", "surrogateescape"))
+        out.buffer.flush()
     out.write(entry.get("stdout", ""))
     out.flush()
     call.err.write(entry.get("stderr", ""))

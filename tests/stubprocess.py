@@ -242,10 +242,25 @@ class _Stream:
 
     def __init__(self, process: StubProcess, descriptor: int, errors: str) -> None:
         self.process, self.descriptor, self.errors = process, descriptor, errors
+        self.buffer = _Bytes(process, descriptor)  # as sys.stdout.buffer: bytes as they are
 
     def write(self, text: str) -> int:
         self.process._write(self.descriptor, text.encode("utf-8", self.errors))
         return len(text)
+
+    def flush(self) -> None:
+        pass  # written at once
+
+
+class _Bytes:
+    """The binary side of a _Stream (sys.stdout.buffer), into the same pipe."""
+
+    def __init__(self, process: StubProcess, descriptor: int) -> None:
+        self.process, self.descriptor = process, descriptor
+
+    def write(self, data: bytes) -> int:
+        self.process._write(self.descriptor, data)
+        return len(data)
 
     def flush(self) -> None:
         pass  # written at once

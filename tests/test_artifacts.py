@@ -66,6 +66,15 @@ class FrameParserTest(unittest.TestCase):
             (frame("esc\x1b[2J", 0, 1, good, b"x"), "control character"),
             (frame("back\\slash", 0, 1, good, b"x"), "backslash"),
             (frame("n" * 256, 0, 1, good, b"x"), "longer than 255 bytes"),
+            # issue 29: names that spoof what a file browser or a shell loop shows
+            (frame("evil\u202etxt.exe", 0, 1, good, b"x"), "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+            (frame("zero\u200bwidth", 0, 1, good, b"x"), "U+200B (ZERO WIDTH SPACE)"),
+            (frame("line\u2028break", 0, 1, good, b"x"), "U+2028 (LINE SEPARATOR)"),
+            (frame("para\u2029break", 0, 1, good, b"x"), "U+2029 (PARAGRAPH SEPARATOR)"),
+            (frame("-rf", 0, 1, good, b"x"), "starts with '-'"),
+            (frame("sub/--help", 0, 1, good, b"x"), "starts with '-'"),
+            # issue 25: at most 8 segments
+            (frame("/".join("abcdefghi"), 0, 1, good, b"x"), "9 segments, more than 8"),
             (frame("x", 1, 1, good, b"x"), "frame 1 of 1"),
             (frame("x", 0, demo.ARTIFACT_FRAMES_LIMIT + 1, good, b"x"), "frames count from 0"),
             (frame("x", 0, 1, good, b"x" * (demo.ARTIFACT_FRAME_DATA + 1)), "more than a frame's"),
@@ -83,7 +92,8 @@ class FrameParserTest(unittest.TestCase):
 
     def test_the_manifest_rules(self) -> None:
         good = [entry("a", b"1"), entry("b/c", b"22")]
-        self.assertEqual(demo.artifact_manifest(good, 3), good)
+        directory = demo.ARTIFACT_DIRECTORY_BYTES  # b/ costs one directory's block
+        self.assertEqual(demo.artifact_manifest(good, 3 + directory), good)
         self.assertEqual(demo.artifact_manifest(None, 0), [])
         rows = (
             ("x", "not a list"),
@@ -93,6 +103,12 @@ class FrameParserTest(unittest.TestCase):
             ([dict(good[0], name="../a")], "'..' segment"),
             ([dict(good[0], sha256="abc")], "not 64 hex digits"),
             ([entry(f"f{i:03}", b"") for i in range(demo.ARTIFACTS_PER_EPISODE_LIMIT + 1)], "more than 64"),
+            # issue 29: names one filesystem stores as one file
+            ([entry("Report.txt", b""), entry("report.txt", b"")], "would be stored as 'Report.txt'"),
+            ([entry("caf\u00e9", b""), entry("cafe\u0301", b"")], "would be stored as 'caf\u00e9'"),
+            ([entry("Dir/a", b""), entry("dir/b", b"")], "would be stored as 'Dir'"),
+            # issue 25: 0 bytes listed, but 7 directories of 4 KiB each
+            ([entry("a/b/c/d/e/f/g/h", b"")], "7 directories among them"),
         )
         for manifest, rule in rows:
             with self.subTest(rule):
@@ -100,8 +116,8 @@ class FrameParserTest(unittest.TestCase):
                     demo.artifact_manifest(manifest, 100)
                 self.assertIn(rule, str(raised.exception))
         with self.assertRaises(ValueError) as raised:
-            demo.artifact_manifest(good, 2)
-        self.assertIn("over the --max-artifact-bytes budget of 2 bytes", str(raised.exception))
+            demo.artifact_manifest(good, 2 + directory)
+        self.assertIn(f"over the --max-artifact-bytes budget of {2 + directory:,} bytes", str(raised.exception))
 
 
 class SinkTest(unittest.TestCase):
@@ -171,6 +187,40 @@ class SinkTest(unittest.TestCase):
         log = self.sink(frames("a", b"x") + frames("a/b", b"y"))  # a file, then a directory of that name
         self.assertIn("'a/b' cannot be saved there", log.artifact_error)
         self.assertEqual((self.root / "pod-a" / "a").read_bytes(), b"x")
+
+    def test_names_one_filesystem_stores_as_one_file_never_overwrite_each_other(self) -> None:
+        """Issue 29: on a case-insensitive or normalising filesystem (macOS) the second would replace
+        the first; it is refused, on every filesystem alike, and the first stays as it came."""
+        rows = (
+            ("Report.txt", "report.txt", "'Report.txt'"),
+            ("caf\u00e9.txt", "cafe\u0301.txt", "'caf\u00e9.txt'"),  # NFC, then NFD
+            ("Logs/a", "logs/b", "'Logs'"),  # a directory another name would share
+        )
+        for first, second, named in rows:
+            with self.subTest(second=second):
+                log = self.sink(frames(first, b"first") + frames(second, b"second"))
+                self.assertIn(f"would be stored as {named}", log.artifact_error)
+                self.assertEqual(log.artifacts, {first: entry(first, b"first")})
+                self.assertEqual((self.root / "pod-a" / first).read_bytes(), b"first")
+                self.assertEqual(self.leftovers(), [])
+
+    def test_every_directory_counts_against_the_episodes_budget(self) -> None:
+        """Issue 25: 0 bytes of artifacts cannot buy directories (4 KiB of disk each)."""
+        deep = [frames(f"d{i}/e/f/g/h/i/j/empty", b"")[0] for i in range(3)]  # 7 directories each
+        log = self.sink(deep, budget=10 * demo.ARTIFACT_DIRECTORY_BYTES)
+        self.assertIn("would make 7 more directories", log.artifact_error)
+        self.assertEqual(sorted(log.artifacts), ["d0/e/f/g/h/i/j/empty"])
+        self.assertFalse((self.root / "pod-a" / "d1").exists(), "a directory made past the budget")
+        shared = [frames(f"d/f{i}", b"")[0] for i in range(9)]  # one directory, counted once
+        self.assertEqual(self.sink(shared, budget=demo.ARTIFACT_DIRECTORY_BYTES).artifact_error, "")
+
+    def test_a_long_non_ascii_name_that_fits_the_filesystem_is_saved(self) -> None:
+        """Issue 25: 85 three-byte characters are 255 bytes, a file name's limit; the temporary
+        name is cut by bytes, not characters, so it fits too."""
+        name = "\u4e2d" * 85
+        log = self.sink(frames(name, b"smile"))
+        self.assertEqual(log.artifact_error, "")
+        self.assertEqual((self.root / "pod-a" / name).read_bytes(), b"smile")
 
     def test_no_pods_output_costs_another_episodes_artifacts(self) -> None:
         """The run's budget for <pod>.log text spent by loud pods: an honest episode's artifact,
@@ -331,7 +381,7 @@ else:
 emit("reward", reward=1.0, artifacts=manifest)
 """
 HOSTILE_CAUSES = {  # index -> what its failed_episodes cause says
-    1: "its artifacts take 100,000 bytes, over the --max-artifact-bytes budget of 80,000 bytes per episode",
+    1: "its artifacts take 100,000 bytes, over the --max-artifact-bytes budget of 90,000 bytes per episode",
     2: "'..' segment",
     3: "is absolute",
     4: "its frames claim",
@@ -401,7 +451,8 @@ class ArtifactRunTest(unittest.TestCase):
         result, output = self.run_tool(
             "hostile",
             *("--count", str(count), "--worker", str(worker), "--max-failed-episodes", str(count - 1)),
-            *("--max-artifact-bytes", "80000"),  # index 0's 76,800 bytes fit, index 1's 100,000 do not
+            # index 0's 76,800 bytes and 2 directories (8,192) fit, index 1's 100,000 bytes do not
+            *("--max-artifact-bytes", "90000"),
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(all(ch.isprintable() or ch == "\n" for ch in result.stderr), result.stderr)

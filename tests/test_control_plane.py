@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 import time
 import unittest
 import unittest.mock
@@ -119,7 +120,7 @@ class DecisionTest(ControlPlaneCase):
         plan = RunPlan(batch)
         decided = with_conditions(
             batch.job_complete(),
-            Batch.condition("SuccessCriteriaMet", "CompletionsReached", "Reached", stamp(JOB_CREATED_AT + 6)),
+            Batch.condition("SuccessCriteriaMet", "", "", stamp(JOB_CREATED_AT + 6)),  # 1.31: no reason
         )
         calls = plan.run()
         calls[5] = dataclasses.replace(plan.job_watch(final=decided), hold=False)  # no Complete ever comes
@@ -357,6 +358,32 @@ class FakeControlPlaneTest(ClusterTestCase):
         result = self.run_in({"watch_error": ["jobs"], "episode_seconds": 2})  # the Job is not done when watched
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("ended early (ERROR 410: Expired: too old resource version", result.stderr)
+
+    def test_success_criteria_met_carries_no_reason_as_a_1_31_job_controller_writes_it(self) -> None:
+        """Issue 27 (REAL_CLUSTER_FACTS N5): SuccessCriteriaMet and Complete without a reason or
+        message; the tool decides on the first and times it all the same."""
+        result = self.run_in({}, count=1)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        conditions = json.loads((self.out() / "job.json").read_text())["status"]["conditions"]
+        decided = {c["type"]: c for c in conditions if c["type"] in ("SuccessCriteriaMet", "Complete")}
+        self.assertEqual(sorted(decided), ["Complete", "SuccessCriteriaMet"])
+        for condition in decided.values():
+            self.assertNotIn("reason", condition)
+            self.assertNotIn("message", condition)
+        results = json.loads((self.out() / "results.json").read_text())
+        self.assertIsNotNone(results["job_success_criteria_met_at"])
+
+    def test_a_jobs_watch_printing_what_is_no_watch_event_falls_back_to_polling(self) -> None:
+        """Issue 27: bytes that are not UTF-8, or a Job of a shape no API server sends, on the
+        Job's watch: the run polls and succeeds (never exit 4 at its deadline, nor a traceback)."""
+        rows = (("not_utf8", "it printed bytes that are not UTF-8"), ("odd_shape", "an object of an unexpected shape"))
+        for garbage, reason in rows:
+            with self.subTest(garbage):
+                shutil.rmtree(self.out(), ignore_errors=True)
+                result = self.run_in({"watch_garbage": {"jobs": garbage}, "episode_seconds": 2}, "--timeout", "20")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn("Traceback", result.stderr)
+                self.assertIn(f"ended early ({reason}", result.stderr)
 
     def test_a_worker_deaf_to_sigterm_still_hits_its_deadline(self) -> None:
         """W11: FailureTarget at the deadline; Failed only when the pod is gone, 40 s later."""

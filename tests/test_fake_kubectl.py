@@ -337,6 +337,26 @@ class KubeconfigTest(FakeKubectlTestCase):
         )
 
 
+class ConfigMapSizeTest(FakeKubectlTestCase):
+    def test_the_data_s_values_count_as_the_api_server_counts_them(self) -> None:
+        """Issue 27: ValidateConfigMap sums the bytes of the data's values, not the keys nor the
+        JSON form: 726 KB of quotes (over 1 MiB as JSON) fit; 1 MiB and a byte does not."""
+        manifest = setup_manifest()
+        configmap = manifest["items"][1]
+        configmap["data"] = {"episode.py": WORKER, "tasks.jsonl": '"' * (726 * 1000 - len(WORKER))}
+        self.assertGreater(len(json.dumps(manifest)), 2**20)
+        self.assertEqual([o["kind"] for o in self.create(manifest)], ["Namespace", "ConfigMap"])
+        manifest["items"] = [configmap]
+        configmap["metadata"]["name"] = "long-key"
+        configmap["data"] = {"k" * 200: "x" * (2**20 - 10)}  # keys do not count
+        self.assertEqual([o["kind"] for o in self.create(manifest)], ["ConfigMap"])
+        configmap["metadata"]["name"] = "too-big"
+        configmap["data"] = {"b": "\u00e9" * (2**19 + 1)}  # 1 MiB and two bytes: each é is two
+        p = self.kubectl("create", "-f", "-", "-o", "json", "-n", NS, input=json.dumps(manifest))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("Too long: must have at most 1048576 bytes", p.stderr)
+
+
 class CycleTest(FakeKubectlTestCase):
     cluster_kwargs: ClassVar[Dict[str, Any]] = {"forbidden": [("get", "pods/log")]}
 

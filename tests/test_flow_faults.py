@@ -204,7 +204,8 @@ class EpisodeFaultTest(FaultTestCase):
     def test_termination_message_disagrees_with_the_log(self) -> None:
         batch = Batch(count=2)
         episode = batch.episodes[0]
-        episode.message = log_of([*demo.parse_events(episode.message)[:1], dict(episode.events[1], reward=0)])
+        # a message that passes every rule alone (a failure found from it would be final: issue 29)
+        episode.message = log_of([*demo.parse_events(episode.message)[:1], dict(episode.events[1], note="forged")])
         self.assert_run_failed(self.run_batch(batch), demo.EXIT_EPISODE, "different events")
 
     def test_runtime_without_termination_message_falls_back_to_logs(self) -> None:
@@ -511,6 +512,33 @@ class ApiFaultTest(FaultTestCase):
         self.assertEqual(result.code, 0, result)
         self.assertIn("ended early", result.stderr)
 
+    def watch_prints(self, data: Callable[[Batch], str], reason: str) -> None:
+        """Issue 27: the Job's watch prints `data` after its first event; the run polls and sees
+        the Job complete: never exit 4 at its deadline, nor a traceback."""
+        plan = RunPlan(Batch(count=2))
+        batch = plan.batch
+        calls = plan.run()
+        calls[5] = dataclasses.replace(
+            calls[5], chunks=(calls[5].chunks[0], dataclasses.replace(calls[5].chunks[0], data=data(batch)))
+        )
+        calls[7:7] = [dataclasses.replace(plan.get_job(batch.job_complete()), wait_for="pods-rollout.done")]
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn(f"warning: the watch of Job {NAMESPACE}/rollout ended early ({reason}", result.stderr)
+        self.assertEqual(self.read_json("job.json"), batch.job_complete())
+
+    def test_a_watch_printing_bytes_that_are_not_utf8_falls_back_to_polling(self) -> None:
+        self.watch_prints(lambda batch: "\udcff\udcfe{}\n", "it printed bytes that are not UTF-8")
+
+    def test_a_watch_sending_a_job_of_an_unexpected_shape_falls_back_to_polling(self) -> None:
+        def odd(batch: Batch) -> str:
+            return as_json(
+                {"type": "MODIFIED", "object": {**batch.job_running(), "status": {"conditions": "Complete"}}}
+            )
+
+        self.watch_prints(odd, "an object of an unexpected shape: its status.conditions is not a list")
+
     def test_legacy_job_labels(self) -> None:
         plan = RunPlan(Batch(count=2, legacy_labels=True))
         self.expect(*plan.run())
@@ -568,7 +596,8 @@ class WatchedStateTest(FaultTestCase):
         last = batch.pod(batch.episodes[1])
         seen = copy.deepcopy(last)  # terminal, but the Job controller's finalizer removal is still to come
         seen["metadata"]["finalizers"] = [demo.JOB_TRACKING_FINALIZER]
-        seen["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "stale"
+        # a terminal pod's status never changes again; its metadata may (the annotation stands for it)
+        seen["metadata"].setdefault("annotations", {})["stale"] = "the watch's copy"
         chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
         chunks += [watch_event("MODIFIED", batch.pod(batch.episodes[0])), watch_event("MODIFIED", seen)]
         calls = plan.run()
@@ -579,6 +608,24 @@ class WatchedStateTest(FaultTestCase):
         listed = self.read_json("pods.json")["items"]
         self.assertEqual(listed, demo.pod_list(batch.pods())["items"])  # the listing's state, not the watch's
         self.assertNotIn(["get", "events", "-o", "json"], [argv[-4:] for argv in self.stub.calls()])
+
+    def test_a_pod_event_of_an_unexpected_shape_is_ignored_and_the_pods_are_listed(self) -> None:
+        """Issue 27: a pod whose status is a list on the pod watch (no API server sends one): the
+        event is ignored, never a traceback, and the pods' final state comes from a listing."""
+        plan = RunPlan(Batch(count=2))
+        batch = plan.batch
+        odd = copy.deepcopy(batch.pod(batch.episodes[1]))
+        odd["status"] = ["Succeeded"]
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", odd)]
+        chunks += [watch_event("MODIFIED", batch.pod(episode)) for episode in batch.episodes]
+        calls = plan.run()
+        calls[6] = plan.pod_watch(chunks=chunks)
+        calls[7] = plan.pods_and_events()
+        result = self.run_plan(plan, calls)
+        self.assertEqual(result.code, 0, result)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(self.read_json("pods.json")["items"], demo.pod_list(batch.pods())["items"])
 
     def test_a_pods_last_event_just_after_the_jobs_complete_is_waited_for(self) -> None:
         """The two watches are separate streams: the Job's Complete may come first. The tool

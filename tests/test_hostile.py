@@ -97,7 +97,61 @@ out.write(ready + reward)
 message(ready + reward)
 out.write("\\r[##########] 100%")
 """,
+    # issue 29: the log says reward 1, the termination message reward true (Python's True == 1)
+    "bool_reward": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+at = time.time()  # the same reward event twice but for its reward's type
+def reward(value):
+    return json.dumps(dict(event="reward", at=at, episode_id=ID, reward=value), sort_keys=True) + "\\n"
+out.write(ready + reward(1))
+message(ready + reward(True))
+""",
+    # issue 29: nothing in the log beside good events in the termination message: no rotation
+    # leaves an empty log (the kubelet rotates only past containerLogMaxSize)
+    "silent_log": """
+ready = line("ready", process_started_at=first, imports_done_at=first)
+message(ready + line("reward", reward=1.0))
+""",
+    # issues 29 and 25: episode INDEX sends the artifact names SPOOF_NAMES[INDEX], framed as the
+    # template frames them; index 0 is honest (a 255-byte name of 3-byte characters, a nested file)
+    "spoof_names": """
+import base64, hashlib
+INDEX = int(os.environ["JOB_COMPLETION_INDEX"])
+NAMES = %s
+ready = line("ready", process_started_at=first, imports_done_at=first)
+out.write(ready)
+manifest = []
+for name in sorted(NAMES[INDEX]):
+    data = name.encode("utf-8")
+    sha = hashlib.sha256(data).hexdigest()
+    label = base64.urlsafe_b64encode(data).decode()
+    out.write(f"rl-demo-artifact 1 0 1 {sha} {label} {base64.b64encode(data).decode()}\\n")
+    manifest.append({"name": name, "bytes": len(data), "sha256": sha})
+reward = line("reward", reward=1.0, artifacts=manifest)
+out.write(reward)
+message(ready + reward)
+""",
+    # issue 27: the worker kills itself with SIGKILL; the runtime reports exit code 128 + 9
+    "killed_by_signal": """
+import signal
+out.write(line("ready", process_started_at=first, imports_done_at=first))
+out.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+""",
 }
+# What each episode of "spoof_names" sends, and the cause its failure names (None: it validates).
+SPOOF_NAMES = (
+    (["\u4e2d" * 85, "nested/a/b.txt"], None),
+    (["report\u202etxt.exe"], "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+    (["zero\u200bwidth.txt"], "U+200B (ZERO WIDTH SPACE)"),
+    (["line\u2028separator.txt"], "U+2028 (LINE SEPARATOR)"),
+    (["-rf"], "starts with '-'"),
+    (["Report.txt", "report.txt"], "would be stored as 'Report.txt'"),
+    (["caf\u00e9.txt", "cafe\u0301.txt"], "would be stored as 'cafe\u0301.txt'"),  # NFC beside NFD
+    (["/".join("abcdefghi")], "9 segments, more than 8"),
+    ([f"d{i}/e/f/g/h/i/j/empty" for i in range(3)], "21 directories among them"),  # of 4 KiB each: over 64 KiB
+)
+HOSTILE_WORKERS["spoof_names"] %= ascii([names for names, _ in SPOOF_NAMES])  # the worker file stays ASCII
 
 # A custom worker (--worker) that runs FORGER_SECONDS but claims its reward 1 ms after its ready, which
 # it claims at its first statement: every figure the pod reports says it was quick.
@@ -319,6 +373,72 @@ class NodeOutputTest(HostileRunTestCase):
                     else:
                         self.assertEqual(len(row["log_notes"]), 1)
                         self.assertIn(note, row["log_notes"][0])
+
+
+class IntegrityRoundThreeTest(HostileRunTestCase):
+    """Issue 29 (and issue 25's artifact names): custom workers that a comparison by `==`, an
+    empty log taken for a rotated one, or names saved as they came let through."""
+
+    def test_a_termination_message_of_true_beside_a_log_of_1_never_stands_as_a_reward(self) -> None:
+        result, output, left = self.run_worker("bool_reward", 1)
+        stderr = result.stderr.decode("utf-8")
+        self.assertEqual(result.returncode, demo.EXIT_EPISODE, stderr)
+        self.assert_contained(result, output, left)
+        [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("reward True", error)
+        lines = demo.read_reward_lines(output / demo.REWARDS_FILE)
+        self.assertTrue(lines, "no line in rewards.jsonl")
+        self.assertEqual([line["reward"] for line in lines], [None] * len(lines), lines)
+        self.assertFalse(demo.stands_as_reward(lines[-1]))
+
+    def test_an_empty_log_beside_a_good_termination_message_is_no_rotated_log(self) -> None:
+        result, output, left = self.run_worker("silent_log", 1)
+        stderr = result.stderr.decode("utf-8")
+        self.assertEqual(result.returncode, demo.EXIT_EPISODE, stderr)
+        self.assert_contained(result, output, left)
+        [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("its log and its termination message report different events", error)
+        self.assertIn("too small to have been rotated", error)
+        self.assertFalse(demo.stands_as_reward(demo.read_reward_lines(output / demo.REWARDS_FILE)[-1]))
+
+    def test_artifact_names_that_spoof_are_refused_and_a_long_non_ascii_one_is_saved(self) -> None:
+        count = len(SPOOF_NAMES)
+        result, output, left = self.run_worker(
+            "spoof_names", count, None, "--max-failed-episodes", str(count - 1), "--max-artifact-bytes", "65536"
+        )
+        self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
+        self.assert_contained(result, output, left)
+        results = json.loads((output / "results.json").read_text())
+        causes = {entry["index"]: entry["cause"] for entry in results["failed_episodes"]}
+        expected = {index: cause for index, (_, cause) in enumerate(SPOOF_NAMES) if cause is not None}
+        self.assertEqual(sorted(causes), sorted(expected))
+        for index, cause in expected.items():
+            with self.subTest(index=index):
+                self.assertIn(cause, causes[index])
+        [row] = results["pods"]
+        folder = output / "artifacts" / row["pod"]
+        for name in SPOOF_NAMES[0][0]:
+            self.assertEqual((folder / name).read_bytes(), name.encode("utf-8"))
+        saved = [path.relative_to(output / "artifacts") for path in (output / "artifacts").rglob("*")]
+        for path in saved:  # nothing spoofing was written under any pod's folder
+            self.assertFalse(any(ch in str(path) for ch in "\u202e\u200b\u2028"), path)
+            self.assertFalse(any(part.startswith("-") for part in path.parts), path)
+
+
+class RuntimeTest(HostileRunTestCase):
+    """Issue 27: what a container runtime reports, as the fake reports it."""
+
+    def test_a_worker_killed_by_a_signal_exits_128_plus_its_number(self) -> None:
+        result, output, left = self.run_worker("killed_by_signal", 1)
+        stderr = result.stderr.decode("utf-8")
+        self.assertEqual(result.returncode, demo.EXIT_EPISODE, stderr)
+        self.assert_contained(result, output, left)
+        [pod] = json.loads((output / "pods.json").read_text())["items"]
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        self.assertEqual(terminated["exitCode"], 137)
+        [error] = [line for line in stderr.splitlines() if line.startswith("rl-batch-demo: error:")]
+        self.assertIn("137", error)
+        self.assertNotIn("-9", error)
 
 
 if __name__ == "__main__":

@@ -617,8 +617,20 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
         line = json.dumps({"prompt": "x" * 300_000}).encode() + b"\n"
         tasks = self.write("tasks.jsonl", line * 4)
         message = self.refused("--tasks", tasks)
-        self.assertIn("1 MiB (1,048,576 bytes) object size limit", message)
-        self.assertRegex(message, r"would be 1,2\d\d,\d{3} bytes as JSON")
+        self.assertIn("1 MiB (1,048,576 bytes) limit on a ConfigMap's data", message)
+        self.assertRegex(message, r"data, the worker and the tasks, would be 1,2\d\d,\d{3} bytes")
+
+    def test_a_tasks_file_counted_as_the_api_server_counts_it(self) -> None:
+        """Issue 27: the API server counts the data's values (ValidateConfigMap), not their JSON
+        form: 726 KB of quotes, which JSON doubles, fit."""
+        line = json.dumps({"prompt": '"' * 90_000}).encode() + b"\n"
+        tasks = self.write("tasks.jsonl", line * 4)
+        manifest = demo.configmap_manifest("ns", "0" * 12, "print()", demo.parse_tasks(line * 4, "tasks.jsonl"))
+        self.assertGreater(len(json.dumps(manifest)), 2**20)  # over 1 MiB as JSON
+        self.assertEqual(demo.configmap_size_problem(manifest), "")
+        args = ["run", "--tasks", tasks, "--worker", self.write("w.py", b"print()\n"), "--dry-run"]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(demo.main([*args, "--output", str(self.output), "--quiet"]), 0)
 
     def test_a_count_that_does_not_match(self) -> None:
         tasks = self.write("tasks.jsonl", b"{}\n{}\n")

@@ -112,6 +112,11 @@ class RulesTest(unittest.TestCase):
         self.assertIn("not one of the Job's pods", lines[1]["failure"])
         self.assertEqual((lines[0]["reward"], lines[0]["info"], lines[0]["index"]), (None, None, 1))
 
+    def test_no_reward_line_follows_a_failure_line(self) -> None:
+        """Issue 29: a failure found when the pod ended is final, whatever a later analysis says."""
+        written = {"c": demo.failure_line(1, 2, 2, "c", "its reward True is not a finite number", 2.0)}
+        self.assertEqual(demo.reconciling_lines(written, [row("c", 2)], [], 9.0), [])
+
     def test_a_failed_round_retracts_every_reward_line_in_the_order_written(self) -> None:
         written = {
             "b": demo.reward_line(row("b", 1), 1.0),

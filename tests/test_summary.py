@@ -142,6 +142,16 @@ class SummaryTest(unittest.TestCase):
             ],
         )
 
+    def test_a_negative_scheduling_figure_is_never_blamed_on_the_scheduler_alone(self) -> None:
+        """Issue 27: the PodScheduled condition is the API server's stamp at binding
+        (setPodNodeAndMetadata); its negative figure means API-server replicas' clocks."""
+        results = summary_results()
+        results["phases"] = {**results["phases"], "pod_to_scheduled_seconds": demo.summarise([-1.0, -1.0, 0.0])}
+        text = " ".join(line.strip() for line in demo.render_summary(results).splitlines())
+        self.assertIn("the condition, like creationTimestamp, is the API server's stamp (set when it binds", text)
+        self.assertIn("two API-server replicas' clocks disagree", text)
+        self.assertNotIn("scheduler's stamp", text)
+
     def test_no_note_without_a_negative_value(self) -> None:
         self.assertNotIn("negative because", demo.render_summary(summary_results()))
 

@@ -165,6 +165,41 @@ class LogStreamTest(unittest.TestCase):
         self.assertIn(b"before this line]\n" + GOOD_READY.encode() + b"\n", text)
         self.assertEqual([event["event"] for event in demo.logged_events(logs["rollout-b"])], ["ready"])
 
+    def test_every_byte_written_for_pods_counts_against_the_ledger(self) -> None:
+        """Issue 27: the logs' text, the kept lines and their markers, the closing notes, and the
+        pod-made strings of pods.json and events.txt, all within the ledger's disk side (its text
+        part and its reserve), however many loud pods; every ready line within the memory side
+        is still saved."""
+        budgets = demo.LogBudgets(disk=1500, memory=600)
+        total = budgets.disk + budgets.reserve
+        names = [f"rollout-{index}" for index in range(10)]
+        reader = demo.EpisodeLogReader(self.dir, names, budgets=budgets)
+        for name in names:
+            reader.feed((f"[pod/{name}/episode] ".encode() + b"n" * 99 + b"\n") * 5)
+            reader.feed(f"[pod/{name}/episode] {GOOD_READY}\n".encode())
+        logs = reader.finish()
+        pods = [
+            {"metadata": {"name": name, "uid": name}, "status": {"containerStatuses": [{"name": "episode", "state": {
+                "terminated": {"exitCode": 0, "message": "m" * 300}}}]}}
+            for name in names
+        ]  # fmt: skip
+        events = [{"metadata": {"name": f"e{i}", "uid": f"e{i}"}, "message": "w" * 200} for i in range(5)]
+        (self.dir / "pods.json").write_text(json.dumps(demo.pods_listing_within(pods, budgets)))
+        (self.dir / "events.txt").write_text(demo.events_text_within(events, budgets))
+        written = sum(len(path.read_bytes()) for path in self.dir.glob("*.log"))
+        listed = json.loads((self.dir / "pods.json").read_text())["items"]
+        messages = [pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] for pod in listed]
+        pod_made = sum(len(message.encode()) for message in messages)
+        pod_made += sum(len(line.split()[-1]) for line in (self.dir / "events.txt").read_text().splitlines()[1:])
+        self.assertLessEqual(written + pod_made, total)
+        kept = [name for name in names if demo.logged_events(logs[name])]
+        self.assertGreaterEqual(len(kept), 600 // (len(GOOD_READY) + 60) - 1)
+        for name in kept:
+            self.assertIn(GOOD_READY.encode(), (self.dir / f"{name}.log").read_bytes(), name)
+        self.assertTrue(all(message.endswith(demo.POD_TEXT_CUT) or not message for message in messages))
+        again = json.loads(json.dumps(demo.pods_listing_within(pods, budgets)))["items"]
+        self.assertEqual(again, listed)  # written again, it spends nothing more and says the same
+
     def test_a_line_glued_onto_another_pods_last_line_puts_both_in_doubt(self) -> None:
         """kubectl writes a pod's last line without its newline as it came: the next pod's first
         prefixed line lands inside it. Both pods are then read again alone (read_logs)."""

@@ -53,14 +53,19 @@ KEPT_EVENTS = ("ready", "reward")  # the events the validation reads: each one's
 KEPT_EVENT_BYTES_LIMIT = 64 * 2**20  # bytes of those lines a run holds in memory, all pods together
 INFO_MEMORY_LIMIT = 64 * 1024  # bytes of memory a reward's parsed `info` may take; a larger one is dropped
 LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is counted, not saved
-LOG_DIR_BUDGET = 256 * 2**20  # bytes of all <pod>.log files of a run together; past it only event lines are saved
+# Bytes of everything a run writes for its pods (LogBudgets, its ledger): the <pod>.log files, and the
+# pod-made strings of pods.json and events.txt; past it only the ready and reward lines are saved.
+LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
 # Your own episodes: --worker, --tasks, --max-failed-episodes (README: "Plugging in a real model").
-CONFIGMAP_OBJECT_LIMIT = 2**20  # the API server refuses a ConfigMap over 1 MiB; etcd's object limit is alike
+# The API server refuses a ConfigMap whose data's values take more than 1 MiB (core.MaxSecretSize,
+# pkg/apis/core/validation ValidateConfigMap), and any request body over 3 MiB (MaxRequestBodyBytes).
+CONFIGMAP_OBJECT_LIMIT = 2**20
+CONFIGMAP_REQUEST_LIMIT = 3 * 2**20
 TASKS_KEY = "tasks.jsonl"  # the ConfigMap key (/demo/tasks.jsonl): one task per line, line i for index i
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # on every pod of an Indexed Job
 INDEX_LABEL = INDEX_ANNOTATION  # the same key as a label too, from Kubernetes 1.28 (PodIndexLabel)
@@ -116,6 +121,14 @@ DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one epi
 MAX_ARTIFACT_BYTES_LIMIT = 4 * 2**20
 ARTIFACTS_PER_EPISODE_LIMIT = 64
 ARTIFACT_NAME_LIMIT = 255  # bytes of an artifact's relative name, UTF-8
+ARTIFACT_NAME_DEPTH_LIMIT = 8  # "/"-separated segments of an artifact's name: at most 7 directories deep
+# What each directory an episode's artifact names make costs its --max-artifact-bytes budget: one
+# block of a directory on ext4 and XFS (4 KiB), so that names cannot buy disk with no bytes listed.
+ARTIFACT_DIRECTORY_BYTES = 4096
+# The kubelet's default containerLogMaxSize (pkg/kubelet/apis/config/v1beta1/defaults.go: 10Mi):
+# a container's log file is rotated only once it is this large, and `kubectl logs` then returns
+# only the current file (pkg/kubelet/kuberuntime/logs/logs.go).
+CONTAINER_LOG_MAX_SIZE = 10 * 2**20
 ARTIFACT_FRAME_DATA = 24 * 1024  # bytes of an artifact a frame carries at most (32 KiB of base64)
 ARTIFACT_FRAMES_LIMIT = 4096  # frames of one episode: more invalidate it
 ARTIFACT_FRAME_TAG = b"rl-demo-artifact 1 "  # a frame line: TAG SEQ TOTAL SHA256 NAME(base64url) DATA(base64)
@@ -251,7 +264,16 @@ FIGURE_STAMPS: Dict[str, Tuple[str, str, Optional[str]]] = {
     "pod_to_ready_p50_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_p95_seconds": ("created_at", "ready_at", _SKEW),
     "pod_to_ready_max_seconds": ("created_at", "ready_at", _SKEW),
-    "pod_to_scheduled_seconds": ("created_at", "scheduled_at", "the scheduler's clock is behind the API server's"),
+    # The PodScheduled condition is the API server's own stamp at binding (pkg/registry/core/pod/storage
+    # storage.go setPodNodeAndMetadata), whole seconds like the creation: one clock truncated cannot
+    # reverse their order, so a negative figure from it means two API-server replicas' clocks.
+    "pod_to_scheduled_seconds": (
+        "created_at",
+        "scheduled_at",
+        "from the PodScheduled condition (the API server's stamp at binding, whole seconds) two API-server replicas' "
+        "clocks disagree; from a Scheduled event (its eventTime is the scheduler's clock) the scheduler's clock is "
+        "behind the API server's",
+    ),
     "pod_to_kernel_boot_seconds": ("created_at", "kernel_booted_at", _SKEW),
     "kernel_boot_to_process_start_seconds": ("kernel_booted_at", "process_started_at", None),  # ticks of one boot
     "pod_to_container_started_seconds": (
@@ -299,7 +321,8 @@ FIGURE_SOURCES = {
 SCHEDULED_BY_CONDITION = (
     CLOCK_API,
     CLOCK_API,
-    "the condition is the scheduler's stamp and creationTimestamp the API server's, and their clocks disagree",
+    "the condition, like creationTimestamp, is the API server's stamp (set when it binds the pod to its node), both "
+    "whole seconds, which one clock cannot put out of order: two API-server replicas' clocks disagree",
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")

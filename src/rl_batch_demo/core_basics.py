@@ -23,6 +23,7 @@ from .constants import (
     ARTIFACTS_ENV,
     CONFIGMAP_NAME,
     CONFIGMAP_OBJECT_LIMIT,
+    CONFIGMAP_REQUEST_LIMIT,
     CONTAINER_NAME,
     DEFAULT_MAX_ARTIFACT_BYTES,
     EXIT_CLUSTER,
@@ -388,16 +389,25 @@ def check_worker_source(data: bytes, where: str) -> str:
 
 
 def configmap_size_problem(manifest: KubeObject) -> str:
-    """Why the ConfigMap would be refused for its size, or empty: its JSON must stay under the
-    API server's 1 MiB object limit (metadata the server adds comes on top, so stay well below)."""
-    size = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
-    if size < CONFIGMAP_OBJECT_LIMIT:
-        return ""
-    return (
-        f"the ConfigMap with the worker and the tasks would be {size:,} bytes as JSON, over the API server's "
-        f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) object size limit for a ConfigMap; shorten the tasks "
-        "(put large inputs in an image or object storage and reference them)"
-    )
+    """Why the ConfigMap would be refused for its size, or empty. The API server counts what
+    ValidateConfigMap counts (pkg/apis/core/validation/validation.go): the bytes of its data's
+    values, not its keys nor their JSON-escaped form, at most core.MaxSecretSize (1 MiB). The
+    request that carries it, as JSON, must also fit the API server's request body limit
+    (MaxRequestBodyBytes, 3 MiB: k8s.io/apiserver pkg/server/config.go)."""
+    size = sum(len(str(value).encode("utf-8", "surrogatepass")) for value in (manifest.get("data") or {}).values())
+    request = len(json.dumps(manifest, separators=(",", ":")).encode("utf-8"))
+    shorten = "shorten the tasks (put large inputs in an image or object storage and reference them)"
+    if size > CONFIGMAP_OBJECT_LIMIT:
+        return (
+            f"the ConfigMap's data, the worker and the tasks, would be {size:,} bytes, over the API server's "
+            f"1 MiB ({CONFIGMAP_OBJECT_LIMIT:,} bytes) limit on a ConfigMap's data; {shorten}"
+        )
+    if request > CONFIGMAP_REQUEST_LIMIT:
+        return (
+            f"the ConfigMap's create request would be {request:,} bytes as JSON (its data escaped), over the API "
+            f"server's 3 MiB ({CONFIGMAP_REQUEST_LIMIT:,} bytes) limit on a request body; {shorten}"
+        )
+    return ""
 
 
 def job_manifest(

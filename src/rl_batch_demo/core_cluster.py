@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from .constants import (
     ARTIFACT_FRAME_DATA,
     ARTIFACT_FRAMES_LIMIT,
+    ARTIFACT_NAME_DEPTH_LIMIT,
     ARTIFACT_NAME_LIMIT,
     CONTAINER_NAME,
     EVENT_LINE_LIMIT,
@@ -25,6 +26,7 @@ from .core_basics import (
     _reject_constant,
     finite_number,
     is_int,
+    json_kind,
     optional_timestamp,
     parse_timestamp,
     pod_belongs_to,
@@ -117,6 +119,33 @@ def failed_condition_reason(job: KubeObject) -> Optional[str]:
 # leaves a Job managed by another alone. A mutating webhook may add a sidecar or change what a
 # container runs.
 JOB_CONTROLLER_NAME = "kubernetes.io/job-controller"  # spec.managedBy of a Job the job controller runs
+
+
+def watched_object_problem(obj: Any) -> str:
+    """What in a watched Job or pod has a shape the API server never sends ("" if nothing): the
+    fields the waiter reads (metadata, spec, status, its conditions and counts) must be what
+    the API's types say (batch/v1 Job, core/v1 Pod), else the watch cannot be trusted to say when
+    the Job ends, and the waiter polls instead."""
+    if not isinstance(obj, dict):
+        return f"the object is {json_kind(obj)}"
+    for field in ("metadata", "spec", "status"):
+        if not isinstance(obj.get(field, {}), dict):
+            return f"its {field} is {json_kind(obj[field])}"
+    metadata, status = obj.get("metadata", {}), obj.get("status", {}) or {}
+    if not isinstance(metadata.get("name"), str) or not isinstance(metadata.get("labels", {}), dict):
+        return "its metadata lacks a name, or its labels are not an object"
+    conditions = status.get("conditions", [])
+    if not isinstance(conditions or [], list) or not all(isinstance(each, dict) for each in conditions or []):
+        return "its status.conditions is not a list of objects"
+    for condition in conditions or []:
+        if not all(isinstance(condition.get(key, ""), str) for key in ("type", "status", "reason", "message")):
+            return "a condition's type, status, reason or message is not a string"
+    counts = ("active", "succeeded", "failed", "ready", "terminating")
+    if not all(status.get(key) is None or is_int(status.get(key)) for key in counts):
+        return "a count in its status is not an integer"
+    if not isinstance(status.get("phase", ""), str):
+        return "its status.phase is not a string"
+    return ""
 
 
 def job_suspended(job: KubeObject) -> bool:
@@ -658,22 +687,70 @@ def parse_events(text: str) -> List[JsonObject]:
 _ARTIFACT_FRAME = rb"rl-demo-artifact 1 ([0-9]{1,9}) ([0-9]{1,9}) ([0-9a-f]{64}) ([A-Za-z0-9_-]+=*) ([A-Za-z0-9+/]*=*)"
 
 
-def artifact_name_problem(name: str) -> str:
+def artifact_name_key(name: str) -> str:
+    """The name as a filesystem that ignores case or Unicode normalisation sees it (macOS's APFS
+    and HFS+, Windows' NTFS): Unicode's canonical caseless match, NFD(casefold(NFD(name)))."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def artifact_directories(names: Iterable[str]) -> List[str]:
+    """The directories under DIR/artifacts/<pod>/ that these artifact names make, each once."""
+    made = {"/".join(parts[:depth]) for parts in (name.split("/") for name in names) for depth in range(1, len(parts))}
+    return sorted(made)
+
+
+def artifact_name_problem(name: str, earlier: Iterable[str] = ()) -> str:
     """What makes an artifact's name unsafe to save under DIR/artifacts/<pod>/ ("" if nothing):
-    it must be relative, "/"-separated, without empty, `.` or `..` segments, backslashes, NUL or
-    other control characters, and at most ARTIFACT_NAME_LIMIT bytes of UTF-8."""
+    it must be relative, "/"-separated, at most ARTIFACT_NAME_DEPTH_LIMIT segments, without empty,
+    `.` or `..` segments, backslashes, or a segment that starts with `-` (a shell loop's `rm $f`
+    takes it for an option), at most ARTIFACT_NAME_LIMIT bytes of UTF-8, and without a character
+    that hides or disguises what a file browser shows: control characters, Unicode's format
+    characters (Cf: the right-to-left override U+202E, zero-width U+200B, the BOM) and its line and
+    paragraph separators (U+2028, U+2029). `earlier`: the names of the same episode before it; a
+    name one filesystem would store as the same file as an earlier one, or whose directory it
+    would take for an earlier one's (case-insensitive, or NFC against NFD), is refused, so no
+    artifact overwrites another."""
+    import unicodedata  # noqa: PLC0415 - only a run whose pods send artifacts needs it
+
     if not name:
         return "is empty"
     if len(name.encode("utf-8", "surrogatepass")) > ARTIFACT_NAME_LIMIT:
         return f"is longer than {ARTIFACT_NAME_LIMIT} bytes"
     if any(char < " " or "\x7f" <= char <= "\x9f" or "\ud800" <= char <= "\udfff" for char in name):
         return "has a control character"
+    hidden = next((char for char in name if unicodedata.category(char) in ("Cf", "Zl", "Zp")), None)
+    if hidden is not None:
+        return (
+            f"has U+{ord(hidden):04X} ({unicodedata.name(hidden, 'a format character')}), which file browsers and "
+            "terminals do not show as itself"
+        )
     if name.startswith("/"):
         return "is absolute"
     if "\\" in name:
         return "has a backslash"
-    if any(part in ("", ".", "..") for part in name.split("/")):
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
         return "has an empty, '.' or '..' segment"
+    if len(parts) > ARTIFACT_NAME_DEPTH_LIMIT:
+        return f"has {len(parts)} segments, more than {ARTIFACT_NAME_DEPTH_LIMIT}"
+    if any(part.startswith("-") for part in parts):
+        return "has a segment that starts with '-', which a command would take for an option"
+    taken: Dict[str, str] = {}
+    for other in earlier:
+        other_parts = other.split("/")
+        for depth in range(1, len(other_parts) + 1):
+            prefix = "/".join(other_parts[:depth])
+            taken.setdefault(artifact_name_key(prefix), prefix)
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        same = taken.get(artifact_name_key(prefix))
+        if same is not None and same != prefix:
+            return (
+                f"would be stored as {short_repr(same)} on a filesystem that ignores case or Unicode normalisation "
+                "(macOS, Windows), the path of an earlier artifact"
+            )
     return ""
 
 
@@ -738,26 +815,34 @@ def complete_lines(message: str) -> str:
     return message.partition("\n")[2]
 
 
-def comparable_events(events: List[JsonObject]) -> List[JsonObject]:
-    """Events without the test output, which the termination message may have trimmed."""
+def comparable_events(events: List[JsonObject]) -> List[str]:
+    """Events without the test output, which the termination message may have trimmed, each as
+    its canonical JSON: compared so, `true`, `1` and `1.0` differ, as they do to every rule and
+    every reader of rewards.jsonl (Python's `==` holds True == 1 == 1.0)."""
     ignored = ("tests_output", "tests_output_truncated")
-    return [{k: v for k, v in event.items() if k not in ignored} for event in events]
+    return [canonical_json({k: v for k, v in event.items() if k not in ignored}) for event in events]
+
+
+def canonical_json(value: Any) -> str:
+    """One JSON text per value, whatever the key order: `true`, `1` and `1.0` stay three."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def describe_event_difference(log_events: List[JsonObject], message_events: List[JsonObject]) -> str:
     """What differs between the log's events and the termination message's, in words."""
-    log_side, message_side = comparable_events(log_events), comparable_events(message_events)
+    log_side, message_side = log_events, message_events
     names = sorted({str(e.get("event")) for e in log_side} | {str(e.get("event")) for e in message_side})
     for name in names:
         in_log = sum(1 for e in log_side if e.get("event") == name)
         in_message = sum(1 for e in message_side if e.get("event") == name)
         if in_log != in_message:
             return f"the log has {in_log} {short_repr(name)} events, the termination message {in_message}"
+    ignored = ("tests_output", "tests_output_truncated")
     for log_event, message_event in zip(log_side, message_side):
         if log_event.get("event") != message_event.get("event"):
             return "the two report the same events in a different order"
-        for key in sorted(set(log_event) | set(message_event)):
-            if log_event.get(key, "(absent)") != message_event.get(key, "(absent)"):
+        for key in sorted((set(log_event) | set(message_event)) - set(ignored)):
+            if canonical_json(log_event.get(key, "(absent)")) != canonical_json(message_event.get(key, "(absent)")):
                 return (
                     f"their {short_repr(log_event.get('event'))} events differ in {short_repr(key)}: the log has "
                     f"{short_repr(log_event.get(key, '(absent)'))}, the termination message "

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .constants import (
+    ARTIFACT_DIRECTORY_BYTES,
     ARTIFACTS_PER_EPISODE_LIMIT,
     BUILTIN_TEST_MODULE,
+    CONTAINER_LOG_MAX_SIZE,
     DEFAULT_MAX_ARTIFACT_BYTES,
     EXIT_CLUSTER,
     EXIT_EPISODE,
@@ -54,6 +56,7 @@ from .core_cluster import (
     _condition_time,
     _container_status,
     _phase_failure,
+    artifact_directories,
     artifact_name_problem,
     comparable_events,
     complete_lines,
@@ -136,7 +139,10 @@ def episode_events(
 
     A message the kubelet may have cut at the front counts by its complete lines alone, which
     must then end the log's events. A log that lacks the message's first events looks rotated
-    (`kubectl logs` returns only the kubelet's current file): the message's events count."""
+    (`kubectl logs` returns only the kubelet's current file), and the message's events count, only
+    when it still shows the message's later events or is as large as the kubelet rotates at
+    (CONTAINER_LOG_MAX_SIZE); else the two disagree. Events are compared by their canonical JSON
+    (comparable_events): `true`, `1` and `1.0` differ."""
     invalid = functools.partial(EpisodeInvalid, pod_name, inspect=inspect)  # the rule this episode breaks
     notes: List[str] = []
     cut = bool(message_text.strip()) and message_cut_at_front(message_text)
@@ -175,7 +181,11 @@ def episode_events(
     if not cut and in_log == in_message and others[0] == others[1]:
         return log_events, notes
     lacks_ready = not log.counts.get("ready") and message.counts.get("ready")
-    if not cut and lacks_ready and in_message[len(in_message) - len(in_log) :] == in_log:
+    # Rotation leaves the current file, which holds the message's later events (a worker prints
+    # its reward last), or is itself as large as the kubelet rotates at: a log with neither, an
+    # empty one above all, is one that disagrees with its message, not one rotated away.
+    rotated = bool(in_log) or log.saved_bytes + log.dropped_bytes >= CONTAINER_LOG_MAX_SIZE
+    if not cut and lacks_ready and rotated and in_message[len(in_message) - len(in_log) :] == in_log:
         lost = len(in_message) - len(in_log)
         notes.append(
             f"its log lacks the first {lost} of the termination message's events, its ready event among them, and "
@@ -187,6 +197,12 @@ def episode_events(
         difference = f"the log has {others[0]} other events, the termination message {others[1]}"
     if cut:
         difference += "; the termination message was cut at the front, and its complete lines do not end the log"
+    elif lacks_ready and not in_log:
+        difference += (
+            f" and the log, {log.saved_bytes + log.dropped_bytes:,} bytes, is too small to have been rotated (the "
+            f"kubelet rotates a container's log only past its containerLogMaxSize, {CONTAINER_LOG_MAX_SIZE:,} bytes by "
+            "default)"
+        )
     raise invalid(f"its log and its termination message report different events ({difference})")
 
 
@@ -357,8 +373,10 @@ ARTIFACT_ROTATION_HINT = (
 
 def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     """The reward event's `artifacts`, checked (ValueError says which rule it breaks): a list of
-    {name, bytes, sha256}, each name safe (artifact_name_problem), sorted by name and each once, at
-    most ARTIFACTS_PER_EPISODE_LIMIT, their bytes within `budget` (--max-artifact-bytes)."""
+    {name, bytes, sha256}, each name safe (artifact_name_problem, beside the names before it),
+    sorted by name and each once, at most ARTIFACTS_PER_EPISODE_LIMIT, their bytes and the
+    directories their names make (ARTIFACT_DIRECTORY_BYTES each) within `budget`
+    (--max-artifact-bytes), as ArtifactSink counts them while saving."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -374,7 +392,7 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
             raise ValueError(
                 f"its reward event lists an artifact {short_repr(item)} that is not {{name, bytes, sha256}}"
             )
-        problem = artifact_name_problem(name)
+        problem = artifact_name_problem(name, [entry["name"] for entry in entries])
         if problem:
             raise ValueError(f"its reward event lists an artifact {short_repr(name)} whose name {problem}")
         if not re.fullmatch("[0-9a-f]{64}", digest):
@@ -385,10 +403,17 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     names = [entry["name"] for entry in entries]
     if names != sorted(set(names)):
         raise ValueError("its reward event's artifacts are not sorted by name, each listed once")
-    total = sum(entry["bytes"] for entry in entries)
+    directories = artifact_directories(names)
+    total = sum(entry["bytes"] for entry in entries) + len(directories) * ARTIFACT_DIRECTORY_BYTES
     if total > budget:
+        made = (
+            f" ({len(directories)} directories among them, {ARTIFACT_DIRECTORY_BYTES:,} bytes each)"
+            if directories
+            else ""
+        )
         raise ValueError(
-            f"its artifacts take {total:,} bytes, over the --max-artifact-bytes budget of {budget:,} bytes per episode"
+            f"its artifacts take {total:,} bytes{made}, over the --max-artifact-bytes budget of {budget:,} bytes per "
+            "episode"
         )
     return entries
 
@@ -510,7 +535,9 @@ def reconciling_lines(
     for each failed episode without a line, and a retraction of each reward line the analysis did
     not accept (its episode failed, or its pod is not among the Job's pods), in index order. With
     no line written yet, these are the round's lines as a whole file would hold them."""
-    lines = [reward_line(row, known_at) for row in rows if not stands_as_reward(last.get(row["pod"]))]
+    # A reward only for a pod without a line: after its failure line, none may stand (a failure
+    # found early is final; analyse_round fails it with that cause).
+    lines = [reward_line(row, known_at) for row in rows if row["pod"] not in last]
     for entry in failed:
         previous = last.get(entry["pod"])
         if previous is None:
@@ -708,6 +735,7 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
             rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
             events, notes = episode_events(

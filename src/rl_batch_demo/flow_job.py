@@ -37,6 +37,7 @@ from .core_cluster import (
     record_pod_sighting,
     template_changes,
     termination_message,
+    watched_object_problem,
 )
 from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_PREFIX, pinned_image, warmup_job_manifest
 from .core_permissions import eligible_nodes
@@ -185,6 +186,7 @@ def wait_for_job(
     sightings: Dict[str, Dict[str, Any]] = {}
     last_pods: Dict[str, KubeObject] = {}
     deleted = False
+    pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
     live = job
     admitted_seen: Optional[float] = None
     job_stream_open = pod_stream_open = True
@@ -195,8 +197,11 @@ def wait_for_job(
     job_uid = job["metadata"]["uid"]
 
     def pod_event(event: KubeObject, wall: float) -> None:
-        nonlocal deleted
+        nonlocal deleted, pods_doubtful
         pod = event.get("object")
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
+            pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
+            return
         pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
@@ -227,7 +232,7 @@ def wait_for_job(
         condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
     ) -> RoundObservation:
         return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted, queued, admitted_seen
+            live, condition, wall, clock, sightings, blocked, last_pods, deleted or pods_doubtful, queued, admitted_seen
         )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
@@ -270,7 +275,7 @@ def wait_for_job(
                 return observed()
             if tag == "job" and event is None:
                 job_stream_open = False
-            elif tag == "job" and event.get("type") == "MODIFIED" and isinstance(event.get("object"), dict):
+            elif tag == "job" and event.get("type") == "MODIFIED" and not watched_object_problem(event.get("object")):
                 take_job(event["object"], received_clock)
             elif tag == "pods" and event is None:
                 pod_stream_open = False
@@ -294,12 +299,19 @@ def wait_for_job(
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
             except queue.Empty:
                 tag = None
+            shape = watched_object_problem(event.get("object")) if tag == "job" and event is not None else ""
+            if shape and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
+                watches[0].stop()
+                event = None
             if tag == "job":
                 if event is None:
+                    if not job_stream_open:
+                        continue  # the end of a watch the run had stopped reading
                     job_stream_open = False
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = watch_error or (lines[-1] if lines else "no message")  # kubectl's error, or a crash's
+                    reason = watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
@@ -325,6 +337,13 @@ def wait_for_job(
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
+                shape = watched_object_problem(polled)
+                if shape:
+                    raise DemoError(
+                        f"kubectl printed Job {label} with an unexpected shape ({shape}); run kubectl -n {namespace} "
+                        f"get job {name} -o json to see it",
+                        EXIT_CLUSTER,
+                    )
                 take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
             waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)

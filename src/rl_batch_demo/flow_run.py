@@ -54,7 +54,6 @@ from .core_cluster import (
     infra_loss,
     latest_warning,
     pod_index,
-    pod_list,
     split_pods_and_events,
     template_changes,
     vanished_attempts,
@@ -78,7 +77,6 @@ from .core_reports import (
     junit_suites,
     metrics_labels,
     printable,
-    render_events_text,
     render_junit_xml,
     render_metrics_of_runs,
 )
@@ -111,6 +109,8 @@ from .kubectl import Kubectl, WatchStream, concurrently, make_kubectl
 from .persistence import (
     RewardsWriter,
     _uid_from_job_json,
+    events_text_within,
+    pods_listing_within,
     read_receipt,
     rounds_on_disk,
     saved_results,
@@ -275,6 +275,14 @@ class RoundRewards:
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
         self.writer.append(lines)
+
+    def failures(self) -> Dict[str, str]:
+        """The failure lines written so far, by pod: final (provisional_episode)."""
+        return {
+            pod: line["failure"]
+            for pod, line in self.last.items()
+            if line["failure"] is not None and not line["retracted"]
+        }
 
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
@@ -622,7 +630,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", render_events_text(events))
+                write_atomic(round_dir / "events.txt", events_text_within(events, budgets))
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -635,21 +643,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pod_list(pods))
+                write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -674,6 +682,7 @@ class BatchRun:
             events=events,
             infra_retries=settings.infra_retries,
             max_artifact_bytes=settings.max_artifact_bytes,
+            provisional_failures=rewards.failures() if rewards is not None else {},
         )
         try:
             rows, figures = analyse_round(collected, where)
@@ -761,13 +770,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", render_events_text(events))
+            write_atomic(round_dir / "events.txt", events_text_within(events, self.log_budgets))
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
                 write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pod_list(pods))
+            write_json(round_dir / "pods.json", pods_listing_within(pods, self.log_budgets))
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:

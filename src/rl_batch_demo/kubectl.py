@@ -28,7 +28,7 @@ from .constants import (
     REQUEST_TIMEOUT,
     WATCH_BUFFER_LIMIT,
 )
-from .core_basics import parse_json_documents
+from .core_basics import parse_json_documents, short_repr
 from .core_reports import printable
 from .errors import DemoError, KubectlFailure, KubectlTimeout, kubectl_message
 from .records import TIMING, KubeObject, Receipt, Timing
@@ -62,6 +62,7 @@ class WatchStream:
         self.started = time.monotonic()
         self.stopped: Optional[float] = None  # when stop() asked it to end
         self.stderr = ""  # kubectl's message, once the stream has ended
+        self.garbled = ""  # what ended the stream when its bytes were no watch events, in words
         self.thread = threading.Thread(target=self._read, name=f"watch-{tag}", daemon=True)
         self.thread.start()
 
@@ -76,24 +77,32 @@ class WatchStream:
             received_at, received_clock = time.time(), time.monotonic()
             if not chunk:
                 break
-            buffer += text_decoder.decode(chunk)
+            try:
+                buffer += text_decoder.decode(chunk)
+            except UnicodeDecodeError as error:  # kubectl's encoder writes UTF-8 only: something else spoke
+                where = short_repr(error.object[error.start : error.start + 8])
+                return self._garbled(f"bytes that are not UTF-8 ({error.reason} at {where})")
             while True:
                 buffer = buffer.lstrip()
                 if not buffer:
                     break
                 try:
                     event, end = decoder.raw_decode(buffer)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     if buffer.startswith("{") and len(buffer) < WATCH_BUFFER_LIMIT:
                         break  # incomplete: wait for more bytes
-                    self.process.kill()  # garbled: end the stream, so the waiter falls back to polling
-                    self.sink.put((self.tag, time.time(), time.monotonic(), None))
-                    return
+                    return self._garbled(f"text that is not a JSON watch event ({short_repr(buffer[:40])})")
                 buffer = buffer[end:]
                 if isinstance(event, dict):
                     self.sink.put((self.tag, received_at, received_clock, event))
         if self.process.stderr is not None:
             self.stderr = self.process.stderr.read(4096).decode("utf-8", "replace").strip()
+        self.sink.put((self.tag, time.time(), time.monotonic(), None))
+
+    def _garbled(self, what: str) -> None:
+        """End the stream, so the waiter falls back to polling, saying what it printed."""
+        self.garbled = f"it printed {what}"
+        self.process.kill()
         self.sink.put((self.tag, time.time(), time.monotonic(), None))
 
     def stop(self) -> None:

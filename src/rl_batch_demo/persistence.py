@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
+    ARTIFACT_DIRECTORY_BYTES,
     ARTIFACT_FRAME_TAG,
     ARTIFACT_FRAMES_LIMIT,
     ARTIFACTS_PER_EPISODE_LIMIT,
@@ -25,10 +27,21 @@ from .constants import (
     LOG_FILE_LIMIT,
 )
 from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
-from .core_cluster import EventScanner, parse_artifact_frame
+from .core_cluster import EventScanner, artifact_directories, artifact_name_problem, parse_artifact_frame, pod_list
 from .core_guide import NOT_ROUNDS
+from .core_reports import render_events_text
 from .errors import DemoError
-from .records import ArtifactEntry, ArtifactFrame, LogBudgets, PodLog, Receipt, Results, RewardLine, StartedRound
+from .records import (
+    ArtifactEntry,
+    ArtifactFrame,
+    KubeObject,
+    LogBudgets,
+    PodLog,
+    Receipt,
+    Results,
+    RewardLine,
+    StartedRound,
+)
 from .status import say_stderr
 
 # Persistence: receipt and output files ########################################
@@ -108,7 +121,8 @@ class ArtifactSink:
         self.error = ""
         self.missing = False  # the error is frames that never came (rotation, most likely)
         self.frames = 0
-        self.received = 0  # decoded bytes of this pod's frames so far
+        self.received = 0  # decoded bytes of this pod's frames so far, and its directories' (ARTIFACT_DIRECTORY_BYTES)
+        self.directories: Set[str] = set()  # the directories its artifact names made, under its folder
         self.current: Optional[_ArtifactFile] = None
 
     def frame(self, raw: bytes) -> None:
@@ -150,11 +164,26 @@ class ArtifactSink:
     def _open(self, frame: ArtifactFrame) -> Optional[_ArtifactFile]:
         import hashlib  # noqa: PLC0415 - only a run whose pods send artifacts needs it
 
+        problem = artifact_name_problem(frame.name, self.saved)
+        if problem:
+            self._fail(f"its artifact frame {self.frames} names an artifact {short_repr(frame.name)} that {problem}")
+            return None
         *parents, base = frame.name.split("/")
+        new = [path for path in artifact_directories([frame.name]) if path not in self.directories]
+        if self.received + len(new) * ARTIFACT_DIRECTORY_BYTES > self.budgets.artifact_bytes:
+            self._fail(
+                f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes per "
+                f"episode (artifact {short_repr(frame.name)} would make {len(new)} more directories, "
+                f"{ARTIFACT_DIRECTORY_BYTES:,} bytes each, after {len(self.directories)})"
+            )
+            return None
+        self.received += len(new) * ARTIFACT_DIRECTORY_BYTES  # counted before they exist: a failure cannot undo them
+        self.directories.update(new)
         directory = -1
         try:
             directory = self._directory([self.pod, *parents])
-            temporary = f".{base[:100]}.{os.urandom(4).hex()}.part"
+            # Its first 100 bytes (whole characters): a file name holds 255 bytes, not characters.
+            temporary = f".{base.encode('utf-8')[:100].decode('utf-8', 'ignore')}.{os.urandom(4).hex()}.part"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
             descriptor = os.open(temporary, flags, 0o644, dir_fd=directory)
         except OSError as error:
@@ -302,8 +331,15 @@ class _PodLogFile:
         if not self.cut_by and self._room(len(data), whole=True) == len(data):
             self._write(data)
             return
-        marker = f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n" if self.skipped else ""
-        self._write(marker.encode() + data)
+        # past a cut: the line from the ledger's reserve (its memory side paid for it when kept),
+        # its marker as a note (left out only when both sides are spent)
+        marker = (
+            f"[rl-batch-demo: {self.skipped:,} bytes not saved before this line]\n".encode() if self.skipped else b""
+        )
+        if marker and not self.budgets.take_note(len(marker)):
+            marker = b""
+        self.budgets.take_reserved(len(data))
+        self._write(marker + data)
         self.skipped = 0
 
     def frame(self, body: bytes) -> None:
@@ -349,14 +385,19 @@ class _PodLogFile:
             stream.write(data)
 
     def finish(self) -> PodLog:
+        notes = []
         if self.frame_lines:
             where = f"{self.budgets.artifacts}/{self.pod}/"
-            self.buffer += f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode()
+            notes.append(f"[rl-batch-demo: {self.frame_lines:,} artifact frame lines went to {where}]\n".encode())
         if self.dropped:
-            self.buffer += (
+            notes.append(
                 f"[rl-batch-demo: log truncated at {self.cut_at} bytes ({self.cut_by}); {self.dropped} more bytes "
-                "were read and scanned for events but not saved; its ready and reward lines were saved]\n"
-            ).encode()
+                "were read and scanned for events but not saved; its ready and reward lines were saved]\n".encode()
+            )
+        for note in notes:  # the ledger's too: every byte the run writes for a pod counts
+            if self.budgets.take_note(len(note)):
+                self.buffer += note
+                self.saved += len(note)
         self.flush()
         os.replace(self.temporary, self.path)
         log = self.scanner.pod_log(self.saved, self.dropped)
@@ -535,6 +576,51 @@ def read_input_file(path: Path, flag: str) -> bytes:
         return path.read_bytes()
     except OSError as error:
         raise DemoError(f"cannot read {flag} {path}: {error.strerror or error}", EXIT_USAGE) from None
+
+
+POD_TEXT_CUT = " [rl-batch-demo: cut here: the run's budget for what its pods make it write is spent]"
+
+
+def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObject:
+    """pods.json's listing, each termination message (the pod's own text, up to 4 KiB a container)
+    as much as the ledger's disk side grants it (LogBudgets.granted_text), so pods.json counts
+    against the run's budget for what pods make it write."""
+    items = []
+    for pod in pods:
+        saved = pod
+        status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        for field in ("initContainerStatuses", "containerStatuses"):
+            statuses = status.get(field)
+            for position, container in enumerate(statuses if isinstance(statuses, list) else []):
+                for when in ("state", "lastState"):
+                    state = container.get(when) if isinstance(container, dict) else None
+                    terminated = state.get("terminated") if isinstance(state, dict) else None
+                    message = terminated.get("message") if isinstance(terminated, dict) else None
+                    if not isinstance(message, str) or not message:
+                        continue
+                    key = ("pod", uid, field, str(container.get("name")), when)
+                    granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+                    if granted != message:
+                        saved = copy.deepcopy(saved) if saved is pod else saved
+                        saved["status"][field][position][when]["terminated"]["message"] = granted
+        items.append(saved)
+    return pod_list(items)
+
+
+def events_text_within(events: List[KubeObject], budgets: LogBudgets) -> str:
+    """events.txt, each event's message as much as the ledger's disk side grants it."""
+    kept = []
+    for event in events:
+        message = event.get("message")
+        if isinstance(message, str) and message:
+            metadata = event.get("metadata") or {}
+            key = ("event", str(metadata.get("uid") or metadata.get("name")))
+            granted = budgets.granted_text(key, message, POD_TEXT_CUT)
+            kept.append(event if granted == message else {**event, "message": granted})
+            continue
+        kept.append(event)
+    return render_events_text(kept)
 
 
 def save_if_possible(path: Path, data: Any) -> None:

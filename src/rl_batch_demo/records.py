@@ -262,6 +262,9 @@ class RoundCollected:
     events: List[KubeObject] = dataclasses.field(default_factory=list)  # the namespace's, same listing
     infra_retries: int = 0  # --infra-retries K: an index may have up to K pods lost before its last
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    # The failures rewards.jsonl already holds, by pod (RoundRewards: provisional_episode's verdict
+    # as the pod watch saw it end): final, so the analysis fails these episodes with the same cause.
+    provisional_failures: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -299,13 +302,25 @@ class ArtifactFrame:
 
 @dataclasses.dataclass(eq=False)
 class LogBudgets:
-    """What a run may still spend on what pods print, shared by every thread that reads logs:
-    bytes of <pod>.log text on disk (LOG_DIR_BUDGET) and bytes of kept event lines in memory
-    (KEPT_EVENT_BYTES_LIMIT)."""
+    """The run's one ledger of what its pods may make it keep, shared by every thread that reads
+    logs, with a disk side and a memory side.
 
-    disk: int = LOG_DIR_BUDGET
+    The disk side holds LOG_DIR_BUDGET for every byte the tool writes for pods: the <pod>.log
+    text, the kept event lines and the notes saved past a cut, and the pod-made strings of
+    pods.json and events.txt. Of it, `reserve` (as much as the memory side) is kept for what is
+    always saved: each kept line was paid from `memory` when it was kept, so the reserve can
+    always pay for writing it, and a marker or a closing note is paid from both sides at once
+    (take_note); the rest, `disk`, is the text's, spent as it comes (take_disk). So the two never
+    overdraw: what the run writes for pods is at most disk + reserve. The memory side holds
+    KEPT_EVENT_BYTES_LIMIT for the kept event lines."""
+
+    disk: int = LOG_DIR_BUDGET - KEPT_EVENT_BYTES_LIMIT
     memory: int = KEPT_EVENT_BYTES_LIMIT
+    reserve: int = -1  # -1: as much as `memory`
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # A pod-made string of pods.json or events.txt, by what it is of, as granted once (granted_text):
+    # a file written again spends nothing again.
+    granted: Dict[Tuple[str, ...], str] = dataclasses.field(default_factory=dict)
     # Where the pods' artifact frames are saved (DIR/artifacts; None: frames are left in <pod>.log
     # as text), and each episode's budget for them (--max-artifact-bytes). Their bytes take none
     # of `disk`: each episode has its own allowance, so no pod's output costs another's artifacts,
@@ -318,6 +333,54 @@ class LogBudgets:
         """These budgets, spent as before, with the artifacts saved under `root` instead (a
         warm-up's or the probe's: they are no episode of results.json, so not in DIR/artifacts)."""
         return LogBudgets(artifacts=root, artifact_bytes=self.artifact_bytes, spends_from=self.spends_from or self)
+
+    def __post_init__(self) -> None:
+        if self.reserve < 0:
+            self.reserve = self.memory
+
+    def take_reserved(self, wanted: int) -> None:
+        """Disk for a kept line saved past a cut: its bytes were paid from `memory` when it was
+        kept, so the reserve holds them (never below zero)."""
+        if self.spends_from is not None:
+            return self.spends_from.take_reserved(wanted)
+        with self.lock:
+            assert wanted <= self.reserve, "a kept line the memory side did not pay for"
+            self.reserve -= wanted
+        return None
+
+    def take_note(self, wanted: int) -> bool:
+        """All of `wanted` bytes for a line the tool adds (a marker, a closing note): from the
+        text's disk while it lasts, else from both the memory side and the reserve; or none."""
+        if self.spends_from is not None:
+            return self.spends_from.take_note(wanted)
+        with self.lock:
+            if wanted <= self.disk:
+                self.disk -= wanted
+                return True
+            if wanted > min(self.memory, self.reserve):
+                return False
+            self.memory -= wanted
+            self.reserve -= wanted
+            return True
+
+    def granted_text(self, key: Tuple[str, ...], text: str, cut_note: str) -> str:
+        """A pod-made string for pods.json or events.txt, as much of it as the text's disk grants
+        (the first time; the same answer after), ending with `cut_note` when it was cut."""
+        if self.spends_from is not None:
+            return self.spends_from.granted_text(key, text, cut_note)
+        import hashlib  # noqa: PLC0415 - only what writes pods.json or events.txt needs it
+
+        key = (*key, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())  # the same text again
+        with self.lock:
+            if key in self.granted:
+                return self.granted[key]
+        data = text.encode("utf-8", "surrogatepass")
+        granted = self.take_disk(len(data))
+        if granted < len(data):
+            room = max(0, granted - len(cut_note.encode()))
+            text = data[:room].decode("utf-8", "ignore") + (cut_note if granted >= len(cut_note.encode()) else "")
+        with self.lock:
+            return self.granted.setdefault(key, text)
 
     def take_disk(self, wanted: int, whole: bool = False) -> int:
         """Up to `wanted` bytes of disk (all or none when `whole`): what is granted."""

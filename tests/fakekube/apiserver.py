@@ -247,8 +247,11 @@ def validate_metadata(obj: dict, label_name: bool) -> List[str]:
 
 
 def validate_configmap(obj: dict) -> List[str]:
+    """pkg/apis/core/validation/validation.go ValidateConfigMap: the bytes of the data's values
+    (Go's len of a string: its UTF-8 bytes), not its keys nor their JSON form, at most
+    core.MaxSecretSize."""
     problems = validate_metadata(obj, label_name=False)
-    size = sum(len(k) + len(str(v)) for k, v in (obj.get("data") or {}).items())
+    size = sum(len(str(v).encode("utf-8", "surrogatepass")) for v in (obj.get("data") or {}).values())
     if size > MAX_CONFIGMAP_BYTES:
         problems.append(f"[]: Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes")
     return problems

@@ -636,7 +636,12 @@ def watch_objects(
     --request-timeout. With ``first_event_dropped`` (watch_one_object), what exists now is taken
     in without being printed. Fault ``watch_error``: ``["jobs", ...]``: the watch of these
     resources ends with an ERROR event (410 Expired, as an API server sends when the watch's
-    resourceVersion is too old) after the list; kubectl prints it and exits 0 (get.go)."""
+    resourceVersion is too old) after the list; kubectl prints it and exits 0 (get.go). Fault
+    ``watch_garbage``: ``{"jobs": "not_utf8" | "odd_shape"}``: after the list, bytes that are not
+    UTF-8, or each object again with a status no API server sends (conditions a string), then the
+    watch goes on. Real kubectl never prints either (Go's encoding/json writes only valid UTF-8,
+    and the API server only objects of its types): this is what a broken proxy or a wrapper in
+    front of kubectl may print, which the reader must survive."""
     start = time.monotonic()
     ns = inv.namespace if rt.namespaced else None
     if rt.kind == "ServiceAccount":
@@ -659,6 +664,14 @@ def watch_objects(
             emit("ADDED", seen[key])
     if inv.faults.get("watch_ends_early"):
         return 0
+    garbage = (inv.faults.get("watch_garbage") or {}).get(rt.resource)
+    if garbage == "not_utf8":  # then the stream goes on: the reader must stop trusting it by itself
+        sys.stdout.flush()
+        sys.stdout.buffer.write(b"\xff\xfe{}\n")
+        sys.stdout.buffer.flush()
+    elif garbage == "odd_shape":
+        for obj in seen.values():
+            emit("MODIFIED", dict(obj, status={"conditions": "Complete"}))
     if rt.resource in (inv.faults.get("watch_error") or []):
         expired = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 410}
         expired.update(reason="Expired", message="too old resource version: 1 (2)")

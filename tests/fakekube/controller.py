@@ -86,12 +86,11 @@ def random_suffix(n: int = 5) -> str:
 
 
 def job_condition(kind: str, reason: str, message: str, t: str) -> dict:
-    """A Job status condition as the job controller writes it."""
+    """A Job status condition as the job controller writes it; an empty reason or message is
+    left out, as Go's encoding/json leaves out an empty `omitempty` string (batch/v1 JobCondition)."""
+    condition = {"type": kind, "status": "True", "reason": reason, "message": message}
     return {
-        "type": kind,
-        "status": "True",
-        "reason": reason,
-        "message": message,
+        **{key: value for key, value in condition.items() if value},
         "lastProbeTime": t,
         "lastTransitionTime": t,
     }
@@ -761,6 +760,8 @@ class JobController:
         sim.node = node_name
 
         def bind(tx: Tx, p: dict) -> None:
+            # the binding's PodScheduled condition is the API server's stamp (its clock: tx.now), not
+            # the scheduler's (pkg/registry/core/pod/storage/storage.go setPodNodeAndMetadata)
             p["spec"]["nodeName"] = node_name
             p["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now_ts(tx.now)}
@@ -1055,6 +1056,8 @@ class JobController:
     def finish(self, sim: PodSim) -> None:
         """The worker has exited: publish log, termination message and final pod status."""
         rc = sim.proc.returncode if sim.proc is not None else 1
+        if rc < 0:  # killed by signal N: the runtime reports 128 + N, never -N (containerd sys/reaper
+            rc = 128 - rc  # reaper_unix.go exitStatus, exitSignalOffset; go-runc monitor.go alike)
         lp = log_path(self.state, self.ns, sim.name)
         with open(lp, "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
             log = f.read().decode("utf-8", errors="surrogateescape")
@@ -1248,9 +1251,10 @@ class JobController:
             t = now_ts(tx.now)
             j["status"]["conditions"] = [
                 *(j["status"].get("conditions") or []),
-                job_condition(
-                    "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods", t
-                ),
+                # a 1.31 job controller's: no reason, no message (job_controller.go newSuccessCondition,
+                # enactJobFinished; REAL_CLUSTER_FACTS N5). kubernetes/kubernetes#126074, which would
+                # have given it CompletionsReached, was closed unmerged
+                job_condition("SuccessCriteriaMet", "", "", t),
             ]
             tx.put(self.clean_status(j))
         self.decided_at = time.time()  # the job controller's decision visible, for bench/bench.py
@@ -1261,7 +1265,7 @@ class JobController:
                 return
             t = now_ts(tx.now)
             j["status"]["conditions"].append(
-                job_condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods", t)
+                job_condition("Complete", "", "", t)  # no reason either (job_controller.go, 1.31)
             )
             j["status"]["completionTime"] = t
             j["status"]["ready"] = 0

@@ -36,6 +36,7 @@ FAULT_KEYS = {
     # the control plane as it is (issue 19)
     "watch_gap",
     "watch_error",
+    "watch_garbage",  # issue 27: bytes that are not UTF-8, or an object of an odd shape, on a watch
     "serviceaccount_delay",
     "queue",
     "admission",
