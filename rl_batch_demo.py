@@ -63,7 +63,21 @@ import threading
 import time
 import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, TypedDict
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    NoReturn,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypedDict,
+)
 
 # Begin src/rl_batch_demo/constants.py #########################################
 __version__ = "0.2.0"
@@ -164,7 +178,30 @@ JOB_FIELD_NEEDS = {
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
-REWARDS_FILE = "rewards.jsonl"
+
+
+class RunFiles(NamedTuple):
+    """The names of what a run writes in its output directory (a round's, a warm-up's and the
+    probe's Job files in that Job's directory), each spelt here once; docs/outputs.md's Files
+    table lists each of them and nothing else with a fixed name (tests/test_docs.py checks)."""
+
+    receipt: str = "receipt.json"
+    job_submitted: str = "job-submitted.json"
+    job: str = "job.json"
+    pods: str = "pods.json"
+    events: str = "events.txt"
+    artifacts: str = "artifacts"  # a directory: one folder per episode
+    results: str = "results.json"
+    rewards: str = "rewards.jsonl"
+    timeline: str = "timeline.svg"
+    kubectl_calls: str = "kubectl-calls.json"
+    error: str = "error.json"
+    warmup: str = "warmup"  # a directory: each warm-up Job's, and the warm-up block
+    warmup_block: str = "warmup.json"  # in the warm-up directory
+
+
+RUN_FILES = RunFiles()
+REWARDS_FILE = RUN_FILES.rewards
 BUILTIN_WORKER = "built-in"
 
 # Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent
@@ -385,8 +422,10 @@ SCHEDULED_BY_CONDITION = (
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
-SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
-TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
+TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit its width, below this only if it must
+TABLE_COLUMN_NARROWEST = 4  # never below this: two wide characters, or one and its closing mark
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
 SIMULATED_RUNTIME = "rl-batch-demo-simulation"
@@ -396,12 +435,12 @@ COMPARE_FIGURES = (
     ("episodes", "episodes"),
     ("parallelism", "parallelism"),
     ("rounds", "rounds"),
-    ("batch_to_all_ready_seconds", "all ready (s)"),
-    ("batch_to_all_rewards_seconds", "all rewards (s)"),
-    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
-    ("client_job_complete_seconds", "client saw Complete (s)"),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
+    ("batch_to_all_ready_seconds", "all ready"),
+    ("batch_to_all_rewards_seconds", "all rewards"),
+    ("batch_to_all_finished_seconds", "all finished (cluster)"),
+    ("client_job_complete_seconds", "client saw Complete"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95"),
 )
 
 TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key
@@ -537,6 +576,20 @@ _UNREACHABLE_MESSAGES = (
     r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
 )
 
+# kubectl's words when an HTTP server answered, but 404 to the paths every Kubernetes API server
+# serves: a proxy, or another web server at the context's URL. client-go's generic NotFound (a 404
+# without a metav1.Status body: "the server could not find the requested resource",
+# k8s.io/apimachinery pkg/api/errors NewGenericServerResponse) for the discovery of /api and /apis
+# (client-go discovery/cached/memory memcache.go), for the OpenAPI document `create -f -` validates
+# against, and for /version (`kubectl version`). Seen with the real kubectl 1.32 against
+# tests/recordingserver.py answering every path 404 (tests/test_kubectl_contract.py).
+_GENERIC_NOT_FOUND = "the server could not find the requested resource"
+_NOT_AN_API_SERVER_MARKERS = (
+    f"couldn't get current server API group list: {_GENERIC_NOT_FOUND}",
+    f"error validating data: {_GENERIC_NOT_FOUND}",
+    f"failed to download openapi: {_GENERIC_NOT_FOUND}",
+)
+
 
 # Regular expressions are kept as their source: `re` compiles each on first use and caches it, so that
 # `--help` compiles none.
@@ -583,6 +636,50 @@ class DemoError(Exception):
 def bug_message(bug: BaseException) -> str:
     """An unexpected exception, a bug, as error.json, the CI reports and stderr name it (exit 3)."""
     return f"unexpected error (a bug in rl-batch-demo): {bug!r}"
+
+
+# The kinds of Outcome: how a command ended when something was raised.
+EXPECTED = "expected"  # a DemoError, or the run's output directory that could not be written
+BUG = "bug"  # any other Exception: exit 3, and its traceback shows
+INTERRUPTED = "interrupted"  # KeyboardInterrupt (Ctrl-C, SIGTERM), or what the API caller's handler raised
+STDOUT_CLOSED = "stdout closed"  # the reader of stdout went away (`| head`): the work itself is done
+
+
+class Outcome(NamedTuple):
+    """What a raised exception ends a command with: its exit code, its one sentence (as error.json
+    and stderr give it), and its kind. pre-commit's error_handler is the model: one place maps
+    an exception to the documented exit code, so that every command and the API agree."""
+
+    exit_code: int
+    message: str
+    kind: str
+    raised: BaseException
+
+    def error(self) -> DemoError:
+        """The DemoError it counts as: the one raised, or one with this outcome's code and sentence."""
+        if isinstance(self.raised, DemoError):
+            return self.raised
+        return DemoError(self.message, self.exit_code)
+
+
+def outcome_of(raised: BaseException, output: Optional[Path] = None, printing: bool = False) -> Outcome:
+    """Classify what was raised. With `output` (a run writing its directory), an OSError is that
+    directory's (a full disk, lost permissions: exit 2); for the command line (`printing`), a
+    BrokenPipeError is stdout's reader gone (exit 0); any other OSError is a bug like any other
+    Exception (exit 3). Every BaseException that is not an Exception is an interruption (exit 130)."""
+    if isinstance(raised, DemoError):
+        return Outcome(raised.exit_code, str(raised), EXPECTED, raised)
+    if isinstance(raised, OSError) and output is not None:
+        message = (
+            f"cannot write the run's output ({raised.strerror or raised}: {raised.filename}); "
+            f"check the free space and permissions of {output}"
+        )
+        return Outcome(EXIT_USAGE, message, EXPECTED, raised)
+    if isinstance(raised, BrokenPipeError) and printing:
+        return Outcome(EXIT_OK, "the reader of stdout went away", STDOUT_CLOSED, raised)
+    if isinstance(raised, Exception):
+        return Outcome(EXIT_CLUSTER, bug_message(raised), BUG, raised)
+    return Outcome(EXIT_INTERRUPTED, "interrupted", INTERRUPTED, raised)
 
 
 class EpisodeInvalid(DemoError):
@@ -637,6 +734,28 @@ def unreachable_message(server: Optional[str], context: Optional[str], reason: s
     return f"cannot reach {where}{named} ({reason}); check the network/VPN and that the cluster runs, or `{probe}`"
 
 
+def not_an_api_server(argv: Sequence[str], stderr: str) -> bool:
+    """Whether kubectl's stderr says that the server answered, but not as a Kubernetes API server:
+    404 to API discovery or to the OpenAPI document (_NOT_AN_API_SERVER_MARKERS), or to /version
+    (`kubectl version`), which every API server serves."""
+    if any(marker in stderr for marker in _NOT_AN_API_SERVER_MARKERS):
+        return True
+    version = "version" in argv[1:] and not any(arg in ("get", "create", "logs") for arg in argv[1:])
+    return version and kubectl_message(stderr) == f"Error from server (NotFound): {_GENERIC_NOT_FOUND}"
+
+
+def not_an_api_server_message(server: Optional[str], context: Optional[str]) -> str:
+    """One line for a URL that answers HTTP but is no Kubernetes API server."""
+    where = f"the server {server}" if server else "the context's server"
+    named = f" of context {context}" if context else ""
+    probe = shlex.join(["kubectl", *(["--context", context] if context else []), "cluster-info"])
+    return (
+        f"{where}{named} answers, but not as a Kubernetes API server (404 Not Found for the API's own paths, "
+        f"such as /version and /api: an HTTP proxy or another web server at that URL?); check the server URL "
+        f"and port of the context's cluster in the kubeconfig, and any proxy settings (HTTPS_PROXY), or `{probe}`"
+    )
+
+
 class KubectlFailure(DemoError):
     """kubectl ran and exited non-zero. When no answer came from the API server, the message says
     so in one line naming the server (`server`, else the host kubectl names) and the context."""
@@ -649,10 +768,14 @@ class KubectlFailure(DemoError):
         self.first_line = kubectl_message(stderr)
         self.command = shlex.join(["kubectl", *argv[1:]])
         unreachable = unreachable_reason(self.first_line)
-        self.unreachable = unreachable is not None
+        foreign = unreachable is None and not_an_api_server(argv, stderr)
+        # either way no call can succeed: the caller stops at the first, with this one line
+        self.unreachable = unreachable is not None or foreign
+        context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
         if unreachable is not None:
-            context = next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--context=")), None)
             message = unreachable_message(server or unreachable[0], context, unreachable[1])
+        elif foreign:
+            message = not_an_api_server_message(server, context)
         else:
             message = f"`{self.command}` failed (exit {returncode}): {self.first_line}"
         super().__init__(message, EXIT_CLUSTER)
@@ -781,18 +904,12 @@ class RunSettings:
         return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
 
 
-@dataclasses.dataclass
-class JobReceipt:
-    name: str
-    uid: Optional[str] = None  # None until the create answered
-
-
 class ReceiptJob(TypedDict):
     name: str
     uid: Optional[str]  # None until the create answered
 
 
-class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+class _Receipt(TypedDict):
     context: str
     server: Optional[str]
     namespace: str
@@ -804,92 +921,15 @@ class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
     jobs: List[ReceiptJob]
 
 
-class ReceiptFile(_ReceiptFile, total=False):
+class Receipt(_Receipt, total=False):
+    """receipt.json, and the run's one record of it: everything cleanup needs to reach the same
+    cluster and prove ownership. Written before the first mutation and rewritten as soon as each
+    UID is known; write_receipt and read_receipt (persistence) are its one writer and reader, and
+    the reader checks it against this record as results.json is checked (schema_problem).
+    Receipts of the guide's script (context, namespace, uid, run_id, job_uid) load too."""
+
     uid: str  # the namespace's, once it exists (the guide's key)
     job_uid: str  # the guide's key: the one Job's UID
-
-
-@dataclasses.dataclass
-class Receipt:
-    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
-
-    Written before the first mutation and rewritten as soon as each UID is known. Receipts of
-    the guide's script (context, namespace, uid, run_id, job_uid) load too."""
-
-    context: str
-    namespace: str
-    run_id: str
-    server: Optional[str] = None
-    kubeconfig: Optional[str] = None
-    kubectl: Optional[str] = None
-    created_at: Optional[float] = None
-    tool_version: Optional[str] = None
-    namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
-    jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
-    guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
-
-    def to_json(self) -> ReceiptFile:
-        data: ReceiptFile = {
-            "context": self.context,
-            "server": self.server,
-            "namespace": self.namespace,
-            "run_id": self.run_id,
-            "kubeconfig": self.kubeconfig,
-            "kubectl": self.kubectl,
-            "created_at": self.created_at,
-            "tool_version": self.tool_version,
-            "jobs": [{"name": job.name, "uid": job.uid} for job in self.jobs],
-        }
-        if self.namespace_uid is not None:
-            data["uid"] = self.namespace_uid
-        if len(self.jobs) == 1 and self.jobs[0].uid:
-            data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
-        elif self.guide_job_uid:
-            data["job_uid"] = self.guide_job_uid
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Receipt:
-        """A receipt read back; a malformed one is bad input, named with the file to inspect."""
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
-        ):
-            raise DemoError(f"the receipt {where} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
-        jobs = data.get("jobs") or []
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
-            for job in jobs
-        ):
-            raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
-
-        def text(key: str) -> Optional[str]:
-            value = data.get(key)
-            return value if isinstance(value, str) and value else None
-
-        created_at = data.get("created_at")
-        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
-            try:
-                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
-            except OverflowError:
-                created_at = math.nan
-            if not math.isfinite(created_at):
-                raise DemoError(
-                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
-                    EXIT_USAGE,
-                )
-        return cls(
-            context=data["context"],
-            namespace=data["namespace"],
-            run_id=data["run_id"],
-            server=text("server"),
-            kubeconfig=text("kubeconfig"),
-            kubectl=text("kubectl"),
-            created_at=created_at,
-            tool_version=text("tool_version"),
-            namespace_uid=text("uid"),
-            jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
-            guide_job_uid=None if jobs else text("job_uid"),
-        )
 
 
 @dataclasses.dataclass
@@ -1387,8 +1427,11 @@ class ReproduceReport(_ReproduceReport, total=False):
 class ComparisonRow(TypedDict):  # compare --format json's figures
     figure: str
     label: str
-    values: List[Optional[float]]
+    values: List[Optional[float]]  # as each results.json holds it
     ratios: List[Optional[float]]
+    texts: List[str]  # each value as the table shows it: as precise as its clocks
+    clock: Optional[str]  # the clocks it comes from (clocks_text); None for a count or a kubelet mean
+    resolution_seconds: Optional[float]  # the coarser clock's resolution; None for a count or a kubelet mean
 
 
 class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
@@ -1402,6 +1445,7 @@ class JUnitCase(TypedDict):
     classname: str
     name: str
     time: float
+    whole_seconds: bool  # `time` is between two whole-second stamps (or none): written without decimals
     outcome: str  # "passed", "failure", "error" or "skipped"
     message: str
     text: str
@@ -1411,6 +1455,7 @@ class JUnitSuite(TypedDict):
     round: Optional[int]
     job: Optional[str]
     time: float
+    whole_seconds: bool  # as JUnitCase's
     cases: List[JUnitCase]
 
 
@@ -1442,6 +1487,15 @@ OneEpisodeJob = Callable[[str, Path, KubeObject, Path], Tuple[List[EpisodeRow], 
 # Pure core: time, numbers, JSON ###############################################
 # Timestamps, percentiles, quantities and JSON read strictly; no I/O from here to the timeline
 # picture. Uses the constants.
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]..., where a missing or empty level reads as {}: what `(obj.get(k1) or {}).get(k2)`
+    spells, for the loose JSON of Kubernetes objects."""
+    value = obj
+    for key in keys[:-1]:
+        value = value.get(key) or {}
+    return value.get(keys[-1])
 
 
 def parse_timestamp(text: str) -> float:
@@ -1659,7 +1713,7 @@ def file_fingerprint() -> str:
         return "unknown"
 
 
-def tool_version() -> str:
+def release_and_fingerprint() -> str:
     """The version results, receipts and reports record: the release and this file's hash."""
     return f"{__version__}+{file_fingerprint()}"
 
@@ -1972,7 +2026,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
 
 def required_uid(obj: KubeObject, what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
-    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+    uid = dig(obj, "metadata", "uid") if isinstance(obj, dict) else None
     if not isinstance(uid, str) or not uid:
         raise DemoError(
             f"kubectl returned {what} without metadata.uid; inspect the API server's response", EXIT_CLUSTER
@@ -1982,7 +2036,7 @@ def required_uid(obj: KubeObject, what: str) -> str:
 
 def pod_selector(job: KubeObject) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
-    match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    match_labels = dig(job, "spec", "selector", "matchLabels") or {}
     uid = required_uid(job, "a Job")
     for label in (UID_LABEL, LEGACY_UID_LABEL):
         if match_labels.get(label) == uid:
@@ -1995,6 +2049,90 @@ def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
     return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
 
 
+# Pure core: figures as precise as their clocks ################################
+# A duration's text by the clocks of its two ends (FIGURE_CLOCKS, CLOCK_RESOLUTION): the summary,
+# compare, the CI reports and the budgets' messages all say a figure this way. Uses the constants.
+
+
+def _number(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _seconds(value: Optional[float]) -> str:
+    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
+    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
+    if value is None:
+        return "-"
+    if abs(value) < 0.9995:
+        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
+    return f"{_number(value, 2)} s"
+
+
+Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
+
+
+def _resolution(clocks: Clocks) -> float:
+    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
+
+
+def clocked_text(value: Optional[float], clocks: Clocks) -> str:
+    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
+    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
+    if value is None:
+        return "-"
+    resolution = _resolution(clocks)
+    if resolution >= 1:
+        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
+        return f"{_number(value, 0 if whole else 1)} s"
+    if resolution >= 0.01:
+        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
+    return _seconds(value)
+
+
+def figure_text(value: Optional[float], figure: str) -> str:
+    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
+    return clocked_text(value, FIGURE_CLOCKS[figure])
+
+
+def _exact_duration(seconds: float) -> str:
+    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
+
+
+def clocks_text(clocks: Clocks) -> str:
+    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks
+    if start == end:
+        resolution = CLOCK_RESOLUTION[start]
+        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+    coarse = _resolution(clocks)
+    named = [
+        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        for clock in (start, end)
+    ]
+    return "mixed: " + " + ".join(named)
+
+
+def clock_text(figure: str) -> str:
+    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
+    return clocks_text(FIGURE_CLOCKS[figure])
+
+
+def below_resolution_text(values: Sequence[Optional[float]], clocks: Clocks) -> Optional[str]:
+    """What a row says when every value it has is below its clocks' resolution (a second, or a
+    10 ms tick), where the digits carry no information and a negative one only misleads:
+    "< 1 s (1 s clock)"; None when a value is not, or the clocks are fine."""
+    resolution = _resolution(clocks)
+    known = [value for value in values if value is not None]
+    if resolution < 0.01 or not known or any(abs(value) >= resolution for value in known):
+        return None
+    return f"< {_exact_duration(resolution)} ({_exact_duration(resolution)} clock)"
+
+
 # Begin src/rl_batch_demo/core_cluster.py ######################################
 # Pure core: what the cluster reports ##########################################
 # Conditions, pod failures, indexes and sightings, read out of the API server's objects. Uses
@@ -2003,7 +2141,7 @@ def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
 
 def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    text = dig(obj, "metadata", "creationTimestamp")
     try:
         return parse_timestamp(str(text))
     except ValueError:
@@ -2110,22 +2248,22 @@ def watched_object_problem(obj: Any) -> str:
 
 
 def job_suspended(job: KubeObject) -> bool:
-    return (job.get("spec") or {}).get("suspend") is True
+    return dig(job, "spec", "suspend") is True
 
 
-def job_admitted_at(job: KubeObject) -> Optional[float]:
+def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
+    for condition in dig(job, "status", "conditions") or []:
         if condition.get("type") == "Suspended" and condition.get("status") == "False":
             return optional_timestamp(condition.get("lastTransitionTime"))
-    return None if job_suspended(job) else optional_timestamp((job.get("status") or {}).get("startTime"))
+    return None if job_suspended(job) else optional_timestamp(dig(job, "status", "startTime"))
 
 
 def foreign_manager(job: KubeObject) -> Optional[str]:
     """The controller named by the Job's spec.managedBy when it is not the job controller (MultiKueue's
     kueue.x-k8s.io/multikueue): that one runs the Job, elsewhere, and the tool cannot measure it."""
-    managed_by = (job.get("spec") or {}).get("managedBy")
+    managed_by = dig(job, "spec", "managedBy")
     return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
 
 
@@ -2222,7 +2360,7 @@ def parse_index_set(text: Any) -> List[int]:
 
 def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
+    text = dig(pod, "metadata", "annotations", INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
@@ -2240,10 +2378,27 @@ def _phase_failure(pod: KubeObject) -> str:
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
 
 
-def pod_failure(pod: KubeObject) -> Tuple[int, str]:
+def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
+    """Whether a pod's deletion was asked for no earlier than the second the Job failed (both
+    whole-second stamps of the API server); False when either is unknown."""
+    try:
+        failed = [_condition_time(job, kind) for kind in FAILURE_CONDITIONS]
+        deleted = optional_timestamp(metadata.get("deletionTimestamp"))
+        grace = finite_number(metadata.get("deletionGracePeriodSeconds")) or 0.0
+        known = [at for at in failed if at is not None]
+    except (TypeError, ValueError):
+        return False
+    return deleted is not None and bool(known) and deleted - grace >= min(known)
+
+
+def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
-    deletes the others); (3, "") for a pod that broke none of them."""
+    deletes the others); (3, "") for a pod that broke none of them. `job`, the Job as last read:
+    a pod whose deletion was asked for (deletionTimestamp less deletionGracePeriodSeconds) once
+    the Job had failed, without a DisruptionTarget condition, was deleted by the job controller
+    with the Job's other active pods (job_controller.go, deleteActivePods), and its rule says so,
+    with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
@@ -2257,6 +2412,11 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         ]
         detail = f"; {disruption[0]}" if disruption else ""
+        if not disruption and job is not None and _deleted_after_the_job_failed(metadata, job):
+            return 2, (
+                f"the pod was deleted mid-run by the job controller because the Job failed "
+                f"({failed_condition_text(job)}; deletionTimestamp {deleted})"
+            )
         return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
     return 3, ""
 
@@ -2327,7 +2487,7 @@ def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
     addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
     second tie there), then name."""
     metadata = pod["metadata"]
-    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    count = dig(metadata, "annotations", INDEX_FAILURE_COUNT_ANNOTATION)
     failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
     return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
 
@@ -2354,7 +2514,7 @@ def episode_attempts(
         kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
         lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
-            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
             rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
             raise EpisodeInvalid(
@@ -2406,10 +2566,12 @@ def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job
     ]
 
 
-def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
-    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
-    too used up --infra-retries; one that failed otherwise says which attempt it was."""
-    rank, rule = pod_failure(pod)
+def episode_failure(
+    pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int, job: Optional[KubeObject] = None
+) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts (and of the Job, `job`): a last attempt that the
+    infrastructure lost too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod, job)
     if rule and infra_retries and infra_loss(pod):
         causes = "; ".join(attempt["cause"] for attempt in lost)
         rule = (
@@ -2452,7 +2614,7 @@ def pod_list(pods: List[KubeObject]) -> KubeObject:
 
 def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    name = (dig(pod, "metadata", "name") if isinstance(pod, dict) else None) or ""
     if not name:
         return
     record = sightings.setdefault(name, {"first_seen_at": wall})
@@ -2491,7 +2653,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
         if JOB_TRACKING_FINALIZER in (metadata.get("finalizers") or []):
             return None
-        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
@@ -2525,7 +2687,7 @@ def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
         event
         for event in events
         if event.get("type") == "Warning"
-        and (event.get("involvedObject") or {}).get("name") in wanted
+        and dig(event, "involvedObject", "name") in wanted
         and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
     ]
     if not warnings:
@@ -2900,7 +3062,7 @@ def image_pull_of(events: List[KubeObject], pod: KubeObject) -> ImagePull:
     for event in events:
         if event.get("reason") != "Pulled" or not involves_pod(event, pod):
             continue
-        field_path = (event.get("involvedObject") or {}).get("fieldPath")
+        field_path = dig(event, "involvedObject", "fieldPath")
         if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
             continue  # another container's image
         message = str(event.get("message") or "")
@@ -3267,7 +3429,7 @@ def no_operations() -> Operations:
     return {"RunPodSandbox": None, "CreateContainer": None, "StartContainer": None, "PullImage": None}
 
 
-def runtime_operations(
+def count_runtime_operations(
     before: Dict[str, KubeletReading],
     after: Dict[str, KubeletReading],
     handler: str,
@@ -3408,12 +3570,13 @@ def check_pod_set(
     inspect: str,
     lost: Optional[Mapping[str, List[LostAttempt]]] = None,
     infra_retries: int = 0,
+    job: Optional[KubeObject] = None,
 ) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
-    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    each episode's last attempt, `lost` the attempts before (episode_attempts); `job` the Job."""
     lost = lost or {}
     broken = [
-        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries, job), pod["metadata"]["name"])
         for pod in pods
     ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -4000,6 +4163,20 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
+def episode_inspect_hint(round_dir: Path, name: str, log: Optional[PodLog], log_error: Optional[str]) -> str:
+    """What an episode's failure tells the user to inspect: its <pod>.log only where one was
+    saved (the reader writes the file with the pod's first line), else why there is none."""
+    if log is not None and (log.lines or log.saved_bytes or log.dropped_bytes):
+        return f"{round_dir}/{name}.log and pods.json"
+    if log is not None:
+        why = f"{name} printed nothing, so no {name}.log was saved"
+    elif log_error and log_error != "not read":
+        why = f"its log could not be read ({log_error})"
+    else:
+        why = "its log was not read: its termination message carried its events"
+    return f"{round_dir}/pods.json and events.txt ({why})"
+
+
 def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
@@ -4010,24 +4187,26 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(pods, collected.count, inspect, lost, retries)
+        check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
     # A queued Job's figures start when it was admitted: its wait in the queue is its own figure.
-    admitted_at = job_admitted_at(observation.job) if observation.queued else job_created_at
+    admitted_at = job_admission_time(observation.job) if observation.queued else job_created_at
     admitted_seen = observation.admitted_seen_monotonic
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
-        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        pod_inspect = episode_inspect_hint(
+            collected.round_dir, name, collected.logs.get(name), collected.log_errors.get(name)
+        )
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
             rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
@@ -4129,7 +4308,7 @@ def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = No
         "pods_without_termination_message": sum(
             1
             for pod in (collected.pods if pods is None else pods)
-            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
+            if dig(pod, "status", "phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -4156,7 +4335,7 @@ def provisional_episode(
     reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
     arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
-    phase = (pod.get("status") or {}).get("phase")
+    phase = dig(pod, "status", "phase")
     if phase not in ("Succeeded", "Failed"):
         return None
     try:
@@ -4300,7 +4479,7 @@ def assemble_results(
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
         container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
         pods=[pod_row(row) for row in rows],
     )
 
@@ -4320,7 +4499,7 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
         if value is None:  # a budget is never met by a figure nobody measured
             breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
         elif value > limit:
-            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+            breaches.append(f"{metric} = {figure_text(value, metric)} > {limit:g} s")  # as precise as its clocks
     return breaches
 
 
@@ -4393,7 +4572,7 @@ def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObjec
     """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
     it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
     for item in items:
-        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+        if item.get("kind") == "RuntimeClass" and dig(item, "metadata", "name") == name:
             return item
     return None
 
@@ -4450,7 +4629,7 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
             using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
         init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
     total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
-    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    pod_level = (dig(spec, "resources", "requests") or {}) if isinstance(spec.get("resources"), dict) else {}
     total.update(
         {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
     )
@@ -4470,19 +4649,19 @@ def episode_room(
     extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
     need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
     eligible = eligible_nodes(nodes, runtimeclass)
-    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    names = {str(dig(node, "metadata", "name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
     running = dict.fromkeys(names, 0)
     for pod in pods or []:
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        node_name = str(dig(pod, "spec", "nodeName") or "")
+        if node_name in names and dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             running[node_name] += 1
             used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
     room = 0
     have = dict.fromkeys(_RESOURCES, 0.0)
     for node in eligible:
-        name = str((node.get("metadata") or {}).get("name"))
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        name = str(dig(node, "metadata", "name"))
+        allocatable = dig(node, "status", "allocatable") or {}
         free = {
             resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
         }
@@ -4499,7 +4678,7 @@ def episode_room(
         f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
         f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
         f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
     )
@@ -4535,10 +4714,14 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    parallelism: Optional[int] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room).
+    The capacity is planned as `run` runs the batch: `parallelism` episodes at once (the
+    default: all `count`), or with --parallelism auto (`capacity` in `check`) as many as there
+    is room for, which needs room for one."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(
@@ -4577,7 +4760,7 @@ def preflight_findings(
         else:
             runtimeclass_known = True
             scheduling = runtimeclass.value.get("scheduling") or {}
-            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            overhead = json.dumps(dig(runtimeclass.value, "overhead", "podFixed") or {}, sort_keys=True)
             selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
             detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
             tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
@@ -4589,8 +4772,21 @@ def preflight_findings(
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
+            chosen = runtimeclass.value if runtimeclass else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
+                    room, room_text = episode_room(chosen, nodes.value, running)
+                    fits = room >= 1
+                    text = (
+                        f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
+                        if fits
+                        else f"--parallelism auto: not even one episode fits now; {room_text}"
+                    )
+                else:
+                    at_once = count if parallelism is None else min(parallelism, count)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    if at_once < count:
+                        text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:
@@ -4627,7 +4823,7 @@ def preflight_findings(
 
 def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
     """Whether an access review asks for one of these permissions."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
         for verb, resource, _, sub, _ in permissions
@@ -4650,7 +4846,7 @@ def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
 
 def _is_capacity_review(review: KubeObject) -> bool:
     """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
     return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
 
@@ -4701,11 +4897,11 @@ class CleanupPlan:
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
 
 
-def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
+def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[ReceiptJob]:
     """The Jobs a receipt names; a guide-era receipt names the one Job by its job_uid or job.json."""
-    if receipt.jobs:
-        return list(receipt.jobs)
-    return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+    if receipt["jobs"]:
+        return list(receipt["jobs"])
+    return [{"name": JOB_NAME, "uid": receipt.get("job_uid") or job_json_uid}]
 
 
 # Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
@@ -4715,19 +4911,18 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 
 def receipt_names_problem(receipt: Receipt) -> str:
     """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
-    if not re.match(_RUN_NAMESPACE, receipt.namespace):
-        return (
-            f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
-        )
-    for job in receipt.jobs:
-        if not re.match(_DNS_LABEL, job.name):
-            return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
+    if not re.match(_RUN_NAMESPACE, receipt["namespace"]):
+        named = short_repr(receipt["namespace"])
+        return f"the receipt names namespace {named}, not one this tool creates (agc-rl-<12 hex>)"
+    for job in receipt["jobs"]:
+        if not re.match(_DNS_LABEL, job["name"]):
+            return f"the receipt names Job {short_repr(job['name'])}, not a name this tool gives"
     return ""
 
 
 def plan_cleanup(
     receipt: Receipt,
-    jobs: List[JobReceipt],
+    jobs: List[ReceiptJob],
     current_context: Optional[str],
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
@@ -4735,49 +4930,49 @@ def plan_cleanup(
 ) -> CleanupPlan:
     """Prove that the namespace and every live Job are this run's: the same API server, the
     namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
-    namespace = receipt.namespace
-    if receipt.server and current_server != receipt.server:
+    namespace = receipt["namespace"]
+    if receipt["server"] and current_server != receipt["server"]:
         return CleanupPlan(
-            refusal=f"refusing to clean up: the run used the API server {receipt.server}, but context "
+            refusal=f"refusing to clean up: the run used the API server {receipt['server']}, but context "
             f"{current_context} now points at {current_server}; use the kubeconfig the run used (--kubeconfig); "
             "nothing was deleted"
         )
     if live_namespace is None:
         return CleanupPlan(namespace_absent=True)
-    live_uid = (live_namespace.get("metadata") or {}).get("uid")
-    labels = (live_namespace.get("metadata") or {}).get("labels") or {}
+    live_uid = dig(live_namespace, "metadata", "uid")
+    labels = dig(live_namespace, "metadata", "labels") or {}
     live_label = labels.get(RUN_LABEL)
-    recorded_uid = receipt.namespace_uid
+    recorded_uid = receipt.get("uid")
     adopted = None
     if not recorded_uid:
         # The run stopped while creating the namespace. Its random run id in the label, set by
         # this tool, proves the namespace is the run's; anything else is refused.
-        if live_label != receipt.run_id or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+        if live_label != receipt["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
             return CleanupPlan(
                 refusal=f"namespace {namespace} exists but the receipt has no namespace UID and the namespace "
                 f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
                 f"`kubectl get namespace {namespace} -o yaml`"
             )
         adopted = recorded_uid = live_uid
-    if live_uid != recorded_uid or live_label != receipt.run_id:
+    if live_uid != recorded_uid or live_label != receipt["run_id"]:
         return CleanupPlan(
             refusal=f"refusing to clean up namespace {namespace}: its UID {live_uid} / label "
-            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt.run_id}); "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt['run_id']}); "
             "nothing was deleted"
         )
     doomed = []
     for job in jobs:
-        live_job = live_jobs.get(job.name)
+        live_job = live_jobs.get(job["name"])
         if live_job is None:
             continue
-        job_uid = (live_job.get("metadata") or {}).get("uid")
-        job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
-        if not (job_uid == job.uid if job.uid else job_label == receipt.run_id):
+        job_uid = dig(live_job, "metadata", "uid")
+        job_label = dig(live_job, "metadata", "labels", RUN_LABEL)
+        if not (job_uid == job["uid"] if job["uid"] else job_label == receipt["run_id"]):
             return CleanupPlan(
-                refusal=f"refusing to clean up: Job {namespace}/{job.name} has UID {job_uid}, not the "
-                f"one this run recorded ({job.uid}); nothing was deleted"
+                refusal=f"refusing to clean up: Job {namespace}/{job['name']} has UID {job_uid}, not the "
+                f"one this run recorded ({job['uid']}); nothing was deleted"
             )
-        doomed.append(job.name)
+        doomed.append(job["name"])
     return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
 
 
@@ -4854,6 +5049,33 @@ def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     return lines
 
 
+def fit_lines(text: str, width: Optional[int]) -> str:
+    """`text` with each line wrapped to `width` terminal columns (wrap_text; a continuation
+    indented two more than its line), for a terminal that would otherwise break it anywhere;
+    `width` None (not a terminal: a CI log, a file): unchanged, full lines."""
+    if width is None:
+        return text
+    fitted = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        fitted += wrap_text(line, width, indent + "  ") if _display_width(line) > width else [line]
+    return "\n".join(fitted)
+
+
+def shorten(text: str, width: int, mark: str = "...") -> str:
+    """`text` cut at its tail to `width` terminal columns (CJK characters count two), `mark`
+    where it was cut; whole when it fits."""
+    if _display_width(text) <= width:
+        return text
+    kept, used = "", _display_width(mark)
+    for character in text:
+        used += _display_width(character)
+        if used > width:
+            break
+        kept += character
+    return (kept + mark)[: max(width, 0)] if width < len(mark) else kept + mark
+
+
 def _longest_piece(text: str) -> int:
     """The narrowest a column holding `text` can be without breaking a name inside its parts."""
     return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
@@ -4867,100 +5089,104 @@ def markdown_literal(text: str) -> str:
     return f"{fence}text\n{printable(text)}\n{fence}\n"
 
 
-def _number(value: float, decimals: int) -> str:
-    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
-    text = f"{value:.{decimals}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
+TableRow = Tuple[List[str], Optional[str]]  # a row's cells, or its first cell and one spanning every value column
 
 
-def _seconds(value: Optional[float]) -> str:
-    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
-    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
-    if value is None:
-        return "-"
-    if abs(value) < 0.9995:
-        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
-    return f"{_number(value, 2)} s"
+def _lay_out(
+    rows: Sequence[TableRow], widths: List[int], right: Sequence[bool], gaps: Sequence[int], values: range
+) -> List[str]:
+    """Rows as lines: each cell wrapped within its column's width (wrap_text, so a row may take
+    several lines and no line breaks inside another cell), left or right aligned, `gaps[i]`
+    spaces before column i; a spanning row's text right-aligned across the `values` columns."""
+    out = []
+    for given, span in rows:
+        cells, layout, aligned, spacing = list(given), list(widths), list(right), list(gaps)
+        if span is not None:  # one cell across the value columns, right-aligned
+            across = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+            cells = [given[0], span, *given[values.stop :]]
+            layout = [widths[0], across, *widths[values.stop :]]
+            aligned = [right[0], True, *right[values.stop :]]
+            spacing = [gaps[0], gaps[values.start], *gaps[values.stop :]]
+        parts = [wrap_text(cell, column) for cell, column in zip(cells, layout)]
+        for index in range(max(len(part) for part in parts)):
+            line = ""
+            for part, column, to_right, gap in zip(parts, layout, aligned, spacing):
+                text = part[index] if index < len(part) else ""
+                pad = " " * max(column - _display_width(text), 0)
+                line += " " * gap + (pad + text if to_right else text + pad)
+            out.append(line.rstrip())
+    return out
 
 
-Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
-
-
-def _resolution(clocks: Clocks) -> float:
-    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
-
-
-def clocked_text(value: Optional[float], clocks: Clocks) -> str:
-    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
-    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
-    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
-    if value is None:
-        return "-"
-    resolution = _resolution(clocks)
-    if resolution >= 1:
-        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
-        return f"{_number(value, 0 if whole else 1)} s"
-    if resolution >= 0.01:
-        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
-    return _seconds(value)
-
-
-def figure_text(value: Optional[float], figure: str) -> str:
-    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
-    return clocked_text(value, FIGURE_CLOCKS[figure])
-
-
-def _exact_duration(seconds: float) -> str:
-    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
-    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
-
-
-def clocks_text(clocks: Clocks) -> str:
-    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
-    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
-    start, end, _ = clocks
-    if start == end:
-        resolution = CLOCK_RESOLUTION[start]
-        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
-    coarse = _resolution(clocks)
-    named = [
-        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
-        for clock in (start, end)
-    ]
-    return "mixed: " + " + ".join(named)
-
-
-def clock_text(figure: str) -> str:
-    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
-    return clocks_text(FIGURE_CLOCKS[figure])
+def _fit_columns(widths: List[int], floors: Sequence[int], gaps: Sequence[int], width: int) -> List[int]:
+    """Column widths narrowed, the widest first and none below its floor, until a line fits `width`."""
+    widths = list(widths)
+    while sum(widths) + sum(gaps) > width:
+        narrowable = [i for i in range(len(widths)) if widths[i] > floors[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable, key=lambda i: widths[i])] -= 1
+    return widths
 
 
 def _figure_table(
     header: Sequence[str],
     rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]],
     sources: Optional[Sequence[str]] = None,
+    width: Optional[int] = None,
 ) -> List[str]:
     """Lines of figures: a label, each value formatted by its clocks, who measured it (`sources`,
-    when given: FIGURE_SOURCES), then its clocks; a row with a negative value is marked "*", and a
-    note under the table says why it can be."""
-    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
-    width = max(len(line[0]) for line in [list(header), *cells]) + 1
-    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
-    by = [f"  {source:<{max(len(s) for s in [*sources, 'by'])}}" for source in ["by", *sources]] if sources else []
-    lines = [
-        "".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), *by[:1], "  clock"])
-    ]
+    when given: FIGURE_SOURCES), then its clocks; a row whose values are all below its clocks'
+    resolution says so across its value columns (below_resolution_text); a row with a negative
+    value is marked "*", and a note under the table says why it can be. `width`: the terminal's
+    columns, which the label and clock columns are narrowed and wrapped to fit (values never
+    break); None: natural widths, notes wrapped at SUMMARY_WIDTH."""
+    count = len(header) - 1
+    table: List[TableRow] = [([*header[:1], *header[1:], *(["by"] if sources else []), "clock"], None)]
     notes: List[str] = []
-    for number, ((label, clocks, _), line) in enumerate(zip(rows, cells)):
-        negative = any(text.startswith("-") and text != "-" for text in line[1:])
-        lines.append(
-            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
-            + (by[number + 1] if by else "")
-            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
-        )
+    for number, (label, clocks, values) in enumerate(rows):
+        texts = [clocked_text(value, clocks) for value in values]
+        span = below_resolution_text(values, clocks)
+        negative = span is None and any(text.startswith("-") and text != "-" for text in texts)
+        by = [sources[number]] if sources else []
+        table.append(([label, *texts, *by, clocks_text(clocks) + (" *" if negative else "")], span))
         if negative:
             why = clocks[2] or "its clock cannot give a negative value: results.json was changed"
-            notes += wrap_text(f"* {label}: negative because {why}", SUMMARY_WIDTH, "  ")
+            notes += wrap_text(f"* {label}: negative because {why}", width or SUMMARY_WIDTH, "  ")
+    values = range(1, 1 + count)
+    columns = len(table[0][0])
+    natural = [max(_display_width(cells[i]) for cells, span in table if span is None) for i in range(columns)]
+    right = [i in values for i in range(columns)]
+    # the layout of old: labels one wider than the longest, each value in its width plus two
+    widths = [natural[0] + 1, *(natural[i] + 2 for i in values), *natural[values.stop :]]
+    gaps = [0] * (1 + count) + [2] * (columns - 1 - count)
+    fitted = width is not None and sum(widths) + sum(gaps) > width
+    if fitted:  # a terminal too narrow: two spaces between columns, the words then the names broken
+        widths, gaps = list(natural), [0] + [2] * (columns - 1)
+    room = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+    # "< 1 s (1 s clock)" where the value columns hold it, else "< 1 s" (the clock column says the rest)
+    table = [
+        (cells, span if span is None or _display_width(span) <= room else span.split(" (")[0]) for cells, span in table
+    ]
+    spans = [_display_width(span) for _, span in table if span is not None]
+    widths[values.stop - 1] += max(max(spans, default=0) - room, 0)  # a spanning text widens the last value
+    if not fitted or width is None:
+        return _lay_out(table, widths, right, gaps, values) + notes
+    # A terminal too narrow: the label and the clock narrowed, each to its longest word
+    words = [max(_longest_piece(cells[i]) for cells, _ in table) for i in range(columns)]
+    narrow = {0, columns - 1}  # values and sources stay whole
+    floors = [min(words[i], widths[i]) if i in narrow else widths[i] for i in range(columns)]
+    beside = _fit_columns(widths, floors, gaps, width)
+    if sum(beside) + sum(gaps) <= width:
+        return _lay_out(table, beside, right, gaps, values) + notes
+    # Still too narrow: each row's clock goes on a line of its own under it, and only the label narrows
+    grid = [(cells[:-1], span) for cells, span in table]
+    widths, gaps, right = widths[:-1], gaps[:-1], right[:-1]
+    for limit in (words[0], TABLE_COLUMN_MIN):
+        widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+    lines = _lay_out(grid[:1], widths, right, gaps, values)
+    for (cells, _), row in zip(table[1:], grid[1:]):
+        lines += _lay_out([row], widths, right, gaps, values) + wrap_text(f"  clock: {cells[-1]}", width, "    ")
     return lines + notes
 
 
@@ -4988,10 +5214,15 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     return text
 
 
-def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+def render_summary(
+    results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = (), width: Optional[int] = None
+) -> str:
     """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
     mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
-    values; where the files are (`files`: what, path); the verdict last."""
+    values; where the files are (`files`: what, path); the verdict last. `width`: a terminal's
+    columns, which every line fits (the tables narrowed by column, the rest wrapped at spaces);
+    None (a log, a file): full lines, notes wrapped at SUMMARY_WIDTH."""
+    wrap = width or SUMMARY_WIDTH
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -5006,7 +5237,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
         )
     for note in results.get("notes") or []:
-        lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
+        lines += wrap_text(f"note: {note}", wrap, "  ")
     queued_for, client_queued_for = (json_number(results.get(key)) for key in QUEUE_FIGURES)
     if client_queued_for is not None or (queued_for or 0) > 0:
         api_wait = "unknown" if queued_for is None else f"{queued_for:.0f} s"
@@ -5026,6 +5257,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         ["batch figure", "value"],
         [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
         [FIGURE_SOURCES[key] for _, key in batch],
+        width,
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
@@ -5039,10 +5271,10 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             clocks = SCHEDULED_BY_CONDITION
         rows.append((PHASE_LABELS[phase], clocks, values))
     header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
-    lines += ["", *_figure_table(header, rows)]
-    lines += startup_source_lines(results)
-    lines += output_source_lines(results)
-    lines += runtime_operation_lines(results.get("runtime_operations"))
+    lines += ["", *_figure_table(header, rows, width=width)]
+    lines += startup_source_lines(results, wrap)
+    lines += output_source_lines(results, wrap)
+    lines += runtime_operation_lines(results.get("runtime_operations"), width)
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     if results.get("image_pinned"):
@@ -5054,41 +5286,55 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     if files:
         lines += ["", *(f"{what}: {path}" for what, path in files)]
     lines.append(verdict_line(results, breaches))
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines), width) + "\n"
 
 
-def startup_source_lines(results: Results) -> List[str]:
-    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
+def startup_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
+    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel;
+    wrapped to `width` columns."""
     rows = results.get("pods") or []
     lines = [""]
     cache = results.get("image_cache")
     if cache:
         pulls = [seconds for row in rows if (seconds := row["image_pull"]["seconds"]) is not None]
         pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
-        lines.append(
+        lines += wrap_text(
             f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
-            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}"
+            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}",
+            width,
+            "  ",
         )
     sources = [row.get("scheduled_source") for row in rows]
     kernels = [row.get("kernel") for row in rows]
-    lines.append(
+    lines += wrap_text(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)",
+        width,
+        "  ",
     )
     disagree = sum(1 for row in rows if row.get("clock_note"))
     lines += wrap_text(
         f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
         f"the pod, or restored from a snapshot), {kernels.count(None)} unknown"
         + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
-        SUMMARY_WIDTH,
+        width,
         "  ",
     )
+    unstarted = sum(1 for row in rows if row.get("process_started_at") is None)
+    if unstarted and results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:  # the built-in reads /proc itself
+        lines += wrap_text(
+            f"process start: unknown for {unstarted} of {len(rows)} episode(s): their ready event carries no "
+            "process_started_at or kernel_booted_at, which a custom worker reports itself (docs/own-episodes.md), "
+            "so the rows from the process start show - and the kernel is unknown",
+            width,
+            "  ",
+        )
     return lines
 
 
-def output_source_lines(results: Results) -> List[str]:
+def output_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
     """How the episodes' output was read, when not all plainly: pods without a termination
-    message, episodes read with a note, pod output that was not saved."""
+    message, episodes read with a note, pod output that was not saved; wrapped to `width`."""
     missing = results.get("pods_without_termination_message", 0)
     noted = sum(1 for row in results.get("pods") or [] if row.get("log_notes"))
     not_saved = results.get("log_bytes_not_saved", 0)
@@ -5097,14 +5343,14 @@ def output_source_lines(results: Results) -> List[str]:
         lines += wrap_text(
             f"episode output: {missing} pod(s) succeeded without a termination message (their logs alone carried "
             f"their events), {noted} episode(s) read with a note (pods[].log_notes in results.json)",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     if not_saved:
         lines += wrap_text(
             f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
             f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     return lines
@@ -5117,35 +5363,60 @@ def _bucket_text(bucket: Any) -> str:
     return f"({_exact_duration(lower)}, {_exact_duration(upper) if upper is not None else '+Inf'}]"
 
 
-def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
+def runtime_operation_lines(operations: Optional[RuntimeOperations], width: Optional[int] = None) -> List[str]:
     """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
-    quantile with the bucket it lies in; an interpolated value is never more precise than that."""
+    quantile with the bucket it lies in; an interpolated value is never more precise than that.
+    `width`: a terminal's columns, which the table fits by narrowing and wrapping its label and
+    bucket columns; None: the natural layout."""
     if not operations:
         return []
-    lines = [
-        "",
-        f"{'runtime operation (kubelet)':<44}"
-        f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
-    ]
+    header = ["runtime operation (kubelet)", "count", "mean", "p50 ~", "p50 bucket", "p95 ~", "p95 bucket"]
+    table: List[List[str]] = [header]
     pooled = operations.get("pooled") or {}
     crosscheck = operations.get("sandbox_crosscheck")
     handler = f"{HANDLER_SANDBOX} {operations.get('handler') or '(default)'} (cross-check)"
     rows = [(operation, pooled.get(operation)) for operation, *_ in KUBELET_OPERATIONS]
     for label, figures in [*rows, (handler, crosscheck["handler_figures"] if crosscheck else None)]:
         if not figures:
-            lines.append(f"{label:<44}{'-':>7}")
+            table.append([label, "-", "", "", "", "", ""])
             continue
-        lines.append(
-            f"{label:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
-            f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
-            f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
+        table.append(
+            [
+                label,
+                str(figures["count"]),
+                _seconds(figures["mean_seconds"]),
+                _seconds(figures["p50_seconds"]),
+                _bucket_text(figures["p50_bucket"]),
+                _seconds(figures["p95_seconds"]),
+                _bucket_text(figures["p95_bucket"]),
+            ]
         )
+    right = [False, True, True, True, False, True, False]
+    widths, gaps = [44, 7, 11, 11, 20, 10, 0], [0, 0, 0, 0, 2, 0, 2]  # the natural layout
+    widths[-1] = max(_display_width(line[-1]) for line in table)
+    lines = [""]
+    if width is None or sum(widths) + sum(gaps) <= width:
+        lines += _lay_out([(line, None) for line in table], widths, right, gaps, range(1, 2))
+    else:  # a terminal too narrow: the buckets on a line under each row, the operation's name narrowed
+        grid = [[line[0], line[1], line[2], line[3], line[5]] for line in table]
+        widths = [max(_display_width(line[i]) for line in grid) for i in range(5)]
+        gaps, right = [0, 2, 2, 2, 2], [False, True, True, True, True]
+        for limit in (max(_longest_piece(line[0]) for line in grid), TABLE_COLUMN_MIN):
+            widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+        lines += _lay_out([(grid[0], None)], widths, right, gaps, range(1, 2))
+        for line, row in zip(table[1:], grid[1:]):
+            lines += _lay_out([(row, None)], widths, right, gaps, range(1, 2))
+            if line[4]:
+                lines += wrap_text(f"  p50 in {line[4]}, p95 in {line[6]}", width, "    ")
+    wrap = width or SUMMARY_WIDTH
     if crosscheck and crosscheck["note"]:
-        lines += wrap_text(f"  note: {crosscheck['note']}", SUMMARY_WIDTH, "    ")
+        lines += wrap_text(f"  note: {crosscheck['note']}", wrap, "    ")
     for node, entry in sorted((operations.get("nodes") or {}).items()):
         if entry.get("note"):
-            lines.append(f"  node {node}: {entry['note']}")
-    lines.append("  (node-wide counters, read before and after the run; quantiles interpolated within buckets)")
+            lines += wrap_text(f"  node {node}: {entry['note']}", wrap, "    ")
+    lines += wrap_text(
+        "  (node-wide counters, read before and after the run; quantiles interpolated within buckets)", wrap, "    "
+    )
     return lines
 
 
@@ -5199,11 +5470,19 @@ def _ratio(value: float, base: float) -> Optional[float]:
         return None
 
 
+def _compare_clocks(figure: str) -> Optional[Clocks]:
+    """The clocks of a compared figure ("phase:stat" for a phase); None for a count or a
+    kubelet histogram's mean (exact, in its own unit)."""
+    key = figure.split(":", maxsplit=1)[0]
+    return FIGURE_CLOCKS.get(key) if key != "runtime_operations" else None
+
+
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
-    """One row per figure: each run's value and its ratio to the first run's."""
+    """One row per figure: each run's value (as results.json holds it), its ratio to the first
+    run's, each value as the summary shows it (as precise as its clocks), and that resolution."""
     figures = list(COMPARE_FIGURES)
-    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat} (s)") for phase in PHASES for stat in ("p50", "p95")]
-    figures += [(f"runtime_operations:{name}", f"{name} mean (s, kubelet)") for name, *_ in KUBELET_OPERATIONS]
+    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat}") for phase in PHASES for stat in ("p50", "p95")]
+    figures += [(f"runtime_operations:{name}", f"{name} mean (kubelet)") for name, *_ in KUBELET_OPERATIONS]
     rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
@@ -5218,28 +5497,57 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
+        clocks = _compare_clocks(key)
+        resolution = _resolution(clocks) if clocks is not None else None
         base = values[0]
-        # A ratio only means something between two positive durations, and only when a float holds it.
+        # A ratio only means something between two positive durations that their clocks can tell
+        # apart from zero, and only when a float holds it.
+        floor = resolution if resolution is not None and resolution >= 0.01 else 0.0
         ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else _ratio(value, base)
+            None
+            if (base is None or base <= 0 or base < floor or value is None or value < 0 or value < floor)
+            else _ratio(value, base)
             for value in values
         ]
-        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
+        texts = [_compare_text(value, key, clocks) for value in values]
+        rows.append(
+            {
+                "figure": key,
+                "label": label,
+                "values": values,
+                "ratios": ratios,
+                "texts": texts,
+                "clock": clocks_text(clocks) if clocks is not None else None,
+                "resolution_seconds": resolution,
+            }
+        )
     return rows
 
 
-def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -> str:
-    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
-        if value is None:
-            return "-"
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+def _compare_text(value: Optional[float], figure: str, clocks: Optional[Clocks]) -> str:
+    """A compared value as the summary shows it: a count whole, a duration as precise as its
+    clocks ("< 1 s" below a whole-second clock's resolution, never a bare negative), a kubelet
+    mean in its unit."""
+    if value is None:
+        return "-"
+    if clocks is None:
+        return _seconds(value) if figure.startswith("runtime_operations:") else f"{value:g}"
+    below = below_resolution_text([value], clocks)
+    return below.split(" (")[0] if below else clocked_text(value, clocks)
+
+
+def render_comparison(names: List[str], rows: List[ComparisonRow], style: str, width: Optional[int] = None) -> str:
+    """The compared figures as a table (render_table): each value as precise as its clocks, and
+    its ratio to the first run's; `width`: a terminal's columns, which the table fits."""
+
+    def cell(text: str, ratio: Optional[float], first: bool) -> str:
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
     table = [
-        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
+        [row["label"]] + [cell(t, r, i == 0) for i, (t, r) in enumerate(zip(row["texts"], row["ratios"]))]
         for row in rows
     ]
-    return render_table([["figure", *names], *table], style)
+    return render_table([["figure", *names], *table], style, width)
 
 
 def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:
@@ -5256,7 +5564,10 @@ def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None
     natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
     widths = list(natural)
     words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
-    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+    # no name broken, if possible; then columns of TABLE_COLUMN_MIN; then, on a terminal too narrow
+    # even for that (many runs side by side), as narrow as a wide character and its mark
+    narrowest = [TABLE_COLUMN_NARROWEST] * len(widths)
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths), narrowest):
         floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
         while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
             widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
@@ -5295,7 +5606,7 @@ def _finite_seconds(value: Any) -> float:
 def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
-        created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
         terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
@@ -5308,7 +5619,7 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
     if not job:
         return 0.0
     try:
-        created = optional_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(job, "metadata", "creationTimestamp"))
         ended = _condition_time(job, "Complete") or _condition_time(job, "Failed")
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -5318,7 +5629,17 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
 def _case(
     classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
 ) -> JUnitCase:
-    return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
+    """A test case; its time is the pod's creation (API server) to its container's finishedAt
+    (the runtime), two whole-second stamps, or 0 where nothing was timed: whole seconds."""
+    return {
+        "classname": classname,
+        "name": name,
+        "time": seconds,
+        "whole_seconds": True,
+        "outcome": outcome,
+        "message": message,
+        "text": text,
+    }
 
 
 def junit_suites(
@@ -5354,14 +5675,15 @@ def junit_suites(
                     why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
                     cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
-            suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
+            # the client's own clock: milliseconds
+            suites.append({"round": number, "job": job, "time": seconds, "whole_seconds": False, "cases": cases})
     else:
         for index, started in enumerate(rounds):
             in_progress = error is not None and index == len(rounds) - 1
             classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
             cases = []
             for pod in started.get("pods") or []:
-                name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
+                name = str(dig(pod, "metadata", "name") or "(unnamed pod)")
                 if not in_progress and infra_loss(pod):  # --infra-retries ran its episode again
                     why = f"lost to the infrastructure and run again: {infra_loss(pod)}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", why))
@@ -5380,9 +5702,17 @@ def junit_suites(
                     reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
             seconds = _job_seconds(started.get("job_object"))
-            suites.append({"round": started["round"], "job": started["job"], "time": seconds, "cases": cases})
+            suites.append(  # the job controller's whole-second condition
+                {
+                    "round": started["round"],
+                    "job": started["job"],
+                    "time": seconds,
+                    "whole_seconds": True,
+                    "cases": cases,
+                }
+            )
     if not suites:
-        suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
+        suites.append({"round": None, "job": None, "time": 0.0, "whole_seconds": True, "cases": []})
     last = suites[-1]["cases"]
     episode_failed = error is not None and error[2] is not None and results is None
     if (
@@ -5405,7 +5735,7 @@ def junit_suites(
             last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breach}", breach))
         else:
             breaches = check_thresholds(results, {metric: limit})
-            figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
+            figure = f"{metric} = {figure_text(finite_number(value), metric)}, budget {limit:g} s"
             if breaches:
                 last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breaches[0]}", figure))
             else:
@@ -5418,22 +5748,26 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def attributes(cases: List[JUnitCase], seconds: float) -> Dict[str, str]:  # of <testsuites> and <testsuite>
+    def seconds_text(seconds: float, whole: bool) -> str:  # as precise as the clock it came from
+        return f"{seconds:.0f}" if whole else f"{seconds:.3f}"
+
+    def attributes(cases: List[JUnitCase], seconds: float, whole: bool) -> Dict[str, str]:  # of <testsuite(s)>
         outcomes = [case["outcome"] for case in cases]
         counted = {"tests": None, "failures": "failure", "errors": "error", "skipped": "skipped"}
         totals = {key: str(len(outcomes) if of is None else outcomes.count(of)) for key, of in counted.items()}
-        return {"name": JUNIT_SUITE_NAME, **totals, "time": f"{seconds:.3f}"}
+        return {"name": JUNIT_SUITE_NAME, **totals, "time": seconds_text(seconds, whole)}
 
     def short(message: str) -> str:
         text = xml_safe(message)
         return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
 
     every_case = [case for suite in suites for case in suite["cases"]]
-    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites)))
+    whole = all(suite["whole_seconds"] for suite in suites)
+    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites), whole))
     seen: Dict[Tuple[str, str], int] = {}
     for suite in suites:
         cases = suite["cases"]
-        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"]))
+        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"], suite["whole_seconds"]))
         suite_properties = dict(properties)
         if suite["round"] is not None:
             suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
@@ -5446,7 +5780,11 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
             if seen[(classname, name)] > 1:  # test names must be unique
                 name = f"{name} #{seen[(classname, name)]}"
             testcase = ElementTree.SubElement(
-                element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
+                element,
+                "testcase",
+                classname=classname,
+                name=name,
+                time=seconds_text(case["time"], case["whole_seconds"]),
             )
             if case["outcome"] != "passed":  # <failure>, <error> or <skipped>; a skipped case has no text
                 outcome = ElementTree.SubElement(testcase, case["outcome"], message=short(case["message"]))
@@ -5514,7 +5852,11 @@ def _metric_families(
         ]
         for metric in THRESHOLD_METRICS:
             families.append(
-                (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
+                (
+                    metric,
+                    f"results.json {metric}, seconds; {_precision(FIGURE_CLOCKS[metric])}.",
+                    [({}, results.get(metric))],
+                )
             )
         phases = results.get("phases") or {}
         for stat in ("p50", "p95", "max", "samples"):
@@ -5522,8 +5864,24 @@ def _metric_families(
             if stat == "samples":
                 families.append(("phase_samples", "Episodes with a value for each phase.", samples))
             else:
-                families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
+                precisions = "; ".join(
+                    f"{phase[: -len('_seconds')]} {_precision(FIGURE_CLOCKS[phase])}" for phase in PHASES
+                )
+                families.append(
+                    (
+                        f"phase_{stat}_seconds",
+                        f"{stat} of each per-episode phase, seconds; by phase: {precisions}.",
+                        samples,
+                    )
+                )
     return families
+
+
+def _precision(clocks: Clocks) -> str:
+    """A gauge's clocks and the resolution its value has, for its HELP line (the sample itself
+    is written as results.json holds it): "mixed: API server 1 s + node, to 1 s", "client clock,
+    to 0.001 ms"."""
+    return f"{clocks_text(clocks)}, to {_exact_duration(_resolution(clocks))}"
 
 
 def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
@@ -5570,11 +5928,14 @@ def _xml(text: str) -> str:
 TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
 
 
+def _stamp_clock(row: PodRow, key: str) -> str:
+    """The clock of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is the API server's."""
+    return CLOCK_API if key == "scheduled_at" and row.get("scheduled_source") == "condition" else STAMP_CLOCKS[key]
+
+
 def _stamp_resolution(row: PodRow, key: str) -> float:
-    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
-    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
-        return CLOCK_RESOLUTION[CLOCK_API]
-    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+    """The resolution of one of a row's stamps: a PodScheduled condition is whole seconds."""
+    return CLOCK_RESOLUTION[_stamp_clock(row, key)]
 
 
 def _timeline_step(
@@ -5598,12 +5959,14 @@ def _timeline_step(
         return TIMELINE_LABEL_WIDTH + (at - origin) * scale
 
     css = "bar" if height > 4 else "detail"
-    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    stamp_clocks: Clocks = (_stamp_clock(row, start_key), _stamp_clock(row, end_key), None)
+    clocks = clocks_text(stamp_clocks)
     if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
         return [
             f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
             f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {clocked_text(span, stamp_clocks)} "
+            f"({_xml(clocks)})</title></rect>"
         ], False
     if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
         low = max(stop, start) if start_res < 1 else stop
@@ -5781,7 +6144,7 @@ def _axis_step(span: float) -> float:
 # sections above.
 
 
-WARMUP_DIR = "warmup"
+WARMUP_DIR = RUN_FILES.warmup
 WARMUP_JOB_PREFIX = "warmup"
 PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
@@ -6099,11 +6462,13 @@ def _guide_date(date: str, lang: str) -> str:
     return f"{year} 年 {int(month)} 月 {int(day)} 日"
 
 
-def render_guide_table(table: GuideTable, style: str) -> str:
-    """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
-    columns or wraps), then its reference's conditions in the table's language."""
+def render_guide_table(table: GuideTable, style: str, width: Optional[int] = None) -> str:
+    """The guide's table as aligned text or Markdown (render_table; text fits `width` columns, a
+    terminal's, or SUMMARY_WIDTH, or wraps by column), then its reference's conditions in the
+    table's language."""
+    width = width or SUMMARY_WIDTH
     lines = [table["header"]] + [row["cells"] for row in table["rows"]]
-    text = render_table(lines, style, SUMMARY_WIDTH if style == "text" else None)
+    text = render_table(lines, style, width if style == "text" else None)
     reference = table.get("reference")
     if reference:
         words = _WORDS[table["lang"]]
@@ -6111,7 +6476,7 @@ def render_guide_table(table: GuideTable, style: str) -> str:
             date=_guide_date(reference["date"], table["lang"]),
             conditions=words["separator"].join(reference["conditions"]),
         )
-        note_lines = wrap_text(printable(note), SUMMARY_WIDTH) if style == "text" else [printable(note)]
+        note_lines = wrap_text(printable(note), width) if style == "text" else [printable(note)]
         text += "\n" + "\n".join(note_lines) + "\n"
     return text
 
@@ -6122,8 +6487,79 @@ def render_guide_table(table: GuideTable, style: str) -> str:
 # the reports' escaping.
 
 
-def say_stderr(message: str) -> None:
-    print(printable(message), file=sys.stderr, flush=True)
+def discard_stdout() -> None:
+    """Point stdout at /dev/null once its reader went away (`| head`), so that no later write,
+    Python's own flush at exit included, raises BrokenPipeError again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def terminal_width(stream: Any, environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """The columns a line written to `stream` may take: None when it is not a terminal (a CI log,
+    a file, a pipe keep full lines); else COLUMNS when it holds a positive number (as the shells
+    and Python's shutil read it), else the terminal's own size, else 80."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
+    environ = os.environ if environ is None else environ
+    columns = environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or TERMINAL_COLUMNS_UNKNOWN
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return TERMINAL_COLUMNS_UNKNOWN
+
+
+def say(message: str, stream: Any = None, whole: Optional[str] = None) -> None:
+    """One message on `stream` (stdout by default) with its control characters escaped, each
+    line wrapped at spaces to fit a terminal (fit_lines), whole elsewhere. `whole`, a command
+    the message ends with, is never broken (a command copied from two lines would run its first
+    half): when the line does not fit, it starts a line of its own."""
+    stream = sys.stdout if stream is None else stream
+    clear_progress(stream)
+    text, width = printable(message, keep_newlines=True), terminal_width(stream)
+    command = printable(whole) if whole is not None else None
+    if command and width is not None and fit_lines(text, width) != text and text.endswith(command):
+        text = fit_lines(text[: -len(command)].rstrip(), width) + "\n" + shell_lines(command, width)
+    else:
+        text = fit_lines(text, width)
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "") -> str:
+    """A shell command after `prefix` on lines of at most `width` columns, broken only between
+    its words with a backslash-newline (the shell joins them back), so it can be copied as shown;
+    a word wider than the line is cut the same way inside it, unless it is quoted. `comment`
+    ("# ...") ends the last line, or has a line of its own when it does not fit there."""
+    try:
+        words = [shlex.quote(word) for word in shlex.split(command)]
+    except ValueError:  # not one a shell reads: shown whole
+        words = [command]
+    lines, line = [], prefix
+    indent = " " * (len(prefix) + 4)
+    for word in words:
+        if line.strip() and _display_width(f"{line} {word} \\") > width:
+            lines.append(line + " \\")
+            line = indent
+        line += ("" if line == prefix or not line.strip() else " ") + word
+        # An unquoted word too long for a line is cut with a backslash-newline inside it, which the
+        # shell removes (POSIX "Escape Character"), its rest at the start of the next line (an indent
+        # there would split the word); inside quotes it would not be removed, so those stay whole.
+        while _display_width(line) > width and not word.startswith(("'", '"')) and width > len(indent) + 2:
+            room = width - 1
+            lines.append(line[:room] + "\\")
+            line = line[room:]
+    if comment and _display_width(f"{line}  {comment}") > width:
+        lines.append(line)
+        line = " " * len(prefix) + comment
+    elif comment:
+        line += f"  {comment}"
+    return "\n".join([*lines, line])
+
+
+def say_stderr(message: str, whole: Optional[str] = None) -> None:
+    """A one-line message on stderr: escaped, wrapped to fit a terminal (say)."""
+    say(printable(message), sys.stderr, whole)
 
 
 def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) -> bool:
@@ -6136,10 +6572,21 @@ def rewrites_in_place(stream: Any, environ: Optional[Mapping[str, str]] = None) 
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+def clear_progress(stream: Any) -> None:
+    """Before a message on `stream`: erase the progress line being rewritten there, if any, so the
+    message starts its own line instead of being glued to it (the next update draws it again)."""
+    shown = Progress.on_screen
+    if shown is not None and shown.dirty and shown.stream is stream:
+        stream.write("\r\033[K")
+        shown.dirty = False
+
+
 class Progress:
     """One rewriting line on a terminal; in a log (or under TERM=dumb or NO_COLOR), a line per
     change, at most one a second (so 1,000 pods do not print 3,000 lines) plus the final state;
     silent with --quiet. Each says the counts, the time elapsed and the time left to the deadline."""
+
+    on_screen: Optional[Progress] = None  # the line being rewritten on a terminal (one screen, one line)
 
     def __init__(
         self,
@@ -6153,6 +6600,7 @@ class Progress:
         self.columns = columns  # the terminal's width; None: asked each time (it may be resized)
         self.log_interval = TIMING.progress_log_interval if log_interval is None else log_interval
         self.stream = stream if stream is not None else sys.stderr
+        self.environ = environ
         self.interactive = rewrites_in_place(self.stream, environ)
         self.printed_state: Optional[str] = None
         self.pending: Optional[Tuple[str, str]] = None  # (state, line)
@@ -6170,17 +6618,20 @@ class Progress:
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
+        # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
+        line = f"{state}; {times}; {label}"
         if self.interactive:
-            columns = self.columns or shutil.get_terminal_size().columns
-            line = f"{label} ({times}): {state}"[: max(columns - 1, 20)]  # never wraps
-            self.stream.write(f"\r\033[K{line}")
+            columns = self.columns or terminal_width(self.stream, self.environ) or TERMINAL_COLUMNS_UNKNOWN
+            # one column short of the width: a line filling the last column wraps on some terminals
+            self.stream.write(f"\r\033[K{shorten(printable(line), max(columns - 1, 1))}")
+            Progress.on_screen = self
             self.stream.flush()
             self.dirty = True
             return
         if state == self.printed_state:
             self.pending = None
             return
-        self.pending = (state, f"{label} ({times}): {state}\n")
+        self.pending = (state, printable(line) + "\n")
         if time.monotonic() - self.printed_at >= self.log_interval:
             self._flush_pending()
 
@@ -6442,10 +6893,18 @@ class Kubectl:
         self.calls.append(record)
         return record
 
-    def note(self, message: str) -> None:
-        """A line on stderr that only -v shows (a retry, a call)."""
+    def note(self, message: str, command: Optional[str] = None, comment: str = "") -> None:
+        """A line on stderr that only -v shows (a retry; a call: `command` and its `comment`),
+        wrapped to a terminal's width (a command broken between its words, as a shell reads it)."""
         if self.verbose:
-            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            width = terminal_width(sys.stderr)
+            text = printable(message) if command is None else printable(f"{message}{command}  {comment}")
+            if width is not None and command is not None and _display_width(text) > width:
+                text = shell_lines(printable(command), width, printable(message), printable(comment))
+            elif width is not None:
+                text = fit_lines(text, width)
+            clear_progress(sys.stderr)
+            sys.stderr.write(text + "\n")  # one write: calls end in several threads
             sys.stderr.flush()
 
     def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
@@ -6454,7 +6913,7 @@ class Kubectl:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
         else:
             ending = f"exit {record.get('exit')}"
-        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+        self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
 
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)
@@ -6771,7 +7230,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt["kubectl"] if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -6780,13 +7239,13 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
         kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
+        kubeconfig, kubeconfig_from = receipt["kubeconfig"], "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
         kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=args.context or (receipt.context if receipt else None),
+        context=args.context or (receipt["context"] if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,
@@ -7383,12 +7842,73 @@ def save_if_possible(path: Path, data: Any) -> None:
         say_stderr(f"warning: could not write {path} ({error.strerror or error})")
 
 
+# The files of a run's directory are written here, and only here, under RUN_FILES' names.
+
+
+def write_manifests(output: Path, manifests: List[Tuple[str, KubeObject]]) -> None:
+    """A dry run's manifests, each under its numbered file name."""
+    for file_name, manifest in manifests:
+        write_json(output / file_name, manifest)
+
+
+def write_results_files(output: Path, results: Results) -> None:
+    """results.json and timeline.svg, once the run is analysed."""
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+
+
+def save_kubectl_calls(output: Path, calls: Any) -> None:
+    save_if_possible(output / RUN_FILES.kubectl_calls, calls)
+
+
+def save_error(output: Path, message: str, exit_code: int, at: float) -> None:
+    save_if_possible(output / RUN_FILES.error, {"message": message, "exit_code": exit_code, "at": at})
+
+
+def write_job_submitted(job_dir: Path, manifest: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job_submitted, manifest)
+
+
+def write_job(job_dir: Path, job: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job, job)
+
+
+def write_pods(job_dir: Path, pods: List[KubeObject], budgets: LogBudgets) -> None:
+    write_json(job_dir / RUN_FILES.pods, pods_listing_within(pods, budgets))
+
+
+def write_events(job_dir: Path, events: List[KubeObject], budgets: LogBudgets) -> None:
+    write_atomic(job_dir / RUN_FILES.events, events_text_within(events, budgets))
+
+
+def write_empty_log(job_dir: Path, pod: str) -> None:
+    """The log of a pod that could not be read: there, and empty."""
+    write_atomic(job_dir / f"{pod}.log", "")
+
+
+def write_warmup_block(output: Path, block: Any) -> None:
+    write_json(output / RUN_FILES.warmup / RUN_FILES.warmup_block, block)
+
+
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / "receipt.json", receipt.to_json())
+    data: Receipt = {**receipt}
+    data.pop("job_uid", None)
+    jobs = receipt["jobs"]
+    if len(jobs) == 1 and jobs[0]["uid"]:
+        data["job_uid"] = str(jobs[0]["uid"])  # the guide's key, kept for older tooling
+    elif not jobs and receipt.get("job_uid"):
+        data["job_uid"] = receipt["job_uid"]  # a guide-era receipt's one Job
+    write_json(output / RUN_FILES.receipt, data)
+
+
+# What a receipt of the guide's script lacks (it has only context, namespace, uid, run_id and job_uid).
+_GUIDE_RECEIPT_LACKS = ("server", "kubeconfig", "kubectl", "created_at", "tool_version")
 
 
 def read_receipt(output: Path) -> Receipt:
-    path = output / "receipt.json"
+    """receipt.json, checked against the Receipt record as results.json is checked: a malformed
+    one is bad input, named with the key and the file to inspect."""
+    path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -7398,7 +7918,24 @@ def read_receipt(output: Path) -> Receipt:
         ) from None
     except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-    return Receipt.from_json(data, str(path))
+    if isinstance(data, dict):
+        jobs = data.get("jobs") or []
+        if isinstance(jobs, list):  # a Job whose create never answered may lack its uid
+            jobs = [{"uid": None, **job} if isinstance(job, dict) else job for job in jobs]
+        data = {**{key: None for key in _GUIDE_RECEIPT_LACKS}, **data, "jobs": jobs}
+        for key in ("server", "kubeconfig", "kubectl", "tool_version", "uid", "job_uid"):
+            if data.get(key) == "":  # "" is no value
+                data[key] = None
+        for key in ("uid", "job_uid"):  # the guide's keys: absent, or a UID
+            if data.get(key) is None:
+                data.pop(key, None)
+    problem = schema_problem(data, Receipt)
+    if problem:
+        raise DemoError(f"the receipt {path} is not one this tool writes: {problem}; inspect the file", EXIT_USAGE)
+    receipt: Receipt = data
+    if receipt["created_at"] is not None:
+        receipt["created_at"] = float(receipt["created_at"])  # a whole number of seconds, as written back
+    return receipt
 
 
 def refuse_existing_output(output: Path) -> None:
@@ -7426,7 +7963,7 @@ def claim_output(output: Path) -> None:
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
-PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+PREFLIGHT_FILES = (RUN_FILES.receipt, RUN_FILES.kubectl_calls, RUN_FILES.error)
 
 
 def release_output(output: Path) -> None:
@@ -7517,7 +8054,7 @@ def read_reward_lines(path: Path) -> List[RewardLine]:
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
-    path = directory / "results.json"
+    path = directory / RUN_FILES.results
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
@@ -7549,7 +8086,7 @@ def _read_json_file(path: Path) -> Any:
 
 def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
+    receipt = _read_json_file(output / RUN_FILES.receipt)
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
@@ -7557,9 +8094,9 @@ def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
+        listing = _read_json_file(round_dir / RUN_FILES.pods)
         items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
+        job_object = _read_json_file(round_dir / RUN_FILES.job)
         started.append(
             {
                 "round": number,
@@ -7590,7 +8127,7 @@ def cleanup_command(tool: str, output: Path) -> str:
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
     try:
-        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+        return str(json.loads((output / RUN_FILES.job).read_text(encoding="utf-8"))["metadata"]["uid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -7628,7 +8165,7 @@ class OwnedCreator:
         except KubectlTimeout as error:
             failure = error
         objects = []
-        names = [(item.get("kind"), (item.get("metadata") or {}).get("name")) for item in answered]
+        names = [(item.get("kind"), dig(item, "metadata", "name")) for item in answered]
         for manifest, resource in zip(manifests, resources):
             kind, name = manifest["kind"], manifest["metadata"]["name"]
             match = answered[names.index((kind, name))] if (kind, name) in names else None
@@ -7676,7 +8213,7 @@ class OwnedCreator:
                 "nothing was repeated; run cleanup, then try again",
                 EXIT_CLUSTER,
             )
-        owner = ((live.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        owner = dig(live, "metadata", "labels", RUN_LABEL)
         if owner != self.run_id:
             raise DemoError(
                 f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
@@ -7739,7 +8276,7 @@ def wait_for_job(
         if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
             pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
             return
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
                 changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -7796,7 +8333,7 @@ def wait_for_job(
             # a failure: every pod as watched has ended, and as many as the Job counted, so each
             # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
             # it, whichever watch came first (a counted pod since deleted costs the grace)
-            phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
+            phases = [dig(pod, "status", "phase") for pod in last_pods.values()]
             status = live.get("status") or {}
             counts: List[Any] = [status.get("succeeded"), status.get("failed")]
             counted = sum(value for value in counts if is_int(value))
@@ -7905,7 +8442,7 @@ def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
         for event in kubectl.get_list("events", namespace=namespace)
         if event.get("kind", "Event") == "Event"
         and event.get("reason") == "FailedCreate"
-        and (event.get("involvedObject") or {}).get("name") == name
+        and dig(event, "involvedObject", "name") == name
     ]
     return " ".join(str(refusals[-1].get("message", "")).split()) if refusals else ""
 
@@ -8015,9 +8552,7 @@ def read_logs(
     if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
         sets.append((selector, wanted, lost_names))
     elif selector is not None and len(wanted) > 1:
-        labels = {
-            pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in [*pods, *lost]
-        }
+        labels = {pod["metadata"]["name"]: dig(pod["metadata"], "labels", INDEX_LABEL) for pod in [*pods, *lost]}
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
             by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
             for start in range(0, len(by_index), LOG_SELECTOR_PODS):
@@ -8041,7 +8576,7 @@ def read_logs(
             errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             if gate is not None:
                 gate.wait()
-            write_atomic(round_dir / f"{name}.log", "")
+            write_empty_log(round_dir, name)
 
     in_pool([functools.partial(read_set, *entry) for entry in sets])
     in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
@@ -8121,7 +8656,7 @@ def warm_up(
     plan = []
     for number, node in enumerate(eligible, 1):
         node_name = str(node["metadata"]["name"])
-        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        hostname = str(dig(node["metadata"], "labels", HOSTNAME_LABEL) or node_name)
         name = f"{WARMUP_JOB_PREFIX}-{number}"
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
@@ -8154,7 +8689,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / "warmup.json", block)
+    write_warmup_block(settings.output, block)
     return image_ids, block
 
 
@@ -8257,7 +8792,7 @@ class RoundRewards:
         if self.settings.indexed:
             judged = [self._judge(name, pod)]
         else:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
                 self.waiting[name] = pod
             if new and len(self.pods) >= self.settings.count:
                 order = sorted(
@@ -8379,9 +8914,9 @@ class BatchRun:
         self.receipt = receipt
         self.settings = settings
         self.progress = progress
-        self.creator = OwnedCreator(kubectl, receipt.run_id)
-        self.run_id = receipt.run_id
-        self.namespace = receipt.namespace
+        self.creator = OwnedCreator(kubectl, receipt["run_id"])
+        self.run_id = receipt["run_id"]
+        self.namespace = receipt["namespace"]
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
@@ -8392,7 +8927,7 @@ class BatchRun:
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
-            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+            artifacts=settings.output / RUN_FILES.artifacts, artifact_bytes=settings.max_artifact_bytes
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -8419,7 +8954,9 @@ class BatchRun:
             after = (
                 read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
             )
-            kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+            kubelet["runtime_operations"] = count_runtime_operations(
+                kubelets_before, after, self.runtime_handler, expected
+            )
         context = self.kubectl.context or ""
         capacity: Optional[AutoParallelism] = None if self.capacity is None else {"parallelism_capacity": self.capacity}
         return assemble_results(
@@ -8438,7 +8975,7 @@ class BatchRun:
         except DemoError as error:  # best effort: the run goes on, and every node's figures say why
             say_stderr(f"warning: --kubelet-metrics cannot list the nodes ({error}); no runtime operations")
             return {}
-        names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
+        names = [str(dig(node, "metadata", "name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     def preflight(self) -> None:
@@ -8471,7 +9008,7 @@ class BatchRun:
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         findings = preflight_findings(
             context=self.kubectl.context or "",
-            server=self.receipt.server,
+            server=self.receipt["server"],
             runtime=runtime,
             runtimeclass=runtimeclass,
             reviews=Read(answers[-1]),
@@ -8574,7 +9111,7 @@ class BatchRun:
                 reason = f"its watch ended ({kubectl_message(watch.stderr) if watch.stderr else 'no message'})"
                 break
             obj = event.get("object")
-            named = isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == DEFAULT_SERVICEACCOUNT
+            named = isinstance(obj, dict) and dig(obj, "metadata", "name") == DEFAULT_SERVICEACCOUNT
             if event.get("type") in ("ADDED", "MODIFIED") and named:
                 return
         say_stderr(
@@ -8583,7 +9120,7 @@ class BatchRun:
         )
 
     def record_namespace(self, namespace: KubeObject) -> None:
-        self.receipt.namespace_uid = namespace["metadata"]["uid"]
+        self.receipt["uid"] = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
@@ -8629,12 +9166,14 @@ class BatchRun:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
         analyse it. A warm-up's or the probe's artifacts (round 0) stay in its own directory."""
         settings = self.settings
-        budgets = self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / "artifacts")
+        budgets = (
+            self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / RUN_FILES.artifacts)
+        )
         self.stop_if_asked()
-        write_json(round_dir / "job-submitted.json", manifest)
-        entry = JobReceipt(name)
+        write_job_submitted(round_dir, manifest)
+        entry: ReceiptJob = {"name": name, "uid": None}
         with self.receipt_lock:
-            self.receipt.jobs.append(entry)
+            self.receipt["jobs"].append(entry)
             write_receipt(settings.output, self.receipt)
         submitted_wall, submitted = time.time(), time.monotonic()
         try:
@@ -8647,7 +9186,7 @@ class BatchRun:
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
-            entry.uid = job["metadata"]["uid"]
+            entry["uid"] = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
@@ -8670,7 +9209,7 @@ class BatchRun:
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
-        write_json(round_dir / "job.json", observation.job)
+        write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
@@ -8682,7 +9221,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", events_text_within(events, budgets))
+                write_events(round_dir, events, budgets)
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -8695,21 +9234,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
+            write_pods(round_dir, pods, budgets)
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
+            write_pods(round_dir, pods, budgets)
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
+                write_pods(round_dir, pods, budgets)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -8800,7 +9339,7 @@ class BatchRun:
                 "job controller, so its pods would run elsewhere and unmeasured; run it in a namespace the queue "
                 "does not manage"
             )
-        changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+        changes = template_changes(pod_spec, dig(job, "spec", "template", "spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
 
@@ -8822,13 +9361,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", events_text_within(events, self.log_budgets))
+            write_events(round_dir, events, self.log_budgets)
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
-                write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pods_listing_within(pods, self.log_budgets))
+                write_job(round_dir, live)
+            write_pods(round_dir, pods, self.log_budgets)
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
@@ -8895,18 +9434,18 @@ def cleanup_run(
     wait_seconds: float = CLEANUP_WAIT_SECONDS,
 ) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
-    namespace = receipt.namespace
+    namespace = receipt["namespace"]
     names_problem = receipt_names_problem(receipt)
     if names_problem:
         raise DemoError(
             f"refusing to clean up: {names_problem}; nothing was deleted; inspect receipt.json", EXIT_REFUSED
         )
-    current_server = kubectl.cluster_identity()[1] if receipt.server else None
+    current_server = kubectl.cluster_identity()[1] if receipt["server"] else None
     live_namespace = kubectl.get("namespace", namespace)
     if live_namespace is not None:
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
-    live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
+    live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
     plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
@@ -8915,7 +9454,7 @@ def cleanup_run(
         return
     if plan.adopted_namespace_uid:
         say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
-        receipt.namespace_uid = plan.adopted_namespace_uid
+        receipt["uid"] = plan.adopted_namespace_uid
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
@@ -8948,7 +9487,7 @@ def cleanup_run(
 
 def reproduce_group_dirs(output: Path) -> List[Path]:
     """The group directories of a `reproduce` output that hold a receipt, in the guide's order."""
-    return [output / name for name in REPRODUCE_GROUPS if (output / name / "receipt.json").is_file()]
+    return [output / name for name in REPRODUCE_GROUPS if (output / name / RUN_FILES.receipt).is_file()]
 
 
 def reproduce_column_name(group: str, count: int, lang: str) -> str:
@@ -8963,19 +9502,10 @@ def reproduce_column_name(group: str, count: int, lang: str) -> str:
     return names[lang][group]
 
 
-def reproduce_group_settings(base: RunSettings, group: str, pinned: Optional[str]) -> RunSettings:
-    """One group's `run` of the experiment, in DIR/<group>: the first resolves the image digest,
-    the others run that digest, one at a time, or after a warm-up in K rounds."""
-    output = base.output / group
-    if group == "parallel":
-        return dataclasses.replace(base, output=output, rounds=1, pin_image="")
-    if group == "sequential":
-        return dataclasses.replace(base, output=output, rounds=1, parallelism=1, pin_image=pinned)
-    return dataclasses.replace(base, output=output, warmup=True, pin_image=pinned)
-
-
 def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
-    """The `run` command line equivalent to one group's settings, as report.json records it."""
+    """One group's `run` of the experiment, in DIR/<group>, as report.json records it and as the
+    group runs it (the command line's run_settings parses it): the first resolves the image digest,
+    the others run that digest, one at a time, or after a warm-up in K rounds."""
     argv = [
         "run",
         "--output", str(Path(args.output) / group),
@@ -9030,12 +9560,15 @@ def reproduce_junit(
     )
 
 
-def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
+def reproduce_metrics(
+    output: Path, report: ReproduceReport, settings_of: Callable[[Sequence[str]], RunSettings], finished_at: float
+) -> str:
     """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
-    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    them, labelled with its group (a group still running when the experiment stopped: exit 130);
+    `settings_of` reads a group's settings from the command line report.json records."""
     runs: List[MetricRun] = []
     for entry in report["groups"]:
-        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        labels = metrics_labels(settings_of(entry["argv"]))
         code = entry.get("exit_code")
         results = saved_results(output / entry["directory"])
         runs.append(({**labels, "group": entry["name"]}, results, EXIT_INTERRUPTED if code is None else code))
@@ -9123,7 +9656,7 @@ def cleanup_reproduce(args: argparse.Namespace, groups: List[Path]) -> int:
 # raises DemoError. Uses everything above.
 
 
-def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
+def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
     manifests = [
@@ -9134,10 +9667,9 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: b
         name = job_name_for(round_number, settings.rounds)
         manifest = round_job_manifest(settings, name, namespace, run_id, settings.given_image)
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
-    for file_name, manifest in manifests:
-        write_json(settings.output / file_name, manifest)
+    write_manifests(settings.output, manifests)
     if print_summary:
-        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+        say(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
@@ -9151,7 +9683,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
-        return dry_run(settings, namespace, run_id, print_summary)
+        return write_dry_run(settings, namespace, run_id, print_summary)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context, server)
     claim_output(output)
@@ -9163,7 +9695,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         kubeconfig=kubectl.kubeconfig,
         kubectl=kubectl.executable,
         created_at=time.time(),
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
+        jobs=[],
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
@@ -9174,36 +9707,36 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     try:
         results = batch.execute()
         error = publish(results, settings, print_summary)
-    except DemoError as failure:
-        error = failure
-    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
-        error = DemoError(
-            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
-            f"check the free space and permissions of {output}",
-            EXIT_USAGE,
-        )
-    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
-        reraise, bug = unexpected, True
-        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
-    except BaseException as interruption:  # Ctrl-C, SIGTERM; through the API, what the caller's handler raised
-        reraise = None if isinstance(interruption, KeyboardInterrupt) else interruption
-        kubectl.stop_children()  # calls still running in other threads, or streams
-        progress.finish()
-        if batch.create_sent:
-            say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
-        try:
-            batch.save_after_interrupt()
-        except KeyboardInterrupt:
-            say_stderr("skipped saving diagnostics")
-        where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
-        error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
+    except BaseException as raised:  # an OSError here is the output directory's, not the cluster's
+        outcome = outcome_of(raised, output)
+        error = outcome.error()
+        bug = outcome.kind == BUG  # recorded and cleaned up as asked, then it shows
+        # Ctrl-C and SIGTERM end in their exit code; through the API, what the caller's handler raised shows
+        if bug or (outcome.kind == INTERRUPTED and not isinstance(raised, KeyboardInterrupt)):
+            reraise = raised
+        if outcome.kind == INTERRUPTED:
+            kubectl.stop_children()  # calls still running in other threads, or streams
+            progress.finish()
+            if batch.create_sent:
+                say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+            skipped = False
+            try:
+                batch.save_after_interrupt()
+            except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
+                skipped = True
+                say_stderr("skipped saving diagnostics")
+            where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+            if skipped:
+                where = (
+                    f"saving diagnostics was skipped, so {output} holds only what the run wrote before "
+                    "(receipt.json, for cleanup)"
+                )
+            error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
-        save_if_possible(output / "kubectl-calls.json", kubectl.calls)
+        save_kubectl_calls(output, kubectl.calls)
     if error is not None:
-        save_if_possible(
-            output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
-        )
+        save_error(output, str(error), error.exit_code, time.time())
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     if error is not None and not bug and not batch.create_sent:
         release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
@@ -9222,7 +9755,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
+        command = cleanup_command(tool, output)
+        say_stderr(f"namespace {namespace} is kept; delete it with: {command}", whole=command)
     if reraise is not None:
         raise reraise
     if error is not None:
@@ -9234,24 +9768,23 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
-    write_json(output / "results.json", results)
-    write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    write_results_files(output, results)
     breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results, summary_files(settings), breaches)
+        else render_summary(results, summary_files(settings), breaches, terminal_width(sys.stdout))
     )
     try:
         if print_summary:
             sys.stdout.write(printable(summary, keep_newlines=True))
             sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()
     append_step_summary(markdown_summary(results))
     if breaches:
         return DemoError(
-            f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
+            f"latency budget breached: {'; '.join(breaches)}; results are in {output / RUN_FILES.results}",
             EXIT_THRESHOLD,
         )
     return None
@@ -9261,8 +9794,8 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
     output = settings.output
     files = [
-        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
-        ("timeline", str(output / "timeline.svg")),
+        ("results", f"{output / RUN_FILES.results} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / RUN_FILES.timeline)),
     ]
     reports = [f"JUnit {settings.junit}"] if settings.junit else []
     reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
@@ -9271,12 +9804,15 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     return files
 
 
-def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
+def cmd_reproduce(
+    args: argparse.Namespace, base: RunSettings, tool: str, settings_of: Callable[[Sequence[str]], RunSettings]
+) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
     its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
-    --json, nothing else on stdout). `base` holds what every group's run shares (see
-    reproduce_group_settings); a breached --threshold lets the experiment go on."""
+    --json, nothing else on stdout). `base` holds what every group's run shares; each group runs
+    the settings `settings_of` reads from its command line (reproduce_group_argv, as report.json
+    records it); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
@@ -9289,7 +9825,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "rounds": args.rounds,
         "groups": [],
         "complete": False,
-        "tool_version": tool_version(),
+        "tool_version": release_and_fingerprint(),
     }
     alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None
@@ -9301,13 +9837,13 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
             entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
-            settings = reproduce_group_settings(base, group, report["image_pinned"])
+            settings = settings_of(argv)
             try:
                 entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
                 failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
-            receipt = _read_json_file(output / group / "receipt.json")
+            receipt = _read_json_file(output / group / RUN_FILES.receipt)
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
                 break
@@ -9321,11 +9857,14 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
+        write_reproduce_reports(args, base, settings_of, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    problems = write_reproduce_reports(args, base, report, failure)
+    table, width = report.get("table"), terminal_width(sys.stdout)
+    if text is not None and table and width is not None:  # report.md keeps full lines; a terminal, its width
+        text = render_guide_table(table, "text", width)
+    problems = write_reproduce_reports(args, base, settings_of, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
         sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
@@ -9365,14 +9904,18 @@ def write_reports(reports: Sequence[Tuple[str, Optional[str], Callable[[], str]]
 
 
 def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+    args: argparse.Namespace,
+    base: RunSettings,
+    settings_of: Callable[[Sequence[str]], RunSettings],
+    report: ReproduceReport,
+    failure: Optional[DemoError],
 ) -> List[str]:
     """The experiment's --junit and --metrics-file; returns what could not be written."""
     output = base.output
     return write_reports(
         [
             ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
-            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, settings_of, time.time())),
         ]
     )
 
@@ -9390,12 +9933,8 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str, print_s
     error: Optional[DemoError] = None
     try:
         code = cmd_run(settings, unbound, tool, print_summary)
-    except DemoError as failure:
-        stopped = error = failure
-    except Exception as bug:  # a bug: the reports still say the run failed, then it shows
-        stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
-    except BaseException as interrupt:  # Ctrl-C, SIGTERM, or what the API's caller's own handler raised
-        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
+    except BaseException as raised:  # the reports say how the run ended (a bug: failed), then it shows
+        stopped, error = raised, outcome_of(raised).error()
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -9415,7 +9954,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
-        receipt = _read_json_file(output / "receipt.json") if output is not None else None
+        receipt = _read_json_file(output / RUN_FILES.receipt) if output is not None else None
         properties = {"exit_code": str(exit_code)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
@@ -9442,15 +9981,17 @@ def cmd_show_worker(source: str) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     groups = reproduce_group_dirs(output)
-    if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
+    if not (output / RUN_FILES.receipt).exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, say, wait_seconds=args.timeout)
     return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews. Its
+    --count and --parallelism are held to `run`'s limits before (cli.check_settings), and the
+    capacity is planned as `run` would run them.
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
@@ -9492,6 +10033,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        capacity=args.parallelism == "auto",
+        parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -9501,6 +10044,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "context": context,
             "server": server,
             "count": args.count,
+            "parallelism": args.parallelism or args.count,
             "findings": [
                 {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
                 for finding in findings
@@ -9513,8 +10057,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         return code
     for finding in findings:
-        print(printable(f"{finding.name}: {finding.detail}"))
-    print(printable(f"verdict: {verdict}"))
+        say(f"{finding.name}: {finding.detail}")
+    say(f"verdict: {verdict}")
     return code
 
 
@@ -9529,14 +10073,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.format == "guide":
         table = guide_table(runs, args.lang, args.reference == "guide")
-        print(render_guide_table(table, "text"), end="")
+        print(render_guide_table(table, "text", terminal_width(sys.stdout)), end="")
         return EXIT_OK
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(render_comparison(names, rows, args.format), end="")
+        width = terminal_width(sys.stdout) if args.format == "text" else None
+        print(render_comparison(names, rows, args.format, width), end="")
     return EXIT_OK
 
 
@@ -10480,8 +11025,14 @@ class CommandLineParser(argparse.ArgumentParser):
         self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
         self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
+    def format_help(self) -> str:
+        """argparse's help, each line then fitted to a terminal's width: argparse wraps the flags'
+        help, not the description and the exit codes written out as they are (--help goes to stdout)."""
+        return fit_lines(super().format_help().rstrip("\n"), terminal_width(sys.stdout)) + "\n"
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)\n")
+        line = f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)"
+        self.exit(EXIT_USAGE, fit_lines(line, terminal_width(sys.stderr)) + "\n")
 
     def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """parse_args, after the words are checked: a mistyped command or flag is named, with a
@@ -10694,8 +11245,8 @@ def build_parser(
             },
             "--tasks": {
                 "metavar": "FILE.jsonl",
-                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
-                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); episode i "
+                f"(its completion index: every Job is Indexed) reads line i of /demo/{TASKS_KEY}",
             },
             "--max-failed-episodes": {
                 "type": whole_number(0),
@@ -10769,7 +11320,14 @@ def build_parser(
         "preflight: can this cluster run the batch? (creates nothing)",
         None,
         {
-            "--count": "episodes to plan capacity for",
+            "--count": f"episodes to plan capacity for (default {DEFAULT_COUNT}, at most {MAX_COUNT}, as `run`)",
+            "--parallelism": {
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes at once, as `run --parallelism` (default: N): the capacity is planned for P; auto: "
+                "room for at least one, as `run --parallelism auto` needs",
+            },
+            "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
@@ -10796,7 +11354,8 @@ def build_parser(
             "--lang --reference": None,
             "--allow-different-counts": {
                 "action": "store_true",
-                "help": "compare runs with different episode counts anyway",
+                "help": "compare runs with different episode counts anyway (refused by default, as the guide advises: "
+                "a batch figure grows with the batch, a p95 of more episodes reaches further into the tail)",
             },
         },
     )
@@ -10912,9 +11471,15 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
-    """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
+    """What every group of `reproduce` shares (each group's own: reproduce_group_settings)."""
     check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
     return _flag_settings(args, args.count, args.count)
+
+
+def reproduce_group_settings(argv: Sequence[str]) -> RunSettings:
+    """A group's settings, read from the `run` command line reproduce_group_argv spells, which
+    report.json records: one spelling of each group, parsed as `run` parses it."""
+    return run_settings(build_parser().parse_args(list(argv)))
 
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
@@ -10960,10 +11525,13 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
         return lambda: cmd_run_reported(settings, make_kubectl(args), tool)
     if args.command == "reproduce":
         base = reproduce_settings(args)
-        return lambda: cmd_reproduce(args, base, tool)
+        return lambda: cmd_reproduce(args, base, tool, reproduce_group_settings)
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)
+    if args.command == "check":  # held to run's limits, so that a ready check means run would start
+        parallelism = args.count if args.parallelism in (None, "auto") else args.parallelism
+        check_counts(args.subparser, args.count, parallelism, 1, args.allow_large, f"--count {args.count}")
     command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
     return lambda: command(args)
 
@@ -10985,25 +11553,23 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
         tool = invoked_as(plugin)
         args = build_parser(tool).parse_command_line(argv)
         return int(prepared_command(args, tool)())
-    except BrokenPipeError:
-        # The reader of stdout went away (`| head`); the work itself is done.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except DemoError as error:
-        print(f"rl-batch-demo: error: {printable(str(error))}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("rl-batch-demo: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as bug:  # a bug: its traceback for the report, then the exit code error.json gives it
-        import traceback  # noqa: PLC0415 - only a bug needs it
+    except (Exception, KeyboardInterrupt) as raised:  # SystemExit (argparse's usage errors) passes through
+        outcome = outcome_of(raised, printing=True)
+        if outcome.kind == STDOUT_CLOSED:  # `| head`: the work itself is done
+            discard_stdout()
+        elif outcome.kind == INTERRUPTED:
+            print("rl-batch-demo: interrupted", file=sys.stderr)
+        elif outcome.kind == BUG:  # its traceback for the report, then the exit code error.json gives it
+            import traceback  # noqa: PLC0415 - only a bug needs it
 
-        traceback.print_exception(type(bug), bug, bug.__traceback__, file=sys.stderr)
-        print(
-            f"rl-batch-demo: error: {printable(bug_message(bug))}; the traceback above is for a bug report",
-            file=sys.stderr,
-        )
-        return EXIT_CLUSTER
+            traceback.print_exception(type(raised), raised, raised.__traceback__, file=sys.stderr)
+            print(
+                f"rl-batch-demo: error: {printable(outcome.message)}; the traceback above is for a bug report",
+                file=sys.stderr,
+            )
+        else:  # wrapped at spaces on a terminal, whole in a log
+            say_stderr(f"rl-batch-demo: error: {outcome.message}")
+        return outcome.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -11042,7 +11608,7 @@ class BatchResult:
     @classmethod
     def read(cls, output: Path) -> BatchResult:
         rewards_file = output / REWARDS_FILE
-        if not (output / "results.json").exists():  # a dry run: manifests only
+        if not (output / RUN_FILES.results).exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
 
@@ -11113,12 +11679,13 @@ def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResul
     bug as DemoError (exit 3), its traceback chained."""
     try:
         cmd_run_reported(settings, make_kubectl(args), invoked_as(), print_summary=False)
-    except DemoError as error:
-        if error.exit_code == EXIT_INTERRUPTED:
-            raise KeyboardInterrupt(str(error)) from error
-        raise
-    except Exception as bug:
-        raise DemoError(bug_message(bug), EXIT_CLUSTER) from bug
+    except Exception as raised:  # an interruption that is not a DemoError passes through as it is
+        outcome = outcome_of(raised)
+        if outcome.exit_code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt(outcome.message) from raised
+        if isinstance(raised, DemoError):
+            raise
+        raise outcome.error() from raised
     return BatchResult.read(settings.output)
 
 

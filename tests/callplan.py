@@ -788,7 +788,7 @@ class CallPlanTestCase(unittest.TestCase):
         return json.loads((self.out(directory) / name).read_text())
 
     def receipt(self, directory: str = "out") -> Dict[str, Any]:
-        return records.written(self, self.out(directory) / "receipt.json", demo.ReceiptFile)
+        return records.written(self, self.out(directory) / "receipt.json", demo.Receipt)
 
     def results(self, directory: str = "out") -> Dict[str, Any]:
         return records.written_results(self, self.out(directory))

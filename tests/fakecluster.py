@@ -486,7 +486,7 @@ class FakeCluster:
 
 TOOL = FAKE_KUBECTL.parent.parent / "rl_batch_demo.py"
 DEMO_OUTPUT = "rl-fake-demo"  # not a name the README's real-cluster commands use
-SIMULATION = "a simulated cluster: episodes run on this machine; its figures describe no real cluster"
+SIMULATION = "a simulated cluster: episodes run here; its figures describe no real cluster"
 
 
 def shown(argv: Sequence[str]) -> str:
@@ -515,7 +515,8 @@ def demo(count: str, output: str) -> int:
     with tempfile.TemporaryDirectory(prefix="rl-fake-cluster-") as scratch:
         cluster = FakeCluster(pathlib.Path(scratch))
         try:
-            print(f"# {SIMULATION} (its state: {cluster.state_dir})", file=sys.stderr, flush=True)
+            # each line within 80 columns, as the tool's own on a terminal (a path is not broken)
+            print(f"# {SIMULATION}\n# its state: {cluster.state_dir}", file=sys.stderr, flush=True)
             code = run_tool(["run", "--count", count, "--output", output], cluster.env())
             if not existed and _receipt_kubectl(results) == str(cluster.bin_dir / "kubectl"):
                 cleaned = run_tool(["cleanup", "--output", output], cluster.env())  # what the run created
@@ -527,11 +528,15 @@ def demo(count: str, output: str) -> int:
     if existed:
         pass  # the tool said why
     elif (results / "results.json").exists():
-        print(f"results: {results / 'results.json'} (every figure), {results / 'timeline.svg'} (the run as a picture),")
-        print(f"         {results / 'rewards.jsonl'} (one reward per episode); docs/outputs.md describes every file")
+        print(f"results: {results / 'results.json'} (every figure),")
+        print(f"         {results / 'timeline.svg'} (the run as a picture),")
+        print(f"         {results / 'rewards.jsonl'} (one reward per episode);")
+        print("         docs/outputs.md describes every file")
     elif results.is_dir():
-        print(f"no results.json: the run did not succeed; its diagnostics are in {results} (error.json says why)")
-    print("the fake cluster is stopped and removed; for a real cluster, see the README's next section")
+        print(f"no results.json: the run did not succeed; its diagnostics are in {results}")
+        print("(error.json says why)")
+    print("the fake cluster is stopped and removed;")
+    print("for a real cluster, see the README's next section")
     return code
 
 

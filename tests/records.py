@@ -17,7 +17,7 @@ import rl_batch_demo as demo
 FILES: Dict[str, Any] = {
     "results.json": demo.Results,
     "rewards.jsonl": demo.RewardLine,
-    "receipt.json": demo.ReceiptFile,
+    "receipt.json": demo.Receipt,
     "report.json": demo.ReproduceReport,
 }
 

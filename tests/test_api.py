@@ -75,7 +75,7 @@ class ApiCallPlanTest(CallPlanTestCase):
         )
         self.assertEqual(result.results["reward_sum"], 2)
         self.assertTrue((self.root / "junit.xml").exists())
-        self.assertNotIn("rollout (", self.stderr)  # quiet: no progress line
+        self.assertNotIn(" elapsed, ", self.stderr)  # quiet: no progress line
 
     def test_a_failed_episode_raises_demo_error_1(self) -> None:
         plan = RunPlan(Batch(count=2))

@@ -56,7 +56,7 @@ class DemoTest(unittest.TestCase):
             self.assertIn(f"deleted namespace {results['namespace']}", first.stdout)
             self.assertIn("simulated cluster", first.stderr)
             self.assertNotIn("real kubectl was called", report)
-            receipt = records.written(self, output / "receipt.json", records.demo.ReceiptFile)
+            receipt = records.written(self, output / "receipt.json", records.demo.Receipt)
             rewards = records.written(self, output / "rewards.jsonl", records.demo.RewardLine)
             self.assertEqual(sorted(line["index"] for line in rewards), list(range(10)))
             self.assertTrue(receipt["kubectl"].startswith(str(temporary)), receipt["kubectl"])

@@ -10,6 +10,7 @@ import re
 import unittest
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+import rl_batch_demo as demo
 from tests import records
 from tests.test_readme_help import ROOT, TEST_COMMAND, code_blocks, documents, name
 
@@ -229,6 +230,24 @@ def resolve(label: str) -> Optional[Any]:
         if records.is_record(kind):
             found.append(kind)
     return found[0] if len(found) == 1 else None
+
+
+class RunFilesTest(unittest.TestCase):
+    """docs/outputs.md's Files table mirrors RUN_FILES, the one record of the run directory's
+    names: each name the record spells is listed, and each fixed name listed is the record's."""
+
+    def test_the_files_table_lists_exactly_the_records_names(self) -> None:
+        table = section((ROOT / "docs" / "outputs.md").read_text(encoding="utf-8"), "Files")
+        cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+        listed = set()
+        for cell in cells:
+            for entry in re.findall(r"`([^`]+)`", cell):
+                # a segment with a placeholder (<pod>, round-K) is a pattern, not a fixed name
+                listed |= {part for part in entry.strip("/").split("/") if "<" not in part and not part.endswith("-K")}
+        self.assertGreater(len(cells), 10)
+        named = set(demo.RUN_FILES) | {demo.PROBE_JOB_NAME}  # the probe Job's files are in a directory of its name
+        self.assertEqual(sorted(named - listed), [], "names of RUN_FILES that docs/outputs.md's Files table lacks")
+        self.assertEqual(sorted(listed - named), [], "names docs/outputs.md's Files table lists that RUN_FILES lacks")
 
 
 class FieldTablesTest(unittest.TestCase):

@@ -17,7 +17,7 @@ import shlex
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 import rl_batch_demo as demo
 from tests.callplan import (
@@ -332,7 +332,7 @@ class RunTest(RunPlanTestCase):
         result = self.run_batch(RunPlan(Batch(count=2)))
         self.assertRegex(
             result.stderr,
-            rf"{NAMESPACE}/rollout \(\d+\.\d s elapsed, \d+ s left\): 2 created, 0 running, 2 succeeded, 0 failed",
+            rf"2 created, 0 running, 2 succeeded, 0 failed; \d+\.\d s elapsed, \d+ s left; {NAMESPACE}/rollout",
         )
 
     def test_progress_ends_with_the_final_state_when_the_pods_last_events_come_after_complete(self) -> None:
@@ -346,7 +346,7 @@ class RunTest(RunPlanTestCase):
         calls[6] = dataclasses.replace(pod_watch, chunks=(*pod_watch.chunks[:-2], *finals))
         self.expect(*calls)
         result = self.run_ok("run", "--count", "2", "--output", str(self.out()))
-        last = [line for line in result.stderr.splitlines() if line.startswith(f"{NAMESPACE}/rollout (")][-1]
+        last = [line for line in result.stderr.splitlines() if line.endswith(f" left; {NAMESPACE}/rollout")][-1]
         self.assertIn("2 created, 0 running, 2 succeeded, 0 failed", last)
 
     def test_runtime_none(self) -> None:
@@ -646,8 +646,9 @@ class CleanupTest(CallPlanTestCase):
                 kubectl=self.stub.kubectl,
                 created_at=JOB_CREATED_AT - 5,
                 tool_version="0.1.0+test",
-                namespace_uid=NAMESPACE_UID,
-                jobs=[demo.JobReceipt("rollout", self.plan.batch.uid)],
+                kubeconfig=None,
+                uid=NAMESPACE_UID,
+                jobs=[{"name": "rollout", "uid": self.plan.batch.uid}],
             ),
         )
 
@@ -721,7 +722,9 @@ class CleanupTest(CallPlanTestCase):
 
     def test_malformed_jobs_in_the_receipt(self) -> None:
         self.edit_receipt(jobs=[{"uid": "x"}])
-        self.assert_fails(self.cleanup(), demo.EXIT_USAGE, "malformed 'jobs' list")
+        self.assert_fails(
+            self.cleanup(), demo.EXIT_USAGE, "receipt.json is not one this tool writes: jobs[0].name is missing"
+        )
 
     def test_older_receipt_uses_job_json(self) -> None:
         self.edit_receipt(jobs=None, job_uid=None)
@@ -884,6 +887,89 @@ class CheckTest(CallPlanTestCase):
         self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
         self.assertIn("not enough allocatable capacity", result.stdout)
 
+    def test_run_limits_hold_before_any_call(self) -> None:
+        """`check` refuses what `run` refuses, with run's words and exit 2, before any kubectl
+        call (the plan is empty): a ready check means that the same run would start."""
+        for argv, message in (
+            (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
+            (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "1001"], "--count 1001 is more than 20; pass --allow-large"),
+            (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
+        ):
+            with self.subTest(argv=argv):
+                self.assert_fails(self.tool("check", *argv), demo.EXIT_USAGE, message)
+        self.expect(*self.check_calls(Cluster()))
+        self.assertIn(
+            "verdict: ready to run 21 episodes", self.run_ok("check", "--count", "21", "--allow-large").stdout
+        )
+
+    def test_capacity_is_planned_for_the_parallelism(self) -> None:
+        """Room for 2 episodes at once (1 CPU, 2 GiB; each 0.35 CPU and 0.81 GiB with the overhead):
+        10 at once do not fit, 2 at a time do, and auto would run 2."""
+        tiny = [node_object("tiny", cpu="1", memory="2Gi")]
+        for argv, ready, detail, parallelism in (
+            ([], False, "10 pods need 3.5 CPU", 10),
+            (["--parallelism", "3"], False, "3 of 10 episodes at once (--parallelism 3): 3 pods need 1.0 CPU", 3),
+            (["--parallelism", "2"], True, "2 of 10 episodes at once (--parallelism 2): 2 pods need 0.7 CPU", 2),
+            (
+                ["--parallelism", "auto"],
+                True,
+                "--parallelism auto would run 2 of 10 episodes at once; 1 eligible",
+                "auto",
+            ),
+        ):
+            with self.subTest(argv=argv):
+                self.fresh_stub()
+                self.expect(*self.check_calls(Cluster(), nodes=tiny))
+                result = self.tool("check", "--count", "10", *argv, "--json")
+                self.verify_plan()
+                report = json.loads(result.stdout)
+                [capacity] = [finding for finding in report["findings"] if finding["name"] == "capacity"]
+                self.assertEqual((capacity["ok"], report["ready"]), (ready, ready), capacity)
+                self.assertTrue(capacity["detail"].startswith(detail), capacity["detail"])
+                self.assertEqual(report["parallelism"], parallelism)
+        self.fresh_stub()
+        self.expect(*self.check_calls(Cluster(), nodes=[node_object("tiny", cpu="100m", memory="2Gi")]))
+        result = self.tool("check", "--parallelism", "auto")
+        self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
+        self.assertIn("capacity: --parallelism auto: not even one episode fits now; 1 eligible node has", result.stdout)
+
+    # What the real kubectl 1.32 prints when every path answers 404 with a plain-text body, as an
+    # HTTP proxy or another web server does (tests/test_kubectl_contract.py, ForeignServerContract).
+    DISCOVERY_404 = (
+        'E1202 00:13:51.437281   11058 memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+        'group list: the server could not find the requested resource"'
+    )
+    FOREIGN: ClassVar[Dict[str, str]] = {
+        "version": "Error from server (NotFound): the server could not find the requested resource",
+        "get": "\n".join(
+            [DISCOVERY_404] * 4 + ["Error from server (NotFound): the server could not find the requested resource"]
+        ),
+        "create": DISCOVERY_404
+        + '\nerror: unable to recognize "STDIN": the server could not find the requested resource',
+    }
+
+    def foreign(self, call: Call) -> Call:
+        """The call answered as a server that is not a Kubernetes API server answers it."""
+        verb = next(word for word in call.argv if word in self.FOREIGN)
+        return call.failing(self.FOREIGN[verb])
+
+    def test_a_url_that_is_not_an_api_server_is_one_sentence_in_check_and_run(self) -> None:
+        calls = self.check_calls(Cluster())
+        self.expect(calls[0], *map(self.foreign, calls[1:]))
+        result = self.tool("check")
+        sentence = demo.not_an_api_server_message(SERVER, CONTEXT)
+        self.assert_fails(result, demo.EXIT_CLUSTER, sentence)
+        self.assertEqual(result.stdout, "")  # no finding line, no raw kubectl error
+        self.assertEqual(result.stderr, f"rl-batch-demo: error: {sentence}\n")
+        self.assertNotIn("Error from server", result.stderr)
+        preflight = RunPlan().preflight()
+        self.expect(preflight[0], *map(self.foreign, preflight[1:]))
+        run = self.tool("run", "--output", str(self.out()))
+        self.assert_fails(run, demo.EXIT_CLUSTER, sentence)
+        self.assertEqual(run.stderr, f"rl-batch-demo: error: {sentence}\n")
+        self.assertFalse(self.out().exists())  # nothing was created; the same --output works again
+
     def test_forbidden_read_is_a_problem_of_the_verdict(self) -> None:
         calls = self.check_calls(Cluster())
         calls[3] = calls[3].failing(err_forbidden("list", "nodes", namespace=""))
@@ -913,7 +999,8 @@ class CheckTest(CallPlanTestCase):
             result.stdout, json.dumps(report, indent=2, sort_keys=True) + "\n"
         )  # sorted keys, nothing else
         self.assertEqual(
-            sorted(report), ["context", "count", "exit_code", "findings", "problems", "ready", "server", "verdict"]
+            sorted(report),
+            ["context", "count", "exit_code", "findings", "parallelism", "problems", "ready", "server", "verdict"],
         )
         self.assertEqual((report["context"], report["server"], report["count"]), (CONTEXT, SERVER, 10))
         self.assertEqual((report["ready"], report["problems"], report["exit_code"]), (True, [], 0))
@@ -945,8 +1032,10 @@ class CompareTest(RunPlanTestCase):
         self.run_batch(RunPlan(Batch(count=3, parallelism=1)), "--parallelism", "1", "--quiet", directory="sequential")
         parallel, sequential = str(self.out("parallel")), str(self.out("sequential"))
         text = self.run_ok("compare", parallel, sequential).stdout
-        self.assertIn("all rewards (s)", text)
-        self.assertRegex(text, r"all rewards \(s\)\s+\d+\.\d+\s+\d+\.\d+ \(x\d+\.\d\d\)")
+        # each value as precise as its clocks (the API server's whole seconds + the node's: tenths)
+        self.assertRegex(text, r"\nall rewards\s+\d+\.\d s\s+\d+\.\d s \(x\d+\.\d\d\)\n")
+        self.assertRegex(text, r"\nall finished \(cluster\)\s+\d+ s\s+\d+ s \(x\d+\.\d\d\)\n")
+        self.assertRegex(text, r"\nreward -> container finished p50\s+< 1 s\s+< 1 s\n")  # no ratio, no negative
         markdown = self.run_ok("compare", parallel, sequential, "--format", "markdown").stdout
         self.assertTrue(markdown.startswith(f"| figure | {parallel} | {sequential} |"))
         data = json.loads(self.run_ok("compare", parallel, sequential, "--format", "json").stdout)
@@ -1079,6 +1168,30 @@ class InterruptTest(RunPlanTestCase):
         self.assertIn("cleanup --output", result.stderr)
         self.expect(*plan.cleanup())
         self.run_ok("cleanup", "--output", str(self.out()))
+
+    def test_a_second_ctrl_c_skips_the_saving_and_the_last_line_says_so(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        for target, name in ((demo, "record_pod_sighting"), (demo.BatchRun, "save_after_interrupt")):
+            patcher = unittest.mock.patch.object(target, name, side_effect=KeyboardInterrupt)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        job_watch = plan.job_watch(final=plan.batch.job_running())
+        job_watch = dataclasses.replace(job_watch, chunks=job_watch.chunks[:1])
+        pod_watch = plan.pod_watch(chunks=list(plan.pod_watch().chunks[:1]))
+        self.expect(*plan.run()[:5], job_watch, pod_watch, plan.serviceaccount_watch())
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; saving diagnostics was skipped, so")
+        lines = result.stderr.splitlines()
+        self.assertIn("skipped saving diagnostics", lines)
+        self.assertNotIn("diagnostics are in", result.stderr)
+        self.assertEqual(
+            lines[-1],
+            f"rl-batch-demo: error: interrupted; saving diagnostics was skipped, so {self.out()} holds only what "
+            "the run wrote before (receipt.json, for cleanup)",
+        )
+        self.assertIn(f"cleanup --output {self.out()}", result.stderr)
+        self.assertFalse((self.out() / "pods.json").exists())
+        self.assertTrue((self.out() / "receipt.json").exists())
 
     def test_mid_run_with_cleanup_always(self) -> None:
         _, result = self.mid_run("--cleanup", "always", cleanup=True)

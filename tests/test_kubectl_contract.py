@@ -1400,6 +1400,49 @@ class ObjectsContract(ContractCase):
         self.each_kubectl(contract)
 
 
+class ForeignServerContract(ContractCase):
+    """A URL that answers HTTP but is no Kubernetes API server (an HTTP proxy, another web server:
+    404 with a plain-text body to every path): each of the preflight's first calls fails with
+    kubectl's words for a 404 without a metav1.Status body, which the tool reads as one sentence
+    naming the server; a real API server's NotFound (a missing object, a node proxy's 404) is not."""
+
+    PROXY_404 = Answer(404, b"404 page not found\n", "text/plain; charset=utf-8")  # Go's http.NotFound
+
+    def test_every_first_call_names_a_server_that_is_not_an_api_server(self) -> None:
+        reviews = json.dumps(demo.access_review_list(NAMESPACE, True, False)).encode()
+
+        def contract(session: Session) -> None:
+            for method in ("GET", "POST"):
+                session.server.route(method, r"/.*", lambda request, match: self.PROXY_404)
+            for args, stdin in (
+                (["version", "-o", "json"], None),  # check's first read
+                (get_args("runtimeclass", "cube"), None),  # run's and check's
+                (create_args(review=True), reviews),  # the access reviews
+                (tool_form(lambda k: k.get_list("nodes"))[0], None),
+            ):
+                outcome = session.run(args, namespace=None, stdin=stdin)
+                self.assertEqual(outcome.returncode, 1, outcome)
+                failure = demo.KubectlFailure(outcome.argv, 1, outcome.stderr, server=session.server.url)
+                self.assertTrue(failure.unreachable, outcome)  # the caller stops at the first, in one line
+                self.assertEqual(str(failure), demo.not_an_api_server_message(session.server.url, "contract"), outcome)
+
+        self.each_kubectl(contract)
+
+    def test_a_real_servers_not_found_is_not_taken_for_one(self) -> None:
+        def contract(session: Session) -> None:
+            session.server.route(
+                "GET", "/api/v1/nodes/n1/proxy/metrics", lambda request, match: self.PROXY_404
+            )  # the kubelet's own 404, through the API server
+            for args in (get_args("job", "missing"), ["get", "--raw", "/api/v1/nodes/n1/proxy/metrics"]):
+                outcome = session.run([arg for arg in args if arg != "--ignore-not-found"])
+                self.assertEqual(outcome.returncode, 1, outcome)
+                failure = demo.KubectlFailure(outcome.argv, 1, outcome.stderr)
+                self.assertFalse(failure.unreachable, outcome)
+                self.assertIn("failed (exit 1): Error from server (NotFound)", str(failure))
+
+        self.each_kubectl(contract)
+
+
 class TimeoutContract(ContractCase):
     """--request-timeout, which the tool passes to every call but config view (Kubectl.argv),
     and the failures the tool takes for transient (KubectlFailure.transient)."""

@@ -125,9 +125,17 @@ class OddReceiptTest(CallPlanTestCase):
         super().setUp()
         self.out().mkdir()
         receipt = demo.Receipt(
-            CONTEXT, NAMESPACE, RUN_ID, SERVER, kubectl=self.stub.kubectl, namespace_uid=NAMESPACE_UID
+            context=CONTEXT,
+            namespace=NAMESPACE,
+            run_id=RUN_ID,
+            server=SERVER,
+            kubeconfig=None,
+            kubectl=self.stub.kubectl,
+            created_at=JOB_CREATED_AT - 5,
+            tool_version=None,
+            uid=NAMESPACE_UID,
+            jobs=[{"name": "rollout", "uid": Batch().uid}],
         )
-        receipt.created_at, receipt.jobs = JOB_CREATED_AT - 5, [demo.JobReceipt("rollout", Batch().uid)]
         demo.write_receipt(self.out(), receipt)
         self.written = self.receipt()
 
@@ -145,7 +153,7 @@ class OddReceiptTest(CallPlanTestCase):
             with self.subTest(created_at=created_at[:8]):
                 receipt = json.dumps({**self.written, "created_at": "PLACEHOLDER"})
                 (self.out() / "receipt.json").write_text(receipt.replace('"PLACEHOLDER"', created_at))
-                self.assert_fails(self.cleanup(), demo.EXIT_USAGE, "created_at that is not a number of seconds")
+                self.assert_fails(self.cleanup(), demo.EXIT_USAGE, "created_at is a number, not a finite number")
                 self.assertEqual(self.stub.calls(), [])
 
     def test_a_name_ending_in_a_newline_is_refused_never_taken_for_absent(self) -> None:

@@ -239,7 +239,17 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         self.assertEqual(results["worker"], "task_worker.py")
         self.assertEqual(results["tasks"], 4)
         self.assertEqual((results["episodes"], results["successful_episodes"]), (4, 4))
-        self.assertIn("worker task_worker.py: reward mean 0.75", demo.render_summary(results))
+        summary = demo.render_summary(results)
+        self.assertIn("worker task_worker.py: reward mean 0.75", summary)
+        # its ready events carry no process start: the summary says why its rows show -
+        self.assertTrue(all(row["process_started_at"] is None for row in results["pods"]))
+        self.assertIn(
+            "process start: unknown for 4 of 4 episode(s): their ready event carries no process_started_at or "
+            "kernel_booted_at, which a custom worker reports itself (docs/own-episodes.md), so the rows from the "
+            "process start show - and the kernel is unknown",
+            " ".join(summary.split()),
+        )
+        self.assertNotIn("process start: unknown", demo.render_summary({**results, "worker": demo.BUILTIN_WORKER}))
         json.dumps(results, allow_nan=False)
 
     def test_the_built_in_rules_would_refuse_the_same_episodes(self) -> None:

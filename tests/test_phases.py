@@ -683,7 +683,9 @@ class RuntimeOperationsTest(Case):
             # node-b: 2 sandboxes, one of them slower than 1 s
             "node-b": reading(metrics_text(s05=0, s1=1, sinf=2, ssum=2.0, c001=2, c0025=2, csum=0.01, st=2, stsum=0.3)),
         }
-        operations = demo.runtime_operations(before, after, "cube", {"node-a": expected(2), "node-b": expected(2)})
+        operations = demo.count_runtime_operations(
+            before, after, "cube", {"node-a": expected(2), "node-b": expected(2)}
+        )
         self.assertEqual(operations["handler"], "cube")
         self.assertEqual(set(operations["nodes"]), {"node-a", "node-b"})
         node_a = operations["nodes"]["node-a"]
@@ -713,7 +715,7 @@ class RuntimeOperationsTest(Case):
         starts (microseconds); run_podsandbox's histogram stays the figure, and a note says why."""
         before = {"node-a": reading(metrics_text())}
         buggy = metrics_text(s05=1, s1=2, sinf=2, ssum=1.5, h0005=2, h05=2, h1=2, hinf=2, hsum=4e-6)
-        operations = demo.runtime_operations(before, {"node-a": reading(buggy)}, "cube", {"node-a": expected(2)})
+        operations = demo.count_runtime_operations(before, {"node-a": reading(buggy)}, "cube", {"node-a": expected(2)})
         self.assertAlmostEqual(operations["pooled"]["RunPodSandbox"]["mean_seconds"], 0.75)
         crosscheck = operations["sandbox_crosscheck"]
         self.assertEqual(crosscheck["handler_figures"]["count"], 2)
@@ -727,35 +729,37 @@ class RuntimeOperationsTest(Case):
         self.assertIn(f"note: {crosscheck['note']}", " ".join(summary.split()))
         # a 1.36 kubelet: both families agree, and nothing is said
         fixed = metrics_text(s05=1, s1=2, sinf=2, ssum=1.5, h05=1, h1=2, hinf=2, hsum=1.49)
-        operations = demo.runtime_operations(before, {"node-a": reading(fixed)}, "cube", {"node-a": expected(2)})
+        operations = demo.count_runtime_operations(before, {"node-a": reading(fixed)}, "cube", {"node-a": expected(2)})
         self.assertEqual(operations["sandbox_crosscheck"]["note"], "")
         # no sandbox of this handler, or none at all: nothing to compare
         for text in (metrics_text(s05=1, s1=2, sinf=2, ssum=1.5), metrics_text()):
-            operations = demo.runtime_operations(before, {"node-a": reading(text)}, "cube", {"node-a": expected(2)})
+            operations = demo.count_runtime_operations(
+                before, {"node-a": reading(text)}, "cube", {"node-a": expected(2)}
+            )
             self.assertEqual(operations["sandbox_crosscheck"]["note"], "")
 
     def test_other_handlers_sandboxes_are_foreign(self) -> None:
         """run_podsandbox counts every sandbox of the node, whatever its handler."""
         before = {"node-a": reading(metrics_text())}
         after = {"node-a": reading(metrics_text(s05=1, s1=3, sinf=3, ssum=2.2, h05=1, h1=1, hinf=1, hsum=0.7))}
-        node = demo.runtime_operations(before, after, "cube", {"node-a": expected(1)})["nodes"]["node-a"]
+        node = demo.count_runtime_operations(before, after, "cube", {"node-a": expected(1)})["nodes"]["node-a"]
         self.assertEqual(node["RunPodSandbox"]["count"], 3)
         self.assertIn("RunPodSandbox: 2 of 3 operations were not this run's", node["note"])
 
     def test_a_restarted_kubelet_voids_its_node(self) -> None:
         before = {"node-a": reading(metrics_text(s05=5, s1=5, sinf=5, ssum=2.0))}
         after = {"node-a": reading(metrics_text(s05=1, s1=2, sinf=2, ssum=1.0))}
-        node = demo.runtime_operations(before, after, "cube", {"node-a": expected(2)})["nodes"]["node-a"]
+        node = demo.count_runtime_operations(before, after, "cube", {"node-a": expected(2)})["nodes"]["node-a"]
         self.assertIn("went down", node["note"])
         self.assertIsNone(node["RunPodSandbox"])
         vanished = {"node-a": reading("")}
-        node = demo.runtime_operations(before, vanished, "cube", {"node-a": expected(2)})["nodes"]["node-a"]
+        node = demo.count_runtime_operations(before, vanished, "cube", {"node-a": expected(2)})["nodes"]["node-a"]
         self.assertIn("disappeared", node["note"])
 
     def test_unread_nodes_say_why(self) -> None:
         before = {"node-a": demo.KubeletReading({}, "forbidden")}
         after = {"node-a": reading(metrics_text()), "node-c": reading(metrics_text())}
-        operations = demo.runtime_operations(
+        operations = demo.count_runtime_operations(
             before, after, "cube", {"node-a": expected(1), "node-c": expected(1), "node-d": expected(1)}
         )
         self.assertIn("forbidden", operations["nodes"]["node-a"]["note"])
@@ -766,7 +770,7 @@ class RuntimeOperationsTest(Case):
     def test_unknown_pulls_are_said(self) -> None:
         before = {"node-a": reading(metrics_text())}
         after = {"node-a": reading(metrics_text(s05=1, s1=1, sinf=1, ssum=0.3))}
-        node = demo.runtime_operations(before, after, "cube", {"node-a": expected(1, None)})["nodes"]["node-a"]
+        node = demo.count_runtime_operations(before, after, "cube", {"node-a": expected(1, None)})["nodes"]["node-a"]
         self.assertIn("PullImage: 0 operations, how many were this run's is unknown", node["note"])
 
     def test_expected_operations_from_rows(self) -> None:
@@ -898,7 +902,17 @@ class PermissionTest(Case):
 
         with tempfile.TemporaryDirectory() as root:
             settings = settings_for(1, output=Path(root, "out"), image="img", runtime="cube", kubelet_metrics=True)
-            receipt = demo.Receipt(context="ctx", namespace="agc-rl-x", run_id="x")
+            receipt = demo.Receipt(
+                context="ctx",
+                namespace="agc-rl-x",
+                run_id="x",
+                server=None,
+                kubeconfig=None,
+                kubectl=None,
+                created_at=None,
+                tool_version=None,
+                jobs=[],
+            )
             batch = demo.BatchRun(Kubectl(), receipt, settings, demo.Progress(enabled=False))  # type: ignore[arg-type]
             with self.assertRaises(demo.DemoError) as raised:
                 batch.execute()
@@ -925,7 +939,7 @@ class ReportTest(Case):
     def operations(self) -> dict[str, Any]:
         before = {"node-a": reading(metrics_text())}
         after = {"node-a": reading(metrics_text(s05=1, s1=2, sinf=2, ssum=1.2, c001=2, c0025=2, csum=0.01, st=2))}
-        return demo.runtime_operations(before, after, "cube", {"node-a": expected(1)})
+        return demo.count_runtime_operations(before, after, "cube", {"node-a": expected(1)})
 
     def test_summary_shows_sources_and_operations_with_buckets(self) -> None:
         hostile = k8s_event("Pulled", 'Container image "x\x1b[31m" already present on machine')

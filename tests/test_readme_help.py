@@ -148,10 +148,11 @@ def kubectl_flags() -> Set[str]:
     return {"--" + flag.name for flag in flags}
 
 
-def bench_flags() -> Set[str]:
-    """bench/bench.py's flags, from its --help (its parser lives inside its main)."""
+def bench_flags(script: str = "bench/bench.py") -> Set[str]:
+    """bench/bench.py's flags (or another script's: tools/build.py), from its --help (its parser
+    lives inside its main)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench.py"), "--help"],
+        [sys.executable, str(ROOT / script), "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -337,6 +338,7 @@ class InlineFlagsTest(unittest.TestCase):
                 *(options(sub) for sub in parsers_of(fakecluster.build_parser()).values())
             ),
             "bench": bench_flags(),
+            "build": bench_flags("tools/build.py"),
             "kubectl": kubectl_flags() | set(OTHER_FLAGS["kubectl"]),
         }
         anything = set().union(*known.values(), *(set(flags) for flags in OTHER_FLAGS.values()))
@@ -358,6 +360,8 @@ class InlineFlagsTest(unittest.TestCase):
                     allowed = known["fakecluster"]
                 elif span.startswith("python3 bench/bench.py"):
                     allowed = known["bench"]
+                elif span.startswith("python3 tools/build.py"):
+                    allowed = known["build"]
                 elif span.startswith("python3 -m tests.report"):
                     allowed = set(FLAG.findall(report.USAGE))  # its own two; unittest's come after them
                 elif words[0] in OTHER_FLAGS and words[0] != "kubectl":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -266,21 +267,33 @@ class PinningTest(unittest.TestCase):
                 demo.run_settings(args)
 
     def test_each_group_runs_the_settings_its_recorded_command_line_gives(self) -> None:
-        """reproduce builds each group's settings directly; report.json's argv must say the same."""
+        """Each group is spelt once, as the `run` command line report.json records; run's own
+        parser reads the group's settings from it, with what every group shares from the flags."""
         flags = "--output exp --count 4 --rounds 2 --quiet --kubelet-metrics --runtime none --cleanup always"
         flags += " --threshold pod_to_ready_p95_seconds=2.5 --threshold batch_to_all_ready_seconds=30 --json"
         args = demo.build_parser().parse_args(
             ["reproduce", *flags.split(), "--kubeconfig", "kc", "--kubectl-timeout", "9"]
         )
         base = demo.reproduce_settings(args)
-        for group, pinned in (("parallel", None), ("sequential", f"python@{DIGEST_A}"), ("warm", f"python@{DIGEST_A}")):
+        pinned = f"python@{DIGEST_A}"
+        groups = {
+            # group: (pin_image, rounds, parallelism, warmup)
+            "parallel": (None, "", 1, 4, False),
+            "sequential": (pinned, pinned, 1, 1, False),
+            "warm": (pinned, pinned, 2, 4, True),
+        }
+        for group, (given, pin_image, rounds, parallelism, warmup) in groups.items():
             with self.subTest(group=group):
-                argv = demo.reproduce_group_argv(args, "ctx", group, pinned)
-                settings = demo.reproduce_group_settings(base, group, pinned)
-                self.assertEqual(demo.run_settings(demo.build_parser().parse_args(argv)), settings)
+                settings = demo.reproduce_group_settings(demo.reproduce_group_argv(args, "ctx", group, given))
                 self.assertEqual(settings.output, Path("exp") / group)
-        warm = demo.reproduce_group_settings(base, "warm", f"python@{DIGEST_A}")
-        self.assertEqual((warm.warmup, warm.rounds, warm.parallelism, warm.runtime), (True, 2, 4, None))
+                self.assertEqual(
+                    (settings.pin_image, settings.rounds, settings.parallelism, settings.warmup),
+                    (pin_image, rounds, parallelism, warmup),
+                )
+                shared = dataclasses.replace(
+                    settings, output=base.output, pin_image=None, rounds=base.rounds, warmup=False
+                )
+                self.assertEqual(shared, dataclasses.replace(base, parallelism=parallelism))
 
     def test_warmup_manifest_pins_the_node_through_the_scheduler(self) -> None:
         settings = demo.run_settings(

@@ -87,7 +87,7 @@ class ClusterTestCase(unittest.TestCase):
         return self.root / name
 
     def receipt(self, name: str = "out") -> dict[str, Any]:
-        return records.written(self, self.out(name) / "receipt.json", demo.ReceiptFile)
+        return records.written(self, self.out(name) / "receipt.json", demo.Receipt)
 
     def results(self, name: str = "out") -> dict[str, Any]:
         return records.written_results(self, self.out(name))

@@ -66,7 +66,7 @@ class SourcesTestCase(unittest.TestCase):
         return cluster.pod_records(self.receipt()["namespace"], "rollout")
 
     def receipt(self) -> Dict[str, Any]:
-        return records.written(self, self.out / "receipt.json", demo.ReceiptFile)
+        return records.written(self, self.out / "receipt.json", demo.Receipt)
 
     def tasks_file(self, tasks: List[dict]) -> str:
         path = self.root / "tasks.jsonl"

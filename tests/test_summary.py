@@ -105,11 +105,11 @@ class SummaryTest(unittest.TestCase):
             lines[header : header + 5],
             [
                 "phase (per episode)                        p50      p95      max  clock",
-                "pod created -> scheduled                   0 s      0 s      0 s  API server, 1 s clock",
+                "pod created -> scheduled                       < 1 s (1 s clock)  API server, 1 s clock",
                 "pod created -> sandbox kernel booted         -        -        -  "
                 "mixed: API server 1 s + kernel ticks",
                 "sandbox kernel boot -> process start         -        -        -  kernel ticks, 10 ms clock",
-                "pod created -> container started           0 s      0 s      0 s  mixed: API server 1 s + runtime 1 s",
+                "pod created -> container started               < 1 s (1 s clock)  mixed: API server 1 s + runtime 1 s",
             ],
         )
         self.assertEqual(
@@ -126,11 +126,11 @@ class SummaryTest(unittest.TestCase):
         results = summary_results()
         for row in results["pods"]:
             row["reward_to_finished_seconds"] = -0.3
-        results["phases"] = {**results["phases"], "reward_to_finished_seconds": demo.summarise([-0.3, -0.2, 0.1])}
+        results["phases"] = {**results["phases"], "reward_to_finished_seconds": demo.summarise([-0.3, -0.2, 1.1])}
         lines = demo.render_summary(results).splitlines()
         line = next(line for line in lines if line.startswith("reward -> container finished"))
         self.assertEqual(
-            line, "reward -> container finished            -0.2 s    0.1 s    0.1 s  mixed: node + runtime 1 s *"
+            line, "reward -> container finished            -0.2 s    1.0 s    1.1 s  mixed: node + runtime 1 s *"
         )
         note = lines.index(line) + 1
         self.assertEqual(
@@ -141,6 +141,35 @@ class SummaryTest(unittest.TestCase):
                 "  last second reads as after it",
             ],
         )
+
+    BELOW_RESOLUTION = (
+        # (phase, values, what the row shows instead of its values): whole-second clocks, then ticks
+        ("reward_to_finished_seconds", [-0.3, 0.0, 0.1], "< 1 s (1 s clock)"),
+        ("pod_to_container_started_seconds", [0.0, 0.0, 0.0], "< 1 s (1 s clock)"),
+        ("kernel_boot_to_process_start_seconds", [0.0, 0.004, 0.009], "< 10 ms (10 ms clock)"),
+        ("reward_to_finished_seconds", [-0.3, 0.0, 1.0], None),  # a value of a second: the values
+        ("python_import_seconds", [0.0, 0.0, 0.0], None),  # a fine clock: its digits hold
+    )
+
+    def test_a_row_below_its_clocks_resolution_says_so(self) -> None:
+        for phase, values, text in self.BELOW_RESOLUTION:
+            with self.subTest(phase=phase, values=values):
+                results = summary_results()
+                results["phases"] = {**results["phases"], phase: demo.summarise(values)}
+                lines = demo.render_summary(results).splitlines()
+                line = next(line for line in lines if line.startswith(demo.PHASE_LABELS[phase]))
+                cells = line[len(demo.PHASE_LABELS[phase]) :].split("  ")
+                shown = [cell.strip() for cell in cells if cell.strip()]
+                if text is None:
+                    self.assertNotIn("clock)", line)
+                    stats = results["phases"][phase]
+                    self.assertEqual(
+                        shown[:3], [demo.figure_text(stats[stat], phase) for stat in ("p50", "p95", "max")]
+                    )
+                else:
+                    self.assertEqual(shown[:2], [text, demo.clock_text(phase)], line)
+                    self.assertNotIn("-0", line)
+                    self.assertNotIn("negative because", "\n".join(lines))
 
     def test_a_negative_scheduling_figure_is_never_blamed_on_the_scheduler_alone(self) -> None:
         """Issue 27: the PodScheduled condition is the API server's stamp at binding

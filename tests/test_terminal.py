@@ -44,7 +44,7 @@ class TerminalHabitsTest(CallPlanTestCase):
     def test_a_terminal_gets_the_rewriting_line(self) -> None:
         result = self.run_on(True, {"TERM": "xterm-256color", "COLUMNS": "120"})
         self.assertIn("\r\033[K", result.stderr)
-        self.assertRegex(result.stderr, r"\(\d+\.\d s elapsed, \d+ s left\): 2 created, 0 running, 2 succeeded")
+        self.assertRegex(result.stderr, r"2 created, 0 running, 2 succeeded, 0 failed; \d+\.\d s elapsed, \d+ s left; ")
 
     def test_no_escape_sequence_at_all_otherwise(self) -> None:
         for tty, environ in (
@@ -57,7 +57,10 @@ class TerminalHabitsTest(CallPlanTestCase):
                 for stream in (result.stdout, result.stderr):
                     self.assertNotIn("\033", stream)
                     self.assertNotIn("\r", stream)
-                self.assertRegex(result.stderr, r"\(\d+\.\d s elapsed, \d+ s left\): 2 created")
+                self.assertRegex(
+                    result.stderr,
+                    r"2 created, \d+ running, \d+ succeeded, 0 failed; \d+\.\d s elapsed, \d+ s left; agc-rl-",
+                )
                 self.assertIn("verdict: 2/2 episodes valid", result.stdout)
 
 

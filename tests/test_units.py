@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -20,6 +21,136 @@ from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.toolprocess import tool_command, tool_environment
+
+
+class OutcomeTest(unittest.TestCase):
+    """outcome_of, the one classifier every command, main() and the API end through: what was
+    raised, where, to the exit code of --help's table and the one sentence."""
+
+    def test_table(self) -> None:
+        output = Path("out")
+        full_disk = OSError(28, "No space left on device", "out/results.json")
+        episode = demo.DemoError("episode failed", demo.EXIT_EPISODE)
+        rows = [
+            # raised, output, printing: exit code, kind, sentence
+            (episode, None, False, demo.EXIT_EPISODE, demo.EXPECTED, "episode failed"),
+            (episode, output, True, demo.EXIT_EPISODE, demo.EXPECTED, "episode failed"),
+            (
+                full_disk,
+                output,
+                False,
+                demo.EXIT_USAGE,
+                demo.EXPECTED,
+                "cannot write the run's output (No space left on device: out/results.json); "
+                "check the free space and permissions of out",
+            ),
+            (full_disk, None, True, demo.EXIT_CLUSTER, demo.BUG, demo.bug_message(full_disk)),
+            (BrokenPipeError(), None, True, demo.EXIT_OK, demo.STDOUT_CLOSED, "the reader of stdout went away"),
+            (BrokenPipeError(), None, False, demo.EXIT_CLUSTER, demo.BUG, demo.bug_message(BrokenPipeError())),
+            (ValueError("x"), output, True, demo.EXIT_CLUSTER, demo.BUG, demo.bug_message(ValueError("x"))),
+            (KeyboardInterrupt(), output, True, demo.EXIT_INTERRUPTED, demo.INTERRUPTED, "interrupted"),
+            (GeneratorExit(), None, False, demo.EXIT_INTERRUPTED, demo.INTERRUPTED, "interrupted"),
+        ]
+        for raised, where, printing, code, kind, sentence in rows:
+            with self.subTest(raised=raised, output=where, printing=printing):
+                outcome = demo.outcome_of(raised, where, printing)
+                self.assertEqual((outcome.exit_code, outcome.kind, outcome.message), (code, kind, sentence))
+                error = outcome.error()
+                self.assertEqual((error.exit_code, str(error)), (code, sentence))
+        self.assertIs(demo.outcome_of(episode).error(), episode)  # a DemoError keeps its kind (EpisodeInvalid...)
+
+    def test_every_code_is_documented(self) -> None:
+        for raised in (BrokenPipeError(), ValueError(), KeyboardInterrupt(), OSError("x")):
+            with self.subTest(raised=raised):
+                code = demo.outcome_of(raised, Path("out"), printing=True).exit_code
+                self.assertRegex(demo.EXIT_CODES_HELP, rf"(?m)^  {code} ")
+
+
+class DistinctNamesTest(unittest.TestCase):
+    def test_no_function_is_named_as_a_record_field(self) -> None:
+        """`receipt.tool_version` and a function tool_version() read alike and are not alike: a
+        function is named for what it does, a field for what it holds."""
+        functions = {
+            name
+            for name, value in vars(demo).items()
+            if callable(value) and getattr(value, "__module__", "") == demo.__name__
+        }
+        fields = set()
+        for value in vars(demo).values():
+            if isinstance(value, type) and value.__module__ == demo.__name__:
+                fields |= set(getattr(value, "__annotations__", {}))
+        self.assertEqual(sorted(functions & fields), [])
+
+
+class ReceiptReadTest(unittest.TestCase):
+    """read_receipt checks receipt.json against the Receipt record, as results.json is checked."""
+
+    def read(self, data: Any) -> Any:
+        with tempfile.TemporaryDirectory() as root:
+            Path(root, "receipt.json").write_text(json.dumps(data), encoding="utf-8")
+            return demo.read_receipt(Path(root))
+
+    def test_the_guides_receipt_loads_with_the_keys_it_lacks_null(self) -> None:
+        guide = {"context": "ctx", "namespace": "agc-rl-0123456789ab", "uid": "ns-uid", "run_id": "r", "job_uid": "j"}
+        receipt = self.read(guide)
+        self.assertEqual(receipt, {**guide, **dict.fromkeys(("server", "kubeconfig", "kubectl"), None),
+                                   "created_at": None, "tool_version": None, "jobs": []})  # fmt: skip
+        self.assertEqual(records.exact_problem(receipt, demo.Receipt), "")
+
+    def test_a_malformed_receipt_names_its_key(self) -> None:
+        good = {"context": "c", "namespace": "n", "run_id": "r", "jobs": [{"name": "rollout", "uid": None}]}
+        rows = [
+            ({**good, "run_id": 5}, "run_id is a number, not a string"),
+            ({**good, "jobs": [{"uid": "x"}]}, "jobs[0].name is missing"),
+            ({**good, "created_at": "yesterday"}, "created_at is a string, not a finite number"),
+            ([good], "the top level is a list, not an object"),
+        ]
+        for data, problem in rows:
+            with self.subTest(problem=problem), self.assertRaises(demo.DemoError) as raised:
+                self.read(data)
+            self.assertEqual(raised.exception.exit_code, demo.EXIT_USAGE)
+            self.assertIn(f"is not one this tool writes: {problem}; inspect the file", str(raised.exception))
+
+
+class DigTest(unittest.TestCase):
+    def test_reads_as_the_chain_it_replaces(self) -> None:
+        rows = [
+            ({"metadata": {"labels": {"a": "1"}}}, ("metadata", "labels", "a"), "1"),
+            ({"metadata": None}, ("metadata", "labels", "a"), None),
+            ({"metadata": {}}, ("metadata", "uid"), None),
+            ({}, ("status",), None),
+            ({"status": {"phase": ""}}, ("status", "phase"), ""),
+        ]
+        for obj, keys, expected in rows:
+            with self.subTest(obj=obj, keys=keys):
+                self.assertEqual(demo.dig(obj, *keys), expected)
+                chain = obj
+                for key in keys[:-1]:
+                    chain = chain.get(key) or {}
+                self.assertEqual(chain.get(keys[-1]), expected)
+
+
+class RunDirectoryWritersTest(unittest.TestCase):
+    """Every file of a run's directory is written by persistence (its writers name the files by
+    RUN_FILES); elsewhere only the experiment's report files and the CI reports' own paths are."""
+
+    def test_only_persistence_writes_a_runs_files(self) -> None:
+        writers = {"write_json", "write_atomic", "save_if_possible"}
+        found = set()
+        for path in sorted((Path(__file__).resolve().parent.parent / "src" / "rl_batch_demo").glob("*.py")):
+            if path.name == "persistence.py":
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in writers:
+                    found.add((path.stem, ast.unparse(node.args[0])))
+        outside_a_run = {
+            ("commands", "output / 'report.json'"),  # reproduce's experiment directory
+            ("commands", "Path(path)"),  # --junit and --metrics-file, where the user asked
+            ("flow_run", "output / 'report.json'"),
+            ("flow_run", "output / 'report.md'"),
+        }
+        self.assertEqual(sorted(found - outside_a_run), [])
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):
@@ -284,6 +415,50 @@ class ValidationTest(unittest.TestCase):
         late = make_events("rollout-abcde", JOB_CREATED_AT - 0.1, JOB_CREATED_AT + 0.6)  # 1.1 s before it
         self.assert_refused(make_pod(started=started), late, "out of order.*1 s apart at most")
 
+    def test_a_pod_the_failed_jobs_controller_deleted_says_so(self) -> None:
+        """The job controller deletes a failed Job's active pods (job_controller.go, deleteActivePods):
+        a pod whose deletion was asked for once the Job had failed is recorded as such; one deleted
+        before (perhaps what failed the Job) and one with a DisruptionTarget stay as they were."""
+        job = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "FailureTarget",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                        "lastTransitionTime": "2026-11-29T10:00:05Z",
+                    }
+                ]
+            }
+        }
+        for deleted_at, grace, expected in (
+            (
+                "2026-11-29T10:00:35Z",
+                30,
+                "the pod was deleted mid-run by the job controller because the Job failed "
+                "(BackoffLimitExceeded: Job has reached the specified backoff limit; deletionTimestamp "
+                "2026-11-29T10:00:35Z)",
+            ),
+            ("2026-11-29T10:00:34Z", 30, "the pod was deleted mid-run (deletionTimestamp 2026-11-29T10:00:34Z)"),
+        ):
+            with self.subTest(deleted_at=deleted_at):
+                pod = make_pod(phase="Failed", exit_code=143)
+                pod["metadata"].update(deletionTimestamp=deleted_at, deletionGracePeriodSeconds=grace)
+                self.assertEqual(demo.pod_failure(pod, job), (2, expected))
+                self.assertEqual(
+                    demo.pod_failure(pod)[1], f"the pod was deleted mid-run (deletionTimestamp {deleted_at})"
+                )
+                with self.assertRaises(demo.EpisodeInvalid) as caught:
+                    demo.check_pod_set([pod], 1, "here", job=job)
+                self.assertIn(expected, str(caught.exception))
+        disrupted = make_pod(phase="Failed", exit_code=143)
+        disrupted["metadata"].update(deletionTimestamp="2026-11-29T10:00:40Z", deletionGracePeriodSeconds=30)
+        disrupted["status"]["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted"}
+        )
+        self.assertIn("; PreemptionByScheduler: preempted)", demo.pod_failure(disrupted, job)[1])
+
     def test_pod_set_names_deleted_evicted_and_extra_pods(self) -> None:
         deleted = make_pod()
         deleted["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:05Z"
@@ -488,7 +663,10 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(demo.check_thresholds(results, {"batch_to_all_ready_seconds": 10}), [])
         self.assertEqual(
             demo.check_thresholds(results, {"batch_to_all_ready_seconds": 4, "pod_to_ready_max_seconds": 1}),
-            ["batch_to_all_ready_seconds = 5.000 s > 4 s", "pod_to_ready_max_seconds = 2.000 s > 1 s"],
+            [
+                "batch_to_all_ready_seconds = 5.0 s > 4 s",
+                "pod_to_ready_max_seconds = 2.0 s > 1 s",
+            ],  # its clocks' tenths
         )
 
     def test_cluster_observed_batch_figures_and_their_budgets(self) -> None:
@@ -505,7 +683,7 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(demo.check_thresholds(results, {"batch_to_all_finished_seconds": finished}), [])
         self.assertEqual(
             demo.check_thresholds(results, {"batch_to_all_finished_seconds": finished - 1}),
-            [f"batch_to_all_finished_seconds = {finished:.3f} s > {finished - 1:g} s"],
+            [f"batch_to_all_finished_seconds = {finished:.0f} s > {finished - 1:g} s"],  # two whole-second stamps
         )
         rows[0]["finished_at"] = None
         figures = demo.batch_figures(rows)  # type: ignore[arg-type]
@@ -564,8 +742,8 @@ class ProgressTest(unittest.TestCase):
         self.assertEqual(
             lines,  # the first change, then the last state at finish
             [
-                "ns/rollout (1.0 s elapsed, 269 s left): 1 created, 0 running, 0 succeeded, 0 failed",
-                "ns/rollout (1.0 s elapsed, 269 s left): 2 created, 0 running, 2 succeeded, 0 failed",
+                "1 created, 0 running, 0 succeeded, 0 failed; 1.0 s elapsed, 269 s left; ns/rollout",
+                "2 created, 0 running, 2 succeeded, 0 failed; 1.0 s elapsed, 269 s left; ns/rollout",
             ],
         )
 
@@ -578,14 +756,58 @@ class ProgressTest(unittest.TestCase):
         text = stream.getvalue()
         self.assertEqual(text.count("\r\033[K"), 4)
         self.assertTrue(
-            text.endswith("ns/rollout (2.0 s elapsed, 31 s left): 2 created, 0 running, 2 succeeded, 0 failed\n"), text
+            text.endswith("2 created, 0 running, 2 succeeded, 0 failed; 2.0 s elapsed, 31 s left; ns/rollout\n"), text
         )
 
     def test_terminal_line_never_wraps(self) -> None:
         stream = FakeStream(tty=True)
         progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=40)
         progress.update("agc-rl-3837462f437d/rollout", 2.0, {"created": 10}, 268.0)
-        self.assertEqual(stream.getvalue(), "\r\033[Kagc-rl-3837462f437d/rollout (2.0 s elap")
+        self.assertEqual(stream.getvalue(), "\r\033[K10 created, 0 running, 0 succeeded, ...")
+
+    def test_the_counts_and_times_come_first_and_only_the_name_is_cut(self) -> None:
+        label = "agc-rl-3837462f437d/rollout"
+        expected = {  # the width: one column is left free, so the line never reaches the margin
+            80: "10 created, 8 running, 0 succeeded, 0 failed; 2.5 s elapsed, 268 s left; agc...",
+            60: "10 created, 8 running, 0 succeeded, 0 failed; 2.5 s elap...",
+        }
+        for columns, line in expected.items():
+            for given in ({"columns": columns}, {"environ": {**self.TERMINAL, "COLUMNS": str(columns)}}):
+                with self.subTest(columns=columns, given=given):
+                    stream = FakeStream(tty=True)
+                    progress = demo.Progress(enabled=True, stream=stream, **{"environ": self.TERMINAL, **given})
+                    progress.update(label, 2.5, {"created": 10, "running": 8}, 268.0)
+                    self.assertEqual(stream.getvalue(), "\r\033[K" + line)
+                    self.assertEqual(len(line), columns - 1)
+        wide = FakeStream(tty=True)
+        demo.Progress(enabled=True, stream=wide, environ=self.TERMINAL, columns=120).update(
+            label, 2.5, {"created": 10, "running": 8}, 268.0
+        )
+        self.assertTrue(wide.getvalue().endswith("268 s left; agc-rl-3837462f437d/rollout"), wide.getvalue())
+
+    def test_a_message_erases_the_progress_line_instead_of_being_glued_to_it(self) -> None:
+        stream = FakeStream(tty=True)
+        progress = demo.Progress(enabled=True, stream=stream, environ=self.TERMINAL, columns=120)
+        progress.update("ns/rollout", 2.0, {"created": 1}, 10.0)
+        demo.say("warning: something", stream)
+        demo.say("and again", stream)  # the line is already erased: nothing more to erase
+        progress.update("ns/rollout", 2.0, {"created": 2}, 10.0)  # drawn again, on a line of its own
+        self.assertEqual(
+            stream.getvalue(),
+            "\r\033[K1 created, 0 running, 0 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout"
+            "\r\033[Kwarning: something\nand again\n"
+            "\r\033[K2 created, 0 running, 0 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout",
+        )
+
+    def test_a_log_keeps_the_whole_line_whatever_its_width(self) -> None:
+        stream = FakeStream(tty=False)
+        progress = demo.Progress(enabled=True, stream=stream, environ={**self.TERMINAL, "COLUMNS": "40"})
+        progress.update("agc-rl-3837462f437d/rollout", 2.5, {"created": 10}, 268.0)
+        progress.finish()
+        self.assertEqual(
+            stream.getvalue(),
+            "10 created, 0 running, 0 succeeded, 0 failed; 2.5 s elapsed, 268 s left; agc-rl-3837462f437d/rollout\n",
+        )
 
     def test_no_escape_sequence_under_dumb_terminals_no_color_or_no_tty(self) -> None:
         for tty, environ in (
@@ -604,7 +826,7 @@ class ProgressTest(unittest.TestCase):
                 self.assertNotIn("\033", text)
                 self.assertNotIn("\r", text)
                 self.assertIn(
-                    "ns/rollout (2.0 s elapsed, 10 s left): 2 created, 0 running, 2 succeeded, 0 failed\n", text
+                    "2 created, 0 running, 2 succeeded, 0 failed; 2.0 s elapsed, 10 s left; ns/rollout\n", text
                 )
 
     def test_which_streams_rewrite_in_place(self) -> None:
@@ -666,6 +888,32 @@ class OddPodShapeTest(unittest.TestCase):
             demo.analyse_round(collected, "ns/rollout")
 
 
+class InspectHintTest(unittest.TestCase):
+    """A failed episode's message names its <pod>.log only where one was saved."""
+
+    def test_a_pod_that_printed_nothing_is_not_sent_to_a_log_that_does_not_exist(self) -> None:
+        pod = make_pod()  # no termination message
+        for logs, errors, inspect in (
+            (
+                {"rollout-abcde": demo.PodLog()},
+                {},
+                "out/pods.json and events.txt (rollout-abcde printed nothing, so no rollout-abcde.log was saved)",
+            ),
+            ({"rollout-abcde": demo.scan_text("hello\n")}, {}, "out/rollout-abcde.log and pods.json"),
+            (
+                {},
+                {"rollout-abcde": "error: timed out"},
+                "out/pods.json and events.txt (its log could not be read (error: timed out))",
+            ),
+            ({}, {}, "out/pods.json and events.txt (its log was not read: its termination message carried its events)"),
+        ):
+            with self.subTest(inspect=inspect):
+                collected = demo.dataclasses.replace(collected_round([pod], logs=logs), log_errors=errors)
+                with self.assertRaises(demo.EpisodeInvalid) as caught:
+                    demo.analyse_round(collected, "ns/rollout")
+                self.assertTrue(str(caught.exception).endswith(f"; inspect {inspect}"), str(caught.exception))
+
+
 class CompareTest(unittest.TestCase):
     def test_ratios_only_between_positive_durations(self) -> None:
         first = {"episodes": 10, "batch_to_all_rewards_seconds": 2.0, "phases": {}}
@@ -675,7 +923,32 @@ class CompareTest(unittest.TestCase):
         rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
         self.assertEqual(rows["batch_to_all_rewards_seconds"]["ratios"], [1.0, 2.5])
         self.assertEqual(rows["reward_to_finished_seconds:p50"]["ratios"], [None, None])
-        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [1.0, None])
+        self.assertEqual(rows["reward_to_finished_seconds:p95"]["ratios"], [None, None])  # below its 1 s clock
+
+    def test_each_value_as_precise_as_its_clocks(self) -> None:
+        first = {"episodes": 10, "batch_to_all_finished_seconds": 3.0, "client_job_complete_seconds": 2.71234}
+        second = {"episodes": 10, "batch_to_all_finished_seconds": 0.0, "client_job_complete_seconds": 0.0441}
+        first["phases"] = {"reward_to_finished_seconds": {"p50": -0.3, "p95": 1.55, "max": 2.0, "samples": 3}}
+        second["phases"] = {"reward_to_finished_seconds": {"p50": 2.0, "p95": -1.2, "max": 2.0, "samples": 3}}
+        rows = {row["figure"]: row for row in demo.comparison([("a", first), ("b", second)])}
+        for figure, texts, ratios, clock, resolution in (
+            ("episodes", ["10", "10"], [1.0, 1.0], None, None),
+            ("batch_to_all_finished_seconds", ["3 s", "< 1 s"], [1.0, None], "mixed: API server 1 s + runtime 1 s", 1),
+            ("client_job_complete_seconds", ["2.71 s", "44.1 ms"], [1.0, 0.0441 / 2.71234], "client clock", 1e-6),
+            ("reward_to_finished_seconds:p50", ["< 1 s", "2.0 s"], [None, None], "mixed: node + runtime 1 s", 1),
+            ("reward_to_finished_seconds:p95", ["1.6 s", "-1.2 s"], [1.0, None], "mixed: node + runtime 1 s", 1),
+        ):
+            with self.subTest(figure=figure):
+                row = rows[figure]
+                self.assertEqual((row["texts"], row["clock"], row["resolution_seconds"]), (texts, clock, resolution))
+                self.assertEqual(row["ratios"], ratios)
+        text = demo.render_comparison(["a", "b"], list(rows.values()), "text")
+        self.assertRegex(text, r"\nall finished \(cluster\)\s+3 s\s+< 1 s\n")
+        self.assertNotIn(".000", text)
+        self.assertIn(
+            "| reward -> container finished p50 | < 1 s | 2.0 s |",
+            demo.render_comparison(["a", "b"], list(rows.values()), "markdown"),
+        )
 
 
 class SchemaTest(unittest.TestCase):

@@ -14,10 +14,10 @@ from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from .cli import CommandLineParser, build_parser, did_you_mean, invoked_as, run_settings
 from .commands import cmd_run_reported
-from .constants import EXIT_CLUSTER, EXIT_INTERRUPTED, EXIT_USAGE, REWARDS_FILE
+from .constants import EXIT_INTERRUPTED, EXIT_USAGE, REWARDS_FILE, RUN_FILES
 from .core_basics import short_repr
 from .core_reports import printable
-from .errors import DemoError, bug_message
+from .errors import DemoError, outcome_of
 from .kubectl import make_kubectl
 from .persistence import load_results, read_reward_lines
 from .records import Results, RewardLine, RunSettings
@@ -54,7 +54,7 @@ class BatchResult:
     @classmethod
     def read(cls, output: Path) -> BatchResult:
         rewards_file = output / REWARDS_FILE
-        if not (output / "results.json").exists():  # a dry run: manifests only
+        if not (output / RUN_FILES.results).exists():  # a dry run: manifests only
             return cls(output, None, [])
         return cls(output, load_results(output), read_reward_lines(rewards_file))
 
@@ -125,12 +125,13 @@ def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResul
     bug as DemoError (exit 3), its traceback chained."""
     try:
         cmd_run_reported(settings, make_kubectl(args), invoked_as(), print_summary=False)
-    except DemoError as error:
-        if error.exit_code == EXIT_INTERRUPTED:
-            raise KeyboardInterrupt(str(error)) from error
-        raise
-    except Exception as bug:
-        raise DemoError(bug_message(bug), EXIT_CLUSTER) from bug
+    except Exception as raised:  # an interruption that is not a DemoError passes through as it is
+        outcome = outcome_of(raised)
+        if outcome.exit_code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt(outcome.message) from raised
+        if isinstance(raised, DemoError):
+            raise
+        raise outcome.error() from raised
     return BatchResult.read(settings.output)
 
 

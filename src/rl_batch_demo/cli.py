@@ -24,10 +24,7 @@ from .constants import (
     DEFAULT_JOB_DEADLINE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
     DEFAULT_RUNTIME,
-    EXIT_CLUSTER,
     EXIT_CODES_HELP,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     EXIT_THRESHOLD,
     EXIT_USAGE,
     INSTALLED_COMMAND,
@@ -55,12 +52,13 @@ from .core_basics import (
     parse_tasks,
 )
 from .core_guide import _DIGEST, GUIDE_REFERENCE
-from .core_reports import printable
-from .errors import DemoError, bug_message
+from .core_reports import fit_lines, printable
+from .errors import BUG, INTERRUPTED, STDOUT_CLOSED, DemoError, outcome_of
 from .kubectl import make_kubectl
 from .payloads import WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
 from .records import RunSettings
+from .status import discard_stdout, say_stderr, terminal_width
 
 # Command line #################################################################
 # Flags to typed settings, checked before any work, and main(). Uses anything, the payload below
@@ -148,8 +146,14 @@ class CommandLineParser(argparse.ArgumentParser):
         self.commands: Dict[str, argparse.ArgumentParser] = {}  # the subcommands, on the top parser
         self.help_command = self.prog  # the --help to name: the command as the user started the tool
 
+    def format_help(self) -> str:
+        """argparse's help, each line then fitted to a terminal's width: argparse wraps the flags'
+        help, not the description and the exit codes written out as they are (--help goes to stdout)."""
+        return fit_lines(super().format_help().rstrip("\n"), terminal_width(sys.stdout)) + "\n"
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)\n")
+        line = f"rl-batch-demo: error: {printable(message)} (see {self.help_command} --help)"
+        self.exit(EXIT_USAGE, fit_lines(line, terminal_width(sys.stderr)) + "\n")
 
     def parse_command_line(self, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         """parse_args, after the words are checked: a mistyped command or flag is named, with a
@@ -362,8 +366,8 @@ def build_parser(
             },
             "--tasks": {
                 "metavar": "FILE.jsonl",
-                "help": "one JSON object per line, one episode each (the count is the number of lines); the Job "
-                f"becomes Indexed and episode i reads line i of /demo/{TASKS_KEY}",
+                "help": "one JSON object per line, one episode each (the count is the number of lines); episode i "
+                f"(its completion index: every Job is Indexed) reads line i of /demo/{TASKS_KEY}",
             },
             "--max-failed-episodes": {
                 "type": whole_number(0),
@@ -437,7 +441,14 @@ def build_parser(
         "preflight: can this cluster run the batch? (creates nothing)",
         None,
         {
-            "--count": "episodes to plan capacity for",
+            "--count": f"episodes to plan capacity for (default {DEFAULT_COUNT}, at most {MAX_COUNT}, as `run`)",
+            "--parallelism": {
+                "type": parallelism_arg,
+                "metavar": "P|auto",
+                "help": "episodes at once, as `run --parallelism` (default: N): the capacity is planned for P; auto: "
+                "room for at least one, as `run --parallelism auto` needs",
+            },
+            "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
@@ -464,7 +475,8 @@ def build_parser(
             "--lang --reference": None,
             "--allow-different-counts": {
                 "action": "store_true",
-                "help": "compare runs with different episode counts anyway",
+                "help": "compare runs with different episode counts anyway (refused by default, as the guide advises: "
+                "a batch figure grows with the batch, a p95 of more episodes reaches further into the tail)",
             },
         },
     )
@@ -580,9 +592,15 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 
 def reproduce_settings(args: argparse.Namespace) -> RunSettings:
-    """What every group of `reproduce` shares (reproduce_group_settings makes each group's)."""
+    """What every group of `reproduce` shares (each group's own: reproduce_group_settings)."""
     check_counts(args.subparser, args.count, args.count, args.rounds, args.allow_large, f"--count {args.count}")
     return _flag_settings(args, args.count, args.count)
+
+
+def reproduce_group_settings(argv: Sequence[str]) -> RunSettings:
+    """A group's settings, read from the `run` command line reproduce_group_argv spells, which
+    report.json records: one spelling of each group, parsed as `run` parses it."""
+    return run_settings(build_parser().parse_args(list(argv)))
 
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
@@ -628,10 +646,13 @@ def prepared_command(args: argparse.Namespace, tool: str) -> Callable[[], int]:
         return lambda: cmd_run_reported(settings, make_kubectl(args), tool)
     if args.command == "reproduce":
         base = reproduce_settings(args)
-        return lambda: cmd_reproduce(args, base, tool)
+        return lambda: cmd_reproduce(args, base, tool, reproduce_group_settings)
     if args.command == "show-worker":
         source = WORKER_TEMPLATE if args.template else WORKER_SOURCE
         return lambda: cmd_show_worker(source)
+    if args.command == "check":  # held to run's limits, so that a ready check means run would start
+        parallelism = args.count if args.parallelism in (None, "auto") else args.parallelism
+        check_counts(args.subparser, args.count, parallelism, 1, args.allow_large, f"--count {args.count}")
     command = {"check": cmd_check, "cleanup": cmd_cleanup, "compare": cmd_compare}[args.command]
     return lambda: command(args)
 
@@ -653,25 +674,23 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
         tool = invoked_as(plugin)
         args = build_parser(tool).parse_command_line(argv)
         return int(prepared_command(args, tool)())
-    except BrokenPipeError:
-        # The reader of stdout went away (`| head`); the work itself is done.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except DemoError as error:
-        print(f"rl-batch-demo: error: {printable(str(error))}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("rl-batch-demo: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as bug:  # a bug: its traceback for the report, then the exit code error.json gives it
-        import traceback  # noqa: PLC0415 - only a bug needs it
+    except (Exception, KeyboardInterrupt) as raised:  # SystemExit (argparse's usage errors) passes through
+        outcome = outcome_of(raised, printing=True)
+        if outcome.kind == STDOUT_CLOSED:  # `| head`: the work itself is done
+            discard_stdout()
+        elif outcome.kind == INTERRUPTED:
+            print("rl-batch-demo: interrupted", file=sys.stderr)
+        elif outcome.kind == BUG:  # its traceback for the report, then the exit code error.json gives it
+            import traceback  # noqa: PLC0415 - only a bug needs it
 
-        traceback.print_exception(type(bug), bug, bug.__traceback__, file=sys.stderr)
-        print(
-            f"rl-batch-demo: error: {printable(bug_message(bug))}; the traceback above is for a bug report",
-            file=sys.stderr,
-        )
-        return EXIT_CLUSTER
+            traceback.print_exception(type(raised), raised, raised.__traceback__, file=sys.stderr)
+            print(
+                f"rl-batch-demo: error: {printable(outcome.message)}; the traceback above is for a bug report",
+                file=sys.stderr,
+            )
+        else:  # wrapped at spaces on a terminal, whole in a log
+            say_stderr(f"rl-batch-demo: error: {outcome.message}")
+        return outcome.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

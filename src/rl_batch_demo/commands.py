@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -21,14 +20,15 @@ from .constants import (
     NO_RUNTIME,
     NON_TERMINATED_PODS,
     REWARDS_FILE,
+    RUN_FILES,
 )
 from .core_basics import (
     configmap_manifest,
     job_name_for,
     namespace_manifest,
     new_run_id,
+    release_and_fingerprint,
     round_job_manifest,
-    tool_version,
 )
 from .core_guide import REPRODUCE_GROUPS, guide_table, render_guide_table
 from .core_permissions import access_review_list, preflight_findings
@@ -44,17 +44,15 @@ from .core_reports import (
     render_junit_xml,
     render_metrics,
     render_summary,
-    render_timeline_svg,
 )
 from .core_validation import check_thresholds
-from .errors import DemoError, EpisodeInvalid, KubectlFailure, bug_message
+from .errors import BUG, INTERRUPTED, DemoError, EpisodeInvalid, KubectlFailure, outcome_of
 from .flow_run import (
     BatchRun,
     cleanup_reproduce,
     cleanup_run,
     reproduce_group_argv,
     reproduce_group_dirs,
-    reproduce_group_settings,
     reproduce_junit,
     reproduce_metrics,
     reproduce_verdict,
@@ -71,21 +69,24 @@ from .persistence import (
     refuse_existing_output,
     release_output,
     rounds_on_disk,
-    save_if_possible,
+    save_error,
+    save_kubectl_calls,
     saved_results,
     write_atomic,
     write_json,
+    write_manifests,
     write_receipt,
+    write_results_files,
 )
 from .records import Read, Receipt, ReproduceGroup, ReproduceReport, Results, RunSettings
-from .status import Progress, say_stderr
+from .status import Progress, discard_stdout, say, say_stderr, terminal_width
 
 # Commands #####################################################################
 # One function per command, given typed settings and a kubectl; each returns an exit code or
 # raises DemoError. Uses everything above.
 
 
-def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
+def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: bool = True) -> int:
     """Write the manifests a run would submit, numbered in the order they are created."""
     claim_output(settings.output)
     manifests = [
@@ -96,10 +97,9 @@ def dry_run(settings: RunSettings, namespace: str, run_id: str, print_summary: b
         name = job_name_for(round_number, settings.rounds)
         manifest = round_job_manifest(settings, name, namespace, run_id, settings.given_image)
         manifests.append((f"{1 + round_number:02d}-job-{name}.json", manifest))
-    for file_name, manifest in manifests:
-        write_json(settings.output / file_name, manifest)
+    write_manifests(settings.output, manifests)
     if print_summary:
-        print(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
+        say(f"dry run: wrote {len(manifests)} manifests to {settings.output}; no cluster was contacted")
     return EXIT_OK
 
 
@@ -113,7 +113,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     run_id = new_run_id()
     namespace = NAMESPACE_PREFIX + run_id
     if settings.dry_run:
-        return dry_run(settings, namespace, run_id, print_summary)
+        return write_dry_run(settings, namespace, run_id, print_summary)
     context, server = unbound.cluster_identity()
     kubectl = unbound.with_context(context, server)
     claim_output(output)
@@ -125,7 +125,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         kubeconfig=kubectl.kubeconfig,
         kubectl=kubectl.executable,
         created_at=time.time(),
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
+        jobs=[],
     )
     write_receipt(output, receipt)
     progress = Progress(enabled=not settings.quiet, log_interval=kubectl.timing.progress_log_interval)
@@ -136,36 +137,36 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
     try:
         results = batch.execute()
         error = publish(results, settings, print_summary)
-    except DemoError as failure:
-        error = failure
-    except OSError as failed_write:  # the output directory, not the cluster: a full disk, lost permissions
-        error = DemoError(
-            f"cannot write the run's output ({failed_write.strerror or failed_write}: {failed_write.filename}); "
-            f"check the free space and permissions of {output}",
-            EXIT_USAGE,
-        )
-    except Exception as unexpected:  # a bug: record it and clean up as asked, then let it show
-        reraise, bug = unexpected, True
-        error = DemoError(bug_message(unexpected), EXIT_CLUSTER)
-    except BaseException as interruption:  # Ctrl-C, SIGTERM; through the API, what the caller's handler raised
-        reraise = None if isinstance(interruption, KeyboardInterrupt) else interruption
-        kubectl.stop_children()  # calls still running in other threads, or streams
-        progress.finish()
-        if batch.create_sent:
-            say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
-        try:
-            batch.save_after_interrupt()
-        except KeyboardInterrupt:
-            say_stderr("skipped saving diagnostics")
-        where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
-        error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
+    except BaseException as raised:  # an OSError here is the output directory's, not the cluster's
+        outcome = outcome_of(raised, output)
+        error = outcome.error()
+        bug = outcome.kind == BUG  # recorded and cleaned up as asked, then it shows
+        # Ctrl-C and SIGTERM end in their exit code; through the API, what the caller's handler raised shows
+        if bug or (outcome.kind == INTERRUPTED and not isinstance(raised, KeyboardInterrupt)):
+            reraise = raised
+        if outcome.kind == INTERRUPTED:
+            kubectl.stop_children()  # calls still running in other threads, or streams
+            progress.finish()
+            if batch.create_sent:
+                say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
+            skipped = False
+            try:
+                batch.save_after_interrupt()
+            except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
+                skipped = True
+                say_stderr("skipped saving diagnostics")
+            where = f"diagnostics are in {output}" if batch.create_sent else "nothing was created in the cluster"
+            if skipped:
+                where = (
+                    f"saving diagnostics was skipped, so {output} holds only what the run wrote before "
+                    "(receipt.json, for cleanup)"
+                )
+            error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
         kubectl.wait_for_ended_watches()
-        save_if_possible(output / "kubectl-calls.json", kubectl.calls)
+        save_kubectl_calls(output, kubectl.calls)
     if error is not None:
-        save_if_possible(
-            output / "error.json", {"message": str(error), "exit_code": error.exit_code, "at": time.time()}
-        )
+        save_error(output, str(error), error.exit_code, time.time())
         append_step_summary(f"### rl-batch-demo: failed (exit {error.exit_code})\n\n{markdown_literal(str(error))}")
     if error is not None and not bug and not batch.create_sent:
         release_output(output)  # nothing to clean up or inspect in the cluster: the same --output works again
@@ -184,7 +185,8 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
         except KeyboardInterrupt:
             error = error or DemoError("interrupted during cleanup", EXIT_INTERRUPTED)
     if not cleaned and batch.namespace_created:
-        say_stderr(f"namespace {namespace} is kept; delete it with: {cleanup_command(tool, output)}")
+        command = cleanup_command(tool, output)
+        say_stderr(f"namespace {namespace} is kept; delete it with: {command}", whole=command)
     if reraise is not None:
         raise reraise
     if error is not None:
@@ -196,24 +198,23 @@ def publish(results: Results, settings: RunSettings, print_summary: bool = True)
     """Write results.json and timeline.svg, print the summary (unless the caller prints its own),
     and judge the thresholds."""
     output = settings.output
-    write_json(output / "results.json", results)
-    write_atomic(output / "timeline.svg", render_timeline_svg(results))
+    write_results_files(output, results)
     breaches = check_thresholds(results, settings.thresholds)
     summary = (
         json.dumps(headline(results), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if settings.json_summary
-        else render_summary(results, summary_files(settings), breaches)
+        else render_summary(results, summary_files(settings), breaches, terminal_width(sys.stdout))
     )
     try:
         if print_summary:
             sys.stdout.write(printable(summary, keep_newlines=True))
             sys.stdout.flush()
     except BrokenPipeError:  # a closed reader must not stop the thresholds or the cleanup
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()
     append_step_summary(markdown_summary(results))
     if breaches:
         return DemoError(
-            f"latency budget breached: {'; '.join(breaches)}; results are in {output / 'results.json'}",
+            f"latency budget breached: {'; '.join(breaches)}; results are in {output / RUN_FILES.results}",
             EXIT_THRESHOLD,
         )
     return None
@@ -223,8 +224,8 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     """The summary's last lines but one: where the run's files are, and the reports it was asked for."""
     output = settings.output
     files = [
-        ("results", f"{output / 'results.json'} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
-        ("timeline", str(output / "timeline.svg")),
+        ("results", f"{output / RUN_FILES.results} (every figure; {output / REWARDS_FILE}: one reward per episode)"),
+        ("timeline", str(output / RUN_FILES.timeline)),
     ]
     reports = [f"JUnit {settings.junit}"] if settings.junit else []
     reports += [f"metrics {settings.metrics_file}"] if settings.metrics_file else []
@@ -233,12 +234,15 @@ def summary_files(settings: RunSettings) -> List[Tuple[str, str]]:
     return files
 
 
-def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int:
+def cmd_reproduce(
+    args: argparse.Namespace, base: RunSettings, tool: str, settings_of: Callable[[Sequence[str]], RunSettings]
+) -> int:
     """The guide's experiment: 10 in parallel, the same one at a time, then a warm-up episode on
     each node and K rounds in parallel; one image digest throughout; each group cleaned up once
     its diagnostics are saved; the guide's table and a verdict at the end (with --quiet or
-    --json, nothing else on stdout). `base` holds what every group's run shares (see
-    reproduce_group_settings); a breached --threshold lets the experiment go on."""
+    --json, nothing else on stdout). `base` holds what every group's run shares; each group runs
+    the settings `settings_of` reads from its command line (reproduce_group_argv, as report.json
+    records it); a breached --threshold lets the experiment go on."""
     output = base.output
     refuse_existing_output(output)
     context, _ = make_kubectl(args).cluster_identity()  # read once: every group runs in this context
@@ -251,7 +255,7 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
         "rounds": args.rounds,
         "groups": [],
         "complete": False,
-        "tool_version": tool_version(),
+        "tool_version": release_and_fingerprint(),
     }
     alone = args.quiet or args.json  # stdout: only the table and the verdict, or only the JSON
     failure: Optional[DemoError] = None
@@ -263,13 +267,13 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
             entry: ReproduceGroup = {"name": group, "directory": group, "argv": argv, "exit_code": None}
             report["groups"].append(entry)
             write_json(output / "report.json", report)
-            settings = reproduce_group_settings(base, group, report["image_pinned"])
+            settings = settings_of(argv)
             try:
                 entry["exit_code"] = cmd_run(settings, make_kubectl(args).with_context(context), tool, not alone)
             except DemoError as error:
                 entry["exit_code"], entry["error"] = error.exit_code, str(error)
                 failure = None if error.exit_code == EXIT_THRESHOLD else error  # over budget, yet valid
-            receipt = _read_json_file(output / group / "receipt.json")
+            receipt = _read_json_file(output / group / RUN_FILES.receipt)
             entry["namespace"] = receipt.get("namespace") if isinstance(receipt, dict) else None
             if failure is not None:
                 break
@@ -283,11 +287,14 @@ def cmd_reproduce(args: argparse.Namespace, base: RunSettings, tool: str) -> int
                     break
         report["complete"] = failure is None
     except KeyboardInterrupt:
-        write_reproduce_reports(args, base, report, DemoError("interrupted", EXIT_INTERRUPTED))
+        write_reproduce_reports(args, base, settings_of, report, DemoError("interrupted", EXIT_INTERRUPTED))
         raise
     finally:
         text = write_reproduce_report(output, report, args.lang, args.reference == "guide")
-    problems = write_reproduce_reports(args, base, report, failure)
+    table, width = report.get("table"), terminal_width(sys.stdout)
+    if text is not None and table and width is not None:  # report.md keeps full lines; a terminal, its width
+        text = render_guide_table(table, "text", width)
+    problems = write_reproduce_reports(args, base, settings_of, report, failure)
     verdict = reproduce_verdict(output, report)
     if args.json:
         sys.stdout.write(json.dumps({**report, "verdict": verdict}, indent=2, sort_keys=True, allow_nan=False) + "\n")
@@ -327,14 +334,18 @@ def write_reports(reports: Sequence[Tuple[str, Optional[str], Callable[[], str]]
 
 
 def write_reproduce_reports(
-    args: argparse.Namespace, base: RunSettings, report: ReproduceReport, failure: Optional[DemoError]
+    args: argparse.Namespace,
+    base: RunSettings,
+    settings_of: Callable[[Sequence[str]], RunSettings],
+    report: ReproduceReport,
+    failure: Optional[DemoError],
 ) -> List[str]:
     """The experiment's --junit and --metrics-file; returns what could not be written."""
     output = base.output
     return write_reports(
         [
             ("JUnit report", args.junit, lambda: reproduce_junit(output, report, failure, base.thresholds)),
-            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, base, time.time())),
+            ("metrics file", args.metrics_file, lambda: reproduce_metrics(output, report, settings_of, time.time())),
         ]
     )
 
@@ -352,12 +363,8 @@ def cmd_run_reported(settings: RunSettings, unbound: Kubectl, tool: str, print_s
     error: Optional[DemoError] = None
     try:
         code = cmd_run(settings, unbound, tool, print_summary)
-    except DemoError as failure:
-        stopped = error = failure
-    except Exception as bug:  # a bug: the reports still say the run failed, then it shows
-        stopped, error = bug, DemoError(bug_message(bug), EXIT_CLUSTER)
-    except BaseException as interrupt:  # Ctrl-C, SIGTERM, or what the API's caller's own handler raised
-        stopped, error = interrupt, DemoError("interrupted", EXIT_INTERRUPTED)
+    except BaseException as raised:  # the reports say how the run ended (a bug: failed), then it shows
+        stopped, error = raised, outcome_of(raised).error()
     problems = write_ci_reports(settings, output if fresh else None, error)
     if stopped is not None:
         raise stopped
@@ -377,7 +384,7 @@ def write_ci_reports(settings: RunSettings, output: Optional[Path], error: Optio
         failure = None
         if error is not None:
             failure = (error.exit_code, str(error), error.pod if isinstance(error, EpisodeInvalid) else None)
-        receipt = _read_json_file(output / "receipt.json") if output is not None else None
+        receipt = _read_json_file(output / RUN_FILES.receipt) if output is not None else None
         properties = {"exit_code": str(exit_code)}
         if isinstance(receipt, dict):
             properties.update(namespace=str(receipt.get("namespace")), context=str(receipt.get("context")))
@@ -404,15 +411,17 @@ def cmd_show_worker(source: str) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     output = Path(args.output)
     groups = reproduce_group_dirs(output)
-    if not (output / "receipt.json").exists() and (groups or (output / "report.json").is_file()):
+    if not (output / RUN_FILES.receipt).exists() and (groups or (output / "report.json").is_file()):
         return cleanup_reproduce(args, groups)  # the output of `reproduce`
     receipt = read_receipt(output)
-    cleanup_run(make_kubectl(args, receipt), receipt, output, print, wait_seconds=args.timeout)
+    cleanup_run(make_kubectl(args, receipt), receipt, output, say, wait_seconds=args.timeout)
     return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Can this cluster run the batch? Reads only; creates nothing but access reviews.
+    """Can this cluster run the batch? Reads only; creates nothing but access reviews. Its
+    --count and --parallelism are held to `run`'s limits before (cli.check_settings), and the
+    capacity is planned as `run` would run them.
 
     A read that is forbidden or fails becomes one of the verdict's problems, so the verdict
     always lists everything that fails."""
@@ -454,6 +463,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        capacity=args.parallelism == "auto",
+        parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )
     problems = [finding.problem for finding in findings if not finding.ok]
     verdict = f"NOT ready: {'; '.join(problems)}" if problems else f"ready to run {args.count} episodes"
@@ -463,6 +474,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             "context": context,
             "server": server,
             "count": args.count,
+            "parallelism": args.parallelism or args.count,
             "findings": [
                 {"name": finding.name, "ok": finding.ok, "detail": finding.detail, "problem": finding.problem}
                 for finding in findings
@@ -475,8 +487,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         return code
     for finding in findings:
-        print(printable(f"{finding.name}: {finding.detail}"))
-    print(printable(f"verdict: {verdict}"))
+        say(f"{finding.name}: {finding.detail}")
+    say(f"verdict: {verdict}")
     return code
 
 
@@ -491,12 +503,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     if args.format == "guide":
         table = guide_table(runs, args.lang, args.reference == "guide")
-        print(render_guide_table(table, "text"), end="")
+        print(render_guide_table(table, "text", terminal_width(sys.stdout)), end="")
         return EXIT_OK
     rows = comparison(runs)
     names = [name for name, _ in runs]
     if args.format == "json":
         print(json.dumps({"runs": names, "figures": rows}, indent=2, sort_keys=True, allow_nan=False))
     else:
-        print(render_comparison(names, rows, args.format), end="")
+        width = terminal_width(sys.stdout) if args.format == "text" else None
+        print(render_comparison(names, rows, args.format, width), end="")
     return EXIT_OK

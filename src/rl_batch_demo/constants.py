@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import typing
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 __version__ = "0.2.0"
 
@@ -105,7 +105,30 @@ JOB_FIELD_NEEDS = {
     "spec.completionMode": ("Indexed Jobs (Kubernetes 1.24)", "--tasks and --max-failed-episodes", ""),
 }
 INFO_LIMIT = 16 * 1024  # bytes of a reward event's `info` (as JSON) kept in rewards.jsonl
-REWARDS_FILE = "rewards.jsonl"
+
+
+class RunFiles(NamedTuple):
+    """The names of what a run writes in its output directory (a round's, a warm-up's and the
+    probe's Job files in that Job's directory), each spelt here once; docs/outputs.md's Files
+    table lists each of them and nothing else with a fixed name (tests/test_docs.py checks)."""
+
+    receipt: str = "receipt.json"
+    job_submitted: str = "job-submitted.json"
+    job: str = "job.json"
+    pods: str = "pods.json"
+    events: str = "events.txt"
+    artifacts: str = "artifacts"  # a directory: one folder per episode
+    results: str = "results.json"
+    rewards: str = "rewards.jsonl"
+    timeline: str = "timeline.svg"
+    kubectl_calls: str = "kubectl-calls.json"
+    error: str = "error.json"
+    warmup: str = "warmup"  # a directory: each warm-up Job's, and the warm-up block
+    warmup_block: str = "warmup.json"  # in the warm-up directory
+
+
+RUN_FILES = RunFiles()
+REWARDS_FILE = RUN_FILES.rewards
 BUILTIN_WORKER = "built-in"
 
 # Artifacts (docs/own-episodes.md, "Artifacts"): files a worker writes under RL_DEMO_ARTIFACTS, sent
@@ -326,8 +349,10 @@ SCHEDULED_BY_CONDITION = (
 )
 # A queued Job's wait for admission (docs/figures.md, "Queued Jobs"): the control plane's, the client's.
 QUEUE_FIGURES = ("admission_wait_seconds", "client_admission_wait_seconds")
-SUMMARY_WIDTH = 120  # terminal columns that the summary's notes and the guide's table keep to
-TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit SUMMARY_WIDTH, never below this
+SUMMARY_WIDTH = 120  # columns that the summary's notes and the guide's table keep to off a terminal (logs, files)
+TERMINAL_COLUMNS_UNKNOWN = 80  # a terminal's width when neither COLUMNS nor the terminal says it
+TABLE_COLUMN_MIN = 10  # a table's column is narrowed to fit its width, below this only if it must
+TABLE_COLUMN_NARROWEST = 4  # never below this: two wide characters, or one and its closing mark
 # The container runtime name the tests' fake cluster reports (tests/fakekube): a run whose episodes
 # ran on it is a simulation on one machine, and its timeline says so.
 SIMULATED_RUNTIME = "rl-batch-demo-simulation"
@@ -337,12 +362,12 @@ COMPARE_FIGURES = (
     ("episodes", "episodes"),
     ("parallelism", "parallelism"),
     ("rounds", "rounds"),
-    ("batch_to_all_ready_seconds", "all ready (s)"),
-    ("batch_to_all_rewards_seconds", "all rewards (s)"),
-    ("batch_to_all_finished_seconds", "all finished (s, cluster)"),
-    ("client_job_complete_seconds", "client saw Complete (s)"),
-    ("pod_to_ready_p50_seconds", "pod->ready p50 (s)"),
-    ("pod_to_ready_p95_seconds", "pod->ready p95 (s)"),
+    ("batch_to_all_ready_seconds", "all ready"),
+    ("batch_to_all_rewards_seconds", "all rewards"),
+    ("batch_to_all_finished_seconds", "all finished (cluster)"),
+    ("client_job_complete_seconds", "client saw Complete"),
+    ("pod_to_ready_p50_seconds", "pod->ready p50"),
+    ("pod_to_ready_p95_seconds", "pod->ready p95"),
 )
 
 TimelineStep = Tuple[str, str, str, str, str]  # name, meaning, colour, start key, end key
@@ -476,6 +501,20 @@ _UNREACHABLE_MESSAGES = (
     r'^error: error validating "[^"]*": error validating data: (?:failed to download openapi: )?Get "(?P<url>[^"]+)": '
     r"(?P<reason>.+); if you choose to ignore these errors, turn validation off with --validate=false$",
     r'^(?:error: )?error when \w+ "[^"]*": \w+ "(?P<url>[^"]+)": (?P<reason>dial tcp .+)$',
+)
+
+# kubectl's words when an HTTP server answered, but 404 to the paths every Kubernetes API server
+# serves: a proxy, or another web server at the context's URL. client-go's generic NotFound (a 404
+# without a metav1.Status body: "the server could not find the requested resource",
+# k8s.io/apimachinery pkg/api/errors NewGenericServerResponse) for the discovery of /api and /apis
+# (client-go discovery/cached/memory memcache.go), for the OpenAPI document `create -f -` validates
+# against, and for /version (`kubectl version`). Seen with the real kubectl 1.32 against
+# tests/recordingserver.py answering every path 404 (tests/test_kubectl_contract.py).
+_GENERIC_NOT_FOUND = "the server could not find the requested resource"
+_NOT_AN_API_SERVER_MARKERS = (
+    f"couldn't get current server API group list: {_GENERIC_NOT_FOUND}",
+    f"error validating data: {_GENERIC_NOT_FOUND}",
+    f"failed to download openapi: {_GENERIC_NOT_FOUND}",
 )
 
 

@@ -21,6 +21,7 @@ from .constants import (
     APP_LABEL_VALUE,
     ARTIFACTS_DIR,
     ARTIFACTS_ENV,
+    CLOCK_RESOLUTION,
     CONFIGMAP_NAME,
     CONFIGMAP_OBJECT_LIMIT,
     CONFIGMAP_REQUEST_LIMIT,
@@ -28,6 +29,7 @@ from .constants import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     EXIT_CLUSTER,
     EXIT_USAGE,
+    FIGURE_CLOCKS,
     INFRA_RETRIES_INSTEAD,
     JOB_FIELD_NEEDS,
     JOB_NAME,
@@ -47,6 +49,15 @@ from .records import JsonObject, KubeObject, PhaseStats, RunSettings
 # Pure core: time, numbers, JSON ###############################################
 # Timestamps, percentiles, quantities and JSON read strictly; no I/O from here to the timeline
 # picture. Uses the constants.
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """obj[k1][k2]..., where a missing or empty level reads as {}: what `(obj.get(k1) or {}).get(k2)`
+    spells, for the loose JSON of Kubernetes objects."""
+    value = obj
+    for key in keys[:-1]:
+        value = value.get(key) or {}
+    return value.get(keys[-1])
 
 
 def parse_timestamp(text: str) -> float:
@@ -264,7 +275,7 @@ def file_fingerprint() -> str:
         return "unknown"
 
 
-def tool_version() -> str:
+def release_and_fingerprint() -> str:
     """The version results, receipts and reports record: the release and this file's hash."""
     return f"{__version__}+{file_fingerprint()}"
 
@@ -577,7 +588,7 @@ def strict_refusal(stderr: str, where: str, infra_retries: bool = False) -> Opti
 
 def required_uid(obj: KubeObject, what: str) -> str:
     """The object's metadata.uid; the tool proves ownership with it, so a missing one is an error."""
-    uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+    uid = dig(obj, "metadata", "uid") if isinstance(obj, dict) else None
     if not isinstance(uid, str) or not uid:
         raise DemoError(
             f"kubectl returned {what} without metadata.uid; inspect the API server's response", EXIT_CLUSTER
@@ -587,7 +598,7 @@ def required_uid(obj: KubeObject, what: str) -> str:
 
 def pod_selector(job: KubeObject) -> str:
     """The label selector of the Job's own pods: its UID label, never its name alone."""
-    match_labels = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    match_labels = dig(job, "spec", "selector", "matchLabels") or {}
     uid = required_uid(job, "a Job")
     for label in (UID_LABEL, LEGACY_UID_LABEL):
         if match_labels.get(label) == uid:
@@ -598,3 +609,87 @@ def pod_selector(job: KubeObject) -> str:
 def pod_belongs_to(pod: KubeObject, job_uid: str) -> bool:
     labels = pod.get("metadata", {}).get("labels", {})
     return job_uid in (labels.get(UID_LABEL), labels.get(LEGACY_UID_LABEL))
+
+
+# Pure core: figures as precise as their clocks ################################
+# A duration's text by the clocks of its two ends (FIGURE_CLOCKS, CLOCK_RESOLUTION): the summary,
+# compare, the CI reports and the budgets' messages all say a figure this way. Uses the constants.
+
+
+def _number(value: float, decimals: int) -> str:
+    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _seconds(value: Optional[float]) -> str:
+    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
+    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
+    if value is None:
+        return "-"
+    if abs(value) < 0.9995:
+        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
+    return f"{_number(value, 2)} s"
+
+
+Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
+
+
+def _resolution(clocks: Clocks) -> float:
+    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
+
+
+def clocked_text(value: Optional[float], clocks: Clocks) -> str:
+    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
+    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
+    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
+    if value is None:
+        return "-"
+    resolution = _resolution(clocks)
+    if resolution >= 1:
+        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
+        return f"{_number(value, 0 if whole else 1)} s"
+    if resolution >= 0.01:
+        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
+    return _seconds(value)
+
+
+def figure_text(value: Optional[float], figure: str) -> str:
+    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
+    return clocked_text(value, FIGURE_CLOCKS[figure])
+
+
+def _exact_duration(seconds: float) -> str:
+    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
+    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
+
+
+def clocks_text(clocks: Clocks) -> str:
+    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
+    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
+    start, end, _ = clocks
+    if start == end:
+        resolution = CLOCK_RESOLUTION[start]
+        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
+    coarse = _resolution(clocks)
+    named = [
+        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
+        for clock in (start, end)
+    ]
+    return "mixed: " + " + ".join(named)
+
+
+def clock_text(figure: str) -> str:
+    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
+    return clocks_text(FIGURE_CLOCKS[figure])
+
+
+def below_resolution_text(values: Sequence[Optional[float]], clocks: Clocks) -> Optional[str]:
+    """What a row says when every value it has is below its clocks' resolution (a second, or a
+    10 ms tick), where the digits carry no information and a negative one only misleads:
+    "< 1 s (1 s clock)"; None when a value is not, or the clocks are fine."""
+    resolution = _resolution(clocks)
+    known = [value for value in values if value is not None]
+    if resolution < 0.01 or not known or any(abs(value) >= resolution for value in known):
+        return None
+    return f"< {_exact_duration(resolution)} ({_exact_duration(resolution)} clock)"

@@ -22,7 +22,7 @@ from .constants import (
     OPERATION_BUCKETS_START,
     TIMESTAMP_SLACK,
 )
-from .core_basics import finite_number, parse_timestamp
+from .core_basics import dig, finite_number, parse_timestamp
 from .errors import EpisodeInvalid
 from .records import (
     Bucket,
@@ -124,7 +124,7 @@ def image_pull_of(events: List[KubeObject], pod: KubeObject) -> ImagePull:
     for event in events:
         if event.get("reason") != "Pulled" or not involves_pod(event, pod):
             continue
-        field_path = (event.get("involvedObject") or {}).get("fieldPath")
+        field_path = dig(event, "involvedObject", "fieldPath")
         if isinstance(field_path, str) and field_path and f"{{{CONTAINER_NAME}}}" not in field_path:
             continue  # another container's image
         message = str(event.get("message") or "")
@@ -491,7 +491,7 @@ def no_operations() -> Operations:
     return {"RunPodSandbox": None, "CreateContainer": None, "StartContainer": None, "PullImage": None}
 
 
-def runtime_operations(
+def count_runtime_operations(
     before: Dict[str, KubeletReading],
     after: Dict[str, KubeletReading],
     handler: str,

@@ -24,6 +24,7 @@ from .constants import (
 )
 from .core_basics import (
     _reject_constant,
+    dig,
     finite_number,
     is_int,
     json_kind,
@@ -42,7 +43,7 @@ from .records import ArtifactFrame, JsonObject, KubeObject, LogBudgets, LostAtte
 
 def creation_time(obj: KubeObject, what: str) -> float:
     """An object's creationTimestamp as epoch seconds; unreadable means the cluster's answer is wrong."""
-    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    text = dig(obj, "metadata", "creationTimestamp")
     try:
         return parse_timestamp(str(text))
     except ValueError:
@@ -149,22 +150,22 @@ def watched_object_problem(obj: Any) -> str:
 
 
 def job_suspended(job: KubeObject) -> bool:
-    return (job.get("spec") or {}).get("suspend") is True
+    return dig(job, "spec", "suspend") is True
 
 
-def job_admitted_at(job: KubeObject) -> Optional[float]:
+def job_admission_time(job: KubeObject) -> Optional[float]:
     """When the job controller let a suspended Job run (its clock, whole seconds): the Suspended
     condition's turn to False, else the startTime it set on resuming; None while it says neither."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
+    for condition in dig(job, "status", "conditions") or []:
         if condition.get("type") == "Suspended" and condition.get("status") == "False":
             return optional_timestamp(condition.get("lastTransitionTime"))
-    return None if job_suspended(job) else optional_timestamp((job.get("status") or {}).get("startTime"))
+    return None if job_suspended(job) else optional_timestamp(dig(job, "status", "startTime"))
 
 
 def foreign_manager(job: KubeObject) -> Optional[str]:
     """The controller named by the Job's spec.managedBy when it is not the job controller (MultiKueue's
     kueue.x-k8s.io/multikueue): that one runs the Job, elsewhere, and the tool cannot measure it."""
-    managed_by = (job.get("spec") or {}).get("managedBy")
+    managed_by = dig(job, "spec", "managedBy")
     return str(managed_by) if managed_by not in (None, "", JOB_CONTROLLER_NAME) else None
 
 
@@ -261,7 +262,7 @@ def parse_index_set(text: Any) -> List[int]:
 
 def pod_index(pod: KubeObject, count: int, inspect: str) -> int:
     """An Indexed Job's pod's completion index, from its annotation: a decimal in [0, count)."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX_ANNOTATION)
+    text = dig(pod, "metadata", "annotations", INDEX_ANNOTATION)
     if not isinstance(text, str) or not re.match(_INDEX, text) or not int(text) < count:
         raise EpisodeInvalid(
             str(pod["metadata"]["name"]),
@@ -279,10 +280,27 @@ def _phase_failure(pod: KubeObject) -> str:
     return f"the pod ended in phase {status.get('phase')} ({detail}{', ' + reason if reason else ''})"
 
 
-def pod_failure(pod: KubeObject) -> Tuple[int, str]:
+def _deleted_after_the_job_failed(metadata: KubeObject, job: KubeObject) -> bool:
+    """Whether a pod's deletion was asked for no earlier than the second the Job failed (both
+    whole-second stamps of the API server); False when either is unknown."""
+    try:
+        failed = [_condition_time(job, kind) for kind in FAILURE_CONDITIONS]
+        deleted = optional_timestamp(metadata.get("deletionTimestamp"))
+        grace = finite_number(metadata.get("deletionGracePeriodSeconds")) or 0.0
+        known = [at for at in failed if at is not None]
+    except (TypeError, ValueError):
+        return False
+    return deleted is not None and bool(known) and deleted - grace >= min(known)
+
+
+def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int, str]:
     """Why the pod cannot be a valid episode, by the first rule it breaks, with the rule's rank
     (0 evicted, 1 failed on its own, 2 deleted or replaced mid-run: a failed Job's controller
-    deletes the others); (3, "") for a pod that broke none of them."""
+    deletes the others); (3, "") for a pod that broke none of them. `job`, the Job as last read:
+    a pod whose deletion was asked for (deletionTimestamp less deletionGracePeriodSeconds) once
+    the Job had failed, without a DisruptionTarget condition, was deleted by the job controller
+    with the Job's other active pods (job_controller.go, deleteActivePods), and its rule says so,
+    with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
     if status.get("reason") == "Evicted":
@@ -296,6 +314,11 @@ def pod_failure(pod: KubeObject) -> Tuple[int, str]:
             if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
         ]
         detail = f"; {disruption[0]}" if disruption else ""
+        if not disruption and job is not None and _deleted_after_the_job_failed(metadata, job):
+            return 2, (
+                f"the pod was deleted mid-run by the job controller because the Job failed "
+                f"({failed_condition_text(job)}; deletionTimestamp {deleted})"
+            )
         return 2, f"the pod was deleted mid-run (deletionTimestamp {deleted}{detail})"
     return 3, ""
 
@@ -366,7 +389,7 @@ def _attempt_order(pod: KubeObject) -> Tuple[int, str, str]:
     addIndexFailureCountAnnotation), then creationTimestamp (whole seconds: two attempts of a
     second tie there), then name."""
     metadata = pod["metadata"]
-    count = (metadata.get("annotations") or {}).get(INDEX_FAILURE_COUNT_ANNOTATION)
+    count = dig(metadata, "annotations", INDEX_FAILURE_COUNT_ANNOTATION)
     failures = int(count) if isinstance(count, str) and re.fullmatch(r"[0-9]{1,6}", count) else 0
     return failures, str(metadata.get("creationTimestamp") or ""), str(metadata["name"])
 
@@ -393,7 +416,7 @@ def episode_attempts(
         kept = sorted((pod for pod in group if not infra_loss(pod)), key=_attempt_order)
         lost = sorted((pod for pod in group if infra_loss(pod)), key=_attempt_order)
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
-            first = next((pod for pod in kept if (pod.get("status") or {}).get("phase") != "Succeeded"), kept[0])
+            first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
             rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
             raise EpisodeInvalid(
@@ -445,10 +468,12 @@ def vanished_attempts(observation: RoundObservation, pods: List[KubeObject], job
     ]
 
 
-def episode_failure(pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int) -> Tuple[int, str]:
-    """pod_failure, told of the episode's attempts: a last attempt that the infrastructure lost
-    too used up --infra-retries; one that failed otherwise says which attempt it was."""
-    rank, rule = pod_failure(pod)
+def episode_failure(
+    pod: KubeObject, lost: Sequence[LostAttempt], infra_retries: int, job: Optional[KubeObject] = None
+) -> Tuple[int, str]:
+    """pod_failure, told of the episode's attempts (and of the Job, `job`): a last attempt that the
+    infrastructure lost too used up --infra-retries; one that failed otherwise says which attempt it was."""
+    rank, rule = pod_failure(pod, job)
     if rule and infra_retries and infra_loss(pod):
         causes = "; ".join(attempt["cause"] for attempt in lost)
         rule = (
@@ -491,7 +516,7 @@ def pod_list(pods: List[KubeObject]) -> KubeObject:
 
 def record_pod_sighting(sightings: Dict[str, Dict[str, Any]], pod: Any, wall: float) -> None:
     """Stamp a pod's first sighting and each phase's first sighting with the client's clock."""
-    name = ((pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None) or ""
+    name = (dig(pod, "metadata", "name") if isinstance(pod, dict) else None) or ""
     if not name:
         return
     record = sightings.setdefault(name, {"first_seen_at": wall})
@@ -530,7 +555,7 @@ def final_pods_from_watch(observation: RoundObservation, job_uid: str) -> Option
             return None
         if JOB_TRACKING_FINALIZER in (metadata.get("finalizers") or []):
             return None
-        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             return None
     pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return pods
@@ -564,7 +589,7 @@ def latest_warning(events: List[KubeObject], names: Iterable[str]) -> str:
         event
         for event in events
         if event.get("type") == "Warning"
-        and (event.get("involvedObject") or {}).get("name") in wanted
+        and dig(event, "involvedObject", "name") in wanted
         and event.get("reason") not in ("DeadlineExceeded", "BackoffLimitExceeded")  # the outcome, not a cause
     ]
     if not warnings:

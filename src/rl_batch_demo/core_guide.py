@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .constants import EXIT_CLUSTER, SUMMARY_WIDTH
+from .constants import EXIT_CLUSTER, RUN_FILES, SUMMARY_WIDTH
 from .core_basics import finite_number, one_episode_job_manifest
 from .core_reports import printable, render_table, wrap_text
 from .errors import DemoError
@@ -16,7 +16,7 @@ from .records import GuideRow, GuideTable, JsonObject, KubeObject, Results, RunS
 # sections above.
 
 
-WARMUP_DIR = "warmup"
+WARMUP_DIR = RUN_FILES.warmup
 WARMUP_JOB_PREFIX = "warmup"
 PROBE_JOB_NAME = "probe"
 WARMUP_NODE_KEY = "rl-batch-demo/warmup-node"  # label (name or hash) and annotation (full name)
@@ -334,11 +334,13 @@ def _guide_date(date: str, lang: str) -> str:
     return f"{year} 年 {int(month)} 月 {int(day)} 日"
 
 
-def render_guide_table(table: GuideTable, style: str) -> str:
-    """The guide's table as aligned text or Markdown (render_table; text fits SUMMARY_WIDTH
-    columns or wraps), then its reference's conditions in the table's language."""
+def render_guide_table(table: GuideTable, style: str, width: Optional[int] = None) -> str:
+    """The guide's table as aligned text or Markdown (render_table; text fits `width` columns, a
+    terminal's, or SUMMARY_WIDTH, or wraps by column), then its reference's conditions in the
+    table's language."""
+    width = width or SUMMARY_WIDTH
     lines = [table["header"]] + [row["cells"] for row in table["rows"]]
-    text = render_table(lines, style, SUMMARY_WIDTH if style == "text" else None)
+    text = render_table(lines, style, width if style == "text" else None)
     reference = table.get("reference")
     if reference:
         words = _WORDS[table["lang"]]
@@ -346,6 +348,6 @@ def render_guide_table(table: GuideTable, style: str) -> str:
             date=_guide_date(reference["date"], table["lang"]),
             conditions=words["separator"].join(reference["conditions"]),
         )
-        note_lines = wrap_text(printable(note), SUMMARY_WIDTH) if style == "text" else [printable(note)]
+        note_lines = wrap_text(printable(note), width) if style == "text" else [printable(note)]
         text += "\n" + "\n".join(note_lines) + "\n"
     return text

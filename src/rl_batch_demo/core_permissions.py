@@ -23,8 +23,8 @@ from .constants import (
     SERVICEACCOUNT_PERMISSIONS,
     SERVICEACCOUNT_WAIT,
 )
-from .core_basics import parse_quantity, short_repr
-from .records import Finding, JobReceipt, KubeObject, Read, Receipt
+from .core_basics import dig, parse_quantity, short_repr
+from .records import Finding, KubeObject, Read, Receipt, ReceiptJob
 
 # Pure core: permissions and capacity ##########################################
 # What `check` and the preflight decide from access reviews, nodes and the RuntimeClass. Uses
@@ -94,7 +94,7 @@ def named_runtimeclass(items: List[KubeObject], name: str) -> Optional[KubeObjec
     """The RuntimeClass `name` of a listing of several kinds (`kind` on each item), or None where
     it has none: what `get runtimeclass NAME --ignore-not-found` would have said."""
     for item in items:
-        if item.get("kind") == "RuntimeClass" and (item.get("metadata") or {}).get("name") == name:
+        if item.get("kind") == "RuntimeClass" and dig(item, "metadata", "name") == name:
             return item
     return None
 
@@ -151,7 +151,7 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
             using = {resource: own[resource] + sidecars[resource] for resource in _RESOURCES}
         init_peak = {resource: max(init_peak[resource], using[resource]) for resource in _RESOURCES}
     total = {resource: max(total[resource], init_peak[resource]) for resource in _RESOURCES}
-    pod_level = ((spec.get("resources") or {}).get("requests") or {}) if isinstance(spec.get("resources"), dict) else {}
+    pod_level = (dig(spec, "resources", "requests") or {}) if isinstance(spec.get("resources"), dict) else {}
     total.update(
         {resource: parse_quantity(str(pod_level[resource])) for resource in _RESOURCES if resource in pod_level}
     )
@@ -171,19 +171,19 @@ def episode_room(
     extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
     need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
     eligible = eligible_nodes(nodes, runtimeclass)
-    names = {str((node.get("metadata") or {}).get("name")) for node in eligible}
+    names = {str(dig(node, "metadata", "name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
     running = dict.fromkeys(names, 0)
     for pod in pods or []:
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        if node_name in names and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        node_name = str(dig(pod, "spec", "nodeName") or "")
+        if node_name in names and dig(pod, "status", "phase") not in ("Succeeded", "Failed"):
             running[node_name] += 1
             used[node_name] = {r: used[node_name][r] + v for r, v in pod_requests(pod).items()}
     room = 0
     have = dict.fromkeys(_RESOURCES, 0.0)
     for node in eligible:
-        name = str((node.get("metadata") or {}).get("name"))
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        name = str(dig(node, "metadata", "name"))
+        allocatable = dig(node, "status", "allocatable") or {}
         free = {
             resource: parse_quantity(allocatable.get(resource, "0")) - used[name][resource] for resource in _RESOURCES
         }
@@ -200,7 +200,7 @@ def episode_room(
         f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s' if len(eligible) != 1 else ''} have {have['cpu']:.1f} CPU and "
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
         f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
         f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
     )
@@ -236,10 +236,14 @@ def preflight_findings(
     count: int = DEFAULT_COUNT,
     kubelet_metrics: bool = False,
     capacity: bool = False,
+    parallelism: Optional[int] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
-    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room)."""
+    access reviews (with --parallelism auto, `capacity`: whether it may read the nodes' room).
+    The capacity is planned as `run` runs the batch: `parallelism` episodes at once (the
+    default: all `count`), or with --parallelism auto (`capacity` in `check`) as many as there
+    is room for, which needs room for one."""
 
     def failed(what: str, read: Read) -> Finding:
         return Finding(
@@ -278,7 +282,7 @@ def preflight_findings(
         else:
             runtimeclass_known = True
             scheduling = runtimeclass.value.get("scheduling") or {}
-            overhead = json.dumps((runtimeclass.value.get("overhead") or {}).get("podFixed") or {}, sort_keys=True)
+            overhead = json.dumps(dig(runtimeclass.value, "overhead", "podFixed") or {}, sort_keys=True)
             selector = json.dumps(scheduling.get("nodeSelector") or {}, sort_keys=True)
             detail = f"handler {runtimeclass.value.get('handler')}, overhead {overhead}, nodeSelector {selector}, "
             tolerations = f"tolerations {len(scheduling.get('tolerations') or [])}"
@@ -290,8 +294,21 @@ def preflight_findings(
             findings.append(failed("list nodes", nodes))
         elif runtimeclass_known:
             running = pods.value if pods is not None and not pods.failure else None
+            chosen = runtimeclass.value if runtimeclass else None
             try:
-                fits, text = capacity_verdict(count, runtimeclass.value if runtimeclass else None, nodes.value, running)
+                if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
+                    room, room_text = episode_room(chosen, nodes.value, running)
+                    fits = room >= 1
+                    text = (
+                        f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
+                        if fits
+                        else f"--parallelism auto: not even one episode fits now; {room_text}"
+                    )
+                else:
+                    at_once = count if parallelism is None else min(parallelism, count)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    if at_once < count:
+                        text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
                 fits, text = False, f"cannot be computed ({error})"
             if pods is not None and pods.failure:
@@ -328,7 +345,7 @@ def preflight_findings(
 
 def _asks(review: KubeObject, permissions: Sequence[Tuple[str, str, str, str, bool]]) -> bool:
     """Whether an access review asks for one of these permissions."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     return any(
         (attributes.get("verb"), attributes.get("resource"), attributes.get("subresource", "")) == (verb, resource, sub)
         for verb, resource, _, sub, _ in permissions
@@ -351,7 +368,7 @@ def serviceaccount_finding(reviews: List[KubeObject]) -> Finding:
 
 def _is_capacity_review(review: KubeObject) -> bool:
     """A review of what --parallelism auto reads: list nodes, list pods in every namespace."""
-    attributes = (review.get("spec") or {}).get("resourceAttributes") or {}
+    attributes = dig(review, "spec", "resourceAttributes") or {}
     asked = (attributes.get("verb"), attributes.get("resource"), "namespace" in attributes)
     return any(asked == (verb, resource, False) for verb, resource, *_ in CAPACITY_PERMISSIONS)
 
@@ -402,11 +419,11 @@ class CleanupPlan:
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
 
 
-def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[JobReceipt]:
+def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[ReceiptJob]:
     """The Jobs a receipt names; a guide-era receipt names the one Job by its job_uid or job.json."""
-    if receipt.jobs:
-        return list(receipt.jobs)
-    return [JobReceipt(JOB_NAME, receipt.guide_job_uid or job_json_uid)]
+    if receipt["jobs"]:
+        return list(receipt["jobs"])
+    return [{"name": JOB_NAME, "uid": receipt.get("job_uid") or job_json_uid}]
 
 
 # Anchored by \Z, for `$` also matches before a final newline: "rollout\n" is no name of this tool's.
@@ -416,19 +433,18 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 
 def receipt_names_problem(receipt: Receipt) -> str:
     """Why a receipt's names cannot be this tool's (they go into kubectl's argument lists), or ""."""
-    if not re.match(_RUN_NAMESPACE, receipt.namespace):
-        return (
-            f"the receipt names namespace {short_repr(receipt.namespace)}, not one this tool creates (agc-rl-<12 hex>)"
-        )
-    for job in receipt.jobs:
-        if not re.match(_DNS_LABEL, job.name):
-            return f"the receipt names Job {short_repr(job.name)}, not a name this tool gives"
+    if not re.match(_RUN_NAMESPACE, receipt["namespace"]):
+        named = short_repr(receipt["namespace"])
+        return f"the receipt names namespace {named}, not one this tool creates (agc-rl-<12 hex>)"
+    for job in receipt["jobs"]:
+        if not re.match(_DNS_LABEL, job["name"]):
+            return f"the receipt names Job {short_repr(job['name'])}, not a name this tool gives"
     return ""
 
 
 def plan_cleanup(
     receipt: Receipt,
-    jobs: List[JobReceipt],
+    jobs: List[ReceiptJob],
     current_context: Optional[str],
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
@@ -436,47 +452,47 @@ def plan_cleanup(
 ) -> CleanupPlan:
     """Prove that the namespace and every live Job are this run's: the same API server, the
     namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
-    namespace = receipt.namespace
-    if receipt.server and current_server != receipt.server:
+    namespace = receipt["namespace"]
+    if receipt["server"] and current_server != receipt["server"]:
         return CleanupPlan(
-            refusal=f"refusing to clean up: the run used the API server {receipt.server}, but context "
+            refusal=f"refusing to clean up: the run used the API server {receipt['server']}, but context "
             f"{current_context} now points at {current_server}; use the kubeconfig the run used (--kubeconfig); "
             "nothing was deleted"
         )
     if live_namespace is None:
         return CleanupPlan(namespace_absent=True)
-    live_uid = (live_namespace.get("metadata") or {}).get("uid")
-    labels = (live_namespace.get("metadata") or {}).get("labels") or {}
+    live_uid = dig(live_namespace, "metadata", "uid")
+    labels = dig(live_namespace, "metadata", "labels") or {}
     live_label = labels.get(RUN_LABEL)
-    recorded_uid = receipt.namespace_uid
+    recorded_uid = receipt.get("uid")
     adopted = None
     if not recorded_uid:
         # The run stopped while creating the namespace. Its random run id in the label, set by
         # this tool, proves the namespace is the run's; anything else is refused.
-        if live_label != receipt.run_id or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
+        if live_label != receipt["run_id"] or labels.get("app.kubernetes.io/managed-by") != APP_LABEL_VALUE:
             return CleanupPlan(
                 refusal=f"namespace {namespace} exists but the receipt has no namespace UID and the namespace "
                 f"lacks this run's labels, so ownership cannot be proven; nothing was deleted; inspect "
                 f"`kubectl get namespace {namespace} -o yaml`"
             )
         adopted = recorded_uid = live_uid
-    if live_uid != recorded_uid or live_label != receipt.run_id:
+    if live_uid != recorded_uid or live_label != receipt["run_id"]:
         return CleanupPlan(
             refusal=f"refusing to clean up namespace {namespace}: its UID {live_uid} / label "
-            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt.run_id}); "
+            f"{RUN_LABEL}={live_label} do not match the receipt ({recorded_uid} / {receipt['run_id']}); "
             "nothing was deleted"
         )
     doomed = []
     for job in jobs:
-        live_job = live_jobs.get(job.name)
+        live_job = live_jobs.get(job["name"])
         if live_job is None:
             continue
-        job_uid = (live_job.get("metadata") or {}).get("uid")
-        job_label = ((live_job.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
-        if not (job_uid == job.uid if job.uid else job_label == receipt.run_id):
+        job_uid = dig(live_job, "metadata", "uid")
+        job_label = dig(live_job, "metadata", "labels", RUN_LABEL)
+        if not (job_uid == job["uid"] if job["uid"] else job_label == receipt["run_id"]):
             return CleanupPlan(
-                refusal=f"refusing to clean up: Job {namespace}/{job.name} has UID {job_uid}, not the "
-                f"one this run recorded ({job.uid}); nothing was deleted"
+                refusal=f"refusing to clean up: Job {namespace}/{job['name']} has UID {job_uid}, not the "
+                f"one this run recorded ({job['uid']}); nothing was deleted"
             )
-        doomed.append(job.name)
+        doomed.append(job["name"])
     return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))

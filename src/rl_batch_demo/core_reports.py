@@ -35,12 +35,30 @@ from .constants import (
     STAMP_CLOCKS,
     SUMMARY_WIDTH,
     TABLE_COLUMN_MIN,
+    TABLE_COLUMN_NARROWEST,
     THRESHOLD_METRICS,
     TIMELINE_BARS,
     TIMELINE_DETAIL_BARS,
     TimelineStep,
 )
-from .core_basics import difference, finite_number, json_number, json_stat, optional_timestamp, percentile
+from .core_basics import (
+    Clocks,
+    _exact_duration,
+    _resolution,
+    _seconds,
+    below_resolution_text,
+    clock_text,
+    clocked_text,
+    clocks_text,
+    difference,
+    dig,
+    figure_text,
+    finite_number,
+    json_number,
+    json_stat,
+    optional_timestamp,
+    percentile,
+)
 from .core_cluster import _condition_time, _container_status, infra_loss
 from .core_validation import check_thresholds
 from .records import (
@@ -127,6 +145,33 @@ def wrap_text(text: str, width: int, indent: str = "") -> List[str]:
     return lines
 
 
+def fit_lines(text: str, width: Optional[int]) -> str:
+    """`text` with each line wrapped to `width` terminal columns (wrap_text; a continuation
+    indented two more than its line), for a terminal that would otherwise break it anywhere;
+    `width` None (not a terminal: a CI log, a file): unchanged, full lines."""
+    if width is None:
+        return text
+    fitted = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        fitted += wrap_text(line, width, indent + "  ") if _display_width(line) > width else [line]
+    return "\n".join(fitted)
+
+
+def shorten(text: str, width: int, mark: str = "...") -> str:
+    """`text` cut at its tail to `width` terminal columns (CJK characters count two), `mark`
+    where it was cut; whole when it fits."""
+    if _display_width(text) <= width:
+        return text
+    kept, used = "", _display_width(mark)
+    for character in text:
+        used += _display_width(character)
+        if used > width:
+            break
+        kept += character
+    return (kept + mark)[: max(width, 0)] if width < len(mark) else kept + mark
+
+
 def _longest_piece(text: str) -> int:
     """The narrowest a column holding `text` can be without breaking a name inside its parts."""
     return max((_display_width(part.rstrip()) for token in _tokens(text) for part in _name_parts(token)), default=0)
@@ -140,100 +185,104 @@ def markdown_literal(text: str) -> str:
     return f"{fence}text\n{printable(text)}\n{fence}\n"
 
 
-def _number(value: float, decimals: int) -> str:
-    """`value` to `decimals` places, without the sign of a value that rounds to zero ("-0.0")."""
-    text = f"{value:.{decimals}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
+TableRow = Tuple[List[str], Optional[str]]  # a row's cells, or its first cell and one spanning every value column
 
 
-def _seconds(value: Optional[float]) -> str:
-    """A duration from a fine clock (the client's, the node's, the kubelet's), to three significant
-    digits: milliseconds below a second ("752 ms", "71.1 ms", "0.7 ms"), else seconds ("1.42 s")."""
-    if value is None:
-        return "-"
-    if abs(value) < 0.9995:
-        return f"{_number(value * 1000, 0 if abs(value) >= 0.09995 else 1)} ms"
-    return f"{_number(value, 2)} s"
+def _lay_out(
+    rows: Sequence[TableRow], widths: List[int], right: Sequence[bool], gaps: Sequence[int], values: range
+) -> List[str]:
+    """Rows as lines: each cell wrapped within its column's width (wrap_text, so a row may take
+    several lines and no line breaks inside another cell), left or right aligned, `gaps[i]`
+    spaces before column i; a spanning row's text right-aligned across the `values` columns."""
+    out = []
+    for given, span in rows:
+        cells, layout, aligned, spacing = list(given), list(widths), list(right), list(gaps)
+        if span is not None:  # one cell across the value columns, right-aligned
+            across = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+            cells = [given[0], span, *given[values.stop :]]
+            layout = [widths[0], across, *widths[values.stop :]]
+            aligned = [right[0], True, *right[values.stop :]]
+            spacing = [gaps[0], gaps[values.start], *gaps[values.stop :]]
+        parts = [wrap_text(cell, column) for cell, column in zip(cells, layout)]
+        for index in range(max(len(part) for part in parts)):
+            line = ""
+            for part, column, to_right, gap in zip(parts, layout, aligned, spacing):
+                text = part[index] if index < len(part) else ""
+                pad = " " * max(column - _display_width(text), 0)
+                line += " " * gap + (pad + text if to_right else text + pad)
+            out.append(line.rstrip())
+    return out
 
 
-Clocks = Tuple[str, str, Optional[str]]  # a FIGURE_CLOCKS entry: start, end, why it can read negative
-
-
-def _resolution(clocks: Clocks) -> float:
-    return max(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]])
-
-
-def clocked_text(value: Optional[float], clocks: Clocks) -> str:
-    """A value as precise as its clocks, never more: whole seconds between two whole-second stamps
-    (of one clock or two: "0 s", never "0.0 ms"), tenths of a second where a whole-second stamp meets a finer clock (as
-    the guide prints them), 10 ms steps for clock ticks, else _seconds."""
-    if value is None:
-        return "-"
-    resolution = _resolution(clocks)
-    if resolution >= 1:
-        whole = min(CLOCK_RESOLUTION[clocks[0]], CLOCK_RESOLUTION[clocks[1]]) >= 1  # two whole-second stamps
-        return f"{_number(value, 0 if whole else 1)} s"
-    if resolution >= 0.01:
-        return f"{_number(round(value * 100) * 10.0, 0)} ms" if abs(value) < 0.995 else f"{_number(value, 2)} s"
-    return _seconds(value)
-
-
-def figure_text(value: Optional[float], figure: str) -> str:
-    """A figure of FIGURE_CLOCKS as precise as its clocks (clocked_text)."""
-    return clocked_text(value, FIGURE_CLOCKS[figure])
-
-
-def _exact_duration(seconds: float) -> str:
-    """A clock's resolution or a histogram bucket's bound, exactly as defined: "0 s", "10 ms", "12.5 ms", "1 s"."""
-    return f"{seconds:g} s" if seconds == 0 or seconds >= 1 else f"{seconds * 1000:g} ms"
-
-
-def clocks_text(clocks: Clocks) -> str:
-    """Which clocks a value comes from and the resolution that limits it: "API server, 1 s clock",
-    "node clock", or for a value that mixes two clocks "mixed: API server 1 s + node"."""
-    start, end, _ = clocks
-    if start == end:
-        resolution = CLOCK_RESOLUTION[start]
-        return f"{start}, {_exact_duration(resolution)} clock" if resolution >= 0.01 else f"{start} clock"
-    coarse = _resolution(clocks)
-    named = [
-        f"{clock} {_exact_duration(coarse)}" if CLOCK_RESOLUTION[clock] == coarse >= 0.01 else clock
-        for clock in (start, end)
-    ]
-    return "mixed: " + " + ".join(named)
-
-
-def clock_text(figure: str) -> str:
-    """The clocks of a figure of FIGURE_CLOCKS (clocks_text)."""
-    return clocks_text(FIGURE_CLOCKS[figure])
+def _fit_columns(widths: List[int], floors: Sequence[int], gaps: Sequence[int], width: int) -> List[int]:
+    """Column widths narrowed, the widest first and none below its floor, until a line fits `width`."""
+    widths = list(widths)
+    while sum(widths) + sum(gaps) > width:
+        narrowable = [i for i in range(len(widths)) if widths[i] > floors[i]]
+        if not narrowable:
+            break
+        widths[max(narrowable, key=lambda i: widths[i])] -= 1
+    return widths
 
 
 def _figure_table(
     header: Sequence[str],
     rows: Sequence[Tuple[str, Clocks, Sequence[Optional[float]]]],
     sources: Optional[Sequence[str]] = None,
+    width: Optional[int] = None,
 ) -> List[str]:
     """Lines of figures: a label, each value formatted by its clocks, who measured it (`sources`,
-    when given: FIGURE_SOURCES), then its clocks; a row with a negative value is marked "*", and a
-    note under the table says why it can be."""
-    cells = [[label, *(clocked_text(value, clocks) for value in values)] for label, clocks, values in rows]
-    width = max(len(line[0]) for line in [list(header), *cells]) + 1
-    value_widths = [max(len(line[i]) + 2 for line in [list(header), *cells]) for i in range(1, len(header))]
-    by = [f"  {source:<{max(len(s) for s in [*sources, 'by'])}}" for source in ["by", *sources]] if sources else []
-    lines = [
-        "".join([f"{header[0]:<{width}}", *(f"{h:>{w}}" for h, w in zip(header[1:], value_widths)), *by[:1], "  clock"])
-    ]
+    when given: FIGURE_SOURCES), then its clocks; a row whose values are all below its clocks'
+    resolution says so across its value columns (below_resolution_text); a row with a negative
+    value is marked "*", and a note under the table says why it can be. `width`: the terminal's
+    columns, which the label and clock columns are narrowed and wrapped to fit (values never
+    break); None: natural widths, notes wrapped at SUMMARY_WIDTH."""
+    count = len(header) - 1
+    table: List[TableRow] = [([*header[:1], *header[1:], *(["by"] if sources else []), "clock"], None)]
     notes: List[str] = []
-    for number, ((label, clocks, _), line) in enumerate(zip(rows, cells)):
-        negative = any(text.startswith("-") and text != "-" for text in line[1:])
-        lines.append(
-            "".join([f"{label:<{width}}", *(f"{text:>{w}}" for text, w in zip(line[1:], value_widths))])
-            + (by[number + 1] if by else "")
-            + f"  {clocks_text(clocks)}{' *' if negative else ''}"
-        )
+    for number, (label, clocks, values) in enumerate(rows):
+        texts = [clocked_text(value, clocks) for value in values]
+        span = below_resolution_text(values, clocks)
+        negative = span is None and any(text.startswith("-") and text != "-" for text in texts)
+        by = [sources[number]] if sources else []
+        table.append(([label, *texts, *by, clocks_text(clocks) + (" *" if negative else "")], span))
         if negative:
             why = clocks[2] or "its clock cannot give a negative value: results.json was changed"
-            notes += wrap_text(f"* {label}: negative because {why}", SUMMARY_WIDTH, "  ")
+            notes += wrap_text(f"* {label}: negative because {why}", width or SUMMARY_WIDTH, "  ")
+    values = range(1, 1 + count)
+    columns = len(table[0][0])
+    natural = [max(_display_width(cells[i]) for cells, span in table if span is None) for i in range(columns)]
+    right = [i in values for i in range(columns)]
+    # the layout of old: labels one wider than the longest, each value in its width plus two
+    widths = [natural[0] + 1, *(natural[i] + 2 for i in values), *natural[values.stop :]]
+    gaps = [0] * (1 + count) + [2] * (columns - 1 - count)
+    fitted = width is not None and sum(widths) + sum(gaps) > width
+    if fitted:  # a terminal too narrow: two spaces between columns, the words then the names broken
+        widths, gaps = list(natural), [0] + [2] * (columns - 1)
+    room = sum(widths[i] for i in values) + sum(gaps[i] for i in values[1:])
+    # "< 1 s (1 s clock)" where the value columns hold it, else "< 1 s" (the clock column says the rest)
+    table = [
+        (cells, span if span is None or _display_width(span) <= room else span.split(" (")[0]) for cells, span in table
+    ]
+    spans = [_display_width(span) for _, span in table if span is not None]
+    widths[values.stop - 1] += max(max(spans, default=0) - room, 0)  # a spanning text widens the last value
+    if not fitted or width is None:
+        return _lay_out(table, widths, right, gaps, values) + notes
+    # A terminal too narrow: the label and the clock narrowed, each to its longest word
+    words = [max(_longest_piece(cells[i]) for cells, _ in table) for i in range(columns)]
+    narrow = {0, columns - 1}  # values and sources stay whole
+    floors = [min(words[i], widths[i]) if i in narrow else widths[i] for i in range(columns)]
+    beside = _fit_columns(widths, floors, gaps, width)
+    if sum(beside) + sum(gaps) <= width:
+        return _lay_out(table, beside, right, gaps, values) + notes
+    # Still too narrow: each row's clock goes on a line of its own under it, and only the label narrows
+    grid = [(cells[:-1], span) for cells, span in table]
+    widths, gaps, right = widths[:-1], gaps[:-1], right[:-1]
+    for limit in (words[0], TABLE_COLUMN_MIN):
+        widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+    lines = _lay_out(grid[:1], widths, right, gaps, values)
+    for (cells, _), row in zip(table[1:], grid[1:]):
+        lines += _lay_out([row], widths, right, gaps, values) + wrap_text(f"  clock: {cells[-1]}", width, "    ")
     return lines + notes
 
 
@@ -261,10 +310,15 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
     return text
 
 
-def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = ()) -> str:
+def render_summary(
+    results: Results, files: Sequence[Tuple[str, str]] = (), breaches: Sequence[str] = (), width: Optional[int] = None
+) -> str:
     """The terminal summary: headline figures, then one line per phase (p50, p95, max; p99 and
     mean from MANY_SAMPLES on), each formatted by its clocks and naming them; notes for negative
-    values; where the files are (`files`: what, path); the verdict last."""
+    values; where the files are (`files`: what, path); the verdict last. `width`: a terminal's
+    columns, which every line fits (the tables narrowed by column, the rest wrapped at spaces);
+    None (a log, a file): full lines, notes wrapped at SUMMARY_WIDTH."""
+    wrap = width or SUMMARY_WIDTH
     lines = [
         f"namespace {results['namespace']}  context {results['context']}  "
         f"runtime {results['runtime'] or '(none)'}  image {results['image']}",
@@ -279,7 +333,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             f"min {results.get('reward_min')!r}, max {results.get('reward_max')!r} (rewards.jsonl)"
         )
     for note in results.get("notes") or []:
-        lines += wrap_text(f"note: {note}", SUMMARY_WIDTH, "  ")
+        lines += wrap_text(f"note: {note}", wrap, "  ")
     queued_for, client_queued_for = (json_number(results.get(key)) for key in QUEUE_FIGURES)
     if client_queued_for is not None or (queued_for or 0) > 0:
         api_wait = "unknown" if queued_for is None else f"{queued_for:.0f} s"
@@ -299,6 +353,7 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
         ["batch figure", "value"],
         [(label, FIGURE_CLOCKS[key], [json_number(results.get(key))]) for label, key in batch],
         [FIGURE_SOURCES[key] for _, key in batch],
+        width,
     )
     many = {phase: _many_sample_figures(results, phase) for phase in PHASES}
     extra = any(p99 is not None for p99, _ in many.values())
@@ -312,10 +367,10 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
             clocks = SCHEDULED_BY_CONDITION
         rows.append((PHASE_LABELS[phase], clocks, values))
     header = ["phase (per episode)", "p50", "p95", "max"] + (["p99", "mean"] if extra else [])
-    lines += ["", *_figure_table(header, rows)]
-    lines += startup_source_lines(results)
-    lines += output_source_lines(results)
-    lines += runtime_operation_lines(results.get("runtime_operations"))
+    lines += ["", *_figure_table(header, rows, width=width)]
+    lines += startup_source_lines(results, wrap)
+    lines += output_source_lines(results, wrap)
+    lines += runtime_operation_lines(results.get("runtime_operations"), width)
     nodes = ", ".join(f"{node}: {episodes}" for node, episodes in results["nodes"].items())
     lines += ["", f"nodes: {nodes}", f"image IDs: {', '.join(results['image_ids']) or '-'}"]
     if results.get("image_pinned"):
@@ -327,41 +382,55 @@ def render_summary(results: Results, files: Sequence[Tuple[str, str]] = (), brea
     if files:
         lines += ["", *(f"{what}: {path}" for what, path in files)]
     lines.append(verdict_line(results, breaches))
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines), width) + "\n"
 
 
-def startup_source_lines(results: Results) -> List[str]:
-    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel."""
+def startup_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
+    """Where the start-up rows came from: the image cache, the scheduling clock, the kernel;
+    wrapped to `width` columns."""
     rows = results.get("pods") or []
     lines = [""]
     cache = results.get("image_cache")
     if cache:
         pulls = [seconds for row in rows if (seconds := row["image_pull"]["seconds"]) is not None]
         pulled = f" (pull p50 {_seconds(percentile(pulls, 0.5))})" if pulls else ""
-        lines.append(
+        lines += wrap_text(
             f"image cache (kubelet Pulled events): {cache.get('cached', 0)} cached, {cache.get('pulled', 0)} "
-            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}"
+            f"pulled{pulled}, {cache.get('unknown', 0)} unknown: cache_state {results.get('cache_state')}",
+            width,
+            "  ",
         )
     sources = [row.get("scheduled_source") for row in rows]
     kernels = [row.get("kernel") for row in rows]
-    lines.append(
+    lines += wrap_text(
         f"scheduled from: {sources.count('event')} Scheduled events (microseconds), "
-        f"{sources.count('condition')} PodScheduled conditions (whole seconds)"
+        f"{sources.count('condition')} PodScheduled conditions (whole seconds)",
+        width,
+        "  ",
     )
     disagree = sum(1 for row in rows if row.get("clock_note"))
     lines += wrap_text(
         f"kernel: {kernels.count('sandbox')} booted in the sandbox, {kernels.count('shared')} shared (booted before "
         f"the pod, or restored from a snapshot), {kernels.count(None)} unknown"
         + (f" ({disagree} whose clocks disagree: pods[].clock_note)" if disagree else ""),
-        SUMMARY_WIDTH,
+        width,
         "  ",
     )
+    unstarted = sum(1 for row in rows if row.get("process_started_at") is None)
+    if unstarted and results.get("worker", BUILTIN_WORKER) != BUILTIN_WORKER:  # the built-in reads /proc itself
+        lines += wrap_text(
+            f"process start: unknown for {unstarted} of {len(rows)} episode(s): their ready event carries no "
+            "process_started_at or kernel_booted_at, which a custom worker reports itself (docs/own-episodes.md), "
+            "so the rows from the process start show - and the kernel is unknown",
+            width,
+            "  ",
+        )
     return lines
 
 
-def output_source_lines(results: Results) -> List[str]:
+def output_source_lines(results: Results, width: int = SUMMARY_WIDTH) -> List[str]:
     """How the episodes' output was read, when not all plainly: pods without a termination
-    message, episodes read with a note, pod output that was not saved."""
+    message, episodes read with a note, pod output that was not saved; wrapped to `width`."""
     missing = results.get("pods_without_termination_message", 0)
     noted = sum(1 for row in results.get("pods") or [] if row.get("log_notes"))
     not_saved = results.get("log_bytes_not_saved", 0)
@@ -370,14 +439,14 @@ def output_source_lines(results: Results) -> List[str]:
         lines += wrap_text(
             f"episode output: {missing} pod(s) succeeded without a termination message (their logs alone carried "
             f"their events), {noted} episode(s) read with a note (pods[].log_notes in results.json)",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     if not_saved:
         lines += wrap_text(
             f"pod logs: {not_saved:,} bytes read but not saved (each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes, a run's "
             f"logs {LOG_DIR_BUDGET:,} in all); every ready and reward line was saved",
-            SUMMARY_WIDTH,
+            width,
             "  ",
         )
     return lines
@@ -390,35 +459,60 @@ def _bucket_text(bucket: Any) -> str:
     return f"({_exact_duration(lower)}, {_exact_duration(upper) if upper is not None else '+Inf'}]"
 
 
-def runtime_operation_lines(operations: Optional[RuntimeOperations]) -> List[str]:
+def runtime_operation_lines(operations: Optional[RuntimeOperations], width: Optional[int] = None) -> List[str]:
     """The kubelet's runtime histograms (--kubelet-metrics): counts, exact means, and each
-    quantile with the bucket it lies in; an interpolated value is never more precise than that."""
+    quantile with the bucket it lies in; an interpolated value is never more precise than that.
+    `width`: a terminal's columns, which the table fits by narrowing and wrapping its label and
+    bucket columns; None: the natural layout."""
     if not operations:
         return []
-    lines = [
-        "",
-        f"{'runtime operation (kubelet)':<44}"
-        f"{'count':>7}{'mean':>11}{'p50 ~':>11}  {'p50 bucket':<20}{'p95 ~':>10}  p95 bucket",
-    ]
+    header = ["runtime operation (kubelet)", "count", "mean", "p50 ~", "p50 bucket", "p95 ~", "p95 bucket"]
+    table: List[List[str]] = [header]
     pooled = operations.get("pooled") or {}
     crosscheck = operations.get("sandbox_crosscheck")
     handler = f"{HANDLER_SANDBOX} {operations.get('handler') or '(default)'} (cross-check)"
     rows = [(operation, pooled.get(operation)) for operation, *_ in KUBELET_OPERATIONS]
     for label, figures in [*rows, (handler, crosscheck["handler_figures"] if crosscheck else None)]:
         if not figures:
-            lines.append(f"{label:<44}{'-':>7}")
+            table.append([label, "-", "", "", "", "", ""])
             continue
-        lines.append(
-            f"{label:<44}{figures['count']:>7}{_seconds(figures['mean_seconds']):>11}"
-            f"{_seconds(figures['p50_seconds']):>11}  {_bucket_text(figures['p50_bucket']):<20}"
-            f"{_seconds(figures['p95_seconds']):>10}  {_bucket_text(figures['p95_bucket'])}"
+        table.append(
+            [
+                label,
+                str(figures["count"]),
+                _seconds(figures["mean_seconds"]),
+                _seconds(figures["p50_seconds"]),
+                _bucket_text(figures["p50_bucket"]),
+                _seconds(figures["p95_seconds"]),
+                _bucket_text(figures["p95_bucket"]),
+            ]
         )
+    right = [False, True, True, True, False, True, False]
+    widths, gaps = [44, 7, 11, 11, 20, 10, 0], [0, 0, 0, 0, 2, 0, 2]  # the natural layout
+    widths[-1] = max(_display_width(line[-1]) for line in table)
+    lines = [""]
+    if width is None or sum(widths) + sum(gaps) <= width:
+        lines += _lay_out([(line, None) for line in table], widths, right, gaps, range(1, 2))
+    else:  # a terminal too narrow: the buckets on a line under each row, the operation's name narrowed
+        grid = [[line[0], line[1], line[2], line[3], line[5]] for line in table]
+        widths = [max(_display_width(line[i]) for line in grid) for i in range(5)]
+        gaps, right = [0, 2, 2, 2, 2], [False, True, True, True, True]
+        for limit in (max(_longest_piece(line[0]) for line in grid), TABLE_COLUMN_MIN):
+            widths = _fit_columns(widths, [min(limit, widths[0]), *widths[1:]], gaps, width)
+        lines += _lay_out([(grid[0], None)], widths, right, gaps, range(1, 2))
+        for line, row in zip(table[1:], grid[1:]):
+            lines += _lay_out([(row, None)], widths, right, gaps, range(1, 2))
+            if line[4]:
+                lines += wrap_text(f"  p50 in {line[4]}, p95 in {line[6]}", width, "    ")
+    wrap = width or SUMMARY_WIDTH
     if crosscheck and crosscheck["note"]:
-        lines += wrap_text(f"  note: {crosscheck['note']}", SUMMARY_WIDTH, "    ")
+        lines += wrap_text(f"  note: {crosscheck['note']}", wrap, "    ")
     for node, entry in sorted((operations.get("nodes") or {}).items()):
         if entry.get("note"):
-            lines.append(f"  node {node}: {entry['note']}")
-    lines.append("  (node-wide counters, read before and after the run; quantiles interpolated within buckets)")
+            lines += wrap_text(f"  node {node}: {entry['note']}", wrap, "    ")
+    lines += wrap_text(
+        "  (node-wide counters, read before and after the run; quantiles interpolated within buckets)", wrap, "    "
+    )
     return lines
 
 
@@ -472,11 +566,19 @@ def _ratio(value: float, base: float) -> Optional[float]:
         return None
 
 
+def _compare_clocks(figure: str) -> Optional[Clocks]:
+    """The clocks of a compared figure ("phase:stat" for a phase); None for a count or a
+    kubelet histogram's mean (exact, in its own unit)."""
+    key = figure.split(":", maxsplit=1)[0]
+    return FIGURE_CLOCKS.get(key) if key != "runtime_operations" else None
+
+
 def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
-    """One row per figure: each run's value and its ratio to the first run's."""
+    """One row per figure: each run's value (as results.json holds it), its ratio to the first
+    run's, each value as the summary shows it (as precise as its clocks), and that resolution."""
     figures = list(COMPARE_FIGURES)
-    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat} (s)") for phase in PHASES for stat in ("p50", "p95")]
-    figures += [(f"runtime_operations:{name}", f"{name} mean (s, kubelet)") for name, *_ in KUBELET_OPERATIONS]
+    figures += [(f"{phase}:{stat}", f"{PHASE_LABELS[phase]} {stat}") for phase in PHASES for stat in ("p50", "p95")]
+    figures += [(f"runtime_operations:{name}", f"{name} mean (kubelet)") for name, *_ in KUBELET_OPERATIONS]
     rows: List[ComparisonRow] = []
     for key, label in figures:
         values: List[Optional[float]] = []
@@ -491,28 +593,57 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
+        clocks = _compare_clocks(key)
+        resolution = _resolution(clocks) if clocks is not None else None
         base = values[0]
-        # A ratio only means something between two positive durations, and only when a float holds it.
+        # A ratio only means something between two positive durations that their clocks can tell
+        # apart from zero, and only when a float holds it.
+        floor = resolution if resolution is not None and resolution >= 0.01 else 0.0
         ratios = [
-            None if (base is None or base <= 0 or value is None or value < 0) else _ratio(value, base)
+            None
+            if (base is None or base <= 0 or base < floor or value is None or value < 0 or value < floor)
+            else _ratio(value, base)
             for value in values
         ]
-        rows.append({"figure": key, "label": label, "values": values, "ratios": ratios})
+        texts = [_compare_text(value, key, clocks) for value in values]
+        rows.append(
+            {
+                "figure": key,
+                "label": label,
+                "values": values,
+                "ratios": ratios,
+                "texts": texts,
+                "clock": clocks_text(clocks) if clocks is not None else None,
+                "resolution_seconds": resolution,
+            }
+        )
     return rows
 
 
-def render_comparison(names: List[str], rows: List[ComparisonRow], style: str) -> str:
-    def cell(value: Optional[float], ratio: Optional[float], first: bool) -> str:
-        if value is None:
-            return "-"
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+def _compare_text(value: Optional[float], figure: str, clocks: Optional[Clocks]) -> str:
+    """A compared value as the summary shows it: a count whole, a duration as precise as its
+    clocks ("< 1 s" below a whole-second clock's resolution, never a bare negative), a kubelet
+    mean in its unit."""
+    if value is None:
+        return "-"
+    if clocks is None:
+        return _seconds(value) if figure.startswith("runtime_operations:") else f"{value:g}"
+    below = below_resolution_text([value], clocks)
+    return below.split(" (")[0] if below else clocked_text(value, clocks)
+
+
+def render_comparison(names: List[str], rows: List[ComparisonRow], style: str, width: Optional[int] = None) -> str:
+    """The compared figures as a table (render_table): each value as precise as its clocks, and
+    its ratio to the first run's; `width`: a terminal's columns, which the table fits."""
+
+    def cell(text: str, ratio: Optional[float], first: bool) -> str:
         return text if first or ratio is None else f"{text} (x{ratio:.2f})"
 
     table = [
-        [row["label"]] + [cell(v, r, i == 0) for i, (v, r) in enumerate(zip(row["values"], row["ratios"]))]
+        [row["label"]] + [cell(t, r, i == 0) for i, (t, r) in enumerate(zip(row["texts"], row["ratios"]))]
         for row in rows
     ]
-    return render_table([["figure", *names], *table], style)
+    return render_table([["figure", *names], *table], style, width)
 
 
 def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None) -> str:
@@ -529,7 +660,10 @@ def render_table(lines: List[List[Any]], style: str, width: Optional[int] = None
     natural = [max(_display_width(line[i]) for line in cells) for i in range(len(cells[0]))]
     widths = list(natural)
     words = [max(_longest_piece(line[i]) for line in cells) for i in range(len(widths))]
-    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths)):
+    # no name broken, if possible; then columns of TABLE_COLUMN_MIN; then, on a terminal too narrow
+    # even for that (many runs side by side), as narrow as a wide character and its mark
+    narrowest = [TABLE_COLUMN_NARROWEST] * len(widths)
+    for limits in ([max(TABLE_COLUMN_MIN, word) for word in words], [TABLE_COLUMN_MIN] * len(widths), narrowest):
         floor = [min(limit, column) for limit, column in zip(limits, natural)]  # no name broken, if possible
         while width is not None and sum(widths) + 2 * (len(widths) - 1) > width and widths != floor:
             widest = max((i for i in range(len(widths)) if widths[i] > floor[i]), key=lambda i: widths[i])
@@ -568,7 +702,7 @@ def _finite_seconds(value: Any) -> float:
 def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
-        created = optional_timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
         terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
@@ -581,7 +715,7 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
     if not job:
         return 0.0
     try:
-        created = optional_timestamp((job.get("metadata") or {}).get("creationTimestamp"))
+        created = optional_timestamp(dig(job, "metadata", "creationTimestamp"))
         ended = _condition_time(job, "Complete") or _condition_time(job, "Failed")
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -591,7 +725,17 @@ def _job_seconds(job: Optional[KubeObject]) -> float:
 def _case(
     classname: str, name: str, seconds: float, outcome: str = "passed", message: str = "", text: str = ""
 ) -> JUnitCase:
-    return {"classname": classname, "name": name, "time": seconds, "outcome": outcome, "message": message, "text": text}
+    """A test case; its time is the pod's creation (API server) to its container's finishedAt
+    (the runtime), two whole-second stamps, or 0 where nothing was timed: whole seconds."""
+    return {
+        "classname": classname,
+        "name": name,
+        "time": seconds,
+        "whole_seconds": True,
+        "outcome": outcome,
+        "message": message,
+        "text": text,
+    }
 
 
 def junit_suites(
@@ -627,14 +771,15 @@ def junit_suites(
                     why = f"left out of the figures (--max-failed-episodes): {entry.get('cause')}"
                     cases.append(_case(classname, str(entry.get("pod")), 0.0, "skipped", why))
             seconds = _finite_seconds(figures.get("client_job_complete_seconds"))
-            suites.append({"round": number, "job": job, "time": seconds, "cases": cases})
+            # the client's own clock: milliseconds
+            suites.append({"round": number, "job": job, "time": seconds, "whole_seconds": False, "cases": cases})
     else:
         for index, started in enumerate(rounds):
             in_progress = error is not None and index == len(rounds) - 1
             classname = f"{JUNIT_SUITE_NAME}.{started['job']}"
             cases = []
             for pod in started.get("pods") or []:
-                name = str((pod.get("metadata") or {}).get("name") or "(unnamed pod)")
+                name = str(dig(pod, "metadata", "name") or "(unnamed pod)")
                 if not in_progress and infra_loss(pod):  # --infra-retries ran its episode again
                     why = f"lost to the infrastructure and run again: {infra_loss(pod)}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", why))
@@ -653,9 +798,17 @@ def junit_suites(
                     reason = f"not validated: the run {how} with this pod in phase {phase}"
                     cases.append(_case(classname, name, _pod_seconds(pod), "skipped", reason))
             seconds = _job_seconds(started.get("job_object"))
-            suites.append({"round": started["round"], "job": started["job"], "time": seconds, "cases": cases})
+            suites.append(  # the job controller's whole-second condition
+                {
+                    "round": started["round"],
+                    "job": started["job"],
+                    "time": seconds,
+                    "whole_seconds": True,
+                    "cases": cases,
+                }
+            )
     if not suites:
-        suites.append({"round": None, "job": None, "time": 0.0, "cases": []})
+        suites.append({"round": None, "job": None, "time": 0.0, "whole_seconds": True, "cases": []})
     last = suites[-1]["cases"]
     episode_failed = error is not None and error[2] is not None and results is None
     if (
@@ -678,7 +831,7 @@ def junit_suites(
             last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breach}", breach))
         else:
             breaches = check_thresholds(results, {metric: limit})
-            figure = f"{metric} = {value:.3f} s, budget {limit:g} s"
+            figure = f"{metric} = {figure_text(finite_number(value), metric)}, budget {limit:g} s"
             if breaches:
                 last.append(_case(classname, name, 0.0, "failure", f"latency budget breached: {breaches[0]}", figure))
             else:
@@ -691,22 +844,26 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
     <testsuite> per round, <testcase classname name time> with <failure>, <error> or <skipped>."""
     from xml.etree import ElementTree  # noqa: PLC0415 - only a run with --junit pays for this import
 
-    def attributes(cases: List[JUnitCase], seconds: float) -> Dict[str, str]:  # of <testsuites> and <testsuite>
+    def seconds_text(seconds: float, whole: bool) -> str:  # as precise as the clock it came from
+        return f"{seconds:.0f}" if whole else f"{seconds:.3f}"
+
+    def attributes(cases: List[JUnitCase], seconds: float, whole: bool) -> Dict[str, str]:  # of <testsuite(s)>
         outcomes = [case["outcome"] for case in cases]
         counted = {"tests": None, "failures": "failure", "errors": "error", "skipped": "skipped"}
         totals = {key: str(len(outcomes) if of is None else outcomes.count(of)) for key, of in counted.items()}
-        return {"name": JUNIT_SUITE_NAME, **totals, "time": f"{seconds:.3f}"}
+        return {"name": JUNIT_SUITE_NAME, **totals, "time": seconds_text(seconds, whole)}
 
     def short(message: str) -> str:
         text = xml_safe(message)
         return text if len(text) <= JUNIT_MESSAGE_LIMIT else text[: JUNIT_MESSAGE_LIMIT - 3] + "..."
 
     every_case = [case for suite in suites for case in suite["cases"]]
-    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites)))
+    whole = all(suite["whole_seconds"] for suite in suites)
+    root = ElementTree.Element("testsuites", attributes(every_case, sum(suite["time"] for suite in suites), whole))
     seen: Dict[Tuple[str, str], int] = {}
     for suite in suites:
         cases = suite["cases"]
-        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"]))
+        element = ElementTree.SubElement(root, "testsuite", attributes(cases, suite["time"], suite["whole_seconds"]))
         suite_properties = dict(properties)
         if suite["round"] is not None:
             suite_properties.update(round=str(suite["round"]), job=str(suite["job"]))
@@ -719,7 +876,11 @@ def render_junit_xml(suites: List[JUnitSuite], properties: Dict[str, str]) -> st
             if seen[(classname, name)] > 1:  # test names must be unique
                 name = f"{name} #{seen[(classname, name)]}"
             testcase = ElementTree.SubElement(
-                element, "testcase", classname=classname, name=name, time=f"{case['time']:.3f}"
+                element,
+                "testcase",
+                classname=classname,
+                name=name,
+                time=seconds_text(case["time"], case["whole_seconds"]),
             )
             if case["outcome"] != "passed":  # <failure>, <error> or <skipped>; a skipped case has no text
                 outcome = ElementTree.SubElement(testcase, case["outcome"], message=short(case["message"]))
@@ -787,7 +948,11 @@ def _metric_families(
         ]
         for metric in THRESHOLD_METRICS:
             families.append(
-                (metric, f"results.json {metric}, seconds (see the README's figures).", [({}, results.get(metric))])
+                (
+                    metric,
+                    f"results.json {metric}, seconds; {_precision(FIGURE_CLOCKS[metric])}.",
+                    [({}, results.get(metric))],
+                )
             )
         phases = results.get("phases") or {}
         for stat in ("p50", "p95", "max", "samples"):
@@ -795,8 +960,24 @@ def _metric_families(
             if stat == "samples":
                 families.append(("phase_samples", "Episodes with a value for each phase.", samples))
             else:
-                families.append((f"phase_{stat}_seconds", f"{stat} of each per-episode phase, seconds.", samples))
+                precisions = "; ".join(
+                    f"{phase[: -len('_seconds')]} {_precision(FIGURE_CLOCKS[phase])}" for phase in PHASES
+                )
+                families.append(
+                    (
+                        f"phase_{stat}_seconds",
+                        f"{stat} of each per-episode phase, seconds; by phase: {precisions}.",
+                        samples,
+                    )
+                )
     return families
+
+
+def _precision(clocks: Clocks) -> str:
+    """A gauge's clocks and the resolution its value has, for its HELP line (the sample itself
+    is written as results.json holds it): "mixed: API server 1 s + node, to 1 s", "client clock,
+    to 0.001 ms"."""
+    return f"{clocks_text(clocks)}, to {_exact_duration(_resolution(clocks))}"
 
 
 def render_metrics_of_runs(runs: Sequence[MetricRun], finished_at: float) -> str:
@@ -843,11 +1024,14 @@ def _xml(text: str) -> str:
 TIMELINE_LABEL_WIDTH, TIMELINE_PLOT_WIDTH, TIMELINE_ROW_HEIGHT = 230, 760, 16
 
 
+def _stamp_clock(row: PodRow, key: str) -> str:
+    """The clock of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is the API server's."""
+    return CLOCK_API if key == "scheduled_at" and row.get("scheduled_source") == "condition" else STAMP_CLOCKS[key]
+
+
 def _stamp_resolution(row: PodRow, key: str) -> float:
-    """The resolution of one of a row's stamps (STAMP_CLOCKS): a PodScheduled condition is whole seconds."""
-    if key == "scheduled_at" and row.get("scheduled_source") == "condition":
-        return CLOCK_RESOLUTION[CLOCK_API]
-    return CLOCK_RESOLUTION[STAMP_CLOCKS[key]]
+    """The resolution of one of a row's stamps: a PodScheduled condition is whole seconds."""
+    return CLOCK_RESOLUTION[_stamp_clock(row, key)]
 
 
 def _timeline_step(
@@ -871,12 +1055,14 @@ def _timeline_step(
         return TIMELINE_LABEL_WIDTH + (at - origin) * scale
 
     css = "bar" if height > 4 else "detail"
-    clocks = clocks_text((STAMP_CLOCKS[start_key], STAMP_CLOCKS[end_key], None))
+    stamp_clocks: Clocks = (_stamp_clock(row, start_key), _stamp_clock(row, end_key), None)
+    clocks = clocks_text(stamp_clocks)
     if span >= resolution and not (min(start_res, end_res) >= 1 and span <= resolution):
         return [
             f'<rect class="{css}" data-phase="{_xml(name)}" x="{x(start):.1f}" y="{top:.1f}" '
             f'width="{max(span * scale, 0.5):.1f}" height="{height:.1f}" fill="{colour}">'
-            f"<title>{_xml(row['pod'])} {_xml(name)}: {span:.3f} s ({_xml(clocks)})</title></rect>"
+            f"<title>{_xml(row['pod'])} {_xml(name)}: {clocked_text(span, stamp_clocks)} "
+            f"({_xml(clocks)})</title></rect>"
         ], False
     if end_res >= 1:  # the end is truncated: it lies in its second, not before a finer start nor after `later`
         low = max(stop, start) if start_res < 1 else stop

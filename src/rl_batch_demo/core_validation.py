@@ -30,6 +30,8 @@ from .constants import (
 )
 from .core_basics import (
     difference,
+    dig,
+    figure_text,
     finite_number,
     is_int,
     job_parallelism,
@@ -40,9 +42,9 @@ from .core_basics import (
     optional_timestamp,
     parse_timestamp,
     percentile,
+    release_and_fingerprint,
     short_repr,
     summarise,
-    tool_version,
 )
 from .core_clocks import (
     cache_state_of,
@@ -67,7 +69,7 @@ from .core_cluster import (
     episode_failure,
     failed_condition_reason,
     failed_condition_text,
-    job_admitted_at,
+    job_admission_time,
     logged_events,
     message_cut_at_front,
     message_needs_log,
@@ -115,12 +117,13 @@ def check_pod_set(
     inspect: str,
     lost: Optional[Mapping[str, List[LostAttempt]]] = None,
     infra_retries: int = 0,
+    job: Optional[KubeObject] = None,
 ) -> None:
     """Name the root cause first (see pod_failure's ranks), then a bare count mismatch. `pods`:
-    each episode's last attempt, `lost` the attempts before (episode_attempts)."""
+    each episode's last attempt, `lost` the attempts before (episode_attempts); `job` the Job."""
     lost = lost or {}
     broken = [
-        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries), pod["metadata"]["name"])
+        (episode_failure(pod, lost.get(pod["metadata"]["name"], []), infra_retries, job), pod["metadata"]["name"])
         for pod in pods
     ]
     (_, rule), name = min(broken, key=lambda entry: entry[0][0], default=((3, ""), ""))  # the first of the lowest rank
@@ -707,6 +710,20 @@ def round_inspect_hint(round_dir: Path) -> str:
     return f"{round_dir}/pods.json, events.txt and the episode logs"
 
 
+def episode_inspect_hint(round_dir: Path, name: str, log: Optional[PodLog], log_error: Optional[str]) -> str:
+    """What an episode's failure tells the user to inspect: its <pod>.log only where one was
+    saved (the reader writes the file with the pod's first line), else why there is none."""
+    if log is not None and (log.lines or log.saved_bytes or log.dropped_bytes):
+        return f"{round_dir}/{name}.log and pods.json"
+    if log is not None:
+        why = f"{name} printed nothing, so no {name}.log was saved"
+    elif log_error and log_error != "not read":
+        why = f"its log could not be read ({log_error})"
+    else:
+        why = "its log was not read: its termination message carried its events"
+    return f"{round_dir}/pods.json and events.txt ({why})"
+
+
 def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRow], RoundResult]:
     """A finished round's rows and figures, or the first rule it breaks (EpisodeInvalid).
 
@@ -717,24 +734,26 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
     retries = collected.infra_retries
     pods, lost = episode_attempts(collected.pods, collected.count, retries, inspect)
     if not tolerated:
-        check_pod_set(pods, collected.count, inspect, lost, retries)
+        check_pod_set(pods, collected.count, inspect, lost, retries, collected.job)
     job_created_at = creation_time(collected.job, "the Job")
     crosscheck = collected.count <= LOG_CROSSCHECK_LIMIT
     observation = collected.observation
     # A queued Job's figures start when it was admitted: its wait in the queue is its own figure.
-    admitted_at = job_admitted_at(observation.job) if observation.queued else job_created_at
+    admitted_at = job_admission_time(observation.job) if observation.queued else job_created_at
     admitted_seen = observation.admitted_seen_monotonic
     cluster_events = events_by_pod(collected.events)
     rows = []
     failed: List[Tuple[EpisodeInvalid, Optional[int]]] = []
     for position, pod in enumerate(pods):
         name = pod["metadata"]["name"]
-        pod_inspect = f"{collected.round_dir}/{name}.log and pods.json"
+        pod_inspect = episode_inspect_hint(
+            collected.round_dir, name, collected.logs.get(name), collected.log_errors.get(name)
+        )
         index: Optional[int] = None if collected.indexed else position
         try:
             if collected.indexed:
                 index = pod_index(pod, collected.count, pod_inspect)
-            rule = episode_failure(pod, lost.get(name, []), retries)[1] if tolerated else ""
+            rule = episode_failure(pod, lost.get(name, []), retries, collected.job)[1] if tolerated else ""
             rule = collected.provisional_failures.get(name) or rule  # a failure found at the pod's end is final
             if rule:
                 raise EpisodeInvalid(name, rule, pod_inspect)
@@ -836,7 +855,7 @@ def log_figures(collected: RoundCollected, pods: Optional[List[KubeObject]] = No
         "pods_without_termination_message": sum(
             1
             for pod in (collected.pods if pods is None else pods)
-            if (pod.get("status") or {}).get("phase") == "Succeeded" and not termination_message(pod).strip()
+            if dig(pod, "status", "phase") == "Succeeded" and not termination_message(pod).strip()
         ),
         "log_bytes_not_saved": sum(log.dropped_bytes for log in collected.logs.values() if log is not None),
     }
@@ -863,7 +882,7 @@ def provisional_episode(
     reward is provisional: the log may disagree, its artifacts (the manifest's promise) may not
     arrive whole, the pod may be deleted, the round may fail."""
     name = str(pod["metadata"]["name"])
-    phase = (pod.get("status") or {}).get("phase")
+    phase = dig(pod, "status", "phase")
     if phase not in ("Succeeded", "Failed"):
         return None
     try:
@@ -1007,7 +1026,7 @@ def assemble_results(
         image_ids=sorted({row["image_id"] for row in rows if row["image_id"]}),
         container_runtimes=sorted({row["container_runtime"] for row in rows if row["container_runtime"]}),
         round_results=rounds,
-        tool_version=tool_version(),
+        tool_version=release_and_fingerprint(),
         pods=[pod_row(row) for row in rows],
     )
 
@@ -1027,5 +1046,5 @@ def check_thresholds(results: Results, thresholds: Dict[str, float]) -> List[str
         if value is None:  # a budget is never met by a figure nobody measured
             breaches.append(f"{metric} is unknown (an episode lacks its stamp), so it cannot be held to {limit:g} s")
         elif value > limit:
-            breaches.append(f"{metric} = {value:.3f} s > {limit:g} s")
+            breaches.append(f"{metric} = {figure_text(value, metric)} > {limit:g} s")  # as precise as its clocks
     return breaches

@@ -24,7 +24,7 @@ from .constants import (
     LOG_SELECTOR_PODS,
     RUN_LABEL,
 )
-from .core_basics import is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
+from .core_basics import dig, is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
 from .core_clocks import _NODE_NAME, KubeletReading, MetricsScanner, kubelet_reading
 from .core_cluster import (
     _true_condition,
@@ -43,7 +43,7 @@ from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_P
 from .core_permissions import eligible_nodes
 from .errors import DemoError, JobRefused, KubectlFailure, KubectlTimeout
 from .kubectl import Kubectl, concurrently
-from .persistence import EpisodeLogReader, write_atomic, write_json
+from .persistence import EpisodeLogReader, write_empty_log, write_warmup_block
 from .records import (
     EpisodeRow,
     KubeObject,
@@ -91,7 +91,7 @@ class OwnedCreator:
         except KubectlTimeout as error:
             failure = error
         objects = []
-        names = [(item.get("kind"), (item.get("metadata") or {}).get("name")) for item in answered]
+        names = [(item.get("kind"), dig(item, "metadata", "name")) for item in answered]
         for manifest, resource in zip(manifests, resources):
             kind, name = manifest["kind"], manifest["metadata"]["name"]
             match = answered[names.index((kind, name))] if (kind, name) in names else None
@@ -139,7 +139,7 @@ class OwnedCreator:
                 "nothing was repeated; run cleanup, then try again",
                 EXIT_CLUSTER,
             )
-        owner = ((live.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        owner = dig(live, "metadata", "labels", RUN_LABEL)
         if owner != self.run_id:
             raise DemoError(
                 f"{kind} {name} already exists and is not this run's (label {RUN_LABEL}={owner!r}); "
@@ -202,7 +202,7 @@ def wait_for_job(
         if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
             pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
             return
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if event.get("type") in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
                 changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -259,7 +259,7 @@ def wait_for_job(
             # a failure: every pod as watched has ended, and as many as the Job counted, so each
             # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
             # it, whichever watch came first (a counted pod since deleted costs the grace)
-            phases = [(pod.get("status") or {}).get("phase") for pod in last_pods.values()]
+            phases = [dig(pod, "status", "phase") for pod in last_pods.values()]
             status = live.get("status") or {}
             counts: List[Any] = [status.get("succeeded"), status.get("failed")]
             counted = sum(value for value in counts if is_int(value))
@@ -368,7 +368,7 @@ def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
         for event in kubectl.get_list("events", namespace=namespace)
         if event.get("kind", "Event") == "Event"
         and event.get("reason") == "FailedCreate"
-        and (event.get("involvedObject") or {}).get("name") == name
+        and dig(event, "involvedObject", "name") == name
     ]
     return " ".join(str(refusals[-1].get("message", "")).split()) if refusals else ""
 
@@ -478,9 +478,7 @@ def read_logs(
     if selector is not None and len(wanted) > 1 and len(pods) <= LOG_SELECTOR_PODS:
         sets.append((selector, wanted, lost_names))
     elif selector is not None and len(wanted) > 1:
-        labels = {
-            pod["metadata"]["name"]: (pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in [*pods, *lost]
-        }
+        labels = {pod["metadata"]["name"]: dig(pod["metadata"], "labels", INDEX_LABEL) for pod in [*pods, *lost]}
         if all(re.fullmatch(r"[0-9]+", str(labels[name])) for name in wanted):
             by_index = sorted(wanted, key=lambda name: int(str(labels[name])))
             for start in range(0, len(by_index), LOG_SELECTOR_PODS):
@@ -504,7 +502,7 @@ def read_logs(
             errors[name] = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
             if gate is not None:
                 gate.wait()
-            write_atomic(round_dir / f"{name}.log", "")
+            write_empty_log(round_dir, name)
 
     in_pool([functools.partial(read_set, *entry) for entry in sets])
     in_pool([functools.partial(read_pod, name) for name in wanted if name not in logs])
@@ -584,7 +582,7 @@ def warm_up(
     plan = []
     for number, node in enumerate(eligible, 1):
         node_name = str(node["metadata"]["name"])
-        hostname = str((node["metadata"].get("labels") or {}).get(HOSTNAME_LABEL) or node_name)
+        hostname = str(dig(node["metadata"], "labels", HOSTNAME_LABEL) or node_name)
         name = f"{WARMUP_JOB_PREFIX}-{number}"
         manifest = warmup_job_manifest(settings, name, namespace, run_id, node_name, hostname)
         plan.append((name, node_name))
@@ -617,7 +615,7 @@ def warm_up(
         "image": settings.given_image,
         "pod_to_ready_max_seconds": max(entry["pod_to_ready_seconds"] for entry in per_node.values()),
     }
-    write_json(warm_dir / "warmup.json", block)
+    write_warmup_block(settings.output, block)
     return image_ids, block
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import queue
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
@@ -30,11 +29,13 @@ from .constants import (
     PER_INDEX_BACKOFF_INSTEAD,
     POD_FAILURE_POLICY,
     REWARDS_FILE,
+    RUN_FILES,
     SERVICEACCOUNT_PERMISSIONS,
     SERVICEACCOUNT_WAIT,
 )
 from .core_basics import (
     configmap_manifest,
+    dig,
     job_name_for,
     job_parallelism,
     namespace_manifest,
@@ -45,7 +46,7 @@ from .core_basics import (
     strict_refusal,
     task_id_of,
 )
-from .core_clocks import KubeletReading, expected_operations, runtime_operations
+from .core_clocks import KubeletReading, count_runtime_operations, expected_operations
 from .core_cluster import (
     _attempt_order,
     creation_time,
@@ -109,19 +110,20 @@ from .kubectl import Kubectl, WatchStream, concurrently, make_kubectl
 from .persistence import (
     RewardsWriter,
     _uid_from_job_json,
-    events_text_within,
-    pods_listing_within,
     read_receipt,
     rounds_on_disk,
     saved_results,
     write_atomic,
+    write_events,
+    write_job,
+    write_job_submitted,
     write_json,
+    write_pods,
     write_receipt,
 )
 from .records import (
     AutoParallelism,
     EpisodeRow,
-    JobReceipt,
     JUnitSuite,
     KubeletFigures,
     KubeObject,
@@ -130,6 +132,7 @@ from .records import (
     PodLog,
     Read,
     Receipt,
+    ReceiptJob,
     ReproduceReport,
     Results,
     RewardLine,
@@ -205,7 +208,7 @@ class RoundRewards:
         if self.settings.indexed:
             judged = [self._judge(name, pod)]
         else:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
                 self.waiting[name] = pod
             if new and len(self.pods) >= self.settings.count:
                 order = sorted(
@@ -327,9 +330,9 @@ class BatchRun:
         self.receipt = receipt
         self.settings = settings
         self.progress = progress
-        self.creator = OwnedCreator(kubectl, receipt.run_id)
-        self.run_id = receipt.run_id
-        self.namespace = receipt.namespace
+        self.creator = OwnedCreator(kubectl, receipt["run_id"])
+        self.run_id = receipt["run_id"]
+        self.namespace = receipt["namespace"]
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
@@ -340,7 +343,7 @@ class BatchRun:
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
-            artifacts=settings.output / "artifacts", artifact_bytes=settings.max_artifact_bytes
+            artifacts=settings.output / RUN_FILES.artifacts, artifact_bytes=settings.max_artifact_bytes
         )
         # set on Ctrl-C (Jobs waited for in other threads stop waiting), or by the API's caller
         self.stop = settings.stop or threading.Event()
@@ -367,7 +370,9 @@ class BatchRun:
             after = (
                 read_kubelet_metrics(self.kubectl, sorted(expected), self.runtime_handler) if kubelets_before else {}
             )
-            kubelet["runtime_operations"] = runtime_operations(kubelets_before, after, self.runtime_handler, expected)
+            kubelet["runtime_operations"] = count_runtime_operations(
+                kubelets_before, after, self.runtime_handler, expected
+            )
         context = self.kubectl.context or ""
         capacity: Optional[AutoParallelism] = None if self.capacity is None else {"parallelism_capacity": self.capacity}
         return assemble_results(
@@ -386,7 +391,7 @@ class BatchRun:
         except DemoError as error:  # best effort: the run goes on, and every node's figures say why
             say_stderr(f"warning: --kubelet-metrics cannot list the nodes ({error}); no runtime operations")
             return {}
-        names = [str((node.get("metadata") or {}).get("name") or "") for node in nodes]
+        names = [str(dig(node, "metadata", "name") or "") for node in nodes]
         return read_kubelet_metrics(self.kubectl, [name for name in names if name], self.runtime_handler)
 
     def preflight(self) -> None:
@@ -419,7 +424,7 @@ class BatchRun:
         self.runtimeclass = runtimeclass.value if runtimeclass is not None else None
         findings = preflight_findings(
             context=self.kubectl.context or "",
-            server=self.receipt.server,
+            server=self.receipt["server"],
             runtime=runtime,
             runtimeclass=runtimeclass,
             reviews=Read(answers[-1]),
@@ -522,7 +527,7 @@ class BatchRun:
                 reason = f"its watch ended ({kubectl_message(watch.stderr) if watch.stderr else 'no message'})"
                 break
             obj = event.get("object")
-            named = isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == DEFAULT_SERVICEACCOUNT
+            named = isinstance(obj, dict) and dig(obj, "metadata", "name") == DEFAULT_SERVICEACCOUNT
             if event.get("type") in ("ADDED", "MODIFIED") and named:
                 return
         say_stderr(
@@ -531,7 +536,7 @@ class BatchRun:
         )
 
     def record_namespace(self, namespace: KubeObject) -> None:
-        self.receipt.namespace_uid = namespace["metadata"]["uid"]
+        self.receipt["uid"] = namespace["metadata"]["uid"]
         write_receipt(self.settings.output, self.receipt)
         say_stderr(f"Test namespace: {self.namespace}")
 
@@ -577,12 +582,14 @@ class BatchRun:
         """Create one Job, wait for it (telling `rewards` of its pods), save every diagnostic, then
         analyse it. A warm-up's or the probe's artifacts (round 0) stay in its own directory."""
         settings = self.settings
-        budgets = self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / "artifacts")
+        budgets = (
+            self.log_budgets if round_number else self.log_budgets.saving_artifacts_in(round_dir / RUN_FILES.artifacts)
+        )
         self.stop_if_asked()
-        write_json(round_dir / "job-submitted.json", manifest)
-        entry = JobReceipt(name)
+        write_job_submitted(round_dir, manifest)
+        entry: ReceiptJob = {"name": name, "uid": None}
         with self.receipt_lock:
-            self.receipt.jobs.append(entry)
+            self.receipt["jobs"].append(entry)
             write_receipt(settings.output, self.receipt)
         submitted_wall, submitted = time.time(), time.monotonic()
         try:
@@ -595,7 +602,7 @@ class BatchRun:
         if round_number:  # a measured round: what an interruption saves
             self.current_job = job
         with self.receipt_lock:
-            entry.uid = job["metadata"]["uid"]
+            entry["uid"] = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
@@ -618,7 +625,7 @@ class BatchRun:
             )
         except JobRefused as refused:
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
-        write_json(round_dir / "job.json", observation.job)
+        write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
@@ -630,7 +637,7 @@ class BatchRun:
         def save_events(listing: List[KubeObject]) -> List[KubeObject]:
             try:
                 events = split_pods_and_events(listing, job)[1]
-                write_atomic(round_dir / "events.txt", events_text_within(events, budgets))
+                write_events(round_dir, events, budgets)
                 return events
             finally:
                 saved.set()  # the logs wait for it, whatever happened here
@@ -643,21 +650,21 @@ class BatchRun:
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
-            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
+            write_pods(round_dir, pods, budgets)
             events, (logs, log_errors) = concurrently(
                 [lambda: save_events(self.kubectl.get_list("events", namespace=self.namespace)), lambda: read(pods)]
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
+            write_pods(round_dir, pods, budgets)
             events = save_events(listing)
             logs, log_errors = read(pods)
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_json(round_dir / "pods.json", pods_listing_within(pods, budgets))
+                write_pods(round_dir, pods, budgets)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -748,7 +755,7 @@ class BatchRun:
                 "job controller, so its pods would run elsewhere and unmeasured; run it in a namespace the queue "
                 "does not manage"
             )
-        changes = template_changes(pod_spec, ((job.get("spec") or {}).get("template") or {}).get("spec") or {})
+        changes = template_changes(pod_spec, dig(job, "spec", "template", "spec") or {})
         if changes:
             raise JobRefused(f"the cluster changed what Job {where} runs (a mutating webhook): {'; '.join(changes)}")
 
@@ -770,13 +777,13 @@ class BatchRun:
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
             pods, events = split_pods_and_events(items, job)
-            write_atomic(round_dir / "events.txt", events_text_within(events, self.log_budgets))
+            write_events(round_dir, events, self.log_budgets)
             if job is None:
                 return
             live = kubectl.get("job", job["metadata"]["name"], namespace, retries=(), timeout=quick)
             if live is not None:
-                write_json(round_dir / "job.json", live)
-            write_json(round_dir / "pods.json", pods_listing_within(pods, self.log_budgets))
+                write_job(round_dir, live)
+            write_pods(round_dir, pods, self.log_budgets)
             names = [pod["metadata"]["name"] for pod in pods]
             logs_by_selector(kubectl, namespace, pod_selector(job), names, round_dir, quick, self.log_budgets)
         except DemoError as error:
@@ -843,18 +850,18 @@ def cleanup_run(
     wait_seconds: float = CLEANUP_WAIT_SECONDS,
 ) -> None:
     """Delete exactly what the run created, after proving it is the run's; never touch finalizers."""
-    namespace = receipt.namespace
+    namespace = receipt["namespace"]
     names_problem = receipt_names_problem(receipt)
     if names_problem:
         raise DemoError(
             f"refusing to clean up: {names_problem}; nothing was deleted; inspect receipt.json", EXIT_REFUSED
         )
-    current_server = kubectl.cluster_identity()[1] if receipt.server else None
+    current_server = kubectl.cluster_identity()[1] if receipt["server"] else None
     live_namespace = kubectl.get("namespace", namespace)
     if live_namespace is not None:
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
-    live_jobs = {job.name: kubectl.get("job", job.name, namespace) for job in jobs} if live_namespace else {}
+    live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
     plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
@@ -863,7 +870,7 @@ def cleanup_run(
         return
     if plan.adopted_namespace_uid:
         say(f"the receipt has no namespace UID; namespace {namespace} carries this run's labels, so it is this run's")
-        receipt.namespace_uid = plan.adopted_namespace_uid
+        receipt["uid"] = plan.adopted_namespace_uid
         write_receipt(output, receipt)
     pods = {name: job_pod_count(live_jobs.get(name)) for name in plan.jobs}
     for name in plan.jobs:
@@ -896,7 +903,7 @@ def cleanup_run(
 
 def reproduce_group_dirs(output: Path) -> List[Path]:
     """The group directories of a `reproduce` output that hold a receipt, in the guide's order."""
-    return [output / name for name in REPRODUCE_GROUPS if (output / name / "receipt.json").is_file()]
+    return [output / name for name in REPRODUCE_GROUPS if (output / name / RUN_FILES.receipt).is_file()]
 
 
 def reproduce_column_name(group: str, count: int, lang: str) -> str:
@@ -911,19 +918,10 @@ def reproduce_column_name(group: str, count: int, lang: str) -> str:
     return names[lang][group]
 
 
-def reproduce_group_settings(base: RunSettings, group: str, pinned: Optional[str]) -> RunSettings:
-    """One group's `run` of the experiment, in DIR/<group>: the first resolves the image digest,
-    the others run that digest, one at a time, or after a warm-up in K rounds."""
-    output = base.output / group
-    if group == "parallel":
-        return dataclasses.replace(base, output=output, rounds=1, pin_image="")
-    if group == "sequential":
-        return dataclasses.replace(base, output=output, rounds=1, parallelism=1, pin_image=pinned)
-    return dataclasses.replace(base, output=output, warmup=True, pin_image=pinned)
-
-
 def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pinned: Optional[str]) -> List[str]:
-    """The `run` command line equivalent to one group's settings, as report.json records it."""
+    """One group's `run` of the experiment, in DIR/<group>, as report.json records it and as the
+    group runs it (the command line's run_settings parses it): the first resolves the image digest,
+    the others run that digest, one at a time, or after a warm-up in K rounds."""
     argv = [
         "run",
         "--output", str(Path(args.output) / group),
@@ -978,12 +976,15 @@ def reproduce_junit(
     )
 
 
-def reproduce_metrics(output: Path, report: ReproduceReport, base: RunSettings, finished_at: float) -> str:
+def reproduce_metrics(
+    output: Path, report: ReproduceReport, settings_of: Callable[[Sequence[str]], RunSettings], finished_at: float
+) -> str:
     """The experiment as one --metrics-file: each group's samples as `run --metrics-file` writes
-    them, labelled with its group (a group still running when the experiment stopped: exit 130)."""
+    them, labelled with its group (a group still running when the experiment stopped: exit 130);
+    `settings_of` reads a group's settings from the command line report.json records."""
     runs: List[MetricRun] = []
     for entry in report["groups"]:
-        labels = metrics_labels(reproduce_group_settings(base, entry["name"], report["image_pinned"]))
+        labels = metrics_labels(settings_of(entry["argv"]))
         code = entry.get("exit_code")
         results = saved_results(output / entry["directory"])
         runs.append(({**labels, "group": entry["name"]}, results, EXIT_INTERRUPTED if code is None else code))

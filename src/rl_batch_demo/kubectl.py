@@ -29,9 +29,10 @@ from .constants import (
     WATCH_BUFFER_LIMIT,
 )
 from .core_basics import parse_json_documents, short_repr
-from .core_reports import printable
+from .core_reports import _display_width, fit_lines, printable
 from .errors import DemoError, KubectlFailure, KubectlTimeout, kubectl_message
 from .records import TIMING, KubeObject, Receipt, Timing
+from .status import clear_progress, shell_lines, terminal_width
 
 # The kubectl seam #############################################################
 # Every subprocess this tool starts goes through `Kubectl`: calls recorded, reads retried,
@@ -274,10 +275,18 @@ class Kubectl:
         self.calls.append(record)
         return record
 
-    def note(self, message: str) -> None:
-        """A line on stderr that only -v shows (a retry, a call)."""
+    def note(self, message: str, command: Optional[str] = None, comment: str = "") -> None:
+        """A line on stderr that only -v shows (a retry; a call: `command` and its `comment`),
+        wrapped to a terminal's width (a command broken between its words, as a shell reads it)."""
         if self.verbose:
-            sys.stderr.write(printable(message) + "\n")  # one write: calls end in several threads
+            width = terminal_width(sys.stderr)
+            text = printable(message) if command is None else printable(f"{message}{command}  {comment}")
+            if width is not None and command is not None and _display_width(text) > width:
+                text = shell_lines(printable(command), width, printable(message), printable(comment))
+            elif width is not None:
+                text = fit_lines(text, width)
+            clear_progress(sys.stderr)
+            sys.stderr.write(text + "\n")  # one write: calls end in several threads
             sys.stderr.flush()
 
     def _ended(self, argv: List[str], record: Dict[str, Any]) -> None:
@@ -286,7 +295,7 @@ class Kubectl:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
         else:
             ending = f"exit {record.get('exit')}"
-        self.note(f"+ {shlex.join(argv)}  # {ending}, {record.get('seconds', 0):.3f} s")
+        self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
 
     def _not_started(self, record: Dict[str, Any], error: OSError) -> DemoError:
         record["error"] = str(error)
@@ -603,7 +612,7 @@ class Kubectl:
 def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) -> Kubectl:
     """kubectl from --kubectl, then $KUBECTL, then the receipt, then PATH; bound to the context
     from --context, else the receipt's, else the kubeconfig's current one (read once)."""
-    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt.kubectl if receipt else None) or "kubectl"
+    executable = args.kubectl or os.environ.get("KUBECTL") or (receipt["kubectl"] if receipt else None) or "kubectl"
     if os.sep in executable:
         executable = os.path.abspath(executable)  # cleanup may run from another directory
     elif receipt is None:
@@ -612,13 +621,13 @@ def make_kubectl(args: argparse.Namespace, receipt: Optional[Receipt] = None) ->
         kubeconfig: Optional[str] = os.path.abspath(args.kubeconfig)
         kubeconfig_from = "--kubeconfig"
     elif receipt is not None:
-        kubeconfig, kubeconfig_from = receipt.kubeconfig, "recorded in receipt.json"
+        kubeconfig, kubeconfig_from = receipt["kubeconfig"], "recorded in receipt.json"
     else:  # record $KUBECONFIG too, so cleanup from another shell reaches the same cluster
         paths = [os.path.abspath(path) for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
         kubeconfig, kubeconfig_from = os.pathsep.join(paths) or None, "$KUBECONFIG"
     return Kubectl(
         executable,
-        context=args.context or (receipt.context if receipt else None),
+        context=args.context or (receipt["context"] if receipt else None),
         kubeconfig=kubeconfig,
         kubeconfig_from=kubeconfig_from if kubeconfig else "",
         verbose=args.verbose,

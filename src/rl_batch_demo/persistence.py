@@ -25,11 +25,12 @@ from .constants import (
     EXIT_USAGE,
     LOG_DIR_BUDGET,
     LOG_FILE_LIMIT,
+    RUN_FILES,
 )
 from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
 from .core_cluster import EventScanner, artifact_directories, artifact_name_problem, parse_artifact_frame, pod_list
 from .core_guide import NOT_ROUNDS
-from .core_reports import render_events_text
+from .core_reports import render_events_text, render_timeline_svg
 from .errors import DemoError
 from .records import (
     ArtifactEntry,
@@ -632,12 +633,73 @@ def save_if_possible(path: Path, data: Any) -> None:
         say_stderr(f"warning: could not write {path} ({error.strerror or error})")
 
 
+# The files of a run's directory are written here, and only here, under RUN_FILES' names.
+
+
+def write_manifests(output: Path, manifests: List[Tuple[str, KubeObject]]) -> None:
+    """A dry run's manifests, each under its numbered file name."""
+    for file_name, manifest in manifests:
+        write_json(output / file_name, manifest)
+
+
+def write_results_files(output: Path, results: Results) -> None:
+    """results.json and timeline.svg, once the run is analysed."""
+    write_json(output / RUN_FILES.results, results)
+    write_atomic(output / RUN_FILES.timeline, render_timeline_svg(results))
+
+
+def save_kubectl_calls(output: Path, calls: Any) -> None:
+    save_if_possible(output / RUN_FILES.kubectl_calls, calls)
+
+
+def save_error(output: Path, message: str, exit_code: int, at: float) -> None:
+    save_if_possible(output / RUN_FILES.error, {"message": message, "exit_code": exit_code, "at": at})
+
+
+def write_job_submitted(job_dir: Path, manifest: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job_submitted, manifest)
+
+
+def write_job(job_dir: Path, job: KubeObject) -> None:
+    write_json(job_dir / RUN_FILES.job, job)
+
+
+def write_pods(job_dir: Path, pods: List[KubeObject], budgets: LogBudgets) -> None:
+    write_json(job_dir / RUN_FILES.pods, pods_listing_within(pods, budgets))
+
+
+def write_events(job_dir: Path, events: List[KubeObject], budgets: LogBudgets) -> None:
+    write_atomic(job_dir / RUN_FILES.events, events_text_within(events, budgets))
+
+
+def write_empty_log(job_dir: Path, pod: str) -> None:
+    """The log of a pod that could not be read: there, and empty."""
+    write_atomic(job_dir / f"{pod}.log", "")
+
+
+def write_warmup_block(output: Path, block: Any) -> None:
+    write_json(output / RUN_FILES.warmup / RUN_FILES.warmup_block, block)
+
+
 def write_receipt(output: Path, receipt: Receipt) -> None:
-    write_json(output / "receipt.json", receipt.to_json())
+    data: Receipt = {**receipt}
+    data.pop("job_uid", None)
+    jobs = receipt["jobs"]
+    if len(jobs) == 1 and jobs[0]["uid"]:
+        data["job_uid"] = str(jobs[0]["uid"])  # the guide's key, kept for older tooling
+    elif not jobs and receipt.get("job_uid"):
+        data["job_uid"] = receipt["job_uid"]  # a guide-era receipt's one Job
+    write_json(output / RUN_FILES.receipt, data)
+
+
+# What a receipt of the guide's script lacks (it has only context, namespace, uid, run_id and job_uid).
+_GUIDE_RECEIPT_LACKS = ("server", "kubeconfig", "kubectl", "created_at", "tool_version")
 
 
 def read_receipt(output: Path) -> Receipt:
-    path = output / "receipt.json"
+    """receipt.json, checked against the Receipt record as results.json is checked: a malformed
+    one is bad input, named with the key and the file to inspect."""
+    path = output / RUN_FILES.receipt
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -647,7 +709,24 @@ def read_receipt(output: Path) -> Receipt:
         ) from None
     except (OSError, ValueError, RecursionError) as error:
         raise DemoError(f"cannot read the receipt {path} ({error}); inspect the file", EXIT_USAGE) from None
-    return Receipt.from_json(data, str(path))
+    if isinstance(data, dict):
+        jobs = data.get("jobs") or []
+        if isinstance(jobs, list):  # a Job whose create never answered may lack its uid
+            jobs = [{"uid": None, **job} if isinstance(job, dict) else job for job in jobs]
+        data = {**{key: None for key in _GUIDE_RECEIPT_LACKS}, **data, "jobs": jobs}
+        for key in ("server", "kubeconfig", "kubectl", "tool_version", "uid", "job_uid"):
+            if data.get(key) == "":  # "" is no value
+                data[key] = None
+        for key in ("uid", "job_uid"):  # the guide's keys: absent, or a UID
+            if data.get(key) is None:
+                data.pop(key, None)
+    problem = schema_problem(data, Receipt)
+    if problem:
+        raise DemoError(f"the receipt {path} is not one this tool writes: {problem}; inspect the file", EXIT_USAGE)
+    receipt: Receipt = data
+    if receipt["created_at"] is not None:
+        receipt["created_at"] = float(receipt["created_at"])  # a whole number of seconds, as written back
+    return receipt
 
 
 def refuse_existing_output(output: Path) -> None:
@@ -675,7 +754,7 @@ def claim_output(output: Path) -> None:
 
 
 # What a run writes into its directory before its first create: all a failed preflight leaves.
-PREFLIGHT_FILES = ("receipt.json", "kubectl-calls.json", "error.json")
+PREFLIGHT_FILES = (RUN_FILES.receipt, RUN_FILES.kubectl_calls, RUN_FILES.error)
 
 
 def release_output(output: Path) -> None:
@@ -766,7 +845,7 @@ def read_reward_lines(path: Path) -> List[RewardLine]:
 def load_results(directory: Path) -> Results:
     """A run's results.json, checked against the schema before anything reads it: a missing,
     unreadable, hand-edited or foreign file is bad input, named with the key to inspect."""
-    path = directory / "results.json"
+    path = directory / RUN_FILES.results
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except FileNotFoundError:
@@ -798,7 +877,7 @@ def _read_json_file(path: Path) -> Any:
 
 def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     """Every round the receipt records as started, with the pods and Job it saved (None if absent)."""
-    receipt = _read_json_file(output / "receipt.json")
+    receipt = _read_json_file(output / RUN_FILES.receipt)
     jobs = receipt.get("jobs") if isinstance(receipt, dict) else None
     if isinstance(jobs, list):  # warm-up and probe Jobs are no rounds
         jobs = [job for job in jobs if not (isinstance(job, dict) and str(job.get("name")).startswith(NOT_ROUNDS))]
@@ -806,9 +885,9 @@ def rounds_on_disk(output: Path, rounds: int) -> List[StartedRound]:
     for number, job in enumerate(jobs if isinstance(jobs, list) else [], 1):
         round_dir = output if rounds == 1 else output / f"round-{number}"
         name = job.get("name") if isinstance(job, dict) else None
-        listing = _read_json_file(round_dir / "pods.json")
+        listing = _read_json_file(round_dir / RUN_FILES.pods)
         items = listing.get("items") if isinstance(listing, dict) else None
-        job_object = _read_json_file(round_dir / "job.json")
+        job_object = _read_json_file(round_dir / RUN_FILES.job)
         started.append(
             {
                 "round": number,
@@ -839,6 +918,6 @@ def cleanup_command(tool: str, output: Path) -> str:
 
 def _uid_from_job_json(output: Path) -> Optional[str]:
     try:
-        return str(json.loads((output / "job.json").read_text(encoding="utf-8"))["metadata"]["uid"])
+        return str(json.loads((output / RUN_FILES.job).read_text(encoding="utf-8"))["metadata"]["uid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None

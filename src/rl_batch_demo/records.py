@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
@@ -12,11 +11,9 @@ from .constants import (
     BUILTIN_WORKER,
     CLIENT_GRACE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
-    EXIT_USAGE,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
 )
-from .errors import DemoError
 
 # Typed records ################################################################
 # The records the layers hand each other: timings, a run's settings, the receipt, what a round
@@ -113,18 +110,12 @@ class RunSettings:
         return self.output if self.rounds == 1 else self.output / f"round-{round_number}"
 
 
-@dataclasses.dataclass
-class JobReceipt:
-    name: str
-    uid: Optional[str] = None  # None until the create answered
-
-
 class ReceiptJob(TypedDict):
     name: str
     uid: Optional[str]  # None until the create answered
 
 
-class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
+class _Receipt(TypedDict):
     context: str
     server: Optional[str]
     namespace: str
@@ -136,92 +127,15 @@ class _ReceiptFile(TypedDict):  # receipt.json, as Receipt.to_json writes it
     jobs: List[ReceiptJob]
 
 
-class ReceiptFile(_ReceiptFile, total=False):
+class Receipt(_Receipt, total=False):
+    """receipt.json, and the run's one record of it: everything cleanup needs to reach the same
+    cluster and prove ownership. Written before the first mutation and rewritten as soon as each
+    UID is known; write_receipt and read_receipt (persistence) are its one writer and reader, and
+    the reader checks it against this record as results.json is checked (schema_problem).
+    Receipts of the guide's script (context, namespace, uid, run_id, job_uid) load too."""
+
     uid: str  # the namespace's, once it exists (the guide's key)
     job_uid: str  # the guide's key: the one Job's UID
-
-
-@dataclasses.dataclass
-class Receipt:
-    """receipt.json: everything cleanup needs to reach the same cluster and prove ownership.
-
-    Written before the first mutation and rewritten as soon as each UID is known. Receipts of
-    the guide's script (context, namespace, uid, run_id, job_uid) load too."""
-
-    context: str
-    namespace: str
-    run_id: str
-    server: Optional[str] = None
-    kubeconfig: Optional[str] = None
-    kubectl: Optional[str] = None
-    created_at: Optional[float] = None
-    tool_version: Optional[str] = None
-    namespace_uid: Optional[str] = None  # "uid" on disk, the guide's key
-    jobs: List[JobReceipt] = dataclasses.field(default_factory=list)
-    guide_job_uid: Optional[str] = None  # "job_uid" of a receipt without a jobs list
-
-    def to_json(self) -> ReceiptFile:
-        data: ReceiptFile = {
-            "context": self.context,
-            "server": self.server,
-            "namespace": self.namespace,
-            "run_id": self.run_id,
-            "kubeconfig": self.kubeconfig,
-            "kubectl": self.kubectl,
-            "created_at": self.created_at,
-            "tool_version": self.tool_version,
-            "jobs": [{"name": job.name, "uid": job.uid} for job in self.jobs],
-        }
-        if self.namespace_uid is not None:
-            data["uid"] = self.namespace_uid
-        if len(self.jobs) == 1 and self.jobs[0].uid:
-            data["job_uid"] = self.jobs[0].uid  # the guide's key, kept for older tooling
-        elif self.guide_job_uid:
-            data["job_uid"] = self.guide_job_uid
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Receipt:
-        """A receipt read back; a malformed one is bad input, named with the file to inspect."""
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(key), str) for key in ("context", "namespace", "run_id")
-        ):
-            raise DemoError(f"the receipt {where} lacks context, namespace or run_id; inspect the file", EXIT_USAGE)
-        jobs = data.get("jobs") or []
-        if not isinstance(jobs, list) or not all(
-            isinstance(job, dict) and isinstance(job.get("name"), str) and isinstance(job.get("uid"), (str, type(None)))
-            for job in jobs
-        ):
-            raise DemoError(f"the receipt {where} has a malformed 'jobs' list; inspect the file", EXIT_USAGE)
-
-        def text(key: str) -> Optional[str]:
-            value = data.get(key)
-            return value if isinstance(value, str) and value else None
-
-        created_at = data.get("created_at")
-        if created_at is not None:  # a number of seconds a float holds, or none: it is written back as JSON
-            try:
-                created_at = float(created_at) if type(created_at) in (int, float) else math.nan
-            except OverflowError:
-                created_at = math.nan
-            if not math.isfinite(created_at):
-                raise DemoError(
-                    f"the receipt {where} has a created_at that is not a number of seconds; inspect the file",
-                    EXIT_USAGE,
-                )
-        return cls(
-            context=data["context"],
-            namespace=data["namespace"],
-            run_id=data["run_id"],
-            server=text("server"),
-            kubeconfig=text("kubeconfig"),
-            kubectl=text("kubectl"),
-            created_at=created_at,
-            tool_version=text("tool_version"),
-            namespace_uid=text("uid"),
-            jobs=[JobReceipt(job["name"], job.get("uid")) for job in jobs],
-            guide_job_uid=None if jobs else text("job_uid"),
-        )
 
 
 @dataclasses.dataclass
@@ -719,8 +633,11 @@ class ReproduceReport(_ReproduceReport, total=False):
 class ComparisonRow(TypedDict):  # compare --format json's figures
     figure: str
     label: str
-    values: List[Optional[float]]
+    values: List[Optional[float]]  # as each results.json holds it
     ratios: List[Optional[float]]
+    texts: List[str]  # each value as the table shows it: as precise as its clocks
+    clock: Optional[str]  # the clocks it comes from (clocks_text); None for a count or a kubelet mean
+    resolution_seconds: Optional[float]  # the coarser clock's resolution; None for a count or a kubelet mean
 
 
 class StartedRound(TypedDict):  # a round that started, as it was left on disk (for JUnit)
@@ -734,6 +651,7 @@ class JUnitCase(TypedDict):
     classname: str
     name: str
     time: float
+    whole_seconds: bool  # `time` is between two whole-second stamps (or none): written without decimals
     outcome: str  # "passed", "failure", "error" or "skipped"
     message: str
     text: str
@@ -743,6 +661,7 @@ class JUnitSuite(TypedDict):
     round: Optional[int]
     job: Optional[str]
     time: float
+    whole_seconds: bool  # as JUnitCase's
     cases: List[JUnitCase]
 
 
