@@ -37,6 +37,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import rl_batch_demo  # noqa: E402
 from tests.fakecluster import FakeCluster  # noqa: E402
+from tests.recordingserver import Answer, RecordingServer  # noqa: E402
 
 # The fake runs every episode as local processes: 1,000 at once would only measure this machine's
 # process table. The client's work does not depend on parallelism.
@@ -568,6 +570,7 @@ def timed(argv: List[str], env: Dict[str, str], cwd: Path, output: Path) -> Dict
     proc = subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, timeout=900, check=False)
     ended = time.time()
     figures: Dict[str, Any] = {"exit": proc.returncode, "wall": ended - started, "stderr": proc.stderr}
+    figures["exited_at"] = ended
     results = output / "results.json"
     if results.exists():
         figures["to_results"] = results.stat().st_mtime - started
@@ -593,9 +596,54 @@ def tool_run(scratch: Path, index: int) -> Dict[str, Any]:
         figures["seen_to_results"] = figures["results_mtime"] - results["client_observed_complete_at"]
         decided_at = cluster.job_decided_at(results["namespace"], "rollout")  # SuccessCriteriaMet
         figures["watch_latency"] = results["client_observed_complete_at"] - decided_at
+        figures["timeline"] = run_timeline(
+            figures, calls, decided_at, cluster.pod_records(results["namespace"], "rollout")
+        )
+        figures["end_to_results"] = figures["timeline"]["results.json written"] - figures["timeline"]["last read ended"]
+        figures["end_to_exit"] = figures["timeline"]["the tool exited"] - figures["timeline"]["last read ended"]
+        figures["to_job_created"] = figures["timeline"]["Job created (its create answered)"]
         return figures
     finally:
         cluster.close()
+
+
+def run_timeline(
+    figures: Dict[str, Any], calls: List[Dict[str, Any]], decided_at: float, pods: Dict[str, Dict[str, Any]]
+) -> Dict[str, float]:
+    """The run's own stamps, in seconds from its first kubectl call (client clock). The calls'
+    `started` count from the tool's kubectl seam (monotonic); results.json's client_submitted_at
+    is the wall clock just before the Job's create, whose record starts at the same moment, which
+    puts the fake's wall stamps (the job controller's decision, each pod's end), the files' mtimes
+    and the process's exit on the same axis."""
+    results = figures["results"]
+    job_create = max((c for c in calls if "create" in c["argv"]), key=lambda c: c["started"])
+    first = min(c["started"] for c in calls)
+    wall_zero = results["client_submitted_at"] - (job_create["started"] - first)  # the first call, wall clock
+    decided = decided_at - wall_zero
+    reads = [c for c in calls if not c.get("watch") and c["started"] - first >= decided - 0.5]
+    return {
+        "Job created (its create answered)": job_create["started"] + job_create["seconds"] - first,
+        "last pod finished": max(float(r["terminated_at"]) for r in pods.values()) - wall_zero,
+        "the job controller decided": decided,
+        "client saw Complete": results["client_observed_complete_at"] - wall_zero,
+        "last read ended": max(c["started"] + c["seconds"] - first for c in reads) if reads else decided,
+        "results.json written": figures["results_mtime"] - wall_zero,
+        "the tool exited": figures["exited_at"] - wall_zero,
+    }
+
+
+def print_timeline(title: str, figures: Dict[str, Any]) -> None:
+    """One run's timeline as the issue's table: each kubectl call's start and length, then the stamps."""
+    calls = figures["calls"]
+    first = min(c["started"] for c in calls)
+    print(f"  {title}: seconds from the first kubectl call (client clock)")
+    print(f"    {'from':>6} {'to':>6} {'length':>6}  what")
+    for c in sorted(calls, key=lambda c: c["started"]):
+        start = c["started"] - first
+        kind = "watch " if c.get("watch") else ""
+        print(f"    {start:6.3f} {start + c['seconds']:6.3f} {c['seconds']:6.3f}  {kind}{short(c['argv'])}")
+    for label, stamp in sorted(figures["timeline"].items(), key=lambda item: item[1]):
+        print(f"    {stamp:6.3f} {'':>6} {'':>6}  {label}")
 
 
 def guide_run(guide: Path, scratch: Path, index: int) -> Dict[str, Any]:
@@ -615,6 +663,8 @@ def guide_run(guide: Path, scratch: Path, index: int) -> Dict[str, Any]:
         ]
         job_create = max(r["start"] for r in records if '"kind": "Job"' in (r["stdin"] or ""))
         figures["before_job"] = [c for c, r in zip(figures["calls"], records) if r["start"] < job_create]
+        created = next(r for r in records if r["start"] == job_create)
+        figures["to_job_created"] = (created["end"] or created["start"]) - origin  # as the fake recorded it
         completed_at = cluster.job_completed_at(figures["results"]["namespace"], "rollout")
         polls = [r for r in records if r["argv"][-4:-2] == ["job", "rollout"] and r["start"] >= completed_at]
         if polls:  # the first poll that started after Complete saw it when it returned
@@ -669,9 +719,12 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
         ("start -> exit, min s", "wall", min, "s"),
         ("start -> results.json, median s", "to_results", statistics.median, "s"),
         ("start -> results.json, min s", "to_results", min, "s"),
+        ("first kubectl call -> Job created, median s", "to_job_created", statistics.median, "s"),
         ("Job decided/Complete -> seen, median s", "watch_latency", statistics.median, "s"),
         ("Complete seen -> results.json, median s", "seen_to_results", statistics.median, "s"),
         ("kubectl processes, median", "processes", statistics.median, ""),
+        ("last read -> results.json, median s", "end_to_results", statistics.median, "s"),
+        ("last read -> exit, median s", "end_to_exit", statistics.median, "s"),
     ]
     print(f"  {'':<42}{'rl_batch_demo':>15}{'guide script':>15}{'ratio':>9}")
     for label, key, how, unit in rows:
@@ -687,6 +740,8 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
                 f"in {len(steps(plain))} sequential steps"
             )
     if good_tool:
+        median_run = sorted(good_tool, key=lambda r: r["wall"])[len(good_tool) // 2]
+        print_timeline("rl_batch_demo, the run of median wall time", median_run)
         describe_calls("rl_batch_demo, last run (its kubectl-calls.json)", good_tool[-1]["calls"])
     if good_guide:
         calls = good_guide[-1]["calls"]
@@ -696,6 +751,71 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
             "guide script, last run (the fake's call records)",
             [c for c in calls if c["argv"][-4:-2] != ["job", "rollout"]],
         )
+
+
+def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
+    """What a cold kubectl cache (a fresh CI runner's empty $HOME) costs each form of the calls
+    before the Job: the real kubectl on PATH against the recording API server on 127.0.0.1
+    (tests/recordingserver.py, which answers at once: on a real API server each request also costs
+    its round trip: `latency` seconds are added before every answer to stand for it), each form in
+    a fresh HOME, the forms alternating, `repeats` times. The raw forms are what the run sends
+    since issue 26; the others what it sent before."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        print("cold cache: no kubectl on PATH; skipped")
+        return
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rollout", "namespace": "demo"}}
+    runtimeclass = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "cube"}}
+    forms = [
+        ("Job: create -f - --validate=strict (before)", ["create", "-f", "-", "-o", "json", "--validate=strict"], job),
+        ("Job: create --raw PATH -f - (now)", ["create", "--raw", rl_batch_demo.create_path(job), "-f", "-"], job),
+        (
+            "RuntimeClass: get runtimeclass NAME (before)",
+            ["get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
+            None,
+        ),
+        ("RuntimeClass: get --raw PATH (now)", ["get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"], None),
+    ]
+    samples: Dict[str, List[Tuple[float, int]]] = {label: [] for label, _, _ in forms}
+    with RecordingServer() as server, tempfile.TemporaryDirectory(prefix="rl-bench-cold-") as scratch:
+        server.route("POST", "/apis/batch/v1/namespaces/demo/jobs", lambda r, m: Answer(201, r.json()))
+        server.route("GET", "/apis/node.k8s.io/v1/runtimeclasses/cube", lambda r, m: Answer(200, runtimeclass))
+        kubeconfig = server.kubeconfig(Path(scratch))
+        answer = server.answer
+
+        def slowed(record: Any) -> Answer:
+            given = answer(record)
+            given.delay += latency
+            return given
+
+        server.answer = slowed  # type: ignore[method-assign]
+        for repeat in range(repeats):
+            for number, (label, argv, stdin) in enumerate(forms):
+                home = Path(scratch) / f"home-{repeat}-{number}"  # a cold cache every time
+                home.mkdir()
+                env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home)}
+                before = len(server.taken())
+                started = time.perf_counter()
+                subprocess.run(
+                    [kubectl, f"--kubeconfig={kubeconfig}", "--request-timeout=30s", *argv],
+                    input=json.dumps(stdin).encode() if stdin else None,
+                    env=env,
+                    capture_output=True,
+                    check=True,
+                )
+                samples[label].append((time.perf_counter() - started, len(server.taken()) - before))
+    version = subprocess.run(
+        [kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True, check=False
+    ).stdout
+    client = json.loads(version or "{}").get("clientVersion", {}).get("gitVersion", "?")
+    print(
+        f"cold kubectl cache, {kubectl} ({client}) against the recording server answering after "
+        f"{latency * 1000:.0f} ms, median of {repeats}, alternating:"
+    )
+    for label, _, _ in forms:
+        seconds = statistics.median(s for s, _ in samples[label])
+        requests = statistics.median(n for _, n in samples[label])
+        print(f"  {label:<50} {seconds:6.3f} s  {requests:3.0f} requests")
 
 
 def main() -> int:
@@ -710,7 +830,27 @@ def main() -> int:
     parser.add_argument("--guide", metavar="PATH", help="the guide's own script: run it side by side with the tool")
     parser.add_argument("--repeats", type=int, default=5, help="repetitions of each tool with --guide (default 5)")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory and disk budget figures")
+    parser.add_argument(
+        "--only",
+        choices=("side-by-side", "cold-cache"),
+        help="print only the side by side with the guide (needs --guide) or the cold-cache figure",
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=20.0,
+        help="with --only cold-cache: milliseconds the recording server waits before each answer (default 20)",
+    )
     args = parser.parse_args()
+    if args.only == "cold-cache":
+        cold_cache_forms(args.repeats, args.latency_ms / 1000)
+        return 0
+    if args.only == "side-by-side":
+        if not args.guide or not Path(args.guide).is_file():
+            parser.error("--only side-by-side needs --guide PATH, the guide's script")
+        with tempfile.TemporaryDirectory(prefix="rl-bench-") as scratch:
+            side_by_side(Path(args.guide).resolve(), args.repeats, Path(scratch))
+        return 0
     sizes = [int(size) for size in args.sizes.split(",") if size]
     help_figures = time_help()
     print(
@@ -753,6 +893,12 @@ def main() -> int:
                 )
                 + ("  (stand-in worker)" if stand_in else "")
             )
+            if stand_in:  # issue 25: the first row within 1 s of the first pod's end, processes growing with N/10
+                print(
+                    f"{size:,} episodes (stand-in worker): the first row {figures['first_end_to_line_seconds']:.3f} s "
+                    f"after the first pod's end; {figures['kubectl_processes']} kubectl processes, of them "
+                    f"{figures['log_reads']} followed log reads (one per 10 pods: {size / 10:g})"
+                )
         print()
         plain = run_once(10, Path(scratch), tag="-plain")
         flagged = run_once(10, Path(scratch), kubelet_metrics=True, tag="-kubelet")

@@ -262,6 +262,20 @@ class Cluster:
         stdout = "".join(as_json(item) for item in answer) if isinstance(answer, list) else as_json(answer)
         return Call(argv, stdout=stdout, stdin_json=manifest)
 
+    def create_raw(self, manifest: Dict[str, Any], answer: Dict[str, Any]) -> Call:
+        """`create --raw PATH -f -` of one of the run's objects: the manifest on stdin, POSTed to
+        its collection (create_path); answers the stored object as the server wrote it."""
+        argv = self.args("create", "--raw", demo.create_path(manifest), "-f", "-")
+        return Call(argv, stdout=json.dumps(answer), stdin_json=manifest)
+
+    def get_runtimeclass(self, name: str, answer: Optional[Dict[str, Any]]) -> Call:
+        """`get --raw` of the RuntimeClass: the object, or the server's NotFound, exit 1."""
+        argv = self.args("get", "--raw", f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
+        if answer is None:
+            missing = f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found\n'
+            return Call(argv, exit=1, stderr=missing)
+        return Call(argv, stdout=json.dumps(answer))
+
     def watch(self, args: Sequence[str], chunks: Sequence[Chunk], seconds: int, name: str, hold: bool = True) -> Call:
         argv = self.args(
             "get",
@@ -281,6 +295,15 @@ class Cluster:
         argv = self.args(
             "logs", "-l", selector, "-c", demo.CONTAINER_NAME, "--prefix", "--tail=-1",
             *(["--ignore-errors"] if ignore_errors else []), namespace=NAMESPACE, request_timeout=None,
+        )  # fmt: skip
+        return Call(argv, stdout=text)
+
+    def follow_logs(self, selector: str, text: str, streams: int = demo.LOG_SELECTOR_PODS) -> Call:
+        """A set of pods' logs followed while they run (LogFollower): in parallel, a failed stream
+        an `error:` line (--ignore-errors), up to `streams` at once."""
+        argv = self.args(
+            "logs", "-f", "-l", selector, "-c", demo.CONTAINER_NAME, "--prefix", "--tail=-1", "--ignore-errors",
+            f"--max-log-requests={streams}", namespace=NAMESPACE, request_timeout=None,
         )  # fmt: skip
         return Call(argv, stdout=text)
 
@@ -337,13 +360,13 @@ class RunPlan:
 
     def get_runtimeclass(self, exists: bool = True) -> Call:
         assert self.runtime is not None
-        return self.cluster.get("runtimeclass", self.runtime, runtimeclass_object(self.runtime) if exists else None)
+        return self.cluster.get_runtimeclass(self.runtime, runtimeclass_object(self.runtime) if exists else None)
 
     def create_namespace_and_configmap(self) -> Call:
         """One `create` of a List: the namespace, then the ConfigMap with the worker."""
         manifests = [
             demo.namespace_manifest(NAMESPACE, RUN_ID),
-            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE),
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
         ]
         listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
         created = self.cluster.create(listing, [namespace_object(), configmap_object()])
@@ -352,26 +375,36 @@ class RunPlan:
     def serviceaccount_watch(
         self, present: bool = True, ended_early: bool = False, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT
     ) -> Call:
-        """The watch of the namespace's default ServiceAccount, started with the namespace's create
-        and lasting as long as that create may (`kubectl_timeout`) and the wait for the account:
+        """The watch of the namespace's default ServiceAccount, started with the preflight (before
+        the namespace exists) and lasting as long as the preflight's reads (with their retries)
+        and the namespace's create may take (`kubectl_timeout` each) and the wait for the account:
         the account ADDED once the namespace exists (`present`), else nothing; held until the tool
         ends it. `ended_early`: the create fails, and the tool may end the watch before it starts."""
-        seconds = math.ceil(kubectl_timeout + demo.TIMING.serviceaccount_wait_seconds)
+        timing = demo.TIMING
+        seconds = math.ceil(2 * kubectl_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds)
         chunks = [watch_event("ADDED", serviceaccount_object(), wait_for="namespace.done")] if present else []
         by_name = ["serviceaccounts", "--field-selector", f"metadata.name={demo.DEFAULT_SERVICEACCOUNT}"]
         watch = self.cluster.watch(by_name, chunks, seconds, "serviceaccount")
         return dataclasses.replace(watch, optional=ended_early)
 
+    def refused_watch(self, kubectl_timeout: float = demo.KUBECTL_PROCESS_TIMEOUT) -> Call:
+        """The account's watch of a run whose preflight fails: started beside the preflight's
+        reads, before any namespace exists, and ended by the refusal (perhaps before it started)."""
+        return self.serviceaccount_watch(present=False, ended_early=True, kubectl_timeout=kubectl_timeout)
+
     def create_namespace(self) -> Call:
         """The namespace alone: after a combined create that never reached the server."""
-        return self.cluster.create(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
+        return self.cluster.create_raw(demo.namespace_manifest(NAMESPACE, RUN_ID), namespace_object())
 
     def create_configmap(self) -> Call:
-        return self.cluster.create(demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE), configmap_object())
+        return self.cluster.create_raw(
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
+            configmap_object(),
+        )
 
     def create_job(self, batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
-        return self.cluster.create(batch.manifest(), batch.job())
+        return self.cluster.create_raw(batch.manifest(), batch.job())
 
     def get_namespace(self, present: bool = True) -> Call:
         return self.cluster.get("namespace", NAMESPACE, namespace_object() if present else None)
@@ -460,7 +493,73 @@ class RunPlan:
         batch = batch or self.batch
         return self.cluster.logs_by_selector(batch.selector, batch.prefixed_logs())
 
-    def log_reads(self, batch: Batch) -> List[Call]:
+    def follow_sets(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[List[Any]]:
+        """The sets of episodes whose logs are followed while they run, as the default pod watch
+        (pod_watch) delivers them: a set of labelled pods whose container has started closes at
+        10 pods, when one of its pods ends or is being deleted, or once every pod has started
+        (docs/call-plan.md)."""
+        if watched is None:
+            stages = [(episode, "running") for episode in batch.episodes] + [(e, "final") for e in batch.episodes]
+            watched = [batch.pod(episode, stage) for episode, stage in stages]
+        by_name = {episode.name: episode for episode in batch.episodes}
+        sets: List[List[Any]] = []
+        waiting: List[Any] = []
+        followed: set = set()
+        ended: set = set()
+        for pod in watched:
+            episode = by_name[pod["metadata"]["name"]]
+            if episode.index is None or episode.unlabelled:
+                continue
+            ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if ending:
+                ended.add(episode.name)
+            if episode.name in followed or not demo.container_started(pod):
+                continue
+            if episode not in waiting:
+                waiting.append(episode)
+            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            if (
+                len(waiting) >= demo.LOG_SELECTOR_PODS
+                or ending
+                or deleting
+                or len(followed) + len(waiting) >= batch.count
+            ):
+                sets.append(sorted(waiting, key=lambda each: (int(str(each.index)), each.name)))
+                followed.update(each.name for each in waiting)
+                waiting = []
+        if waiting:  # after the decision: what started but was never followed
+            sets.append(sorted(waiting, key=lambda each: (int(str(each.index)), each.name)))
+        return sets
+
+    def follows(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[Call]:
+        """The calls that follow the pods' logs while they run (follow_sets), for the default pod
+        watch or the pods in the order a test's watch delivers them (`watched`)."""
+        calls = []
+        for chosen in self.follow_sets(batch, watched):
+            indexes = ",".join(str(index) for index in sorted({int(str(episode.index)) for episode in chosen}))
+            selector = f"{batch.selector},{demo.INDEX_LABEL} in ({indexes})"
+            streams = demo.LOG_SELECTOR_PODS * (1 + batch.infra_retries)
+            calls.append(self.cluster.follow_logs(selector, batch.prefixed_logs(chosen), streams))
+        return calls
+
+    def log_reads(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[Call]:
+        """The logs read after the decision: those no followed read brought (follow_sets: an
+        episode that printed nothing, or was never followed), each with its own `logs POD`; when
+        nothing was followed, as before (unfollowed_log_reads)."""
+        followed = [episode for chosen in self.follow_sets(batch, watched) for episode in chosen if episode.log]
+        if not followed:
+            return self.unfollowed_log_reads(batch)
+        lost = [e for e in batch.episodes if batch.infra_retries and demo.infra_loss(batch.pod(e))]
+        wanted = [
+            episode
+            for episode in batch.episodes
+            if episode not in lost
+            and episode not in followed
+            and (batch.count <= demo.LOG_CROSSCHECK_LIMIT or demo.log_wanted(batch.pod(episode)))
+        ]
+        return [self.cluster.logs_of(episode.name, episode.log) for episode in wanted]
+
+    def unfollowed_log_reads(self, batch: Batch) -> List[Call]:
         """The logs a round reads: up to the cross-check limit every pod's, with one `logs -l`
         up to 10 pods, else one `logs -l` per 10 completion indexes (every measured Job is
         Indexed; a pod without the index label, as on Kubernetes 1.27, is read by `logs POD`);
@@ -494,7 +593,9 @@ class RunPlan:
         when the watch does not prove the pods final, list pods and events, then the logs)."""
         calls = [self.create_job(batch), self.job_watch(batch), self.pod_watch(batch)]
         calls.append(self.events(batch) if self.watch_is_final(batch) else self.pods_and_events(batch))
-        return calls + self.log_reads(batch)
+        # the logs followed while the pods ran are planned last (the stub matches calls by their
+        # arguments), so the round's other calls keep their places
+        return calls + self.log_reads(batch) + self.follows(batch)
 
     def run(self) -> List[Call]:
         """The whole happy path: preflight, namespace with ConfigMap (and the watch of its account,

@@ -249,6 +249,7 @@ class Batch:
             deadline_seconds=self.deadline_seconds,
             indexed=True,
             infra_retries=self.infra_retries,
+            launcher=True,
         )
 
     def job(self, status: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -489,7 +490,7 @@ def serviceaccount_object(namespace: str = NAMESPACE) -> Dict[str, Any]:
 
 
 def configmap_object() -> Dict[str, Any]:
-    configmap = demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE)
+    configmap = demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE)
     configmap["metadata"].update(uid=CONFIGMAP_UID, creationTimestamp=stamp(JOB_CREATED_AT - 1), resourceVersion="950")
     return configmap
 
@@ -511,7 +512,7 @@ def node_object(name: str, cpu: str = "64", memory: str = "256Gi") -> Dict[str, 
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "spec": {},
         "status": {
-            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "ephemeral-storage": "100Gi", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
@@ -606,5 +607,6 @@ def settings_for(count: int, **extra: Any) -> demo.RunSettings:
         "json_summary": False,
         "kubectl_timeout": 60.0,
         "worker_source": demo.WORKER_SOURCE,
+        "launcher_source": demo.LAUNCHER_SOURCE,
     }
     return demo.RunSettings(**{**fields, **extra})

@@ -41,7 +41,10 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
 ``episode``: ``{"INDEX": MODE or [MODES]}`` by pod creation order (0-based);
     MODE is one of ``exit1``, ``duplicate_ready``, ``drop_reward``, ``noise``,
     ``malformed``, ``skew``, ``restart``, ``evict``, ``preempt``, ``rejected``, ``replace``, ``pending``,
-    ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``.
+    ``no_message``, ``message_mismatch``, ``wrong_id``, ``ignore_sigterm``; ``disk_limit`` (the
+    kubelet evicts the pod over its own ephemeral-storage limit: no DisruptionTarget) and
+    ``disk_pressure_own`` (the node ran low on disk and the message names the episode container's
+    use over its request: DisruptionTarget), both from pkg/kubelet/eviction/eviction_manager.go.
 ``no_pod_failure_policy``: the API server drops ``spec.podFailurePolicy`` (its gate off).
 ``pod_failure_backoff_seconds``: the job controller's first backoff before it replaces a failed
     pod of an index (default 10 s, as the real one's; doubled for each further failure).
@@ -84,7 +87,14 @@ The control plane as it is (issue 19):
 that are not UTF-8, or each object again with `status.conditions` a string, and go on.
 ``serviceaccount_delay``: seconds after a namespace's creation before its ``default``
     ServiceAccount exists; until then ServiceAccount admission refuses its pods (FailedCreate).
-``queue``: ``{"admit_after": SECONDS}`` (null: never): Jobs are created suspended and resumed then.
+``queue``: Kueue installed: ``{"admit_after": SECONDS (null: never), "versions": ["v1beta1"],
+    "cluster_queues": ["team-a"], "manage_jobs_without_queue_name": false}``: its CRDs served in
+    those versions (``get --raw /apis/kueue.x-k8s.io``, LocalQueue creates), its webhook suspends
+    only a Job labelled ``kueue.x-k8s.io/queue-name`` (or, with manage_jobs_without_queue_name,
+    an unlabelled one too), and it resumes after admit_after only a labelled Job whose LocalQueue
+    exists in its namespace and points at an existing ClusterQueue; any other stays suspended
+    forever (Kueue docs, "Run a Kubernetes Job", "Setup manageJobsWithoutQueueName"; Kueue
+    pkg/controller/core/workload_controller.go, "LocalQueue X doesn't exist").
 ``admission``: ``["managed_by", "sidecar", "security_context", "pod_sidecar", "queue"]``: mutating
     admission of the Job (apiserver.py admit_job).
 ``termination_grace_seconds``: a failed Job's pods' grace period (else the pod's
@@ -111,8 +121,19 @@ with failed indexes is ``Failed`` (``FailedIndexes``).  ``episode`` faults stay 
 order, which is index order while parallelism lets every pending index start (a retried or
 replaced index gets the next creation index).  The worker finds the ConfigMap's
 ``tasks.jsonl`` through env RL_DEMO_TASKS.
+``node_lost``: ``{"node": NAME, "after": SECONDS, "toleration_seconds": 300, "then": null | "delete"
+    | "out_of_service", "then_after": SECONDS}``: that node's kubelet stops answering SECONDS after a
+    pod started there: the pod stays Running (nothing sets its phase), the Node turns Ready Unknown
+    with the unreachable taints and the pod Ready False (node lifecycle controller, MarkPodsNotReady);
+    the taint manager deletes it after toleration_seconds (DefaultTolerationSeconds), and it stays
+    Terminating; PodGC marks it Failed only once the Node is deleted (gcOrphaned) or tainted
+    node.kubernetes.io/out-of-service (gcTerminating), ``then`` after ``then_after`` s. Its log cannot
+    be read (no kubelet); a foreground delete of its Job waits for it (controller.py lose, tick_lost).
 ``old_job_api``: the API server drops ``backoffLimitPerIndex`` and ``maxFailedIndexes`` (a
-    server without the JobBackoffLimitPerIndex feature), so backoffLimit defaults to 6.
+    server without the JobBackoffLimitPerIndex feature), so backoffLimit defaults to 6, and the
+    podFailurePolicy's FailIndex rules with them (pkg/registry/batch/job/strategy.go
+    PrepareForCreate); ``server_version`` v1.28 does the same, and before 1.28 a FailIndex rule
+    is refused (422, an unsupported action).
 
 Sandbox start-up (``pod_records`` shows what the fake decided for each pod):
 ``scheduled_event_time``: ``"event_time"`` (default: the scheduler's events.k8s.io Event, with

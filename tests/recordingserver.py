@@ -196,8 +196,7 @@ class RecordingServer:
 
             def _serve(self) -> None:
                 arrived = time.monotonic()
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = self._body()
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 record = Recorded(self.command, self.path, headers, body, arrived)
                 with owner.lock:
@@ -234,6 +233,23 @@ class RecordingServer:
                         self.close_connection = True
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # kubectl went away (a timeout, an exit)
+
+            def _body(self) -> bytes:
+                """The request's body: Content-Length bytes, or chunks (`create --raw -f -` streams
+                its file: client-go's Body(io.Reader) sets no length, net/http then sends it
+                chunked)."""
+                if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+                    length = int(self.headers.get("Content-Length") or 0)
+                    return self.rfile.read(length) if length else b""
+                body = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        return body
+                    body += self.rfile.read(size)
+                    self.rfile.readline()  # the chunk's CRLF
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

@@ -303,6 +303,88 @@ class StrictnessTest(FakeKubectlTestCase):
         self.assertEqual(sorted(os.listdir(self.cluster.bin_dir)), ["kubectl"])
 
 
+class RawFormsTest(FakeKubectlTestCase):
+    """`create --raw PATH -f -` and `get --raw` of a RuntimeClass, as the real kubectl sends them
+    (tests/test_kubectl_contract.py checks the real one): one request, the answer as the server
+    writes it, errors without the `error when creating "STDIN"` of a plain create."""
+
+    def test_raw_creates_validate_as_the_path_says_and_name_no_file(self) -> None:
+        namespace, configmap = setup_manifest()["items"]
+        created = json.loads(self.ok("create", "--raw", "/api/v1/namespaces", "-f", "-", input=json.dumps(namespace)))
+        self.assertEqual((created["kind"], created["metadata"]["name"]), ("Namespace", NS))
+        self.assertTrue(created["metadata"]["uid"])
+        path = f"/api/v1/namespaces/{NS}/configmaps?fieldValidation=Strict"
+        self.assertEqual(
+            json.loads(self.ok("create", "--raw", path, "-f", "-", input=json.dumps(configmap)))["kind"], "ConfigMap"
+        )
+        self.fails(
+            "create", "--raw", path, "-f", "-", input=json.dumps(configmap),
+            stderr='Error from server (AlreadyExists): configmaps "episode" already exists',
+        )  # fmt: skip
+        job = job_manifest()
+        job["metadata"]["namespace"] = NS
+        job["spec"].update(completionMode="Indexed", backoffLimitPerIndex=1)
+        self.cluster.set_faults({"server_version": "v1.27.3"})  # before spec.backoffLimitPerIndex
+        strict = f"/apis/batch/v1/namespaces/{NS}/jobs?fieldManager=kubectl-create&fieldValidation=Strict"
+        self.fails(
+            "create", "--raw", strict, "-f", "-", input=json.dumps(job),
+            stderr='Error from server (BadRequest): Job in version "v1" cannot be handled as a Job: '
+            'strict decoding error: unknown field "spec.backoffLimitPerIndex"',
+        )  # fmt: skip
+        self.fails(
+            "create", "--raw", "/api/v1/namespaces/elsewhere/configmaps", "-f", "-", input=json.dumps(configmap),
+            stderr="Error from server (BadRequest): the namespace of the provided object does not match the "
+            "namespace sent on the request",
+        )  # fmt: skip
+        self.fails(
+            "create",
+            "--raw",
+            strict,
+            "-f",
+            "-",
+            "-o",
+            "json",
+            stderr="error: --raw and --output are mutually exclusive",
+        )
+
+    def test_a_watch_in_a_namespace_not_created_yet_sees_its_account(self) -> None:
+        """The run's ServiceAccount watch starts before its namespace exists (BatchRun.preflight)."""
+        watch = subprocess.Popen(
+            [
+                *("kubectl", "get", "serviceaccounts", "--field-selector", "metadata.name=default", "-n", NS),
+                *("-w", "-o", "json", "--output-watch-events", "--request-timeout=20s"),
+            ],
+            env=self.cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.addCleanup(watch.wait)
+        self.addCleanup(watch.kill)
+        time.sleep(0.3)  # listed (nothing) and watching before the namespace is created
+        self.ok("create", "-f", "-", "-o", "json", input=json.dumps(setup_manifest()))
+        assert watch.stdout is not None
+        text = ""
+        while True:  # kubectl prints each event indented, over several lines
+            line = watch.stdout.readline()
+            self.assertTrue(line, "the watch ended without an event")
+            text += line
+            try:
+                event = json.loads(text)
+                break
+            except ValueError:
+                continue
+        self.assertEqual((event["type"], event["object"]["metadata"]["name"]), ("ADDED", "default"))
+
+    def test_raw_read_of_a_runtimeclass(self) -> None:
+        stored = json.loads(self.ok("get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"))
+        self.assertEqual((stored["kind"], stored["handler"]), ("RuntimeClass", "cube"))
+        self.fails(
+            "get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/gone",
+            stderr='Error from server (NotFound): runtimeclasses.node.k8s.io "gone" not found',
+        )  # fmt: skip
+
+
 class KubeconfigTest(FakeKubectlTestCase):
     def setUp(self) -> None:
         self._kc_dir = tempfile.TemporaryDirectory()
@@ -998,6 +1080,34 @@ def read_watch_until(proc: subprocess.Popen, done: Any, timeout: float = 15) -> 
         if done(event):
             return events
     raise AssertionError(f"watch ended without the expected event: {events}")
+
+
+class GarbageCollectorPaceTest(unittest.TestCase):
+    """The fake's garbage collector lets a foreground-deleted Job's pods go at about 7 a second
+    (3 requests a pod within kubeAPIQPS 20: garbagecollector.go attemptToDeleteItem, isDangling),
+    the Job after the last of them."""
+
+    def test_ten_pods_go_over_a_second_and_a_half(self) -> None:
+        from tests.fakekube.commands import delete_job_foreground
+
+        class Tx:
+            def __init__(self, pods: List[Dict[str, Any]]) -> None:
+                self.pods, self.later = pods, []  # type: ignore[var-annotated]
+
+            def list(self, kind: str, namespace: str) -> List[Dict[str, Any]]:
+                return self.pods
+
+            def vanish_later(self, obj: Dict[str, Any], delay: float) -> None:
+                self.later.append((obj["metadata"]["name"], delay))
+
+        owner = [{"uid": "job-uid"}]
+        pods = [{"metadata": {"name": f"p{i}", "ownerReferences": owner}} for i in range(10)]
+        job = {"metadata": {"name": "rollout", "namespace": "ns", "uid": "job-uid"}}
+        tx = Tx(pods)
+        delete_job_foreground(tx, job)  # type: ignore[arg-type]
+        delays = dict(tx.later)
+        self.assertAlmostEqual(delays["p9"], 9 * 3 / 20)
+        self.assertAlmostEqual(delays["rollout"], 10 * 3 / 20 + 0.05)
 
 
 if __name__ == "__main__":

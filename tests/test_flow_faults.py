@@ -179,16 +179,13 @@ class EpisodeFaultTest(FaultTestCase):
         batch = Batch(count=2)
         plan = RunPlan(batch)
         unreadable = batch.episodes[1].name
-        calls = plan.run()[:-2] + plan.run()[-1:]  # all but the logs read
-        # One unreadable log aborts `logs -l` after the logs it printed; a stream that already
-        # delivered output is not repeated. The missing pod is then read alone: InternalError is
+        calls = plan.run()[:-2] + plan.run()[-1:]  # all but the logs followed
+        # The followed read goes on past a stream that fails (--ignore-errors: kubectl's `error:`
+        # line instead, which names the pod). That pod is then read alone: InternalError is
         # transient, so that read is retried three times.
-        by_selector = plan.logs().failing(
-            err_log_unreadable(unreadable), stdout=batch.prefixed_logs(batch.episodes[:1])
-        )
-        calls += [by_selector]
-        # The pod kubectl was printing when it stopped may be cut short: read again alone.
-        calls += [plan.cluster.logs_of(batch.episodes[0].name, batch.episodes[0].log)]
+        message = err_log_unreadable(unreadable).split(": ", 1)[1]
+        [follow] = plan.follows(batch)
+        calls += [dataclasses.replace(follow, stdout=batch.prefixed_logs(batch.episodes[:1]) + f"error: {message}\n")]
         calls += [plan.cluster.logs_of(unreadable, "").failing(err_log_unreadable(unreadable))] * 4
         result = self.run_plan(plan, calls, "-v")
         self.assert_run_failed(
@@ -237,7 +234,7 @@ class EpisodeFaultTest(FaultTestCase):
                 chunks=[watch_event("ADDED", pending), watch_event("MODIFIED", batch.pod(batch.episodes[1]))]
             ),
             plan.cluster.get_list("pods,events", [pending, batch.pod(batch.episodes[1]), warning, deadline]),
-            plan.cluster.logs_by_selector(batch.selector, batch.prefixed_logs(batch.episodes[1:])),
+            *plan.follows(batch, [pending, batch.pod(batch.episodes[1])]),  # the one that ran: followed
             plan.cluster.logs_of(stuck.name, "").failing(
                 f'Error from server (BadRequest): container "episode" in pod "{stuck.name}" is waiting to start: '
                 "ContainerCreating"
@@ -440,16 +437,23 @@ class ApiFaultTest(FaultTestCase):
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertEqual(self.results()["reward_sum"], 2)
-        self.assertEqual(len([argv for argv in self.stub.calls() if "runtimeclass" in argv]), 3)
+        self.assertEqual(len([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)]), 3)
 
     def test_retries_stop_after_three(self) -> None:
         plan = RunPlan(Batch(count=2))
         result = self.run_plan(  # the access reviews run beside the RuntimeClass read
             plan,
-            [plan.cluster.config_view(), *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4, plan.preflight()[2]],
+            [
+                plan.cluster.config_view(),
+                *[plan.get_runtimeclass().failing(ERR_INTERNAL)] * 4,
+                plan.preflight()[2],
+                plan.refused_watch(),
+            ],
             "-v",
         )
-        self.assert_fails(result, demo.EXIT_CLUSTER, "get runtimeclass cube", "InternalError")
+        self.assert_fails(
+            result, demo.EXIT_CLUSTER, "get --raw /apis/node.k8s.io/v1/runtimeclasses/cube", "InternalError"
+        )
         self.assertFalse(self.out().exists())  # a failed preflight leaves no output directory
         self.assertEqual(result.stderr.count("warning: retrying"), 3)
 
@@ -457,28 +461,43 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         forbidden = err_forbidden("get", "runtimeclasses", "node.k8s.io", namespace="")
         result = self.run_plan(
-            plan, [plan.cluster.config_view(), plan.get_runtimeclass().failing(forbidden), plan.preflight()[2]]
+            plan,
+            [
+                plan.cluster.config_view(),
+                plan.get_runtimeclass().failing(forbidden),
+                plan.preflight()[2],
+                plan.refused_watch(),
+            ],
         )
         self.assert_fails(result, demo.EXIT_CLUSTER, "Forbidden")
-        self.assertEqual(len([argv for argv in self.stub.calls() if "runtimeclass" in argv]), 1)
+        self.assertEqual(len([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)]), 1)
         self.assertNotIn("retrying", result.stderr)
 
     def test_kubectl_hanging_past_its_timeout(self) -> None:
         plan = RunPlan(Batch(count=2))
         hanging = dataclasses.replace(plan.get_runtimeclass(), sleep=10)
-        self.shorten_process_timeouts(lambda argv, stdin: "runtimeclass" in argv)
+        self.shorten_process_timeouts(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
         result = self.run_plan(
-            plan, [plan.cluster.config_view(), hanging, plan.preflight()[2]], "--kubectl-timeout", "30"
+            plan,
+            [plan.cluster.config_view(), hanging, plan.preflight()[2], plan.refused_watch(kubectl_timeout=30)],
+            "--kubectl-timeout",
+            "30",
         )  # the hang is cut at 0.5 s; the other calls keep 30 s, however loaded the machine
         self.assert_fails(
             result,
             demo.EXIT_TIMEOUT,
             "did not answer within 30 s",
-            "get runtimeclass cube",
+            "get --raw /apis/node.k8s.io/v1/runtimeclasses/cube",
             f"check that the API server {plan.cluster.server} of context {plan.cluster.context} is reachable",
         )
         self.assertFalse(self.out().exists())  # no namespace was created: the preflight's files are gone
-        self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and "--validate=strict" in argv])
+        self.assertFalse(
+            [
+                argv
+                for argv in self.stub.calls()
+                if "create" in argv and ("--validate=strict" in argv or "--raw" in argv)
+            ]
+        )
 
     def test_watch_ending_early_falls_back_to_polling(self) -> None:
         plan = RunPlan(Batch(count=2))
@@ -544,7 +563,11 @@ class ApiFaultTest(FaultTestCase):
         self.expect(*plan.run())
         self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
         selectors = [argv[argv.index("-l") + 1] for argv in self.stub.calls() if "-l" in argv]
-        self.assertEqual(selectors, [f"controller-uid={plan.batch.uid}"] * 2)
+        # the pod watch, and the logs followed by completion index: the index label is the same
+        self.assertEqual(
+            selectors,
+            [f"controller-uid={plan.batch.uid}", f"controller-uid={plan.batch.uid},{demo.INDEX_LABEL} in (0,1)"],
+        )
 
     def test_pods_refused_by_the_cluster_fail_fast(self) -> None:
         """FailedCreate (a Pod Security rejection): no pod ever appears; the run stops with the
@@ -603,6 +626,8 @@ class WatchedStateTest(FaultTestCase):
         calls = plan.run()
         calls[6] = plan.pod_watch(chunks=chunks)
         calls[7] = plan.pods_and_events()  # the fallback: one listing of pods and events
+        watched = [batch.pod(episode, "pending") for episode in batch.episodes] + [batch.pod(batch.episodes[0]), seen]
+        calls[-len(plan.follows(batch)) - 1 : -1] = plan.follows(batch, watched)
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         listed = self.read_json("pods.json")["items"]
@@ -622,6 +647,9 @@ class WatchedStateTest(FaultTestCase):
         calls = plan.run()
         calls[6] = plan.pod_watch(chunks=chunks)
         calls[7] = plan.pods_and_events()
+        watched = [batch.pod(episode, "pending") for episode in batch.episodes]  # the odd event is ignored
+        watched += [batch.pod(episode) for episode in batch.episodes]
+        calls[-len(plan.follows(batch)) - 1 : -1] = plan.follows(batch, watched)
         result = self.run_plan(plan, calls)
         self.assertEqual(result.code, 0, result)
         self.assertNotIn("Traceback", result.stderr)

@@ -166,7 +166,7 @@ class TranscriptTest(RunPlanTestCase):
         # The two calls of a step that runs at once each answer only once the other has started:
         # made one after the other, the first would wait for a signal that never comes (a problem
         # the stub records), however fast or slow the machine.
-        for first, second in ((1, 2), (7, 8)):  # runtimeclass and access reviews; events and logs
+        for first, second in ((1, 2),):  # runtimeclass and access reviews
             self.assertEqual((calls[first].name, calls[second].name), ("", ""))
             calls[first] = dataclasses.replace(
                 calls[first], name=f"at-once-{first}", wait_for=f"at-once-{second}.started"
@@ -182,23 +182,24 @@ class TranscriptTest(RunPlanTestCase):
         watching = [f"--context={CONTEXT}", "--request-timeout=275s", f"--namespace={NAMESPACE}"]
         reading = [f"--context={CONTEXT}", f"--namespace={NAMESPACE}"]
         selector = f"batch.kubernetes.io/controller-uid={uid}"
+        RAW_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
         steps = [
             [["config", "view", "--minify", "-o", "json"]],
             [
-                [*base, "get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
-                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
-            ],
-            [
-                [*base, "create", "-f", "-", "-o", "json", "--validate=strict"],  # the namespace and the ConfigMap
-                [  # and, at once, the watch for the namespace's default ServiceAccount
+                [  # first, the watch for the namespace's default ServiceAccount, before the namespace exists
                     f"--context={CONTEXT}",
-                    "--request-timeout=62s",
+                    "--request-timeout=142s",  # the preflight's reads, the namespace's create, the wait after
                     f"--namespace={NAMESPACE}",
                     *("get", "serviceaccounts", "--field-selector", "metadata.name=default"),
                     *("-o", "json", "--output-watch-events", "--watch"),
                 ],
+                [*base, "get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"],  # one request each
+                [*base, "create", "-f", "-", "-o", "json", "--validate=false"],  # every access review at once
             ],
-            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the Job
+            [[*base, "create", "-f", "-", "-o", "json", "--validate=strict"]],  # the namespace and the ConfigMap
+            [  # the Job, one POST: no discovery, no OpenAPI download, strict validation by the server
+                [*base, "create", "--raw", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs{RAW_QUERY}", "-f", "-"]
+            ],
             [
                 [
                     *watching,
@@ -206,12 +207,15 @@ class TranscriptTest(RunPlanTestCase):
                     *("-o", "json", "--output-watch-events", "--watch"),
                 ],
                 [*watching, "get", "pods", "-l", selector, "-o", "json", "--output-watch-events", "--watch"],
+                # while the pods run, their logs followed (LogFollower): no --request-timeout, which
+                # would limit each log's transfer; ten streams at once
+                [
+                    *reading,
+                    *("logs", "-f", "-l", f"{selector},{demo.INDEX_LABEL} in (0,1,2,3,4,5,6,7,8,9)", "-c", "episode"),
+                    *("--prefix", "--tail=-1", "--ignore-errors", "--max-log-requests=10"),
+                ],
             ],
-            [
-                [*in_namespace, "get", "events", "-o", "json"],
-                # no --request-timeout: it would limit each log's transfer; 10 logs fit client-go's burst
-                [*reading, "logs", "-l", selector, "-c", "episode", "--prefix", "--tail=-1"],
-            ],
+            [[*in_namespace, "get", "events", "-o", "json"]],  # after the decision, nothing left to read
         ]
         recorded = self.recorded_calls()
         self.assertEqual(len(recorded), 10)
@@ -240,7 +244,9 @@ class TranscriptTest(RunPlanTestCase):
             self.assertGreaterEqual(
                 min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
             )
-            previous_end = max(call["started"] + call["seconds"] for call in calls)
+            # the account's watch goes on beside the step after its own, until the account is seen
+            ending = [call for call in calls if "serviceaccounts" not in call["argv"]]
+            previous_end = max(call["started"] + call["seconds"] for call in ending)
         kinds = [json.loads(record["stdin"])["kind"] for record in self.stub.records() if record["stdin"]]
         self.assertCountEqual(kinds[:1] + kinds[1:2], ["List", "List"])  # access reviews, namespace + ConfigMap
         self.assertEqual(kinds[2], "Job")
@@ -356,7 +362,7 @@ class RunTest(RunPlanTestCase):
         self.assertIsNone(self.results()["runtime"])
         [job] = [json.loads(r["stdin"]) for r in self.stub.records() if r["stdin"] and '"Job"' in r["stdin"]]
         self.assertNotIn("runtimeClassName", job["spec"]["template"]["spec"])
-        self.assertFalse([argv for argv in self.stub.calls() if "runtimeclass" in argv])
+        self.assertFalse([argv for argv in self.stub.calls() if any("runtimeclass" in arg for arg in argv)])
         [reviews] = [
             json.loads(r["stdin"])
             for r in self.stub.records()
@@ -403,20 +409,26 @@ class RunTest(RunPlanTestCase):
         results = self.results()
         self.assertEqual((results["episodes"], results["reward_sum"], len(results["pods"])), (30, 30, 30))
         calls = self.stub.calls()
-        self.assertFalse([argv for argv in calls if "logs" in argv], "logs are not read when messages carry rewards")
-        self.assertEqual(len(calls), 9)
+        # each log followed while its pod ran, by sets of 10 completion indexes; none read after
+        follows = [argv for argv in calls if "logs" in argv]
+        self.assertTrue(all("-f" in argv for argv in follows), follows)
+        self.assertEqual(len(follows), 3)
+        self.assertEqual(len(calls), 12)
 
     def test_large_run_reads_only_the_logs_of_pods_without_a_message(self) -> None:
         batch = Batch(count=25)
         for index in (3, 7):
             batch.episodes[index].message = ""
         plan = RunPlan(batch)
-        self.expect(*plan.run())  # one selector of their two completion indexes, not the Job's 25 pods
+        self.expect(*plan.run())  # their logs followed with the others', none read after the decision
         result = self.run_ok("run", "--count", "25", "--allow-large", "--output", str(self.out()))
         results = self.results()
         self.assertEqual((results["reward_sum"], results["pods_without_termination_message"]), (25, 2))
-        [logs] = [argv for argv in self.stub.calls() if "logs" in argv]
-        self.assertEqual(logs[logs.index("-l") + 1], f"{batch.selector},{demo.INDEX_LABEL} in (3,7)")
+        logs = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertEqual(
+            sorted(argv[argv.index("-l") + 1].split(" in ")[1] for argv in logs),
+            ["(0,1,2,3,4,5,6,7,8,9)", "(10,11,12,13,14,15,16,17,18,19)", "(20,21,22,23,24)"],
+        )
         self.assertIn("episode output: 2 pod(s) succeeded without a termination message", result.stdout)
 
     def test_existing_output_touches_no_cluster(self) -> None:
@@ -426,7 +438,9 @@ class RunTest(RunPlanTestCase):
 
     def test_missing_runtime_class_creates_nothing(self) -> None:
         plan = RunPlan(runtime="gvisor")
-        self.expect(*plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:])
+        self.expect(
+            *plan.preflight()[:1], plan.get_runtimeclass(exists=False), *plan.preflight()[2:], plan.refused_watch()
+        )
         result = self.tool("run", "--runtime", "gvisor", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'gvisor' does not exist", "--runtime none")
         self.assertFalse([argv for argv in self.stub.calls() if "create" in argv and argv != plan.preflight()[2].argv])
@@ -542,6 +556,7 @@ class ClusterAccessTest(RunPlanTestCase):
             config,
             *[runtimeclass.failing(err_unreachable("get"))] * 4,  # a read: tried, then retried 3 times
             *[reviews.failing(err_unreachable("review"))] * 4,
+            plan.refused_watch(),
         )
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assertEqual(result.code, demo.EXIT_CLUSTER, result)
@@ -780,7 +795,7 @@ class CleanupTest(CallPlanTestCase):
         self.assert_fails(
             result,
             demo.EXIT_TIMEOUT,
-            "still Terminating after 1.1 s",  # 1 s and the garbage collector's time for the Job's 2 pods
+            "still Terminating after 1.3 s",  # 1 s and the garbage collector's time for the Job's 2 pods (0.3 s)
             "finalizers ['kubernetes']",
             "example.com/hold",
             "never removed",
@@ -789,8 +804,8 @@ class CleanupTest(CallPlanTestCase):
         deleted = next(i for i, argv in enumerate(calls_made) if argv[-3:-1] == ["namespace", NAMESPACE])
         polls = calls_made[deleted + 1 :]
         # A poll at once, then after each wait: 0.25 s, doubling, only the last one cut short by
-        # the deadline (1.1 s: 1 s and the garbage collector's time for the 2 pods). On an idle
-        # machine that is 0, 0.25, 0.75 and 1.1 s; a loaded one, whose calls take longer, reaches
+        # the deadline (1.3 s: 1 s and the garbage collector's time for the 2 pods). On an idle
+        # machine that is 0, 0.25, 0.75 and 1.3 s; a loaded one, whose calls take longer, reaches
         # the deadline after fewer waits, on the same schedule.
         self.assertEqual(len(polls), len(waits.seconds) + 1, f"a poll after each wait: {polls}, {waits.seconds}")
         self.assertGreaterEqual(len(waits.seconds), 1)
@@ -855,7 +870,7 @@ class CheckTest(CallPlanTestCase):
         version = {"clientVersion": {"gitVersion": "v1.31.2"}, "serverVersion": {"gitVersion": "v1.31.1"}}
         calls = [cluster.config_view(), Call(cluster.args("version", "-o", "json"), stdout=as_json(version))]
         if runtime is not None:
-            calls.append(cluster.get("runtimeclass", runtime, runtimeclass_object() if runtime == "cube" else None))
+            calls.append(cluster.get_runtimeclass(runtime, runtimeclass_object() if runtime == "cube" else None))
         nodes = [node_object("node-a"), node_object("node-b")] if nodes is None else nodes
         calls.append(cluster.get_list("nodes", nodes, namespace=None))
         calls.append(cluster.running_pods([]))
@@ -871,7 +886,7 @@ class CheckTest(CallPlanTestCase):
         self.assertIn("server version: v1.31.1", result.stdout)
         self.assertIn('RuntimeClass cube: handler cube, overhead {"cpu": "250m", "memory": "768Mi"}', result.stdout)
         self.assertIn("10 pods need 3.5 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", result.stdout)
-        self.assertIn("2 eligible nodes have 128.0 CPU and 512.0 GiB", result.stdout)
+        self.assertIn("2 eligible nodes have 128.0 CPU, 512.0 GiB and 200.0 GiB of ephemeral storage", result.stdout)
         self.assertIn("permissions: all granted", result.stdout)
         self.assertIn("verdict: ready to run 10 episodes", result.stdout)
 
@@ -893,7 +908,7 @@ class CheckTest(CallPlanTestCase):
         for argv, message in (
             (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
             (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
-            (["--count", "1001"], "--count 1001 is more than 20; pass --allow-large"),
+            (["--count", "1001"], "--count 1001 is more than 1000, the most --allow-large allows"),  # not "pass it"
             (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
         ):
             with self.subTest(argv=argv):
@@ -964,7 +979,7 @@ class CheckTest(CallPlanTestCase):
         self.assertEqual(result.stderr, f"rl-batch-demo: error: {sentence}\n")
         self.assertNotIn("Error from server", result.stderr)
         preflight = RunPlan().preflight()
-        self.expect(preflight[0], *map(self.foreign, preflight[1:]))
+        self.expect(preflight[0], *map(self.foreign, preflight[1:]), RunPlan().refused_watch())
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, sentence)
         self.assertEqual(run.stderr, f"rl-batch-demo: error: {sentence}\n")
@@ -984,7 +999,7 @@ class CheckTest(CallPlanTestCase):
         result = self.tool("check")
         self.assertEqual(result.code, demo.EXIT_CLUSTER)
         self.assertIn("denied: create jobs.batch, get pods/log", result.stdout)
-        self.expect(*RunPlan().preflight(denied=denied))
+        self.expect(*RunPlan().preflight(denied=denied), RunPlan().refused_watch())
         run = self.tool("run", "--output", str(self.out()))
         self.assert_fails(run, demo.EXIT_CLUSTER, "lacks permissions", "create jobs.batch", "nothing was created")
         self.assertFalse([argv for argv in self.stub.records() if argv["stdin"] and '"Namespace"' in argv["stdin"]])
@@ -1106,8 +1121,8 @@ class InterruptTest(RunPlanTestCase):
 
     def test_before_the_namespace_exists(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.interrupt_at(lambda argv, stdin: "runtimeclass" in argv)
-        self.expect(plan.cluster.config_view(), plan.preflight()[2])  # the access reviews run beside it
+        self.interrupt_at(lambda argv, stdin: any("runtimeclass" in arg for arg in argv))
+        self.expect(plan.cluster.config_view(), plan.preflight()[2], plan.refused_watch())  # beside it: the reviews
         result = self.tool("run", "--count", "2", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted; nothing was created in the cluster")
         self.assertNotIn("cleanup --output", result.stderr)  # nothing exists to clean up

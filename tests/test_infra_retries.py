@@ -183,6 +183,43 @@ class AttemptsTest(unittest.TestCase):
         self.assertIs(kept, final)
         self.assertEqual([attempt["pod"] for attempt in attempts["c"]], ["a"])
 
+    def test_an_eviction_for_the_pod_s_own_disk_use_is_the_episode_s_own_failure(self) -> None:
+        """The kubelet's words (pkg/kubelet/eviction/helpers.go): over the pod's own limit, the
+        container's, /workspace's sizeLimit, or the node low on disk naming the episode container's
+        use: never a loss of the infrastructure, so a retry of it fails the round."""
+        own_words = [
+            "Pod ephemeral local storage usage exceeds the total limit of containers 512Mi. ",
+            'Container episode exceeded its local ephemeral storage limit "512Mi". ',
+            'Usage of EmptyDir volume "workspace" exceeds the limit "256Mi". ',
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. Container "
+            "episode was using 3Gi, request is 512Mi, has larger consumption of ephemeral-storage. ",
+            "The node was low on resource: ephemeral-storage. Container episode was using 3Gi, which exceeds its "
+            "request of 512Mi. ",  # before 1.32
+        ]
+        for words in own_words:
+            with self.subTest(words=words):
+                at_limit = pod("a", 0, "Failed", reason="Evicted", message=words)
+                self.assertEqual(demo.infra_loss(at_limit), "")
+                self.assertIn(words.strip(), demo.own_disk_eviction(at_limit))
+                rank, rule = demo.pod_failure({**at_limit, "metadata": {"name": "a"}})
+                self.assertEqual(rank, 1)
+                self.assertIn("evicted for its own disk use", rule)
+                self.assertIn("the episode's own failure", rule)
+                condition = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+                pressed = pod("a", 0, "Failed", conditions=[dict(condition, message=words)])
+                self.assertEqual(demo.infra_loss(pressed), "")
+        # another tenant filled the disk: the message names no container of ours
+        others = "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. "
+        self.assertEqual(demo.infra_loss(pod("a", 0, "Failed", reason="Evicted", message=others)), f"evicted: {others}")
+        self.assertEqual(demo.own_disk_eviction(pod("a", 0, "Failed", reason="Evicted", message=others)), "")
+        # memory pressure naming our container is not about the disk
+        memory = "The node was low on resource: memory. Container episode was using 1Gi, request is 64Mi, ..."
+        self.assertTrue(demo.infra_loss(pod("a", 0, "Failed", reason="Evicted", message=memory)))
+        first = pod("a", 0, "Failed", reason="Evicted", message=own_words[0])
+        retried = [first, pod("c", 0, created="2026-01-01T00:00:12Z")]
+        with self.assertRaisesRegex(demo.EpisodeInvalid, "own disk use.*ran its index 0 again .pod c.*never an"):
+            demo.episode_attempts(retried, 1, 1, "here")
+
     def test_infra_loss_reads_only_the_cluster_s_signs(self) -> None:
         self.assertEqual(demo.infra_loss(own_failure("a", 0)), "")
         self.assertEqual(demo.infra_loss(pod("a", 0)), "")
@@ -235,33 +272,41 @@ class RetriesPlanTest(CallPlanTestCase):
         self.assertEqual(rows[3]["retry_seconds"], replacement.created - batch.episodes[3].created)
         self.assertEqual(results["retry_seconds_sum"], rows[3]["retry_seconds"])
         self.assertEqual(sum(row["attempts"] for row in results["pods"]), 11)
-        self.assertLessEqual(len(self.stub.calls()), 10)  # the 10-episode budget holds with a retry
+        # the 10-episode budget, and one process more: the replacement, created after the first
+        # followed read listed its pods, is followed by a read of its own
+        self.assertLessEqual(len(self.stub.calls()), 11)
 
-    def lost_pod_unreadable(self, batch: Batch, lost: List[Any], kept: List[Any]) -> List[Any]:
-        """The run's plan, its selector reads answering as kubectl does with --ignore-errors when
-        a lost pod's log cannot be served (the kubelet's error, unprefixed, in kubectl's order)."""
-        errors = "".join(f'error: container "episode" in pod "{e.name}" is not available\n' for e in lost)
-        stdout = batch.prefixed_logs(kept[:2]) + errors + batch.prefixed_logs(kept[2:])
+    def lost_pod_unreadable(self, batch: Batch, lost: List[Any]) -> List[Any]:
+        """The run's plan, each followed read of a lost pod answering as kubectl does with
+        --ignore-errors when that pod's log cannot be served (the kubelet's error, unprefixed,
+        amid the other pods' lines)."""
+        plan = RunPlan(batch)
+        answers = {}
+        for chosen, call in zip(plan.follow_sets(batch), plan.follows(batch)):
+            if any(episode in lost for episode in chosen):
+                kept = [episode for episode in chosen if episode not in lost]
+                errors = "".join(f'error: container "episode" in pod "{e.name}" is not available\n' for e in lost)
+                answers[tuple(call.argv)] = batch.prefixed_logs(kept[:2]) + errors + batch.prefixed_logs(kept[2:])
         return [
-            dataclasses.replace(call, stdout=stdout) if "--ignore-errors" in call.argv else call
-            for call in RunPlan(batch).run()
+            dataclasses.replace(call, stdout=answers[tuple(call.argv)]) if tuple(call.argv) in answers else call
+            for call in plan.run()
         ]
 
     def test_a_lost_pod_whose_log_cannot_be_served_costs_no_process_more(self) -> None:
         """A lost pod's log the kubelet cannot serve (its container never created, or removed):
-        the selector read matches it all the same; with --ignore-errors kubectl goes on past it,
-        and its error line is the lost pod's, so no other pod is read again (main before this:
-        the read stopped there, and every pod after it was read alone, 10 processes more)."""
+        the followed read matches it all the same; with --ignore-errors kubectl goes on past it,
+        and its error line is the lost pod's, so no other pod is read again (before: the read
+        stopped there, and every pod after it was read alone, 10 processes more)."""
         batch = Batch(count=10, infra_retries=1)
         evict(batch, 3)
         replacement = batch.add_episode(index=3)
-        kept = [episode for episode in batch.episodes if not episode.evicted]
-        self.expect(*self.lost_pod_unreadable(batch, [batch.episodes[3]], kept))
+        self.expect(*self.lost_pod_unreadable(batch, [batch.episodes[3]]))
         result = self.tool("run", "--count", "10", "--output", str(self.out()), "--quiet", "--infra-retries", "1")
         self.assertEqual(result.code, 0, result.stderr)
-        self.assertLessEqual(len(self.stub.calls()), 10)  # the 10-episode budget holds
-        [read] = [argv for argv in self.stub.calls() if "logs" in argv]
-        self.assertIn("--ignore-errors", read)
+        self.assertLessEqual(len(self.stub.calls()), 11)  # the budget, and the replacement's own read
+        reads = [argv for argv in self.stub.calls() if "logs" in argv]
+        self.assertEqual(len(reads), 2)
+        self.assertTrue(all("--ignore-errors" in read and "-f" in read for read in reads), reads)
         rows = {row["index"]: row for row in self.results()["pods"]}
         self.assertEqual((rows[3]["pod"], rows[3]["attempts"]), (replacement.name, 2))
         self.assertFalse((self.out() / f"{batch.episodes[3].name}.log").exists())
@@ -272,18 +317,17 @@ class RetriesPlanTest(CallPlanTestCase):
             episode.message = ""  # every log read
         evict(batch, 12)
         batch.add_episode(index=12).message = ""
-        kept = [episode for episode in batch.episodes if not episode.evicted]
-        self.expect(
-            *self.lost_pod_unreadable(batch, [batch.episodes[12]], [e for e in kept if e.index in range(10, 20)])
-        )
+        self.expect(*self.lost_pod_unreadable(batch, [batch.episodes[12]]))
         result = self.tool(
             "run", "--count", "25", "--allow-large", "--output", str(self.out()), "--quiet", "--infra-retries", "1"
         )
         self.assertEqual(result.code, 0, result.stderr)
-        reads = [argv for argv in self.stub.calls() if "logs" in argv]
-        self.assertEqual(len(reads), 3)
-        ignoring = [argv[argv.index("-l") + 1] for argv in reads if "--ignore-errors" in argv]
-        self.assertEqual(ignoring, [f"{batch.selector},{demo.INDEX_LABEL} in ({','.join(map(str, range(10, 20)))})"])
+        # three followed reads of 10, 10 and 5 indexes, and the replacement's: the lost pod's error
+        # line in the second puts none of its other pods in doubt, so no pod is read again
+        reads = [argv[argv.index("-l") + 1].split(" in ")[1] for argv in self.stub.calls() if "logs" in argv]
+        self.assertCountEqual(
+            reads, ["(0,1,2,3,4,5,6,7,8,9)", "(10,11,12,13,14,15,16,17,18,19)", "(20,21,22,23,24)", "(12)"]
+        )
 
     def test_a_replaced_pod_that_failed_by_its_own_doing_fails_the_run(self) -> None:
         batch = Batch(count=2, infra_retries=1)
@@ -348,15 +392,14 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertFalse(cluster.pod_log(cluster_namespace(results), lost).endswith("\n"))  # cut mid-line
         self.assertIn("rl-demo-artifact 1 ", cluster.pod_log(cluster_namespace(results), lost))
         self.assertFalse((self.out / "artifacts" / lost).exists())
-        self.assertFalse((self.out / f"{lost}.log").exists())
         for row in results["pods"]:
             names = sorted(entry["name"] for entry in row["artifacts"])
             self.assertEqual(names, ["patch.diff", "tests-output.txt"], row["pod"])
+        # followed reads: the first three pods', then the replacement's; one `logs POD` more at most
         reads = [argv for argv in cluster.calls() if "logs" in argv]
         selector_reads = [argv for argv in reads if "-l" in argv]
-        self.assertEqual(len(selector_reads), 1, reads)
-        self.assertIn("--ignore-errors", selector_reads[0])
-        self.assertLessEqual(len(reads), 2, reads)
+        self.assertTrue(all("--ignore-errors" in read and "-f" in read for read in selector_reads), reads)
+        self.assertLessEqual(len(reads), 3, reads)
 
     def test_a_pod_evicted_mid_frame_without_retries_fails_the_run_with_its_cut_log_saved(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
@@ -395,10 +438,10 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         [attempt] = rows[0]["lost_attempts"]
         self.assertIn("rejected by the kubelet before any container ran (OutOfcpu", attempt["cause"])
         self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 2)
-        # It has no log (`container "episode" in pod ... is not available`), yet the one selector
-        # read that matches it beside its replacement goes on past it (--ignore-errors)
-        [read] = [argv for argv in cluster.calls() if "logs" in argv]
-        self.assertIn("--ignore-errors", read)
+        # It has no log (`container "episode" in pod ... is not available`), never started, so no
+        # followed read waits for it; every read goes on past a pod it cannot read (--ignore-errors)
+        reads = [argv for argv in cluster.calls() if "logs" in argv]
+        self.assertTrue(reads and all("--ignore-errors" in read for read in reads), reads)
         self.assertFalse((self.out / f"{attempt['pod']}.log").exists())
 
     def test_with_max_failed_episodes_an_own_failure_fails_its_index_and_a_lost_pod_runs_again(self) -> None:
@@ -432,6 +475,25 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertEqual([c["reason"] for c in conditions], ["PodFailurePolicy"])
         self.assertIn("failed with exit code 1 matching FailJob rule at index 1", conditions[0]["message"])
 
+    def test_a_pod_over_its_own_disk_limit_is_never_retried(self) -> None:
+        """Evicted at its own ephemeral-storage limit (no DisruptionTarget, exit code 137): the
+        Job's FailJob rule ends it, and the run names the episode's own failure."""
+        cluster = self.cluster(faults={"episode": {"0": "disk_limit"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("evicted for its own disk use (Pod ephemeral local storage usage exceeds", result.stderr)
+        self.assertIn("total limit of containers 512Mi", result.stderr)
+        self.assertEqual(sum(1 for name in self.records(cluster) if name.startswith("rollout-0-")), 1)  # never rerun
+        [container] = self.job()["spec"]["template"]["spec"]["containers"]
+        self.assertEqual(container["resources"]["limits"]["ephemeral-storage"], "512Mi")
+
+    def test_a_node_pressure_eviction_for_the_pod_s_own_use_that_the_job_retried_fails_the_run(self) -> None:
+        """The node ran low on disk and the kubelet names the episode container's use: the Job's
+        Count rule retried it (DisruptionTarget), and the run refuses the retry as bought by the agent."""
+        cluster = self.cluster(faults={"episode": {"0": "disk_pressure_own"}, **FAST_BACKOFF})
+        result = self.run_tool(cluster, demo.EXIT_EPISODE, "--count", "2", "--infra-retries", "1")
+        self.assertIn("evicted for its own disk use", result.stderr)
+        self.assertIn("never an episode's own failure", result.stderr)
+
     def test_more_evictions_than_allowed_fail_the_run_naming_each_cause(self) -> None:
         # pods 0 and 1 first; index 0's replacement is the third pod created, and is evicted too
         cluster = self.cluster(faults={"episode": {"0": "evict", "2": "evict"}, **FAST_BACKOFF})
@@ -440,6 +502,21 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("--infra-retries 1", result.stderr)
         self.assertEqual(self.job()["status"]["failedIndexes"], "0")
 
+    def test_kubernetes_1_28_drops_the_fail_index_rules_and_the_run_deletes_its_job(self) -> None:
+        """1.28 with JobBackoffLimitPerIndex off (its default) stores the Job without
+        backoffLimitPerIndex, maxFailedIndexes and the FailIndex rule (strategy.go PrepareForCreate):
+        the run sees what was dropped in the create's answer and deletes the Job before any pod retries."""
+        cluster = self.cluster(faults={"server_version": "v1.28.15"})
+        result = self.run_tool(
+            cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1", "--max-failed-episodes", "1"
+        )
+        self.assertIn(
+            "lacks spec.backoffLimitPerIndex, spec.maxFailedIndexes, spec.podFailurePolicy's FailIndex rule",
+            result.stderr,
+        )
+        self.assertIn("run without --infra-retries", result.stderr)
+        self.assertTrue(all(job["metadata"].get("deletionTimestamp") for job in cluster.objects("Job")))  # or gone
+
     def test_a_server_that_drops_the_policy_makes_the_run_delete_its_job(self) -> None:
         cluster = self.cluster(faults={"no_pod_failure_policy": True})
         result = self.run_tool(cluster, demo.EXIT_CLUSTER, "--count", "2", "--infra-retries", "1")
@@ -447,6 +524,41 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertIn("lacks spec.podFailurePolicy", result.stderr)
         self.assertIn("run without --infra-retries", result.stderr)
         self.assertTrue(all(j["metadata"].get("deletionTimestamp") for j in cluster.objects("Job")))
+
+
+class FakeApiServerJobFieldsTest(unittest.TestCase):
+    """The fake API server's Job fields by version (tests/fakekube/apiserver.py prepare_job)."""
+
+    def manifest(self) -> Dict[str, Any]:
+        return demo.job_manifest(
+            name="rollout",
+            namespace="ns",
+            run_id="r",
+            count=2,
+            parallelism=2,
+            image="img",
+            runtime=None,
+            deadline_seconds=60,
+            max_failed_episodes=1,
+            infra_retries=1,
+        )
+
+    def test_1_28_drops_the_fail_index_rules_with_the_per_index_fields(self) -> None:
+        from tests.fakekube.apiserver import prepare_job
+
+        job = self.manifest()
+        self.assertEqual(prepare_job(job, "uid", False, old_job_api=True), [])  # stored, not refused (was 422)
+        self.assertEqual([rule["action"] for rule in job["spec"]["podFailurePolicy"]["rules"]], ["Count"])
+        self.assertNotIn("backoffLimitPerIndex", job["spec"])
+        self.assertNotIn("maxFailedIndexes", job["spec"])
+        before = self.manifest()  # a 1.27 server knows no FailIndex action at all: refused
+        problems = prepare_job(before, "uid", False, old_job_api=True, knows_fail_index=False)
+        self.assertIn('Unsupported value: "FailIndex"', " ".join(problems))
+        current = self.manifest()
+        self.assertEqual(prepare_job(current, "uid", False), [])
+        self.assertEqual(
+            [rule["action"] for rule in current["spec"]["podFailurePolicy"]["rules"]], ["Count", "FailIndex"]
+        )
 
 
 if __name__ == "__main__":

@@ -276,9 +276,17 @@ class PodLogs:
     list, each pod, and each pod's log (`follow=true`: the log, then the stream held open for
     `hold` seconds, as the kubelet does until it notices the container has ended)."""
 
-    def __init__(self, server: RecordingServer, logs: Dict[str, bytes], failing: Sequence[str] = (), hold: float = 0.0):
+    def __init__(
+        self,
+        server: RecordingServer,
+        logs: Dict[str, bytes],
+        failing: Sequence[str] = (),
+        hold: float = 0.0,
+        waiting: Sequence[str] = (),
+    ):
         self.logs = logs
         self.failing = set(failing)
+        self.waiting = set(waiting)  # pods whose container the kubelet reports still waiting to start
         self.hold = hold
         items = [pod(name) for name in logs]
         server.route("GET", PODS_PATH, lambda r, m: Answer(200, pod_list(items)))
@@ -293,6 +301,9 @@ class PodLogs:
         name = match.group(1)
         if name in self.failing:
             return status_answer(500, "InternalError", f"Internal error occurred: failed to read the log of {name}")
+        if name in self.waiting:  # kubelet_pods.go validateContainerLogStatus, passed on by the API server
+            message = f'container "{CONTAINER}" in pod "{name}" is waiting to start: ContainerCreating'
+            return status_answer(400, "BadRequest", message)
         if name not in self.logs:
             return not_found("pods", name)
         if request.query.get("follow") == "true":
@@ -648,6 +659,49 @@ class LogsContract(ContractCase):
                 "error: you are attempting to follow 6 log streams, but maximum allowed concurrency is 5, "
                 "use --max-log-requests to increase the limit\n",
             )
+
+        self.each_kubectl(contract)
+
+
+class FollowContract(ContractCase):
+    """What LogFollower depends on: `logs -f -l ... --ignore-errors` (follow_args)."""
+
+    def test_follow_goes_on_past_a_pod_still_waiting_and_exits_0(self) -> None:
+        """A stream that fails (a container still waiting to start: 400) is an unprefixed
+        `error: MESSAGE` line on stdout and the other streams go on, on every minor: up to 1.35
+        parallelConsumeRequest prints it; from 1.36 consumeWithRetry returns at once with
+        --ignore-errors (no retry until --pod-running-timeout). kubectl exits 0 once every
+        stream has ended; each pod's lines keep their prefix."""
+        logs = {"p0": b"first of p0\nlast of p0\n", "p1": b"", "p2": b"only line of p2\n"}
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, logs, waiting=["p1"])
+            outcome = session.run(demo.follow_args(SELECTOR, demo.LOG_SELECTOR_PODS), request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            for read in log_reads(session):
+                self.assertEqual(read.query, {"container": CONTAINER, "follow": "true"})
+            self.assertCountEqual([pod_of(r) for r in log_reads(session)], logs)
+            lines = outcome.stdout.splitlines(keepends=True)
+            error = b'error: container "episode" in pod "p1" is waiting to start: ContainerCreating\n'
+            self.assertIn(error, lines)
+            for name in ("p0", "p2"):
+                own = b"".join(line[len(prefixed(name)) :] for line in lines if line.startswith(prefixed(name)))
+                self.assertEqual(own, logs[name])
+            self.assertEqual(len(lines), 4)
+
+        self.each_kubectl(contract)
+
+    def test_follow_lists_the_pods_once(self) -> None:
+        """The pods are listed once, before any stream: a pod created later is not followed
+        (why LogFollower starts a read only for pods whose container has started)."""
+
+        def contract(session: Session) -> None:
+            PodLogs(session.server, {"p0": b"x\n"})
+            outcome = session.run(demo.follow_args(SELECTOR, demo.LOG_SELECTOR_PODS), request_timeout=None)
+            self.assertEqual(outcome.returncode, 0, outcome)
+            listings = [r for r in session.api() if r.path.endswith("/pods")]
+            self.assertEqual(len(listings), 1)
+            self.assertEqual(listings[0].query.get("labelSelector"), SELECTOR)
 
         self.each_kubectl(contract)
 
@@ -1331,6 +1385,104 @@ class ObjectsContract(ContractCase):
                 (outcome.returncode, outcome.stdout), (0, f'namespace "{NAMESPACE}" deleted\n'.encode()), outcome
             )
             self.assertEqual(session.api()[-1].json(), {"propagationPolicy": "Background"})
+
+        self.each_kubectl(contract)
+
+    @staticmethod
+    def the_tools_kubectl(session: Session) -> demo.Kubectl:
+        """The tool's own Kubectl bound to the session's context, its kubectl started with the
+        session's HOME (its own discovery cache, empty at first: a fresh CI runner's)."""
+        kubectl = demo.Kubectl(session.binary.path, context="contract", kubeconfig=str(session.kubeconfig))
+        kubectl.environment = {"PATH": ENVIRONMENT.get("PATH", os.defpath), "HOME": str(session.directory)}
+        return kubectl
+
+    @staticmethod
+    def asked_beyond(session: Session, *paths: str) -> List[str]:
+        """Requests other than `paths`: discovery, OpenAPI documents, anything else (the Google
+        Cloud SDK's dispatcher asks /version before every command, to pick its kubectl)."""
+        dispatcher = session.binary.dispatcher
+        return [
+            repr(r) for r in session.server.taken() if r.path not in paths and not (dispatcher and r.path == "/version")
+        ]
+
+    def test_raw_create_is_one_post_with_strict_validation_and_no_discovery(self) -> None:
+        """`create --raw PATH -f -` (Kubectl.create_raw, the run's Job): with a cold cache, one POST
+        of stdin's bytes to PATH, its query as given (fieldValidation=Strict, fieldManager), no
+        discovery and no OpenAPI document (kubectl pkg/cmd/create/create.go RunCreate: --raw goes
+        to rawhttp.RawPost before the builder); the server's answer printed as it is. A refusal is
+        `Error from server (Reason): message`, exit 1, without the `error when creating "STDIN"` of
+        a plain create: AlreadyExists and a strict decoding error still read as the tool's checks
+        expect (KubectlFailure.already_exists, strict_refusal)."""
+        manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": JOB, "namespace": NAMESPACE}}
+
+        def contract(session: Session) -> None:
+            kubectl = self.the_tools_kubectl(session)
+            session.server.route("POST", JOBS_PATH, self.created)
+            created = kubectl.create_raw(demo.create_path(manifest), manifest)
+            self.assertEqual(created, {**manifest, "metadata": {**manifest["metadata"], "uid": "uid-" + JOB}})
+            self.assertEqual(self.asked_beyond(session, JOBS_PATH), [])
+            (post,) = session.api()
+            self.assertEqual((post.method, post.json()), ("POST", manifest))
+            self.assertEqual(
+                post.query,
+                {"fieldManager": "kubectl-create", "fieldValidation": "Strict", "timeout": demo.REQUEST_TIMEOUT},
+            )
+            exists = status_answer(409, "AlreadyExists", f'jobs.batch "{JOB}" already exists', {"name": JOB})
+            session.server.route("POST", JOBS_PATH, always(exists))
+            with self.assertRaises(demo.KubectlFailure) as refused:
+                kubectl.create_raw(demo.create_path(manifest), manifest)
+            self.assertEqual(
+                refused.exception.stderr, f'Error from server (AlreadyExists): jobs.batch "{JOB}" already exists\n'
+            )
+            self.assertTrue(refused.exception.already_exists)
+            strict = (
+                'Job in version "v1" cannot be handled as a Job: strict decoding error: '
+                'unknown field "spec.backoffLimitPerIndex"'
+            )
+            session.server.route("POST", JOBS_PATH, always(status_answer(400, "BadRequest", strict)))
+            with self.assertRaises(demo.KubectlFailure) as unknown:
+                kubectl.create_raw(demo.create_path(manifest), manifest)
+            self.assertEqual(unknown.exception.stderr, f"Error from server (BadRequest): {strict}\n")
+            self.assertIn(demo.PER_INDEX_BACKOFF, demo.strict_refusal(unknown.exception.stderr, "the Job") or "")
+
+        self.each_kubectl(contract)
+
+    def test_raw_get_of_a_runtimeclass_is_one_get_and_names_its_absence(self) -> None:
+        """`get --raw /apis/node.k8s.io/v1/runtimeclasses/NAME` (Kubectl.runtimeclass): with a cold
+        cache, one GET and no discovery (kubectl get.go: --raw goes to rawhttp.RawGet); the
+        object as the server wrote it; a missing one is the server's NotFound, printed
+        `Error from server (NotFound): runtimeclasses.node.k8s.io "NAME" not found`, exit 1, which
+        the tool reads as absent; a path the server does not serve is another NotFound (the
+        generic "could not find the requested resource"), raised as a failure, as a refusal is."""
+        path = "/apis/node.k8s.io/v1/runtimeclasses/cube"
+        stored = {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "cube"},
+            "handler": "cube",
+        }
+
+        def contract(session: Session) -> None:
+            kubectl = self.the_tools_kubectl(session)
+            session.server.route("GET", path, always(Answer(200, stored)))
+            self.assertEqual(kubectl.runtimeclass("cube"), stored)
+            self.assertEqual(self.asked_beyond(session, path), [])
+            (get,) = session.api()
+            self.assertEqual((get.method, get.query), ("GET", {"timeout": demo.REQUEST_TIMEOUT}))
+            session.server.route("GET", path, always(not_found("runtimeclasses", "cube", "node.k8s.io")))
+            self.assertIsNone(kubectl.runtimeclass("cube"))
+            session.server.route("GET", path, always(Answer(404, b"404 page not found\n", "text/plain")))
+            with self.assertRaises(demo.KubectlFailure) as unserved:
+                kubectl.runtimeclass("cube")
+            self.assertEqual(
+                unserved.exception.first_line,
+                "Error from server (NotFound): the server could not find the requested resource",
+            )
+            forbidden = 'runtimeclasses.node.k8s.io "cube" is forbidden: User "u" cannot get resource "runtimeclasses"'
+            session.server.route("GET", path, always(status_answer(403, "Forbidden", forbidden)))
+            with self.assertRaises(demo.KubectlFailure) as refused:
+                kubectl.runtimeclass("cube")
+            self.assertEqual(refused.exception.first_line, f"Error from server (Forbidden): {forbidden}")
 
         self.each_kubectl(contract)
 

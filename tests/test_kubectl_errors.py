@@ -70,6 +70,14 @@ NAMESPACE_JSON = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata"
 LIST_JSON = json.dumps({"apiVersion": "v1", "kind": "List", "items": [json.loads(NAMESPACE_JSON)]})
 REVIEWS_JSON = json.dumps(demo.access_review_list("agc-rl-0", True))
 TIMEOUT = "--request-timeout=30s"
+# The raw forms (Kubectl.runtimeclass, Kubectl.create_raw): one request, no discovery, so no klog lines.
+RUNTIMECLASS_PATH = "/apis/node.k8s.io/v1/runtimeclasses/cube"
+NAMESPACES_PATH = demo.create_path(json.loads(NAMESPACE_JSON))
+
+
+def refused_raw_localhost() -> str:
+    return refused("localhost:8080", "http", "127.0.0.1:8080", 0)
+
 
 # (setup, argv after `kubectl`, stdin): kubectl's stderr, exit 1. Setups: "closed" (the
 # kubeconfig's server is a closed port), "empty" (no kubeconfig at all), "missing" (--kubeconfig
@@ -126,6 +134,9 @@ EXPECTED: List[Tuple[str, Tuple[str, ...], Optional[str], str]] = [
     ),
     ("closed", ("delete", "namespace", "agc-rl-0", "--wait=false"), None, refused(CLOSED, "https", CLOSED, 5)),
     ("closed", ("get", "--raw", "/api/v1/nodes/node-a/proxy/metrics"), None, refused(CLOSED, "https", CLOSED, 0)),
+    ("closed", ("get", "--raw", RUNTIMECLASS_PATH), None, refused(CLOSED, "https", CLOSED, 0)),
+    ("closed", ("create", "--raw", NAMESPACES_PATH, "-f", "-"), NAMESPACE_JSON, refused(CLOSED, "https", CLOSED, 0)),
+    ("empty", ("create", "--raw", NAMESPACES_PATH, "-f", "-"), NAMESPACE_JSON, refused_raw_localhost()),
     (
         "empty",
         ("config", "view", "--minify", "-o", "json"),
@@ -185,6 +196,7 @@ EXPECTED: List[Tuple[str, Tuple[str, ...], Optional[str], str]] = [
     ),
     ("bogus", ("version", "-o", "json"), None, 'error: context "bogus" does not exist'),
     ("bogus", ("get", "--raw", "/api/v1/nodes/node-a/proxy/metrics"), None, 'error: context "bogus" does not exist'),
+    ("bogus", ("create", "--raw", NAMESPACES_PATH, "-f", "-"), NAMESPACE_JSON, 'error: context "bogus" does not exist'),
     ("gone", ("config", "view", "--minify", "-o", "json"), None, "error: cannot locate context gone"),
     (
         "gone",
@@ -365,21 +377,26 @@ class ClusterAccessTest(unittest.TestCase):
         lines = stderr.splitlines()
         self.assertEqual((code, lines[-1]), (demo.EXIT_CLUSTER, f"rl-batch-demo: error: {line}"))
         calls = [entry for entry in lines if entry.startswith("+ ")]
-        self.assertEqual(len(calls), 1 + 2 * 4, stderr)  # config view, then each preflight read and its 3 retries
+        # config view, then each preflight read and its 3 retries, and the account's watch beside them
+        self.assertEqual(len(calls), 1 + 2 * 4 + 1, stderr)
         kubectl = shutil.which("kubectl", path=self.cluster.env()["PATH"])
         self.assertEqual(
             calls[0],
             f"+ {kubectl} --kubeconfig={self.setups.kubeconfig} config view --minify -o json  # exit 0, "
             + calls[0].rsplit(", ", 1)[1],
         )
+        [watch] = [call for call in calls if " serviceaccounts " in call]  # refused too, or ended by the failure
+        self.assertRegex(watch, r" get serviceaccounts .* --watch  # exit (1|-15), \d+\.\d{3} s$")
         for call in calls[1:]:
+            if call == watch:
+                continue
             self.assertRegex(
                 call,
                 r"^\+ \S+ --kubeconfig=\S+ --context=prod --request-timeout=30s (get|create) .*"
                 r"  # exit 1, \d+\.\d{3} s$",
             )
         self.assertEqual(len([entry for entry in lines if entry.startswith("warning: retrying `kubectl")]), 6)
-        self.assertEqual(len(lines), 1 + 9 + 6)
+        self.assertEqual(len(lines), 1 + 10 + 6)
         # The server answers again: the same command works, in the same --output.
         self.cluster.set_faults({"stand_in_worker": True})
         code, stderr = self.tool("run", "--count", "2", "--output", str(self.output), "--quiet", *flags)

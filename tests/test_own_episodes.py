@@ -217,6 +217,22 @@ class TaskWorkerEndToEndTest(unittest.TestCase):
         self.assertAlmostEqual(figures["reward_mean"], 3.0 / 4)
         self.assertEqual(figures["failed_episodes"], [])
 
+    def test_a_failure_found_when_its_pod_ended_is_final_in_the_analysis(self) -> None:
+        """Issue 29: an episode whose failure line was written when its pod ended stays failed,
+        with that cause, although its log and message would now validate: results.json never
+        counts a reward that rewards.jsonl refused."""
+        pods, logs = self.pods_and_logs()
+        collected = collected_for(pods, logs, job_for(self.job_created), count=4, max_failed=1, tasks=TASKS)
+        cause = "its reward True is not a finite number"
+        collected.provisional_failures = {"rollout-2-abcde": cause}
+        rows, figures = demo.analyse_round(collected, "ns/rollout")
+        self.assertEqual(sorted(row["index"] for row in rows), [0, 1, 3])
+        [failed] = figures["failed_episodes"]
+        self.assertEqual((failed["pod"], failed["cause"]), ("rollout-2-abcde", cause))
+        collected.max_failed_episodes = 0
+        with self.assertRaisesRegex(demo.EpisodeInvalid, cause):
+            demo.analyse_round(collected, "ns/rollout")
+
     def test_rewards_jsonl_matches_results_json(self) -> None:
         pods, logs = self.pods_and_logs()
         rows, figures = demo.analyse_round(

@@ -124,8 +124,10 @@ class EpisodeRoomTest(unittest.TestCase):
         _, text = demo.episode_room(self.runtimeclass, nodes, [running_pod("b", "400m", "1Gi")])
         self.assertEqual(
             text,
-            "2 eligible nodes have 2.0 CPU and 8.0 GiB allocatable, 0.4 CPU and 1.0 GiB of it requested by 1 pod "
-            "already there: room for 3 episodes at once, each 0.35 CPU and 0.81 GiB with the RuntimeClass's overhead",
+            "2 eligible nodes have 2.0 CPU, 8.0 GiB and 200.0 GiB of ephemeral storage allocatable, 0.4 CPU, 1.0 GiB "
+            "and 0.0 GiB of ephemeral storage of it requested by 1 pod already there: room for 3 episodes at once, "
+            "each 0.35 CPU and 0.81 GiB with the RuntimeClass's overhead, and 0.50 GiB of ephemeral storage "
+            "(--ephemeral-storage)",
         )
         _, unknown = demo.episode_room(self.runtimeclass, nodes, None)
         self.assertIn("allocatable (before what already runs there): room for 4 episodes", unknown)
@@ -198,14 +200,14 @@ class AutoRunTest(CallPlanTestCase):
 
     def test_a_missing_runtimeclass_is_named_as_without_auto(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.expect(*self.preflight(plan, [], runtimeclass=False))
+        self.expect(*self.preflight(plan, [], runtimeclass=False), plan.refused_watch())
         result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "RuntimeClass 'cube' does not exist in context")
 
     def test_refused_in_one_line_when_not_one_episode_fits(self) -> None:
         plan = RunPlan(Batch(count=2))
         full = [running_pod("node-a", "800m", name="a"), running_pod("node-b", "900m", name="b")]
-        self.expect(*self.preflight(plan, full))
+        self.expect(*self.preflight(plan, full), plan.refused_watch())
         result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
         self.assert_fails(
             result,
@@ -218,7 +220,7 @@ class AutoRunTest(CallPlanTestCase):
 
     def test_refused_without_the_permission_to_list_nodes(self) -> None:
         plan = RunPlan(Batch(count=2))
-        self.expect(*self.preflight(plan, [], denied=(("list", "nodes"),)))
+        self.expect(*self.preflight(plan, [], denied=(("list", "nodes"),)), plan.refused_watch())
         result = self.tool("run", "--count", "2", "--parallelism", "auto", "--output", str(self.out()))
         self.assert_fails(
             result, demo.EXIT_CLUSTER, "--parallelism auto needs list nodes in context", "--parallelism P"

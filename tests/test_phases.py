@@ -888,12 +888,23 @@ class PermissionTest(Case):
     def test_run_refuses_before_creating_anything(self) -> None:
         test = self
 
+        class Watch:
+            ended = False
+
+            def end(self) -> None:
+                Watch.ended = True
+
         class Kubectl:
             context = "ctx"
+            process_timeout = 30.0
+            timing = demo.TIMING
             created: ClassVar[list[dict[str, Any]]] = []
 
-            def get(self, kind: str, name: str) -> dict[str, Any]:
+            def runtimeclass(self, name: str) -> dict[str, Any]:
                 return {"kind": "RuntimeClass", "handler": "cube"}
+
+            def watch(self, *args: Any) -> Watch:  # the account's watch, started with the preflight
+                return Watch()
 
             def create(self, manifest: dict[str, Any], review: bool = False) -> list[dict[str, Any]]:
                 test.assertTrue(review)  # access reviews only
@@ -920,6 +931,7 @@ class PermissionTest(Case):
         self.assertIn("--kubelet-metrics needs get nodes/proxy", str(raised.exception))
         self.assertEqual(len(Kubectl.created), 1)
         self.assertEqual(batch.runtime_handler, "cube")
+        self.assertTrue(Watch.ended)  # a refused preflight ends the account's watch
 
     def test_flags_parse(self) -> None:
         parser = demo.build_parser()

@@ -266,6 +266,24 @@ class PinningTest(unittest.TestCase):
             with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
                 demo.run_settings(args)
 
+    def test_the_pod_s_disk_flags_reach_every_group_and_its_recorded_command_line(self) -> None:
+        args = demo.build_parser().parse_args(
+            ["reproduce", "--output", "exp", "--ephemeral-storage", "2Gi", "--workspace-size", "1Gi"]
+        )
+        base = demo.reproduce_settings(args)
+        self.assertEqual((base.ephemeral_storage, base.workspace_size), ("2Gi", "1Gi"))
+        argv = demo.reproduce_group_argv(args, "ctx", "parallel", None)
+        self.assertEqual(argv[argv.index("--ephemeral-storage") + 1], "2Gi")
+        settings = demo.run_settings(demo.build_parser().parse_args(argv))
+        self.assertEqual((settings.ephemeral_storage, settings.workspace_size), ("2Gi", "1Gi"))
+        spec = demo.round_job_manifest(settings, "rollout", "ns", "rid", "img")["spec"]["template"]["spec"]
+        self.assertEqual(spec["containers"][0]["resources"]["limits"]["ephemeral-storage"], "2Gi")
+        self.assertEqual(spec["volumes"][1], {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}})
+        for bad in (["--workspace-size", "1Gi", "--ephemeral-storage", "512Mi"], ["--ephemeral-storage", "lots"]):
+            with self.subTest(bad=bad), self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:
+                demo.run_settings(demo.build_parser().parse_args(["run", "--output", "o", *bad]))
+            self.assertTrue("more than --ephemeral-storage" in err.getvalue() or "not a quantity" in err.getvalue())
+
     def test_each_group_runs_the_settings_its_recorded_command_line_gives(self) -> None:
         """Each group is spelt once, as the `run` command line report.json records; run's own
         parser reads the group's settings from it, with what every group shares from the flags."""

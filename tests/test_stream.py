@@ -172,11 +172,25 @@ class RoundRewardsTest(unittest.TestCase):
     def on_disk(self) -> List[Dict[str, Any]]:
         return lines_of((self.output / demo.REWARDS_FILE).read_bytes())
 
-    def test_a_pods_place_in_creation_order_waits_for_every_pod(self) -> None:
-        """Not Indexed, parallelism 1: the first pod ends before the second exists, so its index
-        (its place in creation order) is not settled, and its line waits for the second pod."""
+    def test_an_indexed_jobs_pod_is_numbered_by_its_completion_index_as_it_ends(self) -> None:
+        """Every measured Job is Indexed: without --tasks too, a pod's line comes as it ends,
+        numbered by its completion index, though the other pod does not exist yet."""
         batch = Batch(count=2, parallelism=1)
         rewards = self.rewards(batch)
+        first = batch.episodes[0]
+        rewards.pod_seen(batch.pod(first, "pending"))
+        rewards.pod_seen(batch.pod(first))
+        self.assertEqual([(line["pod"], line["index"]) for line in self.on_disk()], [(first.name, 0)])
+
+    def test_a_pods_place_in_creation_order_waits_for_every_pod(self) -> None:
+        """Not Indexed (a cluster that dropped completionMode), parallelism 1: the first pod ends
+        before the second exists, so its index (its place in creation order) is not settled, and
+        its line waits for the second pod."""
+        batch = Batch(count=2, parallelism=1)
+        rewards = demo.RoundRewards(self.writer, self.settings(batch.count), 1, self.output)
+        job = batch.job()
+        job["spec"].pop("completionMode", None)
+        rewards.job_created(job, time.monotonic())
         first, second = batch.episodes
         rewards.pod_seen(batch.pod(first, "pending"))
         rewards.pod_seen(batch.pod(first))
@@ -331,7 +345,9 @@ class StreamedRunTest(CallPlanTestCase):
         calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
         calls += [plan.job_watch(), plan.pod_watch(chunks=chunks)]
         calls.append(plan.events() if plan.watch_is_final(batch) else plan.pods_and_events())
-        calls += [plan.logs(), plan.serviceaccount_watch()]
+        watched = [batch.pod(episode, "running") for episode in batch.episodes]
+        watched += [batch.pod(batch.episodes[index]) for index in order]
+        calls += [*plan.follows(batch, watched), *plan.log_reads(batch, watched), plan.serviceaccount_watch()]
         self.expect(*calls)
         return plan
 
@@ -442,14 +458,16 @@ class StreamedRunTest(CallPlanTestCase):
         chunks.append(watch_event("MODIFIED", batch.pod(late), wait_for=after_failed))
         job_watch = plan.job_watch()
         added, failed = job_watch.chunks
-        # the lines on disk before the Job's Failed: both ended pods', or, with the last pod unseen,
-        # none (an episode's place in creation order, its line's index, waits for every pod)
-        lines = 2 if last_pod_seen_before else 0
+        # the lines on disk before the Job's Failed: both ended pods' (every measured Job is
+        # Indexed: an episode's number is its completion index, known as its pod ends)
+        lines = 2
         job_watch = dataclasses.replace(
             job_watch, chunks=[added, dataclasses.replace(failed, wait_for=None, snapshot=(path, lines, "failed"))]
         )
         calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
-        calls += [job_watch, plan.pod_watch(chunks=chunks), plan.pods_and_events(), plan.logs()]
+        calls += [job_watch, plan.pod_watch(chunks=chunks), plan.pods_and_events()]
+        watched = [json.loads(chunk.data)["object"] for chunk in chunks]
+        calls += [*plan.follows(batch, watched), *plan.log_reads(batch, watched)]
         self.expect(*calls, plan.serviceaccount_watch())
         result = self.run_count(3)
         self.assert_fails(result, demo.EXIT_EPISODE, "phase Failed")

@@ -227,7 +227,10 @@ class ManifestTest(unittest.TestCase):
         )
         self.assertEqual(
             container["resources"],
-            {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+            {  # the disk as well (--ephemeral-storage): a worker that fills it is evicted alone, at its own limit
+                "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "512Mi"},
+                "limits": {"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "512Mi"},
+            },
         )
         self.assertEqual(
             container["volumeMounts"],
@@ -238,7 +241,10 @@ class ManifestTest(unittest.TestCase):
         )
         self.assertEqual(
             pod["volumes"],
-            [{"name": "script", "configMap": {"name": "episode"}}, {"name": "workspace", "emptyDir": {}}],
+            [  # --workspace-size
+                {"name": "script", "configMap": {"name": "episode"}},
+                {"name": "workspace", "emptyDir": {"sizeLimit": "256Mi"}},
+            ],
         )
         self.assertEqual(job["metadata"]["labels"][demo.RUN_LABEL], "0123456789ab")
 
@@ -491,6 +497,21 @@ class EpisodeSourcesTest(unittest.TestCase):
         other = [self.events[0], dict(self.events[1], reward=0)]
         with self.assertRaisesRegex(demo.EpisodeInvalid, "different events"):
             demo.episode_events("p", pod_log(log_of(self.events)), None, log_of(other), True, "here")
+
+    def test_sources_that_differ_only_in_a_type_disagree(self) -> None:
+        """Issue 29: compared type-strictly (Python's == holds True == 1 == 1.0), in any field."""
+        artifact = {"name": "a.txt", "bytes": 1, "sha256": "0" * 64}
+        for field, logged, told in (
+            ("reward", 1, True),
+            ("reward", 1, 1.0),
+            ("tests_exit", 0, False),
+            ("artifacts", [artifact], [dict(artifact, bytes=True)]),
+        ):
+            with self.subTest(field=field, told=told):
+                log = [self.events[0], dict(self.events[1], **{field: logged})]
+                message = [self.events[0], dict(self.events[1], **{field: told})]
+                with self.assertRaisesRegex(demo.EpisodeInvalid, f"different events.*differ in '{field}'"):
+                    demo.episode_events("p", pod_log(log_of(log)), None, log_of(message), True, "here")
 
     def test_unreadable_log_says_why(self) -> None:
         with self.assertRaisesRegex(demo.EpisodeInvalid, r"log could not be read \(Error from server"):
@@ -1006,7 +1027,7 @@ class CapacityTest(unittest.TestCase):
             "metadata": {"name": name, "labels": {"sandbox": "yes"}},
             "spec": spec,
             "status": {
-                "allocatable": {"cpu": "4", "memory": "8Gi"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "50Gi"},
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
@@ -1015,7 +1036,21 @@ class CapacityTest(unittest.TestCase):
         fits, text = demo.capacity_verdict(10, self.runtimeclass, [self.node("a"), self.node("b")])
         self.assertTrue(fits)
         self.assertIn("10 pods need 1.0 CPU and 8.1 GiB including 7.5 GiB of RuntimeClass overhead", text)
-        self.assertIn("2 eligible nodes have 8.0 CPU and 16.0 GiB", text)
+        self.assertIn("2 eligible nodes have 8.0 CPU, 16.0 GiB and 100.0 GiB of ephemeral storage", text)
+        self.assertIn("and 5.0 GiB of ephemeral storage", text)  # 10 x --ephemeral-storage 512Mi
+
+    def test_ephemeral_storage_is_counted_as_the_scheduler_counts_it(self) -> None:
+        """Each episode requests --ephemeral-storage; a node that reports none has no room (fit.go)."""
+        small = self.node("a")
+        small["status"]["allocatable"]["ephemeral-storage"] = "2Gi"
+        self.assertEqual(demo.episode_room(self.runtimeclass, [small], [])[0], 4)  # 4 x 512Mi
+        self.assertEqual(demo.episode_room(self.runtimeclass, [small], [], "1Gi")[0], 2)
+        fits, text = demo.capacity_verdict(3, self.runtimeclass, [small], [], "1Gi")
+        self.assertFalse(fits)
+        self.assertIn("3.0 GiB of ephemeral storage", text)
+        silent = self.node("b")
+        del silent["status"]["allocatable"]["ephemeral-storage"]
+        self.assertEqual(demo.episode_room(self.runtimeclass, [silent], [])[0], 0)
 
     def test_too_little_memory(self) -> None:
         fits, _ = demo.capacity_verdict(20, self.runtimeclass, [self.node("a")])
@@ -1052,6 +1087,7 @@ class CommandLineTest(unittest.TestCase):
         for argv, message in (
             (["--count", "21"], "--count 21 is more than 20; pass --allow-large for up to 1000"),
             (["--count", "1001", "--allow-large"], "--count 1001 is more than 1000, the most --allow-large allows"),
+            (["--count", "1001"], "--count 1001 is more than 1000, the most --allow-large allows"),
             (["--count", "5", "--parallelism", "6"], "--parallelism 6 is more than --count 5"),
             (["--parallelism", "12"], "--parallelism 12 is more than --count 10 (the default)"),
             (["--count", "0"], "argument --count: '0' must be at least 1"),

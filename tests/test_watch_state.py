@@ -113,3 +113,91 @@ class WatchEndTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def job_event(kind: str, **status: Any) -> dict[str, Any]:
+    return {"type": kind, "object": {"metadata": {"name": "rollout", "uid": JOB_UID}, "status": status}}
+
+
+def pod_event(kind: str, name: str, **changes: Any) -> dict[str, Any]:
+    return {"type": kind, "object": watched_pod(name, **changes)}
+
+
+FAILED = {"conditions": [{"type": "FailureTarget", "status": "True"}], "failed": 1}
+COMPLETE = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+
+
+class JobWatchTakeTest(unittest.TestCase):
+    """JobWatch.take, one event at a time, without threads: a table of event sequences and what
+    the watch then holds."""
+
+    def watch(self, **options: Any) -> demo.JobWatch:
+        job = {"metadata": {"name": "rollout", "uid": JOB_UID, "namespace": "ns"}, "spec": {}, "status": {}}
+        return demo.JobWatch(job, deadline=100.0, **options)
+
+    def test_the_table(self) -> None:
+        rows = [
+            # (events as (tag, event), decided, condition, job stream open, pod stream open, pods kept, deleted)
+            ([], False, None, True, True, [], False),
+            ([("job", job_event("MODIFIED", **COMPLETE))], False, "Complete", True, True, [], False),
+            ([("job", job_event("ADDED", **FAILED))], False, "Failed", True, True, [], False),
+            ([("job", None)], False, None, False, True, [], False),
+            ([("pods", None)], False, None, True, False, [], False),
+            ([("pods", pod_event("ADDED", "p0")), ("pods", pod_event("MODIFIED", "p1"))], False, None, True, True,
+             ["p0", "p1"], False),
+            ([("pods", pod_event("ADDED", "p0")), ("pods", pod_event("DELETED", "p0"))], False, None, True, True,
+             ["p0"], True),
+            # after the decision, an ADDED (a relisting) does not replace the Job, a DELETED is no error
+            ([("job", job_event("ADDED", **COMPLETE))], True, None, True, True, [], False),
+            ([("job", job_event("DELETED"))], True, None, True, True, [], False),
+        ]  # fmt: skip
+        for events, decided, condition, job_open, pods_open, kept, deleted in rows:
+            with self.subTest(events=events, decided=decided):
+                seen: list[str] = []
+                state = self.watch(on_pod=lambda pod, told=seen: told.append(pod["metadata"]["name"]))
+                for tag, event in events:
+                    state.take(tag, 1.0, 2.0, event, decided=decided)
+                self.assertEqual(state.condition, condition)
+                self.assertEqual((state.job_stream_open, state.pod_stream_open), (job_open, pods_open))
+                self.assertEqual(sorted(state.last_pods), kept)
+                self.assertEqual(state.deleted, deleted)
+                told = [event["object"]["metadata"]["name"] for tag, event in events if tag == "pods" and event]
+                removed = [e["object"]["metadata"]["name"] for tag, e in events if e and e["type"] == "DELETED"]
+                self.assertEqual(seen, told[: len(told) - len(removed)])
+
+    def test_the_jobs_deletion_before_the_decision_stops_the_wait(self) -> None:
+        with self.assertRaisesRegex(demo.DemoError, "Job ns/rollout was deleted while the run waited"):
+            self.watch().take("job", 1.0, 2.0, job_event("DELETED"))
+
+    def test_an_error_event_is_kept_for_the_warning(self) -> None:
+        state = self.watch()
+        state.take("job", 1.0, 2.0, {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "old"}})
+        self.assertEqual(state.watch_error, "ERROR 410: Expired: old")
+
+    def test_a_queued_jobs_resumption_moves_the_deadline(self) -> None:
+        job = {"metadata": {"name": "rollout", "uid": JOB_UID, "namespace": "ns"}, "spec": {"suspend": True}}
+        state = demo.JobWatch(job, deadline=100.0, run_seconds=50.0)
+        self.assertTrue(state.queued)
+        state.take("job", 1.0, 80.0, {"type": "MODIFIED", "object": {**job, "spec": {"suspend": False}}})
+        self.assertEqual((state.admitted_seen, state.deadline), (80.0, 130.0))
+
+    def test_a_changed_pod_spec_is_refused(self) -> None:
+        state = self.watch(pod_spec={"containers": [{"name": "episode", "image": "a"}]})
+        pod = pod_event("ADDED", "p0")
+        pod["object"]["spec"] = {"containers": [{"name": "episode", "image": "b"}]}
+        with self.assertRaises(demo.JobRefused):
+            state.take("pods", 1.0, 2.0, pod)
+
+    def test_settled_after_a_failure_waits_for_every_counted_pod(self) -> None:
+        state = self.watch()
+        decided = [{"type": "FailureTarget", "status": "True"}, {"type": "Failed", "status": "True"}]
+        state.take("job", 1.0, 2.0, job_event("MODIFIED", conditions=decided, failed=1, succeeded=1))
+        running = pod_event("MODIFIED", "p0")
+        running["object"]["status"] = {"phase": "Running"}
+        state.take("pods", 1.0, 2.0, running)
+        self.assertFalse(state.settled("Failed"))
+        ended = pod_event("MODIFIED", "p0")
+        state.take("pods", 1.0, 2.0, ended, decided=True)
+        self.assertFalse(state.settled("Failed"))  # two counted, one seen
+        state.take("pods", 1.0, 2.0, pod_event("MODIFIED", "p1"), decided=True)
+        self.assertTrue(state.settled("Failed"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -20,10 +21,12 @@ from .constants import (
     CLEANUP_WAIT_SECONDS,
     CLIENT_GRACE_SECONDS,
     DEFAULT_COUNT,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_IMAGE,
     DEFAULT_JOB_DEADLINE_SECONDS,
     DEFAULT_MAX_ARTIFACT_BYTES,
     DEFAULT_RUNTIME,
+    DEFAULT_WORKSPACE_SIZE,
     EXIT_CODES_HELP,
     EXIT_THRESHOLD,
     EXIT_USAGE,
@@ -55,7 +58,7 @@ from .core_guide import _DIGEST, GUIDE_REFERENCE
 from .core_reports import fit_lines, printable
 from .errors import BUG, INTERRUPTED, STDOUT_CLOSED, DemoError, outcome_of
 from .kubectl import make_kubectl
-from .payloads import WORKER_SOURCE, WORKER_TEMPLATE
+from .payloads import LAUNCHER_SOURCE, WORKER_SOURCE, WORKER_TEMPLATE
 from .persistence import read_input_file
 from .records import RunSettings
 from .status import discard_stdout, say_stderr, terminal_width
@@ -100,6 +103,18 @@ def artifact_budget(text: str) -> int:
             "kubelet's 10 MiB log rotation, past which `kubectl logs` returns only the current file"
         )
     return int(value)
+
+
+def storage_quantity(text: str) -> str:
+    """An argparse type: --ephemeral-storage, --workspace-size, a positive whole number of bytes as a
+    Kubernetes quantity (512Mi, 2Gi, 1000000000), kept as given: the API server stores it so."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a quantity of bytes (such as 512Mi or 2Gi)") from None
+    if not (value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of bytes")
+    return text
 
 
 def threshold(text: str) -> Tuple[str, float]:
@@ -229,6 +244,26 @@ def _shared_options() -> Dict[str, Dict[str, Any]]:
             "help": f"each Job's activeDeadlineSeconds (default {DEFAULT_JOB_DEADLINE_SECONDS}); "
             f"the client waits {CLIENT_GRACE_SECONDS} s longer",
         },
+        "--ephemeral-storage": {
+            "type": storage_quantity,
+            "default": DEFAULT_EPHEMERAL_STORAGE,
+            "metavar": "QUANTITY",
+            "help": "each episode container's ephemeral-storage request and limit: its writable layer, its logs and "
+            f"/workspace together; a pod over it is evicted, the episode's own failure (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
+        },
+        "--workspace-size": {
+            "type": storage_quantity,
+            "default": DEFAULT_WORKSPACE_SIZE,
+            "metavar": "QUANTITY",
+            "help": f"the sizeLimit of the episode's /workspace emptyDir, at most --ephemeral-storage (default "
+            f"{DEFAULT_WORKSPACE_SIZE})",
+        },
+        "--queue": {
+            "metavar": "CLUSTERQUEUE",
+            "help": "run through Kueue: create a LocalQueue in the run's namespace pointing at this ClusterQueue and "
+            "label every Job with it (kueue.x-k8s.io/queue-name); needs create, get and delete localqueues",
+        },
         "--allow-large": {
             "action": "store_true",
             "help": f"allow up to {MAX_COUNT_LARGE} episodes instead of {MAX_COUNT}",
@@ -352,7 +387,7 @@ def build_parser(
                 "default": 1,
                 "help": f"run K batches of N one after another, each its own Job (default 1, at most {MAX_ROUNDS})",
             },
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size --queue": None,
             "--cleanup": {
                 "choices": ("never", "on-success", "always"),
                 "default": "never",
@@ -382,10 +417,11 @@ def build_parser(
                 "type": whole_number(0, MAX_INFRA_RETRIES, ""),
                 "default": 0,
                 "metavar": "K",
-                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node gone: "
-                "DisruptionTarget) again, up to K times, by the Job's podFailurePolicy; an episode that failed by its "
-                "own doing is never retried (default 0: a lost pod fails the run; K > 0 needs Kubernetes 1.29 or "
-                "later)",
+                "help": "run an episode whose pod was lost to the infrastructure (evicted, preempted, its node deleted "
+                "or tainted node.kubernetes.io/out-of-service: DisruptionTarget; not a node that only stopped "
+                "answering, whose pod stays Running) again, up to K times, by the Job's podFailurePolicy; an episode "
+                "that failed by its own doing is never retried (default 0: a lost pod fails the run; K > 0 needs "
+                "Kubernetes 1.29 or later)",
             },
             "--max-artifact-bytes": {
                 "type": artifact_budget,
@@ -451,6 +487,10 @@ def build_parser(
             "--allow-large": None,
             "--runtime": "RuntimeClass to check, or 'none'",
             "--image": "image the run would use (reported only)",
+            "--ephemeral-storage": "each episode's ephemeral-storage request, counted in the capacity (default "
+            f"{DEFAULT_EPHEMERAL_STORAGE})",
+            "--queue": "also review the permissions `run --queue` needs (create, get, delete localqueues) and say "
+            "whether this Kueue ClusterQueue exists",
             "--kubelet-metrics": "also check the permission `run --kubelet-metrics` needs (get nodes/proxy, list "
             "nodes)",
             "--json": "print one JSON object, every finding and the verdict, instead of the lines",
@@ -496,7 +536,7 @@ def build_parser(
             "--output": "new directory for the three groups",
             "--count": "tasks per group and round (default 10)",
             "--rounds": {"default": 3, "help": "rounds of the warm group (default 3)"},
-            "--image --runtime --timeout": None,
+            "--image --runtime --timeout --ephemeral-storage --workspace-size": None,
             "--cleanup": {
                 "choices": ("on-success", "always"),
                 "default": "on-success",
@@ -522,10 +562,11 @@ def check_counts(
 ) -> None:
     """The limits on a batch's size, checked before any work starts, each named by the flag the
     user gave (`given` says what set the count: "--count 25", "--tasks FILE (25 tasks)", ...)."""
-    if count > MAX_COUNT and not allow_large:
-        parser.error(f"{given} is more than {MAX_COUNT}; pass --allow-large for up to {MAX_COUNT_LARGE}")
+    # the hard limit first: past it, --allow-large would not help, so the fix must not suggest it
     if count > MAX_COUNT_LARGE:
         parser.error(f"{given} is more than {MAX_COUNT_LARGE}, the most --allow-large allows")
+    if count > MAX_COUNT and not allow_large:
+        parser.error(f"{given} is more than {MAX_COUNT}; pass --allow-large for up to {MAX_COUNT_LARGE}")
     if parallelism > count:
         parser.error(f"--parallelism {parallelism} is more than {given}")
     if rounds > MAX_ROUNDS:
@@ -555,7 +596,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
         problem = configmap_size_problem(
-            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks)
+            configmap_manifest(NAMESPACE_PREFIX + "0" * 12, "0" * 12, worker_source, tasks, LAUNCHER_SOURCE)
         )
         if problem:
             raise DemoError(problem, EXIT_USAGE)
@@ -577,11 +618,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
         worker_source=worker_source,
+        launcher_source=LAUNCHER_SOURCE,
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
         infra_retries=args.infra_retries,
         max_artifact_bytes=args.max_artifact_bytes,
+        queue=args.queue,
         warmup=args.warmup,
         pin_image=args.pin_image,
         dry_run=args.dry_run,
@@ -605,6 +648,12 @@ def reproduce_group_settings(argv: Sequence[str]) -> RunSettings:
 
 def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> RunSettings:
     """The settings `run` and `reproduce` read from the same flags, with the built-in worker."""
+    if parse_quantity(args.workspace_size) > parse_quantity(args.ephemeral_storage):
+        # /workspace is on the node's disk and counts against the pod's limit: the limit would evict first
+        args.subparser.error(
+            f"--workspace-size {args.workspace_size} is more than --ephemeral-storage {args.ephemeral_storage}: "
+            "/workspace counts against the pod's ephemeral storage, so the pod's limit would evict it first"
+        )
     return RunSettings(
         output=Path(args.output),
         count=count,
@@ -619,7 +668,10 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
+        launcher_source=LAUNCHER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        workspace_size=args.workspace_size,
     )
 
 
@@ -694,3 +746,16 @@ def main(argv: Optional[Sequence[str]] = None, *, plugin: bool = False) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def run_as_script() -> typing.NoReturn:
+    """`python3 rl_batch_demo.py ...`: main(), then the process ends at once. By then every file is
+    written and closed, every kubectl has been waited for and every thread that mattered joined;
+    what the interpreter's own teardown would still do is free this module's objects one by one
+    and run nothing the tool registered (it registers no atexit handler), which took 30 to 100 ms
+    on a loaded 2-core machine (docs/benchmark.md): the run's end, as a user or CI sees it."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), or the stream closed
+            stream.flush()
+    os._exit(code)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .constants import (
+    CLUSTERQUEUE_RESOURCE,
     EXIT_CLUSTER,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -51,6 +52,7 @@ from .flow_run import (
     BatchRun,
     cleanup_reproduce,
     cleanup_run,
+    read_kueue_group,
     reproduce_group_argv,
     reproduce_group_dirs,
     reproduce_junit,
@@ -91,7 +93,10 @@ def write_dry_run(settings: RunSettings, namespace: str, run_id: str, print_summ
     claim_output(settings.output)
     manifests = [
         ("00-namespace.json", namespace_manifest(namespace, run_id)),
-        ("01-configmap.json", configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks)),
+        (
+            "01-configmap.json",
+            configmap_manifest(namespace, run_id, settings.worker_source, settings.tasks, settings.launcher_source),
+        ),
     ]
     for round_number in range(1, settings.rounds + 1):
         name = job_name_for(round_number, settings.rounds)
@@ -439,16 +444,21 @@ def cmd_check(args: argparse.Namespace) -> int:
                 raise
             return Read(failure=failure.first_line)
 
-    reviews = access_review_list(NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True)
-    version, runtimeclass, nodes, pods, granted = concurrently(
+    queue = args.queue
+    reviews = access_review_list(
+        NAMESPACE_PREFIX + "preflight", runtime is not None, kubelet_metrics, True, local_queue=queue is not None
+    )
+    version, runtimeclass, nodes, pods, granted, kueue, cluster_queue = concurrently(
         [
             lambda: attempt(
                 lambda: kubectl.decode_json(kubectl.run(["version", "-o", "json"], read_only=True), "version")
             ),
-            lambda: attempt(lambda: kubectl.get("runtimeclass", runtime)) if runtime is not None else None,
+            lambda: attempt(lambda: kubectl.runtimeclass(runtime)) if runtime is not None else None,
             lambda: attempt(lambda: kubectl.get_list("nodes")),
             lambda: attempt(lambda: kubectl.get_list("pods", flags=NON_TERMINATED_PODS)),  # what runs there
             lambda: attempt(lambda: kubectl.create(reviews, review=True)),
+            lambda: attempt(lambda: read_kueue_group(kubectl)) if queue is not None else None,
+            lambda: attempt(lambda: kubectl.get(CLUSTERQUEUE_RESOURCE, queue)) if queue is not None else None,
         ]
     )
     findings = preflight_findings(
@@ -463,6 +473,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         reviews=granted,
         count=args.count,
         kubelet_metrics=kubelet_metrics,
+        ephemeral_storage=args.ephemeral_storage,
+        queue=queue,
+        kueue=kueue,
+        cluster_queue=cluster_queue,
         capacity=args.parallelism == "auto",
         parallelism=None if args.parallelism in (None, "auto") else args.parallelism,
     )

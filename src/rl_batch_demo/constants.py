@@ -36,10 +36,15 @@ NO_RUNTIME = "none"
 DEFAULT_JOB_DEADLINE_SECONDS = 240
 CLIENT_GRACE_SECONDS = 30  # the client waits this much longer than the Job's own deadline
 CLEANUP_WAIT_SECONDS = 120
-# The garbage collector deletes a Job's pods at the controller manager's client rate, kubeAPIQPS 20
-# (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): 1,000 pods take 50 s or
-# more, so cleanup waits for a Job that much longer than CLEANUP_WAIT_SECONDS.
-GC_PODS_PER_SECOND = 20
+# The garbage collector deletes a Job's pods within the controller manager's client rate, kubeAPIQPS
+# 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go), and each pod costs it
+# about 3 requests: a live GET of the pod, a live GET of its owner, then the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem, isDangling): about 7 pods
+# a second, so 1,000 pods take 150 s or more, and cleanup waits for a Job that much longer than
+# CLEANUP_WAIT_SECONDS.
+GC_REQUESTS_PER_POD = 3
+KUBE_API_QPS = 20
+GC_PODS_PER_SECOND = KUBE_API_QPS / GC_REQUESTS_PER_POD  # 6.67
 MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod more per episode
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
@@ -58,6 +63,11 @@ LOG_FILE_LIMIT = 8 * 2**20  # bytes of each <pod>.log kept on disk; the rest is 
 LOG_DIR_BUDGET = 256 * 2**20
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet keeps the LAST 4,096 bytes a container wrote there
 LOG_SELECTOR_PODS = 10  # up to this many pods, one `kubectl logs -l`: within client-go's burst of 10 requests
+# The last line the episode's launcher prints, after the artifacts it framed (docs/own-episodes.md):
+# a followed log (LogFollower) that printed it is whole once its pod has ended, so its read can stop
+# without waiting for the kubelet to end the stream (it looks every 5 s: kuberuntime/logs/logs.go
+# waitLogs, stateCheckPeriod). An episode that prints it itself only cuts its own log short.
+LOG_END_LINE = b"rl-demo-end 1"
 LOG_READ_PROCESSES = 8  # beyond that, `kubectl logs POD` for each pod, this many at once
 CALL_STDERR_LIMIT = 4096  # of a failed call's stderr, kept in kubectl-calls.json
 
@@ -118,6 +128,9 @@ class RunFiles(NamedTuple):
     pods: str = "pods.json"
     events: str = "events.txt"
     artifacts: str = "artifacts"  # a directory: one folder per episode
+    # a directory: the artifacts of a failed, lost or retracted episode, moved out of the way of
+    # a trainer that globs artifacts/
+    artifacts_set_aside: str = "artifacts-set-aside"
     results: str = "results.json"
     rewards: str = "rewards.jsonl"
     timeline: str = "timeline.svg"
@@ -135,6 +148,8 @@ BUILTIN_WORKER = "built-in"
 # as framed, hashed chunks through its log (the channel the run reads already: no exec, no `kubectl
 # cp`, no object store), saved as DIR/artifacts/<pod>/<name> and listed by the reward event's
 # `artifacts` manifest.
+LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
+ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
@@ -165,6 +180,19 @@ BUILTIN_TEST_MODULE = {
 # The episode container's resources: the Job manifest and `check`'s capacity sum read these.
 POD_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 POD_LIMITS = {"cpu": "500m", "memory": "128Mi"}
+# The pod's own disk (--ephemeral-storage, --workspace-size). Without an ephemeral-storage limit a
+# worker that fills the disk drives its node into DiskPressure, and the kubelet's node-pressure
+# eviction then evicts it (and other tenants' pods) with DisruptionTarget, which --infra-retries'
+# podFailurePolicy would Count as a loss of the infrastructure. With a limit the kubelet evicts only
+# this pod, at its own limit (pkg/kubelet/eviction/eviction_manager.go localStorageEviction:
+# emptyDirLimitEviction, podEphemeralStorageLimitEviction, containerEphemeralStorageLimitEviction,
+# without DisruptionTarget). The request equals the limit, so the scheduler reserves what the pod
+# may use. The container's log files count against it too (the kubelet keeps up to 5 files of
+# containerLogMaxSize 10 MiB), so the default leaves room for them beside /workspace.
+DEFAULT_EPHEMERAL_STORAGE = "512Mi"  # --ephemeral-storage: the episode container's request and limit
+DEFAULT_WORKSPACE_SIZE = "256Mi"  # --workspace-size: the sizeLimit of /workspace's emptyDir
+EPHEMERAL_STORAGE = "ephemeral-storage"
+WORKSPACE_VOLUME = "workspace"
 
 NAMESPACE_PREFIX = "agc-rl-"
 RUN_LABEL = "agc-demo-run"
@@ -451,6 +479,25 @@ SERVICEACCOUNT_PERMISSIONS = (("list", "serviceaccounts", "", "", True), ("watch
 SERVICEACCOUNT_WAIT = "ServiceAccount wait"  # the finding that says whether the run may wait for the account
 # `run --warmup` lists the nodes to put one episode on each (and `check` lists them for its capacity).
 NODE_LIST_PERMISSION = ("list", "nodes", "", "", False)
+
+# Kueue (--queue CLUSTERQUEUE). Kueue manages only a Job labelled kueue.x-k8s.io/queue-name with the
+# name of a LocalQueue in the Job's own namespace (Kueue docs, "Run a Kubernetes Job"); a labelled
+# Job whose namespace has no such LocalQueue stays suspended ("LocalQueue X doesn't exist": Kueue
+# pkg/controller/core/workload_controller.go), and with manageJobsWithoutQueueName true an
+# unlabelled Job is suspended and never admitted (Kueue docs, "Setup manageJobsWithoutQueueName").
+# Every run makes a fresh namespace, so with --queue it creates its own LocalQueue there, pointing
+# at the ClusterQueue given, in the version the API server prefers of those this tool knows.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # LocalQueue's versions this tool writes, newest first
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE_NAME = "rl-batch-demo"
+LOCALQUEUE_RESOURCE = "localqueues.kueue.x-k8s.io"
+CLUSTERQUEUE_RESOURCE = "clusterqueues.kueue.x-k8s.io"
+LOCALQUEUE_PERMISSIONS = (
+    ("create", "localqueues", KUEUE_GROUP, "", True),
+    ("get", "localqueues", KUEUE_GROUP, "", True),  # adoption after an ambiguous create, and cleanup
+    ("delete", "localqueues", KUEUE_GROUP, "", True),
+)
 
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 # --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import typing
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -26,21 +27,30 @@ from .constants import (
     CONFIGMAP_OBJECT_LIMIT,
     CONFIGMAP_REQUEST_LIMIT,
     CONTAINER_NAME,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_MAX_ARTIFACT_BYTES,
+    DEFAULT_WORKSPACE_SIZE,
+    EPHEMERAL_STORAGE,
     EXIT_CLUSTER,
     EXIT_USAGE,
     FIGURE_CLOCKS,
     INFRA_RETRIES_INSTEAD,
     JOB_FIELD_NEEDS,
     JOB_NAME,
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
+    LAUNCHER_KEY,
     LEGACY_UID_LABEL,
+    LOCAL_QUEUE_NAME,
     MAX_ARTIFACT_BYTES_ENV,
     POD_LIMITS,
     POD_REQUESTS,
     PSA_ENFORCE_LABEL,
+    QUEUE_NAME_LABEL,
     RUN_LABEL,
     TASKS_KEY,
     UID_LABEL,
+    WORKSPACE_VOLUME,
     __version__,
 )
 from .errors import DemoError
@@ -294,6 +304,31 @@ def job_name_for(round_number: int, rounds: int) -> str:
     return JOB_NAME if rounds == 1 else f"{JOB_NAME}-{round_number}"
 
 
+# Where `kubectl create --raw PATH -f -` POSTs each kind the run creates: the object's collection
+# (its API group and version, its namespace), asking the API server to validate it strictly, as
+# `--validate=strict` would without kubectl's OpenAPI download (apiserver handlers/create.go reads
+# fieldValidation from the query; fieldManager names the writer as `kubectl create` does).
+_COLLECTIONS = {"Namespace": "/api/v1", "ConfigMap": "/api/v1", "Job": "/apis/batch/v1"}
+_RAW_CREATE_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
+
+
+def create_path(manifest: KubeObject) -> str:
+    """The API path a raw create of `manifest` (a Namespace, a ConfigMap or a Job) is sent to."""
+    kind = str(manifest.get("kind"))
+    metadata = manifest.get("metadata") or {}
+    prefix = _COLLECTIONS[kind]
+    resource = kind.lower() + "s"
+    if kind == "Namespace":
+        return f"{prefix}/{resource}{_RAW_CREATE_QUERY}"
+    return f"{prefix}/namespaces/{url_segment(str(metadata['namespace']))}/{resource}{_RAW_CREATE_QUERY}"
+
+
+def url_segment(name: str) -> str:
+    """A name as one segment of a raw request's path: a name the tool did not make (a RuntimeClass
+    from --runtime) can neither leave its segment nor add a query."""
+    return urllib.parse.quote(name, safe="")
+
+
 def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
     """The run's own namespace; the restricted Pod Security level makes the cluster itself
     guarantee that episodes stay unprivileged."""
@@ -312,18 +347,57 @@ def namespace_manifest(namespace: str, run_id: str) -> KubeObject:
 
 
 def configmap_manifest(
-    namespace: str, run_id: str, worker_source: str, tasks: Optional[Sequence[JsonObject]] = None
+    namespace: str,
+    run_id: str,
+    worker_source: str,
+    tasks: Optional[Sequence[JsonObject]] = None,
+    launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker) and, with --tasks, every task: one object."""
+    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
+    one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIGMAP_NAME, "namespace": namespace, "labels": {RUN_LABEL: run_id}},
         "data": {"episode.py": worker_source},
     }
+    if launcher_source:
+        manifest["data"][LAUNCHER_KEY] = launcher_source
     if tasks is not None:
         manifest["data"][TASKS_KEY] = tasks_text(tasks)
     return manifest
+
+
+def local_queue_manifest(namespace: str, run_id: str, cluster_queue: str, version: str) -> KubeObject:
+    """--queue: the run's Kueue LocalQueue in its own namespace, pointing at the ClusterQueue given
+    (spec.clusterQueue, in v1beta1 and v1beta2 alike), so that Kueue manages the run's Jobs."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{version}",
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": LOCAL_QUEUE_NAME,
+            "namespace": namespace,
+            "labels": {RUN_LABEL: run_id, "app.kubernetes.io/managed-by": APP_LABEL_VALUE},
+        },
+        "spec": {"clusterQueue": cluster_queue},
+    }
+
+
+def served_kueue_version(group: Any) -> Optional[str]:
+    """Of the LocalQueue versions this tool writes (KUEUE_VERSIONS), the one the API server's
+    discovery document of the kueue.x-k8s.io group (GET /apis/kueue.x-k8s.io, an APIGroup) prefers,
+    else the newest it serves; None when it serves none of them."""
+    if not isinstance(group, dict):
+        return None
+    served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
+    preferred = (
+        (group.get("preferredVersion") or {}).get("version")
+        if isinstance(group.get("preferredVersion"), dict)
+        else None
+    )
+    if preferred in KUEUE_VERSIONS and preferred in served:
+        return str(preferred)
+    return next((version for version in KUEUE_VERSIONS if version in served), None)
 
 
 def tasks_text(tasks: Sequence[JsonObject]) -> str:
@@ -435,11 +509,19 @@ def job_manifest(
     max_failed_episodes: int = 0,
     infra_retries: int = 0,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE,
+    local_queue: Optional[str] = None,
+    launcher: bool = False,
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
     Its worker is told where to write its artifacts (ARTIFACTS_ENV, in the episode's emptyDir)
-    and their budget (MAX_ARTIFACT_BYTES_ENV).
+    and their budget (MAX_ARTIFACT_BYTES_ENV). Its disk is bounded: an ephemeral-storage request
+    and limit (`ephemeral_storage`, --ephemeral-storage) and a sizeLimit on /workspace
+    (`workspace_size`, --workspace-size), so a worker that fills them is evicted alone, at its own
+    limit, and never drives its node into DiskPressure (see DEFAULT_EPHEMERAL_STORAGE). With
+    `local_queue` (--queue) the Job carries Kueue's queue-name label, so Kueue manages it.
 
     Indexed (with --tasks, --max-failed-episodes or --infra-retries), each pod's completion index
     picks its task. With --max-failed-episodes K, a failed index is never retried
@@ -457,7 +539,8 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["python", "-B", "/demo/episode.py"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
+                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
@@ -468,16 +551,22 @@ def job_manifest(
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
-                "resources": {"requests": dict(POD_REQUESTS), "limits": dict(POD_LIMITS)},
+                "resources": {
+                    "requests": {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage},
+                    "limits": {**POD_LIMITS, EPHEMERAL_STORAGE: ephemeral_storage},
+                },
                 "terminationMessagePath": "/dev/termination-log",
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [
                     {"name": "script", "mountPath": "/demo", "readOnly": True},
-                    {"name": "workspace", "mountPath": "/workspace"},
+                    {"name": WORKSPACE_VOLUME, "mountPath": "/workspace"},
                 ],
             }
         ],
-        "volumes": [{"name": "script", "configMap": {"name": CONFIGMAP_NAME}}, {"name": "workspace", "emptyDir": {}}],
+        "volumes": [
+            {"name": "script", "configMap": {"name": CONFIGMAP_NAME}},
+            {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": workspace_size}},
+        ],
     }
     if runtime is not None:
         pod_spec["runtimeClassName"] = runtime
@@ -493,6 +582,8 @@ def job_manifest(
             "template": {"metadata": {"labels": {"app": APP_LABEL_VALUE, RUN_LABEL: run_id}}, "spec": pod_spec},
         },
     }
+    if local_queue is not None:
+        manifest["metadata"]["labels"][QUEUE_NAME_LABEL] = local_queue
     spec = manifest["spec"]
     if indexed or max_failed_episodes > 0 or infra_retries > 0:
         spec["completionMode"] = "Indexed"
@@ -550,6 +641,10 @@ def round_job_manifest(
         max_failed_episodes=settings.max_failed_episodes,
         infra_retries=settings.infra_retries,
         max_artifact_bytes=settings.max_artifact_bytes,
+        ephemeral_storage=settings.ephemeral_storage,
+        workspace_size=settings.workspace_size,
+        local_queue=LOCAL_QUEUE_NAME if settings.queue is not None else None,
+        launcher=bool(settings.launcher_source),
     )
 
 

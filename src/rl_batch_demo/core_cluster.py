@@ -21,6 +21,7 @@ from .constants import (
     KEPT_EVENTS,
     MAX_COUNT_LARGE,
     TERMINATION_MESSAGE_LIMIT,
+    WORKSPACE_VOLUME,
 )
 from .core_basics import (
     _reject_constant,
@@ -303,6 +304,12 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
     with the Job's condition; one deleted before may have failed the Job itself."""
     status, metadata = pod.get("status", {}), pod["metadata"]
     deleted = metadata.get("deletionTimestamp")
+    own_disk = own_disk_eviction(pod)
+    if own_disk:
+        return 1, (
+            f"the pod was evicted for its own disk use ({own_disk.strip()}): the episode's own failure, not the "
+            "infrastructure's (--ephemeral-storage, --workspace-size)"
+        )
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted:
@@ -340,6 +347,122 @@ def pod_count_problem(pods: List[KubeObject], count: int, inspect: str, replaced
 
 INFRA_CAUSE_LIMIT = 300  # characters of a lost pod's condition message kept in its cause
 
+# A node whose kubelet stopped answering. Nothing sets its pods' phase: the node lifecycle
+# controller marks the Node Ready Unknown (after the node-monitor grace period) and its pods Ready
+# False (pkg/controller/util/node/controller_utils.go MarkPodsNotReady: the condition alone, no
+# reason), the taint manager deletes them only after their tolerationSeconds for the unreachable
+# or not-ready taint, 300 s by default (plugin/pkg/admission/defaulttolerationseconds), and PodGC
+# marks them Failed only when the Node object is deleted or tainted out-of-service
+# (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating, markFailedAndDeletePodWithCondition).
+# With a podFailurePolicy the job controller replaces a pod only once it is Failed
+# (pkg/controller/job/job_controller.go isPodFailed, onlyReplaceFailedPods): until then the episode
+# is neither finished nor retried.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+LOST_NODE_RULE = (
+    "a pod of a node that stopped answering stays Running (no kubelet sets its phase), so the job controller "
+    "neither counts nor replaces it until PodGC marks it Failed, which it does only once the Node is deleted or "
+    f"tainted {OUT_OF_SERVICE_TAINT} (`kubectl taint nodes NODE {OUT_OF_SERVICE_TAINT}=nodeshutdown:NoExecute`, "
+    "for a node known to be down)"
+)
+
+
+def unanswered_node(pod: KubeObject) -> str:
+    """The node of a pod whose kubelet seems to have stopped answering, else "": a pod bound to a
+    node, not terminal, whose episode container runs yet whose Ready condition is False without
+    the kubelet's reason (the node lifecycle controller's MarkPodsNotReady; the episode has no
+    readiness probe, so its own kubelet would say ContainersNotReady), or that the taint manager
+    is deleting (DisruptionTarget DeletionByTaintManager) while it still runs."""
+    status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
+    spec: KubeObject = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
+        return ""
+    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, dict):
+            continue
+        kind, state, reason = condition.get("type"), condition.get("status"), condition.get("reason")
+        if kind == "Ready" and state == "False" and running and reason != "ContainersNotReady":
+            return node
+        if kind == "DisruptionTarget" and state == "True" and reason == "DeletionByTaintManager":
+            return node
+    return ""
+
+
+def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
+    """A node's state in words, as the run names it: its Ready condition (NotReady, Unknown: the
+    kubelet stopped posting its status) with reason and time, the out-of-service taint; gone when
+    the Node object was deleted; unknown when it could not be read (`failure`)."""
+    if failure:
+        return f"node {name}: state unknown (cannot read it: {failure})"
+    if node is None:
+        return f"node {name}: deleted"
+    status: KubeObject = node["status"] if isinstance(node.get("status"), dict) else {}
+    ready = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"), {})
+    state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
+    detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
+    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
+    text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
+
+
+def lost_node_note(lost_pods: Dict[str, str], node_states: Dict[str, str]) -> str:
+    """The words a progress line or a failure adds for the pods on nodes that stopped answering
+    (`lost_pods`: pod -> node; `node_states`: node -> node_state), "" when there are none."""
+    if not lost_pods:
+        return ""
+    by_node: Dict[str, List[str]] = {}
+    for pod, node in sorted(lost_pods.items()):
+        by_node.setdefault(node, []).append(pod)
+    parts = [
+        f"{node_states.get(node, f'node {node}')}, its pod{'s' if len(pods) > 1 else ''} {', '.join(pods)} "
+        f"still Running there"
+        for node, pods in sorted(by_node.items())
+    ]
+    return "; ".join(parts)
+
+
+# The kubelet's words for an eviction over the pod's own disk use (kubernetes/kubernetes
+# pkg/kubelet/eviction/helpers.go: podEphemeralStorageMessageFmt, containerEphemeralStorageMessageFmt,
+# emptyDirMessageFmt, set by eviction_manager.go localStorageEviction without DisruptionTarget; and
+# evictionMessage's containerMessageFmt, "Container %s was using %s, request is %s, ..." (before
+# 1.32: "..., which exceeds its request of %s"), which a node-pressure eviction's message and its
+# DisruptionTarget condition carry for each container over its request). The container and the
+# volume are the run's own names; a pod cannot write its status, so none of this is the pod's text.
+_OWN_DISK_USE = (
+    "Pod ephemeral local storage usage exceeds the total limit of containers",
+    f"Container {CONTAINER_NAME} exceeded its local ephemeral storage limit",
+    f'Usage of EmptyDir volume "{WORKSPACE_VOLUME}" exceeds the limit',
+)
+_NODE_LOW_ON_DISK = ("The node was low on resource: ephemeral-storage.", "The node was low on resource: inodes.")
+_OWN_USE_OVER_REQUEST = f"Container {CONTAINER_NAME} was using "
+
+
+def own_disk_eviction(pod: KubeObject) -> str:
+    """The kubelet's message when it evicted this pod for its own use of the disk: over its
+    ephemeral-storage limit, over /workspace's sizeLimit, or, when the node ran low on disk, for
+    the episode container's use beyond its request; "" for any other pod. Such an eviction is the
+    episode's own failure, never a loss of the infrastructure (infra_loss): a retry would be one
+    the agent bought by filling the disk."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return ""
+    messages = [status.get("message")] if status.get("reason") == "Evicted" else []
+    messages += [
+        condition.get("message")
+        for condition in status.get("conditions") or []
+        if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget"
+    ]
+    for message in messages:
+        if not isinstance(message, str):
+            continue
+        own = any(message.startswith(words) for words in _OWN_DISK_USE)
+        if own or (message.startswith(_NODE_LOW_ON_DISK) and _OWN_USE_OVER_REQUEST in message):
+            return re.sub(r"[\x00-\x1f\x7f]", "?", message[:INFRA_CAUSE_LIMIT])
+    return ""
+
 
 def infra_loss(pod: KubeObject) -> str:
     """Why the infrastructure lost this failed pod, in the cluster's words: its DisruptionTarget
@@ -347,9 +470,10 @@ def infra_loss(pod: KubeObject) -> str:
     condition's reason says which), its status reason Evicted (the kubelet's node-pressure
     eviction, on clusters without the condition), or the kubelet's admission refusal (a status
     reason, and no container ever ran); "" for a pod that did not fail, or failed any other way
-    (its own exit code, a deletion by someone else)."""
+    (its own exit code, a deletion by someone else, an eviction for its own disk use:
+    own_disk_eviction)."""
     status = pod.get("status")
-    if not isinstance(status, dict) or status.get("phase") != "Failed":
+    if not isinstance(status, dict) or status.get("phase") != "Failed" or own_disk_eviction(pod):
         return ""
     for condition in status.get("conditions") or []:
         if isinstance(condition, dict) and (condition.get("type"), condition.get("status")) == (
@@ -833,6 +957,26 @@ def message_needs_log(message: str) -> bool:
     """A termination message that cannot carry the episode's events alone: empty (some runtimes
     never share the file), or possibly cut at the front."""
     return not message.strip() or message_cut_at_front(message)
+
+
+def with_watched_pods(pods: List[KubeObject], observation: RoundObservation, job: KubeObject) -> List[KubeObject]:
+    """The listed pods and, as the watch last saw them, the Job's pods the listing no longer has
+    (deleted since: a failed Job's stopped pods, a preempted one), in creation order."""
+    listed = {pod["metadata"]["name"] for pod in pods}
+    uid = str(job["metadata"]["uid"])
+    gone = [pod for name, pod in observation.last_pods.items() if name not in listed and pod_belongs_to(pod, uid)]
+    if not gone:
+        return pods
+    return sorted(
+        [*pods, *gone], key=lambda pod: (str(pod["metadata"].get("creationTimestamp") or ""), pod["metadata"]["name"])
+    )
+
+
+def log_wanted(pod: KubeObject) -> bool:
+    """Beyond the cross-check limit, whether a pod's log is read: its termination message cannot
+    carry its events, or it lists artifacts (their frames travel in the log alone)."""
+    message = termination_message(pod)
+    return message_needs_log(message) or declares_artifacts(message)
 
 
 def complete_lines(message: str) -> str:

@@ -12,8 +12,13 @@ from .constants import (
     APP_LABEL_VALUE,
     CAPACITY_PERMISSIONS,
     DEFAULT_COUNT,
+    DEFAULT_EPHEMERAL_STORAGE,
+    EPHEMERAL_STORAGE,
     JOB_NAME,
     KUBELET_METRICS_PERMISSIONS,
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
+    LOCALQUEUE_PERMISSIONS,
     NODE_LIST_PERMISSION,
     POD_REQUESTS,
     REQUIRED_PERMISSIONS,
@@ -23,7 +28,7 @@ from .constants import (
     SERVICEACCOUNT_PERMISSIONS,
     SERVICEACCOUNT_WAIT,
 )
-from .core_basics import dig, parse_quantity, short_repr
+from .core_basics import dig, parse_quantity, served_kueue_version, short_repr
 from .records import Finding, KubeObject, Read, Receipt, ReceiptJob
 
 # Pure core: permissions and capacity ##########################################
@@ -42,16 +47,18 @@ def access_review_list(
     kubelet_metrics: bool = False,
     lists_nodes: bool = False,
     capacity: bool = False,
+    local_queue: bool = False,
 ) -> KubeObject:
     """One SelfSubjectAccessReview per permission the command needs (`lists_nodes`: `run --warmup`
-    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room), each
-    asked once."""
+    and `check` list the nodes; `capacity`: `run --parallelism auto` reads the nodes' room;
+    `local_queue`: --queue creates, reads and deletes a LocalQueue), each asked once."""
     runtimeclass = RUNTIMECLASS_LIST_PERMISSION if capacity else RUNTIMECLASS_PERMISSION
     permissions = list(REQUIRED_PERMISSIONS) + ([runtimeclass] if with_runtimeclass else [])
     permissions += list(SERVICEACCOUNT_PERMISSIONS)
     permissions += list(KUBELET_METRICS_PERMISSIONS) if kubelet_metrics else []
     permissions += [permission for permission in CAPACITY_PERMISSIONS if capacity and permission not in permissions]
     permissions += [NODE_LIST_PERMISSION] if lists_nodes and NODE_LIST_PERMISSION not in permissions else []
+    permissions += list(LOCALQUEUE_PERMISSIONS) if local_queue else []
     items = []
     for verb, resource, group, subresource, namespaced in permissions:
         attributes = {"verb": verb, "resource": resource, "group": group}
@@ -67,6 +74,48 @@ def access_review_list(
             }
         )
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def kueue_findings(context: str, queue: str, kueue: Optional[Read], cluster_queue: Optional[Read]) -> List[Finding]:
+    """--queue: whether the API server serves Kueue's LocalQueue in a version this tool writes
+    (`kueue`: GET /apis/kueue.x-k8s.io), and whether the ClusterQueue exists (`cluster_queue`:
+    the object, None when absent; a refused read says the run cannot tell, and is no problem)."""
+    findings: List[Finding] = []
+    version = served_kueue_version(kueue.value) if kueue is not None and not kueue.failure else None
+    if kueue is not None:
+        if version is None:
+            why = kueue.failure or f"it serves none of {', '.join(KUEUE_VERSIONS)}"
+            findings.append(
+                Finding(
+                    "Kueue",
+                    False,
+                    f"not served ({why})",
+                    problem=f"--queue needs Kueue's API ({KUEUE_GROUP}), which the cluster does not serve ({why})",
+                    stop=f"--queue needs Kueue's API ({KUEUE_GROUP} {', '.join(KUEUE_VERSIONS)}), which context "
+                    f"{context} does not serve ({why}); install Kueue, or run without --queue (nothing was created)",
+                )
+            )
+        else:
+            findings.append(Finding("Kueue", True, f"{KUEUE_GROUP}/{version} (the run's LocalQueue is written so)"))
+    if cluster_queue is not None:
+        name = f"ClusterQueue {queue}"
+        if cluster_queue.failure:
+            findings.append(Finding(name, True, f"cannot tell whether it exists ({cluster_queue.failure})"))
+        elif cluster_queue.value is None:
+            findings.append(
+                Finding(
+                    name,
+                    False,
+                    "missing",
+                    problem=f"ClusterQueue {queue!r} does not exist",
+                    stop=f"ClusterQueue {queue!r} does not exist in context {context}, so Kueue would never admit the "
+                    "run's Jobs; list them with `kubectl get clusterqueues`, or pass another --queue (nothing was "
+                    "created)",
+                )
+            )
+        else:
+            findings.append(Finding(name, True, "exists"))
+    return findings
 
 
 def denied_permissions(reviews: List[KubeObject]) -> List[str]:
@@ -122,11 +171,29 @@ def eligible_nodes(nodes: List[KubeObject], runtimeclass: Optional[KubeObject]) 
     return eligible
 
 
-_RESOURCES = ("cpu", "memory")
+# The resources the scheduler's NodeResourcesFit counts that an episode requests. A node that
+# reports no allocatable ephemeral-storage has none for a pod that requests some
+# (pkg/scheduler/framework/plugins/noderesources/fit.go fitsRequest: "Insufficient ephemeral-storage").
+_RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
+
+
+def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
+    """What one episode's pod requests of each resource: the container's requests (with
+    --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
+    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
+    return {
+        resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
+        for resource in _RESOURCES
+    }
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
 
 
 def pod_requests(pod: KubeObject) -> Dict[str, float]:
-    """The CPU and memory a pod holds on its node, as the scheduler counts it: its containers'
+    """The CPU, memory and ephemeral storage a pod holds on its node, as the scheduler counts it: its containers'
     requests summed, or what its init containers need if that is more (a sidecar, an init
     container with restartPolicy Always, counts for the pod's whole life), the pod-level requests
     where they are set, then the RuntimeClass's overhead (spec.overhead). As kubernetes/kubernetes
@@ -160,16 +227,18 @@ def pod_requests(pod: KubeObject) -> Dict[str, float]:
 
 
 def episode_room(
-    runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]]
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]],
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[int, str]:
     """How many episodes the eligible nodes can start at once, and the sum in words: on each node,
-    its allocatable CPU, memory and pod slots less what its pods that are not terminated request
-    (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's requests plus the
-    RuntimeClass's overhead; the nodes' rooms added up (a pod runs on one node, never across two).
-    `check` and `run --parallelism auto` both read this."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: parse_quantity(POD_REQUESTS[resource]) + extra[resource] for resource in _RESOURCES}
+    its allocatable CPU, memory, ephemeral storage and pod slots less what its pods that are not
+    terminated request (`pods` None: unknown, nothing subtracted), in whole episodes of the Job's
+    requests (`ephemeral_storage`: --ephemeral-storage) plus the RuntimeClass's overhead; the
+    nodes' rooms added up (a pod runs on one node, never across two). `check` and
+    `run --parallelism auto` both read this."""
+    need = episode_requests(ephemeral_storage, runtimeclass)
     eligible = eligible_nodes(nodes, runtimeclass)
     names = {str(dig(node, "metadata", "name")) for node in eligible}
     used: Dict[str, Dict[str, float]] = {name: dict.fromkeys(_RESOURCES, 0.0) for name in names}
@@ -196,28 +265,35 @@ def episode_room(
     there = (
         " (before what already runs there)"
         if pods is None
-        else f", {taken['cpu']:.1f} CPU and {taken['memory'] / 2**30:.1f} GiB of it requested by "
-        f"{sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} already there"
+        else f", {taken['cpu']:.1f} CPU, {_gib(taken['memory'])} and {_gib(taken[EPHEMERAL_STORAGE])} of ephemeral "
+        f"storage of it requested by {sum(running.values())} pod{'s' if sum(running.values()) != 1 else ''} "
+        "already there"
     )
     text = (
-        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU and "
-        f"{have['memory'] / 2**30:.1f} GiB allocatable{there}: room for {room} episode{'s' if room != 1 else ''} "
-        f"at once, each {need['cpu']:.2f} CPU and {need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead"
+        f"{len(eligible)} eligible node{'s have' if len(eligible) != 1 else ' has'} {have['cpu']:.1f} CPU, "
+        f"{_gib(have['memory'])} and {_gib(have[EPHEMERAL_STORAGE])} of ephemeral storage allocatable{there}: "
+        f"room for {room} episode{'s' if room != 1 else ''} at once, each {need['cpu']:.2f} CPU and "
+        f"{need['memory'] / 2**30:.2f} GiB with the RuntimeClass's overhead, and "
+        f"{need[EPHEMERAL_STORAGE] / 2**30:.2f} GiB of ephemeral storage (--ephemeral-storage)"
     )
     return room, text
 
 
 def capacity_verdict(
-    count: int, runtimeclass: Optional[KubeObject], nodes: List[KubeObject], pods: Optional[List[KubeObject]] = None
+    count: int,
+    runtimeclass: Optional[KubeObject],
+    nodes: List[KubeObject],
+    pods: Optional[List[KubeObject]] = None,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
     overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
-    extra = {resource: parse_quantity(overhead.get(resource, "0")) for resource in _RESOURCES}
-    need = {resource: count * (parse_quantity(POD_REQUESTS[resource]) + extra[resource]) for resource in _RESOURCES}
-    room, room_text = episode_room(runtimeclass, nodes, pods)
+    need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
+    room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
-        f"{count} pods need {need['cpu']:.1f} CPU and {need['memory'] / 2**30:.1f} GiB including "
-        f"{count * extra['memory'] / 2**30:.1f} GiB of RuntimeClass overhead; {room_text}"
+        f"{count} pods need {need['cpu']:.1f} CPU and {_gib(need['memory'])} including "
+        f"{_gib(count * parse_quantity(str(overhead.get('memory', '0'))))} of RuntimeClass overhead, and "
+        f"{_gib(need[EPHEMERAL_STORAGE])} of ephemeral storage; {room_text}"
     )
     return room >= count, text
 
@@ -237,6 +313,10 @@ def preflight_findings(
     kubelet_metrics: bool = False,
     capacity: bool = False,
     parallelism: Optional[int] = None,
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
+    queue: Optional[str] = None,
+    kueue: Optional[Read] = None,
+    cluster_queue: Optional[Read] = None,
 ) -> List[Finding]:
     """Everything the reads say about running the batch, in `check`'s order. A read that a
     command did not make (None) gives no finding; `run` reads only the RuntimeClass and the
@@ -297,7 +377,7 @@ def preflight_findings(
             chosen = runtimeclass.value if runtimeclass else None
             try:
                 if capacity:  # --parallelism auto: run starts as many as fit now, and needs one
-                    room, room_text = episode_room(chosen, nodes.value, running)
+                    room, room_text = episode_room(chosen, nodes.value, running, ephemeral_storage)
                     fits = room >= 1
                     text = (
                         f"--parallelism auto would run {min(room, count)} of {count} episodes at once; {room_text}"
@@ -306,7 +386,7 @@ def preflight_findings(
                     )
                 else:
                     at_once = count if parallelism is None else min(parallelism, count)
-                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running)
+                    fits, text = capacity_verdict(at_once, chosen, nodes.value, running, ephemeral_storage)
                     if at_once < count:
                         text = f"{at_once} of {count} episodes at once (--parallelism {at_once}): {text}"
             except ValueError as error:
@@ -316,6 +396,8 @@ def preflight_findings(
             findings.append(
                 Finding("capacity", fits, text, problem="not enough allocatable capacity on eligible nodes")
             )
+    if queue is not None:
+        findings += kueue_findings(context, queue, kueue, cluster_queue)
     if reviews is not None:
         if reviews.failure:
             findings.append(failed("review permissions", reviews))
@@ -417,6 +499,9 @@ class CleanupPlan:
     namespace_absent: bool = False
     adopted_namespace_uid: Optional[str] = None  # the receipt lacked it; the run's labels prove it
     jobs: Tuple[str, ...] = ()  # live Jobs proven to be the run's, deleted in this order
+    local_queue: Optional[str] = (
+        None  # --queue: the live LocalQueue proven to be the run's, deleted before the namespace
+    )
 
 
 def receipt_jobs(receipt: Receipt, job_json_uid: Optional[str]) -> List[ReceiptJob]:
@@ -449,9 +534,11 @@ def plan_cleanup(
     current_server: Optional[str],
     live_namespace: Optional[KubeObject],
     live_jobs: Dict[str, Optional[KubeObject]],
+    live_local_queue: Optional[KubeObject] = None,
 ) -> CleanupPlan:
-    """Prove that the namespace and every live Job are this run's: the same API server, the
-    namespace's UID and run label, each Job's UID (or, without one recorded, its run label)."""
+    """Prove that the namespace, every live Job and the live LocalQueue (--queue) are this run's:
+    the same API server, the namespace's UID and run label, each Job's and the LocalQueue's UID
+    (or, without one recorded, its run label)."""
     namespace = receipt["namespace"]
     if receipt["server"] and current_server != receipt["server"]:
         return CleanupPlan(
@@ -495,4 +582,14 @@ def plan_cleanup(
                 f"one this run recorded ({job['uid']}); nothing was deleted"
             )
         doomed.append(job["name"])
-    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed))
+    queue = receipt.get("local_queue")
+    if queue is not None and live_local_queue is not None:
+        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
+        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        if not (queue_uid == queue["uid"] if queue["uid"] else queue_label == receipt["run_id"]):
+            return CleanupPlan(
+                refusal=f"refusing to clean up: LocalQueue {namespace}/{queue['name']} has UID {queue_uid} and label "
+                f"{RUN_LABEL}={queue_label}, not this run's ({queue['uid']} / {receipt['run_id']}); nothing was deleted"
+            )
+    local_queue = queue["name"] if queue is not None and live_local_queue is not None else None
+    return CleanupPlan(adopted_namespace_uid=adopted, jobs=tuple(doomed), local_queue=local_queue)

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .constants import (
     ARTIFACT_DIRECTORY_BYTES,
     ARTIFACTS_PER_EPISODE_LIMIT,
+    ARTIFACTS_REFUSED_FIELD,
     BUILTIN_TEST_MODULE,
     CONTAINER_LOG_MAX_SIZE,
     DEFAULT_MAX_ARTIFACT_BYTES,
@@ -24,6 +25,7 @@ from .constants import (
     JOB_NAME,
     LOG_CROSSCHECK_LIMIT,
     PHASES,
+    QUEUE_NAME_LABEL,
     REWARD_LIMIT,
     TERMINATION_MESSAGE_LIMIT,
     TIMESTAMP_SLACK,
@@ -55,6 +57,7 @@ from .core_clocks import (
     scheduled_event_time,
 )
 from .core_cluster import (
+    LOST_NODE_RULE,
     _condition_time,
     _container_status,
     _phase_failure,
@@ -71,6 +74,7 @@ from .core_cluster import (
     failed_condition_text,
     job_admission_time,
     logged_events,
+    lost_node_note,
     message_cut_at_front,
     message_needs_log,
     parse_index_set,
@@ -94,6 +98,7 @@ from .records import (
     KubeObject,
     LogFigures,
     LostAttempt,
+    LostNodes,
     PhaseStats,
     PodLog,
     PodRow,
@@ -421,6 +426,19 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
+def refused_artifacts_text(refused: Any) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+    items = refused if isinstance(refused, list) else [refused]
+    named = [
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        if isinstance(item, dict)
+        else short_repr(item)
+        for item in items[:5]
+    ]
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return "; ".join(named) + more
+
+
 def episode_artifacts(
     pod_name: str,
     events: List[JsonObject],
@@ -439,6 +457,9 @@ def episode_artifacts(
         declared = artifact_manifest(reward.get("artifacts"), budget)
     except ValueError as error:
         raise invalid(str(error)) from None
+    refused = reward.get(ARTIFACTS_REFUSED_FIELD)
+    if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
     if not received:
         return declared
     if log is None:
@@ -681,6 +702,18 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
+    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
+        # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
+        # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
+        # manageJobsWithoutQueueName"); a LocalQueue and the label are what it waits for
+        return DemoError(
+            f"Job {where} was never admitted: it stayed suspended (spec.suspend) for {settings.client_wait_seconds} s "
+            f"without a {QUEUE_NAME_LABEL} label; Kueue holds unlabelled Jobs here (manageJobsWithoutQueueName) and "
+            "never admits them: pass --queue CLUSTERQUEUE (`kubectl get clusterqueues` lists them) so that the run "
+            f"makes its own LocalQueue and labels its Jobs; inspect {inspect}, then run cleanup",
+            EXIT_TIMEOUT,
+        )
     if outcome == ROUND_NOT_ADMITTED:
         return DemoError(
             f"Job {where} was never admitted: it stayed suspended (spec.suspend, set by a queue such as Kueue) for "
@@ -688,6 +721,9 @@ def round_stopper(
             f"{where.split('/', 1)[0]} get workloads`), or raise --timeout; inspect {inspect}, then run cleanup",
             EXIT_TIMEOUT,
         )
+    lost = lost_node_note(observation.lost_pods, observation.node_states)
+    if lost and outcome in (ROUND_TIMEOUT, ROUND_DEADLINE):  # a node stopped answering: say so, and why no retry
+        warning = f"{warning}; {lost}: {LOST_NODE_RULE}"
     if outcome == ROUND_TIMEOUT:
         counts = pod_counts(observation.pod_sightings, observation.job)
         return DemoError(
@@ -836,7 +872,10 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
         job_complete_at=_condition_time(observation.job, "Complete"),
         job_success_criteria_met_at=_condition_time(observation.job, "SuccessCriteriaMet"),
         **log_figures(collected, pods),
+        **LostNodes(),  # named below when a node stopped answering
     )
+    if observation.node_states:  # a node stopped answering: its pods were not retried while it did
+        figures["lost_nodes"] = dict(sorted(observation.node_states.items()))
     return rows, figures
 
 

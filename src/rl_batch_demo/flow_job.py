@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import queue
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
     CONTAINER_NAME,
@@ -24,7 +26,15 @@ from .constants import (
     LOG_SELECTOR_PODS,
     RUN_LABEL,
 )
-from .core_basics import dig, is_int, one_episode_job_manifest, parse_json_documents, pod_selector, required_uid
+from .core_basics import (
+    create_path,
+    dig,
+    is_int,
+    one_episode_job_manifest,
+    parse_json_documents,
+    pod_selector,
+    required_uid,
+)
 from .core_clocks import _NODE_NAME, KubeletReading, MetricsScanner, kubelet_reading
 from .core_cluster import (
     _true_condition,
@@ -32,11 +42,14 @@ from .core_cluster import (
     final_pods_from_watch,
     job_condition,
     job_suspended,
+    lost_node_note,
     message_needs_log,
+    node_state,
     pod_counts,
     record_pod_sighting,
     template_changes,
     termination_message,
+    unanswered_node,
     watched_object_problem,
 )
 from .core_guide import HOSTNAME_LABEL, PROBE_JOB_NAME, WARMUP_DIR, WARMUP_JOB_PREFIX, pinned_image, warmup_job_manifest
@@ -45,6 +58,7 @@ from .errors import DemoError, JobRefused, KubectlFailure, KubectlTimeout
 from .kubectl import Kubectl, concurrently
 from .persistence import EpisodeLogReader, write_empty_log, write_warmup_block
 from .records import (
+    ArtifactEntry,
     EpisodeRow,
     KubeObject,
     LogBudgets,
@@ -115,7 +129,7 @@ class OwnedCreator:
         delays = list(self.kubectl.timing.retry_delays)
         while True:
             try:
-                created = self.kubectl.create(manifest)[0]
+                created = self.kubectl.create_raw(create_path(manifest), manifest)
                 required_uid(created, f"the created {kind} {name}")
                 return created
             except KubectlTimeout as timeout:
@@ -151,6 +165,160 @@ class OwnedCreator:
         return live
 
 
+class JobWatch:
+    """What wait_for_job knows of one Job and its pods, changed only by `take` (one event of
+    either watch): pure, so table tests drive it without threads or processes (the pod hook
+    aside, which the caller gives).
+
+    A Job created suspended (`job`, as the API server stored it) waits in its queue; once
+    resumed it has `run_seconds` more (activeDeadlineSeconds counts from then), so the client's
+    `deadline` moves. `pod_spec` is the pod spec the run submitted: a pod that runs something else
+    (a sidecar injected, a container changed) raises JobRefused. `on_pod` is told of each pod as
+    the watch delivers it."""
+
+    def __init__(
+        self,
+        job: KubeObject,
+        deadline: float,
+        run_seconds: float = 0.0,
+        pod_spec: Optional[KubeObject] = None,
+        on_pod: Optional[Callable[[KubeObject], None]] = None,
+        label: str = "",
+        read_node: Optional[Callable[[str], str]] = None,
+    ) -> None:
+        self.live = job
+        self.job_uid = str(job["metadata"]["uid"])
+        self.label = label or f"{job['metadata'].get('namespace')}/{job['metadata']['name']}"
+        self.queued = job_suspended(job)
+        self.deadline = deadline
+        self.run_seconds = run_seconds
+        self.pod_spec = pod_spec
+        self.on_pod = on_pod
+        self.sightings: Dict[str, Dict[str, Any]] = {}
+        self.last_pods: Dict[str, KubeObject] = {}
+        self.deleted = False  # a pod was deleted during the watch
+        self.pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
+        self.admitted_seen: Optional[float] = None
+        self.job_stream_open = self.pod_stream_open = True
+        self.watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
+        self.read_node = read_node  # a node's state (node_state), read once per node by the caller's kubectl
+        self.lost_pods: Dict[str, str] = {}  # pods still Running on a node that stopped answering -> the node
+        self.node_states: Dict[str, str] = {}
+
+    def take(self, tag: str, wall: float, clock: float, event: Optional[KubeObject], decided: bool = False) -> None:
+        """One event of the Job's watch (`tag` "job") or the pods' ("pods"), None when that watch
+        ended; `wall` and `clock` its arrival on the client's clocks. Before the decision, the
+        Job's deletion raises DemoError; after it (`decided`), only the Job's new states count."""
+        if event is None:
+            if tag == "job":
+                self.job_stream_open = False
+            else:
+                self.pod_stream_open = False  # the Job's watch, or polling, still says when it ends
+            return
+        kind, obj = event.get("type"), event.get("object")
+        if tag == "pods":
+            self._pod_event(kind, obj, wall)
+        elif kind == "DELETED" and not decided:
+            raise DemoError(
+                f"Job {self.label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
+            )
+        elif kind == "ERROR" and not decided:
+            status = obj if isinstance(obj, dict) else {}
+            self.watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
+        elif kind in (("MODIFIED",) if decided else ("ADDED", "MODIFIED")) and not watched_object_problem(obj):
+            assert isinstance(obj, dict)  # watched_object_problem: a dict of the Job's shape
+            self.take_job(obj, clock)
+
+    def take_job(self, obj: KubeObject, clock: float) -> None:
+        """The Job as now seen (an event, or a poll); a queued Job's resumption moves the deadline."""
+        self.live = obj
+        if self.queued and self.admitted_seen is None and not job_suspended(obj):
+            self.admitted_seen = clock
+            self.deadline = max(self.deadline, clock + self.run_seconds)
+
+    def _pod_event(self, kind: Any, pod: Any, wall: float) -> None:
+        if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
+            self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
+            return
+        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        if kind in ("ADDED", "MODIFIED"):
+            if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
+                changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
+                if changes:
+                    raise JobRefused(
+                        f"the cluster changed what pod {pod_name} of Job {self.label} runs: " + "; ".join(changes)
+                    )
+            record_pod_sighting(self.sightings, pod, wall)
+            if isinstance(pod_name, str) and pod_name:
+                self.last_pods[pod_name] = pod
+                self._watch_node(pod_name, pod)
+                if self.on_pod is not None:
+                    self.on_pod(pod)
+        elif kind == "DELETED":
+            self.deleted = True
+            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
+                self.last_pods[pod_name] = pod
+
+    def _watch_node(self, pod_name: str, pod: KubeObject) -> None:
+        """A pod whose node stopped answering (unanswered_node): its node read once, for its
+        state in the progress line and in the failure; a pod that ended since is no longer lost."""
+        node = unanswered_node(pod)
+        if not node:
+            self.lost_pods.pop(pod_name, None)
+            return
+        self.lost_pods[pod_name] = node
+        if node not in self.node_states:
+            self.node_states[node] = self.read_node(node) if self.read_node is not None else node_state(node, None)
+
+    @property
+    def condition(self) -> Optional[str]:
+        """The job controller's decision, once the Job shows one (job_condition)."""
+        return job_condition(self.live)
+
+    def observation(
+        self,
+        condition: Optional[str] = None,
+        wall: Optional[float] = None,
+        clock: Optional[float] = None,
+        blocked: str = "",
+    ) -> RoundObservation:
+        return RoundObservation(
+            self.live,
+            condition,
+            wall,
+            clock,
+            self.sightings,
+            blocked,
+            self.last_pods,
+            self.deleted or self.pods_doubtful,
+            self.queued,
+            self.admitted_seen,
+            dict(self.lost_pods),
+            dict(self.node_states),
+        )
+
+    def settled(self, condition: str) -> bool:
+        """After the decision, whether nothing more is worth waiting for: the Job has its terminal
+        condition (Complete after SuccessCriteriaMet, Failed after FailureTarget: job.json then
+        shows both) and, after a success, the pods as watched prove their final state (the two
+        watches are separate streams: the pods' last events may arrive just after the Job's,
+        which spares the listing of every pod, see final_pods_from_watch); after a failure, every
+        pod as watched has ended, as many as the Job counted, so each ended pod's verdict is
+        streamed (rewards.jsonl) before the round's failure retracts it. A watch that ended brings
+        nothing more either."""
+        terminal = "Complete" if condition == "Complete" else "Failed"
+        ended = bool(_true_condition(self.live, (terminal,))) or not self.job_stream_open
+        if self.deleted or not self.pod_stream_open:
+            return ended
+        if condition == "Complete":
+            return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
+        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        status = self.live.get("status") or {}
+        counts: List[Any] = [status.get("succeeded"), status.get("failed")]
+        counted = sum(value for value in counts if is_int(value))
+        return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
+
+
 def wait_for_job(
     kubectl: Kubectl,
     namespace: str,
@@ -164,136 +332,64 @@ def wait_for_job(
     run_seconds: float = 0.0,
 ) -> RoundObservation:
     """Watch the Job (and its pods) until the job controller decides (job_condition); poll if the
-    Job's watch ends early.
+    Job's watch ends early. What the events mean is JobWatch's; this loop owns the watches, the
+    polls, the progress line and the time.
 
     The Job's watch is a list watch by name (`get jobs --field-selector metadata.name=NAME`): it
     prints every event, where a single object's watch drops its first one (kubectl get.go watch()),
     and with it a change made between its GET and its watch, such as a quick Job's Complete. The
     events carry the client clock of their arrival, so the decision is seen within milliseconds of
     the API server sending it. `on_pod` is told of each pod as the watch delivers it (RoundRewards:
-    a terminated pod's reward is known from its status). A Job created suspended (`job`, as the API
-    server stored it) waits in its queue, shown as queued; once resumed it has `run_seconds` more
-    (activeDeadlineSeconds counts from then). `pod_spec` is the pod spec the run submitted: a pod
-    that runs something else (a sidecar injected, a container changed) raises JobRefused."""
+    a terminated pod's reward is known from its status). A queued Job is shown as queued."""
     timing = kubectl.timing
     name = job["metadata"]["name"]
+    label = f"{namespace}/{name}"
+
+    def read_node(node: str) -> str:
+        try:
+            return node_state(node, kubectl.get("node", node))
+        except KubectlFailure as failure:  # get nodes denied: the pod's signs alone are named
+            return node_state(node, None, failure.first_line)
+        except KubectlTimeout as timeout:
+            return node_state(node, None, str(timeout))
+
+    state = JobWatch(job, deadline, run_seconds, pod_spec, on_pod, label, read_node)
     sink: queue.Queue[Any] = queue.Queue()
-    queued = job_suspended(job)
-    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if queued else 0.0) + 5
+    seconds = max(1.0, deadline - time.monotonic()) + (run_seconds if state.queued else 0.0) + 5
     by_name = ["jobs", "--field-selector", f"metadata.name={name}"]
     watches = [kubectl.watch("job", by_name, namespace, sink, seconds)]
     watches.append(kubectl.watch("pods", ["pods", "-l", pod_selector(job)], namespace, sink, seconds))
-    sightings: Dict[str, Dict[str, Any]] = {}
-    last_pods: Dict[str, KubeObject] = {}
-    deleted = False
-    pods_doubtful = False  # the pod watch sent an object of a shape no API server sends
-    live = job
-    admitted_seen: Optional[float] = None
-    job_stream_open = pod_stream_open = True
-    watch_error = ""  # an ERROR event of the Job's watch (410 Expired: its resourceVersion too old)
     next_poll = 0.0
     next_blocked_check = submitted + timing.blocked_check_seconds
-    label = f"{namespace}/{name}"
-    job_uid = job["metadata"]["uid"]
-
-    def pod_event(event: KubeObject, wall: float) -> None:
-        nonlocal deleted, pods_doubtful
-        pod = event.get("object")
-        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
-            pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
-            return
-        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            if isinstance(pod_name, str) and pod_name and pod_name not in last_pods and pod_spec is not None:
-                changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
-                if changes:
-                    raise JobRefused(
-                        f"the cluster changed what pod {pod_name} of Job {label} runs: " + "; ".join(changes)
-                    )
-            record_pod_sighting(sightings, pod, wall)
-            if isinstance(pod_name, str) and pod_name:
-                last_pods[pod_name] = pod  # type: ignore[assignment]
-                if on_pod is not None:
-                    on_pod(pod)  # type: ignore[arg-type]
-        elif event.get("type") == "DELETED":
-            deleted = True
-            if isinstance(pod_name, str) and pod_name:  # the pod's state at its deletion (its final one)
-                last_pods[pod_name] = pod  # type: ignore[assignment]
-
-    def take_job(obj: KubeObject, clock: float) -> None:
-        """The Job as now seen; a queued Job's resumption moves the client's deadline."""
-        nonlocal live, admitted_seen, deadline
-        live = obj
-        if queued and admitted_seen is None and not job_suspended(live):
-            admitted_seen = clock
-            deadline = max(deadline, clock + run_seconds)
-
-    def observation(
-        condition: Optional[str] = None, wall: Optional[float] = None, clock: Optional[float] = None, blocked: str = ""
-    ) -> RoundObservation:
-        return RoundObservation(
-            live, condition, wall, clock, sightings, blocked, last_pods, deleted or pods_doubtful, queued, admitted_seen
-        )
 
     def finished(condition: str, wall: float, clock: float) -> RoundObservation:
-        """The job controller decided: take in the events already received, then report. Wait a
-        moment for more while the Job lacks its terminal condition (Complete after
-        SuccessCriteriaMet, Failed after FailureTarget: job.json then shows both) or, after a
-        success, the pods as watched do not yet prove their final state: the two watches are
-        separate streams, and the pods' last events may arrive just after the Job's, which spares
-        the listing of every pod (see final_pods_from_watch); after a failure, while a watched pod
-        has not yet ended. The decision's own arrival is what the figures keep."""
-        nonlocal pod_stream_open, job_stream_open
+        """The job controller decided: take in the events already received, then wait a moment
+        for more while JobWatch.settled says so. The decision's own arrival is what the figures
+        keep."""
         grace_ends = time.monotonic() + timing.final_pods_grace_seconds
-        terminal = "Complete" if condition == "Complete" else "Failed"
-
-        def observed() -> RoundObservation:
-            return observation(condition, wall, clock)
-
-        def settled() -> bool:  # nothing more to wait for: it all came, or never will
-            ended = bool(_true_condition(live, (terminal,))) or not job_stream_open
-            if deleted or not pod_stream_open:
-                return ended
-            if condition == "Complete":
-                return ended and final_pods_from_watch(observed(), job_uid) is not None
-            # a failure: every pod as watched has ended, and as many as the Job counted, so each
-            # ended pod's verdict is streamed (rewards.jsonl) before the round's failure retracts
-            # it, whichever watch came first (a counted pod since deleted costs the grace)
-            phases = [dig(pod, "status", "phase") for pod in last_pods.values()]
-            status = live.get("status") or {}
-            counts: List[Any] = [status.get("succeeded"), status.get("failed")]
-            counted = sum(value for value in counts if is_int(value))
-            return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
-
         while True:
             remaining = grace_ends - time.monotonic()
-            waiting = not settled() and remaining > 0
+            waiting = not state.settled(condition) and remaining > 0
             try:
                 tag, received_at, received_clock, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
             except queue.Empty:
-                progress.update(label, clock - submitted, pod_counts(sightings, live), deadline - clock)  # the last
-                return observed()
-            if tag == "job" and event is None:
-                job_stream_open = False
-            elif tag == "job" and event.get("type") == "MODIFIED" and not watched_object_problem(event.get("object")):
-                take_job(event["object"], received_clock)
-            elif tag == "pods" and event is None:
-                pod_stream_open = False
-            elif tag == "pods":
-                pod_event(event, received_at)
+                counts = pod_counts(state.sightings, state.live)
+                progress.update(label, clock - submitted, counts, state.deadline - clock)  # the last
+                return state.observation(condition, wall, clock)
+            state.take(tag, received_at, received_clock, event, decided=True)
 
     try:
         while True:
             if stop is not None and stop.is_set():  # the run was interrupted while this thread waited
                 raise KeyboardInterrupt
-            condition = job_condition(live)
+            condition = state.condition
             now = time.monotonic()
             if condition is not None:
                 return finished(condition, time.time(), now)
-            if now >= deadline:
-                return observation()
-            timeout = min(timing.watch_tick_seconds, deadline - now)
-            if not job_stream_open:
+            if now >= state.deadline:
+                return state.observation()
+            timeout = min(timing.watch_tick_seconds, state.deadline - now)
+            if not state.job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
             try:
                 tag, wall, clock, event = sink.get(timeout=max(timeout, 0.0))
@@ -301,39 +397,25 @@ def wait_for_job(
                 tag = None
             shape = watched_object_problem(event.get("object")) if tag == "job" and event is not None else ""
             if shape and event is not None and event.get("type") in ("ADDED", "MODIFIED"):
-                watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
+                state.watch_error = f"an object of an unexpected shape: {shape}"  # read no more of it: poll
                 watches[0].stop()
                 event = None
-            if tag == "job":
-                if event is None:
-                    if not job_stream_open:
-                        continue  # the end of a watch the run had stopped reading
-                    job_stream_open = False
+            if tag == "job" and event is None and not state.job_stream_open:
+                continue  # the end of a watch the run had stopped reading
+            if tag is not None:
+                state.take(tag, wall, clock, event)
+                if tag == "job" and event is None:
                     progress.finish()
                     lines = [line for line in watches[0].stderr.splitlines() if line.strip()]
-                    reason = watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
+                    # the watch's own error event, what it printed instead of events, kubectl's error
+                    reason = state.watch_error or watches[0].garbled or (lines[-1] if lines else "no message")
                     say_stderr(
                         f"warning: the watch of Job {label} ended early ({reason}); "
                         f"polling every {timing.poll_interval:g} s"
                     )
-                elif event.get("type") == "DELETED":
-                    raise DemoError(
-                        f"Job {label} was deleted while the run waited for it; inspect events.txt", EXIT_EPISODE
-                    )
-                elif event.get("type") == "ERROR":
-                    status = event.get("object") if isinstance(event.get("object"), dict) else {}
-                    watch_error = f"ERROR {status.get('code')}: {status.get('reason')}: {status.get('message')}"
-                elif event.get("type") in ("ADDED", "MODIFIED") and isinstance(event.get("object"), dict):
-                    take_job(event["object"], clock)
-                    condition = job_condition(live)
-                    if condition is not None:
-                        return finished(condition, wall, clock)
-            elif tag == "pods":
-                if event is None:
-                    pod_stream_open = False  # the Job's watch, or polling, still says when it ends
-                else:
-                    pod_event(event, wall)
-            if not job_stream_open and time.monotonic() >= next_poll:
+                elif tag == "job" and state.condition is not None:
+                    return finished(state.condition, wall, clock)
+            if not state.job_stream_open and time.monotonic() >= next_poll:
                 polled = kubectl.get("job", name, namespace)
                 if polled is None:
                     raise DemoError(f"Job {label} disappeared while the run waited for it", EXIT_EPISODE)
@@ -344,20 +426,255 @@ def wait_for_job(
                         f"get job {name} -o json to see it",
                         EXIT_CLUSTER,
                     )
-                take_job(polled, time.monotonic())
+                state.take_job(polled, time.monotonic())
                 next_poll = time.monotonic() + timing.poll_interval
-            waiting_for_pods = not sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
+            live = state.live
+            waiting_for_pods = not state.sightings and not pod_counts({}, live)["created"] and not job_suspended(live)
             if waiting_for_pods and time.monotonic() >= next_blocked_check:
                 blocked = creation_blocked(kubectl, namespace, name)
                 if blocked:
-                    return observation(blocked=blocked)
+                    return state.observation(blocked=blocked)
                 next_blocked_check = time.monotonic() + timing.blocked_check_seconds
             now = time.monotonic()
-            progress.update(label, now - submitted, pod_counts(sightings, live), deadline - now, job_suspended(live))
+            counts, note = pod_counts(state.sightings, live), lost_node_note(state.lost_pods, state.node_states)
+            progress.update(label, now - submitted, counts, state.deadline - now, job_suspended(live), note)
     finally:
         for watch in watches:  # both end at once, and the round's next calls wait for neither
             watch.end()
         progress.finish()
+
+
+@dataclasses.dataclass
+class FollowedRead:
+    """One `kubectl logs -f` of a set of the Job's pods (LogFollower)."""
+
+    pods: List[str]  # the pods it reads (the selector may match a replaced attempt too: not read)
+    reader: EpisodeLogReader
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    process: Optional[subprocess.Popen[bytes]] = None
+    ended_by_us: bool = False  # stopped once every log it reads was whole (or at the wait's end)
+    failed: str = ""  # why kubectl stopped, when it stopped on an error
+    logs: Dict[str, PodLog] = dataclasses.field(default_factory=dict)
+    error: Optional[BaseException] = None  # a disk's failure while saving: the run's, raised by finish
+
+
+def container_started(pod: KubeObject) -> bool:
+    """Whether the episode container has started (running or terminated): only then can its log
+    be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
+    kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
+    (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
+            state = status.get("state") or {}
+            return isinstance(state, dict) and ("running" in state or "terminated" in state)
+    return False
+
+
+def follow_args(selector: str, streams: int) -> List[str]:
+    """A followed read of the pods `selector` matches, up to `streams` at once (LogFollower; no
+    --request-timeout: it would end each stream's transfer)."""
+    args = ["logs", "-f", "-l", selector, "-c", CONTAINER_NAME, "--prefix", "--tail=-1", "--ignore-errors"]
+    return [*args, f"--max-log-requests={streams}"]
+
+
+class LogFollower:
+    """Reads the Job's pods' logs while they run, so each pod's output (its artifacts above all)
+    is saved as it ends, and a pod the job controller stops and deletes keeps what it printed:
+    once its object is gone its log cannot be read (the API server looks the pod up first,
+    pkg/registry/core/pod/strategy.go LogLocation; the kubelet removes a deleted pod's containers
+    with their logs, kuberuntime_container.go removeContainer -> removeContainerLog).
+
+    Each read is one `kubectl logs -f -l SELECTOR,INDEX in (...)` of up to LOG_SELECTOR_PODS
+    started pods, chosen by their completion-index label (Kubernetes 1.28+: every measured Job is
+    Indexed). kubectl lists the pods once and follows each log in parallel (logs.go
+    parallelConsumeRequest, at most --max-log-requests streams); with --ignore-errors a stream that
+    fails prints `error: ...` and the others go on, on every minor from 1.27 to 1.37 (from 1.36,
+    consumeWithRetry does not retry with it). A set is started once it has LOG_SELECTOR_PODS pods,
+    once one of its pods has ended or is being deleted, or once every pod of the Job has started:
+    so a 10-episode round has one read and a round of N pods about N/10. A pod without the label,
+    or that no read proved whole, is read after the decision as before (read_logs).
+
+    `pod_seen` is wait_for_job's hook (the watch's thread); each read runs in a thread of its own;
+    `on_progress(pod)` is told of each saved artifact, end line and finished read (RoundRewards)."""
+
+    def __init__(
+        self,
+        kubectl: Kubectl,
+        namespace: str,
+        selector: str,
+        count: int,
+        round_dir: Path,
+        budgets: LogBudgets,
+        seconds: float,
+        retries: int = 0,
+        on_progress: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.kubectl = kubectl
+        self.namespace = namespace
+        self.selector = selector
+        self.count = count
+        self.round_dir = round_dir
+        self.budgets = budgets
+        self.seconds = seconds  # each read's limit: the round's client wait
+        self.streams = LOG_SELECTOR_PODS * (1 + retries)  # an index's attempts share its label
+        self.on_progress = on_progress
+        self.lock = threading.RLock()
+        self.waiting: Dict[str, int] = {}  # started pods not followed yet -> their completion index
+        self.read_of: Dict[str, FollowedRead] = {}
+        self.reads: List[FollowedRead] = []
+        self.ended: Set[str] = set()  # pods the watch has shown terminated
+        self.closed = False
+
+    def pod_seen(self, pod: KubeObject) -> None:
+        metadata = pod.get("metadata") or {}
+        name = metadata.get("name")
+        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
+            return
+        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        with self.lock:
+            if ending:
+                self.ended.add(name)
+            read = self.read_of.get(name)
+            if read is not None:
+                if ending:
+                    self._end_if_whole(read)
+                return
+            if self.closed or not container_started(pod):
+                return
+            self.waiting[name] = int(label)
+            if (
+                len(self.waiting) >= LOG_SELECTOR_PODS
+                or ending
+                or metadata.get("deletionTimestamp")
+                or len(self.read_of) + len(self.waiting) >= self.count
+            ):
+                self._follow()
+
+    def _follow(self) -> None:
+        names = sorted(self.waiting, key=lambda each: (self.waiting[each], each))
+        indexes = ",".join(str(index) for index in sorted(set(self.waiting.values())))
+        self.waiting.clear()
+        read = FollowedRead(names, EpisodeLogReader(self.round_dir, names, budgets=self.budgets, errors_inline=True))
+        read.reader.on_progress = functools.partial(self._progress, read)
+        for name in names:
+            self.read_of[name] = read
+        self.reads.append(read)
+        args = follow_args(f"{self.selector},{INDEX_LABEL} in ({indexes})", self.streams)
+        threading.Thread(target=self._run, args=(read, args), daemon=True).start()
+
+    def _run(self, read: FollowedRead, args: List[str]) -> None:
+        def started(process: subprocess.Popen[bytes]) -> None:
+            with self.lock:
+                read.process = process
+                if read.ended_by_us:  # finish() came first
+                    process.terminate()
+
+        try:
+            self.kubectl.stream(
+                args,
+                read.reader.feed,
+                namespace=self.namespace,
+                timeout=self.seconds,
+                request_timeout=None,
+                on_start=started,
+            )
+        except (KubectlFailure, KubectlTimeout) as failure:
+            if not read.ended_by_us:
+                read.failed = failure.first_line if isinstance(failure, KubectlFailure) else str(failure)
+        except BaseException as error:  # a disk's failure: finish() raises it in the run's thread
+            read.error = error
+        try:
+            read.logs = read.reader.finish()
+        except BaseException as error:  # as above
+            read.reader.discard()
+            read.error = read.error or error
+        read.done.set()
+        for name in read.pods:
+            self._tell(name)
+
+    def _progress(self, read: FollowedRead, name: str) -> None:
+        with self.lock:
+            if name in self.ended:
+                self._end_if_whole(read)
+        self._tell(name)
+
+    def _tell(self, name: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(name)
+
+    def _end_if_whole(self, read: FollowedRead) -> None:
+        """Stop a read once each of its pods has ended and printed the end line: nothing more can
+        come, and the kubelet would hold each stream open for up to 5 s more."""
+        if not read.ended_by_us and all(name in self.ended and name in read.reader.ended for name in read.pods):
+            read.ended_by_us = True
+            if read.process is not None:
+                read.process.terminate()
+
+    def artifacts_of(self, name: str) -> Optional[Tuple[Dict[str, ArtifactEntry], str, bool]]:
+        """A followed pod's artifacts saved so far, the rule its frames broke ("" if none), and
+        whether that rule is frames that never came; None when no read follows it."""
+        with self.lock:
+            read = self.read_of.get(name)
+        if read is None:
+            return None
+        return read.reader.artifacts_of(name)
+
+    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
+        """After the decision: follow what started but was never followed, give the reads up to
+        `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
+        and return the logs proven whole. A log is whole when its read ended by itself without
+        kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
+        with self.lock:
+            self.closed = True
+            if self.waiting:
+                self._follow()
+            reads = list(self.reads)
+        until = time.monotonic() + grace
+        for read in reads:
+            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+                if stop is not None and stop.is_set():
+                    self.stop()
+                    raise KeyboardInterrupt
+                if time.monotonic() >= until:
+                    break
+        for read in reads:
+            with self.lock:
+                if not read.done.is_set():
+                    read.ended_by_us = True
+                    if read.process is not None:
+                        read.process.terminate()
+        for read in reads:
+            read.done.wait(5.0)
+        logs: Dict[str, PodLog] = {}
+        for read in reads:
+            natural = read.done.is_set() and not read.ended_by_us and not read.failed
+            for name in read.pods:
+                whole = natural or (name in self.ended and name in read.reader.ended)
+                if whole and name in read.logs and name not in read.reader.doubtful:
+                    logs[name] = read.logs[name]
+        return logs
+
+    @property
+    def failed_to_save(self) -> bool:
+        return any(read.error is not None for read in self.reads)
+
+    def raise_failure(self) -> None:
+        """A read's failure to save (a full disk), raised once the round's other diagnostics are
+        on disk: the run stops on it, as when any log cannot be saved."""
+        for read in self.reads:
+            if read.error is not None:
+                raise read.error
+
+    def stop(self) -> None:
+        """End every read at once (the run stops): what they saved stays."""
+        with self.lock:
+            self.closed = True
+            for read in self.reads:
+                read.ended_by_us = True
+                if read.process is not None and read.process.poll() is None:
+                    read.process.terminate()
 
 
 def creation_blocked(kubectl: Kubectl, namespace: str, name: str) -> str:
@@ -567,7 +884,7 @@ def warm_up(
     nodes, runtimeclass = concurrently(
         [
             lambda: kubectl.get_list("nodes"),
-            lambda: kubectl.get("runtimeclass", runtime) if runtime is not None else None,
+            lambda: kubectl.runtimeclass(runtime) if runtime is not None else None,
         ]
     )
     eligible = sorted(eligible_nodes(nodes, runtimeclass), key=lambda node: str(node["metadata"]["name"]))

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import queue
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
     CLEANUP_WAIT_SECONDS,
+    CLUSTERQUEUE_RESOURCE,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_SERVICEACCOUNT,
+    DEFAULT_WORKSPACE_SIZE,
     EVERY_NAMESPACE,
     EXIT_CLUSTER,
     EXIT_INTERRUPTED,
@@ -24,6 +28,9 @@ from .constants import (
     GC_PODS_PER_SECOND,
     INFRA_RETRIES_INSTEAD,
     JUNIT_SUITE_NAME,
+    KUEUE_GROUP,
+    LOCAL_QUEUE_NAME,
+    LOCALQUEUE_RESOURCE,
     LOG_CROSSCHECK_LIMIT,
     PER_INDEX_BACKOFF,
     PER_INDEX_BACKOFF_INSTEAD,
@@ -38,26 +45,33 @@ from .core_basics import (
     dig,
     job_name_for,
     job_parallelism,
+    local_queue_manifest,
     namespace_manifest,
     pod_belongs_to,
     pod_selector,
     required_uid,
     round_job_manifest,
+    served_kueue_version,
     strict_refusal,
     task_id_of,
 )
 from .core_clocks import KubeletReading, count_runtime_operations, expected_operations
 from .core_cluster import (
+    OUT_OF_SERVICE_TAINT,
     _attempt_order,
     creation_time,
     final_pods_from_watch,
     foreign_manager,
     infra_loss,
     latest_warning,
+    log_wanted,
+    lost_node_note,
+    node_state,
     pod_index,
     split_pods_and_events,
     template_changes,
     vanished_attempts,
+    with_watched_pods,
 )
 from .core_guide import _WORDS, REPRODUCE_GROUPS, guide_table, render_guide_table
 from .core_permissions import (
@@ -82,6 +96,7 @@ from .core_reports import (
     render_metrics_of_runs,
 )
 from .core_validation import (
+    ARTIFACT_ROTATION_HINT,
     ROUND_COMPLETE,
     analyse_round,
     assemble_results,
@@ -99,6 +114,7 @@ from .core_validation import (
 )
 from .errors import DemoError, EpisodeInvalid, JobRefused, KubectlFailure, KubectlTimeout, kubectl_message
 from .flow_job import (
+    LogFollower,
     OwnedCreator,
     logs_by_selector,
     prepare_measured_image,
@@ -122,6 +138,7 @@ from .persistence import (
     write_receipt,
 )
 from .records import (
+    ArtifactEntry,
     AutoParallelism,
     EpisodeRow,
     JUnitSuite,
@@ -171,9 +188,17 @@ class RoundRewards:
         self.waiting: Dict[str, KubeObject] = {}  # not Indexed: terminated pods whose place is not settled yet
         self.last: Dict[str, RewardLine] = {}  # each pod's last line, in the order of their first
         self.reward_known: Dict[str, float] = {}  # the monotonic clock when each pod's reward line was known
+        self.indexed = settings.indexed  # until job_created reads the Job
+        # The round's LogFollower: a terminated pod whose reward event lists artifacts gets its line
+        # only once each of them is saved and hash-checked under DIR/artifacts/<pod>/ (held till then)
+        self.follower: Optional[LogFollower] = None
+        self.held: Dict[str, KubeObject] = {}
+        self.lock = threading.RLock()  # the watch's thread and the log readers' threads
 
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
+        # every measured Job is Indexed: its episodes are numbered by completion index as each ends
+        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -184,7 +209,7 @@ class RoundRewards:
         """An episode's index and task id, as far as the watched pods tell (None: not known)."""
         index = self.positions.get(name)
         pod = self.pods.get(name)
-        if self.settings.indexed and pod is not None:
+        if self.indexed and pod is not None:
             try:
                 index = pod_index(pod, self.settings.count, self._inspect(name))
             except EpisodeInvalid:
@@ -196,6 +221,18 @@ class RoundRewards:
 
     def pod_seen(self, pod: KubeObject) -> None:
         """wait_for_job's hook: each pod as the watch delivers it."""
+        with self.lock:
+            self._pod_seen(pod)
+
+    def log_progress(self, name: str) -> None:
+        """LogFollower's hook: an artifact of this pod was saved (or refused), or its read ended."""
+        with self.lock:
+            pod = self.held.pop(name, None)
+            if pod is not None:
+                judged = self._judge(name, pod)
+                self._write([judged] if judged is not None else [], time.monotonic())
+
+    def _pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata")
         if not isinstance(metadata, dict) or not isinstance(metadata.get("labels"), dict):
             return
@@ -205,7 +242,8 @@ class RoundRewards:
         new = name not in self.pods
         self.pods[name] = pod
         known = time.monotonic()
-        if self.settings.indexed:
+        self.held.pop(name, None)
+        if self.indexed:
             judged = [self._judge(name, pod)]
         else:
             if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
@@ -234,7 +272,7 @@ class RoundRewards:
             row = provisional_episode(
                 pod,
                 settings.count,
-                settings.indexed,
+                self.indexed,
                 self.job_created_at,
                 settings.builtin_worker,
                 self._inspect(name),
@@ -244,10 +282,31 @@ class RoundRewards:
             return failure_line(self.round_number, index, task_id, name, invalid.rule, known_at, lost)
         if row is None:
             return None
+        if row["artifacts"]:
+            arrived = self._artifacts_arrived(name, row["artifacts"])
+            if arrived is None:
+                self.held[name] = pod
+                return None
+            if arrived:
+                return failure_line(self.round_number, index, task_id, name, arrived, known_at, lost)
         assert index is not None  # Indexed: its annotation is valid; else its place is settled
         row["round"], row["job"], row["index"], row["task_id"] = self.round_number, self.job_name, index, task_id
         set_attempts(row, lost)
         return reward_line(row, known_at)
+
+    def _artifacts_arrived(self, name: str, listed: List[ArtifactEntry]) -> Optional[str]:
+        """ "" once every artifact the reward event lists is saved as listed; the rule its frames
+        broke; None while that is not known yet (the line waits: the round's analysis decides
+        when no read brings them)."""
+        state = self.follower.artifacts_of(name) if self.follower is not None else None
+        if state is None:
+            return None
+        saved, error, missing = state
+        if error:  # in the words of the round's analysis (episode_artifacts)
+            return f"its artifacts did not arrive whole: {error}" + (f"; {ARTIFACT_ROTATION_HINT}" if missing else "")
+        if all(saved.get(entry["name"]) == entry for entry in listed):
+            return ""
+        return None
 
     def _lost_before(self, name: str, index: Optional[int]) -> List[LostAttempt]:
         """--infra-retries: the watched pods of this pod's index that the infrastructure lost, as
@@ -289,6 +348,28 @@ class RoundRewards:
 
     def analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
         """The round's analysis stands: append what the file lacks, and time its first reward."""
+        with self.lock:
+            self.held.clear()
+            self._analysed(rows, figures)
+
+    def set_aside_artifacts(self, keep: Set[str]) -> None:
+        """Move the artifacts of this round's pods whose episode does not stand (failed, set
+        aside, lost, or retracted with its round) from DIR/artifacts/<pod>/ to
+        DIR/artifacts-set-aside/<pod>/: kept for inspection, never found by a trainer that globs
+        DIR/artifacts/. Best effort: the run's own outcome is what counts."""
+        root = self.settings.output / RUN_FILES.artifacts
+        for name in sorted(set(self.pods) | set(self.last)):
+            source = root / name
+            if name in keep or not source.is_dir() or source.is_symlink():
+                continue
+            target = self.settings.output / RUN_FILES.artifacts_set_aside / name
+            with contextlib.suppress(OSError):
+                target.parent.mkdir(exist_ok=True)
+                if not target.exists():
+                    os.replace(source, target)
+
+    def _analysed(self, rows: List[EpisodeRow], figures: RoundResult) -> None:
+        self.set_aside_artifacts({row["pod"] for row in rows})
         known_at, known = time.time(), time.monotonic()
         self._write(reconciling_lines(self.last, rows, figures["failed_episodes"], known_at), known)
         first = min((self.reward_known[row["pod"]] for row in rows if row["pod"] in self.reward_known), default=None)
@@ -299,6 +380,12 @@ class RoundRewards:
         """The round failed, or the run stopped, before its analysis accepted it: retract its
         reward lines (the episode the failure names with its own rule). Best effort: the error
         that got here is the one the run reports."""
+        with self.lock:
+            self.held.clear()
+            self._failed(error)
+
+    def _failed(self, error: BaseException) -> None:
+        self.set_aside_artifacts(set())
         if isinstance(error, KeyboardInterrupt):
             failure = "the run was interrupted before its round was validated"
         elif isinstance(error, DemoError):
@@ -321,6 +408,14 @@ class RoundRewards:
             self._write(lines, time.monotonic())
 
 
+def read_kueue_group(kubectl: Kubectl) -> KubeObject:
+    """The API server's discovery document of Kueue's group (an APIGroup: its versions and the
+    preferred one), in one request without discovery (`get --raw`); NotFound where Kueue is not
+    installed."""
+    path = f"/apis/{KUEUE_GROUP}"
+    return kubectl.decode_json(kubectl.run(["get", "--raw", path], read_only=True), f"get --raw {path}")
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -339,7 +434,9 @@ class BatchRun:
         self.current_dir: Path = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
+        self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
         self.watches_account = True  # the preflight found list and watch serviceaccounts granted
+        self.account_watch: Optional[WatchStream] = None  # started by the preflight, ended once the account is seen
         self.receipt_lock = threading.Lock()  # warm-up Jobs run in threads, one receipt
         # what all of the run's pods may make it keep, on disk and in memory, and where their artifacts go
         self.log_budgets = LogBudgets(
@@ -351,7 +448,11 @@ class BatchRun:
 
     def execute(self) -> Results:
         self.preflight()
-        self.stop_if_asked()
+        try:
+            self.stop_if_asked()
+        except BaseException:
+            self.end_service_account_watch()
+            raise
         self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
@@ -399,8 +500,14 @@ class BatchRun:
         with --parallelism auto, also the nodes and what runs on them, for the Job's parallelism."""
         runtime = self.settings.runtime
         kubelet_metrics, auto = self.settings.kubelet_metrics, self.settings.parallelism_auto
+        queue = self.settings.queue
         reviews = access_review_list(
-            self.namespace, runtime is not None, kubelet_metrics, self.settings.warmup, capacity=auto
+            self.namespace,
+            runtime is not None,
+            kubelet_metrics,
+            self.settings.warmup,
+            capacity=auto,
+            local_queue=queue is not None,
         )
 
         def attempt(read: Callable[[], Any]) -> Read:  # a refused read is the permission finding's to name
@@ -411,13 +518,33 @@ class BatchRun:
                     raise
                 return Read(failure=failure.first_line)
 
-        reads: List[Callable[[], Any]] = (
-            [lambda: self.kubectl.get("runtimeclass", runtime)] if runtime is not None else []
-        )
+        reads: List[Callable[[], Any]] = [lambda: self.kubectl.runtimeclass(runtime)] if runtime is not None else []
         if auto:  # one listing: the RuntimeClass too, so a 10-episode run keeps its 10 processes
             kinds = "runtimeclasses,nodes,pods" if runtime is not None else "nodes,pods"
             reads = [lambda: attempt(lambda: self.kubectl.get_list(kinds, flags=EVERY_NAMESPACE))]
-        answers = concurrently([*reads, lambda: self.kubectl.create(reviews, review=True)])
+        kueue_reads: List[Callable[[], Any]] = (
+            [
+                lambda: attempt(lambda: read_kueue_group(self.kubectl)),
+                lambda: attempt(lambda: self.kubectl.get(CLUSTERQUEUE_RESOURCE, queue or "")),
+            ]
+            if queue is not None
+            else []
+        )
+        # The namespace's ServiceAccount is watched from here, before the namespace exists (a list
+        # of a namespace that does not exist is empty, not an error, by design: kubernetes/kubernetes
+        # issue 75537; its watch then sees the account's creation):
+        # its kubectl starts beside the preflight's reads instead of beside the namespace's create,
+        # so its start is not part of that step. It creates nothing; a preflight that fails, or
+        # denies list and watch serviceaccounts, ends it.
+        self.account_watch = self.watch_service_account()
+        try:
+            answers = concurrently([*reads, *kueue_reads, lambda: self.kubectl.create(reviews, review=True)])
+        except BaseException:
+            self.end_service_account_watch()
+            raise
+        kueue, cluster_queue = (answers[len(reads)], answers[len(reads) + 1]) if queue is not None else (None, None)
+        if kueue is not None and not kueue.failure:
+            self.kueue_version = served_kueue_version(kueue.value)
         runtimeclass = Read(answers[0]) if runtime is not None and not auto else None
         if runtime is not None and auto and not answers[0].failure:  # a failed listing: set_parallelism says why
             runtimeclass = Read(named_runtimeclass(answers[0].value, runtime))
@@ -430,13 +557,18 @@ class BatchRun:
             reviews=Read(answers[-1]),
             kubelet_metrics=kubelet_metrics,
             capacity=auto,
+            queue=queue,
+            kueue=kueue,
+            cluster_queue=cluster_queue,
         )
         for finding in findings:
             if not finding.ok:
+                self.end_service_account_watch()
                 raise DemoError(finding.stop, EXIT_CLUSTER)
         account_reviews = [review for review in answers[-1] if _asks(review, SERVICEACCOUNT_PERMISSIONS)]
         self.watches_account = not denied_permissions(account_reviews)
         if not self.watches_account:
+            self.end_service_account_watch()
             say_stderr(f"warning: {SERVICEACCOUNT_WAIT}: {serviceaccount_finding(account_reviews).detail}")
         if auto:
             self.set_parallelism(answers[0])
@@ -453,7 +585,7 @@ class BatchRun:
         pods = [item for item in listing.value if item.get("kind") == "Pod"]
         count = self.settings.count
         try:
-            room, text = episode_room(self.runtimeclass, nodes, pods)
+            room, text = episode_room(self.runtimeclass, nodes, pods, self.settings.ephemeral_storage)
         except ValueError as error:
             raise DemoError(f"--parallelism auto cannot count the nodes' room ({error})", EXIT_CLUSTER) from None
         if room < 1:
@@ -477,19 +609,24 @@ class BatchRun:
         self.namespace_created = True  # from here on it may exist, even if the create reports failure
         manifests = [
             namespace_manifest(self.namespace, self.run_id),
-            configmap_manifest(self.namespace, self.run_id, self.settings.worker_source, self.settings.tasks),
+            configmap_manifest(
+                self.namespace,
+                self.run_id,
+                self.settings.worker_source,
+                self.settings.tasks,
+                self.settings.launcher_source,
+            ),
         ]
-        sink: queue.Queue[Any] = queue.Queue()
-        seconds = self.kubectl.process_timeout + self.kubectl.timing.serviceaccount_wait_seconds
-        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
-        watch = (
-            self.kubectl.watch("serviceaccount", by_name, self.namespace, sink, seconds)
-            if self.watches_account
-            else None
-        )
+        resources = ["namespace", "configmap"]
+        if self.settings.queue is not None and self.kueue_version is not None:  # --queue: its LocalQueue too
+            manifests.append(local_queue_manifest(self.namespace, self.run_id, self.settings.queue, self.kueue_version))
+            resources.append(LOCALQUEUE_RESOURCE)
+            self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
+            write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
+        watch = self.account_watch
         try:
             try:
-                namespace, _ = self.creator.create_together(manifests, ["namespace", "configmap"])
+                namespace, _, *local_queue = self.creator.create_together(manifests, resources)
             except DemoError as error:
                 settled = self.creator.settled.get(("Namespace", self.namespace))
                 if settled is None:
@@ -499,22 +636,38 @@ class BatchRun:
                 else:
                     self.record_namespace(settled)
                 raise
+            if local_queue and "local_queue" in self.receipt:
+                self.receipt["local_queue"]["uid"] = str(local_queue[0]["metadata"]["uid"])
             self.record_namespace(namespace)
             if watch is not None:
-                self.wait_for_service_account(sink, watch)
+                self.wait_for_service_account(watch)
         finally:
-            if watch is not None:
-                watch.end()  # the Job's create waits for it no longer
+            self.end_service_account_watch()  # the Job's create waits for it no longer
 
-    def wait_for_service_account(self, sink: queue.Queue[Any], watch: WatchStream) -> None:
+    def watch_service_account(self) -> WatchStream:
+        """The watch of the namespace's `default` ServiceAccount (wait_for_service_account), as
+        long as the preflight's reads may take (with their retries), then the namespace's create,
+        then the wait for the account after it."""
+        timing = self.kubectl.timing
+        seconds = 2 * self.kubectl.process_timeout + timing.retry_budget_seconds + timing.serviceaccount_wait_seconds
+        by_name = ["serviceaccounts", "--field-selector", f"metadata.name={DEFAULT_SERVICEACCOUNT}"]
+        return self.kubectl.watch("serviceaccount", by_name, self.namespace, queue.Queue(), seconds)
+
+    def end_service_account_watch(self) -> None:
+        if self.account_watch is not None:
+            self.account_watch.end()
+            self.account_watch = None
+
+    def wait_for_service_account(self, watch: WatchStream) -> None:
         """Until the namespace's `default` ServiceAccount exists, a pod of it is refused:
         ServiceAccount admission looks it up for about 1.5 s, then the job controller records
         FailedCreate and backs off (plugin/pkg/admission/serviceaccount/admission.go; the
         serviceaccounts controller creates it soon after the namespace), which would count in
         the first Job's figures. So the first Job is created once it is seen, by the watch started
-        with the namespace's create (no process more, no wait when it came meanwhile); after
+        with the preflight (no process more, no wait when it came meanwhile); after
         Timing.serviceaccount_wait_seconds the run goes on without it, and says so."""
         limit = time.monotonic() + self.kubectl.timing.serviceaccount_wait_seconds
+        sink = watch.sink
         while True:
             try:
                 _, _, _, event = sink.get(timeout=max(0.0, min(limit - time.monotonic(), 0.5)))
@@ -607,9 +760,30 @@ class BatchRun:
         self.refuse_dropped_fields(manifest, job)
         deadline = submitted + settings.client_wait_seconds
         pod_spec = manifest["spec"]["template"]["spec"]
+        selector = pod_selector(job)
+        # each pod's log read while it runs (LogFollower), so its row's files are on disk with its
+        # row and a pod the job controller stops keeps what it printed
+        follower = LogFollower(
+            self.kubectl,
+            self.namespace,
+            selector,
+            count,
+            round_dir,
+            budgets,
+            2 * settings.client_wait_seconds + 60,  # a queued Job waits, then has the whole wait again
+            settings.infra_retries,
+            on_progress=rewards.log_progress if rewards is not None else None,
+        )
+
+        def pod_seen(pod: KubeObject) -> None:
+            follower.pod_seen(pod)  # first: a pod that ended starts its set's read before its row is judged
+            if rewards is not None:
+                rewards.pod_seen(pod)
+
         try:
             self.refuse_changed_job(pod_spec, job)
             if rewards is not None:
+                rewards.follower = follower
                 rewards.job_created(job, submitted)
             observation = wait_for_job(
                 self.kubectl,
@@ -619,16 +793,20 @@ class BatchRun:
                 submitted,
                 progress,
                 self.stop,
-                on_pod=rewards.pod_seen if rewards is not None else None,
+                on_pod=pod_seen,
                 pod_spec=pod_spec,
                 run_seconds=settings.client_wait_seconds,
             )
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
         except JobRefused as refused:
+            follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
+        except BaseException:
+            follower.stop()
+            raise
         write_job(round_dir, observation.job)
         outcome = classify_round(observation)
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
-        selector = pod_selector(job)
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
@@ -646,7 +824,18 @@ class BatchRun:
             lost = [pod for pod in pods if settings.infra_retries and infra_loss(pod)]
             if lost:  # a pod lost to the infrastructure is judged by its status alone
                 pods = [pod for pod in pods if not infra_loss(pod)]
-            return read_logs(self.kubectl, self.namespace, pods, selector, all_logs, round_dir, budgets, saved, lost)
+            if follower.failed_to_save:  # the disk: nothing more is read, the run stops on it
+                return {}, {}
+            wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
+            have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
+            rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
+            # what the reads while the pods ran proved whole is kept; the rest is read as before
+            # (the Job's selector matches the rest only when nothing was)
+            chosen = selector if not have else None
+            logs, errors = read_logs(
+                self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
+            )
+            return {**have, **logs}, errors
 
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
@@ -657,14 +846,18 @@ class BatchRun:
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
-            write_pods(round_dir, pods, budgets)
+            # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
+            # as the watch last saw them
+            write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
             logs, log_errors = read(pods)
+        follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
+        saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
-                write_pods(round_dir, pods, budgets)
+                write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -682,7 +875,8 @@ class BatchRun:
             round_dir=round_dir,
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
-            indexed=settings.indexed,
+            # every measured Job is Indexed: its episodes are numbered by completion index
+            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -694,10 +888,11 @@ class BatchRun:
         try:
             rows, figures = analyse_round(collected, where)
         except EpisodeInvalid:  # the round fails: every pod's log beside its error, as the guide keeps them
-            self.save_missing_logs(pods, logs, round_dir, selector)
+            self.save_missing_logs(pods, saved_logs, round_dir, selector)
             raise
         set_aside = {entry["pod"] for entry in figures["failed_episodes"]}
-        self.save_missing_logs([pod for pod in pods if pod["metadata"]["name"] in set_aside], logs, round_dir)
+        set_aside_pods = [pod for pod in pods if pod["metadata"]["name"] in set_aside]
+        self.save_missing_logs(set_aside_pods, saved_logs, round_dir)
         return rows, figures
 
     def save_missing_logs(
@@ -726,6 +921,15 @@ class BatchRun:
         ]
         if not dropped:
             return
+        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
+            # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
+            # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
+            kept = {str(rule.get("action")) for rule in stored_policy.get("rules") or [] if isinstance(rule, dict)}
+            sent = [str(rule["action"]) for rule in manifest["spec"]["podFailurePolicy"]["rules"]]
+            missing = sorted({action for action in sent if action not in kept})
+            where = f"podFailurePolicy's {', '.join(missing)} rule" if missing else "podFailurePolicy as sent"
+            dropped = [where if key == "podFailurePolicy" else key for key in dropped]
         name = manifest["metadata"]["name"]
         deleted = self.delete_refused_job(name, "before any episode could be retried")
         retries = "podFailurePolicy" in manifest["spec"]
@@ -842,6 +1046,39 @@ def _stuck_namespace_detail(namespace: KubeObject) -> str:
     return ", ".join([f"finalizers {sorted(finalizers) or 'none'}", *(["; ".join(messages)] if messages else [])])
 
 
+def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> str:
+    """Why a Job's deletion waits, when its pods are stuck Terminating on nodes that no longer
+    answer (best effort: "" when the pods or nodes cannot be read, or none is so): no kubelet
+    there confirms their end, so only PodGC removes them, once the Node is deleted or tainted
+    out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
+    try:
+        pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
+        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
+        nodes = sorted(
+            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
+        )
+        states = {node: kubectl.get("node", node) for node in nodes}
+    except (KubectlFailure, KubectlTimeout, ValueError):
+        return ""
+    lost = {}
+    for node, live in states.items():
+        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        if live is not None and not (ready and ready[0].get("status") == "True"):
+            lost[node] = node_state(node, live)
+    names = {
+        str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
+        for pod in stuck
+        if (pod.get("spec") or {}).get("nodeName") in lost
+    }
+    if not names:
+        return ""
+    return (
+        f": {lost_node_note(names, lost).replace(' still Running there', ' stuck Terminating there')}, where no "
+        f"kubelet answers to confirm its end; it goes only once the Node is deleted or tainted "
+        f"{OUT_OF_SERVICE_TAINT} (PodGC)"
+    )
+
+
 def cleanup_run(
     kubectl: Kubectl,
     receipt: Receipt,
@@ -862,7 +1099,9 @@ def cleanup_run(
         required_uid(live_namespace, f"namespace {namespace}")
     jobs = receipt_jobs(receipt, _uid_from_job_json(output))
     live_jobs = {job["name"]: kubectl.get("job", job["name"], namespace) for job in jobs} if live_namespace else {}
-    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs)
+    queue = receipt.get("local_queue")
+    live_queue = kubectl.get(LOCALQUEUE_RESOURCE, queue["name"], namespace) if queue and live_namespace else None
+    plan = plan_cleanup(receipt, jobs, kubectl.context, current_server, live_namespace, live_jobs, live_queue)
     if plan.refusal:
         raise DemoError(plan.refusal, EXIT_REFUSED)
     if plan.namespace_absent:
@@ -878,12 +1117,16 @@ def cleanup_run(
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
         remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
         if remaining is not None:
+            stuck = _stuck_on_lost_nodes(kubectl, remaining, namespace)
             raise DemoError(
                 f"Job {namespace}/{name} and its pods are still terminating after "
-                f"{job_wait:g} s; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
+                f"{job_wait:g} s{stuck}; inspect `kubectl -n {namespace} get job,pods` and run cleanup again",
                 EXIT_TIMEOUT,
             )
         say(f"deleted Job {namespace}/{name} and its pods")
+    if plan.local_queue is not None:  # its Jobs are gone: Kueue holds no workload of it any more
+        kubectl.run(["delete", LOCALQUEUE_RESOURCE, plan.local_queue, "--wait=false"], namespace=namespace)
+        say(f"deleted LocalQueue {namespace}/{plan.local_queue}")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
     namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
     remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
@@ -935,6 +1178,12 @@ def reproduce_group_argv(args: argparse.Namespace, context: str, group: str, pin
     ]  # fmt: skip
     for flag, value in (("--kubeconfig", args.kubeconfig), ("--kubectl", args.kubectl)):
         if value:
+            argv += [flag, value]
+    for flag, value, default in (
+        ("--ephemeral-storage", args.ephemeral_storage, DEFAULT_EPHEMERAL_STORAGE),
+        ("--workspace-size", args.workspace_size, DEFAULT_WORKSPACE_SIZE),
+    ):
+        if value != default:  # given: the groups ran with it
             argv += [flag, value]
     argv += [
         flag for flag in ("--quiet", "--allow-large", "--kubelet-metrics") if vars(args)[flag[2:].replace("-", "_")]

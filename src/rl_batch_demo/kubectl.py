@@ -28,7 +28,7 @@ from .constants import (
     REQUEST_TIMEOUT,
     WATCH_BUFFER_LIMIT,
 )
-from .core_basics import parse_json_documents, short_repr
+from .core_basics import parse_json_documents, short_repr, url_segment
 from .core_reports import _display_width, fit_lines, printable
 from .errors import DemoError, KubectlFailure, KubectlTimeout, kubectl_message
 from .records import TIMING, KubeObject, Receipt, Timing
@@ -426,6 +426,7 @@ class Kubectl:
         timeout: Optional[float] = None,
         request_timeout: Optional[str] = REQUEST_TIMEOUT,
         idle: bool = False,
+        on_start: Optional[Callable[[subprocess.Popen[bytes]], None]] = None,
     ) -> None:
         """A read whose output may be large (logs): handed to consume as bytes, chunk by chunk as
         it arrives, never held whole. Repeated after a transient failure only while nothing has
@@ -435,7 +436,8 @@ class Kubectl:
         client's timeout (rest.Config.Timeout -> http.Client.Timeout), which also covers reading
         the response, so it would end a large log's transfer. With `idle`, the call ends when it
         has printed nothing for `timeout` seconds, however long it keeps printing; else
-        `timeout` seconds after it started."""
+        `timeout` seconds after it started. `on_start` is given each process as it starts (a
+        followed log's reader ends it once every log it follows is whole)."""
         argv = self.argv(args, namespace, request_timeout)
         delays = list(self.timing.retry_delays)
         first_attempt = time.monotonic()
@@ -445,6 +447,8 @@ class Kubectl:
             record = self._record(argv, started)
             process = self._start(argv, record)
             assert process.stdout is not None and process.stderr is not None
+            if on_start is not None:
+                on_start(process)
             stderr = bytearray()
             stderr_reader = threading.Thread(target=_drain, args=(process.stderr, stderr), daemon=True)
             stderr_reader.start()
@@ -582,6 +586,34 @@ class Kubectl:
         if not created:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
+
+    def create_raw(self, path: str, manifest: KubeObject) -> KubeObject:
+        """Create one object with `create --raw PATH -f -`: one POST of the manifest to `path`
+        with the kubeconfig's credentials, and no discovery nor OpenAPI download, which a cold
+        kubectl cache (a fresh CI runner) pays before any other create (kubectl
+        pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
+        its RESTMapper). The server's answer, the stored object, is printed as it is."""
+        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest))
+        return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
+
+    def get_raw(self, path: str, **kwargs: Any) -> str:
+        """`get --raw PATH`: one GET, no discovery (kubectl pkg/cmd/get/get.go, rawhttp.RawGet),
+        the body as it is; a read, so retried on transient failures."""
+        return self.run(["get", "--raw", path], read_only=True, **kwargs)
+
+    def runtimeclass(self, name: str) -> Optional[KubeObject]:
+        """The RuntimeClass `name`, or None when the API server answers that it does not exist:
+        one GET of its path (RuntimeClasses are cluster-scoped, node.k8s.io/v1 from Kubernetes
+        1.20), which needs no discovery. The raw read prints no object for a missing one and exits
+        1 with the server's NotFound status (apimachinery errors.NewNotFound: `<resource>.<group>
+        "<name>" not found`); any other failure is raised as it is."""
+        try:
+            raw = self.get_raw(f"/apis/node.k8s.io/v1/runtimeclasses/{url_segment(name)}")
+        except KubectlFailure as failure:
+            if failure.first_line == f'Error from server (NotFound): runtimeclasses.node.k8s.io "{name}" not found':
+                return None
+            raise
+        return self.decode_json(raw, f"get runtimeclass {name}")
 
     @staticmethod
     def decode_json(raw: str, what: str) -> KubeObject:

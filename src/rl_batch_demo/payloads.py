@@ -15,6 +15,10 @@ from .sandbox import payload_text
 
 WORKER_SOURCE = payload_text("episode.py")
 
+# The pod's command: runs the worker, then frames what it left under RL_DEMO_ARTIFACTS
+# (docs/own-episodes.md, "Artifacts"); mounted beside it as /demo/launcher.py.
+LAUNCHER_SOURCE = payload_text("launcher.py")
+
 # A minimal custom worker (`show-worker --template`): the starting point for `run --worker`.
 # The README's "Plugging in a real model" explains the protocol it follows.
 WORKER_TEMPLATE = payload_text("template.py")

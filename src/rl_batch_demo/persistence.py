@@ -24,6 +24,7 @@ from .constants import (
     EVENT_LINE_LIMIT,
     EXIT_USAGE,
     LOG_DIR_BUDGET,
+    LOG_END_LINE,
     LOG_FILE_LIMIT,
     RUN_FILES,
 )
@@ -427,6 +428,8 @@ class EpisodeLogReader:
         budgets: Optional[LogBudgets] = None,
         gate: Optional[threading.Event] = None,
         ignored: Iterable[str] = (),
+        errors_inline: bool = False,
+        on_progress: Optional[Callable[[str], None]] = None,
     ) -> None:
         self.round_dir = round_dir
         self.allowed = set(pod_names)
@@ -444,6 +447,12 @@ class EpisodeLogReader:
         self.long_line_pod: Optional[str] = None  # inside an over-long line of this pod ("" if unknown)
         self.long_line_tail = b""  # its last bytes, where a prefix cut by a chunk's end begins
         self.gate = gate  # no file is written before it is set (kubectl's output waits in the pipe)
+        # --ignore-errors without lost pods (a followed read, LogFollower): kubectl's error lines
+        # are judged too, so a pod whose stream failed is read again
+        self.errors_inline = errors_inline
+        # told a pod's name when one of its artifacts is saved or refused, or its end line came
+        self.on_progress = on_progress
+        self.ended: Set[str] = set()  # pods whose log printed the launcher's end line (LOG_END_LINE)
 
     def _file(self, name: Optional[str]) -> Optional[_PodLogFile]:
         if name is None or name not in self.allowed:
@@ -475,7 +484,7 @@ class EpisodeLogReader:
             return self.single_pod, line
         match = re.match(_PREFIX, line)
         if not match:
-            if self.ignored and line.startswith(_KUBECTL_LOG_ERROR):
+            if (self.ignored or self.errors_inline) and line.startswith(_KUBECTL_LOG_ERROR):
                 self._kubectl_error(line)
             return None, line  # not a pod's line (kubectl's own warning or error): dropped
         name = match.group(1).decode("utf-8", "replace")
@@ -535,7 +544,20 @@ class EpisodeLogReader:
                 target.text(body)
             return
         if target is not None:
+            frames = target.frame_lines
             target.line(body, True)
+            assert name is not None
+            if body == LOG_END_LINE:
+                self.ended.add(name)
+            if self.on_progress is not None and (frames != target.frame_lines or body == LOG_END_LINE):
+                self.on_progress(name)
+
+    def artifacts_of(self, name: str) -> Tuple[Dict[str, ArtifactEntry], str, bool]:
+        """The artifacts of this pod saved so far (each whole and hash-checked), the first rule
+        its frames broke ("" while none), and whether that rule is frames that never came."""
+        log_file = self.files.get(name)
+        sink = log_file.artifacts if log_file is not None else None
+        return (dict(sink.saved), sink.error, sink.missing) if sink is not None else ({}, "", False)
 
     def finish(self) -> Dict[str, PodLog]:
         """Every pod that printed something: its PodLog, its file complete on disk."""

@@ -10,7 +10,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 from .constants import (
     BUILTIN_WORKER,
     CLIENT_GRACE_SECONDS,
+    DEFAULT_EPHEMERAL_STORAGE,
     DEFAULT_MAX_ARTIFACT_BYTES,
+    DEFAULT_WORKSPACE_SIZE,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
 )
@@ -35,6 +37,9 @@ class Timing:
     poll_interval: float = 1.0  # polling the Job once its watch has ended early
     blocked_check_seconds: float = 20.0  # with no pod by then, look for a FailedCreate event
     final_pods_grace_seconds: float = 0.25  # after Complete, for the pod watch to show every pod final
+    # after the decision, for the logs followed while the pods ran to end by themselves (a stopped
+    # pod's stream ends with its container; the kubelet notices an exited one within 5 s)
+    follow_grace_seconds: float = 6.0
     serviceaccount_wait_seconds: float = 10.0  # after the namespace's create, for its default ServiceAccount
     cleanup_first_poll: float = 0.25  # deletion polls start here and double ...
     cleanup_max_poll: float = 2.0  # ... up to this
@@ -62,12 +67,18 @@ class RunSettings:
     json_summary: bool
     kubectl_timeout: float
     worker_source: str  # what every episode runs: the built-in worker, or --worker's text
+    # the launcher that runs it in the pod and sends what it leaves under RL_DEMO_ARTIFACTS
+    # (sandbox/launcher.py; "": the worker is the pod's command itself)
+    launcher_source: str = ""
     worker_file: Optional[str] = None  # --worker's file name (never its path); None: the built-in worker
     tasks: Optional[Tuple[JsonObject, ...]] = None  # --tasks: one per episode, in index order
     max_failed_episodes: int = 0  # --max-failed-episodes
     infra_retries: int = 0  # --infra-retries: attempts of an episode lost to the infrastructure, beyond the first
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # --max-artifact-bytes: per episode
+    ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE  # --ephemeral-storage: the container's request and limit
+    workspace_size: str = DEFAULT_WORKSPACE_SIZE  # --workspace-size: /workspace's sizeLimit
     kubelet_metrics: bool = False  # read the kubelet's runtime histograms (needs get nodes/proxy)
+    queue: Optional[str] = None  # --queue: the Kueue ClusterQueue the run's LocalQueue points at
     parallelism_auto: bool = False  # --parallelism auto: the preflight sets parallelism from the nodes' room
     warmup: bool = False  # --warmup: one episode on each eligible node before the measured rounds
     pin_image: Optional[str] = None  # --pin-image: None off, "" resolve the digest, else repo@sha256:...
@@ -115,6 +126,12 @@ class ReceiptJob(TypedDict):
     uid: Optional[str]  # None until the create answered
 
 
+class ReceiptLocalQueue(TypedDict):  # --queue: the run's Kueue LocalQueue in its namespace
+    name: str
+    cluster_queue: str  # the ClusterQueue it points at
+    uid: Optional[str]  # None until the create answered
+
+
 class _Receipt(TypedDict):
     context: str
     server: Optional[str]
@@ -135,6 +152,7 @@ class Receipt(_Receipt, total=False):
     Receipts of the guide's script (context, namespace, uid, run_id, job_uid) load too."""
 
     uid: str  # the namespace's, once it exists (the guide's key)
+    local_queue: ReceiptLocalQueue  # --queue: the run's LocalQueue, its ClusterQueue and (once created) UID
     job_uid: str  # the guide's key: the one Job's UID
 
 
@@ -152,6 +170,10 @@ class RoundObservation:
     pod_deleted: bool = False  # the pod watch reported a deletion
     queued: bool = False  # the Job was created suspended (a queue such as Kueue admits it later)
     admitted_seen_monotonic: Optional[float] = None  # when the client saw a queued Job resumed
+    # pods still Running on a node that stopped answering (unanswered_node): pod -> node, and each
+    # such node's state as read when it was first seen so (node_state)
+    lost_pods: Dict[str, str] = dataclasses.field(default_factory=dict)
+    node_states: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -458,8 +480,12 @@ class FirstReward(TypedDict, total=False):  # a measured round's (warm-up and pr
     client_first_reward_seconds: float  # absent from the results of versions before rewards.jsonl was streamed
 
 
+class LostNodes(TypedDict, total=False):  # only when a node of the round's pods stopped answering
+    lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
+
+
 class RoundResult(
-    BatchFigures, JobTimes, FirstReward, LogFigures
+    BatchFigures, JobTimes, FirstReward, LogFigures, LostNodes
 ):  # a row of round_results; a warm-up's or probe's Job too
     round: int
     job: str

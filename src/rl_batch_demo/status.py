@@ -80,6 +80,22 @@ def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "")
             room = width - 1
             lines.append(line[:room] + "\\")
             line = line[room:]
+        # A quoted word too wide (a label selector with spaces): cut into quoted pieces joined by
+        # backslash-newlines outside the quotes, which the shell removes: 'ab'\<newline>'cd' is abcd.
+        if _display_width(line) > width and word.startswith("'") and width > len(indent) + 8:
+            line = line[: len(line) - len(word)]
+            rest = shlex.split(word)[0]
+            while rest:
+                room = max(1, width - _display_width(line) - 4)
+                piece, rest = rest[:room], rest[room:]
+                line += (
+                    shlex.quote(piece)
+                    if piece.strip() and " " not in piece
+                    else "'" + piece.replace("'", "'\"'\"'") + "'"
+                )
+                if rest:
+                    lines.append(line + "\\")
+                    line = ""
     if comment and _display_width(f"{line}  {comment}") > width:
         lines.append(line)
         line = " " * len(prefix) + comment
@@ -139,15 +155,23 @@ class Progress:
         self.dirty = False
 
     def update(
-        self, label: str, elapsed: float, counts: Dict[str, int], left: Optional[float] = None, queued: bool = False
+        self,
+        label: str,
+        elapsed: float,
+        counts: Dict[str, int],
+        left: Optional[float] = None,
+        queued: bool = False,
+        note: str = "",
     ) -> None:
         """The counts of `label`'s pods, `elapsed` seconds since its submission, `left` seconds
         until the client stops waiting (None: no deadline to show); `queued`: the Job waits,
-        suspended, for a queue to admit it."""
+        suspended, for a queue to admit it; `note`: what else the line must say (a node that
+        stopped answering, lost_node_note)."""
         if not self.enabled:
             return
         state = ", ".join(f"{counts.get(phase, 0)} {phase}" for phase in ("created", "running", "succeeded", "failed"))
         state = "queued: suspended until a queue admits it" if queued else state
+        state = f"{state}; {note}" if note else state
         times = f"{elapsed:.1f} s elapsed" + (f", {max(left, 0.0):.0f} s left" if left is not None else "")
         # What a user waits for first, the Job's name last: a narrow terminal cuts only the name.
         line = f"{state}; {times}; {label}"

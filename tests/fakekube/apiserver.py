@@ -68,6 +68,9 @@ def make_node(spec: dict) -> dict:
         return node
     name = spec["name"]
     alloc = dict(spec.get("allocatable") or {"cpu": "64", "memory": "256Gi", "pods": "110"})
+    # a kubelet always reports its root filesystem as ephemeral-storage (pkg/kubelet/nodestatus/
+    # setters.go MachineInfo, from the rootfs' capacity less the reserved): a shorthand without it gets 100Gi
+    alloc.setdefault("ephemeral-storage", "100Gi")
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
     labels.update(spec.get("labels") or {})
     ready = spec.get("ready", True)
@@ -356,12 +359,22 @@ def default_pod_spec(spec: dict) -> None:
 
 
 def prepare_job(
-    obj: dict, uid: str, legacy: bool, old_job_api: bool = False, no_pod_failure_policy: bool = False
+    obj: dict,
+    uid: str,
+    legacy: bool,
+    old_job_api: bool = False,
+    no_pod_failure_policy: bool = False,
+    knows_fail_index: bool = True,
 ) -> List[str]:
     """API-server defaulting and validation of a batch/v1 Job; returns problems.
 
     ``old_job_api``: a server before v1.29 (no backoffLimitPerIndex): it drops the per-index
-    fields it does not know, silently, as an API server drops unknown fields.
+    fields, silently: a 1.27 server as unknown fields, a 1.28 one (JobBackoffLimitPerIndex alpha,
+    off) in pkg/registry/batch/job/strategy.go PrepareForCreate, which then drops the
+    podFailurePolicy's FailIndex rules too ("We drop the FailIndex pod failure policy rules
+    because JobBackoffLimitPerIndex is disabled"), so a 1.28 server stores the policy without them.
+    ``knows_fail_index``: False on a server before 1.28, whose validation knows no FailIndex action
+    (pkg/apis/batch/validation/validation.go supportedPodFailurePolicyActions): it refuses the rule.
     ``no_pod_failure_policy``: a server whose JobPodFailurePolicy gate is off (1.25's default, or
     turned off before 1.31): it drops spec.podFailurePolicy (pkg/registry/batch/job/strategy.go,
     dropDisabledFields)."""
@@ -373,10 +386,13 @@ def prepare_job(
     if old_job_api:  # a server that drops the fields (1.27 without strict validation, 1.28, a gate turned off)
         spec.pop("backoffLimitPerIndex", None)
         spec.pop("maxFailedIndexes", None)
+        policy = spec.get("podFailurePolicy")
+        if knows_fail_index and isinstance(policy, dict):  # 1.28: PrepareForCreate drops the FailIndex rules
+            policy["rules"] = [rule for rule in policy.get("rules") or [] if rule.get("action") != "FailIndex"]
     if no_pod_failure_policy:
         spec.pop("podFailurePolicy", None)
     problems += indexed_job_problems(spec, pspec)
-    problems += pod_failure_policy_problems(spec, pspec)
+    problems += pod_failure_policy_problems(spec, pspec, knows_fail_index)
     if pspec.get("restartPolicy") not in ("Never", "OnFailure"):
         problems.append('spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"')
     containers = pspec.get("containers") or []
@@ -440,10 +456,11 @@ def unknown_job_fields(obj: dict, minor: int) -> List[str]:
     return [f"spec.{field}" for field, since in JOB_FIELD_SINCE.items() if field in spec and minor < since]
 
 
-def strict_decoding_error(fields: List[str]) -> KubectlError:
+def strict_decoding_error(fields: List[str], ctx: str = 'error when creating "STDIN": ') -> KubectlError:
+    """`ctx`: what kubectl puts before the server's message (a raw create names no file)."""
     unknown = ", ".join(f'unknown field "{field}"' for field in fields)
     return KubectlError(
-        'Error from server (BadRequest): error when creating "STDIN": Job in version "v1" cannot be handled as a '
+        f'Error from server (BadRequest): {ctx}Job in version "v1" cannot be handled as a '
         f"Job: strict decoding error: {unknown}"
     )
 
@@ -463,7 +480,13 @@ def admit_job(obj: dict, faults: dict) -> None:
     admission = faults.get("admission") or []
     spec = obj["spec"]
     pspec = spec["template"]["spec"]
-    if "queue" in admission or faults.get("queue"):
+    queue = faults.get("queue")
+    labelled = "kueue.x-k8s.io/queue-name" in (obj["metadata"].get("labels") or {})
+    # Kueue's webhook suspends only a Job labelled kueue.x-k8s.io/queue-name (Kueue docs, "Run a
+    # Kubernetes Job"), and with manageJobsWithoutQueueName an unlabelled one too (Kueue docs,
+    # "Setup manageJobsWithoutQueueName"): controller.py tick_suspended admits only the first
+    kueue_manages = isinstance(queue, dict) and (labelled or bool(queue.get("manage_jobs_without_queue_name")))
+    if "queue" in admission or kueue_manages:
         spec["suspend"] = True
     if "managed_by" in admission:
         spec["managedBy"] = MULTIKUEUE
@@ -515,10 +538,10 @@ def indexed_job_problems(spec: dict, pspec: dict) -> List[str]:
     return problems
 
 
-def pod_failure_policy_problems(spec: dict, pspec: dict) -> List[str]:
+def pod_failure_policy_problems(spec: dict, pspec: dict, knows_fail_index: bool = True) -> List[str]:
     """The parts of pkg/apis/batch/validation/validation.go validatePodFailurePolicy that the run's
-    Job may meet: restartPolicy Never, known actions, FailIndex only with backoffLimitPerIndex,
-    one requirement per rule, exit code 0 not with In."""
+    Job may meet: restartPolicy Never, known actions (FailIndex from 1.28), FailIndex only with
+    backoffLimitPerIndex, one requirement per rule, exit code 0 not with In."""
     policy = spec.get("podFailurePolicy")
     if policy is None:
         return []
@@ -531,12 +554,13 @@ def pod_failure_policy_problems(spec: dict, pspec: dict) -> List[str]:
     for number, rule in enumerate(policy.get("rules") or []):
         where = f"spec.podFailurePolicy.rules[{number}]"
         action = rule.get("action")
-        if action not in ("FailJob", "FailIndex", "Ignore", "Count"):
+        actions = ("Count", "FailIndex", "FailJob", "Ignore") if knows_fail_index else ("Count", "FailJob", "Ignore")
+        if action not in actions:
             problems.append(
-                f'{where}.action: Unsupported value: {json.dumps(action)}: supported values: "Count", "FailIndex", '
-                '"FailJob", "Ignore"'
+                f"{where}.action: Unsupported value: {json.dumps(action)}: supported values: "
+                + ", ".join(json.dumps(each) for each in actions)
             )
-        if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+        elif action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
             problems.append(f'{where}.action: Invalid value: "FailIndex": requires the backoffLimitPerIndex to be set')
         if (rule.get("onExitCodes") is None) == (rule.get("onPodConditions") is None):
             problems.append(f"{where}: Invalid value: specifying one of OnExitCodes and OnPodConditions is required")

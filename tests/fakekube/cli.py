@@ -61,7 +61,13 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         # only ``get pods --all-namespaces --field-selector=...`` (run --parallelism auto, check)
         Flag("all-namespaces", "A", kind="bool"),
     ],
-    "create": [Flag("filename", "f", multi=True), Flag("output", "o"), Flag("validate", noopt="strict")],
+    "create": [
+        Flag("filename", "f", multi=True),
+        Flag("output", "o"),
+        Flag("validate", noopt="strict"),
+        # only ``create --raw PATH -f -`` of a Namespace, a ConfigMap or a Job (commands.create_raw)
+        Flag("raw"),
+    ],
     "delete": [Flag("cascade", noopt="background"), Flag("wait", kind="bool")],
     "logs": [
         Flag("container", "c"),
@@ -70,6 +76,7 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
         Flag("tail", kind="int"),
         Flag("max-log-requests", kind="int"),
         Flag("ignore-errors", kind="bool"),
+        Flag("follow", "f", kind="bool"),
     ],
     "version": [Flag("output", "o")],
     "config view": [Flag("minify", kind="bool"), Flag("output", "o")],
@@ -79,9 +86,9 @@ COMMAND_FLAGS: Dict[str, List[Flag]] = {
 # Real kubectl flags of these commands that the tool never passes (long names; "-X" for shorthands).
 UNSUPPORTED_FLAGS: Dict[str, set] = {
     "get": {"chunk-size", "all-namespaces", "-A", "show-labels", "watch-only"},
-    "create": {"dry-run", "save-config", "edit", "raw", "selector", "-l"},
+    "create": {"dry-run", "save-config", "edit", "selector", "-l"},
     "delete": {"ignore-not-found", "grace-period", "now", "force", "all", "selector", "-l", "filename", "-f"},
-    "logs": {"follow", "-f", "previous", "-p", "since", "timestamps", "all-containers"},
+    "logs": {"previous", "-p", "since", "timestamps", "all-containers"},
     "version": {"client"},
     "config view": {"raw", "flatten"},
 }

@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import time
+import urllib.parse
 
 from .apiserver import forbidden_text, is_forbidden, settle_serviceaccounts
 from .common import (
@@ -75,10 +76,12 @@ if TYPE_CHECKING:
 
 DELETE_WAIT_CAP_SECONDS = 300.0
 CLIENT_GO_MAX_RETRIES = 10  # client-go rest/request.go: retries of an answer with Retry-After
-# The garbage collector deletes a foreground-deleted Job's pods at the controller manager's client
-# rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go): the
-# fake lets the Job's pods go at that rate, the Job after the last of them.
-GC_PODS_PER_SECOND = 20.0
+# The garbage collector deletes a foreground-deleted Job's pods within the controller manager's
+# client rate, kubeAPIQPS 20 (burst 30) by default (pkg/controller/apis/config/v1alpha1/defaults.go),
+# at about 3 requests a pod: a live GET of the pod, a live GET of its owner (isDangling), the DELETE
+# (pkg/controller/garbagecollector/garbagecollector.go attemptToDeleteItem): the fake lets the
+# Job's pods go at 20 / 3 a second, the Job after the last of them.
+GC_PODS_PER_SECOND = 20.0 / 3
 # The formats real kubectl's printers know; the fake prints only json.
 OUTPUT_FORMATS = (
     "custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,"
@@ -120,6 +123,30 @@ class Invocation:
         timeout = flags.get("request-timeout")
         self.request_timeout = parse_duration(timeout) if timeout is not None else None
         self.contexts, self.current_context = self._load_kubeconfig()
+        self.install_kueue()
+
+    def install_kueue(self) -> None:
+        """Fault ``queue`` installs Kueue: its CRDs served (common.SERVED_KUEUE_VERSIONS) and its
+        ClusterQueues (``"cluster_queues"``, default ``["team-a"]``), made by the cluster's admin."""
+        from . import common
+
+        common.SERVED_KUEUE_VERSIONS[:] = common.kueue_versions(self.faults)
+        if not common.SERVED_KUEUE_VERSIONS:
+            return
+        names = (self.faults.get("queue") or {}).get("cluster_queues", ["team-a"])
+        missing = [name for name in names if self.store.get("ClusterQueue", None, name) is None]
+        if not missing:
+            return
+        with self.store.tx() as tx:
+            for name in missing:
+                tx.put(
+                    {
+                        "apiVersion": f"{common.KUEUE_GROUP}/{common.SERVED_KUEUE_VERSIONS[0]}",
+                        "kind": "ClusterQueue",
+                        "metadata": {"name": name, "uid": new_uid(), "creationTimestamp": now_ts(tx.now)},
+                        "spec": {"namespaceSelector": {}},
+                    }
+                )
 
     def _load_kubeconfig(self) -> Tuple[List[str], Optional[str]]:
         """The contexts are reachable only through the kubeconfig cluster.json requires (if any).
@@ -318,7 +345,7 @@ def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, obj
             f'E{stamp} {os.getpid():7d} memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
             f'group list: Get \\"{api}\\": {dial}"'
         )
-    if inv.cmdpath == "create":
+    if inv.cmdpath == "create" and not inv.flags.get("raw"):  # a raw create maps nothing: the POST's own error
         lines.append(f'error: unable to recognize "STDIN": Get "{api}": {dial}')
     else:
         lines.append(refused)
@@ -589,9 +616,29 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         raise KubectlError(f'error: --raw must be a valid URL path: parse "{raw}": invalid URI for request')
     if flags.get("output-watch-events"):
         raise KubectlError("error: --output-watch-events option can only be used with --watch or --watch-only")
+    if raw == "/apis/kueue.x-k8s.io":  # discovery of Kueue's group: an APIGroup, or NotFound without Kueue
+        inv.check_context()
+        inv.api_call(("get", "--raw /apis/kueue.x-k8s.io"), rbac=False)
+        versions = served_kueue_versions()
+        if not versions:
+            raise KubectlError("Error from server (NotFound): the server could not find the requested resource")
+        entries = [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in versions]
+        print_json(
+            {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": "kueue.x-k8s.io",
+                "versions": entries,
+                "preferredVersion": entries[0],
+            }
+        )
+        return 0
+    runtimeclass = RAW_RUNTIMECLASS.fullmatch(raw)
+    if runtimeclass is not None:
+        return get_raw_runtimeclass(inv, urllib.parse.unquote(runtimeclass.group(1)))
     m = RAW_NODE_METRICS.fullmatch(raw)
     if m is None:
-        raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics)")
+        raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics and a RuntimeClass)")
     node = m.group(1)
     inv.check_context()
     nrt = BY_KIND["Node"]
@@ -603,6 +650,24 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     handlers = sorted({str(rc.get("handler", "")) for rc in inv.store.list("RuntimeClass", None)})
     version = str(((found.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or DEFAULT_SERVER_VERSION)
     out(metrics_text(inv.state, node, handlers, inv.faults, version))
+    return 0
+
+
+RAW_RUNTIMECLASS = re.compile(r"/apis/node\.k8s\.io/v1/runtimeclasses/([^/?]+)")
+
+
+def get_raw_runtimeclass(inv: Invocation, name: str) -> int:
+    """``get --raw /apis/node.k8s.io/v1/runtimeclasses/NAME``: one GET, no discovery; the stored
+    object as the server writes it, or the server's NotFound status, printed by kubectl's
+    CheckErr as ``Error from server (NotFound): runtimeclasses.node.k8s.io "NAME" not found``
+    (apimachinery errors.NewNotFound), exit 1."""
+    inv.check_context()
+    rt = BY_KIND["RuntimeClass"]
+    inv.api_call(("get", "RuntimeClass"), verb="get", rt=rt, name=name)
+    found = inv.store.get("RuntimeClass", None, name)
+    if found is None:
+        raise KubectlError(f'Error from server (NotFound): {rt.qualified} "{name}" not found')
+    out(json.dumps(found))
     return 0
 
 
@@ -641,7 +706,9 @@ def watch_objects(
     UTF-8, or each object again with a status no API server sends (conditions a string), then the
     watch goes on. Real kubectl never prints either (Go's encoding/json writes only valid UTF-8,
     and the API server only objects of its types): this is what a broken proxy or a wrapper in
-    front of kubectl may print, which the reader must survive."""
+    front of kubectl may print, which the reader must survive. A namespace that does not exist is
+    no error: its list is empty, and the watch sees what is created there later (by design, so that
+    a namespace's existence does not leak: kubernetes/kubernetes issue 75537)."""
     start = time.monotonic()
     ns = inv.namespace if rt.namespaced else None
     if rt.kind == "ServiceAccount":
@@ -720,6 +787,8 @@ def watch_objects(
 
 def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> int:
     files = flags.get("filename") or []
+    if flags.get("raw") is not None:
+        return create_raw(inv, flags, positional, files)
     if positional:
         raise KubectlError(f"Unexpected args: [{' '.join(positional)}]\nSee 'kubectl create -h' for help and examples")
     if not files:
@@ -765,6 +834,77 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
     return 0
 
 
+# The collections ``create --raw`` may POST to: path -> (kind, apiVersion), the namespace from the path.
+RAW_COLLECTION = re.compile(
+    r"/api/v1/namespaces|/api/v1/namespaces/([^/?]+)/configmaps|/apis/batch/v1/namespaces/([^/?]+)/jobs"
+)
+
+
+def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], files: List[str]) -> int:
+    """``create --raw PATH -f -`` (kubectl pkg/cmd/create/create.go, ValidateArgs, then
+    RunCreate -> rawhttp.RawPost): the file's bytes POSTed as they are to PATH, one request, no
+    discovery and no client-side validation; the server's answer printed as it is. The API
+    server decodes the body as JSON when no Content-Type is sent (apiserver handlers/negotiation
+    NegotiateInputSerializerForMediaType: the first supported type), checks that it is the
+    collection's kind, and validates as the path's ``fieldValidation`` says (absent: Warn,
+    handlers/rest.go fieldValidation); errors are printed without the ``error when creating
+    "STDIN"`` of a plain create (there is no file name), as ``Error from server (Reason): message``."""
+    raw = flags["raw"]
+    if flags.get("output"):
+        raise KubectlError("error: --raw and --output are mutually exclusive")
+    if len(files) != 1:
+        raise KubectlError("error: --raw can only use a single local file or stdin")
+    if files[0] != "-":
+        raise not_supported("create --raw -f FILE (only -f - is implemented)")
+    if positional:
+        raise KubectlError(f"Unexpected args: [{' '.join(positional)}]\nSee 'kubectl create -h' for help and examples")
+    path, _, query = raw.partition("?")
+    params = dict(urllib.parse.parse_qsl(query))
+    match = RAW_COLLECTION.fullmatch(path)
+    if match is None:
+        raise not_supported(f"create --raw {raw} (only the namespaces, configmaps and jobs collections)")
+    stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
+    inv.check_context()
+    try:
+        obj = json.loads(stdin)
+    except ValueError:
+        obj = None
+    kind, api_version = (
+        ("Namespace", "v1")
+        if path == "/api/v1/namespaces"
+        else ("ConfigMap", "v1")
+        if match.group(1)
+        else ("Job", "batch/v1")
+    )
+    if not isinstance(obj, dict) or obj.get("kind") != kind or obj.get("apiVersion") != api_version:
+        # apiserver handlers/create.go: the decoder refuses another kind than the endpoint's
+        raise KubectlError(
+            f"Error from server (BadRequest): the body of the request was in an unknown format for {kind}"
+        )
+    obj = deep_copy(obj)
+    md = obj.setdefault("metadata", {})
+    namespace = match.group(1) or match.group(2)
+    if namespace is not None:
+        namespace = urllib.parse.unquote(namespace)
+        if md.get("namespace", namespace) != namespace:
+            # apiserver handlers/rest.go (the object's namespace against the request's)
+            raise KubectlError(
+                "Error from server (BadRequest): the namespace of the provided object does not match the namespace "
+                "sent on the request"
+            )
+        md["namespace"] = namespace
+    rt = BY_KIND[kind]
+    inv.flags = {**inv.flags, "validate": "strict" if params.get("fieldValidation") == "Strict" else "warn"}
+    result: Dict[str, dict] = {}
+
+    def apply() -> None:
+        result["obj"] = store_new_object(inv, rt, obj, "")
+
+    inv.api_call(("create", kind), verb="create", rt=rt, namespace=md.get("namespace", ""), apply=apply)
+    out(json.dumps(result["obj"]))
+    return 0
+
+
 # Kinds a v1.32 cluster serves that the fake cannot create (anything else is "no matches").
 REAL_KINDS = {
     "Pod": "v1",
@@ -783,6 +923,12 @@ REAL_KINDS = {
 }
 
 
+def served_kueue_versions() -> List[str]:
+    from . import common
+
+    return list(common.SERVED_KUEUE_VERSIONS)
+
+
 def create_one(inv: Invocation, obj: dict) -> dict:
     if not isinstance(obj, dict):
         raise KubectlError('error: unable to decode "STDIN": object is not a JSON object')
@@ -795,7 +941,8 @@ def create_one(inv: Invocation, obj: dict) -> dict:
     obj = deep_copy(obj)
     md = obj.setdefault("metadata", {})
     name = md.get("name", "")
-    if CREATABLE.get(kind) != api_version:
+    kueue_kind = kind == "LocalQueue" and api_version in [f"kueue.x-k8s.io/{v}" for v in served_kueue_versions()]
+    if CREATABLE.get(kind) != api_version and not kueue_kind:
         if REAL_KINDS.get(kind) == api_version:
             raise not_supported(f"creating kind {kind!r}")
         raise KubectlError(
@@ -829,6 +976,7 @@ def create_one(inv: Invocation, obj: dict) -> dict:
 
 def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     from .apiserver import (
+        JOB_FIELD_SINCE,
         PER_INDEX_ON_BY_DEFAULT,
         admit_job,
         default_serviceaccount_later,
@@ -856,7 +1004,7 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
         unknown = unknown_job_fields(obj, minor)
         strict = inv.flags.get("validate", "strict") in ("strict", "true")
         if unknown and strict:
-            raise strict_decoding_error(unknown)
+            raise strict_decoding_error(unknown, ctx)
         dropped = bool(unknown) or minor < PER_INDEX_ON_BY_DEFAULT or bool(inv.faults.get("old_job_api"))
         problems = prepare_job(
             obj,
@@ -864,11 +1012,16 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
             bool(inv.faults.get("legacy_labels")),
             old_job_api=dropped,
             no_pod_failure_policy=bool(inv.faults.get("no_pod_failure_policy")),
+            knows_fail_index=minor >= JOB_FIELD_SINCE["backoffLimitPerIndex"],
         )
         if not problems:
             admit_job(obj, inv.faults)
     elif rt.kind == "Namespace":
         problems = validate_metadata(obj, label_name=True)
+    elif rt.kind == "LocalQueue":  # Kueue's CRD schema: spec.clusterQueue is required
+        problems = validate_metadata(obj, label_name=True)
+        if not ((obj.get("spec") or {}).get("clusterQueue")):
+            problems.append("spec.clusterQueue: Required value")
     else:
         problems = validate_configmap(obj)
     if problems:
@@ -1003,7 +1156,7 @@ def cmd_delete(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
             if rt is None:
                 inv.api_call(("delete", t))
                 rt = resolve_type(t)
-            if rt.kind not in ("Job", "Namespace"):
+            if rt.kind not in ("Job", "Namespace", "LocalQueue"):
                 raise not_supported(f"delete {rt.resource}")
             if rt.kind == "Job" and cascade != "foreground":
                 raise not_supported(f"delete job --cascade={cascade} (only --cascade=foreground)")
@@ -1055,6 +1208,8 @@ def delete_object(inv: Invocation, rt: ResType, name: str) -> bool:
                     "this namespace will automatically be purged by the system."
                 )
             delete_namespace(tx, obj, bool(inv.faults.get("namespace_stuck")))
+        elif rt.kind == "LocalQueue":
+            tx.vanish_later(obj)
         else:
             delete_job_foreground(tx, obj)
     return True
@@ -1121,11 +1276,34 @@ def delete_job_foreground(tx: Tx, job: dict) -> None:
         for p in tx.list("Pod", job["metadata"]["namespace"])
         if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])
     ]
+    stuck = False
     for position, p in enumerate(owned):
+        if not node_answers(tx, p):  # no kubelet confirms the kill: it stays Terminating, and the Job with it
+            p["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+            tx.put(p)
+            stuck = True
+            continue
         p["metadata"].pop("finalizers", None)
         tx.vanish_later(p, position / GC_PODS_PER_SECOND)
     job["metadata"]["finalizers"] = ["foregroundDeletion"]
+    if stuck:  # the garbage collector waits for every dependent (foreground deletion)
+        job["metadata"].setdefault("deletionTimestamp", now_ts(tx.now))
+        tx.put(job)
+        return
     tx.vanish_later(job, len(owned) / GC_PODS_PER_SECOND + 0.05)
+
+
+def node_answers(tx: Any, pod: dict) -> bool:
+    """Whether the kubelet of the pod's node still answers (fault ``node_lost``: its Node is Ready
+    Unknown): a deleted pod goes only once its kubelet has stopped it and confirmed (a graceful
+    delete waits for the kubelet's final status, pkg/registry/core/pod/strategy.go), or PodGC
+    force-deletes it. A pod never bound, or of a node that no longer exists, goes."""
+    name = (pod.get("spec") or {}).get("nodeName")
+    node = tx.get("Node", None, name) if name else None
+    if node is None:
+        return True
+    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return not ready or ready[0].get("status") == "True"
 
 
 def wait_gone(inv: Invocation, rt: ResType, name: str) -> None:
@@ -1191,6 +1369,8 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
         pods = [pod]
     unavailable = {int(i) for i in inv.faults.get("logs_unavailable") or []}
     index_of = pod_indices(inv.state) if unavailable else {}
+    if flags.get("follow"):
+        return follow_logs(inv, flags, pods, container, unavailable, index_of)
     # kubectl ranges over a Go map of the pods' log requests (logs.go RunLogsContext ->
     # sequentialConsumeRequest, without -f): one pod after another, in random order ...
     import random  # here: every other command starts without it
@@ -1230,6 +1410,116 @@ def cmd_logs(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> i
             lines = [f"[pod/{name}/{container}] ".encode() + line for line in lines]
         transfer(inv, b"".join(lines))
     return 0
+
+
+FOLLOW_POLL_SECONDS = 0.05  # how often a followed log looks for more output
+
+
+def follow_logs(
+    inv: Invocation, flags: Dict[str, Any], pods: List[dict], container: str, unavailable: set, index_of: dict
+) -> int:
+    """``logs -f``: kubectl pkg/cmd/logs/logs.go RunLogsContext. More streams than
+    --max-log-requests (default 5) are refused before any is read; several are read at once
+    (parallelConsumeRequest: one goroutine per pod writing prefix and line in one write to a pipe),
+    one alone as without -f. A stream that fails ends the whole read (exit 1, its error on stderr),
+    or with --ignore-errors prints ``error: MESSAGE`` on stdout and the others go on (1.36+
+    consumeWithRetry: no retry with --ignore-errors). Each stream is the kubelet's ReadLogs with
+    follow: the log so far, then each line as the container prints it, until the container has
+    ended (then the rest) or the pod is gone (the kubelet stopped and removed its container)."""
+    import threading  # here: every other command starts without it
+
+    limit = flags.get("max-log-requests")
+    limit = 5 if limit is None else int(limit)
+    if len(pods) > 1 and len(pods) > limit:
+        raise KubectlError(
+            f"error: you are attempting to follow {len(pods)} log streams, but maximum allowed concurrency is "
+            f"{limit}, use --max-log-requests to increase the limit"
+        )
+    prt = BY_KIND["Pod"]
+    limiter = TokenBucket(LOG_QPS, LOG_BURST)
+    lock, pacing = threading.Lock(), threading.Lock()
+    failed: List[str] = []
+    done = threading.Event()
+
+    def write(data: bytes) -> None:
+        with lock:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+
+    def stream(pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        prefix = f"[pod/{name}/{container}] ".encode() if flags.get("prefix") else b""
+        try:
+            with pacing:
+                limiter.wait()
+            inv.check_rbac("get", "pods/log", prt, name, inv.namespace)
+            follow_pod_log(inv, pod, container, index_of.get((inv.namespace, name)), unavailable, prefix, write)
+        except KubectlError as failure:
+            if not flags.get("ignore-errors"):
+                with lock:
+                    failed.append(str(failure))
+                done.set()
+                return
+            message = re.sub(r"^Error from server \([^)]*\): ", "", str(failure).splitlines()[0])
+            write(f"error: {message}\n".encode())
+
+    threads = [threading.Thread(target=stream, args=(pod,), daemon=True) for pod in pods]
+    for thread in threads:
+        thread.start()
+    waiter = threading.Thread(target=lambda: [thread.join() for thread in threads] and None, daemon=True)
+    waiter.start()
+    while waiter.is_alive() and not done.is_set():
+        waiter.join(FOLLOW_POLL_SECONDS)
+    if failed:
+        raise KubectlError(failed[0])
+    return 0
+
+
+def follow_pod_log(
+    inv: Invocation, pod: dict, container: str, index: Optional[int], unavailable: set, prefix: bytes, write: Any
+) -> None:
+    """One followed stream (see follow_logs): lines as containerd has written them (whole lines
+    while the container runs, containerlog.py), each with kubectl's prefix (logs.go
+    DefaultConsumeRequest: one per bufio ReadBytes('\\n') piece)."""
+    from .containerlog import cri_records, read_logs
+
+    name = pod["metadata"]["name"]
+    read_pod_log(inv, pod, container, index, unavailable)  # the kubelet's refusals, as without -f
+    path = log_path(inv.state, inv.namespace, name)
+    sent = 0
+
+    def emit(text: bytes) -> None:
+        pieces = re.findall(rb"[^\n]*\n|[^\n]+$", text)
+        if pieces:
+            write(b"".join(prefix + piece for piece in pieces))
+
+    while True:
+        live = inv.store.get("Pod", inv.namespace, name)
+        if live is None:
+            return  # gone: the stream ends with what it carried
+        ended = not any(
+            "running" in (c.get("state") or {}) for c in (live.get("status") or {}).get("containerStatuses") or []
+        )
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        if ended:
+            if sent == 0:
+                emit(served_log(raw, int(inv.faults.get("container_log_max_size") or CONTAINER_LOG_MAX_SIZE)))
+            else:
+                emit(read_logs(cri_records(raw))[sent:])
+            return
+        complete = raw[: raw.rfind(b"\n") + 1]
+        text = read_logs(cri_records(complete))
+        if sent == 0 and text:  # a stream's start: the kubelet's current file only (rotation)
+            emit(served_log(complete, int(inv.faults.get("container_log_max_size") or CONTAINER_LOG_MAX_SIZE)))
+            sent = len(text)
+        elif len(text) > sent:  # then each line as it comes, across rotations (logs.go waitLogs reopens)
+            emit(text[sent:])
+            sent = len(text)
+        time.sleep(FOLLOW_POLL_SECONDS)
 
 
 LOG_QPS, LOG_BURST = 5.0, 10  # client-go rest.DefaultQPS, rest.DefaultBurst
@@ -1330,6 +1620,14 @@ def read_pod_log(inv: Invocation, pod: dict, container: str, index: Optional[int
     if index is not None and index in unavailable:
         raise KubectlError(
             f"Error from server (InternalError): Internal error occurred: failed to read log of pod {name}"
+        )
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node_answers(
+        inv.store, pod
+    ):  # the API server proxies a log read to the pod's kubelet, which no longer answers
+        raise KubectlError(
+            f'Error from server: Get "https://{node}:10250/containerLogs/{inv.namespace}/{name}/{container}": '
+            f"dial tcp {node}:10250: connect: no route to host"
         )
     path = log_path(inv.state, inv.namespace, name)
     started = any(

@@ -233,7 +233,25 @@ RESOURCES = [
     ResType("configmaps", "configmap", "ConfigMap", "", True, ("cm",)),
     ResType("serviceaccounts", "serviceaccount", "ServiceAccount", "", True, ("sa",)),
     ResType("nodes", "node", "Node", "", False, ("no",)),
+    # Kueue's CRDs, served only where fault ``queue`` installs Kueue (kueue_versions)
+    ResType("localqueues", "localqueue", "LocalQueue", "kueue.x-k8s.io", True, ("queue", "queues", "lq")),
+    ResType("clusterqueues", "clusterqueue", "ClusterQueue", "kueue.x-k8s.io", False, ("cq",)),
 ]
+KUEUE_GROUP = "kueue.x-k8s.io"
+# The kueue.x-k8s.io versions this process's API server serves, preferred first (commands.py
+# Invocation sets them from fault ``queue``): none, and discovery knows no Kueue kind.
+SERVED_KUEUE_VERSIONS: List[str] = []
+
+
+def kueue_versions(faults: dict) -> List[str]:
+    """Fault ``queue`` installs Kueue: ``{"versions": [...]}`` served, preferred first (default
+    ``["v1beta1"]``; newer Kueue releases serve ``v1beta2`` and prefer it)."""
+    queue = faults.get("queue")
+    if not isinstance(queue, dict):
+        return []
+    return [str(version) for version in queue.get("versions") or ["v1beta1"]]
+
+
 BY_KIND = {rt.kind: rt for rt in RESOURCES}
 CLUSTER_SCOPED = {rt.kind for rt in RESOURCES if not rt.namespaced}
 # Kinds ``create -f -`` accepts, with their apiVersion.
@@ -248,6 +266,8 @@ CREATABLE = {
 def lookup_type(text: str) -> Optional[ResType]:
     t = text.lower()
     for rt in RESOURCES:
+        if rt.group == KUEUE_GROUP and not SERVED_KUEUE_VERSIONS:
+            continue
         names = {rt.resource, rt.singular, *rt.aliases}
         if rt.group:
             names |= {f"{rt.resource}.{rt.group}", f"{rt.singular}.{rt.group}"}

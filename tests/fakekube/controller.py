@@ -123,6 +123,8 @@ class PodSim:
         self.finished_at = 0.0  # when it became terminal (the per-index backoff counts from it)
         self.created_at = 0.0
         self.record: Dict[str, Any] = {}  # what the simulation decided for this pod (stats.json "records")
+        self.lost_at = 0.0  # fault node_lost: when its node's kubelet stopped answering
+        self.taint_deleted = False  # the taint manager has deleted it (it stays Running: no kubelet confirms)
 
 
 class JobController:
@@ -391,6 +393,22 @@ class JobController:
         self.sync_status()
         return True
 
+    def kueue_admits(self, job: dict) -> bool:
+        """Whether Kueue would ever admit this Job: only one labelled kueue.x-k8s.io/queue-name
+        with a LocalQueue of that name in its namespace whose ClusterQueue exists; a labelled Job
+        without it stays suspended, its Workload inadmissible ("LocalQueue X doesn't exist", Kueue
+        pkg/controller/core/workload_controller.go), and an unlabelled one that
+        manageJobsWithoutQueueName suspended is "not considered for admission" (Kueue docs,
+        "Setup manageJobsWithoutQueueName")."""
+        name = (job["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+        if not name:
+            return False
+        local_queue = self.store.get("LocalQueue", self.ns, name)  # read live, as Kueue's cache follows it
+        if local_queue is None or local_queue["metadata"].get("deletionTimestamp"):
+            return False
+        cluster_queue = (local_queue.get("spec") or {}).get("clusterQueue")
+        return self.store.get("ClusterQueue", None, str(cluster_queue)) is not None
+
     def tick_suspended(self, job: dict, now: float) -> bool:
         """A suspended Job: no pods. Fault ``queue``, ``{"admit_after": SECONDS}`` (null: never),
         plays Kueue's controller, which resumes the Job once its Workload is admitted (Kueue docs,
@@ -398,6 +416,8 @@ class JobController:
         (JobResumed), sets startTime anew, from which the deadline counts, and makes the pods
         (job_controller.go, syncJob)."""
         admit_after = (self.faults.get("queue") or {}).get("admit_after")
+        if admit_after is not None and not self.kueue_admits(job):
+            admit_after = None  # held forever
         if job["spec"].get("suspend") and admit_after is not None and now - self.started >= float(admit_after):
             with self.store.tx() as tx:
                 j = tx.get("Job", self.ns, self.job_name)
@@ -704,7 +724,131 @@ class JobController:
 
     # -- pod lifecycle ---------------------------------------------------------------
 
+    def node_lost_fault(self) -> Dict[str, Any]:
+        """Fault ``node_lost``: ``{"node": NAME, "after": SECONDS (after the pod started there),
+        "toleration_seconds": 300, "then": null | "delete" | "out_of_service", "then_after": SECONDS}``."""
+        fault = self.faults.get("node_lost")
+        return fault if isinstance(fault, dict) else {}
+
+    def lose(self, sim: PodSim, now: float) -> None:
+        """The pod's node stops answering (its kubelet gone): nothing of the pod reaches the API
+        server any more, so its phase stays Running; the node lifecycle controller marks the Node
+        Ready Unknown (NodeStatusUnknown, "Kubelet stopped posting node status.") with the
+        unreachable taints (pkg/controller/nodelifecycle/node_lifecycle_controller.go
+        tryUpdateNodeHealth, doNoExecuteTaintingPass) and the pod Ready False, the condition
+        alone (pkg/controller/util/node/controller_utils.go MarkPodsNotReady)."""
+        self.kill(sim)  # whatever the container does now, no kubelet reports it
+        sim.stage, sim.lost_at = "lost", now
+        with self.store.tx() as tx:
+            node = tx.get("Node", None, str(sim.node))
+            taints = (node or {}).get("spec", {}).get("taints") or []
+            if node is not None and not any(taint.get("key") == "node.kubernetes.io/unreachable" for taint in taints):
+                t = now_ts(tx.now)
+                for condition in node["status"].get("conditions") or []:
+                    if condition.get("type") == "Ready":
+                        condition.update(
+                            status="Unknown",
+                            reason="NodeStatusUnknown",
+                            message="Kubelet stopped posting node status.",
+                            lastTransitionTime=t,
+                        )
+                node["spec"]["taints"] = [
+                    *(node["spec"].get("taints") or []),
+                    {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": t},
+                    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": t},
+                ]
+                tx.put(node)
+
+        def not_ready(tx: Tx, p: dict) -> None:
+            for condition in p["status"].get("conditions") or []:
+                if condition.get("type") == "Ready":
+                    condition.update(status="False", lastTransitionTime=now_ts(tx.now))
+
+        self.update_pod(sim, not_ready)
+
+    def tick_lost(self, sim: PodSim, now: float) -> None:
+        """A pod of a node that stopped answering. The taint manager deletes it after its
+        tolerationSeconds for the unreachable taint (300 s, the DefaultTolerationSeconds admission
+        plugin; at once for the out-of-service taint, which it does not tolerate), adding
+        DisruptionTarget DeletionByTaintManager (pkg/controller/tainteviction/taint_eviction.go);
+        with no kubelet to confirm, it stays Terminating, phase Running. PodGC marks it Failed and
+        deletes it only when the Node object is deleted (gcOrphaned: DisruptionTarget
+        DeletionByPodGC, "PodGC: node no longer exists") or tainted out-of-service while it is
+        terminating (gcTerminating), pkg/controller/podgc/gc_controller.go,
+        markFailedAndDeletePodWithCondition; then the job controller counts and replaces it."""
+        fault = self.node_lost_fault()
+        then, then_after = fault.get("then"), float(fault.get("then_after", 0.0))
+        acted = then in ("delete", "out_of_service") and now - sim.lost_at >= then_after
+        toleration = 0.0 if acted and then == "out_of_service" else float(fault.get("toleration_seconds", 300))
+        if not sim.taint_deleted and now - sim.lost_at >= toleration:
+            sim.taint_deleted = True
+
+            def taint_delete(tx: Tx, p: dict) -> None:
+                t = now_ts(tx.now)
+                p["status"]["conditions"] = [
+                    disruption("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", t),
+                    *(p["status"].get("conditions") or []),
+                ]
+                p["metadata"].setdefault("deletionTimestamp", t)
+                p["metadata"].setdefault("deletionGracePeriodSeconds", 30)
+
+            self.update_pod(sim, taint_delete)
+        if not acted:
+            return
+        with self.store.tx() as tx:
+            node = tx.get("Node", None, str(sim.node))
+            if node is not None and then == "delete":
+                tx.remove(node)  # an administrator or the cloud's node controller deleted it
+            elif node is not None and not any(
+                taint.get("key") == "node.kubernetes.io/out-of-service" for taint in node["spec"].get("taints") or []
+            ):
+                node["spec"]["taints"].append({"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"})
+                tx.put(node)
+        if then == "out_of_service" and not sim.taint_deleted:
+            return  # gcTerminating acts on terminating pods only: the taint manager first
+        gone = then == "delete"
+
+        def pod_gc(tx: Tx, p: dict) -> None:
+            t = now_ts(tx.now)
+            p["status"]["phase"] = "Failed"
+            if gone:
+                p["status"]["conditions"] = [
+                    disruption("DeletionByPodGC", "PodGC: node no longer exists", t),
+                    *(c for c in p["status"].get("conditions") or [] if c.get("type") != "DisruptionTarget"),
+                ]
+            p["metadata"].setdefault("deletionTimestamp", t)
+
+        final_pod: Dict[str, Any] = {}
+
+        def marked(tx: Tx, p: dict) -> None:
+            pod_gc(tx, p)
+            final_pod.update(deep_copy(p))
+
+        self.update_pod(sim, marked)
+        action, counted, message = match_pod_failure_policy(self.pod_failure_policy, final_pod)
+        sim.policy_action, sim.counted = action, counted
+        sim.record.update(policy_action=action, policy_message=message, lost_node=sim.node)
+        sim.finished_at = time.time()
+        sim.outcome = "Failed"
+
+        def finalized(tx: Tx, p: dict) -> None:  # the job controller counted it; PodGC's delete (grace 0)
+            p["metadata"].pop("finalizers", None)
+            tx.vanish_later(p, PREEMPTED_POD_LINGERS)
+
+        self.update_pod(sim, finalized)
+        sim.stage = "done"
+
     def advance(self, sim: PodSim, now: float) -> None:
+        lost = self.node_lost_fault()
+        if (
+            sim.stage in ("running", "finishing")
+            and lost.get("node") == sim.node
+            and now - sim.started >= float(lost.get("after", 0.0))
+        ):
+            self.lose(sim, now)
+        if sim.stage == "lost":
+            self.tick_lost(sim, now)
+            return
         if sim.stage in ("created", "unschedulable"):
             if now >= sim.next_try:
                 self.schedule(sim, now)
@@ -808,9 +952,9 @@ class JobController:
             node = o["spec"].get("nodeName")
             if node and (o.get("status") or {}).get("phase") in ("Pending", "Running"):
                 r = self.pod_requests(o)
-                u = used.setdefault(node, {"cpu": 0.0, "memory": 0.0})
-                u["cpu"] += r["cpu"]
-                u["memory"] += r["memory"]
+                u = used.setdefault(node, dict.fromkeys(SCHEDULED_RESOURCES, 0.0))
+                for res in SCHEDULED_RESOURCES:
+                    u[res] += r[res]
         return used
 
     def pick_node(self, pod: dict) -> Tuple[Optional[str], Optional[str]]:
@@ -842,11 +986,14 @@ class JobController:
                 )
                 continue
             alloc = (node.get("status") or {}).get("allocatable") or {}
-            used = usage.get(node["metadata"]["name"], {"cpu": 0.0, "memory": 0.0})
+            used = usage.get(node["metadata"]["name"], dict.fromkeys(SCHEDULED_RESOURCES, 0.0))
+            # ephemeral-storage as pkg/scheduler/framework/plugins/noderesources/fit.go fitsRequest counts
+            # it: a pod that requests some does not fit a node that reports none
             short = [
                 res
-                for res in ("cpu", "memory")
-                if res in alloc and used[res] + need[res] > parse_quantity(alloc[res]) + 1e-9
+                for res in SCHEDULED_RESOURCES
+                if (res in alloc or (res == "ephemeral-storage" and need[res] > 0))
+                and used[res] + need[res] > parse_quantity(alloc.get(res, "0")) + 1e-9
             ]
             if short:
                 for res in short:
@@ -931,6 +1078,16 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
+        # The container's command, as the kubelet runs it: a /demo/X.py of the ConfigMap (the
+        # tool's launcher.py, which runs episode.py beside it), else the worker itself. A worker the
+        # faults replace (the stand-in, a SIGTERM-ignoring one) replaces episode.py there too.
+        command = [str(part) for part in container.get("command") or []]
+        mounted = self.script_mount_dir(sim.workdir, container, spec)
+        entry = os.path.basename(command[-1]) if command and command[-1].endswith(".py") else "episode.py"
+        if entry != "episode.py" and os.path.isfile(os.path.join(mounted, entry)):
+            with open(os.path.join(mounted, "episode.py"), "w", encoding="utf-8") as f:
+                f.write(script or "")
+            script_path = os.path.join(mounted, entry)
         # The container's paths in env values the worker opens (RL_DEMO_ARTIFACTS, /workspace/...)
         # are this pod's local workspace: the fake has no container filesystem.
         for key in ("RL_DEMO_ARTIFACTS",):
@@ -1001,9 +1158,14 @@ class JobController:
             )
 
         sim.started = now
-        with open(lp, "wb") as log:
+        # The worker's output goes to the pod's log as it prints it, so `kubectl logs -f` follows it
+        # (the kubelet's ReadLogs with follow). A pod with episode fault modes writes elsewhere and
+        # its log appears whole at its end, as the modes have rewritten it (apply_episode_faults):
+        # no client can have followed the output the modes replace.
+        with open(worker_output(lp, sim), "wb") as log:
             sim.proc = subprocess.Popen(
                 [os.path.join(sim.workdir, "bin", "python"), "-B", script_path],  # mount_container_paths
+                start_new_session=True,  # the container's processes: a SIGKILL ends them all (kill)
                 cwd=workspace,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -1046,9 +1208,11 @@ class JobController:
         return f'Container image "{image}" already present on machine'
 
     def kill(self, sim: PodSim) -> None:
+        """SIGKILL to the container: every process in it (its own session), as the runtime kills
+        the container's cgroup; SIGTERM (terminate) goes to its first process alone."""
         if sim.proc is not None and sim.proc.poll() is None:
             try:
-                sim.proc.kill()
+                os.killpg(sim.proc.pid, signal.SIGKILL)
                 sim.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -1059,7 +1223,7 @@ class JobController:
         if rc < 0:  # killed by signal N: the runtime reports 128 + N, never -N (containerd sys/reaper
             rc = 128 - rc  # reaper_unix.go exitStatus, exitSignalOffset; go-runc monitor.go alike)
         lp = log_path(self.state, self.ns, sim.name)
-        with open(lp, "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
+        with open(worker_output(lp, sim), "rb") as f:  # bytes throughout: a hostile episode's log need not be UTF-8
             log = f.read().decode("utf-8", errors="surrogateescape")
         term_path = os.path.join(sim.workdir, "termination-log")
         with open(term_path, "rb") as f:  # the kubelet reads the file's last 4 KiB (containerlog.py)
@@ -1074,7 +1238,23 @@ class JobController:
             message = termination_message(message.encode("utf-8", errors="replace"), containers)
         if not message and rc != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = "\n".join(log.splitlines()[-80:])[-2048:]
-        evicted = "evict" in sim.modes
+        # the kubelet's evictions (pkg/kubelet/eviction/eviction_manager.go, messages from helpers.go):
+        # "evict" and "disk_pressure_own" the node-pressure eviction (synchronize: evictPod with
+        # DisruptionTarget TerminationByKubelet, evictionMessage naming each container over its
+        # request), "disk_limit" the pod over its own ephemeral-storage limit (localStorageEviction,
+        # podEphemeralStorageLimitEviction: evictPod without a condition)
+        limits = (container.get("resources") or {}).get("limits") or {}
+        requests = (container.get("resources") or {}).get("requests") or {}
+        eviction_message = {
+            "evict": "The node was low on resource: memory.",
+            "disk_pressure_own": "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, "
+            f"available: 9Gi. Container {container.get('name', 'episode')} was using 3Gi, request is "
+            f"{requests.get('ephemeral-storage', '0')}, has larger consumption of ephemeral-storage. ",
+            "disk_limit": "Pod ephemeral local storage usage exceeds the total limit of containers "
+            f"{limits.get('ephemeral-storage', '0')}. ",
+        }
+        eviction = next((mode for mode in ("evict", "disk_pressure_own", "disk_limit") if mode in sim.modes), "")
+        evicted = bool(eviction)
         replaced = "replace" in sim.modes
         preempted = "preempt" in sim.modes
         rejected = "rejected" in sim.modes  # failed by the kubelet's admission: no exit code, no DisruptionTarget
@@ -1118,18 +1298,19 @@ class JobController:
                 # and the kubelet reports it terminated (exit code 137) with its container ID, so its
                 # log, cut where the kill fell (killed_mid_run), is served until the container is removed
                 st["reason"] = "Evicted"
-                st["message"] = "The node was low on resource: memory."
-                conds.insert(
-                    0,
-                    {
-                        "type": "DisruptionTarget",
-                        "status": "True",
-                        "reason": "TerminationByKubelet",
-                        "message": "The node was low on resource: memory.",
-                        "lastProbeTime": None,
-                        "lastTransitionTime": t,
-                    },
-                )
+                st["message"] = eviction_message[eviction]
+                if eviction != "disk_limit":  # a limit's eviction adds no condition
+                    conds.insert(
+                        0,
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "TerminationByKubelet",
+                            "message": eviction_message[eviction],
+                            "lastProbeTime": None,
+                            "lastTransitionTime": t,
+                        },
+                    )
             term: Dict[str, Any] = {
                 "exitCode": rc,
                 "reason": "Completed" if rc == 0 else "Error",
@@ -1297,6 +1478,12 @@ class JobController:
             for sim in self.sims:
                 if sim.stage == "done":
                     continue
+                if sim.stage == "lost":  # no kubelet to stop it: it stays Terminating (tick_lost, PodGC)
+                    p = tx.get("Pod", self.ns, sim.name)
+                    if p is not None:
+                        p["metadata"].setdefault("deletionTimestamp", t)
+                        tx.put(p)
+                    continue
                 sim.stage, sim.outcome, sim.next_try = "terminating", "Failed", now + grace
                 p = tx.get("Pod", self.ns, sim.name)
                 if p is not None:
@@ -1323,12 +1510,17 @@ class JobController:
         """The failed Job's pods stopping: each gone once its process ended or its grace period
         ran out (SIGKILL); then Failed."""
         for sim in self.sims:
+            if sim.stage == "lost":
+                self.tick_lost(sim, now)  # PodGC may still mark it Failed
             if sim.stage != "terminating":
                 continue
             if sim.proc is not None and sim.proc.poll() is None:
                 if now < sim.next_try:
                     continue
                 self.kill(sim)
+            lp = log_path(self.state, self.ns, sim.name)
+            if worker_output(lp, sim) != lp and os.path.exists(worker_output(lp, sim)):
+                os.replace(worker_output(lp, sim), lp)  # a stopped pod's modes rewrite nothing: its output as printed
             code = sim.proc.returncode if sim.proc is not None else None
             terminated = {
                 "exitCode": 128 - code if isinstance(code, int) and code < 0 else (code or 137),
@@ -1345,7 +1537,7 @@ class JobController:
                         status.update(ready=False, started=False, state={"terminated": dict(terminated)})
                     tx.vanish_later(p)
             sim.stage = "done"
-        if any(s.stage == "terminating" for s in self.sims):
+        if any(s.stage in ("terminating", "lost") for s in self.sims):
             return True
         assert self.failing is not None
         reason, message = self.failing
@@ -1359,6 +1551,12 @@ class JobController:
             j["status"]["terminating"] = 0
             tx.put(j)
         return False
+
+
+def worker_output(log: str, sim: PodSim) -> str:
+    """Where the worker's stdout and stderr go: the pod's log itself, or beside it when episode
+    fault modes rewrite the log at the worker's end (see the worker's start)."""
+    return log + ".worker" if sim.modes else log
 
 
 SANDBOX_BOOT_AFTER = 0.3  # fault sandbox_kernel: the sandbox's kernel boots this long after the pod's creationTimestamp
@@ -1429,6 +1627,18 @@ def compress_indexes(indexes: Any) -> str:
 
 
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+
+
+def disruption(reason: str, message: str, t: str) -> Dict[str, Any]:
+    """A pod's DisruptionTarget condition (PodDisruptionConditions, GA 1.31)."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": t,
+    }
 
 
 def match_pod_failure_policy(policy: Optional[dict], pod: dict) -> Tuple[Optional[str], bool, str]:
@@ -1512,8 +1722,11 @@ def qos_class(spec: dict) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+SCHEDULED_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
 def pod_requests(spec: dict) -> Dict[str, float]:
-    total = {"cpu": 0.0, "memory": 0.0}
+    total = dict.fromkeys(SCHEDULED_RESOURCES, 0.0)
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
         req = dict(res.get("limits") or {})

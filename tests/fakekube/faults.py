@@ -30,6 +30,7 @@ FAULT_KEYS = {
     "hang",
     "watch_ends_early",
     "namespace_stuck",
+    "node_lost",
     "legacy_labels",
     "server_version",
     "client_version",  # the kubectl minor the fake plays, where wordings differ (issue 19)
@@ -122,6 +123,8 @@ EPISODE_MODES = {
     "skew",
     "restart",
     "evict",
+    "disk_pressure_own",
+    "disk_limit",
     "preempt",
     "rejected",
     "replace",

@@ -253,6 +253,16 @@ class Tx:
             if obj is None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
+                if kind == "Pod":
+                    # A removed pod's log is gone with it: the API server looks the pod up before it
+                    # asks the kubelet for its log (pkg/registry/core/pod/strategy.go LogLocation ->
+                    # getPod), and the kubelet removes a deleted pod's containers with their log files
+                    # (pkg/kubelet/kuberuntime/kuberuntime_container.go removeContainer ->
+                    # removeContainerLog). Only a reader that followed it while it ran keeps it.
+                    from .common import log_path
+
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(log_path(store.state, ns or "", name))
                 lines.append(f"{rv}\tdelete\t{key}\t\t\n")
                 continue
             text = json.dumps(obj)

@@ -14,7 +14,8 @@ The event protocol (what rl-batch-demo checks):
 * exit 0 after the reward event, whatever the reward: a crash, a non-zero exit, a restart or a
   missing reward event makes the episode invalid (an infrastructure failure), not a low reward.
 
-Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; send_artifacts() prints
+Artifacts (a patch, a trajectory): write files under $RL_DEMO_ARTIFACTS; whatever is left there
+when this worker exits is sent for it (the launcher that runs it), or send_artifacts() prints
 each as frames on stdout (lines "rl-demo-artifact 1 SEQ TOTAL SHA256 NAME DATA", base64) and
 returns the manifest [{name, bytes, sha256}] that the reward event carries as `artifacts`. The
 tool saves them as DIR/artifacts/<pod>/<name>, byte for byte, within --max-artifact-bytes (1 MiB
