@@ -7677,6 +7677,10 @@ class Kubectl:
     origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
     children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
     closing: List[threading.Thread] = dataclasses.field(default_factory=list)  # watches ending (WatchStream.end)
+    # Starts each kubectl process, called as subprocess.Popen is: the call-plan tests pass one
+    # that answers the call in-process, through real pipes, so that its hundreds of calls cost no
+    # interpreter start each; every other use is subprocess.Popen itself.
+    spawner: Callable[..., subprocess.Popen[Any]] = subprocess.Popen
 
     def __post_init__(self) -> None:
         # A list of kubeconfig files (as $KUBECONFIG allows) can only travel in the environment.
@@ -7751,7 +7755,7 @@ class Kubectl:
     def _start(self, argv: List[str], record: Dict[str, Any]) -> subprocess.Popen[bytes]:
         """A kubectl whose output is read as it arrives (as bytes), known to `stop_children`."""
         try:
-            process = subprocess.Popen(
+            process = self.spawner(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environment
             )
         except OSError as error:
@@ -7771,7 +7775,7 @@ class Kubectl:
 
     def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
         """subprocess.run, with the process known to `stop_children` while it runs."""
-        with subprocess.Popen(
+        with self.spawner(
             argv,
             stdin=subprocess.PIPE if stdin is not None else None,
             stdout=subprocess.PIPE,

@@ -53,6 +53,7 @@ from tests.clusterobjects import (
     serviceaccount_object,
 )
 from tests.fakecluster import write_executable
+from tests.stubprocess import spawner, stub_processes
 
 STUB = Path(__file__).resolve().with_name("kubectl_stub.py")
 CONTEXT = "stub-ctx"
@@ -642,6 +643,18 @@ def stub_wrapper() -> Path:
         return _WRAPPER[0]
 
 
+def answered_in_process(make_kubectl: Callable[..., demo.Kubectl]) -> Callable[..., demo.Kubectl]:
+    """`make_kubectl` whose Kubectl answers the stub's calls in this process (its `spawner`),
+    through real pipes; any other program it runs is still a process."""
+
+    def made(*args: Any, **kwargs: Any) -> demo.Kubectl:
+        kubectl = make_kubectl(*args, **kwargs)
+        kubectl.spawner = spawner(stub_wrapper())
+        return kubectl
+
+    return made
+
+
 class KubectlStub:
     """A bin directory with the stub as `kubectl`, its plan, and the record of its calls."""
 
@@ -722,6 +735,40 @@ class KubectlStub:
         return [call for index, call in enumerate(self.plan) if index not in consumed and not call.optional]
 
 
+class MainThreadClock:
+    """rl_batch_demo's `time` module for a test whose waits run in the main thread (cleanup's
+    polls, on the tool's own schedule): there, sleep() returns at once, records what it was
+    asked, and moves this clock on by as much, so monotonic() and time() read that much later,
+    as after a real sleep, without the test waiting. Every other thread (the tool's watch
+    readers, a test running beside it, tests/concurrently.py) gets the real clock and real sleeps,
+    so it suits flows whose timed waits all run in the main thread."""
+
+    def __init__(self) -> None:
+        self.seconds: List[float] = []  # each sleep of the main thread, as asked
+        self.offset = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def _main() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    def sleep(self, seconds: float) -> None:
+        if not self._main():
+            time.sleep(seconds)
+            return
+        self.seconds.append(seconds)
+        self.offset += max(0.0, seconds)
+        time.sleep(0)  # let the other threads run, as a sleep would
+
+    def monotonic(self) -> float:
+        return time.monotonic() + (self.offset if self._main() else 0.0)
+
+    def time(self) -> float:
+        return time.time() + (self.offset if self._main() else 0.0)
+
+
 # The test case ################################################################
 
 
@@ -764,6 +811,10 @@ class CallPlanTestCase(unittest.TestCase):
         self.addCleanup(environment.stop)
         for target, value in (("new_run_id", lambda: RUN_ID), ("TIMING", self.timing)):
             patcher = unittest.mock.patch.object(demo, target, value)
+            patcher.start()
+            self.addCleanup(patcher.stop)
+        if not stub_processes():  # the stub answers in this process (tests/stubprocess.py)
+            patcher = unittest.mock.patch.object(demo, "make_kubectl", answered_in_process(demo.make_kubectl))
             patcher.start()
             self.addCleanup(patcher.stop)
         self.addCleanup(self.verify_plan)  # runs first: cleanups run last in, first out

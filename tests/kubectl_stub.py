@@ -28,6 +28,11 @@ entry with "repeat" answers any number of calls after the first.
 Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast: its
 state (DIR/plan, DIR/consumed, DIR/calls) is in `marshal` format, which needs no import, and
 json is imported only to compare a create's stdin. DIR/plan.json is the same plan for people.
+
+The same logic also answers in-process (tests/stubprocess.py, what the call-plan tests use
+unless RL_DEMO_STUB_PROCESSES=1): `main` is given an `Invocation`, what one call reads and
+writes (its environment, stdin, stdout, stderr, and how it sleeps), which for a process is
+its own. The state is shared through the same files and lock either way.
 """
 
 from __future__ import annotations
@@ -43,6 +48,26 @@ SIGNAL_WAIT_LIMIT = 20.0  # a signal that never comes is a test bug: give up and
 SIGNAL_WAIT_ENV = "KUBECTL_STUB_SIGNAL_WAIT_SECONDS"  # the stub's own tests shorten it
 HOLD_LIMIT = 120.0  # a held watch the tool forgot to kill ends by itself
 SNAPSHOT_WAIT_LIMIT = 5.0  # a file that does not fill in time is copied as it is: the test says why
+
+
+class Invocation:
+    """What one call of the stub reads and writes: by default this process's environment,
+    stdin, stdout and stderr, and time.sleep; tests/stubprocess.py passes its pipes and a sleep
+    that a kill interrupts. (A plain class: this file imports nothing it can do without.)"""
+
+    def __init__(
+        self,
+        environ: object = None,
+        read_stdin: object = None,
+        out: object = None,
+        err: object = None,
+        sleep: object = None,
+    ) -> None:
+        self.environ = os.environ if environ is None else environ
+        self.read_stdin = read_stdin or sys.stdin.read
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.sleep = sleep or time.sleep
 
 
 def load(path: str, default: object) -> object:
@@ -138,14 +163,14 @@ def raise_signal(directory: str, name: str) -> None:
         pass
 
 
-def wait_for(directory: str, name: str | None, argv: list[str]) -> None:
+def wait_for(directory: str, name: str | None, argv: list[str], call: Invocation) -> None:
     """Until another call raises the signal `name`. One that never comes is a problem of the
     plan (or of the tool's order of calls): recorded like an unexpected call, so the test's
     teardown fails on it instead of the call merely failing after SIGNAL_WAIT_LIMIT."""
     if not name:
         return
     path = os.path.join(directory, "signals", name)
-    deadline = time.monotonic() + float(os.environ.get(SIGNAL_WAIT_ENV) or SIGNAL_WAIT_LIMIT)
+    deadline = time.monotonic() + float(call.environ.get(SIGNAL_WAIT_ENV) or SIGNAL_WAIT_LIMIT)
     while not os.path.exists(path):
         if time.monotonic() > deadline:
             problem = f"signal {name} never came (kubectl {' '.join(argv)})"
@@ -153,12 +178,13 @@ def wait_for(directory: str, name: str | None, argv: list[str]) -> None:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 entry = {"argv": argv, "stdin": None, "entry": None, "problem": problem, "pid": os.getpid()}
                 record(directory, dict(entry, signal=name))
-            sys.stderr.write(f"kubectl stub: {problem}\n")
+            call.err.write(f"kubectl stub: {problem}\n")
+            call.err.flush()
             raise SystemExit(1)
-        time.sleep(0.002)
+        call.sleep(0.002)
 
 
-def snapshot(directory: str, spec: list | None) -> None:
+def snapshot(directory: str, spec: list | None, call: Invocation) -> None:
     if not spec:
         return
     path, lines, name = spec
@@ -171,7 +197,7 @@ def snapshot(directory: str, spec: list | None) -> None:
             data = None
         if (data is not None and data.count(b"\n") >= lines) or time.monotonic() > deadline:
             break
-        time.sleep(0.002)
+        call.sleep(0.002)
     folder = os.path.join(directory, "snapshots")
     os.makedirs(folder, exist_ok=True)
     if data is not None:
@@ -179,44 +205,49 @@ def snapshot(directory: str, spec: list | None) -> None:
             stream.write(data)
 
 
-def answer(directory: str, entry: dict, argv: list[str]) -> int:
+def answer(directory: str, entry: dict, argv: list[str], call: Invocation) -> int:
     name = entry.get("name")
     if name:
         raise_signal(directory, name + ".started")
-    wait_for(directory, entry.get("wait_for"), argv)
+    wait_for(directory, entry.get("wait_for"), argv, call)
     if entry.get("sleep"):
-        time.sleep(entry["sleep"])
-    out = sys.stdout
+        call.sleep(entry["sleep"])
+    out = call.out
     for chunk in entry.get("chunks") or []:
-        wait_for(directory, chunk.get("wait_for"), argv)
-        snapshot(directory, chunk.get("snapshot"))
+        wait_for(directory, chunk.get("wait_for"), argv, call)
+        snapshot(directory, chunk.get("snapshot"), call)
         if chunk.get("delay"):
-            time.sleep(chunk["delay"])
+            call.sleep(chunk["delay"])
         # bytes as planned: a lone surrogate (surrogateescape) is the byte that is not UTF-8
         out.buffer.write(chunk.get("data", "").encode("utf-8", "surrogateescape"))
         out.buffer.flush()
     out.write(entry.get("stdout", ""))
     out.flush()
-    sys.stderr.write(entry.get("stderr", ""))
-    sys.stderr.flush()
+    call.err.write(entry.get("stderr", ""))
+    call.err.flush()
     if name:
         raise_signal(directory, name + ".done")
     if entry.get("hold"):
-        time.sleep(HOLD_LIMIT)  # until the tool ends the watch with a signal
+        call.sleep(HOLD_LIMIT)  # until the tool ends the watch with a signal
     return int(entry.get("exit", 0))
 
 
-def main(argv: list[str]) -> int:
-    directory = os.environ.get(STUB_DIR_ENV)
+def main(argv: list[str], call: Invocation | None = None) -> int:
+    """One call: `argv` after `kubectl`; `call` what it reads and writes (this process's own by
+    default)."""
+    call = call or Invocation()
+    directory = call.environ.get(STUB_DIR_ENV)
     if not directory:
-        sys.stderr.write(f"kubectl stub: {STUB_DIR_ENV} is not set\n")
+        call.err.write(f"kubectl stub: {STUB_DIR_ENV} is not set\n")
+        call.err.flush()
         return 1
-    stdin = sys.stdin.read() if "-f" in argv and argv[argv.index("-f") + 1 : argv.index("-f") + 2] == ["-"] else None
+    stdin = call.read_stdin() if "-f" in argv and argv[argv.index("-f") + 1 : argv.index("-f") + 2] == ["-"] else None
     _, entry, problem = claim(directory, argv, stdin)
     if problem:
-        sys.stderr.write(f"kubectl stub: {problem}\n")
+        call.err.write(f"kubectl stub: {problem}\n")
+        call.err.flush()
         return 1
-    return answer(directory, entry, argv)
+    return answer(directory, entry, argv, call)
 
 
 if __name__ == "__main__":

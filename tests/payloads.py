@@ -21,6 +21,8 @@ import subprocess
 import sys
 from typing import Dict, Mapping, Optional, Sequence
 
+from tests.toolprocess import tool_command, tool_environment
+
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "rl_batch_demo.py"
 RUNNER_NAME = "RUNNER_SOURCE"
 
@@ -45,8 +47,8 @@ def payloads(worker: str, template: str) -> Dict[str, str]:
 
 def show_worker(*flags: str, env: Optional[Mapping[str, str]] = None) -> str:
     """What `rl_batch_demo.py show-worker FLAGS` prints; RuntimeError, with its stderr, if it fails."""
-    command = [sys.executable, str(SCRIPT), "show-worker", *flags]
-    environment = None if env is None else dict(env)
+    command = tool_command("show-worker", *flags)
+    environment = tool_environment(os.environ if env is None else env)
     result = subprocess.run(command, capture_output=True, check=False, cwd=SCRIPT.parent, env=environment, timeout=60)
     if result.returncode != 0:  # the error says why, with the program's own stderr
         stderr = result.stderr.decode("utf-8", "replace")

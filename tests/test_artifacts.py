@@ -16,7 +16,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -26,6 +25,7 @@ from unittest import mock
 import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster
 from tests.tiers import end_to_end
+from tests.toolprocess import tool_command, tool_environment
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -407,9 +407,9 @@ class ArtifactRunTest(unittest.TestCase):
         output = self.root / f"out-{name}"
         try:
             result = subprocess.run(
-                [sys.executable, SCRIPT, "run", "--output", str(output), "--quiet", "--cleanup", "always", *options],
+                tool_command("run", "--output", str(output), "--quiet", "--cleanup", "always", *options),
                 cwd=self.root,
-                env=cluster.env(),
+                env=tool_environment(cluster.env()),
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -1,19 +1,36 @@
-"""The call-plan stub itself: it answers planned calls, and makes a test fail on anything else."""
+"""The call-plan stub itself: it answers planned calls, and makes a test fail on anything else;
+answered in-process (tests/stubprocess.py), it behaves as the stub's process does."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 import unittest
+from typing import Any, Callable
 
-from tests.callplan import Call, CallPlanTestCase, Chunk
+import rl_batch_demo as demo
+from tests.callplan import Call, CallPlanTestCase, Chunk, stub_wrapper
 from tests.kubectl_stub import SIGNAL_WAIT_ENV, matches
+from tests.stubprocess import StubProcess, spawner, stub_processes
 
 
 class StubTest(CallPlanTestCase):
+    """The stub as a process (started by subprocess.Popen)."""
+
+    spawn: Callable[..., Any] = staticmethod(subprocess.Popen)
+
+    def start(self, *argv: str, **options: Any) -> Any:
+        """`kubectl ARGV` started as the tool starts it: both pipes, stdin piped or from /dev/null."""
+        options.setdefault("stdin", subprocess.DEVNULL)
+        return self.spawn(["kubectl", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+
     def kubectl(self, *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["kubectl", *argv], input=stdin, capture_output=True, text=True, timeout=30, check=False)
+        with self.start(*argv, stdin=subprocess.PIPE, encoding="utf-8", errors="replace") as process:
+            stdout, stderr = process.communicate(stdin, timeout=30)
+        return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
     def test_path_holds_only_the_stub(self) -> None:
         self.assertEqual(os.environ["PATH"], str(self.stub.bin_dir))
@@ -36,7 +53,7 @@ class StubTest(CallPlanTestCase):
             Call(["get", "a", "--watch"], chunks=(Chunk("a\n", wait_for="b.done"),), name="a"),
             Call(["get", "b"], stdout="b\n", name="b", wait_for="a.started"),
         )
-        watch = subprocess.Popen(["kubectl", "get", "a", "--watch"], stdout=subprocess.PIPE, text=True)
+        watch = self.start("get", "a", "--watch", text=True)
         self.assertEqual(self.kubectl("get", "b").stdout, "b\n")
         self.assertEqual(watch.communicate(timeout=30)[0], "a\n")
         self.assertCountEqual(self.stub.calls(), [["get", "a", "--watch"], ["get", "b"]])  # either may log first
@@ -94,6 +111,98 @@ class StubTest(CallPlanTestCase):
         with self.assertRaisesRegex(AssertionError, "planned kubectl calls that were never made"):
             self.verify_plan()
         self.fresh_stub()
+
+    # -- what the tool relies on of a process -------------------------------------------
+
+    def test_terminate_ends_a_held_watch_after_what_it_wrote(self) -> None:
+        self.expect(Call(["get", "w", "--watch"], chunks=(Chunk("a\n"),), hold=True, name="w"))
+        with self.start("get", "w", "--watch") as watch:
+            self.assertEqual(watch.stdout.readline(), b"a\n")
+            self.assertIsNone(watch.poll())  # held open
+            watch.terminate()
+            self.assertEqual(watch.wait(timeout=30), -signal.SIGTERM)
+            self.assertEqual(watch.stdout.read(), b"")  # end of file once it has ended
+        self.assertEqual(watch.returncode, -signal.SIGTERM)
+
+    def test_kill_ends_a_call_that_sleeps_and_its_answer_never_comes(self) -> None:
+        self.expect(Call(["get", "slow"], stdout="late\n", sleep=60))
+        with self.start("get", "slow") as call:
+            with self.assertRaises(subprocess.TimeoutExpired):
+                call.communicate(timeout=0.2)
+            with self.assertRaises(subprocess.TimeoutExpired):
+                call.wait(timeout=0.05)
+            call.kill()
+            self.assertEqual(call.communicate(timeout=30), (b"", b""))  # communicate again, after the timeout
+        self.assertEqual(call.returncode, -signal.SIGKILL)
+
+    def test_kill_ends_a_call_that_waits_for_a_signal(self) -> None:
+        self.expect(Call(["get", "late"], stdout="never\n", name="late", wait_for="nobody.started"))
+        with self.start("get", "late") as call:
+            started = self.stub.directory / "signals" / "1:late.started"
+            deadline = time.monotonic() + 30
+            while not started.exists() and time.monotonic() < deadline:  # claimed: it waits now
+                time.sleep(0.002)
+            call.kill()
+            self.assertEqual(call.wait(timeout=30), -signal.SIGKILL)
+            self.assertEqual(call.stdout.read(), b"")
+
+    def test_kill_ends_a_call_whose_reader_stopped_reading(self) -> None:
+        self.expect(Call(["logs", "big"], stdout="x" * 1_000_000))  # far more than a pipe holds
+        with self.start("logs", "big") as call:
+            self.assertEqual(len(call.stdout.read(10)), 10)
+            self.assertRaises(subprocess.TimeoutExpired, call.wait, 0.1)  # blocked on the full pipe
+            call.kill()
+            self.assertEqual(call.wait(timeout=30), -signal.SIGKILL)
+
+    def test_an_ended_call_keeps_its_exit_code_whatever_it_is_sent(self) -> None:
+        self.expect(Call(["get", "x"], stdout="x\n", exit=4))
+        with self.start("get", "x") as call:
+            self.assertEqual(call.stdout.read(), b"x\n")
+            self.assertEqual(call.wait(timeout=30), 4)
+            call.terminate()
+            call.kill()
+            self.assertEqual((call.wait(), call.poll()), (4, 4))
+
+    def test_text_mode_decodes_and_translates_newlines_as_popen(self) -> None:
+        self.expect(Call(["get", "t"], stdout="caf\u00e9\r\n\udcff\n", stderr="\udcff oops\n"))
+        with self.start("get", "t", encoding="utf-8", errors="replace") as call:
+            # stdout's lone surrogate as a byte (surrogateescape), stderr's escaped (backslashreplace)
+            self.assertEqual(call.communicate(timeout=30), ("caf\u00e9\n\ufffd\n", "\\udcff oops\n"))
+
+
+class SpawnerTest(CallPlanTestCase):
+    def test_the_tools_kubectl_answers_in_process_unless_stub_processes_are_asked_for(self) -> None:
+        args = demo.build_parser("rl-batch-demo").parse_args(["check"])
+        kubectl = demo.make_kubectl(args)
+        if stub_processes():  # RL_DEMO_STUB_PROCESSES=1, as .ci/run's end-to-end pass sets it
+            self.assertIs(kubectl.spawner, subprocess.Popen)
+        else:
+            self.assertIsNot(kubectl.spawner, subprocess.Popen)
+            self.expect(Call(["get", "x"], stdout="x\n"))
+            pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            with kubectl.spawner([kubectl.executable, "get", "x"], **pipes) as call:
+                self.assertIsInstance(call, StubProcess)
+                self.assertEqual(call.communicate(timeout=30), (b"x\n", b""))
+        self.assertIs(demo.Kubectl("kubectl", None, None).spawner, subprocess.Popen)  # the tool's own default
+
+
+class InProcessStubTest(StubTest):
+    """The same tests with the stub answered in this process, as the call-plan tests use it."""
+
+    spawn = staticmethod(spawner(stub_wrapper()))
+
+    def test_the_stub_is_answered_in_process_and_any_other_program_is_a_process(self) -> None:
+        self.expect(Call(["get", "x"], stdout="x\n"))
+        with self.start("get", "x") as call:
+            self.assertIsInstance(call, StubProcess)
+            self.assertEqual(call.communicate(timeout=30), (b"x\n", b""))
+        with self.spawn([sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as other:
+            self.assertIsInstance(other, subprocess.Popen)
+            self.assertEqual(other.communicate(timeout=30), (b"1\n", b""))
+
+    def test_a_missing_kubectl_fails_to_start_as_it_would(self) -> None:
+        with self.assertRaises(FileNotFoundError):
+            self.spawn(["no-such-kubectl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 if __name__ == "__main__":

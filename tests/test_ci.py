@@ -1,4 +1,5 @@
-"""What .ci/run installs is pinned: exact versions, all in .ci/requirements.txt, nothing else."""
+"""What .ci/run installs is pinned: exact versions, all in .ci/requirements.txt, nothing else; and
+which tiers it runs."""
 
 from __future__ import annotations
 
@@ -29,6 +30,20 @@ class PinnedToolsTest(unittest.TestCase):
                 self.assertIn("--no-deps -r .ci/requirements.txt", line)
                 rest = line.split("-r .ci/requirements.txt", 1)[1].strip()
                 self.assertIn(rest, ("", "&&", "\\"), "nothing installed beside the pinned file")
+
+
+class TiersTest(unittest.TestCase):
+    def test_the_end_to_end_pass_runs_the_call_plan_tests_with_stub_processes(self) -> None:
+        """The README's command answers the call-plan stub in-process (tests/stubprocess.py); the
+        process boundary is tested by the pass that runs the end-to-end tier."""
+        from tests.stubprocess import STUB_PROCESSES_ENV
+        from tests.tiers import END_TO_END_ENV
+
+        suites = [line for line in (CI / "run").read_text().splitlines() if "python3 -m tests.report" in line]
+        end_to_end = [line for line in suites if f"{END_TO_END_ENV}=1 " in line]
+        self.assertEqual(len(end_to_end), 1, suites)
+        self.assertIn(f"{STUB_PROCESSES_ENV}=1 ", end_to_end[0])
+        self.assertTrue(all(STUB_PROCESSES_ENV not in line for line in suites if line not in end_to_end))
 
 
 if __name__ == "__main__":

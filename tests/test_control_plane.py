@@ -22,6 +22,7 @@ from tests.callplan import (
     Call,
     CallPlanTestCase,
     Cluster,
+    MainThreadClock,
     Result,
     RunPlan,
     watch_event,
@@ -328,9 +329,14 @@ class CleanupWaitTest(CallPlanTestCase):
             # what holds it: its pods (none stuck on a node that stopped answering here)
             plan.cluster.get_list("pods", plan.batch.pods(), flags=["-l", plan.batch.selector]),
         )
-        result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
+        self.set_timing(cleanup_first_poll=0.25, cleanup_max_poll=2.0)  # the tool's own schedule
+        clock = MainThreadClock()  # the waits take no time
+        with unittest.mock.patch.object(demo, "time", clock):
+            result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
         line = self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 2.5 s")  # 1 s + 10 pods at 20/3/s
         self.assertNotIn("stuck Terminating", line)
+        self.assertTrue(clock.seconds)  # waited on the clock: polls take real time, waits none
+        self.assertLessEqual(sum(clock.seconds), 2.5)
 
     def test_a_pod_stuck_terminating_on_a_node_that_stopped_answering_is_named(self) -> None:
         plan = RunPlan(Batch(count=2))

@@ -317,8 +317,12 @@ class ApiFaultTest(FaultTestCase):
         plan = RunPlan(Batch(count=2))
         calls = plan.run()
         # The combined create hangs and is killed: both objects are looked up, and adopted by their label.
-        calls[3:4] = [dataclasses.replace(calls[3], sleep=10), plan.get_namespace(), plan.get_configmap()]
-        calls[-1] = plan.serviceaccount_watch(kubectl_timeout=30)  # as long as the create may take, and the wait
+        lookup = dataclasses.replace(plan.get_namespace(), name="lookup")
+        calls[3:4] = [dataclasses.replace(calls[3], sleep=10), lookup, plan.get_configmap()]
+        # As long as the create may take, and the wait; the account is there once the namespace is
+        # found (the killed create never says it is done, and the run would wait out the account).
+        watch = plan.serviceaccount_watch(kubectl_timeout=30)
+        calls[-1] = dataclasses.replace(watch, chunks=[dataclasses.replace(watch.chunks[0], wait_for="lookup.done")])
         # Only the hanging create is cut short (at 0.5 s); every other call keeps the 30 s, which
         # a loaded machine's slowest call stays far below (a 1 s timeout for all of them did not).
         self.shorten_process_timeouts(lambda argv, stdin: '"Namespace"' in (stdin or ""))
@@ -327,6 +331,7 @@ class ApiFaultTest(FaultTestCase):
         self.assertIn("adopted Namespace", result.stderr)
         self.assertIn("adopted ConfigMap", result.stderr)
         self.assertIn("did not answer within 30 s", result.stderr)
+        self.assertNotIn("ServiceAccount is not there yet", result.stderr)
 
     def test_refused_create_is_repeated(self) -> None:
         # kubectl's words for the List and for one object: unreachable (the OpenAPI download for

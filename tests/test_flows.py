@@ -14,8 +14,6 @@ import math
 import os
 import re
 import shlex
-import threading
-import time
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -29,6 +27,7 @@ from tests.callplan import (
     Call,
     CallPlanTestCase,
     Cluster,
+    MainThreadClock,
     Result,
     RunPlan,
     as_json,
@@ -790,7 +789,7 @@ class CleanupTest(CallPlanTestCase):
         calls.append(dataclasses.replace(self.plan.get_namespace(), stdout=as_json(stuck), repeat=True))
         self.expect(*calls)
         self.set_timing(cleanup_first_poll=0.25, cleanup_max_poll=2.0)  # the tool's own schedule
-        waits = SleepRecorder()
+        waits = MainThreadClock()  # the waits take no time, and are recorded
         with unittest.mock.patch.object(demo, "time", waits):
             result = self.cleanup("--timeout", "1")
         self.assert_fails(
@@ -813,22 +812,6 @@ class CleanupTest(CallPlanTestCase):
         schedule = [0.25 * 2**number for number in range(len(waits.seconds))]
         self.assertEqual(waits.seconds[:-1], schedule[:-1], "not polled at 0.25 s doubling")
         self.assertLessEqual(waits.seconds[-1], schedule[-1])
-
-
-class SleepRecorder:
-    """rl_batch_demo's `time` module, with the main thread's sleeps recorded (a test in another
-    thread may call the tool's functions meanwhile: it gets the real time module's behaviour)."""
-
-    def __init__(self) -> None:
-        self.seconds: List[float] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    def sleep(self, seconds: float) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self.seconds.append(seconds)
-        time.sleep(seconds)
 
 
 class CleanupPolicyTest(RunPlanTestCase):

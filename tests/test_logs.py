@@ -21,6 +21,7 @@ from tests.callplan import CallPlanTestCase, RunPlan
 from tests.clusterobjects import Batch, log_of
 from tests.fakecluster import FakeCluster, write_executable
 from tests.tiers import end_to_end
+from tests.toolprocess import tool_command, tool_environment
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -216,8 +217,8 @@ class IndexedLogsEndToEndTest(unittest.TestCase):
                 output = root / "out"
                 argv = ["run", "--count", "12", "--max-failed-episodes", "1", "--output", str(output), "--quiet"]
                 result = subprocess.run(
-                    [sys.executable, SCRIPT, *argv, "--cleanup", "always"],
-                    env=cluster.env(),
+                    tool_command(*argv, "--cleanup", "always"),
+                    env=tool_environment(cluster.env()),
                     capture_output=True,
                     text=True,
                     timeout=120,

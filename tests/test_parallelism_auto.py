@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.callplan import Call, CallPlanTestCase, RunPlan, err_forbidden
 from tests.clusterobjects import NAMESPACE, Batch, kubernetes_list, node_object, runtimeclass_object
 from tests.fakecluster import FakeCluster
 from tests.tiers import end_to_end
+from tests.toolprocess import tool_command, tool_environment
 
 SCRIPT = str(Path(demo.__file__).resolve())
 MI = 2**20
@@ -264,10 +264,10 @@ class AutoOnTheFakeTest(unittest.TestCase):
         return cluster
 
     def tool(self, cluster: FakeCluster, *argv: str) -> subprocess.CompletedProcess[str]:
+        env = tool_environment(cluster.env())
         return subprocess.run(
-            [sys.executable, SCRIPT, *argv], cwd=str(self.root), env=cluster.env(), capture_output=True, text=True,
-            timeout=120, check=False,
-        )  # fmt: skip
+            tool_command(*argv), cwd=str(self.root), env=env, capture_output=True, text=True, timeout=120, check=False
+        )
 
     def test_only_what_fits_runs_at_once(self) -> None:
         cluster = self.cluster(self.NODES)

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -19,6 +18,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.clusterobjects import results_of, settings_for
+from tests.fakecluster import ENVIRONMENT, image_python
 
 
 class Case(unittest.TestCase):
@@ -412,7 +412,7 @@ def run_worker(**env_overrides: str) -> dict[str, Any]:
         script = Path(root, "episode.py")
         script.write_text(demo.WORKER_SOURCE)
         env = dict(
-            os.environ,
+            ENVIRONMENT,  # not os.environ: it runs beside the other tests (tests/concurrently.py)
             EPISODE_ID="rollout-xyz",
             RL_DEMO_WORKSPACE=str(workspace),
             RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
@@ -428,7 +428,7 @@ def run_worker(**env_overrides: str) -> dict[str, Any]:
         (proc / "self" / "stat").write_text("4242 (odd ) name) " + " ".join(fields) + "\n")
         before = time.time()
         result = subprocess.run(
-            [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
+            [image_python(), "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
         )
         after = time.time()
         if result.returncode != 0:
@@ -439,6 +439,8 @@ def run_worker(**env_overrides: str) -> dict[str, Any]:
 
 
 class WorkerClockTest(Case):
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
     def test_the_worker_reads_the_proc_it_is_given(self) -> None:
         ready = run_worker(RL_DEMO_PROC="{root}/proc")
         before, after = ready["test_window"]

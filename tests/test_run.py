@@ -24,6 +24,7 @@ from tests import records
 from tests.clusterobjects import check_rows_and_batch_figures
 from tests.fakecluster import FakeCluster
 from tests.tiers import end_to_end
+from tests.toolprocess import tool_command, tool_environment
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -32,11 +33,12 @@ def run_script(
     argv: Sequence[str], env: dict[str, str], cwd: Path, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """The tool as a user runs it: `python3 rl_batch_demo.py ARGV` in `cwd` with exactly `env`
-    (a fake cluster's, with only the fake kubectl on PATH), its output captured as text."""
+    (a fake cluster's, with only the fake kubectl on PATH), its output captured as text; run as
+    a module from its cached bytecode (tests/toolprocess.py)."""
     return subprocess.run(
-        [sys.executable, SCRIPT, *argv],
+        tool_command(*argv),
         cwd=str(cwd),
-        env=env,
+        env=tool_environment(env),
         capture_output=True,
         text=True,
         timeout=timeout,

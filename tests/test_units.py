@@ -20,6 +20,7 @@ import rl_batch_demo as demo
 from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
+from tests.toolprocess import tool_command, tool_environment
 
 
 class OutcomeTest(unittest.TestCase):
@@ -1172,11 +1173,12 @@ class CommandLineTest(unittest.TestCase):
 
     def test_help_imports_no_difflib(self) -> None:
         """difflib is imported only when a usage error needs a suggestion: --help stays fast."""
-        script = Path(demo.__file__)
         for argv, imported in ((["run", "--help"], False), (["run", "--cuont"], True)):
             with self.subTest(argv=argv):
+                python, *module = tool_command(*argv)  # from its cached bytecode (tests/toolprocess.py)
                 result = subprocess.run(
-                    [sys.executable, "-X", "importtime", str(script), *argv],
+                    [python, "-X", "importtime", *module],
+                    env=tool_environment(os.environ),
                     capture_output=True,
                     text=True,
                     timeout=60,

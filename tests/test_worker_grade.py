@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
-from tests.fakecluster import ENVIRONMENT, FakeCluster
+from tests.fakecluster import ENVIRONMENT, FakeCluster, image_python
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.test_run import run_script
 from tests.tiers import end_to_end
@@ -153,7 +152,7 @@ class WorkerGradeTest(unittest.TestCase):
             )
             started = time.monotonic()
             result = subprocess.run(
-                [sys.executable, "-B", str(script)], env=full_env, capture_output=True, text=True, timeout=60
+                [image_python(), "-B", str(script)], env=full_env, capture_output=True, text=True, timeout=60
             )
             seconds = time.monotonic() - started
             return Episode(result, termination.read_text() if termination.exists() else "", seconds, workspace)
@@ -406,7 +405,7 @@ class WorkerGradeTest(unittest.TestCase):
                 RL_DEMO_TERMINATION_LOG=str(Path(root, "termination-log")),
             )
             with subprocess.Popen(
-                [sys.executable, "-B", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                [image_python(), "-B", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             ) as process:
                 assert process.stdout is not None
                 self.assertIn('"ready"', process.stdout.readline())
