@@ -425,11 +425,13 @@ class TrainerDocTest(FakeClusterCase):
         rows = [tuple(line.split()) for line in result.stdout.splitlines()]
         for step in range(2):
             mine = [row for row in rows if row[0] == str(step)]
-            self.assertEqual(len(mine), 4, rows)  # stop_after=4
+            # stop_after=4: at least 4; more only when episodes ended before the stop took effect
+            self.assertGreaterEqual(len(mine), 4, rows)
             self.assertEqual({(reward, tag) for _, _, reward, tag in mine}, {("1.0", str(step))})
-            self.assertEqual(len({task for _, task, _, _ in mine}), 4)
+            self.assertEqual(len({task for _, task, _, _ in mine}), len(mine))
             results = json.loads((self.root / f"runs/step-{step}/results.json").read_text())
-            self.assertEqual((results["successful_episodes"], len(results["stopped_episodes"])), (4, 2))
+            stopped = len(results["stopped_episodes"]) if results.get("stopped_by") else 0
+            self.assertEqual((results["successful_episodes"], stopped), (len(mine), 6 - len(mine)), results)
             self.assertEqual(results["private_fields"], ["expected"])
         self.assertEqual(self.namespaces(), [], result.stdout + result.stderr)
 

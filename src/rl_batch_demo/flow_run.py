@@ -375,16 +375,11 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
-        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
-            first = line["pod"] not in self.last
-            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
-                continue  # --stop-after K keeps the first K standing rewards: this episode is stopped
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-            kept.append(line)
-        self.writer.append(kept)
+        self.writer.append(lines)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -921,8 +916,9 @@ class BatchRun:
         if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
             watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
             if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
-                # exactly the first K standing rewards: an episode that ended without a line kept
-                # (beyond K, or its verdict not known from its status) is stopped with the rest
+                # the episodes whose rewards stand when the stop takes effect (K, or more that ended
+                # at once): one that ended without a line (its verdict not known from its status)
+                # is stopped with the rest, so rewards.jsonl and results.json hold the same episodes
                 keep = set(rewards.last)
                 stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
                 watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
