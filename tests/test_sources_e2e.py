@@ -199,7 +199,7 @@ class IndexedJobTest(SourcesTestCase):
         self.assertEqual(self.results()["cache_state"], "cached")
         # without --kubelet-metrics: no node reads at all
         calls = self.kubectl_calls()
-        self.assertFalse([c for c in calls if "--raw" in c or c[-3:] == ["nodes", "-o", "json"]])
+        self.assertFalse([c for c in calls if "/proxy/metrics" in c[-1] or c[-3:] == ["nodes", "-o", "json"]])
 
     def test_a_lost_index_within_max_failed_episodes_is_masked(self) -> None:
         """failure_kind infrastructure: an evicted episode is set aside under --max-failed-episodes."""
@@ -325,7 +325,7 @@ class SandboxPhasesTest(SourcesTestCase):
         self.assertTrue(all(node["foreign_operations"] == 0 for node in operations["nodes"].values()))
         # the flag's kubectl processes: one list of the nodes, each node read before and after
         calls = self.kubectl_calls()
-        raw = [c for c in calls if "--raw" in c]
+        raw = [c for c in calls if "/proxy/metrics" in c[-1]]  # the RuntimeClass's raw read aside
         self.assertEqual(sorted(c[-1] for c in raw), sorted(f"/api/v1/nodes/{n}/proxy/metrics" for n in NODES * 2))
         self.assertEqual(len([c for c in calls if c[-3:] == ["nodes", "-o", "json"]]), 1)
 
@@ -375,7 +375,7 @@ class SandboxPhasesTest(SourcesTestCase):
         result = self.run_tool(cluster, 3, "--count", "2", "--kubelet-metrics")
         self.assertIn("--kubelet-metrics needs get nodes/proxy", result.stderr)
         self.assertEqual(cluster.objects("Namespace"), before)
-        self.assertFalse([c for c in cluster.calls() if "--raw" in c])
+        self.assertFalse([c for c in cluster.calls() if "/proxy/metrics" in c[-1]])
         check = self.tool(cluster, "check", "--kubelet-metrics")
         self.assertEqual(check.returncode, 3, check.stdout + check.stderr)
         self.assertIn("kubelet metrics: denied: get nodes/proxy", check.stdout)

@@ -433,12 +433,14 @@ class WorkerOnTheFakeTest(unittest.TestCase):
             worker.write_bytes(b"\xef\xbb\xbf" + demo.WORKER_TEMPLATE.encode())
             cluster = FakeCluster(root / "cluster")
             self.addCleanup(cluster.close)
-            argv = ["run", "--output", str(output), "--quiet", "--count", "1", "--worker", str(worker)]
+            tasks = root / "tasks.jsonl"
+            tasks.write_text('{"id": "add-1", "question": "2 + 3", "expected": 5}\n')  # the template's shape
+            argv = ["run", "--output", str(output), "--quiet", "--worker", str(worker), "--tasks", str(tasks)]
             result = run_script(argv, cluster.env(), root)
             self.assertEqual(result.returncode, 0, result.stderr)
             rewards = [json.loads(line) for line in (output / "rewards.jsonl").read_text().splitlines()]
-        # The template without a task: its answer 0 is not the expected None, a reward of 0.
-        self.assertEqual([(row["reward"], row["failure"]) for row in rewards], [(0.0, None)])
+        # The template with its task: 2 + 3 is the expected 5, a reward of 1.
+        self.assertEqual([(row["reward"], row["failure"]) for row in rewards], [(1.0, None)])
 
     # The shadowing attacks: the built-in worker with its agent replaced, one attack per task. It
     # exits 0 whatever the reward (the protocol of a custom worker), so every episode validates and
