@@ -661,6 +661,8 @@ _UNREACHABLE_MESSAGES = (
 _GENERIC_NOT_FOUND = "the server could not find the requested resource"
 _NOT_AN_API_SERVER_MARKERS = (
     f"couldn't get current server API group list: {_GENERIC_NOT_FOUND}",
+    # kubectl 1.37 logs the same discovery failure as a structured klog line (seen with 1.37.1)
+    f'"Couldn\'t get current server API group list" err="{_GENERIC_NOT_FOUND}"',
     f"error validating data: {_GENERIC_NOT_FOUND}",
     f"failed to download openapi: {_GENERIC_NOT_FOUND}",
 )
