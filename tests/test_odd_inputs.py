@@ -222,7 +222,7 @@ class ExitCodeTest(CallPlanTestCase):
             import os, runpy, signal, sys
             # what the file imports, imported now: none of their code runs once the file runs
             import argparse, asyncio, codecs, contextlib, dataclasses, datetime, functools, json, math
-            import queue, re, shlex, shutil, subprocess, threading, time, typing, pathlib
+            import copy, errno, queue, re, shlex, shutil, subprocess, threading, time, typing, pathlib, urllib.parse
             script = sys.argv[1]
             seen = []
             def hook(event, args):
