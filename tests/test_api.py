@@ -29,6 +29,16 @@ from tests.clusterobjects import Batch
 from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.test_readme_help import code_blocks
 from tests.test_stream import SLEEPING_WORKER
+
+# A worker whose task may name a file to wait for (`until`, up to 30 s) before it answers.
+GATED_WORKER = SLEEPING_WORKER.replace(
+    '    time.sleep(task["sleep"])\n',
+    '    for _ in range(3000 if task.get("until") else 0):\n'
+    '        if __import__("os").path.exists(task["until"]):\n'
+    '            break\n'
+    '        time.sleep(0.01)\n',
+)
+assert GATED_WORKER != SLEEPING_WORKER, "SLEEPING_WORKER changed: patch it anew"
 from tests.tiers import end_to_end
 
 ROOT = Path(rbd.__file__).resolve().parent
@@ -226,8 +236,11 @@ DRIVER = textwrap.dedent(
             report["rewards"] = [row["reward"] for row in result.rewards]
             report["reward_sum"] = result.results["reward_sum"]
         else:
+            gate = options.pop("gate", None)  # a file written on the first row (a slow episode waits for it)
             for row in rbd.stream_batch(output, **options):
                 report["rows"].append({"pod": row["pod"], "reward": row["reward"], "at": time.time()})
+                if gate:
+                    open(gate, "w").close()
     except BaseException as error:
         report["raised"] = [type(error).__name__, str(error), getattr(error, "exit_code", None)]
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -354,14 +367,20 @@ class StreamedToTheTrainerTest(FakeClusterCase):
     FAST: ClassVar[Dict[str, Any]] = {}  # the worker's own sleeps make the lengths
 
     def test_the_first_row_arrives_while_the_other_episode_still_runs(self) -> None:
-        (self.root / "worker.py").write_text(SLEEPING_WORKER)
+        """The slow episode cannot end before the trainer holds the quick one's row: it waits for
+        the file the driver writes on its first row (up to 30 s, then it ends without a reward).
+        So the order is proven by construction, not by a margin a loaded machine can eat."""
+        (self.root / "worker.py").write_text(GATED_WORKER)
+        gate = self.root / "first-row"
         tasks = [
-            {"id": "quick", "sleep": 0.0, "question": "1 + 1", "expected": 2},
-            {"id": "slow", "sleep": 3.0, "question": "0 + 0", "expected": 0},
+            {"id": "quick", "question": "1 + 1", "expected": 2},
+            {"id": "slow", "until": str(gate), "question": "0 + 0", "expected": 0},
         ]
         (self.root / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
         report = self.finish(
-            self.driver("stream", worker="worker.py", tasks="tasks.jsonl", cleanup="always", quiet=True)
+            self.driver(
+                "stream", gate=str(gate), worker="worker.py", tasks="tasks.jsonl", cleanup="always", quiet=True
+            )
         )
         self.assertEqual([row["reward"] for row in report["rows"]], [1, 1])
         results = json.loads((self.root / "out" / "results.json").read_text())
@@ -369,7 +388,7 @@ class StreamedToTheTrainerTest(FakeClusterCase):
             name: r["terminated_at"] for name, r in self.cluster.pod_records(results["namespace"], "rollout").items()
         }
         first, second = report["rows"]
-        self.assertLess(first["at"], ended[second["pod"]] - 1.0)  # in the trainer's hands while the slow one ran
+        self.assertLess(first["at"], ended[second["pod"]])  # in the trainer's hands while the slow one ran
         self.assertLess(ended[first["pod"]], first["at"])
         self.assertEqual(self.namespaces(), [])
 
