@@ -9439,9 +9439,14 @@ class LogFollower:
     parallelConsumeRequest, at most --max-log-requests streams); with --ignore-errors a stream that
     fails prints `error: ...` and the others go on, on every minor from 1.27 to 1.37 (from 1.36,
     consumeWithRetry does not retry with it). A set is started once it has LOG_SELECTOR_PODS pods,
-    once one of its pods has ended or is being deleted, or once every pod of the Job has started:
-    so a 10-episode round has one read and a round of N pods about N/10. A pod without the label,
-    or that no read proved whole, is read after the decision as before (read_logs).
+    once every pod of the Job has started, or at once when one of its pods is being deleted (its
+    log goes with its object). A pod that ends before its set is full starts the set early only
+    when the round's reads stay within ceil(count / LOG_SELECTOR_PODS) with every pod still to
+    come in full sets (`spare_read`); otherwise its set waits for the pods still to start, the
+    pod's log staying readable meanwhile (a finished pod is deleted only with its Job). So a
+    10-episode round has one read, a round of N pods ceil(N/10), and a pod the Job makes beyond
+    its count (an infrastructure retry's replacement) one read more. A pod without the label, or
+    that no read proved whole, is read after the decision as before (read_logs).
 
     `pod_seen` is wait_for_job's hook (the watch's thread); each read runs in a thread of its own;
     `on_progress(pod)` is told of each saved artifact, end line and finished read (RoundRewards)."""
@@ -9494,11 +9499,18 @@ class LogFollower:
             self.waiting[name] = int(label)
             if (
                 len(self.waiting) >= LOG_SELECTOR_PODS
-                or ending
                 or metadata.get("deletionTimestamp")
                 or len(self.read_of) + len(self.waiting) >= self.count
+                or (ending and self.spare_read())
             ):
                 self._follow()
+
+    def spare_read(self) -> bool:
+        """Whether a read of the waiting pods now, not full, still leaves room for every pod yet
+        to start in full sets within the round's ceil(count / LOG_SELECTOR_PODS) reads."""
+        budget = -(-self.count // LOG_SELECTOR_PODS)
+        still_to_start = max(0, self.count - len(self.read_of) - len(self.waiting))
+        return len(self.reads) + 1 + -(-still_to_start // LOG_SELECTOR_PODS) <= budget
 
     def _follow(self) -> None:
         names = sorted(self.waiting, key=lambda each: (self.waiting[each], each))

@@ -496,8 +496,9 @@ class RunPlan:
     def follow_sets(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[List[Any]]:
         """The sets of episodes whose logs are followed while they run, as the default pod watch
         (pod_watch) delivers them: a set of labelled pods whose container has started closes at
-        10 pods, when one of its pods ends or is being deleted, or once every pod has started
-        (docs/call-plan.md)."""
+        10 pods, when one of its pods is being deleted, once every pod has started, or when one of
+        its pods ends and the round's reads stay within ceil(count / 10) with every pod still to
+        start in full sets (docs/call-plan.md)."""
         if watched is None:
             stages = [(episode, "running") for episode in batch.episodes] + [(e, "final") for e in batch.episodes]
             watched = [batch.pod(episode, stage) for episode, stage in stages]
@@ -518,9 +519,11 @@ class RunPlan:
             if episode not in waiting:
                 waiting.append(episode)
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            still_to_start = max(0, batch.count - len(followed) - len(waiting))
+            spare = len(sets) + 1 + -(-still_to_start // 10) <= -(-batch.count // 10)
             if (
                 len(waiting) >= demo.LOG_SELECTOR_PODS
-                or ending
+                or (ending and spare)
                 or deleting
                 or len(followed) + len(waiting) >= batch.count
             ):
