@@ -29,18 +29,17 @@ from tests.clusterobjects import Batch
 from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.test_readme_help import code_blocks
 from tests.test_stream import SLEEPING_WORKER
+from tests.tiers import end_to_end
 
 # A worker whose task may name a file to wait for (`until`, up to 30 s) before it answers.
 GATED_WORKER = SLEEPING_WORKER.replace(
     '    time.sleep(task["sleep"])\n',
     '    for _ in range(3000 if task.get("until") else 0):\n'
     '        if __import__("os").path.exists(task["until"]):\n'
-    '            break\n'
-    '        time.sleep(0.01)\n',
+    "            break\n"
+    "        time.sleep(0.01)\n",
 )
 assert GATED_WORKER != SLEEPING_WORKER, "SLEEPING_WORKER changed: patch it anew"
-from tests.tiers import end_to_end
-
 ROOT = Path(rbd.__file__).resolve().parent
 
 
@@ -378,9 +377,7 @@ class StreamedToTheTrainerTest(FakeClusterCase):
         ]
         (self.root / "tasks.jsonl").write_text("".join(json.dumps(task) + "\n" for task in tasks))
         report = self.finish(
-            self.driver(
-                "stream", gate=str(gate), worker="worker.py", tasks="tasks.jsonl", cleanup="always", quiet=True
-            )
+            self.driver("stream", gate=str(gate), worker="worker.py", tasks="tasks.jsonl", cleanup="always", quiet=True)
         )
         self.assertEqual([row["reward"] for row in report["rows"]], [1, 1])
         results = json.loads((self.root / "out" / "results.json").read_text())
