@@ -842,11 +842,14 @@ class CallPlanTestCase(unittest.TestCase):
         """The kubectl calls that `hangs(argv, stdin)` picks (a planned hang, Call.sleep) are
         killed after `seconds` whatever --kubectl-timeout says, as the tool would kill them, but
         without the test waiting for the real timeout; every other call keeps its own timeout,
-        however slow a loaded machine makes it. Messages still name the tool's own timeout."""
+        however slow a loaded machine makes it. Messages still name the tool's own timeout. Only this
+        plan's calls (its context): the patch is on the class, which a concurrent test's Kubectl
+        (the contract tests', in a background thread) uses too."""
         original = demo.Kubectl._run_process
 
         def run_process(kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float) -> Any:
-            return original(kubectl, argv, stdin, min(timeout, seconds) if hangs(argv[1:], stdin) else timeout)
+            planned = f"--context={CONTEXT}" in argv and hangs(argv[1:], stdin)
+            return original(kubectl, argv, stdin, min(timeout, seconds) if planned else timeout)
 
         patcher = unittest.mock.patch.object(demo.Kubectl, "_run_process", run_process)
         patcher.start()

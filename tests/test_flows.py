@@ -1119,11 +1119,13 @@ class InterruptTest(RunPlanTestCase):
     each followed by a cleanup that works. tests/test_run.py sends real signals to a real process."""
 
     def interrupt_at(self, when: Any) -> None:
-        """Raise KeyboardInterrupt instead of starting the first kubectl call `when(argv, stdin)` picks."""
+        """Raise KeyboardInterrupt instead of starting the first kubectl call `when(argv, stdin)` picks.
+        Only this plan's calls (its context): the patch is on the class, and a concurrent test's
+        Kubectl (the contract tests', in a background thread) must not get the interruption."""
         original = demo.Kubectl._once
 
         def once(kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float) -> Any:
-            if when(argv[1:], stdin):
+            if f"--context={CONTEXT}" in argv and when(argv[1:], stdin):
                 raise KeyboardInterrupt
             return original(kubectl, argv, stdin, timeout)
 
