@@ -520,7 +520,8 @@ class RunPlan:
                 waiting.append(episode)
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
             still_to_start = max(0, batch.count - len(followed) - len(waiting))
-            spare = len(sets) + 1 + -(-still_to_start // 10) <= -(-batch.count // 10)
+            per_read = demo.LOG_SELECTOR_PODS
+            spare = len(sets) + 1 + -(-still_to_start // per_read) <= -(-batch.count // per_read)
             if (
                 len(waiting) >= demo.LOG_SELECTOR_PODS
                 or (ending and spare)

@@ -367,8 +367,9 @@ class StreamedToTheTrainerTest(FakeClusterCase):
 
     def test_the_first_row_arrives_while_the_other_episode_still_runs(self) -> None:
         """The slow episode cannot end before the trainer holds the quick one's row: it waits for
-        the file the driver writes on its first row (up to 30 s, then it ends without a reward).
-        So the order is proven by construction, not by a margin a loaded machine can eat."""
+        the file the driver writes on its first row (up to 30 s: if the row came only after the
+        Job, the slow one would end first and the order below fail). So the order is proven by
+        construction, not by a margin a loaded machine can eat."""
         (self.root / "worker.py").write_text(GATED_WORKER)
         gate = self.root / "first-row"
         tasks = [
