@@ -314,6 +314,27 @@ class Cluster:
     def delete(self, kind: str, name: str, *flags: str, namespace: Optional[str] = None) -> Call:
         return Call(self.args("delete", kind, name, *flags, namespace=namespace))
 
+    def rules_review(self, reviews: Dict[str, Any], denied: tuple = (), incomplete: bool = False) -> Call:
+        """The run's rules review (`create --raw` of a SelfSubjectRulesReview of its namespace):
+        cluster-admin's one rule of wildcards, or, with `denied` (verb, resource) pairs, one rule
+        for each other permission of `reviews` (access_review_list), as RBAC lists a narrower
+        role's; `incomplete`: a webhook authorizer beside RBAC, which cannot list its rules."""
+        rules: List[Dict[str, Any]] = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+        if denied:
+            rules = []
+            for review in reviews["items"]:
+                attributes = review["spec"]["resourceAttributes"]
+                sub = attributes.get("subresource")
+                resource = attributes["resource"] + (f"/{sub}" if sub else "")
+                if (attributes["verb"], resource) not in denied:
+                    rules.append(
+                        {"verbs": [attributes["verb"]], "apiGroups": [attributes["group"]], "resources": [resource]}
+                    )
+        manifest = demo.rules_review(NAMESPACE)
+        status = {"resourceRules": rules, "nonResourceRules": [], "incomplete": incomplete}
+        argv = self.args("create", "--raw", demo.RULES_REVIEW_PATH, "-f", "-")
+        return Call(argv, stdout=json.dumps({**manifest, "status": status}), stdin_json=manifest)
+
     def access_reviews(
         self, namespace: str, with_runtimeclass: bool, denied: tuple = (), lists_nodes: bool = False
     ) -> Call:
@@ -355,7 +376,10 @@ class RunPlan:
         calls = [self.cluster.config_view()]
         if self.runtime is not None:
             calls.append(self.get_runtimeclass())
-        calls.append(self.cluster.access_reviews(NAMESPACE, self.runtime is not None, denied))
+        reviews = demo.access_review_list(NAMESPACE, self.runtime is not None)
+        calls.append(self.cluster.rules_review(reviews, denied))
+        if denied:  # the rules prove not every permission: the access reviews decide
+            calls.append(self.cluster.access_reviews(NAMESPACE, self.runtime is not None, denied))
         return calls
 
     def get_runtimeclass(self, exists: bool = True) -> Call:

@@ -87,6 +87,8 @@ The control plane as it is (issue 19):
 that are not UTF-8, or each object again with `status.conditions` a string, and go on.
 ``serviceaccount_delay``: seconds after a namespace's creation before its ``default``
     ServiceAccount exists; until then ServiceAccount admission refuses its pods (FailedCreate).
+``rules_review``: ``"incomplete"``: a webhook authorizer beside RBAC: the SelfSubjectRulesReview
+    says `incomplete: true`, so a run asks its access reviews.
 ``queue``: Kueue installed: ``{"admit_after": SECONDS (null: never), "versions": ["v1beta1"],
     "cluster_queues": ["team-a"], "manage_jobs_without_queue_name": false}``: its CRDs served in
     those versions (``get --raw /apis/kueue.x-k8s.io``, LocalQueue creates), its webhook suspends

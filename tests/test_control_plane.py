@@ -73,8 +73,10 @@ class PermissionsTest(ControlPlaneCase):
 
     def test_the_warmup_reviews_list_nodes(self) -> None:
         cluster = Cluster()
-        reviews = cluster.access_reviews(NAMESPACE, True, (("list", "nodes"),), lists_nodes=True)
-        self.expect(cluster.config_view(), RunPlan().get_runtimeclass(), reviews, RunPlan().refused_watch())
+        denied = (("list", "nodes"),)
+        rules = cluster.rules_review(demo.access_review_list(NAMESPACE, True, lists_nodes=True), denied)
+        reviews = cluster.access_reviews(NAMESPACE, True, denied, lists_nodes=True)
+        self.expect(cluster.config_view(), RunPlan().get_runtimeclass(), rules, reviews, RunPlan().refused_watch())
         result = self.tool("run", "--warmup", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "lacks permissions this run needs: list nodes")
 

@@ -17,6 +17,7 @@ import time
 import unittest
 from typing import Any, ClassVar, Dict, List, Optional
 
+import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster, fake_module
 from tests.fakekube.faults import killed_mid_run
 from tests.tiers import end_to_end
@@ -444,6 +445,30 @@ class ConfigMapSizeTest(FakeKubectlTestCase):
 
 class CycleTest(FakeKubectlTestCase):
     cluster_kwargs: ClassVar[Dict[str, Any]] = {"forbidden": [("get", "pods/log")]}
+
+    def test_the_rules_review_lists_what_the_access_reviews_allow(self) -> None:
+        """The fake's rules review agrees with its access reviews: every permission of a run but
+        the forbidden `get pods/log` is proven by its rules, and that one is not; with a webhook
+        beside RBAC (`rules_review: incomplete`) nothing is."""
+        review = demo.rules_review(NS)
+        args = ("create", "--raw", demo.RULES_REVIEW_PATH, "-f", "-")
+        answer = json.loads(self.ok(*args, input=json.dumps(review)))
+        self.assertEqual((answer["kind"], answer["spec"]), ("SelfSubjectRulesReview", review["spec"]))
+        asked = demo.access_review_list(NS, True, kubelet_metrics=True, lists_nodes=True)
+        reviews = self.create(asked)
+        self.assertEqual(demo.denied_permissions(reviews), ["get pods/log"])
+        self.assertIsNone(demo.granted_by_rules(answer, asked))
+        allowed = {**asked, "items": [i for i, r in zip(asked["items"], reviews) if r["status"]["allowed"]]}
+        self.assertIsNotNone(demo.granted_by_rules(answer, allowed))
+        self.cluster.set_faults({"rules_review": "incomplete"})
+        incomplete = json.loads(self.ok(*args, input=json.dumps(review)))
+        self.assertTrue(incomplete["status"]["incomplete"])
+        self.assertIsNone(demo.granted_by_rules(incomplete, allowed))
+        self.fails(
+            *args,
+            input=json.dumps({**review, "spec": {}}),
+            stderr="Error from server (BadRequest): no namespace on request",
+        )
 
     def test_create_watch_complete(self) -> None:
         created = self.create(setup_manifest())

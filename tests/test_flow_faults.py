@@ -495,7 +495,9 @@ class ApiFaultTest(FaultTestCase):
             [
                 argv
                 for argv in self.stub.calls()
-                if "create" in argv and ("--validate=strict" in argv or "--raw" in argv)
+                if "create" in argv
+                and ("--validate=strict" in argv or "--raw" in argv)
+                and demo.RULES_REVIEW_PATH not in argv
             ]
         )
 

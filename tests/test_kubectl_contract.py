@@ -21,6 +21,7 @@ module, beside the other tests)."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import json
 import os
@@ -1444,6 +1445,52 @@ class ObjectsContract(ContractCase):
                 kubectl.create_raw(demo.create_path(manifest), manifest)
             self.assertEqual(unknown.exception.stderr, f"Error from server (BadRequest): {strict}\n")
             self.assertIn(demo.PER_INDEX_BACKOFF, demo.strict_refusal(unknown.exception.stderr, "the Job") or "")
+
+        self.each_kubectl(contract)
+
+    def test_raw_create_of_the_rules_review_is_one_post_and_its_answer_as_written(self) -> None:
+        """`create --raw /apis/authorization.k8s.io/v1/selfsubjectrulesreviews -f -`
+        (BatchRun.review_access): with a cold cache, one POST of the review and no discovery, the
+        server's answer printed as it is, which the tool reads as proof of every permission when
+        its rules grant them (granted_by_rules); a refusal is a failure (the access reviews are
+        asked then), a transient one retried as a read's."""
+        path = demo.RULES_REVIEW_PATH
+        manifest = demo.rules_review(NAMESPACE)
+        status = {
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": False,
+        }
+
+        def contract(session: Session) -> None:
+            kubectl = self.the_tools_kubectl(session)
+            kubectl.timing = dataclasses.replace(kubectl.timing, retry_delays=(0.0,))
+            session.server.route("POST", path, lambda r, m: Answer(201, {**r.json(), "status": status}))
+            answer = kubectl.create_raw(path, manifest, review=True)
+            self.assertEqual(answer, {**manifest, "status": status})
+            self.assertEqual(self.asked_beyond(session, path), [])
+            (post,) = session.api()
+            self.assertEqual(
+                (post.method, post.json(), post.query), ("POST", manifest, {"timeout": demo.REQUEST_TIMEOUT})
+            )
+            self.assertIsNotNone(demo.granted_by_rules(answer, demo.access_review_list(NAMESPACE, True)))
+            session.server.requests.clear()
+            unavailable = status_answer(
+                503, "ServiceUnavailable", "the server is currently unable to handle the request"
+            )
+            answers = iter([unavailable, Answer(201, {**manifest, "status": status})])
+            session.server.route("POST", path, lambda r, m: next(answers))
+            self.assertEqual(kubectl.create_raw(path, manifest, review=True)["status"], status)
+            self.assertEqual(len([r for r in session.api() if r.method == "POST"]), 2)  # kubectl's own try, then ours
+            forbidden = (
+                'selfsubjectrulesreviews.authorization.k8s.io is forbidden: User "u" cannot create resource '
+                '"selfsubjectrulesreviews" in API group "authorization.k8s.io" at the cluster scope'
+            )
+            session.server.route("POST", path, always(status_answer(403, "Forbidden", forbidden)))
+            with self.assertRaises(demo.KubectlFailure) as refused:
+                kubectl.create_raw(path, manifest, review=True)
+            self.assertEqual(refused.exception.first_line, f"Error from server (Forbidden): {forbidden}")
+            self.assertFalse(refused.exception.unreachable)
 
         self.each_kubectl(contract)
 

@@ -828,6 +828,99 @@ class ReadKubeletMetricsTest(Case):
         self.assertEqual(readings["bad/../name"].error, "not a valid node name")
 
 
+def rule(verbs: list[str], groups: list[str], resources: list[str], **extra: Any) -> dict[str, Any]:
+    return {"verbs": verbs, "apiGroups": groups, "resources": resources, **extra}
+
+
+def rules_answer(rules: list[Any], **status: Any) -> dict[str, Any]:
+    answer = demo.rules_review("agc-rl-x")
+    return {**answer, "status": {"resourceRules": rules, "nonResourceRules": [], "incomplete": False, **status}}
+
+
+class RulesReviewTest(Case):
+    """granted_by_rules: a rules review stands for the access reviews only where RBAC would allow
+    each of them by one of its rules; anything less, and the access reviews decide."""
+
+    def asked(self) -> dict[str, Any]:
+        return demo.access_review_list("agc-rl-x", True, kubelet_metrics=True, lists_nodes=True, local_queue=True)
+
+    def exact_rules(self) -> list[dict[str, Any]]:
+        """One rule per permission asked, as a role that grants exactly these would list them."""
+        rules = []
+        for review in self.asked()["items"]:
+            attributes = review["spec"]["resourceAttributes"]
+            sub = attributes.get("subresource")
+            resource = attributes["resource"] + (f"/{sub}" if sub else "")
+            rules.append(rule([attributes["verb"]], [attributes["group"]], [resource]))
+        return rules
+
+    def test_wildcards_prove_every_review_allowed_as_asked(self) -> None:
+        asked = self.asked()
+        proven = demo.granted_by_rules(rules_answer([rule(["*"], ["*"], ["*"])]), asked)
+        assert proven is not None
+        self.assertEqual([review["spec"] for review in proven], [review["spec"] for review in asked["items"]])
+        self.assertTrue(all(review["status"]["allowed"] is True for review in proven))
+        self.assertEqual(demo.denied_permissions(proven), [])
+
+    def test_each_permission_needs_a_rule_of_its_own(self) -> None:
+        rules = self.exact_rules()
+        self.assertIsNotNone(demo.granted_by_rules(rules_answer(rules), self.asked()))
+        for index, missing in enumerate(rules):
+            with self.subTest(missing=missing):
+                fewer = rules[:index] + rules[index + 1 :]
+                self.assertIsNone(demo.granted_by_rules(rules_answer(fewer), self.asked()))
+
+    def test_an_answer_that_may_miss_rules_or_a_denial_proves_nothing(self) -> None:
+        everything = [rule(["*"], ["*"], ["*"])]
+        for answer in (
+            rules_answer(everything, incomplete=True),  # a webhook authorizer: it may deny what RBAC allows
+            rules_answer(everything, evaluationError='role.rbac.authorization.k8s.io "x" not found'),
+            {**rules_answer(everything), "status": {"resourceRules": everything}},  # no incomplete: unknown
+            {"kind": "SelfSubjectRulesReview"},
+            None,
+        ):
+            with self.subTest(answer=answer):
+                self.assertIsNone(demo.granted_by_rules(answer, self.asked()))
+
+    def test_rules_match_as_rbac_matches_them(self) -> None:
+        """Each case: one rule, one request (verb, resource, group, subresource), whether RBAC's
+        evaluation_helpers.go would allow it."""
+        cases = [
+            (rule(["get"], [""], ["pods"]), ("get", "pods", "", ""), True),
+            (rule(["list"], [""], ["pods"]), ("get", "pods", "", ""), False),
+            (rule(["*"], [""], ["pods"]), ("watch", "pods", "", ""), True),
+            (rule(["create"], [""], ["jobs"]), ("create", "jobs", "batch", ""), False),  # another group
+            (rule(["create"], ["*"], ["jobs"]), ("create", "jobs", "batch", ""), True),
+            (rule(["create"], ["apps", "batch"], ["jobs"]), ("create", "jobs", "batch", ""), True),
+            (rule(["get"], [""], ["pods"]), ("get", "pods", "", "log"), False),  # a subresource is its own
+            (rule(["get"], [""], ["pods/log"]), ("get", "pods", "", "log"), True),
+            (rule(["get"], [""], ["pods/log"]), ("get", "pods", "", ""), False),
+            (rule(["get"], [""], ["*/log"]), ("get", "pods", "", "log"), True),
+            (rule(["get"], [""], ["*/log"]), ("get", "nodes", "", "proxy"), False),
+            (rule(["get"], [""], ["pods/*"]), ("get", "pods", "", "log"), False),  # RBAC has no such wildcard
+            (rule(["get"], [""], ["*"]), ("get", "nodes", "", "proxy"), True),
+            (rule(["get"], [""], ["*/log"]), ("get", "pods", "", ""), False),
+            (rule(["*"], ["*"], ["*"], resourceNames=["cube"]), ("get", "runtimeclasses", "node.k8s.io", ""), False),
+            (
+                rule(["get"], ["node.k8s.io"], ["runtimeclasses"], resourceNames=[]),
+                ("get", "runtimeclasses", "node.k8s.io", ""),
+                True,
+            ),
+            (rule(["Get"], [""], ["pods"]), ("get", "pods", "", ""), False),  # case matters
+            ({"verbs": "get", "apiGroups": [""], "resources": ["pods"]}, ("get", "pods", "", ""), False),
+            ({"verbs": ["get"], "resources": ["pods"]}, ("get", "pods", "", ""), False),  # no group listed
+            ("get pods", ("get", "pods", "", ""), False),
+        ]
+        for granted, (verb, resource, group, subresource), allowed in cases:
+            attributes = {"verb": verb, "resource": resource, "group": group}
+            if subresource:
+                attributes["subresource"] = subresource
+            asked = {"items": [{"spec": {"resourceAttributes": attributes}}]}
+            with self.subTest(rule=granted, asked=attributes):
+                proven = demo.granted_by_rules(rules_answer([granted]), asked)
+                self.assertEqual(proven is not None, allowed)
+
+
 class PermissionTest(Case):
     def reviews(self, allowed_proxy: bool) -> list[dict[str, Any]]:
         reviews = demo.access_review_list("agc-rl-x", True, kubelet_metrics=True)["items"]
@@ -905,6 +998,11 @@ class PermissionTest(Case):
 
             def watch(self, *args: Any) -> Watch:  # the account's watch, started with the preflight
                 return Watch()
+
+            def create_raw(self, path: str, manifest: dict[str, Any], review: bool = False) -> dict[str, Any]:
+                test.assertEqual((path, review), (demo.RULES_REVIEW_PATH, True))  # the rules review only
+                wildcard = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}  # a webhook beside RBAC:
+                return {**manifest, "status": {"resourceRules": [wildcard], "incomplete": True}}  # no proof
 
             def create(self, manifest: dict[str, Any], review: bool = False) -> list[dict[str, Any]]:
                 test.assertTrue(review)  # access reviews only

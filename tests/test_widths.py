@@ -132,6 +132,21 @@ class OtherTablesWidthTest(unittest.TestCase):
                         self.assertRegex(text, "[\u4e00-\u9fff]")
 
 
+class ShellLinesTest(unittest.TestCase):
+    def test_a_word_that_fills_its_line_still_breaks_within_the_width(self) -> None:
+        """A path exactly as wide as a line's room, then more words: the break's ` \\` fits too
+        (seen: the rules review's path, 53 characters after a 6-column indent, at 60 columns)."""
+        path = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+        for width in range(56, 64):
+            command = f"kubectl --context=c create --raw {path} -f -"
+            with self.subTest(width=width):
+                text = demo.shell_lines(command, width, comment="# exit 0, 0.100 s")
+                for line in text.splitlines():
+                    self.assertLessEqual(cells(line), width, text)
+                joined = text.replace("\\\n", "")
+                self.assertEqual(shlex.split(joined.split("  # ")[0]), shlex.split(command), text)
+
+
 class HelpWidthTest(unittest.TestCase):
     @staticmethod
     def help_text(command: List[str], stream: io.StringIO, columns: int) -> str:

@@ -523,6 +523,10 @@ LOCALQUEUE_PERMISSIONS = (
     ("delete", "localqueues", KUEUE_GROUP, "", True),
 )
 
+# The run's preflight asks for its rules first, in one request: where they prove every permission,
+# no access review is sent (core_permissions.granted_by_rules).
+RULES_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+RULES_REVIEW_REASON = "allowed by a rule of the SelfSubjectRulesReview"
 RUNTIMECLASS_PERMISSION = ("get", "runtimeclasses", "node.k8s.io", "", False)
 # --parallelism auto lists the RuntimeClasses with the nodes and their pods, in one process
 RUNTIMECLASS_LIST_PERMISSION = ("list", "runtimeclasses", "node.k8s.io", "", False)

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .constants import (
     APP_LABEL_VALUE,
@@ -22,6 +22,7 @@ from .constants import (
     NODE_LIST_PERMISSION,
     POD_REQUESTS,
     REQUIRED_PERMISSIONS,
+    RULES_REVIEW_REASON,
     RUN_LABEL,
     RUNTIMECLASS_LIST_PERMISSION,
     RUNTIMECLASS_PERMISSION,
@@ -74,6 +75,66 @@ def access_review_list(
             }
         )
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def rules_review(namespace: str) -> KubeObject:
+    """The SelfSubjectRulesReview of the run's namespace: every rule the context holds there, in
+    one request (`create --raw`, no discovery), where the access reviews take one request each."""
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": namespace},
+    }
+
+
+def _rule_grants(rule: Any, verb: str, resource: str, group: str, subresource: str) -> bool:
+    """Whether one resource rule of a rules review allows the request, as RBAC matches a rule
+    (kubernetes/kubernetes pkg/apis/rbac/v1/evaluation_helpers.go: VerbMatches, APIGroupMatches,
+    ResourceMatches, ResourceNameMatches): the verb or `*`; the group or `*`; `*`, the resource
+    (`resource/subresource` for a subresource) or `*/subresource`; and no resourceNames, since a
+    rule limited to names never allows a request without one (every request reviewed here has none)."""
+    if not isinstance(rule, dict) or rule.get("resourceNames"):
+        return False
+
+    def listed(key: str) -> Set[str]:
+        values = rule.get(key)
+        return {value for value in values if isinstance(value, str)} if isinstance(values, list) else set()
+
+    asked = f"{resource}/{subresource}" if subresource else resource
+    wanted = {"*", asked} | ({f"*/{subresource}"} if subresource else set())
+    return (
+        bool({"*", verb} & listed("verbs"))
+        and bool({"*", group} & listed("apiGroups"))
+        and bool(wanted & listed("resources"))
+    )
+
+
+def granted_by_rules(answer: Optional[KubeObject], reviews: KubeObject) -> Optional[List[KubeObject]]:
+    """The access reviews (access_review_list) answered allowed, when the rules review's answer
+    proves every one of them; else None, and the access reviews themselves decide.
+
+    A rule proves only what it would allow to the access review itself: the answer must be
+    complete (`incomplete` false, no evaluationError: an authorizer that cannot list its rules,
+    such as a webhook, may also deny what another one's rules allow), and each permission
+    matched by one rule as RBAC matches it (_rule_grants). The review is of the run's namespace,
+    which does not exist yet, so no RoleBinding can be in it (namespace lifecycle admission
+    refuses objects in a namespace that does not exist): every rule it lists is a cluster-wide
+    one, which holds for the cluster-scoped permissions (namespaces, nodes, RuntimeClasses) too."""
+    status = (answer or {}).get("status")
+    if not isinstance(status, dict) or status.get("incomplete") is not False or status.get("evaluationError"):
+        return None
+    rules = status.get("resourceRules")
+    if not isinstance(rules, list):
+        return None
+    answered = []
+    for review in reviews.get("items") or []:
+        attributes = dig(review, "spec", "resourceAttributes") or {}
+        verb, resource = str(attributes.get("verb", "")), str(attributes.get("resource", ""))
+        group, subresource = str(attributes.get("group", "")), str(attributes.get("subresource", ""))
+        if not verb or not resource or not any(_rule_grants(r, verb, resource, group, subresource) for r in rules):
+            return None
+        answered.append({**review, "status": {"allowed": True, "reason": RULES_REVIEW_REASON}})
+    return answered
 
 
 def kueue_findings(context: str, queue: str, kueue: Optional[Read], cluster_queue: Optional[Read]) -> List[Finding]:

@@ -587,13 +587,14 @@ class Kubectl:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
 
-    def create_raw(self, path: str, manifest: KubeObject) -> KubeObject:
+    def create_raw(self, path: str, manifest: KubeObject, review: bool = False) -> KubeObject:
         """Create one object with `create --raw PATH -f -`: one POST of the manifest to `path`
         with the kubeconfig's credentials, and no discovery nor OpenAPI download, which a cold
         kubectl cache (a fresh CI runner) pays before any other create (kubectl
         pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
-        its RESTMapper). The server's answer, the stored object, is printed as it is."""
-        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest))
+        its RESTMapper). The server's answer, the stored object, is printed as it is. A review
+        (review=True: the rules review) is never stored, so it is retried as a read."""
+        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest), read_only=review)
         return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
 
     def get_raw(self, path: str, **kwargs: Any) -> str:

@@ -68,10 +68,17 @@ def shell_lines(command: str, width: int, prefix: str = "  ", comment: str = "")
         words = [command]
     lines, line = [], prefix
     indent = " " * (len(prefix) + 4)
+    previous = ""
     for word in words:
         if line.strip() and _display_width(f"{line} {word} \\") > width:
+            # A word that filled its line alone leaves no room for the break's " \\": its end
+            # goes to a line of its own first (unquoted only, as below).
+            if _display_width(line + " \\") > width and not previous.startswith(("'", '"')) and width > 4:
+                lines.append(line[: width - 2] + "\\")
+                line = line[width - 2 :]
             lines.append(line + " \\")
             line = indent
+        previous = word
         line += ("" if line == prefix or not line.strip() else " ") + word
         # An unquoted word too long for a line is cut with a backslash-newline inside it, which the
         # shell removes (POSIX "Escape Character"), its rest at the start of the next line (an indent

@@ -41,6 +41,7 @@ from .common import (
     FAKE_USER,
     KUSTOMIZE_VERSION,
     POLL_SECONDS,
+    RESOURCES,
     STATE_ENV,
     KubectlError,
     ResType,
@@ -861,10 +862,14 @@ def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], fi
     path, _, query = raw.partition("?")
     params = dict(urllib.parse.parse_qsl(query))
     match = RAW_COLLECTION.fullmatch(path)
-    if match is None:
-        raise not_supported(f"create --raw {raw} (only the namespaces, configmaps and jobs collections)")
+    if match is None and path != RULES_REVIEW_PATH:
+        raise not_supported(
+            f"create --raw {raw} (only the namespaces, configmaps and jobs collections, and the rules review)"
+        )
     stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
     inv.check_context()
+    if match is None:
+        return create_rules_review(inv, stdin)
     try:
         obj = json.loads(stdin)
     except ValueError:
@@ -1061,6 +1066,55 @@ def store_new_object(inv: Invocation, rt: ResType, obj: dict, ctx: str) -> dict:
     if rt.kind == "Job":
         spawn_controller(inv.state, md["namespace"], name, uid)
     return created
+
+
+RULES_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
+RULE_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+SUBRESOURCES = {"pods": ("log", "status"), "nodes": ("proxy",), "jobs": ("status",), "namespaces": ("status",)}
+
+
+def create_rules_review(inv: Invocation, stdin: str) -> int:
+    """``create --raw /apis/authorization.k8s.io/v1/selfsubjectrulesreviews -f -``: the rules the
+    fake user holds in the namespace, as RBAC lists them (plugin/pkg/auth/authorizer/rbac
+    RulesFor): cluster-admin's one rule of wildcards when cluster.json forbids nothing, else one
+    rule per verb and resource the forbidden list leaves (RBAC cannot say "all but"). The fault
+    ``rules_review: "incomplete"`` is a cluster with a webhook authorizer, which cannot list its
+    rules (`incomplete: true`, the RBAC rules beside it); every user may ask (system:basic-user)."""
+    try:
+        obj = json.loads(stdin)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or obj.get("kind") != "SelfSubjectRulesReview":
+        raise KubectlError(
+            "Error from server (BadRequest): the body of the request was in an unknown format for "
+            "SelfSubjectRulesReview"
+        )
+    if not (obj.get("spec") or {}).get("namespace"):
+        raise KubectlError("Error from server (BadRequest): no namespace on request")  # its REST Create
+    result: Dict[str, dict] = {}
+
+    def apply() -> None:
+        if not inv.cluster.get("forbidden"):
+            rules = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+        else:
+            rules = []
+            for rt in RESOURCES:
+                for name in [rt.resource, *(f"{rt.resource}/{sub}" for sub in SUBRESOURCES.get(rt.resource, ()))]:
+                    verbs = [verb for verb in RULE_VERBS if not is_forbidden(inv.cluster, verb, name)]
+                    if verbs:
+                        rules.append({"verbs": verbs, "apiGroups": [rt.group], "resources": [name]})
+        status: Dict[str, Any] = {
+            "resourceRules": rules,
+            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*"]}],
+            "incomplete": inv.faults.get("rules_review") == "incomplete",
+        }
+        if status["incomplete"]:
+            status["evaluationError"] = "webhook authorizer does not support user rule resolution"
+        result["obj"] = {**obj, "metadata": {"creationTimestamp": None}, "status": status}
+
+    inv.api_call(("create", "SelfSubjectRulesReview"), apply=apply, rbac=False)
+    out(json.dumps(result["obj"]))
+    return 0
 
 
 def create_ssar(inv: Invocation, obj: dict) -> dict:

@@ -39,6 +39,7 @@ FAULT_KEYS = {
     "watch_error",
     "watch_garbage",  # issue 27: bytes that are not UTF-8, or an object of an odd shape, on a watch
     "serviceaccount_delay",
+    "rules_review",  # "incomplete": a webhook authorizer beside RBAC, which cannot list its rules
     "queue",
     "admission",
     "termination_grace_seconds",
@@ -208,6 +209,8 @@ def load_faults() -> dict:
             )
     if faults.get("scheduled_event_time", "event_time") not in SCHEDULED_EVENT_TIMES:
         raise KubectlError(f"error: fake_kubectl: bad scheduled_event_time; known: {sorted(SCHEDULED_EVENT_TIMES)}")
+    if faults.get("rules_review", "incomplete") != "incomplete":
+        raise KubectlError('error: fake_kubectl: rules_review must be "incomplete"')
     if faults.get("image_pull", "cached") not in IMAGE_PULLS:
         raise KubectlError(f"error: fake_kubectl: bad image_pull; known: {sorted(IMAGE_PULLS)}")
     foreign = faults.get("kubelet_foreign_pods", 0)
