@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -44,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -755,30 +756,80 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
 
 def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
     """What a cold kubectl cache (a fresh CI runner's empty $HOME) costs each form of the calls
-    before the Job: the real kubectl on PATH against the recording API server on 127.0.0.1
-    (tests/recordingserver.py, which answers at once: on a real API server each request also costs
-    its round trip: `latency` seconds are added before every answer to stand for it), each form in
-    a fresh HOME, the forms alternating, `repeats` times. The raw forms are what the run sends
-    since issue 26; the others what it sent before."""
+    before the Job, and what the same form costs once the cache is warm: the real kubectl on PATH
+    against the recording API server on 127.0.0.1 (tests/recordingserver.py, which answers at
+    once: on a real API server each request also costs its round trip: `latency` seconds are
+    added before every answer to stand for it), each form in a fresh HOME, then again in the
+    same HOME, the forms alternating, `repeats` times. A form of two calls runs them one after
+    the other (the second needs the first's object). "now" is what the run sends; "before" what
+    it sent earlier; "candidate" a form measured and not taken."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         print("cold cache: no kubectl on PATH; skipped")
         return
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rollout", "namespace": "demo"}}
+    namespace = "agc-rl-0123456789ab"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rollout", "namespace": namespace}}
     runtimeclass = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "cube"}}
-    forms = [
-        ("Job: create -f - --validate=strict (before)", ["create", "-f", "-", "-o", "json", "--validate=strict"], job),
-        ("Job: create --raw PATH -f - (now)", ["create", "--raw", rl_batch_demo.create_path(job), "-f", "-"], job),
+    reviews = rl_batch_demo.access_review_list(namespace, True)
+    ns = rl_batch_demo.namespace_manifest(namespace, "0123456789ab")
+    cm = rl_batch_demo.configmap_manifest(
+        namespace, "0123456789ab", rl_batch_demo.WORKER_SOURCE, None, rl_batch_demo.LAUNCHER_SOURCE
+    )
+    objects = {"apiVersion": "v1", "kind": "List", "items": [ns, cm]}
+    strict = ["create", "-f", "-", "-o", "json", "--validate=strict"]
+    rules = rl_batch_demo.rules_review(namespace)
+    Form = Tuple[str, List[Tuple[List[str], str]]]
+    forms: List[Form] = [
+        ("Job: create -f - --validate=strict (before)", [(strict, json.dumps(job))]),
+        (
+            "Job: create --raw PATH -f - (now)",
+            [(["create", "--raw", rl_batch_demo.create_path(job), "-f", "-"], json.dumps(job))],
+        ),
         (
             "RuntimeClass: get runtimeclass NAME (before)",
-            ["get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"],
-            None,
+            [(["get", "runtimeclass", "cube", "--ignore-not-found", "-o", "json"], "")],
         ),
-        ("RuntimeClass: get --raw PATH (now)", ["get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"], None),
+        ("RuntimeClass: get --raw PATH (now)", [(["get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"], "")]),
+        (
+            f"{len(reviews['items'])} access reviews: create -f - --validate=false (before)",
+            [(["create", "-f", "-", "-o", "json", "--validate=false"], json.dumps(reviews))],
+        ),
+        (
+            "rules review: create --raw PATH -f - (now)",
+            [(["create", "--raw", rl_batch_demo.RULES_REVIEW_PATH, "-f", "-"], json.dumps(rules))],
+        ),
+        ("namespace + ConfigMap: List, --validate=strict (now)", [(strict, json.dumps(objects))]),
+        ("namespace + ConfigMap: 2 documents, strict (candidate)", [(strict, json.dumps(ns) + "\n" + json.dumps(cm))]),
+        (
+            "namespace, then ConfigMap: 2 x create --raw (candidate)",
+            [
+                (["create", "--raw", rl_batch_demo.create_path(ns), "-f", "-"], json.dumps(ns)),
+                (["create", "--raw", rl_batch_demo.create_path(cm), "-f", "-"], json.dumps(cm)),
+            ],
+        ),
     ]
-    samples: Dict[str, List[Tuple[float, int]]] = {label: [] for label, _, _ in forms}
+    samples: Dict[Tuple[str, str], List[Tuple[float, int]]] = {}
+
+    def created(record: Any, match: Any) -> Answer:
+        stored = record.json()
+        stored.setdefault("metadata", {})["uid"] = "uid"
+        return Answer(201, stored)
+
+    def reviewed(record: Any, match: Any) -> Answer:
+        answered = record.json()
+        answered["status"] = {"allowed": True}
+        return Answer(201, answered)
+
+    def ruled(record: Any, match: Any) -> Answer:
+        everything = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+        return Answer(201, {**record.json(), "status": {"resourceRules": everything, "incomplete": False}})
+
     with RecordingServer() as server, tempfile.TemporaryDirectory(prefix="rl-bench-cold-") as scratch:
-        server.route("POST", "/apis/batch/v1/namespaces/demo/jobs", lambda r, m: Answer(201, r.json()))
+        server.route("POST", "/apis/batch/v1/namespaces/[^/]+/jobs", created)
+        server.route("POST", "/api/v1/namespaces", created)
+        server.route("POST", "/api/v1/namespaces/[^/]+/configmaps", created)
+        server.route("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", reviewed)
+        server.route("POST", rl_batch_demo.RULES_REVIEW_PATH, ruled)
         server.route("GET", "/apis/node.k8s.io/v1/runtimeclasses/cube", lambda r, m: Answer(200, runtimeclass))
         kubeconfig = server.kubeconfig(Path(scratch))
         answer = server.answer
@@ -790,32 +841,167 @@ def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
 
         server.answer = slowed  # type: ignore[method-assign]
         for repeat in range(repeats):
-            for number, (label, argv, stdin) in enumerate(forms):
-                home = Path(scratch) / f"home-{repeat}-{number}"  # a cold cache every time
+            for number, (label, calls) in enumerate(forms):
+                home = Path(scratch) / f"home-{repeat}-{number}"  # a cold cache, then the same one warm
                 home.mkdir()
                 env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home)}
-                before = len(server.taken())
-                started = time.perf_counter()
-                subprocess.run(
-                    [kubectl, f"--kubeconfig={kubeconfig}", "--request-timeout=30s", *argv],
-                    input=json.dumps(stdin).encode() if stdin else None,
-                    env=env,
-                    capture_output=True,
-                    check=True,
-                )
-                samples[label].append((time.perf_counter() - started, len(server.taken()) - before))
+                for cache in ("cold", "warm"):
+                    before = len(server.taken())
+                    started = time.perf_counter()
+                    for argv, stdin in calls:
+                        subprocess.run(
+                            [kubectl, f"--kubeconfig={kubeconfig}", "--request-timeout=30s", *argv],
+                            input=stdin.encode() if stdin else None,
+                            env=env,
+                            capture_output=True,
+                            check=True,
+                        )
+                    seconds = time.perf_counter() - started
+                    samples.setdefault((label, cache), []).append((seconds, len(server.taken()) - before))
     version = subprocess.run(
         [kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True, check=False
     ).stdout
     client = json.loads(version or "{}").get("clientVersion", {}).get("gitVersion", "?")
     print(
-        f"cold kubectl cache, {kubectl} ({client}) against the recording server answering after "
+        f"kubectl cache cold and warm, {kubectl} ({client}) against the recording server answering after "
         f"{latency * 1000:.0f} ms, median of {repeats}, alternating:"
     )
-    for label, _, _ in forms:
-        seconds = statistics.median(s for s, _ in samples[label])
-        requests = statistics.median(n for _, n in samples[label])
-        print(f"  {label:<50} {seconds:6.3f} s  {requests:3.0f} requests")
+    print(f"  {'':<56} {'cold cache':<16} warm cache")
+    for label, _ in forms:
+        row = f"  {label:<56}"
+        for cache in ("cold", "warm"):
+            seconds = statistics.median(s for s, _ in samples[(label, cache)])
+            requests = statistics.median(n for _, n in samples[(label, cache)])
+            row += f" {seconds:6.3f} s {requests:3.0f} req"
+        print(row)
+
+
+def steps_before_the_job(repeats: int, latency: float = 0.0) -> None:
+    """The run's steps before its Job, as it makes them, with the real kubectl on PATH against the
+    recording server (`latency` before every answer): the ServiceAccount's watch, the
+    RuntimeClass's read and the permissions at once, then the namespace and the ConfigMap, then
+    the Job's create; the account is there at once (its wait is not what is measured). Seconds
+    from the first call's start to the end of the permissions' step, of the objects' step and to
+    the Job's create answered; cold: a fresh HOME, warm: the same HOME again; the plans
+    alternating, `repeats` times."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        print("steps before the Job: no kubectl on PATH; skipped")
+        return
+    namespace = "agc-rl-0123456789ab"
+    reviews = rl_batch_demo.access_review_list(namespace, True)
+    ns = rl_batch_demo.namespace_manifest(namespace, "0123456789ab")
+    cm = rl_batch_demo.configmap_manifest(
+        namespace, "0123456789ab", rl_batch_demo.WORKER_SOURCE, None, rl_batch_demo.LAUNCHER_SOURCE
+    )
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rollout", "namespace": namespace}}
+    strict = ["create", "-f", "-", "-o", "json", "--validate=strict"]
+    Call = Tuple[List[str], str]
+    access = (["create", "-f", "-", "-o", "json", "--validate=false"], json.dumps(reviews))
+    rules = (
+        ["create", "--raw", rl_batch_demo.RULES_REVIEW_PATH, "-f", "-"],
+        json.dumps(rl_batch_demo.rules_review(namespace)),
+    )
+    together = (strict, json.dumps({"apiVersion": "v1", "kind": "List", "items": [ns, cm]}))
+    raw_ns = (["create", "--raw", rl_batch_demo.create_path(ns), "-f", "-"], json.dumps(ns))
+    raw_cm = (["create", "--raw", rl_batch_demo.create_path(cm), "-f", "-"], json.dumps(cm))
+    plans = [
+        ("access reviews | List create (before)", access, [together]),
+        ("rules review | List create (now)", rules, [together]),
+        ("rules review | 2 x create --raw (candidate)", rules, [raw_ns, raw_cm]),
+    ]
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}}
+
+    def accounts(record: Any, match: Any) -> Answer:
+        if record.query.get("watch") in ("true", "1"):
+            return Answer(200, chunks=[(0.0, b""), (30.0, b"")])  # held until the watch is ended
+        listing = {"kind": "ServiceAccountList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}}
+        return Answer(200, {**listing, "items": [account]})
+
+    def created(record: Any, match: Any) -> Answer:
+        stored = record.json()
+        stored.setdefault("metadata", {})["uid"] = "uid"
+        return Answer(201, stored)
+
+    def reviewed(record: Any, match: Any) -> Answer:
+        return Answer(201, {**record.json(), "status": {"allowed": True}})
+
+    def ruled(record: Any, match: Any) -> Answer:
+        everything = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+        return Answer(201, {**record.json(), "status": {"resourceRules": everything, "incomplete": False}})
+
+    samples: Dict[Tuple[str, str], List[Tuple[float, float, float, int]]] = {}
+    with RecordingServer() as server, tempfile.TemporaryDirectory(prefix="rl-bench-steps-") as scratch:
+        for pattern in (
+            "/api/v1/namespaces",
+            "/api/v1/namespaces/[^/]+/configmaps",
+            "/apis/batch/v1/namespaces/[^/]+/jobs",
+        ):
+            server.route("POST", pattern, created)
+        server.route("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", reviewed)
+        server.route("POST", rl_batch_demo.RULES_REVIEW_PATH, ruled)
+        server.route(
+            "GET", "/apis/node.k8s.io/v1/runtimeclasses/cube", lambda r, m: Answer(200, {"kind": "RuntimeClass"})
+        )
+        server.route("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts", accounts)
+        kubeconfig = server.kubeconfig(Path(scratch))
+        answer = server.answer
+
+        def slowed(record: Any) -> Answer:
+            given = answer(record)
+            given.delay += latency
+            return given
+
+        server.answer = slowed  # type: ignore[method-assign]
+        base = [kubectl, f"--kubeconfig={kubeconfig}", "--request-timeout=30s"]
+        watch_argv = ["get", "serviceaccounts", "--field-selector", "metadata.name=default"]
+        watch_argv += [f"--namespace={namespace}", "-o", "json", "--output-watch-events", "--watch"]
+        rc_read = (["get", "--raw", "/apis/node.k8s.io/v1/runtimeclasses/cube"], "")
+        job_create = (["create", "--raw", rl_batch_demo.create_path(job), "-f", "-"], json.dumps(job))
+
+        def steps(env: Dict[str, str], permissions: Call, objects: List[Call]) -> Tuple[float, float, float]:
+            def call(form: Call) -> None:
+                subprocess.run([*base, *form[0]], input=form[1].encode(), env=env, capture_output=True, check=True)
+
+            started = time.perf_counter()
+            with subprocess.Popen(
+                [*base, *watch_argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            ) as w:
+                assert w.stdout is not None
+                rl_batch_demo.concurrently([lambda: call(rc_read), lambda: call(permissions)])
+                preflight = time.perf_counter() - started
+                call(objects[0])
+                rest: List[Callable[[], Any]] = [functools.partial(call, form) for form in objects[1:]]
+                seen = rl_batch_demo.concurrently([*rest, w.stdout.readline])  # the account, listed
+                assert seen[-1], "the account's watch printed nothing"
+                created_objects = time.perf_counter() - started
+                call(job_create)
+                job_created = time.perf_counter() - started
+                w.terminate()
+            return preflight, created_objects, job_created
+
+        for repeat in range(repeats):
+            for number, (label, permissions, objects) in enumerate(plans):
+                home = Path(scratch) / f"home-{repeat}-{number}"  # a cold cache, then the same one warm
+                home.mkdir()
+                env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home)}
+                for cache in ("cold", "warm"):
+                    before = len(server.taken())
+                    figures = steps(env, permissions, objects)
+                    samples.setdefault((label, cache), []).append((*figures, len(server.taken()) - before))
+    print(
+        f"steps before the Job, {kubectl} against the recording server answering after {latency * 1000:.0f} ms, "
+        f"median of {repeats}, alternating\n  (seconds from the first call: the permissions' step ends, the objects' "
+        "step ends, the Job is created):"
+    )
+    for label, _, _ in plans:
+        for cache in ("cold", "warm"):
+            runs = samples[(label, cache)]
+            figures = [statistics.median(run[index] for run in runs) for index in range(4)]
+            print(
+                f"  {label:<44} {cache}: {figures[0]:.3f}  {figures[1]:.3f}  {figures[2]:.3f} s  "
+                f"{figures[3]:.0f} requests"
+            )
 
 
 def main() -> int:
@@ -844,6 +1030,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.only == "cold-cache":
         cold_cache_forms(args.repeats, args.latency_ms / 1000)
+        print()
+        steps_before_the_job(args.repeats, args.latency_ms / 1000)
         return 0
     if args.only == "side-by-side":
         if not args.guide or not Path(args.guide).is_file():

@@ -80,6 +80,35 @@ class PermissionsTest(ControlPlaneCase):
         result = self.tool("run", "--warmup", "--output", str(self.out()))
         self.assert_fails(result, demo.EXIT_CLUSTER, "lacks permissions this run needs: list nodes")
 
+    def test_rules_that_prove_nothing_are_followed_by_the_access_reviews(self) -> None:
+        """A webhook authorizer beside RBAC cannot list its rules (`incomplete`), and may deny what
+        RBAC's rules allow: the access reviews are asked after the rules review, and decide."""
+        plan = RunPlan(Batch(count=2))
+        calls = plan.run()
+        asked = demo.access_review_list(NAMESPACE, True)
+        calls[2] = plan.cluster.rules_review(asked, incomplete=True)  # every rule, but incomplete
+        reviews = plan.cluster.access_reviews(NAMESPACE, True, (("get", "pods"),))
+        self.expect(*calls[:3], reviews, plan.refused_watch())
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_CLUSTER, "lacks permissions this run needs: get pods")
+        self.assertFalse(self.out().exists())  # a failed preflight leaves no output directory
+        [rules, access] = [argv for argv in self.stub.calls() if "create" in argv]
+        self.assertIn(demo.RULES_REVIEW_PATH, rules)
+        self.assertIn("--validate=false", access)
+
+    def test_the_access_reviews_come_only_after_rules_that_prove_nothing(self) -> None:
+        plan = RunPlan(Batch(count=2))
+        calls = plan.run()
+        calls[2] = plan.cluster.rules_review(demo.access_review_list(NAMESPACE, True), incomplete=True)
+        calls[3:3] = [plan.cluster.access_reviews(NAMESPACE, True)]
+        self.expect(*calls)
+        self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        recorded = self.recorded_calls()
+        [rules] = [call for call in recorded if demo.RULES_REVIEW_PATH in call["argv"]]
+        [access] = [call for call in recorded if "--validate=false" in call["argv"]]
+        self.assertGreaterEqual(access["started"], rules["started"] + rules["seconds"] - 0.002)
+        self.assertEqual(len(recorded), len(plan.run()) + 1)  # one process more than where rules prove all
+
     def test_without_watching_serviceaccounts_the_run_skips_that_wait_and_says_so(self) -> None:
         plan = RunPlan(Batch(count=2))
         calls = plan.run()[:-1]  # every call but the account's watch
