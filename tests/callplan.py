@@ -255,9 +255,10 @@ class Cluster:
         """The pods of every namespace that are not terminated (`check`, `run --parallelism auto`)."""
         return self.get_list("pods", items, namespace=None, flags=demo.NON_TERMINATED_PODS)
 
-    def create(self, manifest: Dict[str, Any], answer: Any, validate: str = "strict") -> Call:
-        """`create -f - -o json --validate=...` with the manifest on stdin; answers the created
-        object, or for a List each created object as its own document, as kubectl prints them."""
+    def create(self, manifest: Any, answer: Any, validate: str = "strict") -> Call:
+        """`create -f - -o json --validate=...` with the manifest on stdin (a list: one JSON
+        document each, as the run sends its objects); answers the created object, or for a
+        List each created object as its own document, as kubectl prints them."""
         argv = self.args("create", "-f", "-", "-o", "json", f"--validate={validate}")
         stdout = "".join(as_json(item) for item in answer) if isinstance(answer, list) else as_json(answer)
         return Call(argv, stdout=stdout, stdin_json=manifest)
@@ -387,13 +388,12 @@ class RunPlan:
         return self.cluster.get_runtimeclass(self.runtime, runtimeclass_object(self.runtime) if exists else None)
 
     def create_namespace_and_configmap(self) -> Call:
-        """One `create` of a List: the namespace, then the ConfigMap with the worker."""
+        """One `create` of two JSON documents: the namespace, then the ConfigMap with the worker."""
         manifests = [
             demo.namespace_manifest(NAMESPACE, RUN_ID),
             demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
         ]
-        listing = {"apiVersion": "v1", "kind": "List", "items": manifests}
-        created = self.cluster.create(listing, [namespace_object(), configmap_object()])
+        created = self.cluster.create(manifests, [namespace_object(), configmap_object()])
         return dataclasses.replace(created, name="namespace")
 
     def serviceaccount_watch(

@@ -145,11 +145,17 @@ def stdin_problem(entry: dict, stdin: str | None) -> str:
     if "stdin_json" in entry:
         import json
 
+        # one JSON document, or several one after another (the run's objects): then their list
+        decoder, documents, text = json.JSONDecoder(), [], (stdin or "").strip()
         try:
-            sent = json.loads(stdin or "")
+            while text:
+                document, end = decoder.raw_decode(text)
+                documents.append(document)
+                text = text[end:].strip()
         except ValueError:
             return "stdin is not JSON: " + (stdin or "")[:200]
-        if sent != entry["stdin_json"]:
+        sent = documents[0] if len(documents) == 1 else documents
+        if not documents or sent != entry["stdin_json"]:
             return "stdin differs from the plan: " + json.dumps(sent, sort_keys=True)[:400]
     if "stdin" in entry and stdin != entry["stdin"]:
         return "stdin differs from the plan: " + (stdin or "")[:400]

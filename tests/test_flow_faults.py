@@ -18,6 +18,7 @@ from tests.callplan import (
     ERR_CLIENT_TIMEOUT,
     ERR_INTERNAL,
     ERR_INTERNAL_CREATE,
+    ERR_REFUSED,
     ERR_TOO_MANY,
     ERR_UNAVAILABLE,
     Call,
@@ -334,9 +335,11 @@ class ApiFaultTest(FaultTestCase):
         self.assertNotIn("ServiceAccount is not there yet", result.stderr)
 
     def test_refused_create_is_repeated(self) -> None:
-        # kubectl's words for the List and for one object: unreachable (the OpenAPI download for
-        # validation failed, so nothing was sent), or 429
-        for combined, alone in ((err_unreachable("create"), err_unreachable("create one")), (ERR_TOO_MANY,) * 2):
+        # kubectl's words for the objects' documents and for one object: unreachable (the OpenAPI
+        # download for validation failed, so nothing was sent: from 1.29 as one object's, up to
+        # 1.28 "The connection to the server ... was refused"), or 429
+        unreachable = err_unreachable("create one")
+        for combined, alone in ((unreachable, unreachable), (ERR_REFUSED, unreachable), (ERR_TOO_MANY,) * 2):
             with self.subTest(error=combined):
                 self.fresh_stub()
                 plan = RunPlan(Batch(count=2))

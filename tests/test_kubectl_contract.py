@@ -1142,6 +1142,42 @@ class ObjectsContract(ContractCase):
 
         self.each_kubectl(contract)
 
+    def test_create_of_documents_goes_on_past_a_failure_and_reads_no_v2_schema_from_129(self) -> None:
+        """The run's objects as it sends them (Kubectl.create_input: one JSON document each, not
+        a List): one POST per document, in order, each with fieldValidation=Strict; a failed one
+        does not stop the next; each created object printed; exit 1 with the failure on stderr,
+        read as a List's would be. No /openapi/v2 from 1.29 (the OpenAPI v3 document of `v1`
+        says the server validates), where a List fetches it on every call; up to 1.28 kubectl
+        downloads it for any object (cli-runtime query_param_verifier_v3.go, kubectl
+        pkg/validation/schema.go)."""
+        items = self.namespace_configmap_job()["items"]
+
+        def contract(session: Session) -> None:
+            exists = status_answer(
+                409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"}
+            )
+            session.server.route("POST", "/api/v1/namespaces", self.created)
+            session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
+            session.server.route("POST", JOBS_PATH, self.created)
+            stdin = demo.Kubectl.create_input({"apiVersion": "v1", "kind": "List", "items": items})
+            self.assertNotIn('"List"', stdin)
+            outcome = session.run(create_args(False), namespace=None, stdin=stdin.encode())
+            self.assertEqual(outcome.returncode, 1, outcome)
+            self.assertEqual(
+                outcome.stderr,
+                'Error from server (AlreadyExists): error when creating "STDIN": configmaps "episode" already exists\n',
+            )
+            posts = [r for r in session.api() if r.method == "POST"]
+            self.assertEqual([r.json() for r in posts], items)
+            self.assertEqual({r.query["fieldValidation"] for r in posts}, {"Strict"})
+            self.assertEqual([d["metadata"]["uid"] for d in outcome.documents()], [f"uid-{NAMESPACE}", f"uid-{JOB}"])
+            paths = [r.path for r in session.server.taken()]
+            self.assertEqual("/openapi/v2" in paths, session.binary.minor <= 28)
+            failure = demo.KubectlFailure(outcome.argv, outcome.returncode, outcome.stderr, outcome.stdout.decode())
+            self.assertTrue(failure.already_exists)
+
+        self.each_kubectl(contract)
+
     def test_create_of_one_object_is_validated_by_the_server(self) -> None:
         """One Job, --validate=strict: kubectl checks the OpenAPI v3 document of batch/v1 for the
         fieldValidation parameter and leaves the validation to the server; the server's

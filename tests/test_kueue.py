@@ -9,7 +9,6 @@ The pure rules as tables; the run through the fake cluster, whose Kueue does the
 
 from __future__ import annotations
 
-import json
 import unittest
 from typing import Any, Dict, List
 
@@ -169,7 +168,7 @@ class QueueThroughTheFakeTest(SourcesTestCase):
         results = self.results()
         self.assertGreaterEqual(results["client_admission_wait_seconds"], 1)
         creates = [r for r in cluster.call_records() if "create" in r["argv"] and r.get("stdin")]
-        kinds = [[item["kind"] for item in json.loads(r["stdin"]).get("items", [])] for r in creates]
+        kinds = [[item["kind"] for item in demo.parse_json_documents(r["stdin"])] for r in creates]
         self.assertIn(["Namespace", "ConfigMap", "LocalQueue"], kinds)  # one create, with the namespace
         cleaned = self.tool(cluster, "cleanup", "--output", str(self.out))
         self.assertEqual(cleaned.returncode, 0, cleaned.stderr)

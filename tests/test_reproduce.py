@@ -806,7 +806,7 @@ class InterruptedReproduceTest(FakeClusterCase):
         original = demo.Kubectl._once
 
         def once(kubectl: demo.Kubectl, argv: list[str], stdin: str | None, timeout: float) -> Any:
-            manifest = json.loads(stdin) if stdin else {}
+            manifest = demo.parse_json_documents(stdin)[0] if stdin else {}
             spec = (manifest.get("spec") or {}) if manifest.get("kind") == "Job" else {}
             # the sequential group's, not a probe's; on the fake's context only (the patch is on the
             # class: a concurrent test's Kubectl, the contract tests', must not be interrupted)

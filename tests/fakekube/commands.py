@@ -811,18 +811,25 @@ def cmd_create(inv: Invocation, flags: Dict[str, Any], positional: List[str]) ->
     stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
     if not stdin.strip():
         raise KubectlError("error: no objects passed to create")
-    try:
-        doc = json.loads(stdin)
-    except ValueError as e:
-        raise KubectlError(f"error: error parsing STDIN: error converting YAML to JSON: {e}") from None
-    if not isinstance(doc, dict):
-        raise KubectlError(
-            "error: error parsing STDIN: json: cannot unmarshal into Go value of type map[string]interface {}"
-        )
-    listed = str(doc.get("kind", "")).endswith("List")
-    items = doc.get("items") if listed else [doc]
+    # One JSON document or several one after another, as kubectl's YAMLOrJSONDecoder reads them
+    # (cli-runtime StreamVisitor); a List's items are created as the documents would be.
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while stdin[at:].strip():
+        try:
+            doc, end = decoder.raw_decode(stdin, len(stdin) - len(stdin[at:].lstrip()))
+        except ValueError as e:
+            raise KubectlError(f"error: error parsing STDIN: error converting YAML to JSON: {e}") from None
+        if not isinstance(doc, dict):
+            raise KubectlError(
+                "error: error parsing STDIN: json: cannot unmarshal into Go value of type map[string]interface {}"
+            )
+        docs.append(doc)
+        at = end
+    listed = len(docs) == 1 and str(docs[0].get("kind", "")).endswith("List")
+    items = docs[0].get("items") if listed else docs
     if not items:
         raise KubectlError("error: no objects passed to create")
+    # unreachable: a List's words, else those of documents and of one object (connection_refused)
     inv.check_context("list" if listed else "one")
     errors: List[str] = []
     for item in items:
