@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 import rl_batch_demo  # noqa: E402
 from tests.fakecluster import FakeCluster  # noqa: E402
-from tests.recordingserver import Answer, RecordingServer  # noqa: E402
+from tests.recordingserver import OPENAPI_V2_PROTOBUF, Answer, RecordingServer  # noqa: E402
 
 # The fake runs every episode as local processes: 1,000 at once would only measure this machine's
 # process table. The client's work does not depend on parallelism.
@@ -754,12 +754,49 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
         )
 
 
+def synthetic_openapi_v2(definitions: int = 700, properties: int = 12) -> bytes:
+    """An /openapi/v2 document of about a real cluster's size (3 MB: Kubernetes' own
+    api/openapi-spec/swagger.json is 3.2 MB of JSON before any CRD), as kubectl asks for it:
+    protobuf, gnostic's openapi_v2.Document (openapiv2/OpenAPIv2.proto): `definitions` objects of
+    `properties` described strings each. kubectl downloads and parses it for a List's
+    client-side validation; the recording server's own is empty."""
+
+    def varint(number: int) -> bytes:
+        out = bytearray()
+        while True:
+            low, number = number & 0x7F, number >> 7
+            out.append(low | (0x80 if number else 0))
+            if not number:
+                return bytes(out)
+
+    def field(number: int, payload: Any) -> bytes:  # length-delimited
+        data = payload.encode() if isinstance(payload, str) else payload
+        return varint(number << 3 | 2) + varint(len(data)) + data
+
+    def schema(description: str, kind: str, named: Sequence[Tuple[str, bytes]] = ()) -> bytes:
+        body = field(4, description) + field(22, field(1, kind))  # Schema.description, Schema.type
+        if named:  # Schema.properties: NamedSchema(name, value) each
+            body += field(25, b"".join(field(1, field(1, name) + field(2, sub)) for name, sub in named))
+        return body
+
+    text = " ".join(["lorem ipsum dolor sit amet consectetur"] * 7)
+    named = []
+    for number in range(definitions):
+        props = [(f"field{p}", schema(f"field {p} of Kind{number}: {text}", "string")) for p in range(properties)]
+        named.append(
+            field(1, field(1, f"io.k8s.api.synthetic.v1.Kind{number}") + field(2, schema(text, "object", props)))
+        )
+    info = field(1, "Kubernetes") + field(2, "v1.32.4")
+    return field(1, "2.0") + field(2, info) + field(9, b"".join(named))  # swagger, info, definitions
+
+
 def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
     """What a cold kubectl cache (a fresh CI runner's empty $HOME) costs each form of the calls
     before the Job, and what the same form costs once the cache is warm: the real kubectl on PATH
     against the recording API server on 127.0.0.1 (tests/recordingserver.py, which answers at
     once: on a real API server each request also costs its round trip: `latency` seconds are
-    added before every answer to stand for it), each form in a fresh HOME, then again in the
+    added before every answer to stand for it; its /openapi/v2 a synthetic one of a real
+    cluster's size, synthetic_openapi_v2), each form in a fresh HOME, then again in the
     same HOME, the forms alternating, `repeats` times. A form of two calls runs them one after
     the other (the second needs the first's object). "now" is what the run sends; "before" what
     it sent earlier; "candidate" a form measured and not taken."""
@@ -798,8 +835,8 @@ def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
             "rules review: create --raw PATH -f - (now)",
             [(["create", "--raw", rl_batch_demo.RULES_REVIEW_PATH, "-f", "-"], json.dumps(rules))],
         ),
-        ("namespace + ConfigMap: List, --validate=strict (now)", [(strict, json.dumps(objects))]),
-        ("namespace + ConfigMap: 2 documents, strict (candidate)", [(strict, json.dumps(ns) + "\n" + json.dumps(cm))]),
+        ("namespace + ConfigMap: List, --validate=strict (before)", [(strict, json.dumps(objects))]),
+        ("namespace + ConfigMap: 2 documents, strict (now)", [(strict, rl_batch_demo.Kubectl.create_input(objects))]),
         (
             "namespace, then ConfigMap: 2 x create --raw (candidate)",
             [
@@ -831,6 +868,8 @@ def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
         server.route("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", reviewed)
         server.route("POST", rl_batch_demo.RULES_REVIEW_PATH, ruled)
         server.route("GET", "/apis/node.k8s.io/v1/runtimeclasses/cube", lambda r, m: Answer(200, runtimeclass))
+        v2 = synthetic_openapi_v2()
+        server.route("GET", "/openapi/v2", lambda r, m: Answer(200, v2, OPENAPI_V2_PROTOBUF))
         kubeconfig = server.kubeconfig(Path(scratch))
         answer = server.answer
 
@@ -902,12 +941,15 @@ def steps_before_the_job(repeats: int, latency: float = 0.0) -> None:
         ["create", "--raw", rl_batch_demo.RULES_REVIEW_PATH, "-f", "-"],
         json.dumps(rl_batch_demo.rules_review(namespace)),
     )
-    together = (strict, json.dumps({"apiVersion": "v1", "kind": "List", "items": [ns, cm]}))
+    listing = {"apiVersion": "v1", "kind": "List", "items": [ns, cm]}
+    together = (strict, json.dumps(listing))
+    documents = (strict, rl_batch_demo.Kubectl.create_input(listing))
     raw_ns = (["create", "--raw", rl_batch_demo.create_path(ns), "-f", "-"], json.dumps(ns))
     raw_cm = (["create", "--raw", rl_batch_demo.create_path(cm), "-f", "-"], json.dumps(cm))
     plans = [
         ("access reviews | List create (before)", access, [together]),
-        ("rules review | List create (now)", rules, [together]),
+        ("rules review | List create", rules, [together]),
+        ("rules review | 2 documents (now)", rules, [documents]),
         ("rules review | 2 x create --raw (candidate)", rules, [raw_ns, raw_cm]),
     ]
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}}
@@ -944,6 +986,8 @@ def steps_before_the_job(repeats: int, latency: float = 0.0) -> None:
             "GET", "/apis/node.k8s.io/v1/runtimeclasses/cube", lambda r, m: Answer(200, {"kind": "RuntimeClass"})
         )
         server.route("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts", accounts)
+        v2 = synthetic_openapi_v2()
+        server.route("GET", "/openapi/v2", lambda r, m: Answer(200, v2, OPENAPI_V2_PROTOBUF))
         kubeconfig = server.kubeconfig(Path(scratch))
         answer = server.answer
 
