@@ -1408,8 +1408,9 @@ class LostNodes(TypedDict, total=False):  # only when a node of the round's pods
     lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
 
 
-class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
-    pod: str
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early): in no figure
+    pod: Optional[str]  # None: the Job had not created its pod yet (an Indexed Job's index never seen)
+    ended: bool  # its pod had ended, after the first K (--stop-after K keeps exactly K): its reward not counted
     index: Optional[int]
     task_id: Any
     round: int
@@ -1417,7 +1418,7 @@ class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a str
 
 
 class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
-    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes it did not keep (StoppedEpisode): in no figure
     stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
 
 
@@ -4917,25 +4918,31 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
 
 
 def stopped_figures(collected: RoundCollected) -> StoppedFigures:
-    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    """A stopped round's episodes that it did not keep: its stopped pods (stopped_pods, in creation
+    order: those still running, and those that ended beyond the first K of --stop-after K), then,
+    in an Indexed round, each index the Job had not created a pod for yet; {} otherwise."""
     if not collected.stopped:
         return {"stopped_episodes": [], "stopped_by": None}
-    episodes: List[StoppedEpisode] = []
-    for pod in collected.stopped_pods:
-        name = str(pod["metadata"]["name"])
+    where = f"{collected.round_dir}/pods.json"
+
+    def index_of(pod: KubeObject) -> Optional[int]:
         try:
-            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+            return pod_index(pod, collected.count, where)
         except EpisodeInvalid:
-            index = None
-        episodes.append(
-            {
-                "pod": name,
-                "index": index,
-                "task_id": task_id_for(collected, index),
-                "round": collected.round_number,
-                "job": collected.job_name,
-            }
-        )
+            return None
+
+    def entry(pod: Optional[str], index: Optional[int], ended: bool) -> StoppedEpisode:
+        task_id = task_id_for(collected, index)
+        return {"pod": pod, "ended": ended, "index": index, "task_id": task_id,
+                "round": collected.round_number, "job": collected.job_name}  # fmt: skip
+
+    def ended(pod: KubeObject) -> bool:  # as stopped_round_pods tells an ended pod: terminal, not being deleted
+        return dig(pod, "status", "phase") in ("Succeeded", "Failed") and not dig(pod, "metadata", "deletionTimestamp")
+
+    episodes = [entry(str(pod["metadata"]["name"]), index_of(pod), ended(pod)) for pod in collected.stopped_pods]
+    if collected.indexed:  # an index whose pod was never created is stopped too
+        seen = {index_of(pod) for pod in [*collected.pods, *collected.stopped_pods]}
+        episodes += [entry(None, index, False) for index in range(collected.count) if index not in seen]
     return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
 
 
@@ -5983,7 +5990,7 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
     stopped = len(results.get("stopped_episodes") or [])
     if stopped:
-        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
+        valid += f" ({stopped} stopped: {results.get('stopped_by')})"
     if scored:
         valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
@@ -9966,6 +9973,9 @@ class RoundRewards:
         self.held: Dict[str, KubeObject] = {}
         self.lock = threading.RLock()  # the watch's thread and the log readers' threads
         self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
+        # --stop-after K: the pods whose reward came once K stood (ended beyond the first K): no
+        # line, stopped with the episodes still running, so exactly K rewards stand
+        self.beyond: Set[str] = set()
 
     def standing(self) -> int:
         """How many of the round's episodes have a reward that stands (--stop-after counts them):
@@ -10140,11 +10150,17 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
+        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
+            first = line["pod"] not in self.last
+            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
+                self.beyond.add(line["pod"])  # --stop-after K keeps the first K: this one is stopped
+                continue
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-        self.writer.append(lines)
+            kept.append(line)
+        self.writer.append(kept)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -10677,13 +10693,18 @@ class BatchRun:
         log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         stopped = outcome == ROUND_STOPPED
+        if outcome == ROUND_COMPLETE and rewards is not None and rewards.beyond:
+            # every episode ended before the stop took effect: those beyond the first K are
+            # stopped all the same (no line, in no figure), so exactly K stand as with a stop
+            stopped = True
+            stop_reasons.append(self.stopped_by(rewards) or "")
         stopped_pods: List[KubeObject] = []
         if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
             watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
             if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
-                # the episodes whose rewards stand when the stop takes effect (K, or more that ended
-                # at once): one that ended without a line (its verdict not known from its status)
-                # is stopped with the rest, so rewards.jsonl and results.json hold the same episodes
+                # exactly the first K standing rewards (RoundRewards.beyond): an episode that ended
+                # without a line (beyond K, or its verdict not known from its status) is stopped
+                # with the rest, so rewards.jsonl and results.json hold the same K episodes
                 keep = set(rewards.last)
                 stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
                 watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
@@ -10735,7 +10756,8 @@ class BatchRun:
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
             write_pods(round_dir, [*pods, *stopped_pods], budgets)
-            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
+            if outcome == ROUND_STOPPED:  # a Job that completed has nothing left running
+                self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:

@@ -143,6 +143,32 @@ class StopAfterTest(TrainerTestCase):
         for row in results["pods"]:
             self.assertTrue((self.out / f"{row['pod']}.log").read_text().strip())
 
+    def test_episodes_that_end_together_still_keep_exactly_k(self) -> None:
+        """Five episodes that all end at once, --stop-after 2: whether the Job completes before the
+        stop takes effect or not, exactly the first two rewards known stand, in rewards.jsonl and
+        results.json, and the three others are named as stopped, with no line of their own."""
+        cluster = self.cluster()
+        worker = self.root / "template.py"  # the template saves a trajectory: each line waits for its file
+        worker.write_text(demo.WORKER_TEMPLATE)
+        tasks = self.root / "tasks.jsonl"
+        tasks.write_text(
+            "".join(json.dumps({"id": f"t{i}", "question": f"{i} + 1", "expected": i + 1}) + "\n" for i in range(5))
+        )
+        argv = ("--tasks", str(tasks), "--worker", str(worker), "--stop-after", "2", "--timeout", "120")
+        self.run_tool(cluster, 0, "--count", "5", *argv)
+        results = self.results()
+        self.assertEqual((results["episodes"], results["successful_episodes"], results["reward_sum"]), (2, 2, 2.0))
+        kept = sorted(row["index"] for row in results["pods"])
+        stopped = results["stopped_episodes"]
+        self.assertEqual(sorted([*kept, *(entry["index"] for entry in stopped)]), [0, 1, 2, 3, 4])
+        lines = self.lines()
+        self.assertEqual(sorted(line["index"] for line in lines), kept)  # no line for a stopped one
+        pods = {pod["metadata"]["name"]: pod for pod in json.loads((self.out / "pods.json").read_text())["items"]}
+        for entry in stopped:  # `ended` says whether its pod had ended: as pods.json shows it
+            if entry["ended"]:
+                self.assertEqual(pods[entry["pod"]]["status"]["phase"], "Succeeded", entry)
+        self.assertIn("--stop-after 2", results["stopped_by"])
+
     def test_without_stop_after_the_same_run_waits_for_every_episode(self) -> None:
         """The control: the same episodes without the flag end every one (a short length here)."""
         cluster = self.cluster()

@@ -305,7 +305,7 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
     stopped = len(results.get("stopped_episodes") or [])
     if stopped:
-        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
+        valid += f" ({stopped} stopped: {results.get('stopped_by')})"
     if scored:
         valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (

@@ -967,25 +967,31 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
 
 
 def stopped_figures(collected: RoundCollected) -> StoppedFigures:
-    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    """A stopped round's episodes that it did not keep: its stopped pods (stopped_pods, in creation
+    order: those still running, and those that ended beyond the first K of --stop-after K), then,
+    in an Indexed round, each index the Job had not created a pod for yet; {} otherwise."""
     if not collected.stopped:
         return {"stopped_episodes": [], "stopped_by": None}
-    episodes: List[StoppedEpisode] = []
-    for pod in collected.stopped_pods:
-        name = str(pod["metadata"]["name"])
+    where = f"{collected.round_dir}/pods.json"
+
+    def index_of(pod: KubeObject) -> Optional[int]:
         try:
-            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+            return pod_index(pod, collected.count, where)
         except EpisodeInvalid:
-            index = None
-        episodes.append(
-            {
-                "pod": name,
-                "index": index,
-                "task_id": task_id_for(collected, index),
-                "round": collected.round_number,
-                "job": collected.job_name,
-            }
-        )
+            return None
+
+    def entry(pod: Optional[str], index: Optional[int], ended: bool) -> StoppedEpisode:
+        task_id = task_id_for(collected, index)
+        return {"pod": pod, "ended": ended, "index": index, "task_id": task_id,
+                "round": collected.round_number, "job": collected.job_name}  # fmt: skip
+
+    def ended(pod: KubeObject) -> bool:  # as stopped_round_pods tells an ended pod: terminal, not being deleted
+        return dig(pod, "status", "phase") in ("Succeeded", "Failed") and not dig(pod, "metadata", "deletionTimestamp")
+
+    episodes = [entry(str(pod["metadata"]["name"]), index_of(pod), ended(pod)) for pod in collected.stopped_pods]
+    if collected.indexed:  # an index whose pod was never created is stopped too
+        seen = {index_of(pod) for pod in [*collected.pods, *collected.stopped_pods]}
+        episodes += [entry(None, index, False) for index in range(collected.count) if index not in seen]
     return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
 
 

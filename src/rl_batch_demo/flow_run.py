@@ -201,6 +201,9 @@ class RoundRewards:
         self.held: Dict[str, KubeObject] = {}
         self.lock = threading.RLock()  # the watch's thread and the log readers' threads
         self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
+        # --stop-after K: the pods whose reward came once K stood (ended beyond the first K): no
+        # line, stopped with the episodes still running, so exactly K rewards stand
+        self.beyond: Set[str] = set()
 
     def standing(self) -> int:
         """How many of the round's episodes have a reward that stands (--stop-after counts them):
@@ -375,11 +378,17 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
+        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
+            first = line["pod"] not in self.last
+            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
+                self.beyond.add(line["pod"])  # --stop-after K keeps the first K: this one is stopped
+                continue
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-        self.writer.append(lines)
+            kept.append(line)
+        self.writer.append(kept)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -912,13 +921,18 @@ class BatchRun:
         log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         stopped = outcome == ROUND_STOPPED
+        if outcome == ROUND_COMPLETE and rewards is not None and rewards.beyond:
+            # every episode ended before the stop took effect: those beyond the first K are
+            # stopped all the same (no line, in no figure), so exactly K stand as with a stop
+            stopped = True
+            stop_reasons.append(self.stopped_by(rewards) or "")
         stopped_pods: List[KubeObject] = []
         if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
             watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
             if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
-                # the episodes whose rewards stand when the stop takes effect (K, or more that ended
-                # at once): one that ended without a line (its verdict not known from its status)
-                # is stopped with the rest, so rewards.jsonl and results.json hold the same episodes
+                # exactly the first K standing rewards (RoundRewards.beyond): an episode that ended
+                # without a line (beyond K, or its verdict not known from its status) is stopped
+                # with the rest, so rewards.jsonl and results.json hold the same K episodes
                 keep = set(rewards.last)
                 stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
                 watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
@@ -970,7 +984,8 @@ class BatchRun:
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
             write_pods(round_dir, [*pods, *stopped_pods], budgets)
-            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
+            if outcome == ROUND_STOPPED:  # a Job that completed has nothing left running
+                self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
