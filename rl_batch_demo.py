@@ -1285,6 +1285,9 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
 class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
     info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
+    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
+    failure_kind: Optional[str]
 
 
 class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
@@ -1575,6 +1578,9 @@ class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, 
 class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
     tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
+    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
+    failure_kind: Optional[str]
 
 
 class GuideRow(TypedDict):
@@ -5175,9 +5181,11 @@ def assemble_results(
 
 def pod_row(row: EpisodeRow) -> PodRow:
     """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
-    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none, and its
+    failure_kind as its line has it (None: it validated)."""
     copy = row.copy()
     copy["info"] = row.get("info", {})
+    copy["failure_kind"] = None
     return copy
 
 

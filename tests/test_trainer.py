@@ -106,6 +106,11 @@ class EpisodeTimeoutTest(TrainerTestCase):
         self.assertEqual((results["successful_episodes"], results["reward_sum"]), (2, 1.0 + 1.0 - 1.0))
         lines = {line["index"]: line for line in self.lines()}
         self.assertEqual((lines[1]["reward"], lines[1]["failure_kind"]), (-1.0, demo.FAILURE_EPISODE))
+        # results.json's rows say whose failure each is as the lines do: none, they validated
+        self.assertEqual({row["index"]: row["failure_kind"] for row in results["pods"]}, {0: None, 2: None})
+        self.assertEqual(
+            {row["index"]: lines[row["index"]]["failure_kind"] for row in results["pods"]}, {0: None, 2: None}
+        )
 
     def test_without_a_score_the_hung_episode_fails_the_run_as_its_own(self) -> None:
         cluster = self.cluster()

@@ -1224,9 +1224,11 @@ def assemble_results(
 
 def pod_row(row: EpisodeRow) -> PodRow:
     """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
-    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none, and its
+    failure_kind as its line has it (None: it validated)."""
     copy = row.copy()
     copy["info"] = row.get("info", {})
+    copy["failure_kind"] = None
     return copy
 
 

@@ -412,6 +412,9 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
 class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
     info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
+    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
+    failure_kind: Optional[str]
 
 
 class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
@@ -702,6 +705,9 @@ class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, 
 class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
     tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
+    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
+    failure_kind: Optional[str]
 
 
 class GuideRow(TypedDict):
