@@ -705,9 +705,6 @@ class _RewardLine(TypedDict):  # rewards.jsonl: a failed episode has info None, 
 class RewardLine(_RewardLine, total=False):  # absent from the lines of versions before issue 25
     tags: JsonObject  # --tags, as given ({} without): RewardsWriter sets it on every line
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
-    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
-    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
-    failure_kind: Optional[str]
 
 
 class GuideRow(TypedDict):
