@@ -9593,20 +9593,32 @@ class LogFollower:
             return None
         return read.reader.artifacts_of(name)
 
-    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
+    def finish(self, grace: float, stop: Optional[threading.Event] = None, early: bool = False) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
         kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
-        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt).
+
+        `early`: the round stopped before its Job ended (--stop-after, a stream left early), so
+        a read whose pods still run would last until the Job's deletion: each read is given the
+        grace only until every pod of it that ended has printed its end line (what the round
+        keeps is then whole), not until its stream ends."""
         with self.lock:
             self.closed = True
             if self.waiting:
                 self._follow()
             reads = list(self.reads)
         until = time.monotonic() + grace
+
+        def enough_of(read: FollowedRead) -> bool:
+            with self.lock:
+                return early and all(name in read.reader.ended for name in read.pods if name in self.ended)
+
         for read in reads:
-            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+            while not read.done.wait(0.0 if enough_of(read) else max(0.0, min(0.1, until - time.monotonic()))):
+                if enough_of(read):
+                    break
                 if stop is not None and stop.is_set():
                     self.stop()
                     raise KeyboardInterrupt
@@ -10684,7 +10696,8 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
+            early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None

@@ -27,6 +27,7 @@ from .constants import (
     EXIT_TIMEOUT,
     GC_PODS_PER_SECOND,
     INFRA_RETRIES_INSTEAD,
+    JOB_STOPPED,
     JUNIT_SUITE_NAME,
     KUEUE_GROUP,
     LOCAL_QUEUE_NAME,
@@ -907,7 +908,8 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
+            early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
