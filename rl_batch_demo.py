@@ -2021,11 +2021,7 @@ def served_kueue_version(group: Any) -> Optional[str]:
     if not isinstance(group, dict):
         return None
     served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
-    preferred = (
-        (group.get("preferredVersion") or {}).get("version")
-        if isinstance(group.get("preferredVersion"), dict)
-        else None
-    )
+    preferred = dig(group, "preferredVersion", "version") if isinstance(group.get("preferredVersion"), dict) else None
     if preferred in KUEUE_VERSIONS and preferred in served:
         return str(preferred)
     return next((version for version in KUEUE_VERSIONS if version in served), None)
@@ -2725,7 +2721,7 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
-        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        deadline = dig(pod, "spec", "activeDeadlineSeconds")
         return 1, (
             f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
             f"activeDeadlineSeconds; {_phase_failure(pod)})"
@@ -2795,7 +2791,7 @@ def unanswered_node(pod: KubeObject) -> str:
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
         return ""
-    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    running = bool(dig(_container_status(pod), "state", "running"))
     for condition in status.get("conditions") or []:
         if not isinstance(condition, dict):
             continue
@@ -2820,7 +2816,7 @@ def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
     state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
     detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
     since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
-    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    taints = [t for t in dig(node, "spec", "taints") or [] if isinstance(t, dict)]
     out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
     text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
     return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
@@ -2979,7 +2975,7 @@ def episode_attempts(
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
             first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
-            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            rule = pod_failure(first)[1] or f"it ended in phase {dig(first, 'status', 'phase')}"
             raise EpisodeInvalid(
                 str(first["metadata"]["name"]),
                 f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
@@ -3131,8 +3127,8 @@ def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[Lis
     for pod in observation.last_pods.values():
         if not pod_belongs_to(pod, job_uid):
             continue
-        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+        final = dig(pod, "status", "phase") in ("Succeeded", "Failed")
+        (ended if final and not dig(pod, "metadata", "deletionTimestamp") else stopped).append(pod)
     for pods in (ended, stopped):
         pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return ended, stopped
@@ -3143,13 +3139,13 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
     the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
     reads each pod by name."""
-    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
-    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    indexes = [dig(pod["metadata"], "labels", INDEX_LABEL) for pod in ended]
+    others = {dig(pod["metadata"], "labels", INDEX_LABEL) for pod in stopped}
     if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
         return None
     if others & set(indexes) or None in others:
         return None
-    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
@@ -4727,7 +4723,7 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
-    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    labels = dig(observation.job, "metadata", "labels") or {}
     if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
         # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
         # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
@@ -5348,7 +5344,7 @@ _RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
 def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
     """What one episode's pod requests of each resource: the container's requests (with
     --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
     return {
         resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
@@ -5455,7 +5451,7 @@ def capacity_verdict(
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
     room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
@@ -5752,8 +5748,8 @@ def plan_cleanup(
         doomed.append(job["name"])
     queue = receipt.get("local_queue")
     if queue is not None and live_local_queue is not None:
-        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
-        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        queue_uid = dig(live_local_queue, "metadata", "uid")
+        queue_label = dig(live_local_queue, "metadata", "labels", RUN_LABEL)
         if not (queue_uid == queue["uid"] if queue["uid"] else queue_label == receipt["run_id"]):
             return CleanupPlan(
                 refusal=f"refusing to clean up: LocalQueue {namespace}/{queue['name']} has UID {queue_uid} and label "
@@ -6287,7 +6283,7 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(pooled.get("mean_seconds")) if isinstance(pooled, dict) else None)
             elif ":" in key:
                 phase, stat = key.split(":")
-                stats = (results.get("phases") or {}).get(phase)
+                stats = dig(results, "phases", phase)
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
@@ -6401,7 +6397,7 @@ def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
         created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
-        terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
+        terminated = dig(_container_status(pod), "state", "terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -7170,7 +7166,7 @@ def _guide_reference_cell(group: int, key: str, lang: str) -> str:
 
 
 def _phase_pair(results: Results, phase: str) -> Optional[List[float]]:
-    stats = (results.get("phases") or {}).get(phase)
+    stats = dig(results, "phases", phase)
     if not isinstance(stats, dict):
         return None
     values = [finite_number(stats.get("p50")), finite_number(stats.get("p95"))]
@@ -7952,7 +7948,7 @@ class Kubectl:
         if not isinstance(context, str) or not context:
             raise DemoError("the kubeconfig names no current context; pass --context", EXIT_USAGE)
         clusters = config.get("clusters") or [{}]
-        server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
+        server = dig(clusters[0] if isinstance(clusters[0], dict) else {}, "cluster", "server")
         return context, server if isinstance(server, str) else None
 
     def no_context(self, message: str) -> str:
@@ -8684,7 +8680,7 @@ def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObje
     for pod in pods:
         saved = pod
         status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
-        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        uid = str(dig(pod, "metadata", "uid") or dig(pod, "metadata", "name"))
         for field in ("initContainerStatuses", "containerStatuses"):
             statuses = status.get(field)
             for position, container in enumerate(statuses if isinstance(statuses, list) else []):
@@ -9193,7 +9189,7 @@ class JobWatch:
         if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
             self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
             return
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if kind in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
                 changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -9265,7 +9261,7 @@ class JobWatch:
             return ended
         if condition == "Complete":
             return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
-        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        phases = [dig(pod, "status", "phase") for pod in self.last_pods.values()]
         status = self.live.get("status") or {}
         counts: List[Any] = [status.get("succeeded"), status.get("failed")]
         counted = sum(value for value in counts if is_int(value))
@@ -9424,7 +9420,7 @@ def container_started(pod: KubeObject) -> bool:
     be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
     kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
     (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in dig(pod, "status", "containerStatuses") or []:
         if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
             state = status.get("state") or {}
             return isinstance(state, dict) and ("running" in state or "terminated" in state)
@@ -9494,10 +9490,10 @@ class LogFollower:
     def pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata") or {}
         name = metadata.get("name")
-        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        label = str(dig(metadata, "labels", INDEX_LABEL))
         if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
             return
-        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        ending = dig(pod, "status", "phase") in ("Succeeded", "Failed")
         with self.lock:
             if ending:
                 self.ended.add(name)
@@ -10002,7 +9998,7 @@ class RoundRewards:
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
         # every measured Job is Indexed: its episodes are numbered by completion index as each ends
-        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
+        self.indexed = self.settings.indexed or dig(job, "spec", "completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -10799,7 +10795,7 @@ class BatchRun:
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
             # every measured Job is Indexed: its episodes are numbered by completion index
-            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
+            indexed=settings.indexed or dig(job, "spec", "completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -10842,13 +10838,13 @@ class BatchRun:
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"]
-            and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            and dig(job, "spec", key) != manifest["spec"][key]
             # a run whose episodes need no index reads its logs one pod at a time without it
             and (key != "completionMode" or self.settings.indexed)
         ]
         if not dropped:
             return
-        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        stored_policy = dig(job, "spec", "podFailurePolicy")
         if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
             # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
             # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
@@ -10994,22 +10990,20 @@ def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> s
     out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
     try:
         pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
-        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
-        nodes = sorted(
-            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
-        )
+        stuck = [pod for pod in pods if dig(pod, "metadata", "deletionTimestamp")]
+        nodes = sorted({str(dig(pod, "spec", "nodeName")) for pod in stuck if dig(pod, "spec", "nodeName")})
         states = {node: kubectl.get("node", node) for node in nodes}
     except (KubectlFailure, KubectlTimeout, ValueError):
         return ""
     lost = {}
     for node, live in states.items():
-        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        ready = [c for c in dig(live or {}, "status", "conditions") or [] if c.get("type") == "Ready"]
         if live is not None and not (ready and ready[0].get("status") == "True"):
             lost[node] = node_state(node, live)
     names = {
         str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
         for pod in stuck
-        if (pod.get("spec") or {}).get("nodeName") in lost
+        if dig(pod, "spec", "nodeName") in lost
     }
     if not names:
         return ""

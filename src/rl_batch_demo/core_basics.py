@@ -390,11 +390,7 @@ def served_kueue_version(group: Any) -> Optional[str]:
     if not isinstance(group, dict):
         return None
     served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
-    preferred = (
-        (group.get("preferredVersion") or {}).get("version")
-        if isinstance(group.get("preferredVersion"), dict)
-        else None
-    )
+    preferred = dig(group, "preferredVersion", "version") if isinstance(group.get("preferredVersion"), dict) else None
     if preferred in KUEUE_VERSIONS and preferred in served:
         return str(preferred)
     return next((version for version in KUEUE_VERSIONS if version in served), None)

@@ -214,7 +214,7 @@ class RoundRewards:
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
         # every measured Job is Indexed: its episodes are numbered by completion index as each ends
-        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
+        self.indexed = self.settings.indexed or dig(job, "spec", "completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -1011,7 +1011,7 @@ class BatchRun:
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
             # every measured Job is Indexed: its episodes are numbered by completion index
-            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
+            indexed=settings.indexed or dig(job, "spec", "completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -1054,13 +1054,13 @@ class BatchRun:
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"]
-            and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            and dig(job, "spec", key) != manifest["spec"][key]
             # a run whose episodes need no index reads its logs one pod at a time without it
             and (key != "completionMode" or self.settings.indexed)
         ]
         if not dropped:
             return
-        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        stored_policy = dig(job, "spec", "podFailurePolicy")
         if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
             # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
             # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
@@ -1206,22 +1206,20 @@ def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> s
     out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
     try:
         pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
-        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
-        nodes = sorted(
-            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
-        )
+        stuck = [pod for pod in pods if dig(pod, "metadata", "deletionTimestamp")]
+        nodes = sorted({str(dig(pod, "spec", "nodeName")) for pod in stuck if dig(pod, "spec", "nodeName")})
         states = {node: kubectl.get("node", node) for node in nodes}
     except (KubectlFailure, KubectlTimeout, ValueError):
         return ""
     lost = {}
     for node, live in states.items():
-        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        ready = [c for c in dig(live or {}, "status", "conditions") or [] if c.get("type") == "Ready"]
         if live is not None and not (ready and ready[0].get("status") == "True"):
             lost[node] = node_state(node, live)
     names = {
         str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
         for pod in stuck
-        if (pod.get("spec") or {}).get("nodeName") in lost
+        if dig(pod, "spec", "nodeName") in lost
     }
     if not names:
         return ""
