@@ -10271,7 +10271,9 @@ class BatchRun:
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
-        self.current_dir: Path = settings.output
+        # where an interruption saves the diagnostics of what is in flight; None once a Job's are on
+        # disk, so a Ctrl-C after (between rounds, while publishing) never writes over them
+        self.current_dir: Optional[Path] = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
@@ -10777,6 +10779,7 @@ class BatchRun:
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
                 write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
+        self.current_dir, self.current_job = None, None  # this Job's diagnostics are all on disk
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -10911,9 +10914,9 @@ class BatchRun:
 
     def save_after_interrupt(self) -> None:
         """Save what can be read within a few seconds: the Job, pods, events and logs."""
-        if not self.namespace_created:
-            return
         kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
+        if not self.namespace_created or round_dir is None:  # nothing created, or all saved already
+            return
         quick = kubectl.timing.interrupt_save_timeout
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
