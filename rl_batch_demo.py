@@ -254,6 +254,9 @@ ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+# --private-fields, told to the worker (comma-separated): a field it reads that is private is the
+# client's grader's to use, not missing (the template fails a task that lacks a field it needs)
+PRIVATE_FIELDS_ENV = "RL_DEMO_PRIVATE_FIELDS"
 DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
 # The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
 # default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.
@@ -2142,6 +2145,7 @@ def job_manifest(
     launcher: bool = False,
     score_failures: bool = False,
     episode_deadline_seconds: Optional[int] = None,
+    private_fields: Tuple[str, ...] = (),
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -2163,7 +2167,7 @@ def job_manifest(
     every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
     `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
     kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
-    reason DeadlineExceeded."""
+    reason DeadlineExceeded. With --private-fields the worker is told their names (PRIVATE_FIELDS_ENV)."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -2179,6 +2183,7 @@ def job_manifest(
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
                     {"name": MAX_ARTIFACT_BYTES_ENV, "value": str(max_artifact_bytes)},
+                    *([{"name": PRIVATE_FIELDS_ENV, "value": ",".join(private_fields)}] if private_fields else []),
                 ],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -2287,6 +2292,7 @@ def round_job_manifest(
         launcher=bool(settings.launcher_source),
         score_failures=settings.failed_episode_reward is not None,
         episode_deadline_seconds=settings.episode_deadline_seconds,
+        private_fields=settings.private_fields,
     )
 
 
@@ -12696,7 +12702,10 @@ TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/t
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
-NEEDS = ("question",)  # the task fields act() reads; "expected" is grade()'s, and may be kept private
+# --private-fields, as the tool tells them: a private field is the client's grader's, not missing
+PRIVATE = set(filter(None, os.environ.get("RL_DEMO_PRIVATE_FIELDS", "").split(",")))
+# the task fields this worker reads: act()'s, and grade()'s "expected" unless it is kept private
+NEEDS = ("question",) + (() if "expected" in PRIVATE else ("expected",))
 
 
 def read_task():
@@ -12751,9 +12760,9 @@ def act(task):
 
 
 def grade(task, answer):
-    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. Without the task's
-    `expected` (--private-fields expected), the client's --grader grades `answer` instead."""
-    if "expected" not in task:
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. With `expected`
+    kept private (--private-fields expected), the client's --grader grades `answer` instead."""
+    if "expected" in PRIVATE:
         return 0.0, {"answer": answer}
     correct = answer == task["expected"]
     return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
@@ -13410,7 +13419,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         private = tuple(field for field in (args.private_fields or "").split(",") if field)
         if private and tasks is None:
-            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+            raise DemoError("--private-fields needs --tasks: it keeps fields of the tasks out of the pods", EXIT_USAGE)
+        unknown = [field for field in private if tasks and not any(field in task for task in tasks)]
+        if unknown:  # a typo would keep nothing private, and the real field readable by every pod
+            raise DemoError(
+                f"--private-fields names {', '.join(repr(field) for field in unknown)}, which no task of "
+                f"{args.tasks} has: name the fields to keep out of the pods as the tasks spell them",
+                EXIT_USAGE,
+            )
         public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
         grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
@@ -13630,7 +13646,9 @@ def run_flags(parser: CommandLineParser) -> Dict[str, str]:
     }
 
 
-PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+PROSE = frozenset(
+    {"a", "an", "and", "for", "in", "is", "names", "needs", "of", "or", "the", "to", "with"}
+)  # never a flag's value
 
 
 def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:

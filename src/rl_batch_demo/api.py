@@ -60,7 +60,9 @@ def run_flags(parser: CommandLineParser) -> Dict[str, str]:
     }
 
 
-PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+PROSE = frozenset(
+    {"a", "an", "and", "for", "in", "is", "names", "needs", "of", "or", "the", "to", "with"}
+)  # never a flag's value
 
 
 def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
