@@ -8830,7 +8830,7 @@ def refuse_existing_output(output: Path) -> None:
     result is ever overwritten."""
     if output.exists() or output.is_symlink():
         raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            f"output directory {output} already exists (earlier results are never overwritten); choose a new --output",
             EXIT_USAGE,
         )
 
@@ -13793,6 +13793,10 @@ def batch_settings(
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
     settings = run_settings(args)
+    try:  # as run refuses it, before any work, but in the caller's words (`output=`)
+        refuse_existing_output(settings.output)
+    except DemoError as error:
+        raise DemoError(keyword_message(str(error), run_flags(parser)), error.exit_code) from None
     if grade is not None:
         name = getattr(grade, "__qualname__", None) or type(grade).__name__
         settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
@@ -13828,9 +13832,11 @@ def stream_batch(
     output: Any, *, count: Optional[int] = None, **options: Any
 ) -> typing.Generator[RewardLine, None, BatchResult]:
     """Run one batch as run_batch does, in a thread of its own, and yield each rewards.jsonl row
-    as it is written. Leaving the loop early (break, an exception, close()) stops the run as a
-    Ctrl-C would and waits for its diagnostics and its --cleanup policy; so does a Ctrl-C while
-    it waits for the next row, which is then raised. Once the run has ended the generator raises
+    as it is written. Leaving the loop early (break, an exception, close()) keeps what finished:
+    the round stops as stop_after=K stops it (its Job deleted, the episodes that ended validated,
+    results.json covering them, the rows yielded standing), then its --cleanup policy runs; left
+    before any episode ended, the run stops as a Ctrl-C would. A Ctrl-C while it waits for the
+    next row interrupts the run, and is then raised. Once the run has ended the generator raises
     its DemoError, or returns its BatchResult. Options are checked now, before the first row."""
     settings, args = batch_settings(output, count, options)
     return _stream(settings, args)

@@ -142,6 +142,11 @@ class ApiCallPlanTest(CallPlanTestCase):
                 self.assertFalse(self.out().exists())
         with self.assertRaisesRegex(rbd.DemoError, r"option output= takes a str or a path, not 3 \(int\)"):
             rbd.run_batch(3)
+        self.out().mkdir()  # an earlier run's: refused at the call, in the caller's words
+        with self.assertRaises(rbd.DemoError) as raised:
+            rbd.stream_batch(self.out())
+        self.assertEqual(raised.exception.exit_code, rbd.EXIT_USAGE)
+        self.assertTrue(str(raised.exception).endswith("never overwritten); choose a new output="), raised.exception)
         self.assertEqual(self.stub.calls(), [])
 
     def test_a_list_of_tasks_is_a_tasks_file(self) -> None:

@@ -757,7 +757,7 @@ def refuse_existing_output(output: Path) -> None:
     result is ever overwritten."""
     if output.exists() or output.is_symlink():
         raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            f"output directory {output} already exists (earlier results are never overwritten); choose a new --output",
             EXIT_USAGE,
         )
 
