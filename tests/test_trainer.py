@@ -199,13 +199,37 @@ print(json.dumps(seen))
 """
 
 
+# The same, from asyncio: astream_batch's loop left after the first two rewards, then aclose().
+ASYNC_LEAVE_DRIVER = """
+import asyncio, json, sys
+import rl_batch_demo as rbd
+output, worker = sys.argv[1], sys.argv[2]
+async def main():
+    seen = []
+    rows = rbd.astream_batch(output, count=4, worker=worker, quiet=True)
+    async for row in rows:
+        seen.append(row)
+        if len([r for r in seen if r["reward"] is not None]) == 2:
+            break
+    await rows.aclose()
+    print(json.dumps(seen))
+asyncio.run(main())
+"""
+
+
 @end_to_end
 class StreamLeftEarlyTest(TrainerTestCase):
     def test_the_rows_yielded_stand_and_the_rest_are_stopped(self) -> None:
+        self.check_left_early(STREAM_DRIVER)
+
+    def test_astream_batch_closed_early_keeps_its_rows_too(self) -> None:
+        self.check_left_early(ASYNC_LEAVE_DRIVER)
+
+    def check_left_early(self, driver_text: str) -> None:
         cluster = self.cluster()
         worker = self.worker([0, 0, 60, 60])
         driver = self.root / "driver.py"
-        driver.write_text(STREAM_DRIVER)
+        driver.write_text(driver_text)
         env = {**cluster.env(), "PYTHONPATH": str(Path(demo.__file__).resolve().parent)}
         result = subprocess.run(
             [sys.executable, str(driver), str(self.out), worker],
