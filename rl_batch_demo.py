@@ -255,6 +255,9 @@ ARTIFACTS_REFUSED_COUNT_FIELD = "artifacts_refused_count"  # how many in all, wh
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+# --private-fields, told to the worker (comma-separated): a field it reads that is private is the
+# client's grader's to use, not missing (the template fails a task that lacks a field it needs)
+PRIVATE_FIELDS_ENV = "RL_DEMO_PRIVATE_FIELDS"
 DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
 # The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
 # default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.
@@ -2022,11 +2025,7 @@ def served_kueue_version(group: Any) -> Optional[str]:
     if not isinstance(group, dict):
         return None
     served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
-    preferred = (
-        (group.get("preferredVersion") or {}).get("version")
-        if isinstance(group.get("preferredVersion"), dict)
-        else None
-    )
+    preferred = dig(group, "preferredVersion", "version") if isinstance(group.get("preferredVersion"), dict) else None
     if preferred in KUEUE_VERSIONS and preferred in served:
         return str(preferred)
     return next((version for version in KUEUE_VERSIONS if version in served), None)
@@ -2147,6 +2146,7 @@ def job_manifest(
     launcher: bool = False,
     score_failures: bool = False,
     episode_deadline_seconds: Optional[int] = None,
+    private_fields: Tuple[str, ...] = (),
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -2168,7 +2168,7 @@ def job_manifest(
     every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
     `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
     kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
-    reason DeadlineExceeded."""
+    reason DeadlineExceeded. With --private-fields the worker is told their names (PRIVATE_FIELDS_ENV)."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -2184,6 +2184,7 @@ def job_manifest(
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
                     {"name": MAX_ARTIFACT_BYTES_ENV, "value": str(max_artifact_bytes)},
+                    *([{"name": PRIVATE_FIELDS_ENV, "value": ",".join(private_fields)}] if private_fields else []),
                 ],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -2292,6 +2293,7 @@ def round_job_manifest(
         launcher=bool(settings.launcher_source),
         score_failures=settings.failed_episode_reward is not None,
         episode_deadline_seconds=settings.episode_deadline_seconds,
+        private_fields=settings.private_fields,
     )
 
 
@@ -2726,7 +2728,7 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
-        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        deadline = dig(pod, "spec", "activeDeadlineSeconds")
         return 1, (
             f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
             f"activeDeadlineSeconds; {_phase_failure(pod)})"
@@ -2796,7 +2798,7 @@ def unanswered_node(pod: KubeObject) -> str:
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
         return ""
-    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    running = bool(dig(_container_status(pod), "state", "running"))
     for condition in status.get("conditions") or []:
         if not isinstance(condition, dict):
             continue
@@ -2821,7 +2823,7 @@ def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
     state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
     detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
     since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
-    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    taints = [t for t in dig(node, "spec", "taints") or [] if isinstance(t, dict)]
     out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
     text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
     return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
@@ -2980,7 +2982,7 @@ def episode_attempts(
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
             first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
-            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            rule = pod_failure(first)[1] or f"it ended in phase {dig(first, 'status', 'phase')}"
             raise EpisodeInvalid(
                 str(first["metadata"]["name"]),
                 f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
@@ -3132,8 +3134,8 @@ def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[Lis
     for pod in observation.last_pods.values():
         if not pod_belongs_to(pod, job_uid):
             continue
-        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+        final = dig(pod, "status", "phase") in ("Succeeded", "Failed")
+        (ended if final and not dig(pod, "metadata", "deletionTimestamp") else stopped).append(pod)
     for pods in (ended, stopped):
         pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return ended, stopped
@@ -3144,13 +3146,13 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
     the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
     reads each pod by name."""
-    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
-    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    indexes = [dig(pod["metadata"], "labels", INDEX_LABEL) for pod in ended]
+    others = {dig(pod["metadata"], "labels", INDEX_LABEL) for pod in stopped}
     if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
         return None
     if others & set(indexes) or None in others:
         return None
-    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
@@ -4731,7 +4733,7 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
-    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    labels = dig(observation.job, "metadata", "labels") or {}
     if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
         # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
         # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
@@ -5352,7 +5354,7 @@ _RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
 def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
     """What one episode's pod requests of each resource: the container's requests (with
     --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
     return {
         resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
@@ -5459,7 +5461,7 @@ def capacity_verdict(
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
     room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
@@ -5756,8 +5758,8 @@ def plan_cleanup(
         doomed.append(job["name"])
     queue = receipt.get("local_queue")
     if queue is not None and live_local_queue is not None:
-        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
-        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        queue_uid = dig(live_local_queue, "metadata", "uid")
+        queue_label = dig(live_local_queue, "metadata", "labels", RUN_LABEL)
         if not (queue_uid == queue["uid"] if queue["uid"] else queue_label == receipt["run_id"]):
             return CleanupPlan(
                 refusal=f"refusing to clean up: LocalQueue {namespace}/{queue['name']} has UID {queue_uid} and label "
@@ -6291,7 +6293,7 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(pooled.get("mean_seconds")) if isinstance(pooled, dict) else None)
             elif ":" in key:
                 phase, stat = key.split(":")
-                stats = (results.get("phases") or {}).get(phase)
+                stats = dig(results, "phases", phase)
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
@@ -6405,7 +6407,7 @@ def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
         created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
-        terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
+        terminated = dig(_container_status(pod), "state", "terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -7174,7 +7176,7 @@ def _guide_reference_cell(group: int, key: str, lang: str) -> str:
 
 
 def _phase_pair(results: Results, phase: str) -> Optional[List[float]]:
-    stats = (results.get("phases") or {}).get(phase)
+    stats = dig(results, "phases", phase)
     if not isinstance(stats, dict):
         return None
     values = [finite_number(stats.get("p50")), finite_number(stats.get("p95"))]
@@ -7956,7 +7958,7 @@ class Kubectl:
         if not isinstance(context, str) or not context:
             raise DemoError("the kubeconfig names no current context; pass --context", EXIT_USAGE)
         clusters = config.get("clusters") or [{}]
-        server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
+        server = dig(clusters[0] if isinstance(clusters[0], dict) else {}, "cluster", "server")
         return context, server if isinstance(server, str) else None
 
     def no_context(self, message: str) -> str:
@@ -8688,7 +8690,7 @@ def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObje
     for pod in pods:
         saved = pod
         status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
-        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        uid = str(dig(pod, "metadata", "uid") or dig(pod, "metadata", "name"))
         for field in ("initContainerStatuses", "containerStatuses"):
             statuses = status.get(field)
             for position, container in enumerate(statuses if isinstance(statuses, list) else []):
@@ -8832,7 +8834,7 @@ def refuse_existing_output(output: Path) -> None:
     result is ever overwritten."""
     if output.exists() or output.is_symlink():
         raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            f"output directory {output} already exists (earlier results are never overwritten); choose a new --output",
             EXIT_USAGE,
         )
 
@@ -9197,7 +9199,7 @@ class JobWatch:
         if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
             self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
             return
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if kind in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
                 changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -9269,7 +9271,7 @@ class JobWatch:
             return ended
         if condition == "Complete":
             return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
-        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        phases = [dig(pod, "status", "phase") for pod in self.last_pods.values()]
         status = self.live.get("status") or {}
         counts: List[Any] = [status.get("succeeded"), status.get("failed")]
         counted = sum(value for value in counts if is_int(value))
@@ -9428,7 +9430,7 @@ def container_started(pod: KubeObject) -> bool:
     be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
     kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
     (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in dig(pod, "status", "containerStatuses") or []:
         if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
             state = status.get("state") or {}
             return isinstance(state, dict) and ("running" in state or "terminated" in state)
@@ -9498,10 +9500,10 @@ class LogFollower:
     def pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata") or {}
         name = metadata.get("name")
-        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        label = str(dig(metadata, "labels", INDEX_LABEL))
         if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
             return
-        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        ending = dig(pod, "status", "phase") in ("Succeeded", "Failed")
         with self.lock:
             if ending:
                 self.ended.add(name)
@@ -9597,20 +9599,32 @@ class LogFollower:
             return None
         return read.reader.artifacts_of(name)
 
-    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
+    def finish(self, grace: float, stop: Optional[threading.Event] = None, early: bool = False) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
         kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
-        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt).
+
+        `early`: the round stopped before its Job ended (--stop-after, a stream left early), so
+        a read whose pods still run would last until the Job's deletion: each read is given the
+        grace only until every pod of it that ended has printed its end line (what the round
+        keeps is then whole), not until its stream ends."""
         with self.lock:
             self.closed = True
             if self.waiting:
                 self._follow()
             reads = list(self.reads)
         until = time.monotonic() + grace
+
+        def enough_of(read: FollowedRead) -> bool:
+            with self.lock:
+                return early and all(name in read.reader.ended for name in read.pods if name in self.ended)
+
         for read in reads:
-            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+            while not read.done.wait(0.0 if enough_of(read) else max(0.0, min(0.1, until - time.monotonic()))):
+                if enough_of(read):
+                    break
                 if stop is not None and stop.is_set():
                     self.stop()
                     raise KeyboardInterrupt
@@ -9994,7 +10008,7 @@ class RoundRewards:
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
         # every measured Job is Indexed: its episodes are numbered by completion index as each ends
-        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
+        self.indexed = self.settings.indexed or dig(job, "spec", "completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -10267,7 +10281,9 @@ class BatchRun:
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
-        self.current_dir: Path = settings.output
+        # where an interruption saves the diagnostics of what is in flight; None once a Job's are on
+        # disk, so a Ctrl-C after (between rounds, while publishing) never writes over them
+        self.current_dir: Optional[Path] = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
@@ -10688,7 +10704,8 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
+            early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
@@ -10772,6 +10789,7 @@ class BatchRun:
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
                 write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
+        self.current_dir, self.current_job = None, None  # this Job's diagnostics are all on disk
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -10790,7 +10808,7 @@ class BatchRun:
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
             # every measured Job is Indexed: its episodes are numbered by completion index
-            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
+            indexed=settings.indexed or dig(job, "spec", "completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -10833,13 +10851,13 @@ class BatchRun:
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"]
-            and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            and dig(job, "spec", key) != manifest["spec"][key]
             # a run whose episodes need no index reads its logs one pod at a time without it
             and (key != "completionMode" or self.settings.indexed)
         ]
         if not dropped:
             return
-        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        stored_policy = dig(job, "spec", "podFailurePolicy")
         if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
             # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
             # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
@@ -10906,9 +10924,9 @@ class BatchRun:
 
     def save_after_interrupt(self) -> None:
         """Save what can be read within a few seconds: the Job, pods, events and logs."""
-        if not self.namespace_created:
-            return
         kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
+        if not self.namespace_created or round_dir is None:  # nothing created, or all saved already
+            return
         quick = kubectl.timing.interrupt_save_timeout
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
@@ -10985,22 +11003,20 @@ def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> s
     out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
     try:
         pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
-        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
-        nodes = sorted(
-            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
-        )
+        stuck = [pod for pod in pods if dig(pod, "metadata", "deletionTimestamp")]
+        nodes = sorted({str(dig(pod, "spec", "nodeName")) for pod in stuck if dig(pod, "spec", "nodeName")})
         states = {node: kubectl.get("node", node) for node in nodes}
     except (KubectlFailure, KubectlTimeout, ValueError):
         return ""
     lost = {}
     for node, live in states.items():
-        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        ready = [c for c in dig(live or {}, "status", "conditions") or [] if c.get("type") == "Ready"]
         if live is not None and not (ready and ready[0].get("status") == "True"):
             lost[node] = node_state(node, live)
     names = {
         str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
         for pod in stuck
-        if (pod.get("spec") or {}).get("nodeName") in lost
+        if dig(pod, "spec", "nodeName") in lost
     }
     if not names:
         return ""
@@ -12805,7 +12821,10 @@ TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/t
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
-NEEDS = ("question",)  # the task fields act() reads; "expected" is grade()'s, and may be kept private
+# --private-fields, as the tool tells them: a private field is the client's grader's, not missing
+PRIVATE = set(filter(None, os.environ.get("RL_DEMO_PRIVATE_FIELDS", "").split(",")))
+# the task fields this worker reads: act()'s, and grade()'s "expected" unless it is kept private
+NEEDS = ("question",) + (() if "expected" in PRIVATE else ("expected",))
 
 
 def read_task():
@@ -12860,9 +12879,9 @@ def act(task):
 
 
 def grade(task, answer):
-    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. Without the task's
-    `expected` (--private-fields expected), the client's --grader grades `answer` instead."""
-    if "expected" not in task:
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. With `expected`
+    kept private (--private-fields expected), the client's --grader grades `answer` instead."""
+    if "expected" in PRIVATE:
         return 0.0, {"answer": answer}
     correct = answer == task["expected"]
     return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
@@ -13519,7 +13538,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         private = tuple(field for field in (args.private_fields or "").split(",") if field)
         if private and tasks is None:
-            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+            raise DemoError("--private-fields needs --tasks: it keeps fields of the tasks out of the pods", EXIT_USAGE)
+        unknown = [field for field in private if tasks and not any(field in task for task in tasks)]
+        if unknown:  # a typo would keep nothing private, and the real field readable by every pod
+            raise DemoError(
+                f"--private-fields names {', '.join(repr(field) for field in unknown)}, which no task of "
+                f"{args.tasks} has: name the fields to keep out of the pods as the tasks spell them",
+                EXIT_USAGE,
+            )
         public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
         grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
@@ -13739,7 +13765,9 @@ def run_flags(parser: CommandLineParser) -> Dict[str, str]:
     }
 
 
-PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+PROSE = frozenset(
+    {"a", "an", "and", "for", "in", "is", "names", "needs", "of", "or", "the", "to", "with"}
+)  # never a flag's value
 
 
 def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
@@ -13884,6 +13912,10 @@ def batch_settings(
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
     settings = run_settings(args)
+    try:  # as run refuses it, before any work, but in the caller's words (`output=`)
+        refuse_existing_output(settings.output)
+    except DemoError as error:
+        raise DemoError(keyword_message(str(error), run_flags(parser)), error.exit_code) from None
     if grade is not None:
         name = getattr(grade, "__qualname__", None) or type(grade).__name__
         settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
@@ -13919,9 +13951,11 @@ def stream_batch(
     output: Any, *, count: Optional[int] = None, **options: Any
 ) -> typing.Generator[RewardLine, None, BatchResult]:
     """Run one batch as run_batch does, in a thread of its own, and yield each rewards.jsonl row
-    as it is written. Leaving the loop early (break, an exception, close()) stops the run as a
-    Ctrl-C would and waits for its diagnostics and its --cleanup policy; so does a Ctrl-C while
-    it waits for the next row, which is then raised. Once the run has ended the generator raises
+    as it is written. Leaving the loop early (break, an exception, close()) keeps what finished:
+    the round stops as stop_after=K stops it (its Job deleted, the episodes that ended validated,
+    results.json covering them, the rows yielded standing), then its --cleanup policy runs; left
+    before any episode ended, the run stops as a Ctrl-C would. A Ctrl-C while it waits for the
+    next row interrupts the run, and is then raised. Once the run has ended the generator raises
     its DemoError, or returns its BatchResult. Options are checked now, before the first row."""
     settings, args = batch_settings(output, count, options)
     return _stream(settings, args)

@@ -129,6 +129,8 @@ class ApiCallPlanTest(CallPlanTestCase):
             ({"tasks": [{"x": float("nan")}]}, "tasks[0] cannot be written as JSON"),
             ({"tasks": []}, "is empty"),
             ({"tasks": str(tasks), "count": 3}, "count=3 does not match the 2 tasks"),
+            ({"private_fields": "expected"}, "private_fields= needs tasks=: it keeps fields of the tasks out of"),
+            ({"tasks": [{"q": 1, "expected": 2}], "private_fields": "expcted"}, "names 'expcted', which no task of"),
         ):
             with self.subTest(options=options):
                 with self.assertRaises(rbd.DemoError) as raised:
@@ -140,6 +142,11 @@ class ApiCallPlanTest(CallPlanTestCase):
                 self.assertFalse(self.out().exists())
         with self.assertRaisesRegex(rbd.DemoError, r"option output= takes a str or a path, not 3 \(int\)"):
             rbd.run_batch(3)
+        self.out().mkdir()  # an earlier run's: refused at the call, in the caller's words
+        with self.assertRaises(rbd.DemoError) as raised:
+            rbd.stream_batch(self.out())
+        self.assertEqual(raised.exception.exit_code, rbd.EXIT_USAGE)
+        self.assertTrue(str(raised.exception).endswith("never overwritten); choose a new output="), raised.exception)
         self.assertEqual(self.stub.calls(), [])
 
     def test_a_list_of_tasks_is_a_tasks_file(self) -> None:
@@ -409,6 +416,13 @@ class TrainerDocTest(FakeClusterCase):
             check=False,
         )
 
+    def shown_template(self) -> str:
+        shown = subprocess.run(
+            [sys.executable, str(ROOT / "rl_batch_demo.py"), "show-worker", "--template"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return shown.stdout
+
     def test_the_trainer_loop(self) -> None:
         loop, stream = self.blocks()[:2]
         result = self.run_block(loop)
@@ -437,6 +451,13 @@ class TrainerDocTest(FakeClusterCase):
         self.check_async_loop(loop)
 
     def check_async_loop(self, loop: str) -> None:
+        # my_worker.py as the README writes it: `show-worker --template > my_worker.py`, run as it is
+        # (a cluster without the stand-in worker, which would replace it and report no answer)
+        (self.root / "my_worker.py").write_text(self.shown_template())
+        self.cluster.close()
+        self.cluster = FakeCluster(self.root / "template-cluster")
+        self.addCleanup(self.cluster.close)
+        self.system_namespaces = {ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")}
         result = self.run_block(loop)
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = [tuple(line.split()) for line in result.stdout.splitlines()]

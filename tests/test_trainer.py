@@ -356,6 +356,9 @@ class GradingTest(TrainerTestCase):
         self.assertNotIn("expected", configmap["data"][demo.TASKS_KEY])
         self.assertEqual([json.loads(line) for line in configmap["data"][demo.TASKS_KEY].splitlines()],
                          [{"a": 1, "b": 2, "id": "t0"}, {"a": 2, "b": 2, "id": "t1"}])  # fmt: skip
+        [job] = cluster.objects("Job")  # the worker is told which fields it cannot see
+        [env] = [c["env"] for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == demo.CONTAINER_NAME]
+        self.assertIn({"name": demo.PRIVATE_FIELDS_ENV, "value": "expected"}, env)
         lines = {line["task_id"]: line for line in self.lines()}
         self.assertEqual(
             {k: (v["reward"], v["pod_reward"]) for k, v in lines.items()}, {"t0": (1.0, 0.5), "t1": (0.0, 0.5)}

@@ -178,6 +178,9 @@ ARTIFACTS_REFUSED_COUNT_FIELD = "artifacts_refused_count"  # how many in all, wh
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+# --private-fields, told to the worker (comma-separated): a field it reads that is private is the
+# client's grader's to use, not missing (the template fails a task that lacks a field it needs)
+PRIVATE_FIELDS_ENV = "RL_DEMO_PRIVATE_FIELDS"
 DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
 # The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
 # default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.

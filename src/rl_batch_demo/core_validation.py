@@ -777,7 +777,7 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
-    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    labels = dig(observation.job, "metadata", "labels") or {}
     if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
         # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
         # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
