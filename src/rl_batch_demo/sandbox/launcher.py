@@ -142,8 +142,8 @@ def read_within(path, room, over):
     `over` says why when it has more ("{size}" in it becomes its size). Its size comes from the
     opened descriptor (O_NOFOLLOW), so a file past the budget is never read. What is read is held
     (at most the budget, 4 MiB) because every frame carries the whole file's sha256: the frames
-    and the digest are of the same bytes. A file that changes while it is read (still written by
-    something the worker left running) is refused, never cut."""
+    and the digest are of the same bytes. A file whose size or mtime changes while it is read
+    (still written by something the worker left running) is refused, never cut."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         descriptor = os.open(path, flags)  # O_NONBLOCK: a FIFO put in its place cannot hang the launcher
