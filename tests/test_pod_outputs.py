@@ -203,7 +203,8 @@ class RowsWithTheirFilesTest(SourcesTestCase):
         )  # fmt: skip
         self.assertEqual(result.returncode, demo.EXIT_EPISODE, result.stderr)
         self.assertIn("its artifacts could not all be sent", result.stderr)
-        self.assertIn("'big.bin' ('over the budget of 4096 bytes per episode')", result.stderr)
+        why = "5,000 bytes, over the budget of 4,096 bytes per episode (4,096 left)"
+        self.assertIn(f"'big.bin' ('{why}')", result.stderr)
         self.assertNotIn("'link'", result.stderr)
         self.assertFalse(list(self.out.glob("artifacts*/*/link")))
         [log] = self.out.glob("rollout-*.log")

@@ -174,6 +174,7 @@ BUILTIN_WORKER = "built-in"
 # `artifacts` manifest.
 LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
 ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
+ARTIFACTS_REFUSED_COUNT_FIELD = "artifacts_refused_count"  # how many in all, when it lists only the first 16
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too

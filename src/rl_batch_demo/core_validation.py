@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .constants import (
     ARTIFACT_DIRECTORY_BYTES,
     ARTIFACTS_PER_EPISODE_LIMIT,
+    ARTIFACTS_REFUSED_COUNT_FIELD,
     ARTIFACTS_REFUSED_FIELD,
     BUILTIN_TEST_MODULE,
     CONTAINER_LOG_MAX_SIZE,
@@ -433,16 +434,18 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
-def refused_artifacts_text(refused: Any) -> str:
-    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+def refused_artifacts_text(refused: Any, count: Any = None) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}], its first 16; `count`, its
+    artifacts_refused_count: how many there were in all) as a bounded, escaped sentence."""
     items = refused if isinstance(refused, list) else [refused]
     named = [
-        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'), 160)})"
         if isinstance(item, dict)
         else short_repr(item)
         for item in items[:5]
     ]
-    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    total = count if type(count) is int and count > len(items) else len(items)
+    more = f" and {total - len(named):,} more" if total > len(named) else ""
     return "; ".join(named) + more
 
 
@@ -466,7 +469,8 @@ def episode_artifacts(
         raise invalid(str(error)) from None
     refused = reward.get(ARTIFACTS_REFUSED_FIELD)
     if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
-        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
+        count = reward.get(ARTIFACTS_REFUSED_COUNT_FIELD)
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused, count)}")
     if not received:
         return declared
     if log is None:
