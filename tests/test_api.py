@@ -8,6 +8,7 @@ small driver with its own SIGINT and SIGTERM handlers, interrupted mid-run, clea
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -423,18 +424,15 @@ class TrainerDocTest(FakeClusterCase):
 
     def test_the_readmes_trainer_loop(self) -> None:
         """README.md's "Feeding a trainer" block, async: in each step the first 4 of 6 episodes to
-        finish, graded on the client from the task's private field, each with the step's tags."""
-        text = (ROOT / "README.md").read_text(encoding="utf-8")
-        [loop] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
-        self.check_async_loop(loop)
-
-    def test_trainer_mds_async_loop(self) -> None:
-        """docs/trainer.md shows the same loop (its blank lines aside), and it runs the same way."""
-        loop = self.blocks()[2]
+        finish, graded on the client from the task's private field, each with the step's tags.
+        docs/trainer.md shows the same loop (its blank lines aside): the same program, so running
+        one runs both (each run starts 12 pods on the fake cluster)."""
         text = (ROOT / "README.md").read_text(encoding="utf-8")
         [readme] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        loop = self.blocks()[2]
         self.assertEqual([line for line in loop.splitlines() if line], [line for line in readme.splitlines() if line])
-        self.check_async_loop(loop)
+        self.assertEqual(ast.dump(ast.parse(loop)), ast.dump(ast.parse(readme)))
+        self.check_async_loop(readme)
 
     def check_async_loop(self, loop: str) -> None:
         result = self.run_block(loop)
