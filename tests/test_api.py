@@ -251,7 +251,6 @@ DRIVER = textwrap.dedent(
 )
 
 
-@end_to_end
 class VerdictsTest(unittest.TestCase):
     """BatchResult.verdicts: each pod's last row, in index order, whatever order the pods ended in."""
 
@@ -324,6 +323,7 @@ class FakeClusterCase(unittest.TestCase):
         process.send_signal(signal_number)
 
 
+@end_to_end
 class TrainerDriverTest(FakeClusterCase):
     """The driver above, end to end through the fake cluster, as a trainer runs the API."""
 
@@ -360,6 +360,7 @@ class TrainerDriverTest(FakeClusterCase):
         self.assertTrue((self.root / "out" / "pods.json").exists())
 
 
+@end_to_end
 class StreamedToTheTrainerTest(FakeClusterCase):
     """stream_batch hands each row over as it is written: with two episodes of different lengths,
     the first row reaches the trainer before the second pod has ended."""
@@ -393,7 +394,9 @@ class StreamedToTheTrainerTest(FakeClusterCase):
 
 
 class TrainerDocTest(FakeClusterCase):
-    """docs/trainer.md's Python blocks, run as they are against the fake cluster."""
+    """docs/trainer.md's Python blocks, run as they are against the fake cluster. README.md's
+    loop runs in the fast tier too: the one run of astream_batch, stop_after and a client-side
+    grader through a cluster there (the end-to-end tier has tests/test_trainer.py for those)."""
 
     def blocks(self) -> List[str]:
         text = (ROOT / "docs" / "trainer.md").read_text(encoding="utf-8")
@@ -410,6 +413,7 @@ class TrainerDocTest(FakeClusterCase):
             check=False,
         )
 
+    @end_to_end  # docs/trainer.md's sync loop and stream; run_batch and stream_batch in-process above
     def test_the_trainer_loop(self) -> None:
         loop, stream = self.blocks()[:2]
         result = self.run_block(loop)
