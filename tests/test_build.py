@@ -139,16 +139,28 @@ class ScriptEndTest(unittest.TestCase):
     """The generated file run as a script ends through run_as_script: main's exit code, and all it
     printed delivered, though the interpreter's teardown is skipped."""
 
+    runs_concurrently = True  # only subprocesses, with the environment the tests were loaded with
+
     def test_the_script_exits_with_mains_code_and_everything_printed(self) -> None:
         import subprocess
         import sys
 
         import rl_batch_demo as demo
+        from tests.fakecluster import ENVIRONMENT
 
         script = str(ROOT / "rl_batch_demo.py")
-        shown = subprocess.run([sys.executable, script, "show-worker"], capture_output=True, check=False)
+        shown = subprocess.run(
+            [sys.executable, script, "show-worker"], capture_output=True, check=False, env=ENVIRONMENT, cwd=str(ROOT)
+        )
         self.assertEqual(shown.returncode, 0, shown.stderr)
         self.assertEqual(shown.stdout.decode(), demo.WORKER_SOURCE)  # buffered output flushed, to its last byte
-        refused = subprocess.run([sys.executable, script, "cleanup"], capture_output=True, text=True, check=False)
+        refused = subprocess.run(
+            [sys.executable, script, "cleanup"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=ENVIRONMENT,
+            cwd=str(ROOT),
+        )
         self.assertEqual(refused.returncode, demo.EXIT_USAGE, refused.stderr)
         self.assertEqual(len(refused.stderr.splitlines()), 1, refused.stderr)  # its one sentence, delivered
