@@ -56,6 +56,9 @@ def ram_scratch() -> Optional[str]:
 ram_scratch()
 
 from tests.concurrently import beside  # noqa: E402 - after TMPDIR is set
+from tests.toolprocess import cached_bytecode  # noqa: E402
+
+cached_bytecode()  # before any test imports rl_batch_demo, which then reads it instead of compiling 11k lines
 
 
 def stale_file() -> Optional[str]:
