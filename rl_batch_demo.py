@@ -251,9 +251,13 @@ BUILTIN_WORKER = "built-in"
 # `artifacts` manifest.
 LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
 ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
+ARTIFACTS_REFUSED_COUNT_FIELD = "artifacts_refused_count"  # how many in all, when it lists only the first 16
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+# --private-fields, told to the worker (comma-separated): a field it reads that is private is the
+# client's grader's to use, not missing (the template fails a task that lacks a field it needs)
+PRIVATE_FIELDS_ENV = "RL_DEMO_PRIVATE_FIELDS"
 DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
 # The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
 # default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.
@@ -1285,6 +1289,9 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
 class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
     info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
+    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
+    failure_kind: Optional[str]
 
 
 class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
@@ -1408,8 +1415,9 @@ class LostNodes(TypedDict, total=False):  # only when a node of the round's pods
     lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
 
 
-class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
-    pod: str
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early): in no figure
+    pod: Optional[str]  # None: the Job had not created its pod yet (an Indexed Job's index never seen)
+    ended: bool  # its pod had ended, after the first K (--stop-after K keeps exactly K): its reward not counted
     index: Optional[int]
     task_id: Any
     round: int
@@ -1417,7 +1425,7 @@ class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a str
 
 
 class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
-    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes it did not keep (StoppedEpisode): in no figure
     stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
 
 
@@ -2017,11 +2025,7 @@ def served_kueue_version(group: Any) -> Optional[str]:
     if not isinstance(group, dict):
         return None
     served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
-    preferred = (
-        (group.get("preferredVersion") or {}).get("version")
-        if isinstance(group.get("preferredVersion"), dict)
-        else None
-    )
+    preferred = dig(group, "preferredVersion", "version") if isinstance(group.get("preferredVersion"), dict) else None
     if preferred in KUEUE_VERSIONS and preferred in served:
         return str(preferred)
     return next((version for version in KUEUE_VERSIONS if version in served), None)
@@ -2142,6 +2146,7 @@ def job_manifest(
     launcher: bool = False,
     score_failures: bool = False,
     episode_deadline_seconds: Optional[int] = None,
+    private_fields: Tuple[str, ...] = (),
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -2163,7 +2168,7 @@ def job_manifest(
     every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
     `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
     kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
-    reason DeadlineExceeded."""
+    reason DeadlineExceeded. With --private-fields the worker is told their names (PRIVATE_FIELDS_ENV)."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -2179,6 +2184,7 @@ def job_manifest(
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
                     {"name": MAX_ARTIFACT_BYTES_ENV, "value": str(max_artifact_bytes)},
+                    *([{"name": PRIVATE_FIELDS_ENV, "value": ",".join(private_fields)}] if private_fields else []),
                 ],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -2287,6 +2293,7 @@ def round_job_manifest(
         launcher=bool(settings.launcher_source),
         score_failures=settings.failed_episode_reward is not None,
         episode_deadline_seconds=settings.episode_deadline_seconds,
+        private_fields=settings.private_fields,
     )
 
 
@@ -2721,7 +2728,7 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
-        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        deadline = dig(pod, "spec", "activeDeadlineSeconds")
         return 1, (
             f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
             f"activeDeadlineSeconds; {_phase_failure(pod)})"
@@ -2791,7 +2798,7 @@ def unanswered_node(pod: KubeObject) -> str:
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
         return ""
-    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    running = bool(dig(_container_status(pod), "state", "running"))
     for condition in status.get("conditions") or []:
         if not isinstance(condition, dict):
             continue
@@ -2816,7 +2823,7 @@ def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
     state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
     detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
     since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
-    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    taints = [t for t in dig(node, "spec", "taints") or [] if isinstance(t, dict)]
     out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
     text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
     return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
@@ -2975,7 +2982,7 @@ def episode_attempts(
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
             first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
-            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            rule = pod_failure(first)[1] or f"it ended in phase {dig(first, 'status', 'phase')}"
             raise EpisodeInvalid(
                 str(first["metadata"]["name"]),
                 f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
@@ -3127,8 +3134,8 @@ def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[Lis
     for pod in observation.last_pods.values():
         if not pod_belongs_to(pod, job_uid):
             continue
-        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+        final = dig(pod, "status", "phase") in ("Succeeded", "Failed")
+        (ended if final and not dig(pod, "metadata", "deletionTimestamp") else stopped).append(pod)
     for pods in (ended, stopped):
         pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return ended, stopped
@@ -3139,13 +3146,13 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
     the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
     reads each pod by name."""
-    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
-    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    indexes = [dig(pod["metadata"], "labels", INDEX_LABEL) for pod in ended]
+    others = {dig(pod["metadata"], "labels", INDEX_LABEL) for pod in stopped}
     if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
         return None
     if others & set(indexes) or None in others:
         return None
-    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
@@ -4383,16 +4390,18 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
-def refused_artifacts_text(refused: Any) -> str:
-    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+def refused_artifacts_text(refused: Any, count: Any = None) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}], its first 16; `count`, its
+    artifacts_refused_count: how many there were in all) as a bounded, escaped sentence."""
     items = refused if isinstance(refused, list) else [refused]
     named = [
-        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'), 160)})"
         if isinstance(item, dict)
         else short_repr(item)
         for item in items[:5]
     ]
-    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    total = count if type(count) is int and count > len(items) else len(items)
+    more = f" and {total - len(named):,} more" if total > len(named) else ""
     return "; ".join(named) + more
 
 
@@ -4416,7 +4425,8 @@ def episode_artifacts(
         raise invalid(str(error)) from None
     refused = reward.get(ARTIFACTS_REFUSED_FIELD)
     if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
-        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
+        count = reward.get(ARTIFACTS_REFUSED_COUNT_FIELD)
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused, count)}")
     if not received:
         return declared
     if log is None:
@@ -4723,7 +4733,7 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
-    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    labels = dig(observation.job, "metadata", "labels") or {}
     if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
         # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
         # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
@@ -4917,25 +4927,31 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
 
 
 def stopped_figures(collected: RoundCollected) -> StoppedFigures:
-    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    """A stopped round's episodes that it did not keep: its stopped pods (stopped_pods, in creation
+    order: those still running, and those that ended beyond the first K of --stop-after K), then,
+    in an Indexed round, each index the Job had not created a pod for yet; {} otherwise."""
     if not collected.stopped:
         return {"stopped_episodes": [], "stopped_by": None}
-    episodes: List[StoppedEpisode] = []
-    for pod in collected.stopped_pods:
-        name = str(pod["metadata"]["name"])
+    where = f"{collected.round_dir}/pods.json"
+
+    def index_of(pod: KubeObject) -> Optional[int]:
         try:
-            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+            return pod_index(pod, collected.count, where)
         except EpisodeInvalid:
-            index = None
-        episodes.append(
-            {
-                "pod": name,
-                "index": index,
-                "task_id": task_id_for(collected, index),
-                "round": collected.round_number,
-                "job": collected.job_name,
-            }
-        )
+            return None
+
+    def entry(pod: Optional[str], index: Optional[int], ended: bool) -> StoppedEpisode:
+        task_id = task_id_for(collected, index)
+        return {"pod": pod, "ended": ended, "index": index, "task_id": task_id,
+                "round": collected.round_number, "job": collected.job_name}  # fmt: skip
+
+    def ended(pod: KubeObject) -> bool:  # as stopped_round_pods tells an ended pod: terminal, not being deleted
+        return dig(pod, "status", "phase") in ("Succeeded", "Failed") and not dig(pod, "metadata", "deletionTimestamp")
+
+    episodes = [entry(str(pod["metadata"]["name"]), index_of(pod), ended(pod)) for pod in collected.stopped_pods]
+    if collected.indexed:  # an index whose pod was never created is stopped too
+        seen = {index_of(pod) for pod in [*collected.pods, *collected.stopped_pods]}
+        episodes += [entry(None, index, False) for index in range(collected.count) if index not in seen]
     return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
 
 
@@ -5168,9 +5184,11 @@ def assemble_results(
 
 def pod_row(row: EpisodeRow) -> PodRow:
     """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
-    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none, and its
+    failure_kind as its line has it (None: it validated)."""
     copy = row.copy()
     copy["info"] = row.get("info", {})
+    copy["failure_kind"] = None
     return copy
 
 
@@ -5336,7 +5354,7 @@ _RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
 def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
     """What one episode's pod requests of each resource: the container's requests (with
     --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
     return {
         resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
@@ -5443,7 +5461,7 @@ def capacity_verdict(
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
     room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
@@ -5740,8 +5758,8 @@ def plan_cleanup(
         doomed.append(job["name"])
     queue = receipt.get("local_queue")
     if queue is not None and live_local_queue is not None:
-        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
-        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        queue_uid = dig(live_local_queue, "metadata", "uid")
+        queue_label = dig(live_local_queue, "metadata", "labels", RUN_LABEL)
         if not (queue_uid == queue["uid"] if queue["uid"] else queue_label == receipt["run_id"]):
             return CleanupPlan(
                 refusal=f"refusing to clean up: LocalQueue {namespace}/{queue['name']} has UID {queue_uid} and label "
@@ -5983,7 +6001,7 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
     stopped = len(results.get("stopped_episodes") or [])
     if stopped:
-        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
+        valid += f" ({stopped} stopped: {results.get('stopped_by')})"
     if scored:
         valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
@@ -6275,7 +6293,7 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(pooled.get("mean_seconds")) if isinstance(pooled, dict) else None)
             elif ":" in key:
                 phase, stat = key.split(":")
-                stats = (results.get("phases") or {}).get(phase)
+                stats = dig(results, "phases", phase)
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
@@ -6389,7 +6407,7 @@ def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
         created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
-        terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
+        terminated = dig(_container_status(pod), "state", "terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
         return 0.0
@@ -7158,7 +7176,7 @@ def _guide_reference_cell(group: int, key: str, lang: str) -> str:
 
 
 def _phase_pair(results: Results, phase: str) -> Optional[List[float]]:
-    stats = (results.get("phases") or {}).get(phase)
+    stats = dig(results, "phases", phase)
     if not isinstance(stats, dict):
         return None
     values = [finite_number(stats.get("p50")), finite_number(stats.get("p95"))]
@@ -7940,7 +7958,7 @@ class Kubectl:
         if not isinstance(context, str) or not context:
             raise DemoError("the kubeconfig names no current context; pass --context", EXIT_USAGE)
         clusters = config.get("clusters") or [{}]
-        server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
+        server = dig(clusters[0] if isinstance(clusters[0], dict) else {}, "cluster", "server")
         return context, server if isinstance(server, str) else None
 
     def no_context(self, message: str) -> str:
@@ -8672,7 +8690,7 @@ def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObje
     for pod in pods:
         saved = pod
         status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
-        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        uid = str(dig(pod, "metadata", "uid") or dig(pod, "metadata", "name"))
         for field in ("initContainerStatuses", "containerStatuses"):
             statuses = status.get(field)
             for position, container in enumerate(statuses if isinstance(statuses, list) else []):
@@ -8816,7 +8834,7 @@ def refuse_existing_output(output: Path) -> None:
     result is ever overwritten."""
     if output.exists() or output.is_symlink():
         raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            f"output directory {output} already exists (earlier results are never overwritten); choose a new --output",
             EXIT_USAGE,
         )
 
@@ -9181,7 +9199,7 @@ class JobWatch:
         if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
             self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
             return
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if kind in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
                 changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -9253,7 +9271,7 @@ class JobWatch:
             return ended
         if condition == "Complete":
             return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
-        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        phases = [dig(pod, "status", "phase") for pod in self.last_pods.values()]
         status = self.live.get("status") or {}
         counts: List[Any] = [status.get("succeeded"), status.get("failed")]
         counted = sum(value for value in counts if is_int(value))
@@ -9412,7 +9430,7 @@ def container_started(pod: KubeObject) -> bool:
     be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
     kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
     (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in dig(pod, "status", "containerStatuses") or []:
         if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
             state = status.get("state") or {}
             return isinstance(state, dict) and ("running" in state or "terminated" in state)
@@ -9482,10 +9500,10 @@ class LogFollower:
     def pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata") or {}
         name = metadata.get("name")
-        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        label = str(dig(metadata, "labels", INDEX_LABEL))
         if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
             return
-        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        ending = dig(pod, "status", "phase") in ("Succeeded", "Failed")
         with self.lock:
             if ending:
                 self.ended.add(name)
@@ -9581,20 +9599,32 @@ class LogFollower:
             return None
         return read.reader.artifacts_of(name)
 
-    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
+    def finish(self, grace: float, stop: Optional[threading.Event] = None, early: bool = False) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
         kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
-        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt).
+
+        `early`: the round stopped before its Job ended (--stop-after, a stream left early), so
+        a read whose pods still run would last until the Job's deletion: each read is given the
+        grace only until every pod of it that ended has printed its end line (what the round
+        keeps is then whole), not until its stream ends."""
         with self.lock:
             self.closed = True
             if self.waiting:
                 self._follow()
             reads = list(self.reads)
         until = time.monotonic() + grace
+
+        def enough_of(read: FollowedRead) -> bool:
+            with self.lock:
+                return early and all(name in read.reader.ended for name in read.pods if name in self.ended)
+
         for read in reads:
-            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+            while not read.done.wait(0.0 if enough_of(read) else max(0.0, min(0.1, until - time.monotonic()))):
+                if enough_of(read):
+                    break
                 if stop is not None and stop.is_set():
                     self.stop()
                     raise KeyboardInterrupt
@@ -9966,6 +9996,9 @@ class RoundRewards:
         self.held: Dict[str, KubeObject] = {}
         self.lock = threading.RLock()  # the watch's thread and the log readers' threads
         self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
+        # --stop-after K: the pods whose reward came once K stood (ended beyond the first K): no
+        # line, stopped with the episodes still running, so exactly K rewards stand
+        self.beyond: Set[str] = set()
 
     def standing(self) -> int:
         """How many of the round's episodes have a reward that stands (--stop-after counts them):
@@ -9975,7 +10008,7 @@ class RoundRewards:
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
         # every measured Job is Indexed: its episodes are numbered by completion index as each ends
-        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
+        self.indexed = self.settings.indexed or dig(job, "spec", "completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -10140,11 +10173,17 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
+        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
+            first = line["pod"] not in self.last
+            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
+                self.beyond.add(line["pod"])  # --stop-after K keeps the first K: this one is stopped
+                continue
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-        self.writer.append(lines)
+            kept.append(line)
+        self.writer.append(kept)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -10242,7 +10281,9 @@ class BatchRun:
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
-        self.current_dir: Path = settings.output
+        # where an interruption saves the diagnostics of what is in flight; None once a Job's are on
+        # disk, so a Ctrl-C after (between rounds, while publishing) never writes over them
+        self.current_dir: Optional[Path] = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
@@ -10663,7 +10704,8 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
+            early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
@@ -10677,13 +10719,18 @@ class BatchRun:
         log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         stopped = outcome == ROUND_STOPPED
+        if outcome == ROUND_COMPLETE and rewards is not None and rewards.beyond:
+            # every episode ended before the stop took effect: those beyond the first K are
+            # stopped all the same (no line, in no figure), so exactly K stand as with a stop
+            stopped = True
+            stop_reasons.append(self.stopped_by(rewards) or "")
         stopped_pods: List[KubeObject] = []
         if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
             watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
             if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
-                # the episodes whose rewards stand when the stop takes effect (K, or more that ended
-                # at once): one that ended without a line (its verdict not known from its status)
-                # is stopped with the rest, so rewards.jsonl and results.json hold the same episodes
+                # exactly the first K standing rewards (RoundRewards.beyond): an episode that ended
+                # without a line (beyond K, or its verdict not known from its status) is stopped
+                # with the rest, so rewards.jsonl and results.json hold the same K episodes
                 keep = set(rewards.last)
                 stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
                 watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
@@ -10735,12 +10782,14 @@ class BatchRun:
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
             write_pods(round_dir, [*pods, *stopped_pods], budgets)
-            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
+            if outcome == ROUND_STOPPED:  # a Job that completed has nothing left running
+                self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
                 write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
+        self.current_dir, self.current_job = None, None  # this Job's diagnostics are all on disk
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -10759,7 +10808,7 @@ class BatchRun:
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
             # every measured Job is Indexed: its episodes are numbered by completion index
-            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
+            indexed=settings.indexed or dig(job, "spec", "completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -10802,13 +10851,13 @@ class BatchRun:
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"]
-            and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            and dig(job, "spec", key) != manifest["spec"][key]
             # a run whose episodes need no index reads its logs one pod at a time without it
             and (key != "completionMode" or self.settings.indexed)
         ]
         if not dropped:
             return
-        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        stored_policy = dig(job, "spec", "podFailurePolicy")
         if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
             # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
             # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
@@ -10875,9 +10924,9 @@ class BatchRun:
 
     def save_after_interrupt(self) -> None:
         """Save what can be read within a few seconds: the Job, pods, events and logs."""
-        if not self.namespace_created:
-            return
         kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
+        if not self.namespace_created or round_dir is None:  # nothing created, or all saved already
+            return
         quick = kubectl.timing.interrupt_save_timeout
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
@@ -10954,22 +11003,20 @@ def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> s
     out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
     try:
         pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
-        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
-        nodes = sorted(
-            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
-        )
+        stuck = [pod for pod in pods if dig(pod, "metadata", "deletionTimestamp")]
+        nodes = sorted({str(dig(pod, "spec", "nodeName")) for pod in stuck if dig(pod, "spec", "nodeName")})
         states = {node: kubectl.get("node", node) for node in nodes}
     except (KubectlFailure, KubectlTimeout, ValueError):
         return ""
     lost = {}
     for node, live in states.items():
-        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        ready = [c for c in dig(live or {}, "status", "conditions") or [] if c.get("type") == "Ready"]
         if live is not None and not (ready and ready[0].get("status") == "True"):
             lost[node] = node_state(node, live)
     names = {
         str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
         for pod in stuck
-        if (pod.get("spec") or {}).get("nodeName") in lost
+        if dig(pod, "spec", "nodeName") in lost
     }
     if not names:
         return ""
@@ -12409,10 +12456,14 @@ need no call: each file as frames on stdout ("rl-demo-artifact 1 SEQ TOTAL SHA25
 docs/own-episodes.md), the worker's reward event then printed (held back until now) and rewritten
 in the termination message with those files added to its `artifacts` list. Files are found with
 lstat and never followed: a symlink or anything else that is not a regular file is skipped with a
-line on stderr, as send_artifacts skips it; a file that cannot be read, one past the episode's
-budget (RL_DEMO_MAX_ARTIFACT_BYTES) or past 64 files is not sent but listed in the reward event's
-`artifacts_refused` ({name, why}), which fails the episode with a cause that names them. Its last
-line is "rl-demo-end 1": the tool knows the log is whole.
+line on stderr, as send_artifacts skips it. The same rules as the client's decide what is sent:
+its names (UTF-8, the rules of artifact_name_problem), at most 64 files, and the episode's budget
+(RL_DEMO_MAX_ARTIFACT_BYTES, each directory the names make costing 4,096 bytes of it; 0 asks for
+none). A file it cannot send (unreadable, a name the client would refuse, past 64 files or past
+the budget, which is judged by its size before any of it is read) is listed in the reward event's
+`artifacts_refused` ({name, why}; the first 16, then `artifacts_refused_count`), which fails the
+episode with a cause that names them. Its last line is "rl-demo-end 1": the tool knows the log is
+whole.
 
 SIGTERM (the kubelet stopping the pod) is passed on to the worker; the launcher then ends as the
 worker did (a signal's exit code stays 128 + N). Standard library only, any Python 3.9+.
@@ -12423,6 +12474,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 
@@ -12434,7 +12486,10 @@ TERMINATION_LOG = os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/termination-lo
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024
 MAX_ARTIFACTS = 64
-MAX_NAME = 255
+MAX_NAME = 255  # bytes of UTF-8
+MAX_DEPTH = 8  # "/"-separated segments of a name
+DIRECTORY_BYTES = 4096  # what each directory the names make costs the budget, as the client counts it
+REFUSED_LISTED = 16  # entries of artifacts_refused; past them artifacts_refused_count says how many
 LINE_LIMIT = 64 * 1024  # a longer line is passed on as it comes, never held or parsed
 END_LINE = b"rl-demo-end 1\n"
 
@@ -12469,6 +12524,9 @@ def left_files(root):
             if prefix:
                 found.append((prefix.rstrip("/"), directory, "its directory cannot be read: " + str(error.strerror)))
             continue
+        if entries and prefix.count("/") >= MAX_DEPTH:  # its files' names would be refused: not walked deeper
+            found.append((prefix.rstrip("/"), directory, f"what it holds would have more than {MAX_DEPTH} segments"))
+            continue
         for entry in entries:
             name = prefix + entry.name
             if entry.is_symlink() or not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
@@ -12481,10 +12539,86 @@ def left_files(root):
     return sorted(found)
 
 
-def read_file(path):
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(descriptor, "rb") as stream:
-        return stream.read()
+def name_key(name):
+    """The name as a filesystem that ignores case or Unicode normalisation sees it."""
+    import unicodedata  # noqa: PLC0415 - only a worker that leaves files needs it: the pod starts sooner
+
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
+def name_problem(name, taken):
+    """What the client refuses in an artifact's name ("" if nothing): the rules of its
+    artifact_name_problem (docs/own-episodes.md, "Names"), so that a name is sent exactly when the
+    client would save it. `taken`: name_key -> path of every path the names before it made."""
+    import unicodedata  # noqa: PLC0415 - only a worker that leaves files needs it: the pod starts sooner
+
+    if any("\ud800" <= char <= "\udfff" for char in name):
+        return "is not UTF-8"  # a byte of it is not: os.scandir gave it as a lone surrogate
+    if len(name.encode("utf-8")) > MAX_NAME:
+        return f"is longer than {MAX_NAME} bytes"
+    if any(char < " " or "\x7f" <= char <= "\x9f" for char in name):
+        return "has a control character"
+    if any(unicodedata.category(char) in ("Cf", "Zl", "Zp") for char in name):
+        return "has a character that file browsers and terminals do not show as itself"
+    if "\\" in name:
+        return "has a backslash"
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, '.' or '..' segment"
+    if len(parts) > MAX_DEPTH:
+        return f"has {len(parts)} segments, more than {MAX_DEPTH}"
+    if any(part.startswith("-") for part in parts):
+        return "has a segment that starts with '-'"
+    for depth in range(1, len(parts) + 1):
+        path = "/".join(parts[:depth])
+        if taken.get(name_key(path), path) != path:
+            return "is the path of an earlier artifact on a filesystem that ignores case or Unicode normalisation"
+    return ""
+
+
+def take(name, taken, directories):
+    """Count an artifact's name as sent: its paths for name_problem, its directories for the budget."""
+    parts = name.split("/")
+    for depth in range(1, len(parts) + 1):
+        path = "/".join(parts[:depth])
+        taken.setdefault(name_key(path), path)
+        if depth < len(parts):
+            directories.add(path)
+
+
+def read_within(path, room, over):
+    """(the file's bytes as FRAME_DATA pieces, "") if it has at most `room` bytes, else (None, why);
+    `over` says why when it has more ("{size}" in it becomes its size). Its size comes from the
+    opened descriptor (O_NOFOLLOW), so a file past the budget is never read. What is read is held
+    (at most the budget, 4 MiB) because every frame carries the whole file's sha256: the frames
+    and the digest are of the same bytes. A file whose size or mtime changes while it is read
+    (still written by something the worker left running) is refused, never cut."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)  # O_NONBLOCK: a FIFO put in its place cannot hang the launcher
+    except OSError as error:
+        return None, "it cannot be read: " + str(error.strerror)
+    try:
+        before = os.fstat(descriptor)
+        if not stat.S_ISREG(before.st_mode):
+            return None, "it is no longer a regular file"
+        if before.st_size > room:
+            return None, over.replace("{size}", f"{before.st_size:,}")
+        pieces, size = [], 0
+        while size < before.st_size:
+            piece = os.read(descriptor, min(FRAME_DATA, before.st_size - size))
+            if not piece:
+                break
+            pieces.append(piece)
+            size += len(piece)
+        after = os.fstat(descriptor)
+        if size != before.st_size or os.read(descriptor, 1) or after.st_mtime_ns != before.st_mtime_ns:
+            return None, "it changed while it was read"
+        return pieces, ""
+    except OSError as error:
+        return None, "it cannot be read: " + str(error.strerror)
+    finally:
+        os.close(descriptor)
 
 
 def printable(text, limit=200):
@@ -12492,44 +12626,76 @@ def printable(text, limit=200):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shown(name):
+    """A name for artifacts_refused: as it is (a byte that is not UTF-8 as \\xNN), at most 100 characters."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
 def send_left(out, sent):
     """Frame every file left under ARTIFACTS and not in `sent` (the worker's own manifest):
     (the entries sent, the ones refused)."""
     entries, refused = [], []
-    spent = sum(entry.get("bytes", 0) for entry in sent if isinstance(entry, dict))
-    names = {entry.get("name") for entry in sent if isinstance(entry, dict)}
-    count = len(names)
     if not os.path.isdir(ARTIFACTS) or os.path.islink(ARTIFACTS):
         return entries, refused
+    limit = budget()
+    if not limit:  # --max-artifact-bytes 0 asks for none: nothing is sent, nothing refused
+        return entries, refused
+    sent = [entry for entry in sent if isinstance(entry, dict) and isinstance(entry.get("name"), str)]
+    names = {entry["name"] for entry in sent}
+    taken, directories = {}, set()
+    for entry in sent:
+        take(entry["name"], taken, directories)
+    spent = sum(entry.get("bytes", 0) for entry in sent if type(entry.get("bytes")) is int)
+    spent += len(directories) * DIRECTORY_BYTES
+    count = len(names)
     for name, path, found in left_files(ARTIFACTS):
-        problem = found
         if name in names:
             continue
-        if not problem and (len(name.encode("utf-8", "replace")) > MAX_NAME or printable(name, MAX_NAME + 1) != name):
-            problem = "its name is not printable ASCII of at most 255 bytes"
-        data = b""
-        if not problem:
-            try:
-                data = read_file(path)
-            except OSError as error:
-                problem = "it cannot be read: " + str(error.strerror)
+        pieces = None
+        new = {"/".join(name.split("/")[:depth]) for depth in range(1, name.count("/") + 1)} - directories
+        cost = len(new) * DIRECTORY_BYTES
+        problem = found or name_problem(name, taken)
         if not problem and count >= MAX_ARTIFACTS:
             problem = f"more than {MAX_ARTIFACTS} artifacts"
-        if not problem and spent + len(data) > budget():
-            problem = f"over the budget of {budget()} bytes per episode"
+        if not problem:
+            plural = "directory" if len(new) == 1 else "directories"
+            made = f" and {len(new)} new {plural} ({DIRECTORY_BYTES:,} bytes each)" if new else ""
+            left = max(0, limit - spent)
+            over = f"{{size}} bytes{made}, over the budget of {limit:,} bytes per episode ({left:,} left)"
+            pieces, problem = read_within(path, limit - spent - cost, over)
         if problem:
-            refused.append({"name": printable(name), "why": problem})
+            refused.append({"name": shown(name), "why": problem})
             continue
-        digest, total = hashlib.sha256(data).hexdigest(), max(1, -(-len(data) // FRAME_DATA))
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+        sha256, size = digest.hexdigest(), sum(map(len, pieces))
         label = base64.urlsafe_b64encode(name.encode()).decode()
-        for seq in range(total):
-            chunk = base64.b64encode(data[seq * FRAME_DATA : (seq + 1) * FRAME_DATA]).decode()
-            out.write(f"rl-demo-artifact 1 {seq} {total} {digest} {label} {chunk}\n".encode())
+        for seq, piece in enumerate(pieces or [b""]):
+            chunk = base64.b64encode(piece).decode()
+            out.write(f"rl-demo-artifact 1 {seq} {max(1, len(pieces))} {sha256} {label} {chunk}\n".encode())
         out.flush()
-        entries.append({"name": name, "bytes": len(data), "sha256": digest})
-        spent += len(data)
+        entries.append({"name": name, "bytes": size, "sha256": sha256})
+        take(name, taken, directories)
+        spent += size + cost
         count += 1
     return entries, refused
+
+
+def with_left_files(event, out):
+    """The worker's reward event with the files it left sent (their frames on `out`) and added to
+    its `artifacts`, those refused listed; `event` itself when it left none."""
+    listed = event.get("artifacts") if isinstance(event.get("artifacts"), list) else []
+    entries, refused = send_left(out, listed)
+    if not (entries or refused):
+        return event
+    new = dict(event, artifacts=sorted([*listed, *entries], key=lambda entry: str(entry.get("name"))))
+    if refused:  # bounded, so the reward event stays one short line however many were left
+        new["artifacts_refused"] = refused[:REFUSED_LISTED]
+        if len(refused) > REFUSED_LISTED:
+            new["artifacts_refused_count"] = len(refused)
+    return new
 
 
 def rewrite_termination_message(old, new):
@@ -12560,22 +12726,18 @@ def main():
     continuing = False  # inside a line longer than LINE_LIMIT: passed on piece by piece
     for piece in iter(lambda: worker.stdout.readline(LINE_LIMIT + 1), b""):
         if not continuing and reward_event(piece) is not None:
-            held.append(piece if piece.endswith(b"\n") else piece + b"\n")
+            held.append(piece if piece.endswith(b"\n") else piece + b"\n")  # a line of its own when printed
         else:
             out.write(piece)
             out.flush()
-        continuing = not piece.endswith(b"\n")
+            continuing = not piece.endswith(b"\n")
     if continuing:  # the worker's last line lacks its newline: the frames and the end line start their own
         out.write(b"\n")
     code = worker.wait()
     if held:
         event = reward_event(held[-1])
-        listed = event.get("artifacts") if isinstance(event.get("artifacts"), list) else []
-        entries, refused = send_left(out, listed)
-        if entries or refused:
-            new = dict(event, artifacts=sorted([*listed, *entries], key=lambda entry: str(entry.get("name"))))
-            if refused:
-                new["artifacts_refused"] = refused
+        new = with_left_files(event, out)
+        if new is not event:
             held[-1] = json.dumps(new, sort_keys=True).encode() + b"\n"
             rewrite_termination_message(event, new)
         for line in held:
@@ -12659,7 +12821,10 @@ TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/t
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
-NEEDS = ("question",)  # the task fields act() reads; "expected" is grade()'s, and may be kept private
+# --private-fields, as the tool tells them: a private field is the client's grader's, not missing
+PRIVATE = set(filter(None, os.environ.get("RL_DEMO_PRIVATE_FIELDS", "").split(",")))
+# the task fields this worker reads: act()'s, and grade()'s "expected" unless it is kept private
+NEEDS = ("question",) + (() if "expected" in PRIVATE else ("expected",))
 
 
 def read_task():
@@ -12714,9 +12879,9 @@ def act(task):
 
 
 def grade(task, answer):
-    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. Without the task's
-    `expected` (--private-fields expected), the client's --grader grades `answer` instead."""
-    if "expected" not in task:
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. With `expected`
+    kept private (--private-fields expected), the client's --grader grades `answer` instead."""
+    if "expected" in PRIVATE:
         return 0.0, {"answer": answer}
     correct = answer == task["expected"]
     return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
@@ -13373,7 +13538,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         private = tuple(field for field in (args.private_fields or "").split(",") if field)
         if private and tasks is None:
-            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+            raise DemoError("--private-fields needs --tasks: it keeps fields of the tasks out of the pods", EXIT_USAGE)
+        unknown = [field for field in private if tasks and not any(field in task for task in tasks)]
+        if unknown:  # a typo would keep nothing private, and the real field readable by every pod
+            raise DemoError(
+                f"--private-fields names {', '.join(repr(field) for field in unknown)}, which no task of "
+                f"{args.tasks} has: name the fields to keep out of the pods as the tasks spell them",
+                EXIT_USAGE,
+            )
         public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
         grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work
@@ -13593,7 +13765,9 @@ def run_flags(parser: CommandLineParser) -> Dict[str, str]:
     }
 
 
-PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+PROSE = frozenset(
+    {"a", "an", "and", "for", "in", "is", "names", "needs", "of", "or", "the", "to", "with"}
+)  # never a flag's value
 
 
 def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
@@ -13738,6 +13912,10 @@ def batch_settings(
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
     settings = run_settings(args)
+    try:  # as run refuses it, before any work, but in the caller's words (`output=`)
+        refuse_existing_output(settings.output)
+    except DemoError as error:
+        raise DemoError(keyword_message(str(error), run_flags(parser)), error.exit_code) from None
     if grade is not None:
         name = getattr(grade, "__qualname__", None) or type(grade).__name__
         settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
@@ -13773,9 +13951,11 @@ def stream_batch(
     output: Any, *, count: Optional[int] = None, **options: Any
 ) -> typing.Generator[RewardLine, None, BatchResult]:
     """Run one batch as run_batch does, in a thread of its own, and yield each rewards.jsonl row
-    as it is written. Leaving the loop early (break, an exception, close()) stops the run as a
-    Ctrl-C would and waits for its diagnostics and its --cleanup policy; so does a Ctrl-C while
-    it waits for the next row, which is then raised. Once the run has ended the generator raises
+    as it is written. Leaving the loop early (break, an exception, close()) keeps what finished:
+    the round stops as stop_after=K stops it (its Job deleted, the episodes that ended validated,
+    results.json covering them, the rows yielded standing), then its --cleanup policy runs; left
+    before any episode ended, the run stops as a Ctrl-C would. A Ctrl-C while it waits for the
+    next row interrupts the run, and is then raised. Once the run has ended the generator raises
     its DemoError, or returns its BatchResult. Options are checked now, before the first row."""
     settings, args = batch_settings(output, count, options)
     return _stream(settings, args)

@@ -301,6 +301,22 @@ def analyse_only(count: int, scratch: Path) -> Dict[str, float]:
     return {"cpu": time.process_time() - cpu_before, "wall": time.perf_counter() - wall_before}
 
 
+class ArtifactsArrived:
+    """The round's LogFollower as stream_only needs it: every artifact a pod's reward event lists
+    already saved (in `run` a line waits for its files; here the figure is the client's own work
+    once they are there: the validation and the append)."""
+
+    def __init__(self, pods: List[Dict[str, Any]]) -> None:
+        self.listed: Dict[str, Dict[str, Any]] = {}
+        for pod in pods:
+            message = pod["status"]["containerStatuses"][0]["state"]["terminated"].get("message") or ""
+            reward = rl_batch_demo.parse_events(message)[1]
+            self.listed[pod["metadata"]["name"]] = {entry["name"]: entry for entry in reward.get("artifacts") or []}
+
+    def artifacts_of(self, name: str) -> Tuple[Dict[str, Any], str, bool]:
+        return self.listed.get(name, {}), "", False
+
+
 def stream_only(count: int, scratch: Path) -> Dict[str, float]:
     """The client's work while it waits, as each of `count` terminated pods arrives from the pod
     watch: validate it from its termination message and append its line to rewards.jsonl (one
@@ -317,6 +333,7 @@ def stream_only(count: int, scratch: Path) -> Dict[str, float]:
     writer = rl_batch_demo.RewardsWriter(output / rl_batch_demo.REWARDS_FILE)
     writer.open()
     rewards = rl_batch_demo.RoundRewards(writer, settings, 1, output)
+    rewards.follower = ArtifactsArrived(pods)  # type: ignore[assignment]
     rewards.job_created(job, time.monotonic())
     for pod in pods:  # each pod running first, so that every place in creation order is settled
         rewards.pod_seen(dict(pod, status={"phase": "Running"}))

@@ -130,6 +130,8 @@ class ApiCallPlanTest(CallPlanTestCase):
             ({"tasks": [{"x": float("nan")}]}, "tasks[0] cannot be written as JSON"),
             ({"tasks": []}, "is empty"),
             ({"tasks": str(tasks), "count": 3}, "count=3 does not match the 2 tasks"),
+            ({"private_fields": "expected"}, "private_fields= needs tasks=: it keeps fields of the tasks out of"),
+            ({"tasks": [{"q": 1, "expected": 2}], "private_fields": "expcted"}, "names 'expcted', which no task of"),
         ):
             with self.subTest(options=options):
                 with self.assertRaises(rbd.DemoError) as raised:
@@ -141,6 +143,11 @@ class ApiCallPlanTest(CallPlanTestCase):
                 self.assertFalse(self.out().exists())
         with self.assertRaisesRegex(rbd.DemoError, r"option output= takes a str or a path, not 3 \(int\)"):
             rbd.run_batch(3)
+        self.out().mkdir()  # an earlier run's: refused at the call, in the caller's words
+        with self.assertRaises(rbd.DemoError) as raised:
+            rbd.stream_batch(self.out())
+        self.assertEqual(raised.exception.exit_code, rbd.EXIT_USAGE)
+        self.assertTrue(str(raised.exception).endswith("never overwritten); choose a new output="), raised.exception)
         self.assertEqual(self.stub.calls(), [])
 
     def test_a_list_of_tasks_is_a_tasks_file(self) -> None:
@@ -413,6 +420,13 @@ class TrainerDocTest(FakeClusterCase):
             check=False,
         )
 
+    def shown_template(self) -> str:
+        shown = subprocess.run(
+            [sys.executable, str(ROOT / "rl_batch_demo.py"), "show-worker", "--template"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return shown.stdout
+
     @end_to_end  # docs/trainer.md's sync loop and stream; run_batch and stream_batch in-process above
     def test_the_trainer_loop(self) -> None:
         loop, stream = self.blocks()[:2]
@@ -439,20 +453,28 @@ class TrainerDocTest(FakeClusterCase):
         self.check_async_loop(readme)
 
     def check_async_loop(self, loop: str) -> None:
+        # my_worker.py as the README writes it: `show-worker --template > my_worker.py`, run as it is
+        # (a cluster without the stand-in worker, which would replace it and report no answer)
+        (self.root / "my_worker.py").write_text(self.shown_template())
+        self.cluster.close()
+        self.cluster = FakeCluster(self.root / "template-cluster")
+        self.addCleanup(self.cluster.close)
+        self.system_namespaces = {ns["metadata"]["name"] for ns in self.cluster.objects("Namespace")}
         result = self.run_block(loop)
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = [tuple(line.split()) for line in result.stdout.splitlines()]
         for step in range(2):
             mine = [row for row in rows if row[0] == str(step)]
-            # stop_after=4: at least 4; more only when episodes ended before the stop took effect
-            self.assertGreaterEqual(len(mine), 4, rows)
+            # stop_after=4: exactly the first 4 rewards known, whenever the others ended
+            self.assertEqual(len(mine), 4, rows)
             self.assertEqual({(reward, tag) for _, _, reward, tag in mine}, {("1.0", str(step))})
             self.assertEqual(len({task for _, task, _, _ in mine}), len(mine))
             results = json.loads((self.root / f"runs/step-{step}/results.json").read_text())
-            # the stopped ones are named when the watch had shown their pods (none when the round ended first)
-            stopped = len(results.get("stopped_episodes") or [])
-            self.assertEqual(results["successful_episodes"], len(mine), results)
-            self.assertLessEqual(stopped, 6 - len(mine), results)
+            # the other two are named, whether they still ran, had not started or ended after the 4th
+            stopped = results["stopped_episodes"]
+            self.assertEqual(results["successful_episodes"], 4, results)
+            self.assertEqual(len(stopped), 2, results)
+            self.assertFalse({entry["index"] for entry in stopped} & {row["index"] for row in results["pods"]})
             self.assertEqual(results["private_fields"], ["expected"])
         self.assertEqual(self.namespaces(), [], result.stdout + result.stderr)
 

@@ -1222,6 +1222,20 @@ class InterruptTest(RunPlanTestCase):
         self.assertFalse((self.out() / "pods.json").exists())
         self.assertTrue((self.out() / "receipt.json").exists())
 
+    def test_after_the_round_nothing_is_saved_over_it(self) -> None:
+        """A Ctrl-C once the round's diagnostics are on disk (here while the results are
+        published) reads nothing again: no listing, no log read (the plan has none, so one would
+        fail the test), and the round's logs stay those its analysis read."""
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        patcher = unittest.mock.patch.object(demo, "publish", side_effect=KeyboardInterrupt)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        result = self.tool("run", "--count", "2", "--output", str(self.out()))
+        self.assert_fails(result, demo.EXIT_INTERRUPTED, "interrupted")
+        for episode in plan.batch.episodes:
+            self.assertEqual((self.out() / f"{episode.name}.log").read_text(), episode.log)
+
     def test_mid_run_with_cleanup_always(self) -> None:
         _, result = self.mid_run("--cleanup", "always", cleanup=True)
         self.assertIn(f"deleted namespace {NAMESPACE}", result.stderr)

@@ -90,3 +90,50 @@ class FollowedSetsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HeldOpenKubectl:
+    """A `kubectl logs -f` that prints pod 0's end line, then stays open until it is terminated,
+    as a followed read does while a pod of its set still runs."""
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+
+    def terminate(self) -> None:  # the process's, as LogFollower ends a read
+        self.ended.set()
+
+    def poll(self) -> None:
+        return None
+
+    def stream(self, args: List[str], feed: Any, on_start: Any = None, **options: Any) -> None:
+        on_start(self)
+        feed(b"[pod/rollout-0/episode] " + demo.LOG_END_LINE + b"\n")
+        self.ended.wait(3600)
+
+
+class EarlyFinishTest(unittest.TestCase):
+    def test_a_stopped_round_does_not_wait_for_the_reads_of_pods_still_running(self) -> None:
+        """--stop-after or a stream left early: pod 0 ended and its log is whole, pod 1 still
+        runs, so its read would last until the Job's deletion. finish(early=True) ends the read
+        as soon as every ended pod of it is whole, whatever the grace (here an hour), and keeps
+        pod 0's log, not pod 1's."""
+        kubectl = HeldOpenKubectl()
+        with tempfile.TemporaryDirectory() as scratch:
+            follower = demo.LogFollower(
+                kubectl,  # type: ignore[arg-type]
+                "ns",
+                SELECTOR,
+                2,
+                Path(scratch),
+                demo.LogBudgets(artifacts=Path(scratch)),
+                seconds=3600.0,
+            )
+            for event in (pod(0, "running"), pod(1, "running"), pod(0, "ended")):
+                follower.pod_seen(event)
+            kept: Dict[str, Any] = {}
+            finishing = threading.Thread(target=lambda: kept.update(follower.finish(3600.0, early=True)), daemon=True)
+            finishing.start()
+            finishing.join(60.0)  # a hang, not a speed: without `early` it waits out the hour
+            self.assertFalse(finishing.is_alive(), "finish() waited for the read of a pod still running")
+            self.assertTrue(kubectl.ended.is_set())
+            self.assertEqual(sorted(kept), ["rollout-0"])

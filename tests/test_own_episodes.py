@@ -72,7 +72,7 @@ class Ran:
         self.events = demo.parse_events(stdout)
 
 
-def run_worker(source: str, tasks: Optional[List[Dict[str, Any]]], index: int, name: str) -> Ran:
+def run_worker(source: str, tasks: Optional[List[Dict[str, Any]]], index: int, name: str, **extra: str) -> Ran:
     with tempfile.TemporaryDirectory() as root:
         workspace = Path(root, "workspace")
         workspace.mkdir()
@@ -86,6 +86,7 @@ def run_worker(source: str, tasks: Optional[List[Dict[str, Any]]], index: int, n
             RL_DEMO_TERMINATION_LOG=str(termination),
             RL_DEMO_TASKS=str(Path(root, "tasks.jsonl")),
             JOB_COMPLETION_INDEX=str(index),
+            **extra,
         )
         if tasks is not None:
             Path(root, "tasks.jsonl").write_text(demo.tasks_text(tasks))
@@ -328,12 +329,18 @@ class TemplateWorkerTest(unittest.TestCase):
     def test_a_task_without_the_fields_the_template_reads_fails_naming_them(self) -> None:
         """Not a silent reward of 0: a task of another shape (or none, without --tasks) fails its
         episode, and the run's cause quotes the template's own words from its termination message."""
-        for tasks in (None, [{"id": "t0", "a": 2, "b": 3, "expected": 5}]):
-            with self.subTest(tasks=tasks):
-                ran = run_worker(demo.WORKER_TEMPLATE, tasks, 0, "rollout-0-abc")
+        cases = [
+            (None, {}, "question, expected"),
+            ([{"id": "t0", "question": "2 + 3"}], {}, "expected"),  # its answer, unless kept private
+            ([{"id": "t0", "a": 2, "b": 3}], {demo.PRIVATE_FIELDS_ENV: "expected"}, "question"),
+            ([{"id": "t0", "a": 2, "b": 3, "expected": 5}], {}, "question"),
+        ]
+        for tasks, private, missing in cases:
+            with self.subTest(tasks=tasks, private=private):
+                ran = run_worker(demo.WORKER_TEMPLATE, tasks, 0, "rollout-0-abc", **private)
                 self.assertEqual(ran.code, 1)
                 self.assertEqual(ran.events, [])
-                self.assertEqual(ran.termination, "task 0 lacks the field(s) question this worker reads\n")
+                self.assertEqual(ran.termination, f"task 0 lacks the field(s) {missing} this worker reads\n")
         pod = pod_for(ran, ran.name, 0, time.time() - 2, phase="Failed", exit_code=1, message=ran.termination)
         rank, rule = demo.pod_failure(pod)
         self.assertEqual(rank, 1)
@@ -357,7 +364,8 @@ class TemplateWorkerTest(unittest.TestCase):
                 self.assertEqual((ran.code, ran.events[-1]["reward"]), (0, 1.0), ran)
 
     def test_the_template_leaves_the_grade_to_the_client_without_the_expected_answer(self) -> None:
-        ran = run_worker(demo.WORKER_TEMPLATE, [{"id": "t0", "question": "4 * 5"}], 0, "rollout-0-abc")
+        private = {demo.PRIVATE_FIELDS_ENV: "expected"}  # --private-fields expected, as the tool tells the pod
+        ran = run_worker(demo.WORKER_TEMPLATE, [{"id": "t0", "question": "4 * 5"}], 0, "rollout-0-abc", **private)
         self.assertEqual(ran.code, 0)
         reward = ran.events[-1]
         self.assertEqual((reward["reward"], reward["answer"]), (0.0, 20))
@@ -791,6 +799,12 @@ class RefusedBeforeAnythingTest(unittest.TestCase):
     def test_a_count_that_does_not_match(self) -> None:
         tasks = self.write("tasks.jsonl", b"{}\n{}\n")
         self.assertIn("--count 3 does not match the 2 tasks", self.refused("--tasks", tasks, "--count", "3"))
+
+    def test_a_private_field_that_no_task_has(self) -> None:
+        """A misspelled --private-fields would keep nothing private: refused before anything is created."""
+        tasks = self.write("tasks.jsonl", b'{"question": "1 + 1", "expected": 2}\n')
+        message = self.refused("--tasks", tasks, "--private-fields", "expected,expcted")
+        self.assertIn(f"--private-fields names 'expcted', which no task of {tasks} has", message)
 
     def test_too_many_tasks_without_allow_large(self) -> None:
         tasks = self.write("tasks.jsonl", b"{}\n" * 21)

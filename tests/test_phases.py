@@ -388,6 +388,26 @@ class SandboxClockTest(Case):
                 self.assertIsNone(row["process_started_at"])
                 self.assertIsNone(row["kernel_boot_to_process_start_seconds"])
 
+    def test_each_row_figure_is_its_stamps_difference(self) -> None:
+        """Every per-episode figure of a row is its end stamp minus its start stamp, as
+        FIGURE_STAMPS names them (the summary's clocks and the docs read that table): the two
+        never drift apart. validate_episode spells each one (a loop over the table would need
+        mypy to accept non-literal TypedDict keys)."""
+        rows = [validate(ready_event()), validate(ready_event(process_started_at=CREATED_AT + 0.96))]
+        checked = 0
+        for row in rows:
+            plain: dict[str, Any] = dict(row)
+            for figure, (start, end, _) in demo.FIGURE_STAMPS.items():
+                if figure not in plain or start not in plain or end not in plain:
+                    continue  # a batch figure, or python_import's and import_to_ready's (imports_done_at is not kept)
+                with self.subTest(figure=figure):
+                    if plain[start] is None or plain[end] is None:
+                        self.assertIsNone(plain[figure])
+                    else:
+                        self.assertAlmostEqual(plain[figure], plain[end] - plain[start], places=9)
+                    checked += 1
+        self.assertEqual(checked, 2 * 10)  # each of the row's own figures with both stamps kept, in both rows
+
     def test_phases_and_rows_hold_every_new_figure(self) -> None:
         row = validate(ready_event())
         table = demo.phase_table([row])

@@ -212,6 +212,21 @@ class RoundRewardsTest(unittest.TestCase):
         rewards.pod_seen(pods[0])  # the second pod does not exist yet: an Indexed Job needs no wait
         self.assertEqual([(line["index"], line["task_id"]) for line in self.on_disk()], [(1, "one")])
 
+    def test_stop_after_writes_exactly_k_standing_lines(self) -> None:
+        """--stop-after 2 and four pods that end before the stop takes effect (their lines known at
+        once, as when a followed read brings several pods' artifacts together): the first two
+        known stand, the other two get no line and are the round's `beyond`, stopped with the rest;
+        a later event of a kept pod writes nothing more."""
+        batch = Batch(count=4)
+        rewards = self.rewards(batch, stop_after=2)
+        order = [batch.episodes[index] for index in (2, 0, 3, 1)]
+        for episode in order:
+            rewards.pod_seen(batch.pod(episode))
+        rewards.pod_seen(batch.pod(order[0]))
+        self.assertEqual([line["pod"] for line in self.on_disk()], [order[0].name, order[1].name])
+        self.assertEqual((rewards.standing(), rewards.beyond), (2, {order[2].name, order[3].name}))
+        self.assertEqual(self.told, self.on_disk())
+
     def test_a_foreign_or_nameless_pod_is_ignored(self) -> None:
         batch = Batch(count=1)
         rewards = self.rewards(batch)

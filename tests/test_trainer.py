@@ -106,6 +106,11 @@ class EpisodeTimeoutTest(TrainerTestCase):
         self.assertEqual((results["successful_episodes"], results["reward_sum"]), (2, 1.0 + 1.0 - 1.0))
         lines = {line["index"]: line for line in self.lines()}
         self.assertEqual((lines[1]["reward"], lines[1]["failure_kind"]), (-1.0, demo.FAILURE_EPISODE))
+        # results.json's rows say whose failure each is as the lines do: none, they validated
+        self.assertEqual({row["index"]: row["failure_kind"] for row in results["pods"]}, {0: None, 2: None})
+        self.assertEqual(
+            {row["index"]: lines[row["index"]]["failure_kind"] for row in results["pods"]}, {0: None, 2: None}
+        )
 
     def test_without_a_score_the_hung_episode_fails_the_run_as_its_own(self) -> None:
         cluster = self.cluster()
@@ -143,6 +148,32 @@ class StopAfterTest(TrainerTestCase):
         for row in results["pods"]:
             self.assertTrue((self.out / f"{row['pod']}.log").read_text().strip())
 
+    def test_episodes_that_end_together_still_keep_exactly_k(self) -> None:
+        """Five episodes that all end at once, --stop-after 2: whether the Job completes before the
+        stop takes effect or not, exactly the first two rewards known stand, in rewards.jsonl and
+        results.json, and the three others are named as stopped, with no line of their own."""
+        cluster = self.cluster()
+        worker = self.root / "template.py"  # the template saves a trajectory: each line waits for its file
+        worker.write_text(demo.WORKER_TEMPLATE)
+        tasks = self.root / "tasks.jsonl"
+        tasks.write_text(
+            "".join(json.dumps({"id": f"t{i}", "question": f"{i} + 1", "expected": i + 1}) + "\n" for i in range(5))
+        )
+        argv = ("--tasks", str(tasks), "--worker", str(worker), "--stop-after", "2", "--timeout", "120")
+        self.run_tool(cluster, 0, "--count", "5", *argv)
+        results = self.results()
+        self.assertEqual((results["episodes"], results["successful_episodes"], results["reward_sum"]), (2, 2, 2.0))
+        kept = sorted(row["index"] for row in results["pods"])
+        stopped = results["stopped_episodes"]
+        self.assertEqual(sorted([*kept, *(entry["index"] for entry in stopped)]), [0, 1, 2, 3, 4])
+        lines = self.lines()
+        self.assertEqual(sorted(line["index"] for line in lines), kept)  # no line for a stopped one
+        pods = {pod["metadata"]["name"]: pod for pod in json.loads((self.out / "pods.json").read_text())["items"]}
+        for entry in stopped:  # `ended` says whether its pod had ended: as pods.json shows it
+            if entry["ended"]:
+                self.assertEqual(pods[entry["pod"]]["status"]["phase"], "Succeeded", entry)
+        self.assertIn("--stop-after 2", results["stopped_by"])
+
     def test_without_stop_after_the_same_run_waits_for_every_episode(self) -> None:
         """The control: the same episodes without the flag end every one (a short length here)."""
         cluster = self.cluster()
@@ -168,13 +199,37 @@ print(json.dumps(seen))
 """
 
 
+# The same, from asyncio: astream_batch's loop left after the first two rewards, then aclose().
+ASYNC_LEAVE_DRIVER = """
+import asyncio, json, sys
+import rl_batch_demo as rbd
+output, worker = sys.argv[1], sys.argv[2]
+async def main():
+    seen = []
+    rows = rbd.astream_batch(output, count=4, worker=worker, quiet=True)
+    async for row in rows:
+        seen.append(row)
+        if len([r for r in seen if r["reward"] is not None]) == 2:
+            break
+    await rows.aclose()
+    print(json.dumps(seen))
+asyncio.run(main())
+"""
+
+
 @end_to_end
 class StreamLeftEarlyTest(TrainerTestCase):
     def test_the_rows_yielded_stand_and_the_rest_are_stopped(self) -> None:
+        self.check_left_early(STREAM_DRIVER)
+
+    def test_astream_batch_closed_early_keeps_its_rows_too(self) -> None:
+        self.check_left_early(ASYNC_LEAVE_DRIVER)
+
+    def check_left_early(self, driver_text: str) -> None:
         cluster = self.cluster()
         worker = self.worker([0, 0, 60, 60])
         driver = self.root / "driver.py"
-        driver.write_text(STREAM_DRIVER)
+        driver.write_text(driver_text)
         env = {**cluster.env(), "PYTHONPATH": str(Path(demo.__file__).resolve().parent)}
         result = subprocess.run(
             [sys.executable, str(driver), str(self.out), worker],
@@ -325,6 +380,9 @@ class GradingTest(TrainerTestCase):
         self.assertNotIn("expected", configmap["data"][demo.TASKS_KEY])
         self.assertEqual([json.loads(line) for line in configmap["data"][demo.TASKS_KEY].splitlines()],
                          [{"a": 1, "b": 2, "id": "t0"}, {"a": 2, "b": 2, "id": "t1"}])  # fmt: skip
+        [job] = cluster.objects("Job")  # the worker is told which fields it cannot see
+        [env] = [c["env"] for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == demo.CONTAINER_NAME]
+        self.assertIn({"name": demo.PRIVATE_FIELDS_ENV, "value": "expected"}, env)
         lines = {line["task_id"]: line for line in self.lines()}
         self.assertEqual(
             {k: (v["reward"], v["pod_reward"]) for k, v in lines.items()}, {"t0": (1.0, 0.5), "t1": (0.0, 0.5)}

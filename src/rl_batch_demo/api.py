@@ -22,7 +22,7 @@ from .core_basics import short_repr
 from .core_reports import printable
 from .errors import DemoError, outcome_of
 from .kubectl import make_kubectl
-from .persistence import load_results, read_reward_lines
+from .persistence import load_results, read_reward_lines, refuse_existing_output
 from .records import Results, RewardLine, RunSettings
 
 # Python API ###################################################################
@@ -60,7 +60,9 @@ def run_flags(parser: CommandLineParser) -> Dict[str, str]:
     }
 
 
-PROSE = frozenset({"a", "an", "and", "for", "in", "is", "of", "or", "the", "to", "with"})  # never a flag's value
+PROSE = frozenset(
+    {"a", "an", "and", "for", "in", "is", "names", "needs", "of", "or", "the", "to", "with"}
+)  # never a flag's value
 
 
 def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
@@ -205,6 +207,10 @@ def batch_settings(
     if listed and tasks is not None:
         args.tasks_given = tasks_lines(tasks)
     settings = run_settings(args)
+    try:  # as run refuses it, before any work, but in the caller's words (`output=`)
+        refuse_existing_output(settings.output)
+    except DemoError as error:
+        raise DemoError(keyword_message(str(error), run_flags(parser)), error.exit_code) from None
     if grade is not None:
         name = getattr(grade, "__qualname__", None) or type(grade).__name__
         settings = dataclasses.replace(settings, grade=grade, grader_name=f"grade={name}")
@@ -240,9 +246,11 @@ def stream_batch(
     output: Any, *, count: Optional[int] = None, **options: Any
 ) -> typing.Generator[RewardLine, None, BatchResult]:
     """Run one batch as run_batch does, in a thread of its own, and yield each rewards.jsonl row
-    as it is written. Leaving the loop early (break, an exception, close()) stops the run as a
-    Ctrl-C would and waits for its diagnostics and its --cleanup policy; so does a Ctrl-C while
-    it waits for the next row, which is then raised. Once the run has ended the generator raises
+    as it is written. Leaving the loop early (break, an exception, close()) keeps what finished:
+    the round stops as stop_after=K stops it (its Job deleted, the episodes that ended validated,
+    results.json covering them, the rows yielded standing), then its --cleanup policy runs; left
+    before any episode ended, the run stops as a Ctrl-C would. A Ctrl-C while it waits for the
+    next row interrupts the run, and is then raised. Once the run has ended the generator raises
     its DemoError, or returns its BatchResult. Options are checked now, before the first row."""
     settings, args = batch_settings(output, count, options)
     return _stream(settings, args)

@@ -685,7 +685,14 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             count, given = len(tasks), f"--tasks {path} ({len(tasks)} tasks)"
         private = tuple(field for field in (args.private_fields or "").split(",") if field)
         if private and tasks is None:
-            raise DemoError("--private-fields keeps fields of --tasks out of the pods: it needs --tasks", EXIT_USAGE)
+            raise DemoError("--private-fields needs --tasks: it keeps fields of the tasks out of the pods", EXIT_USAGE)
+        unknown = [field for field in private if tasks and not any(field in task for task in tasks)]
+        if unknown:  # a typo would keep nothing private, and the real field readable by every pod
+            raise DemoError(
+                f"--private-fields names {', '.join(repr(field) for field in unknown)}, which no task of "
+                f"{args.tasks} has: name the fields to keep out of the pods as the tasks spell them",
+                EXIT_USAGE,
+            )
         public = tuple({k: v for k, v in task.items() if k not in private} for task in tasks) if tasks else tasks
         grade = load_grader(Path(args.grader)) if args.grader else None
         # the API server refuses a ConfigMap over its object size limit: refused here, before any work

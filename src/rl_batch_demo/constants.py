@@ -174,9 +174,13 @@ BUILTIN_WORKER = "built-in"
 # `artifacts` manifest.
 LAUNCHER_KEY = "launcher.py"  # the ConfigMap's key (and /demo/ file) of the pod's command, sandbox/launcher.py
 ARTIFACTS_REFUSED_FIELD = "artifacts_refused"  # the launcher's list of files it could not send: the episode fails
+ARTIFACTS_REFUSED_COUNT_FIELD = "artifacts_refused_count"  # how many in all, when it lists only the first 16
 ARTIFACTS_ENV = "RL_DEMO_ARTIFACTS"
 ARTIFACTS_DIR = "/workspace/artifacts"  # inside the episode's emptyDir: it goes with the pod
 MAX_ARTIFACT_BYTES_ENV = "RL_DEMO_MAX_ARTIFACT_BYTES"  # the budget, told to the worker too
+# --private-fields, told to the worker (comma-separated): a field it reads that is private is the
+# client's grader's to use, not missing (the template fails a task that lacks a field it needs)
+PRIVATE_FIELDS_ENV = "RL_DEMO_PRIVATE_FIELDS"
 DEFAULT_MAX_ARTIFACT_BYTES = 2**20  # --max-artifact-bytes: the bytes of one episode's artifacts, decoded
 # The largest --max-artifact-bytes: its base64 frames (4/3 of it) stay well under the kubelet's
 # default containerLogMaxSize of 10 MiB, past which `kubectl logs` returns only the current file.

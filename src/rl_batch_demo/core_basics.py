@@ -45,6 +45,7 @@ from .constants import (
     MAX_ARTIFACT_BYTES_ENV,
     POD_LIMITS,
     POD_REQUESTS,
+    PRIVATE_FIELDS_ENV,
     PSA_ENFORCE_LABEL,
     QUEUE_NAME_LABEL,
     RUN_LABEL,
@@ -390,11 +391,7 @@ def served_kueue_version(group: Any) -> Optional[str]:
     if not isinstance(group, dict):
         return None
     served = [entry.get("version") for entry in group.get("versions") or [] if isinstance(entry, dict)]
-    preferred = (
-        (group.get("preferredVersion") or {}).get("version")
-        if isinstance(group.get("preferredVersion"), dict)
-        else None
-    )
+    preferred = dig(group, "preferredVersion", "version") if isinstance(group.get("preferredVersion"), dict) else None
     if preferred in KUEUE_VERSIONS and preferred in served:
         return str(preferred)
     return next((version for version in KUEUE_VERSIONS if version in served), None)
@@ -515,6 +512,7 @@ def job_manifest(
     launcher: bool = False,
     score_failures: bool = False,
     episode_deadline_seconds: Optional[int] = None,
+    private_fields: Tuple[str, ...] = (),
 ) -> KubeObject:
     """The guide's Job: one pod per episode, no retries, unprivileged, bounded in time.
 
@@ -536,7 +534,7 @@ def job_manifest(
     every index runs (the client counts --max-failed-episodes' infrastructure failures itself).
     `episode_deadline_seconds` (--episode-timeout) is each pod's own activeDeadlineSeconds: the
     kubelet fails a pod past it alone (pkg/kubelet/active_deadline.go), its phase Failed, its
-    reason DeadlineExceeded."""
+    reason DeadlineExceeded. With --private-fields the worker is told their names (PRIVATE_FIELDS_ENV)."""
     pod_spec: KubeObject = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -552,6 +550,7 @@ def job_manifest(
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
                     {"name": MAX_ARTIFACT_BYTES_ENV, "value": str(max_artifact_bytes)},
+                    *([{"name": PRIVATE_FIELDS_ENV, "value": ",".join(private_fields)}] if private_fields else []),
                 ],
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -660,6 +659,7 @@ def round_job_manifest(
         launcher=bool(settings.launcher_source),
         score_failures=settings.failed_episode_reward is not None,
         episode_deadline_seconds=settings.episode_deadline_seconds,
+        private_fields=settings.private_fields,
     )
 
 

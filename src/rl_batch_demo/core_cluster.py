@@ -329,7 +329,7 @@ def pod_failure(pod: KubeObject, job: Optional[KubeObject] = None) -> Tuple[int,
     if status.get("reason") == "Evicted":
         return 0, f"the pod was evicted ({status.get('message', 'no message')})"
     if status.get("phase") == "Failed" and not deleted and status.get("reason") == POD_DEADLINE_REASON:
-        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        deadline = dig(pod, "spec", "activeDeadlineSeconds")
         return 1, (
             f"it ran past its own deadline of {short_repr(deadline)} s (--episode-timeout: the pod's "
             f"activeDeadlineSeconds; {_phase_failure(pod)})"
@@ -399,7 +399,7 @@ def unanswered_node(pod: KubeObject) -> str:
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node or status.get("phase") in ("Succeeded", "Failed"):
         return ""
-    running = bool((_container_status(pod).get("state") or {}).get("running"))
+    running = bool(dig(_container_status(pod), "state", "running"))
     for condition in status.get("conditions") or []:
         if not isinstance(condition, dict):
             continue
@@ -424,7 +424,7 @@ def node_state(name: str, node: Optional[KubeObject], failure: str = "") -> str:
     state = {"True": "Ready", "False": "NotReady"}.get(str(ready.get("status")), "Unknown")
     detail = ", ".join(str(ready[key]) for key in ("reason", "message") if ready.get(key))
     since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
-    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+    taints = [t for t in dig(node, "spec", "taints") or [] if isinstance(t, dict)]
     out = ", tainted out-of-service" if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in taints) else ""
     text = f"node {name}: {state}{since}{' (' + detail + ')' if detail else ''}{out}"
     return re.sub(r"[\x00-\x1f\x7f]", "?", text[:INFRA_CAUSE_LIMIT])
@@ -583,7 +583,7 @@ def episode_attempts(
         if len(kept) > 1:  # name one that did not succeed: the one the Job should not have replaced
             first = next((pod for pod in kept if dig(pod, "status", "phase") != "Succeeded"), kept[0])
             then = next(pod for pod in kept if pod is not first)
-            rule = pod_failure(first)[1] or f"it ended in phase {(first.get('status') or {}).get('phase')}"
+            rule = pod_failure(first)[1] or f"it ended in phase {dig(first, 'status', 'phase')}"
             raise EpisodeInvalid(
                 str(first["metadata"]["name"]),
                 f"{rule}, and the Job ran its index {index} again (pod {then['metadata']['name']}); only a pod lost "
@@ -735,8 +735,8 @@ def stopped_round_pods(observation: RoundObservation, job_uid: str) -> Tuple[Lis
     for pod in observation.last_pods.values():
         if not pod_belongs_to(pod, job_uid):
             continue
-        final = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        (ended if final and not (pod.get("metadata") or {}).get("deletionTimestamp") else stopped).append(pod)
+        final = dig(pod, "status", "phase") in ("Succeeded", "Failed")
+        (ended if final and not dig(pod, "metadata", "deletionTimestamp") else stopped).append(pod)
     for pods in (ended, stopped):
         pods.sort(key=lambda pod: (pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]))
     return ended, stopped
@@ -747,13 +747,13 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     stopped, by their completion-index label (`SELECTOR,INDEX in (0,2,5)`); None when a pod lacks
     the label or an index has a stopped pod too (--infra-retries' replacement), so that read_logs
     reads each pod by name."""
-    indexes = [(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in ended]
-    others = {(pod["metadata"].get("labels") or {}).get(INDEX_LABEL) for pod in stopped}
+    indexes = [dig(pod["metadata"], "labels", INDEX_LABEL) for pod in ended]
+    others = {dig(pod["metadata"], "labels", INDEX_LABEL) for pod in stopped}
     if not indexes or not all(isinstance(index, str) and index.isdigit() for index in indexes):
         return None
     if others & set(indexes) or None in others:
         return None
-    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"  # type: ignore[arg-type]
+    return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:

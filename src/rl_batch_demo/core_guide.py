@@ -6,7 +6,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .constants import EXIT_CLUSTER, RUN_FILES, SUMMARY_WIDTH
-from .core_basics import finite_number, one_episode_job_manifest
+from .core_basics import dig, finite_number, one_episode_job_manifest
 from .core_reports import printable, render_table, wrap_text
 from .errors import DemoError
 from .records import GuideRow, GuideTable, JsonObject, KubeObject, Results, RunSettings
@@ -234,7 +234,7 @@ def _guide_reference_cell(group: int, key: str, lang: str) -> str:
 
 
 def _phase_pair(results: Results, phase: str) -> Optional[List[float]]:
-    stats = (results.get("phases") or {}).get(phase)
+    stats = dig(results, "phases", phase)
     if not isinstance(stats, dict):
         return None
     values = [finite_number(stats.get("p50")), finite_number(stats.get("p95"))]

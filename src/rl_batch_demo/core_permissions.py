@@ -180,7 +180,7 @@ _RESOURCES = ("cpu", "memory", EPHEMERAL_STORAGE)
 def episode_requests(ephemeral_storage: str, runtimeclass: Optional[KubeObject]) -> Dict[str, float]:
     """What one episode's pod requests of each resource: the container's requests (with
     --ephemeral-storage) plus the RuntimeClass's Pod overhead."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     asked = {**POD_REQUESTS, EPHEMERAL_STORAGE: ephemeral_storage}
     return {
         resource: parse_quantity(asked[resource]) + parse_quantity(str(overhead.get(resource, "0")))
@@ -287,7 +287,7 @@ def capacity_verdict(
     ephemeral_storage: str = DEFAULT_EPHEMERAL_STORAGE,
 ) -> Tuple[bool, str]:
     """Whether N episodes fit the eligible nodes at once (episode_room), in words."""
-    overhead = ((runtimeclass or {}).get("overhead") or {}).get("podFixed") or {}
+    overhead = dig(runtimeclass or {}, "overhead", "podFixed") or {}
     need = {resource: count * value for resource, value in episode_requests(ephemeral_storage, runtimeclass).items()}
     room, room_text = episode_room(runtimeclass, nodes, pods, ephemeral_storage)
     text = (
@@ -584,8 +584,8 @@ def plan_cleanup(
         doomed.append(job["name"])
     queue = receipt.get("local_queue")
     if queue is not None and live_local_queue is not None:
-        queue_uid = (live_local_queue.get("metadata") or {}).get("uid")
-        queue_label = ((live_local_queue.get("metadata") or {}).get("labels") or {}).get(RUN_LABEL)
+        queue_uid = dig(live_local_queue, "metadata", "uid")
+        queue_label = dig(live_local_queue, "metadata", "labels", RUN_LABEL)
         if not (queue_uid == queue["uid"] if queue["uid"] else queue_label == receipt["run_id"]):
             return CleanupPlan(
                 refusal=f"refusing to clean up: LocalQueue {namespace}/{queue['name']} has UID {queue_uid} and label "

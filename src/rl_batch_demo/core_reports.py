@@ -305,7 +305,7 @@ def verdict_line(results: Results, breaches: Sequence[str] = ()) -> str:
         valid += f" ({left_out} left out under --max-failed-episodes {results.get('max_failed_episodes')})"
     stopped = len(results.get("stopped_episodes") or [])
     if stopped:
-        valid += f" ({stopped} stopped before they ended: {results.get('stopped_by')})"
+        valid += f" ({stopped} stopped: {results.get('stopped_by')})"
     if scored:
         valid += f" ({scored} failed and scored {results.get('failed_episode_reward')!r} under --failed-episode-reward)"
     text = (
@@ -597,7 +597,7 @@ def comparison(runs: List[Tuple[str, Results]]) -> List[ComparisonRow]:
                 values.append(json_number(pooled.get("mean_seconds")) if isinstance(pooled, dict) else None)
             elif ":" in key:
                 phase, stat = key.split(":")
-                stats = (results.get("phases") or {}).get(phase)
+                stats = dig(results, "phases", phase)
                 values.append(json_number(stats.get(stat)) if stats else None)
             else:
                 values.append(json_number(results.get(key, 1 if key == "rounds" else None)))
@@ -711,7 +711,7 @@ def _pod_seconds(pod: KubeObject) -> float:
     """Pod created (API server) -> container finished (the node's runtime), whole seconds (0 if unknown)."""
     try:
         created = optional_timestamp(dig(pod, "metadata", "creationTimestamp"))
-        terminated = (_container_status(pod).get("state") or {}).get("terminated") or {}
+        terminated = dig(_container_status(pod), "state", "terminated") or {}
         finished = optional_timestamp(terminated.get("finishedAt"))
     except (AttributeError, TypeError, ValueError):
         return 0.0

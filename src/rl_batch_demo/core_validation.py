@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .constants import (
     ARTIFACT_DIRECTORY_BYTES,
     ARTIFACTS_PER_EPISODE_LIMIT,
+    ARTIFACTS_REFUSED_COUNT_FIELD,
     ARTIFACTS_REFUSED_FIELD,
     BUILTIN_TEST_MODULE,
     CONTAINER_LOG_MAX_SIZE,
@@ -433,16 +434,18 @@ def artifact_manifest(value: Any, budget: int) -> List[ArtifactEntry]:
     return entries
 
 
-def refused_artifacts_text(refused: Any) -> str:
-    """The launcher's `artifacts_refused` ([{name, why}]) as a bounded, escaped sentence."""
+def refused_artifacts_text(refused: Any, count: Any = None) -> str:
+    """The launcher's `artifacts_refused` ([{name, why}], its first 16; `count`, its
+    artifacts_refused_count: how many there were in all) as a bounded, escaped sentence."""
     items = refused if isinstance(refused, list) else [refused]
     named = [
-        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'))})"
+        f"{short_repr(item.get('name'))} ({short_repr(item.get('why'), 160)})"
         if isinstance(item, dict)
         else short_repr(item)
         for item in items[:5]
     ]
-    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    total = count if type(count) is int and count > len(items) else len(items)
+    more = f" and {total - len(named):,} more" if total > len(named) else ""
     return "; ".join(named) + more
 
 
@@ -466,7 +469,8 @@ def episode_artifacts(
         raise invalid(str(error)) from None
     refused = reward.get(ARTIFACTS_REFUSED_FIELD)
     if refused:  # the launcher could not send what the worker left (sandbox/launcher.py): never silence
-        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused)}")
+        count = reward.get(ARTIFACTS_REFUSED_COUNT_FIELD)
+        raise invalid(f"its artifacts could not all be sent: {refused_artifacts_text(refused, count)}")
     if not received:
         return declared
     if log is None:
@@ -773,7 +777,7 @@ def round_stopper(
             f"Job {where} cannot create its pods: {observation.blocked}{hint}; inspect {inspect}, then run cleanup",
             EXIT_CLUSTER,
         )
-    labels = (observation.job.get("metadata") or {}).get("labels") or {}
+    labels = dig(observation.job, "metadata", "labels") or {}
     if outcome == ROUND_NOT_ADMITTED and QUEUE_NAME_LABEL not in labels:
         # Kueue manages a Job only by that label, so one that holds an unlabelled Job is configured
         # with manageJobsWithoutQueueName: true and never admits it (Kueue docs, "Setup
@@ -967,25 +971,31 @@ def analyse_round(collected: RoundCollected, where: str) -> Tuple[List[EpisodeRo
 
 
 def stopped_figures(collected: RoundCollected) -> StoppedFigures:
-    """A stopped round's episodes that never ended (stopped_pods), in creation order; {} otherwise."""
+    """A stopped round's episodes that it did not keep: its stopped pods (stopped_pods, in creation
+    order: those still running, and those that ended beyond the first K of --stop-after K), then,
+    in an Indexed round, each index the Job had not created a pod for yet; {} otherwise."""
     if not collected.stopped:
         return {"stopped_episodes": [], "stopped_by": None}
-    episodes: List[StoppedEpisode] = []
-    for pod in collected.stopped_pods:
-        name = str(pod["metadata"]["name"])
+    where = f"{collected.round_dir}/pods.json"
+
+    def index_of(pod: KubeObject) -> Optional[int]:
         try:
-            index: Optional[int] = pod_index(pod, collected.count, f"{collected.round_dir}/pods.json")
+            return pod_index(pod, collected.count, where)
         except EpisodeInvalid:
-            index = None
-        episodes.append(
-            {
-                "pod": name,
-                "index": index,
-                "task_id": task_id_for(collected, index),
-                "round": collected.round_number,
-                "job": collected.job_name,
-            }
-        )
+            return None
+
+    def entry(pod: Optional[str], index: Optional[int], ended: bool) -> StoppedEpisode:
+        task_id = task_id_for(collected, index)
+        return {"pod": pod, "ended": ended, "index": index, "task_id": task_id,
+                "round": collected.round_number, "job": collected.job_name}  # fmt: skip
+
+    def ended(pod: KubeObject) -> bool:  # as stopped_round_pods tells an ended pod: terminal, not being deleted
+        return dig(pod, "status", "phase") in ("Succeeded", "Failed") and not dig(pod, "metadata", "deletionTimestamp")
+
+    episodes = [entry(str(pod["metadata"]["name"]), index_of(pod), ended(pod)) for pod in collected.stopped_pods]
+    if collected.indexed:  # an index whose pod was never created is stopped too
+        seen = {index_of(pod) for pod in [*collected.pods, *collected.stopped_pods]}
+        episodes += [entry(None, index, False) for index in range(collected.count) if index not in seen]
     return {"stopped_episodes": episodes, "stopped_by": collected.stopped_by}
 
 
@@ -1218,9 +1228,11 @@ def assemble_results(
 
 def pod_row(row: EpisodeRow) -> PodRow:
     """A row as results.json keeps it: with its `info` as rewards.jsonl has it (bounded by
-    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none."""
+    INFO_LIMIT when the reward event was read: reward_info), {} when the event had none, and its
+    failure_kind as its line has it (None: it validated)."""
     copy = row.copy()
     copy["info"] = row.get("info", {})
+    copy["failure_kind"] = None
     return copy
 
 

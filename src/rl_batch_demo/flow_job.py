@@ -241,7 +241,7 @@ class JobWatch:
         if kind in ("ADDED", "MODIFIED", "DELETED") and watched_object_problem(pod):
             self.pods_doubtful = True  # an event it could not read: the pods are listed once the Job ends
             return
-        pod_name = (pod.get("metadata") or {}).get("name") if isinstance(pod, dict) else None
+        pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if kind in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
                 changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
@@ -313,7 +313,7 @@ class JobWatch:
             return ended
         if condition == "Complete":
             return ended and final_pods_from_watch(self.observation(condition), self.job_uid) is not None
-        phases = [(pod.get("status") or {}).get("phase") for pod in self.last_pods.values()]
+        phases = [dig(pod, "status", "phase") for pod in self.last_pods.values()]
         status = self.live.get("status") or {}
         counts: List[Any] = [status.get("succeeded"), status.get("failed")]
         counted = sum(value for value in counts if is_int(value))
@@ -472,7 +472,7 @@ def container_started(pod: KubeObject) -> bool:
     be followed. The kubelet refuses the log of a container still waiting (`is waiting to start`,
     kubelet_pods.go validateContainerLogStatus), and the API server that of a pod with no node
     (`does not have a host assigned`, pkg/registry/core/pod/strategy.go LogLocation)."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in dig(pod, "status", "containerStatuses") or []:
         if isinstance(status, dict) and status.get("name") == CONTAINER_NAME:
             state = status.get("state") or {}
             return isinstance(state, dict) and ("running" in state or "terminated" in state)
@@ -542,10 +542,10 @@ class LogFollower:
     def pod_seen(self, pod: KubeObject) -> None:
         metadata = pod.get("metadata") or {}
         name = metadata.get("name")
-        label = str((metadata.get("labels") or {}).get(INDEX_LABEL))
+        label = str(dig(metadata, "labels", INDEX_LABEL))
         if not isinstance(name, str) or not name or not re.fullmatch(r"[0-9]{1,9}", label):
             return
-        ending = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        ending = dig(pod, "status", "phase") in ("Succeeded", "Failed")
         with self.lock:
             if ending:
                 self.ended.add(name)
@@ -641,20 +641,32 @@ class LogFollower:
             return None
         return read.reader.artifacts_of(name)
 
-    def finish(self, grace: float, stop: Optional[threading.Event] = None) -> Dict[str, PodLog]:
+    def finish(self, grace: float, stop: Optional[threading.Event] = None, early: bool = False) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
         kubectl's error for it, or when its pod ended and printed the end line. A `stop` asked for
-        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt)."""
+        meanwhile (Ctrl-C, a stream_batch loop left) ends every read at once (KeyboardInterrupt).
+
+        `early`: the round stopped before its Job ended (--stop-after, a stream left early), so
+        a read whose pods still run would last until the Job's deletion: each read is given the
+        grace only until every pod of it that ended has printed its end line (what the round
+        keeps is then whole), not until its stream ends."""
         with self.lock:
             self.closed = True
             if self.waiting:
                 self._follow()
             reads = list(self.reads)
         until = time.monotonic() + grace
+
+        def enough_of(read: FollowedRead) -> bool:
+            with self.lock:
+                return early and all(name in read.reader.ended for name in read.pods if name in self.ended)
+
         for read in reads:
-            while not read.done.wait(max(0.0, min(0.1, until - time.monotonic()))):
+            while not read.done.wait(0.0 if enough_of(read) else max(0.0, min(0.1, until - time.monotonic()))):
+                if enough_of(read):
+                    break
                 if stop is not None and stop.is_set():
                     self.stop()
                     raise KeyboardInterrupt

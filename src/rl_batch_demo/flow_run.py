@@ -27,6 +27,7 @@ from .constants import (
     EXIT_TIMEOUT,
     GC_PODS_PER_SECOND,
     INFRA_RETRIES_INSTEAD,
+    JOB_STOPPED,
     JUNIT_SUITE_NAME,
     KUEUE_GROUP,
     LOCAL_QUEUE_NAME,
@@ -201,6 +202,9 @@ class RoundRewards:
         self.held: Dict[str, KubeObject] = {}
         self.lock = threading.RLock()  # the watch's thread and the log readers' threads
         self.grades: Dict[str, float] = {}  # with a grader: each graded pod's reward
+        # --stop-after K: the pods whose reward came once K stood (ended beyond the first K): no
+        # line, stopped with the episodes still running, so exactly K rewards stand
+        self.beyond: Set[str] = set()
 
     def standing(self) -> int:
         """How many of the round's episodes have a reward that stands (--stop-after counts them):
@@ -210,7 +214,7 @@ class RoundRewards:
     def job_created(self, job: KubeObject, submitted: float) -> None:
         self.job_name, self.job_uid = str(job["metadata"]["name"]), str(job["metadata"]["uid"])
         # every measured Job is Indexed: its episodes are numbered by completion index as each ends
-        self.indexed = self.settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed"
+        self.indexed = self.settings.indexed or dig(job, "spec", "completionMode") == "Indexed"
         self.job_created_at = creation_time(job, "the Job")
         self.submitted = submitted
 
@@ -375,11 +379,17 @@ class RoundRewards:
         return [attempt for _, attempt in sorted(lost, key=lambda entry: entry[0])]
 
     def _write(self, lines: List[RewardLine], known: float) -> None:
+        limit, kept = self.settings.stop_after, []
         for line in lines:  # recorded first: a line on disk is always one the run can retract
+            first = line["pod"] not in self.last
+            if limit is not None and first and stands_as_reward(line) and self.standing() >= limit:
+                self.beyond.add(line["pod"])  # --stop-after K keeps the first K: this one is stopped
+                continue
             self.last[line["pod"]] = line
             if stands_as_reward(line):
                 self.reward_known.setdefault(line["pod"], known)
-        self.writer.append(lines)
+            kept.append(line)
+        self.writer.append(kept)
 
     def failures(self) -> Dict[str, str]:
         """The failure lines written so far, by pod: final (provisional_episode)."""
@@ -477,7 +487,9 @@ class BatchRun:
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
         self.current_job: Optional[KubeObject] = None
-        self.current_dir: Path = settings.output
+        # where an interruption saves the diagnostics of what is in flight; None once a Job's are on
+        # disk, so a Ctrl-C after (between rounds, while publishing) never writes over them
+        self.current_dir: Optional[Path] = settings.output
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
@@ -898,7 +910,8 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop)
+            early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
@@ -912,13 +925,18 @@ class BatchRun:
         log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         stopped = outcome == ROUND_STOPPED
+        if outcome == ROUND_COMPLETE and rewards is not None and rewards.beyond:
+            # every episode ended before the stop took effect: those beyond the first K are
+            # stopped all the same (no line, in no figure), so exactly K stand as with a stop
+            stopped = True
+            stop_reasons.append(self.stopped_by(rewards) or "")
         stopped_pods: List[KubeObject] = []
         if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
             watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
             if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
-                # the episodes whose rewards stand when the stop takes effect (K, or more that ended
-                # at once): one that ended without a line (its verdict not known from its status)
-                # is stopped with the rest, so rewards.jsonl and results.json hold the same episodes
+                # exactly the first K standing rewards (RoundRewards.beyond): an episode that ended
+                # without a line (beyond K, or its verdict not known from its status) is stopped
+                # with the rest, so rewards.jsonl and results.json hold the same K episodes
                 keep = set(rewards.last)
                 stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
                 watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
@@ -970,12 +988,14 @@ class BatchRun:
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
         if stopped:  # every pod the Job had, those stopped too; then the Job goes, its pods first
             write_pods(round_dir, [*pods, *stopped_pods], budgets)
-            self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
+            if outcome == ROUND_STOPPED:  # a Job that completed has nothing left running
+                self.delete_stopped_job(name, stop_reasons[0] if stop_reasons else "stopped early")
         if settings.infra_retries:  # a lost pod the cluster deleted (preempted, evicted by the API) is an attempt too
             vanished = vanished_attempts(observation, pods, job["metadata"]["uid"])
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
                 write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
+        self.current_dir, self.current_job = None, None  # this Job's diagnostics are all on disk
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -994,7 +1014,7 @@ class BatchRun:
             submitted_wall=submitted_wall,
             submitted_monotonic=submitted,
             # every measured Job is Indexed: its episodes are numbered by completion index
-            indexed=settings.indexed or (job.get("spec") or {}).get("completionMode") == "Indexed",
+            indexed=settings.indexed or dig(job, "spec", "completionMode") == "Indexed",
             task_ids=[task_id_of(task, i) for i, task in enumerate(settings.tasks)] if settings.tasks else None,
             builtin_worker=settings.builtin_worker,
             max_failed_episodes=settings.max_failed_episodes,
@@ -1037,13 +1057,13 @@ class BatchRun:
             key
             for key in ("completionMode", "backoffLimitPerIndex", "maxFailedIndexes", "podFailurePolicy")
             if key in manifest["spec"]
-            and (job.get("spec") or {}).get(key) != manifest["spec"][key]
+            and dig(job, "spec", key) != manifest["spec"][key]
             # a run whose episodes need no index reads its logs one pod at a time without it
             and (key != "completionMode" or self.settings.indexed)
         ]
         if not dropped:
             return
-        stored_policy = (job.get("spec") or {}).get("podFailurePolicy")
+        stored_policy = dig(job, "spec", "podFailurePolicy")
         if "podFailurePolicy" in dropped and isinstance(stored_policy, dict):
             # a 1.28 API server (JobBackoffLimitPerIndex off) keeps the policy but drops its FailIndex
             # rules with the per-index fields (pkg/registry/batch/job/strategy.go PrepareForCreate)
@@ -1110,9 +1130,9 @@ class BatchRun:
 
     def save_after_interrupt(self) -> None:
         """Save what can be read within a few seconds: the Job, pods, events and logs."""
-        if not self.namespace_created:
-            return
         kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
+        if not self.namespace_created or round_dir is None:  # nothing created, or all saved already
+            return
         quick = kubectl.timing.interrupt_save_timeout
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
@@ -1189,22 +1209,20 @@ def _stuck_on_lost_nodes(kubectl: Kubectl, job: KubeObject, namespace: str) -> s
     out-of-service (pkg/controller/podgc/gc_controller.go gcOrphaned, gcTerminating)."""
     try:
         pods = kubectl.get_list("pods", namespace, ["-l", pod_selector(job)])
-        stuck = [pod for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")]
-        nodes = sorted(
-            {str((pod.get("spec") or {}).get("nodeName")) for pod in stuck if (pod.get("spec") or {}).get("nodeName")}
-        )
+        stuck = [pod for pod in pods if dig(pod, "metadata", "deletionTimestamp")]
+        nodes = sorted({str(dig(pod, "spec", "nodeName")) for pod in stuck if dig(pod, "spec", "nodeName")})
         states = {node: kubectl.get("node", node) for node in nodes}
     except (KubectlFailure, KubectlTimeout, ValueError):
         return ""
     lost = {}
     for node, live in states.items():
-        ready = [c for c in ((live or {}).get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        ready = [c for c in dig(live or {}, "status", "conditions") or [] if c.get("type") == "Ready"]
         if live is not None and not (ready and ready[0].get("status") == "True"):
             lost[node] = node_state(node, live)
     names = {
         str(pod["metadata"]["name"]): str(pod["spec"]["nodeName"])
         for pod in stuck
-        if (pod.get("spec") or {}).get("nodeName") in lost
+        if dig(pod, "spec", "nodeName") in lost
     }
     if not names:
         return ""

@@ -28,7 +28,7 @@ from .constants import (
     REQUEST_TIMEOUT,
     WATCH_BUFFER_LIMIT,
 )
-from .core_basics import parse_json_documents, short_repr, url_segment
+from .core_basics import dig, parse_json_documents, short_repr, url_segment
 from .core_reports import _display_width, fit_lines, printable
 from .errors import DemoError, KubectlFailure, KubectlTimeout, kubectl_message
 from .records import TIMING, KubeObject, Receipt, Timing
@@ -502,7 +502,7 @@ class Kubectl:
         if not isinstance(context, str) or not context:
             raise DemoError("the kubeconfig names no current context; pass --context", EXIT_USAGE)
         clusters = config.get("clusters") or [{}]
-        server = ((clusters[0] if isinstance(clusters[0], dict) else {}).get("cluster") or {}).get("server")
+        server = dig(clusters[0] if isinstance(clusters[0], dict) else {}, "cluster", "server")
         return context, server if isinstance(server, str) else None
 
     def no_context(self, message: str) -> str:

@@ -28,7 +28,7 @@ from .constants import (
     LOG_FILE_LIMIT,
     RUN_FILES,
 )
-from .core_basics import _reject_constant, job_name_for, schema_problem, short_repr
+from .core_basics import _reject_constant, dig, job_name_for, schema_problem, short_repr
 from .core_cluster import EventScanner, artifact_directories, artifact_name_problem, parse_artifact_frame, pod_list
 from .core_guide import NOT_ROUNDS
 from .core_reports import render_events_text, render_timeline_svg
@@ -613,7 +613,7 @@ def pods_listing_within(pods: List[KubeObject], budgets: LogBudgets) -> KubeObje
     for pod in pods:
         saved = pod
         status: KubeObject = pod["status"] if isinstance(pod.get("status"), dict) else {}
-        uid = str((pod.get("metadata") or {}).get("uid") or (pod.get("metadata") or {}).get("name"))
+        uid = str(dig(pod, "metadata", "uid") or dig(pod, "metadata", "name"))
         for field in ("initContainerStatuses", "containerStatuses"):
             statuses = status.get(field)
             for position, container in enumerate(statuses if isinstance(statuses, list) else []):
@@ -757,7 +757,7 @@ def refuse_existing_output(output: Path) -> None:
     result is ever overwritten."""
     if output.exists() or output.is_symlink():
         raise DemoError(
-            f"output directory {output} already exists; choose a new --output (earlier results are never overwritten)",
+            f"output directory {output} already exists (earlier results are never overwritten); choose a new --output",
             EXIT_USAGE,
         )
 

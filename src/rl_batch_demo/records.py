@@ -412,6 +412,9 @@ class PodArtifacts(TypedDict, total=False):  # absent from the results of versio
 class PodInfo(TypedDict, total=False):  # absent from the results of versions before issue 25
     info: JsonObject  # the reward event's other fields, as rewards.jsonl's line has them (bounded: INFO_LIMIT)
     pod_reward: float  # with a grader: the reward the pod reported; `reward` is then the grader's
+    # None: a row of pods[] is a validated episode, as in its rewards.jsonl line; a failed one is
+    # in failed_episodes[] with its FAILURE_EPISODE or FAILURE_INFRASTRUCTURE
+    failure_kind: Optional[str]
 
 
 class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
@@ -535,8 +538,9 @@ class LostNodes(TypedDict, total=False):  # only when a node of the round's pods
     lost_nodes: Dict[str, str]  # node -> its state as first read (node_state), for its pods stayed Running
 
 
-class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early) before it ended
-    pod: str
+class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a stream left early): in no figure
+    pod: Optional[str]  # None: the Job had not created its pod yet (an Indexed Job's index never seen)
+    ended: bool  # its pod had ended, after the first K (--stop-after K keeps exactly K): its reward not counted
     index: Optional[int]
     task_id: Any
     round: int
@@ -544,7 +548,7 @@ class StoppedEpisode(TypedDict):  # an episode stopped by --stop-after (or a str
 
 
 class StoppedFigures(TypedDict, total=False):  # absent from the results of versions before --stop-after
-    stopped_episodes: List[StoppedEpisode]  # the round's episodes stopped before they ended: in no figure
+    stopped_episodes: List[StoppedEpisode]  # the round's episodes it did not keep (StoppedEpisode): in no figure
     stopped_by: Optional[str]  # why the round (at the top level: the first round) stopped early; None: it did not
 
 

@@ -59,7 +59,10 @@ TERMINATION_LOG = pathlib.Path(os.environ.get("RL_DEMO_TERMINATION_LOG", "/dev/t
 TERMINATION_LIMIT = 4096
 FRAME_DATA = 24 * 1024  # bytes of an artifact per frame (one log line of about 33 KB)
 EVENTS = []
-NEEDS = ("question",)  # the task fields act() reads; "expected" is grade()'s, and may be kept private
+# --private-fields, as the tool tells them: a private field is the client's grader's, not missing
+PRIVATE = set(filter(None, os.environ.get("RL_DEMO_PRIVATE_FIELDS", "").split(",")))
+# the task fields this worker reads: act()'s, and grade()'s "expected" unless it is kept private
+NEEDS = ("question",) + (() if "expected" in PRIVATE else ("expected",))
 
 
 def read_task():
@@ -114,9 +117,9 @@ def act(task):
 
 
 def grade(task, answer):
-    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. Without the task's
-    `expected` (--private-fields expected), the client's --grader grades `answer` instead."""
-    if "expected" not in task:
+    """Your reward rule: (reward, info). info's fields end up in rewards.jsonl. With `expected`
+    kept private (--private-fields expected), the client's --grader grades `answer` instead."""
+    if "expected" in PRIVATE:
         return 0.0, {"answer": answer}
     correct = answer == task["expected"]
     return (1.0 if correct else 0.0), {"answer": answer, "correct": correct}
