@@ -8,6 +8,7 @@ small driver with its own SIGINT and SIGTERM handlers, interrupted mid-run, clea
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -257,7 +258,6 @@ DRIVER = textwrap.dedent(
 )
 
 
-@end_to_end
 class VerdictsTest(unittest.TestCase):
     """BatchResult.verdicts: each pod's last row, in index order, whatever order the pods ended in."""
 
@@ -330,6 +330,7 @@ class FakeClusterCase(unittest.TestCase):
         process.send_signal(signal_number)
 
 
+@end_to_end
 class TrainerDriverTest(FakeClusterCase):
     """The driver above, end to end through the fake cluster, as a trainer runs the API."""
 
@@ -366,6 +367,7 @@ class TrainerDriverTest(FakeClusterCase):
         self.assertTrue((self.root / "out" / "pods.json").exists())
 
 
+@end_to_end
 class StreamedToTheTrainerTest(FakeClusterCase):
     """stream_batch hands each row over as it is written: with two episodes of different lengths,
     the first row reaches the trainer before the second pod has ended."""
@@ -399,7 +401,9 @@ class StreamedToTheTrainerTest(FakeClusterCase):
 
 
 class TrainerDocTest(FakeClusterCase):
-    """docs/trainer.md's Python blocks, run as they are against the fake cluster."""
+    """docs/trainer.md's Python blocks, run as they are against the fake cluster. README.md's
+    loop runs in the fast tier too: the one run of astream_batch, stop_after and a client-side
+    grader through a cluster there (the end-to-end tier has tests/test_trainer.py for those)."""
 
     def blocks(self) -> List[str]:
         text = (ROOT / "docs" / "trainer.md").read_text(encoding="utf-8")
@@ -423,6 +427,7 @@ class TrainerDocTest(FakeClusterCase):
         )  # fmt: skip
         return shown.stdout
 
+    @end_to_end  # docs/trainer.md's sync loop and stream; run_batch and stream_batch in-process above
     def test_the_trainer_loop(self) -> None:
         loop, stream = self.blocks()[:2]
         result = self.run_block(loop)
@@ -437,18 +442,15 @@ class TrainerDocTest(FakeClusterCase):
 
     def test_the_readmes_trainer_loop(self) -> None:
         """README.md's "Feeding a trainer" block, async: in each step the first 4 of 6 episodes to
-        finish, graded on the client from the task's private field, each with the step's tags."""
-        text = (ROOT / "README.md").read_text(encoding="utf-8")
-        [loop] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
-        self.check_async_loop(loop)
-
-    def test_trainer_mds_async_loop(self) -> None:
-        """docs/trainer.md shows the same loop (its blank lines aside), and it runs the same way."""
-        loop = self.blocks()[2]
+        finish, graded on the client from the task's private field, each with the step's tags.
+        docs/trainer.md shows the same loop (its blank lines aside): the same program, so running
+        one runs both (each run starts 12 pods on the fake cluster)."""
         text = (ROOT / "README.md").read_text(encoding="utf-8")
         [readme] = ["\n".join(lines) for language, lines in code_blocks(text) if language == "python"]
+        loop = self.blocks()[2]
         self.assertEqual([line for line in loop.splitlines() if line], [line for line in readme.splitlines() if line])
-        self.check_async_loop(loop)
+        self.assertEqual(ast.dump(ast.parse(loop)), ast.dump(ast.parse(readme)))
+        self.check_async_loop(readme)
 
     def check_async_loop(self, loop: str) -> None:
         # my_worker.py as the README writes it: `show-worker --template > my_worker.py`, run as it is

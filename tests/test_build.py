@@ -9,6 +9,7 @@ import io
 import shutil
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator, Tuple
@@ -24,6 +25,9 @@ def load_build() -> ModuleType:
     return module
 
 
+BUILD = load_build()  # one for every test, so that its parse() keeps the trees of the sources no test edits
+
+
 @contextlib.contextmanager
 def copied_tree() -> Iterator[Tuple[ModuleType, Path]]:
     """The build, pointed at a copy of src/ and of rl_batch_demo.py."""
@@ -31,9 +35,10 @@ def copied_tree() -> Iterator[Tuple[ModuleType, Path]]:
         root = Path(scratch)
         shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", ".mypy_cache"))
         shutil.copy(ROOT / "rl_batch_demo.py", root / "rl_batch_demo.py")
-        build = load_build()
-        build.ROOT, build.PACKAGE, build.TARGET = root, root / "src" / "rl_batch_demo", root / "rl_batch_demo.py"
-        yield build, build.PACKAGE
+        build = BUILD
+        paths = {"ROOT": root, "PACKAGE": root / "src" / "rl_batch_demo", "TARGET": root / "rl_batch_demo.py"}
+        with unittest.mock.patch.multiple(build, **paths):
+            yield build, build.PACKAGE
 
 
 def run(build: ModuleType, *argv: str) -> Tuple[int, str, str]:
@@ -51,7 +56,7 @@ def edit(path: Path, old: str, new: str) -> None:
 
 class BuildTest(unittest.TestCase):
     def test_the_committed_file_is_fresh(self) -> None:
-        code, out, err = run(load_build(), "--check")
+        code, out, err = run(BUILD, "--check")
         self.assertEqual((code, out, err), (0, "", ""))
 
     def test_check_shows_the_diff_and_the_fix_for_a_stale_file(self) -> None:
@@ -99,7 +104,7 @@ class BuildTest(unittest.TestCase):
         self.assertIn("episode.py must hold the statement", err)
 
     def test_where_maps_a_line_back_to_its_module(self) -> None:
-        build = load_build()
+        build = BUILD
         lines = (ROOT / "rl_batch_demo.py").read_text(encoding="utf-8").splitlines()
         for wanted, source in (("def main(argv", "cli.py"), ("class DemoError(Exception):", "errors.py")):
             with self.subTest(wanted=wanted):
@@ -111,7 +116,7 @@ class BuildTest(unittest.TestCase):
                 self.assertEqual(module_lines[int(number) - 1], lines[line - 1])
 
     def test_where_maps_a_line_of_an_inlined_program_to_its_file(self) -> None:
-        build = load_build()
+        build = BUILD
         lines = (ROOT / "rl_batch_demo.py").read_text(encoding="utf-8").splitlines()
         template = (ROOT / "src" / "rl_batch_demo" / "sandbox" / "template.py").read_text(encoding="utf-8").splitlines()
         line = next(number for number, text in enumerate(lines, 1) if text.startswith("WORKER_TEMPLATE = r'''"))
@@ -134,16 +139,28 @@ class ScriptEndTest(unittest.TestCase):
     """The generated file run as a script ends through run_as_script: main's exit code, and all it
     printed delivered, though the interpreter's teardown is skipped."""
 
+    runs_concurrently = True  # only subprocesses, with the environment the tests were loaded with
+
     def test_the_script_exits_with_mains_code_and_everything_printed(self) -> None:
         import subprocess
         import sys
 
         import rl_batch_demo as demo
+        from tests.fakecluster import ENVIRONMENT
 
         script = str(ROOT / "rl_batch_demo.py")
-        shown = subprocess.run([sys.executable, script, "show-worker"], capture_output=True, check=False)
+        shown = subprocess.run(
+            [sys.executable, script, "show-worker"], capture_output=True, check=False, env=ENVIRONMENT, cwd=str(ROOT)
+        )
         self.assertEqual(shown.returncode, 0, shown.stderr)
         self.assertEqual(shown.stdout.decode(), demo.WORKER_SOURCE)  # buffered output flushed, to its last byte
-        refused = subprocess.run([sys.executable, script, "cleanup"], capture_output=True, text=True, check=False)
+        refused = subprocess.run(
+            [sys.executable, script, "cleanup"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=ENVIRONMENT,
+            cwd=str(ROOT),
+        )
         self.assertEqual(refused.returncode, demo.EXIT_USAGE, refused.stderr)
         self.assertEqual(len(refused.stderr.splitlines()), 1, refused.stderr)  # its one sentence, delivered

@@ -395,8 +395,13 @@ class CleanupWaitTest(CallPlanTestCase):
             plan.cluster.get_list("pods", stuck, flags=["-l", plan.batch.selector]),
             plan.cluster.get("node", "node-a", lost, namespace=None),
         )
-        result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
-        line = self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 1.3 s")
+        self.set_timing(cleanup_first_poll=0.25, cleanup_max_poll=2.0)  # the tool's own schedule
+        clock = MainThreadClock()  # the waits take no time (with no pause, the polls span 1.3 real seconds)
+        with unittest.mock.patch.object(demo, "time", clock):
+            result = self.tool("cleanup", "--output", str(self.out()), "--timeout", "1")
+        line = self.assert_fails(result, demo.EXIT_TIMEOUT, "still terminating after 1.3 s")  # 1 s + 2 pods at 20/3/s
+        self.assertTrue(clock.seconds)  # waited on the clock
+        self.assertLessEqual(sum(clock.seconds), 1.3)
         name = stuck[0]["metadata"]["name"]
         self.assertIn(
             f"node node-a: Unknown since 2026-01-01T00:09:00Z (NodeStatusUnknown), its pod {name} stuck", line

@@ -5,7 +5,8 @@ discovery cache), a --kubeconfig that does not exist, a closed port on 127.0.0.1
 the kubeconfig lacks. They are recorded below (EXPECTED) and checked three ways:
 
 * the fake kubectl prints them, byte for byte but for klog's time and process id (always);
-* the real kubectl on PATH prints them too (when there is one), so the record cannot go stale;
+* the real kubectl on PATH prints them too (when there is one; in the end-to-end tier,
+  tests/tiers.py), so the record cannot go stale;
 * the tool, run through the fake, answers each with one line that names the fix, retries
   quietly (or each call and retry with -v), and leaves no output directory behind.
 """
@@ -29,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import rl_batch_demo as demo
 from tests.callplan import FAST
 from tests.fakecluster import FakeCluster
+from tests.tiers import end_to_end
 
 REAL_KUBECTL = shutil.which("kubectl")
 CLOSED = "127.0.0.1:1"  # nothing listens on port 1
@@ -323,6 +325,7 @@ class KubectlWordsTest(unittest.TestCase):
         # PATH holds only the fake: "kubectl" is the fake's.
         self.assertTrue(all(env["PATH"] == str(self.setups.fakes[setup].bin_dir) for setup, env in fake_env.items()))
 
+    @end_to_end  # a check of the record, not of the tool: 31 runs of a Go binary, about 3 s of CPU
     @unittest.skipIf(REAL_KUBECTL is None, "no real kubectl on PATH to compare with")
     def test_the_real_kubectl_prints_the_same(self) -> None:
         assert REAL_KUBECTL is not None

@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 import rl_batch_demo as demo
 from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
+from tests.fakecluster import ENVIRONMENT
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.toolprocess import tool_command, tool_environment
 
@@ -1238,11 +1239,13 @@ class CommandLineTest(unittest.TestCase):
 class WorkerTest(unittest.TestCase):
     """The embedded worker, run for real with this Python."""
 
+    runs_concurrently = True  # only a subprocess and its own scratch directory: tests/concurrently.py
+
     def run_worker(self, workspace: Path, termination: Path) -> subprocess.CompletedProcess[str]:
         script = workspace.parent / "episode.py"
         script.write_text(demo.WORKER_SOURCE)
         env = dict(
-            os.environ,
+            ENVIRONMENT,  # not os.environ, which a test in the main thread may have sealed
             EPISODE_ID="rollout-xyz",
             RL_DEMO_WORKSPACE=str(workspace),
             RL_DEMO_TERMINATION_LOG=str(termination),

@@ -23,6 +23,7 @@ still run the file as a script, as users do.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import py_compile
 import sys
@@ -36,12 +37,29 @@ _COMPILED: List[Path] = []
 _LOCK = threading.Lock()
 
 
+def _fresh(cache: Path) -> bool:
+    """Whether `cache` is bytecode the import system takes for the file as it is now: this
+    Python's magic number, a timestamp-checked header (PEP 552 flags 0) with the file's mtime and
+    size, the same test the import system makes before it uses a cache."""
+    try:
+        with open(cache, "rb") as stream:
+            header = stream.read(16)
+        stat = TOOL.stat()
+    except OSError:
+        return False
+    fields = [int.from_bytes(header[at : at + 4], "little") for at in (4, 8, 12)]
+    timestamp = [0, int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF]
+    return len(header) == 16 and header[:4] == importlib.util.MAGIC_NUMBER and fields == timestamp
+
+
 def cached_bytecode() -> Path:
     """The tool's bytecode, where the import system reads it, compiled from the file as it is now
-    (once per test process, on first use: the tests never change the file)."""
+    (once per test process, on first use, unless a fresh one is there already: the tests never
+    change the file). tests/__init__.py asks for it first, so the tests' own import reads it too."""
     with _LOCK:
         if not _COMPILED:
-            _COMPILED.append(Path(py_compile.compile(str(TOOL), doraise=True)))
+            cache = Path(importlib.util.cache_from_source(str(TOOL)))
+            _COMPILED.append(cache if _fresh(cache) else Path(py_compile.compile(str(TOOL), doraise=True)))
         return _COMPILED[0]
 
 

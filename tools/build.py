@@ -128,10 +128,21 @@ def _payload_name(node: ast.stmt) -> Optional[str]:
     return str(call.args[0].value)
 
 
+_TREES: Dict[str, ast.Module] = {}  # a source text's syntax tree, which nothing here changes
+
+
+def parse(text: str, path: Path) -> ast.Module:
+    """ast.parse, once per text: the tests build many copies of the same sources, and parsing
+    is most of a build's time (the path only names the file in a SyntaxError)."""
+    if text not in _TREES:
+        _TREES[text] = ast.parse(text, str(path))
+    return _TREES[text]
+
+
 def read_module(name: str, position: int) -> Module:
     path = PACKAGE / f"{name}.py"
     text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text, str(path))
+    tree = parse(text, path)
     statements = list(tree.body)
     if statements and isinstance(statements[0], ast.Expr) and isinstance(statements[0].value, ast.Constant):
         statements.pop(0)  # the module's docstring
