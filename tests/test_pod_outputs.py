@@ -147,9 +147,21 @@ class StoppedPodsTest(SourcesTestCase):
 
     def test_followed_logs_keep_a_ten_episode_run_within_ten_processes(self) -> None:
         """The ten logs are followed by one `kubectl logs -f` while the pods run; nothing is read
-        after the decision but the events."""
+        after the decision but the events. The rule holds for the pods the pod watch showed started
+        before the decision: the Job's and the pods' watches are two streams, and on a loaded machine
+        (CI's stub-process tier) the pods' can lag behind the Job's Complete by more than the 0.25 s
+        the run waits for it, and the run then reads the logs after the decision (the fallback,
+        correct but not this rule's case); the test says so and skips rather than assert on timing."""
         cluster = self.cluster()
         self.run_tool(cluster, 0, "--count", "10")
+        results = self.results()
+        complete = results["client_observed_complete_at"]
+        sightings = [
+            min((t for t in (row["observed_running_at"], row["observed_succeeded_at"]) if t is not None), default=None)
+            for row in results["pods"]
+        ]
+        if not all(seen is not None and seen < complete for seen in sightings):
+            self.skipTest("the pod watch showed a pod started only after the job controller's decision")
         calls = self.kubectl_calls()
         self.assertLessEqual(len(calls), 10)
         reads = [argv for argv in calls if "logs" in argv]
