@@ -98,6 +98,22 @@ class ApiCallPlanTest(CallPlanTestCase):
         self.assertIn("the pod ended in phase Failed", str(raised.exception))
         self.assertEqual(self.read_json("error.json")["exit_code"], rbd.EXIT_EPISODE)
 
+    def test_a_run_time_error_gives_its_advice_in_keywords(self) -> None:
+        """An error of the run itself, in the caller's words: the advice names keywords, while
+        a command it quotes (the tool's own, kubectl's) keeps the flags one types."""
+        tool = rbd.invoked_as()
+        message = (
+            "episode x: exit 1 (--max-failed-episodes sets aside only the infrastructure's; "
+            f"--failed-episode-reward R scores it); clean up with {tool} cleanup --output DIR; "
+            "or kubectl --context c get pods --output wide"
+        )
+        worded = rbd.api_words(message)
+        self.assertIn("(max_failed_episodes= sets aside only", worded)
+        self.assertIn("failed_episode_reward=R scores it", worded)
+        self.assertIn(f"{tool} cleanup --output DIR;", worded)
+        self.assertIn("kubectl --context c get pods --output wide", worded)
+        self.assertEqual(rbd.api_words("no flag here"), "no flag here")
+
     def test_a_bug_raises_demo_error_3_with_its_cause(self) -> None:
         plan = RunPlan(Batch(count=2))
         self.expect(*plan.run())

@@ -64,18 +64,30 @@ PROSE = frozenset(
 )  # never a flag's value
 
 
-def keyword_message(message: str, flags: Mapping[str, str], switches: Iterable[str] = ()) -> str:
+def keyword_message(
+    message: str,
+    flags: Mapping[str, str],
+    switches: Iterable[str] = (),
+    choices: Optional[Mapping[str, Iterable[str]]] = None,
+) -> str:
     """A usage error in the API's words: `argument --timeout: ...` becomes `option timeout=: ...`,
     `--stop-after 9` (a flag and its value) `stop_after=9`, a switch (`switches`, by keyword)
-    `allow_large=True`; other text is left as it is."""
+    `allow_large=True`; other text is left as it is. With `choices` (each keyword's choices), a
+    lower-case word after a flag is its value only if it is one of them (`--cleanup always`), else
+    prose (`--max-failed-episodes sets aside ...`)."""
     by_flag = {flag: name for name, flag in flags.items()}
     switch_names = set(switches)
+
+    def prose(name: str, value: str) -> bool:
+        if value in PROSE:
+            return True
+        return choices is not None and value.isalpha() and value.islower() and value not in set(choices.get(name, ()))
 
     def keyword(match: re.Match[str]) -> str:
         name, value = by_flag.get(match.group(1)), match.group(2)
         if name is None:
             return match.group(0)
-        if name in switch_names or value is None or value in PROSE:
+        if name in switch_names or value is None or prose(name, value):
             return f"{name}={'True' if name in switch_names else ''}" + (f" {value}" if value else "")
         return f"{name}={value}"
 
@@ -216,6 +228,22 @@ def batch_settings(
     return settings, args
 
 
+def api_words(message: str) -> str:
+    """A run's error in the API's words: the advice it gives names run's keywords
+    (`max_failed_episodes=`), while a command it quotes, the tool's own (`... cleanup --output
+    DIR`) or kubectl's, keeps its flags, being a command to type."""
+    parser = build_parser(invoked_as(), OptionsParser)
+    flags, run = run_flags(parser), run_parser(parser)
+    switches = [action.dest for action in run._actions if action.nargs == 0] if run is not None else []
+    choices = {action.dest: [str(c) for c in action.choices or ()] for action in run._actions} if run else {}
+    quoted = re.compile(rf"(?:\bkubectl\b|{re.escape(invoked_as())})[^;)]*")
+    worded, last = [], 0
+    for command in quoted.finditer(message):
+        worded += [keyword_message(message[last : command.start()], flags, switches, choices), command.group(0)]
+        last = command.end()
+    return "".join([*worded, keyword_message(message[last:], flags, switches, choices)])
+
+
 def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResult:
     """The run, as `run` runs it without printing its summary; an interruption is re-raised as
     one (KeyboardInterrupt) once diagnostics are saved and the --cleanup policy has run, and a
@@ -227,6 +255,7 @@ def execute_batch(settings: RunSettings, args: argparse.Namespace) -> BatchResul
         if outcome.exit_code == EXIT_INTERRUPTED:
             raise KeyboardInterrupt(outcome.message) from raised
         if isinstance(raised, DemoError):
+            raised.args = (api_words(str(raised)), *raised.args[1:])  # the same error, in the caller's words
             raise
         raise outcome.error() from raised
     return BatchResult.read(settings.output)
