@@ -807,6 +807,18 @@ def synthetic_openapi_v2(definitions: int = 700, properties: int = 12) -> bytes:
     return field(1, "2.0") + field(2, info) + field(9, b"".join(named))  # swagger, info, definitions
 
 
+def slow_down(server: Any, latency: float) -> None:
+    """Every answer of the recording server `latency` seconds later, as a nearby API server's."""
+    answer = server.answer
+
+    def slowed(record: Any) -> Answer:
+        given = answer(record)
+        given.delay += latency
+        return given
+
+    server.answer = slowed
+
+
 def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
     """What a cold kubectl cache (a fresh CI runner's empty $HOME) costs each form of the calls
     before the Job, and what the same form costs once the cache is warm: the real kubectl on PATH
@@ -888,14 +900,7 @@ def cold_cache_forms(repeats: int, latency: float = 0.0) -> None:
         v2 = synthetic_openapi_v2()
         server.route("GET", "/openapi/v2", lambda r, m: Answer(200, v2, OPENAPI_V2_PROTOBUF))
         kubeconfig = server.kubeconfig(Path(scratch))
-        answer = server.answer
-
-        def slowed(record: Any) -> Answer:
-            given = answer(record)
-            given.delay += latency
-            return given
-
-        server.answer = slowed  # type: ignore[method-assign]
+        slow_down(server, latency)
         for repeat in range(repeats):
             for number, (label, calls) in enumerate(forms):
                 home = Path(scratch) / f"home-{repeat}-{number}"  # a cold cache, then the same one warm
@@ -1006,14 +1011,7 @@ def steps_before_the_job(repeats: int, latency: float = 0.0) -> None:
         v2 = synthetic_openapi_v2()
         server.route("GET", "/openapi/v2", lambda r, m: Answer(200, v2, OPENAPI_V2_PROTOBUF))
         kubeconfig = server.kubeconfig(Path(scratch))
-        answer = server.answer
-
-        def slowed(record: Any) -> Answer:
-            given = answer(record)
-            given.delay += latency
-            return given
-
-        server.answer = slowed  # type: ignore[method-assign]
+        slow_down(server, latency)
         base = [kubectl, f"--kubeconfig={kubeconfig}", "--request-timeout=30s"]
         watch_argv = ["get", "serviceaccounts", "--field-selector", "metadata.name=default"]
         watch_argv += [f"--namespace={namespace}", "-o", "json", "--output-watch-events", "--watch"]

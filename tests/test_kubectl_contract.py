@@ -1107,12 +1107,7 @@ class ObjectsContract(ContractCase):
         manifest = self.namespace_configmap_job()
 
         def contract(session: Session) -> None:
-            exists = status_answer(
-                409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"}
-            )
-            session.server.route("POST", "/api/v1/namespaces", self.created)
-            session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
-            session.server.route("POST", JOBS_PATH, self.created)
+            self.route_creates_but_the_configmap(session)
             for review, validation in ((False, "Strict"), (True, "Ignore")):
                 session.server.requests.clear()
                 outcome = session.run(create_args(review), namespace=None, stdin=json.dumps(manifest).encode())
@@ -1142,6 +1137,15 @@ class ObjectsContract(ContractCase):
 
         self.each_kubectl(contract)
 
+    def route_creates_but_the_configmap(self, session: Session) -> None:
+        """The namespace and the Job are created; the ConfigMap exists already (409 AlreadyExists)."""
+        exists = status_answer(
+            409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"}
+        )
+        session.server.route("POST", "/api/v1/namespaces", self.created)
+        session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
+        session.server.route("POST", JOBS_PATH, self.created)
+
     def test_create_of_documents_goes_on_past_a_failure_and_reads_no_v2_schema_from_129(self) -> None:
         """The run's objects as it sends them (Kubectl.create_input: one JSON document each, not
         a List): one POST per document, in order, each with fieldValidation=Strict; a failed one
@@ -1153,12 +1157,7 @@ class ObjectsContract(ContractCase):
         items = self.namespace_configmap_job()["items"]
 
         def contract(session: Session) -> None:
-            exists = status_answer(
-                409, "AlreadyExists", 'configmaps "episode" already exists', {"name": "episode", "kind": "configmaps"}
-            )
-            session.server.route("POST", "/api/v1/namespaces", self.created)
-            session.server.route("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", lambda r, m: exists)
-            session.server.route("POST", JOBS_PATH, self.created)
+            self.route_creates_but_the_configmap(session)
             stdin = demo.Kubectl.create_input({"apiVersion": "v1", "kind": "List", "items": items})
             self.assertNotIn('"List"', stdin)
             outcome = session.run(create_args(False), namespace=None, stdin=stdin.encode())
