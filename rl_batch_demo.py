@@ -3158,6 +3158,48 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
 
 
+def first_to_end(
+    ended: List[KubeObject], known: Dict[str, bool], limit: int
+) -> Tuple[List[KubeObject], List[KubeObject]]:
+    """--stop-after K (`limit`): of a round's ended pods, those it keeps and those it stops.
+
+    Kept: every pod with a line already (`known`, by pod: whether its line is a standing reward;
+    a failure line stays too, it counts in no reward), then, while fewer than K rewards stand, the
+    others in the order their containers ended (finishedAt, the node's clock to the second; then
+    creation and name). The rest are stopped with no line. This is what keeps exactly K when the
+    Job completes before the stop takes effect and the pod watch lags the Job's: their lines
+    were never written, so the listing's pods are chosen here, not by the lines."""
+
+    def ended_at(pod: KubeObject) -> Tuple[float, str, str]:
+        finished: Optional[float] = None  # its last container's end: unknown sorts last
+        for status in dig(pod, "status", "containerStatuses") or []:
+            text = dig(status, "state", "terminated", "finishedAt") if isinstance(status, dict) else None
+            with contextlib.suppress(ValueError):  # the cluster's text; unreadable is unknown
+                stamp = optional_timestamp(text) if isinstance(text, str) else None
+                finished = stamp if finished is None or stamp is None else max(finished, stamp)
+        metadata = pod.get("metadata") or {}
+        created = metadata.get("creationTimestamp")
+        return (
+            finished if finished is not None else float("inf"),
+            created if isinstance(created, str) else "",
+            str(metadata.get("name")),
+        )
+
+    room = max(0, limit - sum(1 for standing in known.values() if standing))
+    kept, stopped = [], []
+    for pod in sorted(ended, key=ended_at):
+        name = pod["metadata"]["name"]
+        if name in known:
+            kept.append(pod)
+        elif room:
+            room -= 1
+            kept.append(pod)
+        else:
+            stopped.append(pod)
+    order = {id(pod): place for place, pod in enumerate(ended)}
+    return sorted(kept, key=lambda pod: order[id(pod)]), sorted(stopped, key=lambda pod: order[id(pod)])
+
+
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
     """Progress counts from the pod watch, or from the Job's status when no pod was seen."""
     if sightings:
@@ -10823,22 +10865,36 @@ class BatchRun:
         log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
         watched = final_pods_from_watch(observation, job["metadata"]["uid"])
         stopped = outcome == ROUND_STOPPED
-        if outcome == ROUND_COMPLETE and rewards is not None and rewards.beyond:
-            # every episode ended before the stop took effect: those beyond the first K are
-            # stopped all the same (no line, in no figure), so exactly K stand as with a stop
+        stop_after = settings.stop_after if rewards is not None else None
+        # A Job that completed with more episodes than --stop-after K: every episode ended before
+        # the stop took effect (or before their lines were known: the pod watch can lag the Job's),
+        # so the first K are kept from the pods as finally read, and the rest stopped all the same
+        # (no line, in no figure): exactly K stand, as with a stop.
+        completed_beyond = outcome == ROUND_COMPLETE and stop_after is not None and count > stop_after
+        if completed_beyond and rewards is not None:
             stopped = True
-            stop_reasons.append(self.stopped_by(rewards) or "")
+            stop_reasons.append(self.stopped_by(rewards) or f"--stop-after {stop_after}: the Job completed first")
         stopped_pods: List[KubeObject] = []
-        if stopped:  # the episodes that ended are read and analysed; the rest go with the Job, deleted below
+
+        def keep_first(ended: List[KubeObject]) -> List[KubeObject]:
+            # exactly the first K standing rewards: an episode that ended without a line (beyond
+            # K, or its verdict not known from its status) is stopped with the rest, so
+            # rewards.jsonl and results.json hold the same K episodes
+            nonlocal stopped_pods, log_selector
+            if rewards is None or stop_after is None:
+                return ended
+            known = {pod: stands_as_reward(line) for pod, line in rewards.last.items()}
+            kept, beyond = first_to_end(ended, known, stop_after)
+            stopped_pods = [*stopped_pods, *beyond]
+            log_selector = ended_pods_selector(selector, kept, stopped_pods)
+            return kept
+
+        if stopped and not completed_beyond:  # the episodes that ended are read and analysed; the rest go with the Job
             watched, stopped_pods = stopped_round_pods(observation, job["metadata"]["uid"])
-            if rewards is not None and settings.stop_after is not None and rewards.standing() >= settings.stop_after:
-                # exactly the first K standing rewards (RoundRewards.beyond): an episode that ended
-                # without a line (beyond K, or its verdict not known from its status) is stopped
-                # with the rest, so rewards.jsonl and results.json hold the same K episodes
-                keep = set(rewards.last)
-                stopped_pods += [pod for pod in watched if pod["metadata"]["name"] not in keep]
-                watched = [pod for pod in watched if pod["metadata"]["name"] in keep]
             log_selector = ended_pods_selector(selector, watched, stopped_pods)
+            watched = keep_first(watched)  # with --stop-after: its selector too
+        elif completed_beyond and watched is not None:
+            watched = keep_first(watched)
         # The diagnostics first: pods.json and events.txt are on disk before any log is written,
         # so a disk that the logs fill still leaves them.
         saved = threading.Event()
@@ -10877,6 +10933,8 @@ class BatchRun:
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             pods = split_pods_and_events(listing, job)[0]
+            if completed_beyond:  # the pods the watch had not shown ended, as listed now
+                pods = keep_first(pods)
             # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
             # as the watch last saw them
             write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)

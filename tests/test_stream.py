@@ -499,6 +499,44 @@ class StreamedRunTest(CallPlanTestCase):
         """The Job counted three pods; the watch had shown two: the run waits for the third."""
         self.failure_before_the_last_pod(last_pod_seen_before=False)
 
+    def test_a_job_that_completes_before_the_stop_still_keeps_exactly_k(self) -> None:
+        """--stop-after 2 of 4: the Job's Complete is read while the pod watch has shown one pod
+        ended (separate streams: CI saw it), and the others' ends never come on it. The run lists
+        the pods and keeps exactly two: the one with a line, then the earliest of the rest to end
+        (by its container's finishedAt); the two others are stopped, with no line and in no
+        figure. Before, every listed pod was validated: results.json held 4 of --stop-after 2."""
+        batch = Batch(count=4)
+        end_in_order(batch, [1, 3, 0, 2])
+        plan = RunPlan(batch)
+        path = str(self.out() / demo.REWARDS_FILE)
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in batch.episodes]
+        chunks.append(watch_event("MODIFIED", batch.pod(batch.episodes[1])))
+        job_watch = plan.job_watch()
+        added, complete = job_watch.chunks
+        complete = dataclasses.replace(complete, wait_for=None, snapshot=(path, 1, "complete"))
+        calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
+        calls += [dataclasses.replace(job_watch, chunks=[added, complete]), plan.pod_watch(chunks=chunks)]
+        calls.append(plan.pods_and_events())
+        watched = [json.loads(chunk.data)["object"] for chunk in chunks]
+        calls += [*plan.follows(batch, watched), *plan.log_reads(batch, watched), plan.serviceaccount_watch()]
+        self.expect(*calls)
+        result = self.tool("run", "--count", "4", "--stop-after", "2", "--output", str(self.out()), "--quiet")
+        self.assertEqual(result.code, 0, result)
+        names = [episode.name for episode in batch.episodes]
+        self.assertEqual([line["pod"] for line in lines_of(self.stub.snapshot("complete") or b"")], [names[1]])
+        results = self.results()
+        self.assertEqual((results["episodes"], results["successful_episodes"]), (2, 2), results)
+        self.assertEqual(sorted(row["pod"] for row in results["pods"]), sorted([names[1], names[3]]))
+        stopped = {entry["pod"]: entry["ended"] for entry in results["stopped_episodes"]}
+        self.assertEqual(stopped, {names[0]: True, names[2]: True})
+        lines = records.written(self, self.out() / demo.REWARDS_FILE, demo.RewardLine)
+        self.assertEqual([line["pod"] for line in lines], [names[1], names[3]])
+        check_agrees_with_results(self, lines, results)
+        self.assertIn("--stop-after 2", results["stopped_by"])
+        pods = json.loads((self.out() / "pods.json").read_text())["items"]
+        self.assertEqual(sorted(pod["metadata"]["name"] for pod in pods), sorted(names))  # the stopped too
+
     def test_the_python_seam_is_told_of_every_line_once_it_is_on_disk(self) -> None:
         batch = Batch(count=3)
         self.plan(batch, [2, 0, 1])

@@ -490,6 +490,38 @@ class PureTablesTest(unittest.TestCase):
         self.assertIsNone(select("uid=u", [pod(0)], [pod(0)]))  # a stopped replacement shares the index
         self.assertIsNone(select("uid=u", [], [pod(1)]))
 
+    def test_the_first_k_to_end_are_kept(self) -> None:
+        """--stop-after K on the ended pods: those with a line first, then the others in the order
+        their containers ended, until K rewards stand; the rest stopped. The race it settles: a
+        Job that completed while the pod watch had shown only some pods ended, so the listing's
+        pods without a line must not all be validated (results.json had 6 of --stop-after 4)."""
+
+        def pod(name: str, finished: Any, created: str = "2026-12-02T10:00:00Z") -> Dict[str, Any]:
+            state = {} if finished is None else {"terminated": {"finishedAt": finished}}
+            status = {"containerStatuses": [{"state": state}]}
+            return {"metadata": {"name": name, "creationTimestamp": created}, "status": status}
+
+        at = "2026-12-02T10:00:{:02d}Z".format
+        pods = [pod("a", at(5)), pod("b", at(1)), pod("c", at(3)), pod("d", at(2)), pod("e", None), pod("f", at(9))]
+
+        def names(kept: List[Dict[str, Any]], stopped: List[Dict[str, Any]]) -> List[List[str]]:
+            return [[one["metadata"]["name"] for one in kept], [one["metadata"]["name"] for one in stopped]]
+
+        for known, limit, expected in (
+            ({"a": True, "f": True}, 2, [["a", "f"], ["b", "c", "d", "e"]]),  # K lines stand: only they
+            ({"a": True}, 3, [["a", "b", "d"], ["c", "e", "f"]]),  # then the earliest ends (b, d)
+            ({}, 6, [["a", "b", "c", "d", "e", "f"], []]),
+            ({"c": False}, 2, [["b", "c", "d"], ["a", "e", "f"]]),  # a failure line stays, counts no reward
+            ({}, 5, [["a", "b", "c", "d", "f"], ["e"]]),  # an unknown end comes last
+            ({"a": True, "b": True, "c": True}, 2, [["a", "b", "c"], ["d", "e", "f"]]),  # never one dropped
+        ):
+            with self.subTest(known=known, limit=limit):
+                self.assertEqual(names(*demo.first_to_end(pods, known, limit)), expected)
+        same = [pod("y", at(1), "2026-12-02T09:00:02Z"), pod("x", at(1), "2026-12-02T09:00:01Z")]
+        self.assertEqual(names(*demo.first_to_end(same, {}, 1)), [["x"], ["y"]])  # a tie: the older pod
+        bad = [pod("m", "yesterday"), pod("n", at(7))]
+        self.assertEqual(names(*demo.first_to_end(bad, {}, 1)), [["n"], ["m"]])  # unreadable: unknown
+
     def test_api_errors_name_the_keyword(self) -> None:
         flags = {"timeout": "--timeout", "stop_after": "--stop-after", "allow_large": "--allow-large"}
         for message, expected in (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -754,6 +755,48 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     if others & set(indexes) or None in others:
         return None
     return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
+
+
+def first_to_end(
+    ended: List[KubeObject], known: Dict[str, bool], limit: int
+) -> Tuple[List[KubeObject], List[KubeObject]]:
+    """--stop-after K (`limit`): of a round's ended pods, those it keeps and those it stops.
+
+    Kept: every pod with a line already (`known`, by pod: whether its line is a standing reward;
+    a failure line stays too, it counts in no reward), then, while fewer than K rewards stand, the
+    others in the order their containers ended (finishedAt, the node's clock to the second; then
+    creation and name). The rest are stopped with no line. This is what keeps exactly K when the
+    Job completes before the stop takes effect and the pod watch lags the Job's: their lines
+    were never written, so the listing's pods are chosen here, not by the lines."""
+
+    def ended_at(pod: KubeObject) -> Tuple[float, str, str]:
+        finished: Optional[float] = None  # its last container's end: unknown sorts last
+        for status in dig(pod, "status", "containerStatuses") or []:
+            text = dig(status, "state", "terminated", "finishedAt") if isinstance(status, dict) else None
+            with contextlib.suppress(ValueError):  # the cluster's text; unreadable is unknown
+                stamp = optional_timestamp(text) if isinstance(text, str) else None
+                finished = stamp if finished is None or stamp is None else max(finished, stamp)
+        metadata = pod.get("metadata") or {}
+        created = metadata.get("creationTimestamp")
+        return (
+            finished if finished is not None else float("inf"),
+            created if isinstance(created, str) else "",
+            str(metadata.get("name")),
+        )
+
+    room = max(0, limit - sum(1 for standing in known.values() if standing))
+    kept, stopped = [], []
+    for pod in sorted(ended, key=ended_at):
+        name = pod["metadata"]["name"]
+        if name in known:
+            kept.append(pod)
+        elif room:
+            room -= 1
+            kept.append(pod)
+        else:
+            stopped.append(pod)
+    order = {id(pod): place for place, pod in enumerate(ended)}
+    return sorted(kept, key=lambda pod: order[id(pod)]), sorted(stopped, key=lambda pod: order[id(pod)])
 
 
 def pod_counts(sightings: Dict[str, Dict[str, Any]], job: KubeObject) -> Dict[str, int]:
