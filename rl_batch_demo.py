@@ -2181,8 +2181,10 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
-                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS;
+                # it needs the standard library alone, so it skips the image's site-packages and
+                # their .pth files (-S), a cost each pod paid before its worker started
+                "command": ["python", "-B", *(["-S", f"/demo/{LAUNCHER_KEY}"] if launcher else ["/demo/episode.py"])],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},
@@ -11999,7 +12001,8 @@ TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
 EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 
 # The test runner (runner.py beside this file; RUNNER_SOURCE, at the end of this file, is its text),
-# started as `python -B -I -c RUNNER_SOURCE FD TEST_SHA256` in the workspace.
+# started as `python -B -I -S -c RUNNER_SOURCE FD TEST_SHA256` in the workspace (-S: the tests
+# need the standard library alone, not the image's site-packages and their .pth files).
 #
 # Channel: the report goes to the write end of an os.pipe() the worker creates just before the
 # run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
@@ -12172,7 +12175,7 @@ def run_tests(timeout):
     try:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
+                [sys.executable, "-B", "-I", "-S", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
                 cwd=str(WORKSPACE),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -12609,8 +12612,10 @@ if __name__ == "__main__":
 
 # The pod's command: runs the worker, then frames what it left under RL_DEMO_ARTIFACTS
 # (docs/own-episodes.md, "Artifacts"); mounted beside it as /demo/launcher.py.
-LAUNCHER_SOURCE = r'''"""The episode's launcher: the pod's command (`python -B /demo/launcher.py`), mounted from the
-ConfigMap beside the worker (/demo/episode.py, the built-in one or --worker's).
+LAUNCHER_SOURCE = r'''"""The episode's launcher: the pod's command (`python -B -S /demo/launcher.py`: the standard
+library alone, so the image's site-packages and their .pth files cost it nothing), mounted from
+the ConfigMap beside the worker (/demo/episode.py, the built-in one or --worker's, which runs as
+`python -B` with the image's site-packages).
 
 It runs the worker, passes its output on line by line, and once it has exited sends whatever the
 worker left under RL_DEMO_ARTIFACTS that it did not send itself (send_artifacts), so artifacts
@@ -12631,13 +12636,14 @@ SIGTERM (the kubelet stopping the pod) is passed on to the worker; the launcher 
 worker did (a signal's exit code stays 128 + N). Standard library only, any Python 3.9+.
 """
 
-import base64
-import hashlib
+# Each pod pays for every import here before its worker starts, so only what every pod needs:
+# binascii (built in) rather than base64, os.posix_spawn rather than subprocess (which brings
+# selectors, threading, locale), and hashlib (OpenSSL) only once a file is left to send.
+import binascii
 import json
 import os
 import signal
 import stat
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -12654,6 +12660,7 @@ DIRECTORY_BYTES = 4096  # what each directory the names make costs the budget, a
 REFUSED_LISTED = 16  # entries of artifacts_refused; past them artifacts_refused_count says how many
 LINE_LIMIT = 64 * 1024  # a longer line is passed on as it comes, never held or parsed
 END_LINE = b"rl-demo-end 1\n"
+URLSAFE = bytes.maketrans(b"+/", b"-_")  # base64.urlsafe_b64encode's alphabet
 
 
 def budget():
@@ -12829,13 +12836,15 @@ def send_left(out, sent):
         if problem:
             refused.append({"name": shown(name), "why": problem})
             continue
+        import hashlib  # noqa: PLC0415 (see the imports: a worker that leaves no file never pays for it)
+
         digest = hashlib.sha256()
         for piece in pieces:
             digest.update(piece)
         sha256, size = digest.hexdigest(), sum(map(len, pieces))
-        label = base64.urlsafe_b64encode(name.encode()).decode()
+        label = binascii.b2a_base64(name.encode(), newline=False).translate(URLSAFE).decode()
         for seq, piece in enumerate(pieces or [b""]):
-            chunk = base64.b64encode(piece).decode()
+            chunk = binascii.b2a_base64(piece, newline=False).decode()
             out.write(f"rl-demo-artifact 1 {seq} {max(1, len(pieces))} {sha256} {label} {chunk}\n".encode())
         out.flush()
         entries.append({"name": name, "bytes": size, "sha256": sha256})
@@ -12882,11 +12891,26 @@ def rewrite_termination_message(old, new):
 
 def main():
     out = sys.stdout.buffer
-    worker = subprocess.Popen([sys.executable, "-B", WORKER, *sys.argv[1:]], stdout=subprocess.PIPE)
-    signal.signal(signal.SIGTERM, lambda number, frame: worker.send_signal(signal.SIGTERM))
+    read_end, write_end = os.pipe()  # both not inheritable (PEP 446): the worker gets fd 1 alone
+    actions = [(os.POSIX_SPAWN_DUP2, write_end, 1)]
+    worker = os.posix_spawn(
+        sys.executable, [sys.executable, "-B", WORKER, *sys.argv[1:]], os.environ, file_actions=actions
+    )
+    os.close(write_end)
+    reaped = []
+
+    def pass_on(number, frame):  # once the worker is reaped its pid may be another's: never signalled
+        if not reaped:
+            try:  # noqa: SIM105 (contextlib would be one more import in the sandbox)
+                os.kill(worker, signal.SIGTERM)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, pass_on)
+    output = os.fdopen(read_end, "rb")
     held = []  # the worker's reward event lines: printed once its left files are sent
     continuing = False  # inside a line longer than LINE_LIMIT: passed on piece by piece
-    for piece in iter(lambda: worker.stdout.readline(LINE_LIMIT + 1), b""):
+    for piece in iter(lambda: output.readline(LINE_LIMIT + 1), b""):
         if not continuing and reward_event(piece) is not None:
             held.append(piece if piece.endswith(b"\n") else piece + b"\n")  # a line of its own when printed
         else:
@@ -12895,7 +12919,9 @@ def main():
             continuing = not piece.endswith(b"\n")
     if continuing:  # the worker's last line lacks its newline: the frames and the end line start their own
         out.write(b"\n")
-    code = worker.wait()
+    output.close()
+    code = os.waitstatus_to_exitcode(os.waitpid(worker, 0)[1])  # -N: ended by signal N
+    reaped.append(code)
     if held:
         event = reward_event(held[-1])
         new = with_left_files(event, out)

@@ -3,7 +3,7 @@
 What it sends is read by the client's own log reader, frame parser and validation
 (EpisodeLogReader, ArtifactSink, episode_artifacts), so each test proves that the client accepts
 it, or fails the episode with a cause that names what the launcher refused. Two tiers: the
-launcher run as a pod runs it (`python -B launcher.py`, a tiny stand-in worker as the episode.py
+launcher run as a pod runs it (`python -B -S launcher.py`, a tiny stand-in worker as the episode.py
 beside it, in a scratch directory) for what needs its process: the whole path of a left file,
 SIGTERM, exit codes, a last line without its newline; and its file rules in-process, on its own
 functions loaded from the same source (symlinks, unreadable files, names, 64 files, the budget,
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import rl_batch_demo as demo
+from tests.clusterobjects import settings_for
 from tests.fakecluster import ENVIRONMENT
 
 BINARY = bytes(range(256)) * 300  # every byte value, over four frames
@@ -156,7 +157,11 @@ class LauncherRunTest(ClientSide):
             RL_DEMO_TERMINATION_LOG=str(self.message),
             RL_DEMO_MAX_ARTIFACT_BYTES=str(budget),
         )
-        return [sys.executable, "-B", str(self.demo_dir / "launcher.py")], env
+        # the pod's own command (`python -B -S /demo/launcher.py`), its python this interpreter
+        container = demo.round_job_manifest(settings_for(1), "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
+        python, *flags, path = container["containers"][0]["command"]
+        self.assertEqual((python, path), ("python", "/demo/launcher.py"))
+        return [sys.executable, *flags, str(self.demo_dir / "launcher.py")], env
 
     def launch(self, worker: str, budget: int = demo.DEFAULT_MAX_ARTIFACT_BYTES) -> Launched:
         command, env = self.command(worker, budget)
@@ -173,11 +178,16 @@ class LauncherRunTest(ClientSide):
             "leave('empty')\n"
             "leave('résumé.txt', 'été'.encode())\n"
             "leave('日本語/メモ.txt', b'memo')\n"
+            "leave('ÿþ.bin', b'+/')\n"
             "reward(artifacts=[send('own.txt', b'mine')])\n"
         )
         self.assertEqual(run.code, 0, run.err)
         assert run.reward is not None
-        names = ["empty", "nested/deeper/all-bytes.bin", "own.txt", "résumé.txt", "日本語/メモ.txt"]
+        names = ["empty", "nested/deeper/all-bytes.bin", "own.txt", "résumé.txt", "ÿþ.bin", "日本語/メモ.txt"]
+        # each frame names its file in base64url, as send_artifacts does ("ÿþ.bin" is "w7/Dvi5iaW4="
+        # in the standard alphabet: a '+' or '/' in a label would be another reader's guess)
+        labels = {line.split()[5] for line in run.out.splitlines() if line.startswith(b"rl-demo-artifact ")}
+        self.assertEqual(labels, {base64.urlsafe_b64encode(name.encode()) for name in names})
         self.assertEqual([entry["name"] for entry in run.reward["artifacts"]], names)
         self.assertNotIn("artifacts_refused", run.reward)
         self.assertEqual(run.message_reward, run.reward)
@@ -190,6 +200,21 @@ class LauncherRunTest(ClientSide):
         self.assertEqual(self.saved("résumé.txt"), "été".encode())
         self.assertEqual(self.saved("empty"), b"")
         self.assertEqual(run.out.splitlines()[-1], demo.LOG_END_LINE)
+
+    def test_a_pod_pays_only_for_the_imports_every_pod_needs(self) -> None:
+        """Every pod starts the launcher before its worker: with the pod's command (-S, no
+        site-packages) and a worker that leaves no file, it imports neither subprocess (and the
+        selectors, threading and locale it brings) nor base64 nor hashlib (OpenSSL). The worker,
+        its own interpreter, is not counted: its imports go to the same stderr, so it has none."""
+        command, env = self.command("", demo.DEFAULT_MAX_ARTIFACT_BYTES)
+        (self.demo_dir / "episode.py").write_text('print(\'{"event": "reward"}\')\n', encoding="utf-8")
+        traced = [command[0], "-X", "importtime", *command[1:]]
+        result = subprocess.run(traced, env=env, cwd=str(self.root), capture_output=True, timeout=60, check=True)
+        imported = {line.split("|")[-1].strip() for line in result.stderr.decode().splitlines() if "|" in line}
+        self.assertIn("json", imported)  # the trace works: the launcher reads the reward event
+        unwanted = {"subprocess", "selectors", "threading", "locale", "base64", "hashlib", "_hashlib", "site"}
+        self.assertFalse(unwanted & imported, sorted(imported))
+        self.assertEqual(result.stdout.splitlines()[-1], demo.LOG_END_LINE)
 
     def test_sigterm_is_passed_on_and_the_launcher_ends_by_it(self) -> None:
         """The worker gets the SIGTERM sent to the launcher, sends its reward and dies by the

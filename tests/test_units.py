@@ -18,7 +18,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests import records
-from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
+from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of, settings_for
 from tests.fakecluster import ENVIRONMENT
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.toolprocess import tool_command, tool_environment
@@ -210,6 +210,11 @@ class ManifestTest(unittest.TestCase):
         container = pod["containers"][0]
         self.assertEqual(container["name"], "episode")
         self.assertEqual(container["command"], ["python", "-B", "/demo/episode.py"])
+        # a measured round's pods start the launcher, which needs no site-packages (-S: their .pth
+        # files cost each pod before its worker started); the worker it runs gets them
+        spec = demo.round_job_manifest(settings_for(1), "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
+        self.assertEqual(spec["containers"][0]["command"], ["python", "-B", "-S", "/demo/launcher.py"])
+        self.assertIn('[sys.executable, "-B", WORKER, *sys.argv[1:]]', demo.LAUNCHER_SOURCE)
         self.assertEqual(
             container["env"],
             [

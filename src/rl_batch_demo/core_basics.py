@@ -544,8 +544,10 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS
-                "command": ["python", "-B", f"/demo/{LAUNCHER_KEY if launcher else 'episode.py'}"],
+                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS;
+                # it needs the standard library alone, so it skips the image's site-packages and
+                # their .pth files (-S), a cost each pod paid before its worker started
+                "command": ["python", "-B", *(["-S", f"/demo/{LAUNCHER_KEY}"] if launcher else ["/demo/episode.py"])],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": ARTIFACTS_ENV, "value": ARTIFACTS_DIR},

@@ -1120,6 +1120,10 @@ class JobController:
             with open(os.path.join(mounted, "episode.py"), "w", encoding="utf-8") as f:
                 f.write(script or "")
             script_path = os.path.join(mounted, entry)
+        # The interpreter's options as the command gives them (`python -B -S /demo/launcher.py`):
+        # the kubelet runs the command as written, so a pod pays for what its flags ask (-S: no
+        # site-packages); -B at least, as every pod's command has it.
+        flags = [part for part in command[1:-1] if re.fullmatch(r"-[A-Za-z]+", part)] or ["-B"]
         # The container's paths in env values the worker opens (RL_DEMO_ARTIFACTS, /workspace/...)
         # are this pod's local workspace: the fake has no container filesystem.
         for key in ("RL_DEMO_ARTIFACTS",):
@@ -1196,7 +1200,7 @@ class JobController:
         # no client can have followed the output the modes replace.
         with open(worker_output(lp, sim), "wb") as log:
             sim.proc = subprocess.Popen(
-                [os.path.join(sim.workdir, "bin", "python"), "-B", script_path],  # mount_container_paths
+                [os.path.join(sim.workdir, "bin", "python"), *flags, script_path],  # mount_container_paths
                 start_new_session=True,  # the container's processes: a SIGKILL ends them all (kill)
                 cwd=workspace,
                 env=env,

@@ -107,7 +107,8 @@ TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
 EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 
 # The test runner (runner.py beside this file; RUNNER_SOURCE, at the end of this file, is its text),
-# started as `python -B -I -c RUNNER_SOURCE FD TEST_SHA256` in the workspace.
+# started as `python -B -I -S -c RUNNER_SOURCE FD TEST_SHA256` in the workspace (-S: the tests
+# need the standard library alone, not the image's site-packages and their .pth files).
 #
 # Channel: the report goes to the write end of an os.pipe() the worker creates just before the
 # run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
@@ -280,7 +281,7 @@ def run_tests(timeout):
     try:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-B", "-I", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
+                [sys.executable, "-B", "-I", "-S", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
                 cwd=str(WORKSPACE),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

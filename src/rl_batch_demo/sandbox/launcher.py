@@ -1,5 +1,7 @@
-"""The episode's launcher: the pod's command (`python -B /demo/launcher.py`), mounted from the
-ConfigMap beside the worker (/demo/episode.py, the built-in one or --worker's).
+"""The episode's launcher: the pod's command (`python -B -S /demo/launcher.py`: the standard
+library alone, so the image's site-packages and their .pth files cost it nothing), mounted from
+the ConfigMap beside the worker (/demo/episode.py, the built-in one or --worker's, which runs as
+`python -B` with the image's site-packages).
 
 It runs the worker, passes its output on line by line, and once it has exited sends whatever the
 worker left under RL_DEMO_ARTIFACTS that it did not send itself (send_artifacts), so artifacts
@@ -20,13 +22,14 @@ SIGTERM (the kubelet stopping the pod) is passed on to the worker; the launcher 
 worker did (a signal's exit code stays 128 + N). Standard library only, any Python 3.9+.
 """
 
-import base64
-import hashlib
+# Each pod pays for every import here before its worker starts, so only what every pod needs:
+# binascii (built in) rather than base64, os.posix_spawn rather than subprocess (which brings
+# selectors, threading, locale), and hashlib (OpenSSL) only once a file is left to send.
+import binascii
 import json
 import os
 import signal
 import stat
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +46,7 @@ DIRECTORY_BYTES = 4096  # what each directory the names make costs the budget, a
 REFUSED_LISTED = 16  # entries of artifacts_refused; past them artifacts_refused_count says how many
 LINE_LIMIT = 64 * 1024  # a longer line is passed on as it comes, never held or parsed
 END_LINE = b"rl-demo-end 1\n"
+URLSAFE = bytes.maketrans(b"+/", b"-_")  # base64.urlsafe_b64encode's alphabet
 
 
 def budget():
@@ -218,13 +222,15 @@ def send_left(out, sent):
         if problem:
             refused.append({"name": shown(name), "why": problem})
             continue
+        import hashlib  # noqa: PLC0415 (see the imports: a worker that leaves no file never pays for it)
+
         digest = hashlib.sha256()
         for piece in pieces:
             digest.update(piece)
         sha256, size = digest.hexdigest(), sum(map(len, pieces))
-        label = base64.urlsafe_b64encode(name.encode()).decode()
+        label = binascii.b2a_base64(name.encode(), newline=False).translate(URLSAFE).decode()
         for seq, piece in enumerate(pieces or [b""]):
-            chunk = base64.b64encode(piece).decode()
+            chunk = binascii.b2a_base64(piece, newline=False).decode()
             out.write(f"rl-demo-artifact 1 {seq} {max(1, len(pieces))} {sha256} {label} {chunk}\n".encode())
         out.flush()
         entries.append({"name": name, "bytes": size, "sha256": sha256})
@@ -271,11 +277,26 @@ def rewrite_termination_message(old, new):
 
 def main():
     out = sys.stdout.buffer
-    worker = subprocess.Popen([sys.executable, "-B", WORKER, *sys.argv[1:]], stdout=subprocess.PIPE)
-    signal.signal(signal.SIGTERM, lambda number, frame: worker.send_signal(signal.SIGTERM))
+    read_end, write_end = os.pipe()  # both not inheritable (PEP 446): the worker gets fd 1 alone
+    actions = [(os.POSIX_SPAWN_DUP2, write_end, 1)]
+    worker = os.posix_spawn(
+        sys.executable, [sys.executable, "-B", WORKER, *sys.argv[1:]], os.environ, file_actions=actions
+    )
+    os.close(write_end)
+    reaped = []
+
+    def pass_on(number, frame):  # once the worker is reaped its pid may be another's: never signalled
+        if not reaped:
+            try:  # noqa: SIM105 (contextlib would be one more import in the sandbox)
+                os.kill(worker, signal.SIGTERM)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, pass_on)
+    output = os.fdopen(read_end, "rb")
     held = []  # the worker's reward event lines: printed once its left files are sent
     continuing = False  # inside a line longer than LINE_LIMIT: passed on piece by piece
-    for piece in iter(lambda: worker.stdout.readline(LINE_LIMIT + 1), b""):
+    for piece in iter(lambda: output.readline(LINE_LIMIT + 1), b""):
         if not continuing and reward_event(piece) is not None:
             held.append(piece if piece.endswith(b"\n") else piece + b"\n")  # a line of its own when printed
         else:
@@ -284,7 +305,9 @@ def main():
             continuing = not piece.endswith(b"\n")
     if continuing:  # the worker's last line lacks its newline: the frames and the end line start their own
         out.write(b"\n")
-    code = worker.wait()
+    output.close()
+    code = os.waitstatus_to_exitcode(os.waitpid(worker, 0)[1])  # -N: ended by signal N
+    reaped.append(code)
     if held:
         event = reward_event(held[-1])
         new = with_left_files(event, out)
