@@ -410,7 +410,8 @@ class FakeCluster:
         """Per pod, what the controller decided: ``scheduled_event_time`` (epoch seconds or None),
         ``pull`` ("cached", None for no Pulled event, or the pull's seconds), ``kernel``
         (fault sandbox_kernel), ``kubelet`` (its node, handler and runtime operation seconds),
-        ``terminated_at`` (just before its terminated status was written, client clock)."""
+        ``started_at`` (its container's process spawned) and ``terminated_at`` (just before its
+        terminated status was written), both client clock."""
         path = self.state_dir / "controllers" / f"{namespace}__{job}.stats.json"
         return dict(json.loads(path.read_text()).get("records") or {})
 

@@ -1209,6 +1209,7 @@ class JobController:
                 stderr=subprocess.STDOUT,
                 close_fds=True,
             )
+        sim.record["started_at"] = time.time()  # its container's process spawned (client clock)
         if not self.update_pod(sim, running):
             self.kill(sim)
             sim.stage, sim.outcome = "done", "Failed"
