@@ -26,15 +26,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import marshal
 import os
 import queue
+import struct
 import sys
 import threading
 import unittest
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 THREADS_ENV = "RL_DEMO_TEST_THREADS"
 DEFAULT_THREADS = 3
+PROCESSES_ENV = "RL_DEMO_TEST_PROCESSES"
+DEFAULT_PROCESSES = 2  # the serial tests in this process and a forked one: the project's machine has 2 cores
 
 
 def threads() -> int:
@@ -42,6 +46,13 @@ def threads() -> int:
         return max(1, int(os.environ.get(THREADS_ENV, DEFAULT_THREADS)))
     except ValueError:
         raise SystemExit(f"{THREADS_ENV} must be a whole number, not {os.environ[THREADS_ENV]!r}") from None
+
+
+def processes() -> int:
+    try:
+        return max(1, min(2, int(os.environ.get(PROCESSES_ENV, DEFAULT_PROCESSES))))
+    except ValueError:
+        raise SystemExit(f"{PROCESSES_ENV} must be 1 or 2, not {os.environ[PROCESSES_ENV]!r}") from None
 
 
 def flatten(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
@@ -151,6 +162,178 @@ class Background:
             future.cancel()  # only those not started
 
 
+class ChildProcessFailure(AssertionError):
+    """A failure in the forked process (its traceback as text): a failure here too."""
+
+
+class ChildProcessError_(Exception):
+    """An error in the forked process (its traceback as text), or the process ending early."""
+
+
+class _RemoteSubTest(unittest.case._SubTest):  # type: ignore[name-defined,misc]
+    def __init__(self, test: unittest.TestCase, description: str) -> None:
+        super().__init__(test, None, {})
+        self.description = description
+
+    def _subDescription(self) -> str:
+        return self.description
+
+
+def module_groups(tests: List[unittest.TestCase]) -> List[List[unittest.TestCase]]:
+    """The serial tests by module, in order: the unit each process claims, so a module's or a
+    class's fixtures run in one process, around all of its tests."""
+    groups: Dict[str, List[unittest.TestCase]] = {}
+    for test in tests:
+        groups.setdefault(type(test).__module__, []).append(test)
+    return list(groups.values())
+
+
+class Claims:
+    """The modules still to run, as 2-byte numbers in a pipe that both processes read: a read of
+    2 bytes takes one module whole (the pipe was filled before the fork, at most 64 KiB), so each
+    process takes the next module when it is free, and the two stay busy until the end."""
+
+    def __init__(self, count: int) -> None:
+        self.read_end, write_end = os.pipe()
+        os.write(write_end, b"".join(struct.pack(">H", number) for number in range(count)))
+        os.close(write_end)
+
+    def next(self) -> Optional[int]:
+        data = os.read(self.read_end, 2)
+        return struct.unpack(">H", data)[0] if len(data) == 2 else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.read_end)
+
+
+def _encode(recorder: Recorder, index: Dict[int, int]) -> List[Tuple[Any, ...]]:
+    """A Recorder's calls as plain data: each test by its place in the serial list, each
+    exception as the text the runner would print (tracebacks do not cross a pipe)."""
+    calls: List[Tuple[Any, ...]] = []
+    for name, args in recorder.calls:
+        test = index.get(id(args[0])) if args else None
+        if test is None:
+            continue
+        if name in ("addFailure", "addError", "addExpectedFailure"):
+            calls.append((name, test, recorder._exc_info_to_string(args[1], args[0])))  # type: ignore[attr-defined]
+        elif name == "addSubTest":
+            err = args[2]
+            if err is not None:  # a subtest that passed changes nothing in the result
+                kind = "failure" if issubclass(err[0], args[0].failureException) else "error"
+                text = recorder._exc_info_to_string(err, args[1])  # type: ignore[attr-defined]
+                calls.append((name, test, args[1]._subDescription(), kind, text))
+        elif name in ("addSkip", "addDuration"):
+            calls.append((name, test, args[1]))
+        else:
+            calls.append((name, test))
+    return calls
+
+
+class Forked:
+    """The serial tests' second process: forked before any thread starts, it claims modules as
+    this one does, runs them into a Recorder, and sends what it recorded through a pipe once it
+    is done; `replay` puts that on the runner's result. It ends with os._exit: the atexit
+    handlers and the scratch directories are the parent's."""
+
+    def __init__(self, tests: List[unittest.TestCase], groups: List[List[unittest.TestCase]], claims: Claims) -> None:
+        self.tests = tests
+        read_end, write_end = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child
+            os.close(read_end)
+            code = 1
+            try:
+                recorder = Recorder()
+                run_claimed(groups, claims, recorder)
+                index = {id(test): number for number, test in enumerate(tests)}
+                data = marshal.dumps(_encode(recorder, index))
+                with os.fdopen(write_end, "wb") as stream:
+                    stream.write(data)
+                code = 0
+            except BaseException:  # Ctrl-C, or a bug here: the parent says so for every test not reported
+                pass
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        self.read_end = read_end
+
+    def replay(self, result: unittest.TestResult) -> None:
+        with os.fdopen(self.read_end, "rb") as stream:
+            data = stream.read()
+        status = os.waitpid(self.pid, 0)[1]
+        try:
+            calls = marshal.loads(data) if data else None
+        except (EOFError, ValueError, TypeError):
+            calls = None
+        if calls is None:
+            test = _ProcessEnded(f"the second test process ended without its results ({_status(status)})")
+            test(result)
+            return
+        for call in calls:
+            name, test = call[0], self.tests[call[1]]
+            if name in ("addFailure", "addExpectedFailure"):
+                getattr(result, name)(test, (ChildProcessFailure, ChildProcessFailure(call[2]), None))
+            elif name == "addError":
+                result.addError(test, (ChildProcessError_, ChildProcessError_(call[2]), None))
+            elif name == "addSubTest":
+                kind = ChildProcessFailure if call[3] == "failure" else ChildProcessError_
+                result.addSubTest(test, _RemoteSubTest(test, call[2]), (kind, kind(call[4]), None))
+            else:
+                method = getattr(result, name, None)
+                if method is not None:  # addDuration before 3.12
+                    method(test, *call[2:])
+
+    def abandon(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, 15)
+        with contextlib.suppress(OSError):
+            os.waitpid(self.pid, 0)
+        with contextlib.suppress(OSError):
+            os.close(self.read_end)
+
+
+def _status(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by signal {-code}" if code < 0 else f"exit {code}"
+
+
+class _ProcessEnded(unittest.TestCase):
+    def __init__(self, reason: str) -> None:
+        super().__init__("test_the_second_process_reported")
+        self.reason = reason
+
+    def test_the_second_process_reported(self) -> None:
+        raise ChildProcessError_(self.reason)
+
+
+def run_claimed(groups: List[List[unittest.TestCase]], claims: Claims, result: unittest.TestResult) -> None:
+    """Run the modules this process claims, one after another, each as a suite of its own
+    (its fixtures around it), until none is left."""
+    while not result.shouldStop:
+        number = claims.next()
+        if number is None:
+            return
+        unittest.TestSuite(groups[number])(result)
+
+
+def prepare_for_fork() -> None:
+    """What each test process makes once and removes at its exit (the call-plan stub's kubectl
+    wrapper, the image's python), made here before the fork, so the child, which ends without
+    running atexit handlers, shares them and leaves nothing behind."""
+    # imported here: the runner needs neither otherwise
+    from tests.callplan import stub_wrapper
+    from tests.fakecluster import image_python
+
+    stub_wrapper()
+    image_python()
+
+
+def can_fork() -> bool:
+    """Forking is safe only with this thread alone: a lock another thread holds stays held in the child."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
 class BesideSuite(unittest.TestSuite):
     """The concurrent tests in background threads while the serial suite runs in this one;
     the concurrent tests' results follow the serial ones', in the concurrent tests' order."""
@@ -167,9 +350,23 @@ class BesideSuite(unittest.TestSuite):
                     break
                 test.debug() if debug else test(result)
             return result
+        serial = list(self.serial)
+        forked: Optional[Forked] = None
+        claims: Optional[Claims] = None
+        groups = module_groups(serial)
+        if processes() > 1 and len(groups) > 1 and can_fork():
+            prepare_for_fork()
+            claims = Claims(len(groups))
+            forked = Forked(serial, groups, claims)  # before the background threads start
         background = Background(self.concurrent_tests, threads())
         try:
-            self.serial(result)
+            if claims is not None and forked is not None:
+                run_claimed(groups, claims, result)
+                claims.close()
+                forked.replay(result)
+                forked = None
+            else:
+                self.serial(result)
             for future in background.futures:
                 if result.shouldStop:  # failfast, or Ctrl-C with -c: no more tests start
                     background.stop()
@@ -182,6 +379,10 @@ class BesideSuite(unittest.TestSuite):
             raise
         finally:
             background.stop()
+            if forked is not None:
+                forked.abandon()
+            if claims is not None:
+                claims.close()
         return result
 
 

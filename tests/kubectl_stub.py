@@ -62,12 +62,19 @@ class Invocation:
         out: object = None,
         err: object = None,
         sleep: object = None,
+        signalled: object = None,
+        await_signal: object = None,
     ) -> None:
         self.environ = os.environ if environ is None else environ
         self.read_stdin = read_stdin or sys.stdin.read
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.sleep = sleep or time.sleep
+        # A process polls for another's signal file; calls answered in one process
+        # (tests/stubprocess.py) are woken when one is raised instead, so that waiting costs
+        # the test process no CPU while its tool runs.
+        self.signalled = signalled or (lambda: None)
+        self.await_signal = await_signal or (lambda: self.sleep(0.002))
 
 
 def load(path: str, default: object) -> object:
@@ -162,11 +169,12 @@ def stdin_problem(entry: dict, stdin: str | None) -> str:
     return ""
 
 
-def raise_signal(directory: str, name: str) -> None:
+def raise_signal(directory: str, name: str, call: Invocation) -> None:
     signals = os.path.join(directory, "signals")
     os.makedirs(signals, exist_ok=True)
     with open(os.path.join(signals, name), "w"):
         pass
+    call.signalled()
 
 
 def wait_for(directory: str, name: str | None, argv: list[str], call: Invocation) -> None:
@@ -187,7 +195,7 @@ def wait_for(directory: str, name: str | None, argv: list[str], call: Invocation
             call.err.write(f"kubectl stub: {problem}\n")
             call.err.flush()
             raise SystemExit(1)
-        call.sleep(0.002)
+        call.await_signal()
 
 
 def snapshot(directory: str, spec: list | None, call: Invocation) -> None:
@@ -214,7 +222,7 @@ def snapshot(directory: str, spec: list | None, call: Invocation) -> None:
 def answer(directory: str, entry: dict, argv: list[str], call: Invocation) -> int:
     name = entry.get("name")
     if name:
-        raise_signal(directory, name + ".started")
+        raise_signal(directory, name + ".started", call)
     wait_for(directory, entry.get("wait_for"), argv, call)
     if entry.get("sleep"):
         call.sleep(entry["sleep"])
@@ -232,7 +240,7 @@ def answer(directory: str, entry: dict, argv: list[str], call: Invocation) -> in
     call.err.write(entry.get("stderr", ""))
     call.err.flush()
     if name:
-        raise_signal(directory, name + ".done")
+        raise_signal(directory, name + ".done", call)
     if entry.get("hold"):
         call.sleep(HOLD_LIMIT)  # until the tool ends the watch with a signal
     return int(entry.get("exit", 0))

@@ -42,6 +42,16 @@ from tests import kubectl_stub
 
 STUB_PROCESSES_ENV = "RL_DEMO_STUB_PROCESSES"  # "1": the call-plan tests start real stub processes
 WRITE_POLL_SECONDS = 0.01  # how often a write blocked on a full pipe checks for a kill
+# The calls answered in this process wait for each other's signals on one condition, notified
+# whenever one is raised or a call is killed; SIGNAL_SLICE bounds each wait, so a signal raised
+# by a stub process (the process tier) is still seen.
+_SIGNALS = threading.Condition()
+SIGNAL_SLICE = 0.05
+
+
+def _signalled() -> None:
+    with _SIGNALS:
+        _SIGNALS.notify_all()
 
 
 def stub_processes() -> bool:
@@ -114,6 +124,14 @@ class StubProcess:
         if self._killed.wait(seconds):
             raise Killed
 
+    def _await_signal(self) -> None:
+        """Until any call of this process raises a signal, or SIGNAL_SLICE passes (the caller
+        looks for its own, and its deadline); a kill ends the wait as it ends a sleep."""
+        with _SIGNALS:
+            _SIGNALS.wait(SIGNAL_SLICE)
+        if self._killed.is_set():
+            raise Killed
+
     def _write(self, descriptor: int, data: bytes) -> None:
         view = memoryview(data)
         while view:
@@ -151,6 +169,8 @@ class StubProcess:
                 out=_Stream(self, self._out_write, "surrogateescape"),
                 err=_Stream(self, self._err_write, "backslashreplace"),
                 sleep=self._sleep,
+                signalled=_signalled,
+                await_signal=self._await_signal,
             )
             code = kubectl_stub.main(self.args[1:], call)
         except Killed:
@@ -187,6 +207,7 @@ class StubProcess:
                 return
             self._signal = sig
             self._killed.set()
+        _signalled()  # a call waiting for a signal ends at once
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 import types
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from tests import concurrently, tiers
+from tests.fakecluster import ENVIRONMENT
 
 
 def sample_classes(
@@ -198,6 +202,14 @@ class BesideSuiteTest(unittest.TestCase):
         self.assertIn(replay, serial)  # patches os.environ: never beside
         self.assertFalse(beside & serial)
 
+    def test_a_bad_process_count_is_refused(self) -> None:
+        with (
+            unittest.mock.patch.dict(os.environ, {concurrently.PROCESSES_ENV: "many"}),
+            self.assertRaises(SystemExit) as raised,
+        ):
+            concurrently.processes()
+        self.assertIn(concurrently.PROCESSES_ENV, str(raised.exception))
+
     def test_a_bad_thread_count_is_refused(self) -> None:
         patcher = unittest.mock.patch.dict(os.environ, {concurrently.THREADS_ENV: "many"})
         patcher.start()
@@ -205,6 +217,106 @@ class BesideSuiteTest(unittest.TestCase):
         with self.assertRaises(SystemExit) as raised:
             concurrently.threads()
         self.assertIn(concurrently.THREADS_ENV, str(raised.exception))
+
+
+# Run in a fresh interpreter (a fork needs this thread alone): two modules of serial tests and a
+# concurrent one. Each module's first test marks it, then waits until the other module is marked,
+# so the two modules must run at once, one in each process (each mark holds its process's pid).
+# Both modules fail, skip and err alike; "crash": the forked process dies in its module.
+FORK_SAMPLE = """
+import json, os, sys, time, types, unittest
+from tests import concurrently
+marks, crash, parent = sys.argv[1], sys.argv[2] == "crash", os.getpid()
+def make(module, other):
+    def meets(self):
+        with open(os.path.join(marks, module), "w") as stream:
+            stream.write(str(os.getpid()))
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(marks, other)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if crash and os.getpid() != parent:
+            os._exit(3)
+    def fails(self):
+        self.fail("planned failure in " + module)
+    def subtests(self):
+        for number in (1, 2):
+            with self.subTest(number=number):
+                self.assertEqual(number, 1)
+    def skips(self):
+        self.skipTest("planned skip")
+    def errs(self):
+        raise RuntimeError("planned error")
+    sys.modules[module] = types.ModuleType(module)
+    body = dict(test_a_meets=meets, test_b_fails=fails, test_c_subtests=subtests, test_d_skips=skips, test_e_errs=errs)
+    return type("Sample", (unittest.TestCase,), dict(body, __module__=module))
+beside = type("Beside", (unittest.TestCase,), dict(runs_concurrently=True, test_it=lambda self: None))
+loader = unittest.TestLoader()
+classes = (make("first", "second"), make("second", "first"), beside)
+suite = unittest.TestSuite(loader.loadTestsFromTestCase(cls) for cls in classes)
+result = unittest.TestResult()
+concurrently.beside(suite).run(result)
+print(json.dumps({
+    "run": result.testsRun,
+    "failures": sorted([test.id(), text] for test, text in result.failures),
+    "errors": sorted([test.id(), text] for test, text in result.errors),
+    "skipped": sorted([test.id(), reason] for test, reason in result.skipped),
+    "pid": parent,
+}))
+"""
+
+
+class SecondProcessTest(unittest.TestCase):
+    """The serial tests run in this process and a forked one, each claiming whole modules; what
+    the forked one recorded reaches the runner's result as if it had run here."""
+
+    runs_concurrently = True  # a subprocess and its own scratch directory
+
+    def sample(self, mode: str) -> Tuple[Dict[str, Any], Path]:
+        scratch = tempfile.TemporaryDirectory(prefix="rl-fork-sample-")
+        self.addCleanup(scratch.cleanup)
+        marks = Path(scratch.name)
+        root = Path(__file__).resolve().parents[1]
+        environment = {key: value for key, value in ENVIRONMENT.items() if key != concurrently.PROCESSES_ENV}
+        done = subprocess.run(
+            [sys.executable, "-c", FORK_SAMPLE, str(marks), mode],
+            cwd=str(root), env=environment, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return json.loads(done.stdout), marks
+
+    def test_the_second_process_runs_a_module_and_its_outcomes_are_reported(self) -> None:
+        outcome, marks = self.sample("report")
+        pids = {int((marks / module).read_text()) for module in ("first", "second")}
+        self.assertEqual(len(pids), 2)  # one module in each process
+        self.assertIn(outcome["pid"], pids)
+        self.assertEqual(outcome["run"], 11)
+        failures = [test for test, _ in outcome["failures"]]
+        self.assertEqual(
+            failures,
+            [
+                "first.Sample.test_b_fails",
+                "first.Sample.test_c_subtests (number=2)",
+                "second.Sample.test_b_fails",
+                "second.Sample.test_c_subtests (number=2)",
+            ],
+        )
+        for (test, text), module in zip(outcome["failures"][::2], ("first", "second")):
+            self.assertIn(f"planned failure in {module}", text, test)
+        for _, text in outcome["failures"][1::2]:
+            self.assertIn("AssertionError: 2 != 1", text)  # its traceback, as text
+        self.assertEqual(
+            [test for test, _ in outcome["errors"]], ["first.Sample.test_e_errs", "second.Sample.test_e_errs"]
+        )
+        for _, text in outcome["errors"]:
+            self.assertIn("RuntimeError: planned error", text)
+        self.assertEqual([reason for _, reason in outcome["skipped"]], ["planned skip", "planned skip"])
+
+    def test_a_second_process_that_dies_is_an_error_not_a_silent_pass(self) -> None:
+        outcome, _ = self.sample("crash")
+        ended = [text for test, text in outcome["errors"] if "second_process_reported" in test]
+        self.assertEqual(len(ended), 1, outcome)
+        self.assertIn("the second test process ended without its results (exit 3)", ended[0])
+        self.assertEqual(len(outcome["failures"]), 2)  # the parent's module, as it ran
 
 
 class EndToEndTierTest(unittest.TestCase):
