@@ -122,7 +122,54 @@ def err_log_unreadable(pod: str) -> str:
 
 def as_json(obj: Any) -> str:
     """kubectl's -o json: indented, one object per document."""
-    return json.dumps(obj, indent=4) + "\n"
+    return indented_json(obj, 4) + "\n"
+
+
+_ENCODE_STRING = json.encoder.encode_basestring_ascii  # the C encoder's, as json.dumps uses it
+
+
+def indented_json(obj: Any, indent: int) -> str:
+    """Exactly json.dumps(obj, indent=indent), faster: an indent makes json.dumps take its pure
+    Python encoder, one generator per level, which was a fifth of the call-plan tests' CPU. Each
+    string and number is still encoded by the json module; anything else (a key that is not a
+    string, a value of another type) is left to json.dumps itself."""
+    parts: List[str] = []
+
+    def put(value: Any, depth: int) -> None:
+        if isinstance(value, str):
+            parts.append(_ENCODE_STRING(value))
+        elif isinstance(value, dict):
+            if not value:
+                parts.append("{}")
+                return
+            inner = "\n" + " " * (indent * (depth + 1))
+            first = True
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TypeError(key)
+                parts.append(("{" if first else ",") + inner + _ENCODE_STRING(key) + ": ")
+                first = False
+                put(item, depth + 1)
+            parts.append("\n" + " " * (indent * depth) + "}")
+        elif isinstance(value, (list, tuple)):
+            if not value:
+                parts.append("[]")
+                return
+            inner = "\n" + " " * (indent * (depth + 1))
+            for position, item in enumerate(value):
+                parts.append(("[" if position == 0 else ",") + inner)
+                put(item, depth + 1)
+            parts.append("\n" + " " * (indent * depth) + "]")
+        elif value is None or isinstance(value, (bool, int, float)):
+            parts.append(json.dumps(value))
+        else:
+            raise TypeError(type(value))
+
+    try:
+        put(obj, 0)
+    except TypeError:
+        return json.dumps(obj, indent=indent)
+    return "".join(parts)
 
 
 # One planned call #############################################################
@@ -732,7 +779,7 @@ class KubectlStub:
             if call.counts_down:
                 entry["counts_down_since"] = planned_at
         (self.directory / "plan").write_bytes(marshal.dumps(entries))  # what the stub reads
-        (self.directory / "plan.json").write_text(json.dumps(entries, indent=1))  # for people debugging
+        (self.directory / "plan.json").write_text(indented_json(entries, 1))  # for people debugging
 
     def records(self) -> List[Dict[str, Any]]:
         """Every call the stub received, in order: argv, stdin, the plan entry it matched, a problem."""
