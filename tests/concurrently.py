@@ -136,8 +136,14 @@ class Background:
         for test, future in zip(tests, self.futures):
             self.pending.put((test, future))
         self.stopping = threading.Event()
-        for number in range(count):
+        self.started = 0
+        self.widen(count)
+
+    def widen(self, count: int) -> None:
+        """`count` more threads take from the same queue."""
+        for number in range(self.started, self.started + count):
             threading.Thread(target=self._work, name=f"beside-{number}", daemon=True).start()
+        self.started += count
 
     def _work(self) -> None:
         lower_this_threads_priority()
@@ -367,6 +373,9 @@ class BesideSuite(unittest.TestSuite):
                 forked = None
             else:
                 self.serial(result)
+            # The in-process tests are done: the cores they used take more of those beside them
+            # (each waits mostly for its subprocesses), so the suite does not end on a few of them.
+            background.widen(threads())
             for future in background.futures:
                 if result.shouldStop:  # failfast, or Ctrl-C with -c: no more tests start
                     background.stop()
