@@ -18,7 +18,7 @@ import unittest
 from typing import Any, ClassVar, Dict, List, Optional
 
 import rl_batch_demo as demo
-from tests.fakecluster import FakeCluster, fake_module
+from tests.fakecluster import FakeCluster, fake_module, run_fake_in_process
 from tests.fakekube.faults import killed_mid_run
 from tests.tiers import end_to_end
 
@@ -100,6 +100,10 @@ def setup_manifest(ns_labels: Optional[dict] = None) -> Dict[str, Any]:
 class FakeKubectlTestCase(unittest.TestCase):
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
     cluster_kwargs: ClassVar[Dict[str, Any]] = {}
+    # The fake's words and refusals, call by call: answered by its `main` in this process (the
+    # test then runs in the main thread), not by a process that costs 30 ms of CPU a call; every
+    # wire test of the tool goes through the fake's process and its wrapper.
+    in_process: ClassVar[bool] = False
 
     def setUp(self) -> None:
         self._tmp = tempfile.TemporaryDirectory()
@@ -110,6 +114,8 @@ class FakeKubectlTestCase(unittest.TestCase):
     def kubectl(
         self, *args: str, input: Optional[str] = None, env: Optional[Dict[str, str]] = None
     ) -> subprocess.CompletedProcess:
+        if self.in_process:
+            return run_fake_in_process(args, env=env or self.cluster.env(), input=input)
         return subprocess.run(
             ["kubectl", *args], input=input, capture_output=True, text=True, env=env or self.cluster.env(), timeout=30
         )
@@ -139,6 +145,8 @@ class FakeKubectlTestCase(unittest.TestCase):
 
 
 class StrictnessTest(FakeKubectlTestCase):
+    runs_concurrently, in_process = False, True
+
     def test_rejects_like_kubectl(self) -> None:
         self.fails("get", "jobs", "--foo", stderr="error: unknown flag: --foo\nSee 'kubectl get --help' for usage.")
         self.fails(
@@ -390,6 +398,8 @@ class RawFormsTest(FakeKubectlTestCase):
 
 
 class KubeconfigTest(FakeKubectlTestCase):
+    runs_concurrently, in_process = False, True
+
     def setUp(self) -> None:
         self._kc_dir = tempfile.TemporaryDirectory()
         self.addCleanup(self._kc_dir.cleanup)

@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
 from tests.callplan import FAST
-from tests.fakecluster import FakeCluster
+from tests.fakecluster import FakeCluster, run_fake_in_process
 from tests.tiers import end_to_end
 
 REAL_KUBECTL = shutil.which("kubectl")
@@ -277,7 +277,8 @@ def normalised(stderr: str) -> str:
 class KubectlWordsTest(unittest.TestCase):
     """The fake's stderr, and the real kubectl's, for each case of EXPECTED."""
 
-    runs_concurrently = True  # subprocesses and its own scratch directory only
+    # the fake's words are answered in this process (run_fake_in_process): the main thread's
+    runs_concurrently = False
 
     def setUp(self) -> None:
         scratch = tempfile.TemporaryDirectory(prefix="rl-kubectl-words-")
@@ -319,8 +320,12 @@ class KubectlWordsTest(unittest.TestCase):
 
     def test_the_fake_prints_what_kubectl_prints(self) -> None:
         fake_env = {setup: self.setups.fake(setup).env() for setup in ("closed", "gone")}
-        with concurrent.futures.ThreadPoolExecutor(4) as run:
-            results = self.run_all(run, "kubectl", lambda setup: fake_env["gone" if setup == "gone" else "closed"])
+        results = [
+            run_fake_in_process(
+                self.argv(setup, args), env=fake_env["gone" if setup == "gone" else "closed"], input=stdin
+            )
+            for setup, args, stdin, _ in EXPECTED
+        ]
         self.check(results, "the fake")
         # PATH holds only the fake: "kubectl" is the fake's.
         self.assertTrue(all(env["PATH"] == str(self.setups.fakes[setup].bin_dir) for setup, env in fake_env.items()))
