@@ -5901,6 +5901,8 @@ def printable(text: str, keep_newlines: bool = False) -> str:
 
 def _display_width(text: str) -> int:
     """Terminal columns of a text: East Asian wide and full-width characters take two."""
+    if text.isascii():  # every ASCII character takes one column: the common case, without a lookup each
+        return len(text)
     import unicodedata  # noqa: PLC0415 - only tables need it; keeps --help fast
 
     return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
