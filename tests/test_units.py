@@ -1177,6 +1177,22 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(code, 0)
         self.assertIn("--verbose", out)
 
+    def test_a_commands_options_are_added_when_first_read(self) -> None:
+        """A command line uses one subcommand: the others' options are never built (cli.defer)."""
+        parser = demo.build_parser()
+        run, check = parser.commands["run"], parser.commands["check"]
+        self.assertTrue(run.__dict__["_deferred"] and check.__dict__["_deferred"])  # read without _actions
+        args = parser.parse_command_line(["run", "--output", "x", "--count", "3"])
+        self.assertEqual((args.output, args.count, args.subparser), ("x", 3, run))
+        self.assertEqual(run.__dict__["_deferred"], [])
+        self.assertTrue(check.__dict__["_deferred"])
+        # anything that reads the options adds them first: their help, as the API reads them
+        self.assertIn("--runtime", check.format_help())
+        self.assertEqual(check.__dict__["_deferred"], [])
+        self.assertIn(
+            "--max-failed-episodes", {o for a in demo.build_parser().commands["run"]._actions for o in a.option_strings}
+        )
+
     def test_help_imports_no_difflib(self) -> None:
         """difflib is imported only when a usage error needs a suggestion: --help stays fast."""
         for argv, imported in ((["run", "--help"], False), (["run", "--cuont"], True)):
