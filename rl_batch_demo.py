@@ -12476,8 +12476,7 @@ def main():
 # Last, so that every line above keeps its number in a pod's traceback: tools/build.py replaces this
 # statement with runner.py's text as a string literal (the runner runs as `python -c`, so its own
 # tracebacks say `<string>`, line N: runner.py's line N).
-RUNNER_SOURCE = r"""import hashlib
-import importlib.machinery
+RUNNER_SOURCE = r"""import importlib.machinery
 import importlib.util
 import json
 import linecache
@@ -12485,6 +12484,14 @@ import os
 import sys
 import traceback
 import unittest
+
+try:  # the interpreter's own SHA-256 for two small texts: hashlib loads OpenSSL, 2.5 ms of each run
+    from _sha2 import sha256  # Python 3.12 on
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.9 to 3.11
+    except ImportError:  # a build that leaves every hash to OpenSSL
+        from hashlib import sha256
 
 TEST_MODULE = "test_shipping"
 CODE_MODULE = "shipping"
@@ -12579,12 +12586,12 @@ def main():
         message = json.loads(sys.stdin.readline())
         report["nonce"] = message["nonce"]
         test_source = message["test_source"].encode("utf-8")
-        if hashlib.sha256(test_source).hexdigest() != sys.argv[2]:
+        if sha256(test_source).hexdigest() != sys.argv[2]:
             raise ValueError("the test source on stdin does not match its sha256")
         sys.path.insert(0, os.getcwd())  # for modules the code under test imports itself
         with open(message["code_path"], "rb") as stream:
             code_source = stream.read()
-        compiled[CODE_MODULE] = hashlib.sha256(code_source).hexdigest()
+        compiled[CODE_MODULE] = sha256(code_source).hexdigest()
         load_module(CODE_MODULE, code_source, message["code_path"], message["code_path"])
         filename = "test_shipping.py (" + TEST_ORIGIN + ")"
         lines = message["test_source"].splitlines(True)

@@ -698,8 +698,10 @@ for event in ('ready', 'reward'):
 """
 
 
-class GuideFormsTest(FakeKubectlTestCase):
-    """Forms the guide's own script uses; bench/bench.py runs it side by side."""
+class GuideWordsTest(FakeKubectlTestCase):
+    """What the fake answers the guide's script's reads, word for word."""
+
+    runs_concurrently, in_process = False, True
 
     def test_current_context_and_runtimeclass_table(self) -> None:
         self.assertEqual(self.ok("config", "current-context"), "fake-ctx\n")
@@ -732,6 +734,10 @@ class GuideFormsTest(FakeKubectlTestCase):
         self.cluster = FakeCluster(pathlib.Path(self._tmp.name), current_context=None)
         self.addCleanup(self.cluster.close)
         self.fails("config", "current-context", stderr="error: current-context is not set")
+
+
+class GuideFormsTest(FakeKubectlTestCase):
+    """Forms the guide's own script uses; bench/bench.py runs it side by side."""
 
     def test_guide_style_worker_and_events_table(self) -> None:
         manifest = setup_manifest()
