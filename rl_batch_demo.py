@@ -5621,8 +5621,8 @@ def preflight_findings(
         if version.failure:
             findings.append(failed("read the server version", version))
         else:
-            git_version = ((version.value or {}).get("serverVersion") or {}).get("gitVersion", "unknown")
-            findings.append(Finding("server version", True, str(git_version)))
+            git_version = dig(version.value or {}, "serverVersion", "gitVersion")
+            findings.append(Finding("server version", True, "unknown" if git_version is None else str(git_version)))
     runtimeclass_known = runtime is None
     if runtime is None:
         findings.append(Finding("runtime", True, "none (the cluster's default runtime; no RuntimeClass)"))
