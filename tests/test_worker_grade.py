@@ -419,6 +419,51 @@ class WorkerGradeTest(unittest.TestCase):
             self.assertIn("terminated by signal", rewards[0]["reason"])
 
 
+class TestRunnerProcessTest(unittest.TestCase):
+    """The worker's TestRunner: one runner process, each run a child it forked before any run began."""
+
+    runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
+
+    def test_each_run_is_a_child_of_one_runner_and_starts_as_fresh(self) -> None:
+        # shipping.py notes its process, its parent and whether unittest still carries the mark it
+        # leaves on it; a run forked after the other ran, or the same process twice, would show it
+        noting = (
+            "import json, os, unittest\n"
+            "with open(os.environ['RUNS_LOG'], 'a') as log:\n"
+            "    log.write(json.dumps([os.getpid(), os.getppid(), hasattr(unittest, 'left_by_a_run')]) + '\\n')\n"
+            "unittest.left_by_a_run = True\n"
+        )
+        driver = textwrap.dedent(
+            f"""
+            import json, runpy, sys
+            episode = runpy.run_path(sys.argv[1], run_name="episode")  # its definitions, not its main
+            runner = episode["TestRunner"]()
+            runs = []
+            for source in ({BUGGY!r}, {FIXED!r}):
+                episode["CODE_FILE"].write_text({noting!r} + source)
+                runs.append(runner.run(30).exit_code)
+            runner.close()
+            print(json.dumps({{"runner": runner.process.pid, "exit_codes": runs}}))
+            """
+        )
+        with tempfile.TemporaryDirectory() as root:
+            workspace, log, script = Path(root, "workspace"), Path(root, "runs.log"), Path(root, "episode.py")
+            workspace.mkdir()
+            script.write_text(demo.WORKER_SOURCE)
+            env = dict(ENVIRONMENT, EPISODE_ID="rollout-runner", RL_DEMO_WORKSPACE=str(workspace), RUNS_LOG=str(log))
+            result = subprocess.run(
+                [image_python(), "-B", "-c", driver, str(script)], env=env, capture_output=True, text=True, timeout=60
+            )
+            self.assertEqual(result.returncode, 0, result.stderr)
+            ran = json.loads(result.stdout)
+            runs = [json.loads(line) for line in log.read_text().splitlines()]
+        self.assertEqual(ran["exit_codes"], [1, 0])  # the buggy code fails its tests, the fixed one passes
+        (first, first_parent, first_marked), (second, second_parent, second_marked) = runs
+        self.assertEqual((first_parent, second_parent), (ran["runner"], ran["runner"]))
+        self.assertNotEqual(first, second)
+        self.assertEqual((first_marked, second_marked), (False, False))
+
+
 @end_to_end
 class WorkerOnTheFakeTest(unittest.TestCase):
     """Workers end to end, as `run --worker` on the fake cluster (whose kubelet runs the

@@ -107,17 +107,23 @@ TEST_SHA256 = hashlib.sha256(TEST_SOURCE.encode()).hexdigest()
 EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 
 # The test runner (runner.py beside this file; RUNNER_SOURCE, at the end of this file, is its text),
-# started as `python -B -I -S -c RUNNER_SOURCE FD TEST_SHA256` in the workspace (-S: the tests
-# need the standard library alone, not the image's site-packages and their .pth files).
+# started once, right after `ready`, as `python -B -I -S -c RUNNER_SOURCE TEST_SHA256 STATUS_FD
+# GROUP GROUP` in the workspace (-S: the tests need the standard library alone, not the image's
+# site-packages and their .pth files). Once its imports are done, and before either run starts,
+# it forks one child per run (TestRunner): the baseline, then the tests of the fixed code, each
+# from the same clean state a fresh interpreter would have, with the interpreter's start and
+# unittest's imports paid once. The runner process itself runs no code from the workspace; it
+# writes each run's exit code to STATUS_FD as that child ends.
 #
-# Channel: the report goes to the write end of an os.pipe() the worker creates just before the
-# run and hands only to this child (pass_fds); the worker closes its own copy at once, and the
-# runner makes the descriptor non-inheritable, so processes the tests start do not get it. On
-# stdin, a pipe only the worker holds, comes one JSON line: a one-time nonce, which must come
-# back in the report, the test source and the path of the code under test. The runner checks the
-# test source against TEST_SHA256 from its command line before anything from the workspace is
-# read. The worker accepts exactly one JSON document, so a fake report written next to the real
-# one makes the whole report undecodable.
+# Channel: each run's report goes to the write end of an os.pipe() the worker creates for that run
+# and hands only to the runner (one GROUP of stdin, stdout, stderr and report descriptors a run),
+# which passes it to that run's child alone; the worker closes its own copy at once, and the
+# child makes the descriptor non-inheritable, so processes the tests start do not get it. On
+# stdin, a pipe only the worker holds, comes one JSON line when the run is due: a one-time nonce,
+# which must come back in the report, the test source and the path of the code under test. The
+# child checks the test source against TEST_SHA256 from its command line before anything from the
+# workspace is read. The worker accepts exactly one JSON document, so a fake report written next
+# to the real one makes the whole report undecodable.
 #
 # The two graded modules are never looked up by name: test_shipping is compiled from the source
 # that came on stdin (origin "runner stdin"), shipping from the bytes of the one file the worker
@@ -226,22 +232,11 @@ def test_timeout():
     return value
 
 
-def kill_group(process):
+def close_quietly(fd):
     try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
-        os.killpg(process.pid, signal.SIGKILL)  # the runner leads its own session
+        os.close(fd)
     except OSError:
         pass
-    try:
-        process.kill()
-        process.wait(timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    for stream in (process.stdin, process.stdout, process.stderr):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
 
 
 class ReportReader:
@@ -268,46 +263,186 @@ class ReportReader:
             return
 
     def report(self):
-        # After the runner exits its data is already in the pipe; a process it left holding the
+        # After the run ends its data is already in the pipe; a process it left holding the
         # write end must not stall the worker, so wait briefly and take what arrived.
         self.thread.join(timeout=2)
+        if not self.thread.is_alive():
+            close_quietly(self.fd)  # else the thread still owns it; the worker is about to exit
         return b"".join(list(self.chunks))
 
 
-def run_tests(timeout):
-    nonce = os.urandom(16).hex()
-    read_end, write_end = os.pipe()
-    reader = None
-    try:
+class Output:
+    """All that a run's stdout or stderr carries until its end, read in a thread."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.chunks = []
+        self.thread = threading.Thread(target=self.drain, daemon=True)
+        self.thread.start()
+
+    def drain(self):
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-B", "-I", "-S", "-c", RUNNER_SOURCE, str(write_end), TEST_SHA256],
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    break
+                self.chunks.append(chunk)
+        except OSError:
+            pass
+        close_quietly(self.fd)
+
+    def ended_by(self, deadline):
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        return not self.thread.is_alive()
+
+    def data(self):
+        return b"".join(list(self.chunks))
+
+
+class ExitCodes:
+    """The runner's "RUN EXITCODE" lines, as each run's process ends (read in a thread)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.codes = {}
+        self.ended = False
+        self.changed = threading.Condition()
+        threading.Thread(target=self.drain, daemon=True).start()
+
+    def drain(self):
+        pending = b""
+        try:
+            while True:
+                chunk = os.read(self.fd, 4096)
+                if not chunk:
+                    break
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    number, code = (int(field) for field in line.split())
+                    with self.changed:
+                        self.codes.setdefault(number, code)
+                        self.changed.notify_all()
+        except (OSError, ValueError):
+            pass
+        close_quietly(self.fd)
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def of(self, number, deadline):
+        """The run's exit code; None when the runner ended without one; TIMED_OUT past the deadline."""
+        with self.changed:
+            while number not in self.codes and not self.ended:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return TIMED_OUT
+                self.changed.wait(remaining)
+            return self.codes.get(number)
+
+
+TIMED_OUT = object()
+
+
+class TestRunner:
+    """The test runner (RUNNER_SOURCE's serve), started once before the baseline: it forks one
+    child per run from its clean state, so each run starts as from a fresh interpreter, the
+    interpreter and unittest's imports paid once. Each run has pipes of its own: stdin (the one
+    JSON line), stdout, stderr and the report channel; the runner writes each run's exit code to
+    a status pipe as its process ends."""
+
+    RUNS = 2  # the baseline, then the tests of the fixed code
+
+    def __init__(self):
+        self.runs, child_ends, groups = [], [], []
+        for _ in range(self.RUNS):
+            (in_r, in_w), (out_r, out_w), (err_r, err_w), (report_r, report_w) = (os.pipe() for _ in range(4))
+            self.runs.append((in_w, out_r, err_r, report_r))
+            child_ends.append((in_r, out_w, err_w, report_w))
+            groups.append(",".join(str(fd) for fd in child_ends[-1]))
+        status_r, status_w = os.pipe()
+        passed = [fd for ends in child_ends for fd in ends] + [status_w]
+        self.used = 0
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-B", "-I", "-S", "-c", RUNNER_SOURCE, TEST_SHA256, str(status_w), *groups],
                 cwd=str(WORKSPACE),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(write_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=child_ends[0][1],  # what the runner itself prints (it cannot start) is the first run's
+                stderr=child_ends[0][2],
+                pass_fds=passed,
                 start_new_session=True,
             )
         except OSError as error:
+            for fd in [fd for ends in self.runs for fd in ends] + [status_r]:
+                close_quietly(fd)
+            self.runs = []
             raise EpisodeFailed(f"could not start the tests: {error}") from None
         finally:
-            os.close(write_end)
-        reader = ReportReader(read_end)
+            for fd in passed:
+                close_quietly(fd)
+        self.exit_codes = ExitCodes(status_r)
+
+    def run(self, timeout):
+        """One run: the tests against CODE_FILE as it is now, within `timeout` seconds."""
+        in_w, out_r, err_r, report_r = self.runs[self.used]
+        number, self.used = self.used, self.used + 1
+        deadline = time.monotonic() + timeout
+        nonce = os.urandom(16).hex()
+        stdout, stderr, reader = Output(out_r), Output(err_r), ReportReader(report_r)
         try:
             message = {"nonce": nonce, "test_source": TEST_SOURCE, "code_path": str(CODE_FILE)}
-            stdout, stderr = process.communicate((json.dumps(message) + "\n").encode(), timeout=timeout)
-        except subprocess.TimeoutExpired as expired:
-            kill_group(process)
-            output, _ = decode(expired.stderr or b"")
-            raise EpisodeFailed(f"timeout after {timeout:g} s", output) from None
+            try:
+                data = (json.dumps(message) + "\n").encode()
+                while data:
+                    data = data[os.write(in_w, data) :]
+            except OSError:
+                pass  # a run that ended without reading it: its exit code and output say why
+            finally:
+                close_quietly(in_w)
+            ended = stdout.ended_by(deadline) and stderr.ended_by(deadline)
+            exit_code = self.exit_codes.of(number, deadline) if ended else TIMED_OUT
+            if exit_code is TIMED_OUT:
+                self.stop()
+                output, _ = decode(stderr.data())
+                raise EpisodeFailed(f"timeout after {timeout:g} s", output)
         except BaseException:
-            kill_group(process)
+            self.stop()
             raise
-        return TestRun(process.returncode, stdout, stderr, reader.report(), nonce)
-    finally:
-        if reader is None or not reader.thread.is_alive():
-            os.close(read_end)  # else the reader thread still owns it; the worker is about to exit
+        if exit_code is None:  # the runner itself ended (it could not start, or was killed): its code
+            exit_code = self.ended_code()
+        return TestRun(exit_code, stdout.data(), stderr.data(), reader.report(), nonce)
+
+    def ended_code(self):
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return self.process.returncode
+
+    def stop(self):
+        """The runner, its runs and whatever they started: killed (the runner leads its own session)."""
+        try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.process.kill()
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def close(self):
+        """After the last run (or a failed one): the runs never made end with the runner."""
+        for in_w, out_r, err_r, report_r in self.runs[self.used :]:
+            for fd in (in_w, out_r, err_r, report_r):
+                close_quietly(fd)
+        self.runs = self.runs[: self.used]
+        if self.process.poll() is None:
+            try:
+                self.process.wait(timeout=0.5)  # it exits as its last run ends
+            except subprocess.TimeoutExpired:
+                self.stop()
 
 
 def file_sha256(path):
@@ -517,24 +652,28 @@ def episode(fields):
         first_statement_at=STARTED_AT,
         imports_done_at=IMPORTS_DONE_AT,
     )
+    runner = TestRunner()
     try:
-        baseline = run_tests(timeout)
-    except EpisodeFailed as failure:
-        raise EpisodeFailed("baseline: " + failure.reason) from None
-    fields["baseline_exit"] = baseline.exit_code
-    source = CODE_FILE.read_text(encoding="utf-8")
-    fixed = agent_action(source)
-    CODE_FILE.write_text(fixed, encoding="utf-8")
-    save_patch(source, fixed)
-    test_file = WORKSPACE.joinpath("test_shipping.py")
-    unchanged_before = file_sha256(test_file) == TEST_SHA256
-    try:
-        run = run_tests(timeout)
-    except EpisodeFailed as failure:
-        if unchanged_before:
-            raise
-        fields["tests_output"] = failure.output
-        raise EpisodeFailed("test file changed") from None
+        try:
+            baseline = runner.run(timeout)
+        except EpisodeFailed as failure:
+            raise EpisodeFailed("baseline: " + failure.reason) from None
+        fields["baseline_exit"] = baseline.exit_code
+        source = CODE_FILE.read_text(encoding="utf-8")
+        fixed = agent_action(source)
+        CODE_FILE.write_text(fixed, encoding="utf-8")
+        save_patch(source, fixed)
+        test_file = WORKSPACE.joinpath("test_shipping.py")
+        unchanged_before = file_sha256(test_file) == TEST_SHA256
+        try:
+            run = runner.run(timeout)
+        except EpisodeFailed as failure:
+            if unchanged_before:
+                raise
+            fields["tests_output"] = failure.output
+            raise EpisodeFailed("test file changed") from None
+    finally:
+        runner.close()
     unchanged = unchanged_before and file_sha256(test_file) == TEST_SHA256
     fields["tests_exit"] = run.exit_code
     fields["tests_output"], _ = decode(run.stderr)
