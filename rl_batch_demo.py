@@ -1297,14 +1297,8 @@ class PodInfo(TypedDict, total=False):  # absent from the results of versions be
     failure_kind: Optional[str]
 
 
-class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
-    pod: str
-    node: Optional[str]
-    image_id: Optional[str]
-    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
+class EpisodeFigures(TypedDict):  # a pod's own figures: each its end stamp less its start (FIGURE_STAMPS)
     pod_to_ready_seconds: float
-    batch_to_ready_seconds: float
-    batch_to_reward_seconds: float
     pod_to_scheduled_seconds: Optional[float]
     pod_to_container_started_seconds: Optional[float]
     python_import_seconds: Optional[float]
@@ -1312,6 +1306,19 @@ class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row o
     ready_to_reward_seconds: float
     reward_to_finished_seconds: Optional[float]
     pod_observed_to_ready_seconds: Optional[float]
+    pod_to_process_start_seconds: Optional[float]
+    pod_to_kernel_boot_seconds: Optional[float]
+    kernel_boot_to_process_start_seconds: Optional[float]
+    interpreter_start_seconds: Optional[float]
+
+
+class PodRow(PodArtifacts, PodInfo, EpisodeFigures):  # one validated episode's figures: a row of results.json's `pods`
+    pod: str
+    node: Optional[str]
+    image_id: Optional[str]
+    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
+    batch_to_ready_seconds: float
+    batch_to_reward_seconds: float
     overhead: Optional[KubeObject]
     created_at: float
     scheduled_at: Optional[float]
@@ -1333,10 +1340,6 @@ class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row o
     kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
     kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say (or its clocks disagree)
     clock_note: Optional[str]  # why the /proc figures are unknown though the sandbox reported them (this tool's words)
-    pod_to_process_start_seconds: Optional[float]
-    pod_to_kernel_boot_seconds: Optional[float]
-    kernel_boot_to_process_start_seconds: Optional[float]
-    interpreter_start_seconds: Optional[float]
     image_pull: ImagePull
     container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
     log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
@@ -4321,22 +4324,30 @@ def validate_episode(
     scheduled_at = event_scheduled_at if event_scheduled_at is not None else scheduled_at
     sandbox = clocks.kernel_booted_at
     first_seen_at = sighting.get("first_seen_at") if sighting else None
+    stamps = {
+        "created_at": created_at,
+        "scheduled_at": scheduled_at,
+        "container_started_at": started_at,
+        "kernel_booted_at": sandbox,
+        "process_started_at": clocks.process_started_at,
+        "first_statement_at": clocks.first_statement_at,
+        "imports_done_at": imports_done_at,
+        "ready_at": ready_at,
+        "reward_at": reward_at,
+        "finished_at": finished_at,
+        "observed_first_seen_at": first_seen_at,
+    }
+    # the row's optional keys (artifacts, info's pod_reward, failure_kind) are set later, by their
+    # owners; mypy's extra checks would have every one of them named beside a ** of figures
     return EpisodeRow(
+        **episode_figures(stamps),  # type: ignore[typeddict-item]
         pod=name,
         node=pod.get("spec", {}).get("nodeName"),
         image_id=container.get("imageID"),
         container_runtime=container_runtime_name(container),
         reward=reward_event["reward"],
-        pod_to_ready_seconds=ready_at - created_at,
         batch_to_ready_seconds=ready_at - batch_start,
         batch_to_reward_seconds=reward_at - batch_start,
-        pod_to_scheduled_seconds=difference(scheduled_at, created_at),
-        pod_to_container_started_seconds=difference(started_at, created_at),
-        python_import_seconds=difference(imports_done_at, clocks.first_statement_at),
-        import_to_ready_seconds=difference(ready_at, imports_done_at),
-        ready_to_reward_seconds=reward_at - ready_at,
-        reward_to_finished_seconds=difference(finished_at, reward_at),
-        pod_observed_to_ready_seconds=difference(ready_at, first_seen_at),
         overhead=pod.get("spec", {}).get("overhead"),
         created_at=created_at,
         scheduled_at=scheduled_at,
@@ -4359,16 +4370,24 @@ def validate_episode(
         kernel_booted_at=sandbox,
         kernel=clocks.kernel,
         clock_note=clocks.note,
-        pod_to_process_start_seconds=difference(clocks.process_started_at, created_at),
-        pod_to_kernel_boot_seconds=difference(sandbox, created_at),
-        kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
-        interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
         image_pull=image_pull_of(pod_events or [], pod),
         log_notes=[],
         attempts=1,
         lost_attempts=[],
         retry_seconds=0.0,
     )
+
+
+def episode_figures(stamps: Mapping[str, Optional[float]]) -> EpisodeFigures:
+    """A pod's own figures from its stamps: each the end stamp less the start stamp that
+    FIGURE_STAMPS names for it (None where either is unknown), the table the summary, the verdict
+    and the guide's table read each figure's clocks from, so a figure's definition is one row."""
+    figures = {
+        figure: difference(stamps[end], stamps[start])
+        for figure, (start, end, _) in FIGURE_STAMPS.items()
+        if figure in EpisodeFigures.__annotations__
+    }
+    return typing.cast(EpisodeFigures, figures)  # every key of EpisodeFigures: tests/test_units.py
 
 
 def reward_info(reward_event: JsonObject) -> JsonObject:

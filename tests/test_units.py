@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import typing
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -152,6 +153,27 @@ class RunDirectoryWritersTest(unittest.TestCase):
             ("flow_run", "output / 'report.md'"),
         }
         self.assertEqual(sorted(found - outside_a_run), [])
+
+
+class EpisodeFiguresTest(unittest.TestCase):
+    """A pod's own figures come from FIGURE_STAMPS alone: each its end stamp less its start."""
+
+    def test_each_figure_is_its_end_stamp_less_its_start(self) -> None:
+        figures = typing.get_type_hints(demo.EpisodeFigures)
+        self.assertLessEqual(set(figures), set(demo.FIGURE_STAMPS))  # every one has its row there
+        self.assertLessEqual(set(figures), set(typing.get_type_hints(demo.PodRow)))  # and is a pods[] field
+        stamps = {stamp: 1000.0 + 7 * number for number, stamp in enumerate(demo.STAMP_CLOCKS)}
+        computed = demo.episode_figures(stamps)
+        self.assertEqual(set(computed), set(figures))
+        for figure, value in computed.items():
+            start, end, _ = demo.FIGURE_STAMPS[figure]
+            with self.subTest(figure=figure):
+                self.assertEqual(value, stamps[end] - stamps[start])
+        # an unknown stamp: the figures that end or start at it are unknown, the others stand
+        unknown = dict(stamps, scheduled_at=None)
+        computed = demo.episode_figures(unknown)
+        self.assertIsNone(computed["pod_to_scheduled_seconds"])
+        self.assertEqual(computed["pod_to_ready_seconds"], stamps["ready_at"] - stamps["created_at"])
 
 
 class TimestampAndStatisticsTest(unittest.TestCase):

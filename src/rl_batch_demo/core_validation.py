@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import re
+import typing
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -24,6 +25,7 @@ from .constants import (
     FAILURE_EPISODE,
     FAILURE_INFRASTRUCTURE,
     FIGURE_SOURCES,
+    FIGURE_STAMPS,
     INFO_LIMIT,
     INFO_MEMORY_LIMIT,
     JOB_NAME,
@@ -96,6 +98,7 @@ from .records import (
     ArtifactEntry,
     AutoParallelism,
     BatchFigures,
+    EpisodeFigures,
     EpisodeRow,
     FailedEpisode,
     FirstReward,
@@ -318,22 +321,30 @@ def validate_episode(
     scheduled_at = event_scheduled_at if event_scheduled_at is not None else scheduled_at
     sandbox = clocks.kernel_booted_at
     first_seen_at = sighting.get("first_seen_at") if sighting else None
+    stamps = {
+        "created_at": created_at,
+        "scheduled_at": scheduled_at,
+        "container_started_at": started_at,
+        "kernel_booted_at": sandbox,
+        "process_started_at": clocks.process_started_at,
+        "first_statement_at": clocks.first_statement_at,
+        "imports_done_at": imports_done_at,
+        "ready_at": ready_at,
+        "reward_at": reward_at,
+        "finished_at": finished_at,
+        "observed_first_seen_at": first_seen_at,
+    }
+    # the row's optional keys (artifacts, info's pod_reward, failure_kind) are set later, by their
+    # owners; mypy's extra checks would have every one of them named beside a ** of figures
     return EpisodeRow(
+        **episode_figures(stamps),  # type: ignore[typeddict-item]
         pod=name,
         node=pod.get("spec", {}).get("nodeName"),
         image_id=container.get("imageID"),
         container_runtime=container_runtime_name(container),
         reward=reward_event["reward"],
-        pod_to_ready_seconds=ready_at - created_at,
         batch_to_ready_seconds=ready_at - batch_start,
         batch_to_reward_seconds=reward_at - batch_start,
-        pod_to_scheduled_seconds=difference(scheduled_at, created_at),
-        pod_to_container_started_seconds=difference(started_at, created_at),
-        python_import_seconds=difference(imports_done_at, clocks.first_statement_at),
-        import_to_ready_seconds=difference(ready_at, imports_done_at),
-        ready_to_reward_seconds=reward_at - ready_at,
-        reward_to_finished_seconds=difference(finished_at, reward_at),
-        pod_observed_to_ready_seconds=difference(ready_at, first_seen_at),
         overhead=pod.get("spec", {}).get("overhead"),
         created_at=created_at,
         scheduled_at=scheduled_at,
@@ -356,16 +367,24 @@ def validate_episode(
         kernel_booted_at=sandbox,
         kernel=clocks.kernel,
         clock_note=clocks.note,
-        pod_to_process_start_seconds=difference(clocks.process_started_at, created_at),
-        pod_to_kernel_boot_seconds=difference(sandbox, created_at),
-        kernel_boot_to_process_start_seconds=difference(clocks.process_started_at, sandbox),
-        interpreter_start_seconds=difference(clocks.first_statement_at, clocks.process_started_at),
         image_pull=image_pull_of(pod_events or [], pod),
         log_notes=[],
         attempts=1,
         lost_attempts=[],
         retry_seconds=0.0,
     )
+
+
+def episode_figures(stamps: Mapping[str, Optional[float]]) -> EpisodeFigures:
+    """A pod's own figures from its stamps: each the end stamp less the start stamp that
+    FIGURE_STAMPS names for it (None where either is unknown), the table the summary, the verdict
+    and the guide's table read each figure's clocks from, so a figure's definition is one row."""
+    figures = {
+        figure: difference(stamps[end], stamps[start])
+        for figure, (start, end, _) in FIGURE_STAMPS.items()
+        if figure in EpisodeFigures.__annotations__
+    }
+    return typing.cast(EpisodeFigures, figures)  # every key of EpisodeFigures: tests/test_units.py
 
 
 def reward_info(reward_event: JsonObject) -> JsonObject:

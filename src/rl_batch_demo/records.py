@@ -417,14 +417,8 @@ class PodInfo(TypedDict, total=False):  # absent from the results of versions be
     failure_kind: Optional[str]
 
 
-class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row of results.json's `pods`
-    pod: str
-    node: Optional[str]
-    image_id: Optional[str]
-    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
+class EpisodeFigures(TypedDict):  # a pod's own figures: each its end stamp less its start (FIGURE_STAMPS)
     pod_to_ready_seconds: float
-    batch_to_ready_seconds: float
-    batch_to_reward_seconds: float
     pod_to_scheduled_seconds: Optional[float]
     pod_to_container_started_seconds: Optional[float]
     python_import_seconds: Optional[float]
@@ -432,6 +426,19 @@ class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row o
     ready_to_reward_seconds: float
     reward_to_finished_seconds: Optional[float]
     pod_observed_to_ready_seconds: Optional[float]
+    pod_to_process_start_seconds: Optional[float]
+    pod_to_kernel_boot_seconds: Optional[float]
+    kernel_boot_to_process_start_seconds: Optional[float]
+    interpreter_start_seconds: Optional[float]
+
+
+class PodRow(PodArtifacts, PodInfo, EpisodeFigures):  # one validated episode's figures: a row of results.json's `pods`
+    pod: str
+    node: Optional[str]
+    image_id: Optional[str]
+    reward: float  # as the worker printed it: the built-in task's integer 1 stays an integer
+    batch_to_ready_seconds: float
+    batch_to_reward_seconds: float
     overhead: Optional[KubeObject]
     created_at: float
     scheduled_at: Optional[float]
@@ -453,10 +460,6 @@ class PodRow(PodArtifacts, PodInfo):  # one validated episode's figures: a row o
     kernel_booted_at: Optional[float]  # only for a sandbox kernel (kernel == "sandbox")
     kernel: Optional[str]  # "sandbox", "shared", or None when the sandbox did not say (or its clocks disagree)
     clock_note: Optional[str]  # why the /proc figures are unknown though the sandbox reported them (this tool's words)
-    pod_to_process_start_seconds: Optional[float]
-    pod_to_kernel_boot_seconds: Optional[float]
-    kernel_boot_to_process_start_seconds: Optional[float]
-    interpreter_start_seconds: Optional[float]
     image_pull: ImagePull
     container_runtime: Optional[str]  # the CRI runtime's name in containerID: containerd, cri-o, ...
     log_notes: List[str]  # how its events were read, when not plainly (a message cut at the front, a rotated log)
