@@ -24,6 +24,7 @@ or under pytest, everything runs serially as usual.
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import contextlib
 import marshal
@@ -329,10 +330,32 @@ def prepare_for_fork() -> None:
     running atexit handlers, shares them and leaves nothing behind."""
     # imported here: the runner needs neither otherwise
     from tests.callplan import stub_wrapper
-    from tests.fakecluster import image_python
+    from tests.toolprocess import image_python
 
     stub_wrapper()
     image_python()
+
+
+_AST_PARSE_LOCK = threading.Lock()
+
+
+def serialise_ast_parse() -> None:
+    """ast.parse one thread at a time. CPython keeps the depth of the tree it is turning into
+    Python objects in one field per interpreter, which every thread shares, and checks it when
+    done, so two threads parsing at once can fail with "SystemError: AST constructor recursion
+    depth mismatch (before=72, after=34)" (python/cpython#106905; seen here on 3.11.7, in a
+    main-thread test's parse while a background test parsed). The tests parse sources (the
+    layers, the writers of a run's files, the README's code) and traceback formatting does too."""
+    parse = ast.parse
+    if getattr(parse, "serialised", False):
+        return
+
+    def serialised(*args: Any, **kwargs: Any) -> Any:
+        with _AST_PARSE_LOCK:
+            return parse(*args, **kwargs)
+
+    serialised.serialised = True  # type: ignore[attr-defined]
+    ast.parse = serialised  # type: ignore[assignment]
 
 
 def can_fork() -> bool:
@@ -356,6 +379,7 @@ class BesideSuite(unittest.TestSuite):
                     break
                 test.debug() if debug else test(result)
             return result
+        serialise_ast_parse()  # before the threads (and the fork) start
         serial = list(self.serial)
         forked: Optional[Forked] = None
         claims: Optional[Claims] = None

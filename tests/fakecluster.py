@@ -173,7 +173,6 @@ Command line (no cluster needed; README.md, "Try it without a cluster")
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import importlib.util
 import io
@@ -218,28 +217,6 @@ def write_executable(path: pathlib.Path, text: str) -> None:
         check=True,
         timeout=30,
     )
-
-
-_IMAGE_PYTHON: List[str] = []
-_IMAGE_PYTHON_LOCK = threading.Lock()
-
-
-def image_python() -> str:
-    """This interpreter as an image's clean one, for a worker the tests run outside the fake: a
-    link to it beside a pyvenv.cfg (Python's venv rule, Modules/getpath.py), which reads the
-    standard library only, not the site packages of the interpreter running the tests, whose
-    .pth files may cost tens of ms a start (tests/fakekube/controller.py gives each pod the same).
-    One per test process."""
-    with _IMAGE_PYTHON_LOCK:
-        if not _IMAGE_PYTHON:
-            root = pathlib.Path(tempfile.mkdtemp(prefix="rl-image-python-"))
-            atexit.register(shutil.rmtree, root, True)
-            (root / "bin").mkdir()
-            (root / "bin" / "python").symlink_to(sys.executable)
-            home = os.path.dirname(sys.executable)
-            (root / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\n", encoding="utf-8")
-            _IMAGE_PYTHON.append(str(root / "bin" / "python"))
-        return _IMAGE_PYTHON[0]
 
 
 _FAKE_MODULE: Dict[str, ModuleType] = {}

@@ -14,7 +14,6 @@ import io
 import json
 import signal
 import subprocess
-import sys
 import tempfile
 import textwrap
 import threading
@@ -31,6 +30,7 @@ from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.test_readme_help import code_blocks
 from tests.test_stream import SLEEPING_WORKER
 from tests.tiers import end_to_end
+from tests.toolprocess import image_python
 
 # A worker whose task may name a file to wait for (`until`, up to 30 s) before it answers.
 GATED_WORKER = SLEEPING_WORKER.replace(
@@ -317,7 +317,7 @@ class FakeClusterCase(unittest.TestCase):
         (self.root / "driver.py").write_text(DRIVER)
         argv = [str(self.root / "out"), str(self.root / "report.json"), call, json.dumps(options)]
         return subprocess.Popen(
-            [sys.executable, str(self.root / "driver.py"), *argv],
+            [image_python(), str(self.root / "driver.py"), *argv],
             cwd=str(self.root),
             env=self.environment(),
             stdout=subprocess.PIPE,
@@ -427,7 +427,7 @@ class TrainerDocTest(FakeClusterCase):
 
     def run_block(self, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-c", code],
+            [image_python(), "-c", code],
             cwd=str(self.root),
             env=self.environment(),
             capture_output=True,
@@ -438,7 +438,7 @@ class TrainerDocTest(FakeClusterCase):
 
     def shown_template(self) -> str:
         shown = subprocess.run(
-            [sys.executable, str(ROOT / "rl_batch_demo.py"), "show-worker", "--template"],
+            [image_python(), str(ROOT / "rl_batch_demo.py"), "show-worker", "--template"],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         return shown.stdout

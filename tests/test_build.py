@@ -143,19 +143,19 @@ class ScriptEndTest(unittest.TestCase):
 
     def test_the_script_exits_with_mains_code_and_everything_printed(self) -> None:
         import subprocess
-        import sys
 
         import rl_batch_demo as demo
         from tests.fakecluster import ENVIRONMENT
+        from tests.toolprocess import image_python
 
         script = str(ROOT / "rl_batch_demo.py")
         shown = subprocess.run(
-            [sys.executable, script, "show-worker"], capture_output=True, check=False, env=ENVIRONMENT, cwd=str(ROOT)
+            [image_python(), script, "show-worker"], capture_output=True, check=False, env=ENVIRONMENT, cwd=str(ROOT)
         )
         self.assertEqual(shown.returncode, 0, shown.stderr)
         self.assertEqual(shown.stdout.decode(), demo.WORKER_SOURCE)  # buffered output flushed, to its last byte
         refused = subprocess.run(
-            [sys.executable, script, "cleanup"],
+            [image_python(), script, "cleanup"],
             capture_output=True,
             text=True,
             check=False,

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import unittest
 from typing import Any, Callable
@@ -17,6 +16,7 @@ from tests.callplan import Call, CallPlanTestCase, Chunk, indented_json, stub_wr
 from tests.clusterobjects import Batch
 from tests.kubectl_stub import SIGNAL_WAIT_ENV, matches
 from tests.stubprocess import StubProcess, spawner, stub_processes
+from tests.toolprocess import image_python
 
 
 class IndentedJsonTest(unittest.TestCase):
@@ -225,7 +225,7 @@ class InProcessStubTest(StubTest):
         with self.start("get", "x") as call:
             self.assertIsInstance(call, StubProcess)
             self.assertEqual(call.communicate(timeout=30), (b"x\n", b""))
-        with self.spawn([sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as other:
+        with self.spawn([image_python(), "-c", "print(1)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as other:
             self.assertIsInstance(other, subprocess.Popen)
             self.assertEqual(other.communicate(timeout=30), (b"1\n", b""))
 

@@ -3,6 +3,7 @@ the serial ones, and every outcome reaches the runner's result in a stable order
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -19,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 from tests import concurrently, tiers
 from tests.fakecluster import ENVIRONMENT
+from tests.toolprocess import image_python
 
 
 def sample_classes(
@@ -96,6 +98,26 @@ class Recorded(unittest.TestResult):
     def addSuccess(self, test: unittest.TestCase) -> None:
         super().addSuccess(test)
         self.succeeded.append(short(test))
+
+
+class AstParseTest(unittest.TestCase):
+    """ast.parse one thread at a time, while the suite's threads run (serialise_ast_parse)."""
+
+    def test_a_parse_waits_for_the_one_in_progress(self) -> None:
+        concurrently.serialise_ast_parse()
+        concurrently.serialise_ast_parse()  # once only: the lock is not taken twice
+        parsed = threading.Event()
+
+        def parse() -> None:
+            ast.parse("x = 1")
+            parsed.set()
+
+        with concurrently._AST_PARSE_LOCK:  # as a parse in another thread holds it
+            thread = threading.Thread(target=parse)
+            thread.start()
+            self.assertFalse(parsed.wait(0.05))
+        thread.join(10)
+        self.assertTrue(parsed.is_set())
 
 
 class BesideSuiteTest(unittest.TestCase):
@@ -278,7 +300,7 @@ class SecondProcessTest(unittest.TestCase):
         root = Path(__file__).resolve().parents[1]
         environment = {key: value for key, value in ENVIRONMENT.items() if key != concurrently.PROCESSES_ENV}
         done = subprocess.run(
-            [sys.executable, "-c", FORK_SAMPLE, str(marks), mode],
+            [image_python(), "-c", FORK_SAMPLE, str(marks), mode],
             cwd=str(root), env=environment, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         self.assertEqual(done.returncode, 0, done.stderr)

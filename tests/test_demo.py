@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -18,6 +17,7 @@ from tests import records
 from tests.fakecluster import ENVIRONMENT, write_executable
 from tests.test_docs import DEMO_COMMAND, commands, section
 from tests.test_readme_help import ROOT
+from tests.toolprocess import image_python
 
 
 class DemoTest(unittest.TestCase):
@@ -38,7 +38,7 @@ class DemoTest(unittest.TestCase):
             trap = root / "real-kubectl"
             write_executable(trap, "#!/bin/sh\necho 'the real kubectl was called' >&2\nexit 99\n")
             env = {**ENVIRONMENT, "TMPDIR": str(temporary), "KUBECTL": str(trap), "KUBECONFIG": str(root / "none")}
-            command = [sys.executable, str(ROOT / argv[1]), *argv[2:]]
+            command = [image_python(), str(ROOT / argv[1]), *argv[2:]]
             first = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=180)
             report = f"stdout:\n{first.stdout}\nstderr:\n{first.stderr}"
             self.assertEqual(first.returncode, 0, report)

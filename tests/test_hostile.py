@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster
 from tests.tiers import end_to_end
+from tests.toolprocess import image_python
 
 SCRIPT = str(Path(demo.__file__).resolve())
 LOG_FILE_LIMIT = demo.LOG_FILE_LIMIT  # read once: a test in the main thread patches it (tests/concurrently.py)
@@ -200,7 +200,7 @@ class HostileRunTestCase(unittest.TestCase):
             env = dict(cluster.env(), GITHUB_STEP_SUMMARY=str(summary))
             result = subprocess.run(
                 [
-                    *(sys.executable, SCRIPT, "run", "--count", str(len(modes)), "--output", str(output)),
+                    *(image_python(), SCRIPT, "run", "--count", str(len(modes)), "--output", str(output)),
                     *("--quiet", *CLEANUP, *options),
                 ],
                 env=env,
@@ -225,7 +225,7 @@ class HostileRunTestCase(unittest.TestCase):
         try:
             before = {ns["metadata"]["name"] for ns in cluster.objects("Namespace")}
             output = self.root / f"out-{name}{len(options)}"
-            argv = [sys.executable, SCRIPT, "run", "--count", str(count), "--worker", str(worker)]
+            argv = [image_python(), SCRIPT, "run", "--count", str(count), "--worker", str(worker)]
             result = subprocess.run(
                 [*argv, "--output", str(output), "--quiet", *CLEANUP, *options],
                 env=cluster.env(),
@@ -272,7 +272,7 @@ class HostileEpisodeTest(HostileRunTestCase):
             budget = str(FORGER_SECONDS - 1)
             result = subprocess.run(
                 [
-                    *(sys.executable, SCRIPT, "run", "--count", "2", "--output", str(output), "--quiet", *CLEANUP),
+                    *(image_python(), SCRIPT, "run", "--count", "2", "--output", str(output), "--quiet", *CLEANUP),
                     *("--worker", str(worker), "--threshold", f"batch_to_all_rewards_seconds={budget}"),
                     *("--threshold", f"batch_to_all_finished_seconds={budget}"),
                 ],

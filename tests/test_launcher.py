@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import rl_batch_demo as demo
 from tests.clusterobjects import settings_for
 from tests.fakecluster import ENVIRONMENT
+from tests.toolprocess import image_python
 
 BINARY = bytes(range(256)) * 300  # every byte value, over four frames
 
@@ -161,7 +162,7 @@ class LauncherRunTest(ClientSide):
         container = demo.round_job_manifest(settings_for(1), "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
         python, *flags, path = container["containers"][0]["command"]
         self.assertEqual((python, path), ("python", "/demo/launcher.py"))
-        return [sys.executable, *flags, str(self.demo_dir / "launcher.py")], env
+        return [image_python(), *flags, str(self.demo_dir / "launcher.py")], env
 
     def launch(self, worker: str, budget: int = demo.DEFAULT_MAX_ARTIFACT_BYTES) -> Launched:
         command, env = self.command(worker, budget)

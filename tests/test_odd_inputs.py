@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import unittest
 import unittest.mock
@@ -18,6 +17,7 @@ import rl_batch_demo as demo
 from tests.callplan import CONTEXT, SERVER, CallPlanTestCase, RunPlan
 from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, NAMESPACE_UID, RUN_ID, Batch
 from tests.fakecluster import ENVIRONMENT
+from tests.toolprocess import image_python
 
 SCRIPT = str(Path(demo.__file__).resolve())
 ODD_BYTE = os.fsdecode(b"\xff")  # a byte that is not UTF-8, as Python hands it over: "\udcff"
@@ -245,7 +245,7 @@ class ExitCodeTest(CallPlanTestCase):
     def python(self, code: str, *argv: str) -> subprocess.CompletedProcess[str]:
         root = str(Path(SCRIPT).parent)
         return subprocess.run(
-            [sys.executable, "-c", code, *argv],
+            [image_python(), "-c", code, *argv],
             capture_output=True,
             text=True,
             timeout=60,

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
@@ -25,6 +24,7 @@ import rl_batch_demo as demo
 from tests.clusterobjects import pod_log_of, settings_for
 from tests.fakecluster import write_executable
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
+from tests.toolprocess import image_python
 
 # A worker of the kind the issue asks for: it reads its own task by JOB_COMPLETION_INDEX and
 # returns a reward that depends on the task (here: the task's `x` squared, over 10).
@@ -92,7 +92,7 @@ def run_worker(source: str, tasks: Optional[List[Dict[str, Any]]], index: int, n
             Path(root, "tasks.jsonl").write_text(demo.tasks_text(tasks))
         started = time.time()
         result = subprocess.run(
-            [sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
+            [image_python(), "-B", str(script)], env=env, capture_output=True, text=True, timeout=60
         )
         message = termination.read_text() if termination.exists() else ""
         return Ran(name, index, started, result.stdout, message, result.returncode)

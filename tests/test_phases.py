@@ -18,7 +18,8 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests.clusterobjects import results_of, settings_for
-from tests.fakecluster import ENVIRONMENT, image_python
+from tests.fakecluster import ENVIRONMENT
+from tests.toolprocess import image_python
 
 
 class Case(unittest.TestCase):

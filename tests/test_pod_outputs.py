@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import rl_batch_demo as demo
 from tests.test_sources_e2e import SourcesTestCase
 from tests.tiers import end_to_end
+from tests.toolprocess import image_python
 
 # The worker template with its main() replaced: index 3 fails once the others have printed their
 # line and are running (so its round fails and the job controller stops them, SIGTERM: exit 143).
@@ -177,7 +177,7 @@ class RowsWithTheirFilesTest(SourcesTestCase):
         script.write_text(text)
         source = str(Path(demo.__file__).resolve().parent)
         result = subprocess.run(
-            [sys.executable, str(script), source, *argv],
+            [image_python(), str(script), source, *argv],
             cwd=str(self.root),
             env=cluster.env(),
             capture_output=True,
@@ -251,7 +251,7 @@ class RowsWithTheirFilesTest(SourcesTestCase):
         script.write_text(STREAM_CHECK)
         source = str(Path(demo.__file__).resolve().parent)
         result = subprocess.run(
-            [sys.executable, str(script), source, str(self.out), "4", str(worker)],
+            [image_python(), str(script), source, str(self.out), "4", str(worker)],
             cwd=str(self.root),
             env=cluster.env(),
             capture_output=True,

@@ -27,7 +27,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -37,6 +36,7 @@ import rl_batch_demo as demo
 from tests import fakecluster, report
 from tests.fakekube import cli as fake_kubectl
 from tests.fakekube.common import KubectlError
+from tests.toolprocess import image_python
 
 ROOT = Path(demo.__file__).resolve().parent
 COMMANDS_DOC = ROOT / "docs" / "commands.md"
@@ -154,7 +154,7 @@ def bench_flags(script: str = "bench/bench.py") -> Set[str]:
     """bench/bench.py's flags (or another script's: tools/build.py), from its --help (its parser
     lives inside its main)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / script), "--help"],
+        [image_python(), str(ROOT / script), "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 
 from tests.fakecluster import ENVIRONMENT
 from tests.report import read_totals
+from tests.toolprocess import image_python
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -64,7 +65,7 @@ EVERY_OUTCOME = textwrap.dedent(
 def python_module(*argv: str) -> subprocess.CompletedProcess[str]:
     """`python -m ARGV` from the project's root, with the environment the tests were loaded with."""
     return subprocess.run(
-        [sys.executable, "-m", *argv], cwd=str(ROOT), env=ENVIRONMENT, capture_output=True, text=True, timeout=60
+        [image_python(), "-m", *argv], cwd=str(ROOT), env=ENVIRONMENT, capture_output=True, text=True, timeout=60
     )
 
 

@@ -27,6 +27,7 @@ from tests.clusterobjects import JOB_CREATED_AT, make_events, make_pod, results_
 from tests.fakecluster import write_executable
 from tests.test_run import SCRIPT, ClusterTestCase
 from tests.tiers import end_to_end
+from tests.toolprocess import image_python
 
 ROOT = Path(demo.__file__).resolve().parent
 
@@ -390,7 +391,7 @@ class PluginTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="rl-demo-plugin-") as folder:
             plugin = Path(folder) / "kubectl-rl_batch_demo"  # the single file, copied under the plugin's name
             source = Path(SCRIPT).read_text(encoding="utf-8").split("\n", 1)[1]
-            write_executable(plugin, f"#!{sys.executable}\n{source}")
+            write_executable(plugin, f"#!{image_python()}\n{source}")
             env = dict(os.environ, PATH=os.pathsep.join([folder, os.environ.get("PATH", "")]))
             listed = subprocess.run(
                 [kubectl, "plugin", "list", "--name-only"], env=env, capture_output=True, text=True, timeout=60

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -24,7 +23,7 @@ from tests import records
 from tests.clusterobjects import check_rows_and_batch_figures
 from tests.fakecluster import FakeCluster
 from tests.tiers import end_to_end
-from tests.toolprocess import tool_command, tool_environment
+from tests.toolprocess import image_python, tool_command, tool_environment
 
 SCRIPT = str(Path(demo.__file__).resolve())
 
@@ -286,7 +285,7 @@ class InterruptTest(ClusterTestCase):
         self, ready: Any, *argv: str, signal_number: int = signal.SIGINT
     ) -> subprocess.CompletedProcess[str]:
         process = subprocess.Popen(
-            [sys.executable, SCRIPT, "run", "--output", "out", "--count", "2", *argv],
+            [image_python(), SCRIPT, "run", "--output", "out", "--count", "2", *argv],
             cwd=str(self.root),
             env=self.cluster.env(),
             stdout=subprocess.PIPE,

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import unittest
 
 from tests.fakecluster import ENVIRONMENT
-from tests.toolprocess import TOOL, cached_bytecode, tool_command, tool_environment
+from tests.toolprocess import TOOL, cached_bytecode, image_python, tool_command, tool_environment
 
 
 class ToolProcessTest(unittest.TestCase):
     runs_concurrently = True  # only subprocesses: tests/concurrently.py
 
     def run_both(self, *argv: str, cwd: str) -> tuple[subprocess.CompletedProcess[str], ...]:
-        as_script = [sys.executable, str(TOOL), *argv]
+        as_script = [image_python(), str(TOOL), *argv]
         return tuple(
             subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
             for command, env in ((as_script, dict(ENVIRONMENT)), (tool_command(*argv), tool_environment(ENVIRONMENT)))
@@ -35,7 +34,7 @@ class ToolProcessTest(unittest.TestCase):
         written = cache.stat().st_mtime_ns
         env = tool_environment(ENVIRONMENT)
         verbose = subprocess.run(
-            [sys.executable, "-v", *tool_command("--version")[1:]], env=env, capture_output=True, text=True, timeout=60
+            [image_python(), "-v", *tool_command("--version")[1:]], env=env, capture_output=True, text=True, timeout=60
         )
         self.assertEqual(verbose.returncode, 0, verbose.stderr[-2000:])
         self.assertIn(f"code object from '{cache}'", verbose.stderr)

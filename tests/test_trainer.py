@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.clusterobjects import settings_for
 from tests.fakecluster import FakeCluster, write_executable
 from tests.test_run import run_script
 from tests.tiers import end_to_end
+from tests.toolprocess import image_python
 
 # A worker whose episode INDEX sleeps SECONDS[INDEX] between ready and reward ("hang": an hour),
 # and exits with EXITS.get(INDEX, 0) after its reward.
@@ -232,7 +232,7 @@ class StreamLeftEarlyTest(TrainerTestCase):
         driver.write_text(driver_text)
         env = {**cluster.env(), "PYTHONPATH": str(Path(demo.__file__).resolve().parent)}
         result = subprocess.run(
-            [sys.executable, str(driver), str(self.out), worker],
+            [image_python(), str(driver), str(self.out), worker],
             env=env,
             cwd=str(self.root),
             capture_output=True,
@@ -299,7 +299,7 @@ class AsyncAndTagsTest(TrainerTestCase):
         driver.write_text(ASYNC_DRIVER)
         env = {**cluster.env(), "PYTHONPATH": str(Path(demo.__file__).resolve().parent)}
         result = subprocess.run(
-            [sys.executable, str(driver), str(self.out), worker],
+            [image_python(), str(driver), str(self.out), worker],
             env=env,
             cwd=str(self.root),
             capture_output=True,

@@ -22,7 +22,7 @@ from tests import records
 from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of, settings_for
 from tests.fakecluster import ENVIRONMENT
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
-from tests.toolprocess import tool_command, tool_environment
+from tests.toolprocess import image_python, tool_command, tool_environment
 
 
 class OutcomeTest(unittest.TestCase):
@@ -1293,7 +1293,7 @@ class WorkerTest(unittest.TestCase):
             RL_DEMO_WORKSPACE=str(workspace),
             RL_DEMO_TERMINATION_LOG=str(termination),
         )
-        return subprocess.run([sys.executable, "-B", str(script)], env=env, capture_output=True, text=True, timeout=60)
+        return subprocess.run([image_python(), "-B", str(script)], env=env, capture_output=True, text=True, timeout=60)
 
     def test_baseline_fails_fix_passes_events_in_order(self) -> None:
         with tempfile.TemporaryDirectory() as root:

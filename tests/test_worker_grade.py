@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import rl_batch_demo as demo
-from tests.fakecluster import ENVIRONMENT, FakeCluster, image_python
+from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.test_run import run_script
 from tests.tiers import end_to_end
+from tests.toolprocess import image_python
 
 MAIN_GUARD = 'if __name__ == "__main__":\n'
 FIXED = "def shipping(total):\n    return 0 if total >= 99 else 10\n"

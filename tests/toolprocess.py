@@ -23,10 +23,13 @@ still run the file as a script, as users do.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import py_compile
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Dict, List, Mapping
@@ -66,10 +69,34 @@ def cached_bytecode() -> Path:
 def tool_command(*argv: str) -> List[str]:
     """`python3 rl_batch_demo.py ARGV`, as a module: run it with `tool_environment`."""
     cached_bytecode()
-    return [sys.executable, "-m", TOOL.stem, *argv]
+    return [image_python(), "-m", TOOL.stem, *argv]
 
 
 def tool_environment(env: Mapping[str, str]) -> Dict[str, str]:
     """`env` with the tool's directory first on PYTHONPATH."""
     paths = [str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+_IMAGE_PYTHON: List[str] = []
+_IMAGE_PYTHON_LOCK = threading.Lock()
+
+
+def image_python() -> str:
+    """This interpreter as an image's clean one: a link to it beside a pyvenv.cfg (Python's venv
+    rule, Modules/getpath.py), which reads the standard library only, not the site packages of the
+    interpreter running the tests, whose .pth files may cost tens of ms a start (35 ms with this
+    machine's pyenv Python, whose certifi .pth imports importlib.resources). Every Python process
+    the tests start runs it: the tool (which needs the standard library alone, as on a machine with
+    nothing installed), a worker outside the fake, the suite's own child suites; the fake's pods
+    get the same (tests/fakekube/controller.py). One per test process."""
+    with _IMAGE_PYTHON_LOCK:
+        if not _IMAGE_PYTHON:
+            root = Path(tempfile.mkdtemp(prefix="rl-image-python-"))
+            atexit.register(shutil.rmtree, root, True)
+            (root / "bin").mkdir()
+            (root / "bin" / "python").symlink_to(sys.executable)
+            home = os.path.dirname(sys.executable)
+            (root / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\n", encoding="utf-8")
+            _IMAGE_PYTHON.append(str(root / "bin" / "python"))
+        return _IMAGE_PYTHON[0]
