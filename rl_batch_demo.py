@@ -10417,6 +10417,14 @@ def read_kueue_group(kubectl: Kubectl) -> KubeObject:
     return kubectl.decode_json(kubectl.run(["get", "--raw", path], read_only=True), f"get --raw {path}")
 
 
+class InFlight(typing.NamedTuple):
+    """Where an interruption saves the diagnostics of what is in flight: the directory of the
+    Job being run (the output directory before the first), and that Job once it is created."""
+
+    directory: Path
+    job: Optional[KubeObject] = None
+
+
 class BatchRun:
     """One `run`: preflight, namespace and ConfigMap, then one Job per round, each waited for,
     collected, saved and analysed. Keeps just enough state to save diagnostics when interrupted."""
@@ -10431,10 +10439,10 @@ class BatchRun:
         self.namespace = receipt["namespace"]
         self.create_sent = False  # from the first create request on, the cluster may hold this run's objects
         self.namespace_created = False  # from the first create on, it may exist
-        self.current_job: Optional[KubeObject] = None
-        # where an interruption saves the diagnostics of what is in flight; None once a Job's are on
-        # disk, so a Ctrl-C after (between rounds, while publishing) never writes over them
-        self.current_dir: Optional[Path] = settings.output
+        # what an interruption saves, and where (save_after_interrupt); None once a Job's
+        # diagnostics are on disk, so a Ctrl-C after (between rounds, while publishing) never
+        # writes over them
+        self.in_flight: Optional[InFlight] = InFlight(settings.output)
         self.runtimeclass: Optional[KubeObject] = None  # as read by the preflight
         self.capacity: Optional[int] = None  # with --parallelism auto: the nodes' room, as the preflight read it
         self.kueue_version: Optional[str] = None  # with --queue: the LocalQueue version the API server serves
@@ -10746,7 +10754,7 @@ class BatchRun:
         """One measured round: its Job runs `image`; an interruption saves its diagnostics."""
         name = job_name_for(round_number, self.settings.rounds)
         round_dir = self.settings.round_dir(round_number)
-        self.current_dir, self.current_job = round_dir, None
+        self.in_flight = InFlight(round_dir)
         manifest = round_job_manifest(self.settings, name, self.namespace, self.run_id, image, self.parallelism)
         rewards = RoundRewards(self.rewards, self.settings, round_number, round_dir)
         self.measuring = True
@@ -10771,7 +10779,7 @@ class BatchRun:
         self, name: str, job_dir: Path, manifest: KubeObject, interrupt_dir: Path
     ) -> Tuple[List[EpisodeRow], RoundResult]:
         """A warm-up or probe Job (see OneEpisodeJob), without a progress line."""
-        self.current_dir, self.current_job = interrupt_dir, None
+        self.in_flight = InFlight(interrupt_dir)
         return self.run_job(0, name, job_dir, manifest, 1, Progress(enabled=False))
 
     def stop_if_asked(self) -> None:
@@ -10819,8 +10827,8 @@ class BatchRun:
             if refusal is None:
                 raise
             raise DemoError(refusal, EXIT_CLUSTER) from None
-        if round_number:  # a measured round: what an interruption saves
-            self.current_job = job
+        if round_number and self.in_flight is not None:  # a measured round: what an interruption saves
+            self.in_flight = self.in_flight._replace(job=job)
         with self.receipt_lock:
             entry["uid"] = job["metadata"]["uid"]
             write_receipt(settings.output, self.receipt)
@@ -10974,7 +10982,7 @@ class BatchRun:
             if vanished:
                 pods = sorted([*pods, *vanished], key=_attempt_order)
                 write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
-        self.current_dir, self.current_job = None, None  # this Job's diagnostics are all on disk
+        self.in_flight = None  # this Job's diagnostics are all on disk
         where = f"{self.namespace}/{name}"
         warning = latest_warning(events, [name] + [pod["metadata"]["name"] for pod in pods])
         stopper = round_stopper(outcome, observation, where, settings, warning, round_inspect_hint(round_dir))
@@ -11107,11 +11115,13 @@ class BatchRun:
         except DemoError as error:
             return f"deleting the Job failed ({error}); run cleanup now"
 
-    def save_after_interrupt(self) -> None:
-        """Save what can be read within a few seconds: the Job, pods, events and logs."""
-        kubectl, namespace, job, round_dir = self.kubectl, self.namespace, self.current_job, self.current_dir
-        if not self.namespace_created or round_dir is None:  # nothing created, or all saved already
+    def save_after_interrupt(self, in_flight: Optional[InFlight]) -> None:
+        """Save what can be read within a few seconds of what was in flight (the batch's
+        in_flight when it was interrupted): the Job, pods, events and logs."""
+        kubectl, namespace = self.kubectl, self.namespace
+        if not self.namespace_created or in_flight is None:  # nothing created, or all saved already
             return
+        round_dir, job = in_flight
         quick = kubectl.timing.interrupt_save_timeout
         try:
             items = kubectl.get_list("pods,events", namespace=namespace, retries=(), timeout=quick)
@@ -11530,7 +11540,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
                 say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
             skipped = False
             try:
-                batch.save_after_interrupt()
+                batch.save_after_interrupt(batch.in_flight)
             except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
                 skipped = True
                 say_stderr("skipped saving diagnostics")

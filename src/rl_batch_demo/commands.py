@@ -159,7 +159,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
                 say_stderr("interrupted: saving diagnostics (press Ctrl-C again to skip)")
             skipped = False
             try:
-                batch.save_after_interrupt()
+                batch.save_after_interrupt(batch.in_flight)
             except KeyboardInterrupt:  # the second Ctrl-C: the last line must not promise what was skipped
                 skipped = True
                 say_stderr("skipped saving diagnostics")
