@@ -155,6 +155,31 @@ class RunDirectoryWritersTest(unittest.TestCase):
         self.assertEqual(sorted(found - outside_a_run), [])
 
 
+class PodAccountTest(unittest.TestCase):
+    """A pod's share of the run's one ledger: its file's limit and its artifact allowance."""
+
+    def test_text_is_held_by_its_file_or_the_runs_disk_and_says_which(self) -> None:
+        ledger = demo.LogBudgets(disk=100, memory=10)
+        account = demo.PodAccount(ledger, text_room=30, artifact_room=5)
+        self.assertEqual(account.take_text(20), (20, ""))
+        self.assertEqual(account.take_text(20), (10, "file"))  # the rest of its file's 30
+        self.assertEqual(account.take_text(1, whole=True), (0, "file"))
+        self.assertEqual(ledger.disk, 70)  # each byte of text from the run's disk side too
+        other = demo.PodAccount(ledger, text_room=100, artifact_room=0)
+        self.assertEqual(other.take_text(80, whole=True), (0, "run"))  # all or none: the run's 70
+        self.assertEqual(other.take_text(80), (70, "run"))
+        self.assertEqual(ledger.disk, 0)
+
+    def test_artifacts_take_the_episodes_allowance_all_or_none_and_no_disk(self) -> None:
+        ledger = demo.LogBudgets(disk=100, memory=10, artifact_bytes=8)
+        account = ledger.account()
+        self.assertEqual((account.text_room, account.artifact_room), (demo.LOG_FILE_LIMIT, 8))
+        self.assertTrue(account.take_artifact(5))
+        self.assertFalse(account.take_artifact(4))
+        self.assertTrue(account.take_artifact(3))
+        self.assertEqual(ledger.disk, 100)
+
+
 class EpisodeFiguresTest(unittest.TestCase):
     """A pod's own figures come from FIGURE_STAMPS alone: each its end stamp less its start."""
 

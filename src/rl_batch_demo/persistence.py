@@ -39,6 +39,7 @@ from .records import (
     JsonObject,
     KubeObject,
     LogBudgets,
+    PodAccount,
     PodLog,
     Receipt,
     Results,
@@ -116,15 +117,15 @@ class ArtifactSink:
     following a symlink (O_NOFOLLOW, relative to its parent's descriptor), files are created
     exclusively and renamed within their directory."""
 
-    def __init__(self, root: Path, pod: str, budgets: LogBudgets) -> None:
+    def __init__(self, root: Path, pod: str, budgets: LogBudgets, account: Optional[PodAccount] = None) -> None:
         self.root = root
         self.pod = pod
         self.budgets = budgets
+        self.account = budgets.account() if account is None else account  # the pod's: its allowance
         self.saved: Dict[str, ArtifactEntry] = {}
         self.error = ""
         self.missing = False  # the error is frames that never came (rotation, most likely)
         self.frames = 0
-        self.received = 0  # decoded bytes of this pod's frames so far, and its directories' (ARTIFACT_DIRECTORY_BYTES)
         self.directories: Set[str] = set()  # the directories its artifact names made, under its folder
         self.current: Optional[_ArtifactFile] = None
 
@@ -173,14 +174,14 @@ class ArtifactSink:
             return None
         *parents, base = frame.name.split("/")
         new = [path for path in artifact_directories([frame.name]) if path not in self.directories]
-        if self.received + len(new) * ARTIFACT_DIRECTORY_BYTES > self.budgets.artifact_bytes:
+        # its directories counted before they exist, so a failure cannot undo them
+        if not self.account.take_artifact(len(new) * ARTIFACT_DIRECTORY_BYTES):
             self._fail(
                 f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes per "
                 f"episode (artifact {short_repr(frame.name)} would make {len(new)} more directories, "
                 f"{ARTIFACT_DIRECTORY_BYTES:,} bytes each, after {len(self.directories)})"
             )
             return None
-        self.received += len(new) * ARTIFACT_DIRECTORY_BYTES  # counted before they exist: a failure cannot undo them
         self.directories.update(new)
         directory = -1
         try:
@@ -216,12 +217,11 @@ class ArtifactSink:
         return descriptor
 
     def _append(self, current: _ArtifactFile, data: bytes) -> None:
-        if self.received + len(data) > self.budgets.artifact_bytes:
+        if not self.account.take_artifact(len(data)):
             return self._fail(
                 f"its artifacts are over the --max-artifact-bytes budget of {self.budgets.artifact_bytes:,} bytes "
                 f"per episode (at frame {current.next} of {short_repr(current.name)})"
             )
-        self.received += len(data)
         try:
             view = memoryview(data)
             while view:
@@ -303,6 +303,7 @@ class _PodLogFile:
         self.path = path
         self.temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         self.budgets = budgets
+        self.account = budgets.account()  # what its text and its artifacts may still take
         self.buffer = bytearray()
         self.scanner = EventScanner(budgets)
         self.pod = pod
@@ -352,19 +353,18 @@ class _PodLogFile:
         self.frame_lines += 1
         if self.artifacts is None:
             assert self.budgets.artifacts is not None
-            self.artifacts = ArtifactSink(self.budgets.artifacts, self.pod, self.budgets)
+            self.artifacts = ArtifactSink(self.budgets.artifacts, self.pod, self.budgets, self.account)
         self.artifacts.frame(body)
 
     def _room(self, wanted: int, whole: bool = False) -> int:
         """How many of `wanted` bytes may still be saved (all or none when `whole`); once fewer,
         which limit it was."""
-        room = LOG_FILE_LIMIT - self.saved
-        granted = self.budgets.take_disk(min(room, wanted), whole=whole) if room >= (wanted if whole else 0) else 0
-        if granted < wanted:
+        granted, limit = self.account.take_text(wanted, whole)
+        if limit:
             self.cut_at = self.saved + granted
             self.cut_by = (
                 f"each <pod>.log keeps {LOG_FILE_LIMIT:,} bytes"
-                if room < wanted and granted == (0 if whole else room)
+                if limit == "file"
                 else f"the run's logs reached their budget of {LOG_DIR_BUDGET:,} bytes"
             )
         return granted

@@ -16,6 +16,7 @@ from .constants import (
     EPISODE_DEADLINE_MARGIN_SECONDS,
     KEPT_EVENT_BYTES_LIMIT,
     LOG_DIR_BUDGET,
+    LOG_FILE_LIMIT,
 )
 
 # Typed records ################################################################
@@ -289,7 +290,9 @@ class LogBudgets:
     always pay for writing it, and a marker or a closing note is paid from both sides at once
     (take_note); the rest, `disk`, is the text's, spent as it comes (take_disk). So the two never
     overdraw: what the run writes for pods is at most disk + reserve. The memory side holds
-    KEPT_EVENT_BYTES_LIMIT for the kept event lines."""
+    KEPT_EVENT_BYTES_LIMIT for the kept event lines. Each pod's own limits, its <pod>.log's
+    LOG_FILE_LIMIT and its episode's artifact allowance, are its account of this ledger
+    (account(): a PodAccount), so every byte budget of a run is kept here."""
 
     disk: int = LOG_DIR_BUDGET - KEPT_EVENT_BYTES_LIMIT
     memory: int = KEPT_EVENT_BYTES_LIMIT
@@ -378,6 +381,39 @@ class LogBudgets:
                 return False
             self.memory -= wanted
             return True
+
+    def account(self) -> PodAccount:
+        """One pod's account of this ledger: what its <pod>.log and its artifacts may still take."""
+        return PodAccount(self, LOG_FILE_LIMIT, self.artifact_bytes)
+
+
+@dataclasses.dataclass(eq=False)
+class PodAccount:
+    """One pod's share of the run's ledger (LogBudgets.account), kept by the one thread that
+    reads its log: its <pod>.log text up to LOG_FILE_LIMIT, each byte also from the ledger's disk
+    side while that lasts; and its artifacts up to the episode's own allowance
+    (--max-artifact-bytes), which takes nothing from the disk side."""
+
+    ledger: LogBudgets
+    text_room: int  # bytes its <pod>.log text may still take
+    artifact_room: int  # bytes its artifacts (and their directories) may still take
+
+    def take_text(self, wanted: int, whole: bool = False) -> Tuple[int, str]:
+        """Up to `wanted` bytes of text (all or none when `whole`): what is granted, and when it is
+        less, which limit held it back ("file": LOG_FILE_LIMIT, "run": the ledger's disk side)."""
+        room = self.text_room
+        granted = self.ledger.take_disk(min(room, wanted), whole=whole) if room >= (wanted if whole else 0) else 0
+        self.text_room -= granted
+        if granted == wanted:
+            return granted, ""
+        return granted, "file" if room < wanted and granted == (0 if whole else room) else "run"
+
+    def take_artifact(self, wanted: int) -> bool:
+        """All of `wanted` bytes of the episode's artifact allowance, or none."""
+        if wanted > self.artifact_room:
+            return False
+        self.artifact_room -= wanted
+        return True
 
 
 # The schema of results.json (and rewards.jsonl, warmup.json, reproduce's report.json) as TypedDicts:
