@@ -246,34 +246,39 @@ def run_fake_in_process(
     """`kubectl ARGV` answered by the fake's own `main` in this process, as its process would
     answer it (exit code, stdout, stderr, the call recorded in calls.jsonl), for the tests of
     the fake's words and refusals, where a process per call (30 ms of CPU each) buys nothing.
-    It swaps os.environ, sys.stdin/stdout/stderr and the SIGTERM handler while it runs, so only
-    a test of the main thread may use it (runs_concurrently = False: tests/concurrently.py).
-    A call the fake answers by starting its controller (a Job's create) needs the process."""
+    It swaps os.environ, sys.stdin, sys.stdout and the SIGTERM handler while it runs, so only a
+    test of the main thread may use it (runs_concurrently = False: tests/concurrently.py); the
+    fake's stderr is a stream of its own (fakekube.common.ERROR_STREAM), never sys.stderr, which
+    a warning from elsewhere may reach meanwhile. A call the fake answers by starting its
+    controller (a Job's create) needs the process."""
     if threading.current_thread() is not threading.main_thread():
         raise AssertionError("run_fake_in_process swaps os.environ and sys.std*: main thread only")
     main = fake_module().main
-    stdout, stderr = io.BytesIO(), io.BytesIO()
-    saved = (dict(os.environ), sys.stdin, sys.stdout, sys.stderr, signal.getsignal(signal.SIGTERM))
+    common = sys.modules["fakekube.common"]  # the fake's own, as fake_module() loaded it
+    stdout, stderr = io.BytesIO(), io.StringIO()
+    saved = (dict(os.environ), sys.stdin, sys.stdout, signal.getsignal(signal.SIGTERM))
     os.environ.clear()
     os.environ.update(env)
     streams = [
         io.TextIOWrapper(io.BytesIO((input or "").encode("utf-8")), encoding="utf-8"),
         io.TextIOWrapper(stdout, encoding="utf-8", write_through=True),
-        io.TextIOWrapper(stderr, encoding="utf-8", write_through=True),
     ]
-    sys.stdin, sys.stdout, sys.stderr = streams
+    sys.stdin, sys.stdout = streams
+    common.ERROR_STREAM = stderr
     try:
         code = main(list(argv))
     finally:
         for stream in streams:
             stream.flush()
             stream.detach()  # the bytes stay readable: a wrapper closes its buffer when collected
+        common.ERROR_STREAM = None
         os.environ.clear()
         os.environ.update(saved[0])
-        sys.stdin, sys.stdout, sys.stderr = saved[1], saved[2], saved[3]
-        signal.signal(signal.SIGTERM, saved[4])
-    decoded = [stream.getvalue().decode("utf-8", "replace") for stream in (stdout, stderr)]
-    return subprocess.CompletedProcess(["kubectl", *argv], code, decoded[0], decoded[1])
+        sys.stdin, sys.stdout = saved[1], saved[2]
+        signal.signal(signal.SIGTERM, saved[3])
+    return subprocess.CompletedProcess(
+        ["kubectl", *argv], code, stdout.getvalue().decode("utf-8", "replace"), stderr.getvalue()
+    )
 
 
 class FakeCluster:

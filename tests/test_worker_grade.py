@@ -428,10 +428,16 @@ class TestRunnerProcessTest(unittest.TestCase):
     def test_each_run_is_a_child_of_one_runner_and_starts_as_fresh(self) -> None:
         # shipping.py notes its process, its parent and whether unittest still carries the mark it
         # leaves on it; a run forked after the other ran, or the same process twice, would show it
+        # (and how many children its runner has: both, from the first run on, where Linux says)
         noting = (
             "import json, os, unittest\n"
+            "parent = os.getppid()\n"
+            "try:\n"
+            "    siblings = len(open(f'/proc/{parent}/task/{parent}/children').read().split())\n"
+            "except OSError:\n"
+            "    siblings = None\n"
             "with open(os.environ['RUNS_LOG'], 'a') as log:\n"
-            "    log.write(json.dumps([os.getpid(), os.getppid(), hasattr(unittest, 'left_by_a_run')]) + '\\n')\n"
+            "    log.write(json.dumps([os.getpid(), parent, hasattr(unittest, 'left_by_a_run'), siblings]) + '\\n')\n"
             "unittest.left_by_a_run = True\n"
         )
         driver = textwrap.dedent(
@@ -459,10 +465,12 @@ class TestRunnerProcessTest(unittest.TestCase):
             ran = json.loads(result.stdout)
             runs = [json.loads(line) for line in log.read_text().splitlines()]
         self.assertEqual(ran["exit_codes"], [1, 0])  # the buggy code fails its tests, the fixed one passes
-        (first, first_parent, first_marked), (second, second_parent, second_marked) = runs
+        (first, first_parent, first_marked, children), (second, second_parent, second_marked, _) = runs
         self.assertEqual((first_parent, second_parent), (ran["runner"], ran["runner"]))
         self.assertNotEqual(first, second)
         self.assertEqual((first_marked, second_marked), (False, False))
+        if children is not None:  # the baseline started once the second run's child existed
+            self.assertEqual(children, 2)
 
 
 @end_to_end

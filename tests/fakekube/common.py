@@ -137,11 +137,17 @@ def out(text: str) -> None:
     sys.stdout.flush()
 
 
+# Where err() writes instead of sys.stderr: tests.fakecluster.run_fake_in_process's own stream,
+# so that nothing else the test process prints meanwhile (a warning) reads as the fake's words.
+ERROR_STREAM: Any = None
+
+
 def err(text: str) -> None:
     import sys
 
-    sys.stderr.write(text if text.endswith("\n") else text + "\n")
-    sys.stderr.flush()
+    stream = sys.stderr if ERROR_STREAM is None else ERROR_STREAM
+    stream.write(text if text.endswith("\n") else text + "\n")
+    stream.flush()
 
 
 def print_json(obj: Any) -> None:

@@ -109,11 +109,13 @@ EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 # The test runner (runner.py beside this file; RUNNER_SOURCE, at the end of this file, is its text),
 # started once, right after `ready`, as `python -B -I -S -c RUNNER_SOURCE TEST_SHA256 STATUS_FD
 # GROUP GROUP` in the workspace (-S: the tests need the standard library alone, not the image's
-# site-packages and their .pth files). Once its imports are done, and before either run starts,
-# it forks one child per run (TestRunner): the baseline, then the tests of the fixed code, each
-# from the same clean state a fresh interpreter would have, with the interpreter's start and
-# unittest's imports paid once. The runner process itself runs no code from the workspace; it
-# writes each run's exit code to STATUS_FD as that child ends.
+# site-packages and their .pth files). Once its imports are done it forks one child per run
+# (TestRunner): the baseline, then the tests of the fixed code, each from the same clean state a
+# fresh interpreter would have, with the interpreter's start and unittest's imports paid once; it
+# says "forked" on STATUS_FD, and only then does the worker start the baseline. The runner process
+# itself runs no code from the workspace; it writes each run's exit code to STATUS_FD as that
+# child ends (a pipe any process of the user can reach through /proc, like the report's: see
+# "What it does not protect against").
 #
 # Channel: each run's report goes to the write end of an os.pipe() the worker creates for that run
 # and hands only to the runner (one GROUP of stdin, stdout, stderr and report descriptors a run),
@@ -146,7 +148,8 @@ EXPECTED_TEST_MODULE = {"origin": TEST_ORIGIN, "sha256": TEST_SHA256}
 # What it does not protect against: code the tests import runs inside this very process, so it
 # can always forge the outcome: patch unittest or the result class, find the descriptor in
 # /proc/self/fd and the nonce in this module's frames, write a report that decodes and then
-# os._exit(0). The report is evidence that this runner finished, not proof of a correct fix.
+# os._exit(0), or write its exit code to the runner's status pipe. The report is evidence that
+# this runner finished, not proof of a correct fix.
 
 
 EVENTS = []
@@ -300,11 +303,13 @@ class Output:
 
 
 class ExitCodes:
-    """The runner's "RUN EXITCODE" lines, as each run's process ends (read in a thread)."""
+    """The runner's status lines, read in a thread: "forked" once every run's child exists, then
+    "RUN EXITCODE" as each run's process ends."""
 
     def __init__(self, fd):
         self.fd = fd
         self.codes = {}
+        self.forked = False
         self.ended = False
         self.changed = threading.Condition()
         threading.Thread(target=self.drain, daemon=True).start()
@@ -319,9 +324,12 @@ class ExitCodes:
                 pending += chunk
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
-                    number, code = (int(field) for field in line.split())
                     with self.changed:
-                        self.codes.setdefault(number, code)
+                        if line == b"forked":
+                            self.forked = True
+                        else:
+                            number, code = (int(field) for field in line.split())
+                            self.codes.setdefault(number, code)
                         self.changed.notify_all()
         except (OSError, ValueError):
             pass
@@ -332,13 +340,20 @@ class ExitCodes:
 
     def of(self, number, deadline):
         """The run's exit code; None when the runner ended without one; TIMED_OUT past the deadline."""
+        return self.wait(lambda: number in self.codes, deadline, lambda: self.codes.get(number))
+
+    def all_forked(self, deadline):
+        """True once the runner says every run's child exists; False when it ended first."""
+        return self.wait(lambda: self.forked, deadline, lambda: self.forked)
+
+    def wait(self, done, deadline, answer):
         with self.changed:
-            while number not in self.codes and not self.ended:
+            while not done() and not self.ended:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return TIMED_OUT
                 self.changed.wait(remaining)
-            return self.codes.get(number)
+            return answer()
 
 
 TIMED_OUT = object()
@@ -381,7 +396,11 @@ class TestRunner:
         finally:
             for fd in passed:
                 close_quietly(fd)
-        self.exit_codes = ExitCodes(status_r)
+        try:
+            self.exit_codes = ExitCodes(status_r)
+        except BaseException:  # SIGTERM (Terminated) right after the start: nothing of it left running
+            self.stop()
+            raise
 
     def run(self, timeout):
         """One run: the tests against CODE_FILE as it is now, within `timeout` seconds."""
@@ -391,16 +410,20 @@ class TestRunner:
         nonce = os.urandom(16).hex()
         stdout, stderr, reader = Output(out_r), Output(err_r), ReportReader(report_r)
         try:
-            message = {"nonce": nonce, "test_source": TEST_SOURCE, "code_path": str(CODE_FILE)}
-            try:
-                data = (json.dumps(message) + "\n").encode()
-                while data:
-                    data = data[os.write(in_w, data) :]
-            except OSError:
-                pass  # a run that ended without reading it: its exit code and output say why
-            finally:
-                close_quietly(in_w)
-            ended = stdout.ended_by(deadline) and stderr.ended_by(deadline)
+            # the first run starts once the second's child exists: nothing it does can reach that one's
+            # start, which is the runner's state from before any run
+            forked = self.exit_codes.all_forked(deadline) if number == 0 else True
+            if forked is True:
+                message = {"nonce": nonce, "test_source": TEST_SOURCE, "code_path": str(CODE_FILE)}
+                try:  # a few hundred bytes into an empty pipe: never blocks, unless another process filled it
+                    os.set_blocking(in_w, False)
+                    data = (json.dumps(message) + "\n").encode()
+                    while data:
+                        data = data[os.write(in_w, data) :]
+                except OSError:
+                    pass  # a run that ended without reading it, or a pipe someone else filled: its end says why
+            close_quietly(in_w)
+            ended = forked is not TIMED_OUT and stdout.ended_by(deadline) and stderr.ended_by(deadline)
             exit_code = self.exit_codes.of(number, deadline) if ended else TIMED_OUT
             if exit_code is TIMED_OUT:
                 self.stop()
@@ -409,8 +432,10 @@ class TestRunner:
         except BaseException:
             self.stop()
             raise
-        if exit_code is None:  # the runner itself ended (it could not start, or was killed): its code
-            exit_code = self.ended_code()
+        if exit_code is None:  # no status for this run: the runner itself ended (could not start, killed)
+            code = self.ended_code()
+            output, _ = decode(stderr.data())
+            raise EpisodeFailed(f"the test runner ended (exit code {code}) before the run's end was known", output)
         return TestRun(exit_code, stdout.data(), stderr.data(), reader.report(), nonce)
 
     def ended_code(self):
@@ -418,10 +443,11 @@ class TestRunner:
             return self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.stop()
-            return self.process.returncode
+            return self.process.wait()
 
     def stop(self):
-        """The runner, its runs and whatever they started: killed (the runner leads its own session)."""
+        """The runner, its runs and whatever they started: killed (the runner leads its own session,
+        whose id stays its pid while any process of the session lives, even once it is reaped)."""
         try:  # noqa: SIM105 (contextlib.suppress would be one more import in the sandbox)
             os.killpg(self.process.pid, signal.SIGKILL)
         except OSError:

@@ -138,7 +138,8 @@ def serve():
     # Each run is a child forked from this process once its imports are done, before any run
     # starts: the same clean state as a fresh interpreter for each, at the cost of one start (an
     # interpreter and unittest's imports: a third of a pod's CPU). This process runs no code of the
-    # workspace; it writes "RUN EXITCODE" to STATUS_FD as each child ends, then exits.
+    # workspace; it writes "forked" to STATUS_FD once every child exists (the worker starts the
+    # first run only then), "RUN EXITCODE" as each child ends, then exits.
     test_sha256, status = sys.argv[1], int(sys.argv[2])
     runs = [[int(fd) for fd in group.split(",")] for group in sys.argv[3:]]
     children = {}
@@ -158,6 +159,7 @@ def serve():
     for fds in runs:
         for fd in fds:
             os.close(fd)
+    os.write(status, b"forked\n")  # every run's child exists: the worker may start the first
     quiet = os.open(os.devnull, os.O_RDWR)  # the first run's pipes end with that run: none of them kept here
     for target in (0, 1, 2):
         os.dup2(quiet, target)
