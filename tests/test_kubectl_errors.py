@@ -403,6 +403,12 @@ class ClusterAccessTest(unittest.TestCase):
             )
         self.assertEqual(len([entry for entry in lines if entry.startswith("warning: retrying `kubectl")]), 6)
         self.assertEqual(len(lines), 1 + 10 + 6)
+
+    @end_to_end  # a whole run on the fake after the failures: 25 kubectl processes and two pods
+    def test_once_the_server_answers_the_same_command_works(self) -> None:
+        flags = ("--kubeconfig", str(self.setups.kubeconfig))
+        code, _ = self.tool("run", "--count", "2", "--output", str(self.output), *flags)
+        self.assertEqual(code, demo.EXIT_CLUSTER)
         # The server answers again: the same command works, in the same --output.
         self.cluster.set_faults({"stand_in_worker": True})
         code, stderr = self.tool("run", "--count", "2", "--output", str(self.output), "--quiet", *flags)
