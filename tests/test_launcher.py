@@ -242,6 +242,35 @@ class LauncherRunTest(ClientSide):
         self.assertIsNotNone(reward_of(out))
         self.assertEqual(out.splitlines()[-1], demo.LOG_END_LINE)
 
+    def test_a_blocked_sigterm_inherited_is_still_passed_on(self) -> None:
+        """A signal mask survives exec: a launcher started with SIGTERM blocked (by whatever
+        started it) still hears the Job's stop, and its worker starts with nothing blocked."""
+        command, env = self.command(
+            "def stopped(number, frame):\n"
+            "    print('worker got SIGTERM', file=sys.stderr, flush=True)\n"
+            "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "signal.signal(signal.SIGTERM, stopped)\n"
+            "print('waiting', flush=True)\n"
+            "time.sleep(60)\n",
+            demo.DEFAULT_MAX_ARTIFACT_BYTES,
+        )
+        blocking = (
+            "import os, signal, sys\n"
+            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+            "os.execv(sys.argv[1], sys.argv[1:])\n"
+        )
+        with subprocess.Popen(
+            [image_python(), "-c", blocking, *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ) as launcher:
+            assert launcher.stdout is not None
+            self.assertEqual(launcher.stdout.readline(), b"waiting\n")
+            launcher.send_signal(signal.SIGTERM)
+            out, err = launcher.communicate(timeout=30)
+        self.assertEqual(launcher.returncode, -signal.SIGTERM, err)
+        self.assertIn(b"worker got SIGTERM", err)
+        self.assertEqual(out.splitlines()[-1], demo.LOG_END_LINE)
+
     def test_a_worker_killed_by_a_signal_ends_the_launcher_by_it(self) -> None:
         """Its reward event, its last line without a newline, still comes whole, on a line of its
         own, before the end line; then the launcher dies by the worker's signal."""

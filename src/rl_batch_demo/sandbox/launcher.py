@@ -279,8 +279,16 @@ def main():
     out = sys.stdout.buffer
     read_end, write_end = os.pipe()  # both not inheritable (PEP 446): the worker gets fd 1 alone
     actions = [(os.POSIX_SPAWN_DUP2, write_end, 1)]
+    # The worker starts with no signal blocked and SIGTERM's default action, whatever this process
+    # inherited (a signal mask survives exec: a runtime's or a wrapper's blocked SIGTERM would make
+    # the Job's stop unheard by both).
     worker = os.posix_spawn(
-        sys.executable, [sys.executable, "-B", WORKER, *sys.argv[1:]], os.environ, file_actions=actions
+        sys.executable,
+        [sys.executable, "-B", WORKER, *sys.argv[1:]],
+        os.environ,
+        file_actions=actions,
+        setsigmask=(),
+        setsigdef=(signal.SIGTERM,),
     )
     os.close(write_end)
     reaped = []
@@ -293,6 +301,7 @@ def main():
                 pass
 
     signal.signal(signal.SIGTERM, pass_on)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one that came while blocked: passed on now
     output = os.fdopen(read_end, "rb")
     held = []  # the worker's reward event lines: printed once its left files are sent
     continuing = False  # inside a line longer than LINE_LIMIT: passed on piece by piece
