@@ -29,9 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fakekube import containerlog
 from fakekube.cli import main
+from fakekube.common import POD_PIDS_FILE
 from fakekube.store import Store, init_state
 
-__all__ = ["Store", "containerlog", "init_state", "main"]
+__all__ = ["POD_PIDS_FILE", "Store", "containerlog", "init_state", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -510,7 +510,10 @@ class FakeCluster:
             time.sleep(0.02)
 
     def close(self) -> None:
-        """Kill leftover controllers (and their episodes) and remove the temp dirs."""
+        """Kill leftover controllers and their episodes, then remove the temp dirs. A pod runs in
+        a session of its own (its container), which the controller's SIGKILL does not reach, so
+        each pod the controllers started (state/pods.pids) is killed too: a pod that ignores
+        SIGTERM would otherwise sleep on after the test (the fake's `ignore_sigterm`, an hour)."""
         for marker, pid in self._controllers():
             if pid is not None and marker.exists() and self._alive(pid):
                 try:
@@ -518,7 +521,24 @@ class FakeCluster:
                 except OSError:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
+        pod_pids = fake_module().POD_PIDS_FILE  # the fake's own name for it (this file also runs as a script)
+        with contextlib.suppress(OSError):
+            for line in (self.state_dir / pod_pids).read_text().split():
+                self._kill_pod(int(line))
         shutil.rmtree(self._base, ignore_errors=True)
+
+    def _kill_pod(self, pid: int) -> None:
+        """The pod's session, if that pid is still one of this cluster's pods (its interpreter
+        lives under this cluster's state directory): never a process that reused the pid."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as stream:
+                command = stream.read().split(b"\0")
+        except OSError:
+            return
+        if not command or not command[0].startswith(os.fsencode(str(self.state_dir)) + b"/"):
+            return
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
     def __enter__(self) -> FakeCluster:
         return self

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 
 import rl_batch_demo as demo
 from tests.fakecluster import FakeCluster, fake_module, run_fake_in_process
+from tests.fakekube.common import POD_PIDS_FILE
 from tests.fakekube.faults import killed_mid_run
 from tests.tiers import end_to_end
 
@@ -921,6 +922,32 @@ class FaultTest(FakeKubectlTestCase):
         self.assertTrue(cut.startswith("ready\nrl-demo-artifact 1 0 1 "), cut)
         self.assertLess(len(cut), log.index("\nreward"))
         self.assertEqual(killed_mid_run("ready\nreward 12345678\n"), "ready\nreward ")
+
+    def test_close_kills_the_pods_too_even_one_deaf_to_sigterm(self) -> None:
+        """A pod runs in a session of its own, which the controller's SIGKILL at close() does not
+        reach: close() kills the cluster's pods by their recorded pids."""
+        self.cluster.set_faults({"episode": {"0": "ignore_sigterm"}})
+        self.create(setup_manifest())
+        self.create(job_manifest(completions=1, parallelism=1))
+        pids = self.cluster.state_dir / POD_PIDS_FILE
+        waited_until = time.monotonic() + 10  # the controller's first pass, however loaded the machine
+        while not (pids.exists() and pids.read_text().split()) and time.monotonic() < waited_until:
+            time.sleep(0.02)
+        [pid] = [int(line) for line in pids.read_text().split()]
+
+        def running() -> bool:  # a killed pod may stay a zombie until its new parent reaps it
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            except OSError:
+                return False
+
+        self.assertTrue(running())
+        self.cluster.close()
+        waited_until = time.monotonic() + 10
+        while running() and time.monotonic() < waited_until:
+            time.sleep(0.02)
+        self.assertFalse(running())
 
     def first_pod(self) -> dict:
         waited_until = time.monotonic() + 10  # the controller's first pass, however loaded the machine

@@ -19,6 +19,7 @@ CLIENT_GIT_VERSION = "v1.32.4"
 DEFAULT_SERVER_VERSION = "v1.32.0"
 KUSTOMIZE_VERSION = "v5.5.0"
 POLL_SECONDS = 0.02
+POD_PIDS_FILE = "pods.pids"  # each pod's first process (its session), one a line: FakeCluster.close kills them
 FAKE_USER = "fake-user"
 DEFAULT_SERVER = "127.0.0.1:6443"
 # The fake's container runtime names itself, as every CRI runtime does in its Version answer

@@ -48,10 +48,12 @@ from .apiserver import (
 from .common import (
     CONTROLLER_MAX_ENV,
     JOB_TRACKING_FINALIZER,
+    POD_PIDS_FILE,
     POLL_SECONDS,
     RUNTIME_NAME,
     STATE_ENV,
     KubectlError,
+    append_line,
     deep_copy,
     log_path,
     new_uid,
@@ -1210,6 +1212,8 @@ class JobController:
                 close_fds=True,
             )
         sim.record["started_at"] = time.time()  # its container's process spawned (client clock)
+        # for FakeCluster.close(): a controller it SIGKILLs never kills its pods (own sessions)
+        append_line(os.path.join(self.state, POD_PIDS_FILE), f"{sim.proc.pid}\n")
         if not self.update_pod(sim, running):
             self.kill(sim)
             sim.stage, sim.outcome = "done", "Failed"
