@@ -13,6 +13,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 import time
 import unittest
 import unittest.mock
@@ -571,6 +572,107 @@ SLEEPS = [0.0 if rank == 0 else 2.0 + 0.25 * rank for rank in RANKS]
 
 
 @end_to_end
+class WatchedKubectl:
+    """A stand-in for the kubectl seam of wait_for_job: each watch puts its events into the loop's
+    queue as it starts (`later`: after `delay` seconds, from a timer), as a watch whose first
+    listing arrives at once does; reads nothing else."""
+
+    def __init__(
+        self, events: Dict[str, List[Dict[str, Any]]], later: Sequence[Dict[str, Any]] = (), delay: float = 0.0
+    ):
+        self.timing = dataclasses.replace(demo.Timing(), final_pods_grace_seconds=3600.0)  # a hang, never a speed
+        self.events, self.later, self.delay = events, list(later), delay
+        self.timers: List[threading.Timer] = []
+
+    def watch(self, tag: str, args: Sequence[str], namespace: str, sink: Any, seconds: float) -> Any:
+        def put(event: Dict[str, Any]) -> None:
+            sink.put((tag, time.time(), time.monotonic(), event))
+
+        for event in self.events.get(tag, []):
+            put(event)
+        if tag == "pods" and self.later:
+            timer = threading.Timer(self.delay, lambda: [put(event) for event in self.later])
+            timer.start()
+            self.timers.append(timer)
+        return unittest.mock.Mock(stderr="", garbled="")
+
+
+class StopTakesInWhatArrivedTest(unittest.TestCase):
+    """--stop-after's stop in wait_for_job: the loop asks `enough` between two events, so a pod
+    watch that started after the pods existed (its first listing all at once, the ended pods
+    first) once stopped with 3 of the Job's 5 pods in pods.json (CI saw it: tests.test_trainer
+    StopAfterTest). The stop takes in the events received, then waits for the pods the Job counts."""
+
+    def wait(self, kubectl: WatchedKubectl, batch: Batch) -> demo.RoundObservation:
+        ended: List[str] = []
+
+        def on_pod(pod: Dict[str, Any]) -> None:
+            if pod["status"].get("phase") == "Succeeded" and pod["metadata"]["name"] not in ended:
+                ended.append(pod["metadata"]["name"])
+
+        result: List[demo.RoundObservation] = []
+        waiting = threading.Thread(
+            target=lambda: result.append(
+                demo.wait_for_job(
+                    kubectl,  # type: ignore[arg-type]
+                    demo.NAMESPACE_PREFIX + "test",
+                    batch.job(),
+                    time.monotonic() + 3600,
+                    time.monotonic(),
+                    demo.Progress(False),
+                    on_pod=on_pod,
+                    enough=lambda: len(ended) >= 3,
+                )
+            ),
+            daemon=True,
+        )
+        waiting.start()
+        waiting.join(60.0)  # a hang, not a speed: the grace here is an hour
+        for timer in kubectl.timers:
+            timer.cancel()
+        self.assertFalse(waiting.is_alive(), "the stop waited out its grace")
+        [observation] = result
+        self.assertEqual(observation.condition, demo.JOB_STOPPED)
+        return observation
+
+    def batch(self) -> Batch:
+        return Batch(count=5)
+
+    def test_the_pods_listed_with_the_ended_ones_are_taken_in(self) -> None:
+        batch = self.batch()
+        listing = [watch_event("ADDED", batch.pod(episode)) for episode in batch.episodes[:3]]
+        listing += [watch_event("ADDED", batch.pod(episode, "running")) for episode in batch.episodes[3:]]
+        kubectl = WatchedKubectl(
+            {
+                "job": [json.loads(watch_event("ADDED", batch.job_running()).data)],
+                "pods": [json.loads(c.data) for c in listing],
+            }
+        )
+        observation = self.wait(kubectl, batch)
+        self.assertEqual(sorted(observation.last_pods), sorted(episode.name for episode in batch.episodes))
+        ended, stopped = demo.stopped_round_pods(observation, batch.job()["metadata"]["uid"])
+        self.assertEqual([pod["metadata"]["name"] for pod in ended], [e.name for e in batch.episodes[:3]])
+        self.assertEqual([pod["metadata"]["name"] for pod in stopped], [e.name for e in batch.episodes[3:]])
+
+    def test_pods_the_job_counts_and_the_watch_has_not_shown_are_waited_for(self) -> None:
+        batch = self.batch()
+        ended = [json.loads(watch_event("ADDED", batch.pod(episode)).data) for episode in batch.episodes[:3]]
+        late = [json.loads(watch_event("ADDED", batch.pod(e, "running")).data) for e in batch.episodes[3:]]
+        job = json.loads(watch_event("ADDED", batch.job_running()).data)  # active: 5
+        kubectl = WatchedKubectl({"job": [job], "pods": ended}, later=late, delay=0.05)
+        observation = self.wait(kubectl, batch)
+        self.assertEqual(sorted(observation.last_pods), sorted(episode.name for episode in batch.episodes))
+
+    def test_once_every_pod_the_job_counts_is_seen_the_stop_waits_no_more(self) -> None:
+        batch = self.batch()
+        job = json.loads(watch_event("ADDED", batch.job_running()).data)
+        job["object"]["status"]["active"] = 3  # the Job as last seen counts the three ended pods alone
+        ended = [json.loads(watch_event("ADDED", batch.pod(episode)).data) for episode in batch.episodes[:3]]
+        kubectl = WatchedKubectl({"job": [job], "pods": ended})
+        observation = self.wait(kubectl, batch)  # an hour's grace: returning at all is the check
+        self.assertEqual(len(observation.last_pods), 3)
+
+
 class StreamedThroughTheFakeTest(unittest.TestCase):
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 

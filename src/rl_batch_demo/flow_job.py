@@ -33,6 +33,7 @@ from .core_basics import (
     is_int,
     one_episode_job_manifest,
     parse_json_documents,
+    pod_belongs_to,
     pod_selector,
     required_uid,
 )
@@ -319,6 +320,20 @@ class JobWatch:
         counted = sum(value for value in counts if is_int(value))
         return ended and all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) >= counted
 
+    def every_counted_pod_seen(self) -> bool:
+        """Whether the pod watch has shown at least as many of the Job's pods as the Job counts
+        (active, succeeded, failed, as it last showed them), or brings nothing more. A round
+        stopped early (--stop-after) lists no pods: pods.json is the pods as watched, and a watch
+        that started after the pods existed sends its first listing all at once, the pods that
+        ended first among them."""
+        if not self.pod_stream_open:
+            return True
+        status = self.live.get("status") or {}
+        counts: List[Any] = [status.get("active"), status.get("succeeded"), status.get("failed")]
+        counted: int = sum(value for value in counts if is_int(value))
+        shown = sum(1 for pod in self.last_pods.values() if pod_belongs_to(pod, self.job_uid))
+        return shown >= counted
+
 
 def wait_for_job(
     kubectl: Kubectl,
@@ -385,6 +400,25 @@ def wait_for_job(
                 return state.observation(condition, wall, clock)
             state.take(tag, received_at, received_clock, event, decided=True)
 
+    def stopped(wall: float, clock: float) -> RoundObservation:
+        """`enough` said so: take in the events already received first (the loop asks between two
+        events, and a watch's first listing arrives at once), then wait a moment for any pod the
+        Job counts that the pod watch has not shown yet, so that pods.json names every pod it
+        stops. A decision that arrives meanwhile is the round's (a Job that completed first)."""
+        grace_ends = clock + timing.final_pods_grace_seconds
+        while True:
+            if state.condition is not None:
+                return finished(state.condition, wall, clock)
+            remaining = grace_ends - time.monotonic()
+            if remaining <= 0:  # a stream that never pauses still ends the wait
+                return state.observation(JOB_STOPPED, wall, clock)
+            try:
+                waiting = not state.every_counted_pod_seen()
+                tag, received_at, received_clock, event = sink.get(timeout=remaining) if waiting else sink.get_nowait()
+            except queue.Empty:
+                return state.observation(JOB_STOPPED, wall, clock)
+            state.take(tag, received_at, received_clock, event)
+
     try:
         while True:
             if stop is not None and stop.is_set():  # the run was interrupted while this thread waited
@@ -396,7 +430,7 @@ def wait_for_job(
             if now >= state.deadline:
                 return state.observation()
             if enough is not None and enough():
-                return state.observation(JOB_STOPPED, time.time(), now)
+                return stopped(time.time(), now)
             timeout = min(timing.watch_tick_seconds, state.deadline - now)
             if not state.job_stream_open:
                 timeout = min(timeout, max(0.0, next_poll - now))
