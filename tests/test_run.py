@@ -194,7 +194,10 @@ class RunEndToEndTest(ClusterTestCase):
         check_rows_and_batch_figures(self, results, expected_rows, out)
         self.assertEqual(len(results["pods"]), count)
         for row in results["pods"]:
-            self.assertIsNotNone(row["pod_observed_to_ready_seconds"])
+            if row["pod_observed_to_ready_seconds"] is None:  # only a pod the watch first showed ready (a load)
+                self.assertGreaterEqual(row["observed_first_seen_at"], row["ready_at"], row)
+            else:
+                self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], row["ready_at"] - row["observed_first_seen_at"])
         return results
 
     def test_parallel_ten(self) -> None:

@@ -571,7 +571,6 @@ RANKS = [3, 8, 0, 5, 9, 1, 7, 2, 6, 4]
 SLEEPS = [0.0 if rank == 0 else 2.0 + 0.25 * rank for rank in RANKS]
 
 
-@end_to_end
 class WatchedKubectl:
     """A stand-in for the kubectl seam of wait_for_job: each watch puts its events into the loop's
     queue as it starts (`later`: after `delay` seconds, from a timer), as a watch whose first
@@ -673,6 +672,7 @@ class StopTakesInWhatArrivedTest(unittest.TestCase):
         self.assertEqual(len(observation.last_pods), 3)
 
 
+@end_to_end
 class StreamedThroughTheFakeTest(unittest.TestCase):
     runs_concurrently = True  # only subprocesses and its own scratch directory: tests/concurrently.py
 
