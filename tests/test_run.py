@@ -197,7 +197,8 @@ class RunEndToEndTest(ClusterTestCase):
             if row["pod_observed_to_ready_seconds"] is None:  # only a pod the watch first showed ready (a load)
                 self.assertGreaterEqual(row["observed_first_seen_at"], row["ready_at"], row)
             else:
-                self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], row["ready_at"] - row["observed_first_seen_at"])
+                seen_to_ready = row["ready_at"] - row["observed_first_seen_at"]
+                self.assertAlmostEqual(row["pod_observed_to_ready_seconds"], seen_to_ready)
         return results
 
     def test_parallel_ten(self) -> None:
