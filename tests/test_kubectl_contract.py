@@ -1778,5 +1778,63 @@ class TimeoutContract(ContractCase):
         self.each_kubectl(contract)
 
 
+@unittest.skipUnless(BINARIES, NO_KUBECTL)
+class WholeRunContract(unittest.TestCase):
+    """A whole run through each real kubectl: `run --count 2` against the fake cluster behind an
+    API server (tests/apicluster.py), kubectl's discovery cache cold. Every other contract here
+    checks one form; this one checks that the forms together make a run: the watches, the logs
+    followed as the pods end, the raw creates, the events, as the real kubectl prints them. Three
+    binaries at once (each run has pods of its own); only with RL_DEMO_CONTRACT_SLOW=1."""
+
+    @unittest.skipUnless(SLOW, SLOW_SKIP)
+    def test_a_run_through_the_real_kubectl_succeeds_with_every_reward(self) -> None:
+        found = binaries()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            futures = [(binary, pool.submit(self.one_run, binary)) for binary in found]
+        for binary, future in futures:
+            with self.subTest(kubectl=binary.label):
+                future.result()
+
+    def one_run(self, binary: Binary) -> None:
+        from tests.apicluster import ApiCluster
+        from tests.fakecluster import FakeCluster
+        from tests.toolprocess import tool_command, tool_environment
+
+        if binary.problem:
+            raise AssertionError(binary.problem)
+        with tempfile.TemporaryDirectory() as directory:
+            root = Path(directory)
+            cluster = FakeCluster(root / "cluster")
+            try:
+                with ApiCluster(cluster) as server:
+                    (root / "home").mkdir()
+                    env = kubectl_environment(str(root / "home"))
+                    env["KUBECONFIG"] = str(server.kubeconfig(root))
+                    out = root / "out"
+                    argv = ["run", "--count", "2", "--kubectl", binary.path, "--output", str(out), "--quiet"]
+                    done = subprocess.run(
+                        tool_command(*argv),
+                        cwd=directory,
+                        env=tool_environment(env),
+                        capture_output=True,
+                        text=True,
+                        timeout=300,
+                        check=False,
+                    )
+                    self.assertEqual(done.returncode, 0, done.stderr)
+                    refused = [r for r in server.taken() if (r.status or 0) >= 400]
+                    self.assertEqual(refused, [], "requests the API server refused")
+            finally:
+                cluster.close()
+            results = json.loads((out / "results.json").read_text())
+            self.assertEqual((results["successful_episodes"], results["reward_sum"]), (2, 2.0))
+            lines = [json.loads(line) for line in (out / demo.REWARDS_FILE).read_text().splitlines()]
+            self.assertEqual(sorted(line["index"] for line in lines), [0, 1])
+            for row in results["pods"]:  # each log read whole, as the pod ended
+                self.assertIn(demo.LOG_END_LINE.decode(), (out / f"{row['pod']}.log").read_text())
+            calls = json.loads((out / "kubectl-calls.json").read_text())
+            self.assertLessEqual(len(calls), 10, [call["argv"] for call in calls])
+
+
 if __name__ == "__main__":
     unittest.main()
