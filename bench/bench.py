@@ -24,7 +24,10 @@ runs, alternately, R repetitions (--repeats, default 5) of `rl_batch_demo.py run
 the guide's `PATH run --count 10`, each a subprocess on a fresh fake cluster, and prints both tools'
 wall times (start -> exit, start -> results.json), their ratio, kubectl process counts, which calls
 ran concurrently, how many ran in sequence before the Job create, and Job Complete seen ->
-results.json.
+results.json. `--only real-kubectl` runs the same side by side through the real kubectl on PATH,
+its discovery cache cold each run (a fresh HOME, as on a fresh CI runner), against the fake
+cluster behind an API server on 127.0.0.1 (tests/apicluster.py), the fake's controller and pods
+at the lowest CPU priority (on a cluster they run on other machines, not on the client's cores).
 
 Standard library only:  python3 bench/bench.py [--sizes 10,100,1000] [--guide PATH [--repeats R]]
 Nothing here is a cluster measurement; the fake runs every episode on this machine.
@@ -45,13 +48,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import rl_batch_demo  # noqa: E402
+from tests.apicluster import ApiCluster  # noqa: E402
 from tests.fakecluster import FakeCluster  # noqa: E402
 from tests.recordingserver import OPENAPI_V2_PROTOBUF, Answer, RecordingServer  # noqa: E402
 
@@ -597,13 +601,47 @@ def timed(argv: List[str], env: Dict[str, str], cwd: Path, output: Path) -> Dict
     return figures
 
 
-def tool_run(scratch: Path, index: int) -> Dict[str, Any]:
-    cluster = FakeCluster(scratch / f"tool-cluster-{index}")
+@contextlib.contextmanager
+def cluster_for(scratch: Path, name: str, real_kubectl: bool) -> Iterator[Tuple[FakeCluster, Dict[str, str], Any]]:
+    """A fresh fake cluster, the environment a tool runs in against it, and (`real_kubectl`) the
+    API server in front of it: the real kubectl on PATH (behind a wrapper that counts its
+    processes) with an empty HOME, so kubectl's discovery cache is cold, as on a fresh CI runner;
+    the fake's Job controller and pods then run at nice 19 (ApiCluster's pods_niced), so that what
+    a cluster runs on its own machines leaves the client's two cores to the client."""
+    cluster = FakeCluster(scratch / f"{name}-cluster")
     try:
+        if not real_kubectl:
+            yield cluster, cluster.env(), None
+            return
+        kubectl = shutil.which("kubectl")
+        assert kubectl is not None, "--only real-kubectl needs kubectl on PATH"
+        folder = scratch / f"{name}-bin"
+        folder.mkdir()
+        processes = scratch / f"{name}-kubectl-processes"
+        wrapper = folder / "kubectl"
+        wrapper.write_text(f'#!/bin/sh\necho >> "{processes}"\nexec "{kubectl}" "$@"\n')
+        wrapper.chmod(0o755)
+        home = scratch / f"{name}-home"
+        home.mkdir()
+        with ApiCluster(cluster, pods_niced=True) as server:
+            env = {"PATH": f"{folder}{os.pathsep}{os.defpath}", "HOME": str(home), "LANG": "C.UTF-8"}
+            env["KUBECONFIG"] = str(server.kubeconfig(scratch / f"{name}-bin"))
+            yield cluster, env, server
+    finally:
+        cluster.close()
+
+
+def process_count(scratch: Path, name: str) -> int:
+    path = scratch / f"{name}-kubectl-processes"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def tool_run(scratch: Path, index: int, real_kubectl: bool = False) -> Dict[str, Any]:
+    with cluster_for(scratch, f"tool-{index}", real_kubectl) as (cluster, env, server):
         output = scratch / f"tool-{index}"
         argv = [sys.executable, str(ROOT / "rl_batch_demo.py"), "run", "--count", str(GUIDE_COUNT)]
-        figures = timed([*argv, "--output", str(output), "--quiet"], cluster.env(), scratch, output)
-        figures["processes"] = len(cluster.calls())
+        figures = timed([*argv, "--output", str(output), "--quiet"], env, scratch, output)
+        figures["processes"] = process_count(scratch, f"tool-{index}") if server else len(cluster.calls())
         if figures["exit"] != 0 or "results" not in figures:
             return figures
         results = figures["results"]
@@ -621,9 +659,9 @@ def tool_run(scratch: Path, index: int) -> Dict[str, Any]:
         figures["end_to_exit"] = figures["timeline"]["the tool exited"] - figures["timeline"]["last read ended"]
         figures["to_job_created"] = figures["timeline"]["Job created (its create answered)"]
         figures["pods_seconds"] = figures["timeline"]["last pod finished"] - figures["to_job_created"]
+        if server is not None:
+            figures["requests"] = len(server.taken())
         return figures
-    finally:
-        cluster.close()
 
 
 def run_timeline(
@@ -665,12 +703,13 @@ def print_timeline(title: str, figures: Dict[str, Any]) -> None:
         print(f"    {stamp:6.3f} {'':>6} {'':>6}  {label}")
 
 
-def guide_run(guide: Path, scratch: Path, index: int) -> Dict[str, Any]:
-    cluster = FakeCluster(scratch / f"guide-cluster-{index}")
-    try:
+def guide_run(guide: Path, scratch: Path, index: int, real_kubectl: bool = False) -> Dict[str, Any]:
+    with cluster_for(scratch, f"guide-{index}", real_kubectl) as (cluster, env, server):
         output = scratch / f"guide-{index}"
         argv = [sys.executable, str(guide), "run", "--count", str(GUIDE_COUNT), "--output", str(output)]
-        figures = timed(argv, cluster.env(), scratch, output)
+        figures = timed(argv, env, scratch, output)
+        if server is not None:
+            return guide_figures_from_requests(figures, cluster, server, process_count(scratch, f"guide-{index}"))
         records = cluster.call_records()
         figures["processes"] = len(records)
         if figures["exit"] != 0 or "results" not in figures:
@@ -693,8 +732,36 @@ def guide_run(guide: Path, scratch: Path, index: int) -> Dict[str, Any]:
             figures["watch_latency"] = polls[0]["end"] - completed_at
             figures["seen_to_results"] = figures["results_mtime"] - polls[0]["end"]
         return figures
-    finally:
-        cluster.close()
+
+
+def guide_figures_from_requests(
+    figures: Dict[str, Any], cluster: FakeCluster, server: Any, processes: int
+) -> Dict[str, Any]:
+    """The guide's figures through the real kubectl, from the API server's records (the server's
+    monotonic clock, put on the wall clock of the fake's stamps by one reading of both): the Job's
+    create answered, the first poll of the Job that arrived after Complete, and the last pod's end,
+    in seconds from the guide's first request."""
+    figures["processes"] = processes
+    figures["requests"] = len(server.taken())
+    if figures["exit"] != 0 or "results" not in figures:
+        return figures
+    to_wall = time.time() - time.monotonic()
+    requests = server.taken()
+    origin = requests[0].arrived + to_wall
+    namespace = figures["results"]["namespace"]
+    [created] = [r for r in requests if r.method == "POST" and r.path.endswith("/jobs")]
+    job_created = (created.answered or created.arrived) + to_wall
+    figures["to_job_created"] = job_created - origin
+    pods = cluster.pod_records(namespace, "rollout")
+    figures["pods_seconds"] = max(float(r["terminated_at"]) for r in pods.values()) - job_created
+    completed_at = cluster.job_completed_at(namespace, "rollout")
+    job_path = f"/apis/batch/v1/namespaces/{namespace}/jobs/rollout"
+    polls = [r for r in requests if r.path == job_path and r.arrived + to_wall >= completed_at]
+    if polls:
+        seen = (polls[0].answered or polls[0].arrived) + to_wall
+        figures["watch_latency"] = seen - completed_at
+        figures["seen_to_results"] = figures["results_mtime"] - seen
+    return figures
 
 
 def describe_calls(title: str, calls: List[Dict[str, Any]]) -> None:
@@ -709,16 +776,19 @@ def describe_calls(title: str, calls: List[Dict[str, Any]]) -> None:
             print(f"    {c['started']:7.3f} {c['seconds']:7.3f}  watch, alongside  {short(c['argv'])}")
 
 
-def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
-    print(
-        f"side by side, {GUIDE_COUNT} episodes: {repeats} repetitions of each, alternating, "
-        "each a subprocess on a fresh fake cluster"
+def side_by_side(guide: Path, repeats: int, scratch: Path, real_kubectl: bool = False) -> None:
+    how = (
+        "the real kubectl on PATH, a cold discovery cache each run, against an API server in front of a fresh "
+        "fake cluster (tests/apicluster.py)"
+        if real_kubectl
+        else "the fake kubectl on a fresh fake cluster"
     )
+    print(f"side by side, {GUIDE_COUNT} episodes: {repeats} repetitions of each, alternating, each a subprocess: {how}")
     tool: List[Dict[str, Any]] = []
     theirs: List[Dict[str, Any]] = []
     for index in range(repeats):
-        tool.append(tool_run(scratch, index))
-        theirs.append(guide_run(guide, scratch, index))
+        tool.append(tool_run(scratch, index, real_kubectl))
+        theirs.append(guide_run(guide, scratch, index, real_kubectl))
     for name, runs in (("rl_batch_demo", tool), ("the guide's script", theirs)):
         failed = [r for r in runs if r["exit"] != 0 or "results" not in r]
         if failed:
@@ -747,6 +817,7 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
         ("Job decided/Complete -> seen, median s", "watch_latency", statistics.median, "s"),
         ("Complete seen -> results.json, median s", "seen_to_results", statistics.median, "s"),
         ("kubectl processes, median", "processes", statistics.median, ""),
+        ("API requests, median", "requests", statistics.median, ""),
         ("last read -> results.json, median s", "end_to_results", statistics.median, "s"),
         ("last read -> exit, median s", "end_to_exit", statistics.median, "s"),
     ]
@@ -756,7 +827,7 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
         ratio = f"{a / b:.2f}" if a is not None and b else "n/a"
         print(f"  {label:<42}{cell(a, unit):>15}{cell(b, unit):>15}{ratio:>9}")
     for name, runs in (("rl_batch_demo", good_tool), ("guide script", good_guide)):
-        if runs:
+        if runs and "before_job" in runs[-1]:
             before = runs[-1]["before_job"]
             plain = [(c["started"], c["started"] + c["seconds"], "") for c in before if not c.get("watch")]
             print(
@@ -767,7 +838,7 @@ def side_by_side(guide: Path, repeats: int, scratch: Path) -> None:
         median_run = sorted(good_tool, key=lambda r: r["wall"])[len(good_tool) // 2]
         print_timeline("rl_batch_demo, the run of median wall time", median_run)
         describe_calls("rl_batch_demo, last run (its kubectl-calls.json)", good_tool[-1]["calls"])
-    if good_guide:
+    if good_guide and "calls" in good_guide[-1]:
         calls = good_guide[-1]["calls"]
         polls = sum(1 for c in calls if c["argv"][-4:-2] == ["job", "rollout"])
         print(f"  guide script, last run: {len(calls)} kubectl processes, {polls} of them Job polls (every 1 s)")
@@ -1083,8 +1154,9 @@ def main() -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory and disk budget figures")
     parser.add_argument(
         "--only",
-        choices=("side-by-side", "cold-cache"),
-        help="print only the side by side with the guide (needs --guide) or the cold-cache figure",
+        choices=("side-by-side", "real-kubectl", "cold-cache"),
+        help="print only the side by side with the guide (needs --guide; real-kubectl: through the real kubectl "
+        "and an API server in front of the fake cluster, a cold discovery cache) or the cold-cache figure",
     )
     parser.add_argument(
         "--latency-ms",
@@ -1098,11 +1170,11 @@ def main() -> int:
         print()
         steps_before_the_job(args.repeats, args.latency_ms / 1000)
         return 0
-    if args.only == "side-by-side":
+    if args.only in ("side-by-side", "real-kubectl"):
         if not args.guide or not Path(args.guide).is_file():
-            parser.error("--only side-by-side needs --guide PATH, the guide's script")
+            parser.error(f"--only {args.only} needs --guide PATH, the guide's script")
         with tempfile.TemporaryDirectory(prefix="rl-bench-") as scratch:
-            side_by_side(Path(args.guide).resolve(), args.repeats, Path(scratch))
+            side_by_side(Path(args.guide).resolve(), args.repeats, Path(scratch), args.only == "real-kubectl")
         return 0
     sizes = [int(size) for size in args.sizes.split(",") if size]
     help_figures = time_help()
