@@ -64,6 +64,7 @@ from tests.recordingserver import OPENAPI_V2_PROTOBUF, Answer, RecordingServer  
 MAX_PARALLEL_EPISODES = 100
 PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (docs/call-plan.md)
 GUIDE_COUNT = 10
+PODS_NICED = [True]  # --only real-kubectl: the fake's controller and pods at nice 19 (--pods-at-normal-priority)
 LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
 
 
@@ -623,7 +624,7 @@ def cluster_for(scratch: Path, name: str, real_kubectl: bool) -> Iterator[Tuple[
         wrapper.chmod(0o755)
         home = scratch / f"{name}-home"
         home.mkdir()
-        with ApiCluster(cluster, pods_niced=True) as server:
+        with ApiCluster(cluster, pods_niced=PODS_NICED[0]) as server:
             env = {"PATH": f"{folder}{os.pathsep}{os.defpath}", "HOME": str(home), "LANG": "C.UTF-8"}
             env["KUBECONFIG"] = str(server.kubeconfig(scratch / f"{name}-bin"))
             yield cluster, env, server
@@ -779,7 +780,8 @@ def describe_calls(title: str, calls: List[Dict[str, Any]]) -> None:
 def side_by_side(guide: Path, repeats: int, scratch: Path, real_kubectl: bool = False) -> None:
     how = (
         "the real kubectl on PATH, a cold discovery cache each run, against an API server in front of a fresh "
-        "fake cluster (tests/apicluster.py)"
+        "fake cluster (tests/apicluster.py), its controller and pods "
+        + ("at nice 19" if PODS_NICED[0] else "at the client's priority")
         if real_kubectl
         else "the fake kubectl on a fresh fake cluster"
     )
@@ -1164,7 +1166,13 @@ def main() -> int:
         default=20.0,
         help="with --only cold-cache: milliseconds the recording server waits before each answer (default 20)",
     )
+    parser.add_argument(
+        "--pods-at-normal-priority",
+        action="store_true",
+        help="with --only real-kubectl: the fake's controller and pods at the client's own priority, not at nice 19",
+    )
     args = parser.parse_args()
+    PODS_NICED[0] = not args.pods_at_normal_priority
     if args.only == "cold-cache":
         cold_cache_forms(args.repeats, args.latency_ms / 1000)
         print()

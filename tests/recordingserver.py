@@ -178,6 +178,15 @@ def status_answer(code: int, reason: str, message: str, details: Optional[Dict[s
 Route = Callable[[Recorded, "re.Match[str]"], Answer]
 
 
+class _ListeningServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, with a listen backlog an API server's: socketserver's default of
+    5 drops the connections kubectl opens at once beyond it (`logs -f` of ten pods opens ten),
+    and the kernel then retries each after a second (the SYN's first retransmission)."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+
 class RecordingServer:
     """The server, started on a free port of 127.0.0.1; use as a context manager."""
 
@@ -253,8 +262,7 @@ class RecordingServer:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _ListeningServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="recording-server", daemon=True
