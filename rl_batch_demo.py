@@ -3198,6 +3198,18 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
 
 
+def unread_pods_selector(selector: str, unread: List[KubeObject], read: List[KubeObject]) -> Optional[str]:
+    """The selector for read_logs of the pods whose logs no read while they ran brought, when
+    others' did (`read`, with a stopped round's stopped pods): up to LOG_SELECTOR_PODS, one that
+    matches exactly them by their completion indexes (ended_pods_selector); beyond, the Job's own,
+    which read_logs narrows to sets of their indexes. None, so that each is read by name, when one
+    lacks the label or shares its index with a pod of `read` (--infra-retries' replacement)."""
+    exact = ended_pods_selector(selector, unread, read)
+    if exact is None or len(unread) <= LOG_SELECTOR_PODS:
+        return exact
+    return selector
+
+
 def first_to_end(
     ended: List[KubeObject], known: Dict[str, bool], limit: int
 ) -> Tuple[List[KubeObject], List[KubeObject]]:
@@ -9817,7 +9829,9 @@ class LogFollower:
             return None
         return read.reader.artifacts_of(name)
 
-    def finish(self, grace: float, stop: Optional[threading.Event] = None, early: bool = False) -> Dict[str, PodLog]:
+    def finish(
+        self, grace: float, stop: Optional[threading.Event] = None, early: bool = False, complete: bool = False
+    ) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
@@ -9827,11 +9841,17 @@ class LogFollower:
         `early`: the round stopped before its Job ended (--stop-after, a stream left early), so
         a read whose pods still run would last until the Job's deletion: each read is given the
         grace only until every pod of it that ended has printed its end line (what the round
-        keeps is then whole), not until its stream ends."""
+        keeps is then whole), not until its stream ends.
+
+        `complete`: the Job completed, so every pod has ended and none is deleted before the Job:
+        what started but was never followed (a pod watch that lagged the Job's) is left to the
+        reads after the decision, one `logs -l` with the pods never seen started, not a
+        process more (read_logs; CI saw a late `logs -f` of one pod and nine `logs POD`)."""
         with self.lock:
             self.closed = True
-            if self.waiting:
+            if self.waiting and not complete:
                 self._follow()
+            self.waiting.clear()
             reads = list(self.reads)
         until = time.monotonic() + grace
 
@@ -10949,7 +10969,8 @@ class BatchRun:
                 enough=enough if rewards is not None else None,
             )
             early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
-            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early)
+            complete = classify_round(observation) == ROUND_COMPLETE
+            followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early, complete)
         except JobRefused as refused:
             follower.stop()
             raise DemoError(f"{refused.what}; {self.delete_refused_job(name)}", refused.exit_code) from None
@@ -11014,9 +11035,14 @@ class BatchRun:
             wanted = {pod["metadata"]["name"] for pod in pods if all_logs or log_wanted(pod)}
             have: Dict[str, Optional[PodLog]] = {name: log for name, log in followed.items() if name in wanted}
             rest = [pod for pod in pods if pod["metadata"]["name"] not in have]
-            # what the reads while the pods ran proved whole is kept; the rest is read as before
-            # (the Job's selector matches the rest only when nothing was)
-            chosen = log_selector if not have else None
+            # what the reads while the pods ran proved whole is kept; the rest is read as before,
+            # by a selector of their completion indexes when some were (a pod watch that lagged
+            # the Job's showed few pods started before the decision: one `logs -l` for the rest,
+            # not a process each; CI saw 19 processes for 10 episodes)
+            chosen = log_selector
+            if have and log_selector is not None:
+                read_already = [pod for pod in pods if pod["metadata"]["name"] in followed]
+                chosen = unread_pods_selector(selector, rest, [*read_already, *stopped_pods])
             logs, errors = read_logs(
                 self.kubectl, self.namespace, rest, chosen, all_logs, round_dir, budgets, saved, lost
             )

@@ -564,12 +564,21 @@ class RunPlan:
         batch = batch or self.batch
         return self.cluster.logs_by_selector(batch.selector, batch.prefixed_logs())
 
-    def follow_sets(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[List[Any]]:
+    def follow_sets(
+        self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None, complete: Optional[bool] = None
+    ) -> List[List[Any]]:
         """The sets of episodes whose logs are followed while they run, as the default pod watch
         (pod_watch) delivers them: a set of labelled pods whose container has started closes at
         10 pods, when one of its pods is being deleted, once every pod has started, or when one of
         its pods ends and the round's reads stay within ceil(count / 10) with every pod still to
-        start in full sets (docs/call-plan.md)."""
+        start in full sets (docs/call-plan.md). What started but is in no set at the decision is
+        followed then, unless the Job completed (`complete`, by default the batch's final Job's
+        condition): then it is read with the rest after the decision."""
+        if complete is None:
+            complete = any(
+                condition.get("type") == "Complete" and condition.get("status") == "True"
+                for condition in (batch.final_job().get("status") or {}).get("conditions") or []
+            )
         if watched is None:
             stages = [(episode, "running") for episode in batch.episodes] + [(e, "final") for e in batch.episodes]
             watched = [batch.pod(episode, stage) for episode, stage in stages]
@@ -602,37 +611,69 @@ class RunPlan:
                 sets.append(sorted(waiting, key=lambda each: (int(str(each.index)), each.name)))
                 followed.update(each.name for each in waiting)
                 waiting = []
-        if waiting:  # after the decision: what started but was never followed
+        if waiting and not complete:  # after the decision: what started but was never followed
             sets.append(sorted(waiting, key=lambda each: (int(str(each.index)), each.name)))
         return sets
 
-    def follows(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[Call]:
+    def follows(
+        self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None, complete: Optional[bool] = None
+    ) -> List[Call]:
         """The calls that follow the pods' logs while they run (follow_sets), for the default pod
         watch or the pods in the order a test's watch delivers them (`watched`)."""
         calls = []
-        for chosen in self.follow_sets(batch, watched):
+        for chosen in self.follow_sets(batch, watched, complete):
             indexes = ",".join(str(index) for index in sorted({int(str(episode.index)) for episode in chosen}))
             selector = f"{batch.selector},{demo.INDEX_LABEL} in ({indexes})"
             streams = demo.LOG_SELECTOR_PODS * (1 + batch.infra_retries)
             calls.append(self.cluster.follow_logs(selector, batch.prefixed_logs(chosen), streams))
         return calls
 
-    def log_reads(self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None) -> List[Call]:
+    def log_reads(
+        self, batch: Batch, watched: Optional[Sequence[Dict[str, Any]]] = None, complete: Optional[bool] = None
+    ) -> List[Call]:
         """The logs read after the decision: those no followed read brought (follow_sets: an
-        episode that printed nothing, or was never followed), each with its own `logs POD`; when
-        nothing was followed, as before (unfollowed_log_reads)."""
-        followed = [episode for chosen in self.follow_sets(batch, watched) for episode in chosen if episode.log]
+        episode that printed nothing, or was never followed); when nothing was followed, as
+        before (unfollowed_log_reads). The rest (`unread`): up to 10, one `logs -l` of exactly
+        their completion indexes; beyond, one per 10 indexes of those wanted; each by `logs POD`
+        when one lacks the index label or shares its index with a followed pod, or only one is
+        wanted (unread_pods_selector)."""
+        followed = [
+            episode for chosen in self.follow_sets(batch, watched, complete) for episode in chosen if episode.log
+        ]
         if not followed:
             return self.unfollowed_log_reads(batch)
         lost = [e for e in batch.episodes if batch.infra_retries and demo.infra_loss(batch.pod(e))]
+        unread = [episode for episode in batch.episodes if episode not in lost and episode not in followed]
         wanted = [
             episode
-            for episode in batch.episodes
-            if episode not in lost
-            and episode not in followed
-            and (batch.count <= demo.LOG_CROSSCHECK_LIMIT or demo.log_wanted(batch.pod(episode)))
+            for episode in unread
+            if batch.count <= demo.LOG_CROSSCHECK_LIMIT or demo.log_wanted(batch.pod(episode))
         ]
-        return [self.cluster.logs_of(episode.name, episode.log) for episode in wanted]
+        by_name = [self.cluster.logs_of(episode.name, episode.log) for episode in wanted]
+        followed_indexes = {episode.index for episode in followed}
+        if (
+            len(wanted) < 2
+            or any(episode.index is None or episode.unlabelled for episode in unread)
+            or followed_indexes & {episode.index for episode in unread}
+        ):
+            return by_name
+        sets = [unread] if len(unread) <= demo.LOG_SELECTOR_PODS else None
+        if sets is None:
+            by_index = sorted(wanted, key=lambda episode: int(str(episode.index)))
+            sets = [
+                by_index[start : start + demo.LOG_SELECTOR_PODS]
+                for start in range(0, len(by_index), demo.LOG_SELECTOR_PODS)
+            ]
+        reads = []
+        for chosen in sets:
+            indexes = sorted({int(str(episode.index)) for episode in chosen})
+            matched_lost = [episode for episode in lost if episode.index in indexes and not episode.unlabelled]
+            selector = f"{batch.selector},{demo.INDEX_LABEL} in ({','.join(map(str, indexes))})"
+            ignore_errors = bool(lost) if len(unread) <= demo.LOG_SELECTOR_PODS else bool(matched_lost)
+            reads.append(
+                self.cluster.logs_by_selector(selector, batch.prefixed_logs([*chosen, *matched_lost]), ignore_errors)
+            )
+        return reads
 
     def unfollowed_log_reads(self, batch: Batch) -> List[Call]:
         """The logs a round reads: up to the cross-check limit every pod's, with one `logs -l`

@@ -235,7 +235,8 @@ class EpisodeFaultTest(FaultTestCase):
                 chunks=[watch_event("ADDED", pending), watch_event("MODIFIED", batch.pod(batch.episodes[1]))]
             ),
             plan.cluster.get_list("pods,events", [pending, batch.pod(batch.episodes[1]), warning, deadline]),
-            *plan.follows(batch, [pending, batch.pod(batch.episodes[1])]),  # the one that ran: followed
+            # the one that ran: followed (at the decision: the Job failed, its pods may go with it)
+            *plan.follows(batch, [pending, batch.pod(batch.episodes[1])], complete=False),
             plan.cluster.logs_of(stuck.name, "").failing(
                 f'Error from server (BadRequest): container "episode" in pod "{stuck.name}" is waiting to start: '
                 "ContainerCreating"

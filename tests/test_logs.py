@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import rl_batch_demo as demo
-from tests.callplan import CallPlanTestCase, RunPlan
+from tests.callplan import CallPlanTestCase, RunPlan, watch_event
 from tests.clusterobjects import Batch, log_of
 from tests.fakecluster import FakeCluster, write_executable
 from tests.tiers import end_to_end
@@ -100,6 +100,55 @@ class LogsAtScaleTest(CallPlanTestCase):
         self.assertGreater(most_at_once(calls), 1, "the reads run at once")
         self.assertEqual(self.results()["reward_sum"], 25)
         self.assertIn("episode output: 25 pod(s) succeeded without a termination message", result.stdout)
+
+    def lagging_pod_watch(self, count: int, started: int) -> List[Dict[str, Any]]:
+        """A run of `count` episodes whose pod watch had shown only the first `started` pods
+        running when the Job's Complete came (separate streams: CI saw one of ten): the rest's
+        logs are read after the decision. Returns the log reads, followed or not."""
+        batch = Batch(count=count, parallelism=count)
+        for episode in batch.episodes:
+            episode.message = ""  # beyond 20 episodes, only the logs carry these rewards: all read
+        plan = RunPlan(batch)
+        chunks = [watch_event("ADDED", batch.pod(episode, "pending")) for episode in batch.episodes]
+        chunks += [watch_event("MODIFIED", batch.pod(episode, "running")) for episode in batch.episodes[:started]]
+        calls = [*plan.preflight(), plan.create_namespace_and_configmap(), plan.create_job()]
+        calls += [plan.job_watch(), plan.pod_watch(chunks=chunks), plan.pods_and_events()]
+        watched = [json.loads(chunk.data)["object"] for chunk in chunks]
+        calls += [*plan.follows(batch, watched), *plan.log_reads(batch, watched), plan.serviceaccount_watch()]
+        self.set_timing(final_pods_grace_seconds=0.05)  # the watch never shows the pods final
+        self.expect(*calls)
+        large = ["--allow-large"] if count > demo.MAX_COUNT else []
+        self.run_ok("run", "--count", str(count), "--parallelism", str(count), *large, "--output", str(self.out()))
+        for episode in batch.episodes:
+            self.assertEqual((self.out() / f"{episode.name}.log").read_text(), episode.log)
+        self.assertEqual(self.results()["reward_sum"], count)
+        return [call["argv"] for call in self.log_calls()]
+
+    def selectors(self, reads: List[List[str]]) -> List[str]:
+        return sorted(argv[argv.index("-l") + 1].rpartition(" in ")[2] for argv in reads if "-l" in argv)
+
+    def test_ten_pods_the_pod_watch_showed_late_cost_no_process_more(self) -> None:
+        """One of ten seen started at the decision: before, a `logs -f` of it then, and a
+        `logs POD` for each of the nine others (19 processes in CI); now one `logs -l` of all."""
+        reads = self.lagging_pod_watch(10, 1)
+        self.assertEqual(len(reads), 1, reads)
+        self.assertNotIn("-f", reads[0])
+        self.assertLessEqual(len(self.recorded_calls()), 10)
+
+    def test_the_pods_no_followed_read_brought_are_read_by_their_indexes(self) -> None:
+        """Ten of twelve followed as they ran; the two the watch never showed started are read
+        with one `logs -l` of exactly their indexes, not a `logs POD` each."""
+        reads = self.lagging_pod_watch(12, 10)
+        self.assertEqual(self.selectors(reads), ["(0,1,2,3,4,5,6,7,8,9)", "(10,11)"])
+        self.assertEqual([argv for argv in reads if "-l" not in argv], [])
+
+    def test_beyond_ten_unfollowed_pods_are_read_by_sets_of_ten_indexes(self) -> None:
+        reads = self.lagging_pod_watch(25, 10)
+        self.assertEqual(
+            self.selectors(reads),
+            ["(0,1,2,3,4,5,6,7,8,9)", "(10,11,12,13,14,15,16,17,18,19)", "(20,21,22,23,24)"],
+        )
+        self.assertEqual([argv for argv in reads if "-l" not in argv], [])
 
     def test_a_message_cut_at_the_front_is_read_with_its_log(self) -> None:
         """Beyond 20 episodes the messages alone carry the rewards; one the kubelet cut at the

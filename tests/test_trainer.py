@@ -490,6 +490,20 @@ class PureTablesTest(unittest.TestCase):
         self.assertIsNone(select("uid=u", [pod(0)], [pod(0)]))  # a stopped replacement shares the index
         self.assertIsNone(select("uid=u", [], [pod(1)]))
 
+    def test_the_selector_of_the_pods_no_read_brought_while_they_ran(self) -> None:
+        def pod(index: Any) -> Dict[str, Any]:
+            labels = {} if index is None else {demo.INDEX_LABEL: str(index)}
+            return {"metadata": {"name": f"p{index}", "labels": labels}}
+
+        select = demo.unread_pods_selector
+        followed = [pod(index) for index in range(10)]
+        self.assertEqual(select("uid=u", [pod(11), pod(10)], followed), f"uid=u,{demo.INDEX_LABEL} in (10,11)")
+        beyond = [pod(index) for index in range(10, 10 + demo.LOG_SELECTOR_PODS + 1)]
+        self.assertEqual(select("uid=u", beyond, followed), "uid=u")  # read_logs reads them by sets of indexes
+        self.assertIsNone(select("uid=u", [pod(3), pod(10)], followed))  # an index read already (a replacement)
+        self.assertIsNone(select("uid=u", [*beyond, pod(3)], followed))
+        self.assertIsNone(select("uid=u", [pod(10), pod(None)], followed))  # without the label: by name
+
     def test_the_first_k_to_end_are_kept(self) -> None:
         """--stop-after K on the ended pods: those with a line first, then the others in the order
         their containers ended, until K rewards stand; the rest stopped. The race it settles: a

@@ -23,6 +23,7 @@ from .constants import (
     INDEX_LABEL,
     KEPT_EVENT_BYTES_LIMIT,
     KEPT_EVENTS,
+    LOG_SELECTOR_PODS,
     MAX_COUNT_LARGE,
     POD_DEADLINE_REASON,
     TERMINATION_MESSAGE_LIMIT,
@@ -755,6 +756,18 @@ def ended_pods_selector(selector: str, ended: List[KubeObject], stopped: List[Ku
     if others & set(indexes) or None in others:
         return None
     return f"{selector},{INDEX_LABEL} in ({','.join(sorted(set(indexes), key=int))})"
+
+
+def unread_pods_selector(selector: str, unread: List[KubeObject], read: List[KubeObject]) -> Optional[str]:
+    """The selector for read_logs of the pods whose logs no read while they ran brought, when
+    others' did (`read`, with a stopped round's stopped pods): up to LOG_SELECTOR_PODS, one that
+    matches exactly them by their completion indexes (ended_pods_selector); beyond, the Job's own,
+    which read_logs narrows to sets of their indexes. None, so that each is read by name, when one
+    lacks the label or shares its index with a pod of `read` (--infra-retries' replacement)."""
+    exact = ended_pods_selector(selector, unread, read)
+    if exact is None or len(unread) <= LOG_SELECTOR_PODS:
+        return exact
+    return selector
 
 
 def first_to_end(

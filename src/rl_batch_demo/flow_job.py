@@ -675,7 +675,9 @@ class LogFollower:
             return None
         return read.reader.artifacts_of(name)
 
-    def finish(self, grace: float, stop: Optional[threading.Event] = None, early: bool = False) -> Dict[str, PodLog]:
+    def finish(
+        self, grace: float, stop: Optional[threading.Event] = None, early: bool = False, complete: bool = False
+    ) -> Dict[str, PodLog]:
         """After the decision: follow what started but was never followed, give the reads up to
         `grace` seconds to end (a stopped pod's stream ends when its container does), end the rest,
         and return the logs proven whole. A log is whole when its read ended by itself without
@@ -685,11 +687,17 @@ class LogFollower:
         `early`: the round stopped before its Job ended (--stop-after, a stream left early), so
         a read whose pods still run would last until the Job's deletion: each read is given the
         grace only until every pod of it that ended has printed its end line (what the round
-        keeps is then whole), not until its stream ends."""
+        keeps is then whole), not until its stream ends.
+
+        `complete`: the Job completed, so every pod has ended and none is deleted before the Job:
+        what started but was never followed (a pod watch that lagged the Job's) is left to the
+        reads after the decision, one `logs -l` with the pods never seen started, not a
+        process more (read_logs; CI saw a late `logs -f` of one pod and nine `logs POD`)."""
         with self.lock:
             self.closed = True
-            if self.waiting:
+            if self.waiting and not complete:
                 self._follow()
+            self.waiting.clear()
             reads = list(self.reads)
         until = time.monotonic() + grace
 
