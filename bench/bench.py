@@ -41,6 +41,7 @@ import functools
 import io
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -64,7 +65,9 @@ from tests.recordingserver import OPENAPI_V2_PROTOBUF, Answer, RecordingServer  
 MAX_PARALLEL_EPISODES = 100
 PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (docs/call-plan.md)
 GUIDE_COUNT = 10
+EXTRA_SEED: List[Optional[int]] = [1]  # --only real-kubectl: the seed of the pairs' extra episode seconds
 PODS_NICED = [True]  # --only real-kubectl: the fake's controller and pods at nice 19 (--pods-at-normal-priority)
+CLIENT_CPU: List[Optional[int]] = [None]  # --split-cores: the client's core (the cluster gets the others)
 LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
 
 
@@ -590,7 +593,18 @@ def short(argv: List[str]) -> str:
 
 def timed(argv: List[str], env: Dict[str, str], cwd: Path, output: Path) -> Dict[str, Any]:
     started = time.time()
-    proc = subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, timeout=900, check=False)
+    # --split-cores: the client (the tool or the guide, and every kubectl it starts) on the first core
+    client_cpu = {CLIENT_CPU[0]} if CLIENT_CPU[0] is not None else None
+    proc = subprocess.run(
+        argv,
+        env=env,
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        preexec_fn=(lambda: os.sched_setaffinity(0, client_cpu)) if client_cpu else None,
+    )
     ended = time.time()
     figures: Dict[str, Any] = {"exit": proc.returncode, "wall": ended - started, "stderr": proc.stderr}
     figures["exited_at"] = ended
@@ -603,13 +617,17 @@ def timed(argv: List[str], env: Dict[str, str], cwd: Path, output: Path) -> Dict
 
 
 @contextlib.contextmanager
-def cluster_for(scratch: Path, name: str, real_kubectl: bool) -> Iterator[Tuple[FakeCluster, Dict[str, str], Any]]:
+def cluster_for(
+    scratch: Path, name: str, real_kubectl: bool, episode_extra: float = 0.0
+) -> Iterator[Tuple[FakeCluster, Dict[str, str], Any]]:
     """A fresh fake cluster, the environment a tool runs in against it, and (`real_kubectl`) the
     API server in front of it: the real kubectl on PATH (behind a wrapper that counts its
     processes) with an empty HOME, so kubectl's discovery cache is cold, as on a fresh CI runner;
     the fake's Job controller and pods then run at nice 19 (ApiCluster's pods_niced), so that what
-    a cluster runs on its own machines leaves the client's two cores to the client."""
-    cluster = FakeCluster(scratch / f"{name}-cluster")
+    a cluster runs on its own machines leaves the client's two cores to the client. `episode_extra`:
+    seconds each pod runs on after its worker ended (the fake's episode_seconds)."""
+    faults = {"episode_seconds": episode_extra} if episode_extra else {}
+    cluster = FakeCluster(scratch / f"{name}-cluster", faults=faults)
     try:
         if not real_kubectl:
             yield cluster, cluster.env(), None
@@ -637,8 +655,8 @@ def process_count(scratch: Path, name: str) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def tool_run(scratch: Path, index: int, real_kubectl: bool = False) -> Dict[str, Any]:
-    with cluster_for(scratch, f"tool-{index}", real_kubectl) as (cluster, env, server):
+def tool_run(scratch: Path, index: int, real_kubectl: bool = False, episode_extra: float = 0.0) -> Dict[str, Any]:
+    with cluster_for(scratch, f"tool-{index}", real_kubectl, episode_extra) as (cluster, env, server):
         output = scratch / f"tool-{index}"
         argv = [sys.executable, str(ROOT / "rl_batch_demo.py"), "run", "--count", str(GUIDE_COUNT)]
         figures = timed([*argv, "--output", str(output), "--quiet"], env, scratch, output)
@@ -704,8 +722,10 @@ def print_timeline(title: str, figures: Dict[str, Any]) -> None:
         print(f"    {stamp:6.3f} {'':>6} {'':>6}  {label}")
 
 
-def guide_run(guide: Path, scratch: Path, index: int, real_kubectl: bool = False) -> Dict[str, Any]:
-    with cluster_for(scratch, f"guide-{index}", real_kubectl) as (cluster, env, server):
+def guide_run(
+    guide: Path, scratch: Path, index: int, real_kubectl: bool = False, episode_extra: float = 0.0
+) -> Dict[str, Any]:
+    with cluster_for(scratch, f"guide-{index}", real_kubectl, episode_extra) as (cluster, env, server):
         output = scratch / f"guide-{index}"
         argv = [sys.executable, str(guide), "run", "--count", str(GUIDE_COUNT), "--output", str(output)]
         figures = timed(argv, env, scratch, output)
@@ -788,9 +808,17 @@ def side_by_side(guide: Path, repeats: int, scratch: Path, real_kubectl: bool = 
     print(f"side by side, {GUIDE_COUNT} episodes: {repeats} repetitions of each, alternating, each a subprocess: {how}")
     tool: List[Dict[str, Any]] = []
     theirs: List[Dict[str, Any]] = []
+    # With the real kubectl, each pair's episodes run on for the same extra time, drawn evenly from
+    # [0, 1) s: the guide's one-second poll then meets the Job's end at an even phase, as on a
+    # cluster whose episodes take any time, not at the one this machine's pods happen to take.
+    phases = random.Random(EXTRA_SEED[0])
+    extras = [phases.random() if real_kubectl and EXTRA_SEED[0] is not None else 0.0 for _ in range(repeats)]
+    if any(extras):
+        listed = ", ".join(f"{extra:.2f}" for extra in extras)
+        print(f"  each pair's extra episode seconds (the fake's episode_seconds): {listed}")
     for index in range(repeats):
-        tool.append(tool_run(scratch, index, real_kubectl))
-        theirs.append(guide_run(guide, scratch, index, real_kubectl))
+        tool.append(tool_run(scratch, index, real_kubectl, extras[index]))
+        theirs.append(guide_run(guide, scratch, index, real_kubectl, extras[index]))
     for name, runs in (("rl_batch_demo", tool), ("the guide's script", theirs)):
         failed = [r for r in runs if r["exit"] != 0 or "results" not in r]
         if failed:
@@ -1167,12 +1195,30 @@ def main() -> int:
         help="with --only cold-cache: milliseconds the recording server waits before each answer (default 20)",
     )
     parser.add_argument(
+        "--no-extra-episode-seconds",
+        action="store_true",
+        help="with --only real-kubectl: no extra episode seconds (the Job ends when this machine's pods do)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="with --only real-kubectl: the extra seconds' seed")
+    parser.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="with --only real-kubectl: the client on one core, the cluster (API server, controller, pods) on the rest",
+    )
+    parser.add_argument(
         "--pods-at-normal-priority",
         action="store_true",
         help="with --only real-kubectl: the fake's controller and pods at the client's own priority, not at nice 19",
     )
     args = parser.parse_args()
     PODS_NICED[0] = not args.pods_at_normal_priority
+    if args.split_cores:  # the cluster (this process's API server, the fake's controller, pods) off the client's core
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            parser.error("--split-cores needs two cores at least")
+        CLIENT_CPU[0] = cores[0]
+        os.sched_setaffinity(0, set(cores[1:]))
+    EXTRA_SEED[0] = None if args.no_extra_episode_seconds else args.seed
     if args.only == "cold-cache":
         cold_cache_forms(args.repeats, args.latency_ms / 1000)
         print()
