@@ -12,9 +12,13 @@ with its arrival and the end of its answer (RecordingServer.taken), so a benchma
 kubectl asked and when.
 
 bench/bench.py `--only real-kubectl` runs the tool and the guide's script through it with a cold
-discovery cache, as on a fresh CI runner. What it does not model: authentication, admission
-webhooks, API priority and fairness, and any latency but this machine's (the fake's objects are
-files). Standard library only, as the fake is."""
+discovery cache, as on a fresh CI runner; tests/test_kubectl_contract.py's WholeRunContract runs
+a whole run through every kubectl minor against it. What it does not model: authentication,
+admission webhooks, API priority and fairness, deletes (a run's `cleanup` is the fake kubectl's),
+and any latency but this machine's (the fake's objects are files; a create is a process of the
+fake, about 50 ms). A change made between a client's list and its watch comes as MODIFIED, where
+an API server says ADDED for an object created meanwhile (the tool and kubectl treat both alike).
+Standard library only, as the fake is."""
 
 from __future__ import annotations
 
