@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import contextlib
+import faulthandler
 import marshal
 import os
 import queue
@@ -81,6 +82,20 @@ def runs_concurrently(test: unittest.TestCase) -> bool:
     return bool(getattr(test, "runs_concurrently", False)) and not _has_fixtures(test)
 
 
+STALL_SECONDS = 40.0
+
+
+def arm_stall_dump() -> None:
+    """Called as each test starts: once no test has started for STALL_SECONDS, faulthandler
+    prints every thread's stack to stderr ("Timeout (0:00:40)!" first), and the suite goes on. A
+    hang then names itself in the log it happens in (a run of the README's command once took
+    82 s instead of 25 and left nothing to say which test waited). One timer a process,
+    re-armed by every start: it fires only when one test is all that still runs for that long.
+    faulthandler's watchdog is a C thread, not one of threading's, so it never stops the fork."""
+    with contextlib.suppress(ValueError, OSError, AttributeError, RuntimeError):
+        faulthandler.dump_traceback_later(STALL_SECONDS, repeat=False, file=sys.__stderr__, exit=False)
+
+
 class Recorder(unittest.TestResult):
     """Every call a test makes on its result, kept to be replayed on the real one."""
 
@@ -95,7 +110,6 @@ class Recorder(unittest.TestResult):
         keep.__name__ = name
         return keep
 
-    startTest = _keep("startTest")
     stopTest = _keep("stopTest")
     addSuccess = _keep("addSuccess")
     addFailure = _keep("addFailure")
@@ -106,6 +120,10 @@ class Recorder(unittest.TestResult):
     addSubTest = _keep("addSubTest")
     addDuration = _keep("addDuration")  # Python 3.12+
     del _keep
+
+    def startTest(self, test: unittest.TestCase) -> None:  # type: ignore[override]
+        arm_stall_dump()
+        self.calls.append(("startTest", (test,)))
 
     def replay(self, result: unittest.TestResult) -> None:
         for name, args in self.calls:
@@ -389,6 +407,13 @@ class BesideSuite(unittest.TestSuite):
             claims = Claims(len(groups))
             forked = Forked(serial, groups, claims)  # before the background threads start
         background = Background(self.concurrent_tests, threads())
+        start_test = result.startTest
+
+        def started(test: unittest.TestCase) -> None:
+            arm_stall_dump()
+            start_test(test)
+
+        result.startTest = started  # type: ignore[method-assign]
         try:
             if claims is not None and forked is not None:
                 run_claimed(groups, claims, result)
@@ -411,6 +436,9 @@ class BesideSuite(unittest.TestSuite):
             sys.stderr.write(f"\ninterrupted: abandoning {running} test(s) running in the background\n")
             raise
         finally:
+            result.startTest = start_test  # type: ignore[method-assign]
+            with contextlib.suppress(AttributeError):
+                faulthandler.cancel_dump_traceback_later()
             background.stop()
             if forked is not None:
                 forked.abandon()

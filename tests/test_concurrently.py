@@ -100,6 +100,31 @@ class Recorded(unittest.TestResult):
         self.succeeded.append(short(test))
 
 
+class StallDumpTest(unittest.TestCase):
+    runs_concurrently = True  # only a subprocess
+
+    def test_a_test_alone_for_the_stall_time_has_every_stack_printed(self) -> None:
+        """A test started, then nothing more for STALL_SECONDS (here 0.2 s): the stacks are on
+        stderr, the waiting function's name among them, and the process goes on to its end."""
+        code = (
+            "import time\n"
+            "from tests import concurrently\n"
+            "concurrently.STALL_SECONDS = 0.2\n"
+            "def a_test_that_waits():\n"
+            "    concurrently.Recorder().startTest(None)\n"
+            "    time.sleep(1.5)\n"
+            "a_test_that_waits()\n"
+            "print('went on')\n"
+        )
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run(
+            [image_python(), "-c", code], cwd=str(root), env=ENVIRONMENT, capture_output=True, text=True, timeout=60
+        )
+        self.assertEqual((done.returncode, done.stdout), (0, "went on\n"), done.stderr)
+        self.assertIn("Timeout (0:00:00.200000)!", done.stderr)
+        self.assertIn("a_test_that_waits", done.stderr)
+
+
 class AstParseTest(unittest.TestCase):
     """ast.parse one thread at a time, while the suite's threads run (serialise_ast_parse)."""
 
