@@ -203,28 +203,7 @@ class ApiCluster(RecordingServer):
                 time.sleep(WATCH_POLL_SECONDS)
                 if kind == "ServiceAccount":
                     self.apiserver.settle_serviceaccounts(self.store)
-                candidates = set(follower.poll())
-                now = time.time()
-                for key, at in list(follower.vanish.items()):
-                    if at <= now and key not in due_done:
-                        due_done.add(key)
-                        candidates.add(key)
-                changes = []
-                for key in candidates:
-                    obj, old = current(key, now), seen.get(key)
-                    if obj is not None and old is None:
-                        changes.append(("ADDED", obj))
-                    elif obj is not None and old is not None:
-                        if old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                            changes.append(("MODIFIED", obj))
-                    elif old is not None:
-                        changes.append(("DELETED", follower.objects.get(key) or old))
-                    if obj is None:
-                        seen.pop(key, None)
-                    else:
-                        seen[key] = obj
-                changes.sort(key=lambda c: (c[0] == "DELETED", int(c[1]["metadata"].get("resourceVersion") or 0)))
-                for kind_of_event, obj in changes:
+                for kind_of_event, obj in self.fake.watch_changes(follower, seen, current, due_done):
                     yield event(kind_of_event, obj)
         finally:
             follower.close()

@@ -68,6 +68,21 @@ def reward(end="\n", **fields):
 '''
 
 
+def sigterm_worker(send_reward: bool) -> str:
+    """A worker's body that says "waiting" once its SIGTERM handler is set, then sleeps; on
+    SIGTERM it says so on stderr, sends its reward (`send_reward`) and dies by the signal."""
+    return (
+        "def stopped(number, frame):\n"
+        "    print('worker got SIGTERM', file=sys.stderr, flush=True)\n"
+        + ("    reward()\n" if send_reward else "")
+        + "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "signal.signal(signal.SIGTERM, stopped)\n"
+        "print('waiting', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+
+
 @dataclasses.dataclass
 class Launched:
     """What one launcher run left: its exit code, stdout, stderr, and the reward event it printed
@@ -221,17 +236,7 @@ class LauncherRunTest(ClientSide):
         """The worker gets the SIGTERM sent to the launcher, sends its reward and dies by the
         signal; the launcher prints the reward and its end line, then ends by the same signal (a
         container's exit code 128 + 15)."""
-        command, env = self.command(
-            "def stopped(number, frame):\n"
-            "    print('worker got SIGTERM', file=sys.stderr, flush=True)\n"
-            "    reward()\n"
-            "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-            "    os.kill(os.getpid(), signal.SIGTERM)\n"
-            "signal.signal(signal.SIGTERM, stopped)\n"
-            "print('waiting', flush=True)\n"
-            "time.sleep(60)\n",
-            demo.DEFAULT_MAX_ARTIFACT_BYTES,
-        )
+        command, env = self.command(sigterm_worker(send_reward=True), demo.DEFAULT_MAX_ARTIFACT_BYTES)
         with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as launcher:
             assert launcher.stdout is not None
             self.assertEqual(launcher.stdout.readline(), b"waiting\n")  # the worker runs, its handler set
@@ -245,16 +250,7 @@ class LauncherRunTest(ClientSide):
     def test_a_blocked_sigterm_inherited_is_still_passed_on(self) -> None:
         """A signal mask survives exec: a launcher started with SIGTERM blocked (by whatever
         started it) still hears the Job's stop, and its worker starts with nothing blocked."""
-        command, env = self.command(
-            "def stopped(number, frame):\n"
-            "    print('worker got SIGTERM', file=sys.stderr, flush=True)\n"
-            "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-            "    os.kill(os.getpid(), signal.SIGTERM)\n"
-            "signal.signal(signal.SIGTERM, stopped)\n"
-            "print('waiting', flush=True)\n"
-            "time.sleep(60)\n",
-            demo.DEFAULT_MAX_ARTIFACT_BYTES,
-        )
+        command, env = self.command(sigterm_worker(send_reward=False), demo.DEFAULT_MAX_ARTIFACT_BYTES)
         blocking = (
             "import os, signal, sys\n"
             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"

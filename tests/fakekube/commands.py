@@ -755,33 +755,47 @@ def watch_objects(
             return 0
         if rt.kind == "ServiceAccount":
             settle_serviceaccounts(inv.store)
-        candidates = set(follower.poll())
-        now = time.time()
-        for vkey, t in list(follower.vanish.items()):
-            if t <= now and vkey not in due_done:
-                due_done.add(vkey)
-                kind, _, vname = vkey.split("/", 2)
-                if kind == "Namespace":
-                    candidates.update(k for k in seen if k.split("/", 2)[1] == vname)
-                candidates.add(vkey)
-        changes = []
-        for key in candidates:
-            obj, old = current(key, now), seen.get(key)
-            if obj is not None and old is None:
-                changes.append(("ADDED", obj))
-            elif obj is not None and old is not None:
-                if old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                    changes.append(("MODIFIED", obj))
-            elif old is not None:  # the object as it was deleted, not as this watch last sent it: the watch
-                # cache sends every change, the last one included (apiserver pkg/storage/cacher watchCache)
-                changes.append(("DELETED", follower.objects.get(key) or old))
-            if obj is None:
-                seen.pop(key, None)
-            else:
-                seen[key] = obj
-        changes.sort(key=lambda c: (c[0] == "DELETED", int(c[1]["metadata"].get("resourceVersion") or 0)))
+        changes = watch_changes(follower, seen, current, due_done)
         for kind, obj in changes:
             emit(kind, obj)
+
+
+def watch_changes(
+    follower: Any, seen: Dict[str, dict], current: Callable[[str, float], Optional[dict]], due_done: set
+) -> List[Tuple[str, dict]]:
+    """One look of a watch at the store's change log (`follower`): the events since the last,
+    ADDED, MODIFIED (a new resourceVersion) or DELETED, in resourceVersion order, deletions last;
+    `seen` (what the watch has sent, by key) is brought up to date. `current(key, now)` is the
+    object as the watch may show it (None: gone or not selected); a deletion whose time has come
+    (pending deletions, `due_done` those already handled) counts as a change, a namespace's with
+    every object in it. The fake kubectl's watch (watch_objects) and the API server in front of
+    the fake (tests/apicluster.py) share it."""
+    candidates = set(follower.poll())
+    now = time.time()
+    for vkey, t in list(follower.vanish.items()):
+        if t <= now and vkey not in due_done:
+            due_done.add(vkey)
+            kind, _, vname = vkey.split("/", 2)
+            if kind == "Namespace":
+                candidates.update(k for k in seen if k.split("/", 2)[1] == vname)
+            candidates.add(vkey)
+    changes = []
+    for key in candidates:
+        obj, old = current(key, now), seen.get(key)
+        if obj is not None and old is None:
+            changes.append(("ADDED", obj))
+        elif obj is not None and old is not None:
+            if old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                changes.append(("MODIFIED", obj))
+        elif old is not None:  # the object as it was deleted, not as this watch last sent it: the watch
+            # cache sends every change, the last one included (apiserver pkg/storage/cacher watchCache)
+            changes.append(("DELETED", follower.objects.get(key) or old))
+        if obj is None:
+            seen.pop(key, None)
+        else:
+            seen[key] = obj
+    changes.sort(key=lambda c: (c[0] == "DELETED", int(c[1]["metadata"].get("resourceVersion") or 0)))
+    return changes
 
 
 # --------------------------------------------------------------------------- create
