@@ -9321,6 +9321,17 @@ class OwnedCreator:
         return live
 
 
+def refuse_changed_pod(pod_spec: KubeObject, pod: Any, label: str) -> None:
+    """JobRefused when the cluster changed what this pod of Job `label` runs from the pod spec
+    the run submitted (a sidecar injected at the pod's creation, a container changed): checked on
+    each pod as the watch first shows it, and on each pod listed after the decision (a pod watch
+    that lagged the Job's showed none: CI saw such a run exit 0)."""
+    changes = template_changes(pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
+    if changes:
+        name = dig(pod, "metadata", "name")
+        raise JobRefused(f"the cluster changed what pod {name} of Job {label} runs: " + "; ".join(changes))
+
+
 class JobWatch:
     """What wait_for_job knows of one Job and its pods, changed only by `take` (one event of
     either watch): pure, so table tests drive it without threads or processes (the pod hook
@@ -9399,11 +9410,7 @@ class JobWatch:
         pod_name = dig(pod, "metadata", "name") if isinstance(pod, dict) else None
         if kind in ("ADDED", "MODIFIED"):
             if isinstance(pod_name, str) and pod_name and pod_name not in self.last_pods and self.pod_spec is not None:
-                changes = template_changes(self.pod_spec, (pod.get("spec") or {}) if isinstance(pod, dict) else {})
-                if changes:
-                    raise JobRefused(
-                        f"the cluster changed what pod {pod_name} of Job {self.label} runs: " + "; ".join(changes)
-                    )
+                refuse_changed_pod(self.pod_spec, pod, self.label)
             record_pod_sighting(self.sightings, pod, wall)
             if isinstance(pod_name, str) and pod_name:
                 self.last_pods[pod_name] = pod
@@ -11063,6 +11070,12 @@ class BatchRun:
             # as the watch last saw them
             write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
+            try:  # as the watch checks each pod it shows: one it did not show is checked here
+                for pod in pods:
+                    refuse_changed_pod(pod_spec, pod, f"{self.namespace}/{name}")
+            except JobRefused as refused:
+                deleted = self.delete_refused_job(name, "and none of its episodes counts")
+                raise DemoError(f"{refused.what}; {deleted}", refused.exit_code) from None
             logs, log_errors = read(pods)
         follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too

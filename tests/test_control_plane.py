@@ -312,6 +312,30 @@ class QueueTest(ControlPlaneCase):
             result, demo.EXIT_CLUSTER, f"what pod {pod['metadata']['name']} of Job", "'istio-proxy' added", "deleted"
         )
 
+    def test_a_changed_pod_the_watch_never_showed_is_refused_from_the_listing(self) -> None:
+        """The pod watch lagged the Job's: no pod seen by the decision, so the pods come from the
+        listing, and are checked there (CI's end-to-end pass saw such a run exit 0)."""
+        self.set_timing(final_pods_grace_seconds=0.05)
+        batch = Batch(count=2)
+        plan = RunPlan(batch)
+        changed = batch.pod(batch.episodes[1])
+        changed["spec"]["containers"].append({"name": "istio-proxy", "image": "istio/proxyv2"})
+        pods = [batch.pod(batch.episodes[0]), changed]
+        calls = plan.run()[:5]
+        calls += [
+            plan.job_watch(),
+            plan.pod_watch(chunks=[]),
+            plan.cluster.get_list("pods,events", [*pods, *batch.events()]),
+            plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
+            plan.serviceaccount_watch(),
+        ]
+        result = self.run_plan(calls, "--quiet")
+        self.assert_fails(
+            result, demo.EXIT_CLUSTER, f"what pod {changed['metadata']['name']} of Job", "'istio-proxy' added", "deleted"
+        )
+        self.assertFalse(list(self.out().glob("*.log")))  # no log read of a Job refused
+        self.assertEqual(len(self.read_json("pods.json")["items"]), 2)  # the diagnostics first
+
     def test_template_changes_ignore_what_the_api_server_defaults(self) -> None:
         submitted = Batch().manifest()["spec"]["template"]["spec"]
         defaulted = copy.deepcopy(submitted)

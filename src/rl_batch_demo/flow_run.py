@@ -133,6 +133,7 @@ from .flow_job import (
     prepare_measured_image,
     read_kubelet_metrics,
     read_logs,
+    refuse_changed_pod,
     wait_for_job,
 )
 from .kubectl import Kubectl, WatchStream, concurrently, make_kubectl
@@ -1037,6 +1038,12 @@ class BatchRun:
             # as the watch last saw them
             write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
+            try:  # as the watch checks each pod it shows: one it did not show is checked here
+                for pod in pods:
+                    refuse_changed_pod(pod_spec, pod, f"{self.namespace}/{name}")
+            except JobRefused as refused:
+                deleted = self.delete_refused_job(name, "and none of its episodes counts")
+                raise DemoError(f"{refused.what}; {deleted}", refused.exit_code) from None
             logs, log_errors = read(pods)
         follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
