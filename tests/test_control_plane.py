@@ -330,9 +330,8 @@ class QueueTest(ControlPlaneCase):
             plan.serviceaccount_watch(),
         ]
         result = self.run_plan(calls, "--quiet")
-        self.assert_fails(
-            result, demo.EXIT_CLUSTER, f"what pod {changed['metadata']['name']} of Job", "'istio-proxy' added", "deleted"
-        )
+        name = changed["metadata"]["name"]
+        self.assert_fails(result, demo.EXIT_CLUSTER, f"what pod {name} of Job", "'istio-proxy' added", "deleted")
         self.assertFalse(list(self.out().glob("*.log")))  # no log read of a Job refused
         self.assertEqual(len(self.read_json("pods.json")["items"]), 2)  # the diagnostics first
 
