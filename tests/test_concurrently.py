@@ -323,7 +323,9 @@ class SecondProcessTest(unittest.TestCase):
         self.addCleanup(scratch.cleanup)
         marks = Path(scratch.name)
         root = Path(__file__).resolve().parents[1]
-        environment = {key: value for key, value in ENVIRONMENT.items() if key != concurrently.PROCESSES_ENV}
+        # the sample's own settings, not the suite's (RL_DEMO_TEST_THREADS=1 runs everything serially, no fork)
+        own = (concurrently.PROCESSES_ENV, concurrently.THREADS_ENV)
+        environment = {key: value for key, value in ENVIRONMENT.items() if key not in own}
         done = subprocess.run(
             [image_python(), "-c", FORK_SAMPLE, str(marks), mode],
             cwd=str(root), env=environment, capture_output=True, text=True, timeout=60, check=False,
