@@ -72,18 +72,28 @@ LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
 
 
 def time_help(repeats: int = 15) -> Dict[str, float]:
-    """Median wall time of `--help`, and of an interpreter that does nothing, for scale."""
+    """Median wall time of `--help`, and of an interpreter that does nothing, for scale; and of
+    `python3 -m rl_batch_demo --help` from a copy whose bytecode is cached, as `pip install .`
+    leaves it (pip compiles what it installs): Python never caches a script run by its path, so
+    `python3 rl_batch_demo.py` compiles the whole file each time."""
 
-    def median_of(argv: List[str]) -> float:
+    def median_of(argv: List[str], cwd: Optional[str] = None) -> float:
         samples = []
         for _ in range(repeats):
             started = time.perf_counter()
-            subprocess.run(argv, check=True, capture_output=True)
+            subprocess.run(argv, check=True, capture_output=True, cwd=cwd)
             samples.append(time.perf_counter() - started)
         return statistics.median(samples)
 
+    with tempfile.TemporaryDirectory(prefix="rl-bench-help-") as installed:
+        copy = Path(installed) / "rl_batch_demo.py"
+        shutil.copyfile(ROOT / "rl_batch_demo.py", copy)
+        subprocess.run([sys.executable, "-m", "py_compile", str(copy)], check=True)
+        # -m finds it in the working directory, as an installed module on sys.path
+        installed_seconds = median_of([sys.executable, "-m", "rl_batch_demo", "--help"], cwd=installed)
     return {
         "help_seconds": median_of([sys.executable, str(ROOT / "rl_batch_demo.py"), "--help"]),
+        "installed_help_seconds": installed_seconds,
         "bare_interpreter_seconds": median_of([sys.executable, "-c", "pass"]),
     }
 
@@ -1233,7 +1243,8 @@ def main() -> int:
     sizes = [int(size) for size in args.sizes.split(",") if size]
     help_figures = time_help()
     print(
-        f"--help: {help_figures['help_seconds'] * 1000:.0f} ms (bare interpreter: "
+        f"--help: {help_figures['help_seconds'] * 1000:.0f} ms as a script, "
+        f"{help_figures['installed_help_seconds'] * 1000:.0f} ms as installed (bytecode cached; bare interpreter: "
         f"{help_figures['bare_interpreter_seconds'] * 1000:.0f} ms) on {sys.version.split()[0]}"
     )
     print()
