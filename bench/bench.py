@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +66,7 @@ MAX_PARALLEL_EPISODES = 100
 PROCESS_BUDGET = 10  # kubectl processes of a 10-episode run (docs/call-plan.md)
 GUIDE_COUNT = 10
 EXTRA_SEED: List[Optional[int]] = [1]  # --only real-kubectl: the seed of the pairs' extra episode seconds
+PODS_CPUS: List[Optional[Set[int]]] = [None]  # --pods-core: the fake's controller and pods on a core of their own
 PODS_NICED = [True]  # --only real-kubectl: the fake's controller and pods at nice 19 (--pods-at-normal-priority)
 CLIENT_CPU: List[Optional[int]] = [None]  # --split-cores: the client's core (the cluster gets the others)
 LOG_BYTES = 10**9  # "1 GB" of log in the memory figure
@@ -652,7 +653,7 @@ def cluster_for(
         wrapper.chmod(0o755)
         home = scratch / f"{name}-home"
         home.mkdir()
-        with ApiCluster(cluster, pods_niced=PODS_NICED[0]) as server:
+        with ApiCluster(cluster, pods_niced=PODS_NICED[0], pods_cpus=PODS_CPUS[0]) as server:
             env = {"PATH": f"{folder}{os.pathsep}{os.defpath}", "HOME": str(home), "LANG": "C.UTF-8"}
             env["KUBECONFIG"] = str(server.kubeconfig(scratch / f"{name}-bin"))
             yield cluster, env, server
@@ -812,6 +813,7 @@ def side_by_side(guide: Path, repeats: int, scratch: Path, real_kubectl: bool = 
         "the real kubectl on PATH, a cold discovery cache each run, against an API server in front of a fresh "
         "fake cluster (tests/apicluster.py), its controller and pods "
         + ("at nice 19" if PODS_NICED[0] else "at the client's priority")
+        + (f" on core {sorted(PODS_CPUS[0])[0]}, the client and the server on the others" if PODS_CPUS[0] else "")
         if real_kubectl
         else "the fake kubectl on a fresh fake cluster"
     )
@@ -1216,6 +1218,12 @@ def main() -> int:
         help="with --only real-kubectl: the client on one core, the cluster (API server, controller, pods) on the rest",
     )
     parser.add_argument(
+        "--pods-core",
+        action="store_true",
+        help="with --only real-kubectl: the fake's controller and pods on the last core, the client and the API "
+        "server on the others (on a cluster the pods run on nodes of their own)",
+    )
+    parser.add_argument(
         "--pods-at-normal-priority",
         action="store_true",
         help="with --only real-kubectl: the fake's controller and pods at the client's own priority, not at nice 19",
@@ -1228,6 +1236,12 @@ def main() -> int:
             parser.error("--split-cores needs two cores at least")
         CLIENT_CPU[0] = cores[0]
         os.sched_setaffinity(0, set(cores[1:]))
+    if args.pods_core:  # the nodes' core apart: this process (the API server) and the client on the rest
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2 or args.split_cores:
+            parser.error("--pods-core needs two cores at least, and not --split-cores")
+        PODS_CPUS[0] = {cores[-1]}
+        os.sched_setaffinity(0, set(cores[:-1]))
     EXTRA_SEED[0] = None if args.no_extra_episode_seconds else args.seed
     if args.only == "cold-cache":
         cold_cache_forms(args.repeats, args.latency_ms / 1000)

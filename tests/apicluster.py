@@ -32,7 +32,7 @@ import subprocess
 import threading
 import time
 import types
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from tests.fakecluster import FakeCluster, fake_module
 from tests.recordingserver import GROUP_VERSIONS, Answer, Recorded, RecordingServer, status_answer
@@ -90,7 +90,7 @@ class ApiCluster(RecordingServer):
     """A RecordingServer whose routes answer from `cluster`'s store; a context manager, as its
     base. `kubeconfig(directory)` writes a kubeconfig that points the real kubectl at it."""
 
-    def __init__(self, cluster: FakeCluster, pods_niced: bool = False) -> None:
+    def __init__(self, cluster: FakeCluster, pods_niced: bool = False, pods_cpus: Optional[Set[int]] = None) -> None:
         super().__init__()
         self.cluster = cluster
         self.state = str(cluster.state_dir)
@@ -106,6 +106,9 @@ class ApiCluster(RecordingServer):
         # of the client a benchmark measures (bench/bench.py --only real-kubectl)
         nice = shutil.which("nice") if pods_niced else None
         self.nice = [nice, "-n", "19"] if nice else []
+        # `pods_cpus`: every create runs on these cores, which the controller and its pods inherit
+        # (bench/bench.py --pods-core: the nodes' cores apart from the client's and the server's)
+        self.pods_cpus = pods_cpus
         for prefix in (r"/api/(?P<gv>v1)", r"/apis/(?P<gv>[^/]+/[^/]+)"):
             self.route("GET", prefix + r"/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?", self.read)
             self.route("GET", prefix + r"/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?", self.read)
@@ -298,6 +301,7 @@ class ApiCluster(RecordingServer):
             argv = ["create", "-f", "-", "-o", "json", "--validate=false"]
             if match.groupdict().get("ns"):
                 argv.append(f"--namespace={match.group('ns')}")
+        cpus = self.pods_cpus
         done = subprocess.run(
             [*self.nice, str(self.cluster.bin_dir / "kubectl"), *argv],
             input=record.body,
@@ -305,6 +309,7 @@ class ApiCluster(RecordingServer):
             capture_output=True,
             timeout=60,
             check=False,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
         if done.returncode != 0:
             return self.refusal(done.stderr.decode("utf-8", "replace"))
