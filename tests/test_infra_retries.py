@@ -419,8 +419,12 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
 
     def test_a_preempted_pod_deleted_before_the_listing_is_still_an_attempt(self) -> None:
         """Preemption: DisruptionTarget and exit code 143 (SIGTERM); the Count rule comes first, so
-        the exit code does not fail the Job; the pod is gone by the listing, the watch saw it."""
-        cluster = self.cluster(faults={"episode": {"1": "preempt"}, **FAST_BACKOFF})
+        the exit code does not fail the Job; the pod is gone by the listing, the watch saw it.
+        Every pod runs on a second after its worker (episode_seconds): the preempted one exists
+        long enough for the pod watch to start under any load (a watch that starts after a pod
+        is gone never sees it, as on a cluster; CI's end-to-end pass once started it later than
+        the pod's 0.6 s), and its replacement ends long after it is gone."""
+        cluster = self.cluster(faults={"episode": {"1": "preempt"}, "episode_seconds": 1.0, **FAST_BACKOFF})
         self.run_tool(cluster, 0, "--count", "2", "--infra-retries", "1")
         results = self.results()
         row = next(row for row in results["pods"] if row["index"] == 1)
