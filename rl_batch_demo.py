@@ -9850,10 +9850,15 @@ class LogFollower:
         grace only until every pod of it that ended has printed its end line (what the round
         keeps is then whole), not until its stream ends.
 
-        `complete`: the Job completed, so every pod has ended and none is deleted before the Job:
-        what started but was never followed (a pod watch that lagged the Job's) is left to the
-        reads after the decision, one `logs -l` with the pods never seen started, not a
-        process more (read_logs; CI saw a late `logs -f` of one pod and nine `logs POD`)."""
+        `complete`: the Job completed, so every pod has ended (the job controller declares
+        Complete only with no active pod: pkg/controller/job/job_controller.go syncJob,
+        `complete = succeeded >= completions && active == 0`) and none is deleted before the Job
+        (a terminated pod stays until the garbage collector deletes it with its Job, or podgc's
+        threshold of 12,500 terminated pods): what started but was never followed (a pod watch
+        that lagged the Job's) is left to the reads after the decision, one `logs -l` with the
+        pods never seen started, not a process more (read_logs; CI saw a late `logs -f` of one
+        pod and nine `logs POD`). A Job that failed deletes its active pods with their logs
+        (syncJob's deleteActivePods): there, what started is followed at once, as before."""
         with self.lock:
             self.closed = True
             if self.waiting and not complete:
@@ -11063,19 +11068,21 @@ class BatchRun:
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
-            pods = split_pods_and_events(listing, job)[0]
+            listed = pods = split_pods_and_events(listing, job)[0]
             if completed_beyond:  # the pods the watch had not shown ended, as listed now
                 pods = keep_first(pods)
             # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
             # as the watch last saw them
             write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
-            try:  # as the watch checks each pod it shows: one it did not show is checked here
-                for pod in pods:
+            try:  # as the watch checks each pod it shows: one it did not show is checked here,
+                # every pod listed (those --stop-after leaves out too)
+                for pod in listed:
                     refuse_changed_pod(pod_spec, pod, f"{self.namespace}/{name}")
             except JobRefused as refused:
                 deleted = self.delete_refused_job(name, "and none of its episodes counts")
-                raise DemoError(f"{refused.what}; {deleted}", refused.exit_code) from None
+                where = f"inspect {round_dir / 'pods.json'} and events.txt"
+                raise DemoError(f"{refused.what}; {deleted}; {where}", refused.exit_code) from None
             logs, log_errors = read(pods)
         follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too

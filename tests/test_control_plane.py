@@ -331,7 +331,9 @@ class QueueTest(ControlPlaneCase):
         ]
         result = self.run_plan(calls, "--quiet")
         name = changed["metadata"]["name"]
-        self.assert_fails(result, demo.EXIT_CLUSTER, f"what pod {name} of Job", "'istio-proxy' added", "deleted")
+        self.assert_fails(
+            result, demo.EXIT_CLUSTER, f"what pod {name} of Job", "'istio-proxy' added", "deleted", "pods.json"
+        )
         self.assertFalse(list(self.out().glob("*.log")))  # no log read of a Job refused
         self.assertEqual(len(self.read_json("pods.json")["items"]), 2)  # the diagnostics first
 

@@ -696,10 +696,15 @@ class LogFollower:
         grace only until every pod of it that ended has printed its end line (what the round
         keeps is then whole), not until its stream ends.
 
-        `complete`: the Job completed, so every pod has ended and none is deleted before the Job:
-        what started but was never followed (a pod watch that lagged the Job's) is left to the
-        reads after the decision, one `logs -l` with the pods never seen started, not a
-        process more (read_logs; CI saw a late `logs -f` of one pod and nine `logs POD`)."""
+        `complete`: the Job completed, so every pod has ended (the job controller declares
+        Complete only with no active pod: pkg/controller/job/job_controller.go syncJob,
+        `complete = succeeded >= completions && active == 0`) and none is deleted before the Job
+        (a terminated pod stays until the garbage collector deletes it with its Job, or podgc's
+        threshold of 12,500 terminated pods): what started but was never followed (a pod watch
+        that lagged the Job's) is left to the reads after the decision, one `logs -l` with the
+        pods never seen started, not a process more (read_logs; CI saw a late `logs -f` of one
+        pod and nine `logs POD`). A Job that failed deletes its active pods with their logs
+        (syncJob's deleteActivePods): there, what started is followed at once, as before."""
         with self.lock:
             self.closed = True
             if self.waiting and not complete:

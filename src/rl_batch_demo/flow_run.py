@@ -1031,19 +1031,21 @@ class BatchRun:
             )
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
-            pods = split_pods_and_events(listing, job)[0]
+            listed = pods = split_pods_and_events(listing, job)[0]
             if completed_beyond:  # the pods the watch had not shown ended, as listed now
                 pods = keep_first(pods)
             # pods.json: every pod the Job had, those deleted since (a failed Job's stopped pods)
             # as the watch last saw them
             write_pods(round_dir, with_watched_pods(pods, observation, job), budgets)
             events = save_events(listing)
-            try:  # as the watch checks each pod it shows: one it did not show is checked here
-                for pod in pods:
+            try:  # as the watch checks each pod it shows: one it did not show is checked here,
+                # every pod listed (those --stop-after leaves out too)
+                for pod in listed:
                     refuse_changed_pod(pod_spec, pod, f"{self.namespace}/{name}")
             except JobRefused as refused:
                 deleted = self.delete_refused_job(name, "and none of its episodes counts")
-                raise DemoError(f"{refused.what}; {deleted}", refused.exit_code) from None
+                where = f"inspect {round_dir / 'pods.json'} and events.txt"
+                raise DemoError(f"{refused.what}; {deleted}; {where}", refused.exit_code) from None
             logs, log_errors = read(pods)
         follower.raise_failure()  # a disk the followed logs filled: after pods.json and events.txt
         saved_logs: Dict[str, Optional[PodLog]] = {**followed, **logs}  # on disk, the followed ones too
