@@ -903,7 +903,10 @@ FAST = demo.Timing(
     watch_tick_seconds=0.01,
     poll_interval=0.01,
     blocked_check_seconds=30.0,  # never within a test, unless a test asks for it
-    final_pods_grace_seconds=0.5,  # ends once the watched pods prove final: waited out only when they never do
+    # Ends once the watched pods prove final; a test whose pods never do sets its own. Long, so a
+    # loaded host's pod stream read late never turns a planned path into the listing (CI once
+    # read the Complete, then the pods' last events more than 0.5 s later).
+    final_pods_grace_seconds=5.0,
     serviceaccount_wait_seconds=2.0,  # waited out only when a test plans no account
     cleanup_first_poll=0.0,
     cleanup_max_poll=0.0,

@@ -166,6 +166,7 @@ class DecisionTest(ControlPlaneCase):
         self.assertIsNotNone(results["client_observed_complete_at"])
 
     def test_failure_target_past_the_deadline_is_the_deadline(self) -> None:
+        self.set_timing(final_pods_grace_seconds=0.5)  # waited out: the watched pods never settle here
         batch = Batch(count=2)
         plan = RunPlan(batch)
         stuck = batch.episodes[0]

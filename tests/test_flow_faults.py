@@ -215,6 +215,7 @@ class EpisodeFaultTest(FaultTestCase):
         self.assertEqual(self.results()["reward_sum"], 2)
 
     def test_job_deadline_exceeded(self) -> None:
+        self.set_timing(final_pods_grace_seconds=0.5)  # waited out: the watched pods never settle here
         batch = Batch(count=2)
         plan = RunPlan(batch)
         stuck = batch.episodes[0]
@@ -643,6 +644,7 @@ class WatchedStateTest(FaultTestCase):
     def test_a_pod_event_of_an_unexpected_shape_is_ignored_and_the_pods_are_listed(self) -> None:
         """Issue 27: a pod whose status is a list on the pod watch (no API server sends one): the
         event is ignored, never a traceback, and the pods' final state comes from a listing."""
+        self.set_timing(final_pods_grace_seconds=0.5)  # waited out: the watched pods never settle here
         plan = RunPlan(Batch(count=2))
         batch = plan.batch
         odd = copy.deepcopy(batch.pod(batch.episodes[1]))

@@ -506,6 +506,7 @@ class StreamedRunTest(CallPlanTestCase):
         the pods and keeps exactly two: the one with a line, then the earliest of the rest to end
         (by its container's finishedAt); the two others are stopped, with no line and in no
         figure. Before, every listed pod was validated: results.json held 4 of --stop-after 2."""
+        self.set_timing(final_pods_grace_seconds=0.5)  # waited out: the watched pods never settle here
         batch = Batch(count=4)
         end_in_order(batch, [1, 3, 0, 2])
         plan = RunPlan(batch)
