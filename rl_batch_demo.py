@@ -11258,22 +11258,53 @@ class BatchRun:
 
 
 def _wait_until_absent(
-    kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float
+    kubectl: Kubectl, kind: str, name: str, namespace: Optional[str], seconds: float, uid: Optional[str] = None
 ) -> Optional[KubeObject]:
     """None once the object is gone, else its last state when the wait ran out.
 
-    Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long
-    one costs no more than one kubectl call every 2 s."""
+    Polls at 0.25 s, doubling up to 2 s: most deletions finish within a second, and a long one
+    costs no more than one kubectl call every 2 s. Once the first poll shows it still there, a
+    watch of its name (one process) ends the wait at its DELETED event (of `uid`, when known),
+    so the end is seen when it comes, not at the next poll: a trainer's step that cleans up waits
+    for the deletion, not for the schedule. The polls stay the proof that needs no watch: an
+    object gone before the watch's first listing shows no event, and a watch that is denied
+    (list and watch namespaces are cluster-wide rights) or ends leaves the polls alone."""
     deadline = time.monotonic() + seconds
     interval = kubectl.timing.cleanup_first_poll
-    while True:
-        live = kubectl.get(kind, name, namespace)
-        if live is None:
-            return None
-        if time.monotonic() >= deadline:
-            return live
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
+    plural = {"job": "jobs", "namespace": "namespaces"}[kind]
+    events: queue.Queue[Any] = queue.Queue()
+    stream: Optional[WatchStream] = None
+    watching = False
+    try:
+        while True:
+            live = kubectl.get(kind, name, namespace)
+            if live is None:
+                return None
+            if time.monotonic() >= deadline:
+                return live
+            if stream is None:
+                by_name = [plural, "--field-selector", f"metadata.name={name}"]
+                stream = kubectl.watch(kind, by_name, namespace or "", events, max(1.0, deadline - time.monotonic()))
+                watching = True
+            pause = min(interval, max(0.0, deadline - time.monotonic()))
+            if watching:
+                pause_ends = time.monotonic() + pause
+                while watching:
+                    try:
+                        event = events.get(timeout=max(0.0, pause_ends - time.monotonic()))[3]
+                    except queue.Empty:
+                        break
+                    if event is None:  # the watch ended (denied, or its request's time): the polls go on
+                        watching = False
+                        time.sleep(max(0.0, pause_ends - time.monotonic()))
+                    elif event.get("type") == "DELETED" and uid in (None, dig(event, "object", "metadata", "uid")):
+                        return None
+            else:
+                time.sleep(pause)
+            interval = min(interval * 2, kubectl.timing.cleanup_max_poll)
+    finally:
+        if stream is not None:
+            stream.end()
 
 
 def job_pod_count(job: Optional[KubeObject]) -> int:
@@ -11377,7 +11408,8 @@ def cleanup_run(
             say(f"Job {namespace}/{name} is already gone")
             continue
         job_wait = cleanup_wait_seconds(wait_seconds, pods[name])
-        remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait)
+        job_uid = dig(live_jobs.get(name) or {}, "metadata", "uid")
+        remaining = _wait_until_absent(kubectl, "job", name, namespace, job_wait, job_uid)
         if remaining is not None:
             stuck = _stuck_on_lost_nodes(kubectl, remaining, namespace)
             raise DemoError(
@@ -11391,7 +11423,7 @@ def cleanup_run(
         say(f"deleted LocalQueue {namespace}/{plan.local_queue}")
     kubectl.run(["delete", "namespace", namespace, "--wait=false"])
     namespace_wait = cleanup_wait_seconds(wait_seconds, sum(pods.values()))
-    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait)
+    remaining = _wait_until_absent(kubectl, "namespace", namespace, None, namespace_wait, receipt.get("uid"))
     if remaining is not None:
         raise DemoError(
             f"namespace {namespace} is still Terminating after {namespace_wait:g} s "

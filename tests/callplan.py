@@ -324,7 +324,15 @@ class Cluster:
             return Call(argv, exit=1, stderr=missing)
         return Call(argv, stdout=json.dumps(answer))
 
-    def watch(self, args: Sequence[str], chunks: Sequence[Chunk], seconds: int, name: str, hold: bool = True) -> Call:
+    def watch(
+        self,
+        args: Sequence[str],
+        chunks: Sequence[Chunk],
+        seconds: int,
+        name: str,
+        hold: bool = True,
+        namespace: Optional[str] = NAMESPACE,
+    ) -> Call:
         argv = self.args(
             "get",
             *args,
@@ -332,7 +340,7 @@ class Cluster:
             "json",
             "--output-watch-events",
             "--watch",
-            namespace=NAMESPACE,
+            namespace=namespace,
             request_timeout=f"{seconds}s",
         )
         return Call(argv, chunks=tuple(chunks), hold=hold, name=name, counts_down=True)
@@ -486,6 +494,16 @@ class RunPlan:
     def get_job(self, answer: Optional[Dict[str, Any]], batch: Optional[Batch] = None) -> Call:
         batch = batch or self.batch
         return self.cluster.get("job", batch.job_name, answer, NAMESPACE)
+
+    def deletion_watch(
+        self, kind: str, name: str, seconds: int, chunks: Sequence[Chunk] = (), hold: bool = True
+    ) -> Call:
+        """cleanup's watch of what it deleted (`job` or `namespace`), started once a poll shows it
+        still there; its --request-timeout is what is left of the wait (`seconds`, or fewer)."""
+        plural = {"job": "jobs", "namespace": "namespaces"}[kind]
+        namespace = NAMESPACE if kind == "job" else None
+        by_name = [plural, "--field-selector", f"metadata.name={name}"]
+        return self.cluster.watch(by_name, chunks, seconds, f"gone-{kind}-{name}", hold=hold, namespace=namespace)
 
     # -- waiting ------------------------------------------------------------------------
 

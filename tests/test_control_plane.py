@@ -15,7 +15,7 @@ import shutil
 import time
 import unittest
 import unittest.mock
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import rl_batch_demo as demo
 from tests.callplan import (
@@ -27,7 +27,7 @@ from tests.callplan import (
     RunPlan,
     watch_event,
 )
-from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, Batch, node_object, stamp
+from tests.clusterobjects import JOB_CREATED_AT, NAMESPACE, Batch, namespace_object, node_object, stamp
 from tests.test_run import ClusterTestCase
 from tests.tiers import end_to_end
 
@@ -383,6 +383,9 @@ class CleanupWaitTest(CallPlanTestCase):
             plan.get_job(plan.batch.job_complete()),
             plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
             still_there,
+            # its watch ends at once having shown it there (a proxy that cuts long requests): the
+            # polls alone, on the tool's schedule, which the clock below makes take no time
+            plan.deletion_watch("job", "rollout", 3, [watch_event("ADDED", plan.batch.job_complete())], hold=False),
             # what holds it: its pods (none stuck on a node that stopped answering here)
             plan.cluster.get_list("pods", plan.batch.pods(), flags=["-l", plan.batch.selector]),
         )
@@ -394,6 +397,63 @@ class CleanupWaitTest(CallPlanTestCase):
         self.assertNotIn("stuck Terminating", line)
         self.assertTrue(clock.seconds)  # waited on the clock: polls take real time, waits none
         self.assertLessEqual(sum(clock.seconds), 2.5)
+
+    def cleanup_plan(
+        self, plan: RunPlan, *job_gone: Call, namespace_gone: Sequence[Call] = (), namespace_there: bool = True
+    ) -> List[Call]:
+        """cleanup after a run: ownership reads, the Job deleted and seen there once, then
+        `job_gone`; the namespace deleted and seen there once (or gone at once), then `namespace_gone`."""
+        job = plan.batch.job_complete()
+        return [
+            plan.cluster.config_view(bound=True),
+            plan.get_namespace(),
+            plan.get_job(job),
+            plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
+            plan.get_job(job),
+            *job_gone,
+            plan.cluster.delete("namespace", NAMESPACE, "--wait=false"),
+            plan.get_namespace(present=namespace_there),
+            *namespace_gone,
+        ]
+
+    def test_a_deletion_is_seen_on_its_watch_without_another_poll(self) -> None:
+        """Each object still there at the first poll is watched by name: its DELETED event ends
+        the wait (a trainer's step that cleans up waits for the deletion, not for the polls'
+        0.25 s doubling). No second poll is planned: one would be an unexpected call."""
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        job, namespace = plan.batch.job_complete(), namespace_object()
+        job_gone = watch_event("DELETED", job, delay=0.05)
+        namespace_gone = watch_event("DELETED", dict(namespace, status={"phase": "Terminating"}), delay=0.05)
+        self.expect(
+            *self.cleanup_plan(
+                plan,
+                plan.deletion_watch("job", "rollout", 121, [watch_event("ADDED", job), job_gone], hold=True),
+                namespace_gone=[plan.deletion_watch("namespace", NAMESPACE, 121, [namespace_gone], hold=True)],
+            )
+        )
+        self.set_timing(cleanup_first_poll=0.25, cleanup_max_poll=2.0)  # the tool's own schedule
+        result = self.tool("cleanup", "--output", str(self.out()))
+        self.assertEqual(result.code, 0, result)
+        self.assertIn(f"deleted Job {NAMESPACE}/rollout and its pods", result.stdout)
+        self.assertIn(f"deleted namespace {NAMESPACE}", result.stdout)
+
+    def test_a_deletion_of_another_object_of_that_name_does_not_end_the_wait(self) -> None:
+        """The watch's DELETED counts only with the deleted object's UID (from the ownership
+        read): another Job of that name (deleted and made again meanwhile) is not this one, so
+        the polls go on, and the one planned after it shows the Job gone."""
+        plan = RunPlan(Batch(count=2))
+        self.expect(*plan.run())
+        self.run_ok("run", "--count", "2", "--output", str(self.out()), "--quiet")
+        other = copy.deepcopy(plan.batch.job_complete())
+        other["metadata"]["uid"] = "00000000-0000-4000-8000-00000000beef"
+        watch = plan.deletion_watch("job", "rollout", 121, [watch_event("DELETED", other)], hold=True)
+        self.expect(*self.cleanup_plan(plan, watch, plan.get_job(None), namespace_there=False))
+        self.set_timing(cleanup_first_poll=0.05, cleanup_max_poll=0.05)  # the second poll soon
+        result = self.tool("cleanup", "--output", str(self.out()))
+        self.assertEqual(result.code, 0, result)
+        self.assertIn(f"deleted Job {NAMESPACE}/rollout and its pods", result.stdout)
 
     def test_a_pod_stuck_terminating_on_a_node_that_stopped_answering_is_named(self) -> None:
         plan = RunPlan(Batch(count=2))
@@ -418,6 +478,7 @@ class CleanupWaitTest(CallPlanTestCase):
             plan.get_job(plan.batch.job_complete()),
             plan.cluster.delete("job", "rollout", "--cascade=foreground", "--wait=false", namespace=NAMESPACE),
             still_there,
+            plan.deletion_watch("job", "rollout", 2, [watch_event("ADDED", plan.batch.job_complete())], hold=False),
             plan.cluster.get_list("pods", stuck, flags=["-l", plan.batch.selector]),
             plan.cluster.get("node", "node-a", lost, namespace=None),
         )
