@@ -114,6 +114,8 @@ class ApiCluster(RecordingServer):
             self.route("GET", prefix + r"/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?", self.read)
             self.route("POST", prefix + r"/(?P<res>[^/]+)", self.create)
             self.route("POST", prefix + r"/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)", self.create)
+            self.route("DELETE", prefix + r"/(?P<res>[^/]+)/(?P<name>[^/]+)", self.delete)
+            self.route("DELETE", prefix + r"/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)/(?P<name>[^/]+)", self.delete)
         self.route("GET", r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log", self.log)
 
     def __exit__(self, *exc: Any) -> None:
@@ -314,6 +316,43 @@ class ApiCluster(RecordingServer):
         if done.returncode != 0:
             return self.refusal(done.stderr.decode("utf-8", "replace"))
         return Answer(201, done.stdout)
+
+    def delete(self, record: Recorded, match: re.Match[str]) -> Answer:
+        """A delete, through the fake kubectl's own (`delete KIND NAME --wait=false`; a Job's with
+        the body's propagationPolicy, which cleanup sends as Foreground): the object as it stays
+        while it goes (a Job's foreground deletion, a namespace Terminating), or a Status once gone,
+        as the API server answers (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/delete.go)."""
+        found = self.kind_of(match)
+        if found is None:
+            return status_answer(404, "NotFound", "the server could not find the requested resource")
+        kind, namespaced = found
+        namespace, name = match.groupdict().get("ns"), match.group("name")
+        if namespaced != (namespace is not None):
+            return status_answer(404, "NotFound", "the server could not find the requested resource")
+        argv = ["delete", match.group("res"), name, "--wait=false"]
+        try:
+            options = json.loads(record.body or b"{}")
+        except ValueError:
+            return status_answer(400, "BadRequest", "the body is not JSON DeleteOptions")
+        policy = str(options.get("propagationPolicy") or "Background").lower() if isinstance(options, dict) else ""
+        if kind == "Job":
+            argv.append(f"--cascade={policy}")
+        if namespace:
+            argv.append(f"--namespace={namespace}")
+        done = subprocess.run(
+            [str(self.cluster.bin_dir / "kubectl"), *argv],
+            env=self.cluster.env(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            return self.refusal(done.stderr.decode("utf-8", "replace"))
+        left = self.store.get(kind, namespace, name)
+        if left is not None:
+            return Answer(200, left)
+        gone = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+        return Answer(200, dict(gone, details={"name": name, "kind": match.group("res")}))
 
     @staticmethod
     def refusal(stderr: str) -> Answer:

@@ -1824,6 +1824,25 @@ class WholeRunContract(unittest.TestCase):
                     self.assertEqual(done.returncode, 0, done.stderr)
                     refused = [r for r in server.taken() if (r.status or 0) >= 400]
                     self.assertEqual(refused, [], "requests the API server refused")
+                    # then cleanup: its reads, and the watches of what it deleted (by name, the
+                    # namespace's cluster-wide), as this kubectl makes them
+                    argv = ["cleanup", "--kubectl", binary.path, "--output", str(out)]
+                    cleaned = subprocess.run(
+                        tool_command(*argv),
+                        cwd=directory,
+                        env=tool_environment(env),
+                        capture_output=True,
+                        text=True,
+                        timeout=300,
+                        check=False,
+                    )
+                    self.assertEqual(cleaned.returncode, 0, cleaned.stderr)
+                    self.assertIn("deleted namespace", cleaned.stdout)
+                    taken = server.taken()
+                    gone = [r for r in taken if r.status == 404 and r.method == "GET" and "watch" not in r.query]
+                    refused = [r for r in taken if (r.status or 0) >= 400 and r not in gone]
+                    self.assertEqual(refused, [], "requests the API server refused (a read of what is gone aside)")
+                    self.assertTrue(gone, "cleanup never read the Job or the namespace gone")
             finally:
                 cluster.close()
             results = json.loads((out / "results.json").read_text())
