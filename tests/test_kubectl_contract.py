@@ -1811,31 +1811,25 @@ class WholeRunContract(unittest.TestCase):
                     env = kubectl_environment(str(root / "home"))
                     env["KUBECONFIG"] = str(server.kubeconfig(root))
                     out = root / "out"
-                    argv = ["run", "--count", "2", "--kubectl", binary.path, "--output", str(out), "--quiet"]
-                    done = subprocess.run(
-                        tool_command(*argv),
-                        cwd=directory,
-                        env=tool_environment(env),
-                        capture_output=True,
-                        text=True,
-                        timeout=300,
-                        check=False,
-                    )
+
+                    def tool(*argv: str) -> subprocess.CompletedProcess[str]:
+                        return subprocess.run(
+                            tool_command(*argv, "--kubectl", binary.path, "--output", str(out)),
+                            cwd=directory,
+                            env=tool_environment(env),
+                            capture_output=True,
+                            text=True,
+                            timeout=300,
+                            check=False,
+                        )
+
+                    done = tool("run", "--count", "2", "--quiet")
                     self.assertEqual(done.returncode, 0, done.stderr)
                     refused = [r for r in server.taken() if (r.status or 0) >= 400]
                     self.assertEqual(refused, [], "requests the API server refused")
                     # then cleanup: its reads, and the watches of what it deleted (by name, the
                     # namespace's cluster-wide), as this kubectl makes them
-                    argv = ["cleanup", "--kubectl", binary.path, "--output", str(out)]
-                    cleaned = subprocess.run(
-                        tool_command(*argv),
-                        cwd=directory,
-                        env=tool_environment(env),
-                        capture_output=True,
-                        text=True,
-                        timeout=300,
-                        check=False,
-                    )
+                    cleaned = tool("cleanup")
                     self.assertEqual(cleaned.returncode, 0, cleaned.stderr)
                     self.assertIn("deleted namespace", cleaned.stdout)
                     taken = server.taken()
