@@ -45,6 +45,9 @@ Faults (``faults=`` or ``set_faults``; passed to kubectl in env
     kubelet evicts the pod over its own ephemeral-storage limit: no DisruptionTarget) and
     ``disk_pressure_own`` (the node ran low on disk and the message names the episode container's
     use over its request: DisruptionTarget), both from pkg/kubelet/eviction/eviction_manager.go.
+``pods_wait_for_pod_watch``: SECONDS at most: no container starts before a watch of the
+    namespace's pods has printed its list, the order of a real cluster, where a pod's sandbox
+    takes seconds to start and a watch a fraction of one (controller.waiting_for_pod_watch).
 ``no_pod_failure_policy``: the API server drops ``spec.podFailurePolicy`` (its gate off).
 ``pod_failure_backoff_seconds``: the job controller's first backoff before it replaces a failed
     pod of an index (default 10 s, as the real one's; doubled for each further failure).

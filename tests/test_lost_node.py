@@ -17,7 +17,9 @@ from tests.test_run import run_script
 from tests.test_sources_e2e import SourcesTestCase
 from tests.tiers import end_to_end
 
-FAST_BACKOFF = {"pod_failure_backoff_seconds": 0.2}
+# a quick replacement; and the pods start once the pod watch has listed, as on a real cluster: on a
+# loaded machine the fake's lost pod was otherwise gone before the watch could prove it lost (CI)
+FAST_BACKOFF = {"pod_failure_backoff_seconds": 0.2, "pods_wait_for_pod_watch": 30}
 
 
 def pod(phase: str = "Running", ready: str = "False", running: bool = True, **extra: Any) -> Dict[str, Any]:

@@ -203,6 +203,9 @@ class RunEndToEndTest(ClusterTestCase):
         return results
 
     def test_parallel_ten(self) -> None:
+        # the pods start once the pod watch has listed, as on a real cluster: on a loaded machine
+        # the fake's pods could otherwise end before the watch showed them (CI saw no followed read)
+        self.cluster.set_faults({"pods_wait_for_pod_watch": 30})
         result = self.run_ok("run", "--count", "10", "--output", "out")
         self.check_run_against_the_fake(10, 10)
         namespace = self.receipt()["namespace"]

@@ -98,14 +98,15 @@ class WatchEndTest(unittest.TestCase):
         record = kubectl._record(argv, time.monotonic(), watch=True)
         sink: queue.Queue[Any] = queue.Queue()
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        watch = demo.WatchStream("job", process, sink, record, closing=kubectl.closing)
+        # a grace before SIGKILL far beyond the 0.4 s: on CI's loaded machine 5 s was not enough
+        watch = demo.WatchStream("job", process, sink, record, closing=kubectl.closing, end_seconds=60)
         self.addCleanup(lambda: process.poll() is None and process.kill())
         self.assertEqual(sink.get(timeout=30)[3], {"type": "ADDED", "object": {}})  # running, its handler set
         asked = time.monotonic()
         watch.end()
         self.assertLess(time.monotonic() - asked, 0.3)  # not the 0.4 s the process takes to end
         self.assertNotIn("exit", record)
-        kubectl.wait_for_ended_watches()
+        kubectl.wait_for_ended_watches(seconds=120)
         self.assertGreaterEqual(time.monotonic() - asked, 0.4)
         self.assertEqual(record["exit"], 3)
         self.assertLess(record["seconds"], time.monotonic() - watch.started)  # until asked to end, not until it did

@@ -53,8 +53,10 @@ class WatchStream:
         record: Dict[str, Any],
         on_close: Callable[[], None] = lambda: None,
         closing: Optional[List[threading.Thread]] = None,
+        end_seconds: float = 5.0,
     ) -> None:
         self.tag = tag
+        self.end_seconds = end_seconds  # close(): the SIGTERM's grace before SIGKILL
         self.process = process
         self.sink = sink
         self.record = record  # its entry in kubectl-calls.json, completed by close()
@@ -128,7 +130,7 @@ class WatchStream:
         self.stop()
         if self.process.poll() is None:
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=self.end_seconds)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -359,10 +361,11 @@ class Kubectl:
                 self.children.discard(process)
         return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
-    def wait_for_ended_watches(self) -> None:
-        """Until every watch ended with WatchStream.end has ended, its record complete."""
+    def wait_for_ended_watches(self, seconds: float = 10.0) -> None:
+        """Until every watch ended with WatchStream.end has ended, its record complete (each
+        given `seconds`: a stream's close() is bounded by its SIGKILL after 5 s)."""
         for thread in list(self.closing):
-            thread.join(timeout=10)
+            thread.join(timeout=seconds)
 
     def stop_children(self) -> None:
         """End every kubectl still running (calls made at once in other threads, streams), so an

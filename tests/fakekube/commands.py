@@ -731,6 +731,8 @@ def watch_objects(
     for key in sorted(seen, key=lambda k: seen[k]["metadata"]["name"]):
         if not first_event_dropped:
             emit("ADDED", seen[key])
+    if rt.kind == "Pod" and ns is not None:  # its list is out: fault pods_wait_for_pod_watch's gate
+        mark_pod_watch(inv.state, ns)
     if inv.faults.get("watch_ends_early"):
         return 0
     garbage = (inv.faults.get("watch_garbage") or {}).get(rt.resource)
@@ -758,6 +760,13 @@ def watch_objects(
         changes = watch_changes(follower, seen, current, due_done)
         for kind, obj in changes:
             emit(kind, obj)
+
+
+def mark_pod_watch(state: str, namespace: str) -> None:
+    """A watch of the namespace's pods has printed its list (the controller's fault
+    pods_wait_for_pod_watch starts no container before it)."""
+    os.makedirs(os.path.join(state, "pod_watches"), exist_ok=True)
+    open(os.path.join(state, "pod_watches", namespace), "w").close()
 
 
 def watch_changes(

@@ -1044,9 +1044,24 @@ class JobController:
         self.rr += 1
         return choice, None
 
+    def waiting_for_pod_watch(self, now: float) -> bool:
+        """Fault ``pods_wait_for_pod_watch``: SECONDS: no container starts until a watch of the
+        namespace's pods has printed its list, or SECONDS after this controller started. A real
+        pod takes seconds from its Job's create to its container's start (scheduling, the
+        sandbox, the image), far longer than a client's watch takes to open; the fake starts a
+        container within milliseconds, so on a loaded machine a pod could end before the client's
+        watch had listed it. Tests whose point is what the watch shows (the logs followed while
+        the pods run, a lost pod proven lost) keep the real order with it."""
+        limit = self.faults.get("pods_wait_for_pod_watch")
+        if not limit or now - self.started > float(limit):
+            return False
+        return not os.path.exists(os.path.join(self.state, "pod_watches", self.ns))
+
     def start(self, sim: PodSim, now: float) -> None:
         if self.faults.get("sandbox_kernel") and now < int(sim.created_at) + SANDBOX_BOOT_AFTER + 0.1:
             return  # the sandbox's own kernel is still booting
+        if self.waiting_for_pod_watch(now):
+            return
         pod = self.view.get("Pod", self.ns, sim.name)
         if pod is None:
             sim.stage, sim.outcome = "done", "Failed"

@@ -44,6 +44,7 @@ FAULT_KEYS = {
     "admission",
     "termination_grace_seconds",
     "stand_in_worker",
+    "pods_wait_for_pod_watch",  # seconds at most: no container starts before a pod watch has listed
     "stand_in_artifacts",
     "no_pod_index_label",  # a job controller before 1.28: an Indexed Job's pods lack the index label
     "mixed_digests",
