@@ -381,12 +381,11 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
         self.assertEqual(job["status"]["failed"], 1)  # Count: the lost pod counts against backoffLimitPerIndex
         self.assertEqual(job["spec"]["podReplacementPolicy"], "Failed")
 
-    def test_a_pod_evicted_mid_frame_leaves_no_artifact_and_costs_at_most_one_read_more(self) -> None:
+    def test_a_pod_evicted_mid_frame_leaves_no_artifact_and_the_reads_go_on_past_it(self) -> None:
         """The kubelet killed the evicted worker inside its first artifact frame: the selector
         read still matches that pod (its replacement shares its index), so its cut frame and any
         error are ignored; the replacement's artifacts are saved whole. The pod kubectl printed
-        right after the cut line has its first line glued onto it and is read again alone: one
-        `logs` process more at most."""
+        right after the cut line has its first line glued onto it and is read again."""
         cluster = self.cluster(faults={"episode": {"1": "evict"}, **FAST_BACKOFF})
         self.run_tool(cluster, 0, "--count", "3", "--infra-retries", "1")
         results = self.results()
@@ -399,13 +398,18 @@ class RetriesThroughTheFakeTest(SourcesTestCase):
             names = sorted(entry["name"] for entry in row["artifacts"])
             self.assertEqual(names, ["patch.diff", "tests-output.txt"], row["pod"])
         # followed reads (as many as the pods' starts were apart: the first pods', then the
-        # replacement's), every one going on past the cut pod; one `logs POD` more at most
+        # replacement's), every one going on past the cut pod
         reads = [argv for argv in cluster.calls() if "logs" in argv]
         selector_reads = [argv for argv in reads if "-l" in argv]
-        self.assertTrue(all("--ignore-errors" in read and "-f" in read for read in selector_reads), reads)
-        # How many pods are then read again alone by name depends on when each followed stream ended
-        # against the pods' watch (seen 1 and 2 in CI): not bounded here; the budget figures are bench.py's.
-        self.assertTrue(all("--ignore-errors" in read or "-l" not in read for read in reads), reads)
+        self.assertIn("-f", selector_reads[0], reads)
+        self.assertIn("job-completion-index in (0,1,2)", selector_reads[0][selector_reads[0].index("-l") + 1], reads)
+        # How many pods are then read again depends on when each followed stream ended against the
+        # pods' watch (the pod whose first line was glued onto the cut one, the replacement if its
+        # read began before it started): one by name, or several by one `logs -l` of their indexes
+        # without -f, as docs/how-a-run-works.md says (seen 1 and 2 in CI, and that listing 2 in 5
+        # runs on an idle host): not bounded here; the budget figures are bench.py's. Every read of
+        # a selector goes on past a pod's error, whichever it is.
+        self.assertTrue(all("--ignore-errors" in read for read in selector_reads), reads)
 
     def test_a_pod_evicted_mid_frame_without_retries_fails_the_run_with_its_cut_log_saved(self) -> None:
         cluster = self.cluster(faults={"episode": {"0": "evict"}, **FAST_BACKOFF})
