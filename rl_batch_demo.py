@@ -2029,8 +2029,8 @@ def configmap_manifest(
     tasks: Optional[Sequence[JsonObject]] = None,
     launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
-    one object."""
+    """The worker (the built-in one unless --worker), with --worker its launcher, and with
+    --tasks every task: one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -2219,9 +2219,11 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS;
-                # it needs the standard library alone, so it skips the image's site-packages and
-                # their .pth files (-S), a cost each pod paid before its worker started
+                # --worker's pods start the launcher: it runs the worker, then sends what it left
+                # under RL_DEMO_ARTIFACTS; it needs the standard library alone, so it skips the
+                # image's site-packages and their .pth files (-S). The built-in worker sends its
+                # own files and prints the log's end line, so it is the command itself: one
+                # interpreter a pod fewer (measured in docs/benchmark.md)
                 "command": ["python", "-B", *(["-S", f"/demo/{LAUNCHER_KEY}"] if launcher else ["/demo/episode.py"])],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -12677,6 +12679,7 @@ def save_patch(before, after):
 # saves what the frames carry and checks it against that list (docs/own-episodes.md, "Artifacts").
 FRAME_DATA = 24 * 1024
 MAX_ARTIFACTS = 64
+END_LINE = "rl-demo-end 1"  # the log's last line: the client knows it is whole (LOG_END_LINE)
 MAX_ARTIFACT_NAME = 255
 
 
@@ -12806,6 +12809,8 @@ def main():
     except OSError as error:  # none listed: the client then refuses any frame already sent
         print("artifacts not sent: " + printable(error, MAX_REASON), file=sys.stderr)
     emit("reward", **fields)
+    if os.environ.get("RL_DEMO_LAUNCHED") != "1":  # the pod's command: nothing runs after this line
+        print(END_LINE, flush=True)
     if fields["baseline_exit"] == 0:
         print("baseline must fail the boundary test", file=sys.stderr)
         return 1
@@ -13289,7 +13294,7 @@ def main():
     worker = os.posix_spawn(
         sys.executable,
         [sys.executable, "-B", WORKER, *sys.argv[1:]],
-        os.environ,
+        dict(os.environ, RL_DEMO_LAUNCHED="1"),  # a copy of the built-in worker leaves the end line to this
         file_actions=actions,
         setsigmask=(),
         setsigdef=(signal.SIGTERM,),
@@ -14191,7 +14196,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
         worker_source=worker_source,
-        launcher_source=LAUNCHER_SOURCE,
+        # --worker's runs through the launcher (it sends what the worker left under
+        # RL_DEMO_ARTIFACTS); the built-in worker sends its own files and prints the end line
+        # itself, so its pods start one interpreter fewer
+        launcher_source=LAUNCHER_SOURCE if worker_file is not None else "",
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
@@ -14248,7 +14256,6 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
-        launcher_source=LAUNCHER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
         ephemeral_storage=args.ephemeral_storage,
         workspace_size=args.workspace_size,

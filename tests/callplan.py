@@ -446,7 +446,7 @@ class RunPlan:
         """One `create` of two JSON documents: the namespace, then the ConfigMap with the worker."""
         manifests = [
             demo.namespace_manifest(NAMESPACE, RUN_ID),
-            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None),
         ]
         created = self.cluster.create(manifests, [namespace_object(), configmap_object()])
         return dataclasses.replace(created, name="namespace")
@@ -477,7 +477,7 @@ class RunPlan:
 
     def create_configmap(self) -> Call:
         return self.cluster.create_raw(
-            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE),
+            demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None),
             configmap_object(),
         )
 

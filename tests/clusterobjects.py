@@ -249,7 +249,7 @@ class Batch:
             deadline_seconds=self.deadline_seconds,
             indexed=True,
             infra_retries=self.infra_retries,
-            launcher=True,
+            launcher=False,  # the built-in worker is the pod's command; --worker's has the launcher
             # each pod's own deadline, --episode-timeout's default for this Job's deadline
             episode_deadline_seconds=settings_for(
                 self.count, deadline_seconds=self.deadline_seconds
@@ -494,7 +494,7 @@ def serviceaccount_object(namespace: str = NAMESPACE) -> Dict[str, Any]:
 
 
 def configmap_object() -> Dict[str, Any]:
-    configmap = demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None, demo.LAUNCHER_SOURCE)
+    configmap = demo.configmap_manifest(NAMESPACE, RUN_ID, demo.WORKER_SOURCE, None)
     configmap["metadata"].update(uid=CONFIGMAP_UID, creationTimestamp=stamp(JOB_CREATED_AT - 1), resourceVersion="950")
     return configmap
 
@@ -611,6 +611,5 @@ def settings_for(count: int, **extra: Any) -> demo.RunSettings:
         "json_summary": False,
         "kubectl_timeout": 60.0,
         "worker_source": demo.WORKER_SOURCE,
-        "launcher_source": demo.LAUNCHER_SOURCE,
     }
     return demo.RunSettings(**{**fields, **extra})

@@ -174,7 +174,8 @@ class LauncherRunTest(ClientSide):
             RL_DEMO_MAX_ARTIFACT_BYTES=str(budget),
         )
         # the pod's own command (`python -B -S /demo/launcher.py`), its python this interpreter
-        container = demo.round_job_manifest(settings_for(1), "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
+        own = settings_for(1, worker_file="own.py", launcher_source=demo.LAUNCHER_SOURCE)  # --worker's settings
+        container = demo.round_job_manifest(own, "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
         python, *flags, path = container["containers"][0]["command"]
         self.assertEqual((python, path), ("python", "/demo/launcher.py"))
         return [image_python(), *flags, str(self.demo_dir / "launcher.py")], env
@@ -184,6 +185,25 @@ class LauncherRunTest(ClientSide):
         result = subprocess.run(command, env=env, cwd=str(self.root), capture_output=True, timeout=60, check=False)
         out, err = result.stdout, result.stderr.decode(errors="replace")
         return Launched(result.returncode, out, err, reward_of(out), reward_of(self.message.read_bytes()))
+
+    def test_a_copy_of_the_built_in_worker_given_as_worker_ends_with_one_end_line(self) -> None:
+        """show-worker's text given back as --worker runs under the launcher: the worker leaves
+        the end line to it (RL_DEMO_LAUNCHED), so the log ends once, after its files."""
+        command, env = self.command("", demo.DEFAULT_MAX_ARTIFACT_BYTES)
+        (self.demo_dir / "episode.py").write_text(demo.WORKER_SOURCE, encoding="utf-8")
+        result = subprocess.run(
+            command, env=dict(env, EPISODE_ID="pod-a"), cwd=str(self.root), capture_output=True, timeout=60, check=False
+        )
+        self.assertEqual(result.returncode, 0, result.stderr.decode(errors="replace"))
+        lines = result.stdout.splitlines()
+        self.assertEqual((lines.count(demo.LOG_END_LINE), lines[-1]), (1, demo.LOG_END_LINE))
+        reward = reward_of(result.stdout)
+        assert reward is not None
+        self.assertEqual(reward["reward"], 1, reward)
+        self.assertEqual(sorted(a["name"] for a in reward["artifacts"]), ["patch.diff", "tests-output.txt"])
+        log, cause = self.client(result.stdout)
+        self.assertEqual((cause, sorted(log.artifacts)), ("", ["patch.diff", "tests-output.txt"]))
+        self.assertEqual(self.saved("patch.diff")[:4], b"--- ")
 
     def test_left_files_are_sent_whole_and_the_client_saves_them(self) -> None:
         """Binary, nested, empty and non-ASCII names (UTF-8, as the client takes them) reach the

@@ -686,7 +686,8 @@ class ManifestTest(unittest.TestCase):
         )
         self.assertEqual(spec["backoffLimit"], 0)
         settings = demo.run_settings(demo.build_parser().parse_args(["run", "--output", "o"]))
-        configmap = demo.configmap_manifest("ns", "r", settings.worker_source, settings.tasks)
+        configmap = demo.configmap_manifest("ns", "r", settings.worker_source, settings.tasks, settings.launcher_source)
+        # no launcher.py: the built-in worker is the pod's command
         self.assertEqual(configmap["data"], {"episode.py": demo.WORKER_SOURCE})
         self.assertTrue(settings.builtin_worker)
         self.assertEqual(settings.worker_name, demo.BUILTIN_WORKER)

@@ -167,7 +167,7 @@ class RunEndToEndTest(ClusterTestCase):
             ready, reward = (
                 json.loads(line)
                 for line in self.cluster.pod_log(namespace, name).splitlines()
-                # the artifact frames, between the two, and the launcher's last line
+                # the artifact frames, between the two, and the worker's last line (no launcher)
                 if not line.startswith("rl-demo-artifact 1 ") and line != demo.LOG_END_LINE.decode()
             )
             created = demo.parse_timestamp(pod["metadata"]["creationTimestamp"])

@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 
 import rl_batch_demo as demo
 from tests import records
-from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of, settings_for
+from tests.clusterobjects import JOB_CREATED, JOB_CREATED_AT, log_of, make_events, make_pod, results_of
 from tests.fakecluster import ENVIRONMENT
 from tests.fakekube.faults import MAX_TERMINATION_MESSAGE  # the kubelet's limit
 from tests.toolprocess import image_python, tool_command, tool_environment
@@ -257,10 +257,21 @@ class ManifestTest(unittest.TestCase):
         container = pod["containers"][0]
         self.assertEqual(container["name"], "episode")
         self.assertEqual(container["command"], ["python", "-B", "/demo/episode.py"])
-        # a measured round's pods start the launcher, which needs no site-packages (-S: their .pth
-        # files cost each pod before its worker started); the worker it runs gets them
-        spec = demo.round_job_manifest(settings_for(1), "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
+        # a measured round's pods run the built-in worker itself: it sends its own files and
+        # prints the log's end line, so no launcher (one interpreter fewer a pod)
+        builtin = demo.run_settings(demo.build_parser().parse_args(["run", "--output", "o"]))
+        spec = demo.round_job_manifest(builtin, "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
+        self.assertEqual(spec["containers"][0]["command"], ["python", "-B", "/demo/episode.py"])
+        self.assertEqual(builtin.launcher_source, "")
+        # --worker's pods start the launcher, which needs no site-packages (-S: their .pth files
+        # cost each pod before its worker started); the worker it runs gets them
+        with tempfile.TemporaryDirectory() as scratch:
+            worker = Path(scratch, "own.py")
+            worker.write_text("print()\n", encoding="utf-8")
+            own = demo.run_settings(demo.build_parser().parse_args(["run", "--output", "o", "--worker", str(worker)]))
+        spec = demo.round_job_manifest(own, "rollout", "ns", "r", "img")["spec"]["template"]["spec"]
         self.assertEqual(spec["containers"][0]["command"], ["python", "-B", "-S", "/demo/launcher.py"])
+        self.assertEqual(own.launcher_source, demo.LAUNCHER_SOURCE)
         self.assertIn('[sys.executable, "-B", WORKER, *sys.argv[1:]]', demo.LAUNCHER_SOURCE)
         self.assertEqual(
             container["env"],

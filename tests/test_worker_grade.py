@@ -187,6 +187,21 @@ class WorkerGradeTest(unittest.TestCase):
         self.assertNotIn("reason", reward)
         self.assertIn("Ran 3 tests", reward["tests_output"])
         self.assert_termination_matches(episode)
+        # the pod's command is this worker, no launcher: it ends its log with the end line itself
+        self.assertEqual(episode.result.stdout.splitlines()[-1], demo.LOG_END_LINE.decode())
+        self.assertEqual(episode.result.stdout.count(demo.LOG_END_LINE.decode()), 1)
+
+    def test_a_failed_episode_ends_its_log_with_the_end_line_too(self) -> None:
+        episode = self.run_worker("return source")  # the bug left in place
+        self.assert_reward_zero(episode, "ShippingTest.test_boundary failed")
+        self.assertEqual(episode.result.stdout.splitlines()[-1], demo.LOG_END_LINE.decode())
+
+    def test_under_the_launcher_the_end_line_is_left_to_it(self) -> None:
+        # a copy of the built-in worker given as --worker runs under the launcher, which prints
+        # the end line after the files it sends: the worker must not print one before them
+        episode = self.run_worker(RL_DEMO_LAUNCHED="1")
+        self.assertEqual(episode.reward["reward"], 1, episode.reward)
+        self.assertNotIn(demo.LOG_END_LINE.decode(), episode.result.stdout)
 
     def test_os_exit_at_import_earns_nothing(self) -> None:
         episode = self.run_worker('return source.replace("total > 99", "total >= 99") + "\\nimport os; os._exit(0)\\n"')

@@ -751,7 +751,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         _flag_settings(args, count, parallelism),
         json_summary=args.json,
         worker_source=worker_source,
-        launcher_source=LAUNCHER_SOURCE,
+        # --worker's runs through the launcher (it sends what the worker left under
+        # RL_DEMO_ARTIFACTS); the built-in worker sends its own files and prints the end line
+        # itself, so its pods start one interpreter fewer
+        launcher_source=LAUNCHER_SOURCE if worker_file is not None else "",
         worker_file=worker_file,
         tasks=tasks,
         max_failed_episodes=args.max_failed_episodes,
@@ -808,7 +811,6 @@ def _flag_settings(args: argparse.Namespace, count: int, parallelism: int) -> Ru
         json_summary=False,
         kubectl_timeout=float(args.kubectl_timeout),
         worker_source=WORKER_SOURCE,
-        launcher_source=LAUNCHER_SOURCE,
         kubelet_metrics=args.kubelet_metrics,
         ephemeral_storage=args.ephemeral_storage,
         workspace_size=args.workspace_size,

@@ -354,8 +354,8 @@ def configmap_manifest(
     tasks: Optional[Sequence[JsonObject]] = None,
     launcher_source: str = "",
 ) -> KubeObject:
-    """The worker (the built-in one unless --worker), its launcher and, with --tasks, every task:
-    one object."""
+    """The worker (the built-in one unless --worker), with --worker its launcher, and with
+    --tasks every task: one object."""
     manifest: KubeObject = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -544,9 +544,11 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                # the launcher runs the worker, then sends what it left under RL_DEMO_ARTIFACTS;
-                # it needs the standard library alone, so it skips the image's site-packages and
-                # their .pth files (-S), a cost each pod paid before its worker started
+                # --worker's pods start the launcher: it runs the worker, then sends what it left
+                # under RL_DEMO_ARTIFACTS; it needs the standard library alone, so it skips the
+                # image's site-packages and their .pth files (-S). The built-in worker sends its
+                # own files and prints the log's end line, so it is the command itself: one
+                # interpreter a pod fewer (measured in docs/benchmark.md)
                 "command": ["python", "-B", *(["-S", f"/demo/{LAUNCHER_KEY}"] if launcher else ["/demo/episode.py"])],
                 "env": [
                     {"name": "EPISODE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

@@ -1127,8 +1127,8 @@ class JobController:
             }
         )
         mount_container_paths(sim.workdir, workspace, container, spec, self.view, self.ns, env)
-        # The container's command, as the kubelet runs it: a /demo/X.py of the ConfigMap (the
-        # tool's launcher.py, which runs episode.py beside it), else the worker itself. A worker the
+        # The container's command, as the kubelet runs it: a /demo/X.py of the ConfigMap (with
+        # --worker, the tool's launcher.py, which runs episode.py beside it), else the worker itself. A worker the
         # faults replace (the stand-in, a SIGTERM-ignoring one) replaces episode.py there too.
         command = [str(part) for part in container.get("command") or []]
         mounted = self.script_mount_dir(sim.workdir, container, spec)

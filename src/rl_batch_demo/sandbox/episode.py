@@ -604,6 +604,7 @@ def save_patch(before, after):
 # saves what the frames carry and checks it against that list (docs/own-episodes.md, "Artifacts").
 FRAME_DATA = 24 * 1024
 MAX_ARTIFACTS = 64
+END_LINE = "rl-demo-end 1"  # the log's last line: the client knows it is whole (LOG_END_LINE)
 MAX_ARTIFACT_NAME = 255
 
 
@@ -733,6 +734,8 @@ def main():
     except OSError as error:  # none listed: the client then refuses any frame already sent
         print("artifacts not sent: " + printable(error, MAX_REASON), file=sys.stderr)
     emit("reward", **fields)
+    if os.environ.get("RL_DEMO_LAUNCHED") != "1":  # the pod's command: nothing runs after this line
+        print(END_LINE, flush=True)
     if fields["baseline_exit"] == 0:
         print("baseline must fail the boundary test", file=sys.stderr)
         return 1

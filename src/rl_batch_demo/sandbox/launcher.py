@@ -285,7 +285,7 @@ def main():
     worker = os.posix_spawn(
         sys.executable,
         [sys.executable, "-B", WORKER, *sys.argv[1:]],
-        os.environ,
+        dict(os.environ, RL_DEMO_LAUNCHED="1"),  # a copy of the built-in worker leaves the end line to this
         file_actions=actions,
         setsigmask=(),
         setsigdef=(signal.SIGTERM,),
