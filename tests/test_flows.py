@@ -26,6 +26,7 @@ from tests.callplan import (
     SERVER,
     Call,
     CallPlanTestCase,
+    Chunk,
     Cluster,
     MainThreadClock,
     Result,
@@ -216,7 +217,8 @@ class TranscriptTest(RunPlanTestCase):
                     *("--prefix", "--tail=-1", "--ignore-errors", "--max-log-requests=10"),
                 ],
             ],
-            [[*in_namespace, "get", "events", "-o", "json"]],  # after the decision, nothing left to read
+            # after the decision, nothing left to read: started at once, beside the followed read's end
+            [[*in_namespace, "get", "events", "-o", "json"]],
         ]
         recorded = self.recorded_calls()
         self.assertEqual(len(recorded), 10)
@@ -236,15 +238,19 @@ class TranscriptTest(RunPlanTestCase):
                 self.assertTrue(least <= timeout <= most, f"{timeout} s, not within [{least}, {most}]: {call}")
                 call["argv"][flag] = "--request-timeout=275s"  # for the comparison with the steps
         position = 0
-        previous_end = -1.0
+        previous_end = previous_start = -1.0
         for step in steps:
             calls = recorded[position : position + len(step)]
             position += len(step)
             self.assertCountEqual([call["argv"] for call in calls], step)
             starts = [call["started"] for call in calls]
-            self.assertGreaterEqual(
-                min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
-            )
+            if step is steps[-1]:  # the events: after the step before began, not after its reads ended
+                self.assertGreater(min(starts), previous_start, "the events were listed before the watches began")
+            else:
+                self.assertGreaterEqual(
+                    min(starts), previous_end - 0.002, f"{step[0][-3:]} began before the step before ended"
+                )
+            previous_start = max(starts)
             # the account's watch goes on beside the step after its own, until the account is seen
             ending = [call for call in calls if "serviceaccounts" not in call["argv"]]
             previous_end = max(call["started"] + call["seconds"] for call in ending)
@@ -317,6 +323,27 @@ class RunTest(RunPlanTestCase):
         self.assertIn(f"Test namespace: {NAMESPACE}", result.stderr)
         self.assertIn(f"namespace {NAMESPACE} is kept; delete it with: python3 ", result.stderr)
         self.assertIn(f"cleanup --output {self.out()}", result.stderr)
+
+    def test_the_events_are_listed_while_the_followed_logs_end(self) -> None:
+        """Once the pod watch proved every pod final, only the events are left to list after the
+        decision, and that listing does not wait for the followed read to end, nor for pods.json:
+        here the followed read ends only once the listing has started (made after it, the
+        listing would wait for the follow grace, and the logs would be read again)."""
+        plan = RunPlan(Batch(count=2))
+        calls = []
+        for planned in plan.run():
+            call = planned
+            if planned.argv[-4:] == ["get", "events", "-o", "json"]:
+                call = dataclasses.replace(planned, name="events-listing")
+            elif "logs" in planned.argv and "-f" in planned.argv:
+                chunks = (Chunk(planned.stdout), Chunk("", wait_for="events-listing.started"))
+                call = dataclasses.replace(planned, stdout="", chunks=chunks)
+            calls.append(call)
+        self.assertEqual(sum(1 for call in calls if call.name == "events-listing"), 1)
+        self.expect(*calls)
+        self.run_ok("run", "--count", "2", "--output", str(self.out()))
+        self.check_results_against_the_plan(plan)
+        self.assertEqual(sum(1 for argv in self.stub.calls() if "logs" in argv), 1)  # the followed read alone
 
     def test_sequential(self) -> None:
         plan = RunPlan(Batch(count=4, parallelism=1))

@@ -184,6 +184,34 @@ def concurrently(
     return results
 
 
+def in_background(task: Callable[[], Any]) -> Callable[[], Any]:
+    """Start one kubectl call now, in a thread of its own; the function returned waits for it
+    and gives its result, or raises what it raised, in the caller's thread: a call that can
+    start before the caller is ready for its answer (the events listing, beside the wait for
+    the followed logs to end) without reading any differently from one made then. A result
+    never asked for is dropped (the call's process ends by itself; Ctrl-C stops it with the
+    other children)."""
+    result: List[Any] = []
+    error: List[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(task())
+        except BaseException as raised:  # handed to the caller's thread below
+            error.append(raised)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+
+    def wait() -> Any:
+        thread.join()
+        if error:
+            raise error[0]
+        return result[0]
+
+    return wait
+
+
 class _Watchdog:
     """Kills a process once its deadline passes, `seconds` after it started or after the last
     `postpone`."""
