@@ -292,8 +292,13 @@ class Follower:
         # The offset first, then the files: a change committed in between is seen twice (and
         # applied once, by resourceVersion), never missed.
         self._log = open(store.log_path, "rb")  # noqa: SIM115 -- kept open to tail
-        self._log.seek(0, os.SEEK_END)
+        end = self._log.seek(0, os.SEEK_END)
         self._buf = b""
+        # The end may fall inside a line another process is appending: Linux's page cache grows
+        # a file's size page by page as one write() copies (generic_perform_write), so a large
+        # commit's line can be seen half written. Its rest is no change of its own (its object's
+        # file was written before the line, and is read below): skipped up to its newline.
+        self._mid_line = end > 0 and os.pread(self._log.fileno(), 1, end - 1) != b"\n"
         self.vanish = store.pending_deletions()
         self.objects: Dict[str, dict] = {}
         for kind in sorted(self.kinds):
@@ -312,6 +317,11 @@ class Follower:
         data = self._log.read()
         if not data:
             return []
+        if self._mid_line:
+            newline = data.find(b"\n")
+            if newline < 0:
+                return []
+            data, self._mid_line = data[newline + 1 :], False
         data = self._buf + data
         cut = data.rfind(b"\n") + 1
         self._buf = data[cut:]
