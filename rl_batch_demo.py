@@ -7785,6 +7785,35 @@ class WatchStream:
         self.on_close()
 
 
+class InBackground:
+    """One kubectl call started now, in a thread of its own: `result()` waits for it and gives
+    its result, or raises what it raised, in the caller's thread, so a call made early reads
+    no differently from one made then. A result never asked for is dropped (the call's process
+    ends by itself; Ctrl-C stops it with the other children)."""
+
+    def __init__(self, task: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+        self._task = task
+        self._thread = threading.Thread(target=self._work, daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            self._value = self._task()
+        except BaseException as error:  # handed to the caller's thread by result()
+            self._error = error
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        self._thread.join(timeout)
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def concurrently(
     tasks: Sequence[Callable[[], Any]], stop: Optional[threading.Event] = None, grace: float = 0.0
 ) -> List[Any]:
@@ -7796,60 +7825,18 @@ def concurrently(
     waits (closing their watches) before the interrupt goes on."""
     if len(tasks) == 1:
         return [tasks[0]()]
-    results: List[Any] = [None] * len(tasks)
-    errors: List[Optional[BaseException]] = [None] * len(tasks)
-
-    def work(index: int) -> None:
-        try:
-            results[index] = tasks[index]()
-        except BaseException as error:  # handed to the caller's thread below
-            errors[index] = error
-
-    threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(len(tasks))]
-    for thread in threads:
-        thread.start()
+    calls = [InBackground(task) for task in tasks]
     try:
-        for thread in threads:
-            thread.join()
+        for call in calls:
+            call.join()
     except KeyboardInterrupt:
         if stop is not None:
             stop.set()
             deadline = time.monotonic() + grace
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            for call in calls:
+                call.join(max(0.0, deadline - time.monotonic()))
         raise
-    for error in errors:
-        if error is not None:
-            raise error
-    return results
-
-
-def in_background(task: Callable[[], Any]) -> Callable[[], Any]:
-    """Start one kubectl call now, in a thread of its own; the function returned waits for it
-    and gives its result, or raises what it raised, in the caller's thread: a call that can
-    start before the caller is ready for its answer (the events listing, beside the wait for
-    the followed logs to end) without reading any differently from one made then. A result
-    never asked for is dropped (the call's process ends by itself; Ctrl-C stops it with the
-    other children)."""
-    result: List[Any] = []
-    error: List[BaseException] = []
-
-    def work() -> None:
-        try:
-            result.append(task())
-        except BaseException as raised:  # handed to the caller's thread below
-            error.append(raised)
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-
-    def wait() -> Any:
-        thread.join()
-        if error:
-            raise error[0]
-        return result[0]
-
-    return wait
+    return [call.result() for call in calls]  # all have ended: the first error in task order raises
 
 
 class _Watchdog:
@@ -11013,13 +11000,17 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
+
             # When the watch proved every pod final, only the events are left to list: that listing
             # starts now, beside the wait for the followed logs to end (the run's step after the
             # decision, 0.03 s of the bench's 10 episodes before); its answer is written below, in
             # the same order as before (pods.json, then events.txt, then any log read after).
-            events_listing: Optional[Callable[[], List[KubeObject]]] = None
+            def list_events() -> List[KubeObject]:
+                return self.kubectl.get_list("events", namespace=self.namespace)
+
+            events_listing: Optional[InBackground] = None
             if final_pods_from_watch(observation, job["metadata"]["uid"]) is not None:
-                events_listing = in_background(lambda: self.kubectl.get_list("events", namespace=self.namespace))
+                events_listing = InBackground(list_events)
             early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
             complete = classify_round(observation) == ROUND_COMPLETE
             followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early, complete)
@@ -11103,8 +11094,8 @@ class BatchRun:
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
             write_pods(round_dir, pods, budgets)
-            list_events = events_listing or (lambda: self.kubectl.get_list("events", namespace=self.namespace))
-            events, (logs, log_errors) = concurrently([lambda: save_events(list_events()), lambda: read(pods)])
+            events_call = events_listing or InBackground(list_events)  # started above, unless the watch proved less
+            events, (logs, log_errors) = concurrently([lambda: save_events(events_call.result()), lambda: read(pods)])
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             listed = pods = split_pods_and_events(listing, job)[0]

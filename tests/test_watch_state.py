@@ -6,6 +6,7 @@ import copy
 import queue
 import subprocess
 import sys
+import threading
 import time
 import unittest
 from typing import Any
@@ -74,6 +75,26 @@ class ConcurrentlyTest(unittest.TestCase):
 
         with self.assertRaisesRegex(demo.DemoError, "first"):
             demo.concurrently([lambda: 1, lambda: fail("first"), lambda: fail("second")])
+
+    def test_a_call_started_early_answers_or_raises_in_the_callers_thread(self) -> None:
+        started = threading.Event()
+        proceed = threading.Event()
+
+        def listing() -> Any:
+            started.set()
+            proceed.wait(30)
+            return threading.get_ident()
+
+        call = demo.InBackground(listing)
+        self.assertTrue(started.wait(30))  # running before anyone asked for its answer
+        proceed.set()
+        self.assertNotEqual(call.result(), threading.get_ident())  # it ran in a thread of its own
+
+        def refused() -> Any:
+            raise demo.DemoError("refused", demo.EXIT_CLUSTER)
+
+        with self.assertRaisesRegex(demo.DemoError, "refused"):
+            demo.InBackground(refused).result()
 
 
 # A watch's kubectl that takes a while to end after SIGTERM (as one flushing its last events does).

@@ -136,7 +136,7 @@ from .flow_job import (
     refuse_changed_pod,
     wait_for_job,
 )
-from .kubectl import Kubectl, WatchStream, concurrently, in_background, make_kubectl
+from .kubectl import InBackground, Kubectl, WatchStream, concurrently, make_kubectl
 from .persistence import (
     RewardsWriter,
     _uid_from_job_json,
@@ -943,13 +943,17 @@ class BatchRun:
                 run_seconds=settings.client_wait_seconds,
                 enough=enough if rewards is not None else None,
             )
+
             # When the watch proved every pod final, only the events are left to list: that listing
             # starts now, beside the wait for the followed logs to end (the run's step after the
             # decision, 0.03 s of the bench's 10 episodes before); its answer is written below, in
             # the same order as before (pods.json, then events.txt, then any log read after).
-            events_listing: Optional[Callable[[], List[KubeObject]]] = None
+            def list_events() -> List[KubeObject]:
+                return self.kubectl.get_list("events", namespace=self.namespace)
+
+            events_listing: Optional[InBackground] = None
             if final_pods_from_watch(observation, job["metadata"]["uid"]) is not None:
-                events_listing = in_background(lambda: self.kubectl.get_list("events", namespace=self.namespace))
+                events_listing = InBackground(list_events)
             early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
             complete = classify_round(observation) == ROUND_COMPLETE
             followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early, complete)
@@ -1033,8 +1037,8 @@ class BatchRun:
         if watched is not None:  # the events listing and the logs at once, the logs written after the events
             pods = watched
             write_pods(round_dir, pods, budgets)
-            list_events = events_listing or (lambda: self.kubectl.get_list("events", namespace=self.namespace))
-            events, (logs, log_errors) = concurrently([lambda: save_events(list_events()), lambda: read(pods)])
+            events_call = events_listing or InBackground(list_events)  # started above, unless the watch proved less
+            events, (logs, log_errors) = concurrently([lambda: save_events(events_call.result()), lambda: read(pods)])
         else:  # one listing of both, then the logs of the pods it names
             listing = self.kubectl.get_list("pods,events", namespace=self.namespace)
             listed = pods = split_pods_and_events(listing, job)[0]

@@ -145,6 +145,35 @@ class WatchStream:
         self.on_close()
 
 
+class InBackground:
+    """One kubectl call started now, in a thread of its own: `result()` waits for it and gives
+    its result, or raises what it raised, in the caller's thread, so a call made early reads
+    no differently from one made then. A result never asked for is dropped (the call's process
+    ends by itself; Ctrl-C stops it with the other children)."""
+
+    def __init__(self, task: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+        self._task = task
+        self._thread = threading.Thread(target=self._work, daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            self._value = self._task()
+        except BaseException as error:  # handed to the caller's thread by result()
+            self._error = error
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        self._thread.join(timeout)
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def concurrently(
     tasks: Sequence[Callable[[], Any]], stop: Optional[threading.Event] = None, grace: float = 0.0
 ) -> List[Any]:
@@ -156,60 +185,18 @@ def concurrently(
     waits (closing their watches) before the interrupt goes on."""
     if len(tasks) == 1:
         return [tasks[0]()]
-    results: List[Any] = [None] * len(tasks)
-    errors: List[Optional[BaseException]] = [None] * len(tasks)
-
-    def work(index: int) -> None:
-        try:
-            results[index] = tasks[index]()
-        except BaseException as error:  # handed to the caller's thread below
-            errors[index] = error
-
-    threads = [threading.Thread(target=work, args=(index,), daemon=True) for index in range(len(tasks))]
-    for thread in threads:
-        thread.start()
+    calls = [InBackground(task) for task in tasks]
     try:
-        for thread in threads:
-            thread.join()
+        for call in calls:
+            call.join()
     except KeyboardInterrupt:
         if stop is not None:
             stop.set()
             deadline = time.monotonic() + grace
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            for call in calls:
+                call.join(max(0.0, deadline - time.monotonic()))
         raise
-    for error in errors:
-        if error is not None:
-            raise error
-    return results
-
-
-def in_background(task: Callable[[], Any]) -> Callable[[], Any]:
-    """Start one kubectl call now, in a thread of its own; the function returned waits for it
-    and gives its result, or raises what it raised, in the caller's thread: a call that can
-    start before the caller is ready for its answer (the events listing, beside the wait for
-    the followed logs to end) without reading any differently from one made then. A result
-    never asked for is dropped (the call's process ends by itself; Ctrl-C stops it with the
-    other children)."""
-    result: List[Any] = []
-    error: List[BaseException] = []
-
-    def work() -> None:
-        try:
-            result.append(task())
-        except BaseException as raised:  # handed to the caller's thread below
-            error.append(raised)
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-
-    def wait() -> Any:
-        thread.join()
-        if error:
-            raise error[0]
-        return result[0]
-
-    return wait
+    return [call.result() for call in calls]  # all have ended: the first error in task order raises
 
 
 class _Watchdog:
