@@ -27,7 +27,8 @@ entry with "repeat" answers any number of calls after the first.
 
 Started as `python -S -E kubectl_stub.py ARGS`, so it imports only what it needs, fast: its
 state (DIR/plan, DIR/consumed, DIR/calls) is in `marshal` format, which needs no import, and
-json is imported only to compare a create's stdin. DIR/plan.json is the same plan for people.
+json is imported only to compare a create's stdin. DIR/plan.json is the same plan for people,
+written when a test's plan fails (CallPlanTestCase.verify_plan).
 
 The same logic also answers in-process (tests/stubprocess.py, what the call-plan tests use
 unless RL_DEMO_STUB_PROCESSES=1): `main` is given an `Invocation`, what one call reads and
@@ -85,6 +86,30 @@ def load(path: str, default: object) -> object:
         return default
 
 
+# The plans read in this process, by path: (the file's inode, size and mtime, the plan). The
+# calls answered in the test process (tests/stubprocess.py) read the same plan hundreds of times
+# a test (a median plan is 140 KB: the pods' JSON of every planned watch), 250 MB in the call-plan
+# modules, so a plan is read again only when its file changed. The test replaces the file on
+# each change (os.replace: a new inode) and a plan only grows, so a changed plan never has the
+# key of the one before. The plan is only read, never changed, by the calls that share it.
+_PLANS: dict = {}
+
+
+def load_plan(path: str) -> list:
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return []
+    key = (status.st_ino, status.st_size, status.st_mtime_ns)
+    known = _PLANS.get(path)
+    if known is not None and known[0] == key:
+        return known[1]
+    plan = load(path, [])
+    assert isinstance(plan, list)
+    _PLANS[path] = (key, plan)
+    return plan
+
+
 def record(directory: str, entry: object) -> None:
     with open(os.path.join(directory, "calls"), "ab") as stream:
         marshal.dump(entry, stream)
@@ -121,7 +146,7 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
     """The planned entry for this call (index, entry) or the problem with it, recorded under the lock."""
     with open(os.path.join(directory, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        plan = load(os.path.join(directory, "plan"), [])
+        plan = load_plan(os.path.join(directory, "plan"))
         consumed_path = os.path.join(directory, "consumed")
         consumed = load(consumed_path, [])
         assert isinstance(plan, list) and isinstance(consumed, list)

@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from tests import kubectl_stub
 
@@ -304,16 +304,27 @@ def _drain(stream: Any, into: bytearray) -> None:
         into.extend(chunk)
 
 
+def _file_identity(path: str) -> Optional[Tuple[int, int]]:
+    """The file a path names once its links are followed, as exec follows them: its device and
+    inode, from one stat (os.path.realpath makes one lstat per component of the path: most of the
+    time this spawner took for each call)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
 def spawner(wrapper: Path) -> Callable[..., Any]:
     """A `subprocess.Popen` that answers in-process every call whose executable is `wrapper` (the
     stub's kubectl, or a link to it), resolved as exec resolves it (PATH of the call's
     environment), and starts every other program as a process."""
-    stub = os.path.realpath(wrapper)
+    stub = _file_identity(str(wrapper))
 
     def spawn(args: List[str], **options: Any) -> Any:
         search = (options.get("env") or os.environ).get("PATH", os.defpath)
         path = args[0] if os.sep in args[0] else shutil.which(args[0], path=search)
-        if path and os.path.realpath(path) == stub and os.access(path, os.X_OK):
+        if path and _file_identity(path) == stub and os.access(path, os.X_OK):
             return StubProcess(args, **options)
         return subprocess.Popen(args, **options)
 

@@ -65,6 +65,28 @@ class StubTest(CallPlanTestCase):
         self.assertEqual(os.environ["PATH"], str(self.stub.bin_dir))
         self.assertEqual(os.listdir(self.stub.bin_dir), ["kubectl"])
 
+    def test_calls_planned_after_a_call_are_answered_by_the_next(self) -> None:
+        # the in-process stub keeps the plan it read (kubectl_stub.load_plan) until the file changes
+        for n in range(3):
+            self.expect(Call(["get", f"x{n}"], stdout=f"{n}\n"))
+            self.assertEqual(self.kubectl("get", f"x{n}").stdout, f"{n}\n")
+        self.expect(Call(["get", "x0"], stdout="again\n"))  # the same argv, planned again
+        self.assertEqual(self.kubectl("get", "x0").stdout, "again\n")
+
+    def test_the_readable_plan_is_written_only_for_a_plan_that_fails(self) -> None:
+        self.expect(Call(["get", "x"], stdout="x\n"))
+        readable = self.stub.directory / "plan.json"
+        self.assertFalse(readable.exists())
+        self.assertEqual(self.kubectl("get", "x").stdout, "x\n")
+        self.verify_plan()  # it holds: nothing written
+        self.assertFalse(readable.exists())
+        self.expect(Call(["get", "never"]))
+        with self.assertRaises(AssertionError):
+            self.verify_plan()
+        planned = [entry["argv"] for entry in json.loads(readable.read_text())]
+        self.assertEqual(planned, [["get", "x"], ["get", "never"]])
+        self.assertEqual(self.kubectl("get", "never").returncode, 0)  # so that the test's own check holds
+
     def test_planned_calls_are_answered_in_order_of_the_plan(self) -> None:
         self.expect(
             Call(["get", "x"], stdout="first\n"),
