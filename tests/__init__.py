@@ -16,13 +16,17 @@ against 1.9 to 2.5 s), while the tool does the same work either way."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.util
 import os
+import py_compile
 import sys
 import tempfile
+import threading
 import unittest
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 RAM_DIRECTORY = "/dev/shm"  # Linux's POSIX shared memory, a tmpfs on most systems
@@ -56,9 +60,78 @@ def ram_scratch() -> Optional[str]:
 ram_scratch()
 
 from tests.concurrently import beside  # noqa: E402 - after TMPDIR is set
-from tests.toolprocess import cached_bytecode  # noqa: E402
+from tests.toolprocess import cached_bytecode, fresh_bytecode  # noqa: E402
 
 cached_bytecode()  # before any test imports rl_batch_demo, which then reads it instead of compiling 11k lines
+
+
+def suite_sources() -> List[Path]:
+    """The suite's own Python files and the build script, which every run imports: 32k lines that
+    cost 0.45 s to compile, before any test runs, on the project's machine."""
+    return [*sorted((ROOT / "tests").rglob("*.py")), ROOT / "tools" / "build.py"]
+
+
+def compile_sources(sources: List[Path]) -> None:
+    """Bytecode for `sources` (`suite_sources`), where the import system reads it (`__pycache__/`
+    beside each, ignored by git), for each file whose bytecode is missing or stale (the import
+    system's own test: tests.toolprocess.fresh_bytecode). The machine's environment
+    may set PYTHONDONTWRITEBYTECODE, and then no run would ever read it, so each would compile the
+    tests again; this writes only the tests' own, never the tool's workspace or a pod's
+    (tests/toolprocess.py keeps the tool's the same way). A file that cannot be compiled is left to
+    its import, which names the error."""
+    for source in sources:
+        if fresh_bytecode(Path(importlib.util.cache_from_source(str(source))), source):
+            continue
+        with contextlib.suppress(py_compile.PyCompileError, OSError, ValueError):
+            py_compile.compile(str(source), doraise=True)
+
+
+class Preparation:
+    """The freshness check and the tests' bytecode, made in a child process while this one finds
+    the tests: discovery and the check are the suite's first second, one core busy and the other
+    idle. The child sends the check's answer through a pipe first, then compiles the bytecode the
+    next run will read. When the process has threads already (a fork would copy their locks) or
+    the fork fails, `stale` makes the check in this process, and nothing is compiled."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.answer = -1
+        if threading.active_count() > 1 or not hasattr(os, "fork"):
+            return
+        try:
+            reading, writing = os.pipe()
+            self.pid = os.fork()
+        except OSError:
+            return
+        if self.pid == 0:  # the child: nothing it does may reach the parent's tests or files
+            code = 0
+            try:
+                os.close(reading)
+                os.write(writing, (stale_file() or "").encode("utf-8", "surrogateescape") + b"\0")
+                os.close(writing)
+                compile_sources(suite_sources())
+            except BaseException:  # the parent makes the check itself when no answer came
+                code = 1
+            os._exit(code)
+        os.close(writing)
+        self.answer = reading
+
+    def stale(self) -> Optional[str]:
+        """stale_file()'s answer, the child's when it sent one."""
+        sent = b""
+        if self.answer >= 0:
+            with open(self.answer, "rb") as stream:  # until the child has sent it, or ended
+                sent = stream.read()
+            self.answer = -1
+        if not sent.endswith(b"\0"):
+            return stale_file()
+        return sent[:-1].decode("utf-8", "surrogateescape") or None
+
+    def reap(self) -> None:
+        if self.pid > 0:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(self.pid, 0)
+            self.pid = 0
 
 
 def stale_file() -> Optional[str]:
@@ -78,8 +151,12 @@ def stale_file() -> Optional[str]:
 
 def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, pattern: str) -> unittest.TestSuite:
     """The package's tests, found as discovery finds them, the end-to-end ones beside the rest;
-    only the freshness failure when rl_batch_demo.py is stale."""
-    stale = stale_file()
+    only the freshness failure when rl_batch_demo.py is stale (the tests found are then dropped:
+    none of them runs)."""
+    preparation = Preparation()  # the check, in a child process while this one imports the tests
+    atexit.register(preparation.reap)
+    standard_tests.addTests(loader.discover(start_dir=os.path.dirname(__file__), pattern=pattern or "test*.py"))
+    stale = preparation.stale()
     if stale is not None:
 
         class FreshFile(unittest.TestCase):  # made here, so that discovery never collects it otherwise
@@ -87,5 +164,4 @@ def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, 
                 self.fail(stale)
 
         return unittest.TestSuite([FreshFile("test_rl_batch_demo_py_is_generated_from_src")])
-    standard_tests.addTests(loader.discover(start_dir=os.path.dirname(__file__), pattern=pattern or "test*.py"))
     return beside(standard_tests)

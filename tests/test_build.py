@@ -6,13 +6,18 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import shutil
+import subprocess
 import tempfile
 import unittest
 import unittest.mock
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator, Tuple
+
+from tests.fakecluster import ENVIRONMENT
+from tests.toolprocess import fresh_bytecode, image_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,3 +169,83 @@ class ScriptEndTest(unittest.TestCase):
         )
         self.assertEqual(refused.returncode, demo.EXIT_USAGE, refused.stderr)
         self.assertEqual(len(refused.stderr.splitlines()), 1, refused.stderr)  # its one sentence, delivered
+
+
+class SuiteGuardTest(unittest.TestCase):
+    """tests/__init__.py: the freshness check made in a child while the tests are found, the
+    suite reduced to its one failure when the file is stale, and the tests' bytecode."""
+
+    def test_a_stale_file_leaves_one_failing_test_with_the_builds_sentence(self) -> None:
+        import tests
+
+        class Answered:
+            def __init__(self) -> None:
+                self.reaped = False
+
+            def stale(self) -> str:
+                return "rl_batch_demo.py is not what src/rl_batch_demo/ generates: " + BUILD.FIX + "."
+
+            def reap(self) -> None:
+                self.reaped = True
+
+        found = unittest.TestSuite([BuildTest("test_the_committed_file_is_fresh")])
+        loader = unittest.mock.Mock(spec=unittest.TestLoader)
+        loader.discover.return_value = found
+        with unittest.mock.patch.object(tests, "Preparation", Answered), unittest.mock.patch("atexit.register"):
+            suite = tests.load_tests(loader, unittest.TestSuite(), "test*.py")
+        loader.discover.assert_called_once()  # the tests are found (while the child checks), then dropped
+        [only] = list(suite)
+        result = unittest.TestResult()
+        only.run(result)
+        self.assertEqual(result.testsRun, 1)
+        [(_, traceback)] = result.failures
+        self.assertIn(f"rl_batch_demo.py is not what src/rl_batch_demo/ generates: {BUILD.FIX}.", traceback)
+
+    def test_the_child_answers_and_a_child_that_dies_leaves_the_check_to_the_parent(self) -> None:
+        # a fresh interpreter: this suite's process has threads, and a fork is made only without them
+        script = (
+            "import json, os, unittest.mock\n"
+            "import tests\n"
+            "parent = os.getpid()\n"
+            "def answer(text):\n"
+            "    return lambda: text if os.getpid() != parent else 'asked in the parent'\n"
+            "def dies():\n"
+            "    if os.getpid() != parent:\n"
+            "        raise RuntimeError('the child fails')\n"
+            "    return 'asked in the parent'\n"
+            "seen = []\n"
+            "with unittest.mock.patch.object(tests, 'suite_sources', lambda: []):\n"
+            "    for check in (answer('stale: \\u00e9dit'), answer(None), dies):\n"
+            "        with unittest.mock.patch.object(tests, 'stale_file', check):\n"
+            "            preparation = tests.Preparation()\n"
+            "            seen.append([preparation.pid > 0, preparation.stale()])\n"
+            "            preparation.reap()\n"
+            "print(json.dumps(seen))\n"
+        )
+        result = subprocess.run(
+            [image_python(), "-c", script], cwd=ROOT, env=dict(ENVIRONMENT), capture_output=True, text=True, timeout=60
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(
+            json.loads(result.stdout),
+            [[True, "stale: \u00e9dit"], [True, None], [True, "asked in the parent"]],
+        )
+
+    def test_the_tests_bytecode_is_written_where_imports_read_it_once_per_change(self) -> None:
+        import tests
+
+        with tempfile.TemporaryDirectory() as scratch:
+            good, broken = Path(scratch, "good.py"), Path(scratch, "broken.py")
+            good.write_text("VALUE = 1\n")
+            broken.write_text("def (:\n")
+            caches = {path: Path(importlib.util.cache_from_source(str(path))) for path in (good, broken)}
+            tests.compile_sources([good, broken])
+            self.assertTrue(fresh_bytecode(caches[good], good))
+            self.assertFalse(caches[broken].exists())  # left to its import, which names the error
+            written = caches[good].stat().st_mtime_ns
+            tests.compile_sources([good])
+            self.assertEqual(caches[good].stat().st_mtime_ns, written)  # fresh: not written again
+            good.write_text("VALUE = 22\n")
+            self.assertFalse(fresh_bytecode(caches[good], good))
+            tests.compile_sources([good])
+            self.assertTrue(fresh_bytecode(caches[good], good))

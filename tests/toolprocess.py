@@ -40,14 +40,14 @@ _COMPILED: List[Path] = []
 _LOCK = threading.Lock()
 
 
-def _fresh(cache: Path) -> bool:
-    """Whether `cache` is bytecode the import system takes for the file as it is now: this
+def fresh_bytecode(cache: Path, source: Path = TOOL) -> bool:
+    """Whether `cache` is bytecode the import system takes for `source` as it is now: this
     Python's magic number, a timestamp-checked header (PEP 552 flags 0) with the file's mtime and
     size, the same test the import system makes before it uses a cache."""
     try:
         with open(cache, "rb") as stream:
             header = stream.read(16)
-        stat = TOOL.stat()
+        stat = source.stat()
     except OSError:
         return False
     fields = [int.from_bytes(header[at : at + 4], "little") for at in (4, 8, 12)]
@@ -62,7 +62,7 @@ def cached_bytecode() -> Path:
     with _LOCK:
         if not _COMPILED:
             cache = Path(importlib.util.cache_from_source(str(TOOL)))
-            _COMPILED.append(cache if _fresh(cache) else Path(py_compile.compile(str(TOOL), doraise=True)))
+            _COMPILED.append(cache if fresh_bytecode(cache) else Path(py_compile.compile(str(TOOL), doraise=True)))
         return _COMPILED[0]
 
 
