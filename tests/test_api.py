@@ -30,7 +30,7 @@ from tests.fakecluster import ENVIRONMENT, FakeCluster
 from tests.test_readme_help import code_blocks
 from tests.test_stream import SLEEPING_WORKER
 from tests.tiers import end_to_end
-from tests.toolprocess import image_python
+from tests.toolprocess import image_python, tool_command, tool_environment
 
 # A worker whose task may name a file to wait for (`until`, up to 30 s) before it answers.
 GATED_WORKER = SLEEPING_WORKER.replace(
@@ -437,8 +437,8 @@ class TrainerDocTest(FakeClusterCase):
         )
 
     def shown_template(self) -> str:
-        shown = subprocess.run(
-            [image_python(), str(ROOT / "rl_batch_demo.py"), "show-worker", "--template"],
+        shown = subprocess.run(  # the file as a module, from its cached bytecode (tests/toolprocess.py)
+            tool_command("show-worker", "--template"), env=tool_environment(ENVIRONMENT),
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         return shown.stdout
