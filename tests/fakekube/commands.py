@@ -58,9 +58,11 @@ from .common import (
     parse_duration,
     parse_selector,
     print_json,
+    query_pairs,
     read_json,
     resolve_type,
     sorted_obj,
+    unquoted,
     write_json_atomic,
 )
 from .containerlog import CONTAINER_LOG_MAX_SIZE, served_log
@@ -601,8 +603,6 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
     """``get --raw /api/v1/nodes/NODE/proxy/metrics``: the node's kubelet /metrics (kubelet.py)
     through the API server's node proxy, which needs ``get nodes/proxy``.  kubectl's --raw
     rules: no arguments, no -l/-w, no -o; other raw paths are not implemented."""
-    from .kubelet import metrics_text
-
     raw = flags["raw"]
     if positional:
         raise KubectlError("error: arguments may not be passed when --raw is specified")
@@ -635,9 +635,9 @@ def get_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str]) -> in
         return 0
     runtimeclass = RAW_RUNTIMECLASS.fullmatch(raw)
     if runtimeclass is not None:
-        import urllib.parse  # here, not at the top: 3 ms of each other call's start (ipaddress too)
+        return get_raw_runtimeclass(inv, unquoted(runtimeclass.group(1)))
+    from .kubelet import metrics_text  # here: typing and hashlib, 6 ms, for the node's metrics only
 
-        return get_raw_runtimeclass(inv, urllib.parse.unquote(runtimeclass.group(1)))
     m = RAW_NODE_METRICS.fullmatch(raw)
     if m is None:
         raise not_supported(f"get --raw {raw} (only /api/v1/nodes/NODE/proxy/metrics and a RuntimeClass)")
@@ -890,10 +890,8 @@ def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], fi
         raise not_supported("create --raw -f FILE (only -f - is implemented)")
     if positional:
         raise KubectlError(f"Unexpected args: [{' '.join(positional)}]\nSee 'kubectl create -h' for help and examples")
-    import urllib.parse  # here, not at the top: 3 ms of each other call's start (ipaddress too)
-
     path, _, query = raw.partition("?")
-    params = dict(urllib.parse.parse_qsl(query))
+    params = dict(query_pairs(query))
     match = RAW_COLLECTION.fullmatch(path)
     if match is None and path != RULES_REVIEW_PATH:
         raise not_supported(
@@ -923,7 +921,7 @@ def create_raw(inv: Invocation, flags: Dict[str, Any], positional: List[str], fi
     md = obj.setdefault("metadata", {})
     namespace = match.group(1) or match.group(2)
     if namespace is not None:
-        namespace = urllib.parse.unquote(namespace)
+        namespace = unquoted(namespace)
         if md.get("namespace", namespace) != namespace:
             # apiserver handlers/rest.go (the object's namespace against the request's)
             raise KubectlError(

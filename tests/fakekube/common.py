@@ -56,6 +56,31 @@ def not_supported(what: str) -> KubectlError:
 # --------------------------------------------------------------------------- time, ids, JSON
 
 
+def unquoted(text: str) -> str:
+    """urllib.parse.unquote(text), importing urllib.parse (and ipaddress with it: 3 ms of a call's
+    start) only when something in it is escaped."""
+    if "%" not in text:
+        return text
+    import urllib.parse
+
+    return urllib.parse.unquote(text)
+
+
+def query_pairs(query: str) -> List[Tuple[str, str]]:
+    """urllib.parse.parse_qsl(query) (blank values dropped, as its default), importing urllib.parse
+    only when something in it is escaped."""
+    if "%" in query or "+" in query:
+        import urllib.parse
+
+        return urllib.parse.parse_qsl(query)
+    pairs = []
+    for item in query.split("&"):
+        name, equals, value = item.partition("=")
+        if equals and value:
+            pairs.append((name, value))
+    return pairs
+
+
 def now_ts(t: Optional[float] = None) -> str:
     """RFC 3339 UTC timestamp with second resolution, truncated like the API server."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
