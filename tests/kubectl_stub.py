@@ -38,6 +38,7 @@ its own. The state is shared through the same files and lock either way.
 
 from __future__ import annotations
 
+import _thread
 import fcntl
 import marshal
 import os
@@ -91,8 +92,12 @@ def load(path: str, default: object) -> object:
 # a test (a median plan is 140 KB: the pods' JSON of every planned watch), 250 MB in the call-plan
 # modules, so a plan is read again only when its file changed. The test replaces the file on
 # each change (os.replace: a new inode) and a plan only grows, so a changed plan never has the
-# key of the one before. The plan is only read, never changed, by the calls that share it.
+# key of the one before. The plan is only read, never changed, by the calls that share it. Only
+# the last few plans are kept (a test's plan is done with once it ends): kept for every test, the
+# call-plan modules alone held 147 of them, tens of MB that each collection of garbage walks.
 _PLANS: dict = {}
+_PLANS_KEPT = 8
+_PLANS_LOCK = _thread.allocate_lock()  # _thread, not threading: a stub process imports no more
 
 
 def load_plan(path: str) -> list:
@@ -106,7 +111,11 @@ def load_plan(path: str) -> list:
         return known[1]
     plan = load(path, [])
     assert isinstance(plan, list)
-    _PLANS[path] = (key, plan)
+    with _PLANS_LOCK:
+        _PLANS.pop(path, None)  # the newest last: the oldest is the first to go
+        _PLANS[path] = (key, plan)
+        while len(_PLANS) > _PLANS_KEPT:
+            del _PLANS[next(iter(_PLANS))]
     return plan
 
 

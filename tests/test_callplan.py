@@ -4,14 +4,17 @@ answered in-process (tests/stubprocess.py), it behaves as the stub's process doe
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import unittest
 from typing import Any, Callable
 
 import rl_batch_demo as demo
+from tests import kubectl_stub
 from tests.callplan import Call, CallPlanTestCase, Chunk, indented_json, stub_wrapper
 from tests.clusterobjects import Batch
 from tests.kubectl_stub import SIGNAL_WAIT_ENV, matches
@@ -44,6 +47,24 @@ class IndentedJsonTest(unittest.TestCase):
                     self.assertEqual(indented_json(value, indent), json.dumps(value, indent=indent))
         with self.assertRaises(TypeError):  # not JSON data at all: json.dumps's own error
             indented_json({"set": {1}}, 4)
+
+
+class PlanCacheTest(unittest.TestCase):
+    def test_a_plan_is_read_again_when_its_file_changes_and_only_the_last_few_are_kept(self) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            paths = [os.path.join(scratch, f"plan-{number}") for number in range(kubectl_stub._PLANS_KEPT + 3)]
+            for number, path in enumerate(paths):
+                with open(path, "wb") as stream:
+                    marshal.dump([{"argv": ["get", str(number)]}], stream)
+                self.assertEqual(kubectl_stub.load_plan(path), [{"argv": ["get", str(number)]}])
+            kept = [path for path in kubectl_stub._PLANS if path.startswith(scratch)]
+            self.assertEqual(kept, paths[-kubectl_stub._PLANS_KEPT :])  # the newest, the oldest dropped
+            first = kubectl_stub.load_plan(paths[-1])
+            self.assertIs(kubectl_stub.load_plan(paths[-1]), first)  # unchanged: not read again
+            with open(paths[-1] + ".tmp", "wb") as stream:
+                marshal.dump([{"argv": ["get", "x"]}, {"argv": ["get", "y"]}], stream)
+            os.replace(paths[-1] + ".tmp", paths[-1])  # as KubectlStub writes it
+            self.assertEqual(len(kubectl_stub.load_plan(paths[-1])), 2)
 
 
 class StubTest(CallPlanTestCase):

@@ -951,9 +951,8 @@ class BatchRun:
             def list_events() -> List[KubeObject]:
                 return self.kubectl.get_list("events", namespace=self.namespace)
 
-            events_listing: Optional[InBackground] = None
-            if final_pods_from_watch(observation, job["metadata"]["uid"]) is not None:
-                events_listing = InBackground(list_events)
+            proved_final = final_pods_from_watch(observation, job["metadata"]["uid"])
+            events_listing = InBackground(list_events) if proved_final is not None else None
             early = observation.condition == JOB_STOPPED  # the pods still running end only with the Job's deletion
             complete = classify_round(observation) == ROUND_COMPLETE
             followed = follower.finish(self.kubectl.timing.follow_grace_seconds, self.stop, early, complete)
@@ -968,7 +967,7 @@ class BatchRun:
         all_logs = count <= LOG_CROSSCHECK_LIMIT or outcome != ROUND_COMPLETE
         selector = pod_selector(job)
         log_selector: Optional[str] = selector  # matches exactly the pods whose logs are read
-        watched = final_pods_from_watch(observation, job["metadata"]["uid"])
+        watched = proved_final  # the observation stays as wait_for_job returned it (its watches ended)
         stopped = outcome == ROUND_STOPPED
         stop_after = settings.stop_after if rewards is not None else None
         # A Job that completed with more episodes than --stop-after K: every episode ended before

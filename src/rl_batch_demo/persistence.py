@@ -453,7 +453,7 @@ class EpisodeLogReader:
         self.errors_inline = errors_inline
         # told a pod's name when one of its artifacts is saved or refused, or its end line came
         self.on_progress = on_progress
-        self.ended: Set[str] = set()  # pods whose log printed the launcher's end line (LOG_END_LINE)
+        self.ended: Set[str] = set()  # pods whose log printed its end line (LOG_END_LINE, its last)
 
     def _file(self, name: Optional[str]) -> Optional[_PodLogFile]:
         if name is None or name not in self.allowed:
