@@ -34,6 +34,7 @@ import queue
 import struct
 import sys
 import threading
+import time
 import unittest
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -83,17 +84,28 @@ def runs_concurrently(test: unittest.TestCase) -> bool:
 
 
 STALL_SECONDS = 40.0
+REARM_SECONDS = 5.0
+_armed_at = [float("-inf")]  # time.monotonic() of the last arming, shared by every thread
 
 
 def arm_stall_dump() -> None:
-    """Called as each test starts: once no test has started for STALL_SECONDS, faulthandler
-    prints every thread's stack to stderr ("Timeout (0:00:40)!" first), and the suite goes on. A
-    hang then names itself in the log it happens in (a run of the README's command once took
-    82 s instead of 25 and left nothing to say which test waited). One timer a process,
-    re-armed by every start: it fires only when one test is all that still runs for that long.
-    faulthandler's watchdog is a C thread, not one of threading's, so it never stops the fork."""
+    """Called as each test starts: once no test has started for STALL_SECONDS (up to
+    REARM_SECONDS more), faulthandler prints every thread's stack to stderr ("Timeout (0:00:45)!"
+    first), and the suite goes on. A hang then names itself in the log it happens in (a run of
+    the README's command once took 82 s instead of 25 and left nothing to say which test
+    waited). One timer a process, armed again at a start only when its last arming is
+    REARM_SECONDS old, for STALL_SECONDS + REARM_SECONDS: so it fires between STALL_SECONDS and
+    STALL_SECONDS + REARM_SECONDS after the last start, only when one test is all that still runs
+    for that long. Not at every start: faulthandler cancels its timer by waiting, the GIL held,
+    for its thread to end, and with both cores busy that was 0.6 s of the suite's main process
+    (py-spy --gil) over its 959 starts. faulthandler's watchdog is a C thread, not one of
+    threading's, so it never stops the fork."""
+    now = time.monotonic()
+    if now - _armed_at[0] < REARM_SECONDS:
+        return
+    _armed_at[0] = now  # two threads at once arm twice, which is harmless
     with contextlib.suppress(ValueError, OSError, AttributeError, RuntimeError):
-        faulthandler.dump_traceback_later(STALL_SECONDS, repeat=False, file=sys.__stderr__, exit=False)
+        faulthandler.dump_traceback_later(STALL_SECONDS + REARM_SECONDS, repeat=False, file=sys.__stderr__, exit=False)
 
 
 class Recorder(unittest.TestResult):

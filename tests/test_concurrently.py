@@ -104,12 +104,14 @@ class StallDumpTest(unittest.TestCase):
     runs_concurrently = True  # only a subprocess
 
     def test_a_test_alone_for_the_stall_time_has_every_stack_printed(self) -> None:
-        """A test started, then nothing more for STALL_SECONDS (here 0.2 s): the stacks are on
-        stderr, the waiting function's name among them, and the process goes on to its end."""
+        """A test started, then nothing more for STALL_SECONDS (here 0.25 s, and 0.25 s of
+        REARM_SECONDS): the stacks are on stderr, the waiting function's name among them, and the
+        process goes on to its end."""
         code = (
             "import time\n"
             "from tests import concurrently\n"
-            "concurrently.STALL_SECONDS = 0.2\n"
+            "concurrently.STALL_SECONDS = 0.25\n"
+            "concurrently.REARM_SECONDS = 0.25\n"
             "def a_test_that_waits():\n"
             "    concurrently.Recorder().startTest(None)\n"
             "    time.sleep(1.5)\n"
@@ -121,8 +123,26 @@ class StallDumpTest(unittest.TestCase):
             [image_python(), "-c", code], cwd=str(root), env=ENVIRONMENT, capture_output=True, text=True, timeout=60
         )
         self.assertEqual((done.returncode, done.stdout), (0, "went on\n"), done.stderr)
-        self.assertIn("Timeout (0:00:00.200000)!", done.stderr)
+        self.assertIn("Timeout (0:00:00.500000)!", done.stderr)
         self.assertIn("a_test_that_waits", done.stderr)
+
+    def test_a_start_arms_the_timer_again_only_once_its_last_arming_is_rearm_seconds_old(self) -> None:
+        """Starts at these times (seconds) arm it at these: each arming is for STALL_SECONDS +
+        REARM_SECONDS, so the stacks come between 40 and 45 s after the last start."""
+        starts = [100.0, 100.1, 104.9, 105.0, 105.2, 200.0, 204.99]
+        clock = iter(starts)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(unittest.mock.patch.object(concurrently, "_armed_at", [float("-inf")]))
+            stack.enter_context(unittest.mock.patch.object(concurrently.time, "monotonic", lambda: next(clock)))
+            arm = stack.enter_context(unittest.mock.patch.object(concurrently.faulthandler, "dump_traceback_later"))
+            armed_at = []
+            for start in starts:
+                calls = arm.call_count
+                concurrently.arm_stall_dump()
+                if arm.call_count > calls:
+                    armed_at.append(start)
+        self.assertEqual(armed_at, [100.0, 105.0, 200.0])
+        self.assertEqual({call.args[0] for call in arm.call_args_list}, {45.0})
 
 
 class AstParseTest(unittest.TestCase):
