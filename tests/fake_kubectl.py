@@ -27,6 +27,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+if __name__ == "__main__" and os.environ.get("FAKE_KUBECTL_ZYGOTE") and not os.environ.get("FAKE_KUBECTL_CONTROLLER"):
+    # a call made by the fork server (tests/fakekube/zygote.py), before anything else is imported
+    from fakekube.zygote import call
+
+    status = call(os.environ["FAKE_KUBECTL_ZYGOTE"])
+    if status is not None:
+        os._exit(status)
+
 from fakekube import containerlog
 from fakekube.cli import main
 from fakekube.common import POD_PIDS_FILE
@@ -35,4 +43,12 @@ from fakekube.store import Store, init_state
 __all__ = ["POD_PIDS_FILE", "Store", "containerlog", "init_state", "main"]
 
 if __name__ == "__main__":
+    if os.environ.get("FAKE_KUBECTL_ZYGOTE_SERVE"):
+        from fakekube.zygote import serve
+
+        if not serve(os.environ["FAKE_KUBECTL_ZYGOTE_SERVE"]):
+            sys.exit(0)  # the server, done; a copy goes on to make its call
+        from fakekube.zygote import finish
+
+        finish(main)
     sys.exit(main())

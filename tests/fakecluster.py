@@ -176,6 +176,7 @@ Command line (no cluster needed; README.md, "Try it without a cluster")
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib.util
 import io
@@ -206,6 +207,55 @@ DEFAULT_NODES: List[dict] = [
 # os.environ as it was when the tests were loaded: tests running in threads beside tests that
 # patch os.environ build their subprocesses' environments from this (tests/concurrently.py).
 ENVIRONMENT: Dict[str, str] = dict(os.environ)
+
+
+FORK_SERVER_SWITCH = "RL_DEMO_FAKE_FORK_SERVER"  # "0": every fake kubectl call starts its own interpreter
+_FORK_SERVERS: Dict[int, Tuple[str, subprocess.Popen[bytes]]] = {}  # test process ID -> its fork server
+_FORK_SERVER_LOCK = threading.Lock()
+
+
+def fork_server() -> Optional[str]:
+    """The socket of this test process's fork server for the fake's calls (tests/fakekube/zygote.py),
+    started on first use: None where it cannot run (not Linux, no os.pidfd_open) or is switched
+    off (RL_DEMO_FAKE_FORK_SERVER=0, as .ci/run's end-to-end pass does, so the plain path stays
+    tested). A call made before the server listens runs the fake itself. The server ends when this
+    process does (its stdin, a pipe only this process holds, closes) once its calls have ended. A
+    process forked from this one (tests/concurrently.py Forked) starts its own."""
+    if ENVIRONMENT.get(FORK_SERVER_SWITCH) == "0" or not hasattr(os, "pidfd_open"):  # Linux only
+        return None
+    with _FORK_SERVER_LOCK:
+        if os.getpid() not in _FORK_SERVERS:
+            directory = tempfile.mkdtemp(prefix="rl-fake-forks-")
+            path = os.path.join(directory, "socket")
+            server = subprocess.Popen(
+                [sys.executable, "-S", str(FAKE_KUBECTL)],
+                env={**ENVIRONMENT, "FAKE_KUBECTL_ZYGOTE_SERVE": path, "PYTHONDONTWRITEBYTECODE": ""},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # not in the terminal's process group: a Ctrl-C reaches calls through clients
+            )
+            owner = os.getpid()
+
+            def stop() -> None:
+                if os.getpid() == owner and server.stdin is not None:
+                    with contextlib.suppress(OSError):
+                        server.stdin.close()
+                    # at once, unless a call still runs: then subprocess warns that the server is
+                    # still running, which names a call a test left behind
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        server.wait(2)
+                    shutil.rmtree(directory, ignore_errors=True)
+
+            atexit.register(stop)
+            _FORK_SERVERS[os.getpid()] = (path, server)
+        return _FORK_SERVERS[os.getpid()][0]
+
+
+def fork_server_pid() -> Optional[int]:
+    """The process ID of this test process's fork server, once fork_server() started it."""
+    with _FORK_SERVER_LOCK:
+        entry = _FORK_SERVERS.get(os.getpid())
+    return entry[1].pid if entry else None
 
 
 def write_executable(path: pathlib.Path, text: str) -> None:
@@ -360,6 +410,9 @@ class FakeCluster:
         env["PATH"] = str(self.bin_dir)
         env["FAKE_KUBECTL_STATE"] = str(self.state_dir)
         env["FAKE_KUBECTL_FAULTS"] = json.dumps(self._faults)
+        server = fork_server()
+        if server is not None:
+            env["FAKE_KUBECTL_ZYGOTE"] = server
         return env
 
     def set_faults(self, faults: dict) -> None:

@@ -347,9 +347,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     import signal
 
+    from .zygote import kubectl_pid
+
     call_id = os.urandom(16).hex()
     calls = os.path.join(state, "calls.jsonl")
-    start = {"event": "call", "id": call_id, "argv": argv, "start": time.time(), "pid": os.getpid()}
+    start = {"event": "call", "id": call_id, "argv": argv, "start": time.time(), "pid": kubectl_pid()}
     append_line(calls, json.dumps(start) + "\n")
     recorder = _StdinRecorder(sys.stdin)
     sys.stdin = recorder  # type: ignore[assignment]

@@ -68,6 +68,7 @@ from .common import (
 from .containerlog import CONTAINER_LOG_MAX_SIZE, served_log
 from .faults import API_ERRORS, FaultCounters, hang_rules, op_matches
 from .store import Store, Tx, gone, key_of
+from .zygote import kubectl_pid
 
 # typing for the annotations only (postponed, never evaluated): not imported by each kubectl call (2 ms)
 TYPE_CHECKING = False
@@ -344,7 +345,7 @@ def connection_refused(inv: Invocation, host: str, scheme: str, dialed: str, obj
         now = time.time()
         stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1e6):06d}"
         lines.append(
-            f'E{stamp} {os.getpid():7d} memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
+            f'E{stamp} {kubectl_pid():7d} memcache.go:265] "Unhandled Error" err="couldn\'t get current server API '
             f'group list: Get \\"{api}\\": {dial}"'
         )
     if inv.cmdpath == "create" and not inv.flags.get("raw"):  # a raw create maps nothing: the POST's own error
