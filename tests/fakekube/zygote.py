@@ -61,6 +61,30 @@ def call(path: str) -> Optional[int]:
     import _socket
     import marshal
 
+    copy: List[int] = []
+    pending: List[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        if copy:
+            try:  # noqa: SIM105 - contextlib would cost the client, which every call starts, 2 ms of imports
+                os.kill(copy[0], signum)
+            except ProcessLookupError:
+                pass
+        else:
+            pending.append(signum)
+
+    # before anything else: the copy's output can reach the tool before this process runs on, and a
+    # signal the tool sends then is the copy's to handle
+    previous = {signum: _signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
+
+    def here() -> None:
+        """No copy makes the call: this process makes it, with the signals' handlers as they were,
+        each signal that came meanwhile delivered again."""
+        for signum, handler in previous.items():
+            _signal.signal(signum, handler)
+        for signum in pending:
+            os.kill(os.getpid(), signum)
+
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -75,23 +99,11 @@ def call(path: str) -> Optional[int]:
             sock.sendall(rest)
     except OSError:
         sock.close()
+        here()
         return None  # no server (or a stream closed): nothing was started
-    copy: List[int] = []
-    pending: List[int] = []
-
-    def forward(signum: int, frame: object) -> None:
-        if copy:
-            try:  # noqa: SIM105 - contextlib would cost the client, which every call starts, 2 ms of imports
-                os.kill(copy[0], signum)
-            except ProcessLookupError:
-                pass
-        else:
-            pending.append(signum)
-
-    for signum in FORWARDED_SIGNALS:
-        _signal.signal(signum, forward)
     answer = _exactly(sock, _HEADER)
     if answer is None:
+        here()
         return None  # the server made no copy: run here
     copy.append(int.from_bytes(answer, "little"))
     for signum in pending:
