@@ -94,6 +94,20 @@ class StubTest(CallPlanTestCase):
         self.expect(Call(["get", "x0"], stdout="again\n"))  # the same argv, planned again
         self.assertEqual(self.kubectl("get", "x0").stdout, "again\n")
 
+    def test_an_optional_call_a_run_never_made_is_not_matched_by_the_next_run(self) -> None:
+        """A run made (one call of its expect()), without its optional call; the next run's same
+        call gets its own answer, and a plan of two expect()s before any call keeps both."""
+        self.expect(Call(["get", "x"], stdout="x\n"), Call(["get", "watch"], stdout="refused\n", optional=True))
+        self.assertEqual(self.kubectl("get", "x").stdout, "x\n")
+        self.expect(Call(["get", "watch"], stdout="second run's\n"))
+        self.assertEqual(self.kubectl("get", "watch").stdout, "second run's\n")
+        self.verify_plan()
+        self.expect(Call(["get", "y"], stdout="y\n"), Call(["get", "later"], stdout="first\n", optional=True))
+        self.expect(Call(["get", "later"], stdout="second\n"))  # nothing of the first made yet: kept
+        self.assertEqual(self.kubectl("get", "later").stdout, "first\n")
+        self.assertEqual(self.kubectl("get", "y").stdout, "y\n")
+        self.assertEqual(self.kubectl("get", "later").stdout, "second\n")
+
     def test_the_readable_plan_is_written_only_for_a_plan_that_fails(self) -> None:
         self.expect(Call(["get", "x"], stdout="x\n"))
         readable = self.stub.directory / "plan.json"
