@@ -85,7 +85,22 @@ def runs_concurrently(test: unittest.TestCase) -> bool:
 
 STALL_SECONDS = 40.0
 REARM_SECONDS = 5.0
-_armed_at = [float("-inf")]  # time.monotonic() of the last arming, shared by every thread
+
+
+class StallTimer:
+    """When a test's start arms the timer again (`due`): once its last arming is REARM_SECONDS old."""
+
+    def __init__(self) -> None:
+        self.armed_at = float("-inf")  # time.monotonic() of the last arming, shared by every thread
+
+    def due(self, now: float) -> bool:
+        if now - self.armed_at < REARM_SECONDS:
+            return False
+        self.armed_at = now  # two threads at once arm twice, which is harmless
+        return True
+
+
+_STALL_TIMER = StallTimer()
 
 
 def arm_stall_dump() -> None:
@@ -100,10 +115,8 @@ def arm_stall_dump() -> None:
     for its thread to end, and with both cores busy that was 0.6 s of the suite's main process
     (py-spy --gil) over its 959 starts. faulthandler's watchdog is a C thread, not one of
     threading's, so it never stops the fork."""
-    now = time.monotonic()
-    if now - _armed_at[0] < REARM_SECONDS:
+    if not _STALL_TIMER.due(time.monotonic()):
         return
-    _armed_at[0] = now  # two threads at once arm twice, which is harmless
     with contextlib.suppress(ValueError, OSError, AttributeError, RuntimeError):
         faulthandler.dump_traceback_later(STALL_SECONDS + REARM_SECONDS, repeat=False, file=sys.__stderr__, exit=False)
 
