@@ -204,6 +204,7 @@ def stdin_problem(entry: dict, stdin: str | None) -> str:
 
 
 def raise_signal(directory: str, name: str, call: Invocation) -> None:
+    call.sleep(0)  # a call killed meanwhile ends here (tests/stubprocess.py), as a killed process writes nothing more
     signals = os.path.join(directory, "signals")
     os.makedirs(signals, exist_ok=True)
     with open(os.path.join(signals, name), "w"):
@@ -246,6 +247,7 @@ def snapshot(directory: str, spec: list | None, call: Invocation) -> None:
         if (data is not None and data.count(b"\n") >= lines) or time.monotonic() > deadline:
             break
         call.sleep(0.002)
+    call.sleep(0)  # a call killed meanwhile ends here, as in raise_signal
     folder = os.path.join(directory, "snapshots")
     os.makedirs(folder, exist_ok=True)
     if data is not None:

@@ -49,6 +49,30 @@ class IndentedJsonTest(unittest.TestCase):
             indented_json({"set": {1}}, 4)
 
 
+class KilledCallTest(unittest.TestCase):
+    def test_a_call_killed_before_its_signal_or_snapshot_writes_neither(self) -> None:
+        """As a killed process writes nothing more: the in-process call's sleep raises once it is
+        killed (tests/stubprocess.py), and a signal or snapshot it reaches then is not written (a
+        late one once kept a test's scratch directory from being removed: "Directory not empty")."""
+
+        class Killed(BaseException):
+            pass
+
+        def killed(seconds: float) -> None:
+            raise Killed
+
+        with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as outputs:
+            written = os.path.join(outputs, "results.json")
+            with open(written, "w") as stream:
+                stream.write("{}\n")
+            call = kubectl_stub.Invocation(environ={}, sleep=killed)
+            with self.assertRaises(Killed):
+                kubectl_stub.raise_signal(scratch, "watch.done", call)
+            with self.assertRaises(Killed):
+                kubectl_stub.snapshot(scratch, [written, 1, "results.json"], call)  # there: no wait before
+            self.assertEqual(os.listdir(scratch), [])
+
+
 class PlanCacheTest(unittest.TestCase):
     def test_a_plan_is_read_again_when_its_file_changes_and_only_the_last_few_are_kept(self) -> None:
         with tempfile.TemporaryDirectory() as scratch:
