@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import rl_batch_demo as demo
-from tests import records
+from tests import kubectl_stub, records
 from tests.clusterobjects import (
     NAMESPACE,
     RUN_ID,
@@ -844,10 +844,11 @@ class KubectlStub:
         the second run's watch took that refused one's place, leaving its own planned."""
         import fcntl
 
-        consumed_path = self.directory / "consumed"
-        with open(self.directory / "lock", "w") as lock:
+        consumed_path = str(self.directory / "consumed")
+        with open(self.directory / "lock", "w") as lock:  # the stub's claim's lock
             fcntl.flock(lock, fcntl.LOCK_EX)
-            consumed = marshal.loads(consumed_path.read_bytes()) if consumed_path.exists() else []
+            consumed = kubectl_stub.load(consumed_path, [])
+            assert isinstance(consumed, list)
             made = {self.plan_groups[index] for index in consumed}
             retired = [
                 index
@@ -855,8 +856,7 @@ class KubectlStub:
                 if call.optional and index not in consumed and self.plan_groups[index] in made
             ]
             if retired:
-                consumed_path.with_name("consumed.tmp").write_bytes(marshal.dumps([*consumed, *retired]))
-                os.replace(consumed_path.with_name("consumed.tmp"), consumed_path)
+                kubectl_stub.save_consumed(consumed_path, [*consumed, *retired])
 
     def _write_plan(self) -> None:
         entries = [call.to_json() for call in self.plan]

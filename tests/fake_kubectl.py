@@ -27,11 +27,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-if __name__ == "__main__" and os.environ.get("FAKE_KUBECTL_ZYGOTE") and not os.environ.get("FAKE_KUBECTL_CONTROLLER"):
-    # a call made by the fork server (tests/fakekube/zygote.py), before anything else is imported
-    from fakekube.zygote import call
+from fakekube.zygote import SERVE_ENV, ZYGOTE_ENV  # os and sys only: before anything else is imported
 
-    status = call(os.environ["FAKE_KUBECTL_ZYGOTE"])
+if __name__ == "__main__" and os.environ.get(ZYGOTE_ENV) and not os.environ.get("FAKE_KUBECTL_CONTROLLER"):
+    from fakekube.zygote import call  # a call made by the fork server (tests/fakekube/zygote.py)
+
+    status = call(os.environ[ZYGOTE_ENV])
     if status is not None:
         os._exit(status)
 
@@ -43,10 +44,10 @@ from fakekube.store import Store, init_state
 __all__ = ["POD_PIDS_FILE", "Store", "containerlog", "init_state", "main"]
 
 if __name__ == "__main__":
-    if os.environ.get("FAKE_KUBECTL_ZYGOTE_SERVE"):
+    if os.environ.get(SERVE_ENV):
         from fakekube.zygote import serve
 
-        if not serve(os.environ["FAKE_KUBECTL_ZYGOTE_SERVE"]):
+        if not serve(os.environ[SERVE_ENV]):
             sys.exit(0)  # the server, done; a copy goes on to make its call
         from fakekube.zygote import finish
 

@@ -209,6 +209,13 @@ DEFAULT_NODES: List[dict] = [
 ENVIRONMENT: Dict[str, str] = dict(os.environ)
 
 
+# the fork server's environment variables, as tests/fakekube/zygote.py names them (its own
+# module, os and sys only; this file also runs as a script, from tests/)
+try:
+    from tests.fakekube.zygote import SERVE_ENV, ZYGOTE_ENV
+except ImportError:
+    from fakekube.zygote import SERVE_ENV, ZYGOTE_ENV  # type: ignore[no-redef]
+
 FORK_SERVER_SWITCH = "RL_DEMO_FAKE_FORK_SERVER"  # "0": every fake kubectl call starts its own interpreter
 _FORK_SERVERS: Dict[int, Tuple[str, subprocess.Popen[bytes]]] = {}  # test process ID -> its fork server
 _FORK_SERVER_LOCK = threading.Lock()
@@ -229,7 +236,7 @@ def fork_server() -> Optional[str]:
             path = os.path.join(directory, "socket")
             server = subprocess.Popen(
                 [sys.executable, "-S", str(FAKE_KUBECTL)],
-                env={**ENVIRONMENT, "FAKE_KUBECTL_ZYGOTE_SERVE": path, "PYTHONDONTWRITEBYTECODE": ""},
+                env={**ENVIRONMENT, SERVE_ENV: path, "PYTHONDONTWRITEBYTECODE": ""},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,  # not in the terminal's process group: a Ctrl-C reaches calls through clients
@@ -412,7 +419,7 @@ class FakeCluster:
         env["FAKE_KUBECTL_FAULTS"] = json.dumps(self._faults)
         server = fork_server()
         if server is not None:
-            env["FAKE_KUBECTL_ZYGOTE"] = server
+            env[ZYGOTE_ENV] = server
         return env
 
     def set_faults(self, faults: dict) -> None:

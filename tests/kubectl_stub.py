@@ -151,6 +151,13 @@ def matches(entry: dict, argv: list[str]) -> bool:
     return True
 
 
+def save_consumed(path: str, consumed: list[int]) -> None:
+    """The plan's consumed entries (indexes), replaced whole: called under the plan's lock."""
+    with open(path + ".tmp", "wb") as stream:
+        marshal.dump(consumed, stream)
+    os.replace(path + ".tmp", path)
+
+
 def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | None, dict, str]:
     """The planned entry for this call (index, entry) or the problem with it, recorded under the lock."""
     with open(os.path.join(directory, "lock"), "w") as lock:
@@ -171,9 +178,7 @@ def claim(directory: str, argv: list[str], stdin: str | None) -> tuple[int | Non
             entry = plan[index]
             if index not in consumed:
                 consumed.append(index)
-                with open(consumed_path + ".tmp", "wb") as stream:
-                    marshal.dump(consumed, stream)
-                os.replace(consumed_path + ".tmp", consumed_path)
+                save_consumed(consumed_path, consumed)
             problem = stdin_problem(entry, stdin)
             problem = problem and f"{problem} (kubectl {' '.join(argv)})"
         record(

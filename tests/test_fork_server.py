@@ -15,9 +15,9 @@ import tempfile
 import time
 import unittest
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Callable, Dict, List, Set
 
-from tests.fakecluster import ENVIRONMENT, FAKE_KUBECTL, FakeCluster, fork_server_pid
+from tests.fakecluster import ENVIRONMENT, FAKE_KUBECTL, SERVE_ENV, ZYGOTE_ENV, FakeCluster, fork_server_pid
 
 WATCH = ["--namespace=default", "get", "serviceaccounts", "-o", "json", "--output-watch-events", "--watch"]
 CONFIGMAP = '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "NAME", "namespace": "default"}}'
@@ -31,7 +31,7 @@ def children(pid: int) -> Set[int]:
         return set()
 
 
-def wait_for(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
@@ -49,12 +49,12 @@ class ForkServerTest(unittest.TestCase):
         self.cluster = FakeCluster(self.root / "cluster")
         self.addCleanup(self.cluster.close)
         self.served = self.cluster.env()
-        socket = self.served.get("FAKE_KUBECTL_ZYGOTE")
+        socket = self.served.get(ZYGOTE_ENV)
         if socket is None:
             self.skipTest("no fork server here (RL_DEMO_FAKE_FORK_SERVER=0, or no os.pidfd_open)")
         self.assertTrue(wait_for(lambda: os.path.exists(socket)), "the fork server never listened")
         self.server = fork_server_pid()
-        self.plain = {k: v for k, v in self.served.items() if k != "FAKE_KUBECTL_ZYGOTE"}
+        self.plain = {k: v for k, v in self.served.items() if k != ZYGOTE_ENV}
 
     def kubectl(self, env: Dict[str, str], argv: List[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run(["kubectl", *argv], env=env, input=stdin, capture_output=True, text=True, timeout=60)
@@ -138,7 +138,7 @@ class ForkServerTest(unittest.TestCase):
         self.assertEqual(self.last_call()["rc"], None)  # killed: no end recorded
 
     def test_without_a_server_the_client_makes_the_call_itself(self) -> None:
-        gone = {**self.plain, "FAKE_KUBECTL_ZYGOTE": str(self.root / "no-server")}
+        gone = {**self.plain, ZYGOTE_ENV: str(self.root / "no-server")}
         made = self.kubectl(gone, ["get", "namespaces", "-o", "json"])
         self.assertEqual(
             (made.returncode, made.stdout), (0, self.kubectl(self.plain, ["get", "namespaces", "-o", "json"]).stdout)
@@ -158,13 +158,13 @@ class ForkServerLifeTest(unittest.TestCase):
         socket = str(root / "socket")
         server = subprocess.Popen(
             [sys.executable, "-S", str(FAKE_KUBECTL)],
-            env={**ENVIRONMENT, "FAKE_KUBECTL_ZYGOTE_SERVE": socket},
+            env={**ENVIRONMENT, SERVE_ENV: socket},
             stdin=subprocess.PIPE,
             start_new_session=True,
         )
         self.addCleanup(lambda: (server.poll() is None and server.kill(), server.wait()))  # type: ignore[func-returns-value]
         self.assertTrue(wait_for(lambda: os.path.exists(socket)))
-        env = {**cluster.env(), "FAKE_KUBECTL_ZYGOTE": socket}
+        env = {**cluster.env(), ZYGOTE_ENV: socket}
         watch = subprocess.Popen(["kubectl", *WATCH], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert watch.stdout is not None and server.stdin is not None
         select.select([watch.stdout], [], [], 30)

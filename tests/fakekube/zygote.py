@@ -89,14 +89,11 @@ def call(path: str) -> Optional[int]:
     try:
         sock.connect(path)
         request = marshal.dumps((sys.argv, dict(os.environ), os.getcwd()))
+        message = len(request).to_bytes(_HEADER, "little") + request
         streams = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
-        sent = sock.sendmsg(
-            [len(request).to_bytes(_HEADER, "little") + request],
-            [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, streams)],
-        )
-        rest = (len(request).to_bytes(_HEADER, "little") + request)[sent:]
-        if rest:
-            sock.sendall(rest)
+        sent = sock.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, streams)])
+        if sent < len(message):
+            sock.sendall(message[sent:])
     except OSError:
         sock.close()
         here()
@@ -288,7 +285,10 @@ def serve(path: str) -> bool:
                     except BlockingIOError:
                         break
                 _reap(copies, watched, poller)
-            elif fd in watched:  # a client ended: its copy goes with it, as a killed kubectl's output stops
+            elif fd in watched and select.select([fd], [], [], 0)[0]:
+                # a client ended: its copy goes with it, as a killed kubectl's output stops. Asked
+                # again: this batch's event may be of a pidfd that _reap closed, its number since
+                # given to a new client's
                 poller.unregister(fd)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(watched.pop(fd), signal.SIGKILL)
