@@ -125,6 +125,9 @@ MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
+# A create's kubectl started before its input is known (Kubectl.prepare) is used only this young:
+# `create --raw` opens its request before it reads its input, and REQUEST_TIMEOUT counts from there.
+PREPARED_CALL_MAX_AGE = 20.0
 WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
 EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded, never parsed
@@ -1990,13 +1993,17 @@ _RAW_CREATE_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
 
 def create_path(manifest: KubeObject) -> str:
     """The API path a raw create of `manifest` (a Namespace, a ConfigMap or a Job) is sent to."""
-    kind = str(manifest.get("kind"))
     metadata = manifest.get("metadata") or {}
+    return collection_path(str(manifest.get("kind")), str(metadata.get("namespace")))
+
+
+def collection_path(kind: str, namespace: str) -> str:
+    """The API path a raw create of any `kind` object in `namespace` is sent to (see create_path)."""
     prefix = _COLLECTIONS[kind]
     resource = kind.lower() + "s"
     if kind == "Namespace":
         return f"{prefix}/{resource}{_RAW_CREATE_QUERY}"
-    return f"{prefix}/namespaces/{url_segment(str(metadata['namespace']))}/{resource}{_RAW_CREATE_QUERY}"
+    return f"{prefix}/namespaces/{url_segment(namespace)}/{resource}{_RAW_CREATE_QUERY}"
 
 
 def url_segment(name: str) -> str:
@@ -7876,6 +7883,16 @@ def _drain(stream: Any, into: bytearray) -> None:
         del into[: max(0, len(into) - CALL_STDERR_LIMIT)]
 
 
+@dataclasses.dataclass
+class PreparedCall:
+    """A create's kubectl started before its input is known (Kubectl.prepare), waiting for it."""
+
+    argv: List[str]
+    process: subprocess.Popen[str]
+    record: Dict[str, Any]  # its entry in kubectl-calls.json, from its start
+    started: float  # time.monotonic() at its start
+
+
 @dataclasses.dataclass(eq=False)
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
@@ -7897,6 +7914,8 @@ class Kubectl:
     calls: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # kubectl-calls.json
     origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
     children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
+    # argv -> a create's kubectl started before its input (prepare): the next call of that argv uses it
+    prepared: Dict[Tuple[str, ...], PreparedCall] = dataclasses.field(default_factory=dict)
     closing: List[threading.Thread] = dataclasses.field(default_factory=list)  # watches ending (WatchStream.end)
     # Starts each kubectl process, called as subprocess.Popen is: the call-plan tests pass one
     # that answers the call in-process, through real pipes, so that its hundreds of calls cost no
@@ -7950,6 +7969,8 @@ class Kubectl:
         """With -v, the call as a shell would read it and how it ended, once it has."""
         if "error" in record:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
+        elif "cancelled" in record:
+            ending = f"prepared, never given its input ({record['cancelled']}), killed"
         else:
             ending = f"exit {record.get('exit')}"
         self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
@@ -7994,17 +8015,23 @@ class Kubectl:
         self.note(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
         time.sleep(delays.pop(0))
 
-    def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
-        """subprocess.run, with the process known to `stop_children` while it runs."""
-        with self.spawner(
+    def _spawn_text(self, argv: List[str], stdin: bool) -> subprocess.Popen[str]:
+        return self.spawner(
             argv,
-            stdin=subprocess.PIPE if stdin is not None else None,
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             encoding="utf-8",
             errors="replace",
             env=self.environment,
-        ) as process:
+        )
+
+    def _run_process(
+        self, argv: List[str], stdin: Optional[str], timeout: float, started: Optional[subprocess.Popen[str]] = None
+    ) -> subprocess.CompletedProcess[str]:
+        """subprocess.run, with the process known to `stop_children` while it runs; `started`: the
+        process already running (a prepared call), given its input now."""
+        with started or self._spawn_text(argv, stdin is not None) as process:
             self.children.add(process)
             try:
                 stdout, stderr = process.communicate(stdin, timeout=timeout)
@@ -8015,6 +8042,51 @@ class Kubectl:
             finally:
                 self.children.discard(process)
         return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    def prepare(self, args: Sequence[str], namespace: Optional[str] = None) -> None:
+        """Start now the kubectl of a create whose input is known only later, so that its start
+        (about 50 ms of a core, kubectl's own) is not part of the step that sends it: the next
+        call of the same argv with an input is given this process instead of starting one.
+
+        Until its input comes it creates nothing: `create -f -` reads its input before any request
+        but GET /version, and `create --raw PATH -f -` opens its POST and waits to send the body
+        (both on every kubectl minor, tests/test_kubectl_contract.py). One never used is ended by
+        `cancel_prepared` before it has its input, with SIGKILL: a POST without its body, which the
+        API server drops. A call prepared more than PREPARED_CALL_MAX_AGE ago is replaced by a new
+        process when made, as its request timeout runs from its start."""
+        argv = self.argv(args, namespace)
+        if tuple(argv) in self.prepared:
+            return
+        started = time.monotonic()
+        try:
+            process = self._spawn_text(argv, True)
+        except OSError:
+            return  # the call itself reports it, when it is made
+        self.children.add(process)
+        record = self._record(argv, started, prepared=True)
+        self.prepared[tuple(argv)] = PreparedCall(argv, process, record, started)
+
+    def _take_prepared(self, argv: List[str]) -> Optional[PreparedCall]:
+        prepared = self.prepared.pop(tuple(argv), None)
+        if prepared is not None and time.monotonic() - prepared.started > PREPARED_CALL_MAX_AGE:
+            self._cancel(prepared, "too old")
+            return None
+        return prepared
+
+    def cancel_prepared(self) -> None:
+        """End every prepared call not made (the run stopped before it): none was given its input."""
+        while self.prepared:
+            self._cancel(self.prepared.popitem()[1], "not needed")
+
+    def _cancel(self, prepared: PreparedCall, why: str) -> None:
+        process = prepared.process
+        with contextlib.suppress(OSError):
+            process.kill()  # before its input: nothing it could create was sent
+        with contextlib.suppress(OSError, ValueError):
+            process.communicate(timeout=5)  # its pipes closed: a stub answering in-process sees them end
+        self.children.discard(process)
+        prepared.record.update(cancelled=why, seconds=round(time.monotonic() - prepared.started, 3))
+        self._ended(prepared.argv, prepared.record)
 
     def wait_for_ended_watches(self, seconds: float = 10.0) -> None:
         """Until every watch ended with WatchStream.end has ended, its record complete (each
@@ -8037,10 +8109,15 @@ class Kubectl:
                     process.kill()
 
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
-        started = time.monotonic()
-        record = self._record(argv, started)
+        prepared = self._take_prepared(argv) if stdin is not None else None
+        if prepared is not None:  # its record counts from its start; "input_at" is when it was given its input
+            started, record = prepared.started, prepared.record
+            record["input_at"] = round(time.monotonic() - self.origin, 3)
+        else:
+            started = time.monotonic()
+            record = self._record(argv, started)
         try:
-            completed = self._run_process(argv, stdin, timeout)
+            completed = self._run_process(argv, stdin, timeout, prepared.process if prepared is not None else None)
         except OSError as error:
             raise self._not_started(record, error) from None
         except subprocess.TimeoutExpired:
@@ -8236,8 +8313,7 @@ class Kubectl:
         unknown field is an error). Access reviews (review=True) are never stored, so they skip
         validation and, with it, kubectl's OpenAPI download; being read-only, they are retried.
         The input is create_input's."""
-        args = ["create", "-f", "-", "-o", "json", "--validate=false" if review else "--validate=strict"]
-        raw = self.run(args, stdin=self.create_input(manifest, review), read_only=review)
+        raw = self.run(self.create_args(review), stdin=self.create_input(manifest, review), read_only=review)
         try:
             created = parse_json_documents(raw)
         except ValueError as error:
@@ -8245,6 +8321,23 @@ class Kubectl:
         if not created:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
+
+    @staticmethod
+    def create_args(review: bool = False) -> List[str]:
+        """`create`'s arguments: what `prepare_create` starts is what `create` would."""
+        return ["create", "-f", "-", "-o", "json", "--validate=false" if review else "--validate=strict"]
+
+    def prepare_create(self) -> None:
+        """The kubectl of the next `create` of the run's own objects, started now (see prepare)."""
+        self.prepare(self.create_args())
+
+    @staticmethod
+    def create_raw_args(path: str) -> List[str]:
+        return ["create", "--raw", path, "-f", "-"]
+
+    def prepare_create_raw(self, path: str) -> None:
+        """The kubectl of the next `create_raw` to `path`, started now (see prepare)."""
+        self.prepare(self.create_raw_args(path))
 
     @staticmethod
     def create_input(manifest: KubeObject, review: bool = False) -> str:
@@ -8267,7 +8360,7 @@ class Kubectl:
         pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
         its RESTMapper). The server's answer, the stored object, is printed as it is. A review
         (review=True: the rules review) is never stored, so it is retried as a read."""
-        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest), read_only=review)
+        raw = self.run(self.create_raw_args(path), stdin=json.dumps(manifest), read_only=review)
         return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
 
     def get_raw(self, path: str, **kwargs: Any) -> str:
@@ -10600,13 +10693,17 @@ class BatchRun:
             self.done.set()
 
     def execute_steps(self) -> Results:
-        self.preflight()
         try:
-            self.stop_if_asked()
+            self.preflight()
+            try:
+                self.stop_if_asked()
+            except BaseException:
+                self.end_service_account_watch()
+                raise
+            self.create_namespace()
         except BaseException:
-            self.end_service_account_watch()
+            self.kubectl.cancel_prepared()  # the creates they were started for will not be made
             raise
-        self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
         )
@@ -10695,6 +10792,9 @@ class BatchRun:
         # so its start is not part of that step. It creates nothing; a preflight that fails, or
         # denies list and watch serviceaccounts, ends it.
         self.account_watch = self.watch_service_account()
+        # The namespace's create follows the preflight: its kubectl starts beside the preflight's
+        # reads and waits for its input (Kubectl.prepare), so its start is not part of that step.
+        self.kubectl.prepare_create()
         try:
             answers = concurrently([*reads, *kueue_reads, lambda: self.review_access(reviews)])
         except BaseException:
@@ -10800,6 +10900,8 @@ class BatchRun:
             self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
             write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
         watch = self.account_watch
+        # the first Job's create follows: its kubectl starts beside this create (Kubectl.prepare)
+        self.kubectl.prepare_create_raw(collection_path("Job", self.namespace))
         try:
             try:
                 namespace, _, *local_queue = self.creator.create_together(manifests, resources)
@@ -11726,6 +11828,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
                 )
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
+        kubectl.cancel_prepared()  # a create prepared for a step the run never reached
         kubectl.wait_for_ended_watches()
         save_kubectl_calls(output, kubectl.calls)
     if error is not None:

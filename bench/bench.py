@@ -677,8 +677,8 @@ def tool_run(scratch: Path, index: int, real_kubectl: bool = False, episode_extr
         results = figures["results"]
         calls = json.loads((output / "kubectl-calls.json").read_text())
         figures["calls"] = calls
-        job_create = max(c["started"] for c in calls if "create" in c["argv"])
-        figures["before_job"] = [c for c in calls if c["started"] < job_create]
+        job_create = max(sent(c) for c in calls if "create" in c["argv"])
+        figures["before_job"] = [c for c in calls if sent(c) < job_create]
         figures["seen_to_results"] = figures["results_mtime"] - results["client_observed_complete_at"]
         decided_at = cluster.job_decided_at(results["namespace"], "rollout")  # SuccessCriteriaMet
         figures["watch_latency"] = results["client_observed_complete_at"] - decided_at
@@ -703,9 +703,9 @@ def run_timeline(
     puts the fake's wall stamps (the job controller's decision, each pod's end), the files' mtimes
     and the process's exit on the same axis."""
     results = figures["results"]
-    job_create = max((c for c in calls if "create" in c["argv"]), key=lambda c: c["started"])
+    job_create = max((c for c in calls if "create" in c["argv"]), key=sent)
     first = min(c["started"] for c in calls)
-    wall_zero = results["client_submitted_at"] - (job_create["started"] - first)  # the first call, wall clock
+    wall_zero = results["client_submitted_at"] - (sent(job_create) - first)  # the first call, wall clock
     decided = decided_at - wall_zero
     reads = [c for c in calls if not c.get("watch") and c["started"] - first >= decided - 0.5]
     return {
@@ -727,8 +727,13 @@ def print_timeline(title: str, figures: Dict[str, Any]) -> None:
     print(f"    {'from':>6} {'to':>6} {'length':>6}  what")
     for c in sorted(calls, key=lambda c: c["started"]):
         start = c["started"] - first
+        if "input_at" in c:  # a prepared call (Kubectl.prepare): its process first, then its input
+            waited = c["input_at"] - c["started"]
+            print(f"    {start:6.3f} {start + waited:6.3f} {waited:6.3f}  prepared, waiting for its input:")
+            start = c["input_at"] - first
         kind = "watch " if c.get("watch") else ""
-        print(f"    {start:6.3f} {start + c['seconds']:6.3f} {c['seconds']:6.3f}  {kind}{short(c['argv'])}")
+        end = c["started"] + c["seconds"] - first
+        print(f"    {start:6.3f} {end:6.3f} {end - start:6.3f}  {kind}{short(c['argv'])}")
     for label, stamp in sorted(figures["timeline"].items(), key=lambda item: item[1]):
         print(f"    {stamp:6.3f} {'':>6} {'':>6}  {label}")
 
@@ -796,9 +801,14 @@ def guide_figures_from_requests(
     return figures
 
 
+def sent(call: Dict[str, Any]) -> float:
+    """When a call was sent: its start, or a prepared call's input (Kubectl.prepare)."""
+    return float(call.get("input_at", call["started"]))
+
+
 def describe_calls(title: str, calls: List[Dict[str, Any]]) -> None:
     print(f"  {title}: each kubectl process (start s, seconds, step; calls sharing a step ran concurrently)")
-    plain = [(c["started"], c["started"] + c["seconds"], short(c["argv"])) for c in calls if not c.get("watch")]
+    plain = [(sent(c), c["started"] + c["seconds"], short(c["argv"])) for c in calls if not c.get("watch")]
     for number, group in enumerate(steps(plain), 1):
         for started, ended, text in group:
             mark = " (concurrent)" if len(group) > 1 else ""
@@ -871,7 +881,7 @@ def side_by_side(guide: Path, repeats: int, scratch: Path, real_kubectl: bool = 
     for name, runs in (("rl_batch_demo", good_tool), ("guide script", good_guide)):
         if runs and "before_job" in runs[-1]:
             before = runs[-1]["before_job"]
-            plain = [(c["started"], c["started"] + c["seconds"], "") for c in before if not c.get("watch")]
+            plain = [(sent(c), c["started"] + c["seconds"], "") for c in before if not c.get("watch")]
             print(
                 f"  {name}: {len(before)} kubectl processes before the Job create, "
                 f"in {len(steps(plain))} sequential steps"

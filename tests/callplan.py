@@ -1018,9 +1018,11 @@ class CallPlanTestCase(unittest.TestCase):
         (the contract tests', in a background thread) uses too."""
         original = demo.Kubectl._run_process
 
-        def run_process(kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float) -> Any:
+        def run_process(
+            kubectl: demo.Kubectl, argv: List[str], stdin: Optional[str], timeout: float, started: Any = None
+        ) -> Any:
             planned = f"--context={CONTEXT}" in argv and hangs(argv[1:], stdin)
-            return original(kubectl, argv, stdin, min(timeout, seconds) if planned else timeout)
+            return original(kubectl, argv, stdin, min(timeout, seconds) if planned else timeout, started)
 
         patcher = unittest.mock.patch.object(demo.Kubectl, "_run_process", run_process)
         patcher.start()

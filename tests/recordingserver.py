@@ -193,6 +193,7 @@ class RecordingServer:
     def __init__(self) -> None:
         self.routes: List[Tuple[str, Pattern[str], Route]] = []
         self.requests: List[Recorded] = []
+        self.arrivals: List[Tuple[str, str]] = []  # (method, path) of every request begun, its body read or not
         self.lock = threading.Lock()
         owner = self
 
@@ -205,7 +206,13 @@ class RecordingServer:
 
             def _serve(self) -> None:
                 arrived = time.monotonic()
-                body = self._body()
+                with owner.lock:
+                    owner.arrivals.append((self.command, self.path))
+                try:
+                    body = self._body()
+                except EOFError:  # the client went away before its body's end: no request, as for an API server
+                    self.close_connection = True
+                    return
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 record = Recorded(self.command, self.path, headers, body, arrived)
                 with owner.lock:
@@ -252,7 +259,10 @@ class RecordingServer:
                     return self.rfile.read(length) if length else b""
                 body = b""
                 while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    line = self.rfile.readline()
+                    if not line.endswith(b"\n"):  # the connection ended before the last chunk (a killed kubectl)
+                        raise EOFError("the request's body ended before its last chunk")
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
                     if size == 0:
                         while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                             pass  # trailers

@@ -237,13 +237,26 @@ class TranscriptTest(RunPlanTestCase):
                 most = math.ceil(275 - job_create["seconds"] + 0.001)
                 self.assertTrue(least <= timeout <= most, f"{timeout} s, not within [{least}, {most}]: {call}")
                 call["argv"][flag] = "--request-timeout=275s"  # for the comparison with the steps
+        # The two creates of the run's objects are prepared (Kubectl.prepare): each kubectl starts
+        # during the step before its own, and is given its input once that step has ended. A step
+        # begins when its calls are sent: at their start, or a prepared call's input.
+        prepared = [call for call in recorded if "input_at" in call]
+        self.assertEqual([call["argv"] for call in prepared], [steps[2][0], steps[3][0]])
+        for call in prepared:
+            self.assertLess(call["started"], call["input_at"], call)
+            self.assertGreaterEqual(call["started"] + call["seconds"], call["input_at"], call)
+        recorded.sort(key=lambda call: call.get("input_at", call["started"]))
         position = 0
         previous_end = previous_start = -1.0
+        ends = [-1.0, -1.0]
         for step in steps:
             calls = recorded[position : position + len(step)]
             position += len(step)
             self.assertCountEqual([call["argv"] for call in calls], step)
-            starts = [call["started"] for call in calls]
+            starts = [call.get("input_at", call["started"]) for call in calls]
+            for call in calls:  # a prepared call: started once the step two before had ended
+                if "input_at" in call:  # (its namespace's name known; the preflight passed)
+                    self.assertGreaterEqual(call["started"], ends[-2] - 0.002, call)
             if step is steps[-1]:  # the events: after the step before began, not after its reads ended
                 self.assertGreater(min(starts), previous_start, "the events were listed before the watches began")
             else:
@@ -254,6 +267,7 @@ class TranscriptTest(RunPlanTestCase):
             # the account's watch goes on beside the step after its own, until the account is seen
             ending = [call for call in calls if "serviceaccounts" not in call["argv"]]
             previous_end = max(call["started"] + call["seconds"] for call in ending)
+            ends.append(previous_end)
         sent = [
             [doc["kind"] for doc in demo.parse_json_documents(r["stdin"])] for r in self.stub.records() if r["stdin"]
         ]

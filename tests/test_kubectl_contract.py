@@ -1490,6 +1490,62 @@ class ObjectsContract(ContractCase):
 
         self.each_kubectl(contract)
 
+    def test_a_prepared_create_sends_nothing_before_its_input_nor_once_cancelled(self) -> None:
+        """Kubectl.prepare: a create's kubectl started before its input. `create --raw PATH -f -`
+        opens its POST and waits to send the body (client-go streams Body(io.Reader)), or reads
+        its input first; killed before it (cancel_prepared), its request has no body's end, and
+        no object is created. `create -f -` asks nothing but /version before its input. Given its
+        input, the prepared process makes the call, one process each, as `create` would."""
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": JOB, "namespace": NAMESPACE}}
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+
+        def opened(session: Session, path: str, limit: float = 3.0) -> bool:
+            """Whether kubectl began a request to `path` within `limit` s (some minors read their
+            input first and begin none): the test then cancels it, or gives it its input."""
+            ends = time.monotonic() + limit
+            while time.monotonic() < ends:
+                if ("POST", path) in [(method, where.split("?")[0]) for method, where in session.server.arrivals]:
+                    return True
+                time.sleep(0.01)
+            return False
+
+        def contract(session: Session) -> None:
+            kubectl = self.the_tools_kubectl(session)
+            answered: List[str] = []
+
+            def created(request: Recorded, match: re.Match[str]) -> Answer:
+                answered.append(request.path)
+                return self.created(request, match)
+
+            session.server.route("POST", JOBS_PATH, created)
+            session.server.route("POST", "/api/v1/namespaces", created)
+            path = demo.create_path(job)
+            kubectl.prepare_create_raw(path)
+            opened(session, JOBS_PATH)
+            kubectl.cancel_prepared()
+            kubectl.prepare_create()
+            opened(session, "/api/v1/namespaces", 1.0)
+            kubectl.cancel_prepared()
+            self.assertEqual(answered, [])  # nothing created, nothing answered
+            self.assertEqual(session.api(), [])  # no request but discovery completed
+            self.assertEqual([call.get("cancelled") for call in kubectl.calls], ["not needed", "not needed"])
+            self.assertEqual(kubectl.children, set())
+            kubectl.prepare_create_raw(path)
+            kubectl.prepare_create()
+            opened(session, JOBS_PATH)
+            self.assertEqual(kubectl.create_raw(path, job)["metadata"]["uid"], "uid-" + JOB)
+            self.assertEqual([d["metadata"]["uid"] for d in kubectl.create(namespace)], ["uid-" + NAMESPACE])
+            self.assertEqual(answered, [JOBS_PATH, "/api/v1/namespaces"])
+            self.assertEqual([r.json() for r in session.api() if r.method == "POST"], [job, namespace])
+            made = kubectl.calls[2:]
+            self.assertEqual(len(made), 2)  # one process each: the prepared ones
+            for call in made:
+                self.assertTrue(call["prepared"] and call["exit"] == 0, call)
+                self.assertLessEqual(call["started"], call["input_at"], call)
+            self.assertEqual(kubectl.prepared, {})
+
+        self.each_kubectl(contract)
+
     def test_raw_create_of_the_rules_review_is_one_post_and_its_answer_as_written(self) -> None:
         """`create --raw /apis/authorization.k8s.io/v1/selfsubjectrulesreviews -f -`
         (BatchRun.review_access): with a cold cache, one POST of the review and no discovery, the

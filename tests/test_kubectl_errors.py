@@ -25,7 +25,7 @@ import tempfile
 import unittest
 import unittest.mock
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import rl_batch_demo as demo
 from tests.callplan import FAST
@@ -383,8 +383,9 @@ class ClusterAccessTest(unittest.TestCase):
         lines = stderr.splitlines()
         self.assertEqual((code, lines[-1]), (demo.EXIT_CLUSTER, f"rl-batch-demo: error: {line}"))
         calls = [entry for entry in lines if entry.startswith("+ ")]
-        # config view, then each preflight read and its 3 retries, and the account's watch beside them
-        self.assertEqual(len(calls), 1 + 2 * 4 + 1, stderr)
+        # config view, then each preflight read and its 3 retries, and the account's watch and the
+        # namespace's prepared create beside them (killed without its input: nothing was sent)
+        self.assertEqual(len(calls), 1 + 2 * 4 + 2, stderr)
         kubectl = shutil.which("kubectl", path=self.cluster.env()["PATH"])
         self.assertEqual(
             calls[0],
@@ -393,8 +394,12 @@ class ClusterAccessTest(unittest.TestCase):
         )
         [watch] = [call for call in calls if " serviceaccounts " in call]  # refused too, or ended by the failure
         self.assertRegex(watch, r" get serviceaccounts .* --watch  # exit (1|-15), \d+\.\d{3} s$")
+        [prepared] = [call for call in calls if " --validate=strict" in call]
+        self.assertRegex(
+            prepared, r" create -f - -o json --validate=strict  # prepared, never given its input \(not needed\), "
+        )
         for call in calls[1:]:
-            if call == watch:
+            if call in (watch, prepared):
                 continue
             self.assertRegex(
                 call,
@@ -402,7 +407,7 @@ class ClusterAccessTest(unittest.TestCase):
                 r"  # exit 1, \d+\.\d{3} s$",
             )
         self.assertEqual(len([entry for entry in lines if entry.startswith("warning: retrying `kubectl")]), 6)
-        self.assertEqual(len(lines), 1 + 10 + 6)
+        self.assertEqual(len(lines), 1 + 11 + 6)
 
     @end_to_end  # a whole run on the fake after the failures: 25 kubectl processes and two pods
     def test_once_the_server_answers_the_same_command_works(self) -> None:
@@ -466,3 +471,75 @@ class ClusterAccessTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PreparedCallTest(unittest.TestCase):
+    """Kubectl.prepare, without kubectl: a stand-in process records what it is given."""
+
+    class Process:
+        def __init__(self, argv: List[str], log: List[Tuple[str, Any]], **options: Any) -> None:
+            self.args, self.log, self.returncode = argv, log, None
+            log.append(("spawned", options["stdin"] == subprocess.PIPE))
+
+        def poll(self) -> Optional[int]:
+            return self.returncode
+
+        def kill(self) -> None:
+            self.log.append(("killed", None))
+            self.returncode = -9
+
+        def wait(self, timeout: Optional[float] = None) -> int:
+            return self.returncode or 0
+
+        def communicate(self, input: Optional[str] = None, timeout: Optional[float] = None) -> Tuple[str, str]:
+            self.log.append(("input", input))
+            if self.returncode is None:
+                self.returncode = 0
+            return '{"metadata": {"uid": "u"}}', ""
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            pass
+
+    def kubectl(self) -> Tuple[Any, List[Tuple[str, Any]]]:
+        log: List[Tuple[str, Any]] = []
+        spawner = lambda argv, **options: self.Process(argv, log, **options)  # noqa: E731
+        return demo.Kubectl("kubectl", context="ctx", kubeconfig=None, spawner=spawner), log
+
+    def test_the_next_call_of_its_argv_is_given_the_prepared_process(self) -> None:
+        kubectl, log = self.kubectl()
+        kubectl.prepare_create_raw("/apis/batch/v1/namespaces/ns/jobs")
+        self.assertEqual(log, [("spawned", True)])
+        created = kubectl.create_raw("/apis/batch/v1/namespaces/ns/jobs", {"kind": "Job"})
+        self.assertEqual(created, {"metadata": {"uid": "u"}})
+        self.assertEqual(log, [("spawned", True), ("input", '{"kind": "Job"}')])  # no process more
+        [record] = kubectl.calls
+        self.assertTrue(record["prepared"])
+        self.assertEqual(record["exit"], 0)
+        self.assertGreaterEqual(record["input_at"], record["started"])
+        self.assertEqual((kubectl.prepared, kubectl.children), ({}, set()))
+        kubectl.create_raw("/apis/batch/v1/namespaces/ns/jobs", {"kind": "Job"})  # the next starts its own
+        self.assertEqual(log[2:], [("spawned", True), ("input", '{"kind": "Job"}')])
+
+    def test_a_call_not_made_is_killed_before_any_input(self) -> None:
+        kubectl, log = self.kubectl()
+        kubectl.prepare_create()
+        kubectl.prepare_create()  # prepared once
+        kubectl.cancel_prepared()
+        self.assertEqual(log, [("spawned", True), ("killed", None), ("input", None)])
+        [record] = kubectl.calls
+        self.assertEqual(record["cancelled"], "not needed")
+        self.assertNotIn("input_at", record)
+        self.assertEqual((kubectl.prepared, kubectl.children), ({}, set()))
+
+    def test_one_prepared_too_long_ago_is_replaced(self) -> None:
+        kubectl, log = self.kubectl()
+        kubectl.prepare_create_raw("/p")
+        with unittest.mock.patch.object(demo, "PREPARED_CALL_MAX_AGE", -1.0):
+            kubectl.create_raw("/p", {"kind": "Job"})
+        self.assertEqual(
+            log, [("spawned", True), ("killed", None), ("input", None), ("spawned", True), ("input", '{"kind": "Job"}')]
+        )
+        self.assertEqual([record.get("cancelled") for record in kubectl.calls], ["too old", None])

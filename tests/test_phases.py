@@ -1020,6 +1020,14 @@ class PermissionTest(Case):
             def watch(self, *args: Any) -> Watch:  # the account's watch, started with the preflight
                 return Watch()
 
+            prepared: ClassVar[list[str]] = []
+
+            def prepare_create(self) -> None:  # the namespace's create, started with the preflight
+                self.prepared.append("create")
+
+            def cancel_prepared(self) -> None:
+                self.prepared.append("cancelled")
+
             def create_raw(self, path: str, manifest: dict[str, Any], review: bool = False) -> dict[str, Any]:
                 test.assertEqual((path, review), (demo.RULES_REVIEW_PATH, True))  # the rules review only
                 wildcard = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}  # a webhook beside RBAC:
@@ -1051,6 +1059,7 @@ class PermissionTest(Case):
         self.assertEqual(len(Kubectl.created), 1)
         self.assertEqual(batch.runtime_handler, "cube")
         self.assertTrue(Watch.ended)  # a refused preflight ends the account's watch
+        self.assertEqual(Kubectl.prepared, ["create", "cancelled"])  # and the namespace's create it prepared
 
     def test_flags_parse(self) -> None:
         parser = demo.build_parser()

@@ -171,6 +171,7 @@ def cmd_run(settings: RunSettings, unbound: Kubectl, tool: str, print_summary: b
                 )
             error = DemoError(f"interrupted; {where}", EXIT_INTERRUPTED)
     finally:
+        kubectl.cancel_prepared()  # a create prepared for a step the run never reached
         kubectl.wait_for_ended_watches()
         save_kubectl_calls(output, kubectl.calls)
     if error is not None:

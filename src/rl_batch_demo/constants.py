@@ -49,6 +49,9 @@ MAX_INFRA_RETRIES = 10  # --infra-retries' largest K: each lost attempt is a pod
 MAX_WAIT_SECONDS = 7 * 24 * 3600  # the longest --timeout or --kubectl-timeout accepted
 REQUEST_TIMEOUT = "30s"
 KUBECTL_PROCESS_TIMEOUT = 60.0
+# A create's kubectl started before its input is known (Kubectl.prepare) is used only this young:
+# `create --raw` opens its request before it reads its input, and REQUEST_TIMEOUT counts from there.
+PREPARED_CALL_MAX_AGE = 20.0
 WATCH_BUFFER_LIMIT = 16 * 2**20  # a watch event larger than this is taken for garbage
 LOG_CROSSCHECK_LIMIT = 20  # up to this many episodes, logs and termination messages must agree
 EVENT_LINE_LIMIT = 64 * 1024  # a longer line from a pod is noise: never decoded, never parsed

@@ -315,13 +315,17 @@ _RAW_CREATE_QUERY = "?fieldManager=kubectl-create&fieldValidation=Strict"
 
 def create_path(manifest: KubeObject) -> str:
     """The API path a raw create of `manifest` (a Namespace, a ConfigMap or a Job) is sent to."""
-    kind = str(manifest.get("kind"))
     metadata = manifest.get("metadata") or {}
+    return collection_path(str(manifest.get("kind")), str(metadata.get("namespace")))
+
+
+def collection_path(kind: str, namespace: str) -> str:
+    """The API path a raw create of any `kind` object in `namespace` is sent to (see create_path)."""
     prefix = _COLLECTIONS[kind]
     resource = kind.lower() + "s"
     if kind == "Namespace":
         return f"{prefix}/{resource}{_RAW_CREATE_QUERY}"
-    return f"{prefix}/namespaces/{url_segment(str(metadata['namespace']))}/{resource}{_RAW_CREATE_QUERY}"
+    return f"{prefix}/namespaces/{url_segment(namespace)}/{resource}{_RAW_CREATE_QUERY}"
 
 
 def url_segment(name: str) -> str:

@@ -44,6 +44,7 @@ from .constants import (
     SERVICEACCOUNT_WAIT,
 )
 from .core_basics import (
+    collection_path,
     configmap_manifest,
     dig,
     job_name_for,
@@ -543,13 +544,17 @@ class BatchRun:
             self.done.set()
 
     def execute_steps(self) -> Results:
-        self.preflight()
         try:
-            self.stop_if_asked()
+            self.preflight()
+            try:
+                self.stop_if_asked()
+            except BaseException:
+                self.end_service_account_watch()
+                raise
+            self.create_namespace()
         except BaseException:
-            self.end_service_account_watch()
+            self.kubectl.cancel_prepared()  # the creates they were started for will not be made
             raise
-        self.create_namespace()
         image, prepared = prepare_measured_image(
             self.kubectl, self.settings, self.namespace, self.run_id, self.run_one_episode_job, self.stop
         )
@@ -638,6 +643,9 @@ class BatchRun:
         # so its start is not part of that step. It creates nothing; a preflight that fails, or
         # denies list and watch serviceaccounts, ends it.
         self.account_watch = self.watch_service_account()
+        # The namespace's create follows the preflight: its kubectl starts beside the preflight's
+        # reads and waits for its input (Kubectl.prepare), so its start is not part of that step.
+        self.kubectl.prepare_create()
         try:
             answers = concurrently([*reads, *kueue_reads, lambda: self.review_access(reviews)])
         except BaseException:
@@ -743,6 +751,8 @@ class BatchRun:
             self.receipt["local_queue"] = {"name": LOCAL_QUEUE_NAME, "cluster_queue": self.settings.queue, "uid": None}
             write_receipt(self.settings.output, self.receipt)  # before the create, as the namespace's name
         watch = self.account_watch
+        # the first Job's create follows: its kubectl starts beside this create (Kubectl.prepare)
+        self.kubectl.prepare_create_raw(collection_path("Job", self.namespace))
         try:
             try:
                 namespace, _, *local_queue = self.creator.create_together(manifests, resources)

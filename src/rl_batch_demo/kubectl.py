@@ -25,6 +25,7 @@ from .constants import (
     EXIT_TIMEOUT,
     EXIT_USAGE,
     KUBECTL_PROCESS_TIMEOUT,
+    PREPARED_CALL_MAX_AGE,
     REQUEST_TIMEOUT,
     WATCH_BUFFER_LIMIT,
 )
@@ -236,6 +237,16 @@ def _drain(stream: Any, into: bytearray) -> None:
         del into[: max(0, len(into) - CALL_STDERR_LIMIT)]
 
 
+@dataclasses.dataclass
+class PreparedCall:
+    """A create's kubectl started before its input is known (Kubectl.prepare), waiting for it."""
+
+    argv: List[str]
+    process: subprocess.Popen[str]
+    record: Dict[str, Any]  # its entry in kubectl-calls.json, from its start
+    started: float  # time.monotonic() at its start
+
+
 @dataclasses.dataclass(eq=False)
 class Kubectl:
     """Runs kubectl with the run's fixed context, kubeconfig and timeouts, and records calls.
@@ -257,6 +268,8 @@ class Kubectl:
     calls: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # kubectl-calls.json
     origin: float = dataclasses.field(default_factory=time.monotonic)  # "started" in the call record
     children: Set[subprocess.Popen[Any]] = dataclasses.field(default_factory=set)  # running now
+    # argv -> a create's kubectl started before its input (prepare): the next call of that argv uses it
+    prepared: Dict[Tuple[str, ...], PreparedCall] = dataclasses.field(default_factory=dict)
     closing: List[threading.Thread] = dataclasses.field(default_factory=list)  # watches ending (WatchStream.end)
     # Starts each kubectl process, called as subprocess.Popen is: the call-plan tests pass one
     # that answers the call in-process, through real pipes, so that its hundreds of calls cost no
@@ -310,6 +323,8 @@ class Kubectl:
         """With -v, the call as a shell would read it and how it ended, once it has."""
         if "error" in record:
             ending = "no answer, killed" if record["error"] == "timeout" else f"not started: {record['error']}"
+        elif "cancelled" in record:
+            ending = f"prepared, never given its input ({record['cancelled']}), killed"
         else:
             ending = f"exit {record.get('exit')}"
         self.note("+ ", shlex.join(argv), f"# {ending}, {record.get('seconds', 0):.3f} s")
@@ -354,17 +369,23 @@ class Kubectl:
         self.note(f"warning: retrying `{failure.command}` after a transient failure: {failure.first_line}")
         time.sleep(delays.pop(0))
 
-    def _run_process(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
-        """subprocess.run, with the process known to `stop_children` while it runs."""
-        with self.spawner(
+    def _spawn_text(self, argv: List[str], stdin: bool) -> subprocess.Popen[str]:
+        return self.spawner(
             argv,
-            stdin=subprocess.PIPE if stdin is not None else None,
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             encoding="utf-8",
             errors="replace",
             env=self.environment,
-        ) as process:
+        )
+
+    def _run_process(
+        self, argv: List[str], stdin: Optional[str], timeout: float, started: Optional[subprocess.Popen[str]] = None
+    ) -> subprocess.CompletedProcess[str]:
+        """subprocess.run, with the process known to `stop_children` while it runs; `started`: the
+        process already running (a prepared call), given its input now."""
+        with started or self._spawn_text(argv, stdin is not None) as process:
             self.children.add(process)
             try:
                 stdout, stderr = process.communicate(stdin, timeout=timeout)
@@ -375,6 +396,51 @@ class Kubectl:
             finally:
                 self.children.discard(process)
         return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    def prepare(self, args: Sequence[str], namespace: Optional[str] = None) -> None:
+        """Start now the kubectl of a create whose input is known only later, so that its start
+        (about 50 ms of a core, kubectl's own) is not part of the step that sends it: the next
+        call of the same argv with an input is given this process instead of starting one.
+
+        Until its input comes it creates nothing: `create -f -` reads its input before any request
+        but GET /version, and `create --raw PATH -f -` opens its POST and waits to send the body
+        (both on every kubectl minor, tests/test_kubectl_contract.py). One never used is ended by
+        `cancel_prepared` before it has its input, with SIGKILL: a POST without its body, which the
+        API server drops. A call prepared more than PREPARED_CALL_MAX_AGE ago is replaced by a new
+        process when made, as its request timeout runs from its start."""
+        argv = self.argv(args, namespace)
+        if tuple(argv) in self.prepared:
+            return
+        started = time.monotonic()
+        try:
+            process = self._spawn_text(argv, True)
+        except OSError:
+            return  # the call itself reports it, when it is made
+        self.children.add(process)
+        record = self._record(argv, started, prepared=True)
+        self.prepared[tuple(argv)] = PreparedCall(argv, process, record, started)
+
+    def _take_prepared(self, argv: List[str]) -> Optional[PreparedCall]:
+        prepared = self.prepared.pop(tuple(argv), None)
+        if prepared is not None and time.monotonic() - prepared.started > PREPARED_CALL_MAX_AGE:
+            self._cancel(prepared, "too old")
+            return None
+        return prepared
+
+    def cancel_prepared(self) -> None:
+        """End every prepared call not made (the run stopped before it): none was given its input."""
+        while self.prepared:
+            self._cancel(self.prepared.popitem()[1], "not needed")
+
+    def _cancel(self, prepared: PreparedCall, why: str) -> None:
+        process = prepared.process
+        with contextlib.suppress(OSError):
+            process.kill()  # before its input: nothing it could create was sent
+        with contextlib.suppress(OSError, ValueError):
+            process.communicate(timeout=5)  # its pipes closed: a stub answering in-process sees them end
+        self.children.discard(process)
+        prepared.record.update(cancelled=why, seconds=round(time.monotonic() - prepared.started, 3))
+        self._ended(prepared.argv, prepared.record)
 
     def wait_for_ended_watches(self, seconds: float = 10.0) -> None:
         """Until every watch ended with WatchStream.end has ended, its record complete (each
@@ -397,10 +463,15 @@ class Kubectl:
                     process.kill()
 
     def _once(self, argv: List[str], stdin: Optional[str], timeout: float) -> subprocess.CompletedProcess[str]:
-        started = time.monotonic()
-        record = self._record(argv, started)
+        prepared = self._take_prepared(argv) if stdin is not None else None
+        if prepared is not None:  # its record counts from its start; "input_at" is when it was given its input
+            started, record = prepared.started, prepared.record
+            record["input_at"] = round(time.monotonic() - self.origin, 3)
+        else:
+            started = time.monotonic()
+            record = self._record(argv, started)
         try:
-            completed = self._run_process(argv, stdin, timeout)
+            completed = self._run_process(argv, stdin, timeout, prepared.process if prepared is not None else None)
         except OSError as error:
             raise self._not_started(record, error) from None
         except subprocess.TimeoutExpired:
@@ -596,8 +667,7 @@ class Kubectl:
         unknown field is an error). Access reviews (review=True) are never stored, so they skip
         validation and, with it, kubectl's OpenAPI download; being read-only, they are retried.
         The input is create_input's."""
-        args = ["create", "-f", "-", "-o", "json", "--validate=false" if review else "--validate=strict"]
-        raw = self.run(args, stdin=self.create_input(manifest, review), read_only=review)
+        raw = self.run(self.create_args(review), stdin=self.create_input(manifest, review), read_only=review)
         try:
             created = parse_json_documents(raw)
         except ValueError as error:
@@ -605,6 +675,23 @@ class Kubectl:
         if not created:
             raise DemoError(f"kubectl create of {manifest.get('kind')} printed no object", EXIT_CLUSTER)
         return created
+
+    @staticmethod
+    def create_args(review: bool = False) -> List[str]:
+        """`create`'s arguments: what `prepare_create` starts is what `create` would."""
+        return ["create", "-f", "-", "-o", "json", "--validate=false" if review else "--validate=strict"]
+
+    def prepare_create(self) -> None:
+        """The kubectl of the next `create` of the run's own objects, started now (see prepare)."""
+        self.prepare(self.create_args())
+
+    @staticmethod
+    def create_raw_args(path: str) -> List[str]:
+        return ["create", "--raw", path, "-f", "-"]
+
+    def prepare_create_raw(self, path: str) -> None:
+        """The kubectl of the next `create_raw` to `path`, started now (see prepare)."""
+        self.prepare(self.create_raw_args(path))
 
     @staticmethod
     def create_input(manifest: KubeObject, review: bool = False) -> str:
@@ -627,7 +714,7 @@ class Kubectl:
         pkg/cmd/create/create.go RunCreate: --raw goes to rawhttp.RawPost, past the builder and
         its RESTMapper). The server's answer, the stored object, is printed as it is. A review
         (review=True: the rules review) is never stored, so it is retried as a read."""
-        raw = self.run(["create", "--raw", path, "-f", "-"], stdin=json.dumps(manifest), read_only=review)
+        raw = self.run(self.create_raw_args(path), stdin=json.dumps(manifest), read_only=review)
         return self.decode_json(raw, f"create --raw {path.split('?', 1)[0]}")
 
     def get_raw(self, path: str, **kwargs: Any) -> str:
