@@ -72,6 +72,25 @@ class KilledCallTest(unittest.TestCase):
                 kubectl_stub.snapshot(scratch, [written, 1, "results.json"], call)  # there: no wait before
             self.assertEqual(os.listdir(scratch), [])
 
+    def test_a_call_killed_while_it_reads_its_input_claims_nothing(self) -> None:
+        """A prepared create the tool cancels (Kubectl.cancel_prepared) is killed, then its stdin
+        closed: the read may end on that end of file, and the killed call must not go on to
+        claim a planned entry or record an unexpected call."""
+
+        class Killed(BaseException):
+            pass
+
+        def killed(seconds: float) -> None:
+            raise Killed
+
+        with tempfile.TemporaryDirectory() as scratch:
+            call = kubectl_stub.Invocation(
+                environ={kubectl_stub.STUB_DIR_ENV: scratch}, read_stdin=lambda: "", sleep=killed
+            )
+            with self.assertRaises(Killed):
+                kubectl_stub.main(["create", "-f", "-", "-o", "json"], call)
+            self.assertEqual(os.listdir(scratch), [])  # no lock taken, no call recorded
+
 
 class PlanCacheTest(unittest.TestCase):
     def test_a_plan_is_read_again_when_its_file_changes_and_only_the_last_few_are_kept(self) -> None:
