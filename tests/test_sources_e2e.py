@@ -257,9 +257,12 @@ class IndexedJobTest(SourcesTestCase):
         # 0 and 2 failed; 1 may have been still running when the Job gave up (then the fake counts
         # it failed too, as its pod is stopped), so the set is 0,2 or 0-2.
         self.assertIn(job["status"]["failedIndexes"], ("0,2", "0-2"))
-        self.assertEqual(
-            [c["reason"] for c in job["status"]["conditions"]], ["MaxFailedIndexesExceeded", "MaxFailedIndexesExceeded"]
-        )
+        # The decision (FailureTarget), then Failed once the stopped pods have ended: job.json is the
+        # Job as watched when the run stopped waiting for that (Timing.final_pods_grace_seconds,
+        # 0.25 s), which a loaded machine's fake can outlast (CI: FailureTarget alone).
+        conditions = [(c["type"], c["reason"]) for c in job["status"]["conditions"]]
+        decided = [("FailureTarget", "MaxFailedIndexesExceeded")]
+        self.assertIn(conditions, (decided, [*decided, ("Failed", "MaxFailedIndexesExceeded")]))
 
     def test_a_server_without_per_index_limits_makes_the_run_delete_its_job(self) -> None:
         cluster = self.cluster(faults={"old_job_api": True})
