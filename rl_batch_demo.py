@@ -8048,9 +8048,11 @@ class Kubectl:
         (about 50 ms of a core, kubectl's own) is not part of the step that sends it: the next
         call of the same argv with an input is given this process instead of starting one.
 
-        Until its input comes it creates nothing: `create -f -` reads its input before any request
-        but GET /version, and `create --raw PATH -f -` opens its POST and waits to send the body
-        (both on every kubectl minor, tests/test_kubectl_contract.py). One never used is ended by
+        Until its input comes it creates nothing: `create -f -` sends no request but discovery
+        before it has read its input (1.32: GET /version), and `create --raw PATH -f -` opens its
+        POST and waits to send the body (client-go streams it); that no request but discovery is
+        completed and nothing created before the input, on every kubectl minor, is
+        tests/test_kubectl_contract.py's. One never used is ended by
         `cancel_prepared` before it has its input, with SIGKILL: a POST without its body, which the
         API server drops. A call prepared more than PREPARED_CALL_MAX_AGE ago is replaced by a new
         process when made, as its request timeout runs from its start."""
