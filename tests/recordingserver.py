@@ -210,7 +210,10 @@ class RecordingServer:
                     owner.arrivals.append((self.command, self.path))
                 try:
                     body = self._body()
-                except EOFError:  # the client went away before its body's end: no request, as for an API server
+                except EOFError:  # the client went away before its body's end: no request. An API server
+                    # reads the whole body before it decodes it (apiserver pkg/endpoints/handlers/rest.go
+                    # limitedReadBody, io.ReadAll), and net/http's chunked reader fails with
+                    # io.ErrUnexpectedEOF on a body cut before its last chunk: the create fails, nothing stored
                     self.close_connection = True
                     return
                 headers = {key.lower(): value for key, value in self.headers.items()}

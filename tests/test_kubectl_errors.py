@@ -543,3 +543,19 @@ class PreparedCallTest(unittest.TestCase):
             log, [("spawned", True), ("killed", None), ("input", None), ("spawned", True), ("input", '{"kind": "Job"}')]
         )
         self.assertEqual([record.get("cancelled") for record in kubectl.calls], ["too old", None])
+
+    def test_a_cancelled_call_that_does_not_end_in_time_raises_nothing(self) -> None:
+        """cancel_prepared runs in cmd_run's `finally`: a process not reaped within its wait is
+        left to the kernel, never a traceback over the run's own sentence."""
+        kubectl, log = self.kubectl()
+        kubectl.prepare_create()
+        [prepared] = kubectl.prepared.values()
+
+        def slow(input: Optional[str] = None, timeout: Optional[float] = None) -> Tuple[str, str]:
+            raise subprocess.TimeoutExpired(prepared.argv, timeout or 0)
+
+        prepared.process.communicate = slow  # type: ignore[method-assign]
+        kubectl.cancel_prepared()
+        self.assertEqual(log, [("spawned", True), ("killed", None)])
+        self.assertEqual([record["cancelled"] for record in kubectl.calls], ["not needed"])
+        self.assertEqual((kubectl.prepared, kubectl.children), ({}, set()))

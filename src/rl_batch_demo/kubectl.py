@@ -438,8 +438,10 @@ class Kubectl:
         process = prepared.process
         with contextlib.suppress(OSError):
             process.kill()  # before its input: nothing it could create was sent
-        with contextlib.suppress(OSError, ValueError):
-            process.communicate(timeout=5)  # its pipes closed: a stub answering in-process sees them end
+        # its pipes closed: a stub answering in-process sees them end; a SIGKILL cannot be ignored,
+        # so the wait is bounded only against a kernel that never reaps (no traceback from a finally)
+        with contextlib.suppress(OSError, ValueError, subprocess.TimeoutExpired):
+            process.communicate(timeout=5)
         self.children.discard(process)
         prepared.record.update(cancelled=why, seconds=round(time.monotonic() - prepared.started, 3))
         self._ended(prepared.argv, prepared.record)
